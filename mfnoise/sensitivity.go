@@ -1,0 +1,205 @@
+package mfnoise
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/floats"
+	"gonum.org/v1/gonum/mat"
+)
+
+// SensitivityMethod says how a sensitivity was obtained.
+type SensitivityMethod string
+
+const (
+	// MaxColumnNorm: single participation, exact.
+	MaxColumnNorm SensitivityMethod = "max-column-norm"
+	// NonnegativeGram: (k,b) with C^T C >= 0 elementwise, exact
+	// (multi-epoch paper Cor. 2.1, Eq. 3).
+	NonnegativeGram SensitivityMethod = "nonnegative-gram"
+	// SpectralBound: (k,b) with some negative entry in C^T C; the upper bound
+	// sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
+	SpectralBound SensitivityMethod = "spectral-bound"
+	// MinSepDP: the O(nk) dynamic program of banded-MF Thm 3 / Algs. 3-5;
+	// exact when C is lower triangular and b-banded, an upper bound otherwise.
+	MinSepDP SensitivityMethod = "minsep-dp"
+)
+
+// SensitivityResult is sens(C) under a schema, for clipping norm 1.
+type SensitivityResult struct {
+	Value  float64           `json:"value"`
+	Exact  bool              `json:"exact"`
+	Method SensitivityMethod `json:"method"`
+}
+
+// Sensitivity returns the L2 sensitivity of the encoder C (m x n) under the
+// schema (SPEC 3), whether it is exact, and which path computed it.
+func Sensitivity(c mat.Matrix, s Schema) (SensitivityResult, error) {
+	m, n := c.Dims()
+	if err := s.Validate(n); err != nil {
+		return SensitivityResult{}, err
+	}
+	if m < n {
+		return SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
+	}
+	if err := checkFinite("encoder", c); err != nil {
+		return SensitivityResult{}, err
+	}
+	if s.Kind == Single || s.K == 1 {
+		best := 0.0
+		for j := 0; j < n; j++ {
+			best = math.Max(best, floats.Norm(mat.Col(nil, j, c), 2))
+		}
+		return SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
+	}
+	var x mat.SymDense
+	x.SymOuterK(1, c.T())
+	if s.Kind == MinSep {
+		v, exact := minSepSensitivitySquared(&x, c, s.K, s.B)
+		return SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
+	}
+	pats := s.Patterns(n)
+	if nonnegative(&x) {
+		best := 0.0
+		for _, p := range pats {
+			sum := 0.0
+			for _, i := range p {
+				for _, j := range p {
+					sum += x.At(i, j)
+				}
+			}
+			best = math.Max(best, sum)
+		}
+		return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+	}
+	best := 0.0
+	for _, p := range pats {
+		sub := mat.NewDense(m, len(p), nil)
+		for col, j := range p {
+			for i := 0; i < m; i++ {
+				sub.Set(i, col, c.At(i, j))
+			}
+		}
+		var svd mat.SVD
+		if !svd.Factorize(sub, mat.SVDNone) {
+			return SensitivityResult{}, invalidf("sensitivity: SVD of pattern columns failed")
+		}
+		best = math.Max(best, svd.Values(nil)[0])
+	}
+	return SensitivityResult{Value: math.Sqrt(float64(s.K)) * best, Exact: false, Method: SpectralBound}, nil
+}
+
+func nonnegative(x *mat.SymDense) bool {
+	n := x.SymmetricDim()
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			// Round-off can make an exact zero slightly negative.
+			if x.At(i, j) < -1e-12*math.Sqrt(x.At(i, i)*x.At(j, j)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// minSepSensitivitySquared bounds sens^2 <= max_pi sum_{i,j in pi} |X_ij| by
+// VecSens(r), r_i = max over min-sep patterns containing i of
+// sum_{j in pi} |X_ij| (banded-MF Algs. 3-5). It is exact when C is lower
+// triangular and b-banded, because then X_ij = 0 whenever |i-j| >= b and only
+// the diagonal of X counts on a min-sep pattern.
+func minSepSensitivitySquared(x *mat.SymDense, c mat.Matrix, k, b int) (float64, bool) {
+	n := x.SymmetricDim()
+	r := make([]float64, n)
+	u := make([]float64, n)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			u[j] = math.Abs(x.At(i, j))
+		}
+		r[i] = vecSensContaining(u, i, k, b)
+	}
+	return vecSens(r, k, b), isLowerBanded(c, b)
+}
+
+// vecSens is max over patterns pi with |pi| <= k and gaps >= b of
+// sum_{i in pi} v_i, for v >= 0, in O(nk).
+func vecSens(v []float64, k, b int) float64 {
+	pre := prefixBest(v, k, b)
+	return pre[k][len(v)-1]
+}
+
+// prefixBest[c][j] is the best sum of at most c entries of v[0..j] with gaps
+// >= b (for v >= 0 "at most c" and "exactly c" coincide in the max).
+func prefixBest(v []float64, k, b int) [][]float64 {
+	n := len(v)
+	pre := make([][]float64, k+1)
+	pre[0] = make([]float64, n)
+	for c := 1; c <= k; c++ {
+		pre[c] = make([]float64, n)
+		for j := 0; j < n; j++ {
+			take := v[j]
+			if j-b >= 0 {
+				take += pre[c-1][j-b]
+			}
+			best := take
+			if j > 0 {
+				best = math.Max(best, pre[c][j-1])
+			}
+			pre[c][j] = best
+		}
+	}
+	return pre
+}
+
+// vecSensContaining is vecSens restricted to patterns that contain step i.
+func vecSensContaining(v []float64, i, k, b int) float64 {
+	n := len(v)
+	pre := prefixBest(v, k-1, b)
+	rev := make([]float64, n)
+	for j := range v {
+		rev[n-1-j] = v[j]
+	}
+	suf := prefixBest(rev, k-1, b)
+	best := 0.0
+	for c1 := 0; c1 <= k-1; c1++ {
+		left := 0.0
+		if i-b >= 0 {
+			left = pre[c1][i-b]
+		}
+		for c2 := 0; c1+c2 <= k-1; c2++ {
+			right := 0.0
+			if j := n - 1 - (i + b); j >= 0 {
+				right = suf[c2][j]
+			}
+			best = math.Max(best, left+right)
+		}
+	}
+	return v[i] + best
+}
+
+// isLowerBanded reports whether the square matrix c is lower triangular with
+// c[i,j] = 0 whenever i - j >= b.
+func isLowerBanded(c mat.Matrix, b int) bool {
+	m, n := c.Dims()
+	if m != n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if (j > i || i-j >= b) && c.At(i, j) != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func checkFinite(what string, a mat.Matrix) error {
+	r, c := a.Dims()
+	for i := 0; i < r; i++ {
+		for j := 0; j < c; j++ {
+			if v := a.At(i, j); math.IsNaN(v) || math.IsInf(v, 0) {
+				return invalidf("%s entry (%d,%d) is %v", what, i, j, v)
+			}
+		}
+	}
+	return nil
+}
