@@ -1,0 +1,61 @@
+package data
+
+import (
+	"os"
+	"testing"
+)
+
+func BenchmarkLoadFashionMNIST(b *testing.B) {
+	if _, err := os.Stat(DefaultFashionMNISTDir); err != nil {
+		b.Skipf("Fashion-MNIST not installed: %v", err)
+	}
+	for b.Loop() {
+		if _, _, err := LoadFashionMNIST(DefaultFashionMNISTDir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLoadEmbeddedFashionMNIST(b *testing.B) {
+	for b.Loop() {
+		if _, _, err := LoadEmbeddedFashionMNIST(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchBatchSetup(b *testing.B) (*Dataset, []int, []float32, []int) {
+	tr, _, err := SyntheticCIFAR(4096, 0, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idx := make([]int, 256)
+	for i := range idx {
+		idx[i] = (i * 37) % tr.Len()
+	}
+	return tr, idx, make([]float32, len(idx)*tr.Shape.Size()), make([]int, len(idx))
+}
+
+// A batch of 256 CIFAR examples.
+func BenchmarkBatch256(b *testing.B) {
+	tr, idx, x, y := benchBatchSetup(b)
+	b.SetBytes(int64(len(x) * 4))
+	for b.Loop() {
+		if err := tr.Batch(idx, x, y); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAugmentBatch256(b *testing.B) {
+	tr, idx, x, y := benchBatchSetup(b)
+	a := Augmenter{Seed: 1, Pad: 4, Flip: true}
+	b.SetBytes(int64(len(x) * 4))
+	step := uint64(0)
+	for b.Loop() {
+		step++
+		if err := a.Batch(tr, idx, step, x, y); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

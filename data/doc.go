@@ -1,0 +1,18 @@
+// Package data loads and prepares image classification datasets for private
+// training: CIFAR-10 and CIFAR-100 (binary version), MNIST and Fashion-MNIST
+// (IDX files, gzipped or not), a synthetic CIFAR-shaped generator for
+// benchmarks, and an embedded class-balanced subset of real Fashion-MNIST so
+// a default run needs no download.
+//
+// A Dataset holds every example in memory as float32 features in CHW order
+// with integer labels. Batch gathers examples into caller-owned buffers
+// without allocating; Augmenter applies random crops and flips that depend
+// only on (seed, step, example index), so a resumed run sees the same
+// augmented batches as an uninterrupted one.
+//
+// Privacy note: per-channel normalization statistics computed on the
+// training set are themselves a function of the private data. They are
+// conventionally treated as public (the papers and Opacus do), but a strict
+// analysis should use published constants or a public dataset's statistics;
+// Normalize accepts any mean and std.
+package data
