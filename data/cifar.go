@@ -16,17 +16,19 @@ const (
 // in [0,10), then 1024 red, 1024 green and 1024 blue bytes, rows in order),
 // gzipped or not, into a Dataset of shape 3 x 32 x 32 scaled to [0,1].
 func DecodeCIFAR10(r io.Reader) (*Dataset, error) {
-	return decodeCIFAR(r, false)
+	return decodeCIFAR(r, false, 0)
 }
 
 // DecodeCIFAR100 reads records of the CIFAR-100 binary format (a coarse
 // label byte in [0,20), a fine label byte in [0,100), then the image as in
 // CIFAR-10). Y holds the fine labels, Coarse the coarse ones.
 func DecodeCIFAR100(r io.Reader) (*Dataset, error) {
-	return decodeCIFAR(r, true)
+	return decodeCIFAR(r, true, 0)
 }
 
-func decodeCIFAR(r io.Reader, hundred bool) (*Dataset, error) {
+// decodeCIFAR decodes CIFAR records; sizeHint (0 if unknown) presizes the
+// read buffer.
+func decodeCIFAR(r io.Reader, hundred bool, sizeHint int) (*Dataset, error) {
 	what, rec, classes := "cifar-10", cifar10Record, 10
 	if hundred {
 		what, rec, classes = "cifar-100", cifar100Rec, 100
@@ -37,6 +39,9 @@ func decodeCIFAR(r io.Reader, hundred bool) (*Dataset, error) {
 		return nil, fmt.Errorf("data: %s: %w", what, err)
 	}
 	var buf bytes.Buffer
+	if sizeHint > 0 && sizeHint <= maxFileBytes {
+		buf.Grow(sizeHint + bytes.MinRead)
+	}
 	if _, err := buf.ReadFrom(io.LimitReader(rr, maxFileBytes+1)); err != nil {
 		// Read errors here come from gzip/flate: corrupt or truncated input.
 		return nil, fmt.Errorf("data: %w: %s: %w", ErrFormat, what, err)

@@ -327,7 +327,7 @@ func FuzzCIFAR(f *testing.F) {
 	f.Add(cifarRecords(rng, 1, true), true)
 	f.Add(gz(f, cifarRecords(rng, 2, false)), false)
 	f.Fuzz(func(t *testing.T, b []byte, hundred bool) {
-		d, err := decodeCIFAR(bytes.NewReader(b), hundred)
+		d, err := decodeCIFAR(bytes.NewReader(b), hundred, len(b))
 		if err != nil {
 			if !errors.Is(err, ErrFormat) {
 				t.Fatalf("error %v does not wrap ErrFormat", err)

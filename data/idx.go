@@ -2,9 +2,9 @@ package data
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,33 +53,25 @@ func maybeGzip(br *bufio.Reader) (io.Reader, error) {
 
 // readExact reads exactly n bytes from r and checks that r then ends, so
 // truncated and oversized inputs are both reported. Reading to EOF also
-// makes gzip verify its checksum.
+// makes gzip verify its checksum. The buffer grows with the data actually
+// read, so a header that declares a huge size over a short input costs
+// little memory.
 func readExact(r io.Reader, n int, what string) ([]byte, error) {
-	buf := make([]byte, n)
-	if got, err := io.ReadFull(r, buf); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, formatf("%s: truncated: %d of %d data bytes", what, got, n)
-		}
+	var buf bytes.Buffer
+	// ReadFrom wants bytes.MinRead spare bytes; granting them up front keeps
+	// it from doubling the buffer on the final read.
+	buf.Grow(min(n, 1<<26) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.LimitReader(r, int64(n)+1)); err != nil {
+		// Files read cleanly; read errors come from gzip/flate.
 		return nil, fmt.Errorf("data: %w: %s: %w", ErrFormat, what, err)
 	}
-	var one [1]byte
-	switch k, err := r.Read(one[:]); {
-	case k > 0:
+	switch got := buf.Len(); {
+	case got < n:
+		return nil, formatf("%s: truncated: %d of %d data bytes", what, got, n)
+	case got > n:
 		return nil, formatf("%s: oversized: data continues past the %d bytes the header declares", what, n)
-	case err == io.EOF:
-		return buf, nil
-	case err == nil:
-		// A reader may return 0, nil; ask once more through ReadFull.
-		if _, err := io.ReadFull(r, one[:]); err == io.EOF {
-			return buf, nil
-		} else if err == nil {
-			return nil, formatf("%s: oversized: data continues past the %d bytes the header declares", what, n)
-		} else {
-			return nil, fmt.Errorf("data: %w: %s: %w", ErrFormat, what, err)
-		}
-	default:
-		return nil, fmt.Errorf("data: %w: %s: %w", ErrFormat, what, err)
 	}
+	return buf.Bytes(), nil
 }
 
 // DecodeIDX reads one IDX array of unsigned bytes (the MNIST format: two

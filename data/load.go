@@ -121,12 +121,16 @@ func LoadFashionMNIST(dir string) (train, test *Dataset, err error) {
 }
 
 func loadCIFARFile(path string, hundred bool) (*Dataset, error) {
+	hint := 0
+	if st, err := os.Stat(path); err == nil && !strings.HasSuffix(path, ".gz") {
+		hint = int(st.Size())
+	}
 	r, closer, err := openMaybeGzip(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	defer closer()
-	d, err := decodeCIFAR(r, hundred)
+	d, err := decodeCIFAR(r, hundred, hint)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}

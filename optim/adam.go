@@ -129,6 +129,15 @@ func adamUpdate[T float32 | float64](params, grad, m, v []T, eta float64, t int,
 // StepIndex is the number of steps taken.
 func (o *Adam) StepIndex() int { return o.step }
 
+// Steps is the number of scheduled steps.
+func (o *Adam) Steps() int { return len(o.rates) }
+
+// Schedule is the learning-rate schedule.
+func (o *Adam) Schedule() mfnoise.Schedule { return o.sched }
+
+// Options are the Adam settings with defaults filled in.
+func (o *Adam) Options() AdamOptions { return o.opt }
+
 // Rates returns a copy of the per-step learning rates (index 0 is step 1).
 func (o *Adam) Rates() []float64 { return append([]float64(nil), o.rates...) }
 

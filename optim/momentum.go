@@ -184,7 +184,8 @@ func (h *heavyBall) workload(n int) (mfnoise.Workload, error) {
 	if h.dim <= 0 {
 		return mfnoise.Workload{}, invalidf("optimizer is not initialized")
 	}
-	if h.opt.Nesterov {
+	// With beta = 0 Nesterov's look-ahead is g_i itself: plain SGD.
+	if h.opt.Nesterov && h.beta != 0 {
 		return mfnoise.Workload{}, fmt.Errorf("optim: workload: Nesterov momentum: %w (A = M_eta (I + beta M_beta); use Matrix, or factorize for the heavy-ball or prefix-sum workload)", ErrUnsupportedWorkload)
 	}
 	if h.opt.WeightDecay != 0 {
@@ -216,6 +217,12 @@ func (o *SGD) Step64(params, grad []float64) error { return o.h.step64(params, g
 
 // StepIndex is the number of steps taken.
 func (o *SGD) StepIndex() int { return o.h.step }
+
+// Steps is the number of scheduled steps.
+func (o *SGD) Steps() int { return len(o.h.rates) }
+
+// Schedule is the learning-rate schedule.
+func (o *SGD) Schedule() mfnoise.Schedule { return o.h.sched }
 
 // Rates returns a copy of the per-step learning rates (index 0 is step 1).
 func (o *SGD) Rates() []float64 { return append([]float64(nil), o.h.rates...) }
@@ -256,11 +263,24 @@ func (o *Momentum) Step64(params, grad []float64) error { return o.h.step64(para
 // StepIndex is the number of steps taken.
 func (o *Momentum) StepIndex() int { return o.h.step }
 
+// Steps is the number of scheduled steps.
+func (o *Momentum) Steps() int { return len(o.h.rates) }
+
+// Schedule is the learning-rate schedule.
+func (o *Momentum) Schedule() mfnoise.Schedule { return o.h.sched }
+
+// Beta is the momentum coefficient.
+func (o *Momentum) Beta() float64 { return o.h.beta }
+
+// Options are the Nesterov and weight-decay settings.
+func (o *Momentum) Options() MomentumOptions { return o.h.opt }
+
 // Rates returns a copy of the per-step learning rates (index 0 is step 1).
 func (o *Momentum) Rates() []float64 { return append([]float64(nil), o.h.rates...) }
 
 // Workload returns mfnoise.MomentumWorkload(n, beta, schedule) (the prefix
-// sum when beta = 0 and every rate is 1). With Nesterov or weight decay the
+// sum when beta = 0 and every rate is 1). With Nesterov (beta > 0) or
+// weight decay the
 // update is still linear in G but not a workload family of mfnoise: the
 // error wraps ErrUnsupportedWorkload and Matrix gives A.
 func (o *Momentum) Workload(n int) (mfnoise.Workload, error) { return o.h.workload(n) }

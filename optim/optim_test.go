@@ -169,8 +169,13 @@ func TestNesterovAndWeightDecayMatrix(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := o.Workload(n); !errors.Is(err, ErrUnsupportedWorkload) {
-					t.Fatalf("%+v: Workload error %v, want ErrUnsupportedWorkload", opt, err)
+				w, err := o.Workload(n)
+				if opt.WeightDecay != 0 || beta != 0 {
+					if !errors.Is(err, ErrUnsupportedWorkload) {
+						t.Fatalf("%+v: Workload error %v, want ErrUnsupportedWorkload", opt, err)
+					}
+				} else if a, _ := w.Matrix(); err != nil || !mat.EqualApprox(a, must(o.Matrix(n)), 1e-12) {
+					t.Fatalf("Nesterov with beta 0: workload %v (%v), want SGD's", w, err)
 				}
 				g, th0 := gradStream(n, d, 11)
 				thetas := run64(t, o.Step64, g, th0)
@@ -247,4 +252,44 @@ func TestAdamReference(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The float32 path computes the same update as the float64 path up to
+// float32 rounding.
+func TestFloat32MatchesFloat64(t *testing.T) {
+	const n, d = 50, 8
+	g, th0 := gradStream(n, d, 21)
+	for _, opt := range []MomentumOptions{{}, {Nesterov: true, WeightDecay: 0.01}} {
+		o64, _ := NewMomentum(d, 0.9, CooldownFraction(0.05, n, 0.25), n, opt)
+		o32, _ := NewMomentum(d, 0.9, CooldownFraction(0.05, n, 0.25), n, opt)
+		p64 := append([]float64(nil), th0...)
+		p32 := make([]float32, d)
+		for k := range p32 {
+			p32[k] = float32(th0[k])
+		}
+		g32 := make([]float32, d)
+		for i := range g {
+			for k := range g32 {
+				g32[k] = float32(g[i][k])
+			}
+			if err := o64.Step64(p64, g[i]); err != nil {
+				t.Fatal(err)
+			}
+			if err := o32.Step(p32, g32); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := range p64 {
+			if math.Abs(float64(p32[k])-p64[k]) > 1e-5*math.Max(1, math.Abs(p64[k])) {
+				t.Fatalf("%+v: float32 %v, float64 %v", opt, p32[k], p64[k])
+			}
+		}
+	}
+}
+
+func must(a *mat.Dense, err error) *mat.Dense {
+	if err != nil {
+		panic(err)
+	}
+	return a
 }
