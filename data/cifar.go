@@ -56,7 +56,7 @@ func decodeCIFAR(r io.Reader, hundred bool, sizeHint int) (*Dataset, error) {
 		return nil, formatf("%s: %d bytes is not a whole number of %d-byte records (truncated or not %s)", what, len(raw), rec, what)
 	}
 	n := len(raw) / rec
-	d := &Dataset{X: make([]float32, n*cifarPixels), Y: make([]int, n), Shape: CIFARShape, Classes: classes}
+	d := &Dataset{X: make([]float32, n*cifarPixels), Y: make([]int, n), Shape: cifarShape, Classes: classes}
 	if hundred {
 		d.Coarse, d.CoarseClasses = make([]int, n), 20
 	}

@@ -152,7 +152,7 @@ func checkCIFAR(t *testing.T, d *Dataset, raw []byte, hundred bool) {
 		rec, lab = cifar100Rec, 2
 	}
 	n := len(raw) / rec
-	if d.Len() != n || d.Shape != CIFARShape {
+	if d.Len() != n || d.Shape != cifarShape {
 		t.Fatalf("%s: %d examples of %v, want %d of 3x32x32", d.Name, d.Len(), d.Shape, n)
 	}
 	for i := 0; i < n; i++ {

@@ -6,8 +6,9 @@ import (
 	"math/rand/v2"
 )
 
-// CIFARShape is the shape of a CIFAR image.
-var CIFARShape = Shape{C: 3, H: 32, W: 32}
+// cifarShape is the shape of a CIFAR image (a var because Go has no struct
+// constants; nothing assigns it).
+var cifarShape = Shape{C: 3, H: 32, W: 32}
 
 // Synthetic returns train and test sets of the given shape whose classes
 // are learnable: each class has a fixed smooth template (a few random
@@ -66,7 +67,7 @@ func Synthetic(nTrain, nTest int, shape Shape, classes int, signal float64, seed
 // 0.3 (per-pixel signal-to-noise well below 1, so a model has to pool
 // evidence over the image).
 func SyntheticCIFAR(nTrain, nTest int, seed uint64) (train, test *Dataset, err error) {
-	train, test, err = Synthetic(nTrain, nTest, CIFARShape, 10, 0.3, seed)
+	train, test, err = Synthetic(nTrain, nTest, cifarShape, 10, 0.3, seed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("data: synthetic cifar: %w", err)
 	}

@@ -280,9 +280,8 @@ func (o *Momentum) Rates() []float64 { return append([]float64(nil), o.h.rates..
 
 // Workload returns mfnoise.MomentumWorkload(n, beta, schedule) (the prefix
 // sum when beta = 0 and every rate is 1). With Nesterov (beta > 0) or
-// weight decay the
-// update is still linear in G but not a workload family of mfnoise: the
-// error wraps ErrUnsupportedWorkload and Matrix gives A.
+// weight decay the update is still linear in G but not a workload family of
+// mfnoise: the error wraps ErrUnsupportedWorkload and Matrix gives A.
 func (o *Momentum) Workload(n int) (mfnoise.Workload, error) { return o.h.workload(n) }
 
 // Matrix returns the exact dense n x n matrix A with

@@ -49,8 +49,9 @@ func encode64(v []float64) []byte {
 }
 
 func decode32(b []byte, dim int) ([]float32, error) {
-	if len(b) != 4*dim {
-		return nil, invalidf("state: float32 buffer has %d bytes, want %d", len(b), 4*dim)
+	// Compare by division: 4*dim can overflow for a corrupt dim.
+	if len(b)%4 != 0 || len(b)/4 != dim {
+		return nil, invalidf("state: float32 buffer has %d bytes for dimension %d", len(b), dim)
 	}
 	v := make([]float32, dim)
 	for i := range v {
@@ -60,8 +61,8 @@ func decode32(b []byte, dim int) ([]float32, error) {
 }
 
 func decode64(b []byte, dim int) ([]float64, error) {
-	if len(b) != 8*dim {
-		return nil, invalidf("state: float64 buffer has %d bytes, want %d", len(b), 8*dim)
+	if len(b)%8 != 0 || len(b)/8 != dim {
+		return nil, invalidf("state: float64 buffer has %d bytes for dimension %d", len(b), dim)
 	}
 	v := make([]float64, dim)
 	for i := range v {

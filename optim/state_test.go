@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // newTestOptimizers builds one of each optimizer (and variants) over d.
@@ -251,4 +253,21 @@ func FuzzUnmarshalState(f *testing.F) {
 			_ = mm.Step(make([]float32, mm.h.dim), make([]float32, mm.h.dim))
 		}
 	})
+}
+
+// A state whose dimension overflows 4*dim must be rejected, not allocated.
+func TestStateDimOverflow(t *testing.T) {
+	o, _ := NewMomentum(1, 0.5, Constant(1), 2, MomentumOptions{})
+	_ = o.Step([]float32{0}, []float32{1})
+	s := savedState{
+		Version: stateVersion, Kind: "momentum", Dim: 1<<62 + 1, Steps: 2, Step: 1,
+		Beta: 0.5, Schedule: Constant(1), Precision: uint8(prec32), Buffers: [][]byte{{0, 0, 0, 0}},
+	}
+	blob, err := msgpack.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("overflowing dimension: %v", err)
+	}
 }
