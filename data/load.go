@@ -69,7 +69,7 @@ func loadIDXSplit(dir, split, name string, classes int) (*Dataset, error) {
 	}
 	d, err := LoadIDX(ip, lp, classes)
 	if err != nil {
-		return nil, fmt.Errorf("data: %s: %w", name, err)
+		return nil, fmt.Errorf("%w (%s)", err, name)
 	}
 	d.Name = name
 	return d, nil

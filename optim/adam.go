@@ -72,7 +72,7 @@ func NewAdam(dim int, s mfnoise.Schedule, steps int, opt AdamOptions) (*Adam, er
 	}
 	rates, err := scheduleRates(s, steps)
 	if err != nil {
-		return nil, fmt.Errorf("optim: adam: %w", err)
+		return nil, fmt.Errorf("%w (adam)", err)
 	}
 	return &Adam{dim: dim, opt: opt, sched: s, rates: rates}, nil
 }

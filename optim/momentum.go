@@ -34,19 +34,19 @@ type heavyBall struct {
 	m64   []float64
 }
 
-func newHeavyBall(dim int, beta float64, s mfnoise.Schedule, steps int, opt MomentumOptions) (heavyBall, error) {
+func newHeavyBall(kind string, dim int, beta float64, s mfnoise.Schedule, steps int, opt MomentumOptions) (heavyBall, error) {
 	if dim <= 0 {
-		return heavyBall{}, invalidf("dimension %d must be positive", dim)
+		return heavyBall{}, invalidf("%s: dimension %d must be positive", kind, dim)
 	}
 	if !(beta >= 0 && beta < 1) {
-		return heavyBall{}, invalidf("momentum beta = %v must lie in [0,1)", beta)
+		return heavyBall{}, invalidf("%s: beta = %v must lie in [0,1)", kind, beta)
 	}
 	if !(opt.WeightDecay >= 0) || math.IsInf(opt.WeightDecay, 0) {
-		return heavyBall{}, invalidf("weight decay %v must be finite and >= 0", opt.WeightDecay)
+		return heavyBall{}, invalidf("%s: weight decay %v must be finite and >= 0", kind, opt.WeightDecay)
 	}
 	rates, err := scheduleRates(s, steps)
 	if err != nil {
-		return heavyBall{}, err
+		return heavyBall{}, fmt.Errorf("%w (%s)", err, kind)
 	}
 	return heavyBall{dim: dim, beta: beta, opt: opt, sched: s, rates: rates}, nil
 }
@@ -202,9 +202,9 @@ type SGD struct {
 
 // NewSGD returns SGD over dim parameters for steps steps with schedule s.
 func NewSGD(dim int, s mfnoise.Schedule, steps int) (*SGD, error) {
-	h, err := newHeavyBall(dim, 0, s, steps, MomentumOptions{})
+	h, err := newHeavyBall("sgd", dim, 0, s, steps, MomentumOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("optim: sgd: %w", err)
+		return nil, err
 	}
 	return &SGD{h: h}, nil
 }
@@ -247,9 +247,9 @@ type Momentum struct {
 // NewMomentum returns heavy-ball momentum beta in [0,1) over dim parameters
 // for steps steps with schedule s. The momentum buffer starts at zero.
 func NewMomentum(dim int, beta float64, s mfnoise.Schedule, steps int, opt MomentumOptions) (*Momentum, error) {
-	h, err := newHeavyBall(dim, beta, s, steps, opt)
+	h, err := newHeavyBall("momentum", dim, beta, s, steps, opt)
 	if err != nil {
-		return nil, fmt.Errorf("optim: momentum: %w", err)
+		return nil, err
 	}
 	return &Momentum{h: h}, nil
 }

@@ -33,7 +33,9 @@ type Optimizer interface {
 	// StepIndex is the number of steps taken so far (0 before the first).
 	StepIndex() int
 	// Workload is the workload A over the first n steps: for every gradient
-	// stream G, theta_i = theta_0 - (A G)_i.
+	// stream G, theta_i = theta_0 - (A G)_i. The error wraps
+	// ErrUnsupportedWorkload when the update is linear but not an mfnoise
+	// workload family, and ErrNonlinear when it is not linear (Adam).
 	Workload(n int) (mfnoise.Workload, error)
 	// MarshalBinary saves the complete state; UnmarshalBinary restores it.
 	MarshalBinary() ([]byte, error)
@@ -90,7 +92,7 @@ func scheduleRates(s mfnoise.Schedule, steps int) ([]float64, error) {
 	}
 	r, err := s.Rates(steps)
 	if err != nil {
-		return nil, fmt.Errorf("optim: schedule: %w", err)
+		return nil, fmt.Errorf("optim: schedule over %d steps: %w", steps, err)
 	}
 	return r, nil
 }

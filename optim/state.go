@@ -119,9 +119,9 @@ func (h *heavyBall) unmarshal(data []byte, kind string) error {
 	if err != nil {
 		return err
 	}
-	g, err := newHeavyBall(s.Dim, s.Beta, s.Schedule, s.Steps, MomentumOptions{Nesterov: s.Nesterov, WeightDecay: s.Decay})
+	g, err := newHeavyBall(kind, s.Dim, s.Beta, s.Schedule, s.Steps, MomentumOptions{Nesterov: s.Nesterov, WeightDecay: s.Decay})
 	if err != nil {
-		return fmt.Errorf("optim: %s: state: %w", kind, err)
+		return fmt.Errorf("optim: restoring state: %w", err)
 	}
 	g.step, g.prec = s.Step, precision(s.Precision)
 	wantBuf := g.buffered() && g.prec != precUnset
