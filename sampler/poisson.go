@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
@@ -92,7 +93,7 @@ type bandSampler struct {
 	// parts holds the b partitions back to back, each sorted, so Poisson
 	// positions drawn in increasing order map to increasing example indices.
 	parts []int32
-	set   map[int]struct{} // Floyd's algorithm scratch (fixed size)
+	set   []uint64 // Floyd's algorithm bitset (fixed size)
 }
 
 // NewBandPoisson returns partitioned band sampling (banded-MF Alg. 2, SPEC
@@ -162,23 +163,25 @@ func (s *bandSampler) Next(dst []int) ([]int, error) {
 }
 
 // uniformSubset appends a uniform size-B subset of part, increasing, by
-// Floyd's algorithm: O(B) expected time whatever the partition size.
+// Floyd's algorithm on a bitset of the partition: O(B) random draws and an
+// O(floor(m/b)/64) scan that yields the positions in order.
 func (s *bandSampler) uniformSubset(dst []int, part []int32) []int {
 	if s.set == nil {
-		s.set = make(map[int]struct{}, s.p.batch)
+		s.set = make([]uint64, (s.size+63)/64)
 	}
 	clear(s.set)
 	for j := s.size - s.p.batch; j < s.size; j++ {
 		t := s.rng.IntN(j + 1)
-		if _, ok := s.set[t]; ok {
+		if s.set[t>>6]&(1<<(t&63)) != 0 {
 			t = j
 		}
-		s.set[t] = struct{}{}
-		dst = append(dst, t)
+		s.set[t>>6] |= 1 << (t & 63)
 	}
-	slices.Sort(dst)
-	for i, pos := range dst {
-		dst[i] = int(part[pos])
+	for w, word := range s.set {
+		for word != 0 {
+			dst = append(dst, int(part[w<<6+bits.TrailingZeros64(word)]))
+			word &= word - 1
+		}
 	}
 	return dst
 }
