@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
@@ -37,12 +36,8 @@ func newFixedOrder(p params, permSeed, stepSeed [32]byte) (*fixedOrder, error) {
 		return nil, err
 	}
 	s := &fixedOrder{core: newCore(p, permSeed, stepSeed), b: p.m / p.batch}
-	perm := make([]int32, p.m)
-	permutation(perm, permSeed)
-	s.batches = perm[: s.b*p.batch : s.b*p.batch]
-	for j := range s.b {
-		slices.Sort(s.batches[j*p.batch : (j+1)*p.batch])
-	}
+	s.batches = make([]int32, s.b*p.batch)
+	sortedPartition(s.batches, p.m, s.b, p.batch, permSeed)
 	return s, nil
 }
 
@@ -93,7 +88,7 @@ func (s *fixedOrder) UnmarshalBinary(data []byte) error {
 type shuffler struct {
 	core
 	b     int     // batches per epoch, floor(m/B)
-	perm  []int32 // permutation of the current epoch
+	perm  []int32 // the current epoch's b batches of B, each increasing
 	epoch int     // epoch perm belongs to; -1 before the first
 }
 
@@ -123,24 +118,23 @@ func newShuffle(p params, permSeed, stepSeed [32]byte) (*shuffler, error) {
 	if err := checkBatch(p.m, p.batch); err != nil {
 		return nil, err
 	}
-	return &shuffler{core: newCore(p, permSeed, stepSeed), b: p.m / p.batch, perm: make([]int32, p.m), epoch: -1}, nil
+	return &shuffler{core: newCore(p, permSeed, stepSeed), b: p.m / p.batch, perm: make([]int32, (p.m/p.batch)*p.batch), epoch: -1}, nil
 }
 
 func (s *shuffler) Next(dst []int) ([]int, error) {
 	if err := s.checkNext(); err != nil {
 		return dst[:0], err
 	}
-	// Each epoch's permutation is a function of the seed and the epoch only,
-	// so a restored sampler rebuilds it without saving O(m) state.
+	// Each epoch's batches are a function of the seed and the epoch only,
+	// so a restored sampler rebuilds them without saving O(m) state.
 	if e := s.step / s.b; e != s.epoch {
-		permutation(s.perm, derive(s.permSeed, "epoch", uint64(e)))
+		sortedPartition(s.perm, s.p.m, s.b, s.p.batch, derive(s.permSeed, "epoch", uint64(e)))
 		s.epoch = e
 	}
 	dst = dst[:0]
 	for _, e := range s.perm[(s.step%s.b)*s.p.batch:][:s.p.batch] {
 		dst = append(dst, int(e))
 	}
-	slices.Sort(dst)
 	s.step++
 	return dst, nil
 }

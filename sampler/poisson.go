@@ -3,7 +3,6 @@ package sampler
 import (
 	"fmt"
 	"math/bits"
-	"slices"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
@@ -135,12 +134,8 @@ func newBandPoisson(p params, permSeed, stepSeed [32]byte) (*bandSampler, error)
 		return nil, invalidf("band: bands b = %d > m/B = %d/%d: each partition has floor(m/b) = %d < B examples (q would exceed 1)", p.bands, p.m, p.batch, size)
 	}
 	s := &bandSampler{core: newCore(p, permSeed, stepSeed), size: size, q: float64(p.batch) / float64(size)}
-	perm := make([]int32, p.m)
-	permutation(perm, permSeed)
-	s.parts = perm[: size*p.bands : size*p.bands]
-	for r := range p.bands {
-		slices.Sort(s.parts[r*size : (r+1)*size])
-	}
+	s.parts = make([]int32, size*p.bands)
+	sortedPartition(s.parts, p.m, p.bands, size, permSeed)
 	return s, nil
 }
 

@@ -262,16 +262,56 @@ func (c *core) checkNext() error {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// permutation fills perm (length m) with a uniform random permutation of
-// 0..m-1 drawn from seed (Fisher-Yates).
-func permutation(perm []int32, seed [32]byte) {
+// sortedPartition fills parts (nb*size entries) with nb disjoint subsets of
+// 0..m-1 of size each, subset k in parts[k*size:(k+1)*size] in increasing
+// order, the other m - nb*size examples left out. The assignment is uniform
+// over all such labelled partitions, the same distribution as cutting a
+// uniform permutation into consecutive blocks.
+//
+// It walks the examples in order and puts each in a bucket drawn with
+// probability proportional to the bucket's remaining capacity (a Fenwick
+// tree over the nb+1 capacities, the last for left-out examples): O(m log nb)
+// time with sequential writes, and no sort, which at m = 10^7 is several
+// times faster than Fisher-Yates followed by sorting each block.
+func sortedPartition(parts []int32, m, nb, size int, seed [32]byte) {
 	r := mrand.New(mrand.NewChaCha8(seed))
-	for i := range perm {
-		perm[i] = int32(i)
+	nk := nb + 1
+	tree := make([]int, nk+1) // 1-based Fenwick tree of capacities
+	for k := 1; k <= nk; k++ {
+		v := size
+		if k == nk {
+			v = m - nb*size
+		}
+		tree[k] += v
+		if p := k + k&-k; p <= nk {
+			tree[p] += tree[k]
+		}
 	}
-	for i := len(perm) - 1; i > 0; i-- {
-		j := r.IntN(i + 1)
-		perm[i], perm[j] = perm[j], perm[i]
+	top := 1
+	for top*2 <= nk {
+		top *= 2
+	}
+	next := make([]int, nb)
+	for k := range next {
+		next[k] = k * size
+	}
+	for i := range m {
+		// Bucket = number of leading buckets whose capacities sum to <= u.
+		u := r.IntN(m - i)
+		k := 0
+		for step := top; step > 0; step >>= 1 {
+			if j := k + step; j <= nk && tree[j] <= u {
+				k = j
+				u -= tree[j]
+			}
+		}
+		for j := k + 1; j <= nk; j += j & -j {
+			tree[j]--
+		}
+		if k < nb {
+			parts[next[k]] = int32(i)
+			next[k]++
+		}
 	}
 }
 

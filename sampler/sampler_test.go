@@ -718,3 +718,61 @@ func TestContainsAgainstPatterns(t *testing.T) {
 		}
 	}
 }
+
+// TestSortedPartitionUniform: every labelled partition of 7 examples into
+// 2 blocks of 2 (3 left out) is equally likely: 7!/(2!2!3!) = 210 outcomes,
+// chi-square with threshold p > 1e-3 on 42000 draws (200 expected each).
+// Also run on a biased variant to show the test can fail.
+func TestSortedPartitionUniform(t *testing.T) {
+	const m, nb, size, draws = 7, 2, 2, 42000
+	count := func(f func([]int32, int, int, int, [32]byte)) map[[4]int32]int {
+		c := map[[4]int32]int{}
+		var parts [4]int32
+		for i := range draws {
+			f(parts[:], m, nb, size, derive([32]byte{7}, "test", uint64(i)))
+			for k := range nb {
+				if !slices.IsSorted(parts[k*size : (k+1)*size]) {
+					t.Fatalf("block %d not increasing: %v", k, parts)
+				}
+			}
+			c[parts]++
+		}
+		return c
+	}
+	pvalue := func(c map[[4]int32]int) float64 {
+		const outcomes = 210
+		e := float64(draws) / outcomes
+		stat := float64(outcomes-len(c)) * e // outcomes never drawn
+		for _, o := range c {
+			stat += (float64(o) - e) * (float64(o) - e) / e
+		}
+		return distuv.ChiSquared{K: outcomes - 1}.Survival(stat)
+	}
+	c := count(sortedPartition)
+	if len(c) != 210 {
+		t.Fatalf("%d distinct partitions, want 210", len(c))
+	}
+	for p := range c {
+		seen := map[int32]bool{}
+		for _, e := range p {
+			if e < 0 || e >= m || seen[e] {
+				t.Fatalf("partition %v not disjoint in [0, %d)", p, m)
+			}
+			seen[e] = true
+		}
+	}
+	if pv := pvalue(c); pv < 1e-3 {
+		t.Fatalf("partition frequencies: chi-square p = %g < 1e-3", pv)
+	}
+	// Biased: when example 0 is left out, the partition is drawn once more,
+	// so example 0 is left out less often than it should be.
+	biased := func(parts []int32, m, nb, size int, seed [32]byte) {
+		sortedPartition(parts, m, nb, size, seed)
+		if !slices.Contains(parts, 0) {
+			sortedPartition(parts, m, nb, size, derive(seed, "retry", 0))
+		}
+	}
+	if pv := pvalue(count(biased)); pv > 1e-3 {
+		t.Fatalf("biased partition passed: p = %g", pv)
+	}
+}

@@ -93,7 +93,7 @@ func (r *reader) uvarint(what string) uint64 {
 
 func (r *reader) int(what string) int {
 	v := r.uvarint(what)
-	if v > math.MaxInt32*uint64(math.MaxInt32) {
+	if v > math.MaxInt64 {
 		r.fail(what)
 		return 0
 	}
