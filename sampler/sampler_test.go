@@ -82,21 +82,28 @@ func checkSchema(t *testing.T, sc mfnoise.Schema, n int, parts [][]int) {
 	}
 }
 
-// chiSquareBinomial tests observed sizes against Binomial(n, p), merging
-// adjacent values until every bin expects >= 5; it returns the p-value.
-func chiSquareBinomial(t *testing.T, sizes []int, n int, p float64) float64 {
+// chiSquareBinomial tests observed values against Binomial(n, p), merging
+// adjacent values until every bin expects >= 5 (the upper tail beyond the
+// largest observation joins the last bin); it returns the p-value.
+func chiSquareBinomial(t *testing.T, values []int, n int, p float64) float64 {
 	t.Helper()
 	dist := distuv.Binomial{N: float64(n), P: p}
-	obs := make([]float64, n+1)
-	for _, s := range sizes {
-		obs[s]++
+	obs := map[int]float64{}
+	maxObs := 0
+	for _, v := range values {
+		obs[v]++
+		maxObs = max(maxObs, v)
 	}
-	total := float64(len(sizes))
+	total := float64(len(values))
 	var binsE, binsO []float64
 	var e, o float64
 	for x := 0; x <= n; x++ {
 		e += dist.Prob(float64(x)) * total
 		o += obs[x]
+		if x >= maxObs {
+			e += dist.Survival(float64(x)) * total
+			break
+		}
 		if e >= 5 {
 			binsE, binsO = append(binsE, e), append(binsO, o)
 			e, o = 0, 0
@@ -211,6 +218,42 @@ func TestPoissonStatistics(t *testing.T) {
 		a := s.Accounting()
 		if a.Kind != Poisson || a.Q != tc.q || a.Compositions != tc.n || a.Bands != 1 {
 			t.Fatalf("accounting %+v", a)
+		}
+	}
+}
+
+// TestPoissonSmallRate exercises long geometric skips. Example counts are
+// independent Binomial(n, q) under Poisson sampling, so their histogram over
+// all m examples is tested too (threshold p > 1e-3).
+func TestPoissonSmallRate(t *testing.T) {
+	for _, tc := range []struct {
+		m, n int
+		q    float64
+	}{
+		{1_000_000, 3000, 0.001},
+		{10_000_000, 3000, 1e-6},
+	} {
+		s, err := NewPoisson(tc.m, tc.q, tc.n, seed(11))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := make([]int, tc.m)
+		sizes := make([]int, 0, tc.n)
+		var buf []int
+		for s.Step() < s.Steps() {
+			if buf, err = s.Next(buf); err != nil {
+				t.Fatal(err)
+			}
+			sizes = append(sizes, len(buf))
+			for _, e := range buf {
+				counts[e]++
+			}
+		}
+		if pv := chiSquareBinomial(t, sizes, tc.m, tc.q); pv < 1e-3 {
+			t.Fatalf("m=%d q=%g: batch sizes: p = %g", tc.m, tc.q, pv)
+		}
+		if pv := chiSquareBinomial(t, counts, tc.n, tc.q); pv < 1e-3 {
+			t.Fatalf("m=%d q=%g: per-example counts: p = %g", tc.m, tc.q, pv)
 		}
 	}
 }
