@@ -44,15 +44,15 @@ func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, ampli
 	name := describe(s)
 	if amplified {
 		switch acc.Kind {
-		case Unamplified:
+		case AccountingUnamplified:
 			return incompatiblef("%s supports only unamplified accounting: %s", name, noAmplificationReason(s))
-		case None:
+		case AccountingNone:
 			return incompatiblef("%s: the papers' amplified accounting assumes Poisson sampling and does not apply to shuffling; account unamplified", name)
-		case Poisson:
+		case AccountingPoisson:
 			if bands != 1 {
 				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
 			}
-		case BandPoisson:
+		case AccountingBandPoisson:
 			if bands == 0 {
 				return incompatiblef("%s: amplified BandMF (banded-MF Thm 4) needs a banded encoder, got a dense one (bands = 0)", name)
 			}
@@ -65,7 +65,7 @@ func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, ampli
 		return nil
 	}
 	switch acc.Kind {
-	case Unamplified, None, Poisson, BandPoisson:
+	case AccountingUnamplified, AccountingNone, AccountingPoisson, AccountingBandPoisson:
 	default:
 		return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
 	}

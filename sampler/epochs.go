@@ -62,7 +62,7 @@ func (s *fixedOrder) Schema() mfnoise.Schema {
 func (s *fixedOrder) Accounting() Accounting {
 	sc := s.Schema()
 	return Accounting{
-		Kind: Unamplified,
+		Kind: AccountingUnamplified,
 		Assumptions: []string{
 			fmt.Sprintf("fixed-order epochs: the m = %d examples are shuffled once into b = %d batches of B = %d (%d never used); step i uses batch (i-1) mod b in every epoch", s.p.m, s.b, s.p.batch, s.p.m-s.b*s.p.batch),
 			"no sampling randomness: no amplification may be claimed",
@@ -147,7 +147,7 @@ func (s *shuffler) Schema() mfnoise.Schema {
 
 func (s *shuffler) Accounting() Accounting {
 	return Accounting{
-		Kind: None,
+		Kind: AccountingNone,
 		Assumptions: []string{
 			fmt.Sprintf("shuffling: a fresh random permutation of the m = %d examples each epoch, passed in b = %d batches of B = %d", s.p.m, s.b, s.p.batch),
 			fmt.Sprintf("an example joins once per epoch at a varying position, so two participations can be 1 step apart: schema %v", s.Schema()),

@@ -104,7 +104,7 @@ func (s *minSep) Schema() mfnoise.Schema {
 
 func (s *minSep) Accounting() Accounting {
 	return Accounting{
-		Kind: Unamplified,
+		Kind: AccountingUnamplified,
 		Assumptions: []string{
 			fmt.Sprintf("cross-device participation simulated with availability %g: an example joins at most k = %d steps, any two at least b = %d apart", s.p.avail, s.p.k, s.p.b),
 			"availability is not sampling the analysis may rely on: no amplification is claimed",

@@ -58,7 +58,7 @@ func (s *poissonSampler) Schema() mfnoise.Schema {
 
 func (s *poissonSampler) Accounting() Accounting {
 	return Accounting{
-		Kind:         Poisson,
+		Kind:         AccountingPoisson,
 		Q:            s.p.q,
 		Compositions: s.p.n,
 		Bands:        1,
@@ -194,7 +194,7 @@ func (s *bandSampler) Accounting() Accounting {
 		s.p.m, b, s.size, s.p.m-b*s.size, k)
 	if s.p.fixed {
 		return Accounting{
-			Kind: Unamplified,
+			Kind: AccountingUnamplified,
 			Assumptions: []string{
 				part,
 				fmt.Sprintf("fixed-size batches: a uniform subset of exactly B = %d per step (sampling without replacement)", s.p.batch),
@@ -204,7 +204,7 @@ func (s *bandSampler) Accounting() Accounting {
 		}
 	}
 	return Accounting{
-		Kind:         BandPoisson,
+		Kind:         AccountingBandPoisson,
 		Q:            s.q,
 		Compositions: k,
 		Bands:        b,

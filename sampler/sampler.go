@@ -89,18 +89,18 @@ type Realization struct {
 type AccountingKind string
 
 const (
-	// Unamplified: no amplification may be claimed; the run is one Gaussian
+	// AccountingUnamplified: no amplification may be claimed; the run is one Gaussian
 	// mechanism with the sensitivity of the schema (SPEC 1, 8).
-	Unamplified AccountingKind = "unamplified"
-	// Poisson: Poisson-subsampled Gaussian with rate Q composed
+	AccountingUnamplified AccountingKind = "unamplified"
+	// AccountingPoisson: Poisson-subsampled Gaussian with rate Q composed
 	// Compositions times (DP-SGD, C = I).
-	Poisson AccountingKind = "poisson"
-	// BandPoisson: amplified banded MF (banded-MF Thm 4): Q = B/floor(m/b),
+	AccountingPoisson AccountingKind = "poisson"
+	// AccountingBandPoisson: amplified banded MF (banded-MF Thm 4): Q = B/floor(m/b),
 	// Compositions = ceil(n/b), for encoders with at most Bands bands.
-	BandPoisson AccountingKind = "band-poisson"
-	// None: shuffling. No amplification and the papers' accounting does not
+	AccountingBandPoisson AccountingKind = "band-poisson"
+	// AccountingNone: shuffling. No amplification and the papers' accounting does not
 	// apply; the trainer uses unamplified accounting and says so.
-	None AccountingKind = "none"
+	AccountingNone AccountingKind = "none"
 )
 
 // Accounting is the privacy accounting a sampler's plan supports.

@@ -144,7 +144,7 @@ func TestFixedOrder(t *testing.T) {
 	if got, want := s.Schema(), (mfnoise.Schema{Kind: mfnoise.KB, K: 4, B: b}); got != want {
 		t.Fatalf("schema %v, want %v", got, want)
 	}
-	if a := s.Accounting(); a.Kind != Unamplified || len(a.Assumptions) == 0 {
+	if a := s.Accounting(); a.Kind != AccountingUnamplified || len(a.Assumptions) == 0 {
 		t.Fatalf("accounting %+v, want unamplified with assumptions", a)
 	}
 	if s.ExpectedBatch() != B {
@@ -216,7 +216,7 @@ func TestPoissonStatistics(t *testing.T) {
 		}
 		checkSchema(t, s.Schema(), tc.n, participations(tc.m, batches))
 		a := s.Accounting()
-		if a.Kind != Poisson || a.Q != tc.q || a.Compositions != tc.n || a.Bands != 1 {
+		if a.Kind != AccountingPoisson || a.Q != tc.q || a.Compositions != tc.n || a.Bands != 1 {
 			t.Fatalf("accounting %+v", a)
 		}
 	}
@@ -326,7 +326,7 @@ func TestBandPoisson(t *testing.T) {
 	}
 	checkSchema(t, s.Schema(), n, parts)
 	a := s.Accounting()
-	if a.Kind != BandPoisson || math.Abs(a.Q-q) > 1e-15 || a.Compositions != n/bands || a.Bands != bands {
+	if a.Kind != AccountingBandPoisson || math.Abs(a.Q-q) > 1e-15 || a.Compositions != n/bands || a.Bands != bands {
 		t.Fatalf("accounting %+v", a)
 	}
 	if s.ExpectedBatch() != B {
@@ -341,7 +341,7 @@ func TestBandPoissonOneBand(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := s.Accounting()
-	if a.Kind != BandPoisson || a.Q != 0.05 || a.Compositions != 777 || a.Bands != 1 {
+	if a.Kind != AccountingBandPoisson || a.Q != 0.05 || a.Compositions != 777 || a.Bands != 1 {
 		t.Fatalf("accounting %+v", a)
 	}
 	var sizes []int
@@ -380,7 +380,7 @@ func TestBandFixedSize(t *testing.T) {
 	}
 	checkSchema(t, s.Schema(), n, parts)
 	a := s.Accounting()
-	if a.Kind != Unamplified || !strings.Contains(strings.Join(a.Assumptions, " "), "without replacement") {
+	if a.Kind != AccountingUnamplified || !strings.Contains(strings.Join(a.Assumptions, " "), "without replacement") {
 		t.Fatalf("fixed-size accounting %+v must be unamplified and say why", a)
 	}
 }
@@ -417,7 +417,7 @@ func TestMinSep(t *testing.T) {
 	if maxK != k || minGap != b {
 		t.Fatalf("realized max %d, min gap %d; want the limits %d, %d to bind", maxK, minGap, k, b)
 	}
-	if s.Accounting().Kind != Unamplified {
+	if s.Accounting().Kind != AccountingUnamplified {
 		t.Fatal("min-sep must be unamplified")
 	}
 }
@@ -465,7 +465,7 @@ func TestShuffle(t *testing.T) {
 	if !leaves || minGap >= epoch {
 		t.Fatalf("shuffle stayed in kb patterns (min gap %d): test is vacuous", minGap)
 	}
-	if a := s.Accounting(); a.Kind != None {
+	if a := s.Accounting(); a.Kind != AccountingNone {
 		t.Fatalf("shuffle accounting %q, want none", a.Kind)
 	}
 }
