@@ -100,8 +100,8 @@ type shuffler struct {
 // it can join the last step of one epoch and the first of the next. So the
 // honest schema is minsep(k = ceil(n/b), b = 1), not kb(k, b), which only
 // fixed-order epochs realize. The papers' accounting assumes Poisson
-// sampling and does not apply to shuffling: Accounting().Kind is None and the
-// trainer must account unamplified (and say so).
+// sampling and does not apply to shuffling: Accounting().Kind is
+// AccountingNone and the trainer must account unamplified (and say so).
 func NewShuffle(examples, batch, steps int, opt Options) (Sampler, error) {
 	p := params{kind: kindShuffle, m: examples, n: steps, batch: batch}
 	ps, ss, err := seeds(opt)

@@ -109,7 +109,8 @@ type bandSampler struct {
 // this project's accountants handle only Poisson subsampling, so fixedSize
 // (sampling without replacement) is accounted unamplified.
 //
-// Memory is O(m) once (the partitions); a step costs O(B) time.
+// Memory is O(m) once (the partitions); a step costs O(B) expected time,
+// plus an O(floor(m/b)/64) bitset scan with fixedSize.
 func NewBandPoisson(examples, batch, bands, steps int, fixedSize bool, opt Options) (Sampler, error) {
 	p := params{kind: kindBandPoisson, m: examples, n: steps, batch: batch, bands: bands, fixed: fixedSize}
 	ps, ss, err := seeds(opt)
@@ -190,7 +191,7 @@ func (s *bandSampler) Schema() mfnoise.Schema {
 
 func (s *bandSampler) Accounting() Accounting {
 	b, k := s.p.bands, ceilDiv(s.p.n, s.p.bands)
-	part := fmt.Sprintf("the m = %d examples are split at random into b = %d disjoint partitions of floor(m/b) = %d (%d never used); step i draws only from partition (i-1) mod b, so an example joins at most k = %d steps, b apart",
+	part := fmt.Sprintf("the m = %d examples are split at random into b = %d disjoint partitions of floor(m/b) = %d (%d never used); step i draws only from partition (i-1) mod b, so an example joins at most k = %d steps, a multiple of b apart",
 		s.p.m, b, s.size, s.p.m-b*s.size, k)
 	if s.p.fixed {
 		return Accounting{

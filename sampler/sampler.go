@@ -89,17 +89,19 @@ type Realization struct {
 type AccountingKind string
 
 const (
-	// AccountingUnamplified: no amplification may be claimed; the run is one Gaussian
-	// mechanism with the sensitivity of the schema (SPEC 1, 8).
+	// AccountingUnamplified: no amplification may be claimed; the run is one
+	// Gaussian mechanism with the sensitivity of the schema (SPEC 1, 8).
 	AccountingUnamplified AccountingKind = "unamplified"
 	// AccountingPoisson: Poisson-subsampled Gaussian with rate Q composed
 	// Compositions times (DP-SGD, C = I).
 	AccountingPoisson AccountingKind = "poisson"
-	// AccountingBandPoisson: amplified banded MF (banded-MF Thm 4): Q = B/floor(m/b),
-	// Compositions = ceil(n/b), for encoders with at most Bands bands.
+	// AccountingBandPoisson: amplified banded MF (banded-MF Thm 4):
+	// Q = B/floor(m/b), Compositions = ceil(n/b), for encoders with at most
+	// Bands bands and unit column norms.
 	AccountingBandPoisson AccountingKind = "band-poisson"
-	// AccountingNone: shuffling. No amplification and the papers' accounting does not
-	// apply; the trainer uses unamplified accounting and says so.
+	// AccountingNone: shuffling. No amplification, and the papers'
+	// accounting does not apply; the trainer uses unamplified accounting and
+	// says so.
 	AccountingNone AccountingKind = "none"
 )
 
