@@ -49,6 +49,10 @@ func newMinSep(p params, permSeed, stepSeed [32]byte) (*minSep, error) {
 	if p.k <= 0 || p.b <= 0 {
 		return nil, invalidf("min-sep: k = %d and b = %d must be positive", p.k, p.b)
 	}
+	if p.n >= maxExamples {
+		// Participation records are int32.
+		return nil, invalidf("min-sep: steps n = %d must be below %d", p.n, maxExamples)
+	}
 	if !(p.avail > 0 && p.avail <= 1) {
 		return nil, invalidf("min-sep: availability %v must be in (0, 1]", p.avail)
 	}
@@ -63,7 +67,7 @@ func (s *minSep) Next(dst []int) ([]int, error) {
 	avail := bernoulliPositions(s.cand[:0], s.rng, s.p.m, s.p.avail)
 	c := avail[:0]
 	for _, e := range avail {
-		if s.count[e] < int32(s.p.k) && (s.last[e] == 0 || t-int(s.last[e]-1) >= s.p.b) {
+		if int(s.count[e]) < s.p.k && (s.last[e] == 0 || t-int(s.last[e]-1) >= s.p.b) {
 			c = append(c, e)
 		}
 	}
@@ -132,7 +136,7 @@ func (s *minSep) setExtra(b []byte) error {
 	s.real.MinSeparation = r.int("min separation")
 	for i := range s.last {
 		l, c := r.uvarint("last"), r.uvarint("count")
-		if l > uint64(s.step) || c > uint64(s.p.k) {
+		if l > uint64(s.step) || c > uint64(min(s.p.k, s.step)) {
 			r.fail("participation record")
 		}
 		s.last[i], s.count[i] = int32(l), int32(c)

@@ -41,7 +41,9 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("sampler: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// Sampler yields the examples of each step of a fixed-length run.
+// Sampler yields the examples of each step of a fixed-length run. A Sampler
+// is not safe for concurrent use. The samplers of this package also
+// implement fmt.Stringer (their kind and parameters).
 type Sampler interface {
 	// Next appends the next step's example indices (0-based, increasing) to
 	// dst[:0] and returns the result. After Steps() steps it returns an error
@@ -250,6 +252,9 @@ func newCore(p params, permSeed, stepSeed [32]byte) core {
 	src := mrand.NewChaCha8(stepSeed)
 	return core{p: p, permSeed: permSeed, src: src, rng: mrand.New(src)}
 }
+
+// String names the sampler kind and its parameters, for logs.
+func (c *core) String() string { return c.p.String() }
 
 func (c *core) Step() int     { return c.step }
 func (c *core) Steps() int    { return c.p.n }
