@@ -3,6 +3,7 @@ package sampler
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -817,5 +818,34 @@ func TestSortedPartitionUniform(t *testing.T) {
 	}
 	if pv := pvalue(count(biased)); pv > 1e-3 {
 		t.Fatalf("biased partition passed: p = %g", pv)
+	}
+}
+
+// TestWorkedExample: banded-MF Sec. 1 (SPEC 7): CIFAR-10, m = 50000,
+// B = 500, n = 2000: DP-SGD is 2000 compositions at q = 0.01; b = 10 gives
+// 200 compositions at q = 0.1.
+func TestWorkedExample(t *testing.T) {
+	for _, tc := range []struct {
+		bands, comps int
+		q            float64
+	}{{1, 2000, 0.01}, {10, 200, 0.1}} {
+		s, err := NewBandPoisson(50000, 500, tc.bands, 2000, false, seed(12))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := s.Accounting()
+		if a.Kind != AccountingBandPoisson || a.Compositions != tc.comps || a.Q != tc.q || a.Bands != tc.bands {
+			t.Errorf("b = %d: accounting %+v, want %d compositions at q = %g", tc.bands, a, tc.comps, tc.q)
+		}
+		if got := fmt.Sprint(s); !strings.Contains(got, "partitioned band sampling") || !strings.Contains(got, fmt.Sprintf("bands=%d", tc.bands)) {
+			t.Errorf("String() = %q", got)
+		}
+	}
+	p, err := NewPoisson(50000, 0.01, 2000, seed(12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Accounting(); a.Kind != AccountingPoisson || a.Compositions != 2000 || a.Q != 0.01 || p.ExpectedBatch() != 500 {
+		t.Errorf("Poisson accounting %+v, expected batch %g", a, p.ExpectedBatch())
 	}
 }
