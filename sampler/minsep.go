@@ -131,6 +131,9 @@ func (s *minSep) appendExtra(b []byte) []byte {
 }
 
 func (s *minSep) setExtra(b []byte) error {
+	if len(b) < 2*len(s.last) {
+		return invalidf("corrupt sampler state: %d bytes of participation records for m = %d", len(b), len(s.last))
+	}
 	r := &reader{b: b}
 	s.real.MaxParticipations = r.int("max participations")
 	s.real.MinSeparation = r.int("min separation")

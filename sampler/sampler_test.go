@@ -849,3 +849,37 @@ func TestWorkedExample(t *testing.T) {
 		t.Errorf("Poisson accounting %+v, expected batch %g", a, p.ExpectedBatch())
 	}
 }
+
+// TestEdgeSizes: B = m (one batch of everything) and q = 1 partitions.
+func TestEdgeSizes(t *testing.T) {
+	all := []int{0, 1, 2, 3, 4}
+	for _, mk := range []func() (Sampler, error){
+		func() (Sampler, error) { return NewFixedOrder(5, 5, 3, seed(13)) },
+		func() (Sampler, error) { return NewShuffle(5, 5, 3, seed(13)) },
+		func() (Sampler, error) { return NewBandPoisson(5, 5, 1, 3, false, seed(13)) },
+		func() (Sampler, error) { return NewBandPoisson(5, 5, 1, 3, true, seed(13)) },
+		func() (Sampler, error) { return NewPoisson(5, 1, 3, seed(13)) },
+		func() (Sampler, error) { return NewMinSep(5, 5, 3, 1, 3, 1, seed(13)) },
+	} {
+		s, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range run(t, s) {
+			if !slices.Equal(b, all) {
+				t.Fatalf("%v step %d: %v, want all examples", s, i, b)
+			}
+		}
+	}
+	// bands = m/B: q = 1 on each partition of B.
+	s, err := NewBandPoisson(12, 3, 4, 8, false, seed(13))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := run(t, s)
+	for i, b := range batches {
+		if len(b) != 3 || (i >= 4 && !slices.Equal(b, batches[i-4])) {
+			t.Fatalf("step %d: %v", i, b)
+		}
+	}
+}

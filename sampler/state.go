@@ -160,6 +160,10 @@ func restore(data []byte) (impl, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	if p.kind == kindMinSep && len(extra) < 2*p.m {
+		// Check before allocating O(m) records for a corrupt m.
+		return nil, invalidf("corrupt sampler state: %d bytes of participation records for m = %d", len(extra), p.m)
+	}
 	s, err := build(p, permSeed, [32]byte{})
 	if err != nil {
 		return nil, fmt.Errorf("sampler: restoring: %w", err)
