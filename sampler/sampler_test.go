@@ -421,6 +421,9 @@ func TestMinSep(t *testing.T) {
 	if s.Accounting().Kind != AccountingUnamplified {
 		t.Fatal("min-sep must be unamplified")
 	}
+	if s.ExpectedBatch() != B {
+		t.Fatalf("expected batch %g, want the nominal %d", s.ExpectedBatch(), B)
+	}
 }
 
 func TestShuffle(t *testing.T) {
@@ -468,6 +471,9 @@ func TestShuffle(t *testing.T) {
 	}
 	if a := s.Accounting(); a.Kind != AccountingNone {
 		t.Fatalf("shuffle accounting %q, want none", a.Kind)
+	}
+	if s.ExpectedBatch() != B {
+		t.Fatalf("expected batch %g, want %d", s.ExpectedBatch(), B)
 	}
 }
 
@@ -596,6 +602,11 @@ func TestBadInput(t *testing.T) {
 		s, err := mk()
 		if !errors.Is(err, ErrInvalid) || s != nil {
 			t.Errorf("%s: got (%v, %v), want nil and ErrInvalid", name, s, err)
+		}
+	}
+	for _, c := range ctors {
+		if s, err := c.mk(Options{Seed: make([]byte, 31)}); !errors.Is(err, ErrInvalid) || s != nil {
+			t.Errorf("%s with a 31-byte seed: got (%v, %v)", c.name, s, err)
 		}
 	}
 	// The limit itself is accepted: bands = m/B gives q = 1.
