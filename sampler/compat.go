@@ -1,0 +1,152 @@
+package sampler
+
+import (
+	"fmt"
+
+	"github.com/dpmf-go/dpmf/mfnoise"
+)
+
+// CheckCompatible refuses a mechanism or accounting that sampler s does not
+// support; the error wraps ErrIncompatible (or ErrInvalid for bad arguments)
+// and says why. The trainer calls it before the first step.
+//
+// mechanismSchema is the schema the mechanism's sensitivity was computed for
+// (and its factorization optimized for). bands is the number of bands of the
+// encoder when the privacy claim relies on banding: 1 for DP-SGD (C = I), b
+// for a b-banded encoder whose sensitivity comes from banded-MF Thm 2 or
+// whose amplification comes from Thm 4; 0 for a mechanism whose sensitivity
+// was computed for mechanismSchema without relying on its band structure.
+// amplified says the accountant will claim amplification by sampling.
+//
+// Unamplified, the sampler's schema must be contained in mechanismSchema
+// (every pattern the sampler can realize is covered by one the sensitivity
+// accounted for), and a banded encoder needs participations at least bands
+// steps apart. Amplified, the sampler must support it (Poisson or partitioned
+// band sampling, never fixed-order epochs, shuffling or min-sep simulation),
+// plain Poisson sampling only for DP-SGD (bands = 1), and band sampling only
+// for an encoder with at most as many bands as partitions. Schema
+// containment is not needed then: amplified accounting uses the per-step
+// sensitivity (the largest column norm), which every schema's sensitivity
+// bounds from above.
+func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, amplified bool) error {
+	if s == nil {
+		return invalidf("compatible: nil sampler")
+	}
+	n := s.Steps()
+	if err := mechanismSchema.Validate(n); err != nil {
+		return fmt.Errorf("sampler: compatible: mechanism schema: %w", err)
+	}
+	if bands < 0 {
+		return invalidf("compatible: bands = %d must be >= 0", bands)
+	}
+	acc := s.Accounting()
+	ss := s.Schema()
+	name := describe(s)
+	if amplified {
+		switch acc.Kind {
+		case AccountingUnamplified:
+			return incompatiblef("%s supports only unamplified accounting: %s", name, noAmplificationReason(s))
+		case AccountingNone:
+			return incompatiblef("%s: the papers' amplified accounting assumes Poisson sampling and does not apply to shuffling; account unamplified", name)
+		case AccountingPoisson:
+			if bands != 1 {
+				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
+			}
+		case AccountingBandPoisson:
+			if bands == 0 {
+				return incompatiblef("%s: amplified BandMF (banded-MF Thm 4) needs a banded encoder, got a dense one (bands = 0)", name)
+			}
+			if bands > acc.Bands {
+				return incompatiblef("%s: the encoder has %d bands but the sampler has %d partitions; banded-MF Thm 4 needs bands <= partitions", name, bands, acc.Bands)
+			}
+		default:
+			return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
+		}
+		return nil
+	}
+	switch acc.Kind {
+	case AccountingUnamplified, AccountingNone, AccountingPoisson, AccountingBandPoisson:
+	default:
+		return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
+	}
+	if bands > 0 && effectiveK(ss, n) > 1 && bands > separation(ss) {
+		return incompatiblef("%s realizes %v: participations can be %d step(s) apart, fewer than the encoder's %d bands (banded-MF Thm 2 needs separation >= bands)", name, ss, separation(ss), bands)
+	}
+	if !contains(mechanismSchema, ss, n) {
+		return incompatiblef("%s realizes %v over n = %d steps, which %v does not contain: the mechanism's sensitivity would not cover this participation", name, ss, n, mechanismSchema)
+	}
+	return nil
+}
+
+func incompatiblef(format string, args ...any) error {
+	return fmt.Errorf("sampler: %w: %s", ErrIncompatible, fmt.Sprintf(format, args...))
+}
+
+func describe(s Sampler) string {
+	if i, ok := s.(impl); ok {
+		return i.base().p.String()
+	}
+	return fmt.Sprintf("sampler %T", s)
+}
+
+func noAmplificationReason(s Sampler) string {
+	i, ok := s.(impl)
+	if !ok {
+		return "it reports no amplification"
+	}
+	p := i.base().p
+	switch p.kind {
+	case kindFixedOrder:
+		return "fixed-order epochs have no sampling randomness to amplify"
+	case kindBandPoisson:
+		return "fixed-size batches are sampling without replacement, and banded-MF Thm 4 is proved for Poisson sampling"
+	case kindMinSep:
+		return "simulated availability is not sampling the analysis may rely on"
+	}
+	return "it reports no amplification"
+}
+
+func bandsText(bands int) string {
+	if bands == 0 {
+		return "a dense encoder (bands = 0)"
+	}
+	return fmt.Sprintf("%d bands", bands)
+}
+
+// effectiveK is the most participations schema sc allows in n steps.
+func effectiveK(sc mfnoise.Schema, n int) int {
+	if sc.Kind == mfnoise.Single {
+		return 1
+	}
+	return min(sc.K, ceilDiv(n, sc.B))
+}
+
+// separation is the fewest steps between two participations sc allows.
+func separation(sc mfnoise.Schema) int {
+	if sc.Kind == mfnoise.Single {
+		return 1
+	}
+	return sc.B
+}
+
+// contains reports whether every pattern of s (restricted to n steps) is a
+// subset of a pattern of t; t is valid for n. Sensitivity is a supremum over
+// patterns and subsets of a pattern (an example whose gradient is zero on
+// some steps), so containment is what makes t's sensitivity cover s.
+func contains(t, s mfnoise.Schema, n int) bool {
+	ks := effectiveK(s, n)
+	if ks <= 1 {
+		// Singletons are in every valid schema (kb needs k*b >= n).
+		return true
+	}
+	switch t.Kind {
+	case mfnoise.KB:
+		// s's patterns must stay in one residue class mod t.B; t.K*t.B >= n
+		// makes t's pattern cover the whole class.
+		return s.Kind == mfnoise.KB && s.B%t.B == 0
+	case mfnoise.MinSep:
+		// kb patterns are min-sep patterns with separation s.B.
+		return s.B >= t.B && ks <= t.K
+	}
+	return false
+}
