@@ -1,6 +1,7 @@
 package accountant
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -427,6 +428,11 @@ func TestCalibrateErrors(t *testing.T) {
 	}
 	if _, err := Calibrate(NewRDP(nil), ev, 0, 1e-6); !errors.Is(err, ErrInvalid) {
 		t.Errorf("eps 0: err = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := CalibrateContext(ctx, NewRDP(nil), ev, 1, 1e-6); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: err = %v", err)
 	}
 	bad := func(s float64) (Event, error) { return BandMFEvent(s, 100, 50, 10, 10) }
 	if _, err := Calibrate(NewRDP(nil), bad, 1, 1e-6); !errors.Is(err, ErrInvalid) {

@@ -1,6 +1,7 @@
 package accountant
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -38,6 +39,12 @@ const (
 // sigma = 1e6 misses the target, the error wraps ErrInfeasible; if sigma =
 // 1e-3 meets it, that is returned.
 func Calibrate(acct Accountant, event func(sigma float64) (Event, error), eps, delta float64) (Calibration, error) {
+	return CalibrateContext(context.Background(), acct, event, eps, delta)
+}
+
+// CalibrateContext is Calibrate with a context checked between accountant
+// calls, for PLD calibrations of long or many-component events.
+func CalibrateContext(ctx context.Context, acct Accountant, event func(sigma float64) (Event, error), eps, delta float64) (Calibration, error) {
 	if acct == nil || event == nil {
 		return Calibration{}, invalidf("calibrate: nil accountant or event")
 	}
@@ -49,6 +56,9 @@ func Calibrate(acct Accountant, event func(sigma float64) (Event, error), eps, d
 	}
 	cal := Calibration{Delta: delta, Accountant: acct.Name()}
 	f := func(a Accountant, sigma float64) (float64, error) {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("calibrate: %w", err)
+		}
 		cal.Evaluations++
 		e, err := event(sigma)
 		if err != nil {
@@ -60,16 +70,17 @@ func Calibrate(acct Accountant, event func(sigma float64) (Event, error), eps, d
 		}
 		return got, nil
 	}
-	start := 1.0
+	start, step := 1.0, 1.1
 	if p, ok := acct.(*pldAccountant); ok {
 		coarse := p.coarse()
-		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, s) }, eps, start, calRelTol*10)
+		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, s) }, eps, start, 1.1, calRelTol*10)
 		if err != nil {
 			return cal, err
 		}
-		start = c.Sigma
+		// The coarse grid's pessimism is a fraction of a percent.
+		start, step = c.Sigma, 1.001
 	}
-	c, err := calibrate(func(s float64) (float64, error) { return f(acct, s) }, eps, start, calRelTol)
+	c, err := calibrate(func(s float64) (float64, error) { return f(acct, s) }, eps, start, step, calRelTol)
 	if err != nil {
 		return cal, err
 	}
@@ -77,75 +88,85 @@ func Calibrate(acct Accountant, event func(sigma float64) (Event, error), eps, d
 	return cal, nil
 }
 
-func calibrate(f func(float64) (float64, error), target, start, tol float64) (Calibration, error) {
-	// Bracket: lo misses the target, hi meets it. Start with a narrow
-	// bracket around start, which is usually a good guess.
-	hi, lo := start, start
-	ehi, err := f(hi)
+func calibrate(f func(float64) (float64, error), target, start, factor, tol float64) (Calibration, error) {
+	// eps falls roughly like a power of sigma, so search log eps against
+	// log sigma, where the relation is nearly linear.
+	g := func(e float64) float64 { return math.Log(e) - math.Log(target) }
+	eval := func(x float64) (float64, float64, error) {
+		e, err := f(math.Exp(x))
+		return e, g(e), err
+	}
+	// Bracket: lo misses the target (g > 0), hi meets it (g <= 0). Step
+	// from start by factor, then extrapolate by secants, at most doubling
+	// the step in log sigma each time.
+	x0 := math.Log(start)
+	e0, g0, err := eval(x0)
 	if err != nil {
 		return Calibration{}, err
 	}
-	elo := ehi
-	factor := 1.02
-	if ehi > target {
-		for ehi > target {
-			lo, elo = hi, ehi
-			hi *= factor
-			factor *= factor
-			if hi > maxSigma {
-				return Calibration{}, fmt.Errorf("calibrate: eps = %v needs sigma > %v: %w", target, maxSigma, ErrInfeasible)
-			}
-			if ehi, err = f(hi); err != nil {
-				return Calibration{}, err
-			}
-		}
-	} else {
-		for elo <= target {
-			hi, ehi = lo, elo
-			lo /= factor
-			factor *= factor
-			if lo < minSigma {
-				return Calibration{Sigma: hi, Epsilon: ehi}, nil
-			}
-			if elo, err = f(lo); err != nil {
-				return Calibration{}, err
-			}
-		}
+	step := math.Log(factor)
+	if g0 <= 0 {
+		step = -step
 	}
-	// Illinois-type regula falsi on g(log sigma) = eps - target, falling
-	// back to bisection when eps is infinite.
-	side := 0
-	glo, ghi := elo-target, ehi-target
-	for i := 0; i < maxCalSteps && hi/lo-1 > tol; i++ {
-		llo, lhi := math.Log(lo), math.Log(hi)
-		m := 0.5 * (llo + lhi)
-		if !isInf(glo) && !isInf(ghi) && glo != ghi {
-			m = lhi - ghi*(lhi-llo)/(ghi-glo)
-			// Keep the step inside the bracket and not too close to an end.
-			w := lhi - llo
-			m = math.Min(math.Max(m, llo+0.01*w), lhi-0.01*w)
+	x1 := x0 + step
+	var e1, g1 float64
+	for {
+		if x1 > math.Log(maxSigma) {
+			return Calibration{}, fmt.Errorf("calibrate: eps = %v needs sigma > %v: %w", target, maxSigma, ErrInfeasible)
 		}
-		s := math.Exp(m)
-		e, err := f(s)
+		if x1 < math.Log(minSigma) {
+			return Calibration{Sigma: math.Exp(x0), Epsilon: e0}, nil
+		}
+		if e1, g1, err = eval(x1); err != nil {
+			return Calibration{}, err
+		}
+		if (g0 > 0) != (g1 > 0) {
+			break
+		}
+		next := x1 + 2*(x1-x0)
+		if s := (g1 - g0) / (x1 - x0); !isInf(s) && s < 0 && !isInf(g1) {
+			// Secant root, overshot slightly so the bracket closes.
+			guess := x1 - 1.05*g1/s
+			if (guess-x1)/(x1-x0) > 0 && math.Abs(guess-x1) < 4*math.Abs(next-x1) {
+				next = guess
+			}
+		}
+		x0, e0, g0 = x1, e1, g1
+		x1 = next
+	}
+	lo, glo, hi, ehi, ghi := x0, g0, x1, e1, g1
+	if g0 <= 0 {
+		lo, glo, hi, ehi, ghi = x1, g1, x0, e0, g0
+	}
+	// Illinois regula falsi, falling back to bisection when eps is
+	// infinite or zero.
+	side := 0
+	for i := 0; i < maxCalSteps && math.Exp(hi-lo)-1 > tol; i++ {
+		m := 0.5 * (lo + hi)
+		if !isInf(glo) && !isInf(ghi) && glo != ghi {
+			m = hi - ghi*(hi-lo)/(ghi-glo)
+			w := hi - lo
+			m = math.Min(math.Max(m, lo+0.01*w), hi-0.01*w)
+		}
+		e, gm, err := eval(m)
 		if err != nil {
 			return Calibration{}, err
 		}
-		g := e - target
-		if g > 0 {
-			lo, glo = s, g
+		if gm > 0 {
+			lo, glo = m, gm
 			if side == -1 {
 				ghi /= 2
 			}
 			side = -1
 		} else {
-			hi, ehi, ghi = s, e, g
+			hi, ehi, ghi = m, e, gm
 			if side == 1 {
 				glo /= 2
 			}
 			side = 1
 		}
 	}
-	return Calibration{Sigma: hi, Epsilon: ehi}, nil
+	return Calibration{Sigma: math.Exp(hi), Epsilon: ehi}, nil
 }
 
 // DPSGDEvent returns the event of DP-SGD with Poisson sampling at rate q

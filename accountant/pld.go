@@ -396,6 +396,9 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		logKeep += float64(c.count) * math.Log1p(-d.inf)
 		base += c.count * d.offset
 	}
+	if len(comps) == 1 && comps[0].count == 1 {
+		return steps[0], nil // nothing to compose
+	}
 	lower, upper := chernoffWindow(steps, comps, tau/2)
 	n := upper - lower + 1
 	if n > p.opt.MaxBins {
