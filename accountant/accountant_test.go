@@ -634,3 +634,38 @@ func TestLedgerEntry(t *testing.T) {
 		}
 	}
 }
+
+// exactOneStep is the hockey-stick divergence of one Poisson-subsampled
+// Gaussian in each direction, in closed form: with M the mixture and N the
+// unsampled output, remove: M(L > eps) - e^eps N(L > eps); add: the same
+// with the roles and the loss's sign swapped.
+func exactOneStep(sigma, q, eps float64) (remove, add float64) {
+	c := component{sigma: sigma, q: q, count: 1}
+	phi := func(z float64) float64 { return normCDF(z) }
+	x := xOfLoss(c, eps)
+	remove = (1-q)*phi(-x/sigma) + q*phi(-(x-1)/sigma) - math.Exp(eps)*phi(-x/sigma)
+	x = xOfLoss(c, -eps)
+	add = phi(x/sigma) - math.Exp(eps)*((1-q)*phi(x/sigma)+q*phi((x-1)/sigma))
+	return math.Max(0, remove), math.Max(0, add)
+}
+
+// TestPLDOneStepExact compares the PLD of a single subsampled Gaussian,
+// which involves discretization but no FFT, with the closed form: it must
+// dominate it and be close.
+func TestPLDOneStepExact(t *testing.T) {
+	pld := NewPLD(PLDOptions{})
+	for _, c := range []struct{ sigma, q float64 }{{1, 0.01}, {0.5, 0.1}, {2, 0.5}, {0.8, 0.999}} {
+		e := PoissonSampled(c.q, Gaussian(c.sigma))
+		for _, eps := range []float64{0.01, 0.1, 1, 0.123456789, 0.77777777} {
+			r, a := exactOneStep(c.sigma, c.q, eps)
+			want := math.Max(r, a)
+			got, err := pld.Delta(e, eps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got < want*(1-1e-9) || relErr(got, want) > 1e-4 {
+				t.Errorf("sigma %v q %v eps %v: pld delta %v, exact %v (remove %v, add %v)", c.sigma, c.q, eps, got, want, r, a)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package accountant
 
 import "testing"
 
+// q = 0.01, T = 2000, sigma = 0.6 (eps about 7 at delta 1e-6).
 func BenchmarkPLDEpsilon(b *testing.B) {
 	pld := NewPLD(PLDOptions{})
 	e, _ := DPSGDEvent(0.6, 0.01, 2000)
@@ -12,6 +13,7 @@ func BenchmarkPLDEpsilon(b *testing.B) {
 	}
 }
 
+// sigma for eps = 8, delta = 1e-6 at q = 0.01, T = 2000.
 func BenchmarkPLDCalibrate(b *testing.B) {
 	pld := NewPLD(PLDOptions{})
 	for b.Loop() {
@@ -21,6 +23,7 @@ func BenchmarkPLDCalibrate(b *testing.B) {
 	}
 }
 
+// sigma for eps = 8, delta = 1e-6 at q = 0.01, T = 10^6.
 func BenchmarkRDPCalibrate(b *testing.B) {
 	rdp := NewRDP(nil)
 	for b.Loop() {
@@ -35,6 +38,24 @@ func BenchmarkRDPEpsilon(b *testing.B) {
 	e, _ := DPSGDEvent(1, 0.01, 1000000)
 	for b.Loop() {
 		if _, err := rdp.Epsilon(e, 1e-6); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPLDEpsilonStackOverflow(b *testing.B) {
+	pld := NewPLD(PLDOptions{})
+	e, _ := DPSGDEvent(0.5037, soQ, soSteps)
+	for b.Loop() {
+		if _, err := pld.Epsilon(e, 1e-6); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGaussianSigma(b *testing.B) {
+	for b.Loop() {
+		if _, err := GaussianSigma(8, 1e-6); err != nil {
 			b.Fatal(err)
 		}
 	}
