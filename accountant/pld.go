@@ -19,7 +19,7 @@ type PLDOptions struct {
 	// mechanism's loss distribution and the composed one; it is added to
 	// the reported delta. 0 means 1e-15.
 	TailMass float64
-	// MaxBins caps the length of any loss grid; 0 means 1<<22.
+	// MaxBins caps the length of any loss grid; 0 means 1<<20 (8 MiB).
 	MaxBins int
 }
 
@@ -31,7 +31,7 @@ func (o PLDOptions) withDefaults() PLDOptions {
 		o.TailMass = 1e-15
 	}
 	if o.MaxBins == 0 {
-		o.MaxBins = 1 << 22
+		o.MaxBins = 1 << 20
 	}
 	return o
 }
@@ -51,10 +51,20 @@ func (o PLDOptions) check() error {
 
 type pldAccountant struct {
 	opt PLDOptions
-	// plans caches FFT plans by length; FFT values hold scratch space, so
-	// each length has a pool rather than a single plan.
+	// plans caches FFT plans and their buffers by length; plans hold
+	// scratch space, so each length has a pool rather than a single plan.
 	mu    sync.Mutex
 	plans map[int]*sync.Pool
+
+	coarseOnce sync.Once
+	coarser    *pldAccountant
+}
+
+// fftWork is an FFT plan of length len(seq) with buffers for composing.
+type fftWork struct {
+	fft        *fourier.FFT
+	seq        []float64
+	prod, coef []complex128
 }
 
 // NewPLD returns a privacy loss distribution accountant (Koskela et al.
@@ -103,27 +113,33 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 // coarse returns an accountant on a grid ten times coarser, which Calibrate
 // uses to bracket sigma cheaply: its answers dominate this one's.
 func (p *pldAccountant) coarse() Accountant {
-	o := p.opt
-	o.DiscretizationInterval *= 10
-	return &pldAccountant{opt: o, plans: map[int]*sync.Pool{}}
+	p.coarseOnce.Do(func() {
+		o := p.opt
+		o.DiscretizationInterval *= 10
+		p.coarser = &pldAccountant{opt: o, plans: map[int]*sync.Pool{}}
+	})
+	return p.coarser
 }
 
-func (p *pldAccountant) plan(n int) *fourier.FFT {
+func (p *pldAccountant) plan(n int) *fftWork {
 	p.mu.Lock()
 	pool := p.plans[n]
 	if pool == nil {
-		pool = &sync.Pool{New: func() any { return fourier.NewFFT(n) }}
+		pool = &sync.Pool{New: func() any {
+			return &fftWork{fft: fourier.NewFFT(n), seq: make([]float64, n),
+				prod: make([]complex128, n/2+1), coef: make([]complex128, n/2+1)}
+		}}
 		p.plans[n] = pool
 	}
 	p.mu.Unlock()
-	return pool.Get().(*fourier.FFT)
+	return pool.Get().(*fftWork)
 }
 
-func (p *pldAccountant) release(f *fourier.FFT) {
+func (p *pldAccountant) release(w *fftWork) {
 	p.mu.Lock()
-	pool := p.plans[f.Len()]
+	pool := p.plans[len(w.seq)]
 	p.mu.Unlock()
-	pool.Put(f)
+	pool.Put(w)
 }
 
 // direction selects the ordered pair of output distributions (P, Q) whose
@@ -405,12 +421,9 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		return nil, errTooFine
 	}
 	size := fftSize(n)
-	fft := p.plan(size)
-	defer p.release(fft)
-
-	seq := make([]float64, size)
-	prod := make([]complex128, size/2+1)
-	coef := make([]complex128, size/2+1)
+	work := p.plan(size)
+	defer p.release(work)
+	fft, seq, prod, coef := work.fft, work.seq, work.prod, work.coef
 	for k, d := range steps {
 		clear(seq)
 		// Fold the single-step distribution onto the cycle; composition is
