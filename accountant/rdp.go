@@ -56,8 +56,7 @@ func (r *rdpAccountant) checkOrders() error {
 	return nil
 }
 
-// RDP returns the Rényi divergence bound of e at each order of the
-// accountant, for composition with other accountants or inspection.
+// rdp returns the Rényi divergence bound of e at each order.
 func (r *rdpAccountant) rdp(e Event) ([]float64, error) {
 	if err := r.checkOrders(); err != nil {
 		return nil, err
