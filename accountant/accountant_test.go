@@ -609,6 +609,9 @@ func TestLedgerEntry(t *testing.T) {
 	if entry.Epsilon != want || entry.Delta != 1e-6 || entry.Accountant != "pld" {
 		t.Errorf("entry %+v", entry)
 	}
+	if entry.AccountantConfig["discretization_interval"] != 1e-4 {
+		t.Errorf("config %v", entry.AccountantConfig)
+	}
 	if len(entry.Assumptions) != 4 || entry.Assumptions[2] != AssumePoisson {
 		t.Errorf("assumptions %q", entry.Assumptions)
 	}
@@ -666,6 +669,29 @@ func TestPLDOneStepExact(t *testing.T) {
 			if got < want*(1-1e-9) || relErr(got, want) > 1e-4 {
 				t.Errorf("sigma %v q %v eps %v: pld delta %v, exact %v (remove %v, add %v)", c.sigma, c.q, eps, got, want, r, a)
 			}
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	pld := NewPLD(PLDOptions{})
+	e, _ := DPSGDEvent(1, 0.05, 50)
+	want, err := pld.Epsilon(e, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	got := make(chan float64, 4)
+	for range 4 {
+		go func() {
+			v, err := pld.Epsilon(e, 1e-6)
+			got <- v
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if v, err := <-got, <-errs; err != nil || v != want {
+			t.Errorf("concurrent eps %v (%v), want %v", v, err, want)
 		}
 	}
 }

@@ -9,12 +9,15 @@ import (
 // for, how, and under which assumptions. It is JSON-serializable; Event
 // holds the event's own JSON (see UnmarshalEvent).
 type LedgerEntry struct {
-	Event       json.RawMessage `json:"event"`
-	Accountant  string          `json:"accountant"`
-	Params      map[string]any  `json:"params,omitempty"`
-	Epsilon     float64         `json:"epsilon"`
-	Delta       float64         `json:"delta"`
-	Assumptions []string        `json:"assumptions"`
+	Event      json.RawMessage `json:"event"`
+	Accountant string          `json:"accountant"`
+	// AccountantConfig records the accountant's settings (RDP orders, PLD
+	// grid and tail mass), which the guarantee depends on.
+	AccountantConfig map[string]any `json:"accountant_config,omitempty"`
+	Params           map[string]any `json:"params,omitempty"`
+	Epsilon          float64        `json:"epsilon"`
+	Delta            float64        `json:"delta"`
+	Assumptions      []string       `json:"assumptions"`
 }
 
 // Assumptions every entry states; the accounting is only valid under them.
@@ -51,11 +54,28 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]a
 		}
 	}
 	return LedgerEntry{
-		Event:       raw,
-		Accountant:  acct.Name(),
-		Params:      params,
-		Epsilon:     eps,
-		Delta:       delta,
-		Assumptions: append(as, assumptions...),
+		Event:            raw,
+		Accountant:       acct.Name(),
+		AccountantConfig: config(acct),
+		Params:           params,
+		Epsilon:          eps,
+		Delta:            delta,
+		Assumptions:      append(as, assumptions...),
 	}, nil
+}
+
+// config describes the settings of the package's accountants.
+func config(acct Accountant) map[string]any {
+	switch a := acct.(type) {
+	case *rdpAccountant:
+		return map[string]any{"orders": a.orders}
+	case *pldAccountant:
+		return map[string]any{
+			"discretization_interval": a.opt.DiscretizationInterval,
+			"tail_mass":               a.opt.TailMass,
+			"max_bins":                a.opt.MaxBins,
+			"discretization":          "connect-the-dots (pessimistic)",
+		}
+	}
+	return nil
 }

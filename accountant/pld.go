@@ -78,7 +78,8 @@ type fftWork struct {
 // The bound is exact up to floating-point rounding in the FFT, which
 // perturbs the composed distribution by about 1e-12 of total mass at
 // thousands of compositions (as in dp_accounting); deltas far below 1e-10
-// should be cross-checked with NewRDP.
+// should be cross-checked with NewRDP. The accountant is safe for
+// concurrent use.
 func NewPLD(opt PLDOptions) Accountant {
 	return &pldAccountant{opt: opt.withDefaults(), plans: map[int]*sync.Pool{}}
 }
