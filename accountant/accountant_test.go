@@ -542,8 +542,11 @@ func TestSelectBands(t *testing.T) {
 		t.Fatalf("table has %d rows", len(sel.Table))
 	}
 	// 200 bands of 250 examples cannot hold a batch of 500.
-	if last := sel.Table[4]; last.Err == "" || !math.IsInf(last.Score, 1) {
+	if last := sel.Table[4]; last.Err == "" || last.Score != 0 {
 		t.Errorf("200 bands: %+v, want unscored", last)
+	}
+	if _, err := json.Marshal(sel); err != nil {
+		t.Errorf("selection does not marshal: %v", err)
 	}
 	best := -1
 	for i, r := range sel.Table {

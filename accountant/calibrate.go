@@ -36,8 +36,9 @@ const (
 // by a safeguarded secant method in log sigma; the returned sigma always
 // meets the target. A PLD accountant first calibrates on a ten times
 // coarser grid, whose pessimistic answer brackets the fine one. If even
-// sigma = 1e6 misses the target, the error wraps ErrInfeasible; if sigma =
-// 1e-3 meets it, that is returned.
+// sigma = 1e6 misses the target, the error wraps ErrInfeasible; the search
+// does not go below sigma = 1e-3, so for targets met with less noise than
+// that it returns the smallest sigma it tried.
 func Calibrate(acct Accountant, event func(sigma float64) (Event, error), eps, delta float64) (Calibration, error) {
 	return CalibrateContext(context.Background(), acct, event, eps, delta)
 }
@@ -193,6 +194,8 @@ func DPSGDEvent(sigma, q float64, steps int) (Event, error) {
 // sampling with rate q = batch/floor(examples/bands), and the mechanism is
 // ceil(steps/bands) compositions of a Poisson-sampled Gaussian with rate q.
 // bands = 1 is DP-SGD. It is an error if q > 1 or bands > examples.
+// The accounting assumes Poisson sampling within each subset; sampling
+// fixed-size subsets instead is not covered by this event.
 func BandMFEvent(sigma float64, examples, batch, bands, steps int) (Event, error) {
 	if err := checkSigma(sigma); err != nil {
 		return nil, fmt.Errorf("BandMFEvent: %w", err)
@@ -252,7 +255,8 @@ type BandChoice struct {
 	Sigma, Epsilon float64
 	// Score is Sigma^2 * Loss, the expected error to minimize.
 	Score float64
-	// Err explains why the candidate was not scored (Score is +Inf).
+	// Err explains why the candidate was not scored; Score and Sigma are
+	// then 0.
 	Err string `json:",omitempty"`
 }
 
@@ -264,8 +268,13 @@ type BandSelection struct {
 	Table []BandChoice
 }
 
-// Chosen returns the selected row.
-func (s BandSelection) Chosen() BandChoice { return s.Table[s.Best] }
+// Chosen returns the selected row, or the zero BandChoice if none was.
+func (s BandSelection) Chosen() BandChoice {
+	if s.Best < 0 || s.Best >= len(s.Table) {
+		return BandChoice{}
+	}
+	return s.Table[s.Best]
+}
 
 // SelectBands chooses the number of bands of an amplified banded
 // matrix-factorization mechanism as in App. F.4 of Choquette-Choo et al.
@@ -279,7 +288,7 @@ func SelectBands(acct Accountant, eps, delta float64, examples, batch, steps int
 	}
 	sel := BandSelection{Best: -1, Table: make([]BandChoice, len(candidates))}
 	for i, c := range candidates {
-		row := BandChoice{BandCandidate: c, Score: math.Inf(1)}
+		row := BandChoice{BandCandidate: c}
 		if !(c.Loss > 0) || isInf(c.Loss) {
 			return BandSelection{}, invalidf("SelectBands: candidate %d: loss %v, want finite and > 0", c.Bands, c.Loss)
 		}
