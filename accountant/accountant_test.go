@@ -633,6 +633,9 @@ func TestLedgerEntry(t *testing.T) {
 	if got, _ := acct.Epsilon(ev, back.Delta); got != back.Epsilon {
 		t.Errorf("re-accounted eps %v, recorded %v", got, back.Epsilon)
 	}
+	if _, err := NewLedgerEntry(acct, e, 1e-17, nil); !errors.Is(err, ErrInfeasible) {
+		t.Errorf("delta below tail mass: err = %v", err)
+	}
 	g, _ := NewLedgerEntry(acct, Gaussian(1), 1e-6, nil)
 	for _, a := range g.Assumptions {
 		if a == AssumePoisson {

@@ -42,6 +42,9 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]a
 	if err != nil {
 		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
 	}
+	if isInf(eps) {
+		return LedgerEntry{}, fmt.Errorf("ledger: no finite epsilon at delta = %v: %w", delta, ErrInfeasible)
+	}
 	raw, err := e.MarshalJSON()
 	if err != nil {
 		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)

@@ -10,7 +10,9 @@ import (
 type Accountant interface {
 	// Name identifies the accounting method in ledgers.
 	Name() string
-	// Epsilon returns the smallest eps the accountant can certify at delta.
+	// Epsilon returns the smallest eps the accountant can certify at
+	// delta, +Inf if it can certify none (for PLD, when delta is below
+	// the truncated tail mass).
 	Epsilon(e Event, delta float64) (float64, error)
 	// Delta returns the smallest delta the accountant can certify at eps.
 	Delta(e Event, eps float64) (float64, error)
