@@ -701,3 +701,41 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestPLDTwoStepQuadrature checks a composition of two subsampled
+// Gaussians against an independent evaluation: delta_2(eps) =
+// E[delta_1(eps - L)] over the first step's privacy loss L, by quadrature
+// in x, with delta_1 in closed form.
+func TestPLDTwoStepQuadrature(t *testing.T) {
+	pld := NewPLD(PLDOptions{})
+	for _, c := range []struct{ sigma, q, eps float64 }{{1, 0.1, 0.3}, {0.7, 0.05, 0.5}, {2, 0.5, 0.2}} {
+		comp := component{sigma: c.sigma, q: c.q, count: 1}
+		s := c.sigma
+		dens := func(z float64) float64 { return math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / s }
+		const n = 200000
+		lo, hi := -14*s, 1+14*s
+		h := (hi - lo) / n
+		var rem, add float64
+		for i := 0; i <= n; i++ {
+			x := lo + float64(i)*h
+			w := h
+			if i == 0 || i == n {
+				w /= 2
+			}
+			l := lossRemove(comp, x)
+			r, _ := exactOneStep(s, c.q, c.eps-l)
+			_, a := exactOneStep(s, c.q, c.eps+l)
+			rem += w * ((1-c.q)*dens(x/s) + c.q*dens((x-1)/s)) * r
+			add += w * dens(x/s) * a
+		}
+		want := math.Max(rem, add)
+		got, err := pld.Delta(SelfComposed(PoissonSampled(c.q, Gaussian(s)), 2), c.eps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pld %.9g quad %.9g rem %.6g add %.6g", got, want, rem, add)
+		if got < want*(1-1e-6) || relErr(got, want) > 1e-4 {
+			t.Errorf("sigma %v q %v eps %v: pld %v, quadrature %v (remove %v, add %v)", s, c.q, c.eps, got, want, rem, add)
+		}
+	}
+}
