@@ -1,0 +1,84 @@
+package accountant
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// LedgerEntry records the privacy guarantee of one run: what was accounted
+// for, how, and under which assumptions. It is JSON-serializable; Event
+// holds the event's own JSON (see UnmarshalEvent).
+type LedgerEntry struct {
+	Event      json.RawMessage `json:"event"`
+	Accountant string          `json:"accountant"`
+	// AccountantConfig records the accountant's settings (RDP orders, PLD
+	// grid and tail mass), which the guarantee depends on.
+	AccountantConfig map[string]any `json:"accountant_config,omitempty"`
+	Params           map[string]any `json:"params,omitempty"`
+	Epsilon          float64        `json:"epsilon"`
+	Delta            float64        `json:"delta"`
+	Assumptions      []string       `json:"assumptions"`
+}
+
+// Assumptions every entry states; the accounting is only valid under them.
+const (
+	AssumeAdjacency = "adjacency: add/remove of one example (coincides with zero-out for these mechanisms); epsilon is the worse of both directions"
+	AssumeNoise     = "noise: Gaussian with standard deviation sigma times the L2 sensitivity, from a cryptographically strong generator"
+	AssumePoisson   = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
+)
+
+// NewLedgerEntry accounts for e at delta with acct and returns the entry.
+// params records run parameters (sigma, q, bands, ...) for auditors; extra
+// assumptions are appended to the standard ones.
+func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]any, assumptions ...string) (LedgerEntry, error) {
+	if acct == nil {
+		return LedgerEntry{}, invalidf("ledger: nil accountant")
+	}
+	comps, err := components(e)
+	if err != nil {
+		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
+	}
+	eps, err := acct.Epsilon(e, delta)
+	if err != nil {
+		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
+	}
+	if isInf(eps) {
+		return LedgerEntry{}, fmt.Errorf("ledger: no finite epsilon at delta = %v: %w", delta, ErrInfeasible)
+	}
+	raw, err := e.MarshalJSON()
+	if err != nil {
+		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
+	}
+	as := []string{AssumeAdjacency, AssumeNoise}
+	for _, c := range comps {
+		if c.q < 1 {
+			as = append(as, AssumePoisson)
+			break
+		}
+	}
+	return LedgerEntry{
+		Event:            raw,
+		Accountant:       acct.Name(),
+		AccountantConfig: config(acct),
+		Params:           params,
+		Epsilon:          eps,
+		Delta:            delta,
+		Assumptions:      append(as, assumptions...),
+	}, nil
+}
+
+// config describes the settings of the package's accountants.
+func config(acct Accountant) map[string]any {
+	switch a := acct.(type) {
+	case *rdpAccountant:
+		return map[string]any{"orders": a.orders}
+	case *pldAccountant:
+		return map[string]any{
+			"discretization_interval": a.opt.DiscretizationInterval,
+			"tail_mass":               a.opt.TailMass,
+			"max_bins":                a.opt.MaxBins,
+			"discretization":          "connect-the-dots (pessimistic)",
+		}
+	}
+	return nil
+}
