@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"math"
 
+	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -71,12 +72,16 @@ func gram(c mat.Matrix) *mat.SymDense {
 	return x
 }
 
-// mulFactors returns B C, exploiting a sparse C (tree and banded encoders).
+// mulFactors returns B C, exploiting a sparse C (tree and banded encoders)
+// or a Toeplitz C (the FFT encoder, a slice of a circulant).
 func mulFactors(b, c *mat.Dense) *mat.Dense {
 	n, _ := b.Dims()
 	_, nc := c.Dims()
 	cols, vals := csrRows(c)
 	if cols == nil {
+		if out := mulToeplitz(b, c); out != nil {
+			return out
+		}
 		var out mat.Dense
 		out.Mul(b, c)
 		return &out
@@ -93,6 +98,64 @@ func mulFactors(b, c *mat.Dense) *mat.Dense {
 			for a, j := range cols[r] {
 				orow[j] += bir * vs[a]
 			}
+		}
+	}
+	return out
+}
+
+// mulToeplitz returns B C by FFT correlation when C (m x n) is Toeplitz
+// (C[i,j] depends only on i-j) and large enough to gain, else nil. Row i of
+// B C is (B C)[i,j] = sum_q B[i,q] g(q-j), O(m log m) per row instead of
+// O(m n).
+func mulToeplitz(b, c *mat.Dense) *mat.Dense {
+	m, n := c.Dims()
+	if n < 64 {
+		return nil
+	}
+	for i := 1; i < m; i++ {
+		cur, prev := c.RawRowView(i), c.RawRowView(i-1)
+		for j := 1; j < n; j++ {
+			if cur[j] != prev[j-1] {
+				return nil
+			}
+		}
+	}
+	// gg[u] = g(u - (n-1)) for u in [0, m+n-2], g(k) = C[i,j] with i-j = k.
+	gg := make([]float64, m+n-1)
+	for j := 0; j < n; j++ {
+		gg[n-1-j] = c.At(0, j)
+	}
+	for i := 1; i < m; i++ {
+		gg[n-1+i] = c.At(i, 0)
+	}
+	size := 1
+	for size < m+n-1 {
+		size *= 2
+	}
+	ft := fourier.NewFFT(size)
+	pad := make([]float64, size)
+	copy(pad, gg)
+	gSpec := ft.Coefficients(nil, pad)
+	coef := make([]complex128, size/2+1)
+	conv := make([]float64, size)
+	rows, _ := b.Dims()
+	out := mat.NewDense(rows, n, nil)
+	for i := 0; i < rows; i++ {
+		// (B C)[i,j] = (reverse(b) * gg)[m-1 + n-1-j]: a linear convolution;
+		// size >= m+n-1 keeps the wrapped terms out of the needed indices.
+		clear(pad)
+		brow := b.RawRowView(i)
+		for q, v := range brow {
+			pad[m-1-q] = v
+		}
+		ft.Coefficients(coef, pad)
+		for k := range coef {
+			coef[k] *= gSpec[k]
+		}
+		ft.Sequence(conv, coef)
+		orow := out.RawRowView(i)
+		for j := range orow {
+			orow[j] = conv[(m-1+n-1-j)%size] / float64(size)
 		}
 	}
 	return out
