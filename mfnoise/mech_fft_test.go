@@ -148,7 +148,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 	m, n := 150, 70
 	g := make([]float64, m+n-1)
 	for i := range g {
-		g[i] = math.Sin(float64(i*i)) // deterministic, irregular
+		g[i] = math.Sin(float64(i * i)) // deterministic, irregular
 	}
 	c := mat.NewDense(m, n, nil)
 	for i := 0; i < m; i++ {
