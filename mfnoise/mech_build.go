@@ -100,7 +100,9 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 	var run func(ctx context.Context, w Workload) (*OptimizeResult, error)
 	switch spec.Kind {
 	case KindMFSingle:
-		run = func(ctx context.Context, w Workload) (*OptimizeResult, error) { return OptimizeSingle(ctx, w, opt.Optimize) }
+		run = func(ctx context.Context, w Workload) (*OptimizeResult, error) {
+			return OptimizeSingle(ctx, w, opt.Optimize)
+		}
 	case KindMFKB:
 		if schema.Kind == Single {
 			key.Schema = schema

@@ -126,9 +126,18 @@ func nonnegative(x *mat.SymDense) bool {
 func minSepSensitivitySquared(x *mat.SymDense, c mat.Matrix, k, b int) (float64, bool) {
 	n := x.SymmetricDim()
 	r := make([]float64, n)
+	raw := x.RawSymmetric()
+	if gramBandwidth(x) <= b {
+		// X_ij = 0 whenever |i-j| >= b: a min-sep pattern meets no
+		// off-diagonal entry, so r_i = X_ii, the O(n^2 k) DP is moot and
+		// the bound is attained (sens^2 = max_pi sum_{i in pi} X_ii).
+		for i := range r {
+			r[i] = math.Abs(raw.Data[i*raw.Stride+i])
+		}
+		return vecSens(r, k, b), true
+	}
 	u := make([]float64, n)
 	sc := newVecSensScratch(n, k)
-	raw := x.RawSymmetric()
 	for i := 0; i < n; i++ {
 		// Row i of the symmetric X: the upper part is stored row-wise, the
 		// lower part column-wise.
@@ -141,6 +150,23 @@ func minSepSensitivitySquared(x *mat.SymDense, c mat.Matrix, k, b int) (float64,
 		r[i] = sc.containing(u, i, k, b)
 	}
 	return vecSens(r, k, b), isLowerBanded(c, b)
+}
+
+// gramBandwidth is the least w with X_ij = 0 whenever |i-j| >= w.
+func gramBandwidth(x *mat.SymDense) int {
+	n := x.SymmetricDim()
+	raw := x.RawSymmetric()
+	w := 1
+	for i := 0; i < n; i++ {
+		row := raw.Data[i*raw.Stride : i*raw.Stride+n]
+		for j := n - 1; j-i >= w; j-- {
+			if row[j] != 0 {
+				w = j - i + 1
+				break
+			}
+		}
+	}
+	return w
 }
 
 // vecSensScratch holds the DP tables of vecSensContaining so the n calls of
@@ -162,41 +188,49 @@ func newVecSensScratch(n, k int) *vecSensScratch {
 
 // prefixBestInto is prefixBest writing into the k+1 rows of pre.
 func prefixBestInto(pre [][]float64, v []float64, k, b int) {
-	clear(pre[0])
+	clear(pre[0][:len(v)])
 	for c := 1; c <= k; c++ {
-		prev, cur := pre[c-1], pre[c]
+		prev, cur := pre[c-1][:len(v)], pre[c][:len(v)]
 		best := 0.0
 		for j, vj := range v {
 			take := vj
 			if j >= b {
 				take += prev[j-b]
 			}
-			best = math.Max(best, take) // v >= 0, so the empty pattern's 0 never wins wrongly
+			// v >= 0, so the running max starting at 0 is the best of at
+			// most c entries.
+			if take > best {
+				best = take
+			}
 			cur[j] = best
 		}
 	}
 }
 
-// containing is vecSensContaining without allocation.
+// containing is vecSensContaining without allocation: the best pattern
+// containing i combines a pattern in v[0..i-b] with one in v[i+b..n-1], so
+// the DP tables run only over those two ranges.
 func (sc *vecSensScratch) containing(v []float64, i, k, b int) float64 {
 	n := len(v)
-	prefixBestInto(sc.pre, v, k-1, b)
-	for j := range v {
-		sc.rev[n-1-j] = v[j]
+	left, right := v[:max(i-b+1, 0)], v[min(i+b, n):]
+	prefixBestInto(sc.pre, left, k-1, b)
+	rev := sc.rev[:len(right)]
+	for j, x := range right {
+		rev[len(right)-1-j] = x
 	}
-	prefixBestInto(sc.suf, sc.rev, k-1, b)
+	prefixBestInto(sc.suf, rev, k-1, b)
 	best := 0.0
 	for c1 := 0; c1 <= k-1; c1++ {
-		left := 0.0
-		if i-b >= 0 {
-			left = sc.pre[c1][i-b]
+		l := 0.0
+		if len(left) > 0 {
+			l = sc.pre[c1][len(left)-1]
 		}
 		for c2 := 0; c1+c2 <= k-1; c2++ {
-			right := 0.0
-			if j := n - 1 - (i + b); j >= 0 {
-				right = sc.suf[c2][j]
+			r := 0.0
+			if len(right) > 0 {
+				r = sc.suf[c2][len(right)-1]
 			}
-			best = math.Max(best, left+right)
+			best = math.Max(best, l+r)
 		}
 	}
 	return v[i] + best
