@@ -21,7 +21,8 @@ const (
 	// sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
 	SpectralBound SensitivityMethod = "spectral-bound"
 	// MinSepDP: the O(nk) dynamic program of banded-MF Thm 3 / Algs. 3-5;
-	// exact when C is lower triangular and b-banded, an upper bound otherwise.
+	// exact when X = C^T C vanishes at distance >= b (e.g. C lower
+	// triangular and b-banded), an upper bound otherwise.
 	MinSepDP SensitivityMethod = "minsep-dp"
 )
 
@@ -120,9 +121,9 @@ func nonnegative(x *mat.SymDense) bool {
 
 // minSepSensitivitySquared bounds sens^2 <= max_pi sum_{i,j in pi} |X_ij| by
 // VecSens(r), r_i = max over min-sep patterns containing i of
-// sum_{j in pi} |X_ij| (banded-MF Algs. 3-5). It is exact when C is lower
-// triangular and b-banded, because then X_ij = 0 whenever |i-j| >= b and only
-// the diagonal of X counts on a min-sep pattern.
+// sum_{j in pi} |X_ij| (banded-MF Algs. 3-5). It is exact when X_ij = 0
+// whenever |i-j| >= b (true for lower-triangular b-banded C), because then
+// only the diagonal of X counts on a min-sep pattern.
 func minSepSensitivitySquared(x *mat.SymDense, c mat.Matrix, k, b int) (float64, bool) {
 	n := x.SymmetricDim()
 	r := make([]float64, n)
