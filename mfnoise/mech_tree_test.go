@@ -154,3 +154,103 @@ func TestTreeSensitivityHandChecked(t *testing.T) {
 		t.Fatalf("(3,2) sens of 6-step tree = %+v, want sqrt(20)", r)
 	}
 }
+
+// Rows are in post-order: children before parents, and rows sorted by the
+// step at which their node completes.
+func TestTreeRowOrderIsCompletionOrder(t *testing.T) {
+	const n = 13
+	layout := newTreeLayout(n)
+	last := -1
+	for r := 0; r < layout.nodes(); r++ {
+		done := layout.start[r] + 1<<layout.level[r] - 1
+		if done < last {
+			t.Fatalf("row %d completes at step %d, before row %d's step %d", r, done, r-1, last)
+		}
+		last = done
+		h, p := layout.level[r], layout.start[r]>>layout.level[r]
+		got, err := TreeRow(n, h, p)
+		if err != nil || got != r {
+			t.Fatalf("TreeRow(%d,%d,%d) = %d, %v; want %d", n, h, p, got, err, r)
+		}
+		if h > 0 && (layout.row[h-1][2*p] >= r || layout.row[h-1][2*p+1] >= r) {
+			t.Fatalf("node row %d precedes a child", r)
+		}
+	}
+	if _, err := TreeRow(n, 5, 0); err == nil {
+		t.Fatal("level above the root accepted")
+	}
+	if _, err := TreeRow(0, 0, 0); err == nil {
+		t.Fatal("n = 0 accepted")
+	}
+}
+
+// A non-prefix workload is served by post-processing the online prefix
+// decoder: B = A S^-1 B_S.
+func TestTreeOnlineMomentumIsPostProcessed(t *testing.T) {
+	const n = 10
+	mom, _ := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.3, 0.05))
+	pre, _ := PrefixSum(n)
+	opt := TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true}
+	fm, err := BinaryTree(mom, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, _ := BinaryTree(pre, opt)
+	a, _ := mom.Matrix()
+	s, _ := pre.Matrix()
+	var sInv, want mat.Dense
+	if err := sInv.Inverse(s); err != nil {
+		t.Fatal(err)
+	}
+	want.Product(a, &sInv, fs.Decoder)
+	if !mat.EqualApprox(fm.Decoder, &want, 1e-12) {
+		t.Fatal("momentum tree decoder is not A S^-1 B_S")
+	}
+	// Completion changes only the last row, and never raises its norm.
+	plain, _ := BinaryTree(pre, TreeOptions{Decoder: TreeOnline})
+	for i := 0; i < n; i++ {
+		a, b := fs.Decoder.RawRowView(i), plain.Decoder.RawRowView(i)
+		if i < n-1 && !floatsEqual(a, b) {
+			t.Fatalf("completion changed row %d", i)
+		}
+		if i == n-1 && (dot(a, a) >= dot(b, b) || floatsEqual(a, b)) {
+			t.Fatalf("completed last row norm %v, plain %v", dot(a, a), dot(b, b))
+		}
+	}
+}
+
+func floatsEqual(a, b []float64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTreeZeroVirtualColumns(t *testing.T) {
+	const n = 10 // 16 leaves: nodes starting at step >= 10 cover only padding
+	w, _ := PrefixSum(n)
+	zero, _ := BinaryTree(w, TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true})
+	kept, _ := BinaryTree(w, TreeOptions{Decoder: TreeOnline, Completion: true})
+	layout := newTreeLayout(n)
+	virtualWeight := 0.0
+	for r := 0; r < layout.nodes(); r++ {
+		if layout.start[r] < n {
+			continue
+		}
+		for i := 0; i < n; i++ {
+			if zero.Decoder.At(i, r) != 0 {
+				t.Fatalf("virtual node row %d has decoder weight %v at step %d", r, zero.Decoder.At(i, r), i)
+			}
+		}
+		virtualWeight += math.Abs(kept.Decoder.At(n-1, r))
+	}
+	if virtualWeight == 0 {
+		t.Fatal("completion without ZeroVirtual put no weight on virtual nodes: test is vacuous")
+	}
+	a, b := zero.Decoder.RawRowView(n-1), kept.Decoder.RawRowView(n-1)
+	if dot(a, a) >= dot(b, b) {
+		t.Fatalf("zeroing virtual nodes did not lower the last row's norm: %v vs %v", dot(a, a), dot(b, b))
+	}
+}
