@@ -19,11 +19,13 @@ func BenchmarkMechanism(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(name, func(b *testing.B) {
+			cpu := processCPUSeconds()
 			for b.Loop() {
 				if _, err := compareOne(context.Background(), spec, w, s, BuildOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 	}
 }
@@ -56,17 +58,21 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 		c    *mat.Dense
 	}{{"banded", banded}, {"dense", dense}} {
 		b.Run(c.name, func(b *testing.B) {
+			cpu := processCPUSeconds()
 			for b.Loop() {
 				if _, err := Sensitivity(c.c, s); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(c.name+"/dp-only", func(b *testing.B) {
 			x := gram(c.c)
+			cpu := processCPUSeconds()
 			for b.Loop() {
 				minSepSensitivitySquared(x, c.c, 20, 100)
 			}
+			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 	}
 }

@@ -119,3 +119,24 @@ func TestStampRejectsBadInput(t *testing.T) {
 		t.Fatal("block of the wrong size accepted")
 	}
 }
+
+func TestStampRestartedMomentumIsPostProcessed(t *testing.T) {
+	mom, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
+	pre, _ := PrefixSum(12)
+	online := treeBuilder(TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true})
+	fm, err := Stamp(mom, 4, online, StampRestartedOnline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, _ := Stamp(pre, 4, online, StampRestartedOnline)
+	a, _ := mom.Matrix()
+	s, _ := pre.Matrix()
+	var sInv, want mat.Dense
+	if err := sInv.Inverse(s); err != nil {
+		t.Fatal(err)
+	}
+	want.Product(a, &sInv, fs.Decoder)
+	if !mat.EqualApprox(fm.Decoder, &want, 1e-12) || fm.Meta.Stamps != 4 || fm.Meta.Decoder != "restarted-online+completion+zero-virtual" {
+		t.Fatalf("momentum restarted decoder is not A S^-1 B_S (meta %+v)", fm.Meta)
+	}
+}
