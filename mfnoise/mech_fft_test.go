@@ -176,3 +176,37 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 		t.Fatal("non-Toeplitz matrix taken for Toeplitz")
 	}
 }
+
+// The spectral bound from eigenvalues of X[pi,pi] equals the definition
+// sqrt(k) max_j ||C[:,pi_j]||_2 computed by SVD of the column blocks.
+func TestSpectralBoundMatchesSVD(t *testing.T) {
+	w, _ := PrefixSum(24)
+	f, err := FFT(w, FFTAlgorithm1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := KBParticipation(3, 8)
+	got, err := f.Sensitivity(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := f.Encoder.Dims()
+	best := 0.0
+	for _, p := range s.Patterns(24) {
+		sub := mat.NewDense(m, len(p), nil)
+		for col, j := range p {
+			for i := 0; i < m; i++ {
+				sub.Set(i, col, f.Encoder.At(i, j))
+			}
+		}
+		var svd mat.SVD
+		if !svd.Factorize(sub, mat.SVDNone) {
+			t.Fatal("SVD failed")
+		}
+		best = math.Max(best, svd.Values(nil)[0])
+	}
+	want := math.Sqrt(3) * best
+	if got.Method != SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
+		t.Fatalf("spectral bound %+v, SVD definition %v", got, want)
+	}
+}
