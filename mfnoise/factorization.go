@@ -67,8 +67,9 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 	if err := checkFinite("decoder", b); err != nil {
 		return nil, err
 	}
-	// mulFactors exploits sparse encoders (trees): a dense product costs
-	// O(n m n) and dominated building a tree at n = 2000.
+	// mulFactors exploits the structure of tree, banded, stamped and FFT
+	// encoders: a dense product costs O(n m n) and dominated building those
+	// mechanisms at n = 2000.
 	bc := mulFactors(b, c)
 	bc.Sub(a, bc)
 	res, norm := mat.Norm(bc, 2), mat.Norm(a, 2)
