@@ -14,12 +14,16 @@ import (
 // noise costs.
 type CompareRow struct {
 	// Mechanism is the name as given.
-	Mechanism         string            `json:"mechanism"`
+	Mechanism string `json:"mechanism"`
+	// Sensitivity is sens(C) under the schema for clipping norm 1, with
+	// whether it is exact and how it was computed (SPEC 3).
 	Sensitivity       float64           `json:"sensitivity"`
 	SensitivityExact  bool              `json:"sensitivity_exact"`
 	SensitivityMethod SensitivityMethod `json:"sensitivity_method"`
-	Loss              float64           `json:"loss"`
-	RMSE              float64           `json:"rmse"`
+	// Loss is sens^2 ||B||_F^2, the total squared error for noise
+	// multiplier 1; RMSE is sqrt(Loss / n).
+	Loss float64 `json:"loss"`
+	RMSE float64 `json:"rmse"`
 	// NoiseMemoryPerCoord is how many float32 d-vectors the streaming noise
 	// source keeps: 1 for DP-SGD, the band count for banded MF, about log2 n
 	// for the online tree, n for dense lower-triangular encoders, m (rows of

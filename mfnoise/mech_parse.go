@@ -24,6 +24,7 @@ const (
 type MechanismSpec struct {
 	// Name is the text as given (trimmed); Compare reports it.
 	Name string `json:"name"`
+	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`
 	// Bands is the band count of bandmf (0 with AutoBands).
 	Bands     int  `json:"bands,omitempty"`

@@ -36,6 +36,7 @@ func (d TreeDecoder) String() string {
 
 // TreeOptions configures BinaryTree.
 type TreeOptions struct {
+	// Decoder is TreeOnline (the zero value) or TreeFull.
 	Decoder TreeDecoder
 	// Completion (online decoder only): release the last prefix n with the
 	// lowest-variance estimate among the padded prefixes n..N, which all
