@@ -71,3 +71,42 @@ func ExampleCompare() {
 	// tree-online   loss   5366.2  rmse  9.16  sens 6.633 nonnegative-gram  memory   7  O(d log n)
 	// dpsgd         loss   8320.0  rmse 11.40  sens 2.000 nonnegative-gram  memory   1  O(d)
 }
+
+func ExampleParseMechanisms() {
+	specs, err := mfnoise.ParseMechanisms("tree-online/s10,fft-opt,bandmf:auto/s2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range specs {
+		fmt.Printf("%-18s kind %-11s stamps %d auto bands %v\n", s.Name, s.Kind, s.Stamps, s.AutoBands)
+	}
+	_, err = mfnoise.ParseMechanism("tree/s2")
+	fmt.Println(err != nil)
+	// Output:
+	// tree-online/s10    kind tree-online stamps 10 auto bands false
+	// fft-opt            kind fft-opt     stamps 1 auto bands false
+	// bandmf:auto/s2     kind bandmf      stamps 2 auto bands true
+	// true
+}
+
+// Stamping: five copies of a 4-step full tree serve 20 steps; the encoder
+// is block diagonal and the decoder is the optimal one for it.
+func ExampleStamp() {
+	w, err := mfnoise.PrefixSum(20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tree := func(w mfnoise.Workload) (*mfnoise.Factorization, error) {
+		return mfnoise.BinaryTree(w, mfnoise.TreeOptions{Decoder: mfnoise.TreeFull})
+	}
+	f, err := mfnoise.Stamp(w, 5, tree, mfnoise.StampOptimal)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m, n := f.Encoder.Dims()
+	schema, _ := mfnoise.KBParticipation(4, 5)
+	sens, _ := f.Sensitivity(schema)
+	fmt.Printf("encoder %d x %d, stamps %d, sensitivity under (4,5): %.4f (%s)\n", m, n, f.Meta.Stamps, sens.Value, sens.Method)
+	// Output:
+	// encoder 35 x 20, stamps 5, sensitivity under (4,5): 3.4641 (nonnegative-gram)
+}
