@@ -51,9 +51,11 @@ func asDense(a mat.Matrix) *mat.Dense {
 	return mat.DenseCopyOf(a)
 }
 
-// gram returns X = C^T C. Encoders with short row spans (trees, bands,
-// stamps) accumulate the outer products of their rows over the spans; dense
-// ones use one GEMM, which in gonum is several times faster than SymOuterK.
+// gram returns X = C^T C. Encoders with short row spans (trees, bands)
+// accumulate the outer products of their rows over the spans; encoders whose
+// row blocks have narrow column ranges (lower-triangular, stamped) take one
+// GEMM per block of rows; the rest one dense GEMM, which in gonum is several
+// times faster than SymOuterK.
 func gram(cm mat.Matrix) *mat.SymDense {
 	c := asDense(cm)
 	m, n := c.Dims()
@@ -64,18 +66,62 @@ func gram(cm mat.Matrix) *mat.SymDense {
 		l := float64(hi[r] - lo[r])
 		work += l * l / 2
 	}
-	if spanWorthIt(work, float64(m)*float64(n)*float64(n)/2) {
-		raw := x.RawSymmetric()
-		for r := 0; r < m; r++ {
-			row := c.RawRowView(r)
-			for a := lo[r]; a < hi[r]; a++ {
-				if v := row[a]; v != 0 {
-					floats.AddScaled(raw.Data[a*raw.Stride+a:a*raw.Stride+hi[r]], v, row[a:hi[r]])
-				}
+	const rowBlock = 128
+	blocked := 0.0
+	for r0 := 0; r0 < m; r0 += rowBlock {
+		l, h := blockSpan(lo, hi, r0, min(r0+rowBlock, m))
+		blocked += float64(min(rowBlock, m-r0)) * float64(h-l) * float64(h-l)
+	}
+	dense := float64(m) * float64(n) * float64(n)
+	switch {
+	case spanWorthIt(work, min(blocked, dense)):
+		gramSpans(x, c, lo, hi)
+	case blocked < dense/2:
+		gramBlocked(x, c, lo, hi, rowBlock)
+	default:
+		gramDense(x, c)
+	}
+	return x
+}
+
+// gramSpans adds the outer products of the rows of c over their spans.
+func gramSpans(x *mat.SymDense, c *mat.Dense, lo, hi []int) {
+	m, _ := c.Dims()
+	raw := x.RawSymmetric()
+	for r := 0; r < m; r++ {
+		row := c.RawRowView(r)
+		for a := lo[r]; a < hi[r]; a++ {
+			if v := row[a]; v != 0 {
+				floats.AddScaled(raw.Data[a*raw.Stride+a:a*raw.Stride+hi[r]], v, row[a:hi[r]])
 			}
 		}
-		return x
 	}
+}
+
+// gramBlocked adds R^T R for each block R of rowBlock rows restricted to the
+// union of its row spans.
+func gramBlocked(x *mat.SymDense, c *mat.Dense, lo, hi []int, rowBlock int) {
+	m, n := c.Dims()
+	raw := x.RawSymmetric()
+	buf := make([]float64, n*n)
+	for r0 := 0; r0 < m; r0 += rowBlock {
+		r1 := min(r0+rowBlock, m)
+		l, h := blockSpan(lo, hi, r0, r1)
+		if h <= l {
+			continue
+		}
+		blk := c.Slice(r0, r1, l, h)
+		prod := mat.NewDense(h-l, h-l, buf[:(h-l)*(h-l)])
+		prod.Mul(blk.T(), blk)
+		for i := 0; i < h-l; i++ {
+			floats.Add(raw.Data[(l+i)*raw.Stride+l+i:(l+i)*raw.Stride+h], prod.RawRowView(i)[i:])
+		}
+	}
+}
+
+// gramDense sets x = C^T C by one GEMM.
+func gramDense(x *mat.SymDense, c *mat.Dense) {
+	_, n := c.Dims()
 	var d mat.Dense
 	d.Mul(c.T(), c)
 	for i := 0; i < n; i++ {
@@ -83,7 +129,18 @@ func gram(cm mat.Matrix) *mat.SymDense {
 			x.SetSym(i, j, 0.5*(d.At(i, j)+d.At(j, i)))
 		}
 	}
-	return x
+}
+
+// blockSpan is the union [l, h) of the row spans of rows r0..r1-1 (l >= h
+// when they are all zero).
+func blockSpan(lo, hi []int, r0, r1 int) (l, h int) {
+	l, h = math.MaxInt, 0
+	for r := r0; r < r1; r++ {
+		if hi[r] > lo[r] {
+			l, h = min(l, lo[r]), max(h, hi[r])
+		}
+	}
+	return l, h
 }
 
 // mulFactors returns B C, exploiting short row spans of C (tree, banded and

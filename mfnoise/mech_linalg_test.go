@@ -31,12 +31,32 @@ func TestGramAndProductPathsMatchDense(t *testing.T) {
 			banded.Set(i, j, rng.NormFloat64())
 		}
 	}
-	for name, c := range map[string]*mat.Dense{"tree": tree.Encoder, "fft": fft.Encoder, "stamped": &block, "banded": banded, "dense": random(120, 100)} {
+	lower := mat.NewDense(300, 300, nil)
+	for i := 0; i < 300; i++ {
+		for j := 0; j <= i; j++ {
+			lower.Set(i, j, rng.NormFloat64())
+		}
+	}
+	var bigBlock mat.Dense // row blocks with narrow column ranges: blocked GEMM
+	bigBlock.Kronecker(mat.NewDiagDense(2, []float64{1, 1}), random(300, 150))
+	for name, c := range map[string]*mat.Dense{"tree": tree.Encoder, "fft": fft.Encoder, "stamped": &block, "banded": banded, "dense": random(120, 100), "lower": lower, "big-stamped": &bigBlock} {
 		m, n := c.Dims()
 		var want mat.SymDense
 		want.SymOuterK(1, c.T())
 		if got := gram(c); !mat.EqualApprox(got, &want, 1e-10) {
 			t.Errorf("%s: gram differs from SymOuterK", name)
+		}
+		lo, hi, _ := rowSpans(c)
+		for path, fill := range map[string]func(x *mat.SymDense){
+			"spans":   func(x *mat.SymDense) { gramSpans(x, c, lo, hi) },
+			"blocked": func(x *mat.SymDense) { gramBlocked(x, c, lo, hi, 16) },
+			"dense":   func(x *mat.SymDense) { gramDense(x, c) },
+		} {
+			x := mat.NewSymDense(n, nil)
+			fill(x)
+			if !mat.EqualApprox(x, &want, 1e-10) {
+				t.Errorf("%s: %s Gram differs from SymOuterK", name, path)
+			}
 		}
 		b := random(n, m)
 		var prod mat.Dense
