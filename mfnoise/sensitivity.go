@@ -1,6 +1,7 @@
 package mfnoise
 
 import (
+	"fmt"
 	"math"
 
 	"gonum.org/v1/gonum/floats"
@@ -20,7 +21,8 @@ const (
 	// sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
 	SpectralBound SensitivityMethod = "spectral-bound"
 	// MinSepDP: the O(nk) dynamic program of banded-MF Thm 3 / Algs. 3-5;
-	// exact when C is lower triangular and b-banded, an upper bound otherwise.
+	// exact when X = C^T C vanishes at distance >= b (e.g. C lower
+	// triangular and b-banded), an upper bound otherwise.
 	MinSepDP SensitivityMethod = "minsep-dp"
 )
 
@@ -51,14 +53,27 @@ func Sensitivity(c mat.Matrix, s Schema) (SensitivityResult, error) {
 		}
 		return SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
 	}
-	var x mat.SymDense
-	x.SymOuterK(1, c.T())
+	return sensitivityFromGram(c, gram(c), s)
+}
+
+// sensitivityFromGram is Sensitivity for multiple participation given
+// X = C^T C, so mechanisms with structure (trees, FFT, stamps) can supply X
+// without a dense O(m n^2) product. The caller has validated c and s.
+func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityResult, error) {
+	n := x.SymmetricDim()
+	if s.Kind == Single || s.K == 1 {
+		best := 0.0
+		for j := 0; j < n; j++ {
+			best = math.Max(best, x.At(j, j))
+		}
+		return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
+	}
 	if s.Kind == MinSep {
-		v, exact := minSepSensitivitySquared(&x, c, s.K, s.B)
+		v, exact := minSepSensitivitySquared(x, c, s.K, s.B)
 		return SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
 	}
 	pats := s.Patterns(n)
-	if nonnegative(&x) {
+	if nonnegative(x) {
 		best := 0.0
 		for _, p := range pats {
 			sum := 0.0
@@ -71,21 +86,24 @@ func Sensitivity(c mat.Matrix, s Schema) (SensitivityResult, error) {
 		}
 		return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
 	}
+	// ||C[:,pi]||_2^2 is the largest eigenvalue of X[pi,pi], a k x k
+	// problem instead of an SVD of an m x k block.
 	best := 0.0
 	for _, p := range pats {
-		sub := mat.NewDense(m, len(p), nil)
-		for col, j := range p {
-			for i := 0; i < m; i++ {
-				sub.Set(i, col, c.At(i, j))
+		sub := mat.NewSymDense(len(p), nil)
+		for a, i := range p {
+			for b := a; b < len(p); b++ {
+				sub.SetSym(a, b, x.At(i, p[b]))
 			}
 		}
-		var svd mat.SVD
-		if !svd.Factorize(sub, mat.SVDNone) {
-			return SensitivityResult{}, invalidf("sensitivity: SVD of pattern columns failed")
+		var eig mat.EigenSym
+		if !eig.Factorize(sub, false) {
+			return SensitivityResult{}, fmt.Errorf("mfnoise: sensitivity: eigendecomposition of a pattern block failed")
 		}
-		best = math.Max(best, svd.Values(nil)[0])
+		vals := eig.Values(nil)
+		best = math.Max(best, vals[len(vals)-1])
 	}
-	return SensitivityResult{Value: math.Sqrt(float64(s.K)) * best, Exact: false, Method: SpectralBound}, nil
+	return SensitivityResult{Value: math.Sqrt(float64(s.K) * best), Exact: false, Method: SpectralBound}, nil
 }
 
 func nonnegative(x *mat.SymDense) bool {
@@ -103,20 +121,120 @@ func nonnegative(x *mat.SymDense) bool {
 
 // minSepSensitivitySquared bounds sens^2 <= max_pi sum_{i,j in pi} |X_ij| by
 // VecSens(r), r_i = max over min-sep patterns containing i of
-// sum_{j in pi} |X_ij| (banded-MF Algs. 3-5). It is exact when C is lower
-// triangular and b-banded, because then X_ij = 0 whenever |i-j| >= b and only
-// the diagonal of X counts on a min-sep pattern.
+// sum_{j in pi} |X_ij| (banded-MF Algs. 3-5). It is exact when X_ij = 0
+// whenever |i-j| >= b (true for lower-triangular b-banded C), because then
+// only the diagonal of X counts on a min-sep pattern.
 func minSepSensitivitySquared(x *mat.SymDense, c mat.Matrix, k, b int) (float64, bool) {
 	n := x.SymmetricDim()
 	r := make([]float64, n)
-	u := make([]float64, n)
-	for i := 0; i < n; i++ {
-		for j := 0; j < n; j++ {
-			u[j] = math.Abs(x.At(i, j))
+	raw := x.RawSymmetric()
+	if gramBandwidth(x) <= b {
+		// X_ij = 0 whenever |i-j| >= b: a min-sep pattern meets no
+		// off-diagonal entry, so r_i = X_ii, the O(n^2 k) DP is moot and
+		// the bound is attained (sens^2 = max_pi sum_{i in pi} X_ii).
+		for i := range r {
+			r[i] = math.Abs(raw.Data[i*raw.Stride+i])
 		}
-		r[i] = vecSensContaining(u, i, k, b)
+		return vecSens(r, k, b), true
+	}
+	u := make([]float64, n)
+	sc := newVecSensScratch(n, k)
+	for i := 0; i < n; i++ {
+		// Row i of the symmetric X: the upper part is stored row-wise, the
+		// lower part column-wise.
+		for j := 0; j < i; j++ {
+			u[j] = math.Abs(raw.Data[j*raw.Stride+i])
+		}
+		for j := i; j < n; j++ {
+			u[j] = math.Abs(raw.Data[i*raw.Stride+j])
+		}
+		r[i] = sc.containing(u, i, k, b)
 	}
 	return vecSens(r, k, b), isLowerBanded(c, b)
+}
+
+// gramBandwidth is the least w with X_ij = 0 whenever |i-j| >= w.
+func gramBandwidth(x *mat.SymDense) int {
+	n := x.SymmetricDim()
+	raw := x.RawSymmetric()
+	w := 1
+	for i := 0; i < n; i++ {
+		row := raw.Data[i*raw.Stride : i*raw.Stride+n]
+		for j := n - 1; j-i >= w; j-- {
+			if row[j] != 0 {
+				w = j - i + 1
+				break
+			}
+		}
+	}
+	return w
+}
+
+// vecSensScratch holds the DP tables of vecSensContaining so the n calls of
+// the min-sep bound allocate once (the DP is O(n k) per call, O(n^2 k) in
+// all, and allocation dominated it at n = 2000).
+type vecSensScratch struct {
+	pre, suf [][]float64
+	rev      []float64
+}
+
+func newVecSensScratch(n, k int) *vecSensScratch {
+	sc := &vecSensScratch{pre: make([][]float64, k), suf: make([][]float64, k), rev: make([]float64, n)}
+	for c := range sc.pre {
+		sc.pre[c] = make([]float64, n)
+		sc.suf[c] = make([]float64, n)
+	}
+	return sc
+}
+
+// prefixBestInto is prefixBest writing into the k+1 rows of pre.
+func prefixBestInto(pre [][]float64, v []float64, k, b int) {
+	clear(pre[0][:len(v)])
+	for c := 1; c <= k; c++ {
+		prev, cur := pre[c-1][:len(v)], pre[c][:len(v)]
+		best := 0.0
+		for j, vj := range v {
+			take := vj
+			if j >= b {
+				take += prev[j-b]
+			}
+			// v >= 0, so the running max starting at 0 is the best of at
+			// most c entries.
+			if take > best {
+				best = take
+			}
+			cur[j] = best
+		}
+	}
+}
+
+// containing is vecSensContaining without allocation: the best pattern
+// containing i combines a pattern in v[0..i-b] with one in v[i+b..n-1], so
+// the DP tables run only over those two ranges.
+func (sc *vecSensScratch) containing(v []float64, i, k, b int) float64 {
+	n := len(v)
+	left, right := v[:max(i-b+1, 0)], v[min(i+b, n):]
+	prefixBestInto(sc.pre, left, k-1, b)
+	rev := sc.rev[:len(right)]
+	for j, x := range right {
+		rev[len(right)-1-j] = x
+	}
+	prefixBestInto(sc.suf, rev, k-1, b)
+	best := 0.0
+	for c1 := 0; c1 <= k-1; c1++ {
+		l := 0.0
+		if len(left) > 0 {
+			l = sc.pre[c1][len(left)-1]
+		}
+		for c2 := 0; c1+c2 <= k-1; c2++ {
+			r := 0.0
+			if len(right) > 0 {
+				r = sc.suf[c2][len(right)-1]
+			}
+			best = math.Max(best, l+r)
+		}
+	}
+	return v[i] + best
 }
 
 // vecSens is max over patterns pi with |pi| <= k and gaps >= b of
@@ -147,32 +265,6 @@ func prefixBest(v []float64, k, b int) [][]float64 {
 		}
 	}
 	return pre
-}
-
-// vecSensContaining is vecSens restricted to patterns that contain step i.
-func vecSensContaining(v []float64, i, k, b int) float64 {
-	n := len(v)
-	pre := prefixBest(v, k-1, b)
-	rev := make([]float64, n)
-	for j := range v {
-		rev[n-1-j] = v[j]
-	}
-	suf := prefixBest(rev, k-1, b)
-	best := 0.0
-	for c1 := 0; c1 <= k-1; c1++ {
-		left := 0.0
-		if i-b >= 0 {
-			left = pre[c1][i-b]
-		}
-		for c2 := 0; c1+c2 <= k-1; c2++ {
-			right := 0.0
-			if j := n - 1 - (i + b); j >= 0 {
-				right = suf[c2][j]
-			}
-			best = math.Max(best, left+right)
-		}
-	}
-	return v[i] + best
 }
 
 // isLowerBanded reports whether the square matrix c is lower triangular with
