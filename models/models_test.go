@@ -94,4 +94,3 @@ func TestSaveLoad(t *testing.T) {
 		t.Error("truncated checkpoint loaded")
 	}
 }
-
