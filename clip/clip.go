@@ -22,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/dpmf-go/dpmf/models"
 	"gonum.org/v1/gonum/blas"
@@ -54,8 +56,9 @@ type Options struct {
 	// App. F.3 used 100*zeta). It forces per-example materialization of
 	// convolution gradients and so costs time.
 	LInfZero float64
-	// NonPrivate sums gradients without clipping (non-finite examples are
-	// still dropped), for comparison runs through the same code.
+	// NonPrivate sums gradients without clipping or computing per-example
+	// norms (non-finite examples are still dropped), for comparison runs
+	// through the same code. Norm, PerLayer and LInfZero are ignored.
 	NonPrivate bool
 	// MaxBatch is the largest batch ClippedSum, Evaluate and Predict are
 	// called with; smaller batches are padded with zero-weight examples.
@@ -76,7 +79,8 @@ type Stats struct {
 	// Zeroed counts finite examples dropped by the LInfZero rule.
 	Zeroed int
 	// NormQuantiles are the 50%, 90%, 99% quantiles and the maximum of the
-	// finite examples' unclipped gradient L2 norms (all layers).
+	// finite examples' unclipped gradient L2 norms (all layers); zero
+	// under NonPrivate.
 	NormQuantiles [4]float64
 	// Loss is the mean cross-entropy over the finite examples.
 	Loss float64
@@ -103,9 +107,8 @@ type Engine struct {
 	norms  []float64 // last flat per-example norms (NaN for dropped)
 	scale  [][]float32
 	lossI  []float64
-	mat    []float32 // FanIn*FanOut scratch for materialized norms
-	gram1  []float32
-	gram2  []float32
+	perEx  [][]float32    // per materialized conv layer: MaxBatch x FanIn*FanOut
+	grams  [][2][]float32 // per worker: two P x P Gram matrices
 	sorted []float64
 }
 
@@ -133,6 +136,9 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	if !opt.NonPrivate && len(opt.PerLayer) == 0 && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
 		return nil, fmt.Errorf("clip: new: clipping norm %v must be positive and finite: %w", opt.Norm, ErrInvalid)
 	}
+	if opt.NonPrivate {
+		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
+	}
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
 		return nil, fmt.Errorf("clip: new: LInfZero %v: %w", opt.LInfZero, ErrInvalid)
 	}
@@ -158,20 +164,14 @@ func New(m models.Model, opt Options) (*Engine, error) {
 		}
 	}
 	B := opt.MaxBatch
-	maxMat, maxP := 0, 0
 	for _, L := range e.layers {
 		e.sq = append(e.sq, make([]float64, B))
 		e.scale = append(e.scale, make([]float32, B))
 		g := L.Positions > 1 && opt.LInfZero == 0 && ghostCheaper(L)
 		e.ghost = append(e.ghost, g)
-		if L.Positions > 1 {
-			maxP = max(maxP, L.Positions)
-			maxMat = max(maxMat, L.FanIn*L.FanOut)
-		}
 	}
-	e.mat = make([]float32, maxMat)
-	e.gram1 = make([]float32, maxP*maxP)
-	e.gram2 = make([]float32, maxP*maxP)
+	e.perEx = make([][]float32, len(e.layers))
+	e.grams = make([][2][]float32, runtime.GOMAXPROCS(0))
 	e.linf = make([]float64, B)
 	e.bad = make([]bool, B)
 	e.norms = make([]float64, B)
@@ -392,7 +392,11 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	linf := e.linf[:n]
 	clear(linf)
 	for l, L := range e.layers {
-		e.layerNorms(l, L, f32s(L.In), f32s(p.grads[l]), n)
+		if e.opt.NonPrivate {
+			e.finiteRows(l, L, f32s(L.In), f32s(p.grads[l]), n)
+		} else {
+			e.layerNorms(l, L, f32s(L.In), f32s(p.grads[l]), n)
+		}
 	}
 
 	// Clip factors.
@@ -506,7 +510,10 @@ func (e *Engine) layerNorms(l int, L models.Layer, U, G []float32, n int) {
 		}
 		return
 	}
-	for i := range n {
+	if !e.ghost[l] && e.perEx[l] == nil {
+		e.perEx[l] = make([]float32, e.opt.MaxBatch*fi*fo)
+	}
+	e.parallel(n, func(w, i int) {
 		Ui := blas32.General{Rows: P, Cols: fi, Stride: fi, Data: U[i*P*fi : (i+1)*P*fi]}
 		Gi := blas32.General{Rows: P, Cols: fo, Stride: fo, Data: G[i*P*fo : (i+1)*P*fo]}
 		// Bias gradient: column sums of G_i.
@@ -523,8 +530,12 @@ func (e *Engine) layerNorms(l int, L models.Layer, U, G []float32, n int) {
 			}
 		}
 		if e.ghost[l] {
-			A := blas32.Symmetric{N: P, Stride: P, Uplo: blas.Upper, Data: e.gram1[:P*P]}
-			Bm := blas32.Symmetric{N: P, Stride: P, Uplo: blas.Upper, Data: e.gram2[:P*P]}
+			gr := &e.grams[w]
+			if len(gr[0]) < P*P {
+				gr[0], gr[1] = make([]float32, P*P), make([]float32, P*P)
+			}
+			A := blas32.Symmetric{N: P, Stride: P, Uplo: blas.Upper, Data: gr[0][:P*P]}
+			Bm := blas32.Symmetric{N: P, Stride: P, Uplo: blas.Upper, Data: gr[1][:P*P]}
 			blas32.Syrk(blas.NoTrans, 1, Ui, 0, A)
 			blas32.Syrk(blas.NoTrans, 1, Gi, 0, Bm)
 			s := 0.0
@@ -538,15 +549,62 @@ func (e *Engine) layerNorms(l int, L models.Layer, U, G []float32, n int) {
 				s += 2 * t
 			}
 			sq[i] = s + bsq
-		} else {
-			M := blas32.General{Rows: fi, Cols: fo, Stride: fo, Data: e.mat[:fi*fo]}
-			blas32.Gemm(blas.Trans, blas.NoTrans, 1, Ui, Gi, 0, M)
-			sq[i] = sqnorm(M.Data) + bsq
-			if e.opt.LInfZero > 0 {
-				e.linf[i] = max(e.linf[i], maxabs(M.Data), bmax)
+			return
+		}
+		// Materialized: kept for the clipped sum, which is then a
+		// weighted sum of these rather than a second GEMM.
+		M := blas32.General{Rows: fi, Cols: fo, Stride: fo, Data: e.perEx[l][i*fi*fo : (i+1)*fi*fo]}
+		blas32.Gemm(blas.Trans, blas.NoTrans, 1, Ui, Gi, 0, M)
+		sq[i] = sqnorm(M.Data) + bsq
+		if e.opt.LInfZero > 0 {
+			e.linf[i] = max(e.linf[i], maxabs(M.Data), bmax)
+		}
+	})
+}
+
+// parallel calls f(worker, i) for i in [0, n) on up to GOMAXPROCS
+// goroutines; calls with the same worker index never overlap.
+func (e *Engine) parallel(n int, f func(w, i int)) {
+	nw := min(len(e.grams), n)
+	if nw <= 1 {
+		for i := range n {
+			f(0, i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += nw {
+				f(w, i)
 			}
+		}()
+	}
+	wg.Wait()
+}
+
+// finiteRows sets e.sq[l][i] to 0, or NaN when example i's rows of U or G
+// hold a non-finite value: the non-private path needs no norms, only the
+// guarantee that no NaN or Inf reaches the sum.
+func (e *Engine) finiteRows(l int, L models.Layer, U, G []float32, n int) {
+	P, fi, fo := L.Positions, L.FanIn, L.FanOut
+	for i := range n {
+		e.sq[l][i] = 0
+		if !allFinite(U[i*P*fi:(i+1)*P*fi]) || !allFinite(G[i*P*fo:(i+1)*P*fo]) {
+			e.sq[l][i] = math.NaN()
 		}
 	}
+}
+
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if x-x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // layerSum writes U^T diag(c) G and the column sums of diag(c) G into the
@@ -570,10 +628,24 @@ func (e *Engine) layerSum(l int, L models.Layer, U, G []float32, n int, dst []fl
 		}
 	}
 	rows := n * P
-	Um := blas32.General{Rows: rows, Cols: fi, Stride: fi, Data: U[:rows*fi]}
-	Gm := blas32.General{Rows: rows, Cols: fo, Stride: fo, Data: G[:rows*fo]}
 	W := blas32.General{Rows: fi, Cols: fo, Stride: fo, Data: dst[L.Weight.Offset : L.Weight.Offset+L.Weight.Len]}
-	blas32.Gemm(blas.Trans, blas.NoTrans, 1, Um, Gm, 0, W)
+	if P > 1 && !e.ghost[l] && !e.opt.NonPrivate {
+		// sum_i c_i M_i with the per-example gradients M_i kept by
+		// layerNorms: M^T c for the n x (fi*fo) matrix M.
+		K := fi * fo
+		M := e.perEx[l][:n*K]
+		for i := range n {
+			if c[i] == 0 {
+				clear(M[i*K : (i+1)*K])
+			}
+		}
+		blas32.Gemv(blas.Trans, 1, blas32.General{Rows: n, Cols: K, Stride: K, Data: M},
+			blas32.Vector{N: n, Inc: 1, Data: c[:n]}, 0, blas32.Vector{N: K, Inc: 1, Data: W.Data})
+	} else {
+		Um := blas32.General{Rows: rows, Cols: fi, Stride: fi, Data: U[:rows*fi]}
+		Gm := blas32.General{Rows: rows, Cols: fo, Stride: fo, Data: G[:rows*fo]}
+		blas32.Gemm(blas.Trans, blas.NoTrans, 1, Um, Gm, 0, W)
+	}
 	b := dst[L.Bias.Offset : L.Bias.Offset+L.Bias.Len]
 	acc := make([]float64, fo)
 	for r := range rows {

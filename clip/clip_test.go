@@ -57,7 +57,13 @@ func TestPerExampleGradients(t *testing.T) {
 					}
 				}
 			}
-			e, err := New(m, Options{NonPrivate: true, MaxBatch: 6})
+			// A threshold no gradient reaches: norms are computed, nothing
+			// is scaled.
+			e, err := New(m, Options{Norm: 1e30, MaxBatch: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			np, err := New(m, Options{NonPrivate: true, MaxBatch: 6})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,20 +95,30 @@ func TestPerExampleGradients(t *testing.T) {
 			if d := relDiff(sum, want); d > 1e-4 {
 				t.Errorf("batched sum vs sum of batch-1 gradients: rel diff %.2g", d)
 			}
+			if _, err := np.ClippedSum(x, y, sum); err != nil {
+				t.Fatal(err)
+			}
+			if d := relDiff(sum, want); d > 1e-4 {
+				t.Errorf("non-private sum vs sum of batch-1 gradients: rel diff %.2g", d)
+			}
 			// Finite differences of the float64 reference on a sample of
 			// coordinates of every parameter tensor.
 			p64 := make([]float64, m.NumParams())
 			for j, v := range m.Params() {
 				p64[j] = float64(v)
 			}
-			for i := range 2 {
+			fdExamples, fdCoords := 2, 6
+			if testing.Short() {
+				fdExamples, fdCoords = 1, 3
+			}
+			for i := range fdExamples {
 				x64 := make([]float64, e.chw)
 				for j := range x64 {
 					x64[j] = float64(x[i*e.chw+j])
 				}
 				var got, fd []float32
 				for _, p := range m.Layout() {
-					for range min(p.Len, 6) {
+					for range min(p.Len, fdCoords) {
 						j := p.Offset + rng.IntN(p.Len)
 						const h = 1e-4
 						old := p64[j]
