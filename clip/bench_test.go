@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
@@ -36,6 +37,7 @@ func BenchmarkCIFARCNN(b *testing.B) {
 				}
 				runtime.GC()
 				var ms runtime.MemStats
+				cpu0 := cpuSeconds()
 				b.ResetTimer()
 				for b.Loop() {
 					if _, err := e.ClippedSum(x, y, dst); err != nil {
@@ -43,10 +45,33 @@ func BenchmarkCIFARCNN(b *testing.B) {
 					}
 				}
 				b.StopTimer()
+				cpu := cpuSeconds() - cpu0
 				runtime.ReadMemStats(&ms)
-				b.ReportMetric(float64(batch)*float64(b.N)/b.Elapsed().Seconds(), "examples/s")
+				n := float64(batch) * float64(b.N)
+				b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
+				// On a machine shared with other jobs wall time overstates
+				// the cost; CPU seconds per example do not depend on how
+				// many cores we got.
+				b.ReportMetric(n/cpu, "examples/cpu-s")
 				b.ReportMetric(float64(ms.HeapSys)/(1<<20), "heapMiB")
+				b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
 			})
 		}
 	}
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func maxRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // Linux reports KiB
 }

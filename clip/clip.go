@@ -236,12 +236,21 @@ func (e *Engine) newPass(backward bool) (*pass, error) {
 	// values read after the run (layer inputs, output gradients, logits)
 	// are copied into their nodes as they are computed.
 	watch := []any{net.Logits}
+	outputs := gorgonia.Nodes{net.Logits}
 	if backward {
 		for i, L := range net.Layers {
 			watch = append(watch, L.In, p.grads[i])
+			outputs = append(outputs, L.In, p.grads[i])
 		}
 	}
-	p.vm = gorgonia.NewTapeMachine(g, gorgonia.TraceExec(), gorgonia.WithWatchlist(watch...))
+	// Compile only what the outputs need: run as a whole graph, the tape
+	// would also compute each weight's gradient that Grad's symbolic
+	// differentiation of the matrix products adds, one unused GEMM per layer.
+	prog, locs, err := gorgonia.CompileFunction(g, g.Inputs(), outputs)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	p.vm = gorgonia.NewTapeMachine(g, gorgonia.WithPrecompiled(prog, locs), gorgonia.TraceExec(), gorgonia.WithWatchlist(watch...))
 	return p, nil
 }
 

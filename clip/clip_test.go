@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
 )
 
 type testModel struct {
@@ -454,5 +456,38 @@ func TestEvaluatePredict(t *testing.T) {
 	wantLoss /= float64(len(y))
 	if math.Abs(loss-wantLoss) > 1e-5*wantLoss || acc != float64(correct)/float64(len(y)) {
 		t.Errorf("Evaluate = (%v, %v), want (%v, %v)", loss, acc, wantLoss, float64(correct)/float64(len(y)))
+	}
+}
+
+// countingBLAS counts float32 GEMM calls.
+type countingBLAS struct {
+	gonum.Implementation
+	n *int
+}
+
+func (c countingBLAS) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, cc []float32, ldc int) {
+	*c.n++
+	c.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+}
+
+func TestUseBLAS32(t *testing.T) {
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(m, Options{NonPrivate: true, MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	UseBLAS32(countingBLAS{n: &calls})
+	defer UseBLAS32(gonum.Implementation{})
+	if _, err := e.ClippedSum(make([]float32, 8), []int{0, 1}, make([]float32, m.NumParams())); err != nil {
+		t.Fatal(err)
+	}
+	// Forward: 2 products; backward: 1 input gradient (the first layer's
+	// input is not differentiated); sum: 2 weight gradients.
+	if calls != 5 {
+		t.Errorf("%d float32 GEMM calls through the registered BLAS, want 5", calls)
 	}
 }
