@@ -92,8 +92,14 @@ type Engine struct {
 	m   models.Model
 	opt Options
 
-	train *pass // forward + backward at MaxBatch
-	eval  *pass // forward only at MaxBatch
+	// train holds forward+backward graphs for batch sizes rounded up to a
+	// multiple of quantum (index k: size (k+1)*quantum, capped at
+	// MaxBatch), built on first use, so a Poisson-sampled batch pays for
+	// at most quantum-1 padding examples.
+	train   []*pass
+	quantum int
+	last    *pass // the pass of the last ClippedSum
+	eval    *pass // forward only at MaxBatch
 
 	chw     int
 	classes int
@@ -146,13 +152,16 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	in := m.InputShape()
 	e := &Engine{m: m, opt: opt, chw: in[0] * in[1] * in[2], classes: m.Classes()}
 	var err error
-	if e.train, err = e.newPass(true); err != nil {
+	e.quantum = (opt.MaxBatch + 7) / 8
+	e.train = make([]*pass, (opt.MaxBatch+e.quantum-1)/e.quantum)
+	full, err := e.trainPass(opt.MaxBatch)
+	if err != nil {
 		return nil, fmt.Errorf("clip: new: %w", err)
 	}
-	if e.eval, err = e.newPass(false); err != nil {
+	if e.eval, err = e.newPass(opt.MaxBatch, false); err != nil {
 		return nil, fmt.Errorf("clip: new: %w", err)
 	}
-	e.layers = e.train.net.Layers
+	e.layers = full.net.Layers
 	if len(opt.PerLayer) > 0 && !opt.NonPrivate {
 		if len(opt.PerLayer) != len(e.layers) {
 			return nil, fmt.Errorf("clip: new: %d per-layer norms for %d layers: %w", len(opt.PerLayer), len(e.layers), ErrInvalid)
@@ -189,8 +198,21 @@ func ghostCheaper(L models.Layer) bool {
 	return ghost < mat
 }
 
-func (e *Engine) newPass(backward bool) (*pass, error) {
-	B := e.opt.MaxBatch
+// trainPass returns the forward+backward pass for n examples, building it
+// on first use.
+func (e *Engine) trainPass(n int) (*pass, error) {
+	k := (n - 1) / e.quantum
+	if e.train[k] == nil {
+		p, err := e.newPass(min((k+1)*e.quantum, e.opt.MaxBatch), true)
+		if err != nil {
+			return nil, err
+		}
+		e.train[k] = p
+	}
+	return e.train[k], nil
+}
+
+func (e *Engine) newPass(B int, backward bool) (*pass, error) {
 	g := gorgonia.NewGraph()
 	net, err := e.m.Build(g, B)
 	if err != nil {
@@ -261,8 +283,8 @@ func (e *Engine) load(p *pass, x []float32, y []int, bad []bool) (int, error) {
 	if len(x) != n*e.chw || n == 0 {
 		return 0, fmt.Errorf("len(x) = %d is not a positive multiple of %d: %w", len(x), e.chw, ErrInvalid)
 	}
-	if n > e.opt.MaxBatch {
-		return 0, fmt.Errorf("batch %d > MaxBatch %d: %w", n, e.opt.MaxBatch, ErrInvalid)
+	if n > p.net.Batch {
+		return 0, fmt.Errorf("batch %d > %d: %w", n, p.net.Batch, ErrInvalid)
 	}
 	if y != nil && len(y) != n {
 		return 0, fmt.Errorf("%d labels for %d examples: %w", len(y), n, ErrInvalid)
@@ -382,10 +404,17 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	if len(dst) != e.m.NumParams() {
 		return st, fmt.Errorf("clip: clipped sum: len(dst) = %d, want %d: %w", len(dst), e.m.NumParams(), ErrInvalid)
 	}
-	p := e.train
 	if err := e.checkParams(); err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
+	if len(y) == 0 || len(y) > e.opt.MaxBatch {
+		return st, fmt.Errorf("clip: clipped sum: batch of %d not in [1, MaxBatch=%d]: %w", len(y), e.opt.MaxBatch, ErrInvalid)
+	}
+	p, err := e.trainPass(len(y))
+	if err != nil {
+		return st, fmt.Errorf("clip: clipped sum: %w", err)
+	}
+	e.last = p
 	n, err := e.load(p, x, y, e.bad)
 	if err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
@@ -400,7 +429,7 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	// Per-example, per-layer squared norms (and L-inf).
 	linf := e.linf[:n]
 	clear(linf)
-	for l, L := range e.layers {
+	for l, L := range p.net.Layers {
 		if e.opt.NonPrivate {
 			e.finiteRows(l, L, f32s(L.In), f32s(p.grads[l]), n)
 		} else {
@@ -478,7 +507,7 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	}
 
 	// U^T diag(c) G per layer.
-	for l, L := range e.layers {
+	for l, L := range p.net.Layers {
 		e.layerSum(l, L, f32s(L.In), f32s(p.grads[l]), n, dst)
 	}
 	return st, nil

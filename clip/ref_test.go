@@ -102,8 +102,8 @@ func perExample(e *Engine, n int) [][]float32 {
 	for i := range out {
 		out[i] = make([]float32, e.m.NumParams())
 	}
-	for l, L := range e.layers {
-		U, G := f32s(L.In), f32s(e.train.grads[l])
+	for l, L := range e.last.net.Layers {
+		U, G := f32s(L.In), f32s(e.last.grads[l])
 		P, fi, fo := L.Positions, L.FanIn, L.FanOut
 		for i := range n {
 			Ui := blas32.General{Rows: P, Cols: fi, Stride: fi, Data: U[i*P*fi : (i+1)*P*fi]}
