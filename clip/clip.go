@@ -19,6 +19,7 @@
 package clip
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -47,8 +48,9 @@ type Options struct {
 	// NonPrivate or PerLayer is set.
 	Norm float64
 	// PerLayer, when non-empty, clips each affine layer (weight and bias
-	// together) separately with its own threshold; len must equal the
-	// number of layers. The total sensitivity is then the L2 norm of
+	// together, in the order of models.Model.Layout, two entries per
+	// layer) separately with its own threshold; len must equal the number
+	// of layers. The total sensitivity is then the L2 norm of
 	// PerLayer. Norm is ignored.
 	PerLayer []float64
 	// LInfZero, when > 0, zeroes an example's whole gradient if the L-inf
@@ -82,7 +84,8 @@ type Stats struct {
 	// finite examples' unclipped gradient L2 norms (all layers); zero
 	// under NonPrivate.
 	NormQuantiles [4]float64
-	// Loss is the mean cross-entropy over the finite examples.
+	// Loss is the mean cross-entropy over the finite examples (0 if
+	// there are none).
 	Loss float64
 }
 
@@ -471,12 +474,12 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 			case e.opt.NonPrivate:
 			case len(e.opt.PerLayer) > 0:
 				if ln := math.Sqrt(e.sq[l][i]); ln > e.opt.PerLayer[l] {
-					c = e.opt.PerLayer[l] / ln
+					c = e.opt.PerLayer[l] / ln * shrink
 					wasClipped = true
 				}
 			default:
 				if nrm > e.opt.Norm {
-					c = e.opt.Norm / nrm
+					c = e.opt.Norm / nrm * shrink
 					wasClipped = true
 				}
 			}
@@ -489,8 +492,6 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	st.Clipped = float64(clipped) / float64(n)
 	if finite > 0 {
 		st.Loss = lossSum / float64(finite)
-	} else {
-		st.Loss = math.NaN()
 	}
 	e.sorted = e.sorted[:0]
 	for _, v := range norms {
@@ -512,6 +513,11 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	}
 	return st, nil
 }
+
+// shrink scales clip factors down by a relative 1e-6 so that float32
+// rounding in the products cannot lift a clipped gradient above its
+// threshold: sensitivity bounds must hold exactly.
+const shrink = 1 - 1e-6
 
 func sqnorm(v []float32) float64 {
 	s := 0.0
@@ -699,6 +705,11 @@ func (e *Engine) layerSum(l int, L models.Layer, U, G []float32, n int, dst []fl
 // Evaluate returns the mean cross-entropy and the accuracy of the model on
 // the examples x with labels y, in forward-only batches of MaxBatch.
 func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
+	return e.EvaluateContext(context.Background(), x, y)
+}
+
+// EvaluateContext is Evaluate, stopping between batches when ctx is done.
+func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
 	if len(y) == 0 || len(x) != len(y)*e.chw {
 		return 0, 0, fmt.Errorf("clip: evaluate: %d floats for %d examples of %d: %w", len(x), len(y), e.chw, ErrInvalid)
 	}
@@ -707,6 +718,9 @@ func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
 	losses := make([]float64, B)
 	sum, correct := 0.0, 0
 	for s := 0; s < len(y); s += B {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
+		}
 		t := min(s+B, len(y))
 		if err := e.loadEval(x[s*e.chw:t*e.chw], y[s:t]); err != nil {
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)

@@ -1,6 +1,7 @@
 package clip
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -401,6 +402,11 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := e.Predict(make([]float32, 3)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Predict: error %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := e.EvaluateContext(ctx, make([]float32, 4), []int{0}); !errors.Is(err, context.Canceled) {
+		t.Errorf("EvaluateContext(cancelled): error %v", err)
 	}
 	nan := []float32{0, float32(math.NaN()), 0, 0}
 	if _, _, err := e.Evaluate(nan, []int{0}); !errors.Is(err, ErrInvalid) {
