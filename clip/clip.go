@@ -14,8 +14,13 @@
 //   - the clipped sum sum_i c_i U_i^T G_i = U^T diag(c) G with one GEMM per
 //     layer ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||).
 //
-// GEMMs go through gonum's blas32, so a faster registered float32 BLAS
-// speeds the engine up without code changes.
+// The engine's own GEMMs go through gonum's blas32 and gorgonia's through
+// gorgonia.Use; UseBLAS32 installs a faster float32 BLAS in both.
+//
+// Batches of any size up to Options.MaxBatch are accepted (Poisson
+// sampling): graphs are built lazily for sizes rounded up to a multiple of
+// MaxBatch/8 and the rest of a batch is padded with zero-weight examples,
+// which contribute nothing to the loss, the norms or the sum.
 package clip
 
 import (
@@ -54,8 +59,9 @@ type Options struct {
 	// PerLayer. Norm is ignored.
 	PerLayer []float64
 	// LInfZero, when > 0, zeroes an example's whole gradient if the L-inf
-	// norm of its unclipped gradient exceeds it (McKenna et al. 2024,
-	// App. F.3 used 100*zeta). It forces per-example materialization of
+	// norm of its unclipped gradient exceeds it (Choquette-Choo et al.
+	// 2023, "Multi-epoch matrix factorization mechanisms", App. F.3, used
+	// 100*zeta). It forces per-example materialization of
 	// convolution gradients and so costs time.
 	LInfZero float64
 	// NonPrivate sums gradients without clipping or computing per-example
