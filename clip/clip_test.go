@@ -26,6 +26,9 @@ func testModels() []testModel {
 		// 8x8 inputs: convolutions on 8x8, 4x4, 2x2 with pooling between,
 		// so both the materialized and the ghost norm paths run.
 		{"cnn", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
+		// 10x10 inputs: the second pool sees an odd 5x5 map (floor to
+		// 2x2), as the third pool does (7x7) for 28x28 inputs.
+		{"cnn-odd", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 10, 10}, 2, 5) }},
 	}
 }
 
@@ -353,6 +356,26 @@ func TestNonFinite(t *testing.T) {
 				}
 				if d := relDiff(got, want); d > 1e-4 {
 					t.Errorf("nonPrivate=%v: sum vs finite examples: rel diff %.2g", nonPrivate, d)
+				}
+				if tm.name == "cnn" || tm.name == "cnn-odd" {
+					continue
+				}
+				// Finite inputs whose forward pass overflows float32 in
+				// the relu network; the others saturate or stay finite.
+				for j := range e.chw {
+					x[1*e.chw+j] = 3e38
+				}
+				copy(x[3*e.chw:4*e.chw], x[2*e.chw:3*e.chw])
+				if st, err = e.ClippedSum(x, y, got); err != nil {
+					t.Fatal(err)
+				}
+				if tm.name == "mlp-relu" && st.NonFinite != 1 {
+					t.Errorf("overflowing example: stats %+v, want 1 non-finite", st)
+				}
+				for j, v := range got {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+						t.Fatalf("overflow: sum[%d] = %v", j, v)
+					}
 				}
 			}
 		})
