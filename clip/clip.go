@@ -18,9 +18,10 @@
 // gorgonia.Use; UseBLAS32 installs a faster float32 BLAS in both.
 //
 // Batches of any size up to Options.MaxBatch are accepted (Poisson
-// sampling): graphs are built lazily for sizes rounded up to a multiple of
-// MaxBatch/8 and the rest of a batch is padded with zero-weight examples,
-// which contribute nothing to the loss, the norms or the sum.
+// sampling): the graph is built for the size rounded up to a multiple of
+// MaxBatch/8 (and rebuilt, in milliseconds, when that changes) and the
+// rest of the batch is padded with zero-weight examples, which contribute
+// nothing to the loss, the norms or the sum.
 package clip
 
 import (
@@ -101,14 +102,15 @@ type Engine struct {
 	m   models.Model
 	opt Options
 
-	// train holds forward+backward graphs for batch sizes rounded up to a
-	// multiple of quantum (index k: size (k+1)*quantum, capped at
-	// MaxBatch), built on first use, so a Poisson-sampled batch pays for
-	// at most quantum-1 padding examples.
-	train   []*pass
+	// train is the forward+backward graph for the last batch size
+	// rounded up to a multiple of quantum (capped at MaxBatch), so a
+	// Poisson-sampled batch pays for at most quantum-1 padding examples.
+	// Only one is kept: a graph holds on to its last run's values (about
+	// two thirds of a step's memory), and rebuilding one costs
+	// milliseconds against a step's hundreds.
+	train   *pass
 	quantum int
 	last    *pass // the pass of the last ClippedSum
-	eval    *pass // forward only at MaxBatch
 
 	chw     int
 	classes int
@@ -162,12 +164,8 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	e := &Engine{m: m, opt: opt, chw: in[0] * in[1] * in[2], classes: m.Classes()}
 	var err error
 	e.quantum = (opt.MaxBatch + 7) / 8
-	e.train = make([]*pass, (opt.MaxBatch+e.quantum-1)/e.quantum)
 	full, err := e.trainPass(opt.MaxBatch)
 	if err != nil {
-		return nil, fmt.Errorf("clip: new: %w", err)
-	}
-	if e.eval, err = e.newPass(opt.MaxBatch, false); err != nil {
 		return nil, fmt.Errorf("clip: new: %w", err)
 	}
 	e.layers = full.net.Layers
@@ -208,17 +206,24 @@ func ghostCheaper(L models.Layer) bool {
 }
 
 // trainPass returns the forward+backward pass for n examples, building it
-// on first use.
+// if the last one has another size.
 func (e *Engine) trainPass(n int) (*pass, error) {
-	k := (n - 1) / e.quantum
-	if e.train[k] == nil {
-		p, err := e.newPass(min((k+1)*e.quantum, e.opt.MaxBatch), true)
+	size := min((n+e.quantum-1)/e.quantum*e.quantum, e.opt.MaxBatch)
+	if e.train == nil || e.train.net.Batch != size {
+		e.train, e.last = nil, nil // let the old graph's values go first
+		p, err := e.newPass(size, true)
 		if err != nil {
 			return nil, err
 		}
-		e.train[k] = p
+		e.train = p
 	}
-	return e.train[k], nil
+	return e.train, nil
+}
+
+// evalPass builds a forward-only pass for Evaluate and Predict, which drop
+// it when done so that its values do not stay live between evaluations.
+func (e *Engine) evalPass() (*pass, error) {
+	return e.newPass(e.opt.MaxBatch, false)
 }
 
 func (e *Engine) newPass(B int, backward bool) (*pass, error) {
@@ -336,11 +341,11 @@ func (e *Engine) load(p *pass, x []float32, y []int, bad []bool) (int, error) {
 }
 
 // loadEval loads a forward-only batch, rejecting non-finite inputs.
-func (e *Engine) loadEval(x []float32, y []int) error {
+func (e *Engine) loadEval(ev *pass, x []float32, y []int) error {
 	if err := e.checkParams(); err != nil {
 		return err
 	}
-	n, err := e.load(e.eval, x, y, e.bad)
+	n, err := e.load(ev, x, y, e.bad)
 	if err != nil {
 		return err
 	}
@@ -720,6 +725,10 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 		return 0, 0, fmt.Errorf("clip: evaluate: %d floats for %d examples of %d: %w", len(x), len(y), e.chw, ErrInvalid)
 	}
 	B := e.opt.MaxBatch
+	ev, err := e.evalPass()
+	if err != nil {
+		return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
+	}
 	pred := make([]int, B)
 	losses := make([]float64, B)
 	sum, correct := 0.0, 0
@@ -728,14 +737,14 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
 		}
 		t := min(s+B, len(y))
-		if err := e.loadEval(x[s*e.chw:t*e.chw], y[s:t]); err != nil {
+		if err := e.loadEval(ev, x[s*e.chw:t*e.chw], y[s:t]); err != nil {
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
 		}
-		if err := e.eval.run(); err != nil {
+		if err := ev.run(); err != nil {
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
 		}
 		k := t - s
-		e.exampleLosses(f32s(e.eval.net.Logits), y[s:t], losses[:k], pred[:k])
+		e.exampleLosses(f32s(ev.net.Logits), y[s:t], losses[:k], pred[:k])
 		for i := range k {
 			sum += losses[i]
 			if pred[i] == y[s+i] {
@@ -753,16 +762,20 @@ func (e *Engine) Predict(x []float32) ([]int, error) {
 		return nil, fmt.Errorf("clip: predict: len(x) = %d is not a positive multiple of %d: %w", len(x), e.chw, ErrInvalid)
 	}
 	B := e.opt.MaxBatch
+	ev, err := e.evalPass()
+	if err != nil {
+		return nil, fmt.Errorf("clip: predict: %w", err)
+	}
 	out := make([]int, n)
 	for s := 0; s < n; s += B {
 		t := min(s+B, n)
-		if err := e.loadEval(x[s*e.chw:t*e.chw], nil); err != nil {
+		if err := e.loadEval(ev, x[s*e.chw:t*e.chw], nil); err != nil {
 			return nil, fmt.Errorf("clip: predict: %w", err)
 		}
-		if err := e.eval.run(); err != nil {
+		if err := ev.run(); err != nil {
 			return nil, fmt.Errorf("clip: predict: %w", err)
 		}
-		e.exampleLosses(f32s(e.eval.net.Logits), nil, make([]float64, t-s), out[s:t])
+		e.exampleLosses(f32s(ev.net.Logits), nil, make([]float64, t-s), out[s:t])
 	}
 	return out, nil
 }
