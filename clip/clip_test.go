@@ -16,19 +16,24 @@ type testModel struct {
 	name string
 	act  string
 	mk   func() (models.Model, error)
+	noFD bool // too large for the float64 finite-difference reference
 }
 
 func testModels() []testModel {
 	return []testModel{
-		{"logistic", "", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 1) }},
-		{"mlp-tanh", "tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) }},
-		{"mlp-relu", "relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) }},
+		{"logistic", "", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 1) }, false},
+		{"mlp-tanh", "tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) }, false},
+		{"mlp-relu", "relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) }, false},
 		// 8x8 inputs: convolutions on 8x8, 4x4, 2x2 with pooling between,
 		// so both the materialized and the ghost norm paths run.
-		{"cnn", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
+		{"cnn", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }, false},
 		// 10x10 inputs: the second pool sees an odd 5x5 map (floor to
 		// 2x2), as the third pool does (7x7) for 28x28 inputs.
-		{"cnn-odd", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 10, 10}, 2, 5) }},
+		{"cnn-odd", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 10, 10}, 2, 5) }, false},
+		// Full-size inputs: per-layer norm methods as used in training
+		// (ghost norms for the 8x8 convolutions of CIFAR).
+		{"cifar32", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{3, 32, 32}, 10, 6) }, true},
+		{"mnist28", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 28, 28}, 10, 7) }, true},
 	}
 }
 
@@ -119,6 +124,9 @@ func TestPerExampleGradients(t *testing.T) {
 			if testing.Short() {
 				fdExamples, fdCoords = 1, 3
 			}
+			if tm.noFD {
+				fdExamples = 0
+			}
 			for i := range fdExamples {
 				x64 := make([]float64, e.chw)
 				for j := range x64 {
@@ -179,6 +187,9 @@ func layerOf(m models.Model) []int {
 func TestClippedSumMatchesIndividual(t *testing.T) {
 	for k, tm := range testModels() {
 		t.Run(tm.name, func(t *testing.T) {
+			if tm.noFD && testing.Short() {
+				t.Skip("full-size model in -short mode")
+			}
 			m, err := tm.mk()
 			if err != nil {
 				t.Fatal(err)
@@ -314,6 +325,9 @@ func sortedMedian(v []float64) float64 {
 func TestNonFinite(t *testing.T) {
 	for k, tm := range testModels() {
 		t.Run(tm.name, func(t *testing.T) {
+			if tm.noFD && testing.Short() {
+				t.Skip("full-size model in -short mode")
+			}
 			m, err := tm.mk()
 			if err != nil {
 				t.Fatal(err)
@@ -357,7 +371,7 @@ func TestNonFinite(t *testing.T) {
 				if d := relDiff(got, want); d > 1e-4 {
 					t.Errorf("nonPrivate=%v: sum vs finite examples: rel diff %.2g", nonPrivate, d)
 				}
-				if tm.name == "cnn" || tm.name == "cnn-odd" {
+				if m.Name() == "cifarcnn" {
 					continue
 				}
 				// Finite inputs whose forward pass overflows float32 in
