@@ -75,3 +75,35 @@ func maxRSSMiB() float64 {
 	}
 	return float64(ru.Maxrss) / 1024 // Linux reports KiB
 }
+
+// BenchmarkCIFARCNNPoisson is the private step with batch sizes varying as
+// Poisson sampling with mean 64 gives (MaxBatch 80: graphs come in sizes
+// 70 and 80 here and are rebuilt when the size changes).
+func BenchmarkCIFARCNNPoisson(b *testing.B) {
+	m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(m, Options{Norm: 1, MaxBatch: 80})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{58, 71, 64, 77, 61, 69}
+	x, y := randBatch(rng, 80, e.chw, 10)
+	dst := make([]float32, m.NumParams())
+	cpu0 := cpuSeconds()
+	examples := 0
+	k := 0
+	for b.Loop() {
+		n := sizes[k%len(sizes)]
+		k++
+		if _, err := e.ClippedSum(x[:n*e.chw], y[:n], dst); err != nil {
+			b.Fatal(err)
+		}
+		examples += n
+	}
+	b.ReportMetric(float64(examples)/b.Elapsed().Seconds(), "examples/s")
+	b.ReportMetric(float64(examples)/(cpuSeconds()-cpu0), "examples/cpu-s")
+	b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+}

@@ -210,7 +210,14 @@ func ghostCheaper(L models.Layer) bool {
 func (e *Engine) trainPass(n int) (*pass, error) {
 	size := min((n+e.quantum-1)/e.quantum*e.quantum, e.opt.MaxBatch)
 	if e.train == nil || e.train.net.Batch != size {
-		e.train, e.last = nil, nil // let the old graph's values go first
+		if e.train != nil {
+			// The old graph's values are garbage now; collecting them
+			// before the new graph allocates its own keeps peak memory
+			// at one graph's worth (a collection costs milliseconds:
+			// the heap is mostly pointer-free float slices).
+			e.train, e.last = nil, nil
+			runtime.GC()
+		}
 		p, err := e.newPass(size, true)
 		if err != nil {
 			return nil, err
