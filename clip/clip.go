@@ -12,7 +12,9 @@
 //     materialized, or the "ghost norm" <U_i U_i^T, G_i G_i^T>, whichever
 //     costs fewer flops for that layer;
 //   - the clipped sum sum_i c_i U_i^T G_i = U^T diag(c) G with one GEMM per
-//     layer ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||).
+//     layer ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||);
+//     where the per-example gradients were materialized for the norms, their
+//     weighted sum (a matrix-vector product) replaces the GEMM.
 //
 // The engine's own GEMMs go through gonum's blas32 and gorgonia's through
 // gorgonia.Use; UseBLAS32 installs a faster float32 BLAS in both.

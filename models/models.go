@@ -141,8 +141,9 @@ func checkCommon(inputShape [3]int, classes int) error {
 }
 
 // NewLogistic returns multinomial logistic regression on the flattened
-// input. seed fixes the (zero) initialization's layout only; it is accepted
-// for symmetry with the other constructors.
+// input. Its parameters start at zero (the loss is convex, so no random
+// start is needed); seed is accepted for symmetry with the other
+// constructors and unused.
 func NewLogistic(inputShape [3]int, classes int, seed uint64) (Model, error) {
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: logistic: %w", err)
