@@ -128,6 +128,7 @@ type Engine struct {
 	lossI  []float64
 	perEx  [][]float32    // per materialized conv layer: MaxBatch x FanIn*FanOut
 	grams  [][2][]float32 // per worker: two P x P Gram matrices
+	colSum []float64      // FanOut scratch for bias sums
 	sorted []float64
 }
 
@@ -187,6 +188,9 @@ func New(m models.Model, opt Options) (*Engine, error) {
 		e.scale = append(e.scale, make([]float32, B))
 		g := L.Positions > 1 && opt.LInfZero == 0 && ghostCheaper(L)
 		e.ghost = append(e.ghost, g)
+		if L.FanOut > len(e.colSum) {
+			e.colSum = make([]float64, L.FanOut)
+		}
 	}
 	e.perEx = make([][]float32, len(e.layers))
 	e.grams = make([][2][]float32, runtime.GOMAXPROCS(0))
@@ -711,7 +715,8 @@ func (e *Engine) layerSum(l int, L models.Layer, U, G []float32, n int, dst []fl
 		blas32.Gemm(blas.Trans, blas.NoTrans, 1, Um, Gm, 0, W)
 	}
 	b := dst[L.Bias.Offset : L.Bias.Offset+L.Bias.Len]
-	acc := make([]float64, fo)
+	acc := e.colSum[:fo]
+	clear(acc)
 	for r := range rows {
 		for k, v := range G[r*fo : (r+1)*fo] {
 			acc[k] += float64(v)
