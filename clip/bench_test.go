@@ -1,0 +1,109 @@
+package clip
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"syscall"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/models"
+)
+
+// BenchmarkCIFARCNN measures one batched step (forward, backward, norms and
+// clipped sum) of the Kairouz et al. CIFAR-10 CNN on 32x32x3 inputs,
+// private (flat clipping) and non-private through the same code.
+func BenchmarkCIFARCNN(b *testing.B) {
+	for _, batch := range []int{64, 256, 500} {
+		for _, private := range []bool{false, true} {
+			name := fmt.Sprintf("batch=%d/private=%v", batch, private)
+			b.Run(name, func(b *testing.B) {
+				if testing.Short() && batch > 64 {
+					b.Skip("large batch in -short mode")
+				}
+				m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e, err := New(m, Options{Norm: 1, NonPrivate: !private, MaxBatch: batch})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				x, y := randBatch(rng, batch, e.chw, 10)
+				dst := make([]float32, m.NumParams())
+				if _, err := e.ClippedSum(x, y, dst); err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				var ms runtime.MemStats
+				cpu0 := cpuSeconds()
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := e.ClippedSum(x, y, dst); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				cpu := cpuSeconds() - cpu0
+				runtime.ReadMemStats(&ms)
+				n := float64(batch) * float64(b.N)
+				b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
+				// On a machine shared with other jobs wall time overstates
+				// the cost; CPU seconds per example do not depend on how
+				// many cores we got.
+				b.ReportMetric(n/cpu, "examples/cpu-s")
+				b.ReportMetric(float64(ms.HeapSys)/(1<<20), "heapMiB")
+				b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+			})
+		}
+	}
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func maxRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}
+
+// BenchmarkCIFARCNNPoisson is the private step with batch sizes varying as
+// Poisson sampling with mean 64 gives (MaxBatch 80: graphs come in sizes
+// 70 and 80 here and are rebuilt when the size changes).
+func BenchmarkCIFARCNNPoisson(b *testing.B) {
+	m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(m, Options{Norm: 1, MaxBatch: 80})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{58, 71, 64, 77, 61, 69}
+	x, y := randBatch(rng, 80, e.chw, 10)
+	dst := make([]float32, m.NumParams())
+	cpu0 := cpuSeconds()
+	examples := 0
+	k := 0
+	for b.Loop() {
+		n := sizes[k%len(sizes)]
+		k++
+		if _, err := e.ClippedSum(x[:n*e.chw], y[:n], dst); err != nil {
+			b.Fatal(err)
+		}
+		examples += n
+	}
+	b.ReportMetric(float64(examples)/b.Elapsed().Seconds(), "examples/s")
+	b.ReportMetric(float64(examples)/(cpuSeconds()-cpu0), "examples/cpu-s")
+	b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+}

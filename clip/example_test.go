@@ -1,0 +1,40 @@
+package clip_test
+
+import (
+	"fmt"
+	"log"
+	"math"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/models"
+)
+
+func ExampleEngine_ClippedSum() {
+	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, "relu", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Clip every example's gradient to L2 norm 0.01; batches of up to 32.
+	e, err := clip.New(m, clip.Options{Norm: 0.01, MaxBatch: 32})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A batch of 5 examples (Poisson sampling gives any size <= MaxBatch).
+	x := make([]float32, 5*16)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	y := []int{0, 1, 2, 0, 1}
+	sum := make([]float32, m.NumParams())
+	st, err := e.ClippedSum(x, y, sum)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n := 0.0
+	for _, v := range sum {
+		n += float64(v) * float64(v)
+	}
+	// Five clipped gradients sum to norm at most 5*0.01.
+	fmt.Println(st.Examples, st.Clipped, math.Sqrt(n) <= 0.05*(1+1e-6))
+	// Output: 5 1 true
+}
