@@ -403,7 +403,7 @@ func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	case elem != c.elem:
 		return invalidf("noise: restore: state has %d-byte elements, this source %d", elem, c.elem)
 	case kind != c.kind || plan != c.plan:
-		return invalidf("noise: restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget)", kind, c.kind)
+		return invalidf("noise: restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", kind, c.kind)
 	case step < 0 || step > c.n:
 		return invalidf("noise: restore: step %d out of range [0, %d]", step, c.n)
 	case len(r.b) != s.stateSize(step):
