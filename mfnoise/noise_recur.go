@@ -39,7 +39,7 @@ func newIndependent[T floatT](n, d int, opt NoiseOptions) (*recurSource[T], erro
 	}
 	c.mech = fingerprint("independent", n)
 	c.plan = fingerprint(KindIndependent)
-	s := &recurSource[T]{common: c, chain: seed, lags: make([][]lag, n), unit: true}
+	s := &recurSource[T]{common: c, chain: seed, unit: true}
 	return s, nil
 }
 
@@ -102,7 +102,10 @@ func (s *recurSource[T]) next(dst []T) error {
 	}
 	i := s.step
 	rk := rowKeyOf(s.chain)
-	lags := s.lags[i]
+	var lags []lag
+	if !s.unit {
+		lags = s.lags[i]
+	}
 	nb := len(s.ring)
 	s.forShards(func(w, sh int) {
 		lo, hi := shardRange(sh, s.d)
