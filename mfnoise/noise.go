@@ -266,20 +266,55 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 		}
 		return newLive[T](mat.DenseCopyOf(&inv), true, d, opt)
 	}
-	a, err := f.Workload.Matrix()
+	g, err := workloadSolve(f.Workload, f.Decoder)
 	if err != nil {
+		return nil, err
+	}
+	return newLive[T](g, false, d, opt)
+}
+
+// workloadSolve returns A^-1 B in O(n m) from the factored inverse of the
+// workload (SPEC 2): S^-1 is the first difference, and for momentum
+// A = M_eta M_beta = S diag(eta) M_beta, so A^-1 = M_beta^-1 diag(1/eta)
+// S^-1 with M_beta^-1 = I - beta * (shift down by one).
+func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
+	if err := w.Validate(); err != nil {
 		return nil, fmt.Errorf("mfnoise: noise: %w", err)
 	}
-	for i := range n {
-		if a.At(i, i) == 0 {
-			return nil, invalidf("noise: workload A is singular (A[%d,%d] = 0)", i+1, i+1)
+	n := w.N
+	g := mat.DenseCopyOf(b)
+	diffRows := func(beta float64) { // row i -= beta * row i-1, bottom up
+		for i := n - 1; i >= 1; i-- {
+			r, p := g.RawRowView(i), g.RawRowView(i-1)
+			for k := range r {
+				r[k] -= beta * p[k]
+			}
 		}
 	}
-	var g mat.Dense
-	if err := mat.NewTriDense(n, mat.Lower, lowerData(a)).SolveTo(&g, false, f.Decoder); err != nil {
-		return nil, fmt.Errorf("mfnoise: noise: computing A^-1 B: %w", err)
+	diffRows(1)
+	switch w.Kind {
+	case PrefixSumKind:
+	case MomentumKind:
+		eta, err := w.Schedule.Rates(n)
+		if err != nil {
+			return nil, fmt.Errorf("mfnoise: noise: %w", err)
+		}
+		for i, e := range eta {
+			if e == 0 {
+				return nil, invalidf("noise: workload A is singular (learning rate %d is 0)", i+1)
+			}
+			r := g.RawRowView(i)
+			for k := range r {
+				r[k] /= e
+			}
+		}
+		if w.Momentum != 0 {
+			diffRows(w.Momentum)
+		}
+	default:
+		return nil, invalidf("noise: workload kind %q", w.Kind)
 	}
-	return newLive[T](&g, false, d, opt)
+	return g, nil
 }
 
 // lowerData copies the lower triangle of the square matrix a row-major.

@@ -115,14 +115,14 @@ func newLiveCols(g *mat.Dense) (*liveCols, []any, error) {
 	return lc, parts, nil
 }
 
-// mergeTol is the relative tolerance for two future columns of G to count
-// as proportional. A merge replaces G[i,j] by c G[i,r], an error of at most
-// mergeTol |G[i,j]|, so W_i moves by at most mergeTol sum_j |G[i,j] z_j|:
-// below the float64 accuracy the exactness tests demand (1e-12) and far
-// below float32. Columns that are proportional in exact arithmetic but
-// computed through A^-1 B with residue above it are simply not merged
-// (correct, with more memory).
-const mergeTol = 5e-13
+// mergeTol is the tolerance for two future columns of G to count as
+// proportional, relative to the larger column's largest entry. A merge
+// replaces G[i,j] by c G[i,r], an error of at most mergeTol max_i |G[i,j]|
+// per merged row, the same kind of bound as for dropped structural zeros
+// and far below float32 resolution. Columns that are proportional in exact
+// arithmetic but computed through A^-1 B with residue above it are simply
+// not merged (correct, with more memory).
+const mergeTol = 1e-12
 
 // mergeWorthwhile bounds the compile work of merging (proportionality is
 // checked on every future column at every step): on for sparse G, off for
@@ -293,14 +293,20 @@ func signature(rows []int, vals []float64) string {
 }
 
 // proportional reports whether the future column (r2, v2) is c = v2[0] /
-// v1[0] times (r1, v1), entrywise to mergeTol relative.
+// v1[0] times (r1, v1), entrywise to mergeTol times the column's largest
+// entry (rounding residue of A^-1 B is absolute, not relative to each
+// entry).
 func proportional(r1 []int, v1 []float64, r2 []int, v2 []float64) bool {
 	if !slices.Equal(r1, r2) {
 		return false
 	}
 	c := v2[0] / v1[0]
+	vmax := 0.0
+	for _, x := range v2 {
+		vmax = max(vmax, math.Abs(x))
+	}
 	for k := range v1 {
-		if math.Abs(v2[k]-c*v1[k]) > mergeTol*math.Abs(v2[k]) {
+		if math.Abs(v2[k]-c*v1[k]) > mergeTol*vmax {
 			return false
 		}
 	}

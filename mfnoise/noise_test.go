@@ -155,12 +155,52 @@ func treeOnlineDecoder(n int, ranges [][2]int) *mat.Dense {
 	return b
 }
 
+// treeHonakerDecoder is the online Honaker decoder ("estimator from below",
+// SPEC 5.2): each subtree v of the dyadic decomposition of [0, i] is
+// estimated from all its descendants, the level-j sums (2^j nodes below v)
+// weighted proportionally to 2^-j. Its G = S^-1 B is denser than the plain
+// online decoder's: a leaf is used until the root completes.
+func treeHonakerDecoder(n int, ranges [][2]int) *mat.Dense {
+	b := mat.NewDense(n, len(ranges), nil)
+	index := map[[2]int]int{}
+	for v, r := range ranges {
+		index[r] = v
+	}
+	for i := range n {
+		lo, end := 0, i+1
+		for lo < end {
+			size := 1
+			for lo%(2*size) == 0 && lo+2*size <= end {
+				size *= 2
+			}
+			norm := 0.0
+			for s := size; s >= 1; s /= 2 {
+				norm += float64(s) / float64(size)
+			}
+			for s := size; s >= 1; s /= 2 { // level with nodes of size s: weight ~ s/size = 2^-j
+				for u := lo; u < lo+size; u += s {
+					b.Set(i, index[[2]int{u, u + s}], b.At(i, index[[2]int{u, u + s}])+float64(s)/float64(size)/norm)
+				}
+			}
+			lo += size
+		}
+	}
+	return b
+}
+
 // onlineTreeFact is the tree with the online decoder for workload w
 // (post-processed from the prefix sum: B = A S^-1 B_S).
 func onlineTreeFact(t testing.TB, w Workload) *Factorization {
+	return treeFact(t, w, false)
+}
+
+func treeFact(t testing.TB, w Workload, honaker bool) *Factorization {
 	n := w.N
 	c, ranges := treeEncoder(n)
 	bs := treeOnlineDecoder(n, ranges)
+	if honaker {
+		bs = treeHonakerDecoder(n, ranges)
+	}
 	a, _ := w.Matrix()
 	sinv := mat.NewDense(n, n, nil)
 	for i := range n {
@@ -235,6 +275,7 @@ func testFacts(t testing.TB, n int) []namedFact {
 		}
 		out = append(out, namedFact{"tall-optimal", optimalFact(t, w, randTall(2*n, n, rng), Metadata{Decoder: "optimal"}), tallKind})
 		out = append(out, namedFact{"tree-online", onlineTreeFact(t, w), treeKind})
+		out = append(out, namedFact{"tree-honaker-online", treeFact(t, w, true), treeKind})
 		if n%2 == 0 && n >= 4 {
 			// Stamped: two blocks.
 			h := n / 2
@@ -424,6 +465,20 @@ func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	streamAll(t, s)
 	if len(ls.pool) != ls.nslots {
 		t.Fatalf("allocated %d buffers, planned %d", len(ls.pool), ls.nslots)
+	}
+	// Online Honaker: a leaf is used until the root completes, but all of
+	// a complete subtree's nodes have proportional futures (level weights
+	// 2^-j), so one slot per subtree of the decomposition suffices.
+	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
+		s, err := newNoiseSource[float32](treeFact(t, w, true), d, NoiseOptions{Seed: testSeed(1), Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := s.(*liveSource[float32])
+		t.Logf("%s: online Honaker tree: %d slots, merged %v, kind %s", w, ls.nslots, ls.merged, ls.kind)
+		if ls.nslots > 9 || ls.kind != KindSparseLive {
+			t.Fatalf("%s: online Honaker tree: %d slots (%s), want <= log2(256)+1 = 9", w, ls.nslots, ls.kind)
+		}
 	}
 }
 
@@ -735,5 +790,28 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 		checkAgainstRef(t, streamAll(t, slow), g, z, 1e-12)
 		s32, _ := NewNoiseSource(f, d, NoiseOptions{Seed: seed})
 		checkAgainstRef(t, streamAll(t, s32.(source32).s), g, z, 1e-5)
+	}
+}
+
+func TestWorkloadSolve(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(9, 9))
+	const n = 30
+	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
+		b := randTall(n, 2*n, rng)
+		g, err := workloadSolve(w, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := w.Matrix()
+		var ag mat.Dense
+		ag.Mul(a, g)
+		ag.Sub(&ag, b)
+		if r := mat.Norm(&ag, 2) / mat.Norm(b, 2); r > 1e-13 {
+			t.Fatalf("%s: ||A G - B|| / ||B|| = %v", w, r)
+		}
+	}
+	w := Workload{Kind: MomentumKind, N: 3, Momentum: 0.5, Schedule: Schedule{Explicit: []float64{1, 0, 1}}}
+	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero learning rate: %v", err)
 	}
 }
