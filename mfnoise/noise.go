@@ -33,13 +33,18 @@ type NoiseSource interface {
 	// Dim is the model dimension d.
 	Dim() int
 	// MemoryBytes is the number of bytes of per-step state held: the
-	// d-sized buffers, per-worker scratch and noise keys (not the
-	// mechanism's n x m coefficients).
+	// d-sized buffers, per-worker scratch and noise keys. The mechanism's
+	// own coefficients (at most the nonzeros of C or of G = A^-1 B, kept
+	// as a step program) are not counted: they do not grow with d.
 	MemoryBytes() int64
 	// Kind names the streaming method, one of the Kind* constants.
 	Kind() string
 	// MarshalBinary returns the complete state: step, buffers, generator
-	// keys and a fingerprint of the mechanism, d and the memory plan.
+	// keys and a fingerprint of the mechanism, d and the memory plan. The
+	// state determines all remaining noise (and holds past noise rows the
+	// mechanism still needs): keep it as secret as the seed. It does not
+	// hold the keys of noise rows no longer needed, so it cannot be used
+	// to recompute the noise of steps already released beyond that.
 	MarshalBinary() ([]byte, error)
 	// UnmarshalBinary restores a state produced by MarshalBinary into a
 	// source built for the same mechanism, d and memory plan, and returns

@@ -154,6 +154,17 @@ func axpy[T floatT](a T, x, y []T) {
 // axpy4 is y += a x + b u + c v + e w, one pass over y for four rows.
 func axpy4[T floatT](a, b, c, e T, x, u, v, w, y []T) {
 	x, u, v, w = x[:len(y)], u[:len(y)], v[:len(y)], w[:len(y)]
+	if y32, ok := any(y).([]float32); ok && useAVX2 {
+		axpy4AVX2(float32(a), float32(b), float32(c), float32(e),
+			any(x).([]float32), any(u).([]float32), any(v).([]float32), any(w).([]float32), y32)
+		return
+	}
+	axpy4Go(a, b, c, e, x, u, v, w, y)
+}
+
+// axpy4Go is the portable axpy4.
+func axpy4Go[T floatT](a, b, c, e T, x, u, v, w, y []T) {
+	x, u, v, w = x[:len(y)], u[:len(y)], v[:len(y)], w[:len(y)]
 	for k := range y {
 		y[k] += a*x[k] + b*u[k] + c*v[k] + e*w[k]
 	}

@@ -815,3 +815,23 @@ func TestWorkloadSolve(t *testing.T) {
 		t.Fatalf("zero learning rate: %v", err)
 	}
 }
+
+func TestAxpy4KernelMatchesGo(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(4, 4))
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 2048, 2051} {
+		vec := func() []float32 {
+			v := make([]float32, n)
+			for k := range v {
+				v[k] = float32(rng.NormFloat64())
+			}
+			return v
+		}
+		x, u, v, w, y := vec(), vec(), vec(), vec(), vec()
+		y2 := slices.Clone(y)
+		axpy4[float32](0.3, -1.7, 2.2, 1e-3, x, u, v, w, y)
+		axpy4Go[float32](0.3, -1.7, 2.2, 1e-3, x, u, v, w, y2)
+		if !slices.Equal(y, y2) {
+			t.Fatalf("n = %d: kernel (avx2 %v) differs from Go", n, useAVX2)
+		}
+	}
+}
