@@ -141,28 +141,31 @@ func BenchmarkDense(b *testing.B) {
 	}
 }
 
-// BenchmarkTreeOnline streams a whole 2048-step binary tree with the online
-// decoder (sparse-live), reporting the average step.
+// BenchmarkTreeOnline streams a 2048-step binary tree with the plain and
+// the Honaker-weighted online decoder (run with -benchtime 2048x for one
+// full pass), reporting the average step and the peak memory held.
 func BenchmarkTreeOnline(b *testing.B) {
 	const n = 2048
-	f := onlineTreeFact(b, prefixW(b, n))
-	for _, d := range []int{1_000_000} {
-		b.Run(fmt.Sprintf("d=%d", d), func(b *testing.B) {
-			s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			dst := make([]float32, d)
-			peak := int64(0)
-			for b.Loop() {
-				if s.Step() == n {
-					s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+	for _, honaker := range []bool{false, true} {
+		f := treeFact(b, prefixW(b, n), honaker)
+		for _, d := range []int{1_000_000} {
+			b.Run(fmt.Sprintf("honaker=%v/d=%d", honaker, d), func(b *testing.B) {
+				s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+				if err != nil {
+					b.Fatal(err)
 				}
-				s.Next(dst)
-				peak = max(peak, s.MemoryBytes())
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
-			b.ReportMetric(float64(peak)/1e6, "MB-held")
-		})
+				dst := make([]float32, d)
+				peak := int64(0)
+				for b.Loop() {
+					if s.Step() == n {
+						s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+					}
+					s.Next(dst)
+					peak = max(peak, s.MemoryBytes())
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
+				b.ReportMetric(float64(peak)/1e6, "MB-held")
+			})
+		}
 	}
 }
