@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	mrand "math/rand/v2"
 	"runtime"
@@ -389,27 +390,49 @@ func isIdentity(c *mat.Dense) bool {
 
 var errOverBudget = errors.New("over memory budget")
 
-// fingerprint hashes the mechanism coefficients.
+// fingerprint hashes small descriptions (kinds, plans).
 func fingerprint(parts ...any) [32]byte {
-	h := sha256.New()
+	var h hasher
+	h.init()
 	for _, p := range parts {
 		switch v := p.(type) {
 		case string:
-			binary.Write(h, binary.LittleEndian, uint64(len(v)))
-			h.Write([]byte(v))
+			h.str(v)
 		case int:
-			binary.Write(h, binary.LittleEndian, int64(v))
-		case float64:
-			binary.Write(h, binary.LittleEndian, math.Float64bits(v))
-		case []byte:
-			binary.Write(h, binary.LittleEndian, uint64(len(v)))
-			h.Write(v)
+			h.int(v)
 		default:
 			panic(fmt.Sprintf("fingerprint: %T", p))
 		}
 	}
+	return h.sum()
+}
+
+// hasher streams mechanism coefficients into SHA-256 without holding them.
+type hasher struct {
+	h   hash.Hash
+	buf [8]byte
+}
+
+func (h *hasher) init() { h.h = sha256.New() }
+
+func (h *hasher) int(v int) {
+	binary.LittleEndian.PutUint64(h.buf[:], uint64(v))
+	h.h.Write(h.buf[:])
+}
+
+func (h *hasher) float(v float64) {
+	binary.LittleEndian.PutUint64(h.buf[:], math.Float64bits(v))
+	h.h.Write(h.buf[:])
+}
+
+func (h *hasher) str(v string) {
+	h.int(len(v))
+	h.h.Write([]byte(v))
+}
+
+func (h *hasher) sum() [32]byte {
 	var out [32]byte
-	h.Sum(out[:0])
+	h.h.Sum(out[:0])
 	return out
 }
 

@@ -82,11 +82,11 @@ type term struct {
 	g float64
 }
 
-func newLiveCols(g *mat.Dense) (*liveCols, []any, error) {
+func newLiveCols(g *mat.Dense) (*liveCols, [32]byte, error) {
 	n, m := g.Dims()
 	gmax := maxAbs(g)
 	if gmax == 0 || math.IsNaN(gmax) || math.IsInf(gmax, 0) {
-		return nil, nil, invalidf("noise: A^-1 B has max entry %v", gmax)
+		return nil, [32]byte{}, invalidf("noise: A^-1 B has max entry %v", gmax)
 	}
 	tol := StructuralZeroTol * gmax
 	lc := &liveCols{n: n, m: m, rows: make([][]term, n), colRow: make([][]int, m), colVal: make([][]float64, m),
@@ -94,7 +94,11 @@ func newLiveCols(g *mat.Dense) (*liveCols, []any, error) {
 	for j := range m {
 		lc.first[j], lc.last[j] = -1, -1
 	}
-	parts := []any{"live", n, m}
+	var fp hasher
+	fp.init()
+	fp.str("live")
+	fp.int(n)
+	fp.int(m)
 	for i := range n {
 		for j := range m {
 			v := g.At(i, j)
@@ -104,7 +108,9 @@ func newLiveCols(g *mat.Dense) (*liveCols, []any, error) {
 			lc.rows[i] = append(lc.rows[i], term{j, v})
 			lc.colRow[j] = append(lc.colRow[j], i)
 			lc.colVal[j] = append(lc.colVal[j], v)
-			parts = append(parts, i, j, v)
+			fp.int(i)
+			fp.int(j)
+			fp.float(v)
 			if lc.first[j] < 0 {
 				lc.first[j] = i
 			}
@@ -112,7 +118,7 @@ func newLiveCols(g *mat.Dense) (*liveCols, []any, error) {
 			lc.nnz++
 		}
 	}
-	return lc, parts, nil
+	return lc, fp.sum(), nil
 }
 
 // mergeTol is the tolerance for two future columns of G to count as
@@ -332,7 +338,7 @@ func (lc *liveCols) peakSlots(threshold int) int {
 }
 
 func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (*liveSource[T], error) {
-	lc, parts, err := newLiveCols(g)
+	lc, mech, err := newLiveCols(g)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +433,7 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (*liv
 	if err != nil {
 		return nil, err
 	}
-	c.mech = fingerprint(parts...)
+	c.mech = mech
 	c.plan = fingerprint(c.kind, plan)
 	s := &liveSource[T]{common: c, prog: prog, eraseAt: eraseAt, nslots: nslots, merged: merged, nnz: lc.nnz}
 	s.keys, _ = rowKeys(seed, m)

@@ -49,19 +49,24 @@ func newRecursion[T floatT](cm *mat.Dense, d int, opt NoiseOptions) (*recurSourc
 	lags := make([][]lag, n)
 	inv := make([]float64, n)
 	b := 1
-	parts := []any{"recursion", n}
+	var fp hasher
+	fp.init()
+	fp.str("recursion")
+	fp.int(n)
 	for i := range n {
 		cii := cm.At(i, i)
 		if math.Abs(cii) <= tol || math.IsNaN(cii) {
 			return nil, invalidf("noise: encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
 		}
 		inv[i] = 1 / cii
-		parts = append(parts, i, cii)
+		fp.int(i)
+		fp.float(cii)
 		for j := range i {
 			if v := cm.At(i, j); math.Abs(v) > tol {
 				lags[i] = append(lags[i], lag{i - j, v})
 				b = max(b, i-j+1)
-				parts = append(parts, j, v)
+				fp.int(j)
+				fp.float(v)
 			}
 		}
 	}
@@ -80,7 +85,7 @@ func newRecursion[T floatT](cm *mat.Dense, d int, opt NoiseOptions) (*recurSourc
 	if err != nil {
 		return nil, err
 	}
-	c.mech = fingerprint(parts...)
+	c.mech = fp.sum()
 	c.plan = fingerprint(kind, b)
 	s := &recurSource[T]{common: c, chain: seed, lags: lags, inv: inv}
 	s.ring = make([][]T, b-1)

@@ -438,7 +438,10 @@ func TestRegenerateMatchesStored(t *testing.T) {
 			t.Fatalf("budget %d: kind %q, want %q", c.budget, slow.base().kind, c.kind)
 		}
 		want := streamAll(t, fast)
-		for i, got := range streamAll(t, slow) {
+		slowRows := streamAll(t, slow)
+		m, _ := c.f.Encoder.Dims()
+		checkAgainstRef(t, slowRows, refG(t, c.f), zRows(seed, m, d), 1e-12)
+		for i, got := range slowRows {
 			if mb := slow.memoryBytes(); mb > c.budget {
 				t.Fatalf("%s: memory %d over budget %d", c.kind, mb, c.budget)
 			}
