@@ -82,6 +82,14 @@ const (
 	// KindLiveRegenerate stores the short-lived z_j within the memory
 	// budget and regenerates the others on every use.
 	KindLiveRegenerate = "live-regenerate"
+	// KindTallBlocked streams a dense G (optimal decoders) that does not
+	// fit in memory by computing T steps at a time with a matrix product,
+	// drawing each z_j once per block (O(T d) memory, m d / T draws per
+	// step).
+	KindTallBlocked = "tall-blocked"
+	// KindDenseBlocked is KindTallBlocked for G = C^-1 of a dense
+	// lower-triangular encoder whose stored rows do not fit.
+	KindDenseBlocked = "dense-blocked"
 )
 
 // NoiseOptions configures a noise source. The zero value is a crypto/rand

@@ -337,7 +337,7 @@ func (lc *liveCols) peakSlots(threshold int) int {
 	return peak
 }
 
-func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (*liveSource[T], error) {
+func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (streamer[T], error) {
 	lc, mech, err := newLiveCols(g)
 	if err != nil {
 		return nil, err
@@ -380,6 +380,17 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (*liv
 	if lc.mergeWorthwhile() {
 		prog, eraseAt, nslots = lc.compile(storeAll, true)
 		merged = fits(nslots)
+	}
+	if !merged && !fits(lc.peakSlots(n)) && lc.dense() {
+		// Dense G that does not fit: blocks of steps, if two rows fit.
+		if tb := planBlock(lc, c, opt.MemoryBudget); tb >= 2 {
+			seed, err := newSeed(opt.Seed)
+			if err != nil {
+				return nil, err
+			}
+			c.mech = mech
+			return newBlock[T](lc, c, tb, seed, square), nil
+		}
 	}
 	stored := multi
 	if !merged {

@@ -838,3 +838,96 @@ func TestAxpy4KernelMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// newBlockForTest builds a block source with block length bt for f.
+func newBlockForTest[T floatT](t *testing.T, f *Factorization, d, bt int, seed []byte, workers int) *blockSource[T] {
+	m, n := f.Encoder.Dims()
+	var g *mat.Dense
+	if m == n {
+		var inv mat.TriDense
+		if err := inv.InverseTri(mat.NewTriDense(n, mat.Lower, lowerData(f.Encoder))); err != nil {
+			t.Fatal(err)
+		}
+		g = mat.DenseCopyOf(&inv)
+	} else {
+		var err error
+		if g, err = workloadSolve(f.Workload, f.Decoder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lc, mech, err := newLiveCols(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newCommon[T](KindTallBlocked, n, m, d, NoiseOptions{Workers: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mech = mech
+	k, _ := newSeed(seed)
+	return newBlock[T](lc, c, bt, k, m == n)
+}
+
+func TestBlockedExactAndResumable(t *testing.T) {
+	const n, d = 23, shardLen + 300
+	seed := testSeed(6)
+	rng := mrand.New(mrand.NewPCG(6, 6))
+	for _, f := range []*Factorization{
+		squareFact(t, momentumW(t, n), randDenseLower(n, rng), Metadata{}),
+		optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), Metadata{}),
+	} {
+		m, _ := f.Encoder.Dims()
+		z := zRows(seed, m, d)
+		g := refG(t, f)
+		for _, bt := range []int{1, 4, 8} {
+			s := newBlockForTest[float64](t, f, d, bt, seed, 0)
+			checkAgainstRef(t, streamAll(t, s), g, z, 1e-12)
+		}
+		// float32, and a restore mid-block into a one-worker source.
+		ref := newBlockForTest[float32](t, f, d, 8, seed, 0)
+		want := streamAll(t, ref)
+		checkAgainstRef(t, want, g, z, 1e-5)
+		a := newBlockForTest[float32](t, f, d, 8, seed, 0)
+		buf := make([]float32, d)
+		for range 11 {
+			a.next(buf)
+		}
+		state, _ := marshalStreamer(a)
+		b := newBlockForTest[float32](t, f, d, 8, testSeed(99), 1)
+		if err := unmarshalStreamer(b, state); err != nil {
+			t.Fatal(err)
+		}
+		for i := 11; i < n; i++ {
+			b.next(buf)
+			if !slices.Equal(buf, want[i]) {
+				t.Fatalf("%s: resumed block source differs at step %d", b.kind, i+1)
+			}
+		}
+	}
+}
+
+func TestBlockedChosenUnderBudget(t *testing.T) {
+	const n, d = 16, 100000
+	rng := mrand.New(mrand.NewPCG(8, 8))
+	f := optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), Metadata{})
+	// All of Z needs 32 rows (12.8 MB); allow about 8 rows.
+	budget := int64(8*d*4 + 2<<20)
+	s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Kind() != KindTallBlocked || s.MemoryBytes() > budget {
+		t.Fatalf("kind %s, memory %d, want %s within %d", s.Kind(), s.MemoryBytes(), KindTallBlocked, budget)
+	}
+	full, _ := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+	x, y := make([]float32, d), make([]float32, d)
+	for range n {
+		s.Next(x)
+		full.Next(y)
+		for k := range x {
+			if math.Abs(float64(x[k]-y[k])) > 1e-5*(1+math.Abs(float64(y[k]))) {
+				t.Fatalf("blocked %v, pregenerated %v", x[k], y[k])
+			}
+		}
+	}
+}
