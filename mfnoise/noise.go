@@ -73,8 +73,8 @@ const (
 	// for a binary tree with a decoder that uses only the dyadic nodes).
 	KindSparseLive = "sparse-live"
 	// KindTallPregenerated is KindSparseLive when every z_j is needed from
-	// the first step on (dense G, e.g. optimal decoders): all m rows of Z
-	// are held (O(m d) memory).
+	// the first step on but G is not dense enough for KindTallBlocked: all
+	// m rows of Z are held (O(m d) memory).
 	KindTallPregenerated = "tall-pregenerated"
 	// KindTallRegenerate streams a general G regenerating each z_j on every
 	// use (O(d) memory, O(nnz(G[i,:]) d) time on step i).
@@ -82,10 +82,11 @@ const (
 	// KindLiveRegenerate stores the short-lived z_j within the memory
 	// budget and regenerates the others on every use.
 	KindLiveRegenerate = "live-regenerate"
-	// KindTallBlocked streams a dense G (optimal decoders) that does not
-	// fit in memory by computing T steps at a time with a matrix product,
-	// drawing each z_j once per block (O(T d) memory, m d / T draws per
-	// step).
+	// KindTallBlocked streams a dense G (optimal decoders of trees and
+	// FFT) by computing T steps at a time with a matrix product, drawing
+	// each z_j once per block (O(T d) memory, m d / T draws per step; T =
+	// 64 with no budget, else the largest power of two up to 256 that
+	// fits).
 	KindTallBlocked = "tall-blocked"
 	// KindDenseBlocked is KindTallBlocked for G = C^-1 of a dense
 	// lower-triangular encoder whose stored rows do not fit.
@@ -141,13 +142,20 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 //     buffered rows (KindBanded, KindDenseStored when b = n) if it fits the
 //     budget, else regeneration (KindDenseRegenerate or KindLiveRegenerate);
 //   - any other encoder (tall trees, FFT, stamps of them): W_i = sum_j
-//     G[i,j] z_j with G = A^-1 B, holding each z_j between its first and
-//     last use within the budget (KindSparseLive, KindTallPregenerated) and
-//     regenerating the rest (KindLiveRegenerate, KindTallRegenerate).
-//     Held rows whose remaining columns of G are proportional are merged
-//     into one buffer, which gives O(d log n) memory for binary trees with
-//     the online decoders (plain or Honaker-weighted) and one block's worth
+//     G[i,j] z_j with G = A^-1 B. Dense G (optimal decoders): T steps at a
+//     time by a matrix product (KindTallBlocked). Sparse G (online
+//     decoders, stamps): each z_j held between its first and last use
+//     within the budget (KindSparseLive, KindTallPregenerated),
+//     regenerating the rest (KindLiveRegenerate, KindTallRegenerate); held
+//     rows whose remaining columns of G are proportional are merged into
+//     one buffer, which gives O(d log n) memory for binary trees with the
+//     online decoders (plain or Honaker-weighted) and one block's worth
 //     for stamped mechanisms.
+//   - a dense C^-1 whose back substitution does not fit the budget is
+//     streamed like a dense G (KindDenseBlocked), or regenerated.
+//
+// All methods draw the same z_j (see the package's randomness layout) and
+// agree to rounding.
 //
 // A^-1 B is computed in O(n m) from the factored inverse of the workload.
 // Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).

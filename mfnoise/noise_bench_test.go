@@ -119,6 +119,26 @@ func BenchmarkDense(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 			b.ReportMetric(float64(s.memoryBytes())/1e6, "MB-held")
 		})
+		b.Run(fmt.Sprintf("blocked/d=%d", d), func(b *testing.B) {
+			f := squareFact(b, prefixW(b, n), c, Metadata{})
+			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 64 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := src.(*blockSource[float32])
+			// The last full block, steps [t0, t0+t): one product per t steps.
+			t0 := (n/s.t - 1) * s.t
+			for b.Loop() {
+				if s.step == t0+s.t || s.step < t0 {
+					s.step = t0
+					s.start = -1
+				}
+				s.next(make([]float32, 0, d)[:d])
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
+			b.ReportMetric(float64(s.memoryBytes())/1e6, "MB-held")
+			b.ReportMetric(float64(s.t), "block")
+		})
 		b.Run(fmt.Sprintf("regenerate/d=%d", d), func(b *testing.B) {
 			f := squareFact(b, prefixW(b, n), c, Metadata{})
 			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 1 << 20})
@@ -167,5 +187,34 @@ func BenchmarkTreeOnline(b *testing.B) {
 				b.ReportMetric(float64(peak)/1e6, "MB-held")
 			})
 		}
+	}
+}
+
+// BenchmarkTallDense streams a dense G (random tall encoder with the optimal
+// decoder, n = 256, m = 512) holding all of Z and in blocks under a budget;
+// run with -benchtime 256x for one pass.
+func BenchmarkTallDense(b *testing.B) {
+	const n, d = 256, 1_000_000
+	rng := mrand.New(mrand.NewPCG(1, 4))
+	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), Metadata{})
+	for _, budget := range []int64{0, 300 << 20} {
+		b.Run(fmt.Sprintf("budget=%dMB", budget>>20), func(b *testing.B) {
+			s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, d)
+			peak := int64(0)
+			for b.Loop() {
+				if s.Step() == n {
+					s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+				}
+				s.Next(dst)
+				peak = max(peak, s.MemoryBytes())
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
+			b.ReportMetric(float64(peak)/1e6, "MB-held")
+			b.Logf("kind %s", s.Kind())
+		})
 	}
 }

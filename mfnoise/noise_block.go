@@ -52,15 +52,24 @@ func (lc *liveCols) blockCols(t0, t1 int) []int {
 	return slices.Compact(js)
 }
 
-// dense reports whether G has enough nonzeros that merging and liveness
+// dense reports whether more than half of G is nonzero, so that liveness
 // cannot help much and the block method should be preferred.
 func (lc *liveCols) dense() bool {
-	return int64(lc.nnz)*4 >= int64(lc.n)*int64(lc.m)
+	return int64(lc.nnz)*2 > int64(lc.n)*int64(lc.m)
 }
 
-// planBlock returns the largest block length (at most 256) that fits the
-// budget, or 0 if none of length >= 2 does.
+// defaultBlock is the block length with no memory budget: long enough that
+// drawing m/64 noise rows per step costs less than the product, short
+// enough to hold (64 rows of d: 256 MB for d = 1e6 in float32).
+const defaultBlock = 64
+
+// planBlock returns the largest power-of-two block length (at most
+// defaultBlock with no budget, 256 with one) that fits the budget, or 0 if
+// none of length >= 2 does.
 func planBlock(lc *liveCols, c *common, budget int64) int {
+	if budget == 0 {
+		return min(lc.n, defaultBlock)
+	}
 	best := 0
 	for t := 2; t <= min(lc.n, 256); t *= 2 {
 		kmax := lc.m // an upper bound; the exact value depends on t

@@ -377,19 +377,34 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (stre
 		merged  bool
 		plan    any = "all"
 	)
+	blocked := func() (streamer[T], bool, error) {
+		tb := planBlock(lc, c, opt.MemoryBudget)
+		if tb < 2 {
+			return nil, false, nil
+		}
+		seed, err := newSeed(opt.Seed)
+		if err != nil {
+			return nil, false, err
+		}
+		c.mech = mech
+		return newBlock[T](lc, c, tb, seed, square), true, nil
+	}
+	if lc.dense() && !square {
+		// Dense tall G: blocks of steps beat holding all of Z even with
+		// memory to spare (each step would read all m rows; a block is one
+		// matrix product).
+		if s, ok, err := blocked(); ok || err != nil {
+			return s, err
+		}
+	}
 	if lc.mergeWorthwhile() {
 		prog, eraseAt, nslots = lc.compile(storeAll, true)
 		merged = fits(nslots)
 	}
-	if !merged && !fits(lc.peakSlots(n)) && lc.dense() {
-		// Dense G that does not fit: blocks of steps, if two rows fit.
-		if tb := planBlock(lc, c, opt.MemoryBudget); tb >= 2 {
-			seed, err := newSeed(opt.Seed)
-			if err != nil {
-				return nil, err
-			}
-			c.mech = mech
-			return newBlock[T](lc, c, tb, seed, square), nil
+	if lc.dense() && square && !merged && !fits(lc.peakSlots(n)) {
+		// C^-1 whose back substitution did not fit either.
+		if s, ok, err := blocked(); ok || err != nil {
+			return s, err
 		}
 	}
 	stored := multi
