@@ -139,6 +139,13 @@ func (s *blockSource[T]) compute(t0 int) {
 			gb[r*k+col[tm.j]] = tm.g
 		}
 	}
+	if k == 0 {
+		for r := range rows {
+			clear(s.block[r])
+		}
+		s.start = t0
+		return
+	}
 	impl := blas64.Implementation()
 	s.forShards(func(w, sh int) {
 		lo, hi := shardRange(sh, s.d)
