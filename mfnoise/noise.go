@@ -95,6 +95,13 @@ const (
 
 // NoiseOptions configures a noise source. The zero value is a crypto/rand
 // seed, no memory limit and GOMAXPROCS workers.
+//
+// Randomness layout (fixed, so any z_j can be regenerated and every method
+// draws the same Z): noise row j has a key from a one-way SHA-256 chain
+// started at the seed; coordinates are cut into shards of 32768, and shard
+// s of row j is a ChaCha8 stream seeded with SHA-256(key_j, s), turned into
+// normals by an exact 256-layer ziggurat. Shards are independent, so the
+// workers split them without changing the noise.
 type NoiseOptions struct {
 	// Seed is nil for a seed from crypto/rand (the default, required for
 	// privacy) or exactly 32 bytes for reproducible experiments. With a
