@@ -292,6 +292,13 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 	if br, bc := f.Decoder.Dims(); br != n || bc != m {
 		return nil, invalidf("noise: decoder is %d x %d, want %d x %d", br, bc, n, m)
 	}
+	// NaN would pass every structural-zero test below and vanish silently.
+	if err := checkFinite("noise: encoder", c); err != nil {
+		return nil, err
+	}
+	if err := checkFinite("noise: decoder", f.Decoder); err != nil {
+		return nil, err
+	}
 	if m == n && isLowerTriangular(c) {
 		if isIdentity(c) {
 			return newIndependent[T](n, d, opt)

@@ -719,6 +719,12 @@ func TestNoiseErrors(t *testing.T) {
 	if _, err := NewNoiseSource(ft, 1<<20, NoiseOptions{MemoryBudget: 1000}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("budget below scratch: %v", err)
 	}
+	bad := *f1
+	bad.Encoder = mat.DenseCopyOf(f1.Encoder)
+	bad.Encoder.Set(3, 1, math.NaN())
+	if _, err := NewNoiseSource(&bad, 10, opt); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("NaN in the encoder: %v", err)
+	}
 	if _, err := NewNoiseSource(nil, 10, opt); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("nil factorization: %v", err)
 	}
