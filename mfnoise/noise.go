@@ -327,7 +327,7 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 // S^-1 with M_beta^-1 = I - beta * (shift down by one).
 func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
 	if err := w.Validate(); err != nil {
-		return nil, fmt.Errorf("mfnoise: noise: %w", err)
+		return nil, err // already says what is wrong with the workload
 	}
 	n := w.N
 	g := mat.DenseCopyOf(b)
@@ -345,7 +345,7 @@ func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
 	case MomentumKind:
 		eta, err := w.Schedule.Rates(n)
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: noise: %w", err)
+			return nil, err
 		}
 		for i, e := range eta {
 			if e == 0 {
@@ -497,7 +497,7 @@ func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	copy(mech[:], r.bytes(32))
 	copy(plan[:], r.bytes(32))
 	if r.err != nil {
-		return fmt.Errorf("mfnoise: noise: restore: %w", r.err)
+		return r.err
 	}
 	n, m, d, elem, step := hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]
 	switch {
