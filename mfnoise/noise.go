@@ -1,0 +1,602 @@
+package mfnoise
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"math"
+	mrand "math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// NoiseSource yields the gradient-space noise W_i of a factorization one
+// step at a time (SPEC 6): W = A^-1 B Z, which is C^-1 Z for a square
+// lower-triangular encoder and C^+ Z for a tall encoder with the optimal
+// decoder. The noise has unit scale: the trainer multiplies it by
+// sigma * clip norm * sensitivity.
+//
+// A NoiseSource is not safe for concurrent use; Next itself uses the
+// configured number of worker goroutines.
+type NoiseSource interface {
+	// Next fills dst (len(dst) == Dim()) with the next step's W_i. It
+	// returns an error past step N or for a wrong length.
+	Next(dst []float32) error
+	// Step is the number of steps already produced.
+	Step() int
+	// N is the number of steps of the mechanism.
+	N() int
+	// Dim is the model dimension d.
+	Dim() int
+	// MemoryBytes is the number of bytes of per-step state held: the
+	// d-sized buffers, per-worker scratch and noise keys. The mechanism's
+	// own coefficients (at most the nonzeros of C or of G = A^-1 B, kept
+	// as a step program) are not counted: they do not grow with d.
+	MemoryBytes() int64
+	// Kind names the streaming method, one of the Kind* constants.
+	Kind() string
+	// MarshalBinary returns the complete state: step, buffers, generator
+	// keys and a fingerprint of the mechanism, d and the memory plan. The
+	// state determines all remaining noise (and holds past noise rows the
+	// mechanism still needs): keep it as secret as the seed. It does not
+	// hold the keys of noise rows no longer needed, so it cannot be used
+	// to recompute the noise of steps already released beyond that.
+	MarshalBinary() ([]byte, error)
+	// UnmarshalBinary restores a state produced by MarshalBinary into a
+	// source built for the same mechanism, d and memory plan, and returns
+	// an error otherwise.
+	UnmarshalBinary(data []byte) error
+}
+
+// Kinds of noise source, as reported by NoiseSource.Kind.
+const (
+	// KindIndependent is DP-SGD: W_i = z_i. No state.
+	KindIndependent = "independent"
+	// KindBanded is a lower-triangular b-banded encoder streamed by back
+	// substitution with b-1 buffered rows (O(b d) memory). Block-diagonal
+	// (stamped) encoders use it with b the block size.
+	KindBanded = "banded"
+	// KindDenseStored is a dense lower-triangular encoder streamed by back
+	// substitution over all previous rows (O(n d) memory).
+	KindDenseStored = "dense-stored"
+	// KindDenseRegenerate is a square lower-triangular encoder streamed as
+	// W_i = sum_j (C^-1)[i,j] z_j, regenerating every z_j from its key on
+	// each use (O(d) memory, O(i d) time on step i).
+	KindDenseRegenerate = "dense-regenerate"
+	// KindSparseLive streams W_i = sum_j G[i,j] z_j with G = A^-1 B sparse,
+	// keeping each z_j only between its first and last use (O(d log n)
+	// for a binary tree with a decoder that uses only the dyadic nodes).
+	KindSparseLive = "sparse-live"
+	// KindTallPregenerated is KindSparseLive when every z_j is needed from
+	// the first step on but G is not dense enough for KindTallBlocked: all
+	// m rows of Z are held (O(m d) memory).
+	KindTallPregenerated = "tall-pregenerated"
+	// KindTallRegenerate streams a general G regenerating each z_j on every
+	// use (O(d) memory, O(nnz(G[i,:]) d) time on step i).
+	KindTallRegenerate = "tall-regenerate"
+	// KindLiveRegenerate stores the short-lived z_j within the memory
+	// budget and regenerates the others on every use.
+	KindLiveRegenerate = "live-regenerate"
+	// KindTallBlocked streams a dense G (optimal decoders of trees and
+	// FFT) by computing T steps at a time with a matrix product, drawing
+	// each z_j once per block (O(T d) memory, m d / T draws per step; T =
+	// 64 with no budget, else the largest power of two up to 256 that
+	// fits).
+	KindTallBlocked = "tall-blocked"
+	// KindDenseBlocked is KindTallBlocked for G = C^-1 of a dense
+	// lower-triangular encoder whose stored rows do not fit.
+	KindDenseBlocked = "dense-blocked"
+)
+
+// NoiseOptions configures a noise source. The zero value is a crypto/rand
+// seed, no memory limit and GOMAXPROCS workers.
+//
+// Randomness layout (fixed, so any z_j can be regenerated and every method
+// draws the same Z): noise row j has a key from a one-way SHA-256 chain
+// started at the seed; coordinates are cut into shards of 32768, and shard
+// s of row j is a ChaCha8 stream seeded with SHA-256(key_j, s), turned into
+// normals by an exact 256-layer ziggurat. Shards are independent, so the
+// workers split them without changing the noise.
+type NoiseOptions struct {
+	// Seed is nil for a seed from crypto/rand (the default, required for
+	// privacy) or exactly 32 bytes for reproducible experiments. With a
+	// fixed seed the noise is public knowledge to anyone who has the seed.
+	Seed []byte
+	// MemoryBudget bounds MemoryBytes; 0 means no limit. When the fastest
+	// method does not fit, a slower one that regenerates noise is chosen.
+	MemoryBudget int64
+	// Workers is the number of goroutines generating noise; 0 means
+	// GOMAXPROCS. The noise does not depend on it. Under a MemoryBudget
+	// the memory plan can (per-worker scratch counts against the budget),
+	// and a checkpoint restores only into a source with the same plan.
+	Workers int
+}
+
+// StructuralZeroTol is the relative threshold below which an entry of C or
+// of G = A^-1 B is treated as a structural zero: |x| <= StructuralZeroTol *
+// max|x|. Dropping entries of G changes W_i by sum over the dropped j of
+// G[i,j] z_j, a Gaussian with standard deviation at most sqrt(m) *
+// StructuralZeroTol * max|G| (below 1e-11 max|G| for m = 4096): far below
+// float32 resolution (6e-8) and below FactorizationTolerance (1e-9), the
+// slack NewFactorization already allows in A = BC. The noise added is thus
+// the mechanism's to within the accuracy the project already accepts.
+// Entries that are zero in exact arithmetic (trees, stamps, bands) come out
+// of A^-1 B as rounding residue, measured at or below about 1e-13 max|G| for
+// tree decoders under prefix and momentum workloads up to n = 2048, and are
+// caught by it; a residue entry that survives costs memory, not accuracy.
+const StructuralZeroTol = 1e-13
+
+// NewIndependentNoise returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
+// of length d.
+func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
+	s, err := newIndependent[float32](n, d, opt)
+	if err != nil {
+		return nil, err
+	}
+	return source32{s}, nil
+}
+
+// NewNoiseSource returns a streaming source of the gradient-space noise of f
+// for a model of dimension d, choosing the method from the structure of the
+// encoder and decoder and opt.MemoryBudget:
+//   - C = I: KindIndependent;
+//   - square lower-triangular C with bandwidth b: back substitution with b-1
+//     buffered rows (KindBanded, KindDenseStored when b = n) if it fits the
+//     budget, else regeneration (KindDenseRegenerate or KindLiveRegenerate);
+//   - any other encoder (tall trees, FFT, stamps of them): W_i = sum_j
+//     G[i,j] z_j with G = A^-1 B. Dense G (optimal decoders): T steps at a
+//     time by a matrix product (KindTallBlocked). Sparse G (online
+//     decoders, stamps): each z_j held between its first and last use
+//     within the budget (KindSparseLive, KindTallPregenerated),
+//     regenerating the rest (KindLiveRegenerate, KindTallRegenerate); held
+//     rows whose remaining columns of G are proportional are merged into
+//     one buffer, which gives O(d log n) memory for binary trees with the
+//     online decoders (plain or Honaker-weighted) and one block's worth
+//     for stamped mechanisms.
+//   - a dense C^-1 whose back substitution does not fit the budget is
+//     streamed like a dense G (KindDenseBlocked), or regenerated.
+//
+// All methods draw the same z_j (see the package's randomness layout) and
+// agree to rounding.
+//
+// A^-1 B is computed in O(n m) from the factored inverse of the workload.
+// Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).
+func NewNoiseSource(f *Factorization, d int, opt NoiseOptions) (NoiseSource, error) {
+	s, err := newNoiseSource[float32](f, d, opt)
+	if err != nil {
+		return nil, err
+	}
+	return source32{s}, nil
+}
+
+// streamer is a noise source over element type T (float32 for training,
+// float64 for the exactness tests).
+type streamer[T floatT] interface {
+	base() *common
+	next(dst []T) error
+	memoryBytes() int64
+	appendState(b []byte) []byte
+	stateSize(step int) int       // bytes appendState writes at that step
+	restoreState(r *reader) error // after base().step is set
+}
+
+// source32 adapts a float32 streamer to NoiseSource.
+type source32 struct{ s streamer[float32] }
+
+func (s source32) Next(dst []float32) error { return s.s.next(dst) }
+func (s source32) Step() int                { return s.s.base().step }
+func (s source32) N() int                   { return s.s.base().n }
+func (s source32) Dim() int                 { return s.s.base().d }
+func (s source32) MemoryBytes() int64       { return s.s.memoryBytes() }
+func (s source32) Kind() string             { return s.s.base().kind }
+func (s source32) MarshalBinary() ([]byte, error) {
+	return marshalStreamer(s.s)
+}
+func (s source32) UnmarshalBinary(data []byte) error { return unmarshalStreamer(s.s, data) }
+
+// common holds what every source kind shares.
+type common struct {
+	kind    string
+	n, m, d int
+	step    int
+	workers int
+	elem    int      // bytes per element of T
+	mech    [32]byte // fingerprint of the mechanism (C or G after zeroing)
+	plan    [32]byte // fingerprint of the memory plan
+	gens    []*mrand.ChaCha8
+}
+
+func newCommon[T floatT](kind string, n, m, d int, opt NoiseOptions) (*common, error) {
+	if n <= 0 || d <= 0 {
+		return nil, invalidf("noise: n = %d and d = %d must be positive", n, d)
+	}
+	if opt.MemoryBudget < 0 || opt.Workers < 0 {
+		return nil, invalidf("noise: memory budget %d and workers %d must be non-negative", opt.MemoryBudget, opt.Workers)
+	}
+	w := opt.Workers
+	if w == 0 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	w = max(1, min(w, numShards(d)))
+	c := &common{kind: kind, n: n, m: m, d: d, workers: w, elem: elemSize[T]()}
+	c.gens = make([]*mrand.ChaCha8, w)
+	for i := range c.gens {
+		c.gens[i] = mrand.NewChaCha8(key{})
+	}
+	return c, nil
+}
+
+func elemSize[T floatT]() int {
+	var x T
+	if _, ok := any(x).(float32); ok {
+		return 4
+	}
+	return 8
+}
+
+func (c *common) checkNext(dlen int) error {
+	if dlen != c.d {
+		return invalidf("noise: dst has length %d, want d = %d", dlen, c.d)
+	}
+	if c.step >= c.n {
+		return fmt.Errorf("mfnoise: noise: %w: all %d steps already produced", ErrExhausted, c.n)
+	}
+	return nil
+}
+
+// ErrExhausted is wrapped by Next when all N steps have been produced.
+var ErrExhausted = errors.New("noise source exhausted")
+
+// forShards runs fn(worker, shard) over every shard of the d coordinates on
+// the configured workers. Shards are processed independently, so the result
+// does not depend on the number of workers.
+func (c *common) forShards(fn func(w, s int)) {
+	ns := numShards(c.d)
+	if c.workers == 1 || ns == 1 {
+		for s := range ns {
+			fn(0, s)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range c.workers {
+		wg.Go(func() {
+			for {
+				s := int(next.Add(1) - 1)
+				if s >= ns {
+					return
+				}
+				fn(w, s)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// newNoiseSource picks the method for f (see NewNoiseSource).
+func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (streamer[T], error) {
+	if f == nil || f.Encoder == nil || f.Decoder == nil {
+		return nil, invalidf("noise: nil factorization")
+	}
+	c := f.Encoder
+	m, n := c.Dims()
+	if n != f.N() || m < n {
+		return nil, invalidf("noise: encoder is %d x %d for a workload of %d steps", m, n, f.N())
+	}
+	if br, bc := f.Decoder.Dims(); br != n || bc != m {
+		return nil, invalidf("noise: decoder is %d x %d, want %d x %d", br, bc, n, m)
+	}
+	// NaN would pass every structural-zero test below and vanish silently.
+	if err := checkFinite("noise: encoder", c); err != nil {
+		return nil, err
+	}
+	if err := checkFinite("noise: decoder", f.Decoder); err != nil {
+		return nil, err
+	}
+	if m == n && isLowerTriangular(c) {
+		if isIdentity(c) {
+			return newIndependent[T](n, d, opt)
+		}
+		s, err := newRecursion[T](c, d, opt)
+		if err == nil || !errors.Is(err, errOverBudget) {
+			return s, err
+		}
+		// Back substitution does not fit: regenerate from G = C^-1.
+		var inv mat.TriDense
+		if err := inv.InverseTri(mat.NewTriDense(n, mat.Lower, lowerData(c))); err != nil {
+			return nil, fmt.Errorf("mfnoise: noise: inverting the encoder: %w", err)
+		}
+		return newLive[T](mat.DenseCopyOf(&inv), true, d, opt)
+	}
+	g, err := workloadSolve(f.Workload, f.Decoder)
+	if err != nil {
+		return nil, err
+	}
+	return newLive[T](g, false, d, opt)
+}
+
+// workloadSolve returns A^-1 B in O(n m) from the factored inverse of the
+// workload (SPEC 2): S^-1 is the first difference, and for momentum
+// A = M_eta M_beta = S diag(eta) M_beta, so A^-1 = M_beta^-1 diag(1/eta)
+// S^-1 with M_beta^-1 = I - beta * (shift down by one).
+func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err // already says what is wrong with the workload
+	}
+	n := w.N
+	g := mat.DenseCopyOf(b)
+	diffRows := func(beta float64) { // row i -= beta * row i-1, bottom up
+		for i := n - 1; i >= 1; i-- {
+			r, p := g.RawRowView(i), g.RawRowView(i-1)
+			for k := range r {
+				r[k] -= beta * p[k]
+			}
+		}
+	}
+	diffRows(1)
+	switch w.Kind {
+	case PrefixSumKind:
+	case MomentumKind:
+		eta, err := w.Schedule.Rates(n)
+		if err != nil {
+			return nil, err
+		}
+		for i, e := range eta {
+			if e == 0 {
+				return nil, invalidf("noise: workload A is singular (learning rate %d is 0)", i+1)
+			}
+			r := g.RawRowView(i)
+			for k := range r {
+				r[k] /= e
+			}
+		}
+		if w.Momentum != 0 {
+			diffRows(w.Momentum)
+		}
+	default:
+		return nil, invalidf("noise: workload kind %q", w.Kind)
+	}
+	return g, nil
+}
+
+// lowerData copies the lower triangle of the square matrix a row-major.
+func lowerData(a *mat.Dense) []float64 {
+	n, _ := a.Dims()
+	data := make([]float64, n*n)
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			data[i*n+j] = a.At(i, j)
+		}
+	}
+	return data
+}
+
+func maxAbs(a mat.Matrix) float64 {
+	r, c := a.Dims()
+	mx := 0.0
+	for i := range r {
+		for j := range c {
+			mx = max(mx, math.Abs(a.At(i, j)))
+		}
+	}
+	return mx
+}
+
+func isLowerTriangular(c *mat.Dense) bool {
+	n, _ := c.Dims()
+	tol := StructuralZeroTol * maxAbs(c)
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			if math.Abs(c.At(i, j)) > tol {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isIdentity reports whether c is exactly I (DP-SGD's encoder).
+func isIdentity(c *mat.Dense) bool {
+	n, _ := c.Dims()
+	for i := range n {
+		for j := range n {
+			want := 0.0
+			if i == j {
+				want = 1
+			}
+			if c.At(i, j) != want {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var errOverBudget = errors.New("over memory budget")
+
+// fingerprint hashes small descriptions (kinds, plans).
+func fingerprint(parts ...any) [32]byte {
+	var h hasher
+	h.init()
+	for _, p := range parts {
+		switch v := p.(type) {
+		case string:
+			h.str(v)
+		case int:
+			h.int(v)
+		default:
+			panic(fmt.Sprintf("fingerprint: %T", p))
+		}
+	}
+	return h.sum()
+}
+
+// hasher streams mechanism coefficients into SHA-256 without holding them.
+type hasher struct {
+	h   hash.Hash
+	buf [8]byte
+}
+
+func (h *hasher) init() { h.h = sha256.New() }
+
+func (h *hasher) int(v int) {
+	binary.LittleEndian.PutUint64(h.buf[:], uint64(v))
+	h.h.Write(h.buf[:])
+}
+
+func (h *hasher) float(v float64) {
+	binary.LittleEndian.PutUint64(h.buf[:], math.Float64bits(v))
+	h.h.Write(h.buf[:])
+}
+
+func (h *hasher) str(v string) {
+	h.int(len(v))
+	h.h.Write([]byte(v))
+}
+
+func (h *hasher) sum() [32]byte {
+	var out [32]byte
+	h.h.Sum(out[:0])
+	return out
+}
+
+// Checkpoint format: magic, version, kind, n, m, d, element size, step,
+// mechanism and plan fingerprints, then the kind's own state.
+const stateMagic = "mfnoise-source\x00\x01"
+
+func marshalStreamer[T floatT](s streamer[T]) ([]byte, error) {
+	c := s.base()
+	b := []byte(stateMagic)
+	b = appendString(b, c.kind)
+	for _, v := range []int{c.n, c.m, c.d, c.elem, c.step} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	b = append(b, c.mech[:]...)
+	b = append(b, c.plan[:]...)
+	return s.appendState(b), nil
+}
+
+func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
+	c := s.base()
+	r := &reader{b: data}
+	if string(r.bytes(len(stateMagic))) != stateMagic {
+		return invalidf("noise: restore: not a noise-source state (bad header)")
+	}
+	kind := r.string()
+	var hdr [5]int
+	for i := range hdr {
+		hdr[i] = int(r.uint64())
+	}
+	var mech, plan [32]byte
+	copy(mech[:], r.bytes(32))
+	copy(plan[:], r.bytes(32))
+	if r.err != nil {
+		return r.err
+	}
+	n, m, d, elem, step := hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]
+	switch {
+	case n != c.n || m != c.m || mech != c.mech:
+		return invalidf("noise: restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", kind, n, m, c.kind, c.n, c.m)
+	case d != c.d:
+		return invalidf("noise: restore: state has d = %d, this source d = %d", d, c.d)
+	case elem != c.elem:
+		return invalidf("noise: restore: state has %d-byte elements, this source %d", elem, c.elem)
+	case kind != c.kind || plan != c.plan:
+		return invalidf("noise: restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", kind, c.kind)
+	case step < 0 || step > c.n:
+		return invalidf("noise: restore: step %d out of range [0, %d]", step, c.n)
+	case len(r.b) != s.stateSize(step):
+		return invalidf("noise: restore: state has %d bytes of buffers, want %d", len(r.b), s.stateSize(step))
+	}
+	c.step = step
+	return s.restoreState(r)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendFloats[T floatT](b []byte, x []T) []byte {
+	switch v := any(x).(type) {
+	case []float32:
+		for _, f := range v {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+		}
+	case []float64:
+		for _, f := range v {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		}
+	}
+	return b
+}
+
+// reader decodes a checkpoint, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || len(r.b) < n {
+		r.err = invalidf("noise: restore: state truncated")
+		r.b = nil
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) uint64() uint64 {
+	p := r.bytes(8)
+	if p == nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(p)
+}
+
+func (r *reader) string() string {
+	n := r.uint64()
+	if n > 1<<10 {
+		r.err = invalidf("noise: restore: corrupt state")
+		return ""
+	}
+	return string(r.bytes(int(n)))
+}
+
+func (r *reader) key() key {
+	var k key
+	copy(k[:], r.bytes(32))
+	return k
+}
+
+func readFloats[T floatT](r *reader, dst []T) {
+	switch v := any(dst).(type) {
+	case []float32:
+		p := r.bytes(4 * len(v))
+		if p == nil {
+			return
+		}
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
+		}
+	case []float64:
+		p := r.bytes(8 * len(v))
+		if p == nil {
+			return
+		}
+		for i := range v {
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
+		}
+	}
+}

@@ -1,0 +1,58 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func axpy4AVX2(a, b, c, e float32, x, u, v, w, y []float32)
+TEXT ·axpy4AVX2(SB), NOSPLIT, $0-136
+	VBROADCASTSS a+0(FP), Y0
+	VBROADCASTSS b+4(FP), Y1
+	VBROADCASTSS c+8(FP), Y2
+	VBROADCASTSS e+12(FP), Y3
+	MOVQ x_base+16(FP), SI
+	MOVQ u_base+40(FP), R8
+	MOVQ v_base+64(FP), R9
+	MOVQ w_base+88(FP), R10
+	MOVQ y_base+112(FP), DI
+	MOVQ y_len+120(FP), CX
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-8, DX
+
+loop8:
+	CMPQ AX, DX
+	JGE  tail
+	VMULPS (SI)(AX*4), Y0, Y4
+	VMULPS (R8)(AX*4), Y1, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS (R9)(AX*4), Y2, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS (R10)(AX*4), Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VADDPS (DI)(AX*4), Y4, Y4
+	VMOVUPS Y4, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  loop8
+
+tail:
+	CMPQ AX, CX
+	JGE  done
+	VMOVSS (SI)(AX*4), X4
+	VMULSS X0, X4, X4
+	VMOVSS (R8)(AX*4), X5
+	VMULSS X1, X5, X5
+	VADDSS X5, X4, X4
+	VMOVSS (R9)(AX*4), X5
+	VMULSS X2, X5, X5
+	VADDSS X5, X4, X4
+	VMOVSS (R10)(AX*4), X5
+	VMULSS X3, X5, X5
+	VADDSS X5, X4, X4
+	VMOVSS (DI)(AX*4), X5
+	VADDSS X4, X5, X5
+	VMOVSS X5, (DI)(AX*4)
+	INCQ AX
+	JMP  tail
+
+done:
+	VZEROUPPER
+	RET

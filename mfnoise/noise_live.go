@@ -1,0 +1,596 @@
+package mfnoise
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// liveSource streams W_i = sum_j G[i,j] z_j for a general n x m matrix G
+// (A^-1 B for tall encoders, C^-1 when back substitution does not fit the
+// memory budget).
+//
+// Noise row z_j is first needed on step first[j] and last on step last[j].
+// A stored row is drawn once, at first[j], into a buffer ("slot"); an
+// unstored row is regenerated from its key at every use. Stored rows whose
+// remaining (future) columns of G are proportional are merged into one slot
+// holding their weighted sum: after step t only G[t+1:, j] matters, and if
+// G[t+1:, j] = c G[t+1:, r] then G[i,j] z_j + G[i,r] z_r = G[i,r] (z_r +
+// c z_j) for every later i. A slot is released after the last step that
+// uses it. For a binary tree with an online decoder this keeps one slot per
+// distinct future (O(log n) or O(log^2 n) slots instead of the O(n) rows
+// alive at once); with no proportional columns it is plain liveness.
+//
+// The whole schedule (which slot each draw goes to, merges, releases) is
+// compiled at construction, so a step is a fixed list of vector operations
+// run shard by shard on the workers.
+type liveSource[T floatT] struct {
+	*common
+	prog    []stepProg
+	keys    []key       // per noise row; zeroed once no longer needed
+	eraseAt [][]int     // eraseAt[t]: rows whose keys go after step t
+	pool    [][]T       // slots of d elements, allocated on first use
+	nslots  int         // planned number of slots (the peak)
+	scratch [][]T       // per worker: one shard of an unstored row
+	acc     [][]float64 // per worker: one shard of accumulators
+	merged  bool        // proportional futures merged
+	nnz     int
+}
+
+// stepProg is what step t does: W_t = sum out + sum gen, then the merges,
+// then the releases.
+type stepProg struct {
+	out    []slotTerm // W_t += c * slot
+	gen    []genTerm  // draws, founders first
+	merges []mergeOp  // after the output: dst += c * src
+	alloc  []int      // slots first written on this step
+	free   []int      // slots released after this step
+}
+
+type slotTerm struct {
+	slot int
+	c    float64
+}
+
+type genTerm struct {
+	j    int     // noise row
+	g    float64 // coefficient in W_t
+	slot int     // >= 0: draw into this new slot and keep it
+	into int     // >= 0: then add c * z_j into this slot
+	c    float64
+}
+
+type mergeOp struct {
+	dst, src int
+	c        float64
+}
+
+// liveCols is G as sparse rows and columns after dropping structural zeros.
+type liveCols struct {
+	n, m        int
+	rows        [][]term
+	colRow      [][]int
+	colVal      [][]float64
+	first, last []int
+	nnz         int
+}
+
+type term struct {
+	j int
+	g float64
+}
+
+func newLiveCols(g *mat.Dense) (*liveCols, [32]byte, error) {
+	n, m := g.Dims()
+	gmax := maxAbs(g)
+	if gmax == 0 || math.IsNaN(gmax) || math.IsInf(gmax, 0) {
+		return nil, [32]byte{}, invalidf("noise: A^-1 B has max entry %v", gmax)
+	}
+	tol := StructuralZeroTol * gmax
+	lc := &liveCols{n: n, m: m, rows: make([][]term, n), colRow: make([][]int, m), colVal: make([][]float64, m),
+		first: make([]int, m), last: make([]int, m)}
+	for j := range m {
+		lc.first[j], lc.last[j] = -1, -1
+	}
+	var fp hasher
+	fp.init()
+	fp.str("live")
+	fp.int(n)
+	fp.int(m)
+	for i := range n {
+		for j := range m {
+			v := g.At(i, j)
+			if math.Abs(v) <= tol {
+				continue
+			}
+			lc.rows[i] = append(lc.rows[i], term{j, v})
+			lc.colRow[j] = append(lc.colRow[j], i)
+			lc.colVal[j] = append(lc.colVal[j], v)
+			fp.int(i)
+			fp.int(j)
+			fp.float(v)
+			if lc.first[j] < 0 {
+				lc.first[j] = i
+			}
+			lc.last[j] = i
+			lc.nnz++
+		}
+	}
+	return lc, fp.sum(), nil
+}
+
+// mergeTol is the tolerance for two future columns of G to count as
+// proportional, relative to the larger column's largest entry. A merge
+// replaces G[i,j] by c G[i,r], an error of at most mergeTol max_i |G[i,j]|
+// per merged row, the same kind of bound as for dropped structural zeros
+// and far below float32 resolution. Columns that are proportional in exact
+// arithmetic but computed through A^-1 B with residue above it are simply
+// not merged (correct, with more memory).
+const mergeTol = 1e-12
+
+// mergeWorthwhile bounds the compile work of merging (proportionality is
+// checked on every future column at every step): on for sparse G, off for
+// dense G, whose columns are not proportional anyway.
+func (lc *liveCols) mergeWorthwhile() bool {
+	logn := 1
+	for 1<<logn <= lc.n {
+		logn++
+	}
+	return int64(lc.nnz) <= 32*int64(lc.n+lc.m)*int64(logn)
+}
+
+// compile builds the step programs. store[j] says whether noise row j is
+// held in a slot; merge enables merging of proportional futures.
+func (lc *liveCols) compile(store []bool, merge bool) (prog []stepProg, eraseAt [][]int, nslots int) {
+	n, m := lc.n, lc.m
+	prog = make([]stepProg, n)
+	eraseAt = make([][]int, n)
+	ptr := make([]int, m)     // colRow[j][ptr[j]] is the first use at or after the current step
+	rep := map[int]int{}      // live slot -> representative noise row
+	inSlot := make([]bool, m) // drawn into (or merged into) a live slot
+	var free []int
+	for j := range m {
+		switch {
+		case lc.first[j] < 0:
+		case store[j]:
+			eraseAt[lc.first[j]] = append(eraseAt[lc.first[j]], j)
+		default:
+			eraseAt[lc.last[j]] = append(eraseAt[lc.last[j]], j)
+		}
+	}
+	coef := func(j, t int) float64 { // G[t, j], advancing ptr[j] past t
+		for ptr[j] < len(lc.colRow[j]) && lc.colRow[j][ptr[j]] < t {
+			ptr[j]++
+		}
+		if ptr[j] < len(lc.colRow[j]) && lc.colRow[j][ptr[j]] == t {
+			return lc.colVal[j][ptr[j]]
+		}
+		return 0
+	}
+	future := func(j, t int) ([]int, []float64) { // rows > t of column j
+		coef(j, t+1)
+		return lc.colRow[j][ptr[j]:], lc.colVal[j][ptr[j]:]
+	}
+	var slotsInUse []int
+	for t := range n {
+		p := &prog[t]
+		slices.Sort(slotsInUse)
+		for _, s := range slotsInUse {
+			if c := coef(rep[s], t); c != 0 {
+				p.out = append(p.out, slotTerm{s, c})
+			}
+		}
+		var newStored []term
+		for _, tm := range lc.rows[t] {
+			switch {
+			case inSlot[tm.j]:
+				// Covered by its slot's output term.
+			case lc.first[tm.j] == t && store[tm.j]:
+				newStored = append(newStored, tm)
+			default:
+				p.gen = append(p.gen, genTerm{j: tm.j, g: tm.g, slot: -1, into: -1})
+			}
+		}
+		// Boundary t -> t+1: group the live slots and the new stored rows
+		// by proportional futures. Existing slots come first so they found
+		// the groups and new rows need no slot of their own.
+		type item struct {
+			slot int // existing slot, or -1 for a new row
+			tm   term
+			rows []int
+			vals []float64
+		}
+		var items []item
+		var dead []int
+		for _, s := range slotsInUse {
+			r, v := future(rep[s], t)
+			if len(r) == 0 {
+				dead = append(dead, s)
+				continue
+			}
+			items = append(items, item{slot: s, rows: r, vals: v})
+		}
+		for _, tm := range newStored {
+			r, v := future(tm.j, t)
+			items = append(items, item{slot: -1, tm: tm, rows: r, vals: v})
+		}
+		type founder struct {
+			it   item
+			slot int
+		}
+		var founders []founder
+		var buckets map[string][]int // signature -> founder indices
+		if merge {
+			buckets = map[string][]int{}
+		}
+		var joins []genTerm
+		for _, it := range items {
+			fi := -1
+			var sig string
+			if merge {
+				sig = signature(it.rows, it.vals)
+				for _, k := range buckets[sig] {
+					if proportional(founders[k].it.rows, founders[k].it.vals, it.rows, it.vals) {
+						fi = k
+						break
+					}
+				}
+			}
+			if fi < 0 {
+				f := founder{it: it, slot: it.slot}
+				if it.slot < 0 {
+					if len(free) > 0 {
+						f.slot, free = free[len(free)-1], free[:len(free)-1]
+					} else {
+						f.slot = nslots
+						nslots++
+					}
+					rep[f.slot] = it.tm.j
+					p.alloc = append(p.alloc, f.slot)
+					p.gen = append(p.gen, genTerm{j: it.tm.j, g: it.tm.g, slot: f.slot, into: -1})
+					inSlot[it.tm.j] = true
+				}
+				founders = append(founders, f)
+				if merge {
+					buckets[sig] = append(buckets[sig], len(founders)-1)
+				}
+				continue
+			}
+			f := founders[fi]
+			c := it.vals[0] / f.it.vals[0]
+			if it.slot >= 0 {
+				p.merges = append(p.merges, mergeOp{dst: f.slot, src: it.slot, c: c})
+				dead = append(dead, it.slot)
+			} else {
+				joins = append(joins, genTerm{j: it.tm.j, g: it.tm.g, slot: -1, into: f.slot, c: c})
+				inSlot[it.tm.j] = true
+			}
+		}
+		p.gen = append(p.gen, joins...)
+		slotsInUse = slotsInUse[:0]
+		for _, f := range founders {
+			slotsInUse = append(slotsInUse, f.slot)
+		}
+		// Released slots become reusable from the next step on, so a slot
+		// is never overwritten on the step that still reads it.
+		slices.Sort(dead)
+		p.free = dead
+		free = append(free, dead...)
+	}
+	return prog, eraseAt, nslots
+}
+
+// signature buckets a future column by its sparsity pattern and its values
+// normalized by the first one, rounded to 8 significant digits (a merge is
+// then confirmed by proportional).
+func signature(rows []int, vals []float64) string {
+	b := make([]byte, 0, 12*len(rows))
+	for k, r := range rows {
+		b = binary.AppendUvarint(b, uint64(r))
+		x := vals[k] / vals[0]
+		e := math.Floor(math.Log10(math.Abs(x)))
+		mant := math.Round(x / math.Pow(10, e-7))
+		b = binary.AppendVarint(b, int64(mant))
+		b = binary.AppendVarint(b, int64(e))
+	}
+	return string(b)
+}
+
+// proportional reports whether the future column (r2, v2) is c = v2[0] /
+// v1[0] times (r1, v1), entrywise to mergeTol times the column's largest
+// entry (rounding residue of A^-1 B is absolute, not relative to each
+// entry).
+func proportional(r1 []int, v1 []float64, r2 []int, v2 []float64) bool {
+	if !slices.Equal(r1, r2) {
+		return false
+	}
+	c := v2[0] / v1[0]
+	vmax := 0.0
+	for _, x := range v2 {
+		vmax = max(vmax, math.Abs(x))
+	}
+	for k := range v1 {
+		if math.Abs(v2[k]-c*v1[k]) > mergeTol*vmax {
+			return false
+		}
+	}
+	return true
+}
+
+// peakSlots is the largest number of slots alive at once with no merging
+// when the rows with lifetime last-first <= threshold are stored.
+func (lc *liveCols) peakSlots(threshold int) int {
+	delta := make([]int, lc.n+1)
+	for j := range lc.first {
+		if lc.last[j] > lc.first[j] && lc.last[j]-lc.first[j] <= threshold {
+			delta[lc.first[j]]++
+			delta[lc.last[j]+1]--
+		}
+	}
+	cur, peak := 0, 0
+	for _, v := range delta[:lc.n] {
+		cur += v
+		peak = max(peak, cur)
+	}
+	return peak
+}
+
+func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (streamer[T], error) {
+	lc, mech, err := newLiveCols(g)
+	if err != nil {
+		return nil, err
+	}
+	n, m := lc.n, lc.m
+	// The kind is decided below; the placeholder gives the worker count
+	// and element size for the memory plan.
+	c, err := newCommon[T](KindSparseLive, n, m, d, opt)
+	if err != nil {
+		return nil, err
+	}
+	shard := min(d, shardLen)
+	fixed := int64(c.workers)*int64(shard)*int64(c.elem+8) + int64(m)*32
+	perSlot := int64(d) * int64(c.elem)
+	if opt.MemoryBudget > 0 && fixed > opt.MemoryBudget {
+		return nil, invalidf("noise: memory budget %d bytes is below the minimum %d for d = %d with %d workers", opt.MemoryBudget, fixed, d, c.workers)
+	}
+	fits := func(slots int) bool { return opt.MemoryBudget == 0 || fixed+int64(slots)*perSlot <= opt.MemoryBudget }
+
+	multi, allFirst := 0, true
+	for j := range m {
+		if lc.first[j] > 0 {
+			allFirst = false
+		}
+		if lc.last[j] > lc.first[j] {
+			multi++
+		}
+	}
+	storeAll := make([]bool, m)
+	for j := range m {
+		storeAll[j] = lc.last[j] > lc.first[j]
+	}
+	var (
+		prog    []stepProg
+		eraseAt [][]int
+		nslots  int
+		merged  bool
+		plan    any = "all"
+	)
+	blocked := func() (streamer[T], bool, error) {
+		tb := planBlock(lc, c, opt.MemoryBudget)
+		if tb < 2 {
+			return nil, false, nil
+		}
+		seed, err := newSeed(opt.Seed)
+		if err != nil {
+			return nil, false, err
+		}
+		c.mech = mech
+		return newBlock[T](lc, c, tb, seed, square), true, nil
+	}
+	if lc.dense() && !square {
+		// Dense tall G: blocks of steps beat holding all of Z even with
+		// memory to spare (each step would read all m rows; a block is one
+		// matrix product).
+		if s, ok, err := blocked(); ok || err != nil {
+			return s, err
+		}
+	}
+	if lc.mergeWorthwhile() {
+		prog, eraseAt, nslots = lc.compile(storeAll, true)
+		merged = fits(nslots)
+	}
+	if lc.dense() && square && !merged && !fits(lc.peakSlots(n)) {
+		// C^-1 whose back substitution did not fit either.
+		if s, ok, err := blocked(); ok || err != nil {
+			return s, err
+		}
+	}
+	stored := multi
+	if !merged {
+		// Store the rows with lifetime <= threshold, the largest threshold
+		// that fits (the peak grows with it).
+		var lens []int
+		for j := range m {
+			if lc.last[j] > lc.first[j] {
+				lens = append(lens, lc.last[j]-lc.first[j])
+			}
+		}
+		slices.Sort(lens)
+		lens = slices.Compact(lens)
+		lo, hi := 0, len(lens) // lens[:lo] fit, lens[hi:] do not
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if fits(lc.peakSlots(lens[mid])) {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		threshold := -1
+		if lo > 0 {
+			threshold = lens[lo-1]
+		}
+		store := make([]bool, m)
+		stored = 0
+		for j := range m {
+			if lc.last[j] > lc.first[j] && lc.last[j]-lc.first[j] <= threshold {
+				store[j] = true
+				stored++
+			}
+		}
+		prog, eraseAt, nslots = lc.compile(store, false)
+		plan = threshold
+	}
+	switch {
+	case stored < multi && stored == 0 && square:
+		c.kind = KindDenseRegenerate
+	case stored < multi && stored == 0:
+		c.kind = KindTallRegenerate
+	case stored < multi:
+		c.kind = KindLiveRegenerate
+	case allFirst && multi > 0:
+		c.kind = KindTallPregenerated
+	default:
+		c.kind = KindSparseLive
+	}
+	seed, err := newSeed(opt.Seed)
+	if err != nil {
+		return nil, err
+	}
+	c.mech = mech
+	c.plan = fingerprint(c.kind, plan)
+	s := &liveSource[T]{common: c, prog: prog, eraseAt: eraseAt, nslots: nslots, merged: merged, nnz: lc.nnz}
+	s.keys, _ = rowKeys(seed, m)
+	s.scratch = make([][]T, c.workers)
+	s.acc = make([][]float64, c.workers)
+	for w := range c.workers {
+		s.scratch[w] = make([]T, shard)
+		s.acc[w] = make([]float64, shard)
+	}
+	s.eraseBefore(0)
+	for j := range m {
+		if lc.first[j] < 0 {
+			s.keys[j] = key{}
+		}
+	}
+	return s, nil
+}
+
+// eraseBefore zeroes the keys no longer needed once step steps are done.
+func (s *liveSource[T]) eraseBefore(step int) {
+	for t := range step {
+		for _, j := range s.eraseAt[t] {
+			s.keys[j] = key{}
+		}
+	}
+}
+
+func (s *liveSource[T]) base() *common { return s.common }
+
+func (s *liveSource[T]) memoryBytes() int64 {
+	return int64(len(s.pool))*int64(s.d)*int64(s.elem) +
+		int64(s.workers)*int64(len(s.acc[0]))*int64(s.elem+8) + int64(len(s.keys))*32
+}
+
+func (s *liveSource[T]) slotBuf(k int) []T {
+	for len(s.pool) <= k {
+		s.pool = append(s.pool, make([]T, s.d))
+	}
+	return s.pool[k]
+}
+
+func (s *liveSource[T]) next(dst []T) error {
+	if err := s.checkNext(len(dst)); err != nil {
+		return err
+	}
+	p := &s.prog[s.step]
+	for _, k := range p.alloc {
+		s.slotBuf(k)
+	}
+	s.forShards(func(w, sh int) {
+		lo, hi := shardRange(sh, s.d)
+		acc := s.acc[w][:hi-lo]
+		clear(acc)
+		for _, o := range p.out {
+			accumulate(o.c, s.pool[o.slot][lo:hi], acc)
+		}
+		for _, gt := range p.gen {
+			var z []T
+			if gt.slot >= 0 {
+				z = s.pool[gt.slot][lo:hi]
+			} else {
+				z = s.scratch[w][:hi-lo]
+			}
+			genShard(s.gens[w], s.keys[gt.j], sh, z)
+			accumulate(gt.g, z, acc)
+			if gt.into >= 0 {
+				axpy(T(gt.c), z, s.pool[gt.into][lo:hi])
+			}
+		}
+		for _, mg := range p.merges {
+			axpy(T(mg.c), s.pool[mg.src][lo:hi], s.pool[mg.dst][lo:hi])
+		}
+		out := dst[lo:hi]
+		for k := range out {
+			out[k] = T(acc[k])
+		}
+	})
+	for _, j := range s.eraseAt[s.step] {
+		s.keys[j] = key{}
+	}
+	s.step++
+	return nil
+}
+
+// accumulate is acc += g x in float64.
+func accumulate[T floatT](g float64, x []T, acc []float64) {
+	x = x[:len(acc)]
+	for k := range acc {
+		acc[k] += g * float64(x[k])
+	}
+}
+
+// liveAt lists the slots holding data between steps step-1 and step.
+func (s *liveSource[T]) liveAt(step int) []int {
+	live := map[int]bool{}
+	for t := range step {
+		for _, k := range s.prog[t].alloc {
+			live[k] = true
+		}
+		for _, k := range s.prog[t].free {
+			delete(live, k)
+		}
+	}
+	ks := make([]int, 0, len(live))
+	for k := range live {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (s *liveSource[T]) appendState(b []byte) []byte {
+	for _, k := range s.keys {
+		b = append(b, k[:]...)
+	}
+	for _, k := range s.liveAt(s.step) {
+		b = appendFloats(b, s.pool[k])
+	}
+	return b
+}
+
+func (s *liveSource[T]) stateSize(step int) int {
+	return 32*len(s.keys) + len(s.liveAt(step))*s.d*s.elem
+}
+
+func (s *liveSource[T]) restoreState(r *reader) error {
+	for j := range s.keys {
+		s.keys[j] = r.key()
+	}
+	for _, k := range s.liveAt(s.step) {
+		readFloats(r, s.slotBuf(k))
+	}
+	return r.err
+}
