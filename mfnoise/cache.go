@@ -166,4 +166,3 @@ func writeEntry(dir, path string, f *Factorization, key []byte) (err error) {
 	}
 	return nil
 }
-

@@ -93,9 +93,9 @@ func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*Opti
 // polarPhi evaluates phi(v) through the polar decomposition K = U H of
 // K = A D^1/2: H = (K^T K)^1/2 = (D^1/2 A^T A D^1/2)^1/2.
 type polarPhi struct {
-	k, u   mat.Dense
-	diag   []float64
-	tr     float64
+	k, u mat.Dense
+	diag []float64
+	tr   float64
 }
 
 func (p *polarPhi) compute(ctx context.Context, a *mat.Dense, v []float64) error {
