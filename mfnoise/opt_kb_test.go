@@ -160,11 +160,14 @@ func BenchmarkOptimizeKB(b *testing.B) {
 	for b.Loop() {
 		var r *OptimizeResult
 		var err error
+		cpu0 := cpuSeconds()
 		mb := peakHeap(func() { r, err = OptimizeKB(context.Background(), w, sc, nil) })
+		cpu := cpuSeconds() - cpu0
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(mb, "peak-MiB")
+		b.ReportMetric(cpu, "cpu-s")
 		b.ReportMetric(float64(r.Iterations), "iters")
 		b.ReportMetric(r.Loss, "loss")
 	}

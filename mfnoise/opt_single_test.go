@@ -295,11 +295,14 @@ func BenchmarkOptimizeSingle(b *testing.B) {
 			for b.Loop() {
 				var r *OptimizeResult
 				var err error
+				cpu0 := cpuSeconds()
 				mb := peakHeap(func() { r, err = OptimizeSingle(context.Background(), w, nil) })
+				cpu := cpuSeconds() - cpu0
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(mb, "peak-MiB")
+				b.ReportMetric(cpu, "cpu-s")
 				b.ReportMetric(float64(r.Iterations), "iters")
 				b.ReportMetric(math.Sqrt(r.Loss), "sqrt-loss")
 			}
