@@ -321,17 +321,21 @@ func BenchmarkPhi(b *testing.B) {
 			v[i] = 1
 		}
 		b.Run(fmt.Sprintf("eigen/n=%d", n), func(b *testing.B) {
+			cpu0 := cpuSeconds()
 			for b.Loop() {
 				phiEig(g, v)
 			}
+			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(fmt.Sprintf("polar/n=%d", n), func(b *testing.B) {
 			var ph polarPhi
+			cpu0 := cpuSeconds()
 			for b.Loop() {
 				if err := ph.compute(context.Background(), a, v); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 		})
 	}
 }
