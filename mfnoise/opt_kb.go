@@ -34,12 +34,17 @@ const defaultKBIter = 5000
 // entries zeroed, per-step rescaling so each pattern sums to 1) for the loss.
 // It stops at the relative gap s.Gap (default 1e-4).
 //
+// Where X >= 0 is active off the patterns too (small negative entries of
+// X(W)), the feasible point clips them, and if that leaves a gap, multipliers
+// for those entries are added (an active set) and L-BFGS continues.
+//
 // The encoder is the lower-triangular C with C^T C = X, normalized so
-// Sensitivity(C, schema) = 1, which is exact when X >= 0. If the workload's
-// optimum is not nonnegative off the patterns (momentum workloads can do
-// this), the feasible points are infeasible for Eq. 6 and OptimizeKB fails
-// with an error rather than report an unproven loss. Meta.Kind is "mf-kb"
-// and Meta.Schema is schema.
+// Sensitivity(C, schema) = 1, exact because X >= 0. OptimizeKB is validated
+// on the prefix-sum workload; for momentum workloads the dual can stall
+// (W leaves the positive definite cone along the search direction) and
+// OptimizeKB then fails with an error rather than report an unproven loss;
+// use OptimizeBanded for those. Meta.Kind is "mf-kb" and Meta.Schema is
+// schema.
 func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSettings) (*OptimizeResult, error) {
 	start := time.Now()
 	if err := s.validate(); err != nil {
@@ -76,7 +81,27 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 	// The initial point is a major iteration too: report and test it.
 	p.eval(z0, nil)
 	if st := conv.Converged(&optimize.Location{X: z0}); st == optimize.NotTerminated {
-		_, err = optimize.Minimize(prob, z0, settings, &optimize.LBFGS{Store: 30})
+		// Active set: when L-BFGS stops short of the gap because X >= 0 is
+		// active off the patterns, add multipliers for the pairs where X(W)
+		// went negative and continue from the same point.
+		z := z0
+		for round := 0; round < 20; round++ {
+			var res *optimize.Result
+			res, err = optimize.Minimize(prob, z, settings, &optimize.LBFGS{Store: 30})
+			if conv.done() || ctx.Err() != nil || conv.err != nil || res == nil {
+				break
+			}
+			p.eval(res.X, nil)
+			neg := p.negativePairs()
+			if len(neg) == 0 {
+				break
+			}
+			z = append(append([]float64(nil), res.X...), make([]float64, len(neg))...)
+			for m := len(res.X); m < len(z); m++ {
+				z[m] = math.Log(1e-3)
+			}
+			p.addNeg(neg)
+		}
 	}
 	if cerr := checkCtx(ctx, "optimize kb"); cerr != nil {
 		return nil, cerr
@@ -129,6 +154,10 @@ type kbDual struct {
 	pat   []int // pattern of each step
 	npat  int   // number of patterns
 	pairs [][2]int
+	// neg holds off-pattern pairs where X >= 0 was found active, with
+	// multipliers lambda_m = exp(r_m) sqrt(v_j v_j') >= 0 and W_il = -lambda_m.
+	neg [][2]int
+	lam []float64
 
 	w    *mat.SymDense
 	chol mat.Cholesky
@@ -167,7 +196,33 @@ func newKBDual(ctx context.Context, a *mat.Dense, sc Schema) *kbDual {
 	return p
 }
 
-func (p *kbDual) dim() int { return p.npat + len(p.pairs) }
+func (p *kbDual) dim() int { return p.npat + len(p.pairs) + len(p.neg) }
+
+// negativePairs returns the off-pattern pairs (i < l) not yet in p.neg where
+// the current X(W) is negative beyond round-off.
+func (p *kbDual) negativePairs() [][2]int {
+	have := make(map[[2]int]bool, len(p.neg))
+	for _, pr := range p.neg {
+		have[pr] = true
+	}
+	var out [][2]int
+	for i := 0; i < p.n; i++ {
+		row := p.x.RawRowView(i)
+		for l := i + 1; l < p.n; l++ {
+			if p.pat[i] != p.pat[l] && row[l] < -1e-9*math.Sqrt(row[i]*p.x.At(l, l)) && !have[[2]int{i, l}] {
+				out = append(out, [2]int{i, l})
+			}
+		}
+	}
+	return out
+}
+
+// addNeg adds multipliers for the pairs and invalidates the cache.
+func (p *kbDual) addNeg(pairs [][2]int) {
+	p.neg = append(p.neg, pairs...)
+	p.lam = make([]float64, len(p.neg))
+	p.lastZ, p.lastG, p.ok = nil, nil, false
+}
 
 // eval returns -g_r(z), the negated smooth dual of the structured problem,
 // and its gradient into g if not nil. Points where W is not positive
@@ -214,6 +269,11 @@ func (p *kbDual) evalAt(z []float64) float64 {
 	for k, pr := range p.pairs {
 		p.mu[k] = p.v[p.pat[pr[0]]] * z[nv+k]
 		p.w.SetSym(pr[0], pr[1], p.mu[k])
+	}
+	off := nv + len(p.pairs)
+	for m, pr := range p.neg {
+		p.lam[m] = math.Exp(z[off+m]) * math.Sqrt(p.v[p.pat[pr[0]]]*p.v[p.pat[pr[1]]])
+		p.w.SetSym(pr[0], pr[1], -p.lam[m])
 	}
 	if !p.chol.Factorize(p.w) {
 		return inf()
@@ -268,6 +328,14 @@ func (p *kbDual) evalAt(z []float64) float64 {
 		xil := p.x.At(pr[0], pr[1])
 		p.lastG[j] -= 2 * xil * z[nv+k]
 		p.lastG[nv+k] = -2 * xil * p.v[j]
+	}
+	// W_il = -lambda_m: dg/dr_m = -2 X_il lambda_m, and lambda_m carries
+	// sqrt(v_j v_j'), so each of the two patterns gets -X_il lambda_m.
+	for m, pr := range p.neg {
+		xil := p.x.At(pr[0], pr[1])
+		p.lastG[off+m] = 2 * xil * p.lam[m]
+		p.lastG[p.pat[pr[0]]] += xil * p.lam[m] / p.v[p.pat[pr[0]]]
+		p.lastG[p.pat[pr[1]]] += xil * p.lam[m] / p.v[p.pat[pr[1]]]
 	}
 	for j, v := range p.v {
 		p.lastG[j] *= v
@@ -352,6 +420,8 @@ type kbConverger struct {
 }
 
 func (c *kbConverger) Init(int) {}
+
+func (c *kbConverger) done() bool { return c.iter > 0 && relGap(c.bestLoss, c.lb) <= c.target }
 
 func (c *kbConverger) Converged(loc *optimize.Location) optimize.Status {
 	if c.p.ctx.Err() != nil {

@@ -13,6 +13,7 @@ func TestKBDualGradient(t *testing.T) {
 	a, _ := w.Matrix()
 	sc, _ := KBParticipation(3, 4)
 	p := newKBDual(context.Background(), a, sc)
+	p.addNeg([][2]int{{0, 1}, {2, 7}, {5, 11}})
 	z := make([]float64, p.dim())
 	for i := range z {
 		z[i] = 0.1 * math.Sin(float64(3*i+1))
