@@ -170,10 +170,12 @@ func BenchmarkOptimizeBanded(b *testing.B) {
 }
 
 // TestOptimizeBandedPaper checks banded-MF Table 2 (n = 2052, (k,b) =
-// (6,342), prefix sum, equal column norms): RMSE relative to the optimal
-// (k,b) factorization is 1.05 for 342 bands, 1.27 for 128 bands and 9.63 for
-// DP-SGD. Set DPMF_OPT_CACHE to a directory to keep the optimized matrices
-// between runs.
+// (6,342), prefix sum, equal column norms). The paper gives RMSE relative to
+// the optimal (k,b) factorization: 1.05 for 342 bands, 1.27 for 128 bands
+// and 9.63 for DP-SGD, whose loss is exactly k ||S||_F^2. The test checks the
+// ratios to DP-SGD, 1.05/9.63 and 1.27/9.63, so it needs no (k,b) optimum;
+// TestOptimizeKBPaper checks that optimizer. Set DPMF_OPT_CACHE to a
+// directory to keep the optimized matrices between runs.
 func TestOptimizeBandedPaper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("paper scale")
@@ -183,32 +185,18 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	w, _ := PrefixSum(n)
 	sc, _ := KBParticipation(6, 342)
 	cache := &Cache{Dir: os.Getenv("DPMF_OPT_CACHE")}
-	kb, _, err := cache.GetOrBuild(ctx, ProblemKey{Kind: "mf-kb", Workload: w, Schema: sc, Gap: 1e-4}, func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeKB(ctx, w, sc, nil)
-		if err != nil {
-			return nil, err
-		}
-		t.Logf("(6,342) optimum: loss %.6g lower bound %.6g iters %d time %v", r.Loss, r.LowerBound, r.Iterations, r.Elapsed)
-		return r.Factorization, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt, err := kb.Loss(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dpsgd := 6 * float64(n*(n+1)/2)
-	if ratio := math.Sqrt(dpsgd / opt); math.Abs(ratio-9.63) > 0.01 {
-		t.Errorf("DP-SGD RMSE ratio %.3f, paper 9.63", ratio)
-	}
 	for _, c := range []struct {
 		bands int
 		want  float64
-	}{{342, 1.05}, {128, 1.27}} {
+	}{{128, 1.27}, {342, 1.05}} {
 		key := ProblemKey{Kind: "bandmf", Workload: w, Bands: c.bands, Gap: 1e-4}
 		f, _, err := cache.GetOrBuild(ctx, key, func(ctx context.Context) (*Factorization, error) {
-			r, err := OptimizeBanded(ctx, w, c.bands, nil)
+			r, err := OptimizeBanded(ctx, w, c.bands, &OptimizeSettings{Gap: 1e-3, Progress: func(p OptimizeProgress) {
+				if p.Iter%50 == 0 {
+					t.Logf("bands %d iter %d loss %.6g", c.bands, p.Iter, p.Loss)
+				}
+			}})
 			if err != nil {
 				return nil, err
 			}
@@ -222,10 +210,13 @@ func TestOptimizeBandedPaper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ratio := math.Sqrt(loss / opt)
-		t.Logf("bands %d: RMSE ratio %.4f (paper %.2f)", c.bands, ratio, c.want)
-		if math.Abs(ratio-c.want) > 0.01 {
-			t.Errorf("bands %d: RMSE ratio %.3f, paper %.2f", c.bands, ratio, c.want)
+		got := math.Sqrt(loss / dpsgd)
+		want := c.want / 9.63
+		t.Logf("bands %d: RMSE / RMSE(DP-SGD) = %.4f (paper %.2f/9.63 = %.4f); implied ratio to the (k,b) optimum %.3f", c.bands, got, c.want, want, 9.63*got)
+		// The paper's figures have 3 significant digits: allow half a unit
+		// in the last digit of each.
+		if math.Abs(got-want) > want*(0.005/c.want+0.005/9.63) {
+			t.Errorf("bands %d: RMSE ratio to DP-SGD %.4f, paper %.4f", c.bands, got, want)
 		}
 	}
 }
