@@ -190,7 +190,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 		bands int
 		want  float64
 	}{{128, 1.27}, {342, 1.05}} {
-		key := ProblemKey{Kind: "bandmf", Workload: w, Bands: c.bands, Gap: 1e-4}
+		key := ProblemKey{Kind: "bandmf", Workload: w, Bands: c.bands, Gap: 1e-3}
 		f, _, err := cache.GetOrBuild(ctx, key, func(ctx context.Context) (*Factorization, error) {
 			r, err := OptimizeBanded(ctx, w, c.bands, &OptimizeSettings{Gap: 1e-3, Progress: func(p OptimizeProgress) {
 				if p.Iter%50 == 0 {
