@@ -64,10 +64,8 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 	p := newKBDual(ctx, a, schema)
 	target := s.gap()
 	conv := &kbConverger{p: p, s: s, target: target}
-	settings := &optimize.Settings{
-		Converger:       conv,
-		MajorIterations: s.maxIter(defaultKBIter),
-	}
+	maxIter := s.maxIter(defaultKBIter)
+	settings := &optimize.Settings{Converger: conv, MajorIterations: maxIter}
 	prob := optimize.Problem{
 		Func: func(z []float64) float64 { return p.eval(z, nil) },
 		Grad: func(g, z []float64) { p.eval(z, g) },
@@ -88,9 +86,10 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		for round := 0; round < 20; round++ {
 			var res *optimize.Result
 			res, err = optimize.Minimize(prob, z, settings, &optimize.LBFGS{Store: 30})
-			if conv.done() || ctx.Err() != nil || conv.err != nil || res == nil {
+			if conv.done() || ctx.Err() != nil || res == nil || conv.iter >= maxIter {
 				break
 			}
+			settings.MajorIterations = maxIter - conv.iter
 			p.eval(res.X, nil)
 			neg := p.negativePairs()
 			if len(neg) == 0 {
@@ -105,9 +104,6 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 	}
 	if cerr := checkCtx(ctx, "optimize kb"); cerr != nil {
 		return nil, cerr
-	}
-	if conv.err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize kb: %w", conv.err)
 	}
 	if conv.best == nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: no positive definite feasible iterate; lower bound %.6g (%v)", conv.lb, err)
@@ -171,7 +167,6 @@ type kbDual struct {
 	lastZ, lastG []float64
 	lastF        float64
 	ok           bool
-	err          error
 }
 
 func newKBDual(ctx context.Context, a *mat.Dense, sc Schema) *kbDual {
@@ -289,9 +284,8 @@ func (p *kbDual) evalAt(z []float64) float64 {
 	}
 	p.k.Mul(p.a, p.l)
 	if _, err := polarFactor(p.ctx, &p.q, &p.k, true); err != nil {
-		if p.ctx.Err() != nil {
-			p.err = err
-		}
+		// Cancellation is reported by the caller; a failed polar
+		// decomposition means W is too close to singular: outside.
 		return inf()
 	}
 	p.x.Mul(p.q.T(), &p.k) // P
@@ -416,7 +410,6 @@ type kbConverger struct {
 	lb       float64
 	bestLoss float64
 	best     *mat.Dense
-	err      error
 }
 
 func (c *kbConverger) Init(int) {}
