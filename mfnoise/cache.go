@@ -1,0 +1,168 @@
+package mfnoise
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ProblemKey identifies an optimization problem whose answer a Cache stores:
+// the mechanism kind ("mf-single", "mf-kb", "bandmf", ...), the workload with
+// its parameters (n, momentum, schedule), the participation schema, the band
+// and stamp counts, and the requested gap.
+type ProblemKey struct {
+	Kind     string   `json:"kind"`
+	Workload Workload `json:"workload"`
+	Schema   Schema   `json:"schema"`
+	Bands    int      `json:"bands"`
+	Stamps   int      `json:"stamps"`
+	Gap      float64  `json:"gap"`
+}
+
+// canonical is the byte string the key is hashed from and stored with.
+func (k ProblemKey) canonical() ([]byte, error) {
+	b, err := json.Marshal(k)
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: cache key: %w", err)
+	}
+	return append([]byte("dpmf-problem-key/v1 "), b...), nil
+}
+
+// Cache stores optimized factorizations in a directory, one file per
+// ProblemKey, so an expensive optimization runs once. A nil *Cache or an
+// empty Dir disables caching. Entries are written atomically (temporary
+// file, fsync, rename), so concurrent users of one directory see either no
+// entry or a complete one.
+type Cache struct {
+	Dir string
+}
+
+// Path returns the file that holds the entry for key.
+func (c *Cache) Path(key ProblemKey) (string, error) {
+	if c == nil || c.Dir == "" {
+		return "", invalidf("cache: no directory")
+	}
+	kb, err := key.canonical()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(kb)
+	kind := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, key.Kind)
+	return filepath.Join(c.Dir, fmt.Sprintf("%s-n%d-%s.msgpack", kind, key.Workload.N, hex.EncodeToString(sum[:16]))), nil
+}
+
+// GetOrBuild returns the stored factorization for key, or calls build,
+// stores its result and returns it; the bool reports whether it came from the
+// cache. A stored entry is used only if it is intact (checksum, A = BC) and
+// was stored under exactly this key; a corrupt or mismatched entry is rebuilt
+// and overwritten. The built factorization must factor key.Workload.
+// If the factorization was built but could not be stored, GetOrBuild returns
+// it together with the storage error.
+func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(context.Context) (*Factorization, error)) (*Factorization, bool, error) {
+	if build == nil {
+		return nil, false, invalidf("cache: nil build function")
+	}
+	if c == nil || c.Dir == "" {
+		f, err := build(ctx)
+		return f, false, err
+	}
+	kb, err := key.canonical()
+	if err != nil {
+		return nil, false, err
+	}
+	path, err := c.Path(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if f, err := readEntry(path, kb); err == nil {
+		return f, true, nil
+	}
+	// Missing, corrupt or mismatched: rebuild.
+	f, err := build(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if f == nil {
+		return nil, false, fmt.Errorf("mfnoise: cache: build returned no factorization")
+	}
+	if !sameWorkload(f.Workload, key.Workload) {
+		return nil, false, fmt.Errorf("mfnoise: cache: built factorization is for %v, key asks for %v", f.Workload, key.Workload)
+	}
+	if err := writeEntry(c.Dir, path, f, kb); err != nil {
+		return f, false, err
+	}
+	return f, false, nil
+}
+
+func sameWorkload(a, b Workload) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+func readEntry(path string, key []byte) (*Factorization, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	f, stored, err := loadFactorization(bufio.NewReader(fh))
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(stored, key) {
+		return nil, fmt.Errorf("mfnoise: cache: %w: entry %s was stored under another key", ErrCorrupt, path)
+	}
+	return f, nil
+}
+
+func writeEntry(dir, path string, f *Factorization, key []byte) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*.msgpack")
+	if err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriter(tmp)
+	if err := saveFactorization(bw, f, key); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	// Make the rename itself durable; failure here is not worth failing the
+	// call for (the entry is already visible and complete).
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package mfnoise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// defaultSingleIter bounds the fixed-point iterations of OptimizeSingle.
+const defaultSingleIter = 1000
+
+// OptimizeSingle computes the optimal single-participation factorization of
+// the workload (Denisov et al. 2022, Thm 3.2; SPEC 5.3): the minimizer of
+// tr(A^T A X^-1) over positive definite X with X_ii <= 1, by the fixed point
+// v <- phi(v) = diagpart(H), H = (D^1/2 A^T A D^1/2)^1/2, D = diag(v), from
+// v = 1.
+//
+// Every iterate gives the lower bound tr(D (2 X(v) - I)) = 2 tr(H) - tr(D) on
+// the optimum (Eq. 8) and a feasible point: X(v) = D^-1/2 H D^-1/2 rescaled to
+// unit diagonal, X'_ij = H_ij / sqrt(H_ii H_jj), whose loss is within second
+// order of the optimum near the fixed point (scaling by the largest diagonal
+// entry instead is only first order). The iteration stops when the relative
+// gap between the best of each is at most s.Gap, or fails after s.MaxIter
+// iterations or when ctx is done. Progress is reported after each iteration.
+//
+// The encoder C is the lower-triangular factor with C^T C = X' (exchange-
+// matrix Cholesky), so every column has unit norm (single-participation
+// sensitivity 1); the decoder is B = A C^-1. Meta.Kind is "mf-single".
+//
+// H is the symmetric polar factor of K = A D^1/2 (K = U H), computed by the
+// scaled Newton polar iteration: matrix inverses and products only, which in
+// gonum run many times faster than a symmetric eigendecomposition (see
+// BENCHMARKS.md).
+func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*OptimizeResult, error) {
+	start := time.Now()
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	a, err := w.Matrix()
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
+	}
+	n := w.N
+	target, maxIter := s.gap(), s.maxIter(defaultSingleIter)
+
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 1
+	}
+	var ph polarPhi
+	var bestC, bestB *mat.Dense
+	bestLoss, bestLB := math.Inf(1), math.Inf(-1)
+	iter := 0
+	gap := math.Inf(1)
+	for iter < maxIter && gap > target {
+		if err := checkCtx(ctx, "optimize single"); err != nil {
+			return nil, err
+		}
+		iter++
+		if err := ph.compute(ctx, a, v); err != nil {
+			return nil, fmt.Errorf("mfnoise: optimize single: iteration %d: %w", iter, err)
+		}
+		sumV := 0.0
+		for _, x := range v {
+			sumV += x
+		}
+		bestLB = math.Max(bestLB, 2*ph.tr-sumV) // Eq. 8
+		c, b, loss, err := ph.primal(a)
+		if err != nil {
+			return nil, fmt.Errorf("mfnoise: optimize single: iteration %d: %w", iter, err)
+		}
+		if loss < bestLoss {
+			bestLoss, bestC, bestB = loss, c, b
+		}
+		gap = relGap(bestLoss, bestLB)
+		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: bestLB, Gap: gap})
+		copy(v, ph.diag) // phi(v)
+	}
+	if gap > target {
+		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, target, iter)
+	}
+	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
+	}
+	return &OptimizeResult{Factorization: f, Loss: bestLoss, LowerBound: bestLB, Gap: gap, Iterations: iter, Elapsed: time.Since(start)}, nil
+}
+
+// polarPhi evaluates phi(v) through the polar decomposition K = U H of
+// K = A D^1/2: H = (K^T K)^1/2 = (D^1/2 A^T A D^1/2)^1/2.
+type polarPhi struct {
+	k, u mat.Dense
+	diag []float64
+	tr   float64
+}
+
+func (p *polarPhi) compute(ctx context.Context, a *mat.Dense, v []float64) error {
+	n := len(v)
+	p.k.CloneFrom(a)
+	sq := make([]float64, n)
+	for j, x := range v {
+		sq[j] = math.Sqrt(x)
+	}
+	for i := 0; i < n; i++ {
+		row := p.k.RawRowView(i)
+		for j := range row {
+			row[j] *= sq[j]
+		}
+	}
+	if _, err := polarFactor(ctx, &p.u, &p.k, true); err != nil {
+		return err
+	}
+	// H = U^T K: its diagonal and trace need only O(n^2) work.
+	if p.diag == nil {
+		p.diag = make([]float64, n)
+	}
+	for j := range p.diag {
+		p.diag[j] = 0
+	}
+	for r := 0; r < n; r++ {
+		ur, kr := p.u.RawRowView(r), p.k.RawRowView(r)
+		for j := range p.diag {
+			p.diag[j] += ur[j] * kr[j]
+		}
+	}
+	p.tr = 0
+	for j, d := range p.diag {
+		if !(d > 0) {
+			return fmt.Errorf("square root has diagonal entry %d = %.3g (singular workload?)", j+1, d)
+		}
+		p.tr += d
+	}
+	return nil
+}
+
+// primal returns the unit-diagonal feasible point X'_ij = H_ij / sqrt(H_ii
+// H_jj) as its encoder C (lower triangular, C^T C = X'), decoder B = A C^-1
+// and loss ||B||_F^2 (sens = 1).
+func (p *polarPhi) primal(a *mat.Dense) (c, b *mat.Dense, loss float64, err error) {
+	n := len(p.diag)
+	var h mat.Dense
+	h.Mul(p.u.T(), &p.k)
+	x := mat.NewSymDense(n, nil)
+	for i := 0; i < n; i++ {
+		hi := h.RawRowView(i)
+		for j := i; j < n; j++ {
+			// Symmetrize: round-off leaves U^T K slightly asymmetric.
+			x.SetSym(i, j, 0.5*(hi[j]+h.At(j, i))/math.Sqrt(p.diag[i]*p.diag[j]))
+		}
+	}
+	c, err = lowerFactor(x)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	c.Scale(1/maxColNorm(c), c)
+	b, err = decoderFor(a, c)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	fro := mat.Norm(b, 2)
+	return c, b, fro * fro, nil
+}
+
+// polarFactor computes the orthogonal polar factor U of the square
+// nonsingular k (k = U H, H symmetric positive definite) into u by the
+// Newton iteration X <- (z X + X^-T / z) / 2 with the scaling of Byers and
+// Xu (SIAM J. Matrix Anal. Appl. 30(2), 2008), which needs only estimates of
+// the extreme singular values of k and converges in a handful of steps for
+// any condition number. If lower is set, k is lower triangular and the first
+// inverse is a triangular one. It returns the number of steps.
+func polarFactor(ctx context.Context, u, k *mat.Dense, lower bool) (int, error) {
+	const maxSteps = 60
+	n, _ := k.Dims()
+	u.CloneFrom(k)
+	var inv mat.Dense
+	if lower {
+		t := mat.NewTriDense(n, mat.Lower, nil)
+		for i := 0; i < n; i++ {
+			copy(t.RawTriangular().Data[i*t.RawTriangular().Stride:i*t.RawTriangular().Stride+i+1], k.RawRowView(i)[:i+1])
+		}
+		if err := t.InverseTri(t); err != nil {
+			var ce mat.Condition
+			if !errors.As(err, &ce) || math.IsInf(float64(ce), 1) {
+				return 0, fmt.Errorf("polar iteration: %w", err)
+			}
+		}
+		inv.CloneFrom(t)
+	} else if err := inverseOf(&inv, u); err != nil {
+		return 0, err
+	}
+	alpha := spectralNormEstimate(u)
+	beta := 1 / spectralNormEstimate(&inv)
+	z := 1 / math.Sqrt(alpha*beta)
+	next := mat.NewDense(n, n, nil)
+	for step := 1; step <= maxSteps; step++ {
+		if err := ctx.Err(); err != nil {
+			return step, err
+		}
+		if step > 1 {
+			if err := inverseOf(&inv, u); err != nil {
+				return step, err
+			}
+		}
+		ur, ir, nr := u.RawMatrix(), inv.RawMatrix(), next.RawMatrix()
+		diff, norm := 0.0, 0.0
+		for i := 0; i < n; i++ {
+			urow := ur.Data[i*ur.Stride : i*ur.Stride+n]
+			nrow := nr.Data[i*nr.Stride : i*nr.Stride+n]
+			for j := 0; j < n; j++ {
+				x := 0.5 * (z*urow[j] + ir.Data[j*ir.Stride+i]/z)
+				d := x - urow[j]
+				diff += d * d
+				norm += x * x
+				nrow[j] = x
+			}
+		}
+		u.Copy(next)
+		rel := math.Sqrt(diff / norm)
+		if math.IsNaN(rel) {
+			return step, fmt.Errorf("polar iteration produced NaN")
+		}
+		// Quadratic convergence: the error after this step is about rel^2,
+		// far below what the fixed point and its bound need.
+		if rel < 1e-6 {
+			return step, nil
+		}
+		if step == 1 {
+			z = math.Sqrt(2 * math.Sqrt(alpha*beta) / (alpha + beta))
+		} else {
+			z = 1 / math.Sqrt((z+1/z)/2)
+		}
+	}
+	return maxSteps, fmt.Errorf("polar iteration did not converge in %d steps", maxSteps)
+}
+
+func inverseOf(dst, a *mat.Dense) error {
+	if err := dst.Inverse(a); err != nil {
+		var ce mat.Condition
+		if !errors.As(err, &ce) || math.IsInf(float64(ce), 1) {
+			return fmt.Errorf("polar iteration: %w", err)
+		}
+	}
+	return nil
+}
+
+// spectralNormEstimate returns ||a||_2 to a few digits by power iteration on
+// a^T a; the polar scaling only needs an estimate.
+func spectralNormEstimate(a *mat.Dense) float64 {
+	n, _ := a.Dims()
+	x := mat.NewVecDense(n, nil)
+	for i := 0; i < n; i++ {
+		// A fixed, non-symmetric start vector avoids orthogonality to the
+		// top singular vector for structured matrices.
+		x.SetVec(i, 1+float64(i%7)/7)
+	}
+	var y, t mat.VecDense
+	est := 0.0
+	for it := 0; it < 30; it++ {
+		nx := mat.Norm(x, 2)
+		x.ScaleVec(1/nx, x)
+		y.MulVec(a, x)
+		t.MulVec(a.T(), &y)
+		e := math.Sqrt(mat.Norm(&t, 2))
+		if it > 3 && math.Abs(e-est) < 1e-3*e {
+			return e
+		}
+		est = e
+		x.CopyVec(&t)
+	}
+	return est
+}

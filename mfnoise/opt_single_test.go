@@ -1,0 +1,341 @@
+package mfnoise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// phiEig is the textbook route to phi(v): eigendecompose
+// M = D^1/2 A^T A D^1/2 and read diag and trace of M^1/2 from the
+// eigenvectors. It is the reference for the polar route and the
+// comparison in BenchmarkPhi.
+func phiEig(g *mat.SymDense, v []float64) (diag []float64, tr float64) {
+	n := len(v)
+	m := mat.NewSymDense(n, nil)
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			m.SetSym(i, j, math.Sqrt(v[i]*v[j])*g.At(i, j))
+		}
+	}
+	var e mat.EigenSym
+	if !e.Factorize(m, true) {
+		panic("eigendecomposition failed")
+	}
+	var q mat.Dense
+	e.VectorsTo(&q)
+	lam := e.Values(nil)
+	diag = make([]float64, n)
+	for k, l := range lam {
+		s := math.Sqrt(l)
+		tr += s
+		for i := 0; i < n; i++ {
+			diag[i] += q.At(i, k) * q.At(i, k) * s
+		}
+	}
+	return diag, tr
+}
+
+func TestPolarPhiMatchesEigen(t *testing.T) {
+	for _, w := range []Workload{
+		{Kind: PrefixSumKind, N: 40},
+		{Kind: MomentumKind, N: 40, Momentum: 0.9, Schedule: CooldownSchedule(40, 0.25, 0.05)},
+	} {
+		a, _ := w.Matrix()
+		g := gramOf(a)
+		v := make([]float64, w.N)
+		for i := range v {
+			v[i] = 0.5 + float64((i*7)%11)/5
+		}
+		var ph polarPhi
+		if err := ph.compute(context.Background(), a, v); err != nil {
+			t.Fatal(err)
+		}
+		diag, tr := phiEig(g, v)
+		if math.Abs(ph.tr-tr) > 1e-11*tr {
+			t.Errorf("%v: trace %v, eigen reference %v", w, ph.tr, tr)
+		}
+		for i := range diag {
+			if math.Abs(ph.diag[i]-diag[i]) > 1e-10*diag[i] {
+				t.Fatalf("%v: diag %d = %v, eigen reference %v", w, i, ph.diag[i], diag[i])
+			}
+		}
+	}
+}
+
+// checkLowerUnitColumns checks that C is lower triangular with unit column
+// norms and that the stored loss is the dense recomputation sens^2 ||B||_F^2.
+func checkOptimum(t *testing.T, r *OptimizeResult, s Schema) {
+	t.Helper()
+	f := r.Factorization
+	n := f.N()
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			if f.Encoder.At(i, j) != 0 {
+				t.Fatalf("encoder not lower triangular at (%d,%d)", i, j)
+			}
+		}
+	}
+	loss, err := f.Loss(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(loss-r.Loss) > 1e-9*loss {
+		t.Errorf("reported loss %v, dense recomputation %v", r.Loss, loss)
+	}
+	a, _ := f.Workload.Matrix()
+	b, err := OptimalDecoder(a, f.Encoder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d mat.Dense
+	d.Sub(b, f.Decoder)
+	if mat.Norm(&d, 2) > 1e-8*mat.Norm(b, 2) {
+		t.Errorf("decoder differs from A C^+ by %v", mat.Norm(&d, 2))
+	}
+	if !(r.LowerBound <= r.Loss) || r.Gap < 0 || math.Abs(r.Gap-(r.Loss-r.LowerBound)/r.Loss) > 1e-12 {
+		t.Errorf("inconsistent bound: loss %v lower bound %v gap %v", r.Loss, r.LowerBound, r.Gap)
+	}
+	if f.Meta.Loss != r.Loss || f.Meta.Gap != r.Gap || f.Meta.LowerBnd != r.LowerBound {
+		t.Errorf("metadata %+v does not carry the result", f.Meta)
+	}
+}
+
+func TestOptimizeSinglePrefixSum(t *testing.T) {
+	// Denisov et al. App. H Table 2: sqrt(Loss) of the optimal
+	// single-participation prefix-sum factorization.
+	cases := []struct {
+		n    int
+		want float64
+	}{{256, 40.4}, {512, 62.0}, {1024, 94.6}, {2048, 143.6}}
+	for _, c := range cases {
+		if c.n > 256 && testing.Short() {
+			continue
+		}
+		t.Run(fmt.Sprint(c.n), func(t *testing.T) {
+			w, _ := PrefixSum(c.n)
+			iters := 0
+			r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Progress: func(p OptimizeProgress) { iters = p.Iter }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := math.Sqrt(r.Loss)
+			t.Logf("n=%d sqrt(loss)=%.4f sqrt(lb)=%.4f gap=%.2e iters=%d time=%v", c.n, got, math.Sqrt(r.LowerBound), r.Gap, r.Iterations, r.Elapsed)
+			if math.Abs(got-c.want) > 0.05 {
+				t.Errorf("sqrt(loss) = %.4f, paper %.1f", got, c.want)
+			}
+			if r.Gap > 1e-4 {
+				t.Errorf("gap %v > 1e-4", r.Gap)
+			}
+			if iters != r.Iterations {
+				t.Errorf("progress saw %d iterations, result says %d", iters, r.Iterations)
+			}
+			checkOptimum(t, r, SingleParticipation())
+			sens, _ := r.Factorization.Sensitivity(SingleParticipation())
+			if math.Abs(sens.Value-1) > 1e-12 {
+				t.Errorf("sensitivity %v, want 1", sens.Value)
+			}
+			for j := 0; j < c.n; j++ {
+				cn := mat.Norm(r.Factorization.Encoder.ColView(j), 2)
+				if math.Abs(cn-1) > 1e-12 {
+					t.Fatalf("column %d norm %v, want 1 (X_ii = 1)", j, cn)
+				}
+			}
+			if r.Factorization.Meta.Kind != "mf-single" {
+				t.Errorf("kind %q", r.Factorization.Meta.Kind)
+			}
+		})
+	}
+}
+
+func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
+	// At a tight gap the unit-diagonal X satisfies the optimality condition
+	// X^-1 G X^-1 = D diagonal (Denisov et al. Thm 3.2).
+	w, _ := PrefixSum(48)
+	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.Factorization.Encoder
+	var x mat.SymDense
+	x.SymOuterK(1, c.T())
+	var ch mat.Cholesky
+	if !ch.Factorize(&x) {
+		t.Fatal("X not PD")
+	}
+	var xi mat.SymDense
+	ch.InverseTo(&xi)
+	a, _ := w.Matrix()
+	var m1, m2 mat.Dense
+	m1.Mul(&xi, gramOf(a))
+	m2.Mul(&m1, &xi)
+	off, diag := 0.0, 0.0
+	for i := 0; i < 48; i++ {
+		for j := 0; j < 48; j++ {
+			if i == j {
+				diag = math.Max(diag, math.Abs(m2.At(i, j)))
+			} else {
+				off = math.Max(off, math.Abs(m2.At(i, j)))
+			}
+		}
+	}
+	if off > 1e-4*diag {
+		t.Errorf("X^-1 G X^-1 has off-diagonal %v vs diagonal %v", off, diag)
+	}
+}
+
+func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
+	const n = 64
+	mw, err := MomentumWorkload(n, 0.95, CooldownSchedule(n, 0.25, 0.05))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := OptimizeSingle(context.Background(), mw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOptimum(t, rm, SingleParticipation())
+	pw, _ := PrefixSum(n)
+	rp, err := OptimizeSingle(context.Background(), pw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := postProcessLoss(t, mw, rp.Factorization)
+	t.Logf("momentum-optimized %.4f, prefix optimum post-processed %.4f", rm.Loss, post)
+	if !(rm.Loss < post) {
+		t.Errorf("optimized for momentum %v, not below post-processed prefix optimum %v", rm.Loss, post)
+	}
+}
+
+// postProcessLoss is the loss on workload mw of the prefix-sum factorization
+// f post-processed with B' = M S^-1 B (same encoder, sens 1 single).
+func postProcessLoss(t *testing.T, mw Workload, f *Factorization) float64 {
+	t.Helper()
+	m, _ := mw.Matrix()
+	s, _ := f.Workload.Matrix()
+	var sinvB, bp mat.Dense
+	if err := sinvB.Solve(s, f.Decoder); err != nil {
+		t.Fatal(err)
+	}
+	bp.Mul(m, &sinvB)
+	sens, err := f.Sensitivity(SingleParticipation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fro := mat.Norm(&bp, 2)
+	return sens.Value * sens.Value * fro * fro
+}
+
+func TestOptimizeSingleErrors(t *testing.T) {
+	ctx := context.Background()
+	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("n = 0: %v, want ErrInvalid", err)
+	}
+	w, _ := PrefixSum(16)
+	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("negative gap: %v, want ErrInvalid", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := OptimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-15, MaxIter: 2}); err == nil {
+		t.Errorf("gap 1e-15 in 2 iterations: no error")
+	}
+}
+
+func ExampleOptimizeSingle() {
+	w, _ := PrefixSum(256)
+	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-4})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("sqrt(loss) = %.1f, gap <= 1e-4: %v\n", math.Sqrt(r.Loss), r.Gap <= 1e-4)
+	// Output: sqrt(loss) = 40.4, gap <= 1e-4: true
+}
+
+// peakHeap samples the heap while f runs and returns the peak in MiB.
+func peakHeap(f func()) float64 {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		var ms runtime.MemStats
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	f()
+	close(done)
+	return float64(peak.Load()) / (1 << 20)
+}
+
+func BenchmarkOptimizeSingle(b *testing.B) {
+	for _, n := range []int{256, 512, 1024, 2048} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			w, _ := PrefixSum(n)
+			for b.Loop() {
+				var r *OptimizeResult
+				var err error
+				cpu0 := cpuSeconds()
+				mb := peakHeap(func() { r, err = OptimizeSingle(context.Background(), w, nil) })
+				cpu := cpuSeconds() - cpu0
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(mb, "peak-MiB")
+				b.ReportMetric(cpu, "cpu-s")
+				b.ReportMetric(float64(r.Iterations), "iters")
+				b.ReportMetric(math.Sqrt(r.Loss), "sqrt-loss")
+			}
+		})
+	}
+}
+
+// BenchmarkPhi compares the two routes to one fixed-point step phi(v).
+func BenchmarkPhi(b *testing.B) {
+	for _, n := range []int{256, 512, 1024} {
+		w, _ := PrefixSum(n)
+		a, _ := w.Matrix()
+		g := gramOf(a)
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = 1
+		}
+		b.Run(fmt.Sprintf("eigen/n=%d", n), func(b *testing.B) {
+			cpu0 := cpuSeconds()
+			for b.Loop() {
+				phiEig(g, v)
+			}
+			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+		})
+		b.Run(fmt.Sprintf("polar/n=%d", n), func(b *testing.B) {
+			var ph polarPhi
+			cpu0 := cpuSeconds()
+			for b.Loop() {
+				if err := ph.compute(context.Background(), a, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+		})
+	}
+}

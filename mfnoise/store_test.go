@@ -1,0 +1,222 @@
+package mfnoise
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"gonum.org/v1/gonum/mat"
+)
+
+func smallOptimum(t testing.TB, n int) *Factorization {
+	t.Helper()
+	w, err := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.25, 0.05))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := OptimizeSingle(context.Background(), w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Factorization
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	f := smallOptimum(t, 24)
+	var buf bytes.Buffer
+	if err := SaveFactorization(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	g, err := LoadFactorization(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mat.Equal(f.Encoder, g.Encoder) || !mat.Equal(f.Decoder, g.Decoder) {
+		t.Error("matrices not bit-identical after round trip")
+	}
+	if !sameWorkload(f.Workload, g.Workload) {
+		t.Errorf("workload %+v, want %+v", g.Workload, f.Workload)
+	}
+	fm, gm := f.Meta, g.Meta
+	if !fm.CreatedAt.Equal(gm.CreatedAt) {
+		t.Errorf("created %v, want %v", gm.CreatedAt, fm.CreatedAt)
+	}
+	fm.CreatedAt = gm.CreatedAt
+	if fmt.Sprint(fm) != fmt.Sprint(gm) {
+		t.Errorf("meta %+v, want %+v", gm, fm)
+	}
+}
+
+func TestLoadDetectsCorruption(t *testing.T) {
+	f := smallOptimum(t, 16)
+	var buf bytes.Buffer
+	if err := SaveFactorization(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	check := func(name string, data []byte) {
+		t.Helper()
+		if _, err := LoadFactorization(bytes.NewReader(data)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: error %v, want ErrCorrupt", name, err)
+		}
+	}
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 0x10
+	check("flipped bit", flipped)
+	check("truncated", good[:len(good)-100])
+	check("garbage", []byte("not a factorization at all"))
+	check("empty", nil)
+
+	// A payload with a valid checksum whose decoder no longer factors A:
+	// caught by the A = BC re-check, not by the checksum.
+	var env storedEnvelope
+	if err := msgpack.Unmarshal(good, &env); err != nil {
+		t.Fatal(err)
+	}
+	var p storedFactorization
+	if err := msgpack.Unmarshal(env.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Decoder[7] ^= 0x01 // B[0,0]: flip an exponent bit
+	env.Payload, _ = msgpack.Marshal(&p)
+	sum := sha256.Sum256(env.Payload)
+	env.SHA256 = sum[:]
+	forged, _ := msgpack.Marshal(&env)
+	_, err := LoadFactorization(bytes.NewReader(forged))
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("A != BC: error %v, want ErrCorrupt", err)
+	}
+	t.Logf("A != BC error: %v", err)
+}
+
+func TestCacheGetOrBuild(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cache{Dir: filepath.Join(dir, "sub")}
+	w, _ := PrefixSum(20)
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
+	builds := 0
+	build := func(ctx context.Context) (*Factorization, error) {
+		builds++
+		r, err := OptimizeSingle(ctx, w, nil)
+		if err != nil {
+			return nil, err
+		}
+		return r.Factorization, nil
+	}
+	ctx := context.Background()
+	f1, cached, err := c.GetOrBuild(ctx, key, build)
+	if err != nil || cached || builds != 1 {
+		t.Fatalf("first call: cached=%v builds=%d err=%v", cached, builds, err)
+	}
+	f2, cached, err := c.GetOrBuild(ctx, key, build)
+	if err != nil || !cached || builds != 1 {
+		t.Fatalf("second call: cached=%v builds=%d err=%v", cached, builds, err)
+	}
+	if !mat.Equal(f1.Encoder, f2.Encoder) || f2.Meta.Kind != "mf-single" || math.Abs(f2.Meta.Loss-f1.Meta.Loss) != 0 {
+		t.Error("cached factorization differs from the built one")
+	}
+	path, _ := c.Path(key)
+
+	// Corrupt entry: rebuilt and overwritten.
+	if err := os.WriteFile(path, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, cached, err = c.GetOrBuild(ctx, key, build); err != nil || cached || builds != 2 {
+		t.Fatalf("corrupt entry: cached=%v builds=%d err=%v", cached, builds, err)
+	}
+	if _, cached, _ = c.GetOrBuild(ctx, key, build); !cached {
+		t.Fatal("entry not overwritten after rebuild")
+	}
+
+	// An intact file stored under another key is not accepted.
+	key2 := key
+	key2.Gap = 1e-6
+	path2, _ := c.Path(key2)
+	if path2 == path {
+		t.Fatal("different keys share a path")
+	}
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path2, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, cached, err = c.GetOrBuild(ctx, key2, build); err != nil || cached || builds != 3 {
+		t.Fatalf("mismatched entry: cached=%v builds=%d err=%v", cached, builds, err)
+	}
+
+	// No temporary files are left behind.
+	ents, _ := os.ReadDir(c.Dir)
+	if len(ents) != 2 {
+		t.Errorf("cache dir has %d entries, want 2", len(ents))
+	}
+
+	// Build errors pass through; a factorization of the wrong workload is refused.
+	boom := errors.New("boom")
+	key3 := key
+	key3.Bands = 3
+	if _, _, err := c.GetOrBuild(ctx, key3, func(context.Context) (*Factorization, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("build error: %v", err)
+	}
+	key4 := key
+	key4.Workload, _ = PrefixSum(21)
+	if _, _, err := c.GetOrBuild(ctx, key4, build); err == nil {
+		t.Error("factorization of another workload was stored")
+	}
+}
+
+func TestNilCacheJustBuilds(t *testing.T) {
+	var c *Cache
+	builds := 0
+	f := smallOptimum(t, 8)
+	for i := 0; i < 2; i++ {
+		g, cached, err := c.GetOrBuild(context.Background(), ProblemKey{Workload: f.Workload}, func(context.Context) (*Factorization, error) {
+			builds++
+			return f, nil
+		})
+		if err != nil || cached || g != f {
+			t.Fatal(cached, err)
+		}
+	}
+	if builds != 2 {
+		t.Errorf("builds = %d", builds)
+	}
+	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("nil build: %v", err)
+	}
+}
+
+func ExampleCache_GetOrBuild() {
+	dir, err := os.MkdirTemp("", "mfcache")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	cache := &Cache{Dir: dir}
+	w, _ := PrefixSum(128)
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
+	build := func(ctx context.Context) (*Factorization, error) {
+		r, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: key.Gap})
+		if err != nil {
+			return nil, err
+		}
+		return r.Factorization, nil
+	}
+	for i := 0; i < 2; i++ {
+		f, cached, err := cache.GetOrBuild(context.Background(), key, build)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("from cache: %v, kind %s, n = %d\n", cached, f.Meta.Kind, f.N())
+	}
+	// Output:
+	// from cache: false, kind mf-single, n = 128
+	// from cache: true, kind mf-single, n = 128
+}
