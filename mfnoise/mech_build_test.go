@@ -151,9 +151,10 @@ func TestCompareRanksAndScores(t *testing.T) {
 
 func TestCompareNamesFailingMechanism(t *testing.T) {
 	w, _ := PrefixSum(8)
-	specs, _ := ParseMechanisms("dpsgd,mf-single/s2")
+	// 9 bands over 8 steps cannot be built.
+	specs, _ := ParseMechanisms("dpsgd,bandmf:9")
 	_, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
-	if err == nil || !strings.Contains(err.Error(), "mf-single/s2") {
+	if err == nil || !strings.Contains(err.Error(), "bandmf:9") {
 		t.Fatalf("error %v does not name the failing mechanism", err)
 	}
 	specs, _ = ParseMechanisms("tree-full/s3")

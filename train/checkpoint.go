@@ -1,0 +1,164 @@
+package train
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ErrCorruptCheckpoint is wrapped when a checkpoint fails its checksum or
+// does not belong to the configured run.
+var ErrCorruptCheckpoint = errors.New("corrupt or mismatched checkpoint")
+
+const checkpointVersion = 1
+
+// checkpointFile is what goes to disk: the msgpack payload and its SHA-256.
+type checkpointFile struct {
+	Version  int    `msgpack:"version"`
+	Payload  []byte `msgpack:"payload"`
+	Checksum []byte `msgpack:"sha256"`
+}
+
+// checkpoint is the complete state of a run between two steps. The
+// generator states inside let whoever holds it reproduce the noise: treat a
+// checkpoint as secret as the training data.
+type checkpoint struct {
+	Step      int     `msgpack:"step"`
+	RunID     string  `msgpack:"run_id"`
+	Model     []byte  `msgpack:"model"`
+	Optimizer []byte  `msgpack:"optimizer"`
+	Sampler   []byte  `msgpack:"sampler"`
+	Noise     []byte  `msgpack:"noise"`
+	Plan      []byte  `msgpack:"plan"` // JSON of the privacy plan: the ledger entry
+	Epsilon   float64 `msgpack:"epsilon"`
+	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
+	AugmentSeed uint64 `msgpack:"augment_seed"`
+}
+
+// runID fingerprints what must not change across a resume: the plan's
+// privacy-relevant fields and the shapes.
+func (t *Trainer) runID() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
+		t.model.Name(), t.model.NumParams(), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
+		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
+	if t.plan != nil {
+		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// SaveCheckpoint writes the run's complete state atomically: to a temporary
+// file in the same directory, fsynced, then renamed over path, so a kill at
+// any moment leaves either the old or the new checkpoint, never a torn one.
+func (t *Trainer) SaveCheckpoint(path string) error {
+	var ck checkpoint
+	var err error
+	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
+	var mb bytes.Buffer
+	if err := t.model.Save(&mb); err != nil {
+		return fmt.Errorf("train: checkpoint: model: %w", err)
+	}
+	ck.Model = mb.Bytes()
+	if ck.Optimizer, err = t.opt.MarshalBinary(); err != nil {
+		return fmt.Errorf("train: checkpoint: optimizer: %w", err)
+	}
+	if ck.Sampler, err = t.sampler.MarshalBinary(); err != nil {
+		return fmt.Errorf("train: checkpoint: sampler: %w", err)
+	}
+	if t.noise != nil {
+		if ck.Noise, err = t.noise.MarshalBinary(); err != nil {
+			return fmt.Errorf("train: checkpoint: noise: %w", err)
+		}
+	}
+	if t.plan != nil {
+		if ck.Plan, err = json.Marshal(t.plan); err != nil {
+			return fmt.Errorf("train: checkpoint: plan: %w", err)
+		}
+	}
+	payload, err := msgpack.Marshal(&ck)
+	if err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	blob, err := msgpack.Marshal(&checkpointFile{Version: checkpointVersion, Payload: payload, Checksum: sum[:]})
+	if err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	return writeFileAtomic(path, blob)
+}
+
+func writeFileAtomic(path string, blob []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	defer removeIfExists(tmp.Name())
+	if _, err := tmp.Write(blob); err != nil {
+		tmp.Close()
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	// The rename is durable only once the directory entry is.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (t *Trainer) loadCheckpoint(path string) error {
+	blob, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var f checkpointFile
+	if err := msgpack.Unmarshal(blob, &f); err != nil {
+		return fmt.Errorf("train: checkpoint %s: %w: %v", path, ErrCorruptCheckpoint, err)
+	}
+	if f.Version != checkpointVersion {
+		return fmt.Errorf("train: checkpoint %s: %w: version %d, want %d", path, ErrCorruptCheckpoint, f.Version, checkpointVersion)
+	}
+	if sum := sha256.Sum256(f.Payload); !bytes.Equal(sum[:], f.Checksum) {
+		return fmt.Errorf("train: checkpoint %s: %w: checksum mismatch", path, ErrCorruptCheckpoint)
+	}
+	var ck checkpoint
+	if err := msgpack.Unmarshal(f.Payload, &ck); err != nil {
+		return fmt.Errorf("train: checkpoint %s: %w: %v", path, ErrCorruptCheckpoint, err)
+	}
+	if ck.RunID != t.runID() {
+		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
+	}
+	if err := t.model.Load(bytes.NewReader(ck.Model)); err != nil {
+		return fmt.Errorf("train: checkpoint: model: %w", err)
+	}
+	if err := t.opt.UnmarshalBinary(ck.Optimizer); err != nil {
+		return fmt.Errorf("train: checkpoint: optimizer: %w", err)
+	}
+	if err := t.sampler.UnmarshalBinary(ck.Sampler); err != nil {
+		return fmt.Errorf("train: checkpoint: sampler: %w", err)
+	}
+	if t.noise != nil {
+		if err := t.noise.UnmarshalBinary(ck.Noise); err != nil {
+			return fmt.Errorf("train: checkpoint: noise: %w", err)
+		}
+	}
+	t.eps, t.augment.Seed = ck.Epsilon, ck.AugmentSeed
+	return nil
+}

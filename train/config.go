@@ -1,0 +1,200 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/models"
+)
+
+// ErrInvalid is wrapped by errors caused by a configuration that cannot run.
+var ErrInvalid = errors.New("invalid configuration")
+
+// ErrRefused is wrapped when the privacy plan refuses a combination of
+// sampler, mechanism and accounting whose guarantee does not hold.
+var ErrRefused = errors.New("privacy plan refused")
+
+// Sampling names how batches are drawn (SPEC 7).
+type Sampling string
+
+const (
+	// SamplingAuto picks Poisson for dpsgd, partitioned band sampling for
+	// bandmf and fixed-order epochs for every other mechanism.
+	SamplingAuto Sampling = ""
+	// SamplingPoisson: every example joins each step with probability
+	// q = Batch/m; amplified DP-SGD accounting.
+	SamplingPoisson Sampling = "poisson"
+	// SamplingBandPoisson: banded-MF Alg. 2, amplified BandMF accounting.
+	SamplingBandPoisson Sampling = "band-poisson"
+	// SamplingFixedOrder: shuffle once, same batches every epoch;
+	// (k,b)-participation, unamplified accounting.
+	SamplingFixedOrder Sampling = "fixed-order"
+	// SamplingShuffle: a fresh permutation every epoch; no amplification is
+	// claimed.
+	SamplingShuffle Sampling = "shuffle"
+)
+
+// WorkloadChoice says which workload a matrix mechanism is built for.
+type WorkloadChoice string
+
+const (
+	// WorkloadOptimizer factorizes the optimizer's own momentum/cooldown
+	// map ("Optimal M = BC", Denisov et al. Table 1).
+	WorkloadOptimizer WorkloadChoice = "optimizer"
+	// WorkloadPrefix factorizes prefix sums; the optimizer post-processes.
+	WorkloadPrefix WorkloadChoice = "prefix"
+)
+
+// Config is a whole training run. The zero value is not runnable: Train,
+// Model (or ModelName), Steps and Batch are required. See Defaults.
+type Config struct {
+	// Data.
+	Train, Test *data.Dataset `json:"-"`
+	// Augment applies random crop (pad 4) and horizontal flip to training
+	// examples, deterministically from the seed, step and example.
+	Augment bool `json:"augment"`
+
+	// Model: either a built model or a name ("logistic", "mlp", "cnn").
+	Model     models.Model `json:"-"`
+	ModelName string       `json:"model"`
+	Hidden    []int        `json:"hidden,omitempty"`
+
+	// Schedule.
+	Steps int `json:"steps"`
+	Batch int `json:"batch"` // expected batch size B
+
+	// Privacy.
+	NonPrivate bool `json:"non_private"`
+	// Mechanism is a mechanism name as in mfnoise.ParseMechanism:
+	// dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
+	// bandmf:N or bandmf:auto, optionally stamped (/sS).
+	Mechanism string         `json:"mechanism"`
+	Workload  WorkloadChoice `json:"workload"`
+	Sampling  Sampling       `json:"sampling"`
+	// Bands is the number of partitions of band sampling; 0 means the
+	// mechanism's band count.
+	Bands int `json:"bands,omitempty"`
+	// ClipNorm is zeta.
+	ClipNorm float64 `json:"clip_norm"`
+	// NoiseMultiplier sigma; 0 means calibrate it to Epsilon.
+	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
+	Epsilon         float64 `json:"epsilon,omitempty"`
+	// Delta; 0 means min(1e-5, 1/m).
+	Delta float64 `json:"delta,omitempty"`
+	// Accountant: "pld" (default) or "rdp".
+	Accountant string `json:"accountant"`
+
+	// Optimizer: heavy-ball momentum (0 = plain SGD) with the learning
+	// rate linearly cooled down to 0.05x over the last CooldownFrac of
+	// steps.
+	LearningRate float64 `json:"learning_rate"`
+	Momentum     float64 `json:"momentum"`
+	CooldownFrac float64 `json:"cooldown_frac"`
+
+	// Seed makes the run reproducible (sampler, noise, initialization,
+	// augmentation). Nil: every generator is seeded from crypto/rand.
+	Seed []byte `json:"-"`
+	// NoiseMemoryBudget bounds the noise source's state in bytes (0: none).
+	NoiseMemoryBudget int64 `json:"noise_memory_budget,omitempty"`
+
+	// Bookkeeping.
+	EvalEvery       int    `json:"eval_every"`
+	CheckpointPath  string `json:"checkpoint,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every,omitempty"`
+	MetricsPath     string `json:"metrics,omitempty"`
+	// CacheDir stores optimized factorizations so they are built once.
+	CacheDir string `json:"cache_dir,omitempty"`
+	// Progress receives a progress bar (nil: none).
+	Progress io.Writer `json:"-"`
+	// OnStep and OnEval are called after each step and evaluation.
+	OnStep func(StepMetrics) `json:"-"`
+	OnEval func(EvalMetrics) `json:"-"`
+	// Log receives human-readable plan and summary lines (nil: none).
+	Log io.Writer `json:"-"`
+}
+
+// Defaults fills unset knobs with the papers' choices: clip norm 1,
+// PLD accounting, learning rate 0.5, cooldown over the last 25% of steps,
+// momentum 0.95 for matrix mechanisms and 0 for DP-SGD.
+func (c *Config) Defaults() {
+	if c.Mechanism == "" && !c.NonPrivate {
+		c.Mechanism = "dpsgd"
+	}
+	if c.ClipNorm == 0 {
+		c.ClipNorm = 1
+	}
+	if c.Accountant == "" {
+		c.Accountant = "pld"
+	}
+	if c.LearningRate == 0 {
+		c.LearningRate = 0.5
+	}
+	if c.Workload == "" {
+		c.Workload = WorkloadOptimizer
+	}
+	if c.EvalEvery == 0 {
+		c.EvalEvery = max(1, c.Steps/5)
+	}
+	if c.ModelName == "" && c.Model == nil {
+		c.ModelName = "mlp"
+	}
+}
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("train: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if c.Train == nil || c.Train.Len() == 0 {
+		return bad("no training data")
+	}
+	if c.Steps <= 0 {
+		return bad("steps = %d must be positive", c.Steps)
+	}
+	if c.Batch <= 0 || c.Batch > c.Train.Len() {
+		return bad("batch = %d must lie in [1, %d examples]", c.Batch, c.Train.Len())
+	}
+	if !(c.ClipNorm > 0) || math.IsInf(c.ClipNorm, 0) {
+		return bad("clip norm %v must be positive and finite", c.ClipNorm)
+	}
+	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
+		return bad("learning rate %v must be positive and finite", c.LearningRate)
+	}
+	if !(c.Momentum >= 0 && c.Momentum < 1) {
+		return bad("momentum %v must lie in [0,1)", c.Momentum)
+	}
+	if !(c.CooldownFrac >= 0 && c.CooldownFrac <= 1) {
+		return bad("cooldown fraction %v must lie in [0,1]", c.CooldownFrac)
+	}
+	if c.NonPrivate {
+		return nil
+	}
+	if c.NoiseMultiplier < 0 || math.IsNaN(c.NoiseMultiplier) || math.IsInf(c.NoiseMultiplier, 0) {
+		return bad("noise multiplier %v", c.NoiseMultiplier)
+	}
+	if c.NoiseMultiplier == 0 && !(c.Epsilon > 0) {
+		return bad("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", c.Epsilon)
+	}
+	if c.Epsilon < 0 || math.IsNaN(c.Epsilon) || math.IsInf(c.Epsilon, 0) {
+		return bad("epsilon %v must be positive", c.Epsilon)
+	}
+	if c.Delta != 0 && !(c.Delta > 0 && c.Delta < 1) {
+		return bad("delta %v must lie in (0,1)", c.Delta)
+	}
+	switch c.Accountant {
+	case "pld", "rdp":
+	default:
+		return bad("accountant %q: want pld or rdp", c.Accountant)
+	}
+	switch c.Workload {
+	case WorkloadOptimizer, WorkloadPrefix:
+	default:
+		return bad("workload %q: want optimizer or prefix", c.Workload)
+	}
+	if c.Bands < 0 {
+		return bad("bands = %d", c.Bands)
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+// Package train runs differentially private training end to end: it binds a
+// sampler, a correlated-noise mechanism, an optimizer and an accountant into
+// one privacy plan that is checked before the first step, then runs the loop
+// sample -> clipped per-example gradient sum -> add sigma*zeta*sens*W_i ->
+// divide by the expected batch size -> optimizer step, with periodic
+// evaluation, JSON-lines metrics and atomic, checksummed checkpoints from
+// which a killed run resumes bit-identically.
+//
+// Run is the one-call entry point; Trainer lets a service drive steps itself.
+package train

@@ -1,0 +1,421 @@
+package train
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"time"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/optim"
+	"github.com/dpmf-go/dpmf/sampler"
+)
+
+// StepMetrics describes one training step.
+type StepMetrics struct {
+	Step          int        `json:"step"`
+	Loss          float64    `json:"loss"`
+	BatchSize     int        `json:"batch_size"`
+	ClippedFrac   float64    `json:"clipped_frac"`
+	NormQuantiles [4]float64 `json:"norm_quantiles"` // 50%, 90%, 99%, max
+	NonFinite     int        `json:"non_finite"`
+	Epsilon       float64    `json:"epsilon"`
+	StepSeconds   float64    `json:"step_seconds"`
+}
+
+// EvalMetrics describes one evaluation on the test set.
+type EvalMetrics struct {
+	Step     int     `json:"step"`
+	Loss     float64 `json:"test_loss"`
+	Accuracy float64 `json:"test_accuracy"`
+	Epsilon  float64 `json:"epsilon"`
+	Delta    float64 `json:"delta"`
+}
+
+// Trainer runs a configured training loop one step at a time, for services
+// that drive training themselves. Build it with New.
+type Trainer struct {
+	cfg     Config
+	plan    *Plan // nil for a non-private run
+	model   models.Model
+	engine  *clip.Engine
+	sampler sampler.Sampler
+	noise   mfnoise.NoiseSource
+	opt     optim.Optimizer
+	eps     float64 // epsilon after the last evaluated step
+
+	idx        []int
+	xb         []float32
+	yb         []int
+	sum, chunk []float32
+	noiseBuf   []float32
+	augment    data.Augmenter
+	metrics    *metricsWriter
+}
+
+// New checks the configuration, builds the privacy plan (refusing any
+// combination whose guarantee does not hold), the model, the clipping
+// engine, the sampler, the noise source and the optimizer. If
+// cfg.CheckpointPath names an existing checkpoint, the run resumes from it.
+func New(ctx context.Context, cfg Config) (*Trainer, error) {
+	cfg.Defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{cfg: cfg}
+	var err error
+	if t.model, err = buildModel(&cfg); err != nil {
+		return nil, err
+	}
+	d := t.model.NumParams()
+	if shapeOf(cfg.Train) != t.model.InputShape() {
+		return nil, fmt.Errorf("train: %w: data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Train), t.model.InputShape())
+	}
+	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
+		return nil, fmt.Errorf("train: %w: test data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Test), t.model.InputShape())
+	}
+	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
+	sched.Base = cfg.LearningRate
+	if cfg.Momentum > 0 {
+		t.opt, err = optim.NewMomentum(d, cfg.Momentum, sched, cfg.Steps, optim.MomentumOptions{})
+	} else {
+		t.opt, err = optim.NewSGD(d, sched, cfg.Steps)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: optimizer: %w", err)
+	}
+	if cfg.NonPrivate {
+		t.sampler, err = sampler.NewFixedOrder(cfg.Train.Len(), cfg.Batch, cfg.Steps, sampler.Options{Seed: deriveSeed(cfg.Seed, "sampler")})
+		if err != nil {
+			return nil, fmt.Errorf("train: sampler: %w", err)
+		}
+	} else {
+		w, err := t.opt.Workload(cfg.Steps)
+		if err != nil {
+			return nil, fmt.Errorf("train: optimizer workload: %w", err)
+		}
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, planInput{examples: cfg.Train.Len(), workload: w})
+		if err != nil {
+			return nil, err
+		}
+		nopt := mfnoise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
+		if f := t.plan.Factorization(); f != nil {
+			t.noise, err = mfnoise.NewNoiseSource(f, d, nopt)
+		} else {
+			t.noise, err = mfnoise.NewIndependentNoise(cfg.Steps, d, nopt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("train: noise source: %w", err)
+		}
+	}
+	maxBatch := cfg.Batch
+	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	if err != nil {
+		return nil, fmt.Errorf("train: clipping: %w", err)
+	}
+	shape := t.model.InputShape()
+	per := shape[0] * shape[1] * shape[2]
+	t.xb = make([]float32, maxBatch*per)
+	t.yb = make([]int, maxBatch)
+	t.sum = make([]float32, d)
+	t.chunk = make([]float32, d)
+	if t.noise != nil {
+		t.noiseBuf = make([]float32, d)
+	}
+	if cfg.Augment {
+		as, err := seed64(cfg.Seed, "augment")
+		if err != nil {
+			return nil, err
+		}
+		t.augment = data.Augmenter{Seed: as, Pad: 4, Flip: true}
+	}
+	if cfg.CheckpointPath != "" {
+		err := t.loadCheckpoint(cfg.CheckpointPath)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if cfg.MetricsPath != "" {
+		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func buildModel(cfg *Config) (models.Model, error) {
+	if cfg.Model != nil {
+		return cfg.Model, nil
+	}
+	seed, err := seed64(cfg.Seed, "model")
+	if err != nil {
+		return nil, err
+	}
+	shape, classes := shapeOf(cfg.Train), cfg.Train.Classes
+	var m models.Model
+	switch cfg.ModelName {
+	case "logistic":
+		m, err = models.NewLogistic(shape, classes, seed)
+	case "mlp":
+		hidden := cfg.Hidden
+		if len(hidden) == 0 {
+			hidden = []int{128}
+		}
+		m, err = models.NewMLP(shape, hidden, classes, "tanh", seed)
+	case "cnn":
+		m, err = models.NewCIFARCNN(shape, classes, seed)
+	default:
+		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp or cnn", ErrInvalid, cfg.ModelName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: model: %w", err)
+	}
+	return m, nil
+}
+
+// seed64 derives a 64-bit seed for label from the run's seed, or draws one
+// from crypto/rand when the run has none.
+func seed64(master []byte, label string) (uint64, error) {
+	if s := deriveSeed(master, label); s != nil {
+		return binary.LittleEndian.Uint64(s), nil
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, fmt.Errorf("train: seeding %s: %w", label, err)
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// Plan is the run's privacy plan (nil for a non-private run).
+func (t *Trainer) Plan() *Plan { return t.plan }
+
+// Model is the model being trained.
+func (t *Trainer) Model() models.Model { return t.model }
+
+// Step is the number of steps done.
+func (t *Trainer) Step() int { return t.sampler.Step() }
+
+// Done reports whether all steps ran.
+func (t *Trainer) Done() bool { return t.Step() >= t.cfg.Steps }
+
+// TrainStep runs one step: sample, clipped sum, noise, divide by the
+// expected batch size, optimizer update.
+func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
+	if err := ctx.Err(); err != nil {
+		return StepMetrics{}, err
+	}
+	start := time.Now()
+	var err error
+	t.idx, err = t.sampler.Next(t.idx)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("train: step %d: %w", t.Step()+1, err)
+	}
+	step := t.sampler.Step()
+	for i := range t.sum {
+		t.sum[i] = 0
+	}
+	sm := StepMetrics{Step: step, BatchSize: len(t.idx)}
+	// A Poisson batch can exceed the engine's batch: the clipped sum is
+	// additive, so larger batches run in chunks.
+	maxBatch := len(t.yb)
+	var lossSum float64
+	for lo := 0; lo < len(t.idx); lo += maxBatch {
+		hi := min(lo+maxBatch, len(t.idx))
+		x, y, err := t.gather(t.idx[lo:hi], step)
+		if err != nil {
+			return sm, err
+		}
+		st, err := t.engine.ClippedSum(x, y, t.chunk)
+		if err != nil {
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
+		}
+		for i, v := range t.chunk {
+			t.sum[i] += v
+		}
+		k := float64(hi - lo)
+		lossSum += st.Loss * k
+		sm.ClippedFrac += st.Clipped * k
+		sm.NonFinite += st.NonFinite
+		for q := range sm.NormQuantiles {
+			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
+		}
+	}
+	if sm.BatchSize > 0 {
+		lossSum /= float64(sm.BatchSize)
+		sm.ClippedFrac /= float64(sm.BatchSize)
+	}
+	sm.Loss = lossSum
+	div := float64(max(sm.BatchSize, 1))
+	if t.plan != nil {
+		if err := t.noise.Next(t.noiseBuf); err != nil {
+			return sm, fmt.Errorf("train: step %d: noise: %w", step, err)
+		}
+		std := float32(t.plan.NoiseStd)
+		for i, w := range t.noiseBuf {
+			t.sum[i] += std * w
+		}
+		// Dividing by the realized batch size would leak it: the expected
+		// size is data independent (SPEC 7).
+		div = t.sampler.ExpectedBatch()
+	}
+	inv := float32(1 / div)
+	for i := range t.sum {
+		t.sum[i] *= inv
+		if v := t.sum[i]; v != v || math.IsInf(float64(v), 0) {
+			return sm, fmt.Errorf("train: step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
+		}
+	}
+	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
+		return sm, fmt.Errorf("train: step %d: optimizer: %w", step, err)
+	}
+	sm.Epsilon = t.eps
+	if t.plan != nil && !t.plan.Amplified {
+		sm.Epsilon = t.plan.Epsilon
+	}
+	sm.StepSeconds = time.Since(start).Seconds()
+	if t.metrics != nil {
+		t.metrics.write("step", sm)
+	}
+	if t.cfg.OnStep != nil {
+		t.cfg.OnStep(sm)
+	}
+	return sm, nil
+}
+
+func (t *Trainer) gather(idx []int, step int) ([]float32, []int, error) {
+	per := t.cfg.Train.Shape.Size()
+	x, y := t.xb[:len(idx)*per], t.yb[:len(idx)]
+	var err error
+	if t.cfg.Augment {
+		err = t.augment.Batch(t.cfg.Train, idx, uint64(step), x, y)
+	} else {
+		err = t.cfg.Train.Batch(idx, x, y)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: gathering batch: %w", err)
+	}
+	return x, y, nil
+}
+
+func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Shape.W} }
+
+// Evaluate measures test loss and accuracy (on the training set when no
+// test set is configured) and the epsilon spent so far.
+func (t *Trainer) Evaluate() (EvalMetrics, error) {
+	ds := t.cfg.Test
+	if ds == nil {
+		ds = t.cfg.Train
+	}
+	em := EvalMetrics{Step: t.Step()}
+	idx := make([]int, ds.Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	x, y := make([]float32, len(idx)*ds.Shape.Size()), make([]int, len(idx))
+	if err := ds.Batch(idx, x, y); err != nil {
+		return em, fmt.Errorf("train: evaluation: %w", err)
+	}
+	var err error
+	if em.Loss, em.Accuracy, err = t.engine.Evaluate(x, y); err != nil {
+		return em, fmt.Errorf("train: evaluation: %w", err)
+	}
+	if t.plan != nil {
+		if t.eps, err = t.plan.EpsilonAfter(t.Step()); err != nil {
+			return em, fmt.Errorf("train: accounting: %w", err)
+		}
+		em.Epsilon, em.Delta = t.eps, t.plan.Delta
+	}
+	if t.metrics != nil {
+		t.metrics.write("eval", em)
+	}
+	if t.cfg.OnEval != nil {
+		t.cfg.OnEval(em)
+	}
+	return em, nil
+}
+
+// Close flushes and closes the metrics file.
+func (t *Trainer) Close() error {
+	if t.metrics != nil {
+		return t.metrics.close()
+	}
+	return nil
+}
+
+// Result summarizes a finished run.
+type Result struct {
+	Plan     *Plan         `json:"plan,omitempty"`
+	Steps    int           `json:"steps"`
+	Final    EvalMetrics   `json:"final"`
+	Evals    []EvalMetrics `json:"evals"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+	Resumed  int           `json:"resumed_from_step,omitempty"`
+	Model    string        `json:"model"`
+	Examples int           `json:"examples"`
+}
+
+// Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
+// is there), evaluating every cfg.EvalEvery steps and at the end, and
+// checkpointing every cfg.CheckpointEvery steps.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	start := time.Now()
+	t, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	cfg = t.cfg
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	if cfg.Log != nil && t.plan != nil {
+		fmt.Fprintln(cfg.Log, t.plan)
+	}
+	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
+	for !t.Done() {
+		sm, err := t.TrainStep(ctx)
+		if err != nil {
+			return res, err
+		}
+		bar.step(sm)
+		if sm.Step%cfg.EvalEvery == 0 && sm.Step < cfg.Steps {
+			em, err := t.Evaluate()
+			if err != nil {
+				return res, err
+			}
+			res.Evals = append(res.Evals, em)
+			bar.eval(em)
+		}
+		if cfg.CheckpointPath != "" && cfg.CheckpointEvery > 0 && sm.Step%cfg.CheckpointEvery == 0 {
+			if err := t.SaveCheckpoint(cfg.CheckpointPath); err != nil {
+				return res, err
+			}
+		}
+	}
+	bar.finish()
+	em, err := t.Evaluate()
+	if err != nil {
+		return res, err
+	}
+	res.Evals = append(res.Evals, em)
+	res.Final, res.Steps, res.Elapsed = em, t.Step(), time.Since(start)
+	if cfg.CheckpointPath != "" {
+		if err := t.SaveCheckpoint(cfg.CheckpointPath); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
