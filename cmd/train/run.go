@@ -27,7 +27,7 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100 or embedded (the Fashion-MNIST subset shipped in the binary)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary) or synthetic-cifar (CIFAR-shaped synthetic data for benchmarks)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp or cnn")
@@ -202,6 +202,9 @@ func loadData(name, dir string, isDefault bool) (trainSet, testSet *data.Dataset
 			return trainSet, testSet, "embedded Fashion-MNIST subset (Debian's dataset-fashion-mnist not installed)", err
 		}
 		return trainSet, testSet, "Fashion-MNIST " + dir, err
+	case "synthetic-cifar":
+		trainSet, testSet, err = data.SyntheticCIFAR(50000, 10000, 1)
+		return trainSet, testSet, "synthetic CIFAR-shaped data", err
 	case "mnist", "cifar10", "cifar100":
 		if dir == "" {
 			return nil, nil, "", usagef("-data %s needs -dir", name)
@@ -209,5 +212,5 @@ func loadData(name, dir string, isDefault bool) (trainSet, testSet *data.Dataset
 		trainSet, testSet, err = data.LoadDir(dir)
 		return trainSet, testSet, name + " " + dir, err
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100 or embedded", name)
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded or synthetic-cifar", name)
 }
