@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -54,9 +54,9 @@ func (t *Trainer) runID() string {
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
-// SaveCheckpoint writes the run's complete state atomically: to a temporary
-// file in the same directory, fsynced, then renamed over path, so a kill at
-// any moment leaves either the old or the new checkpoint, never a torn one.
+// SaveCheckpoint writes the run's complete state atomically (package
+// atomicfile), so a kill at any moment leaves either the old or the new
+// checkpoint, never a torn one.
 func (t *Trainer) SaveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
@@ -91,34 +91,8 @@ func (t *Trainer) SaveCheckpoint(path string) error {
 	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
-	return writeFileAtomic(path, blob)
-}
-
-func writeFileAtomic(path string, blob []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, blob); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	defer removeIfExists(tmp.Name())
-	if _, err := tmp.Write(blob); err != nil {
-		tmp.Close()
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	// The rename is durable only once the directory entry is.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

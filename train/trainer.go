@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -411,11 +410,4 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return res, nil
-}
-
-func removeIfExists(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
 }
