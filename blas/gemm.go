@@ -1,0 +1,374 @@
+package blas
+
+import (
+	"runtime"
+	"sync"
+
+	gblas "gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+)
+
+// Panic messages, worded as gonum's so that callers see the same failures
+// whichever implementation is installed.
+const (
+	badTranspose = "blas: illegal transpose"
+	mLT0         = "blas: m < 0"
+	nLT0         = "blas: n < 0"
+	kLT0         = "blas: k < 0"
+	badLdA       = "blas: bad leading dimension of A"
+	badLdB       = "blas: bad leading dimension of B"
+	badLdC       = "blas: bad leading dimension of C"
+	shortA       = "blas: insufficient length of a"
+	shortB       = "blas: insufficient length of b"
+	shortC       = "blas: insufficient length of c"
+)
+
+// Below these sizes packing costs more than it saves; gonum's native
+// loops (which call its own SIMD axpy/dot kernels) are used instead.
+const (
+	smallWork = 24 * 24 * 24 // m*n*k
+	// parallelWork is the m*n*k above which the product is split across
+	// goroutines; below it the goroutine start-up and the duplicated
+	// packing outweigh the second core.
+	parallelWork = 64 * 64 * 64
+)
+
+// Sgemm computes
+//
+//	C = alpha * op(A) * op(B) + beta * C
+//
+// where op(X) is X or Xᵀ as selected by tA and tB, op(A) is m×k, op(B) is
+// k×n and C is m×n, all stored row-major with leading dimensions lda, ldb
+// and ldc. The semantics, including panics on invalid arguments, are those
+// of gonum's Implementation.Sgemm: when beta is zero C is overwritten (NaN
+// in C does not propagate) and when alpha is zero A and B are not read.
+func Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if useNative(m, n, k) {
+		gonum.Implementation{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	gemm(kernel32(), runtime.GOMAXPROCS(0), isTrans(tA), isTrans(tB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Dgemm computes
+//
+//	C = alpha * op(A) * op(B) + beta * C
+//
+// where op(X) is X or Xᵀ as selected by tA and tB, op(A) is m×k, op(B) is
+// k×n and C is m×n, all stored row-major with leading dimensions lda, ldb
+// and ldc. The semantics, including panics on invalid arguments, are those
+// of gonum's Implementation.Dgemm: when beta is zero C is overwritten (NaN
+// in C does not propagate) and when alpha is zero A and B are not read.
+func Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if useNative(m, n, k) {
+		gonum.Implementation{}.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	gemm(kernel64(), runtime.GOMAXPROCS(0), isTrans(tA), isTrans(tB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// useNative reports whether a product is too small, or too close to a
+// matrix-vector product, for packing to pay.
+func useNative(m, n, k int) bool {
+	return m == 1 || n == 1 || m*n*k <= smallWork
+}
+
+func isTrans(t gblas.Transpose) bool {
+	return t == gblas.Trans || t == gblas.ConjTrans
+}
+
+// checkGemm validates the arguments as gonum does and reports whether
+// there is any work to do.
+func checkGemm(tA, tB gblas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
+	switch tA {
+	case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
+	default:
+		panic(badTranspose)
+	}
+	switch tB {
+	case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
+	default:
+		panic(badTranspose)
+	}
+	if m < 0 {
+		panic(mLT0)
+	}
+	if n < 0 {
+		panic(nLT0)
+	}
+	if k < 0 {
+		panic(kLT0)
+	}
+	aTrans, bTrans := isTrans(tA), isTrans(tB)
+	if aTrans {
+		if lda < max(1, m) {
+			panic(badLdA)
+		}
+	} else if lda < max(1, k) {
+		panic(badLdA)
+	}
+	if bTrans {
+		if ldb < max(1, k) {
+			panic(badLdB)
+		}
+	} else if ldb < max(1, n) {
+		panic(badLdB)
+	}
+	if ldc < max(1, n) {
+		panic(badLdC)
+	}
+	if m == 0 || n == 0 {
+		return false
+	}
+	if aTrans {
+		if la < (k-1)*lda+m {
+			panic(shortA)
+		}
+	} else if la < (m-1)*lda+k {
+		panic(shortA)
+	}
+	if bTrans {
+		if lb < (n-1)*ldb+k {
+			panic(shortB)
+		}
+	} else if lb < (k-1)*ldb+n {
+		panic(shortB)
+	}
+	if lc < (m-1)*ldc+n {
+		panic(shortC)
+	}
+	return true
+}
+
+// kernel describes a micro-kernel and the cache blocking tuned for it.
+//
+// fn adds the product of a packed MR×kc block of A (column-major
+// micro-panel: element (i,p) at a[p*mr+i]) and a packed kc×NR block of B
+// (row-major micro-panel: element (p,j) at b[p*nr+j]) to the MR×NR tile
+// of C at c with row stride ldc. kc is at least 1.
+type kernel[T float32 | float64] struct {
+	name   string
+	mr, nr int
+	// kc is the depth of a packed block: a kc×NR micro-panel of B stays in
+	// L1 while the MR-row micro-panels of A stream past it.
+	kc int
+	// mc is the number of rows of A packed at once; the mc×kc block stays
+	// in L2 while it is multiplied by every micro-panel of B.
+	mc int
+	// nc is the number of columns of B packed at once; the kc×nc block is
+	// sized for a share of L3.
+	nc int
+	fn func(kc int, a, b, c *T, ldc int)
+}
+
+// gemm computes C = alpha*op(A)*op(B) + beta*C with the packed algorithm,
+// splitting the larger of m and n over at most procs goroutines. Arguments
+// are assumed valid with m, n > 0.
+func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if alpha == 0 || k == 0 {
+		scaleC(beta, c, ldc, 0, m, 0, n)
+		return
+	}
+	op := gemmOp[T]{kern: kern, aTrans: aTrans, bTrans: bTrans, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+	if procs > 1 && m*n*k > parallelWork {
+		// Split the larger dimension so that each goroutine still gets
+		// whole micro-tiles; the other operand is packed by each
+		// goroutine, which costs O(k*min(m,n)) against 2*m*n*k/procs flops.
+		var unit, size int
+		if n >= m {
+			unit, size = kern.nr, n
+		} else {
+			unit, size = kern.mr, m
+		}
+		chunks := (size + unit - 1) / unit
+		procs = min(procs, chunks)
+		if procs > 1 {
+			var wg sync.WaitGroup
+			lo := 0
+			for w := range procs {
+				hi := (chunks * (w + 1) / procs) * unit
+				hi = min(hi, size)
+				if hi <= lo {
+					continue
+				}
+				i0, i1, j0, j1 := 0, m, lo, hi
+				if n < m {
+					i0, i1, j0, j1 = lo, hi, 0, n
+				}
+				lo = hi
+				if w == procs-1 {
+					op.run(i0, i1, j0, j1)
+					break
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					op.run(i0, i1, j0, j1)
+				}()
+			}
+			wg.Wait()
+			return
+		}
+	}
+	op.run(0, m, 0, n)
+}
+
+type gemmOp[T float32 | float64] struct {
+	kern           kernel[T]
+	aTrans, bTrans bool
+	k              int
+	alpha          T
+	a              []T
+	lda            int
+	b              []T
+	ldb            int
+	beta           T
+	c              []T
+	ldc            int
+}
+
+// run computes the block C[i0:i1, j0:j1] with the five loops of the Goto
+// algorithm: jc over nc-column blocks of B, pc over kc-deep slices, ic over
+// mc-row blocks of A, then jr/ir over NR/MR micro-tiles.
+func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
+	kern := op.kern
+	mr, nr := kern.mr, kern.nr
+	m, n, k := i1-i0, j1-j0, op.k
+	kcMax := min(kern.kc, k)
+	mcMax := min(roundUp(kern.mc, mr), roundUp(m, mr))
+	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
+	ap := make([]T, mcMax*kcMax)
+	bp := make([]T, ncMax*kcMax)
+	tile := make([]T, mr*nr)
+	c, ldc := op.c, op.ldc
+
+	scaleC(op.beta, c, ldc, i0, i1, j0, j1)
+	for jc := j0; jc < j1; jc += ncMax {
+		nc := min(ncMax, j1-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr)
+			for ic := i0; ic < i1; ic += mcMax {
+				mc := min(mcMax, i1-ic)
+				packA(ap, op.a, op.lda, op.aTrans, ic, pc, mc, kc, mr, op.alpha)
+				for jr := 0; jr < nc; jr += nr {
+					cols := min(nr, nc-jr)
+					bPanel := &bp[jr*kc]
+					for ir := 0; ir < mc; ir += mr {
+						rows := min(mr, mc-ir)
+						aPanel := &ap[ir*kc]
+						off := (ic+ir)*ldc + jc + jr
+						if rows == mr && cols == nr {
+							kern.fn(kc, aPanel, bPanel, &c[off], ldc)
+							continue
+						}
+						// Edge tile: compute into a full-size scratch tile
+						// and add only the part that lies inside C.
+						clear(tile)
+						kern.fn(kc, aPanel, bPanel, &tile[0], nr)
+						for i := range rows {
+							dst := c[off+i*ldc : off+i*ldc+cols]
+							src := tile[i*nr : i*nr+cols]
+							for j, v := range src {
+								dst[j] += v
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func roundUp(x, unit int) int { return (x + unit - 1) / unit * unit }
+
+// scaleC sets C[i0:i1, j0:j1] to beta*C, writing zeros (not 0*C, which
+// keeps NaN) when beta is zero.
+func scaleC[T float32 | float64](beta T, c []T, ldc, i0, i1, j0, j1 int) {
+	switch beta {
+	case 1:
+		return
+	case 0:
+		for i := i0; i < i1; i++ {
+			clear(c[i*ldc+j0 : i*ldc+j1])
+		}
+	default:
+		for i := i0; i < i1; i++ {
+			row := c[i*ldc+j0 : i*ldc+j1]
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+// packA copies alpha*op(A)[ic:ic+mc, pc:pc+kc] into dst as mr-row
+// micro-panels, each stored column by column, zero-padding the last panel.
+// Folding alpha here costs nothing extra and keeps the kernel a pure
+// multiply-add.
+func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc, mr int, alpha T) {
+	for ir := 0; ir < mc; ir += mr {
+		rows := min(mr, mc-ir)
+		panel := dst[ir*kc : ir*kc+mr*kc]
+		if trans {
+			// op(A)(i,p) = a[p*lda+i]: rows of the panel are contiguous.
+			for p := range kc {
+				src := a[(pc+p)*lda+ic+ir : (pc+p)*lda+ic+ir+rows]
+				d := panel[p*mr : p*mr+mr]
+				for i, v := range src {
+					d[i] = alpha * v
+				}
+				clear(d[rows:])
+			}
+			continue
+		}
+		// op(A)(i,p) = a[i*lda+p].
+		for i := range rows {
+			src := a[(ic+ir+i)*lda+pc : (ic+ir+i)*lda+pc+kc]
+			for p, v := range src {
+				panel[p*mr+i] = alpha * v
+			}
+		}
+		for i := rows; i < mr; i++ {
+			for p := range kc {
+				panel[p*mr+i] = 0
+			}
+		}
+	}
+}
+
+// packB copies op(B)[pc:pc+kc, jc:jc+nc] into dst as nr-column
+// micro-panels, each stored row by row, zero-padding the last panel.
+func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc, nr int) {
+	for jr := 0; jr < nc; jr += nr {
+		cols := min(nr, nc-jr)
+		panel := dst[jr*kc : jr*kc+nr*kc]
+		if trans {
+			// op(B)(p,j) = b[j*ldb+p].
+			for j := range cols {
+				src := b[(jc+jr+j)*ldb+pc : (jc+jr+j)*ldb+pc+kc]
+				for p, v := range src {
+					panel[p*nr+j] = v
+				}
+			}
+			if cols < nr {
+				for p := range kc {
+					clear(panel[p*nr+cols : p*nr+nr])
+				}
+			}
+			continue
+		}
+		// op(B)(p,j) = b[p*ldb+j]: rows of the panel are contiguous.
+		for p := range kc {
+			d := panel[p*nr : p*nr+nr]
+			copy(d, b[(pc+p)*ldb+jc+jr:(pc+p)*ldb+jc+jr+cols])
+			clear(d[cols:])
+		}
+	}
+}
