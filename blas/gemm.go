@@ -151,7 +151,8 @@ func checkGemm(tA, tB gblas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) b
 // fn adds the product of a packed MR×kc block of A (column-major
 // micro-panel: element (i,p) at a[p*mr+i]) and a packed kc×NR block of B
 // (row-major micro-panel: element (p,j) at b[p*nr+j]) to the MR×NR tile
-// of C at c with row stride ldc. kc is at least 1.
+// of C at c with row stride ldc, or stores the product there when
+// overwrite is set. kc is at least 1.
 type kernel[T float32 | float64] struct {
 	name   string
 	mr, nr int
@@ -164,7 +165,7 @@ type kernel[T float32 | float64] struct {
 	// nc is the number of columns of B packed at once; the kc×nc block is
 	// sized for a share of L3.
 	nc int
-	fn func(kc int, a, b, c *T, ldc int)
+	fn func(kc int, a, b, c *T, ldc int, overwrite bool)
 }
 
 // gemm computes C = alpha*op(A)*op(B) + beta*C with the packed algorithm,
@@ -243,16 +244,25 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 	kcMax := min(kern.kc, k)
 	mcMax := min(roundUp(kern.mc, mr), roundUp(m, mr))
 	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
-	ap := make([]T, mcMax*kcMax)
-	bp := make([]T, ncMax*kcMax)
-	tile := make([]T, mr*nr)
+	bufp := getBuffer[T](mcMax*kcMax + ncMax*kcMax + mr*nr)
+	defer putBuffer(bufp)
+	buf := *bufp
+	ap := buf[:mcMax*kcMax]
+	bp := buf[mcMax*kcMax : mcMax*kcMax+ncMax*kcMax]
+	tile := buf[mcMax*kcMax+ncMax*kcMax:]
 	c, ldc := op.c, op.ldc
 
-	scaleC(op.beta, c, ldc, i0, i1, j0, j1)
+	// With beta = 0 the first k block stores instead of accumulating,
+	// which both skips a pass over C and overwrites NaN in C.
+	zeroBeta := op.beta == 0
+	if !zeroBeta {
+		scaleC(op.beta, c, ldc, i0, i1, j0, j1)
+	}
 	for jc := j0; jc < j1; jc += ncMax {
 		nc := min(ncMax, j1-jc)
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
+			overwrite := zeroBeta && pc == 0
 			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr)
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
@@ -265,16 +275,19 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 						aPanel := &ap[ir*kc]
 						off := (ic+ir)*ldc + jc + jr
 						if rows == mr && cols == nr {
-							kern.fn(kc, aPanel, bPanel, &c[off], ldc)
+							kern.fn(kc, aPanel, bPanel, &c[off], ldc, overwrite)
 							continue
 						}
 						// Edge tile: compute into a full-size scratch tile
 						// and add only the part that lies inside C.
-						clear(tile)
-						kern.fn(kc, aPanel, bPanel, &tile[0], nr)
+						kern.fn(kc, aPanel, bPanel, &tile[0], nr, true)
 						for i := range rows {
 							dst := c[off+i*ldc : off+i*ldc+cols]
 							src := tile[i*nr : i*nr+cols]
+							if overwrite {
+								copy(dst, src)
+								continue
+							}
 							for j, v := range src {
 								dst[j] += v
 							}
@@ -283,6 +296,39 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 				}
 			}
 		}
+	}
+}
+
+// Packing buffers are recycled through sync.Pool: they are hundreds of
+// KiB to MiB, and allocating (and zeroing) them on every call costs as much
+// as a small product. The pools are caches with no observable state.
+var (
+	pool32 sync.Pool
+	pool64 sync.Pool
+)
+
+func getBuffer[T float32 | float64](n int) *[]T {
+	var v any
+	switch any(T(0)).(type) {
+	case float32:
+		v = pool32.Get()
+	default:
+		v = pool64.Get()
+	}
+	if p, ok := v.(*[]T); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	s := make([]T, n)
+	return &s
+}
+
+func putBuffer[T float32 | float64](p *[]T) {
+	switch any(T(0)).(type) {
+	case float32:
+		pool32.Put(p)
+	default:
+		pool64.Put(p)
 	}
 }
 

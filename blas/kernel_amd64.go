@@ -9,16 +9,16 @@ import "golang.org/x/sys/cpu"
 // Micro-kernels in kernel_amd64.s.
 
 //go:noescape
-func sgemmKernel6x16AVX2(kc int, a, b, c *float32, ldc int)
+func sgemmKernel6x16AVX2(kc int, a, b, c *float32, ldc int, overwrite bool)
 
 //go:noescape
-func dgemmKernel6x8AVX2(kc int, a, b, c *float64, ldc int)
+func dgemmKernel6x8AVX2(kc int, a, b, c *float64, ldc int, overwrite bool)
 
 //go:noescape
-func sgemmKernel12x32AVX512(kc int, a, b, c *float32, ldc int)
+func sgemmKernel12x32AVX512(kc int, a, b, c *float32, ldc int, overwrite bool)
 
 //go:noescape
-func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int)
+func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int, overwrite bool)
 
 // Cache blocking for the target machine class (AMD EPYC Zen 4/5: 32-48 KiB
 // L1d, 1 MiB L2 per core, 32 MiB shared L3; Intel server cores are

@@ -4,9 +4,11 @@
 
 #include "textflag.h"
 
-// Micro-kernels: C[0:MR, 0:NR] += A_panel * B_panel.
+// Micro-kernels: C[0:MR, 0:NR] += A_panel * B_panel, or
+// C[0:MR, 0:NR] = A_panel * B_panel when overwrite is set (the first k
+// block of a product with beta = 0, which saves a pass over C).
 //
-// Arguments (all kernels): kc int, a, b, c pointer, ldc int.
+// Arguments (all kernels): kc int, a, b, c pointer, ldc int, overwrite bool.
 // The packed A micro-panel holds MR elements per step p (one column of
 // the MR×kc block); the packed B micro-panel holds NR elements per step p
 // (one row of the kc×NR block). See kernel in gemm.go.
@@ -18,6 +20,7 @@
 //	DX   C tile, row 0
 //	R8   ldc in bytes
 //	R9   C row pointer while storing
+//	AX   overwrite flag
 //	acc  vector registers 0 .. MR*NR/W-1: accumulator for row i, vector v
 //	     is register i*(NR/W)+v, W being the lanes per vector
 //	next NR/W registers: the current row of B
@@ -28,9 +31,9 @@
 // MR*NR/W independent FMAs, so the MR*NR/W accumulator chains (at least
 // 12) cover the FMA latency (4 cycles) times the two FMA pipes.
 
-// func sgemmKernel6x16AVX2(kc int, a, b, c *float32, ldc int)
+// func sgemmKernel6x16AVX2(kc int, a, b, c *float32, ldc int, overwrite bool)
 // AVX2+FMA 6x16 tile, 12 accumulators of 8 lanes, k loop unrolled 4 times.
-TEXT ·sgemmKernel6x16AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgemmKernel6x16AVX2(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -167,6 +170,9 @@ tailloop:
 	JNE tailloop
 store:
 	MOVQ DX, R9
+	MOVBQZX overwrite+40(FP), AX
+	TESTQ AX, AX
+	JNE overwrite
 	VADDPS 0(R9), Y0, Y0
 	VMOVUPS Y0, 0(R9)
 	VADDPS 32(R9), Y1, Y1
@@ -198,10 +204,30 @@ store:
 	VMOVUPS Y11, 32(R9)
 	VZEROUPPER
 	RET
+overwrite:
+	VMOVUPS Y0, 0(R9)
+	VMOVUPS Y1, 32(R9)
+	ADDQ R8, R9
+	VMOVUPS Y2, 0(R9)
+	VMOVUPS Y3, 32(R9)
+	ADDQ R8, R9
+	VMOVUPS Y4, 0(R9)
+	VMOVUPS Y5, 32(R9)
+	ADDQ R8, R9
+	VMOVUPS Y6, 0(R9)
+	VMOVUPS Y7, 32(R9)
+	ADDQ R8, R9
+	VMOVUPS Y8, 0(R9)
+	VMOVUPS Y9, 32(R9)
+	ADDQ R8, R9
+	VMOVUPS Y10, 0(R9)
+	VMOVUPS Y11, 32(R9)
+	VZEROUPPER
+	RET
 
-// func dgemmKernel6x8AVX2(kc int, a, b, c *float64, ldc int)
+// func dgemmKernel6x8AVX2(kc int, a, b, c *float64, ldc int, overwrite bool)
 // AVX2+FMA 6x8 tile, 12 accumulators of 4 lanes, k loop unrolled 4 times.
-TEXT ·dgemmKernel6x8AVX2(SB), NOSPLIT, $0-40
+TEXT ·dgemmKernel6x8AVX2(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -338,6 +364,9 @@ tailloop:
 	JNE tailloop
 store:
 	MOVQ DX, R9
+	MOVBQZX overwrite+40(FP), AX
+	TESTQ AX, AX
+	JNE overwrite
 	VADDPD 0(R9), Y0, Y0
 	VMOVUPD Y0, 0(R9)
 	VADDPD 32(R9), Y1, Y1
@@ -369,10 +398,30 @@ store:
 	VMOVUPD Y11, 32(R9)
 	VZEROUPPER
 	RET
+overwrite:
+	VMOVUPD Y0, 0(R9)
+	VMOVUPD Y1, 32(R9)
+	ADDQ R8, R9
+	VMOVUPD Y2, 0(R9)
+	VMOVUPD Y3, 32(R9)
+	ADDQ R8, R9
+	VMOVUPD Y4, 0(R9)
+	VMOVUPD Y5, 32(R9)
+	ADDQ R8, R9
+	VMOVUPD Y6, 0(R9)
+	VMOVUPD Y7, 32(R9)
+	ADDQ R8, R9
+	VMOVUPD Y8, 0(R9)
+	VMOVUPD Y9, 32(R9)
+	ADDQ R8, R9
+	VMOVUPD Y10, 0(R9)
+	VMOVUPD Y11, 32(R9)
+	VZEROUPPER
+	RET
 
-// func sgemmKernel12x32AVX512(kc int, a, b, c *float32, ldc int)
+// func sgemmKernel12x32AVX512(kc int, a, b, c *float32, ldc int, overwrite bool)
 // AVX-512F 12x32 tile, 24 accumulators of 16 lanes, k loop unrolled 4 times.
-TEXT ·sgemmKernel12x32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgemmKernel12x32AVX512(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -611,6 +660,9 @@ tailloop:
 	JNE tailloop
 store:
 	MOVQ DX, R9
+	MOVBQZX overwrite+40(FP), AX
+	TESTQ AX, AX
+	JNE overwrite
 	VADDPS 0(R9), Z0, Z0
 	VMOVUPS Z0, 0(R9)
 	VADDPS 64(R9), Z1, Z1
@@ -672,10 +724,48 @@ store:
 	VMOVUPS Z23, 64(R9)
 	VZEROUPPER
 	RET
+overwrite:
+	VMOVUPS Z0, 0(R9)
+	VMOVUPS Z1, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z2, 0(R9)
+	VMOVUPS Z3, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z4, 0(R9)
+	VMOVUPS Z5, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z6, 0(R9)
+	VMOVUPS Z7, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z8, 0(R9)
+	VMOVUPS Z9, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z10, 0(R9)
+	VMOVUPS Z11, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z12, 0(R9)
+	VMOVUPS Z13, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z14, 0(R9)
+	VMOVUPS Z15, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z16, 0(R9)
+	VMOVUPS Z17, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z18, 0(R9)
+	VMOVUPS Z19, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z20, 0(R9)
+	VMOVUPS Z21, 64(R9)
+	ADDQ R8, R9
+	VMOVUPS Z22, 0(R9)
+	VMOVUPS Z23, 64(R9)
+	VZEROUPPER
+	RET
 
-// func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int)
+// func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int, overwrite bool)
 // AVX-512F 12x16 tile, 24 accumulators of 8 lanes, k loop unrolled 4 times.
-TEXT ·dgemmKernel12x16AVX512(SB), NOSPLIT, $0-40
+TEXT ·dgemmKernel12x16AVX512(SB), NOSPLIT, $0-41
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -914,6 +1004,9 @@ tailloop:
 	JNE tailloop
 store:
 	MOVQ DX, R9
+	MOVBQZX overwrite+40(FP), AX
+	TESTQ AX, AX
+	JNE overwrite
 	VADDPD 0(R9), Z0, Z0
 	VMOVUPD Z0, 0(R9)
 	VADDPD 64(R9), Z1, Z1
@@ -972,6 +1065,44 @@ store:
 	VADDPD 0(R9), Z22, Z22
 	VMOVUPD Z22, 0(R9)
 	VADDPD 64(R9), Z23, Z23
+	VMOVUPD Z23, 64(R9)
+	VZEROUPPER
+	RET
+overwrite:
+	VMOVUPD Z0, 0(R9)
+	VMOVUPD Z1, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z2, 0(R9)
+	VMOVUPD Z3, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z4, 0(R9)
+	VMOVUPD Z5, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z6, 0(R9)
+	VMOVUPD Z7, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z8, 0(R9)
+	VMOVUPD Z9, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z10, 0(R9)
+	VMOVUPD Z11, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z12, 0(R9)
+	VMOVUPD Z13, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z14, 0(R9)
+	VMOVUPD Z15, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z16, 0(R9)
+	VMOVUPD Z17, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z18, 0(R9)
+	VMOVUPD Z19, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z20, 0(R9)
+	VMOVUPD Z21, 64(R9)
+	ADDQ R8, R9
+	VMOVUPD Z22, 0(R9)
 	VMOVUPD Z23, 64(R9)
 	VZEROUPPER
 	RET

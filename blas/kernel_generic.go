@@ -17,7 +17,7 @@ func genericKernel64() kernel[float64] {
 }
 
 // gemmKernelGeneric is the portable 4×4 micro-kernel.
-func gemmKernelGeneric[T float32 | float64](kc int, a, b, c *T, ldc int) {
+func gemmKernelGeneric[T float32 | float64](kc int, a, b, c *T, ldc int, overwrite bool) {
 	as := unsafeSlice(a, kc*genericMR)
 	bs := unsafeSlice(b, kc*genericNR)
 	var c00, c01, c02, c03 T
@@ -47,6 +47,11 @@ func gemmKernelGeneric[T float32 | float64](kc int, a, b, c *T, ldc int) {
 		c33 += a3 * b3
 	}
 	cs := unsafeSlice(c, 3*ldc+genericNR)
+	if overwrite {
+		for i := range genericMR {
+			clear(cs[i*ldc : i*ldc+genericNR])
+		}
+	}
 	r := cs[0:4:4]
 	r[0] += c00
 	r[1] += c01
