@@ -166,6 +166,14 @@ type kernel[T float32 | float64] struct {
 	// sized for a share of L3.
 	nc int
 	fn func(kc int, a, b, c *T, ldc int, overwrite bool)
+	// strided is fn reading A in place: element (i,p) at a[i*rs+p*cs].
+	strided func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
+	// packMin is the number of NR-column micro-panels of B in a block
+	// from which A is packed. Packing A costs about as much as one pass of
+	// the kernel over it, so it pays only when each packed element is
+	// reused by several micro-panels; with few columns (n up to a few NR,
+	// as in convolution layers) the kernel reads A in place.
+	packMin int
 }
 
 // gemm computes C = alpha*op(A)*op(B) + beta*C with the packed algorithm,
@@ -251,6 +259,11 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 	bp := buf[mcMax*kcMax : mcMax*kcMax+ncMax*kcMax]
 	tile := buf[mcMax*kcMax+ncMax*kcMax:]
 	c, ldc := op.c, op.ldc
+	// A's in-place strides: op(A)(i,p) = a[i*rs+p*cs].
+	rs, cs := op.lda, 1
+	if op.aTrans {
+		rs, cs = 1, op.lda
+	}
 
 	// With beta = 0 the first k block stores instead of accumulating,
 	// which both skips a pass over C and overwrites NaN in C.
@@ -263,17 +276,35 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			overwrite := zeroBeta && pc == 0
-			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr)
+			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
+			pack := (nc+nr-1)/nr >= kern.packMin
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
-				packA(ap, op.a, op.lda, op.aTrans, ic, pc, mc, kc, mr, op.alpha)
+				full := mc / mr * mr // rows in whole micro-panels
+				if pack {
+					packA(ap, op.a, op.lda, op.aTrans, ic, pc, mc, kc, mr)
+				} else if full < mc {
+					// The kernel reads MR rows, so a ragged last panel is
+					// packed (zero-padded) even when A is read in place.
+					packA(ap[full*kc:], op.a, op.lda, op.aTrans, ic+full, pc, mc-full, kc, mr)
+				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					bPanel := &bp[jr*kc]
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
-						aPanel := &ap[ir*kc]
 						off := (ic+ir)*ldc + jc + jr
+						if !pack && rows == mr && cols == nr {
+							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
+							continue
+						}
+						aPanel := &ap[ir*kc]
+						if !pack && rows == mr {
+							// Unpacked full panel with an edge column block.
+							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &tile[0], nr, true)
+							addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
+							continue
+						}
 						if rows == mr && cols == nr {
 							kern.fn(kc, aPanel, bPanel, &c[off], ldc, overwrite)
 							continue
@@ -281,17 +312,7 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 						// Edge tile: compute into a full-size scratch tile
 						// and add only the part that lies inside C.
 						kern.fn(kc, aPanel, bPanel, &tile[0], nr, true)
-						for i := range rows {
-							dst := c[off+i*ldc : off+i*ldc+cols]
-							src := tile[i*nr : i*nr+cols]
-							if overwrite {
-								copy(dst, src)
-								continue
-							}
-							for j, v := range src {
-								dst[j] += v
-							}
-						}
+						addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
 					}
 				}
 			}
@@ -332,6 +353,22 @@ func putBuffer[T float32 | float64](p *[]T) {
 	}
 }
 
+// addTile adds (or with overwrite, copies) the rows×cols corner of an
+// MR×NR scratch tile into C.
+func addTile[T float32 | float64](c []T, ldc int, tile []T, nr, rows, cols int, overwrite bool) {
+	for i := range rows {
+		dst := c[i*ldc : i*ldc+cols]
+		src := tile[i*nr : i*nr+cols]
+		if overwrite {
+			copy(dst, src)
+			continue
+		}
+		for j, v := range src {
+			dst[j] += v
+		}
+	}
+}
+
 func roundUp(x, unit int) int { return (x + unit - 1) / unit * unit }
 
 // scaleC sets C[i0:i1, j0:j1] to beta*C, writing zeros (not 0*C, which
@@ -354,11 +391,9 @@ func scaleC[T float32 | float64](beta T, c []T, ldc, i0, i1, j0, j1 int) {
 	}
 }
 
-// packA copies alpha*op(A)[ic:ic+mc, pc:pc+kc] into dst as mr-row
-// micro-panels, each stored column by column, zero-padding the last panel.
-// Folding alpha here costs nothing extra and keeps the kernel a pure
-// multiply-add.
-func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc, mr int, alpha T) {
+// packA copies op(A)[ic:ic+mc, pc:pc+kc] into dst as mr-row micro-panels,
+// each stored column by column, zero-padding the last panel.
+func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc, mr int) {
 	for ir := 0; ir < mc; ir += mr {
 		rows := min(mr, mc-ir)
 		panel := dst[ir*kc : ir*kc+mr*kc]
@@ -367,9 +402,7 @@ func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc,
 			for p := range kc {
 				src := a[(pc+p)*lda+ic+ir : (pc+p)*lda+ic+ir+rows]
 				d := panel[p*mr : p*mr+mr]
-				for i, v := range src {
-					d[i] = alpha * v
-				}
+				copy(d, src)
 				clear(d[rows:])
 			}
 			continue
@@ -378,7 +411,7 @@ func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc,
 		for i := range rows {
 			src := a[(ic+ir+i)*lda+pc : (ic+ir+i)*lda+pc+kc]
 			for p, v := range src {
-				panel[p*mr+i] = alpha * v
+				panel[p*mr+i] = v
 			}
 		}
 		for i := rows; i < mr; i++ {
@@ -389,9 +422,11 @@ func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc,
 	}
 }
 
-// packB copies op(B)[pc:pc+kc, jc:jc+nc] into dst as nr-column
+// packB copies alpha*op(B)[pc:pc+kc, jc:jc+nc] into dst as nr-column
 // micro-panels, each stored row by row, zero-padding the last panel.
-func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc, nr int) {
+// Folding alpha into B (always packed, unlike A) keeps the kernel a pure
+// multiply-add.
+func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc, nr int, alpha T) {
 	for jr := 0; jr < nc; jr += nr {
 		cols := min(nr, nc-jr)
 		panel := dst[jr*kc : jr*kc+nr*kc]
@@ -400,7 +435,7 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 			for j := range cols {
 				src := b[(jc+jr+j)*ldb+pc : (jc+jr+j)*ldb+pc+kc]
 				for p, v := range src {
-					panel[p*nr+j] = v
+					panel[p*nr+j] = alpha * v
 				}
 			}
 			if cols < nr {
@@ -413,7 +448,14 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 		// op(B)(p,j) = b[p*ldb+j]: rows of the panel are contiguous.
 		for p := range kc {
 			d := panel[p*nr : p*nr+nr]
-			copy(d, b[(pc+p)*ldb+jc+jr:(pc+p)*ldb+jc+jr+cols])
+			src := b[(pc+p)*ldb+jc+jr : (pc+p)*ldb+jc+jr+cols]
+			if alpha == 1 {
+				copy(d, src)
+			} else {
+				for j, v := range src {
+					d[j] = alpha * v
+				}
+			}
 			clear(d[cols:])
 		}
 	}

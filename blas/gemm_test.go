@@ -147,14 +147,22 @@ func runCase[T float32 | float64](t *testing.T, kern kernel[T], procs int, tc ge
 	checkResult(t, tc, a, lda, b, ldb, c0, c, ldc)
 }
 
-// shrink returns kern with tiny blocking so that small test products cross
-// every block boundary (several jc, pc and ic iterations, edge tiles).
-func shrink[T float32 | float64](kern kernel[T]) kernel[T] {
-	kern.kc = 7
-	kern.mc = 2 * kern.mr
-	kern.nc = 2 * kern.nr
-	kern.name += "-small-blocks"
-	return kern
+// variants returns kern as configured, with A always read in place, and
+// with tiny blocking (A packed, and A in place) so that small test
+// products cross every block boundary (several jc, pc and ic iterations,
+// edge tiles).
+func variants[T float32 | float64](kern kernel[T]) []kernel[T] {
+	inPlace := kern
+	inPlace.packMin = 1 << 30
+	inPlace.name += "-inplace"
+	small := kern
+	small.kc, small.mc, small.nc = 7, 2*kern.mr, 3*kern.nr
+	small.packMin = 0
+	small.name += "-small-packed"
+	smallInPlace := small
+	smallInPlace.packMin = 1 << 30
+	smallInPlace.name = kern.name + "-small-inplace"
+	return []kernel[T]{kern, inPlace, small, smallInPlace}
 }
 
 func testCases(rng *rand.Rand, n int) []gemmCase {
@@ -194,7 +202,7 @@ func testCases(rng *rand.Rand, n int) []gemmCase {
 
 func TestGemmKernels32(t *testing.T) {
 	for _, kern := range kernels32() {
-		for _, k := range []kernel[float32]{kern, shrink(kern)} {
+		for _, k := range variants(kern) {
 			t.Run(k.name, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(1, 2))
 				for _, tc := range testCases(rng, 150) {
@@ -207,7 +215,7 @@ func TestGemmKernels32(t *testing.T) {
 
 func TestGemmKernels64(t *testing.T) {
 	for _, kern := range kernels64() {
-		for _, k := range []kernel[float64]{kern, shrink(kern)} {
+		for _, k := range variants(kern) {
 			t.Run(k.name, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(3, 4))
 				for _, tc := range testCases(rng, 150) {
@@ -229,10 +237,14 @@ func TestKernelsLarge(t *testing.T) {
 	for _, sh := range shapes {
 		tc := gemmCase{tA: rng.IntN(2) == 0, tB: rng.IntN(2) == 0, m: sh[0], n: sh[1], k: sh[2], padA: 1, padB: 2, padC: 3, alpha: 1.5, beta: 0.5}
 		for _, kern := range kernels32() {
-			runCase(t, kern, 2, tc, rng)
+			for _, k := range variants(kern)[:2] {
+				runCase(t, k, 2, tc, rng)
+			}
 		}
 		for _, kern := range kernels64() {
-			runCase(t, kern, 2, tc, rng)
+			for _, k := range variants(kern)[:2] {
+				runCase(t, k, 2, tc, rng)
+			}
 		}
 	}
 }
@@ -345,7 +357,9 @@ func FuzzSgemm(f *testing.F) {
 		}
 		rng := rand.New(rand.NewPCG(uint64(m)<<16|uint64(n)<<8|uint64(k), uint64(flags)))
 		for _, kern := range kernels32() {
-			runCase(t, kern, 2, tc, rng)
+			for _, k := range variants(kern) {
+				runCase(t, k, 2, tc, rng)
+			}
 		}
 		a, lda, b, ldb, c, ldc := operands[float32](tc, rng)
 		c0 := append([]float32(nil), c...)
@@ -365,7 +379,9 @@ func FuzzDgemm(f *testing.F) {
 		}
 		rng := rand.New(rand.NewPCG(uint64(m)<<16|uint64(n)<<8|uint64(k), uint64(flags)))
 		for _, kern := range kernels64() {
-			runCase(t, kern, 2, tc, rng)
+			for _, k := range variants(kern) {
+				runCase(t, k, 2, tc, rng)
+			}
 		}
 		a, lda, b, ldb, c, ldc := operands[float64](tc, rng)
 		c0 := append([]float64(nil), c...)
