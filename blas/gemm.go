@@ -176,6 +176,9 @@ type kernel[T float32 | float64] struct {
 	// convolution layers) the kernel reads A in place. Measured on Zen 5:
 	// in place was faster up to n = 256 (8 AVX-512 panels).
 	packMin int
+	// parallelMin is the m*n*k above which the product is split across
+	// goroutines (parallelWork; tests lower it).
+	parallelMin int
 }
 
 // gemm computes C = alpha*op(A)*op(B) + beta*C with the packed algorithm,
@@ -187,7 +190,7 @@ func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m
 		return
 	}
 	op := gemmOp[T]{kern: kern, aTrans: aTrans, bTrans: bTrans, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
-	if procs > 1 && m*n*k > parallelWork {
+	if procs > 1 && m*n*k > kern.parallelMin {
 		// Split the larger dimension so that each goroutine still gets
 		// whole micro-tiles; the other operand is packed by each
 		// goroutine, which costs O(k*min(m,n)) against 2*m*n*k/procs flops.
@@ -198,6 +201,13 @@ func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m
 			unit, size = kern.mr, m
 		}
 		chunks := (size + unit - 1) / unit
+		if chunks < 4*procs && k >= 2*procs*kern.kc {
+			// Too few micro-tiles to share out evenly (for example the
+			// weight gradient of a convolution, a small C summed over a
+			// huge batch dimension): split k instead.
+			op.splitK(procs, m, n)
+			return
+		}
 		procs = min(procs, chunks)
 		if procs > 1 {
 			var wg sync.WaitGroup
@@ -228,6 +238,50 @@ func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m
 		}
 	}
 	op.run(0, m, 0, n)
+}
+
+// splitK computes the product with each of procs goroutines summing over
+// a contiguous range of k. The first adds its part into C (applying beta);
+// the others write theirs into private m×n buffers that are then added to
+// C.
+func (op *gemmOp[T]) splitK(procs, m, n int) {
+	k := op.k
+	parts := make([][]T, procs)
+	var wg sync.WaitGroup
+	for w := range procs {
+		k0, k1 := k*w/procs, k*(w+1)/procs
+		sub := *op
+		sub.k = k1 - k0
+		// Offset A and B to start at column/row k0 of op(A)/op(B).
+		if op.aTrans {
+			sub.a = op.a[k0*op.lda:]
+		} else {
+			sub.a = op.a[k0:]
+		}
+		if op.bTrans {
+			sub.b = op.b[k0:]
+		} else {
+			sub.b = op.b[k0*op.ldb:]
+		}
+		if w > 0 {
+			parts[w] = make([]T, m*n)
+			sub.c, sub.ldc, sub.beta = parts[w], n, 0
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub.run(0, m, 0, n)
+		}()
+	}
+	wg.Wait()
+	for _, part := range parts[1:] {
+		for i := range m {
+			dst := op.c[i*op.ldc : i*op.ldc+n]
+			for j, v := range part[i*n : i*n+n] {
+				dst[j] += v
+			}
+		}
+	}
 }
 
 type gemmOp[T float32 | float64] struct {

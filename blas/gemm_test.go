@@ -158,6 +158,7 @@ func variants[T float32 | float64](kern kernel[T]) []kernel[T] {
 	small := kern
 	small.kc, small.mc, small.nc = 7, 2*kern.mr, 3*kern.nr
 	small.packMin = 0
+	small.parallelMin = 0 // exercise the m, n and k splits
 	small.name += "-small-packed"
 	smallInPlace := small
 	smallInPlace.packMin = 1 << 30

@@ -47,25 +47,25 @@ func dgemmKernel12x16AVX512Strided(kc int, a *float64, rs, cs int, b, c *float64
 func avx2Kernel32() kernel[float32] {
 	// B micro-panel 384*16*4 = 24 KiB, A block 336*384*4 = 504 KiB,
 	// B block 384*4096*4 = 6 MiB.
-	return kernel[float32]{name: "avx2", mr: 6, nr: 16, kc: 384, mc: 336, nc: 4096, fn: sgemmKernel6x16AVX2, strided: sgemmKernel6x16AVX2Strided, packMin: 16}
+	return kernel[float32]{name: "avx2", mr: 6, nr: 16, kc: 384, mc: 336, nc: 4096, fn: sgemmKernel6x16AVX2, strided: sgemmKernel6x16AVX2Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx2Kernel64() kernel[float64] {
 	// B micro-panel 256*8*8 = 16 KiB, A block 252*256*8 = 504 KiB,
 	// B block 256*2048*8 = 4 MiB.
-	return kernel[float64]{name: "avx2", mr: 6, nr: 8, kc: 256, mc: 252, nc: 2048, fn: dgemmKernel6x8AVX2, strided: dgemmKernel6x8AVX2Strided, packMin: 16}
+	return kernel[float64]{name: "avx2", mr: 6, nr: 8, kc: 256, mc: 252, nc: 2048, fn: dgemmKernel6x8AVX2, strided: dgemmKernel6x8AVX2Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx512Kernel32() kernel[float32] {
 	// B micro-panel 256*32*4 = 32 KiB, A block 240*256*4 = 240 KiB,
 	// B block 256*4096*4 = 4 MiB.
-	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, packMin: 16}
+	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx512Kernel64() kernel[float64] {
 	// B micro-panel 192*16*8 = 24 KiB, A block 240*192*8 = 360 KiB,
 	// B block 192*2048*8 = 3 MiB.
-	return kernel[float64]{name: "avx512", mr: 12, nr: 16, kc: 192, mc: 240, nc: 2048, fn: dgemmKernel12x16AVX512, strided: dgemmKernel12x16AVX512Strided, packMin: 16}
+	return kernel[float64]{name: "avx512", mr: 12, nr: 16, kc: 192, mc: 240, nc: 2048, fn: dgemmKernel12x16AVX512, strided: dgemmKernel12x16AVX512Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func hasAVX2() bool   { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }

@@ -9,11 +9,11 @@ const (
 )
 
 func genericKernel32() kernel[float32] {
-	return kernel[float32]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 128, nc: 2048, fn: gemmKernelGeneric[float32], strided: gemmKernelGenericStrided[float32], packMin: 16}
+	return kernel[float32]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 128, nc: 2048, fn: gemmKernelGeneric[float32], strided: gemmKernelGenericStrided[float32], packMin: 16, parallelMin: parallelWork}
 }
 
 func genericKernel64() kernel[float64] {
-	return kernel[float64]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 64, nc: 2048, fn: gemmKernelGeneric[float64], strided: gemmKernelGenericStrided[float64], packMin: 16}
+	return kernel[float64]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 64, nc: 2048, fn: gemmKernelGeneric[float64], strided: gemmKernelGenericStrided[float64], packMin: 16, parallelMin: parallelWork}
 }
 
 // gemmKernelGeneric is the portable 4×4 micro-kernel on packed A.
