@@ -6,32 +6,51 @@
 
 // Micro-kernels: C[0:MR, 0:NR] += A_panel * B_panel, or
 // C[0:MR, 0:NR] = A_panel * B_panel when overwrite is set (the first k
-// block of a product with beta = 0, which saves a pass over C).
+// block of a product with beta = 0, which saves a pass over C and
+// overwrites NaN in C as BLAS requires).
 //
-// Arguments (all kernels): kc int, a, b, c pointer, ldc int, overwrite bool.
-// The packed A micro-panel holds MR elements per step p (one column of
-// the MR×kc block); the packed B micro-panel holds NR elements per step p
-// (one row of the kc×NR block). See kernel in gemm.go.
+// Two forms per tile shape:
+//	packed:  func(kc int, a, b, c *T, ldc int, overwrite bool)
+//	         A is a packed micro-panel, MR elements per step p (one column
+//	         of the MR×kc block), addressed with immediate offsets.
+//	strided: func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
+//	         A is read in place, element (i,p) at a + i*rs + p*cs, which
+//	         avoids packing A when it is used by few B micro-panels.
+// In both, B is a packed micro-panel, NR elements per step p (one row of
+// the kc×NR block), and C is row-major with row stride ldc. kc >= 1. See
+// type kernel in gemm.go.
+//
+// Tile shapes. A step of k loads NR/W vectors of B (W lanes per vector),
+// broadcasts MR elements of A and issues MR*NR/W independent FMAs into
+// accumulators that stay in registers for the whole k loop:
+//	AVX2 (16 YMM):    6×16 float32, 6×8 float64: 12 accumulators + 2 B
+//	                  + 2 broadcast = all 16 registers.
+//	AVX-512 (32 ZMM): 12×32 float32, 12×16 float64: 24 accumulators + 2 B
+//	                  + 2 broadcast = 28 registers.
+// 12 or 24 independent chains cover the FMA latency (4 cycles) times the
+// two FMA pipes (8 in flight), and each step needs MR+NR/W loads for
+// MR*NR/W FMAs (8 loads per 12 FMAs, 14 per 24), within the two or three
+// loads per cycle the cores sustain, so the kernels are FMA-bound.
+// The k loop is unrolled 4 times to amortize the pointer updates and the
+// loop branch.
 //
 // Register use:
 //	CX   remaining k steps
-//	SI   current position in packed A
+//	SI   current position in A (row 0)
 //	DI   current position in packed B
 //	DX   C tile, row 0
 //	R8   ldc in bytes
 //	R9   C row pointer while storing
-//	strided kernels only: BX = SI + 6 rs (row 6), R10 = rs, R11 = 3 rs,
-//	R12 = 5 rs, R13 = cs, all in bytes
 //	AX   overwrite flag
-//	acc  vector registers 0 .. MR*NR/W-1: accumulator for row i, vector v
-//	     is register i*(NR/W)+v, W being the lanes per vector
+//	strided kernels only: BX = SI + 6 rs (row 6), R10 = rs, R11 = 3 rs,
+//	R12 = 5 rs, R13 = cs, all in bytes; row i is read at SI or BX plus
+//	{0, R10, 2 R10, R11, 4 R10, R12}[i mod 6] since x86 index scales are
+//	only 1, 2, 4 and 8
+//	vector registers 0 .. MR*NR/W-1: accumulator (i, v) is register
+//	     i*(NR/W)+v
 //	next NR/W registers: the current row of B
-//	last two used: A element broadcast (alternated so that successive
+//	next two: A element broadcast (alternated so that successive
 //	     broadcasts do not wait on each other)
-//
-// Every step of k issues NR/W vector loads of B, MR broadcasts of A and
-// MR*NR/W independent FMAs, so the MR*NR/W accumulator chains (at least
-// 12) cover the FMA latency (4 cycles) times the two FMA pipes.
 
 // func sgemmKernel6x16AVX2(kc int, a, b, c *float32, ldc int, overwrite bool)
 // AVX2+FMA 6x16 tile, packed A; 12 accumulators of 8 lanes, k loop unrolled 4 times.
