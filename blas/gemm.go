@@ -169,12 +169,15 @@ type kernel[T float32 | float64] struct {
 	// strided is fn reading A in place: element (i,p) at a[i*rs+p*cs].
 	strided func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
 	// packMin is the number of NR-column micro-panels of B in a block
-	// from which A is packed. Packing A (scalar Go code) costs several
-	// kernel passes over it, so it pays only when each packed element is
-	// reused by many micro-panels, where the contiguous panel saves L1/TLB
-	// misses; with few columns (n up to a few hundred, as in the
-	// convolution layers) the kernel reads A in place. Measured on Zen 5:
-	// in place was faster up to n = 256 (8 AVX-512 panels).
+	// from which a transposed A is packed; a row-major (NoTrans) A is
+	// packed only from 4*packMin panels. Packing A (scalar Go code) costs
+	// several kernel passes over it, so it pays only when each packed
+	// element is reused by many micro-panels and the contiguous panel
+	// saves cache and TLB misses. Otherwise the strided kernel reads A in
+	// place. Measured single-threaded on Zen 5 (AVX-512, float32): A in
+	// place ran at 240 GFLOP/s against 206-220 packed for NoTrans A at
+	// n = 192..1024, equal at 2048; for Aᵀ (each k step a new cache line)
+	// packing won at n = 1024 (153 against 125).
 	packMin int
 	// parallelMin is the m*n*k above which the product is split across
 	// goroutines (parallelWork; tests lower it).
@@ -333,7 +336,8 @@ func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
 			kc := min(kcMax, k-pc)
 			overwrite := zeroBeta && pc == 0
 			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
-			pack := (nc+nr-1)/nr >= kern.packMin
+			panels := (nc + nr - 1) / nr
+			pack := panels >= kern.packMin && (op.aTrans || panels >= 4*kern.packMin)
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
 				full := mc / mr * mr // rows in whole micro-panels
