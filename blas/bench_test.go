@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )
 
@@ -148,3 +149,25 @@ func BenchmarkClock(b *testing.B) {
 }
 
 var sink uint64
+
+// BenchmarkDsyrk compares the blocked Dsyrk (mat.SymDense.SymOuterK, the
+// Gram matrices of the factorization optimizers) with gonum's.
+func BenchmarkDsyrk(b *testing.B) {
+	for _, n := range []int{256, 1000} {
+		s := benchShape{name: fmt.Sprintf("n%d", n), m: n, n: n, k: n}
+		a, _, _, _, c := benchOperands[float64](s)
+		for _, impl := range []struct {
+			name string
+			f    func(ul gblas.Uplo, tA gblas.Transpose, n, k int, alpha float64, a []float64, lda int, beta float64, c []float64, ldc int)
+		}{{"dpmf", Implementation{}.Dsyrk}, {"gonum", gonum.Implementation{}.Dsyrk}} {
+			b.Run(s.name+"/"+impl.name, func(b *testing.B) {
+				impl.f(gblas.Upper, gblas.Trans, n, n, 1, a, n, 0, c, n)
+				for b.Loop() {
+					impl.f(gblas.Upper, gblas.Trans, n, n, 1, a, n, 0, c, n)
+				}
+				// n(n+1)k flops for one triangle.
+				b.ReportMetric(float64(n)*float64(n+1)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
