@@ -11,9 +11,10 @@ import (
 
 // Implementation is gonum's native BLAS with the matrix products replaced
 // by this package's Sgemm and Dgemm, and the symmetric rank-k updates
-// (Ssyrk, Dsyrk) blocked so that their bulk runs through them. All other
-// routines are gonum's; Cholesky, LU and QR factorizations in gonum's
-// lapack reach the fast products through their blocked updates.
+// (Ssyrk, Dsyrk) and triangular solves (Strsm, Dtrsm) blocked so that
+// their bulk runs through them. All other routines are gonum's; Cholesky,
+// LU and QR factorizations in gonum's lapack reach the fast products
+// through their blocked updates.
 // The zero value is ready to use.
 type Implementation struct {
 	gonum.Implementation

@@ -58,6 +58,52 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+// BenchmarkLapack measures gonum's Cholesky factorization and dense
+// inverse (used by the factorization optimizers) with gonum's native BLAS
+// and after Install.
+func BenchmarkLapack(b *testing.B) {
+	const n = 1000
+	rng := rand.New(rand.NewPCG(3, 4))
+	g := mat.NewDense(n, n, nil)
+	for i := range n {
+		for j := range n {
+			g.Set(i, j, rng.NormFloat64())
+		}
+	}
+	var spd mat.SymDense
+	spd.SymOuterK(1, g)
+	for i := range n {
+		spd.SetSym(i, i, spd.At(i, i)+float64(n))
+	}
+	defer restoreGonum()
+	for _, impl := range []string{"gonum", "dpmf"} {
+		b.Run("Cholesky/"+impl, func(b *testing.B) {
+			restoreGonum()
+			if impl == "dpmf" {
+				Install()
+			}
+			var ch mat.Cholesky
+			for b.Loop() {
+				if !ch.Factorize(&spd) {
+					b.Fatal("not positive definite")
+				}
+			}
+		})
+		b.Run("Inverse/"+impl, func(b *testing.B) {
+			restoreGonum()
+			if impl == "dpmf" {
+				Install()
+			}
+			var inv mat.Dense
+			for b.Loop() {
+				if err := inv.Inverse(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkEigenSym measures gonum's symmetric eigendecomposition (what
 // the factorization optimizers call) with gonum's native BLAS and after
 // Install.
