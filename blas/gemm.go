@@ -459,11 +459,17 @@ func packA[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc, kc,
 		panel := dst[ir*kc : ir*kc+mr*kc]
 		if trans {
 			// op(A)(i,p) = a[p*lda+i]: rows of the panel are contiguous.
+			// Element loops rather than copy/clear: panels are a dozen
+			// elements wide, too short for memmove to pay for its call.
 			for p := range kc {
 				src := a[(pc+p)*lda+ic+ir : (pc+p)*lda+ic+ir+rows]
 				d := panel[p*mr : p*mr+mr]
-				copy(d, src)
-				clear(d[rows:])
+				for i, v := range src {
+					d[i] = v
+				}
+				for i := rows; i < mr; i++ {
+					d[i] = 0
+				}
 			}
 			continue
 		}
