@@ -3,6 +3,7 @@ package blas
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -194,9 +195,9 @@ func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m
 	}
 	op := gemmOp[T]{kern: kern, aTrans: aTrans, bTrans: bTrans, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
 	if procs > 1 && m*n*k > kern.parallelMin {
-		// Split the larger dimension so that each goroutine still gets
-		// whole micro-tiles; the other operand is packed by each
-		// goroutine, which costs O(k*min(m,n)) against 2*m*n*k/procs flops.
+		// Split the larger dimension in whole micro-tiles; the other
+		// operand is packed for each piece, which costs O(k*min(m,n))
+		// against 2*m*n*k/pieces flops.
 		var unit, size int
 		if n >= m {
 			unit, size = kern.nr, n
@@ -213,29 +214,36 @@ func gemm[T float32 | float64](kern kernel[T], procs int, aTrans, bTrans bool, m
 		}
 		procs = min(procs, chunks)
 		if procs > 1 {
+			// Deal the split dimension out in up to 4 pieces per
+			// goroutine, taken from a shared counter: when the machine
+			// is shared and one goroutine is descheduled, the others take
+			// its remaining pieces instead of waiting for it.
+			pieces := min(chunks, 4*procs)
+			var next atomic.Int64
+			work := func() {
+				for {
+					w := int(next.Add(1)) - 1
+					if w >= pieces {
+						return
+					}
+					lo := min(chunks*w/pieces*unit, size)
+					hi := min(chunks*(w+1)/pieces*unit, size)
+					if n >= m {
+						op.run(0, m, lo, hi)
+					} else {
+						op.run(lo, hi, 0, n)
+					}
+				}
+			}
 			var wg sync.WaitGroup
-			lo := 0
-			for w := range procs {
-				hi := (chunks * (w + 1) / procs) * unit
-				hi = min(hi, size)
-				if hi <= lo {
-					continue
-				}
-				i0, i1, j0, j1 := 0, m, lo, hi
-				if n < m {
-					i0, i1, j0, j1 = lo, hi, 0, n
-				}
-				lo = hi
-				if w == procs-1 {
-					op.run(i0, i1, j0, j1)
-					break
-				}
+			for range procs - 1 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					op.run(i0, i1, j0, j1)
+					work()
 				}()
 			}
+			work()
 			wg.Wait()
 			return
 		}
