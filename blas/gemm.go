@@ -24,10 +24,12 @@ const (
 	shortC       = "blas: insufficient length of c"
 )
 
-// Below these sizes packing costs more than it saves; gonum's native
-// loops (which call its own SIMD axpy/dot kernels) are used instead.
 const (
-	smallWork = 24 * 24 * 24 // m*n*k
+	// smallWork is the m*n*k up to which gonum's native loops are used:
+	// below it the fixed cost of a packed product (buffers, edge tiles)
+	// outweighs the kernel. Measured (float64, one thread): 8³ gonum 3.7
+	// against 3.3 GFLOP/s packed; 12³ 2.9 against 6.4; 16³ 3.1 against 8.7.
+	smallWork = 8 * 8 * 8
 	// parallelWork is the m*n*k above which the product is split across
 	// goroutines; below it the goroutine start-up and the duplicated
 	// packing outweigh the second core.
