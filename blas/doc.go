@@ -1,0 +1,25 @@
+// Package blas provides fast pure-Go (no cgo) general matrix products,
+// Sgemm and Dgemm, for the dense linear algebra under gorgonia models and
+// the mfnoise factorization optimizers.
+//
+// The products are built the way optimized BLAS libraries build them
+// (Goto and van de Geijn, "Anatomy of high-performance matrix
+// multiplication", ACM TOMS 2008): C is computed in cache-sized blocks,
+// panels of B are packed into contiguous, zero-padded buffers, and a
+// register-blocked micro-kernel written in Go assembly computes an MR×NR
+// tile of C with fused multiply-adds. A is packed too when it is reused by
+// many panels of B; otherwise (skinny products such as convolution
+// layers) the kernel reads it in place. On amd64 the kernel is chosen at
+// run time: AVX-512 when the CPU and OS support it, otherwise AVX2+FMA,
+// otherwise a portable Go kernel. Other architectures, and builds with the
+// purego tag, use the portable kernel. Large products are split across
+// GOMAXPROCS goroutines; products of a few hundred flops go to gonum.
+//
+// The functions follow gonum's row-major BLAS conventions
+// (gonum.org/v1/gonum/blas/gonum) exactly, including the panics on invalid
+// arguments, so that Implementation can stand in for gonum's native BLAS.
+// Implementation also routes the bulk of Ssyrk/Dsyrk and Strsm/Dtrsm
+// through the fast products. Install registers it with gonum's
+// blas32/blas64 packages (and hence mat and lapack64) and with gorgonia
+// and gorgonia's tensor package.
+package blas
