@@ -7,4 +7,9 @@
 // which a killed run resumes bit-identically.
 //
 // Run is the one-call entry point; Trainer lets a service drive steps itself.
+//
+// For speed, call blas.Install (package github.com/dpmf-go/dpmf/blas) once
+// from main before training: it replaces gonum's and gorgonia's matrix
+// products, process-wide, with the project's assembly GEMM. The library does
+// not do it for you because that setting is global to the process.
 package train

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+
+	"github.com/dpmf-go/dpmf/blas"
 )
 
 // usageError marks bad input: it exits with status 2.
@@ -33,6 +35,9 @@ func usagef(format string, args ...any) error {
 }
 
 func main() {
+	// The fast GEMM serves gorgonia's convolutions and matrix products and
+	// gonum's LAPACK in the factorization optimizers.
+	blas.Install()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
