@@ -3,17 +3,29 @@ package clip
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"syscall"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/models"
 )
+
+func installBLAS() {
+	if os.Getenv("DPMF_GONUM_BLAS") == "" {
+		blas.Install()
+	}
+}
 
 // BenchmarkCIFARCNN measures one batched step (forward, backward, norms and
 // clipped sum) of the Kairouz et al. CIFAR-10 CNN on 32x32x3 inputs,
 // private (flat clipping) and non-private through the same code.
+//
+// The fast GEMM (package blas) is installed unless DPMF_GONUM_BLAS=1 asks
+// for gonum's pure-Go products, for comparison.
 func BenchmarkCIFARCNN(b *testing.B) {
+	installBLAS()
 	for _, batch := range []int{64, 256, 500} {
 		for _, private := range []bool{false, true} {
 			name := fmt.Sprintf("batch=%d/private=%v", batch, private)
@@ -80,6 +92,7 @@ func maxRSSMiB() float64 {
 // Poisson sampling with mean 64 gives (MaxBatch 80: graphs come in sizes
 // 70 and 80 here and are rebuilt when the size changes).
 func BenchmarkCIFARCNNPoisson(b *testing.B) {
+	installBLAS()
 	m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
 	if err != nil {
 		b.Fatal(err)
