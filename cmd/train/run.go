@@ -45,7 +45,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.sigma, "sigma", 0, "noise multiplier (overrides -epsilon; epsilon is then reported)")
 	fs.StringVar(&r.accountant, "accountant", "pld", "pld or rdp")
 	fs.Float64Var(&r.clip, "clip", 1, "per-example clip norm zeta")
-	fs.Float64Var(&r.lr, "lr", 0.5, "peak learning rate")
+	fs.Float64Var(&r.lr, "lr", 0, "peak learning rate (default 0.5 for SGD, 0.1 with momentum)")
 	fs.Float64Var(&r.momentum, "momentum", -1, "heavy-ball momentum (default: 0.95 for matrix mechanisms, 0 for dpsgd)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
 	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random)")
