@@ -96,8 +96,10 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 				break
 			}
 			z = append(append([]float64(nil), res.X...), make([]float64, len(neg))...)
+			// New multipliers start near zero so the restart point keeps W
+			// positive definite.
 			for m := len(res.X); m < len(z); m++ {
-				z[m] = math.Log(1e-3)
+				z[m] = math.Log(1e-9)
 			}
 			p.addNeg(neg)
 		}
