@@ -28,9 +28,10 @@ type OptimizeSettings struct {
 type OptimizeProgress struct {
 	Iter int
 	// Loss is the loss sens^2 ||B||_F^2 of the current iterate (sens
-	// normalized to 1); LowerBound the best proven lower bound on the optimum
-	// (0 if the method gives none); Gap = (Loss - LowerBound) / Loss for the
-	// best iterate so far.
+	// normalized to 1; +Inf while no feasible point is known); LowerBound
+	// the best proven lower bound on the optimum; Gap = (best Loss so far -
+	// LowerBound) / best Loss. Methods without a bound (OptimizeBanded)
+	// report LowerBound = Gap = 0.
 	Loss, LowerBound, Gap float64
 }
 

@@ -96,8 +96,10 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 				break
 			}
 			z = append(append([]float64(nil), res.X...), make([]float64, len(neg))...)
+			// New multipliers start near zero so the restart point keeps W
+			// positive definite.
 			for m := len(res.X); m < len(z); m++ {
-				z[m] = math.Log(1e-3)
+				z[m] = math.Log(1e-9)
 			}
 			p.addNeg(neg)
 		}
@@ -349,42 +351,51 @@ func (p *kbDual) lowerBound() float64 {
 	return 2*p.trP - floats.Sum(v)
 }
 
-// primal turns X(W) into a feasible point of Eq. 6: within-pattern
-// off-diagonal entries are set to zero (they vanish at the optimum) and each
-// pattern's rows and columns are rescaled so the pattern sums to exactly 1. It
-// returns the encoder and the loss, or ok = false if the result is not
-// positive definite.
+// primal turns X(W) into feasible points of Eq. 6 and returns the better
+// one's encoder and loss (ok = false if neither is positive definite).
+// Negative entries are clipped to zero (X >= 0 can be active off the
+// patterns, giving small negative entries of X(W) for short periods b), and
+// each pattern's rows and columns are rescaled so the pattern sums to
+// exactly 1. The two candidates differ in the within-pattern off-diagonal
+// entries: zeroed (they vanish at the optimum), or kept where positive,
+// which is more often positive definite far from the optimum.
 func (p *kbDual) primal() (c *mat.Dense, loss float64, ok bool) {
-	n := p.n
-	sum := make([]float64, p.npat)
-	for i := 0; i < n; i++ {
-		xi := p.x.At(i, i)
-		if !(xi > 0) {
-			return nil, 0, false
+	loss = math.Inf(1)
+	for _, zero := range []bool{true, false} {
+		if cc, l, good := p.primalCandidate(zero); good && l < loss {
+			c, loss, ok = cc, l, true
 		}
-		sum[p.pat[i]] += xi
 	}
-	e := make([]float64, n)
-	for i := range e {
-		e[i] = 1 / math.Sqrt(sum[p.pat[i]])
-	}
+	return c, loss, ok
+}
+
+func (p *kbDual) primalCandidate(zeroWithin bool) (c *mat.Dense, loss float64, ok bool) {
+	n := p.n
 	xs := mat.NewSymDense(n, nil)
 	for i := 0; i < n; i++ {
 		row := p.x.RawRowView(i)
+		if !(row[i] > 0) {
+			return nil, 0, false
+		}
 		for j := i; j < n; j++ {
-			v := row[j] * e[i] * e[j]
-			switch {
-			case j == i:
-			case p.pat[i] == p.pat[j]:
-				v = 0
-			case v < 0:
-				// X >= 0 can be active off the patterns too (small
-				// negative entries of X(W) for short periods b); clipping
-				// keeps the point feasible for Eq. 6 and the gap to the
-				// dual bound measures what it costs.
+			v := row[j]
+			if v < 0 || (zeroWithin && j != i && p.pat[i] == p.pat[j]) {
 				v = 0
 			}
 			xs.SetSym(i, j, v)
+		}
+	}
+	sum := make([]float64, p.npat)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if p.pat[i] == p.pat[j] {
+				sum[p.pat[i]] += xs.At(i, j)
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			xs.SetSym(i, j, xs.At(i, j)/math.Sqrt(sum[p.pat[i]]*sum[p.pat[j]]))
 		}
 	}
 	c, err := lowerFactor(xs)
