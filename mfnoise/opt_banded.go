@@ -124,6 +124,11 @@ type bandProblem struct {
 	lastF float64
 	lastG []float64
 	ok    bool
+	// dense holds the work matrices of the GEMM-bound evaluation used
+	// for wide bands (opt_banded_dense.go).
+	dense *denseBandEval
+	// path forces the evaluation in tests: +1 dense, -1 banded, 0 by cost.
+	path int
 }
 
 func newBandProblem(a *mat.Dense, bands int) *bandProblem {
@@ -181,6 +186,19 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		p.lastG = make([]float64, len(x))
 	}
 	copy(p.lastX, x)
+	if p.useDense() {
+		f, ok := p.evalDense(p.lastG)
+		if !ok {
+			for i := range p.lastG {
+				p.lastG[i] = math.NaN()
+			}
+		}
+		p.lastF, p.ok = f, true
+		if g != nil {
+			copy(g, p.lastG)
+		}
+		return f
+	}
 	if !p.ch.Factorize(p.xb) {
 		p.lastF = math.Inf(1)
 		for i := range p.lastG {
