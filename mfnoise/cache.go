@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // ProblemKey identifies an optimization problem whose answer a Cache stores:
@@ -128,41 +131,19 @@ func readEntry(path string, key []byte) (*Factorization, error) {
 	return f, nil
 }
 
-func writeEntry(dir, path string, f *Factorization, key []byte) (err error) {
+func writeEntry(dir, path string, f *Factorization, key []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("mfnoise: cache: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*.msgpack")
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		if err := saveFactorization(bw, f, key); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
 	if err != nil {
 		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriter(tmp)
-	if err := saveFactorization(bw, f, key); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	// Make the rename itself durable; failure here is not worth failing the
-	// call for (the entry is already visible and complete).
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -377,7 +377,11 @@ func bandsOf(c *mat.Dense) int {
 // String is a one-paragraph human summary of the plan.
 func (p *Plan) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
+	fmt.Fprintf(&sb, "mechanism %s", p.Mechanism)
+	if p.Bands > 0 {
+		fmt.Fprintf(&sb, " (%d bands)", p.Bands)
+	}
+	fmt.Fprintf(&sb, " (%s workload), %s sampling, schema %s\n", p.Workload, p.Sampling, p.Schema)
 	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
 	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) by %s accounting", p.Epsilon, p.Delta, p.Accountant)
 	for _, a := range p.Assumptions {
