@@ -178,7 +178,7 @@ func BenchmarkOptimizeBanded(b *testing.B) {
 // directory to keep the optimized matrices between runs.
 func TestOptimizeBandedPaper(t *testing.T) {
 	if testing.Short() {
-		t.Skip("paper scale")
+		t.Skip("short mode: paper-scale optimization takes minutes")
 	}
 	ctx := context.Background()
 	const n = 2052

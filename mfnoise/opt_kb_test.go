@@ -126,7 +126,7 @@ func TestOptimizeKBErrors(t *testing.T) {
 // MF(k=20) is 6.5e5 with dual lower bound 6.53e5.
 func TestOptimizeKBPaper(t *testing.T) {
 	if testing.Short() {
-		t.Skip("paper scale")
+		t.Skip("short mode: paper-scale optimization takes minutes")
 	}
 	// The dual does not yet reach gap 1e-4 at k = 20, n = 2000 in a
 	// reasonable time (BENCHMARKS.md): run it only when asked.
