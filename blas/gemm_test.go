@@ -354,7 +354,7 @@ func FuzzSgemm(f *testing.F) {
 	f.Fuzz(func(t *testing.T, m, n, k, flags uint8, alpha, beta float64) {
 		tc, ok := fuzzCase(m, n, k, flags, alpha, beta)
 		if !ok {
-			t.Skip("fuzz input outside the valid argument domain")
+			t.Skip("skipped because the fuzz input lies outside the valid argument domain")
 		}
 		rng := rand.New(rand.NewPCG(uint64(m)<<16|uint64(n)<<8|uint64(k), uint64(flags)))
 		for _, kern := range kernels32() {
@@ -376,7 +376,7 @@ func FuzzDgemm(f *testing.F) {
 	f.Fuzz(func(t *testing.T, m, n, k, flags uint8, alpha, beta float64) {
 		tc, ok := fuzzCase(m, n, k, flags, alpha, beta)
 		if !ok {
-			t.Skip("fuzz input outside the valid argument domain")
+			t.Skip("skipped because the fuzz input lies outside the valid argument domain")
 		}
 		rng := rand.New(rand.NewPCG(uint64(m)<<16|uint64(n)<<8|uint64(k), uint64(flags)))
 		for _, kern := range kernels64() {

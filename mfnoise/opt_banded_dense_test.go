@@ -33,19 +33,8 @@ func TestBandProblemDenseAndBandedPathsAgree(t *testing.T) {
 				t.Fatalf("n=%d bands=%d: grad[%d] banded %v, dense %v", tc.n, tc.bands, i, gb[i], gd[i])
 			}
 		}
-		const h = 1e-6
-		for _, i := range []int{0, len(x) / 2, len(x) - 1} {
-			if len(x) == 0 {
-				break
-			}
-			xp := append([]float64(nil), x...)
-			xm := append([]float64(nil), x...)
-			xp[i] += h
-			xm[i] -= h
-			fdiff := (dense.eval(xp, nil) - dense.eval(xm, nil)) / (2 * h)
-			if math.Abs(fdiff-gd[i]) > 1e-5*(1+math.Abs(gd[i])) {
-				t.Fatalf("n=%d bands=%d: dense grad[%d] = %v, finite difference %v", tc.n, tc.bands, i, gd[i], fdiff)
-			}
-		}
+		checkCentralDifferences(func(x []float64) float64 { return dense.eval(x, nil) }, x, gd, []int{0, len(x) / 2, len(x) - 1}, 1e-5, func(i int, fd float64) {
+			t.Fatalf("n=%d bands=%d: dense grad[%d] = %v, finite difference %v", tc.n, tc.bands, i, gd[i], fd)
+		})
 	}
 }

@@ -38,17 +38,9 @@ func TestBandProblemGradientMatchesDense(t *testing.T) {
 	if math.Abs(f-ref) > 1e-12*ref {
 		t.Errorf("f = %v, dense %v", f, ref)
 	}
-	const h = 1e-6
-	for i := range x {
-		xp := append([]float64(nil), x...)
-		xm := append([]float64(nil), x...)
-		xp[i] += h
-		xm[i] -= h
-		fd := (p.eval(xp, nil) - p.eval(xm, nil)) / (2 * h)
-		if math.Abs(fd-g[i]) > 1e-6*(1+math.Abs(g[i])) {
-			t.Fatalf("grad[%d] = %v, finite difference %v", i, g[i], fd)
-		}
-	}
+	checkCentralDifferences(func(x []float64) float64 { return p.eval(x, nil) }, x, g, nil, 1e-6, func(i int, fd float64) {
+		t.Fatalf("grad[%d] = %v, finite difference %v", i, g[i], fd)
+	})
 }
 
 func checkBanded(t *testing.T, r *OptimizeResult, bands int) {

@@ -24,17 +24,9 @@ func TestKBDualGradient(t *testing.T) {
 	}
 	g := make([]float64, len(z))
 	p.eval(z, g)
-	const h = 1e-6
-	for i := range z {
-		zp := append([]float64(nil), z...)
-		zm := append([]float64(nil), z...)
-		zp[i] += h
-		zm[i] -= h
-		fd := (p.eval(zp, nil) - p.eval(zm, nil)) / (2 * h)
-		if math.Abs(fd-g[i]) > 1e-5*(1+math.Abs(g[i])) {
-			t.Errorf("grad[%d] = %v, finite difference %v", i, g[i], fd)
-		}
-	}
+	checkCentralDifferences(func(z []float64) float64 { return p.eval(z, nil) }, z, g, nil, 1e-5, func(i int, fd float64) {
+		t.Errorf("grad[%d] = %v, finite difference %v", i, g[i], fd)
+	})
 }
 
 // checkKB checks the properties every (k,b) optimum must have.
@@ -131,7 +123,7 @@ func TestOptimizeKBPaper(t *testing.T) {
 	// The dual does not yet reach gap 1e-4 at k = 20, n = 2000 in a
 	// reasonable time (BENCHMARKS.md): run it only when asked.
 	if os.Getenv("DPMF_KB_PAPER") == "" {
-		t.Skip("set DPMF_KB_PAPER=1 to run the (20,100), n = 2000 optimization (hours)")
+		t.Skip("requires DPMF_KB_PAPER=1: the (20,100), n = 2000 optimization takes hours")
 	}
 	ctx := context.Background()
 	w, _ := PrefixSum(2000)

@@ -162,7 +162,7 @@ func resumeConfig(t testing.TB, ckpt string) Config {
 func TestChildTrainingProcess(t *testing.T) {
 	ckpt := os.Getenv(childEnv)
 	if ckpt == "" {
-		t.Skip("runs only as the child of TestKillAndResumeIsBitIdentical")
+		t.Skip("skipped because it runs only as the child process of TestKillAndResumeIsBitIdentical")
 	}
 	cfg := resumeConfig(t, ckpt)
 	cfg.OnStep = func(StepMetrics) { time.Sleep(20 * time.Millisecond) }
