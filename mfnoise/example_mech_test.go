@@ -65,8 +65,8 @@ func ExampleCompare() {
 	}
 	// Output:
 	// tree-full/s4  loss   1952.6  rmse  5.52  sens 4.472 nonnegative-gram  memory  31  O(n d)
-	// fft-opt       loss   2213.2  rmse  5.88  sens 4.058 spectral-bound    memory 128  O(d log^2 n)
-	// fft           loss   2428.8  rmse  6.16  sens 4.058 spectral-bound    memory 128  O(d log n)
+	// fft-opt       loss   2196.8  rmse  5.86  sens 4.043 nonnegative-gram  memory 128  O(d log^2 n)
+	// fft           loss   2410.9  rmse  6.14  sens 4.043 nonnegative-gram  memory 128  O(d log n)
 	// tree-full     loss   2550.2  rmse  6.31  sens 6.633 nonnegative-gram  memory 127  O(n d)
 	// tree-online   loss   5366.2  rmse  9.16  sens 6.633 nonnegative-gram  memory   7  O(d log n)
 	// dpsgd         loss   8320.0  rmse 11.40  sens 2.000 nonnegative-gram  memory   1  O(d)

@@ -69,8 +69,13 @@ func TestMultiEpochTable1(t *testing.T) {
 		if got := roundSig(r.Loss, 2); got != published {
 			t.Errorf("%s: loss %.4g rounds to %.2g, Table 1 has %.2g", name, r.Loss, got, published)
 		}
+		// The FFT Gram matrix has negative entries inside the (20,100)
+		// pattern blocks unstamped and with 2 stamps (the spectral bound
+		// applies); with 5 or more stamps the blocks are nonnegative and
+		// the sensitivity is exact. The paper used the bound throughout;
+		// the exact values still round to its numbers.
 		wantMethod := NonnegativeGram
-		if spec.Kind == KindFFT || spec.Kind == KindFFTOpt {
+		if (spec.Kind == KindFFT || spec.Kind == KindFFTOpt) && spec.Stamps <= 2 {
 			wantMethod = SpectralBound
 		}
 		if r.SensitivityMethod != wantMethod {

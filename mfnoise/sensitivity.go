@@ -14,11 +14,16 @@ type SensitivityMethod string
 const (
 	// MaxColumnNorm: single participation, exact.
 	MaxColumnNorm SensitivityMethod = "max-column-norm"
-	// NonnegativeGram: (k,b) with C^T C >= 0 elementwise, exact
-	// (multi-epoch paper Cor. 2.1, Eq. 3).
+	// NonnegativeGram: (k,b) with X = C^T C >= 0 on every pattern block
+	// X[pi_j,pi_j], exact (multi-epoch paper Cor. 2.1, Eq. 3). Only those
+	// blocks enter the sensitivity: a pattern's contribution is
+	// sum_{i,l in pi} X_il <g_i, g_l> over unit-norm g, maximized by equal
+	// g when the block is nonnegative. Columns that one example can join
+	// together being orthogonal (the (k,b) optimum) is the case of
+	// diagonal blocks.
 	NonnegativeGram SensitivityMethod = "nonnegative-gram"
-	// SpectralBound: (k,b) with some negative entry in C^T C; the upper bound
-	// sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
+	// SpectralBound: (k,b) with a negative entry in a pattern block; the
+	// upper bound sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
 	SpectralBound SensitivityMethod = "spectral-bound"
 	// MinSepDP: the O(nk) dynamic program of banded-MF Thm 3 / Algs. 3-5;
 	// exact when X = C^T C vanishes at distance >= b (e.g. C lower
@@ -73,7 +78,7 @@ func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityRe
 		return SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
 	}
 	pats := s.Patterns(n)
-	if nonnegative(x) {
+	if nonnegativeBlocks(x, pats) {
 		best := 0.0
 		for _, p := range pats {
 			sum := 0.0
@@ -106,13 +111,16 @@ func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityRe
 	return SensitivityResult{Value: math.Sqrt(float64(s.K) * best), Exact: false, Method: SpectralBound}, nil
 }
 
-func nonnegative(x *mat.SymDense) bool {
-	n := x.SymmetricDim()
-	for i := 0; i < n; i++ {
-		for j := i; j < n; j++ {
-			// Round-off can make an exact zero slightly negative.
-			if x.At(i, j) < -1e-12*math.Sqrt(x.At(i, i)*x.At(j, j)) {
-				return false
+// nonnegativeBlocks reports whether X[pi,pi] >= 0 for every pattern pi.
+func nonnegativeBlocks(x *mat.SymDense, pats [][]int) bool {
+	for _, p := range pats {
+		for a, i := range p {
+			for _, j := range p[a+1:] {
+				// Round-off can make an exact zero slightly negative; 1e-12
+				// relative is far below anything that moves a loss digit.
+				if x.At(i, j) < -1e-12*math.Sqrt(x.At(i, i)*x.At(j, j)) {
+					return false
+				}
 			}
 		}
 	}
