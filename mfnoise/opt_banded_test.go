@@ -117,7 +117,7 @@ func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := postProcessLoss(t, mw, rp.Factorization)
+	post := postProcessLoss(t, mw, rp.Factorization, SingleParticipation())
 	t.Logf("momentum-optimized %.4f, prefix-optimized post-processed %.4f", rm.Loss, post)
 	if !(rm.Loss < post) {
 		t.Errorf("optimized for momentum %v not below post-processed %v", rm.Loss, post)

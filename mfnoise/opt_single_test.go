@@ -207,7 +207,7 @@ func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := postProcessLoss(t, mw, rp.Factorization)
+	post := postProcessLoss(t, mw, rp.Factorization, SingleParticipation())
 	t.Logf("momentum-optimized %.4f, prefix optimum post-processed %.4f", rm.Loss, post)
 	if !(rm.Loss < post) {
 		t.Errorf("optimized for momentum %v, not below post-processed prefix optimum %v", rm.Loss, post)
@@ -216,7 +216,7 @@ func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 
 // postProcessLoss is the loss on workload mw of the prefix-sum factorization
 // f post-processed with B' = M S^-1 B (same encoder, sens 1 single).
-func postProcessLoss(t *testing.T, mw Workload, f *Factorization) float64 {
+func postProcessLoss(t *testing.T, mw Workload, f *Factorization, sc Schema) float64 {
 	t.Helper()
 	m, _ := mw.Matrix()
 	s, _ := f.Workload.Matrix()
@@ -225,7 +225,7 @@ func postProcessLoss(t *testing.T, mw Workload, f *Factorization) float64 {
 		t.Fatal(err)
 	}
 	bp.Mul(m, &sinvB)
-	sens, err := f.Sensitivity(SingleParticipation())
+	sens, err := f.Sensitivity(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
