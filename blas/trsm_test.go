@@ -12,10 +12,11 @@ import (
 // TestTrsm compares the recursive Dtrsm and Strsm with gonum's for every
 // side, triangle, transpose and diagonal kind, with strides. A is
 // diagonally dominant so that both solves are accurate to a few ulps
-// times the order.
+// times the order. The last two shapes have enough right-hand sides for
+// the leaf solves to be split across goroutines.
 func TestTrsm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
-	for _, sh := range [][2]int{{150, 70}, {70, 150}, {200, 131}} {
+	for _, sh := range [][2]int{{150, 70}, {70, 150}, {200, 131}, {150, 600}, {600, 150}} {
 		m, n := sh[0], sh[1]
 		for _, s := range []gblas.Side{gblas.Left, gblas.Right} {
 			k := n

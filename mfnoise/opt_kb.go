@@ -86,7 +86,7 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		return nil, fmt.Errorf("mfnoise: optimize kb: workload gives a non-finite loss at the start")
 	}
 	lb := math.Inf(-1)
-	lbfgs := newLBFGSMemory(kbMemory, len(x), p.dot)
+	lbfgs := newLBFGSMemory(kbMemory, len(x))
 	xt := make([]float64, len(x))
 	gt := make([]float64, len(x))
 	d := make([]float64, len(x))
@@ -112,11 +112,11 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		}
 		iter++
 		lbfgs.direction(d, g)
-		slope := p.dot(g, d)
+		slope := parallelDot(g, d)
 		if !(slope < 0) {
 			lbfgs.reset()
 			lbfgs.direction(d, g)
-			slope = p.dot(g, d)
+			slope = parallelDot(g, d)
 		}
 		step := 1.0
 		if lbfgs.len() == 0 {
@@ -124,7 +124,7 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		}
 		accepted := false
 		for try := 0; try < 60; try++ {
-			floats.AddScaledTo(xt, x, step, d)
+			parallelRange(len(x), func(_, lo, hi int) { floats.AddScaledTo(xt[lo:hi], x[lo:hi], step, d[lo:hi]) })
 			lt, ok := p.eval(xt, gt)
 			if ok && lt <= loss+1e-4*step*slope {
 				accepted = true
@@ -153,8 +153,10 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 			gap = relGap(loss, lb)
 			break
 		}
-		floats.SubTo(d, xt, x) // d becomes s = x_new - x
-		floats.SubTo(g, gt, g) // g becomes y = g_new - g
+		parallelRange(len(x), func(_, lo, hi int) {
+			floats.SubTo(d[lo:hi], xt[lo:hi], x[lo:hi]) // d becomes s = x_new - x
+			floats.SubTo(g[lo:hi], gt[lo:hi], g[lo:hi]) // g becomes y = g_new - g
+		})
 		lbfgs.push(d, g)
 		x, xt = xt, x
 		g, gt = gt, g
@@ -193,9 +195,11 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 
 // kbPrimal evaluates tr(A^T A X^-1) and its projected gradient for the
 // structured (k,b) problem. X is stored packed: the lower triangle row by
-// row, entry (i,l), l <= i, at i(i+1)/2 + l. The inner product is the
-// Frobenius one (off-diagonal entries count twice), so the projection onto
-// the constraint subspace is orthogonal and L-BFGS sees the geometry of X.
+// row, entry (i,l), l <= i, at i(i+1)/2 + l, off-diagonal entries times
+// sqrt 2 so that the plain dot product of packed vectors is the Frobenius
+// inner product of the matrices: the projection onto the constraint
+// subspace is then orthogonal, L-BFGS sees the geometry of X, and its
+// vector operations are plain (parallel) dots and axpys.
 type kbPrimal struct {
 	n       int
 	a       *mat.Dense
@@ -234,6 +238,20 @@ func newKBPrimal(a *mat.Dense, sc Schema) *kbPrimal {
 
 func packedOffset(i int) int { return i * (i + 1) / 2 }
 
+// parallelRows calls f on row ranges of the packed lower triangle with
+// equal numbers of entries, in parallel.
+func (p *kbPrimal) parallelRows(f func(lo, hi int)) {
+	chunks := parallelChunks(packedOffset(p.n))
+	parallelDo(chunks, func(c int) {
+		lo := int(float64(p.n) * math.Sqrt(float64(c)/float64(chunks)))
+		hi := int(float64(p.n) * math.Sqrt(float64(c+1)/float64(chunks)))
+		if c == chunks-1 {
+			hi = p.n
+		}
+		f(lo, hi)
+	})
+}
+
 // start returns the feasible X with X_ii = 1/|pi_j| on each pattern j.
 func (p *kbPrimal) start() []float64 {
 	x := make([]float64, packedOffset(p.n))
@@ -245,14 +263,7 @@ func (p *kbPrimal) start() []float64 {
 	return x
 }
 
-func (p *kbPrimal) dot(a, b []float64) float64 {
-	s := 0.0
-	for i := 0; i < p.n; i++ {
-		o := packedOffset(i)
-		s += 2*floats.Dot(a[o:o+i], b[o:o+i]) + a[o+i]*b[o+i]
-	}
-	return s
-}
+const sqrt2 = math.Sqrt2
 
 // firstStep scales the first, steepest-descent step so that no diagonal
 // entry of X moves by more than a quarter of the smallest one; later steps
@@ -276,10 +287,16 @@ func (p *kbPrimal) firstStep(x, d []float64) float64 {
 // definite. It leaves X^-1 A^T A X^-1 in p.w for the lower bound.
 func (p *kbPrimal) eval(x, g []float64) (loss float64, ok bool) {
 	n := p.n
-	for i := 0; i < n; i++ {
-		o := packedOffset(i)
-		copy(p.full[i*n:i*n+i+1], x[o:o+i+1])
-	}
+	p.parallelRows(func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			o := packedOffset(i)
+			row := p.full[i*n : i*n+i+1]
+			for l, v := range x[o : o+i] {
+				row[l] = v / sqrt2
+			}
+			row[i] = x[o+i]
+		}
+	})
 	l := blas64.Triangular{Uplo: blas.Lower, Diag: blas.NonUnit, N: n, Stride: n, Data: p.full}
 	if _, ok := lapack64.Potrf(blas64.Symmetric{Uplo: blas.Lower, N: n, Stride: n, Data: p.full}); !ok {
 		return math.Inf(1), false
@@ -293,18 +310,23 @@ func (p *kbPrimal) eval(x, g []float64) (loss float64, ok bool) {
 	}
 	blas64.Trsm(blas.Left, blas.Trans, 1, l, z)
 	blas64.Syrk(blas.NoTrans, 1, z, 0, blas64.Symmetric{Uplo: blas.Lower, N: n, Stride: n, Data: p.w})
-	for i := 0; i < n; i++ {
-		o := packedOffset(i)
-		gi, wi := g[o:o+i+1], p.w[i*n:i*n+i+1]
-		for l, v := range wi {
-			gi[l] = -v
-		}
-		for _, l := range p.members[p.pat[i]] {
-			if l < i {
-				gi[l] = 0
+	// d/dy of the packed off-diagonal y = sqrt 2 X_il (which moves X_il
+	// and X_li) is sqrt 2 times the matrix gradient entry.
+	p.parallelRows(func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			o := packedOffset(i)
+			gi, wi := g[o:o+i+1], p.w[i*n:i*n+i+1]
+			for l, v := range wi[:i] {
+				gi[l] = -sqrt2 * v
+			}
+			gi[i] = -wi[i]
+			for _, l := range p.members[p.pat[i]] {
+				if l < i {
+					gi[l] = 0
+				}
 			}
 		}
-	}
+	})
 	// Zero-sum diagonal on each pattern keeps sum_{i in pi_j} X_ii = 1.
 	for _, m := range p.members {
 		mean := 0.0
@@ -324,9 +346,10 @@ func (p *kbPrimal) symmetric(x []float64) *mat.SymDense {
 	s := mat.NewSymDense(p.n, nil)
 	for i := 0; i < p.n; i++ {
 		o := packedOffset(i)
-		for l := 0; l <= i; l++ {
-			s.SetSym(l, i, x[o+l])
+		for l := 0; l < i; l++ {
+			s.SetSym(l, i, x[o+l]/sqrt2)
 		}
+		s.SetSym(i, i, x[o+i])
 	}
 	return s
 }
@@ -410,17 +433,17 @@ func (p *kbPrimal) lowerBound(ctx context.Context) (float64, error) {
 }
 
 // lbfgsMemory is the limited-memory inverse-Hessian model of L-BFGS
-// (Nocedal and Wright, Alg. 7.4) under a caller-supplied inner product.
+// (Nocedal and Wright, Alg. 7.4). Its vectors are large (n^2/2 at
+// dimension n), so every operation is split across GOMAXPROCS goroutines.
 type lbfgsMemory struct {
-	dot       func(a, b []float64) float64
 	s, y      [][]float64
 	rho       []float64
 	head, cnt int
 	alpha     []float64
 }
 
-func newLBFGSMemory(m, dim int, dot func(a, b []float64) float64) *lbfgsMemory {
-	l := &lbfgsMemory{dot: dot, s: make([][]float64, m), y: make([][]float64, m), rho: make([]float64, m), alpha: make([]float64, m)}
+func newLBFGSMemory(m, dim int) *lbfgsMemory {
+	l := &lbfgsMemory{s: make([][]float64, m), y: make([][]float64, m), rho: make([]float64, m), alpha: make([]float64, m)}
 	for i := range l.s {
 		l.s[i] = make([]float64, dim)
 		l.y[i] = make([]float64, dim)
@@ -434,8 +457,8 @@ func (l *lbfgsMemory) reset()   { l.cnt = 0 }
 // push adds the pair (s, y) if it has positive curvature (always, for a
 // convex objective, up to round-off).
 func (l *lbfgsMemory) push(s, y []float64) {
-	sy := l.dot(s, y)
-	if !(sy > 1e-12*math.Sqrt(l.dot(s, s)*l.dot(y, y))) {
+	sy := parallelDot(s, y)
+	if !(sy > 1e-12*math.Sqrt(parallelDot(s, s)*parallelDot(y, y))) {
 		return
 	}
 	m := len(l.s)
@@ -452,17 +475,16 @@ func (l *lbfgsMemory) direction(d, g []float64) {
 	m := len(l.s)
 	for c := 0; c < l.cnt; c++ {
 		i := (l.head - c + m) % m
-		l.alpha[i] = l.rho[i] * l.dot(l.s[i], d)
-		floats.AddScaled(d, -l.alpha[i], l.y[i])
+		l.alpha[i] = l.rho[i] * parallelDot(l.s[i], d)
+		parallelAxpy(d, -l.alpha[i], l.y[i])
 	}
 	if l.cnt > 0 {
-		h := l.head
-		floats.Scale(1/(l.rho[h]*l.dot(l.y[h], l.y[h])), d)
+		parallelScale(d, 1/(l.rho[l.head]*parallelDot(l.y[l.head], l.y[l.head])))
 	}
 	for c := l.cnt - 1; c >= 0; c-- {
 		i := (l.head - c + m) % m
-		beta := l.rho[i] * l.dot(l.y[i], d)
-		floats.AddScaled(d, l.alpha[i]-beta, l.s[i])
+		beta := l.rho[i] * parallelDot(l.y[i], d)
+		parallelAxpy(d, l.alpha[i]-beta, l.s[i])
 	}
-	floats.Scale(-1, d)
+	parallelScale(d, -1)
 }

@@ -55,14 +55,14 @@ func TestKBPrimalGradient(t *testing.T) {
 		}
 		d := make([]float64, len(x))
 		p.eval(y, d)
-		floats.Scale(1/math.Sqrt(p.dot(d, d)), d)
+		floats.Scale(1/math.Sqrt(parallelDot(d, d)), d)
 		const h = 1e-6
 		xp, xm := append([]float64(nil), x...), append([]float64(nil), x...)
 		floats.AddScaled(xp, h, d)
 		floats.AddScaled(xm, -h, d)
 		fp, _ := p.eval(xp, make([]float64, len(x)))
 		fm, _ := p.eval(xm, make([]float64, len(x)))
-		fd, an := (fp-fm)/(2*h), p.dot(g, d)
+		fd, an := (fp-fm)/(2*h), parallelDot(g, d)
 		if math.Abs(fd-an) > 1e-6*(1+math.Abs(an)) {
 			t.Errorf("direction %d: derivative %v, finite difference %v", trial, an, fd)
 		}

@@ -2,11 +2,13 @@ package mfnoise
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -178,17 +180,9 @@ func polarFactor(ctx context.Context, u, k *mat.Dense, lower bool) (int, error) 
 	u.CloneFrom(k)
 	var inv mat.Dense
 	if lower {
-		t := mat.NewTriDense(n, mat.Lower, nil)
-		for i := 0; i < n; i++ {
-			copy(t.RawTriangular().Data[i*t.RawTriangular().Stride:i*t.RawTriangular().Stride+i+1], k.RawRowView(i)[:i+1])
+		if err := lowerInverseOf(&inv, k); err != nil {
+			return 0, fmt.Errorf("polar iteration: %w", err)
 		}
-		if err := t.InverseTri(t); err != nil {
-			var ce mat.Condition
-			if !errors.As(err, &ce) || math.IsInf(float64(ce), 1) {
-				return 0, fmt.Errorf("polar iteration: %w", err)
-			}
-		}
-		inv.CloneFrom(t)
 	} else if err := inverseOf(&inv, u); err != nil {
 		return 0, err
 	}
@@ -237,14 +231,45 @@ func polarFactor(ctx context.Context, u, k *mat.Dense, lower bool) (int, error) 
 	return maxSteps, fmt.Errorf("polar iteration did not converge in %d steps", maxSteps)
 }
 
+// inverseOf sets dst = a^-1 by LU factorization and two triangular solves
+// against the identity: level-3 throughout, so about twice as fast as
+// mat.Dense.Inverse, whose Dgetri inverts U with gonum's unblocked Dtrmm.
 func inverseOf(dst, a *mat.Dense) error {
-	if err := dst.Inverse(a); err != nil {
-		var ce mat.Condition
-		if !errors.As(err, &ce) || math.IsInf(float64(ce), 1) {
-			return fmt.Errorf("polar iteration: %w", err)
+	n, _ := a.Dims()
+	lu := mat.DenseCopyOf(a)
+	ipiv := make([]int, n)
+	if !lapack64.Getrf(lu.RawMatrix(), ipiv) {
+		return fmt.Errorf("polar iteration: matrix is singular")
+	}
+	setIdentity(dst, n)
+	lapack64.Getrs(blas.NoTrans, lu.RawMatrix(), dst.RawMatrix(), ipiv)
+	return nil
+}
+
+// lowerInverseOf sets dst = l^-1 for the lower triangle of l by one
+// triangular solve against the identity.
+func lowerInverseOf(dst, l *mat.Dense) error {
+	n, _ := l.Dims()
+	for i := 0; i < n; i++ {
+		if !(l.At(i, i) != 0) {
+			return fmt.Errorf("triangular matrix is singular at %d", i+1)
 		}
 	}
+	setIdentity(dst, n)
+	lr := l.RawMatrix()
+	blas64.Trsm(blas.Left, blas.NoTrans, 1, blas64.Triangular{Uplo: blas.Lower, Diag: blas.NonUnit, N: n, Stride: lr.Stride, Data: lr.Data}, dst.RawMatrix())
 	return nil
+}
+
+func setIdentity(dst *mat.Dense, n int) {
+	if dst.IsEmpty() {
+		dst.ReuseAs(n, n)
+	} else {
+		dst.Zero()
+	}
+	for i := 0; i < n; i++ {
+		dst.Set(i, i, 1)
+	}
 }
 
 // spectralNormEstimate returns ||a||_2 to a few digits by power iteration on
