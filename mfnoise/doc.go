@@ -9,4 +9,10 @@
 // materializes B: it adds W = C^-1 Z (C^+ Z for tall C) to the clipped
 // gradients and lets the optimizer apply A. Privacy depends only on C and the
 // participation schema (Denisov et al. 2022, Thm 2.1).
+//
+// The optimizers (OptimizeSingle, OptimizeKB, OptimizeBanded) spend their
+// time in Cholesky and LU factorizations, triangular solves and matrix
+// products through gonum's process-wide BLAS. Call blas.Install (package
+// github.com/dpmf-go/dpmf/blas) once in main to run them on its fast GEMM,
+// as cmd/train does: several times faster than gonum's own at n = 2000.
 package mfnoise
