@@ -367,9 +367,9 @@ func (p *kbPrimal) symmetric(x []float64) *mat.SymDense {
 // alpha is T^2 / V.
 func (p *kbPrimal) lowerBound(ctx context.Context) (float64, error) {
 	n := p.n
-	m := mat.NewDense(n, n, nil)
+	factors := make([]*mat.TriDense, len(p.members)) // L_j
 	v := 0.0
-	for _, pt := range p.members {
+	for j, pt := range p.members {
 		q := len(pt)
 		blk := mat.NewSymDense(q, nil)
 		diag := math.Inf(-1)
@@ -389,13 +389,8 @@ func (p *kbPrimal) lowerBound(ctx context.Context) (float64, error) {
 		if !ch.Factorize(blk) {
 			return 0, fmt.Errorf("multiplier block of pattern %d is not positive definite", p.pat[pt[0]]+1)
 		}
-		var lj mat.TriDense
-		ch.LTo(&lj)
-		for r := 0; r < q; r++ {
-			for c := 0; c <= r; c++ {
-				m.Set(pt[r], pt[c], lj.At(r, c))
-			}
-		}
+		factors[j] = &mat.TriDense{}
+		ch.LTo(factors[j])
 		v += vj
 	}
 	// K = A M, lower triangular: K[i, pt[c]] = sum_{r >= c} A[i, pt[r]] L_j[r,c]
@@ -407,11 +402,12 @@ func (p *kbPrimal) lowerBound(ctx context.Context) (float64, error) {
 	}
 	for i := 0; i < n; i++ {
 		ai, ki := p.a.RawRowView(i), p.k.RawRowView(i)
-		for _, pt := range p.members {
+		for j, pt := range p.members {
+			lj := factors[j]
 			for c := 0; c < len(pt) && pt[c] <= i; c++ {
 				sum := 0.0
 				for r := c; r < len(pt) && pt[r] <= i; r++ {
-					sum += ai[pt[r]] * m.At(pt[r], pt[c])
+					sum += ai[pt[r]] * lj.At(r, c)
 				}
 				ki[pt[c]] = sum
 			}

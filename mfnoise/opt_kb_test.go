@@ -193,6 +193,33 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 	}
 }
 
+// With n < k*b the last patterns have k-1 steps; each still gets the unit
+// budget, and the result is a valid, certified optimum.
+func TestOptimizeKBUnevenPatterns(t *testing.T) {
+	w, _ := PrefixSum(55)
+	sc, _ := KBParticipation(6, 10)
+	r, err := OptimizeKB(context.Background(), w, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKB(t, r, sc)
+	if r.Gap > 1e-4 {
+		t.Errorf("gap %v", r.Gap)
+	}
+	// Every pattern's budget is used: sum of the diagonal of X over each
+	// pattern is 1 (sensitivity 1 is attained by all of them).
+	x := gram(r.Factorization.Encoder)
+	for _, p := range sc.Patterns(55) {
+		sum := 0.0
+		for _, i := range p {
+			sum += x.At(i, i)
+		}
+		if math.Abs(sum-1) > 1e-9 {
+			t.Errorf("pattern %v uses %v of its budget", p, sum)
+		}
+	}
+}
+
 func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(32)
