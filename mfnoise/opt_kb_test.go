@@ -69,6 +69,50 @@ func TestKBPrimalGradient(t *testing.T) {
 	}
 }
 
+// TestKBPreconditioner checks that the preconditioner maps the constraint
+// subspace into itself and is symmetric positive definite there, so that
+// L-BFGS with it still descends and keeps X feasible.
+func TestKBPreconditioner(t *testing.T) {
+	w, _ := MomentumWorkload(24, 0.9, CooldownSchedule(24, 0.25, 0.05))
+	a, _ := w.Matrix()
+	sc, _ := KBParticipation(3, 8)
+	p := newKBPrimal(a, sc)
+	x := p.start()
+	y := append([]float64(nil), x...)
+	for i := range y {
+		y[i] += 1e-3 * math.Sin(float64(i))
+	}
+	// Two subspace vectors: the projected gradients at y and at x; the
+	// preconditioner is built at x (from p.w of the last evaluation).
+	g1, g2 := make([]float64, len(x)), make([]float64, len(x))
+	p.eval(y, g2)
+	p.eval(x, g1)
+	p.updatePreconditioner(x)
+	d1, d2 := append([]float64(nil), g1...), append([]float64(nil), g2...)
+	p.precondition(d1)
+	p.precondition(d2)
+	for _, m := range p.members {
+		sum := 0.0
+		for a, i := range m {
+			sum += d1[packedOffset(i)+i]
+			for _, l := range m[:a] {
+				if d1[packedOffset(i)+l] != 0 {
+					t.Errorf("within-pattern entry (%d,%d) = %v", i, l, d1[packedOffset(i)+l])
+				}
+			}
+		}
+		if math.Abs(sum) > 1e-12*floats.Norm(d1, math.Inf(1)) {
+			t.Errorf("pattern %v: diagonal sums to %v", m, sum)
+		}
+	}
+	if q := parallelDot(g1, d1); !(q > 0) {
+		t.Errorf("g^T P g = %v, want > 0", q)
+	}
+	if a, b := parallelDot(g1, d2), parallelDot(d1, g2); math.Abs(a-b) > 1e-10*math.Abs(a) {
+		t.Errorf("not symmetric: %v vs %v", a, b)
+	}
+}
+
 // TestKBLowerBoundIsValid checks that the dual bound computed at points
 // away from the optimum never exceeds a feasible loss, and that it is
 // tight (within the gap) at the optimum.
