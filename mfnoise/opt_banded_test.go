@@ -143,20 +143,9 @@ func BenchmarkOptimizeBanded(b *testing.B) {
 	for _, bands := range []int{16, 64} {
 		b.Run(fmt.Sprintf("n=2000/bands=%d", bands), func(b *testing.B) {
 			w, _ := PrefixSum(2000)
-			for b.Loop() {
-				var r *OptimizeResult
-				var err error
-				cpu0 := cpuSeconds()
-				mb := peakHeap(func() { r, err = OptimizeBanded(context.Background(), w, bands, nil) })
-				cpu := cpuSeconds() - cpu0
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(mb, "peak-MiB")
-				b.ReportMetric(cpu, "cpu-s")
-				b.ReportMetric(float64(r.Iterations), "iters")
-				b.ReportMetric(r.Loss, "loss")
-			}
+			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+				return OptimizeBanded(context.Background(), w, bands, nil)
+			})
 		})
 	}
 }

@@ -329,18 +329,7 @@ func TestOptimizeKBPaper(t *testing.T) {
 func BenchmarkOptimizeKB(b *testing.B) {
 	w, _ := PrefixSum(2000)
 	sc, _ := KBParticipation(20, 100)
-	for b.Loop() {
-		var r *OptimizeResult
-		var err error
-		cpu0 := cpuSeconds()
-		mb := peakHeap(func() { r, err = OptimizeKB(context.Background(), w, sc, nil) })
-		cpu := cpuSeconds() - cpu0
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(mb, "peak-MiB")
-		b.ReportMetric(cpu, "cpu-s")
-		b.ReportMetric(float64(r.Iterations), "iters")
-		b.ReportMetric(r.Loss, "loss")
-	}
+	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+		return OptimizeKB(context.Background(), w, sc, nil)
+	})
 }

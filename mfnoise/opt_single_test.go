@@ -264,6 +264,26 @@ func ExampleOptimizeSingle() {
 }
 
 // peakHeap samples the heap while f runs and returns the peak in MiB.
+// benchmarkOptimizer runs optimize once per benchmark iteration and
+// reports its peak heap, CPU seconds, iterations, loss and sqrt(loss).
+func benchmarkOptimizer(b *testing.B, optimize func() (*OptimizeResult, error)) {
+	for b.Loop() {
+		var r *OptimizeResult
+		var err error
+		cpu0 := cpuSeconds()
+		mb := peakHeap(func() { r, err = optimize() })
+		cpu := cpuSeconds() - cpu0
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(mb, "peak-MiB")
+		b.ReportMetric(cpu, "cpu-s")
+		b.ReportMetric(float64(r.Iterations), "iters")
+		b.ReportMetric(r.Loss, "loss")
+		b.ReportMetric(math.Sqrt(r.Loss), "sqrt-loss")
+	}
+}
+
 func peakHeap(f func()) float64 {
 	var peak atomic.Uint64
 	done := make(chan struct{})
@@ -292,20 +312,9 @@ func BenchmarkOptimizeSingle(b *testing.B) {
 	for _, n := range []int{256, 512, 1024, 2048} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			w, _ := PrefixSum(n)
-			for b.Loop() {
-				var r *OptimizeResult
-				var err error
-				cpu0 := cpuSeconds()
-				mb := peakHeap(func() { r, err = OptimizeSingle(context.Background(), w, nil) })
-				cpu := cpuSeconds() - cpu0
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(mb, "peak-MiB")
-				b.ReportMetric(cpu, "cpu-s")
-				b.ReportMetric(float64(r.Iterations), "iters")
-				b.ReportMetric(math.Sqrt(r.Loss), "sqrt-loss")
-			}
+			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+				return OptimizeSingle(context.Background(), w, nil)
+			})
 		})
 	}
 }
