@@ -37,12 +37,9 @@ const defaultBandedIter = 20000
 // Meta.Kind is "bandmf" and Meta.Bands is bands.
 func OptimizeBanded(ctx context.Context, w Workload, bands int, s *OptimizeSettings) (*OptimizeResult, error) {
 	start := time.Now()
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	a, err := w.Matrix()
+	a, err := optimizerWorkload("banded", w, s)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
+		return nil, err
 	}
 	n := w.N
 	if bands <= 0 || bands > n {
@@ -96,13 +93,10 @@ func OptimizeBanded(ctx context.Context, w Workload, bands int, s *OptimizeSetti
 			row[j] = 0
 		}
 	}
-	c.Scale(1/maxColNorm(c), c)
-	b, err := decoderFor(a, c)
+	b, loss, err := normalizedDecoder(a, c, maxColNorm(c))
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 	}
-	fro := mat.Norm(b, 2)
-	loss := fro * fro
 	f, err := NewFactorization(w, c, b, Metadata{Kind: "bandmf", Bands: bands, Loss: loss})
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)

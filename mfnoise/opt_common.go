@@ -82,6 +82,32 @@ func (s *OptimizeSettings) validate() error {
 	return nil
 }
 
+// optimizerWorkload validates the settings and returns the workload
+// matrix, with errors prefixed "mfnoise: optimize <what>".
+func optimizerWorkload(what string, w Workload, s *OptimizeSettings) (*mat.Dense, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	a, err := w.Matrix()
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize %s: %w", what, err)
+	}
+	return a, nil
+}
+
+// normalizedDecoder scales the encoder c in place to sensitivity 1 (its
+// sensitivity is sens) and returns the decoder B = A C^-1 and the loss
+// ||B||_F^2.
+func normalizedDecoder(a, c *mat.Dense, sens float64) (b *mat.Dense, loss float64, err error) {
+	c.Scale(1/sens, c)
+	b, err = decoderFor(a, c)
+	if err != nil {
+		return nil, 0, err
+	}
+	fro := mat.Norm(b, 2)
+	return b, fro * fro, nil
+}
+
 // gramOf returns G = A^T A.
 func gramOf(a *mat.Dense) *mat.SymDense {
 	n, _ := a.Dims()

@@ -61,12 +61,9 @@ const (
 // unit budget.
 func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSettings) (*OptimizeResult, error) {
 	start := time.Now()
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	a, err := w.Matrix()
+	a, err := optimizerWorkload("kb", w, s)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
+		return nil, err
 	}
 	n := w.N
 	if schema.Kind != KB {
@@ -182,13 +179,10 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 	if !sens.Exact {
 		return nil, fmt.Errorf("mfnoise: optimize kb: sensitivity of the optimum is not exact (%s)", sens.Method)
 	}
-	c.Scale(1/sens.Value, c)
-	b, err := decoderFor(a, c)
+	b, loss, err := normalizedDecoder(a, c, sens.Value)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	fro := mat.Norm(b, 2)
-	loss = fro * fro
 	gap = relGap(loss, lb)
 	f, err := NewFactorization(w, c, b, Metadata{Kind: "mf-kb", Schema: schema, Loss: loss, LowerBnd: lb, Gap: gap})
 	if err != nil {

@@ -44,12 +44,9 @@ const defaultSingleIter = 1000
 // BENCHMARKS.md).
 func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*OptimizeResult, error) {
 	start := time.Now()
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	a, err := w.Matrix()
+	a, err := optimizerWorkload("single", w, s)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
+		return nil, err
 	}
 	n := w.N
 	target, maxIter := s.gap(), s.maxIter(defaultSingleIter)
@@ -164,13 +161,11 @@ func (p *polarPhi) primal(a *mat.Dense) (c, b *mat.Dense, loss float64, err erro
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	c.Scale(1/maxColNorm(c), c)
-	b, err = decoderFor(a, c)
+	b, loss, err = normalizedDecoder(a, c, maxColNorm(c))
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	fro := mat.Norm(b, 2)
-	return c, b, fro * fro, nil
+	return c, b, loss, nil
 }
 
 // polarFactor computes the orthogonal polar factor U of the square
