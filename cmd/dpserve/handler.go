@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/dpmf-go/dpmf/aggregate"
+)
+
+type contribution struct {
+	Contributor string    `json:"contributor"`
+	Vector      []float64 `json:"vector"`
+}
+
+type releaseJSON struct {
+	Step    int       `json:"step"`
+	Release []float64 `json:"release"`
+	Count   *float64  `json:"count,omitempty"`
+	Mean    []float64 `json:"mean,omitempty"`
+}
+
+func toJSON(r *aggregate.Release) releaseJSON {
+	out := releaseJSON{Step: r.Step, Release: r.Sum}
+	if r.HasCount {
+		c := r.Count
+		out.Count, out.Mean = &c, r.Mean()
+	}
+	return out
+}
+
+func newHandler(agg *aggregate.Aggregator, maxBody int64) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request) {
+		var c contribution
+		if err := decode(w, r, maxBody, &c); err != nil {
+			writeError(w, err)
+			return
+		}
+		if c.Vector == nil {
+			writeError(w, badRequest("missing \"vector\""))
+			return
+		}
+		step, err := agg.Add(r.Context(), c.Contributor, c.Vector)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int{"step": step})
+	})
+	mux.HandleFunc("POST /v1/commit", func(w http.ResponseWriter, r *http.Request) {
+		rel, err := agg.Commit(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toJSON(rel))
+	})
+	mux.HandleFunc("GET /v1/releases/{t}", func(w http.ResponseWriter, r *http.Request) {
+		t, err := strconv.Atoi(r.PathValue("t"))
+		if err != nil || t < 1 {
+			writeError(w, badRequest(fmt.Sprintf("step %q: want a positive integer", r.PathValue("t"))))
+			return
+		}
+		rel, err := agg.Release(t)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toJSON(rel))
+	})
+	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, agg.Ledger())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "steps": agg.Ledger().Steps})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e httpError) Error() string { return e.msg }
+
+func badRequest(msg string) error { return httpError{http.StatusBadRequest, msg} }
+
+// decode reads one JSON object of at most maxBody bytes, strictly.
+func decode(w http.ResponseWriter, r *http.Request, maxBody int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit)}
+		}
+		return badRequest("bad JSON: " + err.Error())
+	}
+	if dec.More() {
+		return badRequest("bad JSON: more than one value in the body")
+	}
+	return nil
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	var he httpError
+	switch {
+	case errors.As(err, &he):
+		status = he.status
+	case errors.Is(err, aggregate.ErrDimension), errors.Is(err, aggregate.ErrNotFinite), errors.Is(err, aggregate.ErrContributor):
+		status = http.StatusBadRequest
+	case errors.Is(err, aggregate.ErrParticipationLimit), errors.Is(err, aggregate.ErrSeparation):
+		status = http.StatusConflict
+	case errors.Is(err, aggregate.ErrBudgetExhausted):
+		status = http.StatusForbidden
+	case errors.Is(err, aggregate.ErrNotReleased):
+		status = http.StatusNotFound
+	case errors.Is(err, aggregate.ErrClosed):
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
