@@ -77,11 +77,31 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "steps": agg.Ledger().Steps})
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// No route: the mux answers 404 or 405 in plain text; answer
+		// JSON with the same status (and Allow header).
+		rec := &statusRecorder{header: http.Header{}}
+		mux.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeJSON(w, rec.status, map[string]string{"error": fmt.Sprintf("no route %s %s (%s)", r.Method, r.URL.Path, http.StatusText(rec.status))})
 	})
-	return mux
 }
+
+// statusRecorder captures the status of the mux's own 404 and 405 answers.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
 type httpError struct {
 	status int

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func testServer(t *testing.T, extra ...string) *httptest.Server {
+	t.Helper()
+	args := append([]string{"-store", filepath.Join(t.TempDir(), "h.db"), "-dim", "3", "-mechanism", "tree-online",
+		"-epsilon", "1", "-delta", "1e-6", "-horizon", "2", "-clip", "1", "-k", "2", "-b", "2", "-count"}, extra...)
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := openAggregator(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(agg, o.maxBody)) // 127.0.0.1
+	t.Cleanup(func() { srv.Close(); agg.Close() })
+	return srv
+}
+
+func do(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("%s %s: answer is not JSON: %v", method, url, err)
+	}
+	if resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("%s %s: content type %q", method, url, resp.Header.Get("Content-Type"))
+	}
+	return resp.StatusCode, m
+}
+
+// TestAPI checks the HTTP contract: status codes, JSON errors, the release
+// and ledger objects, and that a release reads back identically.
+func TestAPI(t *testing.T) {
+	srv := testServer(t)
+	u := srv.URL
+	big := `{"contributor":"x","vector":[` + strings.Repeat("1.0000000000000000001,", 200) + `1]}`
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		errHas                   string
+	}{
+		{"ok", "POST", "/v1/contributions", `{"contributor":"a","vector":[0.6,0.8,0]}`, 200, ""},
+		{"repeat", "POST", "/v1/contributions", `{"contributor":"a","vector":[1,0,0]}`, 409, "too soon"},
+		{"bad json", "POST", "/v1/contributions", `{"contributor":"b","vector":[1,0,`, 400, "bad JSON"},
+		{"unknown field", "POST", "/v1/contributions", `{"contributor":"b","vector":[1,0,0],"weight":2}`, 400, "unknown field"},
+		{"no vector", "POST", "/v1/contributions", `{"contributor":"b"}`, 400, "vector"},
+		{"dimension", "POST", "/v1/contributions", `{"contributor":"b","vector":[1,0]}`, 400, "wrong dimension"},
+		{"non-finite", "POST", "/v1/contributions", `{"contributor":"b","vector":[1e999,0,0]}`, 400, "1e999"},
+		{"empty id", "POST", "/v1/contributions", `{"contributor":"","vector":[1,0,0]}`, 400, "contributor id"},
+		{"too large", "POST", "/v1/contributions", big, 413, "over"},
+		{"two values", "POST", "/v1/contributions", `{"contributor":"b","vector":[1,0,0]} {}`, 400, "more than one"},
+		{"no release", "GET", "/v1/releases/1", "", 404, "no such release"},
+		{"bad step", "GET", "/v1/releases/x", "", 400, "positive integer"},
+		{"wrong method", "GET", "/v1/commit", "", 405, ""},
+		{"no route", "GET", "/v2", "", 404, "no route"},
+		{"health", "GET", "/healthz", "", 200, ""},
+	} {
+		code, m := do(t, c.method, u+c.path, c.body)
+		if code != c.status {
+			t.Errorf("%s: status %d, want %d (%v)", c.name, code, c.status, m)
+		}
+		if c.errHas != "" {
+			if e, _ := m["error"].(string); !strings.Contains(e, c.errHas) {
+				t.Errorf("%s: error %q, want it to mention %q", c.name, e, c.errHas)
+			}
+		}
+	}
+	code, rel := do(t, "POST", u+"/v1/commit", "")
+	if code != 200 || rel["step"] != 1.0 || len(rel["release"].([]any)) != 3 || rel["count"] == nil || len(rel["mean"].([]any)) != 3 {
+		t.Fatalf("commit: %d %v", code, rel)
+	}
+	code, again := do(t, "GET", u+"/v1/releases/1", "")
+	a, _ := json.Marshal(rel)
+	b, _ := json.Marshal(again)
+	if code != 200 || !bytes.Equal(a, b) {
+		t.Fatalf("GET release 1 = %s, commit answered %s", b, a)
+	}
+	do(t, "POST", u+"/v1/commit", "")
+	if code, m := do(t, "POST", u+"/v1/commit", ""); code != 403 || !strings.Contains(m["error"].(string), "budget") {
+		t.Fatalf("commit past the horizon: %d %v", code, m)
+	}
+	if code, m := do(t, "POST", u+"/v1/contributions", `{"contributor":"late","vector":[1,0,0]}`); code != 403 {
+		t.Fatalf("contribution past the horizon: %d %v", code, m)
+	}
+	_, l := do(t, "GET", u+"/v1/ledger", "")
+	for _, k := range []string{"epsilon_spent", "epsilon_budget", "delta", "steps", "contributions_accepted", "contributions_rejected"} {
+		if _, ok := l[k]; !ok {
+			t.Errorf("ledger lacks %q", k)
+		}
+	}
+	if l["steps"] != 2.0 || l["contributions_accepted"] != 1.0 || l["contributions_rejected"] != 4.0 || l["epsilon_spent"].(float64) > 1 {
+		t.Errorf("ledger %v", l)
+	}
+}
+
+// TestFlags checks that bad flags exit with status 2 and one line.
+func TestFlags(t *testing.T) {
+	base := []string{"-store", filepath.Join(t.TempDir(), "f.db"), "-dim", "3", "-epsilon", "1", "-delta", "1e-6", "-horizon", "4", "-clip", "1"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dim", "3"}, "-store"},
+		{append(base, "-mechanism", "nope"), "unknown mechanism"},
+		{append(base, "-workload", "median"), "unknown workload"},
+		{append(base, "-seed", "abc"), "64 hex digits"},
+		{append(base, "-k", "0"), "at least 1"},
+		{append(base, "-delta", "2"), "-delta"},
+		{append(base, "-bogus"), "not defined"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), c.args, io.Discard, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", c.args, code, stderr.String())
+		}
+		msg := stderr.String()
+		if lastLine := strings.TrimSpace(msg[strings.LastIndex(strings.TrimSpace(msg), "\n")+1:]); !strings.Contains(lastLine, c.want) || !strings.HasPrefix(lastLine, "dpserve: ") {
+			t.Errorf("%v: message %q, want a dpserve: line mentioning %q", c.args, msg, c.want)
+		}
+	}
+}
