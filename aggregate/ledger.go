@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/accountant"
@@ -49,10 +50,15 @@ func (a *Aggregator) Ledger() Ledger {
 	a.mu.RLock()
 	s := a.snap
 	a.mu.RUnlock()
+	spent, err := a.epsAt(context.Background(), s.released)
+	if err != nil {
+		// No prefix bound: charge the whole horizon's epsilon.
+		spent = a.cfg.Epsilon
+	}
 	l := Ledger{
-		EpsilonSpent:          s.epsSpent,
+		EpsilonSpent:          spent,
 		EpsilonBudget:         a.cfg.Epsilon,
-		EpsilonRemaining:      max(0, a.cfg.Epsilon-s.epsSpent),
+		EpsilonRemaining:      max(0, a.cfg.Epsilon-spent),
 		Delta:                 a.cfg.Delta,
 		Steps:                 s.released,
 		Horizon:               a.n,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,10 +13,20 @@ import (
 	"testing"
 )
 
-func testServer(t *testing.T, extra ...string) *httptest.Server {
+func testServer(t *testing.T) *httptest.Server {
+	return startHandler(t, "-dim", "3", "-horizon", "2", "-k", "2", "-b", "2", "-count")
+}
+
+func testServerDim(t *testing.T, dim, horizon int) *httptest.Server {
+	return startHandler(t, "-dim", fmt.Sprint(dim), "-horizon", fmt.Sprint(horizon))
+}
+
+// startHandler serves the handler of a dpserve with these flags on
+// 127.0.0.1.
+func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	t.Helper()
-	args := append([]string{"-store", filepath.Join(t.TempDir(), "h.db"), "-dim", "3", "-mechanism", "tree-online",
-		"-epsilon", "1", "-delta", "1e-6", "-horizon", "2", "-clip", "1", "-k", "2", "-b", "2", "-count"}, extra...)
+	args := append([]string{"-store", filepath.Join(t.TempDir(), "h.db"), "-mechanism", "tree-online",
+		"-epsilon", "1", "-delta", "1e-6", "-clip", "1"}, extra...)
 	o, err := parseFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
