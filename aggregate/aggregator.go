@@ -11,6 +11,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
@@ -58,6 +59,7 @@ type Aggregator struct {
 	cnt          counters
 	contributors map[string][]int
 	failed       error
+	batches      atomic.Int64 // durable contribution batches (for benchmarks)
 }
 
 type snapshot struct {
@@ -463,6 +465,7 @@ func (a *Aggregator) addBatch(batch []*op) {
 		}
 		return
 	}
+	a.batches.Add(1)
 	maps.Copy(a.contributors, updated)
 	a.cnt = cnt
 	a.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -34,8 +35,8 @@ func toJSON(r *aggregate.Release) releaseJSON {
 func newHandler(agg *aggregate.Aggregator, maxBody int64) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request) {
-		var c contribution
-		if err := decode(w, r, maxBody, &c); err != nil {
+		c, err := readContribution(w, r, maxBody)
+		if err != nil {
 			writeError(w, err)
 			return
 		}
@@ -112,21 +113,21 @@ func (e httpError) Error() string { return e.msg }
 
 func badRequest(msg string) error { return httpError{http.StatusBadRequest, msg} }
 
-// decode reads one JSON object of at most maxBody bytes, strictly.
-func decode(w http.ResponseWriter, r *http.Request, maxBody int64, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+// readContribution reads a body of at most maxBody bytes and decodes it.
+func readContribution(w http.ResponseWriter, r *http.Request, maxBody int64) (contribution, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit)}
+			return contribution{}, httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit)}
 		}
-		return badRequest("bad JSON: " + err.Error())
+		return contribution{}, badRequest("reading the body: " + err.Error())
 	}
-	if dec.More() {
-		return badRequest("bad JSON: more than one value in the body")
+	c, err := decodeContribution(body)
+	if err != nil {
+		return c, badRequest("bad JSON: " + err.Error())
 	}
-	return nil
+	return c, nil
 }
 
 func writeError(w http.ResponseWriter, err error) {
