@@ -355,11 +355,12 @@ func TestBounding(t *testing.T) {
 	}
 	// Step 8: k = 2 reached.
 	add("alice", []float64{0, 0, 1}, ErrParticipationLimit)
-	add("carol", []float64{0, 0, 1}, nil)
-	commit([]float64{0, 0, 1}, 1)
+	add("carol", []float64{0, 0, 1}, nil)    // norm 1 < 1.5: unchanged
+	add("dave", []float64{1.2, 1.6, 0}, nil) // norm 2 in (zeta, 2 zeta): clipped to 1.5
+	commit([]float64{0.9, 1.2, 1}, 2)
 	l := a.Ledger()
-	if l.ContributionsAccepted != 4 || l.ContributionsRejected != 8 || l.ContributionsClipped != 2 {
-		t.Errorf("ledger: accepted %d rejected %d clipped %d, want 4, 8, 2", l.ContributionsAccepted, l.ContributionsRejected, l.ContributionsClipped)
+	if l.ContributionsAccepted != 5 || l.ContributionsRejected != 8 || l.ContributionsClipped != 3 {
+		t.Errorf("ledger: accepted %d rejected %d clipped %d, want 5, 8, 3", l.ContributionsAccepted, l.ContributionsRejected, l.ContributionsClipped)
 	}
 	// The participation record survives a reopen.
 	a.Close()
