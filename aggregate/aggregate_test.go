@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -534,5 +535,21 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := ParseWorkload(s); err == nil {
 			t.Errorf("ParseWorkload(%q) accepted", s)
 		}
+	}
+}
+
+// TestSizeRefusals checks that sizes that cannot fit are refused with the
+// memory they would need, before anything is allocated.
+func TestSizeRefusals(t *testing.T) {
+	spec, _ := mfnoise.ParseMechanism("tree-online")
+	w, _ := mfnoise.PrefixSum(20000)
+	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GiB") {
+		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)
+	}
+	cfg := setup{mech: "bandmf:4", workload: Workload{Kind: PrefixSum}, n: 8, d: 1000, k: 1, b: 1}.config(t)
+	cfg.NoiseMemory = 1000
+	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), cfg)
+	if err == nil || !strings.Contains(err.Error(), "bytes") {
+		t.Errorf("noise memory 1000 bytes at d = 1000: %v, want a refusal naming the bytes needed", err)
 	}
 }

@@ -121,7 +121,10 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 		return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
 	}
 	a.noiseStd = a.sigma * a.norm * a.sens.Value
-	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, mfnoise.NoiseOptions{Seed: cfg.Seed}); err != nil {
+	if a.cfg.NoiseMemory == 0 {
+		a.cfg.NoiseMemory = DefaultNoiseMemory
+	}
+	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, mfnoise.NoiseOptions{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
 		return nil, fmt.Errorf("aggregate: noise source: %w", err)
 	}
 	a.noiseBuf = make([]float32, a.dim)
@@ -150,7 +153,7 @@ func (a *Aggregator) fingerprint() []byte {
 		"format": 1, "dim": a.cfg.Dim, "horizon": a.n, "workload": a.cfg.Workload.String(),
 		"mechanism": a.cfg.Mechanism.Name(), "schema": a.cfg.Mechanism.Schema().String(),
 		"epsilon": a.cfg.Epsilon, "delta": a.cfg.Delta, "clip": a.cfg.Clip, "k": a.cfg.K, "b": a.cfg.B,
-		"count": a.cfg.Count, "seeded": a.cfg.Seed != nil,
+		"count": a.cfg.Count, "seeded": a.cfg.Seed != nil, "noise_memory": a.cfg.NoiseMemory,
 	}
 	if a.cfg.Seed != nil {
 		h := sha256.Sum256(a.cfg.Seed)

@@ -145,7 +145,20 @@ type Config struct {
 	// MaxBatch bounds the contributions made durable by one transaction
 	// (group commit); 0 means 4096.
 	MaxBatch int
+	// NoiseMemory bounds the noise source's state in bytes (it is also
+	// written to the store at every release); 0 means 1 GiB. Mechanisms
+	// whose fastest streaming method needs more regenerate noise instead,
+	// or are refused with the memory they need. The store remembers it:
+	// the noise state restores only under the same plan.
+	NoiseMemory int64
 }
+
+// DefaultNoiseMemory is the noise memory budget when Config.NoiseMemory is 0.
+const DefaultNoiseMemory = 1 << 30
+
+// noiseWorkers is fixed so the noise source's memory plan, which a
+// restored state must match, does not depend on the machine.
+const noiseWorkers = 2
 
 func (c *Config) validate() error {
 	if c.Mechanism == nil {
@@ -185,8 +198,8 @@ func (c *Config) validate() error {
 	if c.Seed != nil && len(c.Seed) != 32 {
 		return invalidf("seed has %d bytes, want 32", len(c.Seed))
 	}
-	if c.MaxBatch < 0 {
-		return invalidf("max batch %d, want >= 0", c.MaxBatch)
+	if c.MaxBatch < 0 || c.NoiseMemory < 0 {
+		return invalidf("max batch %d and noise memory %d must be >= 0", c.MaxBatch, c.NoiseMemory)
 	}
 	return nil
 }

@@ -32,9 +32,18 @@ func toJSON(r *aggregate.Release) releaseJSON {
 	return out
 }
 
-func newHandler(agg *aggregate.Aggregator, maxBody int64) http.Handler {
+// newHandler serves the API; at most inflight contributions are read and
+// decoded at once (the others wait), which bounds their memory.
+func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Handler {
 	mux := http.NewServeMux()
+	sem := make(chan struct{}, inflight)
 	mux.HandleFunc("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		case <-r.Context().Done():
+			return
+		}
 		c, err := readContribution(w, r, maxBody)
 		if err != nil {
 			writeError(w, err)

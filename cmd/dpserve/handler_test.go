@@ -35,7 +35,7 @@ func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newHandler(agg, o.maxBody)) // 127.0.0.1
+	srv := httptest.NewServer(newHandler(agg, o.maxBody, o.inflight)) // 127.0.0.1
 	t.Cleanup(func() { srv.Close(); agg.Close() })
 	return srv
 }

@@ -70,10 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type options struct {
 	addr, store, mechanism, workload, seed string
-	dim, horizon, k, b, maxBatch           int
+	dim, horizon, k, b, maxBatch, inflight int
 	epsilon, delta, clip                   float64
 	count                                  bool
-	maxBody                                int64
+	maxBody, noiseMemory                   int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -95,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.seed, "seed", "", "64 hex digits: fixed noise seed, FOR TESTS ONLY (releases are then not private)")
 	fs.IntVar(&o.maxBatch, "max-batch", 4096, "most contributions made durable by one transaction")
 	fs.Int64Var(&o.maxBody, "max-body", 0, "request body limit in bytes (0: 1 KiB + 32 bytes per dimension)")
+	fs.IntVar(&o.inflight, "max-inflight", 0, "contributions decoded at once; more wait (0: as many as fit in 1 GiB, 4..1024)")
+	fs.Int64Var(&o.noiseMemory, "noise-memory", aggregate.DefaultNoiseMemory, "noise state budget in bytes (fixed for the life of the store)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -119,8 +121,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-clip %v: want a positive clip norm", o.clip)
 	case o.k < 1 || o.b < 1:
 		return o, usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
-	case o.maxBody < 0 || o.maxBatch < 1:
-		return o, usagef("-max-body %d -max-batch %d: want non-negative and positive", o.maxBody, o.maxBatch)
+	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
+		return o, usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
+	}
+	if o.inflight == 0 {
+		// A contribution in flight holds its body (up to 32 d bytes) and
+		// its vector and clipped copy (16 d bytes).
+		o.inflight = int(max(4, min(1024, (1<<30)/(48*int64(o.dim)))))
 	}
 	if o.maxBody == 0 {
 		o.maxBody = 1024 + 32*int64(o.dim)
@@ -157,7 +164,7 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	}
 	return aggregate.Open(ctx, o.store, aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
-		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch,
+		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
 	})
 }
 
@@ -176,7 +183,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen %s: %w", o.addr, err)
 	}
 	srv := &http.Server{
-		Handler:           newHandler(agg, o.maxBody),
+		Handler:           newHandler(agg, o.maxBody, o.inflight),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
