@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,6 +131,9 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	a.noiseBuf = make([]float32, a.dim)
 	a.state = make([]float64, a.dim)
 	a.db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
 	}
@@ -203,7 +207,7 @@ func (a *Aggregator) load() error {
 			return err
 		}
 		if string(stored) != string(fp) {
-			return fmt.Errorf("aggregate: %w: store has %s, asked for %s", ErrStoreMismatch, stored, fp)
+			return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
 		}
 		st, err := unseal("noise state", meta.Get(keyNoise))
 		if err != nil {
@@ -304,7 +308,7 @@ func (a *Aggregator) prepare(contributor string, vec []float64) ([]float64, bool
 		// Rounding can leave the norm a hair above Clip; shrink until not.
 		for norm2(rec[:a.cfg.Dim]) > a.cfg.Clip {
 			for i := range a.cfg.Dim {
-				rec[i] *= 1 - 1e-15
+				rec[i] *= 1 - 1e-12
 			}
 		}
 	}
@@ -683,4 +687,24 @@ func (a *Aggregator) Release(t int) (*Release, error) {
 		return nil, err
 	}
 	return a.newRelease(t, rec), nil
+}
+
+// fingerprintDiff names the fields on which two fingerprints differ.
+func fingerprintDiff(stored, asked []byte) string {
+	var a, b map[string]any
+	if json.Unmarshal(stored, &a) != nil || json.Unmarshal(asked, &b) != nil {
+		return fmt.Sprintf("store has %s, asked for %s", stored, asked)
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		if fmt.Sprint(a[k]) != fmt.Sprint(b[k]) {
+			diffs = append(diffs, fmt.Sprintf("%s: store has %v, asked for %v", k, a[k], b[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		if _, ok := a[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: store has none, asked for %v", k, b[k]))
+		}
+	}
+	return strings.Join(diffs, "; ")
 }

@@ -21,7 +21,10 @@ type Ledger struct {
 	Steps   int `json:"steps"`
 	Horizon int `json:"horizon"`
 	// Operational counters. They are exact counts of contributions, not
-	// protected by the guarantee.
+	// protected by the guarantee. Rejected counts the contributions Add
+	// refused (rules, dimension, non-finite values, ids); requests refused
+	// before reaching Add, such as malformed JSON in dpserve, are not
+	// counted.
 	ContributionsAccepted uint64 `json:"contributions_accepted"`
 	ContributionsRejected uint64 `json:"contributions_rejected"`
 	ContributionsClipped  uint64 `json:"contributions_clipped"`
