@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func testServer(t *testing.T) *httptest.Server {
@@ -137,6 +139,7 @@ func TestFlags(t *testing.T) {
 		{append(base, "-k", "0"), "at least 1"},
 		{append(base, "-delta", "2"), "-delta"},
 		{append(base, "-bogus"), "not defined"},
+		{append(base, "-commit-every", "-1s"), "-commit-every"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, io.Discard, &stderr); code != 2 {
@@ -146,5 +149,34 @@ func TestFlags(t *testing.T) {
 		if lastLine := strings.TrimSpace(msg[strings.LastIndex(strings.TrimSpace(msg), "\n")+1:]); !strings.Contains(lastLine, c.want) || !strings.HasPrefix(lastLine, "dpserve: ") {
 			t.Errorf("%v: message %q, want a dpserve: line mentioning %q", c.args, msg, c.want)
 		}
+	}
+}
+
+// TestTicker checks -commit-every: the server commits by itself until the
+// horizon is reached, then stops committing.
+func TestTicker(t *testing.T) {
+	srv := startServer(t, "-store", filepath.Join(t.TempDir(), "t.db"), "-dim", "2", "-epsilon", "1", "-delta", "1e-6",
+		"-horizon", "3", "-clip", "1", "-commit-every", "20ms")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var l struct{ Steps int }
+		if code, err := call("GET", srv.base+"/v1/ledger", nil, &l); err != nil || code != 200 {
+			t.Fatalf("ledger: %d %v", code, err)
+		}
+		if l.Steps == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d steps after 20 s of 20 ms ticks", l.Steps)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-srv.exited; err != nil {
+		t.Fatalf("graceful shutdown: %v", err)
+	}
+	if !strings.Contains(srv.stderr.String(), "budget exhausted") {
+		t.Errorf("stderr %q, want the ticker's stop at the budget", srv.stderr)
 	}
 }

@@ -7,7 +7,7 @@
 // Usage:
 //
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
-//	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count]
+//	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //
 // API (JSON; errors are 4xx/5xx with {"error": "..."}):
 //
@@ -73,6 +73,7 @@ type options struct {
 	dim, horizon, k, b, maxBatch, inflight int
 	epsilon, delta, clip                   float64
 	count                                  bool
+	commitEvery                            time.Duration
 	maxBody, noiseMemory                   int64
 }
 
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.b, "b", 1, "minimum steps between two participations of a contributor")
 	fs.BoolVar(&o.count, "count", false, "also release a count and a mean (the record norm becomes clip*sqrt(2))")
 	fs.StringVar(&o.seed, "seed", "", "64 hex digits: fixed noise seed, FOR TESTS ONLY (releases are then not private)")
+	fs.DurationVar(&o.commitEvery, "commit-every", 0, "also commit a step at this interval (0: only on POST /v1/commit)")
 	fs.IntVar(&o.maxBatch, "max-batch", 4096, "most contributions made durable by one transaction")
 	fs.Int64Var(&o.maxBody, "max-body", 0, "request body limit in bytes (0: 1 KiB + 32 bytes per dimension)")
 	fs.IntVar(&o.inflight, "max-inflight", 0, "contributions decoded at once; more wait (0: as many as fit in 1 GiB, 4..1024)")
@@ -121,6 +123,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-clip %v: want a positive clip norm", o.clip)
 	case o.k < 1 || o.b < 1:
 		return o, usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
+	case o.commitEvery < 0:
+		return o, usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
 		return o, usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
@@ -194,6 +198,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if o.commitEvery > 0 {
+		go ticker(ctx, agg, o.commitEvery, stderr)
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -209,4 +216,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "dpserve: stopped")
 	return nil
+}
+
+// ticker commits a step every interval until ctx ends or the budget is
+// spent.
+func ticker(ctx context.Context, agg *aggregate.Aggregator, every time.Duration, stderr io.Writer) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := agg.Commit(ctx); err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintln(stderr, "dpserve: periodic commit stopped: "+err.Error())
+			}
+			return
+		}
+	}
 }
