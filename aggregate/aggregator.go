@@ -406,7 +406,7 @@ func (a *Aggregator) writer() {
 }
 
 func (a *Aggregator) fail(err error) error {
-	a.failed = fmt.Errorf("aggregate: %w after a storage failure (reopen the store): %v", ErrClosed, err)
+	a.failed = fmt.Errorf("aggregate: %w after a storage failure (reopen the store): %s", ErrClosed, strings.TrimPrefix(err.Error(), "aggregate: "))
 	return a.failed
 }
 
@@ -593,7 +593,7 @@ func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
 	if !ok {
 		var err error
 		if s, err = a.cfg.Mechanism.PrefixSensitivity(ctx, g); err != nil {
-			return 0, fmt.Errorf("aggregate: ledger: %w", err)
+			return 0, err
 		}
 		a.prefixSens[g] = s
 	}
