@@ -270,9 +270,10 @@ func TestCrashRecovery(t *testing.T) {
 				}
 			})
 		}
+		crng := rand.New(rand.NewPCG(uint64(cycle), 9)) // the committer's own
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+				time.Sleep(time.Duration(5+crng.IntN(20)) * time.Millisecond)
 				var r releaseJSON
 				code, err := call("POST", srv.base+"/v1/commit", nil, &r)
 				if err != nil {
