@@ -92,10 +92,15 @@ type opResult struct {
 
 // Open opens (creating if needed) the store at path and returns the
 // aggregator, continuing from the store's durable state. A store created
-// with a different configuration is refused (ErrStoreMismatch).
+// with a different configuration is refused (ErrStoreMismatch), and so is
+// a mechanism whose encoder differs from the one the stored noise state
+// was made with (an optimized mechanism must rebuild identically).
 func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("aggregate: open: %w", err)
 	}
 	a := &Aggregator{
 		cfg:          cfg,
