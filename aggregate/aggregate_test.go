@@ -465,6 +465,18 @@ func TestReopen(t *testing.T) {
 			}
 		}
 	}
+	// The store keeps the mechanism: the stored one is bitwise the same.
+	stored, err := StoredMechanism(filepath.Join(dir, "a.db"), cfg.Mechanism.Schema())
+	if err != nil || stored == nil {
+		t.Fatalf("StoredMechanism: %v, %v", stored, err)
+	}
+	orig := cfg.Mechanism.(*FactorizationMechanism).Factorization()
+	if stored.Name() != cfg.Mechanism.Name() || !mat.Equal(stored.Factorization().Encoder, orig.Encoder) || !mat.Equal(stored.Factorization().Decoder, orig.Decoder) {
+		t.Fatalf("stored mechanism %s differs from %s", stored.Name(), cfg.Mechanism.Name())
+	}
+	if m, err := StoredMechanism(filepath.Join(dir, "none.db"), cfg.Mechanism.Schema()); m != nil || err != nil {
+		t.Fatalf("StoredMechanism of no store: %v, %v", m, err)
+	}
 	other := cfg
 	other.Clip = 2
 	if _, err := Open(ctx, filepath.Join(dir, "a.db"), other); !errors.Is(err, ErrStoreMismatch) {

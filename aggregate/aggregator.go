@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -192,6 +193,18 @@ func (a *Aggregator) load() error {
 			return err
 		}
 		a.open = openRecord{acc: make([]float64, a.dim)}
+		if fm, ok := a.cfg.Mechanism.(*FactorizationMechanism); ok {
+			var buf bytes.Buffer
+			if err := mfnoise.SaveFactorization(&buf, fm.f); err != nil {
+				return err
+			}
+			if err := meta.Put(keyMech, seal(buf.Bytes())); err != nil {
+				return err
+			}
+			if err := meta.Put(keyMechName, seal([]byte(fm.name))); err != nil {
+				return err
+			}
+		}
 		for _, kv := range []struct{ k, v []byte }{
 			{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
 			{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},

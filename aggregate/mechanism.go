@@ -1,11 +1,17 @@
 package aggregate
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
+	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	bolt "go.etcd.io/bbolt"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -152,4 +158,49 @@ func (m *FactorizationMechanism) PrefixSensitivity(ctx context.Context, t int) (
 		return 0, fmt.Errorf("aggregate: prefix sensitivity of %s at t = %d: %w", m.name, t, err)
 	}
 	return math.Min(s.Value, m.sens.Value), nil
+}
+
+// StoredMechanism returns the factorization mechanism saved in the store at
+// path when it was created, under the schema, or nil if there is no store
+// or it holds none. Reopening with it skips rebuilding (minutes for the
+// optimized mechanisms at large horizons) and guarantees the encoder the
+// stored noise state was made with, bit for bit.
+func StoredMechanism(path string, schema mfnoise.Schema) (*FactorizationMechanism, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
+	}
+	defer db.Close()
+	var name string
+	var f *mfnoise.Factorization
+	err = db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil || meta.Get(keyMech) == nil {
+			return nil
+		}
+		nb, err := unseal("mechanism name", meta.Get(keyMechName))
+		if err != nil {
+			return err
+		}
+		fb, err := unseal("mechanism", meta.Get(keyMech))
+		if err != nil {
+			return err
+		}
+		name = string(nb)
+		f, err = mfnoise.LoadFactorization(bytes.NewReader(fb))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("aggregate: stored mechanism in %s: %w", path, err)
+	}
+	if f == nil {
+		return nil, nil
+	}
+	return NewFactorizationMechanism(name, f, schema)
 }

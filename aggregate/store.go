@@ -19,6 +19,9 @@ import (
 //	meta/state         the workload state after step t (D float64: the
 //	                   noisy prefix sum, or the momentum sum)
 //	meta/counters      accepted, rejected, clipped (uint64 each)
+//	meta/mechanism     the factorization (mfnoise.SaveFactorization) and
+//	meta/mechanism-name   its name, when the mechanism is one, so a restart
+//	                   reuses it instead of re-optimizing (StoredMechanism)
 //	contributors/<id>  the steps the contributor joined (uint32 each)
 //	releases/<t>       release t (8-byte big-endian key): D float64, then
 //	                   for Window the noisy prefix sum P_t (D float64)
@@ -37,6 +40,8 @@ var (
 	keyOpen     = []byte("open")
 	keyState    = []byte("state")
 	keyCounters = []byte("counters")
+	keyMechName = []byte("mechanism-name")
+	keyMech     = []byte("mechanism")
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)

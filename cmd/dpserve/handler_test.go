@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,7 +143,11 @@ func TestFlags(t *testing.T) {
 		{append(base, "-commit-every", "-1s"), "-commit-every"},
 	} {
 		var stderr bytes.Buffer
-		if code := run(context.Background(), c.args, io.Discard, &stderr); code != 2 {
+		// Should a case wrongly start serving, the deadline stops it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code := run(ctx, append(c.args, "-addr", "127.0.0.1:0"), io.Discard, &stderr)
+		cancel()
+		if code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", c.args, code, stderr.String())
 		}
 		msg := stderr.String()
@@ -178,5 +183,37 @@ func TestTicker(t *testing.T) {
 	}
 	if !strings.Contains(srv.stderr.String(), "budget exhausted") {
 		t.Errorf("stderr %q, want the ticker's stop at the budget", srv.stderr)
+	}
+}
+
+// TestStoreMismatch checks that a store is reopened only with the flags it
+// was created with, with a one-line message naming the difference.
+func TestStoreMismatch(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "m.db")
+	base := []string{"-store", store, "-dim", "3", "-epsilon", "1", "-delta", "1e-6", "-horizon", "4", "-clip", "1"}
+	o, err := parseFlags(append(base, "-mechanism", "tree-online"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := openAggregator(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.Close()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(base, "-mechanism", "dpsgd"), "created with tree-online"},
+		{append(slices.Clone(base), "-clip", "2"), "clip: store has 1, asked for 2"},
+		{append(slices.Clone(base[:len(base)-4]), "-horizon", "8", "-clip", "1"), "created for prefix(n=4)"},
+	} {
+		var stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code := run(ctx, append(c.args, "-addr", "127.0.0.1:0"), io.Discard, &stderr)
+		cancel()
+		if msg := stderr.String(); code == 0 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%v: exit %d, message %q; want a one-line refusal mentioning %q", c.args, code, msg, c.want)
+		}
 	}
 }

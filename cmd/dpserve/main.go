@@ -162,9 +162,21 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	if err != nil {
 		return nil, err
 	}
-	mech, err := aggregate.BuildMechanism(ctx, spec, w, schema)
+	// A store made before holds its mechanism: reuse it (the encoder its
+	// noise state was made with) rather than build it again.
+	mech, err := aggregate.StoredMechanism(o.store, schema)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case mech == nil:
+		if mech, err = aggregate.BuildMechanism(ctx, spec, w, schema); err != nil {
+			return nil, err
+		}
+	case mech.Name() != spec.String():
+		return nil, fmt.Errorf("%w: -mechanism %s, but the store was created with %s", aggregate.ErrStoreMismatch, spec, mech.Name())
+	case mech.Workload().String() != w.String():
+		return nil, fmt.Errorf("%w: -horizon %d -workload %s, but the store was created for %s", aggregate.ErrStoreMismatch, o.horizon, wl, mech.Workload())
 	}
 	return aggregate.Open(ctx, o.store, aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
