@@ -1,0 +1,728 @@
+package aggregate
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Aggregator is a durable private continual-release vector sum. Add is safe
+// for concurrent use; Add and Commit are serialized by one writer goroutine
+// that makes each batch of contributions durable in one transaction (group
+// commit) before acknowledging any of them.
+//
+// After a storage failure the aggregator stops (every call returns an error
+// wrapping ErrClosed); reopening the store continues from the last durable
+// state.
+type Aggregator struct {
+	cfg      Config
+	dim      int // D: Dim, plus the count coordinate
+	n        int // horizon
+	sens     mfnoise.SensitivityResult
+	sigma    float64
+	noiseStd float64
+	norm     float64 // L2 bound of one record
+	db       *bolt.DB
+	maxBatch int
+
+	ops     chan *op
+	closing chan struct{}
+	done    chan struct{}
+	once    sync.Once
+
+	mu   sync.RWMutex // guards snap
+	snap snapshot
+
+	sensMu     sync.Mutex // guards prefixSens
+	prefixSens map[int]float64
+	stopWarm   context.CancelFunc
+
+	// Owned by the writer goroutine.
+	noise        mfnoise.NoiseSource
+	noiseBuf     []float32
+	released     int
+	open         openRecord
+	state        []float64
+	cnt          counters
+	contributors map[string][]int
+	failed       error
+	batches      atomic.Int64 // durable contribution batches (for benchmarks)
+}
+
+type snapshot struct {
+	released int
+	cnt      counters
+}
+
+type opKind int
+
+const (
+	opAdd opKind = iota
+	opCommit
+)
+
+type op struct {
+	kind        opKind
+	contributor string
+	vec         []float64 // length D, clipped
+	clipped     bool
+	reject      *RejectError // set when Add already refused it
+	done        chan opResult
+}
+
+type opResult struct {
+	step int
+	rel  *Release
+	err  error
+}
+
+// Open opens (creating if needed) the store at path and returns the
+// aggregator, continuing from the store's durable state. A store created
+// with a different configuration is refused (ErrStoreMismatch), and so is
+// a mechanism whose encoder differs from the one the stored noise state
+// was made with (an optimized mechanism must rebuild identically).
+func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("aggregate: open: %w", err)
+	}
+	a := &Aggregator{
+		cfg:          cfg,
+		dim:          cfg.Dim,
+		n:            cfg.Mechanism.Workload().N,
+		sens:         cfg.Mechanism.Sensitivity(),
+		norm:         cfg.Clip,
+		maxBatch:     cfg.MaxBatch,
+		ops:          make(chan *op),
+		closing:      make(chan struct{}),
+		done:         make(chan struct{}),
+		contributors: map[string][]int{},
+		prefixSens:   map[int]float64{},
+	}
+	if cfg.Count {
+		a.dim++
+		a.norm *= math.Sqrt2
+	}
+	if a.maxBatch == 0 {
+		a.maxBatch = 4096
+	}
+	var err error
+	if a.sigma, err = accountant.GaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
+		return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
+	}
+	a.noiseStd = a.sigma * a.norm * a.sens.Value
+	if a.cfg.NoiseMemory == 0 {
+		a.cfg.NoiseMemory = DefaultNoiseMemory
+	}
+	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, mfnoise.NoiseOptions{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+		return nil, fmt.Errorf("aggregate: noise source: %w", err)
+	}
+	a.noiseBuf = make([]float32, a.dim)
+	a.state = make([]float64, a.dim)
+	a.db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
+	}
+	if err := a.load(); err != nil {
+		a.db.Close()
+		return nil, err
+	}
+	a.snap = snapshot{released: a.released, cnt: a.cnt}
+	// The ledger's prefix sensitivities cost up to a Gram matrix each:
+	// compute them in the background, off the path of Add and Commit.
+	var warm context.Context
+	warm, a.stopWarm = context.WithCancel(context.Background())
+	go a.warmLedger(warm)
+	go a.writer()
+	return a, nil
+}
+
+// fingerprint is what the store remembers of the configuration.
+func (a *Aggregator) fingerprint() []byte {
+	fp := map[string]any{
+		"format": 1, "dim": a.cfg.Dim, "horizon": a.n, "workload": a.cfg.Workload.String(),
+		"mechanism": a.cfg.Mechanism.Name(), "schema": a.cfg.Mechanism.Schema().String(),
+		"epsilon": a.cfg.Epsilon, "delta": a.cfg.Delta, "clip": a.cfg.Clip, "k": a.cfg.K, "b": a.cfg.B,
+		"count": a.cfg.Count, "seeded": a.cfg.Seed != nil, "noise_memory": a.cfg.NoiseMemory,
+	}
+	if a.cfg.Seed != nil {
+		h := sha256.Sum256(a.cfg.Seed)
+		fp["seed_sha256"] = hex.EncodeToString(h[:])
+	}
+	b, _ := json.Marshal(fp) // map keys are sorted: the encoding is canonical
+	return b
+}
+
+func (a *Aggregator) load() error {
+	fp := a.fingerprint()
+	err := a.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketContributors, bucketReleases} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if meta.Get(keyConfig) != nil {
+			return nil
+		}
+		st, err := a.noise.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		a.open = openRecord{acc: make([]float64, a.dim)}
+		if fm, ok := a.cfg.Mechanism.(*FactorizationMechanism); ok {
+			var buf bytes.Buffer
+			if err := mfnoise.SaveFactorization(&buf, fm.f); err != nil {
+				return err
+			}
+			if err := meta.Put(keyMech, seal(buf.Bytes())); err != nil {
+				return err
+			}
+			if err := meta.Put(keyMechName, seal([]byte(fm.name))); err != nil {
+				return err
+			}
+		}
+		for _, kv := range []struct{ k, v []byte }{
+			{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
+			{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},
+		} {
+			if err := meta.Put(kv.k, kv.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("aggregate: initializing store: %w", err)
+	}
+	return a.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		stored, err := unseal("config", meta.Get(keyConfig))
+		if err != nil {
+			return err
+		}
+		if string(stored) != string(fp) {
+			return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
+		}
+		st, err := unseal("noise state", meta.Get(keyNoise))
+		if err != nil {
+			return err
+		}
+		if err := a.noise.UnmarshalBinary(st); err != nil {
+			return fmt.Errorf("aggregate: restoring noise state: %w", err)
+		}
+		if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim); err != nil {
+			return err
+		}
+		if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
+			return err
+		}
+		if a.cnt, err = decodeCounters(meta.Get(keyCounters)); err != nil {
+			return err
+		}
+		a.released = a.open.released
+		if a.noise.Step() != a.released {
+			return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
+		}
+		return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
+			s, err := decodeSteps(v)
+			if err != nil {
+				return err
+			}
+			a.contributors[string(k)] = s
+			return nil
+		})
+	})
+}
+
+// Dim is the dimension of a contribution.
+func (a *Aggregator) Dim() int { return a.cfg.Dim }
+
+// Horizon is the number of releases the budget covers.
+func (a *Aggregator) Horizon() int { return a.n }
+
+// MaxContributorLen is the longest contributor id accepted, in bytes.
+const MaxContributorLen = 256
+
+// Add clips vec to L2 norm Clip, checks the contributor's participation
+// rules, and adds it to the open step. It returns that step (1-based) once
+// the contribution is durable, or a *RejectError. vec is not retained.
+//
+// If ctx ends while Add waits, Add returns the context's error and the
+// contribution may or may not have been accepted.
+func (a *Aggregator) Add(ctx context.Context, contributor string, vec []float64) (int, error) {
+	o := &op{kind: opAdd, contributor: contributor, done: make(chan opResult, 1)}
+	o.vec, o.clipped, o.reject = a.prepare(contributor, vec)
+	r, err := a.submit(ctx, o)
+	if err != nil {
+		return 0, err
+	}
+	return r.step, r.err
+}
+
+// prepare validates and clips a contribution into a record of length D.
+func (a *Aggregator) prepare(contributor string, vec []float64) ([]float64, bool, *RejectError) {
+	rej := func(reason error, format string, args ...any) *RejectError {
+		return &RejectError{Contributor: contributor, Reason: reason, Detail: fmt.Sprintf(format, args...)}
+	}
+	if contributor == "" || len(contributor) > MaxContributorLen {
+		return nil, false, rej(ErrContributor, "id has %d bytes, want 1..%d", len(contributor), MaxContributorLen)
+	}
+	if len(vec) != a.cfg.Dim {
+		return nil, false, rej(ErrDimension, "vector has %d values, want %d", len(vec), a.cfg.Dim)
+	}
+	ss := 0.0
+	for i, v := range vec {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, false, rej(ErrNotFinite, "value %d is %v", i, v)
+		}
+		ss += v * v
+	}
+	rec := make([]float64, a.dim)
+	copy(rec, vec)
+	norm := math.Sqrt(ss)
+	clipped := false
+	if math.IsInf(ss, 0) {
+		// Overflow of the sum of squares: rescale before measuring.
+		m := 0.0
+		for _, v := range vec {
+			m = math.Max(m, math.Abs(v))
+		}
+		ss = 0
+		for _, v := range vec {
+			ss += (v / m) * (v / m)
+		}
+		norm = m * math.Sqrt(ss)
+	}
+	if norm > a.cfg.Clip {
+		clipped = true
+		s := a.cfg.Clip / norm
+		for i := range vec {
+			rec[i] = vec[i] * s
+		}
+		// Rounding can leave the norm a hair above Clip; shrink until not.
+		for norm2(rec[:a.cfg.Dim]) > a.cfg.Clip {
+			for i := range a.cfg.Dim {
+				rec[i] *= 1 - 1e-12
+			}
+		}
+	}
+	if a.cfg.Count {
+		rec[a.cfg.Dim] = a.cfg.Clip
+	}
+	return rec, clipped, nil
+}
+
+func norm2(x []float64) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += v * v
+	}
+	return math.Sqrt(s)
+}
+
+func (a *Aggregator) submit(ctx context.Context, o *op) (opResult, error) {
+	select {
+	case a.ops <- o:
+	case <-a.closing:
+		return opResult{}, fmt.Errorf("aggregate: %w", ErrClosed)
+	case <-ctx.Done():
+		return opResult{}, fmt.Errorf("aggregate: %w", ctx.Err())
+	}
+	select {
+	case r := <-o.done:
+		return r, nil
+	case <-ctx.Done():
+		return opResult{}, fmt.Errorf("aggregate: %w (the operation may still complete)", ctx.Err())
+	}
+}
+
+// Commit closes the open step t: it draws step t's noise, releases the
+// workload's value, and makes the release, the noise state and the empty
+// step t+1 durable in one transaction. It refuses (ErrBudgetExhausted)
+// when the release would exceed the privacy budget.
+func (a *Aggregator) Commit(ctx context.Context) (*Release, error) {
+	r, err := a.submit(ctx, &op{kind: opCommit, done: make(chan opResult, 1)})
+	if err != nil {
+		return nil, err
+	}
+	return r.rel, r.err
+}
+
+// Close stops accepting work, finishes the operation in progress and closes
+// the store. Calls waiting in Add or Commit return ErrClosed.
+func (a *Aggregator) Close() error {
+	var err error
+	a.once.Do(func() {
+		a.stopWarm()
+		close(a.closing)
+		<-a.done
+		err = a.db.Close()
+	})
+	return err
+}
+
+// writer serializes all mutations and batches contributions.
+func (a *Aggregator) writer() {
+	defer close(a.done)
+	var batch []*op
+	for {
+		select {
+		case <-a.closing:
+			return
+		case o := <-a.ops:
+			batch = append(batch[:0], o)
+		drain:
+			for o.kind == opAdd && len(batch) < a.maxBatch {
+				select {
+				case o2 := <-a.ops:
+					batch = append(batch, o2)
+					if o2.kind == opCommit {
+						break drain
+					}
+				default:
+					break drain
+				}
+			}
+			adds := batch
+			var commit *op
+			if last := batch[len(batch)-1]; last.kind == opCommit {
+				adds, commit = batch[:len(batch)-1], last
+			}
+			if len(adds) > 0 {
+				a.addBatch(adds)
+			}
+			if commit != nil {
+				rel, err := a.commit()
+				commit.done <- opResult{rel: rel, err: err}
+			}
+		}
+	}
+}
+
+func (a *Aggregator) fail(err error) error {
+	a.failed = fmt.Errorf("aggregate: %w after a storage failure (reopen the store): %s", ErrClosed, strings.TrimPrefix(err.Error(), "aggregate: "))
+	return a.failed
+}
+
+// addBatch applies a batch of contributions and makes it durable in one
+// transaction before answering any of them.
+func (a *Aggregator) addBatch(batch []*op) {
+	if a.failed != nil {
+		for _, o := range batch {
+			o.done <- opResult{err: a.failed}
+		}
+		return
+	}
+	t := a.released + 1
+	results := make([]opResult, len(batch))
+	updated := map[string][]int{}
+	cnt := a.cnt
+	for i, o := range batch {
+		if o.reject == nil {
+			o.reject = a.checkRules(o.contributor, t, updated)
+		}
+		if o.reject != nil {
+			o.reject.Step = t
+			results[i].err = o.reject
+			cnt.rejected++
+			continue
+		}
+		prev, ok := updated[o.contributor]
+		if !ok {
+			prev = a.contributors[o.contributor]
+		}
+		updated[o.contributor] = append(slices.Clip(prev), t)
+		for j, v := range o.vec {
+			a.open.acc[j] += v
+		}
+		a.open.count++
+		cnt.accepted++
+		if o.clipped {
+			cnt.clipped++
+		}
+		results[i].step = t
+	}
+	err := a.db.Update(func(tx *bolt.Tx) error {
+		meta, cb := tx.Bucket(bucketMeta), tx.Bucket(bucketContributors)
+		if len(updated) > 0 {
+			if err := meta.Put(keyOpen, a.open.encode()); err != nil {
+				return err
+			}
+		}
+		if err := meta.Put(keyCounters, cnt.encode()); err != nil {
+			return err
+		}
+		for id, steps := range updated {
+			if err := cb.Put([]byte(id), encodeSteps(steps)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		err = a.fail(err)
+		for _, o := range batch {
+			o.done <- opResult{err: err}
+		}
+		return
+	}
+	a.batches.Add(1)
+	maps.Copy(a.contributors, updated)
+	a.cnt = cnt
+	a.mu.Lock()
+	a.snap.cnt = cnt
+	a.mu.Unlock()
+	for i, o := range batch {
+		o.done <- results[i]
+	}
+}
+
+// checkRules enforces the participation schema for a contribution to step t.
+func (a *Aggregator) checkRules(id string, t int, updated map[string][]int) *RejectError {
+	if t > a.n {
+		return &RejectError{Contributor: id, Reason: ErrBudgetExhausted, Detail: fmt.Sprintf("all %d releases of the horizon are made", a.n)}
+	}
+	steps, ok := updated[id]
+	if !ok {
+		steps = a.contributors[id]
+	}
+	if len(steps) >= a.cfg.K {
+		return &RejectError{Contributor: id, Reason: ErrParticipationLimit, Detail: fmt.Sprintf("already joined %d steps (limit k = %d)", len(steps), a.cfg.K)}
+	}
+	if len(steps) > 0 {
+		if last := steps[len(steps)-1]; t-last < a.cfg.B {
+			return &RejectError{Contributor: id, Reason: ErrSeparation, Detail: fmt.Sprintf("joined step %d, step %d is %d steps later (need b = %d)", last, t, t-last, a.cfg.B)}
+		}
+	}
+	return nil
+}
+
+// commit closes the open step.
+func (a *Aggregator) commit() (*Release, error) {
+	if a.failed != nil {
+		return nil, a.failed
+	}
+	t := a.released + 1
+	if t > a.n {
+		return nil, fmt.Errorf("aggregate: %w: release %d would exceed the budget (epsilon %g at delta %g covers %d releases)", ErrBudgetExhausted, t, a.cfg.Epsilon, a.cfg.Delta, a.n)
+	}
+	// For t <= n the epsilon spent is at most eps(sigma) at the full
+	// sensitivity, which the calibration made <= the budget.
+	if err := a.noise.Next(a.noiseBuf); err != nil {
+		return nil, a.fail(err)
+	}
+	y := a.open.acc
+	for i, w := range a.noiseBuf {
+		y[i] += a.noiseStd * float64(w)
+	}
+	switch a.cfg.Workload.Kind {
+	case PrefixSum, Window:
+		for i, v := range y {
+			a.state[i] += v
+		}
+	case Momentum:
+		for i, v := range y {
+			a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
+		}
+	}
+	rel := slices.Clone(a.state)
+	noiseState, err := a.noise.MarshalBinary()
+	if err != nil {
+		return nil, a.fail(err)
+	}
+	open := openRecord{released: t, acc: make([]float64, a.dim)}
+	err = a.db.Update(func(tx *bolt.Tx) error {
+		meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
+		if rb.Get(stepKey(t)) != nil {
+			return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
+		}
+		rec := appendFloats(nil, rel)
+		if a.cfg.Workload.Kind == Window {
+			if back := t - a.cfg.Workload.Window; back >= 1 {
+				old := make([]float64, 2*a.dim)
+				if err := decodeVec(fmt.Sprintf("release %d", back), rb.Get(stepKey(back)), old); err != nil {
+					return err
+				}
+				for i := range rel {
+					rel[i] -= old[a.dim+i]
+				}
+			}
+			rec = appendFloats(appendFloats(nil, rel), a.state)
+		}
+		for _, kv := range []struct{ k, v []byte }{
+			{keyNoise, seal(noiseState)}, {keyState, encodeVec(a.state)}, {keyOpen, open.encode()},
+		} {
+			if err := meta.Put(kv.k, kv.v); err != nil {
+				return err
+			}
+		}
+		return rb.Put(stepKey(t), seal(rec))
+	})
+	if err != nil {
+		return nil, a.fail(err)
+	}
+	a.released, a.open = t, open
+	a.mu.Lock()
+	a.snap.released = t
+	a.mu.Unlock()
+	return a.newRelease(t, rel), nil
+}
+
+// epsAt is the epsilon spent by the first t releases: the Gaussian
+// mechanism's epsilon at noise multiplier sigma * sens / s_g, where s_g is
+// the prefix sensitivity at g = the smallest power of two >= t (or the
+// horizon), an upper bound on the sensitivity of the first t releases.
+func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
+	if t <= 0 {
+		return 0, nil
+	}
+	g := 1
+	for g < t {
+		g *= 2
+	}
+	g = min(g, a.n)
+	a.sensMu.Lock()
+	defer a.sensMu.Unlock()
+	s, ok := a.prefixSens[g]
+	if !ok {
+		var err error
+		if s, err = a.cfg.Mechanism.PrefixSensitivity(ctx, g); err != nil {
+			return 0, err
+		}
+		a.prefixSens[g] = s
+	}
+	if s <= 0 {
+		return 0, nil
+	}
+	eps, err := accountant.GaussianEpsilon(a.sigma*a.sens.Value/s, a.cfg.Delta)
+	if err != nil {
+		return 0, fmt.Errorf("aggregate: ledger: %w", err)
+	}
+	return min(eps, a.cfg.Epsilon), nil
+}
+
+// warmLedger computes the prefix sensitivities of the grid from the
+// current step on.
+func (a *Aggregator) warmLedger(ctx context.Context) {
+	a.mu.RLock()
+	released := a.snap.released
+	a.mu.RUnlock()
+	for g := 1; ctx.Err() == nil; g *= 2 {
+		if g >= released || g >= a.n {
+			if _, err := a.epsAt(ctx, min(g, a.n)); err != nil {
+				return
+			}
+		}
+		if g >= a.n {
+			return
+		}
+	}
+}
+
+// Release is one step's release. It is a copy: changing it changes nothing
+// stored.
+type Release struct {
+	// Step is the 1-based step.
+	Step int
+	// Sum is the workload's value of the vector sum at Step (prefix,
+	// momentum-weighted or windowed), with noise.
+	Sum []float64
+	// HasCount says whether Count is released (Config.Count).
+	HasCount bool
+	// Count is the workload's value of the number of contributions.
+	Count float64
+}
+
+// Mean is Sum / max(Count, 1), or nil without a count.
+func (r *Release) Mean() []float64 {
+	if !r.HasCount {
+		return nil
+	}
+	m := make([]float64, len(r.Sum))
+	c := math.Max(r.Count, 1)
+	for i, v := range r.Sum {
+		m[i] = v / c
+	}
+	return m
+}
+
+func (a *Aggregator) newRelease(t int, rec []float64) *Release {
+	r := &Release{Step: t, Sum: slices.Clone(rec[:a.cfg.Dim])}
+	if a.cfg.Count {
+		r.HasCount, r.Count = true, rec[a.cfg.Dim]/a.cfg.Clip
+	}
+	return r
+}
+
+// Release returns release t (1-based) from the store, the same values
+// Commit returned; ErrNotReleased if it does not exist yet.
+func (a *Aggregator) Release(t int) (*Release, error) {
+	var rec []float64
+	err := a.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketReleases).Get(stepKey(t))
+		if v == nil || t < 1 {
+			return fmt.Errorf("aggregate: %w: step %d", ErrNotReleased, t)
+		}
+		body, err := unseal(fmt.Sprintf("release %d", t), v)
+		if err != nil {
+			return err
+		}
+		if len(body) < 8*a.dim {
+			return fmt.Errorf("aggregate: release %d: %w", t, errCorrupt)
+		}
+		rec = make([]float64, a.dim)
+		readFloats(rec, body)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+			return nil, fmt.Errorf("aggregate: %w", ErrClosed)
+		}
+		return nil, err
+	}
+	return a.newRelease(t, rec), nil
+}
+
+// fingerprintDiff names the fields on which two fingerprints differ.
+func fingerprintDiff(stored, asked []byte) string {
+	var a, b map[string]any
+	if json.Unmarshal(stored, &a) != nil || json.Unmarshal(asked, &b) != nil {
+		return fmt.Sprintf("store has %s, asked for %s", stored, asked)
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		if fmt.Sprint(a[k]) != fmt.Sprint(b[k]) {
+			diffs = append(diffs, fmt.Sprintf("%s: store has %v, asked for %v", k, a[k], b[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(b)) {
+		if _, ok := a[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: store has none, asked for %v", k, b[k]))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}

@@ -1,0 +1,243 @@
+// Package loadgen drives a dpserve instance on a loopback address with
+// concurrent contributions (and optional periodic commits), bounded in
+// request count and time, and reports sustained throughput and latency.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config bounds and shapes a load run.
+type Config struct {
+	// BaseURL is the server, e.g. "http://127.0.0.1:8377"; only loopback
+	// hosts are accepted.
+	BaseURL string
+	// Dim is the vector dimension the server expects.
+	Dim int
+	// Workers is the number of concurrent clients (each one request at a
+	// time).
+	Workers int
+	// Requests bounds the contributions sent; Duration bounds the time.
+	// Both must be positive.
+	Requests int
+	Duration time.Duration
+	// CommitEvery commits a step at this interval; 0 never commits.
+	CommitEvery time.Duration
+	// IDPrefix makes contributor ids unique across runs on one store.
+	IDPrefix string
+	// Seed drives the vector values.
+	Seed uint64
+}
+
+// Result is what a run measured. Latencies are of accepted contributions,
+// from sending the request to reading the durable acknowledgement.
+type Result struct {
+	Sent, Accepted, Rejected, Failed int
+	Commits                          int
+	Elapsed                          time.Duration
+	// PerSecond is Accepted / Elapsed.
+	PerSecond     float64
+	P50, P99, Max time.Duration
+	// FirstError is the first failure or rejection seen, if any.
+	FirstError string
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d accepted (%d rejected, %d failed) in %.2fs: %.0f contributions/s, latency p50 %.2fms p99 %.2fms max %.2fms, %d commits",
+		r.Accepted, r.Rejected, r.Failed, r.Elapsed.Seconds(), r.PerSecond,
+		ms(r.P50), ms(r.P99), ms(r.Max), r.Commits)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// checkLoopback refuses any host that is not a loopback address.
+func checkLoopback(base string) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return fmt.Errorf("loadgen: base URL %q: %w", base, err)
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("loadgen: host %q is not a loopback address; load is only generated on loopback", host)
+	}
+	return nil
+}
+
+// Run sends contributions until cfg.Requests are sent, cfg.Duration has
+// passed or ctx ends.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := checkLoopback(cfg.BaseURL); err != nil {
+		return Result{}, err
+	}
+	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 {
+		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers + 1, MaxConnsPerHost: cfg.Workers + 1}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var (
+		sent     atomic.Int64
+		mu       sync.Mutex
+		res      Result
+		lat      []time.Duration
+		wg       sync.WaitGroup
+		firstErr string
+	)
+	note := func(s string) {
+		if firstErr == "" {
+			firstErr = s
+		}
+	}
+	start := time.Now()
+	for w := range cfg.Workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
+			// The vector part is encoded once per worker; ids vary.
+			vec := []byte(`,"vector":[`)
+			for i := range cfg.Dim {
+				if i > 0 {
+					vec = append(vec, ',')
+				}
+				vec = strconv.AppendFloat(vec, rng.NormFloat64()*0.1, 'g', 8, 64)
+			}
+			vec = append(vec, "]}"...)
+			var body []byte
+			var local []time.Duration
+			var acc, rej, fail int
+			for ctx.Err() == nil {
+				i := sent.Add(1)
+				if i > int64(cfg.Requests) {
+					break
+				}
+				body = append(body[:0], `{"contributor":"`...)
+				body = append(body, cfg.IDPrefix...)
+				body = strconv.AppendInt(body, i, 10)
+				body = append(body, '"')
+				body = append(body, vec...)
+				t0 := time.Now()
+				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/contributions", body)
+				d := time.Since(t0)
+				switch {
+				case err != nil:
+					if ctx.Err() != nil {
+						break
+					}
+					fail++
+					mu.Lock()
+					note(err.Error())
+					mu.Unlock()
+				case code == http.StatusOK:
+					acc++
+					local = append(local, d)
+				default:
+					rej++
+					mu.Lock()
+					note(fmt.Sprintf("status %d: %s", code, msg))
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			res.Accepted += acc
+			res.Rejected += rej
+			res.Failed += fail
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+	}
+	if cfg.CommitEvery > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(cfg.CommitEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/commit", nil)
+				mu.Lock()
+				if err == nil && code == http.StatusOK {
+					res.Commits++
+				} else if err == nil {
+					note(fmt.Sprintf("commit: status %d: %s", code, msg))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// Commits stop with the contributions.
+	go func() {
+		for ctx.Err() == nil && sent.Load() < int64(cfg.Requests) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		// Let the last contributions finish, then stop the committer.
+		for ctx.Err() == nil {
+			mu.Lock()
+			done := res.Accepted+res.Rejected+res.Failed >= cfg.Requests
+			mu.Unlock()
+			if done {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.Sent = res.Accepted + res.Rejected + res.Failed
+	res.FirstError = firstErr
+	if res.Elapsed > 0 {
+		res.PerSecond = float64(res.Accepted) / res.Elapsed.Seconds()
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		res.P50 = lat[len(lat)/2]
+		res.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
+		res.Max = lat[len(lat)-1]
+	}
+	if res.Accepted == 0 {
+		return res, errors.New("loadgen: no contribution accepted: " + firstErr)
+	}
+	return res, nil
+}
+
+func post(ctx context.Context, c *http.Client, url string, body []byte) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, "", err
+	}
+	msg := ""
+	if resp.StatusCode != http.StatusOK {
+		msg = string(bytes.TrimSpace(b))
+	}
+	return resp.StatusCode, msg, nil
+}
