@@ -82,3 +82,21 @@ func TestAuditRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The black-box audit (mislabelled held-out canaries, final model only) of
+// a correct run stays below the claim, and the canaries leave the test set.
+func TestBlackboxAuditBoundsTheClaim(t *testing.T) {
+	cfg := auditConfig(t, "dpsgd", 4, 0)
+	cfg.Test = blobs(t, 400, 2)
+	res, err := Audit(context.Background(), cfg, AuditOptions{Canaries: 200, Mode: AuditBlackbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claimed %.3f, lower bound %.3f (%+v), %d IN", res.Epsilon, res.EpsilonLowerBound, res.Bound.Guesses, res.Bound.Included)
+	if res.EpsilonLowerBound > res.Epsilon || res.Violated {
+		t.Errorf("black-box lower bound %.3f exceeds the claim %.3f", res.EpsilonLowerBound, res.Epsilon)
+	}
+	if res.Bound.Included == 0 || res.Bound.Included == 200 || res.Plan == nil || res.Final.Accuracy < 0.5 {
+		t.Errorf("implausible audit: %d IN, final %+v", res.Bound.Included, res.Final)
+	}
+}
