@@ -142,7 +142,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 		return nil, err
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("train: audit: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+		return fmt.Errorf("train: %w: audit: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case cfg.NonPrivate:

@@ -106,6 +106,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *format != "text" && *format != "json" {
 		return usagef("-format %q: want text or json", *format)
 	}
+	if *canaries < 2 {
+		return usagef("-canaries %d: want at least 2", *canaries)
+	}
+	if !(*confidence > 0 && *confidence < 1) {
+		return usagef("-confidence %v: want a value in (0, 1)", *confidence)
+	}
 	if !(*unsafe > 0) {
 		return usagef("-unsafe-noise-scale %v: want a positive factor", *unsafe)
 	}
