@@ -53,6 +53,7 @@ type auditJSON struct {
 	Confidence        float64       `json:"confidence"`
 	Canaries          int           `json:"canaries"`
 	Mechanism         string        `json:"mechanism"`
+	Bands             int           `json:"bands,omitempty"`
 	Audit             string        `json:"audit"`
 	UnsafeNoiseScale  float64       `json:"unsafe_noise_scale,omitempty"`
 	ClaimViolated     bool          `json:"claim_violated"`
@@ -147,7 +148,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	out := auditJSON{
 		Epsilon: res.Epsilon, Delta: res.Delta, EpsilonLowerBound: res.EpsilonLowerBound, Confidence: res.Confidence,
-		Canaries: res.Canaries, Mechanism: res.Mechanism, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
+		Canaries: res.Canaries, Mechanism: res.Mechanism, Bands: res.Plan.Bands, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
 		ClaimViolated: res.Violated, Guesses: res.Bound.Guesses, GuessIn: res.Bound.GuessIn, GuessOut: res.Bound.GuessOut,
 		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
 		Accountant: res.Plan.Accountant, TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
