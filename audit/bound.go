@@ -194,22 +194,47 @@ func Grid(m int) [][2]int {
 // highest scores are guessed IN, the k- lowest OUT, the rest abstain. Ties
 // are broken by canary index, which does not depend on membership.
 func FromScores(scores []float64, in []bool, delta, confidence float64, search Search) (Result, error) {
+	gs, err := gridGames(scores, in, confidence, delta, search)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Delta: delta, Confidence: confidence, Thresholds: len(gs.grid), Search: search.String(), Included: gs.included}
+	pmf := make([]float64, len(scores)+1)
+	for i, g := range gs.games {
+		eps := epsLowerBound(g, delta, gs.beta, pmf[:g.Guesses+1])
+		if i == 0 || eps > res.EpsilonLowerBound {
+			res.EpsilonLowerBound, res.GuessIn, res.GuessOut, res.Guesses = eps, gs.grid[i][0], gs.grid[i][1], g
+		}
+	}
+	return res, nil
+}
+
+// games are the guessing games of the Grid on one set of scores, and the
+// level each is tested at.
+type games struct {
+	grid     [][2]int
+	games    []Guesses
+	beta     float64
+	included int
+}
+
+func gridGames(scores []float64, in []bool, confidence, delta float64, search Search) (games, error) {
 	m := len(scores)
 	if m == 0 || len(in) != m {
-		return Result{}, invalidf("%d scores and %d memberships: want the same positive number", m, len(in))
+		return games{}, invalidf("%d scores and %d memberships: want the same positive number", m, len(in))
 	}
 	if !(confidence > 0 && confidence < 1) {
-		return Result{}, invalidf("confidence %v, want (0, 1)", confidence)
+		return games{}, invalidf("confidence %v, want (0, 1)", confidence)
 	}
 	if !(delta >= 0 && delta < 1) {
-		return Result{}, invalidf("delta %v, want [0, 1)", delta)
+		return games{}, invalidf("delta %v, want [0, 1)", delta)
 	}
 	if search != Bonferroni && search != Uncorrected {
-		return Result{}, invalidf("search %v", search)
+		return games{}, invalidf("search %v", search)
 	}
 	for i, s := range scores {
 		if math.IsNaN(s) {
-			return Result{}, invalidf("score of canary %d is NaN", i)
+			return games{}, invalidf("score of canary %d is NaN", i)
 		}
 	}
 	order := make([]int, m)
@@ -217,36 +242,26 @@ func FromScores(scores []float64, in []bool, delta, confidence float64, search S
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return scores[order[a]] > scores[order[b]] })
-	// correctTop[k]: IN canaries among the k highest; correctBottom[k]: OUT
-	// among the k lowest.
+	// top[k]: IN canaries among the k highest; bottom[k]: OUT among the k
+	// lowest.
 	top, bottom := make([]int, m+1), make([]int, m+1)
-	included := 0
+	gs := games{grid: Grid(m), beta: 1 - confidence}
 	for k := 1; k <= m; k++ {
 		top[k] = top[k-1]
 		if in[order[k-1]] {
 			top[k]++
-			included++
+			gs.included++
 		}
 		bottom[k] = bottom[k-1]
 		if !in[order[m-k]] {
 			bottom[k]++
 		}
 	}
-	grid := Grid(m)
-	beta := 1 - confidence
 	if search == Bonferroni {
-		beta /= float64(len(grid))
+		gs.beta /= float64(len(gs.grid))
 	}
-	res := Result{Delta: delta, Confidence: confidence, Thresholds: len(grid), Search: search.String(), Included: included}
-	pmf := make([]float64, m+1)
-	first := true
-	for _, kk := range grid {
-		g := Guesses{Canaries: m, Guesses: kk[0] + kk[1], Correct: top[kk[0]] + bottom[kk[1]]}
-		eps := epsLowerBound(g, delta, beta, pmf[:g.Guesses+1])
-		if first || eps > res.EpsilonLowerBound {
-			first = false
-			res.EpsilonLowerBound, res.GuessIn, res.GuessOut, res.Guesses = eps, kk[0], kk[1], g
-		}
+	for _, kk := range gs.grid {
+		gs.games = append(gs.games, Guesses{Canaries: m, Guesses: kk[0] + kk[1], Correct: top[kk[0]] + bottom[kk[1]]})
 	}
-	return res, nil
+	return gs, nil
 }
