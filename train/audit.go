@@ -67,9 +67,15 @@ type AuditResult struct {
 	UnsafeNoiseScale float64      `json:"unsafe_noise_scale,omitempty"`
 	Violated         bool         `json:"claim_violated"`
 	Bound            audit.Result `json:"bound"`
-	Plan             *Plan        `json:"plan"`
-	Final            EvalMetrics  `json:"final"`
-	Elapsed          float64      `json:"seconds"`
+	// GDP is the f-DP reading (audit.GDPFromScores), for unamplified plans
+	// only: they claim (1/sigma)-GDP, MuClaimed. GDPViolated: the run is
+	// shown not to be MuClaimed-GDP at the confidence.
+	GDP         *audit.GDPResult `json:"gdp,omitempty"`
+	MuClaimed   float64          `json:"mu_claimed,omitempty"`
+	GDPViolated bool             `json:"gdp_claim_violated,omitempty"`
+	Plan        *Plan            `json:"plan"`
+	Final       EvalMetrics      `json:"final"`
+	Elapsed     float64          `json:"seconds"`
 }
 
 // auditHook is the trainer's side of an audit: it takes canary slots out of
@@ -259,11 +265,15 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if res.Final, err = t.Evaluate(); err != nil {
 		return nil, err
 	}
+	var scores []float64
 	switch opt.Mode {
 	case AuditWhitebox:
-		res.Bound, err = hook.wb.Result(p.Delta, opt.Confidence, opt.Search)
+		if scores, err = hook.wb.Scores(); err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		in = hook.wb.Membership()
 	case AuditBlackbox:
-		scores := make([]float64, opt.Canaries)
+		scores = make([]float64, opt.Canaries)
 		per := train.Shape.Size()
 		for j := range scores {
 			if err := ctx.Err(); err != nil {
@@ -275,10 +285,20 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			}
 			scores[j] = -loss
 		}
-		res.Bound, err = audit.FromScores(scores, in, p.Delta, opt.Confidence, opt.Search)
 	}
-	if err != nil {
+	if res.Bound, err = audit.FromScores(scores, in, p.Delta, opt.Confidence, opt.Search); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
+	}
+	if !p.Amplified {
+		// An unamplified plan claims one Gaussian mechanism with noise
+		// multiplier sigma: (1/sigma)-GDP, which the f-DP reading tests
+		// directly.
+		gdp, err := audit.GDPFromScores(scores, in, p.Delta, opt.Confidence, opt.Search)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		res.GDP, res.MuClaimed = &gdp, 1/p.NoiseMultiplier
+		res.GDPViolated = gdp.MuLowerBound > res.MuClaimed
 	}
 	res.EpsilonLowerBound = res.Bound.EpsilonLowerBound
 	res.Violated = res.EpsilonLowerBound > res.Epsilon

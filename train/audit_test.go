@@ -38,6 +38,9 @@ func TestWhiteboxAuditBoundsTheClaimAndCatchesScaledNoise(t *testing.T) {
 				if res.EpsilonLowerBound > res.Epsilon {
 					t.Errorf("seed %d: lower bound %.3f exceeds the claimed epsilon %.3f of a correct run", seed, res.EpsilonLowerBound, res.Epsilon)
 				}
+				if (res.GDP != nil) != !res.Plan.Amplified || res.GDPViolated {
+					t.Errorf("seed %d: f-DP reading %+v (claimed mu %.3f) for an amplified=%v plan", seed, res.GDP, res.MuClaimed, res.Plan.Amplified)
+				}
 			}
 			res, err := Audit(ctx, auditConfig(t, mech, eps, 9), AuditOptions{Canaries: 1000, Mode: AuditWhitebox, UnsafeNoiseScale: 0.25})
 			if err != nil {
@@ -46,6 +49,12 @@ func TestWhiteboxAuditBoundsTheClaimAndCatchesScaledNoise(t *testing.T) {
 			t.Logf("noise x0.25: claimed %.3f, lower bound %.3f (%+v)", res.Epsilon, res.EpsilonLowerBound, res.Bound.Guesses)
 			if !res.Violated || res.EpsilonLowerBound <= res.Epsilon {
 				t.Errorf("noise scaled by 0.25: lower bound %.3f does not exceed the claimed %.3f", res.EpsilonLowerBound, res.Epsilon)
+			}
+			if res.GDP != nil && !res.GDPViolated {
+				t.Errorf("noise scaled by 0.25: mu lower bound %.3f does not exceed the claimed mu %.3f", res.GDP.MuLowerBound, res.MuClaimed)
+			}
+			if res.GDP != nil {
+				t.Logf("f-DP: mu >= %.3f (claimed %.3f), epsilon >= %.3f", res.GDP.MuLowerBound, res.MuClaimed, res.GDP.EpsilonLowerBound)
 			}
 		})
 	}

@@ -63,9 +63,14 @@ type auditJSON struct {
 	Search            string        `json:"search"`
 	Thresholds        int           `json:"thresholds"`
 	NoiseMultiplier   float64       `json:"noise_multiplier"`
-	Accountant        string        `json:"accountant"`
-	TestAccuracy      float64       `json:"test_accuracy"`
-	Seconds           float64       `json:"seconds"`
+	// The f-DP (Gaussian) reading, unamplified plans only.
+	MuClaimed            float64 `json:"mu_claimed,omitempty"`
+	MuLowerBound         float64 `json:"mu_lower_bound,omitempty"`
+	GDPEpsilonLowerBound float64 `json:"gdp_epsilon_lower_bound,omitempty"`
+	GDPClaimViolated     bool    `json:"gdp_claim_violated,omitempty"`
+	Accountant           string  `json:"accountant"`
+	TestAccuracy         float64 `json:"test_accuracy"`
+	Seconds              float64 `json:"seconds"`
 }
 
 // runAudit is "train audit": the flags of "train run" plus the audit's.
@@ -153,6 +158,10 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
 		Accountant: res.Plan.Accountant, TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
 	}
+	if res.GDP != nil {
+		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
+		out.GDPEpsilonLowerBound, out.GDPClaimViolated = res.GDP.EpsilonLowerBound, res.GDPViolated
+	}
 	if *format == "json" {
 		b, err := json.MarshalIndent(out, "", "  ")
 		if err != nil {
@@ -166,8 +175,16 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "  %d canaries (%d IN), %d guesses (top %d IN, bottom %d OUT), %d correct; %d thresholds, %s search; %.1fs\n",
 		res.Canaries, res.Bound.Included, res.Bound.Guesses.Guesses, res.Bound.GuessIn, res.Bound.GuessOut, res.Bound.Guesses.Correct,
 		res.Bound.Thresholds, res.Bound.Search, res.Elapsed)
-	if res.Violated {
-		fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run leaks more than epsilon %.4g", res.Epsilon)
+	if res.GDP != nil {
+		fmt.Fprintf(stdout, "  f-DP reading (the plan claims %.4g-GDP): mu >= %.4g, i.e. epsilon >= %.4g for a Gaussian-shaped run\n",
+			res.MuClaimed, res.GDP.MuLowerBound, res.GDP.EpsilonLowerBound)
+	}
+	if res.Violated || res.GDPViolated {
+		if res.Violated {
+			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run leaks more than epsilon %.4g", res.Epsilon)
+		} else {
+			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run is not %.4g-GDP, which its accounting assumes", res.MuClaimed)
+		}
 		if res.UnsafeNoiseScale != 0 {
 			fmt.Fprintf(stdout, " (expected: the noise was scaled by %g)", res.UnsafeNoiseScale)
 		}
