@@ -11,6 +11,12 @@
 // IN, the k- lowest OUT, the rest abstain; the number of correct guesses
 // turns into a lower bound at confidence 1 - beta by the exact binomial tail
 // of Steinke et al.'s Theorem 3.1 (PValue, EpsilonLowerBound, FromScores).
+// The thresholds (k+, k-) come from a fixed grid tested with a Bonferroni
+// correction by default, so the bound holds at the stated confidence; the
+// uncorrected best-of-grid that papers report is available and labelled.
+// For claims that are Gaussian-shaped (an unamplified matrix mechanism is
+// (1/sigma)-GDP) the f-DP reading of Mahloujifar et al. 2024 (GDPRejects,
+// GDPFromScores) tests the claim directly and is much tighter.
 //
 // Canaries (package train builds both on its own trainer):
 //   - white-box gradient canaries (Whitebox): canary j contributes a fixed
