@@ -43,17 +43,30 @@ func TestPrecisionOfOptimalDecoderIsEncoderGram(t *testing.T) {
 	}
 }
 
-// whiteboxTree audits a streamed tree mechanism directly: (k,b) = (4,16)
+// treeAudit configures whiteboxTree.
+type treeAudit struct {
+	canaries   int
+	noiseScale float64 // multiplies the calibrated noise
+	noWhiten   bool    // score with the identity precision (the DP-SGD statistic)
+	singleSens bool    // calibrate with the single-participation sensitivity (a bug)
+}
+
+// whiteboxTree audits a streamed matrix mechanism directly: (k,b) = (4,16)
 // fixed-order participation over n = 64 steps, canary j in pattern j mod
-// 16, noise from the real mfnoise source at the calibrated scale times
-// noiseScale. whiten false scores with the identity precision (summing
-// the canary's coordinate over its steps, the DP-SGD statistic).
-func whiteboxTree(t *testing.T, mech string, noiseScale float64, whiten bool) (claimed, bound float64) {
+// 16, noise from the real mfnoise source calibrated to eps = 2 with the
+// (k,b) sensitivity (or, under singleSens, wrongly with the single
+// participation one), times noiseScale.
+func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res Result, gdp GDPResult) {
 	t.Helper()
-	const n, k, b, m, delta = 64, 4, 16, 1000, 1e-5
+	const n, k, b, delta = 64, 4, 16, 1e-5
+	m := a.canaries
 	schema, _ := mfnoise.KBParticipation(k, b)
 	f := buildMech(t, mech, n, schema)
-	sens, err := mfnoise.Sensitivity(f.Encoder, schema)
+	calib := schema
+	if a.singleSens {
+		calib = mfnoise.SingleParticipation()
+	}
+	sens, err := mfnoise.Sensitivity(f.Encoder, calib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +77,7 @@ func whiteboxTree(t *testing.T, mech string, noiseScale float64, whiten bool) (c
 	}
 	seed := sha256.Sum256([]byte("tree audit " + mech))
 	cfg := WhiteboxConfig{Canaries: m, Dim: m, Steps: n, ClipNorm: 1, NoiseStd: sigma * sens.Value, Factorization: f, Seed: seed[:]}
-	if !whiten {
+	if a.noWhiten {
 		cfg.Factorization = nil
 	}
 	wb, err := NewWhitebox(cfg)
@@ -89,17 +102,23 @@ func whiteboxTree(t *testing.T, mech string, noiseScale float64, whiten bool) (c
 			t.Fatal(err)
 		}
 		for i := range sum {
-			sum[i] += float32(noiseScale*cfg.NoiseStd) * z[i]
+			sum[i] += float32(a.noiseScale*cfg.NoiseStd) * z[i]
 		}
 		if err := wb.Observe(step, sum, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res, err := wb.Result(delta, 0.95, Bonferroni)
+	scores, err := wb.Scores()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return claimed, res.EpsilonLowerBound
+	if res, err = FromScores(scores, wb.Membership(), delta, 0.95, Bonferroni); err != nil {
+		t.Fatal(err)
+	}
+	if gdp, err = GDPFromScores(scores, wb.Membership(), delta, 0.95, Bonferroni); err != nil {
+		t.Fatal(err)
+	}
+	return claimed, res, gdp
 }
 
 // Whitening with the mechanism's noise correlation is what makes the audit
@@ -108,18 +127,39 @@ func whiteboxTree(t *testing.T, mech string, noiseScale float64, whiten bool) (c
 // canary's coordinate) stays below it; with the right noise neither does.
 func TestWhiteningIsNeededForCorrelatedNoise(t *testing.T) {
 	for _, mech := range []string{"tree-online", "tree-full", "mf-single"} {
-		claimed, ok := whiteboxTree(t, mech, 1, true)
-		_, broken := whiteboxTree(t, mech, 0.25, true)
-		_, naive := whiteboxTree(t, mech, 0.25, false)
-		t.Logf("%s: claimed %.2f; whitened %.3f (noise x1), %.3f (x0.25); unwhitened %.3f (x0.25)", mech, claimed, ok, broken, naive)
-		if ok > claimed {
-			t.Errorf("%s: correct noise, lower bound %.3f exceeds the claim %.2f", mech, ok, claimed)
+		claimed, ok, _ := whiteboxTree(t, mech, treeAudit{canaries: 1000, noiseScale: 1})
+		_, broken, _ := whiteboxTree(t, mech, treeAudit{canaries: 1000, noiseScale: 0.25})
+		_, naive, _ := whiteboxTree(t, mech, treeAudit{canaries: 1000, noiseScale: 0.25, noWhiten: true})
+		t.Logf("%s: claimed %.2f; whitened %.3f (noise x1), %.3f (x0.25); unwhitened %.3f (x0.25)", mech, claimed, ok.EpsilonLowerBound, broken.EpsilonLowerBound, naive.EpsilonLowerBound)
+		if ok.EpsilonLowerBound > claimed {
+			t.Errorf("%s: correct noise, lower bound %.3f exceeds the claim %.2f", mech, ok.EpsilonLowerBound, claimed)
 		}
-		if broken <= claimed {
-			t.Errorf("%s: noise x0.25, whitened lower bound %.3f does not exceed the claim %.2f", mech, broken, claimed)
+		if broken.EpsilonLowerBound <= claimed {
+			t.Errorf("%s: noise x0.25, whitened lower bound %.3f does not exceed the claim %.2f", mech, broken.EpsilonLowerBound, claimed)
 		}
-		if naive >= broken {
-			t.Errorf("%s: unwhitened bound %.3f not below the whitened %.3f", mech, naive, broken)
+		if naive.EpsilonLowerBound >= broken.EpsilonLowerBound {
+			t.Errorf("%s: unwhitened bound %.3f not below the whitened %.3f", mech, naive.EpsilonLowerBound, broken.EpsilonLowerBound)
+		}
+	}
+}
+
+// The bug the issue names: a sensitivity computed for the wrong
+// participation (single instead of the (4,16) the sampler realizes, so
+// 2.5x too little noise). With 10,000 canaries both readings catch it;
+// the correct calibration stays within the claim.
+func TestAuditCatchesSensitivityForTheWrongParticipation(t *testing.T) {
+	for _, mech := range []string{"tree-online", "tree-full", "mf-single"} {
+		claimed, ok, okGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1})
+		_, bug, bugGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1, singleSens: true})
+		sigma, _ := accountant.GaussianSigma(claimed, 1e-5)
+		mu := 1 / sigma
+		t.Logf("%s: correct: eps >= %.3f, mu >= %.3f; single-participation sensitivity: eps >= %.3f, mu >= %.3f (claims eps %.2f, mu %.3f)",
+			mech, ok.EpsilonLowerBound, okGDP.MuLowerBound, bug.EpsilonLowerBound, bugGDP.MuLowerBound, claimed, mu)
+		if ok.EpsilonLowerBound > claimed || okGDP.MuLowerBound > mu {
+			t.Errorf("%s: correct calibration audited above its claim: eps %.3f, mu %.3f", mech, ok.EpsilonLowerBound, okGDP.MuLowerBound)
+		}
+		if bug.EpsilonLowerBound <= claimed || bugGDP.MuLowerBound <= mu {
+			t.Errorf("%s: wrong sensitivity not caught: eps %.3f (claim %.2f), mu %.3f (claim %.3f)", mech, bug.EpsilonLowerBound, claimed, bugGDP.MuLowerBound, mu)
 		}
 	}
 }
