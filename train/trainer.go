@@ -58,6 +58,7 @@ type Trainer struct {
 	noiseBuf   []float32
 	augment    data.Augmenter
 	metrics    *metricsWriter
+	audit      *auditHook // nil except under Audit (audit.go)
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
@@ -218,6 +219,7 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		return StepMetrics{}, fmt.Errorf("train: step %d: %w", t.Step()+1, err)
 	}
 	step := t.sampler.Step()
+	t.idx = t.audit.split(t.idx)
 	for i := range t.sum {
 		t.sum[i] = 0
 	}
@@ -257,9 +259,15 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		if err := t.noise.Next(t.noiseBuf); err != nil {
 			return sm, fmt.Errorf("train: step %d: noise: %w", step, err)
 		}
-		std := float32(t.plan.NoiseStd)
+		if err := t.audit.beforeNoise(step, t.sum); err != nil {
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
+		}
+		std := float32(t.plan.NoiseStd * t.audit.noiseScale())
 		for i, w := range t.noiseBuf {
 			t.sum[i] += std * w
+		}
+		if err := t.audit.released(step, t.sum); err != nil {
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
 		// Dividing by the realized batch size would leak it: the expected
 		// size is data independent (SPEC 7).

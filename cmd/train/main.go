@@ -53,7 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "":
 		err = runDefault(ctx, args, stdout, stderr)
 	case "run":
-		err = runTrain(ctx, args, stdout, stderr)
+		err = runTrainRefusingAuditFlags(ctx, args, stdout, stderr)
+	case "audit":
+		err = runAudit(ctx, args, stdout, stderr)
 	case "compare":
 		err = runCompare(ctx, args, stdout, stderr)
 	case "account":

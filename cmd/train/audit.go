@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/dpmf-go/dpmf/audit"
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/train"
+	"golang.org/x/term"
+)
+
+// auditOnlyFlags are the flags of "train audit" that "train run" refuses
+// by name, so that validating the auditor can never leak into training.
+var auditOnlyFlags = []string{"unsafe-noise-scale", "canaries", "audit", "confidence", "search"}
+
+// runTrainRefusingAuditFlags is "train run", refusing the audit-only flags
+// with an explanation instead of a bare "flag provided but not defined".
+func runTrainRefusingAuditFlags(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if i := strings.IndexByte(name, '='); i >= 0 {
+			name = name[:i]
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		for _, f := range auditOnlyFlags {
+			if name == f {
+				if f == "unsafe-noise-scale" {
+					return usagef("-unsafe-noise-scale is refused by train run: it breaks the privacy claim and exists only for train audit")
+				}
+				return usagef("-%s belongs to train audit, not train run", f)
+			}
+		}
+	}
+	return runTrain(ctx, args, stdout, stderr)
+}
+
+// auditJSON is the JSON of "train audit"; keys are stable.
+type auditJSON struct {
+	Epsilon           float64       `json:"epsilon"`
+	Delta             float64       `json:"delta"`
+	EpsilonLowerBound float64       `json:"epsilon_lower_bound"`
+	Confidence        float64       `json:"confidence"`
+	Canaries          int           `json:"canaries"`
+	Mechanism         string        `json:"mechanism"`
+	Bands             int           `json:"bands,omitempty"`
+	Audit             string        `json:"audit"`
+	UnsafeNoiseScale  float64       `json:"unsafe_noise_scale,omitempty"`
+	ClaimViolated     bool          `json:"claim_violated"`
+	Guesses           audit.Guesses `json:"guesses"`
+	GuessIn           int           `json:"guess_in"`
+	GuessOut          int           `json:"guess_out"`
+	Search            string        `json:"search"`
+	Thresholds        int           `json:"thresholds"`
+	NoiseMultiplier   float64       `json:"noise_multiplier"`
+	// The f-DP (Gaussian) reading, unamplified plans only.
+	MuClaimed            float64 `json:"mu_claimed,omitempty"`
+	MuLowerBound         float64 `json:"mu_lower_bound,omitempty"`
+	GDPEpsilonLowerBound float64 `json:"gdp_epsilon_lower_bound,omitempty"`
+	GDPClaimViolated     bool    `json:"gdp_claim_violated,omitempty"`
+	Accountant           string  `json:"accountant"`
+	TestAccuracy         float64 `json:"test_accuracy"`
+	Seconds              float64 `json:"seconds"`
+}
+
+// runAudit is "train audit": the flags of "train run" plus the audit's.
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("audit", stderr)
+	var r runFlags
+	r.register(fs)
+	canaries := fs.Int("canaries", 1000, "number of canaries m, each included with probability 1/2")
+	mode := fs.String("audit", "whitebox", "whitebox (gradient canaries, every noisy update observed) or blackbox (mislabelled held-out examples, final model only)")
+	confidence := fs.Float64("confidence", 0.95, "confidence of the lower bound")
+	search := fs.String("search", "bonferroni", "threshold search: bonferroni (valid at the stated confidence) or uncorrected (best of the grid, as Steinke et al. report; confidence nominal)")
+	format := fs.String("format", "text", "text or json (the result on stdout)")
+	unsafe := fs.Float64("unsafe-noise-scale", 1, "UNSAFE, for validating the auditor only: multiply the noise actually added by S while the plan still claims the original epsilon")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if r.config != "" {
+		if err := applyConfigFile(fs, r.config); err != nil {
+			return err
+		}
+	}
+	opt := train.AuditOptions{Canaries: *canaries, Confidence: *confidence, UnsafeNoiseScale: *unsafe}
+	switch *mode {
+	case "whitebox":
+		opt.Mode = train.AuditWhitebox
+	case "blackbox":
+		opt.Mode = train.AuditBlackbox
+	default:
+		return usagef("-audit %q: want whitebox or blackbox", *mode)
+	}
+	switch *search {
+	case "bonferroni":
+		opt.Search = audit.Bonferroni
+	case "uncorrected":
+		opt.Search = audit.Uncorrected
+	default:
+		return usagef("-search %q: want bonferroni or uncorrected", *search)
+	}
+	if *format != "text" && *format != "json" {
+		return usagef("-format %q: want text or json", *format)
+	}
+	if *canaries < 2 {
+		return usagef("-canaries %d: want at least 2", *canaries)
+	}
+	if !(*confidence > 0 && *confidence < 1) {
+		return usagef("-confidence %v: want a value in (0, 1)", *confidence)
+	}
+	if !(*unsafe > 0) {
+		return usagef("-unsafe-noise-scale %v: want a positive factor", *unsafe)
+	}
+	if r.nonPrivate {
+		return usagef("-non-private: a non-private run has no claim to audit")
+	}
+	if r.ckpt != "" {
+		return usagef("-checkpoint: an audit is one uninterrupted run")
+	}
+	trainSet, testSet, source, err := loadData(r.dataset, r.dir, false)
+	if err != nil {
+		return err
+	}
+	cfg, err := r.trainConfig(trainSet, testSet)
+	if err != nil {
+		return err
+	}
+	log := stdout
+	if *format == "json" {
+		log = stderr // stdout carries exactly one JSON object
+	}
+	cfg.Log = log
+	if *unsafe != 1 {
+		fmt.Fprintf(stderr, "train: WARNING: -unsafe-noise-scale %g adds %g times the planned noise; the printed claim does NOT hold for this run (auditor validation only)\n", *unsafe, *unsafe)
+	}
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		cfg.Progress = stderr
+	}
+	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Train.Len(), cfg.Test.Len(), *mode, *canaries)
+	res, err := train.Audit(ctx, cfg, opt)
+	if err != nil {
+		return err
+	}
+	out := auditJSON{
+		Epsilon: res.Epsilon, Delta: res.Delta, EpsilonLowerBound: res.EpsilonLowerBound, Confidence: res.Confidence,
+		Canaries: res.Canaries, Mechanism: res.Mechanism, Bands: res.Plan.Bands, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
+		ClaimViolated: res.Violated, Guesses: res.Bound.Guesses, GuessIn: res.Bound.GuessIn, GuessOut: res.Bound.GuessOut,
+		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
+		Accountant: res.Plan.Accountant, TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
+	}
+	if res.GDP != nil {
+		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
+		out.GDPEpsilonLowerBound, out.GDPClaimViolated = res.GDP.EpsilonLowerBound, res.GDPViolated
+	}
+	if *format == "json" {
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(b, '\n'))
+		return err
+	}
+	fmt.Fprintf(stdout, "audit (%s, %s): epsilon >= %.4g at %.0f%% confidence (delta %.3g); claimed epsilon %.4g\n",
+		res.Audit, res.Mechanism, res.EpsilonLowerBound, 100*res.Confidence, res.Delta, res.Epsilon)
+	fmt.Fprintf(stdout, "  %d canaries (%d IN), %d guesses (top %d IN, bottom %d OUT), %d correct; %d thresholds, %s search; %.1fs\n",
+		res.Canaries, res.Bound.Included, res.Bound.Guesses.Guesses, res.Bound.GuessIn, res.Bound.GuessOut, res.Bound.Guesses.Correct,
+		res.Bound.Thresholds, res.Bound.Search, res.Elapsed)
+	if res.GDP != nil {
+		fmt.Fprintf(stdout, "  f-DP reading (the plan claims %.4g-GDP): mu >= %.4g, i.e. epsilon >= %.4g for a Gaussian-shaped run\n",
+			res.MuClaimed, res.GDP.MuLowerBound, res.GDP.EpsilonLowerBound)
+	}
+	if res.Violated || res.GDPViolated {
+		if res.Violated {
+			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run leaks more than epsilon %.4g", res.Epsilon)
+		} else {
+			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run is not %.4g-GDP, which its accounting assumes", res.MuClaimed)
+		}
+		if res.UnsafeNoiseScale != 0 {
+			fmt.Fprintf(stdout, " (expected: the noise was scaled by %g)", res.UnsafeNoiseScale)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return nil
+}
+
+// trainConfig is the train.Config of the run flags, as "train run" builds
+// it.
+func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
+	var err error
+	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
+		idx := make([]int, r.trainLimit)
+		for i := range idx {
+			idx[i] = i
+		}
+		if trainSet, err = trainSet.Subset(idx); err != nil {
+			return train.Config{}, err
+		}
+	}
+	cfg := train.Config{
+		Train: trainSet, Test: testSet, Augment: r.augment,
+		ModelName: r.model, Steps: r.steps, Batch: r.batch,
+		NonPrivate: r.nonPrivate, Mechanism: r.mechanism, Workload: train.WorkloadChoice(r.workload),
+		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
+		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: r.accountant,
+		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
+		EvalEvery: r.evalEvery, MetricsPath: r.metrics, CacheDir: r.cache,
+	}
+	if cfg.NoiseMultiplier > 0 {
+		cfg.Epsilon = 0
+	}
+	if r.hidden != "" {
+		for _, h := range strings.Split(r.hidden, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(h))
+			if err != nil || v <= 0 {
+				return train.Config{}, usagef("-hidden %q: want positive integers", r.hidden)
+			}
+			cfg.Hidden = append(cfg.Hidden, v)
+		}
+	}
+	if r.momentum < 0 {
+		cfg.Momentum = 0.95
+		if strings.HasPrefix(r.mechanism, "dpsgd") {
+			cfg.Momentum = 0
+		}
+	}
+	if r.seed != "" {
+		cfg.Seed = []byte(r.seed)
+	}
+	return cfg, nil
+}
