@@ -58,6 +58,17 @@ func (t *Trainer) runID() string {
 // atomicfile), so a kill at any moment leaves either the old or the new
 // checkpoint, never a torn one.
 func (t *Trainer) SaveCheckpoint(path string) error {
+	if t.broken != nil {
+		return fmt.Errorf("train: checkpoint: %w", t.broken)
+	}
+	if err := t.checkInStep(t.Step()); err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	return t.saveCheckpoint(path)
+}
+
+// saveCheckpoint writes the state as it stands, unchecked.
+func (t *Trainer) saveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
@@ -133,6 +144,28 @@ func (t *Trainer) loadCheckpoint(path string) error {
 			return fmt.Errorf("train: checkpoint: noise: %w", err)
 		}
 	}
+	if err := t.checkInStep(ck.Step); err != nil {
+		return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
+	}
 	t.eps, t.augment.Seed = ck.Epsilon, ck.AugmentSeed
+	return nil
+}
+
+// checkInStep verifies that the sampler, the noise source and the
+// optimizer have all done exactly step steps: batch i must meet noise row
+// i, or an example's participations land outside the schema the
+// sensitivity was computed for.
+func (t *Trainer) checkInStep(step int) error {
+	if s := t.sampler.Step(); s != step {
+		return fmt.Errorf("sampler at step %d, checkpoint at step %d", s, step)
+	}
+	if t.noise != nil {
+		if s := t.noise.Step(); s != step {
+			return fmt.Errorf("noise source at step %d, checkpoint at step %d", s, step)
+		}
+	}
+	if s := t.opt.StepIndex(); s != step {
+		return fmt.Errorf("optimizer at step %d, checkpoint at step %d", s, step)
+	}
 	return nil
 }
