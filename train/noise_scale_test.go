@@ -47,7 +47,7 @@ func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 		// realize (k,b) = (5,8).
 		{"tree-online", SamplingFixedOrder, 0},
 		{"bandmf:4", SamplingFixedOrder, math.Sqrt(5)}, // banded-MF Thm 2
-		{"mf-kb", SamplingFixedOrder, 1}, // normalized by its optimizer
+		{"mf-kb", SamplingFixedOrder, 1},               // normalized by its optimizer
 	}
 	const sigma, zeta = 0.7, 0.3
 	for _, tc := range cases {
