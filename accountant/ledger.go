@@ -23,8 +23,11 @@ type LedgerEntry struct {
 // Assumptions every entry states; the accounting is only valid under them.
 const (
 	AssumeAdjacency = "adjacency: add/remove of one example (coincides with zero-out for these mechanisms); epsilon is the worse of both directions"
-	AssumeNoise     = "noise: Gaussian with standard deviation sigma times the L2 sensitivity, from a cryptographically strong generator"
-	AssumePoisson   = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
+	// AssumeNoise states the noise distribution; where the randomness
+	// comes from (a secret CSPRNG seed, or a caller's seed) is the
+	// caller's to state.
+	AssumeNoise   = "noise: Gaussian with standard deviation sigma times the L2 sensitivity"
+	AssumePoisson = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
 )
 
 // NewLedgerEntry accounts for e at delta with acct and returns the entry.

@@ -95,8 +95,14 @@ type Config struct {
 	CooldownFrac float64 `json:"cooldown_frac"`
 
 	// Seed makes the run reproducible (sampler, noise, initialization,
-	// augmentation). Nil: every generator is seeded from crypto/rand.
+	// augmentation). Nil: every generator is seeded from crypto/rand. A
+	// seeded private run records that its noise is reproducible from the
+	// seed, and a seed of fewer than 128 bits (privacy.SeedBits) is
+	// refused unless InsecureSeed is set.
 	Seed []byte `json:"-"`
+	// InsecureSeed accepts a low-entropy Seed for a private run: an
+	// insecure experiment, recorded as such in the plan and the ledger.
+	InsecureSeed bool `json:"insecure_seed,omitempty"`
 	// NoiseMemoryBudget bounds the noise source's state in bytes (0: none).
 	NoiseMemoryBudget int64 `json:"noise_memory_budget,omitempty"`
 

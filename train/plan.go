@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/sampler"
 	"gonum.org/v1/gonum/mat"
 )
@@ -38,6 +39,9 @@ type Plan struct {
 	Loss        float64                   `json:"mechanism_loss,omitempty"`
 	BandTable   *accountant.BandSelection `json:"band_selection,omitempty"`
 	Assumptions []string                  `json:"assumptions"`
+	// Seeded says the noise comes from a caller's seed, not crypto/rand:
+	// anyone who has the seed can reproduce it.
+	Seeded bool `json:"seeded"`
 	// Ledger is the auditable record: the accounting event, accountant
 	// settings, parameters and (epsilon, delta).
 	Ledger accountant.LedgerEntry `json:"ledger"`
@@ -272,6 +276,12 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 		p.Assumptions = append(p.Assumptions, "shuffling: no amplification is claimed; epsilon assumes any order of participation allowed by the schema")
 	}
 	p.Assumptions = append(p.Assumptions, "adjacency: zero-out (one example's contribution replaced by zero)", "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
+	noise, err := privacy.NoiseAssumptions(cfg.Seed, cfg.InsecureSeed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: %w: %w", ErrRefused, err)
+	}
+	p.Seeded = cfg.Seed != nil
+	p.Assumptions = append(p.Assumptions, noise...)
 
 	if cfg.NoiseMultiplier > 0 {
 		p.NoiseMultiplier = cfg.NoiseMultiplier

@@ -22,6 +22,7 @@ type runFlags struct {
 	eps, delta, sigma, clip, lr, momentum, cooldown                        float64
 	seed, ckpt, metrics, cache, config, jsonOut                            string
 	nonPrivate, augment                                                    bool
+	insecureSeed                                                           bool
 	trainLimit                                                             int
 }
 
@@ -48,7 +49,8 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.lr, "lr", 0, "peak learning rate (default 0.5 for SGD, 0.1 with momentum)")
 	fs.Float64Var(&r.momentum, "momentum", -1, "heavy-ball momentum (default: 0.95 for matrix mechanisms, 0 for dpsgd)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
-	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random)")
+	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random); recorded in the claim; under 128 bits it needs -insecure-seed")
+	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
 	fs.IntVar(&r.evalEvery, "eval-every", 0, "evaluate every N steps (default steps/5)")
 	fs.StringVar(&r.ckpt, "checkpoint", "", "checkpoint file: resumed from if present, written every -checkpoint-every steps and at the end")
 	fs.IntVar(&r.ckptEvery, "checkpoint-every", 50, "steps between checkpoints")
@@ -154,7 +156,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		}
 	}
 	if r.seed != "" {
-		cfg.Seed = []byte(r.seed)
+		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
 	}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
