@@ -275,7 +275,7 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 	if p.Accounting.Kind == "none" {
 		p.Assumptions = append(p.Assumptions, "shuffling: no amplification is claimed; epsilon assumes any order of participation allowed by the schema")
 	}
-	p.Assumptions = append(p.Assumptions, "adjacency: zero-out (one example's contribution replaced by zero)", "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
+	p.Assumptions = append(p.Assumptions, "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
 	noise, err := privacy.NoiseAssumptions(cfg.Seed, cfg.InsecureSeed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("train: %w: %w", ErrRefused, err)
@@ -312,7 +312,7 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 		"noise_multiplier": p.NoiseMultiplier, "clip_norm": cfg.ClipNorm, "noise_std": p.NoiseStd,
 		"steps": n, "expected_batch": batch, "examples": m,
 	}
-	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, params, p.Assumptions...); err != nil {
+	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, accountant.ZeroOut, params, p.Assumptions...); err != nil {
 		return nil, nil, fmt.Errorf("train: ledger: %w", err)
 	}
 	return p, s, nil
@@ -393,7 +393,7 @@ func (p *Plan) String() string {
 	}
 	fmt.Fprintf(&sb, " (%s workload), %s sampling, schema %s\n", p.Workload, p.Sampling, p.Schema)
 	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
-	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) by %s accounting", p.Epsilon, p.Delta, p.Accountant)
+	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Ledger.Adjacency, p.Accountant)
 	for _, a := range p.Assumptions {
 		fmt.Fprintf(&sb, "\n  assumes: %s", a)
 	}

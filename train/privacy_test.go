@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -66,5 +67,42 @@ func TestSeededNoiseIsStatedAndWeakSeedsRefused(t *testing.T) {
 	}
 	if p := tr.Plan(); p.Seeded || !anyContains(p.Ledger.Assumptions, "crypto/rand") || anyContains(claims(p), "reproducible from the seed") {
 		t.Fatalf("unseeded run: seeded = %v, ledger %q", p.Seeded, p.Ledger.Assumptions)
+	}
+}
+
+// Every run states one adjacency, once, and the right one: zero-out, under
+// which the sensitivity of fixed-order and shuffled batches is computed and
+// which Poisson sampling's accounting covers. Add/remove is never claimed:
+// it is false for fixed-order and shuffled batching.
+func TestOneAdjacencyStatedOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		mech     string
+		sampling Sampling
+	}{
+		{"dpsgd", SamplingPoisson},
+		{"bandmf:4", SamplingBandPoisson},
+		{"tree-online", SamplingFixedOrder},
+		{"dpsgd", SamplingShuffle},
+	} {
+		cfg := baseConfig(t)
+		cfg.Mechanism, cfg.Sampling, cfg.Steps, cfg.NoiseMultiplier = tc.mech, tc.sampling, 8, 1
+		tr, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(tr.Plan())
+		if err != nil {
+			t.Fatal(err)
+		}
+		js := strings.ToLower(string(b) + tr.Plan().String())
+		if n := strings.Count(string(b), "adjacen"); n != 1 || !strings.Contains(string(b), `"adjacency":"zero-out"`) {
+			t.Errorf("%s with %s: %d adjacency statements in the plan's JSON, want one, zero-out: %s", tc.mech, tc.sampling, n, b)
+		}
+		for _, bad := range []string{"add/remove", "add-remove", "add or remove"} {
+			if strings.Contains(js, bad) {
+				t.Errorf("%s with %s: the record claims %q adjacency", tc.mech, tc.sampling, bad)
+			}
+		}
 	}
 }
