@@ -106,3 +106,44 @@ func TestOneAdjacencyStatedOnce(t *testing.T) {
 		}
 	}
 }
+
+// Every step line reports the epsilon spent after that step: positive from
+// the first step, before any evaluation, never stale after one, never below
+// the exact value (Plan.EpsilonAfter) and at most 6% above it, and exactly
+// the planned epsilon at the last step. RDP keeps the 120 exact reference
+// values cheap; the grid logic is the accountant's-independent part.
+func TestStepEpsilonIsSpentAfterThatStep(t *testing.T) {
+	ctx := context.Background()
+	for _, mech := range []string{"dpsgd", "bandmf:4", "tree-online"} {
+		cfg := baseConfig(t)
+		cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier, cfg.Accountant = mech, 40, 1, "rdp"
+		tr, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := tr.Plan()
+		prev := 0.0
+		for i := 1; i <= cfg.Steps; i++ {
+			sm, err := tr.TrainStep(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 5 {
+				if _, err := tr.Evaluate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exact, err := p.EpsilonAfter(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !(sm.Epsilon >= exact && sm.Epsilon <= 1.06*exact && sm.Epsilon >= prev) {
+				t.Fatalf("%s step %d: reported epsilon %.6g, exact %.6g, previous step %.6g", mech, i, sm.Epsilon, exact, prev)
+			}
+			prev = sm.Epsilon
+		}
+		if prev != p.Epsilon {
+			t.Fatalf("%s: last step reports epsilon %.8g, plan %.8g", mech, prev, p.Epsilon)
+		}
+	}
+}

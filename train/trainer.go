@@ -26,8 +26,10 @@ type StepMetrics struct {
 	ClippedFrac   float64    `json:"clipped_frac"`
 	NormQuantiles [4]float64 `json:"norm_quantiles"` // 50%, 90%, 99%, max
 	NonFinite     int        `json:"non_finite"`
-	Epsilon       float64    `json:"epsilon"`
-	StepSeconds   float64    `json:"step_seconds"`
+	// Epsilon bounds the epsilon spent after this step (Plan.EpsilonSpent):
+	// never below it, exact at the end.
+	Epsilon     float64 `json:"epsilon"`
+	StepSeconds float64 `json:"step_seconds"`
 }
 
 // EvalMetrics describes one evaluation on the test set.
@@ -228,6 +230,15 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		return StepMetrics{}, err
 	}
 	start := time.Now()
+	// What the step will spend does not depend on its data: account for it
+	// before anything changes.
+	var eps float64
+	if t.plan != nil {
+		var err error
+		if eps, err = t.plan.EpsilonSpent(t.Step() + 1); err != nil {
+			return StepMetrics{}, fmt.Errorf("train: step %d: accounting: %w", t.Step()+1, err)
+		}
+	}
 	// The sampler state is a few hundred bytes: saving it every step is
 	// what lets a failed gather or clip leave the run where it was.
 	saved, err := t.sampler.MarshalBinary()
@@ -255,10 +266,7 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
 		return StepMetrics{}, t.broken
 	}
-	sm.Epsilon = t.eps
-	if t.plan != nil && !t.plan.Amplified {
-		sm.Epsilon = t.plan.Epsilon
-	}
+	sm.Epsilon = eps
 	sm.StepSeconds = time.Since(start).Seconds()
 	if t.metrics != nil {
 		t.metrics.write("step", sm)
