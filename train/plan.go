@@ -43,6 +43,8 @@ type Plan struct {
 	// Seeded says the noise comes from a caller's seed, not crypto/rand:
 	// anyone who has the seed can reproduce it.
 	Seeded bool `json:"seeded"`
+	// NotCovered names the run's outputs the guarantee does not cover.
+	NotCovered []string `json:"not_covered,omitempty"`
 	// Ledger is the auditable record: the accounting event, accountant
 	// settings, parameters and (epsilon, delta).
 	Ledger accountant.LedgerEntry `json:"ledger"`
@@ -166,6 +168,9 @@ func newAccountant(name string) (accountant.Accountant, error) {
 type planInput struct {
 	examples int
 	workload mfnoise.Workload // the optimizer's own workload over Steps
+	// notCovered names the outputs the run reports that are computed from
+	// private data without noise.
+	notCovered []string
 }
 
 // buildPlan binds mechanism, sampler and accounting and returns the plan and
@@ -342,6 +347,10 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 	}
 	p.Seeded = cfg.Seed != nil
 	p.Assumptions = append(p.Assumptions, noise...)
+	if len(in.notCovered) > 0 {
+		p.NotCovered = in.notCovered
+		p.Assumptions = append(p.Assumptions, "not covered by the guarantee (computed from private data without noise; keep them as private as the data): "+strings.Join(in.notCovered, "; "))
+	}
 
 	if cfg.NoiseMultiplier > 0 {
 		p.NoiseMultiplier = cfg.NoiseMultiplier

@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -145,5 +148,52 @@ func TestStepEpsilonIsSpentAfterThatStep(t *testing.T) {
 		if prev != p.Epsilon {
 			t.Fatalf("%s: last step reports epsilon %.8g, plan %.8g", mech, prev, p.Epsilon)
 		}
+	}
+}
+
+// Outputs computed from private data without noise are marked as outside
+// the guarantee, in every step line, in the ledger, and, for an evaluation
+// on the training set, under train_* keys instead of test_*.
+func TestNonPrivateOutputsAreMarked(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := baseConfig(t)
+	cfg.Steps, cfg.NoiseMultiplier, cfg.Test = 3, 1, nil
+	cfg.MetricsPath = filepath.Join(dir, "m.jsonl")
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(cfg.MetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps, evals int
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		np := fmt.Sprint(m["not_private"])
+		switch m["kind"] {
+		case "step":
+			steps++
+			for _, k := range []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"} {
+				if !strings.Contains(np, k) {
+					t.Fatalf("step line does not mark %q as not private: %s", k, line)
+				}
+			}
+		case "eval":
+			evals++
+			if _, ok := m["test_accuracy"]; ok || m["split"] != "train" || !strings.Contains(np, "train_accuracy") {
+				t.Fatalf("training-set evaluation reported as a test result: %s", line)
+			}
+		}
+	}
+	if steps != 3 || evals == 0 {
+		t.Fatalf("%d step and %d eval lines", steps, evals)
+	}
+	if !anyContains(res.Plan.Ledger.Assumptions, "not covered by the guarantee") || !anyContains(res.Plan.Ledger.Assumptions, "training set") {
+		t.Fatalf("ledger does not name the outputs outside the guarantee: %q", res.Plan.Ledger.Assumptions)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -17,6 +19,12 @@ import (
 	"github.com/dpmf-go/dpmf/optim"
 	"github.com/dpmf-go/dpmf/sampler"
 )
+
+// StepNotPrivate are the keys of a step's metrics that are computed from
+// the private batch without noise: the guarantee does not cover them, and
+// every step line lists them under "not_private". Keep them as private as
+// the training data (or drop them) before releasing a run's metrics.
+var StepNotPrivate = []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"}
 
 // StepMetrics describes one training step.
 type StepMetrics struct {
@@ -30,16 +38,54 @@ type StepMetrics struct {
 	// never below it, exact at the end.
 	Epsilon     float64 `json:"epsilon"`
 	StepSeconds float64 `json:"step_seconds"`
+	// NotPrivate lists the keys above the guarantee does not cover
+	// (StepNotPrivate).
+	NotPrivate []string `json:"not_private"`
 }
 
-// EvalMetrics describes one evaluation on the test set.
+// EvalMetrics describes one evaluation: on the test set, or on the
+// training set when the run has none.
 type EvalMetrics struct {
-	Step     int     `json:"step"`
+	Step int `json:"step"`
+	// Split is SplitTest or SplitTrain. A training-set evaluation is
+	// written with the keys train_loss and train_accuracy (never test_*)
+	// and lists them under not_private: it reads the private data without
+	// noise, outside the guarantee.
+	Split    string  `json:"split"`
 	Loss     float64 `json:"test_loss"`
 	Accuracy float64 `json:"test_accuracy"`
 	Epsilon  float64 `json:"epsilon"`
 	Delta    float64 `json:"delta"`
+	// NotPrivate lists the keys the guarantee does not cover.
+	NotPrivate []string `json:"not_private,omitempty"`
 }
+
+// Evaluation splits.
+const (
+	SplitTest  = "test"
+	SplitTrain = "train"
+)
+
+// MarshalJSON names loss and accuracy after the split they were measured
+// on: test_loss and test_accuracy, or train_loss and train_accuracy.
+func (em EvalMetrics) MarshalJSON() ([]byte, error) {
+	type plain EvalMetrics
+	if em.Split != SplitTrain {
+		return json.Marshal(plain(em))
+	}
+	return json.Marshal(struct {
+		Step       int      `json:"step"`
+		Split      string   `json:"split"`
+		Loss       float64  `json:"train_loss"`
+		Accuracy   float64  `json:"train_accuracy"`
+		Epsilon    float64  `json:"epsilon"`
+		Delta      float64  `json:"delta"`
+		NotPrivate []string `json:"not_private"`
+	}{em.Step, em.Split, em.Loss, em.Accuracy, em.Epsilon, em.Delta, em.NotPrivate})
+}
+
+// evalTrainNotPrivate are the keys of a training-set evaluation.
+var evalTrainNotPrivate = []string{"train_loss", "train_accuracy"}
 
 // Trainer runs a configured training loop one step at a time, for services
 // that drive training themselves. Build it with New.
@@ -106,7 +152,12 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: optimizer workload: %w", err)
 		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, planInput{examples: cfg.Train.Len(), workload: w})
+		in := planInput{examples: cfg.Train.Len(), workload: w, notCovered: []string{
+			"step metrics " + strings.Join(StepNotPrivate, ", ") + " (norm_quantiles include the largest per-example gradient norm)"}}
+		if cfg.Test == nil {
+			in.notCovered = append(in.notCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate, ", "))
+		}
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, in)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +317,7 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
 		return StepMetrics{}, t.broken
 	}
-	sm.Epsilon = eps
+	sm.Epsilon, sm.NotPrivate = eps, StepNotPrivate
 	sm.StepSeconds = time.Since(start).Seconds()
 	if t.metrics != nil {
 		t.metrics.write("step", sm)
@@ -383,14 +434,16 @@ func (t *Trainer) gather(idx []int, step int) ([]float32, []int, error) {
 
 func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Shape.W} }
 
-// Evaluate measures test loss and accuracy (on the training set when no
-// test set is configured) and the epsilon spent so far.
+// Evaluate measures test loss and accuracy and the epsilon spent so far.
+// Without a test set it measures the training set, says so (Split), and
+// marks the result as outside the guarantee.
 func (t *Trainer) Evaluate() (EvalMetrics, error) {
 	ds := t.cfg.Test
+	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if ds == nil {
 		ds = t.cfg.Train
+		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate
 	}
-	em := EvalMetrics{Step: t.Step()}
 	idx := make([]int, ds.Len())
 	for i := range idx {
 		idx[i] = i
