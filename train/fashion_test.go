@@ -33,8 +33,8 @@ func TestFashionMNISTPrivateTraining(t *testing.T) {
 		minAcc float64
 	}{
 		{"non-private", func(c *Config) { c.NonPrivate = true }, 0.80},
-		{"dpsgd", func(c *Config) { c.Mechanism = "dpsgd" }, 0.74},
-		{"bandmf", func(c *Config) { c.Mechanism = "bandmf:16"; c.Momentum = 0.95; c.LearningRate = 0.1 }, 0.78},
+		{"dpsgd", func(c *Config) { c.Mechanism = parseMech(t, "dpsgd") }, 0.74},
+		{"bandmf", func(c *Config) { c.Mechanism = parseMech(t, "bandmf:16"); c.Momentum = 0.95; c.LearningRate = 0.1 }, 0.78},
 	}
 	acc := map[string]float64{}
 	for _, tc := range cases {

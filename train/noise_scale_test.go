@@ -54,7 +54,7 @@ func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 		t.Run(tc.mech, func(t *testing.T) {
 			cfg := baseConfig(t)
 			cfg.Train = blobs(t, 400, 1)
-			cfg.Mechanism, cfg.Sampling, cfg.Steps = tc.mech, tc.sampling, 40
+			cfg.Mechanism, cfg.Sampling, cfg.Steps = parseMech(t, tc.mech), tc.sampling, 40
 			cfg.NoiseMultiplier, cfg.ClipNorm, cfg.Momentum = sigma, zeta, 0.9
 			tr, err := New(context.Background(), cfg)
 			if err != nil {

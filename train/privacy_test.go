@@ -12,10 +12,9 @@ import (
 	"testing"
 )
 
-// claims are every statement a private run records: the plan's and the
-// ledger's assumptions.
+// claims are every statement a private run records.
 func claims(p *Plan) []string {
-	return append(append([]string(nil), p.Assumptions...), p.Ledger.Assumptions...)
+	return p.Assumptions()
 }
 
 func anyContains(list []string, sub string) bool {
@@ -89,7 +88,7 @@ func TestOneAdjacencyStatedOnce(t *testing.T) {
 		{"dpsgd", SamplingShuffle},
 	} {
 		cfg := baseConfig(t)
-		cfg.Mechanism, cfg.Sampling, cfg.Steps, cfg.NoiseMultiplier = tc.mech, tc.sampling, 8, 1
+		cfg.Mechanism, cfg.Sampling, cfg.Steps, cfg.NoiseMultiplier = parseMech(t, tc.mech), tc.sampling, 8, 1
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +118,7 @@ func TestStepEpsilonIsSpentAfterThatStep(t *testing.T) {
 	ctx := context.Background()
 	for _, mech := range []string{"dpsgd", "bandmf:4", "tree-online"} {
 		cfg := baseConfig(t)
-		cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier, cfg.Accountant = mech, 40, 1, "rdp"
+		cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier, cfg.Accountant = parseMech(t, mech), 40, 1, "rdp"
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // A step that fails while gathering its batch must leave no trace: the next
@@ -17,7 +19,7 @@ func TestFailedStepLeavesSamplerAndNoiseInStep(t *testing.T) {
 	for _, mech := range []string{"dpsgd", "bandmf:4"} {
 		t.Run(mech, func(t *testing.T) {
 			cfg := baseConfig(t)
-			cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = mech, 12, 1
+			cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = parseMech(t, mech), 12, 1
 			straight, err := New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +69,7 @@ func TestCheckpointWithDriftedCountersIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = "bandmf:4", 12, 1
+	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = privacy.BandMF{Bands: 4}, 12, 1
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -152,12 +151,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: optimizer workload: %w", err)
 		}
-		in := planInput{examples: cfg.Train.Len(), workload: w, notCovered: []string{
-			"step metrics " + strings.Join(StepNotPrivate, ", ") + " (norm_quantiles include the largest per-example gradient norm)"}}
-		if cfg.Test == nil {
-			in.notCovered = append(in.notCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate, ", "))
-		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, in)
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w)
 		if err != nil {
 			return nil, err
 		}

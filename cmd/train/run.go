@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 )
@@ -127,12 +128,22 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
+	var mech privacy.Mechanism
+	if !r.nonPrivate {
+		if mech, err = privacy.ParseMechanism(r.mechanism); err != nil {
+			return err
+		}
+	}
+	acct, err := privacy.ParseAccountant(r.accountant)
+	if err != nil {
+		return err
+	}
 	cfg := train.Config{
 		Train: trainSet, Test: testSet, Augment: r.augment,
 		ModelName: r.model, Steps: r.steps, Batch: r.batch,
-		NonPrivate: r.nonPrivate, Mechanism: r.mechanism, Workload: train.WorkloadChoice(r.workload),
+		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
 		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
-		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: r.accountant,
+		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct,
 		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
 		EvalEvery: r.evalEvery, CheckpointPath: r.ckpt, CheckpointEvery: r.ckptEvery,
 		MetricsPath: r.metrics, CacheDir: r.cache, Log: stdout,
