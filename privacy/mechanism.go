@@ -33,6 +33,9 @@ type Structure struct {
 	// tall one. Only a banded encoder can be accounted with amplification
 	// (banded-MF Thm 4), and only with at least b partitions.
 	Bands int
+	// AutoBands says the encoder is banded with a band count the planner
+	// chooses by amplified accounting (bandmf:auto).
+	AutoBands bool
 	// FixedOrderOnly says the encoder was optimized for (k,b)-participation,
 	// which only fixed-order epochs realize.
 	FixedOrderOnly bool
@@ -45,7 +48,7 @@ func (s Structure) Sampling() Sampling {
 	switch {
 	case s.Independent:
 		return SamplingPoisson
-	case s.Bands > 1:
+	case s.Bands > 1 || s.AutoBands:
 		return SamplingBandPoisson
 	}
 	return SamplingFixedOrder
@@ -135,7 +138,7 @@ func (MFSingle) Structure() Structure { return Structure{} }
 func (MFKB) Structure() Structure     { return Structure{FixedOrderOnly: true} }
 func (m BandMF) Structure() Structure {
 	if m.Auto {
-		return Structure{Bands: 2} // resolved by the planner; banded
+		return Structure{AutoBands: true}
 	}
 	return Structure{Bands: m.Bands}
 }

@@ -278,7 +278,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 			return nil, nil, fmt.Errorf("privacy: %w", err)
 		}
 		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
-		as = append(as, fmt.Sprintf("amplified accounting: %d compositions of a Poisson-subsampled Gaussian at rate %.6g", p.Accounting.Compositions, p.Accounting.Q))
+		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
 	} else {
 		sens, err := mfnoise.Sensitivity(f.Encoder, p.Schema)
 		if err != nil {
@@ -289,7 +289,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		if !sens.Exact {
 			method = "an upper bound"
 		}
-		as = append(as, fmt.Sprintf("unamplified accounting: one Gaussian mechanism with sensitivity %.6g under %s (%s, %s)", sens.Value, p.Schema, sens.Method, method))
+		as = append(as, fmt.Sprintf("sensitivity: %.6g under %s (%s, %s), the noise's unit", sens.Value, p.Schema, sens.Method, method))
 	}
 	as = append(as, "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
 	p.Seeded = r.Seed != nil
