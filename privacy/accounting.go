@@ -16,7 +16,7 @@ var ErrInvalid = mfnoise.ErrInvalid
 
 // ErrRefused is wrapped when the planner refuses a combination of sampler,
 // mechanism, accounting or seed whose guarantee does not hold.
-var ErrRefused = errors.New("privacy plan refused")
+var ErrRefused = errors.New("plan refused")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("privacy: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -199,8 +199,8 @@ func ExampleCheckCompatible() {
 	fmt.Println(CheckCompatible(band, ms, 16, true))
 	// Output:
 	// <nil>
-	// privacy: privacy plan refused: incompatible sampler and mechanism: fixed-order epochs(m=50000, B=500, n=2000) supports only unamplified accounting: no sampling randomness: no amplification may be claimed
-	// privacy: privacy plan refused: incompatible sampler and mechanism: shuffling(m=50000, B=500, n=2000) realizes minsep(k=20,b=1) over n = 2000 steps, which kb(k=20,b=100) does not contain: the mechanism's sensitivity would not cover this participation
+	// privacy: plan refused: incompatible sampler and mechanism: fixed-order epochs(m=50000, B=500, n=2000) supports only unamplified accounting: no sampling randomness: no amplification may be claimed
+	// privacy: plan refused: incompatible sampler and mechanism: shuffling(m=50000, B=500, n=2000) realizes minsep(k=20,b=1) over n = 2000 steps, which kb(k=20,b=100) does not contain: the mechanism's sensitivity would not cover this participation
 	// <nil>
-	// privacy: privacy plan refused: incompatible sampler and mechanism: partitioned band sampling(m=50000, B=500, bands=10, n=2000, fixedSize=false): the encoder has 16 bands but the sampler has 10 partitions; banded-MF Thm 4 needs bands <= partitions
+	// privacy: plan refused: incompatible sampler and mechanism: partitioned band sampling(m=50000, B=500, bands=10, n=2000, fixedSize=false): the encoder has 16 bands but the sampler has 10 partitions; banded-MF Thm 4 needs bands <= partitions
 }

@@ -35,7 +35,7 @@ func ExampleNewPlan() {
 	// bandmf:4 band-poisson minsep(k=50,b=4) true
 	// 50 compositions at rate 0.04
 	// epsilon <= 8: true, zero-out adjacency, expected batch 500
-	// privacy: privacy plan refused: mf-single with poisson sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; mf-single's encoder is not banded — use fixed-order sampling (unamplified)
+	// privacy: plan refused: mf-single with poisson sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; mf-single's encoder is not banded — use fixed-order sampling (unamplified)
 }
 
 // Command lines parse mechanism names; the library passes typed values.
