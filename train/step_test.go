@@ -101,3 +101,48 @@ func TestCheckpointWithDriftedCountersIsRefused(t *testing.T) {
 		t.Logf("refused: %v", err)
 	}
 }
+
+// A failure after the noise is drawn (here an overflowing noise scale)
+// cannot be rolled back: the trainer refuses every further step and every
+// checkpoint, and a trainer rebuilt from the last checkpoint goes on.
+func TestFailureAfterNoiseBreaksTrainerUntilRebuilt(t *testing.T) {
+	ctx := context.Background()
+	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
+	cfg := baseConfig(t)
+	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = privacy.BandMF{Bands: 4}, 12, 1
+	cfg.CheckpointPath = ckpt
+	tr, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := tr.TrainStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.SaveCheckpoint(ckpt); err != nil {
+		t.Fatal(err)
+	}
+	std := tr.plan.NoiseStd
+	tr.plan.NoiseStd = math.MaxFloat64 // +Inf in float32
+	if _, err := tr.TrainStep(ctx); !errors.Is(err, ErrBroken) {
+		t.Fatalf("overflowing noise: want ErrBroken, got %v", err)
+	}
+	tr.plan.NoiseStd = std
+	if _, err := tr.TrainStep(ctx); !errors.Is(err, ErrBroken) {
+		t.Fatalf("step after a broken one: want ErrBroken, got %v", err)
+	}
+	if err := tr.SaveCheckpoint(ckpt); err == nil {
+		t.Fatal("a broken trainer saved a checkpoint")
+	}
+	again, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Step() != 3 {
+		t.Fatalf("rebuilt at step %d, want 3", again.Step())
+	}
+	if _, err := again.TrainStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
