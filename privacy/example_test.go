@@ -53,3 +53,22 @@ func ExampleParseMechanism() {
 	// bandmf:auto privacy.BandMF {Independent:false Bands:0 AutoBands:true FixedOrderOnly:false}
 	// fft-opt privacy.FFT {Independent:false Bands:0 AutoBands:false FixedOrderOnly:false}
 }
+
+// The accounting of DP-SGD on StackOverflow (1000 of 342477 users per
+// round, 2052 rounds): the epsilon at sigma 0.5037 and delta 1e-6 (banded-MF
+// Table 5 calibrates to 8 there), and the sigma for epsilon 8.
+func ExampleComposition() {
+	dpsgd := privacy.Composition{Amplified: true, Q: 1000.0 / 342477, Partitions: 1}
+	pld, _ := privacy.PLD.New()
+	eps, err := dpsgd.Epsilon(pld, 0.5037, 2052, 1e-6)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cal, err := dpsgd.Calibrate(context.Background(), pld, 2052, 8, 1e-6)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d compositions at rate %.3g: epsilon %.2f; epsilon 8 needs sigma %.4f\n", dpsgd.Compositions(2052), dpsgd.Rate(), eps, cal.Sigma)
+	// Output:
+	// 2052 compositions at rate 0.00292: epsilon 8.00; epsilon 8 needs sigma 0.5037
+}
