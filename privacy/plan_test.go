@@ -90,3 +90,33 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// bandmf:auto picks its band count by amplified accounting among the
+// counts that can amplify (b < m/B) and plans the chosen one; it needs band
+// sampling and a target epsilon.
+func TestAutoBandsChooseAndRefuse(t *testing.T) {
+	ctx := context.Background()
+	req := Request{Mechanism: BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	p, s, err := NewPlan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chosen := p.BandTable.Chosen().Bands
+	want := "dpsgd"
+	if chosen > 1 {
+		want = BandMF{Bands: chosen}.String()
+	}
+	if p.Mechanism != want || !p.Amplified || s.Accounting().Bands != max(chosen, 1) || len(p.BandTable.Table) != 4 {
+		t.Fatalf("chose %d bands: plan %s, amplified %v, %d partitions, %d candidates", chosen, p.Mechanism, p.Amplified, s.Accounting().Bands, len(p.BandTable.Table))
+	}
+	bad := req
+	bad.Sampling = SamplingFixedOrder
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrRefused) {
+		t.Errorf("bandmf:auto with fixed-order sampling: %v", err)
+	}
+	bad = req
+	bad.Epsilon, bad.NoiseMultiplier = 0, 1
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrRefused) {
+		t.Errorf("bandmf:auto without a target epsilon: %v", err)
+	}
+}
