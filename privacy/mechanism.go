@@ -290,7 +290,7 @@ func bandsOf(c *mat.Dense) int {
 func ParseMechanism(name string) (Mechanism, error) {
 	s, err := mfnoise.ParseMechanism(name)
 	if err != nil {
-		return nil, fmt.Errorf("privacy: %w", err)
+		return nil, err // it names the package and the mechanism
 	}
 	return FromSpec(s)
 }
