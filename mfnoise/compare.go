@@ -94,14 +94,11 @@ func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema)
 		SensitivityMethod: sens.Method,
 		StepRMSE:          make([]float64, n),
 	}
-	fro := 0.0
 	for i := 0; i < n; i++ {
 		r := f.Decoder.RawRowView(i)
-		v := dot(r, r)
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
+		row.StepRMSE[i] = sens.Value * math.Sqrt(dot(r, r))
 	}
-	row.Loss = sens.Value * sens.Value * fro
+	row.Loss = f.LossAt(sens.Value)
 	row.RMSE = math.Sqrt(row.Loss / float64(n))
 	if !finiteFloat(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
