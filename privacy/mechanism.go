@@ -97,6 +97,8 @@ type Factorization struct {
 	Bands int
 }
 
+// The names of the built-in mechanisms are those ParseMechanism reads.
+
 func (DPSGD) String() string    { return mfnoise.KindDPSGD }
 func (MFSingle) String() string { return mfnoise.KindMFSingle }
 func (MFKB) String() string     { return mfnoise.KindMFKB }
@@ -130,6 +132,10 @@ func (m Factorization) String() string {
 	}
 	return "custom"
 }
+
+// The structures of the built-in mechanisms: DP-SGD is independent and
+// 1-banded, BandMF b-banded, MF-KB fixed-order only, trees, FFT and
+// single-participation MF dense or tall.
 
 func (DPSGD) Structure() Structure    { return Structure{Independent: true, Bands: 1} }
 func (Tree) Structure() Structure     { return Structure{} }
