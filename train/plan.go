@@ -27,13 +27,13 @@ func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload) (*Plan, sam
 		Sampling: cfg.Sampling, Partitions: cfg.Bands, ClipNorm: cfg.ClipNorm,
 		NoiseMultiplier: cfg.NoiseMultiplier, Epsilon: cfg.Epsilon, Delta: cfg.Delta,
 		Accountant: cfg.Accountant, Seed: cfg.Seed, InsecureSeed: cfg.InsecureSeed,
-		NotCovered: []string{"step metrics " + strings.Join(StepNotPrivate, ", ") + " (norm_quantiles include the largest per-example gradient norm)"},
+		NotCovered: []string{"step metrics " + strings.Join(stepNotPrivate(), ", ") + " (norm_quantiles include the largest per-example gradient norm)"},
 	}
 	if cfg.Workload == WorkloadOptimizer {
 		req.Workload = w
 	}
 	if cfg.Test == nil {
-		req.NotCovered = append(req.NotCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate, ", "))
+		req.NotCovered = append(req.NotCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate(), ", "))
 	}
 	if cfg.CacheDir != "" {
 		req.Build.Cache = &mfnoise.Cache{Dir: cfg.CacheDir}

@@ -19,11 +19,11 @@ import (
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
-// StepNotPrivate are the keys of a step's metrics that are computed from
-// the private batch without noise: the guarantee does not cover them, and
-// every step line lists them under "not_private". Keep them as private as
-// the training data (or drop them) before releasing a run's metrics.
-var StepNotPrivate = []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"}
+// stepNotPrivate lists the keys of a step's metrics that are computed from
+// the private batch without noise.
+func stepNotPrivate() []string {
+	return []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"}
+}
 
 // StepMetrics describes one training step.
 type StepMetrics struct {
@@ -37,8 +37,10 @@ type StepMetrics struct {
 	// never below it, exact at the end.
 	Epsilon     float64 `json:"epsilon"`
 	StepSeconds float64 `json:"step_seconds"`
-	// NotPrivate lists the keys above the guarantee does not cover
-	// (StepNotPrivate).
+	// NotPrivate lists the keys computed from the private batch without
+	// noise, which the guarantee does not cover: loss, batch_size,
+	// clipped_frac, norm_quantiles and non_finite. Keep them as private as
+	// the training data (or drop them) before releasing a run's metrics.
 	NotPrivate []string `json:"not_private"`
 }
 
@@ -83,8 +85,8 @@ func (em EvalMetrics) MarshalJSON() ([]byte, error) {
 	}{em.Step, em.Split, em.Loss, em.Accuracy, em.Epsilon, em.Delta, em.NotPrivate})
 }
 
-// evalTrainNotPrivate are the keys of a training-set evaluation.
-var evalTrainNotPrivate = []string{"train_loss", "train_accuracy"}
+// evalTrainNotPrivate lists the keys of a training-set evaluation.
+func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accuracy"} }
 
 // Trainer runs a configured training loop one step at a time, for services
 // that drive training themselves. Build it with New.
@@ -311,7 +313,7 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
 		return StepMetrics{}, t.broken
 	}
-	sm.Epsilon, sm.NotPrivate = eps, StepNotPrivate
+	sm.Epsilon, sm.NotPrivate = eps, stepNotPrivate()
 	sm.StepSeconds = time.Since(start).Seconds()
 	if t.metrics != nil {
 		t.metrics.write("step", sm)
@@ -436,7 +438,7 @@ func (t *Trainer) Evaluate() (EvalMetrics, error) {
 	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if ds == nil {
 		ds = t.cfg.Train
-		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate
+		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate()
 	}
 	idx := make([]int, ds.Len())
 	for i := range idx {
