@@ -34,12 +34,18 @@ type accountResult struct {
 	Calibrated   bool     `json:"calibrated"`
 }
 
-// accountFlags are the flags each -mechanism reads; giving another is an
+// accountFlags are the flags a -mechanism reads; giving another is an
 // error rather than silently ignored.
-var accountFlags = map[string][]string{
-	"gaussian": {},
-	"dpsgd":    {"q", "examples", "batch", "steps"},
-	"bandmf":   {"examples", "batch", "steps", "bands"},
+func accountFlags(mech string) ([]string, bool) {
+	switch mech {
+	case "gaussian":
+		return nil, true
+	case "dpsgd":
+		return []string{"q", "examples", "batch", "steps"}, true
+	case "bandmf":
+		return []string{"examples", "batch", "steps", "bands"}, true
+	}
+	return nil, false
 }
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
@@ -58,7 +64,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	reads, ok := accountFlags[*mech]
+	reads, ok := accountFlags(*mech)
 	if !ok {
 		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", *mech)
 	}
