@@ -604,7 +604,7 @@ func TestEventJSONRoundTrip(t *testing.T) {
 func TestLedgerEntry(t *testing.T) {
 	e, _ := DPSGDEvent(1, 0.01, 100)
 	acct := NewPLD(PLDOptions{})
-	entry, err := NewLedgerEntry(acct, e, 1e-6, map[string]any{"sigma": 1.0, "q": 0.01}, "clipping norm 1")
+	entry, err := NewLedgerEntry(acct, e, 1e-6, ZeroOut, map[string]any{"sigma": 1.0, "q": 0.01}, "clipping norm 1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +615,7 @@ func TestLedgerEntry(t *testing.T) {
 	if entry.AccountantConfig["discretization_interval"] != 1e-4 {
 		t.Errorf("config %v", entry.AccountantConfig)
 	}
-	if len(entry.Assumptions) != 4 || entry.Assumptions[2] != AssumePoisson {
+	if len(entry.Assumptions) != 3 || entry.Assumptions[1] != AssumePoisson || entry.Adjacency != ZeroOut {
 		t.Errorf("assumptions %q", entry.Assumptions)
 	}
 	data, err := json.Marshal(entry)
@@ -633,10 +633,10 @@ func TestLedgerEntry(t *testing.T) {
 	if got, _ := acct.Epsilon(ev, back.Delta); got != back.Epsilon {
 		t.Errorf("re-accounted eps %v, recorded %v", got, back.Epsilon)
 	}
-	if _, err := NewLedgerEntry(acct, e, 1e-17, nil); !errors.Is(err, ErrInfeasible) {
+	if _, err := NewLedgerEntry(acct, e, 1e-17, ZeroOut, nil); !errors.Is(err, ErrInfeasible) {
 		t.Errorf("delta below tail mass: err = %v", err)
 	}
-	g, _ := NewLedgerEntry(acct, Gaussian(1), 1e-6, nil)
+	g, _ := NewLedgerEntry(acct, Gaussian(1), 1e-6, ZeroOut, nil)
 	for _, a := range g.Assumptions {
 		if a == AssumePoisson {
 			t.Errorf("unsampled event assumes Poisson sampling")

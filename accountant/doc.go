@@ -19,8 +19,9 @@
 //     directions. It is the tighter of the two and is what the
 //     matrix-factorization papers report.
 //
-// Adjacency is add/remove of one example, which for these mechanisms
-// coincides with the zero-out adjacency the papers use. DPSGDEvent and
+// A guarantee is stated for one Adjacency, recorded once in its
+// LedgerEntry: zero-out, as in the papers, for every run the planner
+// builds (package privacy). DPSGDEvent and
 // BandMFEvent build the events of Poisson-sampled DP-SGD and of banded
 // matrix factorization with partitioned band sampling (amplified BandMF,
 // Choquette-Choo et al. 2023, Thm. 4); Calibrate finds the smallest noise

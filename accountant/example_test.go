@@ -33,14 +33,14 @@ func ExampleCalibrate() {
 	fmt.Printf("sigma = %.4f, eps = %.3f at delta = %g\n", cal.Sigma, cal.Epsilon, cal.Delta)
 
 	event, _ := accountant.DPSGDEvent(cal.Sigma, q, steps)
-	entry, err := accountant.NewLedgerEntry(pld, event, 1e-6, map[string]any{"sigma": cal.Sigma, "q": q})
+	entry, err := accountant.NewLedgerEntry(pld, event, 1e-6, accountant.ZeroOut, map[string]any{"sigma": cal.Sigma, "q": q})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(entry.Accountant, len(entry.Assumptions), "assumptions")
+	fmt.Println(entry.Accountant, entry.Adjacency, len(entry.Assumptions), "assumptions")
 	// Output:
 	// sigma = 0.5037, eps = 8.000 at delta = 1e-06
-	// pld 3 assumptions
+	// pld zero-out 2 assumptions
 }
 
 // Choosing the number of bands for CIFAR-10 (50000 examples, batch 500,

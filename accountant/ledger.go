@@ -17,22 +17,52 @@ type LedgerEntry struct {
 	Params           map[string]any `json:"params,omitempty"`
 	Epsilon          float64        `json:"epsilon"`
 	Delta            float64        `json:"delta"`
-	Assumptions      []string       `json:"assumptions"`
+	// Adjacency is the neighbouring relation (epsilon, delta) holds for,
+	// stated once per entry.
+	Adjacency   Adjacency `json:"adjacency"`
+	Assumptions []string  `json:"assumptions"`
 }
+
+// Adjacency names the neighbouring relation of a guarantee.
+type Adjacency string
+
+const (
+	// ZeroOut: one example's contribution is replaced by zero at every
+	// step it takes part in; the dataset size and the batch positions do
+	// not change (the papers' choice; banded-MF Sec. 2 and App. F). It is
+	// the one relation under which the sensitivity of a matrix mechanism
+	// over fixed-order or shuffled batches is what package mfnoise
+	// computes; for a Poisson-subsampled Gaussian it yields the same pair
+	// of distributions as add/remove, whose worse direction the
+	// accountants report.
+	ZeroOut Adjacency = "zero-out"
+	// AddRemove: one example is added to or removed from the dataset.
+	// Under fixed-order or shuffled batching removing an example moves
+	// every later one to another batch, so it is not what those runs can
+	// claim.
+	AddRemove Adjacency = "add-remove"
+)
+
+func (a Adjacency) valid() bool { return a == ZeroOut || a == AddRemove }
 
 // Assumptions every entry states; the accounting is only valid under them.
 const (
-	AssumeAdjacency = "adjacency: add/remove of one example (coincides with zero-out for these mechanisms); epsilon is the worse of both directions"
-	AssumeNoise     = "noise: Gaussian with standard deviation sigma times the L2 sensitivity, from a cryptographically strong generator"
-	AssumePoisson   = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
+	// AssumeNoise states the noise distribution; where the randomness
+	// comes from (a secret CSPRNG seed, or a caller's seed) is the
+	// caller's to state.
+	AssumeNoise   = "noise: Gaussian with standard deviation sigma times the L2 sensitivity"
+	AssumePoisson = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
 )
 
-// NewLedgerEntry accounts for e at delta with acct and returns the entry.
-// params records run parameters (sigma, q, bands, ...) for auditors; extra
-// assumptions are appended to the standard ones.
-func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]any, assumptions ...string) (LedgerEntry, error) {
+// NewLedgerEntry accounts for e at delta with acct under adjacency adj and
+// returns the entry. params records run parameters (sigma, q, bands, ...)
+// for auditors; extra assumptions are appended to the standard ones.
+func NewLedgerEntry(acct Accountant, e Event, delta float64, adj Adjacency, params map[string]any, assumptions ...string) (LedgerEntry, error) {
 	if acct == nil {
 		return LedgerEntry{}, invalidf("ledger: nil accountant")
+	}
+	if !adj.valid() {
+		return LedgerEntry{}, invalidf("ledger: adjacency %q: want %s or %s", adj, ZeroOut, AddRemove)
 	}
 	comps, err := components(e)
 	if err != nil {
@@ -49,7 +79,7 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]a
 	if err != nil {
 		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
 	}
-	as := []string{AssumeAdjacency, AssumeNoise}
+	as := []string{AssumeNoise}
 	for _, c := range comps {
 		if c.q < 1 {
 			as = append(as, AssumePoisson)
@@ -63,6 +93,7 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, params map[string]a
 		Params:           params,
 		Epsilon:          eps,
 		Delta:            delta,
+		Adjacency:        adj,
 		Assumptions:      append(as, assumptions...),
 	}, nil
 }

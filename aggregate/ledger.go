@@ -82,7 +82,7 @@ func (a *Aggregator) Ledger() Ledger {
 		Covered:               a.cfg.Seed == nil,
 	}
 	l.Assumptions = []string{
-		accountant.AssumeAdjacency + "; the unit of privacy is one contributor id",
+		"adjacency: " + string(accountant.ZeroOut) + ": all contributions of one contributor id replaced by zero; the unit of privacy is one contributor id",
 		fmt.Sprintf("participation: each contributor id joins at most k = %d steps, any two at least b = %d apart (%s), enforced by the aggregator", a.cfg.K, a.cfg.B, l.Schema),
 		fmt.Sprintf("contributions clipped to L2 norm %g (record norm %g with the count coordinate)", a.cfg.Clip, a.norm),
 		fmt.Sprintf("unamplified accounting: one Gaussian mechanism with sensitivity %.6g (%s) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two", a.sens.Value, a.sens.Method, a.n),

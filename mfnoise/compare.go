@@ -60,6 +60,28 @@ func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Sche
 	if err != nil {
 		return CompareRow{}, err
 	}
+	return score(spec, f, x, schema)
+}
+
+// Score scores a caller's own factorization under schema as Compare scores
+// the built-in mechanisms, so the two can be ranked together; its noise
+// cost is that of a dense encoder unless Meta.Bands declares it banded.
+func Score(name string, f *Factorization, schema Schema) (CompareRow, error) {
+	if f == nil || f.Encoder == nil || f.Decoder == nil {
+		return CompareRow{}, invalidf("score %s: nil factorization", name)
+	}
+	spec := MechanismSpec{Name: name, Stamps: 1}
+	if f.Meta.Bands > 0 {
+		spec.Kind, spec.Bands = KindBandMF, f.Meta.Bands
+	}
+	row, err := score(spec, f, nil, schema)
+	if err != nil {
+		return CompareRow{}, fmt.Errorf("mfnoise: score %s: %w", name, err)
+	}
+	return row, nil
+}
+
+func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema) (CompareRow, error) {
 	sens, err := scoreSensitivity(f, x, schema)
 	if err != nil {
 		return CompareRow{}, err
@@ -72,14 +94,11 @@ func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Sche
 		SensitivityMethod: sens.Method,
 		StepRMSE:          make([]float64, n),
 	}
-	fro := 0.0
 	for i := 0; i < n; i++ {
 		r := f.Decoder.RawRowView(i)
-		v := dot(r, r)
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
+		row.StepRMSE[i] = sens.Value * math.Sqrt(dot(r, r))
 	}
-	row.Loss = sens.Value * sens.Value * fro
+	row.Loss = f.LossAt(sens.Value)
 	row.RMSE = math.Sqrt(row.Loss / float64(n))
 	if !finiteFloat(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)

@@ -97,8 +97,14 @@ func (f *Factorization) Loss(s Schema) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return f.LossAt(sens.Value), nil
+}
+
+// LossAt is sens^2 ||B||_F^2 for a sensitivity computed elsewhere (the
+// per-participation sensitivity of amplified accounting, for one).
+func (f *Factorization) LossAt(sens float64) float64 {
 	fro := mat.Norm(f.Decoder, 2)
-	return sens.Value * sens.Value * fro * fro, nil
+	return sens * sens * fro * fro
 }
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise

@@ -3,7 +3,6 @@ package sampler_test
 import (
 	"fmt"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -32,31 +31,4 @@ func ExampleNewBandPoisson() {
 	// accounting: band-poisson, q = 0.1, 200 compositions, up to 10 bands
 	// divide the noisy sum by 500
 	// step 1 drew from one partition of 5000 examples: true
-}
-
-func ExampleCheckCompatible() {
-	fixed, _ := sampler.NewFixedOrder(50000, 500, 2000, sampler.Options{})
-	kb, _ := mfnoise.KBParticipation(20, 100)
-
-	// A mechanism optimized for (k=20, b=100) matches fixed-order epochs,
-	// accounted unamplified.
-	fmt.Println(sampler.CheckCompatible(fixed, kb, 0, false))
-	// Claiming amplification for fixed-order epochs is refused.
-	fmt.Println(sampler.CheckCompatible(fixed, kb, 0, true))
-
-	// Reshuffling each epoch breaks (k,b)-participation.
-	shuffled, _ := sampler.NewShuffle(50000, 500, 2000, sampler.Options{})
-	fmt.Println(sampler.CheckCompatible(shuffled, kb, 0, false))
-
-	// Amplified banded MF needs no more bands than partitions.
-	band, _ := sampler.NewBandPoisson(50000, 500, 10, 2000, false, sampler.Options{})
-	ms, _ := mfnoise.MinSepParticipation(200, 10)
-	fmt.Println(sampler.CheckCompatible(band, ms, 10, true))
-	fmt.Println(sampler.CheckCompatible(band, ms, 16, true))
-	// Output:
-	// <nil>
-	// sampler: incompatible sampler and mechanism: fixed-order epochs(m=50000, B=500, n=2000) supports only unamplified accounting: fixed-order epochs have no sampling randomness to amplify
-	// sampler: incompatible sampler and mechanism: shuffling(m=50000, B=500, n=2000) realizes minsep(k=20,b=1) over n = 2000 steps, which kb(k=20,b=100) does not contain: the mechanism's sensitivity would not cover this participation
-	// <nil>
-	// sampler: incompatible sampler and mechanism: partitioned band sampling(m=50000, B=500, bands=10, n=2000, fixedSize=false): the encoder has 16 bands but the sampler has 10 partitions; banded-MF Thm 4 needs bands <= partitions
 }

@@ -21,7 +21,7 @@ type poissonSampler struct {
 // holds for DP-SGD (a 1-banded, diagonal encoder); for correlated-noise
 // mechanisms, Poisson sampling without partitioning gives no bounded-band
 // amplification: use NewBandPoisson, or unamplified accounting with this
-// schema. CheckCompatible enforces it.
+// schema. privacy.CheckCompatible enforces it.
 func NewPoisson(examples int, q float64, steps int, opt Options) (Sampler, error) {
 	p := params{kind: kindPoisson, m: examples, n: steps, q: q}
 	ps, ss, err := seeds(opt)

@@ -5,9 +5,10 @@
 // Every sampler reports both from the plan it actually follows: Schema is the
 // set of step patterns one example can realize, Accounting says whether
 // amplification by sampling may be claimed and with which parameters.
-// CheckCompatible refuses a mechanism or an accounting that the sampler does
-// not support, so a run cannot silently use a sampler whose participation
-// differs from what its privacy claim assumed.
+// The rules that bind a mechanism and an accounting to a sampler
+// (privacy.CheckCompatible) live in package privacy, the planner, so a run
+// cannot silently use a sampler whose participation differs from what its
+// privacy claim assumed.
 //
 // Samplers are deterministic given Options.Seed and seeded from crypto/rand
 // otherwise. Their state (ChaCha8 generator and counters) round-trips through
@@ -33,9 +34,6 @@ var ErrInvalid = mfnoise.ErrInvalid
 
 // ErrExhausted is wrapped by the error Next returns once all steps are done.
 var ErrExhausted = errors.New("all steps done")
-
-// ErrIncompatible is wrapped by every refusal of CheckCompatible.
-var ErrIncompatible = errors.New("incompatible sampler and mechanism")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("sampler: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -18,8 +19,10 @@ func ExampleAudit() {
 	}
 	cfg := train.Config{
 		Train: trainSet, Test: testSet, ModelName: "mlp", Hidden: []int{128},
-		Steps: 100, Batch: 120, Mechanism: "dpsgd", Epsilon: 2,
-		Seed: []byte("example"), // reproducible here; nil (crypto/rand) in a real audit
+		Steps: 100, Batch: 120, Mechanism: privacy.DPSGD{}, Epsilon: 2,
+		// Reproducible here (a low-entropy seed, so an insecure experiment
+		// by name); nil (crypto/rand) in a real audit.
+		Seed: []byte("example"), InsecureSeed: true,
 	}
 	for _, scale := range []float64{1, 0.25} {
 		res, err := train.Audit(context.Background(), cfg, train.AuditOptions{

@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // auditConfig is a small run whose model has room for 1000 canary
 // coordinates: an MLP on the 1x4x4 blobs (2692 parameters).
 func auditConfig(t testing.TB, mech string, eps float64, seed int, cache string) Config {
+	m, err := privacy.ParseMechanism(mech)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return Config{
 		Train: blobs(t, 200, 1), Test: blobs(t, 100, 2),
 		ModelName: "mlp", Hidden: []int{128}, Steps: 100, Batch: 120,
-		Mechanism: mech, Epsilon: eps, ClipNorm: 1, LearningRate: 0.1,
-		Seed: []byte(fmt.Sprintf("audit seed %d", seed)), EvalEvery: 1000,
+		Mechanism: m, Epsilon: eps, ClipNorm: 1, LearningRate: 0.1,
+		Seed: []byte(fmt.Sprintf("audit seed %d", seed)), InsecureSeed: true, EvalEvery: 1000,
 		CacheDir: cache,
 	}
 }

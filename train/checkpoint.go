@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
@@ -16,14 +15,12 @@ import (
 // does not belong to the configured run.
 var ErrCorruptCheckpoint = errors.New("corrupt or mismatched checkpoint")
 
-const checkpointVersion = 1
-
-// checkpointFile is what goes to disk: the msgpack payload and its SHA-256.
-type checkpointFile struct {
-	Version  int    `msgpack:"version"`
-	Payload  []byte `msgpack:"payload"`
-	Checksum []byte `msgpack:"sha256"`
-}
+// A checkpoint is the msgpack of checkpoint in the checksummed envelope
+// of package atomicfile.
+const (
+	checkpointMagic   = "dpmf-checkpoint"
+	checkpointVersion = 2
+)
 
 // checkpoint is the complete state of a run between two steps. The
 // generator states inside let whoever holds it reproduce the noise: treat a
@@ -58,6 +55,17 @@ func (t *Trainer) runID() string {
 // atomicfile), so a kill at any moment leaves either the old or the new
 // checkpoint, never a torn one.
 func (t *Trainer) SaveCheckpoint(path string) error {
+	if t.broken != nil {
+		return fmt.Errorf("train: checkpoint: %w", t.broken)
+	}
+	if err := t.checkInStep(t.Step()); err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
+	return t.saveCheckpoint(path)
+}
+
+// saveCheckpoint writes the state as it stands, unchecked.
+func (t *Trainer) saveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
@@ -86,34 +94,22 @@ func (t *Trainer) SaveCheckpoint(path string) error {
 	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
-	sum := sha256.Sum256(payload)
-	blob, err := msgpack.Marshal(&checkpointFile{Version: checkpointVersion, Payload: payload, Checksum: sum[:]})
-	if err != nil {
-		return fmt.Errorf("train: checkpoint: %w", err)
-	}
-	if err := atomicfile.WriteFile(path, blob); err != nil {
+	if err := atomicfile.WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
 	return nil
 }
 
 func (t *Trainer) loadCheckpoint(path string) error {
-	blob, err := os.ReadFile(path)
+	payload, err := atomicfile.ReadSealed(path, checkpointMagic, checkpointVersion)
+	if errors.Is(err, atomicfile.ErrCorrupt) {
+		return fmt.Errorf("train: checkpoint: %w: %w", ErrCorruptCheckpoint, err)
+	}
 	if err != nil {
 		return err
 	}
-	var f checkpointFile
-	if err := msgpack.Unmarshal(blob, &f); err != nil {
-		return fmt.Errorf("train: checkpoint %s: %w: %v", path, ErrCorruptCheckpoint, err)
-	}
-	if f.Version != checkpointVersion {
-		return fmt.Errorf("train: checkpoint %s: %w: version %d, want %d", path, ErrCorruptCheckpoint, f.Version, checkpointVersion)
-	}
-	if sum := sha256.Sum256(f.Payload); !bytes.Equal(sum[:], f.Checksum) {
-		return fmt.Errorf("train: checkpoint %s: %w: checksum mismatch", path, ErrCorruptCheckpoint)
-	}
 	var ck checkpoint
-	if err := msgpack.Unmarshal(f.Payload, &ck); err != nil {
+	if err := msgpack.Unmarshal(payload, &ck); err != nil {
 		return fmt.Errorf("train: checkpoint %s: %w: %v", path, ErrCorruptCheckpoint, err)
 	}
 	if ck.RunID != t.runID() {
@@ -133,6 +129,28 @@ func (t *Trainer) loadCheckpoint(path string) error {
 			return fmt.Errorf("train: checkpoint: noise: %w", err)
 		}
 	}
+	if err := t.checkInStep(ck.Step); err != nil {
+		return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
+	}
 	t.eps, t.augment.Seed = ck.Epsilon, ck.AugmentSeed
+	return nil
+}
+
+// checkInStep verifies that the sampler, the noise source and the
+// optimizer have all done exactly step steps: batch i must meet noise row
+// i, or an example's participations land outside the schema the
+// sensitivity was computed for.
+func (t *Trainer) checkInStep(step int) error {
+	if s := t.sampler.Step(); s != step {
+		return fmt.Errorf("sampler at step %d, checkpoint at step %d", s, step)
+	}
+	if t.noise != nil {
+		if s := t.noise.Step(); s != step {
+			return fmt.Errorf("noise source at step %d, checkpoint at step %d", s, step)
+		}
+	}
+	if s := t.opt.StepIndex(); s != step {
+		return fmt.Errorf("optimizer at step %d, checkpoint at step %d", s, step)
+	}
 	return nil
 }

@@ -8,33 +8,27 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // ErrInvalid is wrapped by errors caused by a configuration that cannot run.
 var ErrInvalid = errors.New("invalid configuration")
 
 // ErrRefused is wrapped when the privacy plan refuses a combination of
-// sampler, mechanism and accounting whose guarantee does not hold.
-var ErrRefused = errors.New("privacy plan refused")
+// sampler, mechanism and accounting whose guarantee does not hold
+// (privacy.ErrRefused).
+var ErrRefused = privacy.ErrRefused
 
-// Sampling names how batches are drawn (SPEC 7).
-type Sampling string
+// Sampling names how batches are drawn (privacy.Sampling).
+type Sampling = privacy.Sampling
 
+// The samplings; see package privacy.
 const (
-	// SamplingAuto picks Poisson for dpsgd, partitioned band sampling for
-	// bandmf and fixed-order epochs for every other mechanism.
-	SamplingAuto Sampling = ""
-	// SamplingPoisson: every example joins each step with probability
-	// q = Batch/m; amplified DP-SGD accounting.
-	SamplingPoisson Sampling = "poisson"
-	// SamplingBandPoisson: banded-MF Alg. 2, amplified BandMF accounting.
-	SamplingBandPoisson Sampling = "band-poisson"
-	// SamplingFixedOrder: shuffle once, same batches every epoch;
-	// (k,b)-participation, unamplified accounting.
-	SamplingFixedOrder Sampling = "fixed-order"
-	// SamplingShuffle: a fresh permutation every epoch; no amplification is
-	// claimed.
-	SamplingShuffle Sampling = "shuffle"
+	SamplingAuto        = privacy.SamplingAuto
+	SamplingPoisson     = privacy.SamplingPoisson
+	SamplingBandPoisson = privacy.SamplingBandPoisson
+	SamplingFixedOrder  = privacy.SamplingFixedOrder
+	SamplingShuffle     = privacy.SamplingShuffle
 )
 
 // WorkloadChoice says which workload a matrix mechanism is built for.
@@ -68,12 +62,12 @@ type Config struct {
 
 	// Privacy.
 	NonPrivate bool `json:"non_private"`
-	// Mechanism is a mechanism name as in mfnoise.ParseMechanism:
-	// dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
-	// bandmf:N or bandmf:auto, optionally stamped (/sS).
-	Mechanism string         `json:"mechanism"`
-	Workload  WorkloadChoice `json:"workload"`
-	Sampling  Sampling       `json:"sampling"`
+	// Mechanism is the noise mechanism, e.g. privacy.BandMF{Bands: 8}
+	// (nil: privacy.DPSGD{}); a command line parses names with
+	// privacy.ParseMechanism.
+	Mechanism privacy.Mechanism `json:"-"`
+	Workload  WorkloadChoice    `json:"workload"`
+	Sampling  Sampling          `json:"sampling"`
 	// Bands is the number of partitions of band sampling; 0 means the
 	// mechanism's band count.
 	Bands int `json:"bands,omitempty"`
@@ -84,8 +78,8 @@ type Config struct {
 	Epsilon         float64 `json:"epsilon,omitempty"`
 	// Delta; 0 means min(1e-5, 1/m).
 	Delta float64 `json:"delta,omitempty"`
-	// Accountant: "pld" (default) or "rdp".
-	Accountant string `json:"accountant"`
+	// Accountant: privacy.PLD (default) or privacy.RDP.
+	Accountant privacy.AccountantKind `json:"accountant"`
 
 	// Optimizer: heavy-ball momentum (0 = plain SGD) with the learning
 	// rate linearly cooled down to 0.05x over the last CooldownFrac of
@@ -95,8 +89,14 @@ type Config struct {
 	CooldownFrac float64 `json:"cooldown_frac"`
 
 	// Seed makes the run reproducible (sampler, noise, initialization,
-	// augmentation). Nil: every generator is seeded from crypto/rand.
+	// augmentation). Nil: every generator is seeded from crypto/rand. A
+	// seeded private run records that its noise is reproducible from the
+	// seed, and a seed of fewer than 128 bits (privacy.SeedBits) is
+	// refused unless InsecureSeed is set.
 	Seed []byte `json:"-"`
+	// InsecureSeed accepts a low-entropy Seed for a private run: an
+	// insecure experiment, recorded as such in the plan and the ledger.
+	InsecureSeed bool `json:"insecure_seed,omitempty"`
 	// NoiseMemoryBudget bounds the noise source's state in bytes (0: none).
 	NoiseMemoryBudget int64 `json:"noise_memory_budget,omitempty"`
 
@@ -120,14 +120,14 @@ type Config struct {
 // 0.5 for plain SGD and 0.1 with momentum, the mechanism's workload taken
 // from the optimizer, and an evaluation every fifth of the run.
 func (c *Config) Defaults() {
-	if c.Mechanism == "" && !c.NonPrivate {
-		c.Mechanism = "dpsgd"
+	if c.Mechanism == nil && !c.NonPrivate {
+		c.Mechanism = privacy.DPSGD{}
 	}
 	if c.ClipNorm == 0 {
 		c.ClipNorm = 1
 	}
 	if c.Accountant == "" {
-		c.Accountant = "pld"
+		c.Accountant = privacy.PLD
 	}
 	if c.LearningRate == 0 {
 		// Heavy-ball momentum beta multiplies the effective step by
@@ -189,9 +189,7 @@ func (c *Config) validate() error {
 	if c.Delta != 0 && !(c.Delta > 0 && c.Delta < 1) {
 		return bad("delta %v must lie in (0,1)", c.Delta)
 	}
-	switch c.Accountant {
-	case "pld", "rdp":
-	default:
+	if _, err := c.Accountant.New(); err != nil {
 		return bad("accountant %q: want pld or rdp", c.Accountant)
 	}
 	switch c.Workload {

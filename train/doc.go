@@ -1,10 +1,15 @@
-// Package train runs differentially private training end to end: it binds a
-// sampler, a correlated-noise mechanism, an optimizer and an accountant into
-// one privacy plan that is checked before the first step, then runs the loop
+// Package train runs differentially private training end to end: it asks
+// the planner (package privacy) for the privacy plan that binds a sampler, a
+// correlated-noise mechanism and an accountant, checked before the first
+// step, then runs the loop
 // sample -> clipped per-example gradient sum -> add sigma*zeta*sens*W_i ->
 // divide by the expected batch size -> optimizer step, with periodic
 // evaluation, JSON-lines metrics and atomic, checksummed checkpoints from
 // which a killed run resumes bit-identically.
+//
+// A step is all-or-nothing: sampler, noise, model and optimizer advance
+// together or not at all, and a checkpoint is refused unless all four are
+// at its step.
 //
 // Run is the one-call entry point; Trainer lets a service drive steps itself.
 //

@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -20,9 +21,11 @@ func ExampleRun() {
 	res, err := train.Run(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, ModelName: "logistic",
 		Steps: 40, Batch: 100,
-		Mechanism: "bandmf:4", Epsilon: 8, Delta: 1e-5,
+		Mechanism: privacy.BandMF{Bands: 4}, Epsilon: 8, Delta: 1e-5,
 		Momentum: 0.9, LearningRate: 0.2, CooldownFrac: 0.25,
-		Seed: []byte("example"), // omit for cryptographically seeded noise
+		// A short seed makes the example reproducible; it is an insecure
+		// experiment, and the plan says so. Omit both for crypto/rand noise.
+		Seed: []byte("example"), InsecureSeed: true,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -46,7 +49,8 @@ func ExampleTrainer() {
 	}
 	tr, err := train.New(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, ModelName: "logistic",
-		Steps: 20, Batch: 50, Mechanism: "dpsgd", NoiseMultiplier: 1.0, Seed: []byte("example"),
+		Steps: 20, Batch: 50, Mechanism: privacy.DPSGD{}, NoiseMultiplier: 1.0,
+		Seed: []byte("example"), InsecureSeed: true,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -25,7 +25,7 @@ func TestFashionMNISTPrivateTraining(t *testing.T) {
 	base := Config{
 		Train: trainSet, Test: testSet, ModelName: "mlp", Hidden: []int{128},
 		Steps: steps, Batch: 250, Epsilon: 8, LearningRate: 0.5, CooldownFrac: 0.25,
-		Seed: []byte("fashion e2e"), EvalEvery: steps, CacheDir: t.TempDir(),
+		Seed: []byte("fashion e2e"), InsecureSeed: true, EvalEvery: steps, CacheDir: t.TempDir(),
 	}
 	cases := []struct {
 		name   string
@@ -33,8 +33,8 @@ func TestFashionMNISTPrivateTraining(t *testing.T) {
 		minAcc float64
 	}{
 		{"non-private", func(c *Config) { c.NonPrivate = true }, 0.80},
-		{"dpsgd", func(c *Config) { c.Mechanism = "dpsgd" }, 0.74},
-		{"bandmf", func(c *Config) { c.Mechanism = "bandmf:16"; c.Momentum = 0.95; c.LearningRate = 0.1 }, 0.78},
+		{"dpsgd", func(c *Config) { c.Mechanism = parseMech(t, "dpsgd") }, 0.74},
+		{"bandmf", func(c *Config) { c.Mechanism = parseMech(t, "bandmf:16"); c.Momentum = 0.95; c.LearningRate = 0.1 }, 0.78},
 	}
 	acc := map[string]float64{}
 	for _, tc := range cases {

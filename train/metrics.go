@@ -91,7 +91,7 @@ func (p *progress) eval(em EvalMetrics) {
 	if p.bar == nil {
 		return
 	}
-	p.bar.Describe(fmt.Sprintf("test acc %.3f eps %.2f", em.Accuracy, em.Epsilon))
+	p.bar.Describe(fmt.Sprintf("%s acc %.3f eps %.2f", em.Split, em.Accuracy, em.Epsilon))
 }
 
 func (p *progress) finish() {

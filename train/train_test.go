@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // blobs is a 4-class problem on 1x4x4 inputs: class c has mean +2 on pixel
@@ -41,12 +42,22 @@ func blobs(t testing.TB, m int, seed uint64) *data.Dataset {
 	return ds
 }
 
+// parseMech is the mechanism named as on the command line.
+func parseMech(t testing.TB, name string) privacy.Mechanism {
+	t.Helper()
+	m, err := privacy.ParseMechanism(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func baseConfig(t testing.TB) Config {
 	return Config{
 		Train: blobs(t, 2000, 1), Test: blobs(t, 400, 2),
 		ModelName: "logistic", Steps: 40, Batch: 50,
-		Mechanism: "dpsgd", Epsilon: 8, ClipNorm: 1, LearningRate: 0.5,
-		Seed: []byte("test seed"), EvalEvery: 1000,
+		Mechanism: privacy.DPSGD{}, Epsilon: 8, ClipNorm: 1, LearningRate: 0.5,
+		Seed: []byte("test seed"), InsecureSeed: true, EvalEvery: 1000,
 	}
 }
 
@@ -56,10 +67,14 @@ func TestRefusesCombinationsWhoseGuaranteeDoesNotHold(t *testing.T) {
 		name string
 		edit func(*Config)
 	}{
-		{"amplified accounting with fixed-order epochs", func(c *Config) { c.Mechanism = "tree-online"; c.Sampling = SamplingPoisson }},
-		{"bands larger than the sampler's separation", func(c *Config) { c.Mechanism = "bandmf:8"; c.Sampling = SamplingBandPoisson; c.Bands = 4 }},
-		{"mf-kb with Poisson sampling", func(c *Config) { c.Mechanism = "mf-kb"; c.Sampling = SamplingPoisson }},
-		{"dense encoder with band sampling", func(c *Config) { c.Mechanism = "mf-single"; c.Sampling = SamplingBandPoisson; c.Bands = 4 }},
+		{"amplified accounting with fixed-order epochs", func(c *Config) { c.Mechanism = parseMech(t, "tree-online"); c.Sampling = SamplingPoisson }},
+		{"bands larger than the sampler's separation", func(c *Config) { c.Mechanism = parseMech(t, "bandmf:8"); c.Sampling = SamplingBandPoisson; c.Bands = 4 }},
+		{"mf-kb with Poisson sampling", func(c *Config) { c.Mechanism = parseMech(t, "mf-kb"); c.Sampling = SamplingPoisson }},
+		{"dense encoder with band sampling", func(c *Config) {
+			c.Mechanism = parseMech(t, "mf-single")
+			c.Sampling = SamplingBandPoisson
+			c.Bands = 4
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,8 +96,7 @@ func TestRejectsBadInput(t *testing.T) {
 		"epsilon <= 0":               func(c *Config) { c.Epsilon = -1 },
 		"delta outside (0,1)":        func(c *Config) { c.Delta = 1.5 },
 		"no epsilon and no sigma":    func(c *Config) { c.Epsilon = 0 },
-		"bands > n":                  func(c *Config) { c.Mechanism = "bandmf:41" },
-		"unknown mechanism":          func(c *Config) { c.Mechanism = "laplace" },
+		"bands > n":                  func(c *Config) { c.Mechanism = parseMech(t, "bandmf:41") },
 		"unknown accountant":         func(c *Config) { c.Accountant = "moments" },
 	}
 	for name, edit := range cases {
@@ -100,7 +114,7 @@ func TestRejectsBadInput(t *testing.T) {
 
 func TestPlanRecordsCalibratedPrivacy(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Mechanism = "bandmf:4"
+	cfg.Mechanism = privacy.BandMF{Bands: 4}
 	cfg.Momentum = 0.9
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
@@ -125,7 +139,9 @@ func TestPrivateTrainingLearns(t *testing.T) {
 	for _, mech := range []string{"dpsgd", "bandmf:4", "tree-online"} {
 		t.Run(mech, func(t *testing.T) {
 			cfg := baseConfig(t)
-			cfg.Mechanism, cfg.Steps = mech, 80
+			// RDP keeps the per-step epsilon (about 35 accountant calls
+			// per run) cheap; PLD runs in ExampleRun and the plan tests.
+			cfg.Mechanism, cfg.Steps, cfg.Accountant = parseMech(t, mech), 80, privacy.RDP
 			if mech != "dpsgd" {
 				cfg.Momentum = 0.9
 				cfg.LearningRate = 0.1
@@ -154,7 +170,7 @@ const childEnv = "DPMF_TRAIN_CHILD_CHECKPOINT"
 
 func resumeConfig(t testing.TB, ckpt string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = "bandmf:4", 60, 0.9, 0.1
+	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = privacy.BandMF{Bands: 4}, 60, 0.9, 0.1
 	cfg.CheckpointPath, cfg.CheckpointEvery = ckpt, 5
 	return cfg
 }

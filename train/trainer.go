@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +19,12 @@ import (
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
+// stepNotPrivate lists the keys of a step's metrics that are computed from
+// the private batch without noise.
+func stepNotPrivate() []string {
+	return []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"}
+}
+
 // StepMetrics describes one training step.
 type StepMetrics struct {
 	Step          int        `json:"step"`
@@ -26,18 +33,60 @@ type StepMetrics struct {
 	ClippedFrac   float64    `json:"clipped_frac"`
 	NormQuantiles [4]float64 `json:"norm_quantiles"` // 50%, 90%, 99%, max
 	NonFinite     int        `json:"non_finite"`
-	Epsilon       float64    `json:"epsilon"`
-	StepSeconds   float64    `json:"step_seconds"`
+	// Epsilon bounds the epsilon spent after this step (Plan.EpsilonSpent):
+	// never below it, exact at the end.
+	Epsilon     float64 `json:"epsilon"`
+	StepSeconds float64 `json:"step_seconds"`
+	// NotPrivate lists the keys computed from the private batch without
+	// noise, which the guarantee does not cover: loss, batch_size,
+	// clipped_frac, norm_quantiles and non_finite. Keep them as private as
+	// the training data (or drop them) before releasing a run's metrics.
+	NotPrivate []string `json:"not_private"`
 }
 
-// EvalMetrics describes one evaluation on the test set.
+// EvalMetrics describes one evaluation: on the test set, or on the
+// training set when the run has none.
 type EvalMetrics struct {
-	Step     int     `json:"step"`
+	Step int `json:"step"`
+	// Split is SplitTest or SplitTrain. A training-set evaluation is
+	// written with the keys train_loss and train_accuracy (never test_*)
+	// and lists them under not_private: it reads the private data without
+	// noise, outside the guarantee.
+	Split    string  `json:"split"`
 	Loss     float64 `json:"test_loss"`
 	Accuracy float64 `json:"test_accuracy"`
 	Epsilon  float64 `json:"epsilon"`
 	Delta    float64 `json:"delta"`
+	// NotPrivate lists the keys the guarantee does not cover.
+	NotPrivate []string `json:"not_private,omitempty"`
 }
+
+// Evaluation splits.
+const (
+	SplitTest  = "test"
+	SplitTrain = "train"
+)
+
+// MarshalJSON names loss and accuracy after the split they were measured
+// on: test_loss and test_accuracy, or train_loss and train_accuracy.
+func (em EvalMetrics) MarshalJSON() ([]byte, error) {
+	type plain EvalMetrics
+	if em.Split != SplitTrain {
+		return json.Marshal(plain(em))
+	}
+	return json.Marshal(struct {
+		Step       int      `json:"step"`
+		Split      string   `json:"split"`
+		Loss       float64  `json:"train_loss"`
+		Accuracy   float64  `json:"train_accuracy"`
+		Epsilon    float64  `json:"epsilon"`
+		Delta      float64  `json:"delta"`
+		NotPrivate []string `json:"not_private"`
+	}{em.Step, em.Split, em.Loss, em.Accuracy, em.Epsilon, em.Delta, em.NotPrivate})
+}
+
+// evalTrainNotPrivate lists the keys of a training-set evaluation.
+func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accuracy"} }
 
 // Trainer runs a configured training loop one step at a time, for services
 // that drive training themselves. Build it with New.
@@ -50,6 +99,9 @@ type Trainer struct {
 	noise   mfnoise.NoiseSource
 	opt     optim.Optimizer
 	eps     float64 // epsilon after the last evaluated step
+	// broken is set when a step failed after its noise was drawn (see
+	// ErrBroken); every later step returns it.
+	broken error
 
 	idx        []int
 	xb         []float32
@@ -102,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: optimizer workload: %w", err)
 		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, planInput{examples: cfg.Train.Len(), workload: w})
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w)
 		if err != nil {
 			return nil, err
 		}
@@ -206,19 +258,82 @@ func (t *Trainer) Step() int { return t.sampler.Step() }
 // Done reports whether all steps ran.
 func (t *Trainer) Done() bool { return t.Step() >= t.cfg.Steps }
 
+// ErrBroken is wrapped by every call on a Trainer whose last step failed
+// after its noise was drawn: sampler and noise advanced but the model did
+// not, so the trainer refuses to go on until it is rebuilt (New) from a
+// checkpoint. Only an arithmetic overflow in the noisy sum can cause it;
+// every earlier failure (data, clipping, context) rolls the step back.
+var ErrBroken = errors.New("trainer broken by a failed step")
+
 // TrainStep runs one step: sample, clipped sum, noise, divide by the
-// expected batch size, optimizer update.
+// expected batch size, optimizer update. A step is all-or-nothing: on an
+// error before the update the sampler is restored, so the next call draws
+// the same batch and pairs it with the same noise row; the sampler, the
+// noise source, the model and the optimizer advance together or not at all.
 func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
+	if t.broken != nil {
+		return StepMetrics{}, t.broken
+	}
 	if err := ctx.Err(); err != nil {
 		return StepMetrics{}, err
 	}
 	start := time.Now()
+	// What the step will spend does not depend on its data: account for it
+	// before anything changes.
+	var eps float64
+	if t.plan != nil {
+		var err error
+		if eps, err = t.plan.EpsilonSpent(t.Step() + 1); err != nil {
+			return StepMetrics{}, fmt.Errorf("train: step %d: accounting: %w", t.Step()+1, err)
+		}
+	}
+	// The sampler state is a few hundred bytes: saving it every step is
+	// what lets a failed gather or clip leave the run where it was.
+	saved, err := t.sampler.MarshalBinary()
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("train: step %d: saving sampler state: %w", t.Step()+1, err)
+	}
+	sm, err := t.sampleAndClip(ctx)
+	if err == nil && t.plan != nil {
+		// The noise source checks its arguments before advancing, so an
+		// error here leaves it at the previous step.
+		if nerr := t.noise.Next(t.noiseBuf); nerr != nil {
+			err = fmt.Errorf("train: step %d: noise: %w", sm.Step, nerr)
+		}
+	}
+	if err != nil {
+		if rerr := t.sampler.UnmarshalBinary(saved); rerr != nil {
+			t.broken = fmt.Errorf("train: %w: step %d: %v; restoring the sampler failed: %v", ErrBroken, sm.Step, err, rerr)
+			return StepMetrics{}, t.broken
+		}
+		return StepMetrics{}, err
+	}
+	// From here on the sampler and the noise have advanced: the update
+	// must be applied, or the trainer is broken.
+	if err := t.applyUpdate(sm.Step, sm.BatchSize); err != nil {
+		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
+		return StepMetrics{}, t.broken
+	}
+	sm.Epsilon, sm.NotPrivate = eps, stepNotPrivate()
+	sm.StepSeconds = time.Since(start).Seconds()
+	if t.metrics != nil {
+		t.metrics.write("step", sm)
+	}
+	if t.cfg.OnStep != nil {
+		t.cfg.OnStep(sm)
+	}
+	return sm, nil
+}
+
+// sampleAndClip draws the next batch and leaves its clipped gradient sum in
+// t.sum. It changes no state but the sampler's.
+func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 	var err error
+	step := t.sampler.Step() + 1
 	t.idx, err = t.sampler.Next(t.idx)
 	if err != nil {
-		return StepMetrics{}, fmt.Errorf("train: step %d: %w", t.Step()+1, err)
+		return StepMetrics{Step: step}, fmt.Errorf("train: step %d: %w", step, err)
 	}
-	step := t.sampler.Step()
 	t.idx = t.audit.split(t.idx)
 	for i := range t.sum {
 		t.sum[i] = 0
@@ -229,10 +344,13 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 	maxBatch := len(t.yb)
 	var lossSum float64
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
+		if err := ctx.Err(); err != nil {
+			return sm, err
+		}
 		hi := min(lo+maxBatch, len(t.idx))
 		x, y, err := t.gather(t.idx[lo:hi], step)
 		if err != nil {
-			return sm, err
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
 		st, err := t.engine.ClippedSum(x, y, t.chunk)
 		if err != nil {
@@ -254,20 +372,27 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		sm.ClippedFrac /= float64(sm.BatchSize)
 	}
 	sm.Loss = lossSum
-	div := float64(max(sm.BatchSize, 1))
+	if i := nonFinite(t.sum); i >= 0 {
+		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+	}
+	return sm, nil
+}
+
+// applyUpdate adds the drawn noise to the clipped sum, divides by the batch
+// size and steps the optimizer (which leaves the parameters untouched when
+// it refuses the gradient).
+func (t *Trainer) applyUpdate(step, batch int) error {
+	div := float64(max(batch, 1))
 	if t.plan != nil {
-		if err := t.noise.Next(t.noiseBuf); err != nil {
-			return sm, fmt.Errorf("train: step %d: noise: %w", step, err)
-		}
 		if err := t.audit.beforeNoise(step, t.sum); err != nil {
-			return sm, fmt.Errorf("train: step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		std := float32(t.plan.NoiseStd * t.audit.noiseScale())
 		for i, w := range t.noiseBuf {
 			t.sum[i] += std * w
 		}
 		if err := t.audit.released(step, t.sum); err != nil {
-			return sm, fmt.Errorf("train: step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		// Dividing by the realized batch size would leak it: the expected
 		// size is data independent (SPEC 7).
@@ -276,25 +401,24 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 	inv := float32(1 / div)
 	for i := range t.sum {
 		t.sum[i] *= inv
-		if v := t.sum[i]; v != v || math.IsInf(float64(v), 0) {
-			return sm, fmt.Errorf("train: step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
-		}
+	}
+	if i := nonFinite(t.sum); i >= 0 {
+		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
 	}
 	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
-		return sm, fmt.Errorf("train: step %d: optimizer: %w", step, err)
+		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
-	sm.Epsilon = t.eps
-	if t.plan != nil && !t.plan.Amplified {
-		sm.Epsilon = t.plan.Epsilon
+	return nil
+}
+
+// nonFinite is the index of the first NaN or infinity in v, or -1.
+func nonFinite(v []float32) int {
+	for i, x := range v {
+		if x-x != 0 {
+			return i
+		}
 	}
-	sm.StepSeconds = time.Since(start).Seconds()
-	if t.metrics != nil {
-		t.metrics.write("step", sm)
-	}
-	if t.cfg.OnStep != nil {
-		t.cfg.OnStep(sm)
-	}
-	return sm, nil
+	return -1
 }
 
 func (t *Trainer) gather(idx []int, step int) ([]float32, []int, error) {
@@ -307,21 +431,23 @@ func (t *Trainer) gather(idx []int, step int) ([]float32, []int, error) {
 		err = t.cfg.Train.Batch(idx, x, y)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("train: gathering batch: %w", err)
+		return nil, nil, fmt.Errorf("gathering batch: %w", err)
 	}
 	return x, y, nil
 }
 
 func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Shape.W} }
 
-// Evaluate measures test loss and accuracy (on the training set when no
-// test set is configured) and the epsilon spent so far.
+// Evaluate measures test loss and accuracy and the epsilon spent so far.
+// Without a test set it measures the training set, says so (Split), and
+// marks the result as outside the guarantee.
 func (t *Trainer) Evaluate() (EvalMetrics, error) {
 	ds := t.cfg.Test
+	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if ds == nil {
 		ds = t.cfg.Train
+		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate()
 	}
-	em := EvalMetrics{Step: t.Step()}
 	idx := make([]int, ds.Len())
 	for i := range idx {
 		idx[i] = i

@@ -1,33 +1,51 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
+	"sort"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
 func isInvalid(err error) bool {
-	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, train.ErrRefused)
+	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, privacy.ErrRefused)
 }
 
-// accountResult is the JSON of "train account"; keys are stable.
+// accountResult is the JSON of "train account"; keys are stable and always
+// present: q and bands are null where the mechanism has none.
 type accountResult struct {
-	Mechanism    string  `json:"mechanism"`
-	Epsilon      float64 `json:"epsilon"`
-	Delta        float64 `json:"delta"`
-	Sigma        float64 `json:"sigma"`
-	Accountant   string  `json:"accountant"`
-	Q            float64 `json:"q,omitempty"`
-	Compositions int     `json:"compositions"`
-	Bands        int     `json:"bands,omitempty"`
-	Calibrated   bool    `json:"calibrated"`
+	Mechanism    string   `json:"mechanism"`
+	Epsilon      float64  `json:"epsilon"`
+	Delta        float64  `json:"delta"`
+	Sigma        float64  `json:"sigma"`
+	Accountant   string   `json:"accountant"`
+	Q            *float64 `json:"q"`
+	Compositions int      `json:"compositions"`
+	Bands        *int     `json:"bands"`
+	Calibrated   bool     `json:"calibrated"`
+}
+
+// accountFlags are the flags a -mechanism reads; giving another is an
+// error rather than silently ignored.
+func accountFlags(mech string) ([]string, bool) {
+	switch mech {
+	case "gaussian":
+		return nil, true
+	case "dpsgd":
+		return []string{"q", "examples", "batch", "steps"}, true
+	case "bandmf":
+		return []string{"examples", "batch", "steps", "bands"}, true
+	}
+	return nil, false
 }
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
@@ -37,14 +55,37 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	eps := fs.Float64("epsilon", 0, "target epsilon: report the noise multiplier")
 	delta := fs.Float64("delta", 1e-5, "delta")
 	q := fs.Float64("q", 0, "sampling rate (dpsgd); or give -examples and -batch")
-	examples := fs.Int("examples", 0, "number of training examples M")
-	batch := fs.Int("batch", 0, "expected batch size B")
-	steps := fs.Int("steps", 1, "number of steps T")
+	examples := fs.Int("examples", 0, "number of training examples M (dpsgd, bandmf)")
+	batch := fs.Int("batch", 0, "expected batch size B (dpsgd, bandmf)")
+	steps := fs.Int("steps", 1, "number of steps T (dpsgd, bandmf)")
 	bands := fs.Int("bands", 1, "number of bands (bandmf)")
 	acctName := fs.String("accountant", "pld", "pld or rdp")
 	format := fs.String("format", "json", "json or table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	reads, ok := accountFlags(*mech)
+	if !ok {
+		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", *mech)
+	}
+	var ignored []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "q", "examples", "batch", "steps", "bands":
+			for _, r := range reads {
+				if r == f.Name {
+					return
+				}
+			}
+			ignored = append(ignored, "-"+f.Name)
+		}
+	})
+	if len(ignored) > 0 {
+		sort.Strings(ignored)
+		return usagef("account: -mechanism %s does not use %s (gaussian is one Gaussian mechanism; dpsgd reads -q or -examples and -batch, and -steps; bandmf reads -examples, -batch, -bands and -steps)", *mech, strings.Join(ignored, ", "))
+	}
+	if *format != "json" && *format != "table" {
+		return usagef("account: -format %q: want json or table", *format)
 	}
 	if (*sigma > 0) == (*eps > 0) {
 		return usagef("account: give exactly one of -sigma > 0 or -epsilon > 0")
@@ -55,21 +96,14 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	if *steps <= 0 {
 		return usagef("account: -steps %d must be positive", *steps)
 	}
-	var acct accountant.Accountant
-	switch *acctName {
-	case "pld":
-		acct = accountant.NewPLD(accountant.PLDOptions{})
-	case "rdp":
-		acct = accountant.NewRDP(nil)
-	default:
+	kind, err := privacy.ParseAccountant(*acctName)
+	if err != nil {
 		return usagef("account: -accountant %q: want pld or rdp", *acctName)
 	}
-	res := accountResult{Mechanism: *mech, Delta: *delta, Accountant: *acctName}
-	var event func(s float64) (accountant.Event, error)
+	acct, _ := kind.New()
+	var comp privacy.Composition
+	res := accountResult{Mechanism: *mech, Delta: *delta, Accountant: acct.Name()}
 	switch *mech {
-	case "gaussian":
-		res.Compositions = 1
-		event = func(s float64) (accountant.Event, error) { return accountant.UnamplifiedMFEvent(s) }
 	case "dpsgd":
 		rate := *q
 		if rate == 0 {
@@ -77,40 +111,36 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 				return usagef("account: dpsgd needs -q or -examples and -batch")
 			}
 			rate = float64(*batch) / float64(*examples)
+		} else if *examples != 0 || *batch != 0 {
+			return usagef("account: dpsgd takes -q or -examples and -batch, not both")
 		}
 		if !(rate > 0 && rate <= 1) {
 			return usagef("account: sampling rate %v must lie in (0,1]", rate)
 		}
-		res.Q, res.Compositions = rate, *steps
-		event = func(s float64) (accountant.Event, error) { return accountant.DPSGDEvent(s, rate, *steps) }
+		comp = privacy.Composition{Amplified: true, Q: rate, Partitions: 1}
 	case "bandmf":
 		if *examples <= 0 || *batch <= 0 {
 			return usagef("account: bandmf needs -examples and -batch")
 		}
-		if *bands <= 0 || *bands > *examples {
-			return usagef("account: -bands %d must lie in [1, examples]", *bands)
+		if *bands <= 0 || *bands > *examples / *batch {
+			return usagef("account: -bands %d must lie in [1, examples/batch = %d]", *bands, *examples / *batch)
 		}
-		res.Bands = *bands
-		res.Q = float64(*batch) / math.Floor(float64(*examples)/float64(*bands))
-		res.Compositions = (*steps + *bands - 1) / *bands
-		event = func(s float64) (accountant.Event, error) {
-			return accountant.BandMFEvent(s, *examples, *batch, *bands, *steps)
-		}
-	default:
-		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", *mech)
+		comp = privacy.Composition{Amplified: true, Examples: *examples, Batch: *batch, Partitions: *bands}
+		res.Bands = bands
 	}
+	if comp.Amplified {
+		rate := comp.Rate()
+		res.Q = &rate
+	}
+	res.Compositions = comp.Compositions(*steps)
 	if *sigma > 0 {
-		ev, err := event(*sigma)
-		if err != nil {
-			return err
-		}
-		e, err := acct.Epsilon(ev, *delta)
+		e, err := comp.Epsilon(acct, *sigma, *steps, *delta)
 		if err != nil {
 			return err
 		}
 		res.Sigma, res.Epsilon = *sigma, e
 	} else {
-		cal, err := accountant.Calibrate(acct, event, *eps, *delta)
+		cal, err := comp.Calibrate(context.Background(), acct, *steps, *eps, *delta)
 		if err != nil {
 			return err
 		}
@@ -118,14 +148,16 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	}
 	switch *format {
 	case "json":
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(res)
-	case "table":
-		fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  epsilon %.6g  delta %.3g  accountant %s  compositions %d  q %.6g\n",
-			res.Mechanism, res.Sigma, res.Epsilon, res.Delta, res.Accountant, res.Compositions, res.Q)
-		return nil
+		return json.NewEncoder(stdout).Encode(res)
+	default:
+		fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  epsilon %.6g  delta %.3g  accountant %s  compositions %d", res.Mechanism, res.Sigma, res.Epsilon, res.Delta, res.Accountant, res.Compositions)
+		if res.Q != nil {
+			fmt.Fprintf(stdout, "  q %.6g", *res.Q)
+		}
+		if res.Bands != nil {
+			fmt.Fprintf(stdout, "  bands %d", *res.Bands)
+		}
+		fmt.Fprintln(stdout)
 	}
-	return usagef("account: -format %q: want json or table", *format)
+	return nil
 }
-
-var _ = flag.ErrHelp

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/dpmf-go/dpmf/audit"
-	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 )
@@ -156,7 +154,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Canaries: res.Canaries, Mechanism: res.Mechanism, Bands: res.Plan.Bands, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
 		ClaimViolated: res.Violated, Guesses: res.Bound.Guesses, GuessIn: res.Bound.GuessIn, GuessOut: res.Bound.GuessOut,
 		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
-		Accountant: res.Plan.Accountant, TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
+		Accountant: string(res.Plan.Accountant), TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
 	}
 	if res.GDP != nil {
 		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
@@ -191,50 +189,4 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout)
 	}
 	return nil
-}
-
-// trainConfig is the train.Config of the run flags, as "train run" builds
-// it.
-func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
-	var err error
-	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
-		idx := make([]int, r.trainLimit)
-		for i := range idx {
-			idx[i] = i
-		}
-		if trainSet, err = trainSet.Subset(idx); err != nil {
-			return train.Config{}, err
-		}
-	}
-	cfg := train.Config{
-		Train: trainSet, Test: testSet, Augment: r.augment,
-		ModelName: r.model, Steps: r.steps, Batch: r.batch,
-		NonPrivate: r.nonPrivate, Mechanism: r.mechanism, Workload: train.WorkloadChoice(r.workload),
-		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
-		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: r.accountant,
-		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
-		EvalEvery: r.evalEvery, MetricsPath: r.metrics, CacheDir: r.cache,
-	}
-	if cfg.NoiseMultiplier > 0 {
-		cfg.Epsilon = 0
-	}
-	if r.hidden != "" {
-		for _, h := range strings.Split(r.hidden, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(h))
-			if err != nil || v <= 0 {
-				return train.Config{}, usagef("-hidden %q: want positive integers", r.hidden)
-			}
-			cfg.Hidden = append(cfg.Hidden, v)
-		}
-	}
-	if r.momentum < 0 {
-		cfg.Momentum = 0.95
-		if strings.HasPrefix(r.mechanism, "dpsgd") {
-			cfg.Momentum = 0
-		}
-	}
-	if r.seed != "" {
-		cfg.Seed = []byte(r.seed)
-	}
-	return cfg, nil
 }

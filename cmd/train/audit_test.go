@@ -8,7 +8,7 @@ import (
 
 func TestAuditJSONContract(t *testing.T) {
 	code, out, stderr := runCLI(t, "audit", "-data", "embedded", "-steps", "20", "-batch", "100", "-mechanism", "dpsgd",
-		"-epsilon", "4", "-seed", "cli audit", "-canaries", "200", "-audit", "whitebox", "-format", "json", "-cache", t.TempDir())
+		"-epsilon", "4", "-seed", "cli audit", "-insecure-seed", "-canaries", "200", "-audit", "whitebox", "-format", "json", "-cache", t.TempDir())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -31,7 +31,7 @@ func TestAuditJSONContract(t *testing.T) {
 
 func TestUnsafeNoiseScaleWarnsAndIsRefusedByRun(t *testing.T) {
 	code, out, stderr := runCLI(t, "audit", "-data", "embedded", "-steps", "20", "-batch", "100", "-mechanism", "dpsgd",
-		"-epsilon", "1", "-seed", "cli audit", "-canaries", "200", "-unsafe-noise-scale", "0.25", "-cache", t.TempDir())
+		"-epsilon", "1", "-seed", "cli audit", "-insecure-seed", "-canaries", "200", "-unsafe-noise-scale", "0.25", "-cache", t.TempDir())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

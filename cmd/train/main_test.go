@@ -131,7 +131,7 @@ func TestRunEmbeddedSmall(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "result.json")
 	code, stdout, stderr := runCLI(t, "run", "-data", "embedded", "-steps", "30", "-batch", "100", "-mechanism", "dpsgd",
-		"-epsilon", "8", "-seed", "cli test", "-json", out, "-metrics", filepath.Join(dir, "m.jsonl"), "-cache", dir)
+		"-epsilon", "8", "-seed", "cli test", "-insecure-seed", "-json", out, "-metrics", filepath.Join(dir, "m.jsonl"), "-cache", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 )
@@ -22,6 +23,7 @@ type runFlags struct {
 	eps, delta, sigma, clip, lr, momentum, cooldown                        float64
 	seed, ckpt, metrics, cache, config, jsonOut                            string
 	nonPrivate, augment                                                    bool
+	insecureSeed                                                           bool
 	trainLimit                                                             int
 }
 
@@ -48,7 +50,8 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.lr, "lr", 0, "peak learning rate (default 0.5 for SGD, 0.1 with momentum)")
 	fs.Float64Var(&r.momentum, "momentum", -1, "heavy-ball momentum (default: 0.95 for matrix mechanisms, 0 for dpsgd)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
-	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random)")
+	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random); recorded in the claim; under 128 bits it needs -insecure-seed")
+	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
 	fs.IntVar(&r.evalEvery, "eval-every", 0, "evaluate every N steps (default steps/5)")
 	fs.StringVar(&r.ckpt, "checkpoint", "", "checkpoint file: resumed from if present, written every -checkpoint-every steps and at the end")
 	fs.IntVar(&r.ckptEvery, "checkpoint-every", 50, "steps between checkpoints")
@@ -116,46 +119,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
-		idx := make([]int, r.trainLimit)
-		for i := range idx {
-			idx[i] = i
-		}
-		if trainSet, err = trainSet.Subset(idx); err != nil {
-			return err
-		}
+	cfg, err := r.trainConfig(trainSet, testSet)
+	if err != nil {
+		return err
 	}
-	cfg := train.Config{
-		Train: trainSet, Test: testSet, Augment: r.augment,
-		ModelName: r.model, Steps: r.steps, Batch: r.batch,
-		NonPrivate: r.nonPrivate, Mechanism: r.mechanism, Workload: train.WorkloadChoice(r.workload),
-		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
-		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: r.accountant,
-		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
-		EvalEvery: r.evalEvery, CheckpointPath: r.ckpt, CheckpointEvery: r.ckptEvery,
-		MetricsPath: r.metrics, CacheDir: r.cache, Log: stdout,
-	}
-	if cfg.NoiseMultiplier > 0 {
-		cfg.Epsilon = 0
-	}
-	if r.hidden != "" {
-		for _, h := range strings.Split(r.hidden, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(h))
-			if err != nil || v <= 0 {
-				return usagef("-hidden %q: want positive integers", r.hidden)
-			}
-			cfg.Hidden = append(cfg.Hidden, v)
-		}
-	}
-	if r.momentum < 0 {
-		cfg.Momentum = 0.95
-		if strings.HasPrefix(r.mechanism, "dpsgd") || r.nonPrivate {
-			cfg.Momentum = 0
-		}
-	}
-	if r.seed != "" {
-		cfg.Seed = []byte(r.seed)
-	}
+	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, stdout
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
@@ -164,7 +132,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "test accuracy %.4f, test loss %.4f after %d steps (%.1fs)\n", res.Final.Accuracy, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
+	fmt.Fprintf(stdout, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
 	if res.Plan != nil {
 		fmt.Fprintf(stdout, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
@@ -187,6 +155,63 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 
 // loadData loads the named dataset. The default run falls back to the
 // embedded Fashion-MNIST subset when Debian's package is not installed.
+// trainConfig is the train.Config of the run flags; "train run" and
+// "train audit" both build theirs here.
+func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
+	var err error
+	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
+		idx := make([]int, r.trainLimit)
+		for i := range idx {
+			idx[i] = i
+		}
+		if trainSet, err = trainSet.Subset(idx); err != nil {
+			return train.Config{}, err
+		}
+	}
+	var mech privacy.Mechanism
+	if !r.nonPrivate {
+		if mech, err = privacy.ParseMechanism(r.mechanism); err != nil {
+			return train.Config{}, err
+		}
+	}
+	acct, err := privacy.ParseAccountant(r.accountant)
+	if err != nil {
+		return train.Config{}, err
+	}
+	cfg := train.Config{
+		Train: trainSet, Test: testSet, Augment: r.augment,
+		ModelName: r.model, Steps: r.steps, Batch: r.batch,
+		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
+		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
+		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct,
+		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
+		EvalEvery:   r.evalEvery,
+		MetricsPath: r.metrics, CacheDir: r.cache,
+	}
+	if cfg.NoiseMultiplier > 0 {
+		cfg.Epsilon = 0
+	}
+	if r.hidden != "" {
+		for _, h := range strings.Split(r.hidden, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(h))
+			if err != nil || v <= 0 {
+				return train.Config{}, usagef("-hidden %q: want positive integers", r.hidden)
+			}
+			cfg.Hidden = append(cfg.Hidden, v)
+		}
+	}
+	if r.momentum < 0 {
+		cfg.Momentum = 0.95
+		if strings.HasPrefix(r.mechanism, "dpsgd") || r.nonPrivate {
+			cfg.Momentum = 0
+		}
+	}
+	if r.seed != "" {
+		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
+	}
+	return cfg, nil
+}
+
 func loadData(name, dir string, isDefault bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	switch name {
 	case "embedded":

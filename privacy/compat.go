@@ -1,14 +1,21 @@
-package sampler
+package privacy
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/sampler"
 )
+
+// ErrIncompatible is wrapped by every refusal of CheckCompatible; such
+// errors also wrap ErrRefused.
+var ErrIncompatible = errors.New("incompatible sampler and mechanism")
 
 // CheckCompatible refuses a mechanism or accounting that sampler s does not
 // support; the error wraps ErrIncompatible (or ErrInvalid for bad arguments)
-// and says why. The trainer calls it before the first step.
+// and says why. The planner calls it before the first step.
 //
 // mechanismSchema is the schema the mechanism's sensitivity was computed for
 // (and its factorization optimized for). bands is the number of bands of the
@@ -28,13 +35,13 @@ import (
 // containment is not needed then: amplified accounting uses the per-step
 // sensitivity (the largest column norm), which every schema's sensitivity
 // bounds from above.
-func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, amplified bool) error {
+func CheckCompatible(s sampler.Sampler, mechanismSchema mfnoise.Schema, bands int, amplified bool) error {
 	if s == nil {
 		return invalidf("compatible: nil sampler")
 	}
 	n := s.Steps()
 	if err := mechanismSchema.Validate(n); err != nil {
-		return fmt.Errorf("sampler: compatible: mechanism schema: %w", err)
+		return fmt.Errorf("privacy: compatible: mechanism schema: %w", err)
 	}
 	if bands < 0 {
 		return invalidf("compatible: bands = %d must be >= 0", bands)
@@ -44,15 +51,15 @@ func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, ampli
 	name := describe(s)
 	if amplified {
 		switch acc.Kind {
-		case AccountingUnamplified:
-			return incompatiblef("%s supports only unamplified accounting: %s", name, noAmplificationReason(s))
-		case AccountingNone:
+		case sampler.AccountingUnamplified:
+			return incompatiblef("%s supports only unamplified accounting: %s", name, noAmplificationReason(acc))
+		case sampler.AccountingNone:
 			return incompatiblef("%s: the papers' amplified accounting assumes Poisson sampling and does not apply to shuffling; account unamplified", name)
-		case AccountingPoisson:
+		case sampler.AccountingPoisson:
 			if bands != 1 {
 				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
 			}
-		case AccountingBandPoisson:
+		case sampler.AccountingBandPoisson:
 			if bands == 0 {
 				return incompatiblef("%s: amplified BandMF (banded-MF Thm 4) needs a banded encoder, got a dense one (bands = 0)", name)
 			}
@@ -65,7 +72,7 @@ func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, ampli
 		return nil
 	}
 	switch acc.Kind {
-	case AccountingUnamplified, AccountingNone, AccountingPoisson, AccountingBandPoisson:
+	case sampler.AccountingUnamplified, sampler.AccountingNone, sampler.AccountingPoisson, sampler.AccountingBandPoisson:
 	default:
 		return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
 	}
@@ -79,29 +86,24 @@ func CheckCompatible(s Sampler, mechanismSchema mfnoise.Schema, bands int, ampli
 }
 
 func incompatiblef(format string, args ...any) error {
-	return fmt.Errorf("sampler: %w: %s", ErrIncompatible, fmt.Sprintf(format, args...))
+	return fmt.Errorf("privacy: %w: %w: %s", ErrRefused, ErrIncompatible, fmt.Sprintf(format, args...))
 }
 
-func describe(s Sampler) string {
-	if i, ok := s.(impl); ok {
-		return i.base().p.String()
+// describe names a sampler by its kind and parameters.
+func describe(s sampler.Sampler) string {
+	if st, ok := s.(fmt.Stringer); ok {
+		return st.String()
 	}
 	return fmt.Sprintf("sampler %T", s)
 }
 
-func noAmplificationReason(s Sampler) string {
-	i, ok := s.(impl)
-	if !ok {
-		return "it reports no amplification"
-	}
-	p := i.base().p
-	switch p.kind {
-	case kindFixedOrder:
-		return "fixed-order epochs have no sampling randomness to amplify"
-	case kindBandPoisson:
-		return "fixed-size batches are sampling without replacement, and banded-MF Thm 4 is proved for Poisson sampling"
-	case kindMinSep:
-		return "simulated availability is not sampling the analysis may rely on"
+// noAmplificationReason is the sampler's own statement of why it cannot
+// amplify, among its accounting assumptions.
+func noAmplificationReason(acc sampler.Accounting) string {
+	for _, a := range acc.Assumptions {
+		if strings.Contains(a, "no amplification") {
+			return a
+		}
 	}
 	return "it reports no amplification"
 }
@@ -118,7 +120,7 @@ func effectiveK(sc mfnoise.Schema, n int) int {
 	if sc.Kind == mfnoise.Single {
 		return 1
 	}
-	return min(sc.K, ceilDiv(n, sc.B))
+	return min(sc.K, (n+sc.B-1)/sc.B)
 }
 
 // separation is the fewest steps between two participations sc allows.

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// A flag the chosen mechanism does not read is an error, never silently
+// ignored: "gaussian" is one Gaussian mechanism, so -steps and -q would
+// change nothing and suggest otherwise (#17 item 8).
+func TestAccountRefusesFlagsTheMechanismIgnores(t *testing.T) {
+	for _, args := range [][]string{
+		{"account", "-mechanism", "gaussian", "-sigma", "1", "-steps", "100"},
+		{"account", "-mechanism", "gaussian", "-sigma", "1", "-q", "0.01"},
+		{"account", "-mechanism", "gaussian", "-sigma", "1", "-examples", "1000", "-batch", "10"},
+		{"account", "-mechanism", "dpsgd", "-sigma", "1", "-q", "0.01", "-bands", "4"},
+		{"account", "-mechanism", "bandmf", "-sigma", "1", "-q", "0.01", "-examples", "1000", "-batch", "10", "-bands", "4"},
+	} {
+		code, out, stderr := runCLI(t, args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0, %s", args, out)
+			continue
+		}
+		if strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 || !strings.Contains(stderr, "does not use") {
+			t.Errorf("%v: stderr %q", args, stderr)
+		}
+	}
+}
+
+// The JSON of "train account" always has the keys q and bands, null where
+// the mechanism has none (#17 item 9).
+func TestAccountJSONHasQAndBandsAlways(t *testing.T) {
+	for _, tc := range []struct {
+		args         []string
+		q, bands     any
+		compositions float64
+	}{
+		{[]string{"-mechanism", "gaussian", "-sigma", "1"}, nil, nil, 1},
+		{[]string{"-mechanism", "dpsgd", "-sigma", "1", "-q", "0.01", "-steps", "10"}, 0.01, nil, 10},
+		{[]string{"-mechanism", "bandmf", "-sigma", "1", "-examples", "1000", "-batch", "10", "-bands", "4", "-steps", "10"}, 10.0 / 250, 4.0, 3},
+	} {
+		code, out, stderr := runCLI(t, append([]string{"account", "-accountant", "rdp"}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: %s", tc.args, stderr)
+		}
+		var res map[string]any
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatal(err)
+		}
+		q, hasQ := res["q"]
+		b, hasB := res["bands"]
+		if !hasQ || !hasB || q != tc.q || b != tc.bands || res["compositions"] != tc.compositions {
+			t.Errorf("%v: %s: want q %v, bands %v, compositions %v, both keys present", tc.args, out, tc.q, tc.bands, tc.compositions)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+// Package privacy is the privacy plan of a run: which sampler realizes which
+// participation schema, which mechanism adds noise with which sensitivity,
+// whether amplification by sampling may be claimed, the accounting event
+// that amounts to, the calibrated noise multiplier, and the ledger entry
+// that records the guarantee with the one adjacency and every assumption it
+// rests on. Training (package train), "train account" and services all ask
+// it; no rule lives anywhere else.
+//
+// # Mechanisms
+//
+// A Mechanism is a typed value: DPSGD, Tree, FFT, MFSingle, MFKB, BandMF,
+// Stamped, or a caller's own Factorization. It names itself, builds its
+// factorization A = B C (Factorize), and declares its Structure — whether
+// the noise is independent, how many bands its encoder has, whether it was
+// optimized for fixed-order (k,b)-participation. The rules read that
+// structure, never a name, so a new mechanism plugs in by implementing the
+// interface. Names are parsed (ParseMechanism) on command lines only.
+//
+// # The plan
+//
+// NewPlan takes a Request (mechanism, workload, examples, batch, steps,
+// sampling, clip norm, sigma or a target epsilon, delta, accountant, seed)
+// and returns the Plan and the sampler that realizes it, or a refusal
+// wrapping ErrRefused. In order: the sampling follows the structure unless
+// chosen (Poisson for DP-SGD, band sampling for a banded encoder, fixed-order
+// epochs otherwise); bandmf:auto chooses its bands by amplified accounting
+// (banded-MF App. F.4); CheckCompatible binds sampler, schema, bands and
+// amplification (amplification only for Poisson or band sampling, and only
+// for a banded encoder with no more bands than partitions, banded-MF Thm 4);
+// the sensitivity is per participation when amplified and for the sampler's
+// whole schema otherwise; sigma is given or calibrated (Composition); the
+// noise's origin is stated and a guessable seed refused (NoiseAssumptions).
+//
+// A Composition is the accounting event as a function of sigma and the
+// steps done: one Gaussian mechanism unamplified, T Poisson-subsampled
+// Gaussians for DP-SGD, ceil(T/b) for band sampling. Plan.EpsilonAfter is
+// the epsilon after t steps; Plan.EpsilonSpent bounds it cheaply for every
+// step. The adjacency is zero-out for every plan (accountant.ZeroOut): the
+// relation under which fixed-order and shuffled batches have the
+// sensitivity package mfnoise computes, and which Poisson sampling's
+// accounting covers.
+package privacy

@@ -1,0 +1,470 @@
+package privacy
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/sampler"
+)
+
+// Sampling names how batches are drawn (SPEC 7).
+type Sampling string
+
+const (
+	// SamplingAuto picks by the mechanism's structure (Structure.Sampling):
+	// Poisson for DP-SGD, partitioned band sampling for a banded encoder,
+	// fixed-order epochs otherwise.
+	SamplingAuto Sampling = ""
+	// SamplingPoisson: every example joins each step with probability
+	// q = Batch/m; amplified DP-SGD accounting.
+	SamplingPoisson Sampling = "poisson"
+	// SamplingBandPoisson: banded-MF Alg. 2, amplified BandMF accounting.
+	SamplingBandPoisson Sampling = "band-poisson"
+	// SamplingFixedOrder: shuffle once, same batches every epoch;
+	// (k,b)-participation, unamplified accounting.
+	SamplingFixedOrder Sampling = "fixed-order"
+	// SamplingShuffle: a fresh permutation every epoch; no amplification is
+	// claimed.
+	SamplingShuffle Sampling = "shuffle"
+)
+
+// Request is what a plan is made from. Examples, Batch, Steps and
+// Mechanism are required, and one of NoiseMultiplier and Epsilon.
+type Request struct {
+	Mechanism Mechanism
+	// Workload is the map the optimizer applies to the gradient stream over
+	// Steps steps (optim.Optimizer.Workload). The zero value is prefix
+	// sums, which independent noise always uses.
+	Workload mfnoise.Workload
+	Examples int // m
+	Batch    int // expected batch size B
+	Steps    int // n
+	Sampling Sampling
+	// Partitions is the number of partitions of band sampling; 0 means the
+	// mechanism's band count.
+	Partitions int
+	// ClipNorm is zeta, the bound on each example's gradient norm.
+	ClipNorm float64
+	// NoiseMultiplier sigma, or 0 to calibrate it to Epsilon.
+	NoiseMultiplier float64
+	Epsilon         float64
+	// Delta; 0 means DefaultDelta(Examples).
+	Delta      float64
+	Accountant AccountantKind
+	// Seed derives the sampler's seed (DeriveSeed); nil draws it from
+	// crypto/rand. NoiseAssumptions states what a seed means for the
+	// claim and refuses a weak one unless InsecureSeed is set.
+	Seed         []byte
+	InsecureSeed bool
+	// NotCovered names outputs the caller reports that are computed from
+	// private data without noise; the ledger lists them as outside the
+	// guarantee.
+	NotCovered []string
+	// Build configures factorization (cache, optimizer settings).
+	Build mfnoise.BuildOptions
+}
+
+// Plan is the privacy claim of a run, fixed before the first step: which
+// sampler realizes which participation schema, which mechanism adds noise
+// with which sensitivity, and which accounting event that amounts to.
+// NewPlan refuses every combination whose guarantee does not hold.
+type Plan struct {
+	Mechanism   string                    `json:"mechanism"`
+	Bands       int                       `json:"bands,omitempty"`
+	Workload    string                    `json:"workload"`
+	Sampling    Sampling                  `json:"sampling"`
+	Schema      mfnoise.Schema            `json:"schema"`
+	Sensitivity mfnoise.SensitivityResult `json:"sensitivity"`
+	// Accounting is what the sampler supports; Amplified says the plan
+	// claims amplification by sampling.
+	Accounting      sampler.Accounting `json:"accounting"`
+	Amplified       bool               `json:"amplified"`
+	NoiseMultiplier float64            `json:"noise_multiplier"`
+	// ClipNorm is zeta.
+	ClipNorm float64 `json:"clip_norm"`
+	// NoiseStd is sigma * zeta * sens: the standard deviation of the noise
+	// added to the clipped gradient sum (before dividing by the batch).
+	NoiseStd   float64        `json:"noise_std"`
+	Epsilon    float64        `json:"epsilon"`
+	Delta      float64        `json:"delta"`
+	Accountant AccountantKind `json:"accountant"`
+	Calibrated bool           `json:"calibrated"`
+	// Loss is sens^2 ||B||_F^2 at the plan's sensitivity.
+	Loss      float64                   `json:"mechanism_loss,omitempty"`
+	BandTable *accountant.BandSelection `json:"band_selection,omitempty"`
+	// Seeded says the noise comes from a caller's seed, not crypto/rand:
+	// anyone who has the seed can reproduce it.
+	Seeded bool `json:"seeded"`
+	// NotCovered names the run's outputs the guarantee does not cover.
+	NotCovered []string `json:"not_covered,omitempty"`
+	// Ledger is the auditable record: the accounting event, accountant
+	// settings, parameters, the adjacency, every assumption and
+	// (epsilon, delta).
+	Ledger accountant.LedgerEntry `json:"ledger"`
+
+	mechanism     Mechanism
+	factorization *mfnoise.Factorization
+	composition   Composition
+	acct          accountant.Accountant
+	steps         int
+
+	mu    sync.Mutex
+	spent map[int]float64 // epsilon after a grid point's compositions
+}
+
+// Assumptions are what the guarantee rests on: the ledger's list.
+func (p *Plan) Assumptions() []string { return p.Ledger.Assumptions }
+
+// Factorization is the mechanism's factorization; the noise source streams
+// its encoder's noise.
+func (p *Plan) Factorization() *mfnoise.Factorization { return p.factorization }
+
+// Composition is the plan's accounting event as a function of sigma and the
+// steps done.
+func (p *Plan) Composition() Composition { return p.composition }
+
+// DeriveSeed gives each consumer of a run's randomness (sampler, noise,
+// model initialization, augmentation) its own 32-byte seed from the run's
+// seed, or nil (crypto/rand) when the run has none.
+func DeriveSeed(master []byte, label string) []byte {
+	if master == nil {
+		return nil
+	}
+	h := sha256.New()
+	h.Write(master)
+	h.Write([]byte{0})
+	h.Write([]byte(label))
+	return h.Sum(nil)
+}
+
+func (r *Request) check() error {
+	switch {
+	case r.Mechanism == nil:
+		return invalidf("no mechanism")
+	case r.Examples <= 0 || r.Steps <= 0:
+		return invalidf("examples = %d and steps = %d must be positive", r.Examples, r.Steps)
+	case r.Batch <= 0 || r.Batch > r.Examples:
+		return invalidf("batch = %d must lie in [1, %d examples]", r.Batch, r.Examples)
+	case !(r.ClipNorm > 0) || math.IsInf(r.ClipNorm, 0):
+		return invalidf("clip norm %v must be positive and finite", r.ClipNorm)
+	case r.NoiseMultiplier < 0 || math.IsNaN(r.NoiseMultiplier) || math.IsInf(r.NoiseMultiplier, 0):
+		return invalidf("noise multiplier %v", r.NoiseMultiplier)
+	case r.NoiseMultiplier == 0 && !(r.Epsilon > 0 && !math.IsInf(r.Epsilon, 0)):
+		return invalidf("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", r.Epsilon)
+	case r.Delta != 0 && !(r.Delta > 0 && r.Delta < 1):
+		return invalidf("delta %v must lie in (0,1)", r.Delta)
+	case r.Partitions < 0:
+		return invalidf("partitions = %d", r.Partitions)
+	}
+	return nil
+}
+
+// NewPlan binds mechanism, sampler and accounting, and returns the plan and
+// the sampler that realizes it. The rules, in order: the sampling follows
+// the mechanism's structure unless chosen; bandmf:auto picks its bands by
+// amplified accounting (banded-MF App. F.4); amplification is claimed only
+// by Poisson or band sampling and only for a banded encoder with no more
+// bands than the sampler separates participations (banded-MF Thm 4;
+// DP-SGD is 1-banded); an optimizer's schema must be realized; sensitivity
+// is per participation (the largest column norm) when amplified, else for
+// the sampler's whole schema; sigma is given or calibrated; the seed is
+// stated and a weak one refused.
+func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
+	if err := r.check(); err != nil {
+		return nil, nil, err
+	}
+	acct, err := r.Accountant.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	noiseOrigin, err := NoiseAssumptions(r.Seed, r.InsecureSeed)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, m, batch := r.Steps, r.Examples, r.Batch
+	delta := r.Delta
+	if delta == 0 {
+		delta = DefaultDelta(m)
+	}
+	mech := r.Mechanism
+	st := mech.Structure()
+	w := r.Workload
+	if w.N == 0 || st.Independent {
+		w, _ = mfnoise.PrefixSum(n)
+	}
+	if w.N != n {
+		return nil, nil, invalidf("workload over %d steps for a run of %d", w.N, n)
+	}
+	p := &Plan{Workload: w.String(), Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n}
+
+	samp := r.Sampling
+	if samp == SamplingAuto {
+		samp = st.Sampling()
+	}
+	p.Sampling = samp
+
+	if bm, ok := mech.(BandMF); ok && bm.Auto {
+		if samp != SamplingBandPoisson {
+			return nil, nil, refusef("bandmf:auto chooses bands by amplified accounting and needs band-poisson sampling, not %s", samp)
+		}
+		if !(r.Epsilon > 0) {
+			return nil, nil, refusef("bandmf:auto needs a target epsilon to compare band counts")
+		}
+		sel, err := chooseBands(ctx, acct, r, delta, w)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.BandTable = sel
+		mech = BandMF{Bands: sel.Chosen().Bands}
+		if sel.Chosen().Bands == 1 {
+			mech = DPSGD{}
+		}
+		st = mech.Structure()
+	}
+	p.mechanism, p.Mechanism = mech, mech.String()
+	if st.Bands > n {
+		return nil, nil, invalidf("%s has %d bands, more than the %d steps", mech, st.Bands, n)
+	}
+	if _, ok := mech.(BandMF); ok {
+		p.Bands = st.Bands
+	}
+	partitions := r.Partitions
+	if partitions == 0 {
+		partitions = max(st.Bands, 1)
+	}
+
+	s, err := newSampler(samp, m, batch, partitions, n, DeriveSeed(r.Seed, "sampler"))
+	if err != nil {
+		return nil, nil, err
+	}
+	p.Schema = s.Schema()
+	p.Accounting = s.Accounting()
+	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
+	var as []string
+	as = append(as, p.Accounting.Assumptions...)
+
+	if st.FixedOrderOnly && samp != SamplingFixedOrder {
+		return nil, nil, refusef("%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, samp, p.Schema)
+	}
+	if p.Amplified && st.Bands == 0 {
+		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, samp, mech)
+	}
+	// Unamplified sensitivity is computed for the sampler's own schema
+	// without relying on banding (bands 0); amplified accounting relies on
+	// the band structure.
+	checkBands := 0
+	if p.Amplified {
+		checkBands = st.Bands
+	}
+	if err := CheckCompatible(s, p.Schema, checkBands, p.Amplified); err != nil {
+		return nil, nil, err
+	}
+	f, err := mech.Factorize(ctx, w, p.Schema, r.Build)
+	if err != nil {
+		return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+	}
+	p.factorization = f
+
+	if p.Amplified {
+		// Each participation sees one column of C: the per-participation
+		// sensitivity is the largest column norm.
+		if p.Sensitivity, err = mfnoise.Sensitivity(f.Encoder, mfnoise.SingleParticipation()); err != nil {
+			return nil, nil, fmt.Errorf("privacy: %w", err)
+		}
+		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
+		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
+	} else {
+		sens, err := mfnoise.Sensitivity(f.Encoder, p.Schema)
+		if err != nil {
+			return nil, nil, refusef("%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
+		}
+		p.Sensitivity = sens
+		method := "exact"
+		if !sens.Exact {
+			method = "an upper bound"
+		}
+		as = append(as, fmt.Sprintf("sensitivity: %.6g under %s (%s, %s), the noise's unit", sens.Value, p.Schema, sens.Method, method))
+	}
+	as = append(as, "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
+	p.Seeded = r.Seed != nil
+	as = append(as, noiseOrigin...)
+	if len(r.NotCovered) > 0 {
+		p.NotCovered = r.NotCovered
+		as = append(as, "not covered by the guarantee (computed from private data without noise; keep them as private as the data): "+strings.Join(r.NotCovered, "; "))
+	}
+
+	if r.NoiseMultiplier > 0 {
+		p.NoiseMultiplier = r.NoiseMultiplier
+		if p.Epsilon, err = p.composition.Epsilon(acct, p.NoiseMultiplier, n, delta); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		cal, err := p.composition.Calibrate(ctx, acct, n, r.Epsilon, delta)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.NoiseMultiplier, p.Epsilon, p.Calibrated = cal.Sigma, cal.Epsilon, true
+	}
+	p.NoiseStd = p.NoiseMultiplier * r.ClipNorm * p.Sensitivity.Value
+	p.Loss = f.LossAt(p.Sensitivity.Value)
+	ev, err := p.composition.Event(p.NoiseMultiplier, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("privacy: accounting: %w", err)
+	}
+	params := map[string]any{
+		"mechanism": p.Mechanism, "workload": p.Workload, "sampling": string(p.Sampling), "schema": p.Schema.String(),
+		"sensitivity": p.Sensitivity.Value, "sensitivity_method": string(p.Sensitivity.Method), "sensitivity_exact": p.Sensitivity.Exact,
+		"noise_multiplier": p.NoiseMultiplier, "clip_norm": r.ClipNorm, "noise_std": p.NoiseStd,
+		"steps": n, "expected_batch": batch, "examples": m,
+	}
+	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, accountant.ZeroOut, params, as...); err != nil {
+		return nil, nil, fmt.Errorf("privacy: ledger: %w", err)
+	}
+	return p, s, nil
+}
+
+func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {
+	opt := sampler.Options{Seed: seed}
+	var s sampler.Sampler
+	var err error
+	switch samp {
+	case SamplingPoisson:
+		s, err = sampler.NewPoisson(m, float64(batch)/float64(m), n, opt)
+	case SamplingBandPoisson:
+		s, err = sampler.NewBandPoisson(m, batch, partitions, n, false, opt)
+	case SamplingFixedOrder:
+		s, err = sampler.NewFixedOrder(m, batch, n, opt)
+	case SamplingShuffle:
+		s, err = sampler.NewShuffle(m, batch, n, opt)
+	default:
+		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order or shuffle", string(samp))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("privacy: sampler: %w", err)
+	}
+	return s, nil
+}
+
+// selectionGap is the optimizer's stopping gap for band-count candidates.
+const selectionGap = 1e-2
+
+// chooseBands calibrates sigma for each candidate band count that can
+// amplify (b < m/B) and picks the smallest sigma_b^2 * Loss_b.
+func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w mfnoise.Workload) (*accountant.BandSelection, error) {
+	// Candidates are compared by loss, and losses of different band
+	// counts differ by factors: a coarse optimization (within about 1% of
+	// the optimum) ranks them correctly at a fraction of the cost. The
+	// chosen count is then built at full precision; the differing Gap
+	// keeps the two apart in the cache.
+	coarse := r.Build
+	coarse.Optimize = &mfnoise.OptimizeSettings{Gap: selectionGap}
+	single := mfnoise.SingleParticipation()
+	var cands []accountant.BandCandidate
+	limit := min(r.Steps, r.Examples/r.Batch-1)
+	for b := 1; b <= limit; b *= 2 {
+		var mech Mechanism = BandMF{Bands: b}
+		if b == 1 {
+			mech = DPSGD{}
+		}
+		f, err := mech.Factorize(ctx, w, single, coarse)
+		if err != nil {
+			return nil, fmt.Errorf("privacy: bandmf:auto: %d bands: %w", b, err)
+		}
+		sens, err := mfnoise.Sensitivity(f.Encoder, single)
+		if err != nil {
+			return nil, fmt.Errorf("privacy: bandmf:auto: %d bands: %w", b, err)
+		}
+		cands = append(cands, accountant.BandCandidate{Bands: b, Loss: f.LossAt(sens.Value)})
+	}
+	if len(cands) == 0 {
+		return nil, refusef("bandmf:auto: batch %d of %d examples leaves no band count that amplifies", r.Batch, r.Examples)
+	}
+	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
+	if err != nil {
+		return nil, fmt.Errorf("privacy: bandmf:auto: %w", err)
+	}
+	return &sel, nil
+}
+
+// EpsilonAfter is the epsilon spent after the first t steps. Amplified
+// accounting composes the events of those steps; an unamplified matrix
+// mechanism is one Gaussian mechanism over the whole run, so its epsilon is
+// the planned one from the first step on (a conservative report).
+func (p *Plan) EpsilonAfter(t int) (float64, error) {
+	if p.acct == nil || t <= 0 {
+		return 0, nil
+	}
+	if !p.Amplified {
+		return p.Epsilon, nil
+	}
+	return p.composition.Epsilon(p.acct, p.NoiseMultiplier, min(t, p.steps), p.Delta)
+}
+
+// EpsilonSpent is an upper bound on the epsilon spent after the first t
+// steps that costs at most a few dozen accountant calls over a whole run,
+// for reporting on every step. Amplified accounting gains one composition
+// every b steps (1 for DP-SGD, b for band sampling); the bound is the exact
+// epsilon after c' compositions, c' the smallest point at or above the
+// compositions done so far on the grid 1, 2, ..., 16 then up by 10% (and
+// always the last). So it exceeds the exact value by the growth of epsilon
+// over at most 10% more compositions (about 5%: epsilon grows like the
+// square root of the compositions), is exact at the grid points and at the
+// end, and is never below what was spent. Unamplified accounting is one
+// Gaussian mechanism over the run: the planned epsilon from step 1.
+func (p *Plan) EpsilonSpent(t int) (float64, error) {
+	if p.acct == nil || t <= 0 {
+		return 0, nil
+	}
+	if !p.Amplified {
+		return p.Epsilon, nil
+	}
+	parts := max(p.composition.Partitions, 1)
+	t = min(t, p.steps)
+	c := gridUp(p.composition.Compositions(t), p.composition.Compositions(p.steps))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.spent[c]; ok {
+		return e, nil
+	}
+	e, err := p.EpsilonAfter(min(c*parts, p.steps))
+	if err != nil {
+		return 0, err
+	}
+	if p.spent == nil {
+		p.spent = map[int]float64{}
+	}
+	p.spent[c] = e
+	return e, nil
+}
+
+// gridUp is the smallest grid point >= c: every count up to 16, then
+// counts growing by 10%, and total.
+func gridUp(c, total int) int {
+	g := 1
+	for g < c {
+		if g < 16 {
+			g++
+		} else {
+			g = int(math.Ceil(float64(g) * 1.1))
+		}
+	}
+	return min(g, total)
+}
+
+// String is a one-paragraph human summary of the plan.
+func (p *Plan) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
+	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
+	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Ledger.Adjacency, p.Accountant)
+	for _, a := range p.Ledger.Assumptions {
+		fmt.Fprintf(&sb, "\n  assumes: %s", a)
+	}
+	return sb.String()
+}
