@@ -1,6 +1,7 @@
 package accountant
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -98,6 +99,9 @@ func (p *pldAccountant) Epsilon(e Event, delta float64) (float64, error) {
 	for _, d := range dists {
 		eps = math.Max(eps, d.epsilon(delta))
 	}
+	if math.IsNaN(eps) || eps < 0 {
+		return 0, fmt.Errorf("accountant: pld: numerical failure: epsilon %v: %w", eps, ErrUnsupported)
+	}
 	return eps, nil
 }
 
@@ -112,6 +116,9 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 	delta := 0.0
 	for _, d := range dists {
 		delta = math.Max(delta, d.delta(eps))
+	}
+	if math.IsNaN(delta) || delta < 0 {
+		return 0, fmt.Errorf("accountant: pld: numerical failure: delta %v: %w", delta, ErrUnsupported)
 	}
 	return math.Min(1, delta), nil
 }
@@ -183,39 +190,96 @@ func (d *pmf) delta(eps float64) float64 {
 }
 
 // epsilon returns the smallest eps >= 0 with delta(eps) <= target.
+//
+// Between consecutive grid losses delta(eps) = inf + sp - e^eps sq, with sp
+// and sq the sums of p and p e^-l over the losses above eps. Losses reach
+// thousands, where e^l and e^-l leave float64, so the scan from the top
+// keeps s = e^l sq, which lies in [0, sp]: moving one cell down multiplies
+// it by e^-step and adds the cell's mass.
 func (d *pmf) epsilon(target float64) float64 {
 	if d.inf > target {
 		return math.Inf(1)
 	}
-	// Between consecutive grid losses delta(eps) = inf + sp - e^eps sq,
-	// with sp, sq the sums of p and p e^-l over losses above eps.
-	sp, sq := 0.0, 0.0
+	decay := math.Exp(-d.step)
+	sp, s := 0.0, 0.0
 	for i := len(d.p) - 1; i >= 0; i-- {
 		l := float64(d.offset+i) * d.step
 		sp += d.p[i]
-		sq += d.p[i] * math.Exp(-l)
-		lBelow := l - d.step
-		if i == 0 {
-			lBelow = math.Inf(-1)
-		}
-		if lBelow < 0 || d.inf+sp-math.Exp(lBelow)*sq > target {
-			// The solution lies in (lBelow, l].
-			if sq == 0 {
+		s = s*decay + d.p[i]
+		// delta at the loss one cell below is inf + sp - e^-step s.
+		if i == 0 || l-d.step < 0 || d.inf+sp-decay*s > target {
+			// The solution lies in (l - step, l]: e^(eps-l) s = inf + sp - target.
+			v := (d.inf + sp - target) / s
+			if s == 0 || v <= 0 {
 				return math.Max(0, l)
 			}
-			v := (d.inf + sp - target) / sq
-			if v <= 0 {
-				return math.Max(0, l)
-			}
-			return math.Max(0, math.Min(l, math.Log(v)))
+			return math.Max(0, math.Min(l, l+math.Log(v)))
 		}
 	}
 	return 0
 }
 
+// A lossDist is the privacy loss distribution of a composed event in one
+// direction, as the accountant evaluates it.
+type lossDist interface {
+	epsilon(delta float64) float64
+	delta(eps float64) float64
+}
+
+// gaussLoss is the exact privacy loss of a Gaussian mechanism with
+// multiplier sigma, which is what composed unsubsampled Gaussians are.
+// sigma = 0 (the multipliers underflowed) has infinite loss.
+type gaussLoss struct{ sigma float64 }
+
+func (g gaussLoss) epsilon(delta float64) float64 {
+	if g.sigma == 0 {
+		return math.Inf(1)
+	}
+	return gaussianEpsilon(g.sigma, delta)
+}
+
+func (g gaussLoss) delta(eps float64) float64 {
+	if g.sigma == 0 {
+		return 1
+	}
+	return gaussianDelta(g.sigma, eps)
+}
+
+// infiniteLoss is a distribution whose losses overflow float64: no finite
+// epsilon is certified.
+type infiniteLoss struct{}
+
+func (infiniteLoss) epsilon(float64) float64 { return math.Inf(1) }
+func (infiniteLoss) delta(float64) float64   { return 1 }
+
+// mergeGaussians replaces the unsubsampled components by one: the privacy
+// loss of a Gaussian with multiplier sigma_i is N(mu_i, 2 mu_i) with mu_i =
+// 1/(2 sigma_i^2), so T_i compositions of each have the loss of a single
+// Gaussian with 1/sigma^2 = sum T_i/sigma_i^2, exactly. A single Gaussian
+// needs no grid, and a composition with subsampled steps then discretizes
+// one Gaussian instead of many.
+func mergeGaussians(comps []component) []component {
+	var out []component
+	inv := 0.0 // sum T_i / sigma_i^2, accumulated as sum T_i (1/sigma_i)^2
+	n := 0
+	for _, c := range comps {
+		if c.q < 1 {
+			out = append(out, c)
+			continue
+		}
+		r := 1 / c.sigma
+		inv += float64(c.count) * r * r
+		n++
+	}
+	if n == 0 {
+		return out
+	}
+	return append(out, component{sigma: 1 / math.Sqrt(inv), q: 1, count: 1})
+}
+
 // distributions returns the composed loss distributions of e in both
 // directions (one when they coincide, i.e. without subsampling).
-func (p *pldAccountant) distributions(e Event) ([]*pmf, error) {
+func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 	if err := p.opt.check(); err != nil {
 		return nil, err
 	}
@@ -223,20 +287,27 @@ func (p *pldAccountant) distributions(e Event) ([]*pmf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pld: %w", err)
 	}
-	dirs := []direction{remove}
+	comps = mergeGaussians(comps)
+	if len(comps) == 1 && comps[0].q == 1 {
+		s := comps[0].sigma
+		if isInf(s) {
+			s = 0
+		}
+		return []lossDist{gaussLoss{sigma: s}}, nil
+	}
 	for _, c := range comps {
-		if c.q < 1 {
-			dirs = append(dirs, add)
-			break
+		// 1/(2 sigma^2) overflows: the loss itself is beyond float64.
+		if r := 1 / c.sigma; isInf(r * r) {
+			return []lossDist{infiniteLoss{}}, nil
 		}
 	}
-	out := make([]*pmf, len(dirs))
-	for i, dir := range dirs {
+	var out []lossDist
+	for _, dir := range []direction{remove, add} {
 		d, err := p.compose(comps, dir)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = d
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -298,8 +369,24 @@ func gaussTails(z float64) (cdf, sf float64) {
 	return 1 - sf, sf
 }
 
-// edge holds the CDF and survival function of N(0, s^2) and the mixture M
-// at one x.
+// logGaussTails is gaussTails in logs: the small side from the log-domain
+// tail, exact far beyond where Phi underflows.
+func logGaussTails(z float64) (lcdf, lsf float64) {
+	switch {
+	case math.IsInf(z, -1):
+		return math.Inf(-1), 0
+	case math.IsInf(z, 1):
+		return 0, math.Inf(-1)
+	case z < 0:
+		lcdf = logNormCDF(z)
+		return lcdf, math.Log1p(-math.Exp(lcdf))
+	}
+	lsf = logNormCDF(-z)
+	return math.Log1p(-math.Exp(lsf)), lsf
+}
+
+// edge holds the CDF and survival function of N(0, s^2) and of the mixture
+// M at one x, or their logs.
 type edge struct{ nF, nS, mF, mS float64 }
 
 func edgeAt(c component, x float64) edge {
@@ -308,66 +395,125 @@ func edgeAt(c component, x float64) edge {
 	return edge{nF: f0, nS: s0, mF: (1-c.q)*f0 + c.q*f1, mS: (1-c.q)*s0 + c.q*s1}
 }
 
-// between returns the mass of (a, b] from its CDF and survival values,
-// differencing whichever side is small.
-func between(fa, sa, fb, sb float64) float64 {
-	var m float64
-	if sa < 0.5 {
-		m = sa - sb
-	} else {
-		m = fb - fa
+func logEdgeAt(c component, x float64) edge {
+	f0, s0 := logGaussTails(x / c.sigma)
+	f1, s1 := logGaussTails((x - 1) / c.sigma)
+	e := edge{nF: f0, nS: s0, mF: f1, mS: s1}
+	if c.q < 1 {
+		lq, l1q := math.Log(c.q), math.Log1p(-c.q)
+		e.mF = logAddExp(l1q+f0, lq+f1)
+		e.mS = logAddExp(l1q+s0, lq+s1)
 	}
-	return math.Max(0, m)
+	return e
 }
+
+// between returns the mass of (a, b] from its CDF and survival values,
+// differencing whichever side is small, and that side's smaller value.
+func between(fa, sa, fb, sb float64) (m, small float64) {
+	if sa < 0.5 {
+		return math.Max(0, sa-sb), sb
+	}
+	return math.Max(0, fb-fa), fa
+}
+
+// logBetween is between in logs; -Inf when rounding erased the mass.
+func logBetween(fa, sa, fb, sb float64) float64 {
+	if sa < -math.Ln2 {
+		return logSubExp(sa, sb)
+	}
+	return logSubExp(fb, fa)
+}
+
+// minNormalTail is the smallest tail value whose differences keep full
+// precision in linear form; cells with smaller tails are computed in logs.
+const minNormalTail = 1e-280
 
 // discretize returns a pessimistic discrete loss distribution of one
 // mechanism on the grid step*Z: every grid cell's P- and Q-mass is moved to
 // its two end points so that both are preserved ("connect the dots"), mass
 // below the grid is moved up to its first point and mass above it becomes
 // infinite loss.
+//
+// Cells come from differences of Gaussian tails. At the losses of small
+// multipliers (hundreds and more) the Q-mass of a cell lies tens of
+// standard deviations out, where tails are subnormal or zero while e^loss
+// times them is not small; such cells are computed in logs.
 func discretize(c component, dir direction, step, tau float64, maxBins int) (*pmf, error) {
 	lo, hi := lossRange(c, dir, tau)
+	if isInf(lo) || isInf(hi) {
+		return nil, fmt.Errorf("accountant: pld: loss range [%v, %v] of sigma %v, q %v is not finite: %w", lo, hi, c.sigma, c.q, ErrUnsupported)
+	}
+	if (hi-lo)/step > float64(maxBins-2) || math.Max(-lo, hi)/step > 1<<52 {
+		return nil, &tooFineError{minStep: math.Max((hi-lo)/float64(maxBins-2), math.Max(-lo, hi)/(1<<52))}
+	}
 	i0, i1 := int(math.Floor(lo/step)), int(math.Ceil(hi/step))
 	if i1 <= i0 {
 		i1 = i0 + 1
-	}
-	if i1-i0+1 > maxBins {
-		return nil, errTooFine
 	}
 	n := i1 - i0 + 1
 	d := &pmf{offset: i0, step: step, p: make([]float64, n)}
 	// x at each grid loss, and the CDFs there. For remove, the loss cell
 	// (l_i, l_i+1] is x in (x_i, x_i+1]; for add, x in [x_i+1, x_i).
+	xs := make([]float64, n)
 	edges := make([]edge, n)
 	for i := range edges {
 		l := float64(i0+i) * step
-		var x float64
 		if dir == remove {
-			x = xOfLoss(c, l)
+			xs[i] = xOfLoss(c, l)
 		} else {
-			x = xOfLoss(c, -l)
+			xs[i] = xOfLoss(c, -l)
 		}
-		edges[i] = edgeAt(c, x)
+		edges[i] = edgeAt(c, xs[i])
 	}
 	shrink := -math.Expm1(-step) // 1 - e^-step
+	// Masses u at l_i and v at l_i+1 with u + v = pm and
+	// u e^-l_i + v e^-l_i+1 = qm: v = (pm - e^l_i qm) / (1 - e^-step).
+	var logNext edge
+	haveNext := false
 	for i := 0; i < n-1; i++ {
 		a, b := edges[i], edges[i+1]
-		var pm, qm float64
+		l := float64(i0+i) * step
+		var pm, qm, ps, qs float64
 		if dir == remove {
-			pm = between(a.mF, a.mS, b.mF, b.mS)
-			qm = between(a.nF, a.nS, b.nF, b.nS)
+			pm, ps = between(a.mF, a.mS, b.mF, b.mS)
+			qm, qs = between(a.nF, a.nS, b.nF, b.nS)
 		} else {
 			// x decreases with the loss, so cell i is (x_i+1, x_i].
-			pm = between(b.nF, b.nS, a.nF, a.nS)
-			qm = between(b.mF, b.mS, a.mF, a.mS)
+			pm, ps = between(b.nF, b.nS, a.nF, a.nS)
+			qm, qs = between(b.mF, b.mS, a.mF, a.mS)
 		}
-		if pm == 0 {
-			continue
+		var v float64
+		if math.Min(ps, qs) >= minNormalTail {
+			haveNext = false
+			if pm == 0 {
+				continue
+			}
+			elq := 0.0 // e^l qm, in one exponential where e^l overflows
+			if l < 700 {
+				elq = math.Exp(l) * qm
+			} else if qm > 0 {
+				elq = math.Exp(l + math.Log(qm))
+			}
+			v = (pm - elq) / shrink
+		} else {
+			la := logNext
+			if !haveNext {
+				la = logEdgeAt(c, xs[i])
+			}
+			logNext, haveNext = logEdgeAt(c, xs[i+1]), true
+			lb := logNext
+			var lpm, lqm float64
+			if dir == remove {
+				lpm, lqm = logBetween(la.mF, la.mS, lb.mF, lb.mS), logBetween(la.nF, la.nS, lb.nF, lb.nS)
+			} else {
+				lpm, lqm = logBetween(lb.nF, lb.nS, la.nF, la.nS), logBetween(lb.mF, lb.mS, la.mF, la.mS)
+			}
+			if math.IsInf(lpm, -1) {
+				continue
+			}
+			pm = math.Exp(lpm)
+			v = pm * -math.Expm1(l+lqm-lpm) / shrink
 		}
-		// Masses u at l_i and v at l_i+1 with u + v = pm and
-		// u e^-l_i + v e^-l_i+1 = qm.
-		l := float64(i0+i) * step
-		v := (pm - math.Exp(l)*qm) / shrink
 		v = math.Min(pm, math.Max(0, v))
 		d.p[i] += pm - v
 		d.p[i+1] += v
@@ -383,16 +529,29 @@ func discretize(c component, dir direction, step, tau float64, maxBins int) (*pm
 	return d, nil
 }
 
-var errTooFine = fmt.Errorf("accountant: pld: grid too fine")
+// tooFineError reports that a grid would exceed MaxBins; minStep is the
+// smallest spacing that might fit.
+type tooFineError struct{ minStep float64 }
+
+func (e *tooFineError) Error() string {
+	return fmt.Sprintf("accountant: pld: grid too fine (need spacing >= %g)", e.minStep)
+}
 
 // compose returns the loss distribution of all components in one
-// direction, widening the grid if it would exceed MaxBins.
+// direction, widening the grid by powers of two if it would exceed MaxBins.
+// Smaller multipliers have wider losses and so never get a finer grid,
+// which keeps epsilon monotone in sigma.
 func (p *pldAccountant) compose(comps []component, dir direction) (*pmf, error) {
 	step := p.opt.DiscretizationInterval
-	for tries := 0; tries < 60; tries++ {
+	for tries := 0; tries < 64; tries++ {
 		d, err := p.composeAt(comps, dir, step)
-		if err == errTooFine {
-			step *= 2
+		var tf *tooFineError
+		if errors.As(err, &tf) {
+			next := 2 * step
+			for next < tf.minStep && !isInf(next) {
+				next *= 2
+			}
+			step = next
 			continue
 		}
 		return d, err
@@ -424,7 +583,7 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	lower, upper := chernoffWindow(steps, comps, tau/2)
 	n := upper - lower + 1
 	if n > p.opt.MaxBins {
-		return nil, errTooFine
+		return nil, &tooFineError{minStep: step * float64(n) / float64(p.opt.MaxBins)}
 	}
 	size := fftSize(n)
 	work := p.plan(size)
@@ -458,6 +617,7 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	fft.Sequence(seq, prod)
 	out := &pmf{offset: lower, step: step, p: make([]float64, n)}
 	inv := 1 / float64(size)
+	mass := 0.0
 	for s := lower; s <= upper; s++ {
 		j := (s - base) % size
 		if j < 0 {
@@ -466,7 +626,15 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		// Rounding in the FFT leaves noise of about 1e-17 per cell
 		// (about 1e-12 in total in our tests); negative cells are
 		// clamped to zero.
-		out.p[s-lower] = math.Max(0, seq[j]*inv)
+		v := seq[j] * inv
+		if v > 0 {
+			out.p[s-lower] = v
+		}
+		mass += v
+	}
+	// The window holds all finite mass but at most tau.
+	if !(math.Abs(mass-math.Exp(logKeep)) < 1e-6) {
+		return nil, fmt.Errorf("accountant: pld: numerical failure: composed distribution has mass %v: %w", mass, ErrUnsupported)
 	}
 	// Mass outside the window (at most tau/2 each side) may have aliased
 	// into it or be missing from it; counting it as infinite loss keeps
@@ -523,7 +691,16 @@ func chernoffWindow(steps []*pmf, comps []component, tau float64) (lower, upper 
 	}
 	lt := math.Log(tau)
 	hi, lo := math.Inf(1), math.Inf(-1)
-	for lam := 1e-3; lam < 1e4; lam *= 1.4 {
+	// The best lambda is about sqrt(2 log(1/tau) / variance), and the
+	// variance reaches T times the square of the largest loss, which is
+	// in the millions for small multipliers; start the scan below that.
+	total, scale := 0.0, 1.0
+	for k, d := range steps {
+		total += float64(comps[k].count)
+		scale = math.Max(scale, math.Abs(float64(d.offset)*d.step))
+		scale = math.Max(scale, math.Abs(float64(d.offset+len(d.p)-1)*d.step))
+	}
+	for lam := 1e-3 / (scale * math.Sqrt(total)); lam < 1e4; lam *= 1.4 {
 		hi = math.Min(hi, (logMGF(lam, true)-lt)/lam)
 		lo = math.Max(lo, (lt-logMGF(-lam, false))/lam)
 	}
