@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"gonum.org/v1/gonum/dsp/fourier"
@@ -76,11 +77,23 @@ type fftWork struct {
 // truncated mass is counted as infinite loss. Epsilon and Delta report the
 // worse of the add and remove directions.
 //
-// The bound is exact up to floating-point rounding in the FFT, which
-// perturbs the composed distribution by about 1e-12 of total mass at
-// thousands of compositions (as in dp_accounting); deltas far below 1e-10
-// should be cross-checked with NewRDP. The accountant is safe for
-// concurrent use.
+// Unsubsampled Gaussian steps compose exactly into one Gaussian (1/sigma^2
+// = sum T_i/sigma_i^2), so an event without subsampling is accounted for
+// by the exact formula of GaussianDelta, with no grid. Small multipliers
+// have losses in the thousands or millions, far beyond e^709; these are
+// handled in the log domain, and when a loss distribution would need more
+// than MaxBins cells the grid spacing is doubled until it fits, which
+// keeps the answer an upper bound but loosens it (by at most T spacings
+// for the coarser rounding of every loss up to the grid). A loss beyond
+// float64 (sigma below about 1e-154) gives epsilon +Inf.
+//
+// The bound is exact up to floating-point rounding. The FFT perturbs
+// every cell of the composed distribution by about 1e-17, which over a
+// million cells is as large as a delta of 1e-12 (dp_accounting has the
+// same floor); where that noise could move the answer by more than 1e-4 of
+// delta, the distribution is recomputed by an exponentially tilted FFT
+// that has a small relative error around the answer. The accountant is
+// safe for concurrent use.
 func NewPLD(opt PLDOptions) Accountant {
 	return &pldAccountant{opt: opt.withDefaults(), plans: map[int]*sync.Pool{}}
 }
@@ -95,10 +108,7 @@ func (p *pldAccountant) Epsilon(e Event, delta float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	eps := 0.0
-	for _, d := range dists {
-		eps = math.Max(eps, d.epsilon(delta))
-	}
+	eps := p.epsilonOf(dists, delta)
 	if math.IsNaN(eps) || eps < 0 {
 		return 0, fmt.Errorf("accountant: pld: numerical failure: epsilon %v: %w", eps, ErrUnsupported)
 	}
@@ -113,14 +123,54 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	delta := 0.0
-	for _, d := range dists {
-		delta = math.Max(delta, d.delta(eps))
-	}
+	delta := p.deltaOf(dists, eps)
 	if math.IsNaN(delta) || delta < 0 {
 		return 0, fmt.Errorf("accountant: pld: numerical failure: delta %v: %w", delta, ErrUnsupported)
 	}
 	return math.Min(1, delta), nil
+}
+
+// noiseTol is the FFT rounding error, relative to delta, above which an
+// answer is recomputed by a tilted FFT (refine).
+const noiseTol = 1e-4
+
+// epsilonOf returns the worse epsilon at delta over the directions. Where
+// the FFT's rounding noise, about 1e-17 per cell, could move delta by
+// more than noiseTol of itself (deltas of 1e-12 over a million cells), the
+// distribution is recomputed accurately around the answer.
+func (p *pldAccountant) epsilonOf(dists []lossDist, delta float64) float64 {
+	eps := 0.0
+	for _, d := range dists {
+		e := d.epsilon(delta)
+		if pm, ok := d.(*pmf); ok && pm.src != nil && pm.noiseAbove(e) > noiseTol*delta && !isInf(e) {
+			// The noisy answer may be far off; tilt at it, then at the
+			// better answer, until it settles.
+			for range 5 {
+				next := p.refine(pm, e).epsilon(delta)
+				done := math.Abs(next-e) <= 1e-6*math.Max(1, e)
+				e = next
+				if done {
+					break
+				}
+			}
+		}
+		eps = math.Max(eps, e)
+	}
+	return eps
+}
+
+// deltaOf returns the worse delta at eps over the directions, refined as
+// in epsilonOf.
+func (p *pldAccountant) deltaOf(dists []lossDist, eps float64) float64 {
+	delta := 0.0
+	for _, d := range dists {
+		v := d.delta(eps)
+		if pm, ok := d.(*pmf); ok && pm.src != nil && pm.noiseAbove(eps) > noiseTol*v {
+			v = p.refine(pm, eps).delta(eps)
+		}
+		delta = math.Max(delta, v)
+	}
+	return delta
 }
 
 // coarse returns an accountant on a grid ten times coarser, which Calibrate
@@ -173,6 +223,26 @@ type pmf struct {
 	step   float64
 	p      []float64
 	inf    float64
+	// noise bounds the FFT rounding error of each cell (0 when the
+	// distribution was not composed by FFT), and src, when not nil, is
+	// what it was composed from, for refine.
+	noise float64
+	src   *composition
+}
+
+// composition is what an FFT-composed pmf was computed from.
+type composition struct {
+	steps []*pmf
+	comps []component
+	base  int
+}
+
+// noiseAbove bounds the FFT rounding error in delta(eps) and in the
+// epsilon at a delta: the noise of every cell above loss l.
+func (d *pmf) noiseAbove(l float64) float64 {
+	i := int(math.Floor(l/d.step)) - d.offset + 1
+	i = min(max(i, 0), len(d.p))
+	return d.noise * float64(len(d.p)-i)
 }
 
 // delta returns the hockey-stick divergence at eps:
@@ -585,6 +655,39 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	if n > p.opt.MaxBins {
 		return nil, &tooFineError{minStep: step * float64(n) / float64(p.opt.MaxBins)}
 	}
+	vals := p.cyclicCompose(steps, comps, lower, upper, base, 0, nil)
+	out := &pmf{offset: lower, step: step, p: vals, src: &composition{steps: steps, comps: comps, base: base}}
+	mass, peak := 0.0, 0.0
+	for i, v := range vals {
+		mass += v
+		peak = math.Max(peak, v)
+		// Rounding in the FFT leaves noise of about 1e-17 per cell
+		// (about 1e-12 in total in our tests); negative cells, which
+		// show its size, are clamped to zero.
+		if v < 0 {
+			out.noise = math.Max(out.noise, -v)
+			vals[i] = 0
+		}
+	}
+	out.noise = math.Max(out.noise, 1e-16*peak)
+	// The window holds all finite mass but at most tau.
+	if !(math.Abs(mass-math.Exp(logKeep)) < 1e-6) {
+		return nil, fmt.Errorf("accountant: pld: numerical failure: composed distribution has mass %v: %w", mass, ErrUnsupported)
+	}
+	// Mass outside the window (at most tau/2 each side) may have aliased
+	// into it or be missing from it; counting it as infinite loss keeps
+	// the result pessimistic.
+	out.inf = -math.Expm1(logKeep) + tau
+	return out, nil
+}
+
+// cyclicCompose returns the composition of the steps' distributions on
+// the window [lower, upper] of grid indices, unclamped (rounding leaves
+// cells of either sign). With lam > 0 each step's distribution is first
+// tilted to p_i e^(lam l_i - logZ_k), which is again a distribution; the
+// composition of tilted distributions is the tilted composition.
+func (p *pldAccountant) cyclicCompose(steps []*pmf, comps []component, lower, upper, base int, lam float64, logZ []float64) []float64 {
+	n := upper - lower + 1
 	size := fftSize(n)
 	work := p.plan(size)
 	defer p.release(work)
@@ -594,6 +697,9 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		// Fold the single-step distribution onto the cycle; composition is
 		// a cyclic convolution, exact on the window up to the mass outside.
 		for i, v := range d.p {
+			if lam != 0 && v > 0 {
+				v = math.Exp(math.Log(v) + lam*float64(d.offset+i)*d.step - logZ[k])
+			}
 			seq[i%size] += v
 		}
 		fft.Coefficients(coef, seq)
@@ -615,32 +721,128 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		}
 	}
 	fft.Sequence(seq, prod)
-	out := &pmf{offset: lower, step: step, p: make([]float64, n)}
+	out := make([]float64, n)
 	inv := 1 / float64(size)
-	mass := 0.0
 	for s := lower; s <= upper; s++ {
 		j := (s - base) % size
 		if j < 0 {
 			j += size
 		}
-		// Rounding in the FFT leaves noise of about 1e-17 per cell
-		// (about 1e-12 in total in our tests); negative cells are
-		// clamped to zero.
-		v := seq[j] * inv
-		if v > 0 {
-			out.p[s-lower] = v
+		out[s-lower] = seq[j] * inv
+	}
+	return out
+}
+
+// refine returns d recomputed so that cells near and above loss l carry
+// a small relative rounding error instead of the FFT's absolute one:
+// every step is tilted by e^(lam l) with the Chernoff lambda of l, which
+// moves the composed distribution's bulk to l, composed by FFT, and
+// untilted. Each cell keeps whichever of the plain and tilted values has
+// the smaller error bound (the tilted bound grows as e^(-lam l) below l).
+// This is the exponential tilting of importance sampling applied to the
+// FFT; a window of the plain composition's width suffices because the
+// tilted mass that wraps around lands on the low cells, where the plain
+// values are kept.
+func (p *pldAccountant) refine(d *pmf, l float64) *pmf {
+	src := d.src
+	lam := chernoffLambda(src.steps, src.comps, l)
+	if !(lam > 0) {
+		return &pmf{offset: d.offset, step: d.step, p: d.p, inf: d.inf}
+	}
+	logZ := make([]float64, len(src.steps))
+	K := 0.0 // log of the tilted composition's normalizer
+	for k, st := range src.steps {
+		z := math.Inf(-1)
+		for i, v := range st.p {
+			if v > 0 {
+				z = logAddExp(z, math.Log(v)+lam*float64(st.offset+i)*st.step)
+			}
 		}
-		mass += v
+		logZ[k] = z
+		K += float64(src.comps[k].count) * z
 	}
-	// The window holds all finite mass but at most tau.
-	if !(math.Abs(mass-math.Exp(logKeep)) < 1e-6) {
-		return nil, fmt.Errorf("accountant: pld: numerical failure: composed distribution has mass %v: %w", mass, ErrUnsupported)
+	vals := p.cyclicCompose(src.steps, src.comps, d.offset, d.offset+len(d.p)-1, src.base, lam, logZ)
+	noise, peak := 0.0, 0.0
+	for _, v := range vals {
+		noise = math.Max(noise, -v)
+		peak = math.Max(peak, v)
 	}
-	// Mass outside the window (at most tau/2 each side) may have aliased
-	// into it or be missing from it; counting it as infinite loss keeps
-	// the result pessimistic.
-	out.inf = -math.Expm1(logKeep) + tau
-	return out, nil
+	noise = math.Max(noise, 1e-16*peak)
+	out := &pmf{offset: d.offset, step: d.step, p: slices.Clone(d.p), inf: d.inf}
+	ln, lnd := math.Log(noise), math.Log(d.noise)
+	for i, v := range vals {
+		scale := K - lam*float64(d.offset+i)*d.step
+		if ln+scale >= lnd {
+			continue
+		}
+		out.p[i] = 0
+		if v > 0 {
+			out.p[i] = math.Exp(math.Log(v) + scale)
+		}
+	}
+	return out
+}
+
+// lossMGF evaluates the moment generating function of a composed loss on
+// coarsened copies of the steps' distributions (at most 1024 cells each),
+// with losses rounded down or up.
+type lossMGF struct {
+	cs     []coarseLoss
+	counts []float64
+	// lamMin is where lambda scans start: the best lambda is about
+	// sqrt(2 log(1/tau) / variance), and the variance reaches T times the
+	// square of the largest loss, which is in the millions for small
+	// multipliers.
+	lamMin float64
+}
+
+type coarseLoss struct{ lup, ldn, lp []float64 }
+
+func newLossMGF(steps []*pmf, comps []component) *lossMGF {
+	m := &lossMGF{cs: make([]coarseLoss, len(steps)), counts: make([]float64, len(steps))}
+	total, scale := 0.0, 1.0
+	for k, d := range steps {
+		m.counts[k] = float64(comps[k].count)
+		total += m.counts[k]
+		scale = math.Max(scale, math.Abs(float64(d.offset)*d.step))
+		scale = math.Max(scale, math.Abs(float64(d.offset+len(d.p)-1)*d.step))
+		w := (len(d.p) + 1023) / 1024
+		var c coarseLoss
+		for j := 0; j < len(d.p); j += w {
+			mass := 0.0
+			for i := j; i < j+w && i < len(d.p); i++ {
+				mass += d.p[i]
+			}
+			if mass <= 0 {
+				continue
+			}
+			top := min(j+w, len(d.p)) - 1
+			c.lp = append(c.lp, math.Log(mass))
+			c.ldn = append(c.ldn, float64(d.offset+j)*d.step)
+			c.lup = append(c.lup, float64(d.offset+top)*d.step)
+		}
+		m.cs[k] = c
+	}
+	m.lamMin = 1e-3 / (scale * math.Sqrt(total))
+	return m
+}
+
+// log returns log E[e^(lam L)] of the composed loss, with the coarse
+// losses rounded up or down.
+func (m *lossMGF) log(lam float64, up bool) float64 {
+	s := 0.0
+	for k, c := range m.cs {
+		ls := c.ldn
+		if up {
+			ls = c.lup
+		}
+		v := math.Inf(-1)
+		for i, lp := range c.lp {
+			v = logAddExp(v, lp+lam*ls[i])
+		}
+		s += m.counts[k] * v
+	}
+	return s
 }
 
 // chernoffWindow returns grid indices [lower, upper] outside which the
@@ -649,60 +851,19 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 // bounds are evaluated on coarsened copies whose losses are rounded
 // outward, which only loosens them.
 func chernoffWindow(steps []*pmf, comps []component, tau float64) (lower, upper int) {
-	type coarse struct{ lup, ldn, lp []float64 }
-	cs := make([]coarse, len(steps))
 	minIdx, maxIdx := 0, 0
 	for k, d := range steps {
 		t := comps[k].count
 		minIdx += t * d.offset
 		maxIdx += t * (d.offset + len(d.p) - 1)
-		w := (len(d.p) + 1023) / 1024
-		var c coarse
-		for j := 0; j < len(d.p); j += w {
-			m := 0.0
-			for i := j; i < j+w && i < len(d.p); i++ {
-				m += d.p[i]
-			}
-			if m <= 0 {
-				continue
-			}
-			top := min(j+w, len(d.p)) - 1
-			c.lp = append(c.lp, math.Log(m))
-			c.ldn = append(c.ldn, float64(d.offset+j)*d.step)
-			c.lup = append(c.lup, float64(d.offset+top)*d.step)
-		}
-		cs[k] = c
 	}
+	m := newLossMGF(steps, comps)
 	step := steps[0].step
-	logMGF := func(lam float64, up bool) float64 {
-		s := 0.0
-		for k, c := range cs {
-			ls := c.ldn
-			if up {
-				ls = c.lup
-			}
-			m := math.Inf(-1)
-			for i, lp := range c.lp {
-				m = logAddExp(m, lp+lam*ls[i])
-			}
-			s += float64(comps[k].count) * m
-		}
-		return s
-	}
 	lt := math.Log(tau)
 	hi, lo := math.Inf(1), math.Inf(-1)
-	// The best lambda is about sqrt(2 log(1/tau) / variance), and the
-	// variance reaches T times the square of the largest loss, which is
-	// in the millions for small multipliers; start the scan below that.
-	total, scale := 0.0, 1.0
-	for k, d := range steps {
-		total += float64(comps[k].count)
-		scale = math.Max(scale, math.Abs(float64(d.offset)*d.step))
-		scale = math.Max(scale, math.Abs(float64(d.offset+len(d.p)-1)*d.step))
-	}
-	for lam := 1e-3 / (scale * math.Sqrt(total)); lam < 1e4; lam *= 1.4 {
-		hi = math.Min(hi, (logMGF(lam, true)-lt)/lam)
-		lo = math.Max(lo, (lt-logMGF(-lam, false))/lam)
+	for lam := m.lamMin; lam < 1e4; lam *= 1.4 {
+		hi = math.Min(hi, (m.log(lam, true)-lt)/lam)
+		lo = math.Max(lo, (lt-m.log(-lam, false))/lam)
 	}
 	upper, lower = maxIdx, minIdx
 	if u := math.Ceil(hi / step); u < float64(maxIdx) {
@@ -715,6 +876,20 @@ func chernoffWindow(steps []*pmf, comps []component, tau float64) (lower, upper 
 		upper = lower
 	}
 	return lower, upper
+}
+
+// chernoffLambda returns the lambda > 0 maximizing lam l - log E[e^(lam L)]
+// for the composed loss L, the tilt under which L has mean about l; 0
+// when l is not above the mean.
+func chernoffLambda(steps []*pmf, comps []component, l float64) float64 {
+	m := newLossMGF(steps, comps)
+	best, arg := 0.0, 0.0
+	for lam := m.lamMin; lam < 1e4; lam *= 1.1 {
+		if v := lam*l - m.log(lam, false); v > best {
+			best, arg = v, lam
+		}
+	}
+	return arg
 }
 
 // fftSize returns the smallest 2^a 3^b 5^c >= n, lengths gonum's FFT
