@@ -3,7 +3,7 @@ package sampler_test
 import (
 	"fmt"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -36,7 +36,7 @@ func ExampleNewBandPoisson() {
 
 func ExampleCheckCompatible() {
 	fixed, _ := sampler.NewFixedOrder(50000, 500, 2000, sampler.Options{})
-	kb, _ := mfnoise.KBParticipation(20, 100)
+	kb, _ := dpcore.KBParticipation(20, 100)
 
 	// A mechanism optimized for (k=20, b=100) matches fixed-order epochs,
 	// accounted unamplified.
@@ -50,7 +50,7 @@ func ExampleCheckCompatible() {
 
 	// Amplified banded MF needs no more bands than partitions.
 	band, _ := sampler.NewBandPoisson(50000, 500, 10, 2000, false, sampler.Options{})
-	ms, _ := mfnoise.MinSepParticipation(200, 10)
+	ms, _ := dpcore.MinSepParticipation(200, 10)
 	fmt.Println(sampler.CheckCompatible(band, ms, 10, true))
 	fmt.Println(sampler.CheckCompatible(band, ms, 16, true))
 	// Output:

@@ -11,7 +11,7 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 func seed(b byte) Options {
@@ -58,7 +58,7 @@ func participations(m int, batches [][]int) [][]int {
 }
 
 // checkSchema asserts every realized pattern belongs to the schema.
-func checkSchema(t *testing.T, sc mfnoise.Schema, n int, parts [][]int) {
+func checkSchema(t *testing.T, sc dpcore.Schema, n int, parts [][]int) {
 	t.Helper()
 	if err := sc.Validate(n); err != nil {
 		t.Fatalf("schema %v invalid for n = %d: %v", sc, n, err)
@@ -70,11 +70,11 @@ func checkSchema(t *testing.T, sc mfnoise.Schema, n int, parts [][]int) {
 		for i := 1; i < len(steps); i++ {
 			gap := steps[i] - steps[i-1]
 			switch sc.Kind {
-			case mfnoise.KB:
+			case dpcore.KB:
 				if gap%sc.B != 0 {
 					t.Fatalf("example %d steps %v leave its kb pattern (b = %d)", e, steps, sc.B)
 				}
-			case mfnoise.MinSep:
+			case dpcore.MinSep:
 				if gap < sc.B {
 					t.Fatalf("example %d steps %v closer than b = %d", e, steps, sc.B)
 				}
@@ -142,7 +142,7 @@ func TestFixedOrder(t *testing.T) {
 	}
 	batches := run(t, s)
 	b := m / B
-	if got, want := s.Schema(), (mfnoise.Schema{Kind: mfnoise.KB, K: 4, B: b}); got != want {
+	if got, want := s.Schema(), (dpcore.Schema{Kind: dpcore.KB, K: 4, B: b}); got != want {
 		t.Fatalf("schema %v, want %v", got, want)
 	}
 	if a := s.Accounting(); a.Kind != AccountingUnamplified || len(a.Assumptions) == 0 {
@@ -321,7 +321,7 @@ func TestBandPoisson(t *testing.T) {
 	if pv := chiSquareBinomial(t, sizes, size, q); pv < 1e-3 {
 		t.Fatalf("batch sizes vs Binomial(%d, %g): p = %g < 1e-3", size, q, pv)
 	}
-	want := mfnoise.Schema{Kind: mfnoise.MinSep, K: n / bands, B: bands}
+	want := dpcore.Schema{Kind: dpcore.MinSep, K: n / bands, B: bands}
 	if s.Schema() != want {
 		t.Fatalf("schema %v, want %v", s.Schema(), want)
 	}
@@ -453,7 +453,7 @@ func TestShuffle(t *testing.T) {
 	}
 	parts := participations(m, batches)
 	sc := s.Schema()
-	if sc != (mfnoise.Schema{Kind: mfnoise.MinSep, K: n / epoch, B: 1}) {
+	if sc != (dpcore.Schema{Kind: dpcore.MinSep, K: n / epoch, B: 1}) {
 		t.Fatalf("schema %v", sc)
 	}
 	checkSchema(t, sc, n, parts)
@@ -623,9 +623,9 @@ func TestCheckCompatible(t *testing.T) {
 		}
 		return s
 	}
-	kb := func(k, b int) mfnoise.Schema { return mfnoise.Schema{Kind: mfnoise.KB, K: k, B: b} }
-	ms := func(k, b int) mfnoise.Schema { return mfnoise.Schema{Kind: mfnoise.MinSep, K: k, B: b} }
-	single := mfnoise.SingleParticipation()
+	kb := func(k, b int) dpcore.Schema { return dpcore.Schema{Kind: dpcore.KB, K: k, B: b} }
+	ms := func(k, b int) dpcore.Schema { return dpcore.Schema{Kind: dpcore.MinSep, K: k, B: b} }
+	single := dpcore.SingleParticipation()
 	// m = 1000, B = 10: fixed order b = 100 steps per epoch, n = 400: k = 4.
 	fixed := must(NewFixedOrder(1000, 10, 400, seed(0)))
 	fixedOne := must(NewFixedOrder(1000, 10, 100, seed(0)))
@@ -638,7 +638,7 @@ func TestCheckCompatible(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		s         Sampler
-		sc        mfnoise.Schema
+		sc        dpcore.Schema
 		bands     int
 		amplified bool
 		refuse    string // "" accepts; else a substring of the reason
@@ -705,19 +705,19 @@ func TestCheckCompatible(t *testing.T) {
 // pattern of t.
 func TestContainsAgainstPatterns(t *testing.T) {
 	const n = 12
-	var schemas []mfnoise.Schema
-	schemas = append(schemas, mfnoise.SingleParticipation())
+	var schemas []dpcore.Schema
+	schemas = append(schemas, dpcore.SingleParticipation())
 	for k := 1; k <= 4; k++ {
 		for b := 1; b <= 6; b++ {
 			if k*b >= n {
-				schemas = append(schemas, mfnoise.Schema{Kind: mfnoise.KB, K: k, B: b})
+				schemas = append(schemas, dpcore.Schema{Kind: dpcore.KB, K: k, B: b})
 			}
-			schemas = append(schemas, mfnoise.Schema{Kind: mfnoise.MinSep, K: k, B: b})
+			schemas = append(schemas, dpcore.Schema{Kind: dpcore.MinSep, K: k, B: b})
 		}
 	}
-	pats := func(sc mfnoise.Schema) [][]int {
+	pats := func(sc dpcore.Schema) [][]int {
 		var out [][]int
-		if sc.Kind == mfnoise.KB {
+		if sc.Kind == dpcore.KB {
 			for _, q := range sc.Patterns(n) {
 				for mask := 1; mask < 1<<len(q); mask++ {
 					var p []int
