@@ -223,7 +223,7 @@ type pmf struct {
 	step   float64
 	p      []float64
 	inf    float64
-	// noise bounds the FFT rounding error of each cell (0 when the
+	// noise estimates the FFT rounding error of each cell (0 when the
 	// distribution was not composed by FFT), and src, when not nil, is
 	// what it was composed from, for refine.
 	noise float64
@@ -657,19 +657,27 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	}
 	vals := p.cyclicCompose(steps, comps, lower, upper, base, 0, nil)
 	out := &pmf{offset: lower, step: step, p: vals, src: &composition{steps: steps, comps: comps, base: base}}
-	mass, peak := 0.0, 0.0
+	mass, peak, neg := 0.0, 0.0, 0.0
 	for i, v := range vals {
 		mass += v
-		peak = math.Max(peak, v)
+		if v > peak {
+			peak = v
+		}
 		// Rounding in the FFT leaves noise of about 1e-17 per cell
 		// (about 1e-12 in total in our tests); negative cells, which
 		// show its size, are clamped to zero.
 		if v < 0 {
-			out.noise = math.Max(out.noise, -v)
+			if -v > neg {
+				neg = -v
+			}
 			vals[i] = 0
 		}
 	}
-	out.noise = math.Max(out.noise, 1e-16*peak)
+	out.noise = neg
+	// The power z^T of each Fourier coefficient carries T times its
+	// rounding error, and cells well above the noise do not show it as
+	// negatives: floor the estimate at T eps_mach of the peak.
+	out.noise = math.Max(out.noise, float64(total)*0x1p-52*peak)
 	// The window holds all finite mass but at most tau.
 	if !(math.Abs(mass-math.Exp(logKeep)) < 1e-6) {
 		return nil, fmt.Errorf("accountant: pld: numerical failure: composed distribution has mass %v: %w", mass, ErrUnsupported)
@@ -767,7 +775,11 @@ func (p *pldAccountant) refine(d *pmf, l float64) *pmf {
 		noise = math.Max(noise, -v)
 		peak = math.Max(peak, v)
 	}
-	noise = math.Max(noise, 1e-16*peak)
+	total := 0
+	for _, c := range src.comps {
+		total += c.count
+	}
+	noise = math.Max(noise, float64(total)*0x1p-52*peak)
 	out := &pmf{offset: d.offset, step: d.step, p: slices.Clone(d.p), inf: d.inf}
 	ln, lnd := math.Log(noise), math.Log(d.noise)
 	for i, v := range vals {
@@ -790,9 +802,10 @@ type lossMGF struct {
 	cs     []coarseLoss
 	counts []float64
 	// lamMin is where lambda scans start: the best lambda is about
-	// sqrt(2 log(1/tau) / variance), and the variance reaches T times the
-	// square of the largest loss, which is in the millions for small
-	// multipliers.
+	// sqrt(2 log(1/tau) / variance), at least sqrt(72/T)/scale for tails
+	// tau >= 1e-16 since the variance is at most T scale^2, with scale the
+	// largest loss, which is in the millions for small multipliers. The
+	// scan starts ten times lower, and never above 1e-3.
 	lamMin float64
 }
 
@@ -823,7 +836,7 @@ func newLossMGF(steps []*pmf, comps []component) *lossMGF {
 		}
 		m.cs[k] = c
 	}
-	m.lamMin = 1e-3 / (scale * math.Sqrt(total))
+	m.lamMin = math.Min(1e-3, 0.85/(scale*math.Sqrt(total)))
 	return m
 }
 

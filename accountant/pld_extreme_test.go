@@ -216,7 +216,8 @@ func (pt pldPoint) epsilon(delta float64) float64 { return pt.pld.epsilonOf(pt.d
 func (pt pldPoint) delta(eps float64) float64     { return pt.pld.deltaOf(pt.dists, eps) }
 
 // checkPLDPoint accounts for DP-SGD at one point of a sweep and checks it
-// at each delta: epsilon finite or +Inf, never NaN or an error; at least
+// at each delta: epsilon finite or +Inf, never NaN or an error; Delta at
+// it no more than delta; at least
 // the exact epsilon of one step (of the whole composition when q = 1); at
 // most RDP plus the grid's slack. The distributions are computed once and
 // evaluated at every delta as Epsilon does.
@@ -245,6 +246,12 @@ func checkPLDPoint(t *testing.T, pld *pldAccountant, rdp Accountant, sigma, q fl
 		if math.IsNaN(got) || got < 0 {
 			t.Errorf("sigma %v q %v T %v delta %v: eps %v", sigma, q, T, delta, got)
 			continue
+		}
+		// Delta inverts Epsilon (to the refinement's 1e-4 and rounding).
+		if got > 0 && !isInf(got) {
+			if d := pt.delta(got); d > delta*(1+1e-3)+1e-15 {
+				t.Errorf("sigma %v q %v T %v: Delta(Epsilon(%v) = %v) = %v", sigma, q, T, delta, got, d)
+			}
 		}
 		lower := refOneStepEpsilon(sigma, q, delta)
 		if q == 1 {
