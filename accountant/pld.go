@@ -108,7 +108,7 @@ func (p *pldAccountant) Epsilon(e Event, delta float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	eps := p.epsilonOf(dists, delta)
+	eps := p.epsilonAt(e, dists, delta)
 	if math.IsNaN(eps) || eps < 0 {
 		return 0, fmt.Errorf("accountant: pld: numerical failure: epsilon %v: %w", eps, ErrUnsupported)
 	}
@@ -123,11 +123,39 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	delta := p.deltaOf(dists, eps)
+	delta := p.deltaAt(e, dists, eps)
 	if math.IsNaN(delta) || delta < 0 {
 		return 0, fmt.Errorf("accountant: pld: numerical failure: delta %v: %w", delta, ErrUnsupported)
 	}
 	return math.Min(1, delta), nil
+}
+
+// epsilonAt is Epsilon on e's distributions. The RDP bound of the same
+// event is also valid, and it is the smaller where the grid had to be
+// widened far (small multipliers over a million steps) or rounding
+// limits the PLD (tiny deltas with rare participation, see epsilonOf);
+// the smaller is reported. RDP costs about a millisecond, a few percent
+// of a PLD evaluation. An exact Gaussian needs no such check.
+func (p *pldAccountant) epsilonAt(e Event, dists []lossDist, delta float64) float64 {
+	eps, _ := p.epsilonOf(dists, delta)
+	// +Inf (delta below the truncated tail mass) stays as documented.
+	if _, exact := dists[0].(gaussLoss); !exact && !math.IsInf(eps, 1) {
+		if r, err := NewRDP(nil).Epsilon(e, delta); err == nil && r < eps {
+			eps = r
+		}
+	}
+	return eps
+}
+
+// deltaAt is Delta on e's distributions, with RDP as in epsilonAt.
+func (p *pldAccountant) deltaAt(e Event, dists []lossDist, eps float64) float64 {
+	delta := p.deltaOf(dists, eps)
+	if _, exact := dists[0].(gaussLoss); !exact {
+		if r, err := NewRDP(nil).Delta(e, eps); err == nil && r < delta {
+			delta = r
+		}
+	}
+	return delta
 }
 
 // noiseTol is the FFT rounding error, relative to delta, above which an
@@ -135,38 +163,48 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 const noiseTol = 1e-4
 
 // epsilonOf returns the worse epsilon at delta over the directions. Where
-// the FFT's rounding noise, about 1e-17 per cell, could move delta by
-// more than noiseTol of itself (deltas of 1e-12 over a million cells), the
-// distribution is recomputed accurately around the answer.
-func (p *pldAccountant) epsilonOf(dists []lossDist, delta float64) float64 {
-	eps := 0.0
+// the FFT's rounding noise, about 1e-17 per cell and more after many
+// compositions, could move delta by more than noiseTol of itself (deltas
+// of 1e-12 over a million cells), the distribution is recomputed
+// accurately around the answer (refine); where even that cannot bring the
+// noise down, the answer counts the noise bound as privacy loss, so it
+// stays an upper bound, only looser, and loose is set.
+func (p *pldAccountant) epsilonOf(dists []lossDist, delta float64) (eps float64, loose bool) {
 	for _, d := range dists {
 		e := d.epsilon(delta)
 		if pm, ok := d.(*pmf); ok && pm.src != nil && pm.noiseAbove(e) > noiseTol*delta && !isInf(e) {
-			// The noisy answer may be far off; tilt at it, then at the
+			// The noisy answer may be far off; refine at it, then at the
 			// better answer, until it settles.
-			for range 5 {
-				next := p.refine(pm, e).epsilon(delta)
-				done := math.Abs(next-e) <= 1e-6*math.Max(1, e)
+			var r *pmf
+			for range 3 {
+				r = p.refine(pm, e)
+				next := r.epsilon(delta)
+				done := r.errs == nil || math.Abs(next-e) <= 1e-4*math.Max(1, e)
 				e = next
 				if done {
 					break
 				}
 			}
+			if r.noiseAbove(e) > noiseTol*delta {
+				e, loose = math.Max(e, r.safeEpsilon(delta)), true
+			}
 		}
 		eps = math.Max(eps, e)
 	}
-	return eps
+	return eps, loose
 }
 
 // deltaOf returns the worse delta at eps over the directions, refined as
 // in epsilonOf.
-func (p *pldAccountant) deltaOf(dists []lossDist, eps float64) float64 {
-	delta := 0.0
+func (p *pldAccountant) deltaOf(dists []lossDist, eps float64) (delta float64) {
 	for _, d := range dists {
 		v := d.delta(eps)
 		if pm, ok := d.(*pmf); ok && pm.src != nil && pm.noiseAbove(eps) > noiseTol*v {
-			v = p.refine(pm, eps).delta(eps)
+			r := p.refine(pm, eps)
+			v = r.delta(eps)
+			if n := r.noiseAbove(eps); n > noiseTol*v {
+				v += n
+			}
 		}
 		delta = math.Max(delta, v)
 	}
@@ -225,16 +263,28 @@ type pmf struct {
 	inf    float64
 	// noise estimates the FFT rounding error of each cell (0 when the
 	// distribution was not composed by FFT), and src, when not nil, is
-	// what it was composed from, for refine.
+	// what it was composed from, for refine. A refined pmf has instead an
+	// error bound per cell in errs.
 	noise float64
 	src   *composition
+	errs  []float64
+}
+
+// cellErr bounds the rounding error of cell i.
+func (d *pmf) cellErr(i int) float64 {
+	if d.errs != nil {
+		return d.errs[i]
+	}
+	return d.noise
 }
 
 // composition is what an FFT-composed pmf was computed from.
 type composition struct {
-	steps []*pmf
-	comps []component
-	base  int
+	steps   []*pmf
+	comps   []component
+	base    int
+	dir     direction
+	tauStep float64 // the tail mass each step's discretization dropped
 }
 
 // noiseAbove bounds the FFT rounding error in delta(eps) and in the
@@ -242,7 +292,37 @@ type composition struct {
 func (d *pmf) noiseAbove(l float64) float64 {
 	i := int(math.Floor(l/d.step)) - d.offset + 1
 	i = min(max(i, 0), len(d.p))
-	return d.noise * float64(len(d.p)-i)
+	if d.errs == nil {
+		return d.noise * float64(len(d.p)-i)
+	}
+	s := 0.0
+	for ; i < len(d.p); i++ {
+		s += d.cellErr(i)
+	}
+	return s
+}
+
+// safeEpsilon returns the smallest grid loss eps >= 0 with delta(eps) plus
+// the rounding error of the cells above it at most target: an epsilon that
+// holds whatever the rounding did.
+func (d *pmf) safeEpsilon(target float64) float64 {
+	if d.inf > target {
+		return math.Inf(1)
+	}
+	decay := math.Exp(-d.step)
+	// At loss l_i, with sp, s = e^(l_i+1) sum p_j e^-l_j and err over
+	// the cells j > i: delta(l_i) = inf + sp - e^-step s.
+	sp, s, err := 0.0, 0.0, 0.0
+	for i := len(d.p) - 1; i >= 0; i-- {
+		l := float64(d.offset+i) * d.step
+		if d.inf+sp-decay*s+err > target {
+			return math.Max(0, l+d.step)
+		}
+		sp += d.p[i]
+		s = s*decay + d.p[i]
+		err += d.cellErr(i)
+	}
+	return math.Max(0, float64(d.offset)*d.step)
 }
 
 // delta returns the hockey-stick divergence at eps:
@@ -455,20 +535,20 @@ func logGaussTails(z float64) (lcdf, lsf float64) {
 	return math.Log1p(-math.Exp(lsf)), lsf
 }
 
-// edge holds the CDF and survival function of N(0, s^2) and of the mixture
-// M at one x, or their logs.
-type edge struct{ nF, nS, mF, mS float64 }
+// edge holds the CDF and survival function of N(0, s^2), of N(1, s^2) and
+// of the mixture M at one x, or their logs.
+type edge struct{ nF, nS, n1F, n1S, mF, mS float64 }
 
 func edgeAt(c component, x float64) edge {
 	f0, s0 := gaussTails(x / c.sigma)
 	f1, s1 := gaussTails((x - 1) / c.sigma)
-	return edge{nF: f0, nS: s0, mF: (1-c.q)*f0 + c.q*f1, mS: (1-c.q)*s0 + c.q*s1}
+	return edge{nF: f0, nS: s0, n1F: f1, n1S: s1, mF: (1-c.q)*f0 + c.q*f1, mS: (1-c.q)*s0 + c.q*s1}
 }
 
 func logEdgeAt(c component, x float64) edge {
 	f0, s0 := logGaussTails(x / c.sigma)
 	f1, s1 := logGaussTails((x - 1) / c.sigma)
-	e := edge{nF: f0, nS: s0, mF: f1, mS: s1}
+	e := edge{nF: f0, nS: s0, n1F: f1, n1S: s1, mF: f1, mS: s1}
 	if c.q < 1 {
 		lq, l1q := math.Log(c.q), math.Log1p(-c.q)
 		e.mF = logAddExp(l1q+f0, lq+f1)
@@ -508,7 +588,13 @@ const minNormalTail = 1e-280
 // multipliers (hundreds and more) the Q-mass of a cell lies tens of
 // standard deviations out, where tails are subnormal or zero while e^loss
 // times them is not small; such cells are computed in logs.
-func discretize(c component, dir direction, step, tau float64, maxBins int) (*pmf, error) {
+//
+// With parts not nil (remove direction only), discretize also returns in
+// it the distributions A and B of the loss when the example is absent from
+// the step (x from N(0, s^2)) and present (x from N(1, s^2)), each cell's
+// mass split between its end points in the same ratio, so that (1-q) A +
+// q B is exactly the returned distribution.
+func discretize(c component, dir direction, step, tau float64, maxBins int, parts *[2]*pmf) (*pmf, error) {
 	lo, hi := lossRange(c, dir, tau)
 	if isInf(lo) || isInf(hi) {
 		return nil, fmt.Errorf("accountant: pld: loss range [%v, %v] of sigma %v, q %v is not finite: %w", lo, hi, c.sigma, c.q, ErrUnsupported)
@@ -522,6 +608,12 @@ func discretize(c component, dir direction, step, tau float64, maxBins int) (*pm
 	}
 	n := i1 - i0 + 1
 	d := &pmf{offset: i0, step: step, p: make([]float64, n)}
+	var pa, pb *pmf
+	if parts != nil {
+		pa = &pmf{offset: i0, step: step, p: make([]float64, n)}
+		pb = &pmf{offset: i0, step: step, p: make([]float64, n)}
+		parts[0], parts[1] = pa, pb
+	}
 	// x at each grid loss, and the CDFs there. For remove, the loss cell
 	// (l_i, l_i+1] is x in (x_i, x_i+1]; for add, x in [x_i+1, x_i).
 	xs := make([]float64, n)
@@ -565,6 +657,10 @@ func discretize(c component, dir direction, step, tau float64, maxBins int) (*pm
 				elq = math.Exp(l + math.Log(qm))
 			}
 			v = (pm - elq) / shrink
+			if pa != nil {
+				n1m, _ := between(a.n1F, a.n1S, b.n1F, b.n1S)
+				splitCell(pa, pb, i, qm, n1m, math.Min(1, math.Max(0, v/pm)))
+			}
 		} else {
 			la := logNext
 			if !haveNext {
@@ -583,6 +679,10 @@ func discretize(c component, dir direction, step, tau float64, maxBins int) (*pm
 			}
 			pm = math.Exp(lpm)
 			v = pm * -math.Expm1(l+lqm-lpm) / shrink
+			if pa != nil {
+				n1m := math.Exp(logBetween(la.n1F, la.n1S, lb.n1F, lb.n1S))
+				splitCell(pa, pb, i, math.Exp(lqm), n1m, math.Min(1, math.Max(0, v/pm)))
+			}
 		}
 		v = math.Min(pm, math.Max(0, v))
 		d.p[i] += pm - v
@@ -592,11 +692,26 @@ func discretize(c component, dir direction, step, tau float64, maxBins int) (*pm
 	if dir == remove {
 		d.p[0] += first.mF
 		d.inf = last.mS
+		if pa != nil {
+			pa.p[0] += first.nF
+			pa.inf = last.nS
+			pb.p[0] += first.n1F
+			pb.inf = last.n1S
+		}
 	} else {
 		d.p[0] += first.nS
 		d.inf = last.nF
 	}
 	return d, nil
+}
+
+// splitCell moves the masses a and b of cell i of the parts A and B to its
+// end points, the fraction up to the upper one.
+func splitCell(pa, pb *pmf, i int, a, b, up float64) {
+	pa.p[i] += a * (1 - up)
+	pa.p[i+1] += a * up
+	pb.p[i] += b * (1 - up)
+	pb.p[i+1] += b * up
 }
 
 // tooFineError reports that a grid would exceed MaxBins; minStep is the
@@ -639,7 +754,7 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	logKeep := 0.0 // log of the probability that no step lands at infinity
 	base := 0
 	for k, c := range comps {
-		d, err := discretize(c, dir, step, tau/float64(total), p.opt.MaxBins)
+		d, err := discretize(c, dir, step, tau/float64(total), p.opt.MaxBins, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -656,7 +771,8 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		return nil, &tooFineError{minStep: step * float64(n) / float64(p.opt.MaxBins)}
 	}
 	vals := p.cyclicCompose(steps, comps, lower, upper, base, 0, nil)
-	out := &pmf{offset: lower, step: step, p: vals, src: &composition{steps: steps, comps: comps, base: base}}
+	out := &pmf{offset: lower, step: step, p: vals,
+		src: &composition{steps: steps, comps: comps, base: base, dir: dir, tauStep: tau / float64(total)}}
 	mass, peak, neg := 0.0, 0.0, 0.0
 	for i, v := range vals {
 		mass += v
@@ -741,25 +857,65 @@ func (p *pldAccountant) cyclicCompose(steps []*pmf, comps []component, lower, up
 	return out
 }
 
-// refine returns d recomputed so that cells near and above loss l carry
-// a small relative rounding error instead of the FFT's absolute one:
-// every step is tilted by e^(lam l) with the Chernoff lambda of l, which
-// moves the composed distribution's bulk to l, composed by FFT, and
-// untilted. Each cell keeps whichever of the plain and tilted values has
-// the smaller error bound (the tilted bound grows as e^(-lam l) below l).
-// This is the exponential tilting of importance sampling applied to the
-// FFT; a window of the plain composition's width suffices because the
-// tilted mass that wraps around lands on the low cells, where the plain
-// values are kept.
+// refine returns d recomputed so that cells near and above loss l carry a
+// small relative rounding error instead of the FFT's absolute one, with a
+// per-cell error bound: by binomial where the event has that shape, else
+// by composeAccurate on d's window.
 func (p *pldAccountant) refine(d *pmf, l float64) *pmf {
-	src := d.src
-	lam := chernoffLambda(src.steps, src.comps, l)
-	if !(lam > 0) {
-		return &pmf{offset: d.offset, step: d.step, p: d.p, inf: d.inf}
+	if b := p.binomial(d); b != nil {
+		return b
 	}
-	logZ := make([]float64, len(src.steps))
+	src := d.src
+	lower, upper := d.offset, d.offset+len(d.p)-1
+	vals, errs := p.composeAccurate(src.steps, src.comps, lower, upper, src.base, l, d.p, d.noise)
+	return &pmf{offset: d.offset, step: d.step, p: vals, inf: d.inf, errs: errs}
+}
+
+// composeAccurate composes the steps on the window [lower, upper] of grid
+// indices twice, plainly and with every step tilted by e^(lam l) at the
+// Chernoff lambda of loss l (which moves the composed bulk to l), and
+// returns per cell whichever value has the smaller error bound, and that
+// bound; plain, when not nil, is the plain composition already computed,
+// with its noise. The plain FFT errs by about T eps_mach of the peak in every cell;
+// the tilted one by that much of the tilted peak, which untilting
+// multiplies by e^(K - lam l_i): small relative error around l. This is
+// the exponential tilting of importance sampling applied to the FFT.
+func (p *pldAccountant) composeAccurate(steps []*pmf, comps []component, lower, upper, base int, l float64, plain []float64, noise float64) (vals, errs []float64) {
+	total, maxIdx := 0, base
+	for k, st := range steps {
+		total += comps[k].count
+		maxIdx += comps[k].count * (len(st.p) - 1)
+	}
+	if plain != nil {
+		vals = slices.Clone(plain)
+	} else {
+		vals = p.cyclicCompose(steps, comps, lower, upper, base, 0, nil)
+		peak := 0.0
+		for i, v := range vals {
+			if v > peak {
+				peak = v
+			}
+			if v < 0 {
+				noise = math.Max(noise, -v)
+				vals[i] = 0
+			}
+		}
+		noise = math.Max(noise, float64(total)*0x1p-52*peak)
+	}
+	errs = make([]float64, len(vals))
+	for i := range errs {
+		errs[i] = noise
+	}
+	// Finer coarse copies than the window's: the bounds below round every
+	// step's loss by a coarse bin, T times over.
+	m := newLossMGF(steps, comps, 1<<14)
+	lam := m.chernoffLambda(l)
+	if !(lam > 0) {
+		return vals, errs
+	}
+	logZ := make([]float64, len(steps))
 	K := 0.0 // log of the tilted composition's normalizer
-	for k, st := range src.steps {
+	for k, st := range steps {
 		z := math.Inf(-1)
 		for i, v := range st.p {
 			if v > 0 {
@@ -767,36 +923,204 @@ func (p *pldAccountant) refine(d *pmf, l float64) *pmf {
 			}
 		}
 		logZ[k] = z
-		K += float64(src.comps[k].count) * z
+		K += float64(comps[k].count) * z
 	}
-	vals := p.cyclicCompose(src.steps, src.comps, d.offset, d.offset+len(d.p)-1, src.base, lam, logZ)
-	noise, peak := 0.0, 0.0
-	for _, v := range vals {
-		noise = math.Max(noise, -v)
-		peak = math.Max(peak, v)
+	step := steps[0].step
+	// The tilt moves mass up, past the window when it makes a few
+	// participations of a tiny rate likely; mass beyond the window would
+	// wrap around onto it. So the tilted composition runs on a window
+	// extended up to where the tilted tail is below 1e-16 by Chernoff in
+	// the tilted measure, P(L > h) <= e^(K(lam+th) - K(lam) - th h), on the
+	// coarse copies rounded so that the bound only loosens; what lies
+	// beyond (if MaxBins cuts the window) is counted in the tilted error.
+	kLam := m.log(lam, false)
+	hiT, loT := math.Inf(1), math.Inf(-1)
+	for th := m.lamMin; th < 1e4; th *= 1.4 {
+		hiT = math.Min(hiT, (m.log(lam+th, true)-kLam-math.Log(1e-16))/th)
+		loT = math.Max(loT, (math.Log(1e-16)-m.log(lam-th, lam-th > 0)+kLam)/th)
 	}
-	total := 0
-	for _, c := range src.comps {
-		total += c.count
+	// The tilted window: the plain one, raised at the bottom to where the
+	// tilted mass below is negligible and extended at the top, at most
+	// MaxBins cells; cells of the plain window outside it keep the plain
+	// values.
+	bot, top := lower, upper
+	if b := math.Floor(loT / step); b > float64(bot) {
+		bot = int(math.Min(b, float64(upper)))
 	}
-	noise = math.Max(noise, float64(total)*0x1p-52*peak)
-	out := &pmf{offset: d.offset, step: d.step, p: slices.Clone(d.p), inf: d.inf}
-	ln, lnd := math.Log(noise), math.Log(d.noise)
-	for i, v := range vals {
-		scale := K - lam*float64(d.offset+i)*d.step
-		if ln+scale >= lnd {
+	if t := math.Ceil(hiT / step); t > float64(top) {
+		top = int(math.Min(t, float64(min(maxIdx, bot+p.opt.MaxBins-1))))
+	}
+	tv := p.cyclicCompose(steps, comps, bot, top, base, lam, logZ)
+	noiseT, peakT := 0.0, 0.0
+	for _, v := range tv {
+		noiseT = math.Max(noiseT, -v)
+		peakT = math.Max(peakT, v)
+	}
+	noiseT = math.Max(noiseT, float64(total)*0x1p-52*peakT)
+	lo, hi := float64(bot)*step, float64(top)*step
+	up, dn := 0.0, 0.0
+	for th := m.lamMin; th < 1e4; th *= 1.4 {
+		up = math.Min(up, m.log(lam+th, true)-kLam-th*hi)
+		dn = math.Min(dn, m.log(lam-th, lam-th > 0)-kLam+th*lo)
+	}
+	ln := math.Log(noiseT + math.Exp(up) + math.Exp(dn))
+	for j, v := range tv[:min(len(tv), upper-bot+1)] {
+		i := bot - lower + j
+		scale := K - lam*float64(bot+j)*step
+		if e := math.Exp(ln + scale); e < errs[i] {
+			errs[i] = e
+			vals[i] = 0
+			if v > 0 {
+				vals[i] = math.Exp(math.Log(v) + scale)
+			}
+		}
+	}
+	return vals, errs
+}
+
+// maxBinomialTerms bounds the terms binomial composes.
+const maxBinomialTerms = 24
+
+// binomial recomputes d, the remove-direction distribution of T
+// compositions of one Poisson-subsampled Gaussian (with at most one
+// unsubsampled Gaussian merged in), as the mixture over the number k of
+// steps that include the example: the sum over k of Binomial(k; T, q)
+// A^(T-k) * B^k, with A and B the step's loss without and with the
+// example (discretize's parts). This is the same distribution, but each
+// term is composed by FFT on its own Chernoff window, so the rounding
+// noise of the likely terms (no participation at all is a spike near
+// loss 0 with mass (1-q)^T) stays in their windows instead of swamping the
+// rare terms that decide tiny deltas. It returns nil for events of another
+// shape and when more than maxBinomialTerms terms carry mass, where the
+// distribution is not spiky and refine tilts instead.
+func (p *pldAccountant) binomial(d *pmf) *pmf {
+	src := d.src
+	if src.dir != remove {
+		return nil
+	}
+	sub, gauss := -1, -1
+	for k, c := range src.comps {
+		switch {
+		case c.q == 1:
+			gauss = k
+		case sub >= 0:
+			return nil
+		default:
+			sub = k
+		}
+	}
+	if sub < 0 {
+		return nil
+	}
+	c := src.comps[sub]
+	T := c.count
+	// Binomial weights by the ratio recurrence from the mode, in logs:
+	// exact to a few ulps where lgamma differences of T ~ 1e6 lose 1e-9.
+	// The terms kept are those above tau/1000 of weight; beyond them the
+	// weights fall geometrically, so the mass left out is at most the
+	// last weight times r/(1-r) on each side, r the ratio there.
+	lr := math.Log(c.q) - math.Log1p(-c.q)
+	ratio := func(k int) float64 { return math.Log(float64(T-k)/float64(k+1)) + lr } // log w_k+1/w_k
+	k0 := min(T, int(float64(T+1)*c.q))
+	logw := map[int]float64{k0: 0}
+	cut := math.Log(p.opt.TailMass * 1e-3)
+	klo, khi := k0, k0
+	// Weights relative to the mode first; normalized below.
+	for khi < T && khi-klo < maxBinomialTerms {
+		next := logw[khi] + ratio(khi)
+		if next < logw[k0]+cut-10 {
+			break
+		}
+		khi++
+		logw[khi] = next
+	}
+	for klo > 0 && khi-klo < maxBinomialTerms {
+		next := logw[klo] - ratio(klo-1)
+		if next < logw[k0]+cut-10 {
+			break
+		}
+		klo--
+		logw[klo] = next
+	}
+	terms := khi - klo + 1
+	if terms > maxBinomialTerms {
+		return nil
+	}
+	norm := math.Inf(-1)
+	for k := klo; k <= khi; k++ {
+		norm = logAddExp(norm, logw[k])
+	}
+	// The normalizer misses the left-out tails, which are below e^-10 of
+	// tau/1000 relative to the mode, so it is exact to that.
+	left := 0.0
+	if khi < T {
+		r := math.Exp(ratio(khi))
+		left += math.Exp(logw[khi]-norm) * r / (1 - r)
+	}
+	if klo > 0 {
+		r := math.Exp(-ratio(klo - 1))
+		left += math.Exp(logw[klo]-norm) * r / (1 - r)
+	}
+	var parts [2]*pmf
+	if _, err := discretize(c, remove, d.step, src.tauStep, p.opt.MaxBins, &parts); err != nil {
+		return nil
+	}
+	lower, upper := d.offset, d.offset+len(d.p)-1
+	out := &pmf{offset: d.offset, step: d.step, p: make([]float64, len(d.p)), errs: make([]float64, len(d.p))}
+	for k := klo; k <= khi; k++ {
+		w := math.Exp(logw[k] - norm)
+		var steps []*pmf
+		var comps []component
+		base := 0
+		for j, n := range []int{T - k, k, 1} {
+			st := parts[min(j, 1)]
+			if j == 2 {
+				if gauss < 0 {
+					break
+				}
+				st = src.steps[gauss]
+			}
+			if n > 0 {
+				steps = append(steps, st)
+				comps = append(comps, component{count: n})
+				base += n * st.offset
+			}
+		}
+		// The term's own window drops at most tau/100 over all terms.
+		lo, hi := chernoffWindow(steps, comps, math.Min(0.25, p.opt.TailMass*1e-2/(w*float64(terms))))
+		lo, hi = max(lo, lower), min(hi, upper)
+		if lo > hi {
 			continue
 		}
-		out.p[i] = 0
-		if v > 0 {
-			out.p[i] = math.Exp(math.Log(v) + scale)
+		vals := p.cyclicCompose(steps, comps, lo, hi, base, 0, nil)
+		noise, peak, total := 0.0, 0.0, 0
+		for _, c := range comps {
+			total += c.count
+		}
+		for _, v := range vals {
+			if v > peak {
+				peak = v
+			}
+			if -v > noise {
+				noise = -v
+			}
+		}
+		noise = math.Max(noise, float64(total)*0x1p-52*peak)
+		for i, v := range vals {
+			if v > 0 {
+				out.p[lo-lower+i] += w * v
+			}
+			out.errs[lo-lower+i] += w * noise
 		}
 	}
+	// Infinite loss: what d counted (truncated steps, the window's tails),
+	// the terms left out and the terms' own tails.
+	out.inf = d.inf + left + 3e-2*p.opt.TailMass
 	return out
 }
 
 // lossMGF evaluates the moment generating function of a composed loss on
-// coarsened copies of the steps' distributions (at most 1024 cells each),
+// coarsened copies of the steps' distributions (at most bins cells each),
 // with losses rounded down or up.
 type lossMGF struct {
 	cs     []coarseLoss
@@ -811,7 +1135,7 @@ type lossMGF struct {
 
 type coarseLoss struct{ lup, ldn, lp []float64 }
 
-func newLossMGF(steps []*pmf, comps []component) *lossMGF {
+func newLossMGF(steps []*pmf, comps []component, bins int) *lossMGF {
 	m := &lossMGF{cs: make([]coarseLoss, len(steps)), counts: make([]float64, len(steps))}
 	total, scale := 0.0, 1.0
 	for k, d := range steps {
@@ -819,7 +1143,7 @@ func newLossMGF(steps []*pmf, comps []component) *lossMGF {
 		total += m.counts[k]
 		scale = math.Max(scale, math.Abs(float64(d.offset)*d.step))
 		scale = math.Max(scale, math.Abs(float64(d.offset+len(d.p)-1)*d.step))
-		w := (len(d.p) + 1023) / 1024
+		w := (len(d.p) + bins - 1) / bins
 		var c coarseLoss
 		for j := 0; j < len(d.p); j += w {
 			mass := 0.0
@@ -870,7 +1194,7 @@ func chernoffWindow(steps []*pmf, comps []component, tau float64) (lower, upper 
 		minIdx += t * d.offset
 		maxIdx += t * (d.offset + len(d.p) - 1)
 	}
-	m := newLossMGF(steps, comps)
+	m := newLossMGF(steps, comps, 1024)
 	step := steps[0].step
 	lt := math.Log(tau)
 	hi, lo := math.Inf(1), math.Inf(-1)
@@ -894,8 +1218,7 @@ func chernoffWindow(steps []*pmf, comps []component, tau float64) (lower, upper 
 // chernoffLambda returns the lambda > 0 maximizing lam l - log E[e^(lam L)]
 // for the composed loss L, the tilt under which L has mean about l; 0
 // when l is not above the mean.
-func chernoffLambda(steps []*pmf, comps []component, l float64) float64 {
-	m := newLossMGF(steps, comps)
+func (m *lossMGF) chernoffLambda(l float64) float64 {
 	best, arg := 0.0, 0.0
 	for lam := m.lamMin; lam < 1e4; lam *= 1.1 {
 		if v := lam*l - m.log(lam, false); v > best {

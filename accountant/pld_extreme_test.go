@@ -199,8 +199,10 @@ func propertyGrid(short bool) (sigmas, qs []float64, Ts []int, deltas []float64)
 	Ts = []int{1, 10, 1000, 1000000}
 	deltas = []float64{1e-12, 1e-9, 1e-5, 0.01, 0.5}
 	if short {
+		sigmas = []float64{1e-3, 0.01, 0.03, 0.1, 0.3, 1, 10, 1e3}
 		qs = []float64{1e-6, 0.01, 0.5, 1}
 		Ts = []int{1, 100, 1000000}
+		deltas = []float64{1e-12, 1e-5, 0.5}
 	}
 	return
 }
@@ -208,12 +210,13 @@ func propertyGrid(short bool) (sigmas, qs []float64, Ts []int, deltas []float64)
 // pldPoint is the accountant's answer for DP-SGD at one point of a sweep.
 type pldPoint struct {
 	pld   *pldAccountant
+	event Event
 	dists []lossDist
 	slack float64 // T times the grid step: the discretization's slack
 }
 
-func (pt pldPoint) epsilon(delta float64) float64 { return pt.pld.epsilonOf(pt.dists, delta) }
-func (pt pldPoint) delta(eps float64) float64     { return pt.pld.deltaOf(pt.dists, eps) }
+func (pt pldPoint) epsilon(delta float64) float64 { return pt.pld.epsilonAt(pt.event, pt.dists, delta) }
+func (pt pldPoint) delta(eps float64) float64     { return pt.pld.deltaAt(pt.event, pt.dists, eps) }
 
 // checkPLDPoint accounts for DP-SGD at one point of a sweep and checks it
 // at each delta: epsilon finite or +Inf, never NaN or an error; Delta at
@@ -227,7 +230,7 @@ func checkPLDPoint(t *testing.T, pld *pldAccountant, rdp Accountant, sigma, q fl
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt := pldPoint{pld: pld}
+	pt := pldPoint{pld: pld, event: e}
 	if pt.dists, err = pld.distributions(e); err != nil {
 		t.Errorf("sigma %v q %v T %v: %v", sigma, q, T, err)
 		return pt, nil
@@ -242,13 +245,18 @@ func checkPLDPoint(t *testing.T, pld *pldAccountant, rdp Accountant, sigma, q fl
 	out := make([]float64, len(deltas))
 	for i, delta := range deltas {
 		got := pt.epsilon(delta)
+		// raw is the PLD's own answer, without the RDP bound; loose when
+		// FFT rounding limited it and its noise bound was counted.
+		raw, loose := pld.epsilonOf(pt.dists, delta)
 		out[i] = got
-		if math.IsNaN(got) || got < 0 {
+		if math.IsNaN(got) || got < 0 || math.IsNaN(raw) {
 			t.Errorf("sigma %v q %v T %v delta %v: eps %v", sigma, q, T, delta, got)
 			continue
 		}
-		// Delta inverts Epsilon (to the refinement's 1e-4 and rounding).
-		if got > 0 && !isInf(got) {
+		// Delta inverts Epsilon (to the refinement's 1e-4 and rounding)
+		// unless rounding limited the PLD: then Delta, refined at its own
+		// eps, is another valid bound, not the inverse.
+		if got > 0 && !isInf(got) && !loose {
 			if d := pt.delta(got); d > delta*(1+1e-3)+1e-15 {
 				t.Errorf("sigma %v q %v T %v: Delta(Epsilon(%v) = %v) = %v", sigma, q, T, delta, got, d)
 			}
@@ -265,8 +273,11 @@ func checkPLDPoint(t *testing.T, pld *pldAccountant, rdp Accountant, sigma, q fl
 			t.Errorf("sigma %v q %v T %v delta %v: rdp eps %v, %v", sigma, q, T, delta, r, err)
 			continue
 		}
-		if got > r*(1+1e-9)+pt.slack {
-			t.Errorf("sigma %v q %v T %v delta %v: pld eps %v above rdp %v + slack %v", sigma, q, T, delta, got, r, pt.slack)
+		if !loose && raw > r*(1+1e-9)+pt.slack {
+			t.Errorf("sigma %v q %v T %v delta %v: pld eps %v above rdp %v + slack %v", sigma, q, T, delta, raw, r, pt.slack)
+		}
+		if got > raw || got > r {
+			t.Errorf("sigma %v q %v T %v delta %v: eps %v above pld %v or rdp %v", sigma, q, T, delta, got, raw, r)
 		}
 	}
 	return pt, out
