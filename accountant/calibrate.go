@@ -56,7 +56,7 @@ func CalibrateContext(ctx context.Context, acct Accountant, event func(sigma flo
 		return Calibration{}, fmt.Errorf("calibrate: %w", err)
 	}
 	cal := Calibration{Delta: delta, Accountant: acct.Name()}
-	f := func(a Accountant, sigma float64) (float64, error) {
+	f := func(a Accountant, h *history, sigma float64) (float64, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("calibrate: %w", err)
 		}
@@ -69,24 +69,55 @@ func CalibrateContext(ctx context.Context, acct Accountant, event func(sigma flo
 		if err != nil {
 			return 0, fmt.Errorf("calibrate: sigma = %v: %w", sigma, err)
 		}
-		return got, nil
+		return got, h.add(a.Name(), sigma, got)
 	}
+	var fine history
 	start, step := 1.0, 1.1
 	if p, ok := acct.(*pldAccountant); ok {
-		coarse := p.coarse()
-		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, s) }, eps, start, 1.1, calRelTol*10)
+		coarse, h := p.coarse(), &history{}
+		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, h, s) }, eps, start, 1.1, calRelTol*10)
 		if err != nil {
 			return cal, err
 		}
 		// The coarse grid's pessimism is a fraction of a percent.
 		start, step = c.Sigma, 1.001
 	}
-	c, err := calibrate(func(s float64) (float64, error) { return f(acct, s) }, eps, start, step, calRelTol)
+	c, err := calibrate(func(s float64) (float64, error) { return f(acct, &fine, s) }, eps, start, step, calRelTol)
 	if err != nil {
 		return cal, err
 	}
 	cal.Sigma, cal.Epsilon = c.Sigma, c.Epsilon
 	return cal, nil
+}
+
+// monotoneTol is the relative amount by which an accountant's epsilon may
+// rise with sigma, from rounding, before Calibrate refuses its answers.
+const monotoneTol = 1e-6
+
+// history records one accountant's answers during a calibration. The
+// search is only right if epsilon is a non-increasing function of sigma;
+// an accountant that breaks this (a numerical failure, as in issue 16,
+// where PLD gave eps 20 at a sigma whose true eps is in the millions and
+// the search settled there) fails the calibration instead of choosing a
+// sigma by a wrong epsilon.
+type history struct{ sigma, eps []float64 }
+
+func (h *history) add(name string, sigma, eps float64) error {
+	if math.IsNaN(eps) || eps < 0 {
+		return fmt.Errorf("calibrate: %s accountant returned epsilon %v at sigma %v: %w", name, eps, sigma, ErrUnsupported)
+	}
+	for i, s := range h.sigma {
+		lo, elo, hi, ehi := s, h.eps[i], sigma, eps
+		if lo > hi {
+			lo, elo, hi, ehi = hi, ehi, lo, elo
+		}
+		if lo < hi && ehi > elo && ehi-elo > monotoneTol*elo {
+			return fmt.Errorf("calibrate: %s accountant's epsilon rises with sigma (%v at sigma %v, %v at sigma %v); refusing to calibrate on it: %w",
+				name, elo, lo, ehi, hi, ErrUnsupported)
+		}
+	}
+	h.sigma, h.eps = append(h.sigma, sigma), append(h.eps, eps)
+	return nil
 }
 
 func calibrate(f func(float64) (float64, error), target, start, factor, tol float64) (Calibration, error) {

@@ -8,44 +8,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-func TestCooldownScheduleEndsAtFinal(t *testing.T) {
-	r, err := CooldownSchedule(8, 0.5, 0.05).Rates(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []float64{1, 1, 1, 1, 1, 1 - 0.95/3, 1 - 2*0.95/3, 0.05}
-	for i := range want {
-		if math.Abs(r[i]-want[i]) > 1e-15 {
-			t.Fatalf("rate %d = %v, want %v (all %v)", i+1, r[i], want[i], r)
-		}
-	}
-}
-
-func TestMomentumWorkloadMatchesHeavyBall(t *testing.T) {
-	const n, beta = 9, 0.9
-	w, err := MomentumWorkload(n, beta, CooldownSchedule(n, 0.34, 0.05))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := w.Matrix()
-	eta, _ := w.Schedule.Rates(n)
-	// Run heavy ball on unit impulses: column j of A is the response to g = e_j.
-	for j := 0; j < n; j++ {
-		var m, theta float64
-		for i := 0; i < n; i++ {
-			g := 0.0
-			if i == j {
-				g = 1
-			}
-			m = beta*m + g
-			theta += eta[i] * m
-			if math.Abs(a.At(i, j)-theta) > 1e-12 {
-				t.Fatalf("A[%d,%d] = %v, heavy ball gives %v", i, j, a.At(i, j), theta)
-			}
-		}
-	}
-}
-
 func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 	s, err := KBParticipation(3, 2)
 	if err != nil {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // AdamOptions configures Adam. A zero field selects its default.
@@ -40,12 +40,12 @@ func (o AdamOptions) withDefaults() AdamOptions {
 //
 // Adam is not linear in the gradient stream, so no workload describes it.
 // Private training with Adam is post-processing of the privatized gradients;
-// factorize the mechanism for the prefix sum (mfnoise.PrefixSum), which
+// factorize the mechanism for the prefix sum (dpcore.PrefixSum), which
 // releases the privatized running sums, and let Adam read them.
 type Adam struct {
 	dim   int
 	opt   AdamOptions
-	sched mfnoise.Schedule
+	sched dpcore.Schedule
 	rates []float64
 	step  int
 	prec  precision
@@ -56,7 +56,7 @@ type Adam struct {
 }
 
 // NewAdam returns Adam over dim parameters for steps steps with schedule s.
-func NewAdam(dim int, s mfnoise.Schedule, steps int, opt AdamOptions) (*Adam, error) {
+func NewAdam(dim int, s dpcore.Schedule, steps int, opt AdamOptions) (*Adam, error) {
 	if dim <= 0 {
 		return nil, invalidf("adam: dimension %d must be positive", dim)
 	}
@@ -133,7 +133,7 @@ func (o *Adam) StepIndex() int { return o.step }
 func (o *Adam) Steps() int { return len(o.rates) }
 
 // Schedule is the learning-rate schedule.
-func (o *Adam) Schedule() mfnoise.Schedule { return o.sched }
+func (o *Adam) Schedule() dpcore.Schedule { return o.sched }
 
 // Options are the Adam settings with defaults filled in.
 func (o *Adam) Options() AdamOptions { return o.opt }
@@ -142,8 +142,8 @@ func (o *Adam) Options() AdamOptions { return o.opt }
 func (o *Adam) Rates() []float64 { return append([]float64(nil), o.rates...) }
 
 // Workload always fails with ErrNonlinear: Adam's update is not a linear map
-// of the gradient stream. Factorize the mechanism for mfnoise.PrefixSum(n)
+// of the gradient stream. Factorize the mechanism for dpcore.PrefixSum(n)
 // instead; Adam then post-processes the privatized gradients.
-func (o *Adam) Workload(n int) (mfnoise.Workload, error) {
-	return mfnoise.Workload{}, fmt.Errorf("optim: adam: workload: %w (factorize for the prefix sum; Adam is post-processing)", ErrNonlinear)
+func (o *Adam) Workload(n int) (dpcore.Workload, error) {
+	return dpcore.Workload{}, fmt.Errorf("optim: adam: workload: %w (factorize for the prefix sum; Adam is post-processing)", ErrNonlinear)
 }

@@ -7,11 +7,11 @@
 // that this identity holds exactly for the workload they report:
 //
 //   - SGD with learning rates eta_i: A = M_eta (the prefix sum S when every
-//     rate is 1), reported as mfnoise.PrefixSum or mfnoise.MomentumWorkload
+//     rate is 1), reported as dpcore.PrefixSum or dpcore.MomentumWorkload
 //     with beta = 0.
 //   - Heavy-ball momentum (Denisov et al. 2022, Prop. 4.2):
 //     m_i = beta m_{i-1} + g_i, theta_i = theta_{i-1} - eta_i m_i, so
-//     A = M_eta M_beta, reported as mfnoise.MomentumWorkload.
+//     A = M_eta M_beta, reported as dpcore.MomentumWorkload.
 //   - Nesterov momentum and decoupled weight decay keep theta linear in G,
 //     but their A is not one of the mfnoise workload families; Matrix gives
 //     it exactly and Workload returns ErrUnsupportedWorkload.
@@ -20,7 +20,7 @@
 //     them; the mechanism should then be factorized for the prefix sum, which
 //     releases the privatized running sums the optimizer reads.
 //
-// Learning-rate schedules are mfnoise.Schedule values, fixed before training
+// Learning-rate schedules are dpcore.Schedule values, fixed before training
 // so the workload is data independent. Every optimizer saves and restores its
 // complete state with MarshalBinary/UnmarshalBinary; a restored optimizer
 // continues bit-identically.

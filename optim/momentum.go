@@ -6,7 +6,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // MomentumOptions are the variants of heavy-ball momentum.
@@ -26,7 +26,7 @@ type heavyBall struct {
 	dim   int
 	beta  float64
 	opt   MomentumOptions
-	sched mfnoise.Schedule
+	sched dpcore.Schedule
 	rates []float64
 	step  int
 	prec  precision
@@ -34,7 +34,7 @@ type heavyBall struct {
 	m64   []float64
 }
 
-func newHeavyBall(kind string, dim int, beta float64, s mfnoise.Schedule, steps int, opt MomentumOptions) (heavyBall, error) {
+func newHeavyBall(kind string, dim int, beta float64, s dpcore.Schedule, steps int, opt MomentumOptions) (heavyBall, error) {
 	if dim <= 0 {
 		return heavyBall{}, invalidf("%s: dimension %d must be positive", kind, dim)
 	}
@@ -180,16 +180,16 @@ func (h *heavyBall) thetaZeroFactor(n int) ([]float64, error) {
 	return f, nil
 }
 
-func (h *heavyBall) workload(n int) (mfnoise.Workload, error) {
+func (h *heavyBall) workload(n int) (dpcore.Workload, error) {
 	if h.dim <= 0 {
-		return mfnoise.Workload{}, invalidf("optimizer is not initialized")
+		return dpcore.Workload{}, invalidf("optimizer is not initialized")
 	}
 	// With beta = 0 Nesterov's look-ahead is g_i itself: plain SGD.
 	if h.opt.Nesterov && h.beta != 0 {
-		return mfnoise.Workload{}, fmt.Errorf("optim: workload: Nesterov momentum: %w (A = M_eta (I + beta M_beta); use Matrix, or factorize for the heavy-ball or prefix-sum workload)", ErrUnsupportedWorkload)
+		return dpcore.Workload{}, fmt.Errorf("optim: workload: Nesterov momentum: %w (A = M_eta (I + beta M_beta); use Matrix, or factorize for the heavy-ball or prefix-sum workload)", ErrUnsupportedWorkload)
 	}
 	if h.opt.WeightDecay != 0 {
-		return mfnoise.Workload{}, fmt.Errorf("optim: workload: weight decay %v: %w (theta_i = f_i theta_0 - (A G)_i; use Matrix and ThetaZeroFactor)", h.opt.WeightDecay, ErrUnsupportedWorkload)
+		return dpcore.Workload{}, fmt.Errorf("optim: workload: weight decay %v: %w (theta_i = f_i theta_0 - (A G)_i; use Matrix and ThetaZeroFactor)", h.opt.WeightDecay, ErrUnsupportedWorkload)
 	}
 	return heavyBallWorkload(h.beta, h.sched, h.rates, n)
 }
@@ -201,7 +201,7 @@ type SGD struct {
 }
 
 // NewSGD returns SGD over dim parameters for steps steps with schedule s.
-func NewSGD(dim int, s mfnoise.Schedule, steps int) (*SGD, error) {
+func NewSGD(dim int, s dpcore.Schedule, steps int) (*SGD, error) {
 	h, err := newHeavyBall("sgd", dim, 0, s, steps, MomentumOptions{})
 	if err != nil {
 		return nil, err
@@ -222,14 +222,14 @@ func (o *SGD) StepIndex() int { return o.h.step }
 func (o *SGD) Steps() int { return len(o.h.rates) }
 
 // Schedule is the learning-rate schedule.
-func (o *SGD) Schedule() mfnoise.Schedule { return o.h.sched }
+func (o *SGD) Schedule() dpcore.Schedule { return o.h.sched }
 
 // Rates returns a copy of the per-step learning rates (index 0 is step 1).
 func (o *SGD) Rates() []float64 { return append([]float64(nil), o.h.rates...) }
 
 // Workload returns the prefix sum S(n) when every rate is 1, else
-// mfnoise.MomentumWorkload(n, 0, schedule); its matrix includes the rates.
-func (o *SGD) Workload(n int) (mfnoise.Workload, error) { return o.h.workload(n) }
+// dpcore.MomentumWorkload(n, 0, schedule); its matrix includes the rates.
+func (o *SGD) Workload(n int) (dpcore.Workload, error) { return o.h.workload(n) }
 
 // Matrix returns the dense n x n workload matrix.
 func (o *SGD) Matrix(n int) (*mat.Dense, error) { return o.h.matrix(n) }
@@ -246,7 +246,7 @@ type Momentum struct {
 
 // NewMomentum returns heavy-ball momentum beta in [0,1) over dim parameters
 // for steps steps with schedule s. The momentum buffer starts at zero.
-func NewMomentum(dim int, beta float64, s mfnoise.Schedule, steps int, opt MomentumOptions) (*Momentum, error) {
+func NewMomentum(dim int, beta float64, s dpcore.Schedule, steps int, opt MomentumOptions) (*Momentum, error) {
 	h, err := newHeavyBall("momentum", dim, beta, s, steps, opt)
 	if err != nil {
 		return nil, err
@@ -267,7 +267,7 @@ func (o *Momentum) StepIndex() int { return o.h.step }
 func (o *Momentum) Steps() int { return len(o.h.rates) }
 
 // Schedule is the learning-rate schedule.
-func (o *Momentum) Schedule() mfnoise.Schedule { return o.h.sched }
+func (o *Momentum) Schedule() dpcore.Schedule { return o.h.sched }
 
 // Beta is the momentum coefficient.
 func (o *Momentum) Beta() float64 { return o.h.beta }
@@ -278,11 +278,11 @@ func (o *Momentum) Options() MomentumOptions { return o.h.opt }
 // Rates returns a copy of the per-step learning rates (index 0 is step 1).
 func (o *Momentum) Rates() []float64 { return append([]float64(nil), o.h.rates...) }
 
-// Workload returns mfnoise.MomentumWorkload(n, beta, schedule) (the prefix
+// Workload returns dpcore.MomentumWorkload(n, beta, schedule) (the prefix
 // sum when beta = 0 and every rate is 1). With Nesterov (beta > 0) or
 // weight decay the update is still linear in G but not a workload family of
 // mfnoise: the error wraps ErrUnsupportedWorkload and Matrix gives A.
-func (o *Momentum) Workload(n int) (mfnoise.Workload, error) { return o.h.workload(n) }
+func (o *Momentum) Workload(n int) (dpcore.Workload, error) { return o.h.workload(n) }
 
 // Matrix returns the exact dense n x n matrix A with
 // theta_i = f_i theta_0 - (A G)_i for every gradient stream G, f being

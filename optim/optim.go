@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // ErrInvalid is wrapped by every error caused by bad arguments. It is the
-// same sentinel as mfnoise.ErrInvalid so one errors.Is check covers both
+// same sentinel as dpcore.ErrInvalid so one errors.Is check covers both
 // packages.
-var ErrInvalid = mfnoise.ErrInvalid
+var ErrInvalid = dpcore.ErrInvalid
 
 // ErrUnsupportedWorkload is wrapped by Workload when the optimizer's update
 // is linear in the gradient stream but is not one of the mfnoise workload
@@ -36,7 +36,7 @@ type Optimizer interface {
 	// stream G, theta_i = theta_0 - (A G)_i. The error wraps
 	// ErrUnsupportedWorkload when the update is linear but not an mfnoise
 	// workload family, and ErrNonlinear when it is not linear (Adam).
-	Workload(n int) (mfnoise.Workload, error)
+	Workload(n int) (dpcore.Workload, error)
 	// MarshalBinary saves the complete state; UnmarshalBinary restores it.
 	MarshalBinary() ([]byte, error)
 	UnmarshalBinary([]byte) error
@@ -86,7 +86,7 @@ func checkStep[T float32 | float64](dim, step, steps int, params, grad []T) erro
 }
 
 // scheduleRates validates the schedule over steps and returns its rates.
-func scheduleRates(s mfnoise.Schedule, steps int) ([]float64, error) {
+func scheduleRates(s dpcore.Schedule, steps int) ([]float64, error) {
 	if steps <= 0 {
 		return nil, invalidf("steps = %d must be positive", steps)
 	}
@@ -101,23 +101,23 @@ func scheduleRates(s mfnoise.Schedule, steps int) ([]float64, error) {
 // rates: the user's own when n covers every step (so stored metadata keeps
 // its shape), else the explicit prefix, because cooldown and the other
 // relative rules depend on n.
-func workloadSchedule(s mfnoise.Schedule, rates []float64, n int) (mfnoise.Schedule, error) {
+func workloadSchedule(s dpcore.Schedule, rates []float64, n int) (dpcore.Schedule, error) {
 	if n <= 0 || n > len(rates) {
-		return mfnoise.Schedule{}, invalidf("workload: n = %d must lie in [1, %d scheduled steps]", n, len(rates))
+		return dpcore.Schedule{}, invalidf("workload: n = %d must lie in [1, %d scheduled steps]", n, len(rates))
 	}
 	if n == len(rates) {
 		return s, nil
 	}
-	return mfnoise.Schedule{Explicit: append([]float64(nil), rates[:n]...)}, nil
+	return dpcore.Schedule{Explicit: append([]float64(nil), rates[:n]...)}, nil
 }
 
 // heavyBallWorkload is the mfnoise workload of heavy-ball momentum beta
 // (beta = 0 is SGD) with the given rates: the prefix sum when beta = 0 and
 // every rate is exactly 1.
-func heavyBallWorkload(beta float64, s mfnoise.Schedule, rates []float64, n int) (mfnoise.Workload, error) {
+func heavyBallWorkload(beta float64, s dpcore.Schedule, rates []float64, n int) (dpcore.Workload, error) {
 	ws, err := workloadSchedule(s, rates, n)
 	if err != nil {
-		return mfnoise.Workload{}, err
+		return dpcore.Workload{}, err
 	}
 	if beta == 0 {
 		ones := true
@@ -128,45 +128,45 @@ func heavyBallWorkload(beta float64, s mfnoise.Schedule, rates []float64, n int)
 			}
 		}
 		if ones {
-			return mfnoise.PrefixSum(n)
+			return dpcore.PrefixSum(n)
 		}
 	}
-	w, err := mfnoise.MomentumWorkload(n, beta, ws)
+	w, err := dpcore.MomentumWorkload(n, beta, ws)
 	if err != nil {
-		return mfnoise.Workload{}, fmt.Errorf("optim: workload: %w", err)
+		return dpcore.Workload{}, fmt.Errorf("optim: workload: %w", err)
 	}
 	return w, nil
 }
 
 // Constant is the constant learning rate eta.
-func Constant(eta float64) mfnoise.Schedule { return mfnoise.Schedule{Base: eta} }
+func Constant(eta float64) dpcore.Schedule { return dpcore.Schedule{Base: eta} }
 
 // CooldownFraction is the papers' schedule (SPEC 2): rate base, then a linear
 // cooldown to 0.05*base over the last frac of the n steps (frac = 0.25 in the
 // multi-epoch paper).
-func CooldownFraction(base float64, n int, frac float64) mfnoise.Schedule {
+func CooldownFraction(base float64, n int, frac float64) dpcore.Schedule {
 	c := 0
 	if frac > 0 && !math.IsNaN(frac) {
 		c = int(math.Round(frac * float64(n)))
 	}
-	return mfnoise.Schedule{Base: base, CooldownSteps: c, CooldownFinal: 0.05}
+	return dpcore.Schedule{Base: base, CooldownSteps: c, CooldownFinal: 0.05}
 }
 
 // CooldownLast is rate base, then a linear cooldown to 0.05*base over the
 // last c steps (c = 500 or 512 in the banded-MF paper).
-func CooldownLast(base float64, c int) mfnoise.Schedule {
-	return mfnoise.Schedule{Base: base, CooldownSteps: c, CooldownFinal: 0.05}
+func CooldownLast(base float64, c int) dpcore.Schedule {
+	return dpcore.Schedule{Base: base, CooldownSteps: c, CooldownFinal: 0.05}
 }
 
 // StepDecay multiplies the rate base by factor from each of the 1-based steps
 // at, cumulatively.
-func StepDecay(base, factor float64, at ...int) mfnoise.Schedule {
-	return mfnoise.Schedule{Base: base, StepDecayFactor: factor, StepDecayAt: append([]int(nil), at...)}
+func StepDecay(base, factor float64, at ...int) dpcore.Schedule {
+	return dpcore.Schedule{Base: base, StepDecayFactor: factor, StepDecayAt: append([]int(nil), at...)}
 }
 
 // Explicit uses rates[i] as the rate of step i+1.
-func Explicit(rates []float64) mfnoise.Schedule {
-	return mfnoise.Schedule{Explicit: append([]float64(nil), rates...)}
+func Explicit(rates []float64) dpcore.Schedule {
+	return dpcore.Schedule{Explicit: append([]float64(nil), rates...)}
 }
 
 var (

@@ -9,17 +9,17 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // testSchedules are the schedule shapes the exactness tests cover.
-func testSchedules(n int) map[string]mfnoise.Schedule {
+func testSchedules(n int) map[string]dpcore.Schedule {
 	rng := rand.New(rand.NewPCG(7, 8))
 	ex := make([]float64, n+5)
 	for i := range ex {
 		ex[i] = 0.01 + rng.Float64()
 	}
-	return map[string]mfnoise.Schedule{
+	return map[string]dpcore.Schedule{
 		"unit":            {},
 		"constant0.1":     Constant(0.1),
 		"cooldown25%":     CooldownFraction(0.3, n, 0.25),
@@ -142,9 +142,9 @@ func TestSGDWorkloadKinds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantKind := mfnoise.MomentumKind
+		wantKind := dpcore.MomentumKind
 		if name == "unit" {
-			wantKind = mfnoise.PrefixSumKind
+			wantKind = dpcore.PrefixSumKind
 		}
 		if w.Kind != wantKind || w.Momentum != 0 {
 			t.Fatalf("%s: workload %v, want kind %v with beta 0", name, w, wantKind)
@@ -155,7 +155,7 @@ func TestSGDWorkloadKinds(t *testing.T) {
 	// A schedule whose rates are all exactly 1 is the prefix sum whatever
 	// its form.
 	o, _ := NewSGD(d, Explicit([]float64{1, 1, 1, 1}), 4)
-	if w, _ := o.Workload(4); w.Kind != mfnoise.PrefixSumKind {
+	if w, _ := o.Workload(4); w.Kind != dpcore.PrefixSumKind {
 		t.Fatalf("explicit ones: %v, want prefix sum", w)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 const stateVersion = 1
@@ -18,18 +18,18 @@ const maxStateSteps = 1 << 26
 // savedState is the checkpoint format of every optimizer. Buffers are raw
 // little-endian IEEE bits, so a restore is bit-identical.
 type savedState struct {
-	Version   int              `msgpack:"version"`
-	Kind      string           `msgpack:"kind"`
-	Dim       int              `msgpack:"dim"`
-	Steps     int              `msgpack:"steps"`
-	Step      int              `msgpack:"step"`
-	Beta      float64          `msgpack:"beta"`
-	Nesterov  bool             `msgpack:"nesterov"`
-	Decay     float64          `msgpack:"weight_decay"`
-	Adam      AdamOptions      `msgpack:"adam"`
-	Schedule  mfnoise.Schedule `msgpack:"schedule"`
-	Precision uint8            `msgpack:"precision"`
-	Buffers   [][]byte         `msgpack:"buffers"`
+	Version   int             `msgpack:"version"`
+	Kind      string          `msgpack:"kind"`
+	Dim       int             `msgpack:"dim"`
+	Steps     int             `msgpack:"steps"`
+	Step      int             `msgpack:"step"`
+	Beta      float64         `msgpack:"beta"`
+	Nesterov  bool            `msgpack:"nesterov"`
+	Decay     float64         `msgpack:"weight_decay"`
+	Adam      AdamOptions     `msgpack:"adam"`
+	Schedule  dpcore.Schedule `msgpack:"schedule"`
+	Precision uint8           `msgpack:"precision"`
+	Buffers   [][]byte        `msgpack:"buffers"`
 }
 
 func encode32(v []float32) []byte {

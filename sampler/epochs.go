@@ -3,7 +3,7 @@ package sampler
 import (
 	"fmt"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // fixedOrder is (k,b)-participation: one shuffle, the same batches every
@@ -55,8 +55,8 @@ func (s *fixedOrder) Next(dst []int) ([]int, error) {
 
 func (s *fixedOrder) ExpectedBatch() float64 { return float64(s.p.batch) }
 
-func (s *fixedOrder) Schema() mfnoise.Schema {
-	return mfnoise.Schema{Kind: mfnoise.KB, K: ceilDiv(s.p.n, s.b), B: s.b}
+func (s *fixedOrder) Schema() dpcore.Schema {
+	return dpcore.Schema{Kind: dpcore.KB, K: ceilDiv(s.p.n, s.b), B: s.b}
 }
 
 func (s *fixedOrder) Accounting() Accounting {
@@ -141,8 +141,8 @@ func (s *shuffler) Next(dst []int) ([]int, error) {
 
 func (s *shuffler) ExpectedBatch() float64 { return float64(s.p.batch) }
 
-func (s *shuffler) Schema() mfnoise.Schema {
-	return mfnoise.Schema{Kind: mfnoise.MinSep, K: ceilDiv(s.p.n, s.b), B: 1}
+func (s *shuffler) Schema() dpcore.Schema {
+	return dpcore.Schema{Kind: dpcore.MinSep, K: ceilDiv(s.p.n, s.b), B: 1}
 }
 
 func (s *shuffler) Accounting() Accounting {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // minSep simulates cross-device availability under (k,b)-min-separation.
@@ -102,8 +102,8 @@ func (s *minSep) Realized() Realization { return s.real }
 
 func (s *minSep) ExpectedBatch() float64 { return float64(s.p.batch) }
 
-func (s *minSep) Schema() mfnoise.Schema {
-	return mfnoise.Schema{Kind: mfnoise.MinSep, K: s.p.k, B: s.p.b}
+func (s *minSep) Schema() dpcore.Schema {
+	return dpcore.Schema{Kind: dpcore.MinSep, K: s.p.k, B: s.p.b}
 }
 
 func (s *minSep) Accounting() Accounting {

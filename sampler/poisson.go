@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // poissonSampler is DP-SGD's Poisson sampling over the whole dataset.
@@ -52,8 +52,8 @@ func (s *poissonSampler) Next(dst []int) ([]int, error) {
 
 func (s *poissonSampler) ExpectedBatch() float64 { return s.p.q * float64(s.p.m) }
 
-func (s *poissonSampler) Schema() mfnoise.Schema {
-	return mfnoise.Schema{Kind: mfnoise.KB, K: s.p.n, B: 1}
+func (s *poissonSampler) Schema() dpcore.Schema {
+	return dpcore.Schema{Kind: dpcore.KB, K: s.p.n, B: 1}
 }
 
 func (s *poissonSampler) Accounting() Accounting {
@@ -185,8 +185,8 @@ func (s *bandSampler) uniformSubset(dst []int, part []int32) []int {
 // ExpectedBatch is B: q*floor(m/b) = B by construction.
 func (s *bandSampler) ExpectedBatch() float64 { return float64(s.p.batch) }
 
-func (s *bandSampler) Schema() mfnoise.Schema {
-	return mfnoise.Schema{Kind: mfnoise.MinSep, K: ceilDiv(s.p.n, s.p.bands), B: s.p.bands}
+func (s *bandSampler) Schema() dpcore.Schema {
+	return dpcore.Schema{Kind: dpcore.MinSep, K: ceilDiv(s.p.n, s.p.bands), B: s.p.bands}
 }
 
 func (s *bandSampler) Accounting() Accounting {

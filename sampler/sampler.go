@@ -25,12 +25,12 @@ import (
 	"math"
 	mrand "math/rand/v2"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // ErrInvalid is wrapped by every error caused by bad arguments. It is the
-// same sentinel as mfnoise.ErrInvalid, so callers test one value.
-var ErrInvalid = mfnoise.ErrInvalid
+// same sentinel as dpcore.ErrInvalid, so callers test one value.
+var ErrInvalid = dpcore.ErrInvalid
 
 // ErrExhausted is wrapped by the error Next returns once all steps are done.
 var ErrExhausted = errors.New("all steps done")
@@ -58,7 +58,7 @@ type Sampler interface {
 	ExpectedBatch() float64
 	// Schema is the participation schema the plan realizes: the sensitivity
 	// of the mechanism must be computed for a schema containing it.
-	Schema() mfnoise.Schema
+	Schema() dpcore.Schema
 	// Accounting says which privacy accounting the plan supports.
 	Accounting() Accounting
 	// MarshalBinary saves the exact state, mid-epoch included. The state

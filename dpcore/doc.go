@@ -1,0 +1,13 @@
+// Package dpcore is the shared vocabulary of the privacy stack: the
+// workload an optimizer applies to the gradient stream (Workload, with its
+// learning-rate Schedule), the participation schema that bounds how often
+// one example joins a step (Schema), and the ErrInvalid sentinel wrapped by
+// every bad-argument error.
+//
+// These are plain data, defined once here so that package sampler (which
+// reports the schema it realizes), package optim (which reports the
+// workload it applies) and package mfnoise (which factorizes the workload
+// and computes sensitivity under the schema) agree on them without
+// importing one another. dpcore imports nothing else from this module.
+// The mathematics is in SPEC.md sections 2 and 3.
+package dpcore
