@@ -44,7 +44,7 @@ func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: metrics: %w", err)
 	}
-	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: atomicfile.SlowWriteDelay()}, nil
+	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: atomicfile.SlowWriteDelay() / 4}, nil
 }
 
 // metricsRecord is the part of a metrics line that resuming reads.
