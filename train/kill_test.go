@@ -32,7 +32,6 @@ import (
 // every step and evaluation exactly once.
 const killChildEnv = "DPMF_TRAIN_KILL_CHILD"
 
-// killSteps is the run length: five steps per planned kill.
 func killConfig(t testing.TB, dir string, steps int) Config {
 	cfg := baseConfig(t)
 	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = "bandmf:4", steps, 0.9, 0.1
@@ -136,9 +135,9 @@ func checkMetricsPrefix(t *testing.T, path string, ckptStep int) {
 func TestKillAtRandomPointsAndResume(t *testing.T) {
 	kills := 24
 	if !testing.Short() {
-		kills = 200
+		kills = 60
 	}
-	steps := 5 * kills
+	steps := 6 * kills
 	dir := t.TempDir()
 	cfg := killConfig(t, dir, steps)
 	rng := rand.New(rand.NewPCG(17, uint64(kills)))
@@ -179,7 +178,14 @@ func TestKillAtRandomPointsAndResume(t *testing.T) {
 				stepped <- -1
 			}
 		}()
-		first := <-stepped
+		var first int
+		select {
+		case first = <-stepped:
+		case <-time.After(3 * time.Minute):
+			child.Process.Kill()
+			child.Wait()
+			t.Fatalf("child %d took over 3 minutes to its first step:\n%s", round, stderr.String())
+		}
 		if len(killedAt) >= kills || first < 0 {
 			if err := child.Wait(); err != nil {
 				t.Fatalf("child failed: %v\n%s", err, stderr.String())
@@ -203,6 +209,9 @@ func TestKillAtRandomPointsAndResume(t *testing.T) {
 		ck := checkCheckpointIntact(t, cfg.CheckpointPath, cfg.CheckpointEvery, steps)
 		checkMetricsPrefix(t, cfg.MetricsPath, ck)
 		killedAt = append(killedAt, ck)
+	}
+	if len(killedAt) < kills*5/6 {
+		t.Errorf("the run finished after only %d of %d kills", len(killedAt), kills)
 	}
 	var evals []int
 	for s := cfg.EvalEvery; s < steps; s += cfg.EvalEvery {
