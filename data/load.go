@@ -223,26 +223,125 @@ func concat(parts []*Dataset) *Dataset {
 	return &out
 }
 
+// Format is a dataset layout on disk.
+type Format int
+
+const (
+	// FormatUnknown: none of the layouts below.
+	FormatUnknown Format = iota
+	// FormatIDX: an MNIST-style IDX directory (MNIST, Fashion-MNIST).
+	FormatIDX
+	// FormatCIFAR10: the binary CIFAR-10 batches.
+	FormatCIFAR10
+	// FormatCIFAR100: the binary CIFAR-100 train.bin and test.bin.
+	FormatCIFAR100
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatIDX:
+		return "IDX (MNIST-style)"
+	case FormatCIFAR10:
+		return "CIFAR-10"
+	case FormatCIFAR100:
+		return "CIFAR-100"
+	}
+	return "unknown"
+}
+
+// DetectFormat says which layout dir holds: CIFAR-10 (data_batch_1.bin),
+// CIFAR-100 (train.bin), both also in their standard subdirectories, or
+// IDX (train-images-idx3-ubyte); any file may be gzipped. A directory that
+// does not exist, is not a directory, or holds none of them is an error.
+func DetectFormat(dir string) (Format, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return FormatUnknown, fmt.Errorf("data: %w", err)
+	}
+	if !st.IsDir() {
+		return FormatUnknown, invalidf("%s is not a directory", dir)
+	}
+	if _, ok := cifarDir(dir, "cifar-10-batches-bin", "data_batch_1.bin"); ok {
+		return FormatCIFAR10, nil
+	}
+	if _, ok := cifarDir(dir, "cifar-100-binary", "train.bin"); ok {
+		return FormatCIFAR100, nil
+	}
+	if _, ok := findFile(dir, idxNames("train", "images-idx3")...); ok {
+		return FormatIDX, nil
+	}
+	return FormatUnknown, fmt.Errorf("data: %w: %s holds no CIFAR-10 (data_batch_1.bin), CIFAR-100 (train.bin) or IDX (train-images-idx3-ubyte) files", fs.ErrNotExist, dir)
+}
+
 // LoadDir detects the dataset format in dir and loads it: CIFAR-10
 // (data_batch_1.bin), CIFAR-100 (train.bin), both also in their standard
 // subdirectories, or an MNIST-style IDX directory (train-images-idx3-ubyte).
 // Any file may be gzipped.
 func LoadDir(dir string) (train, test *Dataset, err error) {
-	st, err := os.Stat(dir)
+	f, err := DetectFormat(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("data: load dir: %w", err)
+		return nil, nil, err
 	}
-	if !st.IsDir() {
-		return nil, nil, invalidf("load dir: %s is not a directory", dir)
-	}
-	if _, ok := cifarDir(dir, "cifar-10-batches-bin", "data_batch_1.bin"); ok {
+	switch f {
+	case FormatCIFAR10:
 		return LoadCIFAR10(dir)
-	}
-	if _, ok := cifarDir(dir, "cifar-100-binary", "train.bin"); ok {
+	case FormatCIFAR100:
 		return LoadCIFAR100(dir)
 	}
-	if _, ok := findFile(dir, idxNames("train", "images-idx3")...); ok {
-		return LoadIDXDir(dir, 0)
-	}
-	return nil, nil, fmt.Errorf("data: load dir: %w: %s holds no CIFAR-10 (data_batch_1.bin), CIFAR-100 (train.bin) or IDX (train-images-idx3-ubyte) files", fs.ErrNotExist, dir)
+	return LoadIDXDir(dir, 0)
 }
+
+// Named datasets that LoadNamed knows.
+const (
+	NameFashionMNIST = "fashion-mnist"
+	NameMNIST        = "mnist"
+	NameCIFAR10      = "cifar10"
+	NameCIFAR100     = "cifar100"
+)
+
+// LoadNamed loads the dataset name (NameFashionMNIST, NameMNIST,
+// NameCIFAR10, NameCIFAR100) from dir, refusing a directory whose format is
+// not that dataset's: CIFAR-100 files are not loaded as CIFAR-10, nor
+// CIFAR files as MNIST. (MNIST and Fashion-MNIST share one format and
+// shape; the two are not told apart.)
+func LoadNamed(name, dir string) (train, test *Dataset, err error) {
+	var want Format
+	var load func(string) (*Dataset, *Dataset, error)
+	switch name {
+	case NameFashionMNIST:
+		want, load = FormatIDX, LoadFashionMNIST
+	case NameMNIST:
+		want, load = FormatIDX, LoadMNIST
+	case NameCIFAR10:
+		want, load = FormatCIFAR10, LoadCIFAR10
+	case NameCIFAR100:
+		want, load = FormatCIFAR100, LoadCIFAR100
+	default:
+		return nil, nil, invalidf("unknown dataset %q: want %s, %s, %s or %s", name, NameFashionMNIST, NameMNIST, NameCIFAR10, NameCIFAR100)
+	}
+	got, err := DetectFormat(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("data: %s: %w", name, stripPrefix(err))
+	}
+	if got != want {
+		return nil, nil, formatf("%s: %s holds %s files, not %s", name, dir, got, want)
+	}
+	return load(dir)
+}
+
+// stripPrefix drops the "data: " of an error this package made, so that
+// wrapping it again does not repeat the prefix.
+func stripPrefix(err error) error {
+	if msg, ok := strings.CutPrefix(err.Error(), "data: "); ok {
+		return prefixless{msg, err}
+	}
+	return err
+}
+
+type prefixless struct {
+	msg string
+	err error
+}
+
+func (p prefixless) Error() string { return p.msg }
+func (p prefixless) Unwrap() error { return p.err }

@@ -4,11 +4,12 @@
 // losses, the closed-form and optimized mechanisms, and streaming noise
 // sources that add the mechanism's correlated noise in gradient space.
 //
-// The mathematics follows SPEC.md: a workload A (n x n, lower triangular) is
-// factorized as A = B C; the mechanism releases B (C X + Z). Training never
-// materializes B: it adds W = C^-1 Z (C^+ Z for tall C) to the clipped
-// gradients and lets the optimizer apply A. Privacy depends only on C and the
-// participation schema (Denisov et al. 2022, Thm 2.1).
+// The mathematics follows docs/math.md (cited as "SPEC n"): a workload A
+// (n x n, lower triangular) is factorized as A = B C; the mechanism releases
+// B (C X + Z). Training never materializes B: it adds W = C^-1 Z (C^+ Z for
+// tall C) to the clipped gradients and lets the optimizer apply A. Privacy
+// depends only on C and the participation schema (Denisov et al. 2022,
+// Thm 2.1).
 //
 // The optimizers (OptimizeSingle, OptimizeKB, OptimizeBanded) spend their
 // time in Cholesky and LU factorizations, triangular solves and matrix

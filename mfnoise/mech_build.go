@@ -97,11 +97,11 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 	if opt.Optimize != nil {
 		key.Gap = opt.Optimize.Gap
 	}
-	var run func(ctx context.Context, w Workload) (*OptimizeResult, error)
+	var run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)
 	switch spec.Kind {
 	case KindMFSingle:
-		run = func(ctx context.Context, w Workload) (*OptimizeResult, error) {
-			return OptimizeSingle(ctx, w, opt.Optimize)
+		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+			return OptimizeSingle(ctx, w, o)
 		}
 	case KindMFKB:
 		if schema.Kind == Single {
@@ -110,8 +110,8 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 			k0 := (n0 + schema.B - 1) / schema.B
 			key.Schema = Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
 		}
-		run = func(ctx context.Context, w Workload) (*OptimizeResult, error) {
-			return OptimizeKB(ctx, w, key.Schema, opt.Optimize)
+		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+			return OptimizeKB(ctx, w, key.Schema, o)
 		}
 	case KindBandMF:
 		bands := spec.Bands
@@ -125,15 +125,22 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 			return nil, 0, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", spec.Name, bands, n0)
 		}
 		key.Bands = bands
-		run = func(ctx context.Context, w Workload) (*OptimizeResult, error) {
-			return OptimizeBanded(ctx, w, bands, opt.Optimize)
+		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+			return OptimizeBanded(ctx, w, bands, o)
 		}
 	}
 	b := func(w Workload) (*Factorization, *mat.SymDense, error) {
 		k := key
 		k.Workload = w
+		tr := buildTraceFrom(ctx)
 		produce := func(ctx context.Context) (*Factorization, error) {
-			res, err := run(ctx, w)
+			if tr != nil && tr.Optimizing != nil {
+				tr.Optimizing(spec.Kind, w.N, opt.Optimize.gap())
+			}
+			res, err := run(ctx, w, tr.settings(opt.Optimize))
+			if tr != nil && tr.Optimized != nil && err == nil && res != nil {
+				tr.Optimized(spec.Kind, w.N, res.Elapsed)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -145,7 +152,12 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		var f *Factorization
 		var err error
 		if opt.Cache != nil {
-			f, _, err = opt.Cache.GetOrBuild(ctx, k, produce)
+			var hit bool
+			f, hit, err = opt.Cache.GetOrBuild(ctx, k, produce)
+			if hit && tr != nil && tr.Cached != nil {
+				path, _ := opt.Cache.Path(k)
+				tr.Cached(spec.Kind, w.N, path)
+			}
 		} else {
 			f, err = produce(ctx)
 		}

@@ -117,6 +117,12 @@ func loadFactorization(r io.Reader) (*Factorization, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: decoder: %v", ErrCorrupt, err)
 	}
+	// The workload's n must match the stored matrices before its n x n
+	// matrix is built: a corrupt n would otherwise ask for any amount of
+	// memory, where the matrices' sizes are bounded by the file's.
+	if n := p.Workload.N; n != p.EncCols || n != p.DecRows || p.DecCols != p.EncRows {
+		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: workload n = %d, encoder %d x %d, decoder %d x %d", ErrCorrupt, n, p.EncRows, p.EncCols, p.DecRows, p.DecCols)
+	}
 	f, err := NewFactorization(p.Workload, c, b, p.Meta)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: %v", ErrCorrupt, err)

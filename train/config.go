@@ -14,6 +14,11 @@ import (
 // ErrInvalid is wrapped by errors caused by a configuration that cannot run.
 var ErrInvalid = errors.New("invalid configuration")
 
+// ErrInterrupted is wrapped by the error Run returns when its context is
+// cancelled (SIGINT, SIGTERM) between steps; the error says whether a
+// checkpoint was saved at the interrupt and from which step the run resumes.
+var ErrInterrupted = errors.New("interrupted")
+
 // ErrRefused is wrapped when the privacy plan refuses a combination of
 // sampler, mechanism and accounting whose guarantee does not hold
 // (privacy.ErrRefused).
@@ -161,6 +166,12 @@ func (c *Config) validate() error {
 	}
 	if c.Batch <= 0 || c.Batch > c.Train.Len() {
 		return bad("batch = %d must lie in [1, %d examples]", c.Batch, c.Train.Len())
+	}
+	if c.EvalEvery < 0 {
+		return bad("eval every %d steps: want a positive number (0: steps/5)", c.EvalEvery)
+	}
+	if c.CheckpointEvery < 0 {
+		return bad("checkpoint every %d steps: want a positive number (0: only at the end)", c.CheckpointEvery)
 	}
 	if !(c.ClipNorm > 0) || math.IsInf(c.ClipNorm, 0) {
 		return bad("clip norm %v must be positive and finite", c.ClipNorm)

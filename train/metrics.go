@@ -2,35 +2,148 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"time"
+
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 
 	"github.com/schollz/progressbar/v3"
 )
 
 // metricsWriter appends one JSON object per line: {"kind":"step",...} or
 // {"kind":"eval",...}. Keys are those of StepMetrics and EvalMetrics.
+//
+// The file is kept consistent with the checkpoint: Run syncs it before
+// every checkpoint, so it holds at least every record up to the
+// checkpoint's step; on resume it is truncated back to that step (dropping
+// a line torn by a kill and the records of steps that are run again), so
+// that every line parses and every step appears once.
 type metricsWriter struct {
-	f   *os.File
-	buf *bufio.Writer
-	err error
+	path string
+	f    *os.File
+	buf  *bufio.Writer
+	err  error
+	// pending: opened to resume, not yet truncated to the resume point.
+	pending bool
+	// slow widens the window of a torn line for crash tests
+	// (atomicfile.SlowWriteEnv).
+	slow time.Duration
 }
 
+// openMetrics creates (or, to resume a run, opens) the metrics file.
 func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
 	flag := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if appendTo {
-		flag = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		flag = os.O_CREATE | os.O_RDWR
 	}
 	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("train: metrics: %w", err)
 	}
-	return &metricsWriter{f: f, buf: bufio.NewWriter(f)}, nil
+	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: atomicfile.SlowWriteDelay() / 4}, nil
+}
+
+// metricsRecord is the part of a metrics line that resuming reads.
+type metricsRecord struct {
+	Kind string `json:"kind"`
+	Step int    `json:"step"`
+}
+
+// metricsResume is what resuming found in the metrics file.
+type metricsResume struct {
+	Evals    []EvalMetrics // evaluations kept, in order
+	LastStep int           // last step recorded (0: none)
+	Dropped  int           // lines dropped (torn, or past the resume point)
+}
+
+// resume truncates the file after the records of the first step steps: step
+// lines up to step, evaluation lines up to step (before step if final,
+// because the final evaluation is run again). It stops at the first line
+// that does not parse or breaks the sequence of steps.
+func (m *metricsWriter) resume(step int, final bool) (metricsResume, error) {
+	var r metricsResume
+	if !m.pending {
+		return r, m.err
+	}
+	m.pending = false
+	if _, err := m.f.Seek(0, io.SeekStart); err != nil {
+		m.err = err
+		return r, fmt.Errorf("train: metrics %s: %w", m.path, err)
+	}
+	all, err := io.ReadAll(m.f)
+	if err != nil {
+		m.err = err
+		return r, fmt.Errorf("train: metrics %s: %w", m.path, err)
+	}
+	var keep int64
+	rest := all
+	for len(rest) > 0 {
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			break // a line torn by a kill
+		}
+		line := rest[:nl]
+		var rec metricsRecord
+		if json.Unmarshal(line, &rec) != nil {
+			break
+		}
+		ok := false
+		switch rec.Kind {
+		case "step":
+			ok = rec.Step <= step && (r.LastStep == 0 && rec.Step >= 1 || rec.Step == r.LastStep+1)
+		case "eval":
+			var em EvalMetrics
+			ok = rec.Step <= step && !(final && rec.Step == step) && rec.Step >= r.LastStep &&
+				json.Unmarshal(line, &em) == nil
+			if ok {
+				r.Evals = append(r.Evals, em)
+			}
+		}
+		if !ok {
+			break
+		}
+		if rec.Kind == "step" {
+			r.LastStep = rec.Step
+		}
+		keep += int64(nl) + 1
+		rest = rest[nl+1:]
+	}
+	total := bytes.Count(rest, []byte{'\n'})
+	if len(rest) > 0 && rest[len(rest)-1] != '\n' {
+		total++
+	}
+	r.Dropped = total
+	if err := m.f.Truncate(keep); err != nil {
+		m.err = err
+		return r, fmt.Errorf("train: metrics %s: %w", m.path, err)
+	}
+	if _, err := m.f.Seek(keep, io.SeekStart); err != nil {
+		m.err = err
+		return r, fmt.Errorf("train: metrics %s: %w", m.path, err)
+	}
+	if err := m.f.Sync(); err != nil {
+		m.err = err
+		return r, fmt.Errorf("train: metrics %s: %w", m.path, err)
+	}
+	return r, nil
 }
 
 func (m *metricsWriter) write(kind string, v any) {
+	if m.pending {
+		// A Trainer driven without Run resumes on its first record.
+		step, final := 0, false
+		switch x := v.(type) {
+		case StepMetrics:
+			step = x.Step - 1
+		case EvalMetrics:
+			step, final = x.Step, true
+		}
+		m.resume(step, final)
+	}
 	if m.err != nil {
 		return
 	}
@@ -40,10 +153,33 @@ func (m *metricsWriter) write(kind string, v any) {
 		return
 	}
 	// Splice the kind in front of the object's own keys.
-	fmt.Fprintf(m.buf, "{\"kind\":%q,%s\n", kind, b[1:])
+	line := fmt.Appendf(nil, "{\"kind\":%q,%s\n", kind, b[1:])
+	if m.slow > 0 {
+		half := len(line) / 2
+		m.buf.Write(line[:half])
+		m.buf.Flush()
+		time.Sleep(m.slow)
+		line = line[half:]
+	}
+	m.buf.Write(line)
 	if kind == "eval" {
 		m.err = m.buf.Flush()
 	}
+}
+
+// sync makes every record written so far durable; Run calls it before each
+// checkpoint, so the file never lags behind the checkpoint.
+func (m *metricsWriter) sync() error {
+	if m.err == nil {
+		m.err = m.buf.Flush()
+	}
+	if m.err == nil {
+		m.err = m.f.Sync()
+	}
+	if m.err != nil {
+		return fmt.Errorf("train: metrics: %w", m.err)
+	}
+	return nil
 }
 
 func (m *metricsWriter) close() error {

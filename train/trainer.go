@@ -498,10 +498,24 @@ type Result struct {
 // Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
 // is there), evaluating every cfg.EvalEvery steps and at the end, and
 // checkpointing every cfg.CheckpointEvery steps.
+//
+// Every output path is checked before the plan is built. On resume the
+// metrics file is truncated back to the checkpoint's step and the
+// evaluations recorded before it are kept in the Result. When ctx is
+// cancelled (SIGINT, SIGTERM) Run finishes the step under way, saves a
+// checkpoint and returns an error wrapping ErrInterrupted that says from
+// which step the run resumes.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now()
-	t, err := New(ctx, cfg)
+	if err := checkOutputs(&cfg); err != nil {
+		return nil, err
+	}
+	bt := newBuildTracer(cfg.Log)
+	t, err := New(bt.attach(ctx), cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("train: %w before the first step (while building the plan; nothing to save): %w", ErrInterrupted, ctx.Err())
+		}
 		return nil, err
 	}
 	defer t.Close()
@@ -509,11 +523,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
+		bt.summary(cfg.Log)
+	}
+	if res.Resumed > 0 {
+		if err := resumeLog(t, res); err != nil {
+			return res, err
+		}
 	}
 	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
 	for !t.Done() {
+		if ctx.Err() != nil {
+			bar.finish()
+			return res, t.interrupted(ctx)
+		}
 		sm, err := t.TrainStep(ctx)
 		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				bar.finish()
+				return res, t.interrupted(ctx)
+			}
 			return res, err
 		}
 		bar.step(sm)
@@ -526,7 +554,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			bar.eval(em)
 		}
 		if cfg.CheckpointPath != "" && cfg.CheckpointEvery > 0 && sm.Step%cfg.CheckpointEvery == 0 {
-			if err := t.SaveCheckpoint(cfg.CheckpointPath); err != nil {
+			if err := t.checkpoint(); err != nil {
 				return res, err
 			}
 		}
@@ -539,7 +567,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Evals = append(res.Evals, em)
 	res.Final, res.Steps, res.Elapsed = em, t.Step(), time.Since(start)
 	if cfg.CheckpointPath != "" {
-		if err := t.SaveCheckpoint(cfg.CheckpointPath); err != nil {
+		if err := t.checkpoint(); err != nil {
 			return res, err
 		}
 	}

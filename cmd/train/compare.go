@@ -50,6 +50,14 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *n <= 0 {
 		return usagef("compare: -n %d must be positive", *n)
 	}
+	// -epsilon 0 (the default) means no calibration; anything else must be
+	// a usable epsilon.
+	if *eps != 0 && !(*eps > 0 && !math.IsInf(*eps, 0)) {
+		return usagef("compare: -epsilon %v must be positive and finite (or 0 for none)", *eps)
+	}
+	if *eps != 0 && !(*delta > 0 && *delta < 1) {
+		return usagef("compare: -delta %v must lie in (0,1)", *delta)
+	}
 	var schema mfnoise.Schema
 	var err error
 	switch *part {
@@ -143,8 +151,24 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(tw, line)
 	}
-	fmt.Fprintf(tw, "\n%s, %s, unit noise multiplier%s\n", w, schema, map[bool]string{true: fmt.Sprintf("; noise rmse at sigma %.4g (epsilon %g, delta %g)", sigma, *eps, *delta), false: ""}[sigma > 0])
+	fmt.Fprintf(tw, "\n%s, %s, unit noise multiplier%s\n", w, realizedSchema(schema, *n), map[bool]string{true: fmt.Sprintf("; noise rmse at sigma %.4g (epsilon %g, delta %g)", sigma, *eps, *delta), false: ""}[sigma > 0])
 	return tw.Flush()
+}
+
+// realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep
+// schema allows at most ceil(n/b) participations, so a larger k is reported
+// as the k that is realized, with the requested one in parentheses.
+func realizedSchema(s mfnoise.Schema, n int) string {
+	if s.Kind == mfnoise.Single || s.B <= 0 {
+		return s.String()
+	}
+	k := min(s.K, (n+s.B-1)/s.B)
+	if k == s.K {
+		return s.String()
+	}
+	r := s
+	r.K = k
+	return fmt.Sprintf("%s (requested k=%d: at most ceil(n/b) = %d participations in %d steps)", r, s.K, k, n)
 }
 
 func fmtF(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }

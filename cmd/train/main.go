@@ -9,7 +9,9 @@
 //	train account [flags]     epsilon for a noise multiplier, or the multiplier for an epsilon
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
-// status 2 and a one-line message on standard error.
+// status 2 and a one-line message on standard error. SIGINT or SIGTERM
+// during training saves a checkpoint (with -checkpoint) and exits with
+// status 130; the same command resumes the run.
 package main
 
 import (
@@ -21,8 +23,10 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/train"
 )
 
 // usageError marks bad input: it exits with status 2.
@@ -34,14 +38,30 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // the shell's convention for a run ended by SIGINT
+)
+
 func main() {
 	// The fast GEMM serves gorgonia's convolutions and matrix products and
 	// gonum's LAPACK in the factorization optimizers.
 	blas.Install()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+const commandsUsage = `Usage of train:
+  train [flags]           a small private run on Fashion-MNIST (the flags of "train run")
+  train run [flags]       full training (Fashion-MNIST, MNIST, CIFAR-10/100 by directory)
+  train compare [flags]   mechanism comparison table (loss, RMSE, sensitivity)
+  train account [flags]   epsilon for a noise multiplier, or the multiplier for an epsilon
+Run "train <command> -h" for the flags of each command.
+`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
@@ -60,45 +80,99 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runCompare(ctx, args, stdout, stderr)
 	case "account":
 		err = runAccount(args, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: train [run|compare|account] [flags]; train <command> -h for flags")
-		return 0
+	case "help":
+		fmt.Fprint(stdout, commandsUsage)
+		return exitOK
 	default:
-		err = usagef("unknown command %q: want run, compare or account", cmd)
+		err = usagef("unknown command %q: want run, compare or account (train -h lists them)", cmd)
 	}
-	if err == nil {
-		return 0
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	fmt.Fprintln(stderr, "train: "+oneLine(err.Error()))
+	fmt.Fprintln(stderr, errorLine(err))
 	var ue usageError
-	if errors.As(err, &ue) || isInvalid(err) {
-		return 2
+	switch {
+	case errors.Is(err, train.ErrInterrupted):
+		return exitInterrupted
+	case errors.As(err, &ue) || isInvalid(err):
+		return exitUsage
 	}
-	return 1
+	return exitFailure
+}
+
+// errorLine is the one line printed for err: the program name once, then
+// the message with every package prefix said once.
+func errorLine(err error) string {
+	msg := oneLine(err.Error())
+	msg = strings.TrimPrefix(msg, "train: ")
+	return "train: " + dedupPrefixes(msg)
+}
+
+// dedupPrefixes removes a word-colon prefix that immediately repeats the
+// one before it ("train: sampler: sampler: x" becomes "train: sampler: x").
+func dedupPrefixes(msg string) string {
+	fields := strings.SplitAfter(msg, ": ")
+	out := fields[:0]
+	for i, f := range fields {
+		if i > 0 && f == fields[i-1] && isPrefixWord(f) {
+			continue
+		}
+		out = append(out, f)
+	}
+	return strings.Join(out, "")
+}
+
+func isPrefixWord(f string) bool {
+	w := strings.TrimSuffix(f, ": ")
+	if w == "" || w == f {
+		return false
+	}
+	for _, r := range w {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// newFlags returns a flag set that reports errors instead of exiting and
-// prints its usage to stderr.
+// newFlags returns a flag set that reports errors instead of exiting. Parse
+// errors are returned as one line with a hint; -h prints the full usage.
+// The flag set of the default command (name "" or "train") is "train".
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("train "+name, flag.ContinueOnError)
+	full := "train " + name
+	if name == "" || name == "train" {
+		full = "train"
+	}
+	fs := flag.NewFlagSet(full, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {}
 	return fs
 }
 
+// parseFlags parses args. A parse error is one line with a hint; -h prints
+// the usage (the commands first for plain "train") to the flag set's output.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the flag package would print the error and the whole usage
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			if fs.Name() == "train" {
+				fmt.Fprint(out, commandsUsage)
+				fmt.Fprintln(out, "\nFlags of train and train run:")
+			} else {
+				fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
+			}
+			fs.PrintDefaults()
 			return err
 		}
-		return usagef("%v", err)
+		return usagef("%s: %v (%s -h lists the flags)", strings.TrimPrefix(fs.Name(), "train "), err, fs.Name())
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return usagef("unexpected argument %q (%s -h lists the flags)", fs.Arg(0), fs.Name())
 	}
 	return nil
 }

@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
@@ -20,7 +23,8 @@ import (
 type runFlags struct {
 	dataset, dir, model, hidden, mechanism, workload, sampling, accountant string
 	steps, batch, bands, evalEvery, ckptEvery                              int
-	eps, delta, sigma, clip, lr, momentum, cooldown                        float64
+	eps, delta, sigma, clip, lr, cooldown                                  float64
+	momentum                                                               optionalFloat
 	seed, ckpt, metrics, cache, config, jsonOut                            string
 	nonPrivate, augment                                                    bool
 	insecureSeed                                                           bool
@@ -48,7 +52,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.accountant, "accountant", "pld", "pld or rdp")
 	fs.Float64Var(&r.clip, "clip", 1, "per-example clip norm zeta")
 	fs.Float64Var(&r.lr, "lr", 0, "peak learning rate (default 0.5 for SGD, 0.1 with momentum)")
-	fs.Float64Var(&r.momentum, "momentum", -1, "heavy-ball momentum (default: 0.95 for matrix mechanisms, 0 for dpsgd)")
+	fs.Var(&r.momentum, "momentum", "heavy-ball momentum `beta` (default 0.95 for matrix mechanisms, 0 for dpsgd and -non-private)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
 	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random); recorded in the claim; under 128 bits it needs -insecure-seed")
 	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
@@ -75,22 +79,8 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	if err != nil {
 		return usagef("-config: %v", err)
 	}
-	var kv map[string]any
-	if err := json.Unmarshal(b, &kv); err != nil {
+	if err := applyConfig(fs, b); err != nil {
 		return usagef("-config %s: %v", path, err)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for k, v := range kv {
-		if set[k] || k == "config" {
-			continue
-		}
-		if fs.Lookup(k) == nil {
-			return usagef("-config %s: unknown key %q", path, k)
-		}
-		if err := fs.Set(k, fmt.Sprint(v)); err != nil {
-			return usagef("-config %s: %s: %v", path, k, err)
-		}
 	}
 	return nil
 }
@@ -115,7 +105,18 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
-	trainSet, testSet, source, err := loadData(r.dataset, r.dir, isDefault)
+	dirGiven := false
+	fs.Visit(func(f *flag.Flag) { dirGiven = dirGiven || f.Name == "dir" })
+	if err := r.validate(dirGiven); err != nil {
+		return err
+	}
+	// With -json - standard output carries only the JSON; the log goes to
+	// standard error.
+	log := stdout
+	if r.jsonOut == "-" {
+		log = stderr
+	}
+	trainSet, testSet, source, err := loadData(r.dataset, r.dir, isDefault && !dirGiven)
 	if err != nil {
 		return err
 	}
@@ -123,21 +124,21 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, stdout
+	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
-	fmt.Fprintf(stdout, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testSet.Len())
+	fmt.Fprintf(log, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testSet.Len())
 	res, err := train.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
+	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
 	if res.Plan != nil {
-		fmt.Fprintf(stdout, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
+		fmt.Fprintf(log, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
 	} else {
-		fmt.Fprintln(stdout, "privacy: none (non-private run)")
+		fmt.Fprintln(log, "privacy: none (non-private run)")
 	}
 	if r.jsonOut != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
@@ -148,13 +149,13 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			_, err = stdout.Write(append(b, '\n'))
 			return err
 		}
-		return os.WriteFile(r.jsonOut, append(b, '\n'), 0o644)
+		if err := atomicfile.WriteFile(r.jsonOut, append(b, '\n')); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
 	}
 	return nil
 }
 
-// loadData loads the named dataset. The default run falls back to the
-// embedded Fashion-MNIST subset when Debian's package is not installed.
 // trainConfig is the train.Config of the run flags; "train run" and
 // "train audit" both build theirs here.
 func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
@@ -184,7 +185,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
 		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
 		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct,
-		LearningRate: r.lr, Momentum: r.momentum, CooldownFrac: r.cooldown,
+		LearningRate: r.lr, CooldownFrac: r.cooldown,
 		EvalEvery:   r.evalEvery,
 		MetricsPath: r.metrics, CacheDir: r.cache,
 	}
@@ -200,7 +201,8 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 			cfg.Hidden = append(cfg.Hidden, v)
 		}
 	}
-	if r.momentum < 0 {
+	cfg.Momentum = r.momentum.v
+	if !r.momentum.set {
 		cfg.Momentum = 0.95
 		if strings.HasPrefix(r.mechanism, "dpsgd") || r.nonPrivate {
 			cfg.Momentum = 0
@@ -212,29 +214,57 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	return cfg, nil
 }
 
-func loadData(name, dir string, isDefault bool) (trainSet, testSet *data.Dataset, source string, err error) {
+// validate refuses, before any data is read or plan built, flag values
+// that cannot run and output paths that cannot be written.
+func (r *runFlags) validate(dirGiven bool) error {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"train-examples", r.trainLimit}, {"eval-every", r.evalEvery}, {"checkpoint-every", r.ckptEvery}, {"bands", r.bands}} {
+		if c.v < 0 {
+			return usagef("-%s %d must not be negative", c.name, c.v)
+		}
+	}
+	if dirGiven && r.dir == "" {
+		return usagef("-dir is empty")
+	}
+	for _, o := range []struct{ flag, path string }{{"json", r.jsonOut}, {"checkpoint", r.ckpt}, {"metrics", r.metrics}} {
+		if o.path == "" || o.flag == "json" && o.path == "-" {
+			continue
+		}
+		if err := atomicfile.CheckWritable(o.path); err != nil {
+			return usagef("-%s %s: cannot write there: %v", o.flag, o.path, strings.TrimPrefix(err.Error(), "atomicfile: "))
+		}
+	}
+	return nil
+}
+
+// loadData loads the named dataset. With fallback (the default command
+// without -dir), a missing Debian Fashion-MNIST falls back to the embedded
+// subset; an explicit -dir that cannot be read is always an error.
+func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	switch name {
 	case "embedded":
 		trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()
 		return trainSet, testSet, "embedded Fashion-MNIST subset", err
-	case "fashion-mnist":
+	case "synthetic-cifar":
+		trainSet, testSet, err = data.SyntheticCIFAR(50000, 10000, 1)
+		return trainSet, testSet, "synthetic CIFAR-shaped data", err
+	case data.NameFashionMNIST:
 		if dir == "" {
 			dir = data.DefaultFashionMNISTDir
 		}
-		trainSet, testSet, err = data.LoadFashionMNIST(dir)
-		if err != nil && isDefault {
+		trainSet, testSet, err = data.LoadNamed(name, dir)
+		if err != nil && fallback && errors.Is(err, fs.ErrNotExist) {
 			trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()
 			return trainSet, testSet, "embedded Fashion-MNIST subset (Debian's dataset-fashion-mnist not installed)", err
 		}
 		return trainSet, testSet, "Fashion-MNIST " + dir, err
-	case "synthetic-cifar":
-		trainSet, testSet, err = data.SyntheticCIFAR(50000, 10000, 1)
-		return trainSet, testSet, "synthetic CIFAR-shaped data", err
-	case "mnist", "cifar10", "cifar100":
+	case data.NameMNIST, data.NameCIFAR10, data.NameCIFAR100:
 		if dir == "" {
 			return nil, nil, "", usagef("-data %s needs -dir", name)
 		}
-		trainSet, testSet, err = data.LoadDir(dir)
+		trainSet, testSet, err = data.LoadNamed(name, dir)
 		return trainSet, testSet, name + " " + dir, err
 	}
 	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded or synthetic-cifar", name)

@@ -5,11 +5,57 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 )
+
+// SlowWriteEnv names a test-only environment variable: a duration in
+// milliseconds for which Write pauses between writing the temporary file
+// and renaming it, so crash tests can land kills inside a write.
+const SlowWriteEnv = "DPMF_TEST_SLOW_WRITE_MS"
+
+// SlowWriteDelay is the pause SlowWriteEnv asks for (0 when unset).
+func SlowWriteDelay() time.Duration {
+	ms, err := strconv.Atoi(os.Getenv(SlowWriteEnv))
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// CheckWritable reports, without changing anything, whether path can be
+// written: it is not a directory, its directory exists and accepts new
+// files (Write's temporary), and an existing file opens for writing. Run it
+// before long work whose result goes to path.
+func CheckWritable(path string) error {
+	if path == "" {
+		return errors.New("atomicfile: empty path")
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("atomicfile: %s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("atomicfile: %w", err)
+		}
+		f.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("atomicfile: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".check-*")
+	if err != nil {
+		return fmt.Errorf("atomicfile: cannot create files next to %s: %w", path, err)
+	}
+	tmp.Close()
+	os.Remove(tmp.Name())
+	return nil
+}
 
 // Write creates or replaces path with what write produces.
 func Write(path string, write func(io.Writer) error) (err error) {
@@ -26,6 +72,9 @@ func Write(path string, write func(io.Writer) error) (err error) {
 	}()
 	if err = write(tmp); err != nil {
 		return fmt.Errorf("atomicfile: writing %s: %w", path, err)
+	}
+	if d := SlowWriteDelay(); d > 0 {
+		time.Sleep(d)
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("atomicfile: %w", err)

@@ -1,0 +1,158 @@
+package mfnoise
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// writeCorpus stores the fuzz seed (b, payload) in testdata/fuzz when
+// DPMF_WRITE_FUZZ_CORPUS is set, so plain go test runs the committed seeds.
+func writeCorpus(t testing.TB, target, name string, b []byte, payload bool) {
+	if os.Getenv("DPMF_WRITE_FUZZ_CORPUS") == "" {
+		return
+	}
+	dir := filepath.Join("testdata", "fuzz", target)
+	os.MkdirAll(dir, 0o755)
+	if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, payload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wrapPayload makes a valid envelope (magic, version, checksum) around an
+// arbitrary payload, so the fuzzer reaches the payload decoding that the
+// checksum otherwise shields.
+func wrapPayload(t testing.TB, payload []byte) []byte {
+	sum := sha256.Sum256(payload)
+	b, err := msgpack.Marshal(&storedEnvelope{Magic: storeMagic, Version: storeVersion, SHA256: sum[:], Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// FuzzLoadFactorization feeds arbitrary bytes to the reader of stored and
+// cached factorizations, either as the whole file or (payload = true) as
+// the checksummed payload inside a valid envelope. Every input must be
+// refused with an ErrCorrupt error or give a factorization that satisfies
+// its workload; none may panic or allocate beyond what the file holds.
+func FuzzLoadFactorization(f *testing.F) {
+	fac := smallOptimum(f, 6)
+	var buf bytes.Buffer
+	if err := SaveFactorization(&buf, fac); err != nil {
+		f.Fatal(err)
+	}
+	good := buf.Bytes()
+	var env storedEnvelope
+	if err := msgpack.Unmarshal(good, &env); err != nil {
+		f.Fatal(err)
+	}
+	seeds := []struct {
+		name    string
+		b       []byte
+		payload bool
+	}{
+		{"good", good, false},
+		{"truncated", good[:len(good)/2], false},
+		{"payload", env.Payload, true},
+		{"payload-truncated", env.Payload[:len(env.Payload)-9], true},
+		{"empty", nil, false},
+	}
+	for _, s := range seeds {
+		f.Add(s.b, s.payload)
+		writeCorpus(f, "FuzzLoadFactorization", s.name, s.b, s.payload)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, payload bool) {
+		if payload {
+			b = wrapPayload(t, b)
+		}
+		g, err := LoadFactorization(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if g.Workload.Validate() != nil {
+			t.Fatalf("accepted an invalid workload %v", g.Workload)
+		}
+		if _, c := g.Encoder.Dims(); c != g.N() {
+			t.Fatalf("encoder has %d columns for n = %d", c, g.N())
+		}
+	})
+}
+
+// FuzzCacheEntry puts arbitrary bytes where the cache keeps an entry: the
+// cache must rebuild (never panic, never return a factorization for
+// another problem).
+func FuzzCacheEntry(f *testing.F) {
+	dir := f.TempDir()
+	c := &Cache{Dir: dir}
+	w, err := PrefixSum(6)
+	if err != nil {
+		f.Fatal(err)
+	}
+	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	built := 0
+	build := func(ctx context.Context) (*Factorization, error) {
+		built++
+		r, err := OptimizeSingle(ctx, w, nil)
+		if err != nil {
+			return nil, err
+		}
+		return r.Factorization, nil
+	}
+	if _, _, err := c.GetOrBuild(context.Background(), key, build); err != nil {
+		f.Fatal(err)
+	}
+	path, err := c.Path(key)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g, hit, err := c.GetOrBuild(context.Background(), key, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameWorkload(g.Workload, w) {
+			t.Fatalf("cache returned a factorization of %v for %v (hit %v)", g.Workload, w, hit)
+		}
+	})
+}
+
+// A checksummed entry whose workload claims more steps than its matrices
+// hold is refused before the n x n workload matrix is built. (Found by
+// FuzzLoadFactorization: before the fix, n = 2^20 with 6 x 6 matrices
+// crashed with "fatal error: runtime: out of memory".)
+func TestLoadRefusesWorkloadLargerThanItsMatrices(t *testing.T) {
+	fac := smallOptimum(t, 6)
+	var p storedFactorization
+	p.Workload, p.Meta = fac.Workload, fac.Meta
+	p.Workload.N = 1 << 20
+	p.EncRows, p.EncCols = fac.Encoder.Dims()
+	p.DecRows, p.DecCols = fac.Decoder.Dims()
+	p.Encoder, p.Decoder = denseBytes(fac.Encoder), denseBytes(fac.Decoder)
+	b, err := msgpack.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFactorization(bytes.NewReader(wrapPayload(t, b))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("want ErrCorrupt, got %v", err)
+	}
+}
