@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -32,12 +33,19 @@ type CompareRow struct {
 	// StepTime is the complexity class of producing one step's noise, e.g.
 	// "O(d)", "O(b d)", "O(d log n)", "O(n d)".
 	StepTime string `json:"step_time"`
+	// BuildSeconds is the wall time of building (or loading) and scoring
+	// the mechanism.
+	BuildSeconds float64 `json:"build_seconds"`
 	// StepRMSE is the per-step error standard deviation sens ||B[i,:]||.
 	StepRMSE []float64 `json:"step_rmse,omitempty"`
 }
 
 // Compare builds every mechanism in specs for workload w and schema and
-// returns their scores sorted by loss (lowest first). A mechanism that fails
+// returns their scores sorted by loss (lowest first). The Toeplitz
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF) are scored from their
+// coefficients in O(n) memory at any n up to MaxStructuredSteps; the others
+// build dense matrices and are refused above DenseStepLimit steps with the
+// memory they would need. A mechanism that fails
 // to build or score fails the comparison with an error naming it.
 func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSpec, opt BuildOptions) ([]CompareRow, error) {
 	if len(specs) == 0 {
@@ -56,6 +64,10 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 }
 
 func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
+		return compareToeplitz(ctx, spec, w, schema)
+	}
+	start := time.Now()
 	f, x, err := build(ctx, spec, w, schema, opt)
 	if err != nil {
 		return CompareRow{}, err
@@ -85,6 +97,7 @@ func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Sche
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
 	row.NoiseMemoryPerCoord, row.StepTime = noiseCost(spec, f)
+	row.BuildSeconds = time.Since(start).Seconds()
 	return row, nil
 }
 

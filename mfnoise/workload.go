@@ -196,8 +196,12 @@ func (w Workload) String() string {
 	return fmt.Sprintf("%s(n=%d)", w.Kind, w.N)
 }
 
-// Matrix builds the dense n x n matrix A.
+// Matrix builds the dense n x n matrix A; refused above DenseStepLimit
+// steps with the memory it would need.
 func (w Workload) Matrix() (*mat.Dense, error) {
+	if err := checkDense("workload "+string(w.Kind), w.N, 1); err != nil {
+		return nil, err
+	}
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
