@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -55,7 +56,7 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 	for _, spec := range specs {
 		row, err := compareOne(ctx, spec, w, schema, opt)
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: compare %s: %w", spec.Name, err)
+			return nil, prefixf(err, "compare %s", spec.Name)
 		}
 		rows = append(rows, row)
 	}
@@ -153,4 +154,20 @@ func noiseCost(spec MechanismSpec, f *Factorization) (float64, string) {
 		return float64(bands), "O(b d)"
 	}
 	return float64(n0), "O(n d)"
+}
+
+// prefixedError adds context to an error of this package keeping a single
+// "mfnoise: " prefix: "mfnoise: compare x: invalid argument: ...", not
+// "mfnoise: compare x: mfnoise: invalid argument: ...". errors.Is and As
+// see the wrapped error.
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }
+
+func prefixf(err error, format string, args ...any) error {
+	return &prefixedError{msg: "mfnoise: " + fmt.Sprintf(format, args...) + ": " + strings.TrimPrefix(err.Error(), "mfnoise: "), err: err}
 }

@@ -40,7 +40,7 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 		return nil, invalidf("build %s: Toeplitz mechanisms are not stamped", spec.Name)
 	}
 	if err := checkSteps(w.N); err != nil {
-		return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
+		return nil, err
 	}
 	if _, err := workloadRates(w); err != nil {
 		return nil, err

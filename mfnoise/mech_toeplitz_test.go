@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -382,5 +383,25 @@ func TestToeplitzBadInput(t *testing.T) {
 		if tc.err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
+	}
+}
+
+// TestDenseRefusedWithMemory: Workload.Matrix and dense builds refuse sizes
+// that cannot fit with the memory they need (n = 1e8 used to panic in
+// makeslice, n = 50000 to die out of memory).
+func TestDenseRefusedWithMemory(t *testing.T) {
+	w, _ := PrefixSum(100_000_000)
+	if _, err := w.Matrix(); err == nil || !strings.Contains(err.Error(), "TiB") {
+		t.Fatalf("Matrix at n = 1e8: %v", err)
+	}
+	w, _ = PrefixSum(50_000)
+	spec, _ := ParseMechanism("tree-full")
+	if _, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
+		t.Fatalf("tree-full at n = 50000: %v", err)
+	}
+	specs, _ := ParseMechanisms("dpsgd,sqrt")
+	rows, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
+	if err != nil || len(rows) != 2 || rows[0].Mechanism != "sqrt" {
+		t.Fatalf("structured compare at n = 50000: %v %v", rows, err)
 	}
 }
