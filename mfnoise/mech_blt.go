@@ -21,10 +21,13 @@ type BLTParams struct {
 }
 
 // NewBLT returns the BLT encoder over n steps. Every Theta_i must lie in
-// [0, 1) (a decaying buffer) and every parameter be finite.
+// [0, 1) (a decaying buffer) and every parameter be finite. n may exceed
+// MaxStructuredSteps for streaming noise alone (a service with no fixed
+// horizon); scoring it (Sensitivity, Loss) needs n <= MaxStructuredSteps,
+// and StreamSensitivity covers every horizon at once.
 func NewBLT(name string, n int, p BLTParams) (*Toeplitz, error) {
-	if err := checkSteps(n); err != nil {
-		return nil, err
+	if n <= 0 {
+		return nil, invalidf("blt %s: n = %d steps must be positive", name, n)
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
@@ -158,4 +161,46 @@ func bltUnboundedSens2(p *BLTParams, k, b int) float64 {
 		}
 	}
 	return head + tail
+}
+
+// StreamSensitivity is the sensitivity of a BLT encoder over an unbounded
+// stream under single participation or (k,b)-min-sep participation: k
+// participations at least b steps apart anywhere in a stream of any length.
+// It bounds the sensitivity at every horizon, so a service that never stops
+// keeps its guarantee. Exact (McMahan et al. 2024's min-sep theorem) when
+// every Omega_i >= 0 and sum_i Omega_i <= 1 (then c_0 = 1 >= c_1 >= c_2 >=
+// ... >= 0 at every t, which the parameters prove without looking at
+// coefficients); other BLTs are refused.
+func (t *Toeplitz) StreamSensitivity(s Schema) (SensitivityResult, error) {
+	if t.BLT == nil {
+		return SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
+	}
+	if err := s.validate(); err != nil {
+		return SensitivityResult{}, err
+	}
+	if s.Kind == KB {
+		return SensitivityResult{}, invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
+	}
+	sum := 0.0
+	for _, o := range t.BLT.Omega {
+		if o < 0 {
+			return SensitivityResult{}, invalidf("%s: a negative scale %v: the coefficients are not provably non-increasing over an unbounded stream", t.Name, o)
+		}
+		sum += o
+	}
+	if sum > 1 {
+		return SensitivityResult{}, invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
+	}
+	k, b := s.K, s.B
+	if s.Kind == Single {
+		k, b = 1, 1
+	}
+	if k > MaxStructuredSteps {
+		return SensitivityResult{}, invalidf("%s: k = %d participations over %d", t.Name, k, MaxStructuredSteps)
+	}
+	v := math.Sqrt(bltUnboundedSens2(t.BLT, k, b))
+	if !finiteFloat(v) {
+		return SensitivityResult{}, invalidf("%s: stream sensitivity is %v", t.Name, v)
+	}
+	return SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
 }

@@ -287,6 +287,9 @@ func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
 	if w.N != t.N {
 		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}
+	if err := checkSteps(t.N); err != nil {
+		return nil, err
+	}
 	eta, err := workloadRates(w)
 	if err != nil {
 		return nil, err
@@ -365,6 +368,9 @@ const (
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
 func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
+	if err := checkSteps(t.N); err != nil {
+		return SensitivityResult{}, err
+	}
 	if err := s.Validate(t.N); err != nil {
 		return SensitivityResult{}, err
 	}

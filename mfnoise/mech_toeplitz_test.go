@@ -405,3 +405,32 @@ func TestDenseRefusedWithMemory(t *testing.T) {
 		t.Fatalf("structured compare at n = 50000: %v %v", rows, err)
 	}
 }
+
+// TestBLTStreamSensitivity: the unbounded-stream sensitivity bounds every
+// finite horizon and is refused where its conditions fail.
+func TestBLTStreamSensitivity(t *testing.T) {
+	m, _ := NewBLT("b", 1<<40, BLTParams{Theta: []float64{0.99, 0.5}, Omega: []float64{0.3, 0.2}})
+	ms, _ := MinSepParticipation(6, 40)
+	inf, err := m.StreamSensitivity(ms)
+	if err != nil || !inf.Exact {
+		t.Fatal(inf, err)
+	}
+	if _, err := m.Sensitivity(ms); err == nil {
+		t.Fatal("finite sensitivity at n = 2^40 accepted")
+	}
+	for _, n := range []int{40, 239, 1000, 5000} {
+		f, _ := NewBLT("b", n, *m.BLT)
+		s, err := f.Sensitivity(ms)
+		if err != nil || s.Value > inf.Value*(1+1e-12) {
+			t.Fatalf("n = %d: %v above the stream sensitivity %v (%v)", n, s.Value, inf.Value, err)
+		}
+	}
+	bad, _ := NewBLT("b", 10, BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.9, 0.2}})
+	if _, err := bad.StreamSensitivity(ms); err == nil {
+		t.Fatal("scales summing above 1 accepted")
+	}
+	kb, _ := KBParticipation(2, 5)
+	if _, err := m.StreamSensitivity(kb); err == nil {
+		t.Fatal("(k,b) on an unbounded stream accepted")
+	}
+}

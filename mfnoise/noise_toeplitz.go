@@ -154,8 +154,15 @@ func (s *toeplitzSource[T]) bltShard(out []T, lo int) {
 				T(s.negOmega[0]), T(s.negOmega[1]), T(s.negOmega[2]), T(s.negOmega[3]),
 				T(s.theta[0]), T(s.theta[1]), T(s.theta[2]), T(s.theta[3]))
 		default:
-			for i, b := range s.bufs {
-				axpy(T(s.negOmega[i]), b[lo+c0:lo+c1], o)
+			// Two passes over the chunk: the second finds it in cache.
+			bs := func(i int) []T { return s.bufs[i][lo+c0 : lo+c1] }
+			i := 0
+			for ; i+4 <= nb; i += 4 {
+				axpy4(T(s.negOmega[i]), T(s.negOmega[i+1]), T(s.negOmega[i+2]), T(s.negOmega[i+3]),
+					bs(i), bs(i+1), bs(i+2), bs(i+3), o)
+			}
+			for ; i < nb; i++ {
+				axpy(T(s.negOmega[i]), bs(i), o)
 			}
 			for i, b := range s.bufs {
 				bb := b[lo+c0 : lo+c1]
