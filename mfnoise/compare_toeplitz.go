@@ -42,8 +42,16 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 	if err := checkSteps(w.N); err != nil {
 		return nil, err
 	}
-	if _, err := workloadRates(w); err != nil {
+	eta, err := workloadRates(w)
+	if err != nil {
 		return nil, err
+	}
+	// The optimizers need a Toeplitz workload: under a time-varying
+	// schedule (cooldown) they optimize for the same momentum at a constant
+	// rate; the mechanism still serves, and is scored on, w itself.
+	ow := w
+	if eta != nil && !constantRates(eta) {
+		ow = Workload{Kind: MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: ConstantSchedule(1)}
 	}
 	if err := schema.Validate(w.N); err != nil {
 		return nil, err
@@ -60,13 +68,13 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 		if spec.Bands < 1 || spec.Bands > w.N {
 			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, spec.Bands, w.N)
 		}
-		res, err := OptimizeToeplitz(ctx, w, schema, spec.Bands, nil)
+		res, err := OptimizeToeplitz(ctx, ow, schema, spec.Bands, nil)
 		if err != nil {
 			return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
 		}
 		return res.Mechanism, nil
 	case KindBLT:
-		res, err := OptimizeBLT(ctx, w, schema, spec.Bands, nil)
+		res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
 		if err != nil {
 			return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
 		}

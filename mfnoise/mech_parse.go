@@ -40,10 +40,11 @@ type MechanismSpec struct {
 	Name string `json:"name"`
 	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`
-	// Bands is the band count of bandmf and toeplitz (0 with AutoBands)
-	// and the buffer count of blt.
+	// Bands is the band count of bandmf and toeplitz (0 with AutoBands).
 	Bands     int  `json:"bands,omitempty"`
 	AutoBands bool `json:"auto_bands,omitempty"`
+	// Buffers is the buffer count of blt.
+	Buffers int `json:"buffers,omitempty"`
 	// Stamps is the number of stamped copies; 1 means not stamped.
 	Stamps int `json:"stamps"`
 }
@@ -51,8 +52,11 @@ type MechanismSpec struct {
 // String is the canonical name, e.g. "bandmf:8/s2".
 func (s MechanismSpec) String() string {
 	name := s.Kind
-	if s.Kind == KindToeplitz || s.Kind == KindBLT {
+	if s.Kind == KindToeplitz {
 		name += ":" + strconv.Itoa(s.Bands)
+	}
+	if s.Kind == KindBLT {
+		name += ":" + strconv.Itoa(s.Buffers)
 	}
 	if s.Kind == KindBandMF {
 		if s.AutoBands {
@@ -93,8 +97,12 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		if !hasBands || err != nil || v < 1 {
 			return MechanismSpec{}, invalidf("mechanism %q: %s %s needs a positive integer %s, e.g. %s:8", name, kind, what, what, kind)
 		}
-		if kind == KindBLT && v > 32 {
-			return MechanismSpec{}, invalidf("mechanism %q: %d buffers, at most 32", name, v)
+		if kind == KindBLT {
+			if v > 32 {
+				return MechanismSpec{}, invalidf("mechanism %q: %d buffers, at most 32", name, v)
+			}
+			spec.Buffers = v
+			break
 		}
 		spec.Bands = v
 	case KindBandMF:

@@ -423,6 +423,8 @@ func packedSens2(c []float64, k, b int) float64 {
 
 // Factorization returns the dense factorization (C, B = A C^-1) for
 // cross-checks and the dense plan code; refused above DenseStepLimit.
+// NewNoiseSource streams its noise with the mechanism's own buffers (Nbuf
+// d-vectors for a BLT, not the n of a dense encoder).
 func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
 	if w.N != t.N {
 		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
@@ -456,5 +458,6 @@ func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: toeplitz %s: %w", t.Name, err)
 	}
+	f.toeplitz = t
 	return f, nil
 }

@@ -434,3 +434,39 @@ func TestBLTStreamSensitivity(t *testing.T) {
 		t.Fatal("(k,b) on an unbounded stream accepted")
 	}
 }
+
+// TestBuildToeplitzStreamsStructured: Build (the dense path the plan code
+// uses) keeps the structured noise source: blt:4 streams with 4 buffers,
+// not n stored rows, and the noise matches the dense C^-1 Z.
+func TestBuildToeplitzStreamsStructured(t *testing.T) {
+	n, d := 30, 11
+	w, _ := PrefixSum(n)
+	for _, name := range []string{"blt:4", "toeplitz:5", "sqrt"} {
+		spec, err := ParseMechanism(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed := testSeed(3)
+		s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"blt:4": KindBLTBuffers, "toeplitz:5": KindToeplitzRing, "sqrt": KindToeplitzRing}[name]
+		if s.base().kind != want {
+			t.Fatalf("%s: source %s, want %s", name, s.base().kind, want)
+		}
+		checkAgainstRef(t, streamAll(t, s), refG(t, f), zRows(seed, n, d), 1e-11)
+	}
+	if _, err := ParseMechanism("blt:4/s2"); err == nil {
+		t.Fatal("stamped blt accepted")
+	}
+	for _, bad := range []string{"blt", "blt:0", "toeplitz:x", "sqrt:3", "blt:33"} {
+		if _, err := ParseMechanism(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}

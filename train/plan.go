@@ -139,7 +139,7 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 		switch spec.Kind {
 		case "dpsgd":
 			samp = SamplingPoisson
-		case "bandmf":
+		case "bandmf", "toeplitz":
 			samp = SamplingBandPoisson
 		default:
 			samp = SamplingFixedOrder
@@ -200,7 +200,7 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 	if spec.Kind == "mf-kb" && samp != SamplingFixedOrder {
 		return nil, nil, refusef("mf-kb is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", samp, p.Schema)
 	}
-	if p.Amplified && spec.Kind != "dpsgd" && spec.Kind != "bandmf" {
+	if p.Amplified && spec.Kind != "dpsgd" && spec.Kind != "bandmf" && spec.Kind != "toeplitz" {
 		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting — use fixed-order sampling (unamplified)", spec.Name, samp)
 	}
 	f, err := mfnoise.Build(ctx, spec, w, p.Schema, bopt)

@@ -50,3 +50,18 @@ func TestCompareScale(t *testing.T) {
 		}
 	}
 }
+
+// TestRunToeplitzMechanisms: train run accepts blt:4 (fixed-order,
+// unamplified) and toeplitz:BANDS under band sampling (amplified).
+func TestRunToeplitzMechanisms(t *testing.T) {
+	for _, tc := range []struct{ mech, want string }{
+		{"blt:4", "fixed-order sampling"},
+		{"toeplitz:8", "band-poisson sampling"},
+	} {
+		code, out, stderr := runCLI(t, "run", "-data", "embedded", "-train-examples", "2000", "-batch", "100", "-steps", "16",
+			"-model", "logistic", "-mechanism", tc.mech, "-epsilon", "8", "-cache", "", "-seed", "1")
+		if code != 0 || !strings.Contains(out+stderr, tc.want) || !strings.Contains(out+stderr, "test accuracy") {
+			t.Fatalf("%s: exit %d\n%s\n%s", tc.mech, code, out, stderr)
+		}
+	}
+}
