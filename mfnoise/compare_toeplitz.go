@@ -11,7 +11,7 @@ import (
 // structure (trees, FFT, optimal and banded MF) are built: they hold
 // several dense n x n float64 matrices (A, C, B, C^T C), 2.5 GiB at this
 // limit. Larger n is refused with the memory it would need; the Toeplitz
-// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF) have no such limit
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) have no such limit
 // below MaxStructuredSteps.
 const DenseStepLimit = 8192
 
@@ -73,6 +73,8 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 			return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
 		}
 		return res.Mechanism, nil
+	case KindBISR:
+		return BandedInverseSqrt(w.N, spec.Bands)
 	case KindBLT:
 		res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
 		if err != nil {
@@ -123,6 +125,8 @@ func compareToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema
 		row.StepTime = "O(d)"
 	case t.BLT != nil:
 		row.StepTime = "O(nbuf d)"
+	case t.InvCoef != nil:
+		row.StepTime = "O(b d)"
 	default:
 		row.StepTime = "O(b d)"
 	}

@@ -92,7 +92,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		return fft(FFTAlgorithm1), StampRestartedOnline, nil
 	case KindFFTOpt:
 		return fft(FFTOptimal), StampOptimal, nil
-	case KindSqrt, KindToeplitz, KindBLT:
+	case KindSqrt, KindToeplitz, KindBLT, KindBISR:
 		// The dense factorization of the Toeplitz mechanism, for the plan
 		// code that works on dense encoders (small n).
 		return func(w Workload) (*Factorization, *mat.SymDense, error) {

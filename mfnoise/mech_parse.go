@@ -18,13 +18,14 @@ const (
 	KindSqrt       = "sqrt"        // Toeplitz square root of the prefix sum
 	KindToeplitz   = "toeplitz"    // banded Toeplitz, optimized coefficients
 	KindBLT        = "blt"         // buffered linear Toeplitz, optimized
+	KindBISR       = "bisr"        // banded inverse square root
 )
 
 // toeplitzKinds are the kinds built as Toeplitz mechanisms, in O(n) memory
 // (DP-SGD is the Toeplitz encoder c = (1)).
 func toeplitzKind(kind string) bool {
 	switch kind {
-	case KindDPSGD, KindSqrt, KindToeplitz, KindBLT:
+	case KindDPSGD, KindSqrt, KindToeplitz, KindBLT, KindBISR:
 		return true
 	}
 	return false
@@ -34,7 +35,8 @@ func toeplitzKind(kind string) bool {
 // dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
 // bandmf:BANDS (BANDS an integer or "auto"), each optionally followed by
 // /sS for S stamps, e.g. "tree-full/s5" or "bandmf:auto/s2"; or one of the
-// Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF (not stamped).
+// Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS (not
+// stamped).
 type MechanismSpec struct {
 	// Name is the text as given (trimmed); Compare reports it.
 	Name string `json:"name"`
@@ -52,7 +54,7 @@ type MechanismSpec struct {
 // String is the canonical name, e.g. "bandmf:8/s2".
 func (s MechanismSpec) String() string {
 	name := s.Kind
-	if s.Kind == KindToeplitz {
+	if s.Kind == KindToeplitz || s.Kind == KindBISR {
 		name += ":" + strconv.Itoa(s.Bands)
 	}
 	if s.Kind == KindBLT {
@@ -91,8 +93,8 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		if hasBands {
 			return MechanismSpec{}, invalidf("mechanism %q: only bandmf, toeplitz and blt take a :N argument", name)
 		}
-	case KindToeplitz, KindBLT:
-		what := map[string]string{KindToeplitz: "band count", KindBLT: "buffer count"}[kind]
+	case KindToeplitz, KindBLT, KindBISR:
+		what := map[string]string{KindToeplitz: "band count", KindBISR: "band count", KindBLT: "buffer count"}[kind]
 		v, err := strconv.Atoi(bands)
 		if !hasBands || err != nil || v < 1 {
 			return MechanismSpec{}, invalidf("mechanism %q: %s %s needs a positive integer %s, e.g. %s:8", name, kind, what, what, kind)
@@ -119,7 +121,7 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		}
 		spec.Bands = v
 	default:
-		return MechanismSpec{}, invalidf("unknown mechanism %q (known: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS; sqrt, toeplitz:BANDS, blt:NBUF)", name)
+		return MechanismSpec{}, invalidf("unknown mechanism %q (known: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS; sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS)", name)
 	}
 	if spec.Stamps > 1 && toeplitzKind(kind) && kind != KindDPSGD {
 		return MechanismSpec{}, invalidf("mechanism %q: %s is not stamped (its Toeplitz structure already streams in O(n) memory)", name, kind)

@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -27,6 +28,11 @@ import (
 //     "Scaling up the banded matrix factorization mechanism"; Kalinin and
 //     Lampert 2024, "Banded square root matrix factorization for
 //     differentially private model training"), see OptimizeToeplitz;
+//   - the banded inverse square root (BISR): C^-1 is the square root's
+//     inverse (1 - x)^(1/2) cut to p bands, so the noise W = C^-1 Z mixes
+//     only the last p noise rows (Kalinin, Upadhyay and Lampert 2025, "Back
+//     to square roots: an optimal bound on the matrix factorization error
+//     for multi-epoch differentially private SGD", arXiv 2505.12128);
 //   - buffered linear Toeplitz (BLT) encoders, c_0 = 1, c_t = sum_i
 //     Omega_i Theta_i^(t-1) (Dvijotham, McMahan, Pillutla, Steinke and
 //     Thakurta 2024, "Efficient and near-optimal noise generation for
@@ -43,6 +49,9 @@ type Toeplitz struct {
 	Coef []float64
 	// BLT is the generating function of a BLT encoder (nil otherwise).
 	BLT *BLTParams
+	// InvCoef is g_0..g_{p-1}, the first column of a banded C^-1 (the
+	// banded inverse square root; nil otherwise). C itself is then full.
+	InvCoef []float64
 
 	inv []float64 // first column of C^-1 (length N), built on demand
 }
@@ -87,6 +96,25 @@ func SqrtToeplitz(n int) (*Toeplitz, error) {
 	return &Toeplitz{Name: KindSqrt, N: n, Coef: c, inv: g}, nil
 }
 
+// BandedInverseSqrt is the BISR mechanism with p bands over n steps: C^-1
+// has the first p coefficients of (1 - x)^(1/2) (1, -1/2, -1/8, ...) and C
+// is its full inverse, whose coefficients are positive and decreasing
+// (checked by Sensitivity, which then is exact).
+func BandedInverseSqrt(n, p int) (*Toeplitz, error) {
+	if err := checkSteps(n); err != nil {
+		return nil, err
+	}
+	if p < 1 || p > n {
+		return nil, invalidf("bisr: %d bands, need 1..n = %d", p, n)
+	}
+	g := make([]float64, p)
+	g[0] = 1
+	for j := 1; j < p; j++ {
+		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
+	}
+	return &Toeplitz{Name: KindBISR + ":" + strconv.Itoa(p), N: n, InvCoef: g}, nil
+}
+
 // MaxStructuredSteps is the largest n for which structured mechanisms are
 // scored: per-step arrays cost 8 n bytes each (64 MiB at this limit).
 const MaxStructuredSteps = 1 << 23
@@ -114,9 +142,10 @@ func humanBytes(b float64) string {
 	return fmt.Sprintf("%.0f KiB", b/(1<<10))
 }
 
-// Bands is the number of non-zero diagonals of C (N for a BLT).
+// Bands is the number of non-zero diagonals of C (N for a BLT and a
+// BISR).
 func (t *Toeplitz) Bands() int {
-	if t.BLT != nil {
+	if t.BLT != nil || t.InvCoef != nil {
 		return t.N
 	}
 	return len(t.Coef)
@@ -126,6 +155,9 @@ func (t *Toeplitz) Bands() int {
 func (t *Toeplitz) Column() []float64 {
 	if t.BLT != nil {
 		return t.BLT.column(t.N)
+	}
+	if t.InvCoef != nil {
+		return seriesInverse(t.InvCoef, t.N)
 	}
 	c := make([]float64, t.N)
 	copy(c, t.Coef)
@@ -137,12 +169,16 @@ func (t *Toeplitz) Column() []float64 {
 // a BLT.
 func (t *Toeplitz) InverseColumn() []float64 {
 	if t.inv == nil {
-		if t.BLT != nil {
+		switch {
+		case t.BLT != nil:
 			e := make([]float64, t.N)
 			e[0] = 1
 			t.inv = e
 			t.BLT.solve(t.inv)
-		} else {
+		case t.InvCoef != nil:
+			t.inv = make([]float64, t.N)
+			copy(t.inv, t.InvCoef)
+		default:
 			t.inv = seriesInverse(t.Coef, t.N)
 		}
 	}
@@ -171,6 +207,19 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 	}
 	if t.BLT != nil {
 		t.BLT.apply(dst, x)
+		return nil
+	}
+	if g := t.InvCoef; g != nil {
+		// C x solves C^-1 y = x by banded forward substitution.
+		y := make([]float64, t.N)
+		for i := range y {
+			v := x[i]
+			for j := 1; j <= min(i, len(g)-1); j++ {
+				v -= g[j] * y[i-j]
+			}
+			y[i] = v / g[0]
+		}
+		copy(dst, y)
 		return nil
 	}
 	if t.inv != nil && len(t.Coef) == t.N && t.N > 64 {
@@ -214,6 +263,16 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 	switch {
 	case t.BLT != nil:
 		t.BLT.solve(y)
+	case t.InvCoef != nil:
+		// Banded C^-1: a convolution, in place from the end.
+		g := t.InvCoef
+		for i := len(y) - 1; i >= 0; i-- {
+			v := 0.0
+			for j := 0; j <= min(i, len(g)-1); j++ {
+				v += g[j] * y[i-j]
+			}
+			y[i] = v
+		}
 	case len(t.Coef) <= 64 || t.inv == nil:
 		c := t.Coef
 		inv0 := 1 / c[0]

@@ -31,6 +31,11 @@ func testToeplitzMechs(t *testing.T, n int) []*Toeplitz {
 	}
 	add(SqrtToeplitz(n))
 	add(NewToeplitz("dpsgd", n, []float64{1}))
+	for _, p := range []int{1, 2, 5} {
+		if p <= n {
+			add(BandedInverseSqrt(n, p))
+		}
+	}
 	p := min(n, 5)
 	dec, mixed, bump := make([]float64, p), make([]float64, p), make([]float64, p)
 	dec[0], mixed[0], bump[0] = 1.3, 0.9, 1
@@ -441,7 +446,7 @@ func TestBLTStreamSensitivity(t *testing.T) {
 func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	n, d := 30, 11
 	w, _ := PrefixSum(n)
-	for _, name := range []string{"blt:4", "toeplitz:5", "sqrt"} {
+	for _, name := range []string{"blt:4", "toeplitz:5", "sqrt", "bisr:4"} {
 		spec, err := ParseMechanism(name)
 		if err != nil {
 			t.Fatal(err)
@@ -455,7 +460,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]string{"blt:4": KindBLTBuffers, "toeplitz:5": KindToeplitzRing, "sqrt": KindToeplitzRing}[name]
+		want := map[string]string{"blt:4": KindBLTBuffers, "toeplitz:5": KindToeplitzRing, "sqrt": KindToeplitzRing, "bisr:4": KindBISRRing}[name]
 		if s.base().kind != want {
 			t.Fatalf("%s: source %s, want %s", name, s.base().kind, want)
 		}
@@ -464,9 +469,20 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	if _, err := ParseMechanism("blt:4/s2"); err == nil {
 		t.Fatal("stamped blt accepted")
 	}
-	for _, bad := range []string{"blt", "blt:0", "toeplitz:x", "sqrt:3", "blt:33"} {
+	for _, bad := range []string{"blt", "blt:0", "toeplitz:x", "sqrt:3", "blt:33", "bisr", "bisr:-1"} {
 		if _, err := ParseMechanism(bad); err == nil {
 			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
+
+func TestNoiseMemoryPerCoord(t *testing.T) {
+	w, _ := PrefixSum(50)
+	for name, want := range map[string]float64{"dpsgd": 1, "sqrt": 50, "bisr:7": 7, "toeplitz:9": 9, "blt:3": 4} {
+		spec, _ := ParseMechanism(name)
+		rows, err := Compare(context.Background(), w, SingleParticipation(), []MechanismSpec{spec}, BuildOptions{})
+		if err != nil || rows[0].NoiseMemoryPerCoord != want {
+			t.Fatalf("%s: memory/coord %v, want %v (%v)", name, rows[0].NoiseMemoryPerCoord, want, err)
 		}
 	}
 }

@@ -11,6 +11,9 @@ const (
 	// substitution with p-1 buffered rows of W (O(p d) memory; p = n for
 	// the square root, whose coefficients never vanish).
 	KindToeplitzRing = "toeplitz-ring"
+	// KindBISRRing is a banded C^-1 (BISR) streamed as W_i = sum_{j<p}
+	// g_j z_{i-j} with the last p-1 noise rows z in a ring (O(p d)).
+	KindBISRRing = "bisr-ring"
 	// KindBLTBuffers is a BLT encoder streamed with Nbuf buffers of d values:
 	// W_t = z_t - sum_i Omega_i s_i, then s_i = Theta_i s_i + W_t.
 	KindBLTBuffers = "blt-buffers"
@@ -31,11 +34,14 @@ func (t *Toeplitz) NoiseSource(d int, opt NoiseOptions) (NoiseSource, error) {
 
 // NoiseMemoryPerCoord is the number of d-vectors streaming the noise
 // touches, counted as CompareRow does (the output included): Nbuf + 1 for a
-// BLT, p for p bands (p - 1 stored rows), 1 for DP-SGD, n for the square
-// root.
+// BLT, p for p bands of C or of C^-1 (p - 1 stored rows), 1 for DP-SGD, n
+// for the square root.
 func (t *Toeplitz) NoiseMemoryPerCoord() int {
 	if t.BLT != nil {
 		return t.BLT.Buffers() + 1
+	}
+	if t.InvCoef != nil {
+		return len(t.InvCoef)
 	}
 	return len(t.Coef)
 }
@@ -50,6 +56,10 @@ type toeplitzSource[T floatT] struct {
 	// BLT: -Omega_i, Theta_i and the buffers s_i.
 	negOmega, theta []float64
 	bufs            [][]T
+	// BISR: g_0..g_{p-1}; the ring holds the last p-1 rows of Z, and each
+	// worker a chunk of scratch.
+	fir     []float64
+	scratch [][]T
 }
 
 func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplitzSource[T], error) {
@@ -57,6 +67,9 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		return nil, invalidf("noise: nil Toeplitz mechanism")
 	}
 	kind, rows := KindToeplitzRing, len(t.Coef)-1
+	if t.InvCoef != nil {
+		kind, rows = KindBISRRing, len(t.InvCoef)-1
+	}
 	if t.BLT != nil {
 		if err := t.BLT.validate(); err != nil {
 			return nil, err
@@ -89,6 +102,22 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		s.bufs = make([][]T, rows)
 		for i := range s.bufs {
 			s.bufs[i] = make([]T, d)
+		}
+	} else if t.InvCoef != nil {
+		s.fir = append([]float64(nil), t.InvCoef...)
+		for _, v := range t.InvCoef {
+			if !finiteFloat(v) {
+				return nil, invalidf("noise: %s: coefficient %v", t.Name, v)
+			}
+			fp.float(v)
+		}
+		s.ring = make([][]T, rows)
+		for i := range s.ring {
+			s.ring[i] = make([]T, d)
+		}
+		s.scratch = make([][]T, c.workers)
+		for i := range s.scratch {
+			s.scratch[i] = make([]T, chunkLen)
 		}
 	} else {
 		if t.Coef[0] == 0 || !finiteFloat(t.Coef[0]) {
@@ -125,9 +154,12 @@ func (s *toeplitzSource[T]) next(dst []T) error {
 		lo, hi := shardRange(sh, s.d)
 		out := dst[lo:hi]
 		genShard(s.gens[w], rk, sh, out)
-		if s.bufs != nil {
+		switch {
+		case s.bufs != nil:
 			s.bltShard(out, lo)
-		} else {
+		case s.fir != nil:
+			s.firShard(out, lo, i, s.scratch[w])
+		default:
 			s.bandedShard(out, lo, i)
 		}
 	})
@@ -201,6 +233,33 @@ func bltStep4[T floatT](o, b0, b1, b2, b3 []T, w0, w1, w2, w3, t0, t1, t2, t3 T)
 		v := z + w0*x0 + w1*x1 + w2*x2 + w3*x3
 		b0[q], b1[q], b2[q], b3[q] = t0*x0+v, t1*x1+v, t2*x2+v, t3*x3+v
 		o[q] = v
+	}
+}
+
+// firShard turns z_i (in out) into W_i = sum_j g_j z_{i-j} and stores z_i
+// in the ring slot of z_{i-p+1}, read here for the last time.
+func (s *toeplitzSource[T]) firShard(out []T, lo, i int, tmp []T) {
+	nb := len(s.ring)
+	nl := min(nb, i)
+	for c0 := 0; c0 < len(out); c0 += chunkLen {
+		c1 := min(c0+chunkLen, len(out))
+		o, acc := out[c0:c1], tmp[:c1-c0]
+		g0 := T(s.fir[0])
+		for q, z := range o {
+			acc[q] = g0 * z
+		}
+		src := func(l int) []T { return s.ring[(i-l)%nb][lo+c0 : lo+c1] }
+		k := 1
+		for ; k+3 <= nl; k += 4 {
+			axpy4(T(s.fir[k]), T(s.fir[k+1]), T(s.fir[k+2]), T(s.fir[k+3]), src(k), src(k+1), src(k+2), src(k+3), acc)
+		}
+		for ; k <= nl; k++ {
+			axpy(T(s.fir[k]), src(k), acc)
+		}
+		if nb > 0 {
+			copy(s.ring[i%nb][lo+c0:lo+c1], o)
+		}
+		copy(o, acc)
 	}
 }
 
