@@ -195,8 +195,8 @@ func (t *Toeplitz) StreamSensitivity(s Schema) (SensitivityResult, error) {
 	if s.Kind == Single {
 		k, b = 1, 1
 	}
-	if k > MaxStructuredSteps {
-		return SensitivityResult{}, invalidf("%s: k = %d participations over %d", t.Name, k, MaxStructuredSteps)
+	if _, err := unboundedHorizon(k, b); err != nil {
+		return SensitivityResult{}, err
 	}
 	v := math.Sqrt(bltUnboundedSens2(t.BLT, k, b))
 	if !finiteFloat(v) {

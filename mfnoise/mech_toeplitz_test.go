@@ -379,6 +379,17 @@ func TestToeplitzBadInput(t *testing.T) {
 			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 3, nil)
 			return err
 		}()},
+		{"toeplitz work", func() error {
+			w, _ := PrefixSum(1 << 22)
+			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 1<<12, nil)
+			return err
+		}()},
+		{"unbounded horizon", func() error {
+			m, _ := NewBLT("x", 10, BLTParams{Theta: []float64{0.5}, Omega: []float64{0.5}})
+			s, _ := MinSepParticipation(1<<20, 1<<20)
+			_, err := m.StreamSensitivity(s)
+			return err
+		}()},
 		{"budget", func() error {
 			m, _ := SqrtToeplitz(100)
 			_, err := m.NoiseSource(1000, NoiseOptions{MemoryBudget: 1 << 10})

@@ -183,6 +183,9 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 	if p < 1 || p > n {
 		return nil, invalidf("optimize toeplitz: %d bands, need 1..n = %d", p, n)
 	}
+	if float64(n)*float64(p) > maxToeplitzWork {
+		return nil, invalidf("optimize toeplitz: %d bands over n = %d steps cost n p = %.3g operations per evaluation, over the limit %.3g; use fewer bands or blt:NBUF", p, n, float64(n)*float64(p), float64(maxToeplitzWork))
+	}
 	k, b := schemaKB(s, n)
 	sq, _ := SqrtToeplitz(p)
 	x0 := append([]float64(nil), sq.Coef[1:]...)
@@ -197,6 +200,22 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 		return nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
 	}
 	return &ToeplitzResult{Mechanism: t, Objective: eval(x, nil), Iterations: iters, Elapsed: time.Since(start)}, nil
+}
+
+// maxToeplitzWork bounds n p, the cost of one evaluation of the banded
+// Toeplitz objective (a few hundred are needed): about a second each.
+const maxToeplitzWork = 1 << 31
+
+// unboundedHorizon is the head length (k-1) b + 1 of the unbounded-stream
+// sensitivity, refused above MaxStructuredSteps.
+func unboundedHorizon(k, b int) (int, error) {
+	if k <= 1 {
+		return 1, nil
+	}
+	if float64(k-1)*float64(b)+1 > MaxStructuredSteps {
+		return 0, invalidf("unbounded-stream sensitivity: (k-1) b + 1 = %.3g steps before the geometric tail, over the limit %d", float64(k-1)*float64(b)+1, MaxStructuredSteps)
+	}
+	return (k-1)*b + 1, nil
 }
 
 // minimizeLBFGS runs gonum's L-BFGS on eval from x0 and returns the best
@@ -285,6 +304,11 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 	k, b := schemaKB(s, n)
 	if set.Unbounded && s.Kind == KB {
 		return nil, invalidf("optimize blt: an unbounded stream has no (k,b)-participation (k b covers only k b steps); use min-sep")
+	}
+	if set.Unbounded {
+		if _, err := unboundedHorizon(k, b); err != nil {
+			return nil, err
+		}
 	}
 	x0 := make([]float64, 2*nbuf)
 	for i := range nbuf {
