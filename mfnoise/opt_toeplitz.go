@@ -189,10 +189,24 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 	k, b := schemaKB(s, n)
 	sq, _ := SqrtToeplitz(p)
 	x0 := append([]float64(nil), sq.Coef[1:]...)
-	eval := toeplitzEval(tw, p, k, b)
+	// The smooth objective (|c| in the packed formula) first; under
+	// min-sep, if its optimum is not non-increasing (so the envelope bound
+	// applies), continue on the envelope objective that is then reported.
+	eval := toeplitzEval(tw, p, k, b, false)
 	x, iters, err := minimizeLBFGS(ctx, "optimize toeplitz", len(x0), x0, eval, set)
 	if err != nil {
 		return nil, err
+	}
+	if s.Kind == MinSep && k > 1 {
+		env := toeplitzEval(tw, p, k, b, true)
+		if env(x, nil) > eval(x, nil)*(1+1e-12) {
+			x2, it2, err := minimizeLBFGS(ctx, "optimize toeplitz", len(x), x, env, set)
+			if err != nil {
+				return nil, err
+			}
+			x, iters = x2, iters+it2
+		}
+		eval = env
 	}
 	coef := append([]float64{1}, x...)
 	t, err := NewToeplitz(KindToeplitz+":"+strconv.Itoa(p), n, coef)
@@ -338,9 +352,18 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 
 // toeplitzEval is the objective of OptimizeToeplitz over x = c_1..c_{p-1}
 // (c_0 = 1), with its gradient when grad is not nil.
-func toeplitzEval(tw *toeplitzWorkload, p, k, b int) func(x, grad []float64) float64 {
+//
+// The sensitivity term is the one Toeplitz.Sensitivity reports, so the
+// optimizer never minimizes a formula that does not hold for its iterate:
+// the packed pattern for |c| (single and (k,b)), and under min-sep for the
+// envelope e_t = max_{s >= t} |c_s|; both equal the exact value when c is
+// non-negative (and non-increasing), and the gradient flows through |.| and
+// the envelope's arg max.
+func toeplitzEval(tw *toeplitzWorkload, p, k, b int, minsep bool) func(x, grad []float64) float64 {
 	n := len(tw.weight)
 	c := make([]float64, p)
+	src := make([]int, p) // the coefficient index e_t comes from
+	sgn := make([]float64, p)
 	g := make([]float64, n)
 	gamma := make([]float64, n)
 	lambda := make([]float64, n)
@@ -361,7 +384,19 @@ func toeplitzEval(tw *toeplitzWorkload, p, k, b int) func(x, grad []float64) flo
 		}
 		f := tw.errorAndAdjoint(g, gamma)
 		clear(full)
-		copy(full, c)
+		for t, v := range c {
+			full[t], src[t], sgn[t] = math.Abs(v), t, 1
+			if v < 0 {
+				sgn[t] = -1
+			}
+		}
+		if minsep && k > 1 {
+			for t := p - 2; t >= 0; t-- {
+				if full[t+1] > full[t] {
+					full[t], src[t] = full[t+1], src[t+1]
+				}
+			}
+		}
 		u, s2 := packedComb(full, k, b)
 		if grad == nil {
 			return s2 * f
@@ -380,7 +415,12 @@ func toeplitzEval(tw *toeplitzWorkload, p, k, b int) func(x, grad []float64) flo
 			for t := 0; t+j < n; t++ {
 				df -= lambda[t+j] * g[t]
 			}
-			grad[j-1] = 2*v[j]*f + s2*df
+			grad[j-1] = s2 * df
+		}
+		for t := range p {
+			if j := src[t]; j > 0 {
+				grad[j-1] += 2 * v[t] * sgn[j] * f
+			}
 		}
 		return s2 * f
 	}
