@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -15,7 +16,7 @@ import (
 // streamed gradient-space noise W = C^-1 Z) is computed from the
 // coefficients in O(n) memory; no n x n matrix is formed except by
 // Factorization, which exists for cross-checks and for the dense plan code
-// at small n.
+// at small n. Its methods are safe for concurrent use.
 //
 // The family covers:
 //   - DP-SGD, c = (1) (SPEC 5.1);
@@ -53,7 +54,8 @@ type Toeplitz struct {
 	// banded inverse square root; nil otherwise). C itself is then full.
 	InvCoef []float64
 
-	inv []float64 // first column of C^-1 (length N), built on demand
+	invOnce sync.Once
+	inv     []float64 // first column of C^-1 (length N), built once on demand
 }
 
 // NewToeplitz returns the banded Toeplitz encoder with first column coef
@@ -168,7 +170,10 @@ func (t *Toeplitz) Column() []float64 {
 // Toeplitz too): O(n p) by forward substitution for p bands, O(n Nbuf) for
 // a BLT.
 func (t *Toeplitz) InverseColumn() []float64 {
-	if t.inv == nil {
+	t.invOnce.Do(func() {
+		if t.inv != nil {
+			return // closed form (sqrt)
+		}
 		switch {
 		case t.BLT != nil:
 			e := make([]float64, t.N)
@@ -181,7 +186,7 @@ func (t *Toeplitz) InverseColumn() []float64 {
 		default:
 			t.inv = seriesInverse(t.Coef, t.N)
 		}
-	}
+	})
 	return t.inv
 }
 
@@ -222,8 +227,8 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 		copy(dst, y)
 		return nil
 	}
-	if t.inv != nil && len(t.Coef) == t.N && t.N > 64 {
-		// Full coefficients (sqrt): a truncated FFT product.
+	if len(t.Coef) > 64 {
+		// Many coefficients (sqrt): a truncated FFT product.
 		copy(dst, convolveTrunc(t.Coef, x, t.N))
 		return nil
 	}
@@ -273,7 +278,7 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 			}
 			y[i] = v
 		}
-	case len(t.Coef) <= 64 || t.inv == nil:
+	case len(t.Coef) <= 64:
 		c := t.Coef
 		inv0 := 1 / c[0]
 		for i := range y {
@@ -284,7 +289,7 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 			y[i] = s * inv0
 		}
 	default:
-		copy(y, convolveTrunc(t.inv, y, t.N))
+		copy(y, convolveTrunc(t.InverseColumn(), y, t.N))
 	}
 }
 

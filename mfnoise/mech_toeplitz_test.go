@@ -109,13 +109,19 @@ func TestSqrtSquaresToPrefixSum(t *testing.T) {
 // TestToeplitzAgainstDense: encoder, decoder products, inverse, row norms,
 // loss and sensitivity agree with the dense generic code (1e-9 relative).
 func TestToeplitzAgainstDense(t *testing.T) {
-	n := 48
+	// n = 100 > 64 takes the FFT products of the square root.
+	for _, n := range []int{48, 100} {
+		toeplitzAgainstDense(t, n)
+	}
+}
+
+func toeplitzAgainstDense(t *testing.T, n int) {
 	rng := mrand.New(mrand.NewPCG(3, 4))
 	prefix, _ := PrefixSum(n)
 	mom, _ := MomentumWorkload(n, 0.9, ConstantSchedule(0.5))
 	cool, _ := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.25, 0.05))
-	kb, _ := KBParticipation(4, 12)
-	kb2, _ := KBParticipation(6, 9)
+	kb, _ := KBParticipation(4, n/4)
+	kb2, _ := KBParticipation(6, (n+5)/6)
 	for _, m := range testToeplitzMechs(t, n) {
 		for _, w := range []Workload{prefix, mom, cool} {
 			name := m.Name + "/" + w.String()

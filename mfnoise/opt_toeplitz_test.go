@@ -3,7 +3,9 @@ package mfnoise
 import (
 	"context"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // TestToeplitzQualitySmall is issue 18's n = 64 single-participation
@@ -126,5 +128,38 @@ func TestOptimizeBLTUnbounded(t *testing.T) {
 	kb, _ := KBParticipation(10, 50)
 	if _, err := OptimizeBLT(ctx, w, kb, 2, &ToeplitzSettings{Unbounded: true}); err == nil {
 		t.Fatal("unbounded (k,b) accepted")
+	}
+}
+
+// TestCompareScaleLong is issue 18's scale target: compare at n = 1e5,
+// min-sep (1000, 100), sqrt, toeplitz:64 and blt:4, in under 2 minutes
+// with a heap well under 2 GiB. Long mode only.
+func TestCompareScaleLong(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: n = 1e5 compare")
+	}
+	w, _ := PrefixSum(100_000)
+	s, _ := MinSepParticipation(1000, 100)
+	specs, _ := ParseMechanisms("sqrt,toeplitz:64,blt:4")
+	start := time.Now()
+	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	t.Logf("%v, heap sys %d MiB", el, ms.HeapSys>>20)
+	for _, r := range rows {
+		t.Logf("%s loss %.4g sens %.4g exact %v build %.2f s", r.Mechanism, r.Loss, r.Sensitivity, r.SensitivityExact, r.BuildSeconds)
+		if !r.SensitivityExact {
+			t.Errorf("%s: sensitivity not exact", r.Mechanism)
+		}
+	}
+	if el > 2*time.Minute || ms.HeapSys > 1<<30 {
+		t.Fatalf("took %v with %d MiB of heap (targets 2 min, well under 2 GiB)", el, ms.HeapSys>>20)
+	}
+	if rows[0].Mechanism != "blt:4" {
+		t.Fatalf("best is %s, want blt:4", rows[0].Mechanism)
 	}
 }
