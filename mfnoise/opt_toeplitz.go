@@ -163,10 +163,9 @@ func schemaKB(s Schema, n int) (int, int) {
 // per evaluation: g = C^-1 e_1 by banded forward substitution, b = A g,
 // lambda = C^-T dF/dg by banded back substitution and dF/dc_j = -sum_t
 // lambda_{t+j} g_t; no n x n matrix is formed. The sensitivity in the
-// objective is the packed-pattern formula, which is exact for the
-// coefficients the optimizer returns when they are non-negative (and, under
-// min-sep, non-increasing); Toeplitz.Sensitivity checks that and otherwise
-// reports the proven envelope bound.
+// objective is the one Toeplitz.Sensitivity reports for the iterate: exact
+// for non-negative (and, under min-sep, non-increasing) coefficients, the
+// proven |c| or envelope bound otherwise (see toeplitzEval).
 func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *ToeplitzSettings) (*ToeplitzResult, error) {
 	start := time.Now()
 	if set == nil {
