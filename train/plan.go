@@ -201,7 +201,7 @@ func buildPlan(ctx context.Context, cfg *Config, in planInput) (*Plan, sampler.S
 		return nil, nil, refusef("mf-kb is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", samp, p.Schema)
 	}
 	if p.Amplified && spec.Kind != "dpsgd" && spec.Kind != "bandmf" && spec.Kind != "toeplitz" {
-		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting — use fixed-order sampling (unamplified)", spec.Name, samp)
+		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf, toeplitz) have amplified accounting — use fixed-order sampling (unamplified)", spec.Name, samp)
 	}
 	f, err := mfnoise.Build(ctx, spec, w, p.Schema, bopt)
 	if err != nil {
