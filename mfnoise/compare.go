@@ -43,10 +43,11 @@ type CompareRow struct {
 
 // Compare builds every mechanism in specs for workload w and schema and
 // returns their scores sorted by loss (lowest first). The Toeplitz
-// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF) are scored from their
-// coefficients in O(n) memory at any n up to MaxStructuredSteps; the others
-// build dense matrices and are refused above DenseStepLimit steps with the
-// memory they would need. A mechanism that fails
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) are scored
+// from their coefficients in O(n) memory at any n up to MaxStructuredSteps,
+// and so is tree-online for the prefix sum under single or (k,b)
+// participation above DenseStepLimit; the others build dense matrices and
+// are refused above DenseStepLimit steps with the memory they would need. A mechanism that fails
 // to build or score fails the comparison with an error naming it.
 func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSpec, opt BuildOptions) ([]CompareRow, error) {
 	if len(specs) == 0 {
@@ -67,6 +68,9 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
 	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
 		return compareToeplitz(ctx, spec, w, schema)
+	}
+	if spec.Kind == KindTreeOnline && spec.Stamps <= 1 && w.N > DenseStepLimit && w.Kind == PrefixSumKind {
+		return compareTreeOnline(ctx, spec, w, schema)
 	}
 	start := time.Now()
 	f, x, err := build(ctx, spec, w, schema, opt)

@@ -37,7 +37,8 @@ func TestCompareScale(t *testing.T) {
 		want string
 	}{
 		{[]string{"-n", "100000000", "-mechanisms", "dpsgd"}, "762.9 MiB"},
-		{[]string{"-n", "100000000", "-mechanisms", "tree-online"}, "TiB"},
+		{[]string{"-n", "100000000", "-mechanisms", "tree-online"}, "762.9 MiB"},
+		{[]string{"-n", "100000000", "-mechanisms", "fft"}, "TiB"},
 		{[]string{"-n", "50000", "-mechanisms", "tree-full"}, "93.1 GiB"},
 		{[]string{"-n", "50000", "-mechanisms", "mf-single"}, "93.1 GiB"},
 	} {
