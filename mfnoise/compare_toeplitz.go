@@ -11,8 +11,9 @@ import (
 // structure (trees, FFT, optimal and banded MF) are built: they hold
 // several dense n x n float64 matrices (A, C, B, C^T C), 2.5 GiB at this
 // limit. Larger n is refused with the memory it would need; the Toeplitz
-// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) have no such limit
-// below MaxStructuredSteps.
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) and
+// tree-online for the prefix sum under single or (k,b) participation are
+// scored from their structure up to MaxStructuredSteps.
 const DenseStepLimit = 8192
 
 // denseMatrices is how many n x n float64 matrices a dense build holds at
@@ -22,7 +23,7 @@ const denseMatrices = 5
 // checkDense refuses a dense build of n steps above DenseStepLimit.
 func checkDense(name string, n, matrices int) error {
 	if n > DenseStepLimit {
-		return invalidf("%s: n = %d steps needs dense n x n matrices, about %s (%d x 8 n^2 bytes); the limit is n = %d (the Toeplitz mechanisms dpsgd, sqrt, toeplitz:BANDS and blt:NBUF have none)",
+		return invalidf("%s: n = %d steps needs dense n x n matrices, about %s (%d x 8 n^2 bytes); the limit is n = %d (the Toeplitz mechanisms dpsgd, sqrt, toeplitz:BANDS, blt:NBUF and bisr:BANDS have none)",
 			name, n, humanBytes(float64(matrices)*8*float64(n)*float64(n)), matrices, DenseStepLimit)
 	}
 	return nil
