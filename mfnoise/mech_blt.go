@@ -70,7 +70,7 @@ func (p *BLTParams) column(n int) []float64 {
 	return c
 }
 
-// apply overwrites... sets dst = C x: y_t = x_t + sum_i Omega_i s_{i,t},
+// apply sets dst = C x: y_t = x_t + sum_i Omega_i s_{i,t},
 // s_{i,t} = Theta_i s_{i,t-1} + x_{t-1}.
 func (p *BLTParams) apply(dst, x []float64) {
 	s := make([]float64, len(p.Theta))

@@ -31,9 +31,7 @@ import (
 //     differentially private model training"), see OptimizeToeplitz;
 //   - the banded inverse square root (BISR): C^-1 is the square root's
 //     inverse (1 - x)^(1/2) cut to p bands, so the noise W = C^-1 Z mixes
-//     only the last p noise rows (Kalinin, Upadhyay and Lampert 2025, "Back
-//     to square roots: an optimal bound on the matrix factorization error
-//     for multi-epoch differentially private SGD", arXiv 2505.12128);
+//     only the last p noise rows (Kalinin et al. 2025, arXiv 2505.12128);
 //   - buffered linear Toeplitz (BLT) encoders, c_0 = 1, c_t = sum_i
 //     Omega_i Theta_i^(t-1) (Dvijotham, McMahan, Pillutla, Steinke and
 //     Thakurta 2024, "Efficient and near-optimal noise generation for
@@ -54,6 +52,8 @@ type Toeplitz struct {
 	// banded inverse square root; nil otherwise). C itself is then full.
 	InvCoef []float64
 
+	// The fields are read-only once the mechanism is in use: the inverse
+	// column below is computed from them once.
 	invOnce sync.Once
 	inv     []float64 // first column of C^-1 (length N), built once on demand
 }
