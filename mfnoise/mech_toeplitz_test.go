@@ -532,3 +532,47 @@ func TestNoiseMemoryPerCoord(t *testing.T) {
 		}
 	}
 }
+
+// TestMinSepPackedRandom: for random non-negative non-increasing
+// coefficients (including plateaus and steep drops) the packed pattern is
+// the worst min-sep pattern, by enumeration: the theorem the exact min-sep
+// sensitivity relies on.
+func TestMinSepPackedRandom(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(11, 12))
+	for trial := range 300 {
+		n := 6 + rng.IntN(10)
+		k, b := 1+rng.IntN(4), 1+rng.IntN(4)
+		c := make([]float64, n)
+		c[0] = 1
+		for j := 1; j < n; j++ {
+			switch rng.IntN(3) {
+			case 0:
+				c[j] = c[j-1] // plateau
+			case 1:
+				c[j] = c[j-1] * rng.Float64() * 0.3 // steep drop
+			default:
+				c[j] = c[j-1] * (0.7 + 0.3*rng.Float64())
+			}
+		}
+		m, _ := NewToeplitz("r", n, c)
+		s, _ := MinSepParticipation(k, b)
+		got, err := m.Sensitivity(s)
+		if err != nil || !got.Exact {
+			t.Fatal(got, err)
+		}
+		x := gram(toeplitzDense(c))
+		exact := 0.0
+		for _, p := range minSepPatterns(n, k, b) {
+			e := 0.0
+			for _, i := range p {
+				for _, j := range p {
+					e += x.At(i, j)
+				}
+			}
+			exact = math.Max(exact, e)
+		}
+		if relErr(got.Value*got.Value, exact) > 1e-12 {
+			t.Fatalf("trial %d n=%d k=%d b=%d c=%v: packed %v, worst pattern %v", trial, n, k, b, c, got.Value*got.Value, exact)
+		}
+	}
+}
