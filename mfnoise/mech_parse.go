@@ -91,13 +91,13 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 	switch kind {
 	case KindDPSGD, KindTreeOnline, KindTreeFull, KindFFT, KindFFTOpt, KindMFSingle, KindMFKB, KindSqrt:
 		if hasBands {
-			return MechanismSpec{}, invalidf("mechanism %q: only bandmf, toeplitz and blt take a :N argument", name)
+			return MechanismSpec{}, invalidf("mechanism %q: only bandmf, toeplitz, blt and bisr take a :N argument", name)
 		}
 	case KindToeplitz, KindBLT, KindBISR:
 		what := map[string]string{KindToeplitz: "band count", KindBISR: "band count", KindBLT: "buffer count"}[kind]
 		v, err := strconv.Atoi(bands)
 		if !hasBands || err != nil || v < 1 {
-			return MechanismSpec{}, invalidf("mechanism %q: %s %s needs a positive integer %s, e.g. %s:8", name, kind, what, what, kind)
+			return MechanismSpec{}, invalidf("mechanism %q: %s needs a positive integer %s, e.g. %s:4", name, kind, what, kind)
 		}
 		if kind == KindBLT {
 			if v > 32 {
