@@ -512,6 +512,26 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 		}
 		checkAgainstRef(t, streamAll(t, s), refG(t, f), zRows(seed, n, d), 1e-11)
 	}
+	// Under a memory budget the square root's n-1 rows do not fit: the
+	// dense factorization falls back to regeneration, same noise.
+	spec, _ := ParseMechanism("sqrt")
+	f, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := testSeed(4)
+	s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed, MemoryBudget: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := s.base().kind; k == KindToeplitzRing {
+		t.Fatalf("over-budget sqrt streamed with %s", k)
+	}
+	checkAgainstRef(t, streamAll(t, s), refG(t, f), zRows(seed, n, d), 1e-11)
+	m, _ := SqrtToeplitz(n)
+	if _, err := m.NoiseSource(d, NoiseOptions{MemoryBudget: 100}); err == nil || !strings.Contains(err.Error(), "over the budget") {
+		t.Fatalf("sqrt source over budget: %v", err)
+	}
 	if _, err := ParseMechanism("blt:4/s2"); err == nil {
 		t.Fatal("stamped blt accepted")
 	}

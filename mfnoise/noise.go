@@ -287,7 +287,15 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 		return nil, invalidf("noise: nil factorization")
 	}
 	if f.toeplitz != nil {
-		return newToeplitzSource[T](f.toeplitz, d, opt)
+		s, err := newToeplitzSource[T](f.toeplitz, d, opt)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errOverBudget) {
+			return nil, err
+		}
+		// Over the budget (the square root's n-1 rows): the generic
+		// methods below can regenerate instead.
 	}
 	c := f.Encoder
 	m, n := c.Dims()

@@ -1,5 +1,7 @@
 package mfnoise
 
+import "fmt"
+
 // Streaming noise of Toeplitz encoders (SPEC 6): W = C^-1 Z without any n x
 // n matrix, drawing the same z_j as every other source (the package's
 // randomness layout), so the exactness tests compare it with the dense
@@ -81,7 +83,7 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		return nil, err
 	}
 	if mem := int64(rows)*int64(d)*int64(c.elem) + 32; opt.MemoryBudget > 0 && mem > opt.MemoryBudget {
-		return nil, invalidf("noise: %s needs %s of noise buffers (%d rows of d = %d), over the budget of %s", t.Name, humanBytes(float64(mem)), rows, d, humanBytes(float64(opt.MemoryBudget)))
+		return nil, fmt.Errorf("mfnoise: %w: noise: %s needs %s of noise buffers (%d rows of d = %d), over the budget of %s (%w)", ErrInvalid, t.Name, humanBytes(float64(mem)), rows, d, humanBytes(float64(opt.MemoryBudget)), errOverBudget)
 	}
 	seed, err := newSeed(opt.Seed)
 	if err != nil {
