@@ -425,6 +425,10 @@ func TestToeplitzBadInput(t *testing.T) {
 			_, err := m.StreamSensitivity(s)
 			return err
 		}()},
+		{"empty", func() error {
+			_, err := (&Toeplitz{Name: "x", N: 5}).NoiseSource(3, NoiseOptions{})
+			return err
+		}()},
 		{"budget", func() error {
 			m, _ := SqrtToeplitz(100)
 			_, err := m.NoiseSource(1000, NoiseOptions{MemoryBudget: 1 << 10})
