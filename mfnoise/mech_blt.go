@@ -175,6 +175,9 @@ func (t *Toeplitz) StreamSensitivity(s Schema) (SensitivityResult, error) {
 	if t.BLT == nil {
 		return SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
 	}
+	if err := t.BLT.validate(); err != nil {
+		return SensitivityResult{}, err
+	}
 	if err := s.validate(); err != nil {
 		return SensitivityResult{}, err
 	}

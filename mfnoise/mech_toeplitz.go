@@ -144,6 +144,25 @@ func humanBytes(b float64) string {
 	return fmt.Sprintf("%.0f KiB", b/(1<<10))
 }
 
+// check refuses a Toeplitz value not made by a constructor (no
+// coefficients, c_0 = 0 or non-finite), which would otherwise score as a
+// zero-sensitivity mechanism or fail deep inside.
+func (t *Toeplitz) check() error {
+	switch {
+	case t == nil || t.N <= 0:
+		return invalidf("toeplitz: empty mechanism")
+	case t.BLT != nil:
+		return t.BLT.validate()
+	case t.InvCoef != nil:
+		if t.InvCoef[0] == 0 || !finiteFloat(t.InvCoef[0]) || len(t.InvCoef) > t.N {
+			return invalidf("toeplitz %s: singular or oversized inverse coefficients", t.Name)
+		}
+	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !finiteFloat(t.Coef[0]):
+		return invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with NewToeplitz", t.Name, len(t.Coef), t.N)
+	}
+	return nil
+}
+
 // Bands is the number of non-zero diagonals of C (N for a BLT and a
 // BISR).
 func (t *Toeplitz) Bands() int {
@@ -207,6 +226,9 @@ func seriesInverse(c []float64, n int) []float64 {
 // ApplyEncoder sets dst = C x (len(x) = len(dst) = N) in O(N p) time, O(N
 // Nbuf) for a BLT.
 func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if len(x) != t.N || len(dst) != t.N {
 		return invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
 	}
@@ -246,6 +268,9 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 
 // ApplyDecoder sets dst = B x = A C^-1 x for the workload w over N steps.
 func (t *Toeplitz) ApplyDecoder(w Workload, dst, x []float64) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	if len(x) != t.N || len(dst) != t.N {
 		return invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
 	}
@@ -348,6 +373,9 @@ const MaxGeneralWorkloadSteps = 1 << 15
 // norms are prefix sums of b_k^2: O(n) after g. Other schedules cost O(n^2)
 // time and are refused above MaxGeneralWorkloadSteps.
 func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
 	if w.N != t.N {
 		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}
@@ -432,6 +460,9 @@ const (
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
 func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
+	if err := t.check(); err != nil {
+		return SensitivityResult{}, err
+	}
 	if err := checkSteps(t.N); err != nil {
 		return SensitivityResult{}, err
 	}
@@ -490,6 +521,9 @@ func packedSens2(c []float64, k, b int) float64 {
 // NewNoiseSource streams its noise with the mechanism's own buffers (Nbuf
 // d-vectors for a BLT, not the n of a dense encoder).
 func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
 	if w.N != t.N {
 		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}

@@ -429,6 +429,15 @@ func TestToeplitzBadInput(t *testing.T) {
 			_, err := (&Toeplitz{Name: "x", N: 5}).NoiseSource(3, NoiseOptions{})
 			return err
 		}()},
+		{"empty sens", func() error {
+			_, err := (&Toeplitz{Name: "x", N: 5}).Sensitivity(SingleParticipation())
+			return err
+		}()},
+		{"empty norms", func() error {
+			w, _ := PrefixSum(5)
+			_, err := (&Toeplitz{Name: "x", N: 5}).DecoderRowNorms(w)
+			return err
+		}()},
 		{"budget", func() error {
 			m, _ := SqrtToeplitz(100)
 			_, err := m.NoiseSource(1000, NoiseOptions{MemoryBudget: 1 << 10})

@@ -65,8 +65,8 @@ type toeplitzSource[T floatT] struct {
 }
 
 func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplitzSource[T], error) {
-	if t == nil || t.N <= 0 || (t.BLT == nil && len(t.Coef) == 0 && len(t.InvCoef) == 0) {
-		return nil, invalidf("noise: empty Toeplitz mechanism (build it with NewToeplitz, NewBLT, SqrtToeplitz or BandedInverseSqrt)")
+	if err := t.check(); err != nil {
+		return nil, err
 	}
 	kind, rows := KindToeplitzRing, len(t.Coef)-1
 	if t.InvCoef != nil {
