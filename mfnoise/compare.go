@@ -67,7 +67,7 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 
 func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
 	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
-		return compareToeplitz(ctx, spec, w, schema)
+		return compareToeplitz(ctx, spec, w, schema, opt)
 	}
 	if spec.Kind == KindTreeOnline && spec.Stamps <= 1 && w.N > DenseStepLimit && w.Kind == PrefixSumKind {
 		return compareTreeOnline(ctx, spec, w, schema)

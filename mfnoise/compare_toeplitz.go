@@ -30,10 +30,14 @@ func checkDense(name string, n, matrices int) error {
 }
 
 // BuildToeplitz makes the Toeplitz mechanism named by spec (dpsgd, sqrt,
-// toeplitz:BANDS, blt:NBUF) for workload w under the schema in O(n) memory:
-// dpsgd and sqrt in closed form, toeplitz:BANDS by OptimizeToeplitz and
-// blt:NBUF by OptimizeBLT (total loss over w.N steps under the schema).
-func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema) (*Toeplitz, error) {
+// toeplitz:BANDS, blt:NBUF, bisr:BANDS) for workload w under the schema in
+// O(n) memory: dpsgd, sqrt and bisr in closed form, toeplitz:BANDS by
+// OptimizeToeplitz and blt:NBUF by OptimizeBLT (total loss over w.N steps
+// under the schema; for a momentum workload with a time-varying schedule,
+// of the same momentum at a constant rate, since the optimizers need a
+// Toeplitz workload). The optimized kinds are kept in opt.Cache (their
+// coefficients only); the closed forms are not cached.
+func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (*Toeplitz, error) {
 	if !toeplitzKind(spec.Kind) {
 		return nil, invalidf("build %s: not a Toeplitz mechanism", spec.Name)
 	}
@@ -69,27 +73,49 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 		if spec.Bands < 1 || spec.Bands > w.N {
 			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, spec.Bands, w.N)
 		}
-		res, err := OptimizeToeplitz(ctx, ow, schema, spec.Bands, nil)
+		key := ProblemKey{Kind: KindToeplitz, Workload: ow, Schema: schema, Bands: spec.Bands, Stamps: 1}
+		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
+			res, err := OptimizeToeplitz(ctx, ow, schema, spec.Bands, nil)
+			if err != nil {
+				return nil, err
+			}
+			return res.Mechanism, nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
+			return nil, prefixf(err, "build %s", spec.Name)
 		}
-		return res.Mechanism, nil
+		return checkLoaded(t, w.N)
 	case KindBISR:
 		return BandedInverseSqrt(w.N, spec.Bands)
 	case KindBLT:
-		res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
+		key := ProblemKey{Kind: KindBLT, Workload: ow, Schema: schema, Bands: spec.Buffers, Stamps: 1}
+		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
+			res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
+			if err != nil {
+				return nil, err
+			}
+			return res.Mechanism, nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
+			return nil, prefixf(err, "build %s", spec.Name)
 		}
-		return res.Mechanism, nil
+		return checkLoaded(t, w.N)
 	}
 	return nil, invalidf("build %s: unknown kind %q", spec.Name, spec.Kind)
 }
 
+// checkLoaded refuses a built or cached mechanism that is not for n steps.
+func checkLoaded(t *Toeplitz, n int) (*Toeplitz, error) {
+	if t == nil || t.N != n {
+		return nil, fmt.Errorf("mfnoise: cache: %w: a Toeplitz entry is not for n = %d steps", ErrCorrupt, n)
+	}
+	return t, nil
+}
+
 // compareToeplitz scores a Toeplitz mechanism without any n x n matrix.
-func compareToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema) (CompareRow, error) {
+func compareToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
 	start := time.Now()
-	t, err := BuildToeplitz(ctx, spec, w, schema)
+	t, err := BuildToeplitz(ctx, spec, w, schema, opt)
 	if err != nil {
 		return CompareRow{}, err
 	}

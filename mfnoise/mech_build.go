@@ -96,7 +96,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		// The dense factorization of the Toeplitz mechanism, for the plan
 		// code that works on dense encoders (small n).
 		return func(w Workload) (*Factorization, *mat.SymDense, error) {
-			t, err := BuildToeplitz(ctx, spec, w, schema)
+			t, err := BuildToeplitz(ctx, spec, w, schema, opt)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -2,9 +2,14 @@ package mfnoise
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -608,4 +613,69 @@ func TestMinSepPackedRandom(t *testing.T) {
 			t.Fatalf("trial %d n=%d k=%d b=%d c=%v: packed %v, worst pattern %v", trial, n, k, b, c, got.Value*got.Value, exact)
 		}
 	}
+}
+
+// TestToeplitzCache: optimized Toeplitz mechanisms are stored as
+// coefficients and reloaded bit-identically; a corrupted entry is detected
+// by its checksum and rebuilt.
+func TestToeplitzCache(t *testing.T) {
+	dir := t.TempDir()
+	opt := BuildOptions{Cache: &Cache{Dir: dir}}
+	w, _ := PrefixSum(300)
+	s, _ := MinSepParticipation(3, 100)
+	for _, name := range []string{"blt:3", "toeplitz:7"} {
+		spec, _ := ParseMechanism(name)
+		a, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, spec.Kind+"-*.json"))
+		if len(files) != 1 {
+			t.Fatalf("%s: %d cache files", name, len(files))
+		}
+		got, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		la, _, _ := a.Loss(w, s)
+		lg, _, _ := got.Loss(w, s)
+		if la != lg {
+			t.Fatalf("%s: reloaded loss %v, built %v", name, lg, la)
+		}
+		// A hit is served from the file: plant another valid mechanism
+		// under the same key.
+		planted := storedToeplitz{Key: mustKey(t, spec, w, s), Name: name, N: 300, Coef: []float64{1, 0.5}}
+		payload, _ := json.Marshal(planted)
+		sum := sha256.Sum256(payload)
+		os.WriteFile(files[0], fmt.Appendf(nil, "%s %x\n%s", toeplitzStoreMagic, sum, payload), 0o644)
+		hit, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+		if err != nil || len(hit.Coef) != 2 || hit.Coef[1] != 0.5 {
+			t.Fatalf("%s: cache hit not served from the file: %+v %v", name, hit, err)
+		}
+		data, _ := os.ReadFile(files[0])
+		data[len(data)-3] ^= 1
+		os.WriteFile(files[0], data, 0o644)
+		if _, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: corrupted entry read: %v", name, err)
+		}
+		b, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lb, _, _ := b.Loss(w, s); lb != la {
+			t.Fatalf("%s: rebuilt loss %v, first %v", name, lb, la)
+		}
+		if _, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s)); err != nil {
+			t.Fatalf("%s: rewritten entry: %v", name, err)
+		}
+	}
+}
+
+func mustKey(t *testing.T, spec MechanismSpec, w Workload, s Schema) string {
+	k := ProblemKey{Kind: spec.Kind, Workload: w, Schema: s, Bands: spec.Bands + spec.Buffers, Stamps: 1}
+	kb, err := k.canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(kb)
 }
