@@ -183,12 +183,16 @@ func (s *toeplitzSource[T]) bltShard(out []T, lo int) {
 		case 2:
 			bltStep2(o, s.bufs[0][lo+c0:lo+c1], s.bufs[1][lo+c0:lo+c1],
 				T(s.negOmega[0]), T(s.negOmega[1]), T(s.theta[0]), T(s.theta[1]))
+		case 3:
+			bltStep3(o, s.bufs[0][lo+c0:lo+c1], s.bufs[1][lo+c0:lo+c1], s.bufs[2][lo+c0:lo+c1],
+				T(s.negOmega[0]), T(s.negOmega[1]), T(s.negOmega[2]), T(s.theta[0]), T(s.theta[1]), T(s.theta[2]))
 		case 4:
 			bltStep4(o, s.bufs[0][lo+c0:lo+c1], s.bufs[1][lo+c0:lo+c1], s.bufs[2][lo+c0:lo+c1], s.bufs[3][lo+c0:lo+c1],
 				T(s.negOmega[0]), T(s.negOmega[1]), T(s.negOmega[2]), T(s.negOmega[3]),
 				T(s.theta[0]), T(s.theta[1]), T(s.theta[2]), T(s.theta[3]))
 		default:
-			// Two passes over the chunk: the second finds it in cache.
+			// More than 4 buffers: two passes over the chunk (W first, then
+			// the buffers), the second finding the chunk in cache.
 			bs := func(i int) []T { return s.bufs[i][lo+c0 : lo+c1] }
 			i := 0
 			for ; i+4 <= nb; i += 4 {
@@ -224,6 +228,16 @@ func bltStep2[T floatT](o, b0, b1 []T, w0, w1, t0, t1 T) {
 		x0, x1 := b0[q], b1[q]
 		v := z + w0*x0 + w1*x1
 		b0[q], b1[q] = t0*x0+v, t1*x1+v
+		o[q] = v
+	}
+}
+
+func bltStep3[T floatT](o, b0, b1, b2 []T, w0, w1, w2, t0, t1, t2 T) {
+	b0, b1, b2 = b0[:len(o)], b1[:len(o)], b2[:len(o)]
+	for q, z := range o {
+		x0, x1, x2 := b0[q], b1[q], b2[q]
+		v := z + w0*x0 + w1*x1 + w2*x2
+		b0[q], b1[q], b2[q] = t0*x0+v, t1*x1+v, t2*x2+v
 		o[q] = v
 	}
 }

@@ -16,7 +16,7 @@ import (
 // what the memory bandwidth bounds.
 func BenchmarkBLTNoise(b *testing.B) {
 	const d = 1_000_000
-	for _, nb := range []int{1, 2, 4, 8} {
+	for _, nb := range []int{1, 2, 3, 4, 8} {
 		p := BLTParams{}
 		for i := range nb {
 			p.Theta = append(p.Theta, 0.5+0.4*float64(i)/float64(nb))
