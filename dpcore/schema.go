@@ -41,6 +41,10 @@ func MinSepParticipation(k, b int) (Schema, error) {
 	return s, s.validate()
 }
 
+// Check validates the schema's own fields (kind, k, b), independent of a
+// number of steps.
+func (s Schema) Check() error { return s.validate() }
+
 func (s Schema) validate() error {
 	switch s.Kind {
 	case Single:

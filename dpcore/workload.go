@@ -198,7 +198,12 @@ func (w Workload) String() string {
 }
 
 // Matrix builds the dense n x n matrix A.
+//
+// It is refused above DenseStepLimit steps with the memory it would need.
 func (w Workload) Matrix() (*mat.Dense, error) {
+	if w.N > DenseStepLimit {
+		return nil, invalidf("workload %s: n = %d steps needs a dense n x n matrix of %.3g GB; the limit is n = %d", w.Kind, w.N, 8*float64(w.N)*float64(w.N)/1e9, DenseStepLimit)
+	}
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
@@ -226,3 +231,8 @@ func (w Workload) Matrix() (*mat.Dense, error) {
 	}
 	return a, nil
 }
+
+// DenseStepLimit is the largest number of steps for which dense n x n
+// matrices (workloads, factorizations) are built: 8192 steps is 512 MiB
+// per matrix.
+const DenseStepLimit = 8192

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
+	"time"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -32,12 +34,20 @@ type CompareRow struct {
 	// StepTime is the complexity class of producing one step's noise, e.g.
 	// "O(d)", "O(b d)", "O(d log n)", "O(n d)".
 	StepTime string `json:"step_time"`
+	// BuildSeconds is the wall time of building (or loading) and scoring
+	// the mechanism.
+	BuildSeconds float64 `json:"build_seconds"`
 	// StepRMSE is the per-step error standard deviation sens ||B[i,:]||.
 	StepRMSE []float64 `json:"step_rmse,omitempty"`
 }
 
 // Compare builds every mechanism in specs for workload w and schema and
-// returns their scores sorted by loss (lowest first). A mechanism that fails
+// returns their scores sorted by loss (lowest first). The Toeplitz
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) are scored
+// from their coefficients in O(n) memory at any n up to MaxStructuredSteps,
+// and so is tree-online for the prefix sum under single or (k,b)
+// participation above DenseStepLimit; the others build dense matrices and
+// are refused above DenseStepLimit steps with the memory they would need. A mechanism that fails
 // to build or score fails the comparison with an error naming it.
 func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSpec, opt BuildOptions) ([]CompareRow, error) {
 	if len(specs) == 0 {
@@ -47,7 +57,7 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 	for _, spec := range specs {
 		row, err := compareOne(ctx, spec, w, schema, opt)
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: compare %s: %w", spec.Name, err)
+			return nil, prefixf(err, "compare %s", spec.Name)
 		}
 		rows = append(rows, row)
 	}
@@ -56,11 +66,20 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 }
 
 func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
+		return compareToeplitz(ctx, spec, w, schema, opt)
+	}
+	if spec.Kind == KindTreeOnline && spec.Stamps <= 1 && w.N > DenseStepLimit && w.Kind == PrefixSumKind {
+		return compareTreeOnline(ctx, spec, w, schema)
+	}
+	start := time.Now()
 	f, x, err := build(ctx, spec, w, schema, opt)
 	if err != nil {
 		return CompareRow{}, err
 	}
-	return score(spec, f, x, schema)
+	row, err := score(spec, f, x, schema)
+	row.BuildSeconds = time.Since(start).Seconds()
+	return row, err
 }
 
 // Score scores a caller's own factorization under schema as Compare scores
@@ -159,4 +178,20 @@ func noiseCost(spec MechanismSpec, f *Factorization) (float64, string) {
 		return float64(bands), "O(b d)"
 	}
 	return float64(n0), "O(n d)"
+}
+
+// prefixedError adds context to an error of this package keeping a single
+// "mfnoise: " prefix: "mfnoise: compare x: invalid argument: ...", not
+// "mfnoise: compare x: mfnoise: invalid argument: ...". errors.Is and As
+// see the wrapped error.
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }
+
+func prefixf(err error, format string, args ...any) error {
+	return &prefixedError{msg: "mfnoise: " + fmt.Sprintf(format, args...) + ": " + strings.TrimPrefix(err.Error(), "mfnoise: "), err: err}
 }

@@ -69,7 +69,7 @@ func ExampleCompare() {
 	// fft           loss   2410.9  rmse  6.14  sens 4.043 nonnegative-gram  memory 128  O(d log n)
 	// tree-full     loss   2550.2  rmse  6.31  sens 6.633 nonnegative-gram  memory 127  O(n d)
 	// tree-online   loss   5366.2  rmse  9.16  sens 6.633 nonnegative-gram  memory   7  O(d log n)
-	// dpsgd         loss   8320.0  rmse 11.40  sens 2.000 nonnegative-gram  memory   1  O(d)
+	// dpsgd         loss   8320.0  rmse 11.40  sens 2.000 toeplitz-packed   memory   1  O(d)
 }
 
 func ExampleParseMechanisms() {

@@ -39,6 +39,11 @@ type Factorization struct {
 	Encoder  *mat.Dense // C
 	Decoder  *mat.Dense // B
 	Meta     Metadata
+
+	// toeplitz is the structured mechanism a Toeplitz factorization came
+	// from, so NewNoiseSource streams it with its own buffers (not cached:
+	// Toeplitz mechanisms are rebuilt, never loaded).
+	toeplitz *Toeplitz
 }
 
 // FactorizationTolerance is the relative Frobenius tolerance of

@@ -42,6 +42,9 @@ func Build(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, o
 }
 
 func build(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	if err := checkDense("build "+spec.Name, w.N, denseMatrices); err != nil {
+		return nil, nil, err
+	}
 	if err := w.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -89,6 +92,17 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		return fft(FFTAlgorithm1), StampRestartedOnline, nil
 	case KindFFTOpt:
 		return fft(FFTOptimal), StampOptimal, nil
+	case KindSqrt, KindToeplitz, KindBLT, KindBISR:
+		// The dense factorization of the Toeplitz mechanism, for the plan
+		// code that works on dense encoders (small n).
+		return func(w Workload) (*Factorization, *mat.SymDense, error) {
+			t, err := BuildToeplitz(ctx, spec, w, schema, opt)
+			if err != nil {
+				return nil, nil, err
+			}
+			f, err := t.Factorization(w)
+			return f, nil, err
+		}, StampOptimal, nil
 	case KindMFSingle, KindMFKB, KindBandMF:
 	default:
 		return nil, 0, invalidf("build: unknown mechanism kind %q", spec.Kind)

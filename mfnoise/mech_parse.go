@@ -15,20 +15,38 @@ const (
 	KindMFSingle   = "mf-single"   // optimal single-participation MF
 	KindMFKB       = "mf-kb"       // optimal (k,b)-participation MF
 	KindBandMF     = "bandmf"      // banded MF
+	KindSqrt       = "sqrt"        // Toeplitz square root of the prefix sum
+	KindToeplitz   = "toeplitz"    // banded Toeplitz, optimized coefficients
+	KindBLT        = "blt"         // buffered linear Toeplitz, optimized
+	KindBISR       = "bisr"        // banded inverse square root
 )
+
+// toeplitzKinds are the kinds built as Toeplitz mechanisms, in O(n) memory
+// (DP-SGD is the Toeplitz encoder c = (1)).
+func toeplitzKind(kind string) bool {
+	switch kind {
+	case KindDPSGD, KindSqrt, KindToeplitz, KindBLT, KindBISR:
+		return true
+	}
+	return false
+}
 
 // MechanismSpec is a parsed mechanism name, the CLI contract: one of
 // dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
 // bandmf:BANDS (BANDS an integer or "auto"), each optionally followed by
-// /sS for S stamps, e.g. "tree-full/s5" or "bandmf:auto/s2".
+// /sS for S stamps, e.g. "tree-full/s5" or "bandmf:auto/s2"; or one of the
+// Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS (not
+// stamped).
 type MechanismSpec struct {
 	// Name is the text as given (trimmed); Compare reports it.
 	Name string `json:"name"`
 	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`
-	// Bands is the band count of bandmf (0 with AutoBands).
+	// Bands is the band count of bandmf and toeplitz (0 with AutoBands).
 	Bands     int  `json:"bands,omitempty"`
 	AutoBands bool `json:"auto_bands,omitempty"`
+	// Buffers is the buffer count of blt.
+	Buffers int `json:"buffers,omitempty"`
 	// Stamps is the number of stamped copies; 1 means not stamped.
 	Stamps int `json:"stamps"`
 }
@@ -36,6 +54,12 @@ type MechanismSpec struct {
 // String is the canonical name, e.g. "bandmf:8/s2".
 func (s MechanismSpec) String() string {
 	name := s.Kind
+	if s.Kind == KindToeplitz || s.Kind == KindBISR {
+		name += ":" + strconv.Itoa(s.Bands)
+	}
+	if s.Kind == KindBLT {
+		name += ":" + strconv.Itoa(s.Buffers)
+	}
 	if s.Kind == KindBandMF {
 		if s.AutoBands {
 			name += ":auto"
@@ -65,10 +89,24 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 	kind, bands, hasBands := strings.Cut(base, ":")
 	spec.Kind = kind
 	switch kind {
-	case KindDPSGD, KindTreeOnline, KindTreeFull, KindFFT, KindFFTOpt, KindMFSingle, KindMFKB:
+	case KindDPSGD, KindTreeOnline, KindTreeFull, KindFFT, KindFFTOpt, KindMFSingle, KindMFKB, KindSqrt:
 		if hasBands {
-			return MechanismSpec{}, invalidf("mechanism %q: only bandmf takes a :BANDS argument", name)
+			return MechanismSpec{}, invalidf("mechanism %q: only bandmf, toeplitz, blt and bisr take a :N argument", name)
 		}
+	case KindToeplitz, KindBLT, KindBISR:
+		what := map[string]string{KindToeplitz: "band count", KindBISR: "band count", KindBLT: "buffer count"}[kind]
+		v, err := strconv.Atoi(bands)
+		if !hasBands || err != nil || v < 1 {
+			return MechanismSpec{}, invalidf("mechanism %q: %s needs a positive integer %s, e.g. %s:4", name, kind, what, kind)
+		}
+		if kind == KindBLT {
+			if v > 32 {
+				return MechanismSpec{}, invalidf("mechanism %q: %d buffers, at most 32", name, v)
+			}
+			spec.Buffers = v
+			break
+		}
+		spec.Bands = v
 	case KindBandMF:
 		if !hasBands {
 			return MechanismSpec{}, invalidf("mechanism %q: bandmf needs a band count, e.g. bandmf:8 or bandmf:auto", name)
@@ -83,7 +121,10 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		}
 		spec.Bands = v
 	default:
-		return MechanismSpec{}, invalidf("unknown mechanism %q (known: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS)", name)
+		return MechanismSpec{}, invalidf("unknown mechanism %q (known: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS; sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS)", name)
+	}
+	if spec.Stamps > 1 && toeplitzKind(kind) && kind != KindDPSGD {
+		return MechanismSpec{}, invalidf("mechanism %q: %s is not stamped (its Toeplitz structure already streams in O(n) memory)", name, kind)
 	}
 	return spec, nil
 }

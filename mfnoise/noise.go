@@ -159,7 +159,9 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 //     online decoders (plain or Honaker-weighted) and one block's worth
 //     for stamped mechanisms.
 //   - a dense C^-1 whose back substitution does not fit the budget is
-//     streamed like a dense G (KindDenseBlocked), or regenerated.
+//     streamed like a dense G (KindDenseBlocked), or regenerated;
+//   - a factorization made by Toeplitz.Factorization: the Toeplitz
+//     mechanism's own source (KindToeplitzRing, KindBLTBuffers).
 //
 // All methods draw the same z_j (see the package's randomness layout) and
 // agree to rounding.
@@ -283,6 +285,17 @@ func (c *common) forShards(fn func(w, s int)) {
 func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (streamer[T], error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return nil, invalidf("noise: nil factorization")
+	}
+	if f.toeplitz != nil {
+		s, err := newToeplitzSource[T](f.toeplitz, d, opt)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errOverBudget) {
+			return nil, err
+		}
+		// Over the budget (the square root's n-1 rows): the generic
+		// methods below can regenerate instead.
 	}
 	c := f.Encoder
 	m, n := c.Dims()

@@ -38,7 +38,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wl := fs.String("workload", "prefix", "prefix or momentum")
 	beta := fs.Float64("momentum", 0.95, "momentum (with -workload momentum)")
 	cool := fs.Float64("cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS (S stamps)")
+	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS (S stamps); sqrt, toeplitz:BANDS, blt:NBUF")
 	format := fs.String("format", "table", "table, json or csv")
 	plotFile := fs.String("plot", "", "draw per-step RMSE to this .png or .svg file")
 	eps := fs.Float64("epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
@@ -130,22 +130,22 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return enc.Encode(out)
 	case "csv":
 		cw := csv.NewWriter(stdout)
-		cw.Write([]string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time", "sigma", "noise_rmse"})
+		cw.Write([]string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time", "sigma", "noise_rmse", "build_seconds"})
 		for _, r := range out {
 			cw.Write([]string{r.Mechanism, fmtF(r.Sensitivity), strconv.FormatBool(r.SensitivityExact), string(r.SensitivityMethod),
-				fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime, fmtF(r.Sigma), fmtF(r.NoiseRMSE)})
+				fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime, fmtF(r.Sigma), fmtF(r.NoiseRMSE), fmtF(r.BuildSeconds)})
 		}
 		cw.Flush()
 		return cw.Error()
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "mechanism\tsensitivity\texact\tloss\trmse\tmemory/coord\tstep time\t"
+	head := "mechanism\tsensitivity\texact\tloss\trmse\tmemory/coord\tstep time\tbuild s\t"
 	if sigma > 0 {
 		head += "noise rmse\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range out {
-		line := fmt.Sprintf("%s\t%.5g\t%v\t%.4g\t%.4g\t%.4g\t%s\t", r.Mechanism, r.Sensitivity, r.SensitivityExact, r.Loss, r.RMSE, r.NoiseMemoryPerCoord, r.StepTime)
+		line := fmt.Sprintf("%s\t%.5g\t%v\t%.4g\t%.4g\t%.4g\t%s\t%.3g\t", r.Mechanism, r.Sensitivity, r.SensitivityExact, r.Loss, r.RMSE, r.NoiseMemoryPerCoord, r.StepTime, r.BuildSeconds)
 		if sigma > 0 {
 			line += fmt.Sprintf("%.4g\t", r.NoiseRMSE)
 		}

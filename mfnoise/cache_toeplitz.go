@@ -1,0 +1,95 @@
+package mfnoise
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
+)
+
+// storedToeplitz is a cached optimized Toeplitz mechanism: its
+// coefficients (a few numbers for a BLT, p for p bands), never a matrix.
+type storedToeplitz struct {
+	Key     string     `json:"key"`
+	Name    string     `json:"name"`
+	N       int        `json:"n"`
+	Coef    []float64  `json:"coef,omitempty"`
+	BLT     *BLTParams `json:"blt,omitempty"`
+	InvCoef []float64  `json:"inv_coef,omitempty"`
+}
+
+const toeplitzStoreMagic = "dpmf-toeplitz/v1"
+
+// getOrBuildToeplitz is Cache.GetOrBuild for Toeplitz mechanisms. The file
+// is "dpmf-toeplitz/v1 <sha256 of the JSON payload>\n<payload>", written
+// atomically; an entry with a bad checksum, another key or coefficients the
+// constructors refuse is rebuilt and overwritten.
+func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*Toeplitz, error)) (*Toeplitz, bool, error) {
+	if c == nil || c.Dir == "" {
+		t, err := build(ctx)
+		return t, false, err
+	}
+	kb, err := key.canonical()
+	if err != nil {
+		return nil, false, err
+	}
+	path, err := c.Path(key)
+	if err != nil {
+		return nil, false, err
+	}
+	path = strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
+	if t, err := readToeplitzEntry(path, string(kb)); err == nil {
+		return t, true, nil
+	}
+	t, err := build(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	payload, err := json.Marshal(storedToeplitz{Key: string(kb), Name: t.Name, N: t.N, Coef: t.Coef, BLT: t.BLT, InvCoef: t.InvCoef})
+	if err != nil {
+		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	data := fmt.Appendf(nil, "%s %x\n%s", toeplitzStoreMagic, sum, payload)
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, data); err != nil {
+		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	return t, false, nil
+}
+
+func readToeplitzEntry(path, key string) (*Toeplitz, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	head, payload, ok := bytes.Cut(data, []byte("\n"))
+	magic, sumHex, ok2 := strings.Cut(string(head), " ")
+	sum := sha256.Sum256(payload)
+	if !ok || !ok2 || magic != toeplitzStoreMagic || sumHex != hex.EncodeToString(sum[:]) {
+		return nil, fmt.Errorf("mfnoise: cache: %w: %s fails its header or checksum", ErrCorrupt, path)
+	}
+	var st storedToeplitz
+	if err := json.Unmarshal(payload, &st); err != nil {
+		return nil, fmt.Errorf("mfnoise: cache: %w: %v", ErrCorrupt, err)
+	}
+	if st.Key != key {
+		return nil, fmt.Errorf("mfnoise: cache: %w: %s was stored under another key", ErrCorrupt, path)
+	}
+	switch {
+	case st.BLT != nil:
+		return NewBLT(st.Name, st.N, *st.BLT)
+	case st.Coef != nil:
+		return NewToeplitz(st.Name, st.N, st.Coef)
+	}
+	return nil, fmt.Errorf("mfnoise: cache: %w: %s holds no coefficients", ErrCorrupt, path)
+}

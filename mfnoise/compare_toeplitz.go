@@ -1,0 +1,163 @@
+package mfnoise
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+)
+
+// DenseStepLimit is the largest n for which mechanisms without Toeplitz
+// structure (trees, FFT, optimal and banded MF) are built: they hold
+// several dense n x n float64 matrices (A, C, B, C^T C), 2.5 GiB at this
+// limit. Larger n is refused with the memory it would need; the Toeplitz
+// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) and
+// tree-online for the prefix sum under single or (k,b) participation are
+// scored from their structure up to MaxStructuredSteps.
+const DenseStepLimit = dpcore.DenseStepLimit
+
+// denseMatrices is how many n x n float64 matrices a dense build holds at
+// its peak (workload, encoder, decoder, Gram matrix, product check).
+const denseMatrices = 5
+
+// checkDense refuses a dense build of n steps above DenseStepLimit.
+func checkDense(name string, n, matrices int) error {
+	if n > DenseStepLimit {
+		return invalidf("%s: n = %d steps needs dense n x n matrices, about %s (%d x 8 n^2 bytes); the limit is n = %d (the Toeplitz mechanisms dpsgd, sqrt, toeplitz:BANDS, blt:NBUF and bisr:BANDS have none)",
+			name, n, humanBytes(float64(matrices)*8*float64(n)*float64(n)), matrices, DenseStepLimit)
+	}
+	return nil
+}
+
+// BuildToeplitz makes the Toeplitz mechanism named by spec (dpsgd, sqrt,
+// toeplitz:BANDS, blt:NBUF, bisr:BANDS) for workload w under the schema in
+// O(n) memory: dpsgd, sqrt and bisr in closed form, toeplitz:BANDS by
+// OptimizeToeplitz and blt:NBUF by OptimizeBLT (total loss over w.N steps
+// under the schema; for a momentum workload with a time-varying schedule,
+// of the same momentum at a constant rate, since the optimizers need a
+// Toeplitz workload). The optimized kinds are kept in opt.Cache (their
+// coefficients only); the closed forms are not cached.
+func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (*Toeplitz, error) {
+	if !toeplitzKind(spec.Kind) {
+		return nil, invalidf("build %s: not a Toeplitz mechanism", spec.Name)
+	}
+	if spec.Stamps > 1 {
+		return nil, invalidf("build %s: Toeplitz mechanisms are not stamped", spec.Name)
+	}
+	if err := checkSteps(w.N); err != nil {
+		return nil, err
+	}
+	eta, err := workloadRates(w)
+	if err != nil {
+		return nil, err
+	}
+	// The optimizers need a Toeplitz workload: under a time-varying
+	// schedule (cooldown) they optimize for the same momentum at a constant
+	// rate; the mechanism still serves, and is scored on, w itself.
+	ow := w
+	if eta != nil && !constantRates(eta) {
+		ow = Workload{Kind: MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: ConstantSchedule(1)}
+	}
+	if err := schema.Validate(w.N); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mfnoise: build %s: %w", spec.Name, err)
+	}
+	switch spec.Kind {
+	case KindDPSGD:
+		return NewToeplitz(KindDPSGD, w.N, []float64{1})
+	case KindSqrt:
+		return SqrtToeplitz(w.N)
+	case KindToeplitz:
+		if spec.Bands < 1 || spec.Bands > w.N {
+			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, spec.Bands, w.N)
+		}
+		key := ProblemKey{Kind: KindToeplitz, Workload: ow, Schema: schema, Bands: spec.Bands, Stamps: 1}
+		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
+			res, err := OptimizeToeplitz(ctx, ow, schema, spec.Bands, nil)
+			if err != nil {
+				return nil, err
+			}
+			return res.Mechanism, nil
+		})
+		if err != nil {
+			return nil, prefixf(err, "build %s", spec.Name)
+		}
+		return checkLoaded(t, w.N)
+	case KindBISR:
+		return BandedInverseSqrt(w.N, spec.Bands)
+	case KindBLT:
+		key := ProblemKey{Kind: KindBLT, Workload: ow, Schema: schema, Bands: spec.Buffers, Stamps: 1}
+		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
+			res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
+			if err != nil {
+				return nil, err
+			}
+			return res.Mechanism, nil
+		})
+		if err != nil {
+			return nil, prefixf(err, "build %s", spec.Name)
+		}
+		return checkLoaded(t, w.N)
+	}
+	return nil, invalidf("build %s: unknown kind %q", spec.Name, spec.Kind)
+}
+
+// checkLoaded refuses a built or cached mechanism that is not for n steps.
+func checkLoaded(t *Toeplitz, n int) (*Toeplitz, error) {
+	if t == nil || t.N != n {
+		return nil, fmt.Errorf("mfnoise: cache: %w: a Toeplitz entry is not for n = %d steps", ErrCorrupt, n)
+	}
+	return t, nil
+}
+
+// compareToeplitz scores a Toeplitz mechanism without any n x n matrix.
+func compareToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+	start := time.Now()
+	t, err := BuildToeplitz(ctx, spec, w, schema, opt)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	sens, err := t.Sensitivity(schema)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	r, err := t.DecoderRowNorms(w)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	build := time.Since(start)
+	row := CompareRow{
+		Mechanism:         spec.Name,
+		Sensitivity:       sens.Value,
+		SensitivityExact:  sens.Exact,
+		SensitivityMethod: sens.Method,
+		StepRMSE:          make([]float64, len(r)),
+		BuildSeconds:      build.Seconds(),
+	}
+	fro := 0.0
+	for i, v := range r {
+		fro += v
+		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
+	}
+	row.Loss = sens.Value * sens.Value * fro
+	row.RMSE = math.Sqrt(row.Loss / float64(w.N))
+	if !finiteFloat(row.Loss) {
+		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
+	}
+	row.NoiseMemoryPerCoord = float64(t.NoiseMemoryPerCoord())
+	switch {
+	case spec.Kind == KindDPSGD:
+		row.StepTime = "O(d)"
+	case t.BLT != nil:
+		row.StepTime = "O(nbuf d)"
+	case t.InvCoef != nil:
+		row.StepTime = "O(b d)"
+	default:
+		row.StepTime = "O(b d)"
+	}
+	return row, nil
+}
