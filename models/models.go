@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
 )
 
@@ -59,6 +60,9 @@ type Model interface {
 	// g. The parameter nodes are backed by Params(), so the graph sees every
 	// write to the buffer.
 	Build(g *gorgonia.ExprGraph, batch int) (*Net, error)
+	// Network describes the same computation as a layer list for the
+	// planned executor of package nn, which runs training steps.
+	Network() nn.Network
 }
 
 // Net is the forward graph of a model for a fixed batch size.
