@@ -62,7 +62,26 @@ type stage struct {
 	pool           int
 	aff            int // index among affine layers
 	exOff          int // conv: offset of the per-example gradient in a perEx row
+	// conv: wp is the weight with rows permuted from the parameter
+	// layout (channel, kernel row, kernel column) to im2col's (kernel
+	// row, kernel column, channel); perm[r] is the layout row of
+	// internal row r.
+	wp   []float32
+	perm []int32
 }
+
+// weight returns the affine stage's weight as the GEMMs read it.
+func (s *stage) weight(params []float32) []float32 {
+	if s.kind == kConv {
+		return s.wp
+	}
+	return params[s.w.Offset : s.w.Offset+s.w.Len]
+}
+
+// segment is a run of the gradient that reduce copies from the workers'
+// accumulators (internal layout) to the caller's buffer (parameter
+// layout).
+type segment struct{ src, dst, n int }
 
 // Plan is a Network compiled for a fixed number of workers and chunk
 // size, with all buffers allocated. It is not safe for concurrent use.
@@ -76,6 +95,7 @@ type Plan struct {
 	opt     Options
 	workers []*worker
 	loss    []float64
+	segs    []segment
 
 	// per step
 	x       []float32
@@ -134,6 +154,16 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
 			s.exOff = p.exLen
 			p.exLen += s.fi*s.fo + s.fo
+			s.wp = make([]float32, s.fi*s.fo)
+			s.perm = make([]int32, s.fi)
+			C, K := s.in.C, s.k
+			for kr := range K {
+				for kc := range K {
+					for ch := range C {
+						s.perm[(kr*K+kc)*C+ch] = int32(ch*K*K + kr*K + kc)
+					}
+				}
+			}
 		case Dense:
 			s.kind, s.act, s.w, s.b = kDense, l.Act, l.Weight, l.Bias
 			s.fi, s.fo = s.in.C, l.Out
@@ -158,6 +188,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if p.naff == 0 {
 		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
 	}
+	p.segments()
 	// Refuse sizes that cannot fit before allocating them.
 	C := opt.Chunk
 	floats := 0
@@ -179,6 +210,55 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		p.workers = append(p.workers, p.newWorker())
 	}
 	return p, nil
+}
+
+// segments lists the runs reduce copies: one per permuted convolution
+// weight row, one per gap between them.
+func (p *Plan) segments() {
+	var rows []segment
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv {
+			continue
+		}
+		for r, e := range s.perm {
+			rows = append(rows, segment{src: s.w.Offset + r*s.fo, dst: s.w.Offset + int(e)*s.fo, n: s.fo})
+		}
+	}
+	// Everything outside the convolution weights maps to itself.
+	covered := make([]bool, len(p.params))
+	for _, r := range rows {
+		for k := range r.n {
+			covered[r.src+k] = true
+		}
+	}
+	for k := 0; k < len(p.params); {
+		if covered[k] {
+			k++
+			continue
+		}
+		e := k
+		for e < len(p.params) && !covered[e] {
+			e++
+		}
+		rows = append(rows, segment{src: k, dst: k, n: e - k})
+		k = e
+	}
+	p.segs = rows
+}
+
+// permute copies the convolution weights into their internal row order.
+func (p *Plan) permute() {
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv {
+			continue
+		}
+		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+		for r, e := range s.perm {
+			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+		}
+	}
 }
 
 func (p *Plan) newWorker() *worker {
@@ -263,6 +343,7 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 		return nil, fmt.Errorf("nn: step: len(dst) = %d, want %d: %w", len(dst), len(p.params), ErrInvalid)
 	}
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
+	p.permute()
 	p.run(p.trainChunk)
 	p.reduce(dst)
 	p.x, p.y, p.clip = nil, nil, nil
@@ -284,6 +365,7 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		}
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
+	p.permute()
 	p.run(p.trainChunk)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
@@ -308,6 +390,7 @@ func (p *Plan) Forward(x []float32, logits []float32) error {
 		return fmt.Errorf("nn: forward: %d logits for %d examples of %d classes: %w", len(logits), n, p.classes, ErrInvalid)
 	}
 	p.x, p.y, p.n, p.logits = x, nil, n, logits
+	p.permute()
 	p.run(p.forwardChunk)
 	p.x, p.logits = nil, nil
 	return nil
@@ -346,33 +429,47 @@ func (p *Plan) run(f func(w *worker, i0, m int)) {
 	wg.Wait()
 }
 
-// reduce writes the sum of the workers' accumulators into dst, in
-// parallel over ranges of parameters.
+// reduce writes the sum of the workers' accumulators into dst, mapping
+// the internal convolution weight rows back to the parameter layout, in
+// parallel over ranges of segments.
 func (p *Plan) reduce(dst []float32) {
 	W := min(len(p.workers), (p.n+p.chunk-1)/p.chunk)
-	if W == 1 {
-		copy(dst, p.workers[0].acc)
-		return
-	}
+	accs := p.workers[:W]
 	part := func(lo, hi int) {
-		d := dst[lo:hi]
-		copy(d, p.workers[0].acc[lo:hi])
-		for _, w := range p.workers[1:W] {
-			for k, v := range w.acc[lo:hi] {
-				d[k] += v
+		for _, sg := range p.segs[lo:hi] {
+			d := dst[sg.dst : sg.dst+sg.n]
+			copy(d, accs[0].acc[sg.src:sg.src+sg.n])
+			for _, w := range accs[1:] {
+				add(d, w.acc[sg.src:sg.src+sg.n])
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	N := len(dst)
-	for g := 1; g < W; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			part(N*g/W, N*(g+1)/W)
-		}()
+	G := len(p.workers)
+	if G == 1 {
+		part(0, len(p.segs))
+		return
 	}
-	part(0, N/W)
+	// Split the segments into G runs of about equal length.
+	var wg sync.WaitGroup
+	total := len(dst)
+	lo, done := 0, 0
+	for g := range G {
+		hi := lo
+		for hi < len(p.segs) && (done < total*(g+1)/G || g == G-1) {
+			done += p.segs[hi].n
+			hi++
+		}
+		if g == G-1 {
+			part(lo, hi)
+			break
+		}
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			part(lo, hi)
+		}(lo, hi)
+		lo = hi
+	}
 	wg.Wait()
 }
 
@@ -414,10 +511,10 @@ func (p *Plan) forward(w *worker, m int) {
 				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
 			}
 			rows := m * s.P
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, p.params[s.w.Offset:s.w.Offset+s.w.Len], s.fo, 0, out, s.fo)
+			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
 			biasAct(out[:rows*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
 		case kDense:
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, p.params[s.w.Offset:s.w.Offset+s.w.Len], s.fo, 0, out, s.fo)
+			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
 			biasAct(out[:m*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
 		case kPool:
 			for j := range m {
@@ -487,7 +584,7 @@ func (p *Plan) backward(w *worker, m int) {
 				continue
 			}
 			du := w.du[:rows*s.fi]
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, p.params[s.w.Offset:s.w.Offset+s.w.Len], s.fo, 0, du, s.fi)
+			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
 			for j := range m {
 				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
@@ -497,7 +594,7 @@ func (p *Plan) backward(w *worker, m int) {
 			if i == 0 {
 				continue
 			}
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, p.params[s.w.Offset:s.w.Offset+s.w.Len], s.fo, 0, din, s.fi)
+			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
 		case kPool:
 			if i == 0 {
 				continue
@@ -687,7 +784,9 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 		switch s.kind {
 		case kConv:
 			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
-			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.fi*s.fo])
+			for r, e := range s.perm {
+				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
+			}
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.fi*s.fo:])
 		case kDense:
 			U, G := w.affineIO(s, i, j)
