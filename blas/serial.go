@@ -15,12 +15,15 @@ type Serial32 struct {
 }
 
 // Sgemm is the package-level Sgemm without its goroutines: same arguments,
-// semantics and panics.
+// semantics and panics. Matrix-vector shapes (m or n = 1) also take the
+// packed path, where the package-level Sgemm hands them to gonum, whose
+// large products start goroutines of their own.
 func (s *Serial32) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		return
 	}
-	if useNative(m, n, k) {
+	if m*n*k <= smallWork {
+		// gonum's loops, serial at this size.
 		gonum.Implementation{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}

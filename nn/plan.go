@@ -106,6 +106,13 @@ type Plan struct {
 	clip    Clipper
 	capture [][]float32
 	logits  []float32
+	mode    mode
+	dst     []float32
+	chunks  int
+	active  int // workers with a chunk
+	barrier sync.WaitGroup
+	done    sync.WaitGroup
+	splits  [][]int
 }
 
 // worker holds one goroutine's buffers for a chunk of examples.
@@ -209,6 +216,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	for range opt.Workers {
 		p.workers = append(p.workers, p.newWorker())
 	}
+	p.splitSegments()
 	return p, nil
 }
 
@@ -344,8 +352,7 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 	}
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
 	p.permute()
-	p.run(p.trainChunk)
-	p.reduce(dst)
+	p.run(modeTrain, dst)
 	p.x, p.y, p.clip = nil, nil, nil
 	return p.loss[:len(y)], nil
 }
@@ -366,7 +373,7 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
 	p.permute()
-	p.run(p.trainChunk)
+	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
 }
@@ -391,86 +398,106 @@ func (p *Plan) Forward(x []float32, logits []float32) error {
 	}
 	p.x, p.y, p.n, p.logits = x, nil, n, logits
 	p.permute()
-	p.run(p.forwardChunk)
+	p.run(modeForward, nil)
 	p.x, p.logits = nil, nil
 	return nil
 }
 
-// run deals chunks of the current batch out to the workers: worker w
-// takes chunks w, w+W, ..., so the result does not depend on scheduling.
-func (p *Plan) run(f func(w *worker, i0, m int)) {
+// run deals chunks of the current batch out to the workers (worker w
+// takes chunks w, w+W, ..., so the result does not depend on scheduling)
+// and, for Step, has each then sum its share of the accumulators into
+// dst. One goroutine start per extra worker is the step's only
+// allocation.
+func (p *Plan) run(mode mode, dst []float32) {
 	W := len(p.workers)
 	p.chunk = min(p.opt.Chunk, (p.n+W-1)/W)
-	chunks := (p.n + p.chunk - 1) / p.chunk
-	W = min(W, chunks)
-	work := func(wi int) {
-		w := p.workers[wi]
-		if p.y != nil {
-			clear(w.acc)
-		}
-		for c := wi; c < chunks; c += W {
-			i0 := c * p.chunk
-			f(w, i0, min(p.chunk, p.n-i0))
-		}
-	}
-	if W == 1 {
-		work(0)
+	p.chunks = (p.n + p.chunk - 1) / p.chunk
+	p.active = min(W, p.chunks)
+	p.mode, p.dst = mode, dst
+	if p.active == 1 {
+		p.work(0)
 		return
 	}
-	var wg sync.WaitGroup
-	for wi := 1; wi < W; wi++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(wi)
-		}()
+	p.barrier.Add(p.active)
+	p.done.Add(p.active - 1)
+	for wi := 1; wi < p.active; wi++ {
+		go p.work(wi)
 	}
-	work(0)
-	wg.Wait()
+	p.work(0)
+	p.done.Wait()
+	p.dst = nil
 }
 
-// reduce writes the sum of the workers' accumulators into dst, mapping
-// the internal convolution weight rows back to the parameter layout, in
-// parallel over ranges of segments.
-func (p *Plan) reduce(dst []float32) {
-	W := min(len(p.workers), (p.n+p.chunk-1)/p.chunk)
-	accs := p.workers[:W]
-	part := func(lo, hi int) {
-		for _, sg := range p.segs[lo:hi] {
-			d := dst[sg.dst : sg.dst+sg.n]
-			copy(d, accs[0].acc[sg.src:sg.src+sg.n])
-			for _, w := range accs[1:] {
-				add(d, w.acc[sg.src:sg.src+sg.n])
-			}
+type mode uint8
+
+const (
+	modeTrain mode = iota
+	modeForward
+	modeGradients
+)
+
+func (p *Plan) work(wi int) {
+	w := p.workers[wi]
+	if p.mode == modeTrain {
+		clear(w.acc)
+	}
+	for c := wi; c < p.chunks; c += p.active {
+		i0 := c * p.chunk
+		m := min(p.chunk, p.n-i0)
+		if p.mode == modeForward {
+			p.forwardChunk(w, i0, m)
+		} else {
+			p.trainChunk(w, i0, m)
 		}
 	}
-	G := len(p.workers)
-	if G == 1 {
-		part(0, len(p.segs))
+	if p.active > 1 {
+		if p.mode == modeTrain {
+			p.barrier.Done()
+			p.barrier.Wait()
+			split := p.splits[p.active]
+			p.reduce(split[wi], split[wi+1])
+		}
+		if wi > 0 {
+			p.done.Done()
+		}
 		return
 	}
-	// Split the segments into G runs of about equal length.
-	var wg sync.WaitGroup
-	total := len(dst)
-	lo, done := 0, 0
-	for g := range G {
-		hi := lo
-		for hi < len(p.segs) && (done < total*(g+1)/G || g == G-1) {
-			done += p.segs[hi].n
-			hi++
-		}
-		if g == G-1 {
-			part(lo, hi)
-			break
-		}
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			part(lo, hi)
-		}(lo, hi)
-		lo = hi
+	if p.mode == modeTrain {
+		p.reduce(0, len(p.segs))
 	}
-	wg.Wait()
+}
+
+// reduce writes the sum of the active workers' accumulators over
+// segments [lo, hi) into dst, mapping the internal convolution weight
+// rows back to the parameter layout.
+func (p *Plan) reduce(lo, hi int) {
+	accs := p.workers[:p.active]
+	for _, sg := range p.segs[lo:hi] {
+		d := p.dst[sg.dst : sg.dst+sg.n]
+		copy(d, accs[0].acc[sg.src:sg.src+sg.n])
+		for _, w := range accs[1:] {
+			add(d, w.acc[sg.src:sg.src+sg.n])
+		}
+	}
+}
+
+// splitSegments sets p.splits[W] to W+1 boundaries cutting the segments
+// into W runs of about equal length, for W up to the number of workers.
+func (p *Plan) splitSegments() {
+	total := len(p.params)
+	p.splits = make([][]int, len(p.workers)+1)
+	for W := 1; W <= len(p.workers); W++ {
+		b := []int{0}
+		done, k := 0, 0
+		for g := 1; g < W; g++ {
+			for k < len(p.segs) && done < total*g/W {
+				done += p.segs[k].n
+				k++
+			}
+			b = append(b, k)
+		}
+		p.splits[W] = append(b, len(p.segs))
+	}
 }
 
 // loadInput converts examples [i0, i0+m) from CHW to HWC into act[0],
