@@ -418,7 +418,9 @@ func (p *Plan) run(mode mode, dst []float32) {
 		p.work(0)
 		return
 	}
-	p.barrier.Add(p.active)
+	if mode == modeTrain {
+		p.barrier.Add(p.active)
+	}
 	p.done.Add(p.active - 1)
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
