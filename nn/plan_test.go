@@ -414,4 +414,3 @@ func TestNormsUnderCancellation(t *testing.T) {
 	}
 	t.Logf("float32 ghost squared norm: worst relative error %.3g", worstGhost)
 }
-
