@@ -76,21 +76,6 @@ func (s *stage) col2im(du, din []float32) {
 	}
 }
 
-// add adds x to y (len(y) = len(x)).
-func add(y, x []float32) {
-	x = x[:len(y)]
-	k := 0
-	for ; k+4 <= len(y); k += 4 {
-		y[k] += x[k]
-		y[k+1] += x[k+1]
-		y[k+2] += x[k+2]
-		y[k+3] += x[k+3]
-	}
-	for ; k < len(y); k++ {
-		y[k] += x[k]
-	}
-}
-
 // biasAct adds the bias to every row of z (fo columns) and applies act in
 // place: one pass over the GEMM's output.
 func biasAct(z, bias []float32, act Activation) {
@@ -163,6 +148,9 @@ func tanh32(x float32) float32 {
 // maxPool pools one example (HWC) into out, storing the index into in of
 // each output's maximum in arg.
 func (s *stage) maxPool(in, out []float32, arg []int32) {
+	if s.maxPool2Fast(in, out, arg) {
+		return
+	}
 	C, W := s.in.C, s.in.W
 	S := s.pool
 	OW := s.out.W
@@ -235,19 +223,4 @@ func allFinite(v []float32) bool {
 		}
 	}
 	return true
-}
-
-// axpy adds a*x to y.
-func axpy(a float32, x, y []float32) {
-	y = y[:len(x)]
-	k := 0
-	for ; k+4 <= len(x); k += 4 {
-		y[k] += a * x[k]
-		y[k+1] += a * x[k+1]
-		y[k+2] += a * x[k+2]
-		y[k+3] += a * x[k+3]
-	}
-	for ; k < len(x); k++ {
-		y[k] += a * x[k]
-	}
 }

@@ -689,8 +689,11 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 				if s.kind != kConv && s.kind != kDense {
 					continue
 				}
-				U, G := w.affineIO(s, i, j)
-				if !allFinite(U) || !allFinite(G) {
+				// A convolution's im2col rows hold the values of its
+				// input activation (and zeros): scan that, 9x smaller.
+				_, G := w.affineIO(s, i, j)
+				in := w.act[i][j*s.in.Size() : (j+1)*s.in.Size()]
+				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break
 				}
