@@ -175,7 +175,8 @@ func Load(r io.Reader) (*Trained, error) {
 	payload, err := atomicfile.Unseal(r, fileMagic, fileVersion)
 	if err != nil {
 		if errors.Is(err, atomicfile.ErrCorrupt) {
-			return nil, fmt.Errorf("models: load: %w: %v", ErrCorruptFile, err)
+			why := strings.TrimPrefix(err.Error(), atomicfile.ErrCorrupt.Error()+": ")
+			return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, why)
 		}
 		return nil, fmt.Errorf("models: load: %w", err)
 	}

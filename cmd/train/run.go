@@ -104,6 +104,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
+	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -160,6 +161,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		cfg.Progress = stderr
 	}
 	fmt.Fprintf(stdout, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testSet.Len())
+	if *saveModelPath != "" {
+		if cfg.Model, err = train.NewModel(cfg); err != nil {
+			return err
+		}
+	}
 	res, err := train.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -170,6 +176,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
 	} else {
 		fmt.Fprintln(stdout, "privacy: none (non-private run)")
+	}
+	if *saveModelPath != "" {
+		if err := saveModel(*saveModelPath, cfg, res, r.seed != ""); err != nil {
+			return err
+		}
 	}
 	if r.jsonOut != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
