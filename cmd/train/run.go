@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -104,6 +105,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
+	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
 	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -146,6 +148,20 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 				return usagef("-hidden %q: want positive integers", r.hidden)
 			}
 			cfg.Hidden = append(cfg.Hidden, v)
+		}
+	}
+	if *clipPerLayer != "" {
+		clipSet := false
+		fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
+		if clipSet {
+			return usagef("-clip and -clip-per-layer exclude each other")
+		}
+		for _, f := range strings.Split(*clipPerLayer, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
+				return usagef("-clip-per-layer %q: want positive numbers", *clipPerLayer)
+			}
+			cfg.ClipPerLayer = append(cfg.ClipPerLayer, v)
 		}
 	}
 	if r.momentum < 0 {
