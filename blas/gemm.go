@@ -315,15 +315,29 @@ type gemmOp[T float32 | float64] struct {
 // algorithm: jc over nc-column blocks of B, pc over kc-deep slices, ic over
 // mc-row blocks of A, then jr/ir over NR/MR micro-tiles.
 func (op *gemmOp[T]) run(i0, i1, j0, j1 int) {
+	bufp := getBuffer[T](op.bufLen(i0, i1, j0, j1))
+	defer putBuffer(bufp)
+	op.runBuf(*bufp, i0, i1, j0, j1)
+}
+
+// bufLen is the packing buffer length run needs for the block.
+func (op *gemmOp[T]) bufLen(i0, i1, j0, j1 int) int {
+	kern := op.kern
+	mr, nr := kern.mr, kern.nr
+	kcMax := min(kern.kc, op.k)
+	mcMax := min(roundUp(kern.mc, mr), roundUp(i1-i0, mr))
+	ncMax := min(roundUp(kern.nc, nr), roundUp(j1-j0, nr))
+	return mcMax*kcMax + ncMax*kcMax + mr*nr
+}
+
+// runBuf is run with the caller's packing buffer (at least bufLen long).
+func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 	kern := op.kern
 	mr, nr := kern.mr, kern.nr
 	m, n, k := i1-i0, j1-j0, op.k
 	kcMax := min(kern.kc, k)
 	mcMax := min(roundUp(kern.mc, mr), roundUp(m, mr))
 	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
-	bufp := getBuffer[T](mcMax*kcMax + ncMax*kcMax + mr*nr)
-	defer putBuffer(bufp)
-	buf := *bufp
 	ap := buf[:mcMax*kcMax]
 	bp := buf[mcMax*kcMax : mcMax*kcMax+ncMax*kcMax]
 	tile := buf[mcMax*kcMax+ncMax*kcMax:]

@@ -7,12 +7,11 @@ import (
 	"gorgonia.org/gorgonia"
 )
 
-// UseBLAS32 routes every float32 BLAS call of training through impl: the
-// engine's own products (gonum's blas32) and gorgonia's forward and
-// backward matrix products (gorgonia.Use, which blas32.Use alone does not
-// reach). Other precisions keep gonum's implementation. Like the functions
-// it calls, it changes process-wide settings: call it once at start-up,
-// before any Engine runs.
+// UseBLAS32 routes the float32 BLAS calls of gonum's blas32 and of
+// gorgonia graphs (models.Model.Build) through impl. The Engine itself no
+// longer uses either: its executor (package nn) calls the project's own
+// GEMM (package blas) directly. Like the functions it calls, it changes
+// process-wide settings: call it once at start-up.
 func UseBLAS32(impl blas.Float32) {
 	blas32.Use(impl)
 	gorgonia.Use(mixedBLAS{impl, gonum.Implementation{}, gonum.Implementation{}, gonum.Implementation{}})

@@ -90,7 +90,7 @@ func TestPerExampleGradients(t *testing.T) {
 			if st.Examples != n || st.NonFinite != 0 || st.Clipped != 0 {
 				t.Fatalf("stats %+v", st)
 			}
-			batched := perExample(e, n)
+			batched := perExample(t, e, x, y)
 			norms := append([]float64(nil), e.norms[:n]...)
 			single := batchOne(t, e, x, y)
 			want := make([]float32, m.NumParams())
@@ -151,24 +151,6 @@ func TestPerExampleGradients(t *testing.T) {
 					t.Errorf("example %d: gradient vs finite differences rel diff %.2g\n got %v\nwant %v", i, d, got, fd)
 				}
 			}
-			// Both norm paths agree on the convolutions.
-			if _, err := e.ClippedSum(x, y, sum); err != nil {
-				t.Fatal(err)
-			}
-			for l, L := range e.last.net.Layers {
-				if L.Positions == 1 {
-					continue
-				}
-				saved := append([]float64(nil), e.sq[l][:n]...)
-				e.ghost[l] = !e.ghost[l]
-				e.layerNorms(l, L, f32s(L.In), f32s(e.last.grads[l]), n)
-				e.ghost[l] = !e.ghost[l]
-				for i := range n {
-					if d := math.Abs(saved[i]-e.sq[l][i]) / saved[i]; d > 1e-4 {
-						t.Errorf("layer %d example %d: ghost/materialized squared norms %v vs %v", l, i, saved[i], e.sq[l][i])
-					}
-				}
-			}
 		})
 	}
 }
@@ -206,7 +188,7 @@ func TestClippedSumMatchesIndividual(t *testing.T) {
 			for i := range n {
 				ns[i] = norm32(single[i])
 			}
-			nl := len(ref.layers)
+			nl := ref.naff
 			lay := layerOf(m)
 			layerNorm := func(g []float32) []float64 {
 				s := make([]float64, nl)
@@ -281,13 +263,13 @@ func TestClippedSumMatchesIndividual(t *testing.T) {
 					if want := 3.0 / 7; math.Abs(st.Clipped-want) > 1e-12 {
 						t.Errorf("clipped fraction %v, want %v", st.Clipped, want)
 					}
-					// Each example alone: clipped norm <= zeta(1+1e-6).
+					// Each example alone: clipped norm <= zeta, exactly.
 					one := make([]float32, m.NumParams())
 					for i := range n {
 						if _, err := e.ClippedSum(x[i*e.chw:(i+1)*e.chw], y[i:i+1], one); err != nil {
 							t.Fatal(err)
 						}
-						if nn := norm32(one); nn > zeta*(1+1e-6) {
+						if nn := norm32(one); nn > zeta {
 							t.Errorf("example %d: clipped norm %v > zeta %v", i, nn, zeta)
 						}
 					}
@@ -531,9 +513,9 @@ func TestUseBLAS32(t *testing.T) {
 	if _, err := e.ClippedSum(make([]float32, 8), []int{0, 1}, make([]float32, m.NumParams())); err != nil {
 		t.Fatal(err)
 	}
-	// Forward: 2 products; backward: 1 input gradient (the first layer's
-	// input is not differentiated); sum: 2 weight gradients.
-	if calls != 5 {
-		t.Errorf("%d float32 GEMM calls through the registered BLAS, want 5", calls)
+	// The executor calls package blas directly: nothing goes through
+	// the BLAS registered for gonum and gorgonia.
+	if calls != 0 {
+		t.Errorf("%d float32 GEMM calls through the registered BLAS, want 0", calls)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"testing"
+
 	"github.com/dpmf-go/dpmf/models"
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // refLoss is an independent float64 forward pass of the sequential models
@@ -94,28 +94,16 @@ func refLoss(m models.Model, p []float64, x []float64, y int, act string) float6
 	return mx + math.Log(s) - cur[y]
 }
 
-// perExample materializes each example's gradient from the values of the
-// last batched pass (valid after a NonPrivate ClippedSum, which leaves G
-// unscaled).
-func perExample(e *Engine, n int) [][]float32 {
-	out := make([][]float32, n)
+// perExample returns each example's unclipped gradient from one batched
+// pass of the executor.
+func perExample(t *testing.T, e *Engine, x []float32, y []int) [][]float32 {
+	t.Helper()
+	out := make([][]float32, len(y))
 	for i := range out {
 		out[i] = make([]float32, e.m.NumParams())
 	}
-	for l, L := range e.last.net.Layers {
-		U, G := f32s(L.In), f32s(e.last.grads[l])
-		P, fi, fo := L.Positions, L.FanIn, L.FanOut
-		for i := range n {
-			Ui := blas32.General{Rows: P, Cols: fi, Stride: fi, Data: U[i*P*fi : (i+1)*P*fi]}
-			Gi := blas32.General{Rows: P, Cols: fo, Stride: fo, Data: G[i*P*fo : (i+1)*P*fo]}
-			Wd := blas32.General{Rows: fi, Cols: fo, Stride: fo, Data: out[i][L.Weight.Offset : L.Weight.Offset+L.Weight.Len]}
-			blas32.Gemm(blas.Trans, blas.NoTrans, 1, Ui, Gi, 0, Wd)
-			for r := range P {
-				for k := range fo {
-					out[i][L.Bias.Offset+k] += Gi.Data[r*fo+k]
-				}
-			}
-		}
+	if _, err := e.plan.Gradients(x, y, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -130,6 +118,22 @@ func randBatch(rng *rand.Rand, n, chw, classes int) ([]float32, []int) {
 		y[i] = rng.IntN(classes)
 	}
 	return x, y
+}
+
+func sqnorm(v []float32) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return s
+}
+
+func maxabs(v []float32) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = max(m, math.Abs(float64(x)))
+	}
+	return m
 }
 
 func norm32(v []float32) float64 { return math.Sqrt(sqnorm(v)) }

@@ -1,13 +1,15 @@
 // Package models provides the image classifiers used for differentially
 // private training: logistic regression, a multi-layer perceptron and the
-// CIFAR-10 convolutional network of Kairouz et al. (2021), built as gorgonia
-// graphs over one flat float32 parameter buffer.
+// CIFAR-10 convolutional network of Kairouz et al. (2021), over one flat
+// float32 parameter buffer.
 //
-// Every model is a stack of affine layers (dense, or 3x3 'same' convolutions
-// computed as gorgonia's Im2Col followed by a matrix product). Build exposes
-// each layer's input U (for a convolution the im2col-unfolded input, one row
-// per output position) and pre-activation output Z, so that package clip can
-// form per-example gradients U_i^T G_i from one batched backward pass.
+// Each model describes itself twice, with the same parameters: Network
+// returns the layer list (package nn) that the training engine (package
+// clip) plans and executes, and Build adds the same computation to a
+// gorgonia graph, for users who compose models with gorgonia. Every model
+// is a stack of affine layers (dense, or 3x3 'same' convolutions); Build
+// exposes each layer's input U (for a convolution the im2col-unfolded
+// input, one row per output position) and pre-activation output Z.
 //
 // A layer's weight is stored row-major with shape (FanIn, FanOut) and its
 // bias with shape (FanOut), both as contiguous ranges of the buffer returned
@@ -21,6 +23,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
 )
 
@@ -59,6 +62,9 @@ type Model interface {
 	// g. The parameter nodes are backed by Params(), so the graph sees every
 	// write to the buffer.
 	Build(g *gorgonia.ExprGraph, batch int) (*Net, error)
+	// Network describes the same computation as a layer list for the
+	// planned executor of package nn, which runs training steps.
+	Network() nn.Network
 }
 
 // Net is the forward graph of a model for a fixed batch size.

@@ -78,6 +78,12 @@ type Config struct {
 	Bands int `json:"bands,omitempty"`
 	// ClipNorm is zeta.
 	ClipNorm float64 `json:"clip_norm"`
+	// ClipPerLayer, when set, clips each affine layer's gradient (weight
+	// and bias together, in network order) to its own bound, as Opacus
+	// and jax_privacy offer. An example's whole gradient then has norm at
+	// most the L2 norm of the bounds, which Defaults sets as ClipNorm (the
+	// sensitivity the noise is calibrated to), replacing any other value.
+	ClipPerLayer []float64 `json:"clip_per_layer,omitempty"`
 	// NoiseMultiplier sigma; 0 means calibrate it to Epsilon.
 	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
 	Epsilon         float64 `json:"epsilon,omitempty"`
@@ -152,6 +158,13 @@ func (c *Config) Defaults() {
 	if c.ModelName == "" && c.Model == nil {
 		c.ModelName = "mlp"
 	}
+	if len(c.ClipPerLayer) > 0 {
+		sq := 0.0
+		for _, v := range c.ClipPerLayer {
+			sq += v * v
+		}
+		c.ClipNorm = math.Sqrt(sq)
+	}
 }
 
 func (c *Config) validate() error {
@@ -172,6 +185,11 @@ func (c *Config) validate() error {
 	}
 	if c.CheckpointEvery < 0 {
 		return bad("checkpoint every %d steps: want a positive number (0: only at the end)", c.CheckpointEvery)
+	}
+	for i, v := range c.ClipPerLayer {
+		if !(v > 0) || math.IsInf(v, 0) {
+			return bad("per-layer clip bound %d = %v must be positive and finite", i, v)
+		}
 	}
 	if !(c.ClipNorm > 0) || math.IsInf(c.ClipNorm, 0) {
 		return bad("clip norm %v must be positive and finite", c.ClipNorm)

@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		}
 	}
 	maxBatch := cfg.Batch
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: clipping: %w", err)
 	}

@@ -7,6 +7,8 @@
 //	train run [flags]         full training (Fashion-MNIST, MNIST, CIFAR-10 by directory)
 //	train compare [flags]     mechanism comparison table (loss, RMSE, sensitivity)
 //	train account [flags]     epsilon for a noise multiplier, or the multiplier for an epsilon
+//	train eval [flags]        test loss and accuracy of a model saved by train run -save-model
+//	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
 // status 2 and a one-line message on standard error. SIGINT or SIGTERM
@@ -78,6 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAudit(ctx, args, stdout, stderr)
 	case "compare":
 		err = runCompare(ctx, args, stdout, stderr)
+	case "eval":
+		err = runEval(ctx, args, stdout, stderr)
+	case "predict":
+		err = runPredict(ctx, args, os.Stdin, stdout, stderr)
 	case "account":
 		err = runAccount(args, stdout, stderr)
 	case "help":

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -97,6 +98,8 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
+	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
+	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -124,11 +127,30 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
+	if *clipPerLayer != "" {
+		clipSet := false
+		fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
+		if clipSet {
+			return usagef("-clip and -clip-per-layer exclude each other")
+		}
+		for _, f := range strings.Split(*clipPerLayer, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
+				return usagef("-clip-per-layer %q: want positive numbers", *clipPerLayer)
+			}
+			cfg.ClipPerLayer = append(cfg.ClipPerLayer, v)
+		}
+	}
 	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
 	fmt.Fprintf(log, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testSet.Len())
+	if *saveModelPath != "" {
+		if cfg.Model, err = train.NewModel(cfg); err != nil {
+			return err
+		}
+	}
 	res, err := train.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -139,6 +161,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
 	} else {
 		fmt.Fprintln(log, "privacy: none (non-private run)")
+	}
+	if *saveModelPath != "" {
+		if err := saveModel(*saveModelPath, cfg, res, r.seed != ""); err != nil {
+			return err
+		}
 	}
 	if r.jsonOut != "" {
 		b, err := json.MarshalIndent(res, "", "  ")

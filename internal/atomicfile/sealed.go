@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -35,22 +36,40 @@ func Seal(magic string, version int, payload []byte) ([]byte, error) {
 }
 
 // Open checks an envelope made by Seal and returns its payload; the error
-// wraps ErrCorrupt when the kind, the version or the checksum is wrong.
+// wraps ErrCorrupt, says in one line what is wrong (truncated, another
+// kind of file, another format version, a checksum mismatch) and carries
+// no package prefix of its own beyond "atomicfile: ".
 func Open(blob []byte, magic string, version int) ([]byte, error) {
 	var env envelope
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
-		return nil, fmt.Errorf("atomicfile: %w: %v", ErrCorrupt, err)
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("atomicfile: %w: truncated (%v)", ErrCorrupt, err)
+		}
+		return nil, fmt.Errorf("atomicfile: %w: not a %s file (%v)", ErrCorrupt, magic, err)
 	}
 	if env.Magic != magic {
-		return nil, fmt.Errorf("atomicfile: %w: a %q file, want %q", ErrCorrupt, env.Magic, magic)
+		return nil, fmt.Errorf("atomicfile: %w: not a %s file (kind %q)", ErrCorrupt, magic, env.Magic)
 	}
 	if env.Version != version {
-		return nil, fmt.Errorf("atomicfile: %w: %s version %d, want %d", ErrCorrupt, magic, env.Version, version)
+		return nil, fmt.Errorf("atomicfile: %w: %s format version %d, this build reads version %d", ErrCorrupt, magic, env.Version, version)
 	}
 	if sum := sha256.Sum256(env.Payload); !bytes.Equal(sum[:], env.SHA256) {
-		return nil, fmt.Errorf("atomicfile: %w: checksum mismatch", ErrCorrupt)
+		return nil, fmt.Errorf("atomicfile: %w: SHA-256 checksum mismatch", ErrCorrupt)
 	}
 	return env.Payload, nil
+}
+
+// Unseal reads at most limit bytes from r and opens them as an envelope
+// (Open); a longer input is refused rather than read into memory.
+func Unseal(r io.Reader, magic string, version int, limit int64) ([]byte, error) {
+	blob, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("atomicfile: %w", err)
+	}
+	if int64(len(blob)) > limit {
+		return nil, fmt.Errorf("atomicfile: %w: larger than %d bytes", ErrCorrupt, limit)
+	}
+	return Open(blob, magic, version)
 }
 
 // WriteSealed atomically replaces path with payload in a checksummed

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/train"
+)
+
+// evalResult is the JSON of "train eval"; keys are stable.
+type evalResult struct {
+	Examples int     `json:"examples"`
+	Accuracy float64 `json:"accuracy"`
+	Loss     float64 `json:"loss"`
+}
+
+// runEval evaluates a saved model on the test split of a dataset with the
+// loss and accuracy of training's own evaluation (clip.Engine.Evaluate).
+func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("eval", stderr)
+	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
+	dataset := fs.String("data", "fashion-mnist", "dataset whose test split is evaluated (as for train run)")
+	dir := fs.String("dir", "", "dataset directory (as for train run)")
+	format := fs.String("format", "text", "text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "text" && *format != "json" {
+		return usagef("-format %q: want text or json", *format)
+	}
+	tr, err := loadModelFile(*modelFile)
+	if err != nil {
+		return err
+	}
+	_, test, source, err := loadData(*dataset, *dir, false)
+	if err != nil {
+		return err
+	}
+	a := tr.Architecture
+	if got := [3]int{test.Shape.C, test.Shape.H, test.Shape.W}; got != a.Input || test.Classes != a.Classes {
+		return usagef("model %s expects %v inputs and %d classes; %s has %v and %d", *modelFile, a.Input, a.Classes, source, got, test.Classes)
+	}
+	idx := make([]int, test.Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	x, y := make([]float32, len(idx)*test.Shape.Size()), make([]int, len(idx))
+	if err := test.Batch(idx, x, y); err != nil {
+		return err
+	}
+	engine, err := clip.New(tr.Model, clip.Options{NonPrivate: true, MaxBatch: evalBatch})
+	if err != nil {
+		return err
+	}
+	res := evalResult{Examples: len(y)}
+	if res.Loss, res.Accuracy, err = engine.EvaluateContext(ctx, x, y); err != nil {
+		return err
+	}
+	if *format == "json" {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s test split: %d examples, accuracy %.4f, loss %.4f\nmodel: %s trained on %s; privacy: %s\n",
+		source, res.Examples, res.Accuracy, res.Loss, a.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)
+	return err
+}
+
+// evalBatch is the forward-only batch of eval; it sizes buffers only.
+const evalBatch = 256
+
+// loadModelFile reads a model file; a missing, corrupt or unreadable one is
+// bad input (exit status 2).
+func loadModelFile(path string) (*models.Trained, error) {
+	if path == "" {
+		return nil, usagef("-model-file is required")
+	}
+	tr, err := models.ReadFile(path)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return tr, nil
+}
+
+// saveModel writes the model a run trained, with the run's dataset and
+// privacy claim, to path (atomically).
+func saveModel(path string, cfg train.Config, res *train.Result, seeded bool) error {
+	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps}
+	if res.Plan != nil {
+		l := res.Plan.Ledger
+		meta.Privacy = models.Privacy{Private: true, Epsilon: l.Epsilon, Delta: l.Delta,
+			Mechanism: fmt.Sprint(res.Plan.Mechanism), Accountant: l.Accountant, Assumptions: l.Assumptions}
+		if seeded {
+			meta.Privacy.Notes = append(meta.Privacy.Notes, "noise generated from the caller's -seed: the guarantee holds only while the seed stays secret")
+		}
+	}
+	if cfg.Model == nil {
+		return errors.New("no model to save")
+	}
+	return models.WriteFile(path, cfg.Model, meta)
+}

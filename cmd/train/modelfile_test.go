@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/models"
+)
+
+// TestSaveModelEvalPredict: a private run on the embedded Fashion-MNIST
+// subset saves its model; train eval reports exactly the run's final test
+// accuracy and loss; the file carries the run's privacy claim; train
+// predict's probabilities sum to 1 and its classes give the same accuracy.
+func TestSaveModelEvalPredict(t *testing.T) {
+	dir := t.TempDir()
+	model, result := filepath.Join(dir, "m.dpmf"), filepath.Join(dir, "run.json")
+	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "mlp", "-hidden", "16", "-steps", "8", "-batch", "100",
+		"-mechanism", "dpsgd", "-epsilon", "8", "-seed", "model-file-test", "-cache", "", "-save-model", model, "-json", result)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Final struct {
+			Loss     float64 `json:"test_loss"`
+			Accuracy float64 `json:"test_accuracy"`
+		} `json:"final"`
+	}
+	b, err := os.ReadFile(result)
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("run result: %v %s", err, b)
+	}
+
+	code, out, stderr := runCLI(t, "eval", "-model-file", model, "-data", "embedded", "-format", "json")
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	var ev map[string]float64
+	if err := json.Unmarshal([]byte(out), &ev); err != nil || len(ev) != 3 {
+		t.Fatalf("eval output %q: %v", out, err)
+	}
+	if ev["examples"] != 1000 || ev["accuracy"] != res.Final.Accuracy || ev["loss"] != res.Final.Loss {
+		t.Fatalf("eval %v, the run's final evaluation %+v", ev, res.Final)
+	}
+
+	tr, err := models.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tr.Metadata.Privacy
+	if !p.Private || math.Abs(p.Epsilon-8) > 1e-3 || p.Delta != 1e-5 || p.Mechanism != "dpsgd" || p.Accountant != "pld" ||
+		len(p.Assumptions) == 0 || len(p.Notes) != 1 || !strings.Contains(p.Notes[0], "-seed") {
+		t.Fatalf("privacy claim %+v", p)
+	}
+	if tr.Metadata.Dataset != "fashion-mnist-embedded/train" || tr.Metadata.Classes != 10 || tr.Metadata.Steps != 8 {
+		t.Fatalf("metadata %+v", tr.Metadata)
+	}
+
+	_, test, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jl, cv strings.Builder
+	for i := range test.Len() {
+		x := test.Example(i)
+		jb, _ := json.Marshal(x)
+		fmt.Fprintf(&jl, "%s\n", jb)
+		if i == 3 {
+			jl.WriteString("\n") // empty lines are skipped
+		}
+		for j, v := range x {
+			if j > 0 {
+				cv.WriteByte(',')
+			}
+			cv.WriteString(strconv.FormatFloat(float64(v), 'g', -1, 32))
+		}
+		cv.WriteByte('\n')
+	}
+	jin, cin := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "in.csv")
+	os.WriteFile(jin, []byte(jl.String()), 0o644)
+	os.WriteFile(cin, []byte(cv.String()), 0o644)
+
+	code, out, stderr = runCLI(t, "predict", "-model-file", model, "-input", jin)
+	if code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != test.Len() {
+		t.Fatalf("%d output lines for %d inputs", len(lines), test.Len())
+	}
+	jsonClasses := make([]int, len(lines))
+	correct := 0
+	for i, l := range lines {
+		var row struct {
+			Class int       `json:"class"`
+			Probs []float64 `json:"probabilities"`
+		}
+		if err := json.Unmarshal([]byte(l), &row); err != nil || len(row.Probs) != 10 {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+		checkProbs(t, i, row.Class, row.Probs)
+		jsonClasses[i] = row.Class
+		if row.Class == test.Y[i] {
+			correct++
+		}
+	}
+	if acc := float64(correct) / float64(test.Len()); acc != res.Final.Accuracy {
+		t.Fatalf("predict's classes are %v accurate, the run's evaluation %v", acc, res.Final.Accuracy)
+	}
+
+	code, out, stderr = runCLI(t, "predict", "-model-file", model, "-input", cin, "-format", "csv")
+	if code != 0 {
+		t.Fatalf("predict csv: exit %d: %s", code, stderr)
+	}
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(recs) != test.Len()+1 || strings.Join(recs[0], ",") != "class,p0,p1,p2,p3,p4,p5,p6,p7,p8,p9" {
+		t.Fatalf("csv output: %v, %d records, header %v", err, len(recs), recs[0])
+	}
+	for i, r := range recs[1:] {
+		c, _ := strconv.Atoi(r[0])
+		probs := make([]float64, len(r)-1)
+		for j := range probs {
+			probs[j], _ = strconv.ParseFloat(r[j+1], 64)
+		}
+		checkProbs(t, i, c, probs)
+		if c != jsonClasses[i] {
+			t.Fatalf("example %d: csv class %d, json class %d", i, c, jsonClasses[i])
+		}
+	}
+}
+
+func checkProbs(t *testing.T, i, class int, probs []float64) {
+	t.Helper()
+	sum, best := 0.0, 0
+	for j, p := range probs {
+		if !(p >= 0 && p <= 1) {
+			t.Fatalf("example %d: probability %v", i, p)
+		}
+		if p > probs[best] {
+			best = j
+		}
+		sum += p
+	}
+	if math.Abs(sum-1) > 1e-5 || probs[class] != probs[best] {
+		t.Fatalf("example %d: class %d, probabilities %v (sum %v)", i, class, probs, sum)
+	}
+}
+
+// TestModelFileBadInput: missing, corrupt and mismatched model files and
+// malformed inputs exit with status 2 and one line naming the problem.
+func TestModelFileBadInput(t *testing.T) {
+	dir := t.TempDir()
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good")
+	if err := models.WriteFile(good, m, models.Metadata{Dataset: "toy", Classes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	blob, _ := os.ReadFile(good)
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, blob[:len(blob)-3], 0o644)
+	in := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(text), 0o644)
+		return p
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "-data", "embedded"}, "-model-file is required"},
+		{[]string{"eval", "-model-file", filepath.Join(dir, "none"), "-data", "embedded"}, "no such file"},
+		{[]string{"eval", "-model-file", bad, "-data", "embedded"}, "corrupt or unreadable model file: truncated"},
+		{[]string{"eval", "-model-file", good, "-data", "embedded"}, "expects [1 2 2] inputs and 2 classes; embedded Fashion-MNIST subset has [1 28 28] and 10"},
+		{[]string{"eval", "-model-file", good, "-format", "xml"}, `-format "xml": want text or json`},
+		{[]string{"predict", "-model-file", good, "-input", in("short.jsonl", "[1,2,3,4]\n[1,2,3]\n")}, "predict: input line 2: 3 features, the model takes 4 (1x2x2, CHW order)"},
+		{[]string{"predict", "-model-file", good, "-input", in("text.jsonl", "[1,2,3,4]\n\nhello\n")}, "predict: input line 3: want a JSON array of numbers"},
+		{[]string{"predict", "-model-file", good, "-input", in("big.csv", "1,2,3,1e39\n"), "-format", "csv"}, `predict: input line 1: feature 3: "1e39" is not a number`},
+		{[]string{"predict", "-model-file", good, "-input", in("nan.csv", "1,2,NaN,4\n"), "-format", "csv"}, "predict: input line 1: feature 2 is NaN"},
+	} {
+		code, _, stderr := runCLI(t, c.args...)
+		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line with %q", c.args, code, stderr, c.want)
+		}
+	}
+	// A good input predicts.
+	code, out, stderr := runCLI(t, "predict", "-model-file", good, "-input", in("ok.csv", "1,2,3,4\n0,0,0,0\n"), "-format", "csv")
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+}

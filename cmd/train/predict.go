@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/dpmf-go/dpmf/models"
+)
+
+// predictBatch is the number of inputs predicted at once.
+const predictBatch = 256
+
+// runPredict reads inputs, one example per line, and writes each one's
+// class and class probabilities in the same order.
+//
+// Formats (-format):
+//
+//	json: input lines are JSON arrays of C*H*W numbers (CHW order, scaled
+//	      as the training data); output lines are
+//	      {"class":K,"probabilities":[p0,...]}.
+//	csv:  input rows are C*H*W numbers; output is a header
+//	      "class,p0,...,pK-1" and one row per input.
+//
+// Empty input lines are skipped.
+func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("predict", stderr)
+	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
+	input := fs.String("input", "-", "input file (- for standard input)")
+	format := fs.String("format", "json", "json (input: a JSON array of features per line) or csv (input: a row of features per line)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *format != "json" && *format != "csv" {
+		return usagef("-format %q: want json or csv", *format)
+	}
+	tr, err := loadModelFile(*modelFile)
+	if err != nil {
+		return err
+	}
+	in := stdin
+	if *input != "-" {
+		f, err := os.Open(*input)
+		if err != nil {
+			return usagef("-input: %v", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	a := tr.Architecture
+	p := &predictor{tr: tr, per: a.Input[0] * a.Input[1] * a.Input[2], k: a.Classes,
+		csv: *format == "csv", out: bufio.NewWriter(stdout)}
+	if p.csv {
+		hdr := []string{"class"}
+		for j := range p.k {
+			hdr = append(hdr, fmt.Sprintf("p%d", j))
+		}
+		fmt.Fprintln(p.out, strings.Join(hdr, ","))
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), max(1<<20, 64*p.per))
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		if err := p.parse(text); err != nil {
+			return usagef("predict: input line %d: %v", line, err)
+		}
+		if len(p.x) == predictBatch*p.per {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := p.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return usagef("predict: input line %d is too long for %d features", line+1, p.per)
+		}
+		return fmt.Errorf("predict: reading input: %w", err)
+	}
+	if err := p.flush(); err != nil {
+		return err
+	}
+	return p.out.Flush()
+}
+
+// predictor collects parsed inputs and writes their predictions.
+type predictor struct {
+	tr     *models.Trained
+	per, k int
+	csv    bool
+	x      []float32
+	row    []float32
+	out    *bufio.Writer
+}
+
+func (p *predictor) parse(text string) error {
+	p.row = p.row[:0]
+	if p.csv {
+		rec, err := csv.NewReader(strings.NewReader(text)).Read()
+		if err != nil {
+			return err
+		}
+		for i, f := range rec {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 32)
+			if err != nil {
+				return fmt.Errorf("feature %d: %q is not a number", i, f)
+			}
+			p.row = append(p.row, float32(v))
+		}
+	} else {
+		var vals []float64
+		if err := json.Unmarshal([]byte(text), &vals); err != nil {
+			return fmt.Errorf("want a JSON array of numbers: %v", err)
+		}
+		for _, v := range vals {
+			p.row = append(p.row, float32(v))
+		}
+	}
+	if len(p.row) != p.per {
+		s := p.tr.Architecture.Input
+		return fmt.Errorf("%d features, the model takes %d (%dx%dx%d, CHW order)", len(p.row), p.per, s[0], s[1], s[2])
+	}
+	for i, v := range p.row {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("feature %d is %v (out of float32 range or not a number)", i, v)
+		}
+	}
+	p.x = append(p.x, p.row...)
+	return nil
+}
+
+func (p *predictor) flush() error {
+	if len(p.x) == 0 {
+		return nil
+	}
+	classes, probs, err := p.tr.Predict(p.x)
+	if err != nil {
+		return err
+	}
+	p.x = p.x[:0]
+	var b []byte
+	for i, c := range classes {
+		b = b[:0]
+		if p.csv {
+			b = strconv.AppendInt(b, int64(c), 10)
+			for _, v := range probs[i*p.k : (i+1)*p.k] {
+				b = append(b, ',')
+				b = strconv.AppendFloat(b, float64(v), 'g', -1, 32)
+			}
+		} else {
+			b = append(b, `{"class":`...)
+			b = strconv.AppendInt(b, int64(c), 10)
+			b = append(b, `,"probabilities":[`...)
+			for j, v := range probs[i*p.k : (i+1)*p.k] {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendFloat(b, float64(v), 'g', -1, 32)
+			}
+			b = append(b, "]}"...)
+		}
+		b = append(b, '\n')
+		if _, err := p.out.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+package models
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/nn"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func fileTestModels(t testing.TB) []Model {
+	t.Helper()
+	mk := []func() (Model, error){
+		func() (Model, error) { return NewLogistic([3]int{1, 4, 4}, 3, 1) },
+		func() (Model, error) { return NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) },
+		func() (Model, error) { return NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) },
+		func() (Model, error) { return NewCIFARCNN([3]int{3, 10, 10}, 5, 4) },
+	}
+	var out []Model
+	for i, f := range mk {
+		m, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Random biases (and logistic weights) so that every parameter
+		// matters to the predictions.
+		rng := rand.New(rand.NewPCG(uint64(i), 9))
+		for j := range m.Params() {
+			m.Params()[j] += float32(0.1 * rng.NormFloat64())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+var testMeta = Metadata{Dataset: "synthetic/train", Classes: 5, Steps: 20, Privacy: Privacy{
+	Private: true, Epsilon: 8, Delta: 1e-5, Mechanism: "bandmf:4", Accountant: "pld",
+	Assumptions: []string{"adjacency: add/remove of one example"}, Notes: []string{"noise seeded by the caller"}}}
+
+func randInputs(m Model, n int, seed uint64) []float32 {
+	in := m.InputShape()
+	x := make([]float32, n*in[0]*in[1]*in[2])
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// TestSaveLoadBitIdentical: a saved model reloads with the same
+// architecture, metadata and parameter bits, saves again to the same
+// bytes, and predicts exactly what the executor computes from the
+// original parameters.
+func TestSaveLoadBitIdentical(t *testing.T) {
+	for _, m := range fileTestModels(t) {
+		var b bytes.Buffer
+		if err := Save(&b, m, testMeta); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := Load(bytes.NewReader(b.Bytes()))
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name(), err)
+		}
+		if !reflect.DeepEqual(tr.Architecture, m.(Architected).Architecture()) || !reflect.DeepEqual(tr.Metadata, testMeta) {
+			t.Fatalf("%s: read back %+v %+v", m.Name(), tr.Architecture, tr.Metadata)
+		}
+		if tr.Model.Name() != m.Name() || !reflect.DeepEqual(tr.Model.Layout(), m.Layout()) {
+			t.Fatalf("%s: rebuilt as %s %v", m.Name(), tr.Model.Name(), tr.Model.Layout())
+		}
+		for i, v := range m.Params() {
+			if math.Float32bits(tr.Model.Params()[i]) != math.Float32bits(v) {
+				t.Fatalf("%s: parameter %d: %v, saved %v", m.Name(), i, tr.Model.Params()[i], v)
+			}
+		}
+		var again bytes.Buffer
+		if err := Save(&again, tr.Model, tr.Metadata); err != nil || !bytes.Equal(again.Bytes(), b.Bytes()) {
+			t.Fatalf("%s: re-saved file differs (%v)", m.Name(), err)
+		}
+
+		const n = 37 // more than two executor chunks, not a multiple
+		x := randInputs(m, n, 7)
+		cls, probs, err := tr.Predict(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := nn.NewPlan(m.Network(), m.Params(), nn.Options{MaxBatch: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := m.Classes()
+		logits := make([]float32, n*k)
+		if err := plan.Forward(x, logits); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			row, lg := probs[i*k:(i+1)*k], logits[i*k:(i+1)*k]
+			sum, best := 0.0, 0
+			for j := range k {
+				if lg[j] > lg[best] {
+					best = j
+				}
+				// Exact softmax in float64 from the original model's logits.
+				den := 0.0
+				for _, v := range lg {
+					den += math.Exp(float64(v) - float64(lg[j]))
+				}
+				if want := float32(1 / den); math.Abs(float64(row[j]-want)) > 1e-6 {
+					t.Fatalf("%s: example %d class %d: probability %v, want %v", m.Name(), i, j, row[j], want)
+				}
+				if !(row[j] >= 0 && row[j] <= 1) {
+					t.Fatalf("%s: probability %v", m.Name(), row[j])
+				}
+				sum += float64(row[j])
+			}
+			if math.Abs(sum-1) > 1e-6*float64(k) {
+				t.Fatalf("%s: example %d: probabilities sum to %v", m.Name(), i, sum)
+			}
+			if cls[i] != best {
+				t.Fatalf("%s: example %d: class %d, argmax of the logits %d", m.Name(), i, cls[i], best)
+			}
+		}
+		// Predictions depend on how the batch is split only through the
+		// GEMM's summation order (a single row takes another kernel):
+		// within a few float32 roundings.
+		_, one, err := tr.Predict(x[len(x)/n*(n-1):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range k {
+			if math.Abs(float64(one[j]-probs[(n-1)*k+j])) > 1e-6 {
+				t.Fatalf("%s: last example alone: %v, in the batch %v", m.Name(), one, probs[(n-1)*k:])
+			}
+		}
+	}
+}
+
+func TestPredictRefuses(t *testing.T) {
+	m := fileTestModels(t)[1]
+	var b bytes.Buffer
+	if err := Save(&b, m, Metadata{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Load(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := randInputs(m, 2, 1)
+	x[20] = float32(math.NaN())
+	for _, c := range []struct {
+		x    []float32
+		want string
+	}{
+		{nil, "0 floats is not a positive multiple of one example's 18 (2x3x3)"},
+		{x[:17], "17 floats"},
+		{x, "example 1, feature 2 is NaN"},
+	} {
+		if _, _, err := tr.Predict(c.x); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Predict(%d floats): %v, want %q", len(c.x), err, c.want)
+		}
+	}
+}
+
+func TestSaveRefuses(t *testing.T) {
+	m := fileTestModels(t)[0]
+	m.Params()[3] = float32(math.Inf(1))
+	var b bytes.Buffer
+	if err := Save(&b, m, Metadata{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "parameter 3 is +Inf") {
+		t.Fatalf("Save with an infinite parameter: %v", err)
+	}
+	if err := Save(&b, nil, Metadata{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Save(nil): %v", err)
+	}
+}
+
+// sealPayload builds a model file around an arbitrary payload, with a
+// valid checksum, to test what Load does after the envelope checks.
+func sealPayload(t *testing.T, p any, version int) []byte {
+	t.Helper()
+	raw, err := msgpack.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := atomicfile.Seal(fileMagic, version, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func checkCorrupt(t *testing.T, what string, blob []byte, want string) {
+	t.Helper()
+	_, err := Load(bytes.NewReader(blob))
+	if err == nil {
+		t.Fatalf("%s: accepted", what)
+	}
+	msg := err.Error()
+	if !errors.Is(err, ErrCorruptFile) || strings.Contains(msg, "\n") || strings.Count(msg, "models:") != 1 || !strings.Contains(msg, want) {
+		t.Fatalf("%s: error %q, want one line wrapping ErrCorruptFile with %q", what, msg, want)
+	}
+}
+
+// TestLoadRefuses: corrupt, truncated, wrong-version and inconsistent
+// files are refused with one-line errors.
+func TestLoadRefuses(t *testing.T) {
+	m := fileTestModels(t)[1]
+	var b bytes.Buffer
+	if err := Save(&b, m, testMeta); err != nil {
+		t.Fatal(err)
+	}
+	blob := b.Bytes()
+	for n := 0; n < len(blob); n += 1 + n/8 {
+		checkCorrupt(t, "truncated", blob[:n], "")
+	}
+	for _, i := range []int{0, 5, len(blob) / 3, len(blob) / 2, len(blob) - 1} {
+		bad := bytes.Clone(blob)
+		bad[i] ^= 0x10
+		checkCorrupt(t, "flipped byte", bad, "")
+	}
+	good := filePayload{Arch: m.(Architected).Architecture(), Meta: testMeta}
+	good.Params = make([]byte, 4*m.NumParams())
+	checkCorrupt(t, "version 2", sealPayload(t, &good, 2), "format version 2, this build reads version 1")
+
+	fz, _ := atomicfile.Seal("dpmf-factorization", 1, []byte{0x80})
+	checkCorrupt(t, "other kind", fz, `not a dpmf-model file (kind "dpmf-factorization")`)
+	checkCorrupt(t, "not msgpack", []byte("hello, world"), "not a dpmf-model file")
+
+	unknown := good
+	unknown.Arch.Name = "resnet"
+	checkCorrupt(t, "unknown architecture", sealPayload(t, &unknown, fileVersion), `architecture "resnet" is not known to this build`)
+
+	short := good
+	short.Params = good.Params[:len(good.Params)-4]
+	checkCorrupt(t, "missing parameter", sealPayload(t, &short, fileVersion), "196 parameters for a mlp that has 197")
+
+	huge := good
+	huge.Arch.Hidden = []int{1 << 30, 1 << 30}
+	checkCorrupt(t, "huge architecture", sealPayload(t, &huge, fileVersion), "197 parameters for a mlp that has 1152921530376650752")
+
+	nan := good
+	nan.Params = bytes.Clone(good.Params)
+	copy(nan.Params[8:], []byte{0, 0, 0xc0, 0x7f})
+	checkCorrupt(t, "NaN parameter", sealPayload(t, &nan, fileVersion), "parameter 2 is NaN")
+
+	badShape := good
+	badShape.Arch.Input = [3]int{0, 3, 3}
+	checkCorrupt(t, "bad input shape", sealPayload(t, &badShape, fileVersion), "input shape [0 3 3]")
+
+	cnn := filePayload{Arch: Architecture{Name: "cifarcnn", Input: [3]int{1, 4, 4}, Classes: 2}}
+	n, _ := cnn.Arch.numParams()
+	cnn.Params = make([]byte, 4*int(n))
+	checkCorrupt(t, "cnn on 4x4", sealPayload(t, &cnn, fileVersion), "too small for three 2x2 pools")
+}
+
+// FuzzLoadModel: Load never panics; whatever it accepts saves back to a
+// file that loads to the same model, and predicts probabilities that sum
+// to 1. The seed corpus (testdata/fuzz/FuzzLoadModel) runs with plain go
+// test.
+func FuzzLoadModel(f *testing.F) {
+	for _, m := range fileTestModels(f)[:3] {
+		var b bytes.Buffer
+		if err := Save(&b, m, testMeta); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, blob []byte) {
+		tr, err := Load(bytes.NewReader(blob))
+		if err != nil {
+			if !errors.Is(err, ErrCorruptFile) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q", err)
+			}
+			return
+		}
+		var b bytes.Buffer
+		if err := Save(&b, tr.Model, tr.Metadata); err != nil {
+			t.Fatal(err)
+		}
+		tr2, err := Load(&b)
+		if err != nil || !reflect.DeepEqual(tr2.Model.Params(), tr.Model.Params()) {
+			t.Fatalf("reload: %v", err)
+		}
+		in := tr.Architecture.Input
+		if in[0]*in[1]*in[2] > 1<<12 {
+			return
+		}
+		_, probs, err := tr.Predict(make([]float32, in[0]*in[1]*in[2]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, p := range probs {
+			sum += float64(p)
+		}
+		if math.Abs(sum-1) > 1e-5 {
+			t.Fatalf("probabilities sum to %v", sum)
+		}
+	})
+}
+
+// TestNoTrainingDependencies: inference links nothing of the training
+// stack.
+func TestNoTrainingDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, bad := range []string{"train", "clip", "mfnoise", "accountant", "sampler", "optim", "privacy"} {
+			if dep == "github.com/dpmf-go/dpmf/"+bad {
+				t.Errorf("models depends on %s", dep)
+			}
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package models
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/dpmf-go/dpmf/nn"
+)
+
+// Trained is a model read from a model file, ready for inference: the
+// rebuilt model with its parameters, its architecture, and the metadata of
+// the run that produced it (dataset and privacy claim). Inference runs
+// forward only on the planned executor of package nn; nothing of the
+// training stack (clipping, noise, accounting, sampling) is linked in.
+type Trained struct {
+	Model        Model
+	Architecture Architecture
+	Metadata     Metadata
+
+	mu   sync.Mutex
+	plan *nn.Plan // built on the first Predict
+}
+
+// predictChunk is the number of examples a worker runs at once; it bounds
+// the executor's buffers, not the batch Predict accepts.
+const predictChunk = 16
+
+// Predict returns, for the examples in batch (each C*H*W floats in CHW
+// order, preprocessed as the training data was), the most likely class of
+// each and the class probabilities (softmax of the logits, Classes() per
+// example, row-major). Inputs must be finite. Calls are serialized, so a
+// Trained may be shared by goroutines.
+func (t *Trained) Predict(batch []float32) (classes []int, probs []float32, err error) {
+	in := t.Architecture.Input
+	per, k := in[0]*in[1]*in[2], t.Architecture.Classes
+	n := len(batch) / per
+	if n == 0 || len(batch) != n*per {
+		return nil, nil, fmt.Errorf("models: predict: %d floats is not a positive multiple of one example's %d (%dx%dx%d): %w", len(batch), per, in[0], in[1], in[2], ErrInvalid)
+	}
+	for i, v := range batch {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, nil, fmt.Errorf("models: predict: example %d, feature %d is %v: %w", i/per, i%per, v, ErrInvalid)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.plan == nil {
+		p, err := nn.NewPlan(t.Model.Network(), t.Model.Params(), nn.Options{MaxBatch: predictChunk, Chunk: predictChunk})
+		if err != nil {
+			return nil, nil, fmt.Errorf("models: predict: %w", err)
+		}
+		t.plan = p
+	}
+	probs = make([]float32, n*k)
+	if err := t.plan.Forward(batch, probs); err != nil {
+		return nil, nil, fmt.Errorf("models: predict: %w", err)
+	}
+	classes = make([]int, n)
+	for i := range n {
+		classes[i] = softmax(probs[i*k : (i+1)*k])
+	}
+	return classes, probs, nil
+}
+
+// softmax replaces a row of logits by its probabilities, computed in
+// float64 with the maximum subtracted, and returns the index of the first
+// largest logit.
+func softmax(row []float32) int {
+	mx, arg := math.Inf(-1), 0
+	for j, v := range row {
+		if float64(v) > mx {
+			mx, arg = float64(v), j
+		}
+	}
+	s := 0.0
+	for _, v := range row {
+		s += math.Exp(float64(v) - mx)
+	}
+	for j, v := range row {
+		row[j] = float32(math.Exp(float64(v)-mx) / s)
+	}
+	return arg
+}

@@ -1,0 +1,226 @@
+package nn
+
+import "math"
+
+// im2col writes the K*K*C unfolded input of every output pixel of one
+// example (input HWC) as a row of u, columns ordered (kernel row, kernel
+// column, channel) so that each kernel row is one contiguous copy of K
+// pixels; taps outside the input are zero. (The weight is permuted to
+// match: see Plan.permute.)
+func (s *stage) im2col(in, u []float32) {
+	C, H, W := s.in.C, s.in.H, s.in.W
+	K, st, pad := s.k, s.stride, s.pad
+	KC := K * C
+	OW := s.out.W
+	fi := s.fi
+	for oh := range s.out.H {
+		for ow := range OW {
+			row := u[(oh*OW+ow)*fi : (oh*OW+ow+1)*fi]
+			iw0 := ow*st - pad
+			for kr := range K {
+				seg := row[kr*KC : (kr+1)*KC]
+				ih := oh*st - pad + kr
+				if ih < 0 || ih >= H {
+					clear(seg)
+					continue
+				}
+				if iw0 >= 0 && iw0+K <= W {
+					copy(seg, in[(ih*W+iw0)*C:(ih*W+iw0+K)*C])
+					continue
+				}
+				for kc := range K {
+					iw := iw0 + kc
+					if iw < 0 || iw >= W {
+						clear(seg[kc*C : (kc+1)*C])
+						continue
+					}
+					copy(seg[kc*C:(kc+1)*C], in[(ih*W+iw)*C:(ih*W+iw+1)*C])
+				}
+			}
+		}
+	}
+}
+
+// col2im adds the rows of du (gradients w.r.t. the unfolded input) back
+// into the example's input gradient din (HWC), which it first clears.
+func (s *stage) col2im(du, din []float32) {
+	clear(din)
+	C, H, W := s.in.C, s.in.H, s.in.W
+	K, st, pad := s.k, s.stride, s.pad
+	KC := K * C
+	OW := s.out.W
+	fi := s.fi
+	for oh := range s.out.H {
+		for ow := range OW {
+			row := du[(oh*OW+ow)*fi : (oh*OW+ow+1)*fi]
+			iw0 := ow*st - pad
+			for kr := range K {
+				ih := oh*st - pad + kr
+				if ih < 0 || ih >= H {
+					continue
+				}
+				seg := row[kr*KC : (kr+1)*KC]
+				if iw0 >= 0 && iw0+K <= W {
+					add(din[(ih*W+iw0)*C:(ih*W+iw0+K)*C], seg)
+					continue
+				}
+				for kc := range K {
+					iw := iw0 + kc
+					if iw < 0 || iw >= W {
+						continue
+					}
+					add(din[(ih*W+iw)*C:(ih*W+iw+1)*C], seg[kc*C:(kc+1)*C])
+				}
+			}
+		}
+	}
+}
+
+// biasAct adds the bias to every row of z (fo columns) and applies act in
+// place: one pass over the GEMM's output.
+func biasAct(z, bias []float32, act Activation) {
+	fo := len(bias)
+	for r := 0; r < len(z); r += fo {
+		row := z[r : r+fo]
+		switch act {
+		case Tanh:
+			biasTanh(row, bias)
+		case ReLU:
+			for j, b := range bias {
+				row[j] = max(row[j]+b, 0)
+			}
+		default:
+			for j, b := range bias {
+				row[j] += b
+			}
+		}
+	}
+}
+
+// actGrad multiplies the gradient g w.r.t. an activation's output a by the
+// activation's derivative, expressed through a, in place.
+func actGrad(g, a []float32, act Activation) {
+	switch act {
+	case Tanh:
+		for k, v := range a {
+			g[k] *= 1 - v*v
+		}
+	case ReLU:
+		for k, v := range a {
+			if !(v > 0) {
+				g[k] = 0
+			}
+		}
+	}
+}
+
+// tanh32 is tanh through the [15/14] Pade approximant x P(x^2)/Q(x^2)
+// that truncating Lambert's continued fraction
+// tanh x = x/(1 + x^2/(3 + x^2/(5 + ... + x^2/29))) gives, evaluated in
+// float64 (all coefficients positive: no cancellation) on |x| <= 9.5 and
+// rounded to float32; relative error below 1e-9 there (TestTanh), and
+// tanh(9.5) rounds to 1 in float32. No call, no branch but the clamp, so
+// the loop over a row runs at the speed of its multiplies.
+func tanh32(x float32) float32 {
+	const (
+		p1 = 0.14942528735632185
+		p2 = 0.00561941251596424
+		p3 = 8.0277321656632e-05
+		p4 = 4.935803703086729e-07
+		p5 = 1.2820269358666827e-09
+		p6 = 1.1534205450892331e-12
+		p7 = 1.6154349370997664e-16
+		q1 = 0.4827586206896552
+		q2 = 0.033205619412515965
+		q3 = 0.0007492550021285653
+		q4 = 6.9806366657940875e-06
+		q5 = 2.8204592589067017e-08
+		q6 = 4.4983401258480094e-11
+		q7 = 1.9385219245197195e-14
+	)
+	v := min(max(float64(x), -9.5), 9.5)
+	z := v * v
+	p := ((((((p7*z+p6)*z+p5)*z+p4)*z+p3)*z+p2)*z+p1)*z + 1
+	q := ((((((q7*z+q6)*z+q5)*z+q4)*z+q3)*z+q2)*z+q1)*z + 1
+	return float32(v * p / q)
+}
+
+// maxPool pools one example (HWC) into out, storing the index into in of
+// each output's maximum in arg.
+func (s *stage) maxPool(in, out []float32, arg []int32) {
+	if s.maxPool2Fast(in, out, arg) {
+		return
+	}
+	C, W := s.in.C, s.in.W
+	S := s.pool
+	OW := s.out.W
+	for oh := range s.out.H {
+		for ow := range OW {
+			o := (oh*OW + ow) * C
+			base := (oh*S*W + ow*S) * C
+			copy(out[o:o+C], in[base:base+C])
+			for ch := range C {
+				arg[o+ch] = int32(base + ch)
+			}
+			for dr := range S {
+				for dc := range S {
+					if dr == 0 && dc == 0 {
+						continue
+					}
+					b := ((oh*S+dr)*W + ow*S + dc) * C
+					src := in[b : b+C]
+					for ch, v := range src {
+						if v > out[o+ch] {
+							out[o+ch] = v
+							arg[o+ch] = int32(b + ch)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// sumsq64 is the squared L2 norm of v accumulated in float64: each
+// product of two float32 values is exact in float64, so the only error is
+// the float64 summation (relative 1e-16 per term).
+func sumsq64(v []float32) float64 {
+	var s0, s1, s2, s3 float64
+	k := 0
+	for ; k+4 <= len(v); k += 4 {
+		a, b, c, d := float64(v[k]), float64(v[k+1]), float64(v[k+2]), float64(v[k+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	for ; k < len(v); k++ {
+		a := float64(v[k])
+		s0 += a * a
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// maxAbs is max |v_k|, NaN if any v_k is NaN.
+func maxAbs(v []float32) float64 {
+	m := 0.0
+	for _, x := range v {
+		a := math.Abs(float64(x))
+		if a > m || a != a {
+			m = a
+		}
+		if m != m {
+			return m
+		}
+	}
+	return m
+}
+
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if x-x != 0 {
+			return false
+		}
+	}
+	return true
+}

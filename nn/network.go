@@ -1,0 +1,191 @@
+// Package nn is the planned executor under differentially private
+// training: it runs the forward pass, the backward pass, each example's
+// gradient norm and the clipped gradient sum of a sequential network
+// straight on the project's GEMM (package blas), with every buffer
+// allocated once when the plan is made.
+//
+// A Network is a list of typed layers (Conv2D, Dense, MaxPool, Flatten)
+// over one flat float32 parameter buffer; package models builds them. A
+// Plan compiles a Network for a number of workers (one per core) and a
+// chunk of examples per worker. A step splits the batch into chunks and
+// runs each chunk through the whole network on one worker: the forward
+// pass (im2col + GEMM convolutions with fused bias and activation, max
+// pooling with stored argmax), the backward pass, and then, for private
+// training, each example's gradient and its squared norm accumulated in
+// float64; a Clipper turns the norms into scale factors and the worker
+// adds the scaled gradients into its own accumulator. Convolution
+// gradients are materialized per example (U_i^T G_i, one small GEMM each,
+// the same flops as the batched weight gradient) so that the norm is the
+// norm of exactly the vector that is added; dense layers use the
+// outer-product norm ||u_i||^2 ||g_i||^2 and book-keeping (one GEMM over
+// the chunk with the rows of G scaled, Bu et al. 2022). Nothing scales
+// with the batch size except the per-example statistics, so variable
+// (Poisson) batch sizes need no padding and no new plan.
+//
+// Activations inside a worker are stored NHWC (one row of channels per
+// pixel); inputs arrive CHW as in the rest of the project, and Flatten
+// produces CHW order, so a network's parameters mean the same as in the
+// gorgonia graph package models builds for it.
+package nn
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalid is returned (wrapped) for invalid networks, options or inputs.
+var ErrInvalid = errors.New("invalid argument")
+
+// Shape is the (channels, height, width) of one example's activation; a
+// flat vector of n features is {n, 1, 1}.
+type Shape struct{ C, H, W int }
+
+// Size is C*H*W.
+func (s Shape) Size() int { return s.C * s.H * s.W }
+
+func (s Shape) flat() bool { return s.H == 1 && s.W == 1 }
+
+// Param is a contiguous range of the flat parameter buffer.
+type Param struct{ Offset, Len int }
+
+// Activation is an element-wise nonlinearity fused into the affine layer
+// before it.
+type Activation uint8
+
+// Activations.
+const (
+	Identity Activation = iota
+	Tanh
+	ReLU
+)
+
+func (a Activation) String() string {
+	switch a {
+	case Identity:
+		return "identity"
+	case Tanh:
+		return "tanh"
+	case ReLU:
+		return "relu"
+	}
+	return fmt.Sprintf("Activation(%d)", uint8(a))
+}
+
+// Layer is one layer of a Network: Conv2D, Dense, MaxPool or Flatten.
+type Layer interface {
+	// out returns the layer's output shape for input shape in.
+	out(in Shape) (Shape, error)
+}
+
+// Conv2D is a 2-D convolution Z = U W + b over the im2col-unfolded input U
+// (one row per output pixel) followed by Act. Weight has shape
+// (Kernel*Kernel*in channels, Out), rows ordered (channel, kernel row,
+// kernel column) as gorgonia's Im2Col orders them; Bias has Out entries.
+type Conv2D struct {
+	Out, Kernel, Stride, Pad int
+	Act                      Activation
+	Weight, Bias             Param
+}
+
+// Dense is z = u W + b followed by Act; Weight has shape (in, Out)
+// row-major, Bias Out entries. Its input must be flat (see Flatten).
+type Dense struct {
+	Out          int
+	Act          Activation
+	Weight, Bias Param
+}
+
+// MaxPool is a Size x Size max pooling with stride Size; rows and columns
+// that do not fill a window are dropped (floor), as in gorgonia and
+// PyTorch.
+type MaxPool struct{ Size int }
+
+// Flatten turns a (C, H, W) activation into C*H*W features in CHW order.
+type Flatten struct{}
+
+func (c Conv2D) out(in Shape) (Shape, error) {
+	if c.Out <= 0 || c.Kernel <= 0 || c.Stride <= 0 || c.Pad < 0 {
+		return Shape{}, fmt.Errorf("conv2d out %d kernel %d stride %d pad %d: %w", c.Out, c.Kernel, c.Stride, c.Pad, ErrInvalid)
+	}
+	h := (in.H+2*c.Pad-c.Kernel)/c.Stride + 1
+	w := (in.W+2*c.Pad-c.Kernel)/c.Stride + 1
+	if in.H+2*c.Pad < c.Kernel || in.W+2*c.Pad < c.Kernel || h <= 0 || w <= 0 {
+		return Shape{}, fmt.Errorf("conv2d kernel %d does not fit input %dx%d with padding %d: %w", c.Kernel, in.H, in.W, c.Pad, ErrInvalid)
+	}
+	if err := c.check(c.Kernel*c.Kernel*in.C, c.Out, c.Act); err != nil {
+		return Shape{}, fmt.Errorf("conv2d: %w", err)
+	}
+	return Shape{c.Out, h, w}, nil
+}
+
+func (c Conv2D) check(fi, fo int, act Activation) error {
+	return checkAffine(c.Weight, c.Bias, fi, fo, act)
+}
+
+func checkAffine(w, b Param, fi, fo int, act Activation) error {
+	if w.Len != fi*fo || b.Len != fo || w.Offset < 0 || b.Offset < 0 {
+		return fmt.Errorf("weight %+v, bias %+v for fan-in %d, fan-out %d: %w", w, b, fi, fo, ErrInvalid)
+	}
+	if act > ReLU {
+		return fmt.Errorf("%v: %w", act, ErrInvalid)
+	}
+	return nil
+}
+
+func (d Dense) out(in Shape) (Shape, error) {
+	if !in.flat() {
+		return Shape{}, fmt.Errorf("dense after a %dx%dx%d activation needs a Flatten first: %w", in.C, in.H, in.W, ErrInvalid)
+	}
+	if d.Out <= 0 {
+		return Shape{}, fmt.Errorf("dense out %d: %w", d.Out, ErrInvalid)
+	}
+	if err := checkAffine(d.Weight, d.Bias, in.C, d.Out, d.Act); err != nil {
+		return Shape{}, fmt.Errorf("dense: %w", err)
+	}
+	return Shape{d.Out, 1, 1}, nil
+}
+
+func (p MaxPool) out(in Shape) (Shape, error) {
+	if p.Size <= 0 || in.H < p.Size || in.W < p.Size {
+		return Shape{}, fmt.Errorf("max pool %d on a %dx%d input: %w", p.Size, in.H, in.W, ErrInvalid)
+	}
+	return Shape{in.C, in.H / p.Size, in.W / p.Size}, nil
+}
+
+func (Flatten) out(in Shape) (Shape, error) { return Shape{in.Size(), 1, 1}, nil }
+
+// Network is a sequential stack of layers on inputs of shape Input; the
+// last layer's output (a flat vector) holds the logits.
+type Network struct {
+	Input  Shape
+	Layers []Layer
+}
+
+// Shapes returns the activation shape before each layer and after the
+// last one (len(Layers)+1 entries), or an error naming the first layer
+// whose input does not fit.
+func (n Network) Shapes() ([]Shape, error) {
+	if n.Input.C <= 0 || n.Input.H <= 0 || n.Input.W <= 0 {
+		return nil, fmt.Errorf("nn: input shape %+v: %w", n.Input, ErrInvalid)
+	}
+	if len(n.Layers) == 0 {
+		return nil, fmt.Errorf("nn: no layers: %w", ErrInvalid)
+	}
+	out := []Shape{n.Input}
+	cur := n.Input
+	for i, l := range n.Layers {
+		if l == nil {
+			return nil, fmt.Errorf("nn: layer %d is nil: %w", i, ErrInvalid)
+		}
+		next, err := l.out(cur)
+		if err != nil {
+			return nil, fmt.Errorf("nn: layer %d: %w", i, err)
+		}
+		out = append(out, next)
+		cur = next
+	}
+	if !cur.flat() {
+		return nil, fmt.Errorf("nn: the last layer's output %+v is not flat: %w", cur, ErrInvalid)
+	}
+	return out, nil
+}

@@ -1,0 +1,878 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/dpmf-go/dpmf/blas"
+	gblas "gonum.org/v1/gonum/blas"
+)
+
+// Clipper turns one example's gradient norms into the factors by which
+// its gradient enters the sum. Plan.Step calls it from its workers,
+// concurrently for different examples.
+type Clipper interface {
+	// Scale receives example i's squared gradient L2 norm per affine layer
+	// (weight and bias together, in network order), accumulated in float64
+	// from exactly the float32 values that will be added, or all NaN if
+	// the example's input, loss or gradient is not finite; linf is the
+	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
+	// one factor per affine layer into c: 0 drops the layer's gradient,
+	// 1 keeps it. Factors must be finite and non-negative.
+	Scale(i int, sq []float64, linf float64, c []float64)
+}
+
+// Options configures a Plan.
+type Options struct {
+	// MaxBatch is the largest batch Step accepts (it sizes the
+	// per-example statistics only; the buffers depend on Chunk).
+	MaxBatch int
+	// Workers is the number of goroutines a step uses; 0 means
+	// GOMAXPROCS.
+	Workers int
+	// Chunk is the number of examples a worker runs through the network
+	// at once (larger chunks make larger GEMMs and use more memory); 0
+	// means 16.
+	Chunk int
+	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
+	// linf).
+	LInf bool
+}
+
+type kind uint8
+
+const (
+	kConv kind = iota
+	kDense
+	kPool
+	kFlatten
+)
+
+// stage is one compiled layer.
+type stage struct {
+	kind    kind
+	in, out Shape
+	// affine layers: Z (P x fo per example) = U (P x fi) W + b.
+	fi, fo, P      int
+	act            Activation
+	w, b           Param
+	k, stride, pad int // conv
+	pool           int
+	aff            int // index among affine layers
+	exOff          int // conv: offset of the per-example gradient in a perEx row
+	// conv: wp is the weight with rows permuted from the parameter
+	// layout (channel, kernel row, kernel column) to im2col's (kernel
+	// row, kernel column, channel); perm[r] is the layout row of
+	// internal row r.
+	wp   []float32
+	perm []int32
+}
+
+// weight returns the affine stage's weight as the GEMMs read it.
+func (s *stage) weight(params []float32) []float32 {
+	if s.kind == kConv {
+		return s.wp
+	}
+	return params[s.w.Offset : s.w.Offset+s.w.Len]
+}
+
+// segment is a run of the gradient that reduce copies from the workers'
+// accumulators (internal layout) to the caller's buffer (parameter
+// layout).
+type segment struct{ src, dst, n int }
+
+// Plan is a Network compiled for a fixed number of workers and chunk
+// size, with all buffers allocated. It is not safe for concurrent use.
+type Plan struct {
+	net     Network
+	params  []float32
+	stages  []stage
+	naff    int
+	exLen   int // per-example materialized (convolution) gradient length
+	classes int
+	opt     Options
+	workers []*worker
+	loss    []float64
+	segs    []segment
+
+	// per step
+	x       []float32
+	y       []int
+	n       int
+	chunk   int
+	private bool
+	clip    Clipper
+	capture [][]float32
+	logits  []float32
+	mode    mode
+	dst     []float32
+	chunks  int
+	active  int // workers with a chunk
+	barrier sync.WaitGroup
+	done    sync.WaitGroup
+	splits  [][]int
+}
+
+// worker holds one goroutine's buffers for a chunk of examples.
+type worker struct {
+	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32 // per stage: im2col rows (conv only)
+	arg  [][]int32   // per stage: argmax (pool only)
+	du   []float32   // conv input-gradient rows
+	ex   []float32   // chunk x exLen per-example convolution gradients
+	sq   []float64   // chunk x naff
+	linf []float64   // chunk
+	c    []float64   // chunk x naff
+	col  []float64   // bias column sums
+	acc  []float32   // gradient sum
+	bad  []bool      // chunk
+	gemm blas.Serial32
+}
+
+// NewPlan compiles net over the parameter buffer params (shared, not
+// copied: the plan sees later writes to it).
+func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
+	shapes, err := net.Shapes()
+	if err != nil {
+		return nil, err
+	}
+	if opt.MaxBatch <= 0 {
+		return nil, fmt.Errorf("nn: plan: MaxBatch %d: %w", opt.MaxBatch, ErrInvalid)
+	}
+	if opt.Workers < 0 || opt.Chunk < 0 {
+		return nil, fmt.Errorf("nn: plan: %d workers, chunk %d: %w", opt.Workers, opt.Chunk, ErrInvalid)
+	}
+	if opt.Workers == 0 {
+		opt.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opt.Chunk == 0 {
+		opt.Chunk = 16
+	}
+	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
+	p := &Plan{net: net, params: params, opt: opt, classes: shapes[len(shapes)-1].C}
+	for i, l := range net.Layers {
+		s := stage{in: shapes[i], out: shapes[i+1], P: 1}
+		switch l := l.(type) {
+		case Conv2D:
+			s.kind, s.k, s.stride, s.pad, s.act, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Weight, l.Bias
+			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
+			s.exOff = p.exLen
+			p.exLen += s.fi*s.fo + s.fo
+			s.wp = make([]float32, s.fi*s.fo)
+			s.perm = make([]int32, s.fi)
+			C, K := s.in.C, s.k
+			for kr := range K {
+				for kc := range K {
+					for ch := range C {
+						s.perm[(kr*K+kc)*C+ch] = int32(ch*K*K + kr*K + kc)
+					}
+				}
+			}
+		case Dense:
+			s.kind, s.act, s.w, s.b = kDense, l.Act, l.Weight, l.Bias
+			s.fi, s.fo = s.in.C, l.Out
+		case MaxPool:
+			s.kind, s.pool = kPool, l.Size
+		case Flatten:
+			s.kind = kFlatten
+		default:
+			return nil, fmt.Errorf("nn: plan: layer %d: unsupported type %T: %w", i, l, ErrInvalid)
+		}
+		if s.kind == kConv || s.kind == kDense {
+			for _, q := range []Param{s.w, s.b} {
+				if q.Offset+q.Len > len(params) {
+					return nil, fmt.Errorf("nn: plan: layer %d: parameters [%d, %d) outside the buffer of %d: %w", i, q.Offset, q.Offset+q.Len, len(params), ErrInvalid)
+				}
+			}
+			s.aff = p.naff
+			p.naff++
+		}
+		p.stages = append(p.stages, s)
+	}
+	if p.naff == 0 {
+		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+	}
+	p.segments()
+	// Refuse sizes that cannot fit before allocating them.
+	C := opt.Chunk
+	floats := 0
+	for _, s := range p.stages {
+		floats += 2 * C * s.in.Size()
+		if s.kind == kConv {
+			floats += 2 * C * s.P * s.fi
+		}
+		if s.kind == kPool {
+			floats += C * s.out.Size()
+		}
+	}
+	floats += C*p.classes*2 + C*p.exLen + len(params)
+	if gib := float64(floats) * 4 * float64(opt.Workers) / (1 << 30); gib > 64 {
+		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples: %w", gib, opt.Workers, C, ErrInvalid)
+	}
+	p.loss = make([]float64, opt.MaxBatch)
+	for range opt.Workers {
+		p.workers = append(p.workers, p.newWorker())
+	}
+	p.splitSegments()
+	return p, nil
+}
+
+// segments lists the runs reduce copies: one per permuted convolution
+// weight row, one per gap between them.
+func (p *Plan) segments() {
+	var rows []segment
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv {
+			continue
+		}
+		for r, e := range s.perm {
+			rows = append(rows, segment{src: s.w.Offset + r*s.fo, dst: s.w.Offset + int(e)*s.fo, n: s.fo})
+		}
+	}
+	// Everything outside the convolution weights maps to itself.
+	covered := make([]bool, len(p.params))
+	for _, r := range rows {
+		for k := range r.n {
+			covered[r.src+k] = true
+		}
+	}
+	for k := 0; k < len(p.params); {
+		if covered[k] {
+			k++
+			continue
+		}
+		e := k
+		for e < len(p.params) && !covered[e] {
+			e++
+		}
+		rows = append(rows, segment{src: k, dst: k, n: e - k})
+		k = e
+	}
+	p.segs = rows
+}
+
+// permute copies the convolution weights into their internal row order.
+func (p *Plan) permute() {
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv {
+			continue
+		}
+		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+		for r, e := range s.perm {
+			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+		}
+	}
+}
+
+func (p *Plan) newWorker() *worker {
+	C := p.opt.Chunk
+	S := len(p.stages)
+	w := &worker{
+		act: make([][]float32, S+1), d: make([][]float32, S+1),
+		u: make([][]float32, S), arg: make([][]int32, S),
+		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
+		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
+	}
+	maxDU, maxFo := 0, 0
+	for i, s := range p.stages {
+		w.act[i] = make([]float32, C*s.in.Size())
+		if i > 0 {
+			w.d[i] = make([]float32, C*s.in.Size())
+		}
+		switch s.kind {
+		case kConv:
+			w.u[i] = make([]float32, C*s.P*s.fi)
+			if i > 0 {
+				maxDU = max(maxDU, C*s.P*s.fi)
+			}
+		case kPool:
+			w.arg[i] = make([]int32, C*s.out.Size())
+		}
+		maxFo = max(maxFo, s.fo)
+	}
+	w.act[S] = make([]float32, C*p.classes)
+	w.d[S] = make([]float32, C*p.classes)
+	w.du = make([]float32, maxDU)
+	w.col = make([]float64, maxFo)
+	return w
+}
+
+// Classes is the length of the network's output.
+func (p *Plan) Classes() int { return p.classes }
+
+// InputSize is the number of floats of one example.
+func (p *Plan) InputSize() int { return p.net.Input.Size() }
+
+// Affine is the number of layers with parameters (Clipper.Scale's
+// len(sq)).
+func (p *Plan) Affine() int { return p.naff }
+
+func (p *Plan) check(x []float32, y []int, n int) error {
+	in := p.net.Input.Size()
+	if n <= 0 || len(x) != n*in {
+		return fmt.Errorf("nn: %d floats for %d examples of %d: %w", len(x), n, in, ErrInvalid)
+	}
+	if y != nil {
+		if n > p.opt.MaxBatch {
+			return fmt.Errorf("nn: batch %d > MaxBatch %d: %w", n, p.opt.MaxBatch, ErrInvalid)
+		}
+		if len(y) != n {
+			return fmt.Errorf("nn: %d labels for %d examples: %w", len(y), n, ErrInvalid)
+		}
+		for i, c := range y {
+			if c < 0 || c >= p.classes {
+				return fmt.Errorf("nn: label %d of example %d not in [0,%d): %w", c, i, p.classes, ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+// Step runs the forward and backward pass on the len(y) examples x (CHW
+// each) with labels y and writes into dst (len(params)) the sum of their
+// gradients of the cross-entropy loss: unclipped if clip is nil, else
+// each example's layers scaled by the factors clip returns. Examples whose
+// input, loss or gradient is not finite contribute nothing (clip sees NaN
+// norms). It returns each example's loss (NaN for those), valid until the
+// next call.
+func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
+	if y == nil {
+		return nil, fmt.Errorf("nn: step: no labels: %w", ErrInvalid)
+	}
+	if err := p.check(x, y, len(y)); err != nil {
+		return nil, err
+	}
+	if len(dst) != len(p.params) {
+		return nil, fmt.Errorf("nn: step: len(dst) = %d, want %d: %w", len(dst), len(p.params), ErrInvalid)
+	}
+	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
+	p.permute()
+	p.run(modeTrain, dst)
+	p.x, p.y, p.clip = nil, nil, nil
+	return p.loss[:len(y)], nil
+}
+
+// Gradients writes each example's unclipped gradient into out[i]
+// (len(params) each), for tests and audits; it returns the losses as Step.
+func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, error) {
+	if err := p.check(x, y, len(y)); err != nil {
+		return nil, err
+	}
+	if len(out) != len(y) {
+		return nil, fmt.Errorf("nn: gradients: %d outputs for %d examples: %w", len(out), len(y), ErrInvalid)
+	}
+	for _, o := range out {
+		if len(o) != len(p.params) {
+			return nil, fmt.Errorf("nn: gradients: output of %d, want %d: %w", len(o), len(p.params), ErrInvalid)
+		}
+	}
+	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
+	p.permute()
+	p.run(modeGradients, nil)
+	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
+	return p.loss[:len(y)], nil
+}
+
+type unit struct{}
+
+func (unit) Scale(_ int, _ []float64, _ float64, c []float64) {
+	for k := range c {
+		c[k] = 1
+	}
+}
+
+// Forward writes the logits of the examples x (CHW each, any number) into
+// logits (Classes() per example). Inputs must be finite.
+func (p *Plan) Forward(x []float32, logits []float32) error {
+	n := len(x) / max(1, p.net.Input.Size())
+	if err := p.check(x, nil, n); err != nil {
+		return err
+	}
+	if len(logits) != n*p.classes {
+		return fmt.Errorf("nn: forward: %d logits for %d examples of %d classes: %w", len(logits), n, p.classes, ErrInvalid)
+	}
+	p.x, p.y, p.n, p.logits = x, nil, n, logits
+	p.permute()
+	p.run(modeForward, nil)
+	p.x, p.logits = nil, nil
+	return nil
+}
+
+// run deals chunks of the current batch out to the workers (worker w
+// takes chunks w, w+W, ..., so the result does not depend on scheduling)
+// and, for Step, has each then sum its share of the accumulators into
+// dst. One goroutine start per extra worker is the step's only
+// allocation.
+func (p *Plan) run(mode mode, dst []float32) {
+	W := len(p.workers)
+	p.chunk = min(p.opt.Chunk, (p.n+W-1)/W)
+	p.chunks = (p.n + p.chunk - 1) / p.chunk
+	p.active = min(W, p.chunks)
+	p.mode, p.dst = mode, dst
+	if p.active == 1 {
+		p.work(0)
+		return
+	}
+	if mode == modeTrain {
+		p.barrier.Add(p.active)
+	}
+	p.done.Add(p.active - 1)
+	for wi := 1; wi < p.active; wi++ {
+		go p.work(wi)
+	}
+	p.work(0)
+	p.done.Wait()
+	p.dst = nil
+}
+
+type mode uint8
+
+const (
+	modeTrain mode = iota
+	modeForward
+	modeGradients
+)
+
+func (p *Plan) work(wi int) {
+	w := p.workers[wi]
+	if p.mode == modeTrain {
+		clear(w.acc)
+	}
+	for c := wi; c < p.chunks; c += p.active {
+		i0 := c * p.chunk
+		m := min(p.chunk, p.n-i0)
+		if p.mode == modeForward {
+			p.forwardChunk(w, i0, m)
+		} else {
+			p.trainChunk(w, i0, m)
+		}
+	}
+	if p.active > 1 {
+		if p.mode == modeTrain {
+			p.barrier.Done()
+			p.barrier.Wait()
+			split := p.splits[p.active]
+			p.reduce(split[wi], split[wi+1])
+		}
+		if wi > 0 {
+			p.done.Done()
+		}
+		return
+	}
+	if p.mode == modeTrain {
+		p.reduce(0, len(p.segs))
+	}
+}
+
+// reduce writes the sum of the active workers' accumulators over
+// segments [lo, hi) into dst, mapping the internal convolution weight
+// rows back to the parameter layout.
+func (p *Plan) reduce(lo, hi int) {
+	accs := p.workers[:p.active]
+	for _, sg := range p.segs[lo:hi] {
+		d := p.dst[sg.dst : sg.dst+sg.n]
+		copy(d, accs[0].acc[sg.src:sg.src+sg.n])
+		for _, w := range accs[1:] {
+			add(d, w.acc[sg.src:sg.src+sg.n])
+		}
+	}
+}
+
+// splitSegments sets p.splits[W] to W+1 boundaries cutting the segments
+// into W runs of about equal length, for W up to the number of workers.
+func (p *Plan) splitSegments() {
+	total := len(p.params)
+	p.splits = make([][]int, len(p.workers)+1)
+	for W := 1; W <= len(p.workers); W++ {
+		b := []int{0}
+		done, k := 0, 0
+		for g := 1; g < W; g++ {
+			for k < len(p.segs) && done < total*g/W {
+				done += p.segs[k].n
+				k++
+			}
+			b = append(b, k)
+		}
+		p.splits[W] = append(b, len(p.segs))
+	}
+}
+
+// loadInput converts examples [i0, i0+m) from CHW to HWC into act[0],
+// zeroing and flagging any with a non-finite value.
+func (p *Plan) loadInput(w *worker, i0, m int) {
+	in := p.net.Input
+	sz := in.Size()
+	hw := in.H * in.W
+	for j := range m {
+		src := p.x[(i0+j)*sz : (i0+j+1)*sz]
+		dst := w.act[0][j*sz : (j+1)*sz]
+		w.bad[j] = !allFinite(src)
+		if w.bad[j] {
+			clear(dst)
+			continue
+		}
+		if in.C == 1 || hw == 1 {
+			copy(dst, src)
+			continue
+		}
+		for c := range in.C {
+			for k, v := range src[c*hw : (c+1)*hw] {
+				dst[k*in.C+c] = v
+			}
+		}
+	}
+}
+
+func (p *Plan) forward(w *worker, m int) {
+	for i := range p.stages {
+		s := &p.stages[i]
+		in, out := w.act[i], w.act[i+1]
+		isz, osz := s.in.Size(), s.out.Size()
+		switch s.kind {
+		case kConv:
+			U := w.u[i]
+			for j := range m {
+				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
+			}
+			rows := m * s.P
+			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			biasAct(out[:rows*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+		case kDense:
+			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			biasAct(out[:m*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+		case kPool:
+			for j := range m {
+				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
+			}
+		case kFlatten:
+			C, hw := s.in.C, s.in.H*s.in.W
+			for j := range m {
+				src, dst := in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz]
+				for k := range hw {
+					for c := range C {
+						dst[c*hw+k] = src[k*C+c]
+					}
+				}
+			}
+		}
+	}
+}
+
+func (p *Plan) forwardChunk(w *worker, i0, m int) {
+	p.loadInput(w, i0, m)
+	p.forward(w, m)
+	copy(p.logits[i0*p.classes:(i0+m)*p.classes], w.act[len(p.stages)][:m*p.classes])
+}
+
+// lossGrad writes each example's cross-entropy (float64 log-sum-exp) into
+// p.loss and the gradient of the summed loss w.r.t. the logits into d.
+func (p *Plan) lossGrad(w *worker, i0, m int) {
+	C := p.classes
+	logits, d := w.act[len(p.stages)], w.d[len(p.stages)]
+	for j := range m {
+		row, g := logits[j*C:(j+1)*C], d[j*C:(j+1)*C]
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = max(mx, float64(v))
+		}
+		s := 0.0
+		for _, v := range row {
+			s += math.Exp(float64(v) - mx)
+		}
+		l := mx + math.Log(s) - float64(row[p.y[i0+j]])
+		if w.bad[j] || math.IsNaN(l) || math.IsInf(l, 0) {
+			w.bad[j] = true
+			p.loss[i0+j] = math.NaN()
+			clear(g)
+			continue
+		}
+		p.loss[i0+j] = l
+		for k, v := range row {
+			g[k] = float32(math.Exp(float64(v)-mx) / s)
+		}
+		g[p.y[i0+j]] -= 1
+	}
+}
+
+func (p *Plan) backward(w *worker, m int) {
+	for i := len(p.stages) - 1; i >= 0; i-- {
+		s := &p.stages[i]
+		dout, din := w.d[i+1], w.d[i]
+		isz, osz := s.in.Size(), s.out.Size()
+		switch s.kind {
+		case kConv:
+			rows := m * s.P
+			G := dout[:rows*s.fo]
+			actGrad(G, w.act[i+1][:rows*s.fo], s.act)
+			if i == 0 {
+				continue
+			}
+			du := w.du[:rows*s.fi]
+			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
+			for j := range m {
+				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
+			}
+		case kDense:
+			G := dout[:m*s.fo]
+			actGrad(G, w.act[i+1][:m*s.fo], s.act)
+			if i == 0 {
+				continue
+			}
+			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
+		case kPool:
+			if i == 0 {
+				continue
+			}
+			for j := range m {
+				di := din[j*isz : (j+1)*isz]
+				clear(di)
+				arg := w.arg[i][j*osz : (j+1)*osz]
+				for k, g := range dout[j*osz : (j+1)*osz] {
+					di[arg[k]] += g
+				}
+			}
+		case kFlatten:
+			if i == 0 {
+				continue
+			}
+			C, hw := s.in.C, s.in.H*s.in.W
+			for j := range m {
+				src, dst := dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz]
+				for k := range hw {
+					for c := range C {
+						dst[k*C+c] = src[c*hw+k]
+					}
+				}
+			}
+		}
+	}
+}
+
+// trainChunk runs examples [i0, i0+m) forward and backward and adds their
+// (clipped) gradients into w.acc.
+func (p *Plan) trainChunk(w *worker, i0, m int) {
+	p.loadInput(w, i0, m)
+	p.forward(w, m)
+	p.lossGrad(w, i0, m)
+	p.backward(w, m)
+	if p.private {
+		p.perExample(w, i0, m)
+	} else {
+		p.dropNonFinite(w, i0, m)
+	}
+	p.accumulate(w, m)
+}
+
+// affineIO returns example j's input rows U_j and output-gradient rows
+// G_j of affine stage i.
+func (w *worker) affineIO(s *stage, i, j int) (U, G []float32) {
+	if s.kind == kConv {
+		U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
+	} else {
+		U = w.act[i][j*s.fi : (j+1)*s.fi]
+	}
+	return U, w.d[i+1][j*s.P*s.fo : (j+1)*s.P*s.fo]
+}
+
+// dropNonFinite flags examples whose layer inputs or gradients are not
+// finite and zeroes their rows (0*NaN is NaN, so both U and G).
+func (p *Plan) dropNonFinite(w *worker, i0, m int) {
+	for j := range m {
+		if !w.bad[j] {
+			for i := range p.stages {
+				s := &p.stages[i]
+				if s.kind != kConv && s.kind != kDense {
+					continue
+				}
+				// A convolution's im2col rows hold the values of its
+				// input activation (and zeros): scan that, 9x smaller.
+				_, G := w.affineIO(s, i, j)
+				in := w.act[i][j*s.in.Size() : (j+1)*s.in.Size()]
+				if !allFinite(in) || !allFinite(G) {
+					w.bad[j] = true
+					break
+				}
+			}
+		}
+		if w.bad[j] {
+			p.loss[i0+j] = math.NaN()
+			p.zeroExample(w, j)
+		}
+	}
+}
+
+func (p *Plan) zeroExample(w *worker, j int) {
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind == kConv || s.kind == kDense {
+			U, G := w.affineIO(s, i, j)
+			clear(U)
+			clear(G)
+		}
+	}
+}
+
+// colSums writes the column sums of the rows x fo matrix G into col
+// (float64).
+func colSums(G []float32, fo int, col []float64) {
+	col = col[:fo]
+	clear(col)
+	for r := 0; r < len(G); r += fo {
+		for k, v := range G[r : r+fo] {
+			col[k] += float64(v)
+		}
+	}
+}
+
+// perExample computes each example's per-layer squared norms (and L-inf
+// norm), materializing convolution gradients in w.ex, asks the clipper
+// for factors, and scales (or zeroes) the dense layers' G rows so that
+// accumulate's GEMM is the book-keeping clipped sum.
+func (p *Plan) perExample(w *worker, i0, m int) {
+	A := p.naff
+	for j := range m {
+		sq := w.sq[j*A : (j+1)*A]
+		linf := 0.0
+		for i := range p.stages {
+			s := &p.stages[i]
+			switch s.kind {
+			case kConv:
+				U, G := w.affineIO(s, i, j)
+				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				colSums(G, s.fo, w.col)
+				for k, v := range w.col[:s.fo] {
+					M[s.fi*s.fo+k] = float32(v)
+				}
+				sq[s.aff] = sumsq64(M)
+				if p.opt.LInf {
+					linf = max(linf, maxAbs(M))
+				}
+			case kDense:
+				U, G := w.affineIO(s, i, j)
+				gg := sumsq64(G)
+				// The weight gradient is the outer product u g^T: each
+				// entry one float32 product, its squared norm
+				// ||u||^2 ||g||^2 up to float64 rounding.
+				sq[s.aff] = sumsq64(U)*gg + gg
+				if p.opt.LInf {
+					mg := maxAbs(G)
+					linf = max(linf, maxAbs(U)*mg, mg)
+				}
+			}
+		}
+		if w.bad[j] {
+			for k := range sq {
+				sq[k] = math.NaN()
+			}
+		}
+		for _, v := range sq {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				w.bad[j] = true
+			}
+		}
+		if w.bad[j] {
+			p.loss[i0+j] = math.NaN()
+			for k := range sq {
+				sq[k] = math.NaN()
+			}
+		}
+		c := w.c[j*A : (j+1)*A]
+		p.clip.Scale(i0+j, sq, linf, c)
+		if p.capture != nil {
+			p.captureExample(w, j, p.capture[i0+j])
+			continue
+		}
+		for i := range p.stages {
+			s := &p.stages[i]
+			if s.kind != kDense {
+				continue
+			}
+			U, G := w.affineIO(s, i, j)
+			switch f := c[s.aff]; {
+			case f == 1:
+			case f == 0 || w.bad[j]:
+				clear(U)
+				clear(G)
+			default:
+				f32 := float32(f)
+				for k := range G {
+					G[k] *= f32
+				}
+			}
+		}
+	}
+}
+
+// captureExample writes example j's gradient into out.
+func (p *Plan) captureExample(w *worker, j int, out []float32) {
+	for i := range p.stages {
+		s := &p.stages[i]
+		switch s.kind {
+		case kConv:
+			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+			for r, e := range s.perm {
+				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
+			}
+			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.fi*s.fo:])
+		case kDense:
+			U, G := w.affineIO(s, i, j)
+			W := out[s.w.Offset : s.w.Offset+s.w.Len]
+			for a, u := range U {
+				for b, g := range G {
+					W[a*s.fo+b] = u * g
+				}
+			}
+			copy(out[s.b.Offset:s.b.Offset+s.b.Len], G)
+		}
+	}
+}
+
+// accumulate adds the chunk's gradients into w.acc: book-keeping GEMMs
+// U^T G over the chunk for dense layers (and for convolutions on the
+// non-private path), the scaled per-example convolution gradients on the
+// private path.
+func (p *Plan) accumulate(w *worker, m int) {
+	if p.capture != nil {
+		return
+	}
+	A := p.naff
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv && s.kind != kDense {
+			continue
+		}
+		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		if s.kind == kConv && p.private {
+			for j := range m {
+				f := w.c[j*A+s.aff]
+				if f == 0 || w.bad[j] {
+					continue
+				}
+				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+				axpy(float32(f), M[:s.fi*s.fo], accW)
+				axpy(float32(f), M[s.fi*s.fo:], accB)
+			}
+			continue
+		}
+		rows := m * s.P
+		var U []float32
+		if s.kind == kConv {
+			U = w.u[i][:rows*s.fi]
+		} else {
+			U = w.act[i][:rows*s.fi]
+		}
+		G := w.d[i+1][:rows*s.fo]
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		colSums(G, s.fo, w.col)
+		for k, v := range w.col[:s.fo] {
+			accB[k] += float32(v)
+		}
+	}
+}

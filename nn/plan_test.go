@@ -1,0 +1,416 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// refLoss is an independent float64 forward pass of net on one example x
+// (CHW) with label y: direct convolution loops, no im2col, no permutation.
+func refLoss(net Network, p []float64, x []float64, y int) float64 {
+	cur := x
+	sh := net.Input
+	act := func(v float64, a Activation) float64 {
+		switch a {
+		case Tanh:
+			return math.Tanh(v)
+		case ReLU:
+			return max(v, 0)
+		}
+		return v
+	}
+	for _, l := range net.Layers {
+		switch l := l.(type) {
+		case Conv2D:
+			out, _ := l.out(sh)
+			K := l.Kernel
+			next := make([]float64, out.Size())
+			for o := range out.C {
+				for r := range out.H {
+					for c := range out.W {
+						s := p[l.Bias.Offset+o]
+						for ch := range sh.C {
+							for kr := range K {
+								for kc := range K {
+									ih, iw := r*l.Stride-l.Pad+kr, c*l.Stride-l.Pad+kc
+									if ih < 0 || ih >= sh.H || iw < 0 || iw >= sh.W {
+										continue
+									}
+									s += cur[ch*sh.H*sh.W+ih*sh.W+iw] * p[l.Weight.Offset+(ch*K*K+kr*K+kc)*out.C+o]
+								}
+							}
+						}
+						next[o*out.H*out.W+r*out.W+c] = act(s, l.Act)
+					}
+				}
+			}
+			cur, sh = next, out
+		case MaxPool:
+			out, _ := l.out(sh)
+			next := make([]float64, out.Size())
+			for ch := range out.C {
+				for r := range out.H {
+					for c := range out.W {
+						mx := math.Inf(-1)
+						for dr := range l.Size {
+							for dc := range l.Size {
+								mx = max(mx, cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc])
+							}
+						}
+						next[ch*out.H*out.W+r*out.W+c] = mx
+					}
+				}
+			}
+			cur, sh = next, out
+		case Flatten:
+			sh = Shape{sh.Size(), 1, 1}
+		case Dense:
+			next := make([]float64, l.Out)
+			for o := range l.Out {
+				s := p[l.Bias.Offset+o]
+				for k := range sh.C {
+					s += cur[k] * p[l.Weight.Offset+k*l.Out+o]
+				}
+				next[o] = act(s, l.Act)
+			}
+			cur, sh = next, Shape{l.Out, 1, 1}
+		}
+	}
+	mx := math.Inf(-1)
+	for _, v := range cur {
+		mx = max(mx, v)
+	}
+	s := 0.0
+	for _, v := range cur {
+		s += math.Exp(v - mx)
+	}
+	return mx + math.Log(s) - cur[y]
+}
+
+// builder lays out parameters for a test network.
+type builder struct {
+	n   int
+	net Network
+}
+
+func (b *builder) param(n int) Param {
+	p := Param{b.n, n}
+	b.n += n
+	return p
+}
+
+func (b *builder) conv(in, out, k, stride, pad int, act Activation) {
+	w := b.param(k * k * in * out)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: out, Kernel: k, Stride: stride, Pad: pad, Act: act, Weight: w, Bias: b.param(out)})
+}
+
+func (b *builder) dense(in, out int, act Activation) {
+	w := b.param(in * out)
+	b.net.Layers = append(b.net.Layers, Dense{Out: out, Act: act, Weight: w, Bias: b.param(out)})
+}
+
+func testNets() map[string]*builder {
+	nets := map[string]*builder{}
+	// Every layer and option: kernels 1, 2, 3, 5; strides 1, 2, 3;
+	// paddings 0, 1, 2; pools 2 and 3 (with floor); tanh, relu, identity.
+	b := &builder{net: Network{Input: Shape{2, 9, 9}}}
+	b.conv(2, 3, 3, 1, 1, Tanh)
+	b.conv(3, 4, 5, 2, 2, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.conv(4, 3, 1, 1, 0, Identity)
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(3*2*2, 5, Tanh)
+	b.dense(5, 3, Identity)
+	nets["mixed"] = b
+	b = &builder{net: Network{Input: Shape{1, 11, 10}}}
+	b.conv(1, 4, 2, 3, 0, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 3})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(4, 2, Identity)
+	nets["stride3-pool3"] = b
+	b = &builder{net: Network{Input: Shape{3, 2, 2}}}
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(12, 6, ReLU)
+	b.dense(6, 4, Identity)
+	nets["mlp"] = b
+	return nets
+}
+
+func randParams(rng *rand.Rand, n int) []float32 {
+	p := make([]float32, n)
+	for i := range p {
+		p[i] = float32(0.4 * rng.NormFloat64())
+	}
+	return p
+}
+
+// TestGradients checks each layer's per-example gradients against batch-1
+// passes and float64 central finite differences, and the clipped sum
+// against the sum of individually scaled gradients.
+func TestGradients(t *testing.T) {
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			// Two workers, chunks of 2: 5 examples run as 2+2+1.
+			p, err := NewPlan(b.net, params, Options{MaxBatch: 5, Workers: 2, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 5
+			in := b.net.Input.Size()
+			x := make([]float32, n*in)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			y := make([]int, n)
+			for i := range y {
+				y[i] = rng.IntN(classes)
+			}
+			grads := make([][]float32, n)
+			for i := range grads {
+				grads[i] = make([]float32, b.n)
+			}
+			if _, err := p.Gradients(x, y, grads); err != nil {
+				t.Fatal(err)
+			}
+			one := [][]float32{make([]float32, b.n)}
+			p64 := make([]float64, b.n)
+			for j, v := range params {
+				p64[j] = float64(v)
+			}
+			for i := range n {
+				if _, err := p.Gradients(x[i*in:(i+1)*in], y[i:i+1], one); err != nil {
+					t.Fatal(err)
+				}
+				if d := relDiff(grads[i], one[0]); d > 1e-5 {
+					t.Errorf("example %d: batched vs batch-1 rel diff %.2g", i, d)
+				}
+				x64 := make([]float64, in)
+				for j := range x64 {
+					x64[j] = float64(x[i*in+j])
+				}
+				fd := make([]float32, b.n)
+				for j := range p64 {
+					const h = 1e-5
+					old := p64[j]
+					p64[j] = old + h
+					lp := refLoss(b.net, p64, x64, y[i])
+					p64[j] = old - h
+					lm := refLoss(b.net, p64, x64, y[i])
+					p64[j] = old
+					fd[j] = float32((lp - lm) / (2 * h))
+				}
+				if d := relDiff(grads[i], fd); d > 1e-4 {
+					t.Errorf("example %d: gradient vs finite differences rel diff %.2g\n got %v\nwant %v", i, d, grads[i], fd)
+				}
+			}
+			// Clipped sum with factors depending on the example and layer.
+			sum := make([]float32, b.n)
+			cl := &testClipper{}
+			if _, err := p.Step(x, y, sum, cl); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, b.n)
+			layerOf := affineOf(b.net, b.n)
+			for i := range n {
+				for j, g := range grads[i] {
+					want[j] += float32(cl.factor(i, layerOf[j])) * g
+				}
+			}
+			if d := relDiff(sum, want); d > 1e-5 {
+				t.Errorf("clipped sum rel diff %.2g", d)
+			}
+			// Non-private: the plain sum.
+			for j := range want {
+				want[j] = 0
+				for i := range n {
+					want[j] += grads[i][j]
+				}
+			}
+			if _, err := p.Step(x, y, sum, nil); err != nil {
+				t.Fatal(err)
+			}
+			if d := relDiff(sum, want); d > 1e-5 {
+				t.Errorf("sum rel diff %.2g", d)
+			}
+		})
+	}
+}
+
+type testClipper struct{}
+
+func (testClipper) factor(i, l int) float64 { return 0.25 + 0.5*float64((i+2*l)%3) }
+
+func (c *testClipper) Scale(i int, sq []float64, _ float64, f []float64) {
+	for l := range f {
+		f[l] = c.factor(i, l)
+	}
+}
+
+// affineOf maps each parameter index to its affine layer.
+func affineOf(net Network, n int) []int {
+	out := make([]int, n)
+	a := 0
+	for _, l := range net.Layers {
+		var w, b Param
+		switch l := l.(type) {
+		case Conv2D:
+			w, b = l.Weight, l.Bias
+		case Dense:
+			w, b = l.Weight, l.Bias
+		default:
+			continue
+		}
+		for j := range w.Len {
+			out[w.Offset+j] = a
+		}
+		for j := range b.Len {
+			out[b.Offset+j] = a
+		}
+		a++
+	}
+	return out
+}
+
+func relDiff(a, b []float32) float64 {
+	d, nb := 0.0, 0.0
+	for i := range a {
+		t := float64(a[i]) - float64(b[i])
+		d += t * t
+		nb += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d) / max(math.Sqrt(nb), 1e-30)
+}
+
+// flatClipper clips to zeta as package clip does and records the norms.
+type flatClipper struct {
+	zeta float64
+	sq   [][]float64
+}
+
+func (c *flatClipper) Scale(i int, sq []float64, _ float64, f []float64) {
+	c.sq[i] = append(c.sq[i][:0], sq...)
+	t := 0.0
+	for _, v := range sq {
+		t += v
+	}
+	s := min(1, c.zeta/math.Sqrt(t)*(1-1.0/(1<<20)))
+	for l := range f {
+		f[l] = s
+	}
+}
+
+// TestNormsUnderCancellation builds a convolution whose per-example
+// gradient U^T G is a sum of two huge, nearly opposite terms (two pixels
+// with nearly equal inputs, gradients of opposite sign): a ghost norm from
+// float32 Gram matrices (the old engine's method) is wrong there by far
+// more than any safety factor, while the executor's norm must be the
+// float64 norm of exactly the float32 values it adds, so the clipped
+// contribution stays <= zeta.
+func TestNormsUnderCancellation(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{4, 1, 2}}}
+	b.conv(4, 4, 1, 1, 0, Identity)
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(8, 2, Identity)
+	rng := rand.New(rand.NewPCG(7, 8))
+	params := randParams(rng, b.n)
+	dw := b.net.Layers[2].(Dense).Weight
+	for c := range 4 {
+		for o := range 2 {
+			// Flattened index c*2 + pixel: pixel 1's weights are minus
+			// pixel 0's, so G_1 = -G_0 (up to 1e-3).
+			params[dw.Offset+(c*2+1)*2+o] = -params[dw.Offset+(c*2)*2+o] * (1 + 1e-3)
+		}
+	}
+	p, err := NewPlan(b.net, params, Options{MaxBatch: 1, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worstGhost := 0.0
+	for trial := range 20 {
+		x := make([]float32, 8)
+		for c := range 4 {
+			v := float32(1e4 * rng.NormFloat64())
+			x[c*2], x[c*2+1] = v, v+float32(rng.NormFloat64())
+		}
+		y := []int{trial % 2}
+		g := [][]float32{make([]float32, b.n)}
+		if _, err := p.Gradients(x, y, g); err != nil {
+			t.Fatal(err)
+		}
+		cl := &flatClipper{zeta: 1e-3, sq: make([][]float64, 1)}
+		out := make([]float32, b.n)
+		if _, err := p.Step(x, y, out, cl); err != nil {
+			t.Fatal(err)
+		}
+		cw := b.net.Layers[0].(Conv2D)
+		conv := append(append([]float32(nil), g[0][cw.Weight.Offset:cw.Weight.Offset+cw.Weight.Len]...), g[0][cw.Bias.Offset:cw.Bias.Offset+cw.Bias.Len]...)
+		want := sumsq64(conv)
+		if got := cl.sq[0][0]; math.Abs(got-want) > 1e-12*want {
+			t.Errorf("trial %d: conv squared norm %v, float64 norm of the added gradient %v", trial, got, want)
+		}
+		if n := math.Sqrt(sumsq64(out)); n > 1e-3 {
+			t.Errorf("trial %d: clipped norm %.10g > zeta 1e-3", trial, n)
+		}
+		// The float32 ghost identity <U U^T, G G^T> on the same example
+		// (weight part), against the float64 norm of U^T G.
+		var U, G [2][4]float32
+		z := [2]float64{}
+		for o := range 2 {
+			z[o] = float64(params[b.net.Layers[2].(Dense).Bias.Offset+o])
+		}
+		for pix := range 2 {
+			for c := range 4 {
+				U[pix][c] = x[c*2+pix]
+				a := float64(params[cw.Bias.Offset+c])
+				for k := range 4 {
+					a += float64(x[k*2+pix]) * float64(params[cw.Weight.Offset+k*4+c])
+				}
+				for o := range 2 {
+					z[o] += a * float64(params[dw.Offset+(c*2+pix)*2+o])
+				}
+			}
+		}
+		mx := max(z[0], z[1])
+		e0, e1 := math.Exp(z[0]-mx), math.Exp(z[1]-mx)
+		dl := [2]float64{e0 / (e0 + e1), e1 / (e0 + e1)}
+		dl[y[0]]--
+		for pix := range 2 {
+			for c := range 4 {
+				G[pix][c] = float32(float64(params[dw.Offset+(c*2+pix)*2])*dl[0] + float64(params[dw.Offset+(c*2+pix)*2+1])*dl[1])
+			}
+		}
+		ghost := 0.0
+		for p1 := range 2 {
+			for p2 := range 2 {
+				var a, g float32
+				for c := range 4 {
+					a += U[p1][c] * U[p2][c]
+					g += G[p1][c] * G[p2][c]
+				}
+				ghost += float64(a) * float64(g)
+			}
+		}
+		exact := 0.0
+		for k := range 4 {
+			for c := range 4 {
+				v := float64(U[0][k])*float64(G[0][c]) + float64(U[1][k])*float64(G[1][c])
+				exact += v * v
+			}
+		}
+		worstGhost = max(worstGhost, math.Abs(ghost-exact)/exact)
+	}
+	// The case is adversarial: the old method's error dwarfs its 1e-6
+	// safety factor.
+	if worstGhost < 1e-3 {
+		t.Errorf("float32 ghost norms within %.2g of the truth: the test is not adversarial", worstGhost)
+	}
+	t.Logf("float32 ghost squared norm: worst relative error %.3g", worstGhost)
+}

@@ -1,0 +1,41 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestClipPerLayer: per-layer bounds reach the clipping engine (a count
+// that does not match the model's layers is refused by it), the noise is
+// calibrated to their L2 norm, and bad bounds are refused.
+func TestClipPerLayer(t *testing.T) {
+	ctx := context.Background()
+	cfg := baseConfig(t)
+	cfg.ModelName, cfg.Hidden = "mlp", []int{8}
+	cfg.NoiseMultiplier, cfg.Epsilon = 1.5, 0
+	cfg.ClipNorm, cfg.ClipPerLayer = 7, []float64{0.3, 0.4}
+	tr, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tr.Plan()
+	if want := 1.5 * 0.5 * p.Sensitivity.Value; math.Abs(p.NoiseStd-want) > 1e-15*want {
+		t.Fatalf("noise std %v, want sigma * ||(0.3, 0.4)|| * sens = %v", p.NoiseStd, want)
+	}
+	if _, err := tr.TrainStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+
+	cfg.ClipPerLayer = []float64{0.3, 0.4, 0.5}
+	if _, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "3 per-layer norms for 2 layers") {
+		t.Fatalf("3 bounds for 2 layers: %v", err)
+	}
+	cfg.ClipPerLayer = []float64{0.3, 0}
+	if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "per-layer clip bound 1 = 0 must be positive") {
+		t.Fatalf("zero bound: %v", err)
+	}
+}
