@@ -202,7 +202,7 @@ func (w Workload) String() string {
 // It is refused above DenseStepLimit steps with the memory it would need.
 func (w Workload) Matrix() (*mat.Dense, error) {
 	if w.N > DenseStepLimit {
-		return nil, invalidf("workload %s: n = %d steps needs a dense n x n matrix of %.3g GB; the limit is n = %d", w.Kind, w.N, 8*float64(w.N)*float64(w.N)/1e9, DenseStepLimit)
+		return nil, invalidf("workload %s: n = %d steps needs a dense n x n matrix of %s; the limit is n = %d", w.Kind, w.N, HumanBytes(8*float64(w.N)*float64(w.N)), DenseStepLimit)
 	}
 	if err := w.Validate(); err != nil {
 		return nil, err
@@ -236,3 +236,17 @@ func (w Workload) Matrix() (*mat.Dense, error) {
 // matrices (workloads, factorizations) are built: 8192 steps is 512 MiB
 // per matrix.
 const DenseStepLimit = 8192
+
+// HumanBytes writes a byte count in binary units (KiB to TiB), for the
+// refusals that state the memory a request would need.
+func HumanBytes(b float64) string {
+	switch {
+	case b >= 1<<40:
+		return fmt.Sprintf("%.1f TiB", b/(1<<40))
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	}
+	return fmt.Sprintf("%.0f KiB", b/(1<<10))
+}

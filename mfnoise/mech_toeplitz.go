@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -132,17 +133,7 @@ func checkSteps(n int) error {
 }
 
 // humanBytes formats a byte count, e.g. "18.6 GiB".
-func humanBytes(b float64) string {
-	switch {
-	case b >= 1<<40:
-		return fmt.Sprintf("%.1f TiB", b/(1<<40))
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", b/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", b/(1<<20))
-	}
-	return fmt.Sprintf("%.0f KiB", b/(1<<10))
-}
+func humanBytes(b float64) string { return dpcore.HumanBytes(b) }
 
 // check refuses a Toeplitz value not made by a constructor (no
 // coefficients, c_0 = 0 or non-finite), which would otherwise score as a

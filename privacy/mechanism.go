@@ -321,6 +321,10 @@ func FromSpec(s mfnoise.MechanismSpec) (Mechanism, error) {
 		m = MFKB{}
 	case mfnoise.KindBandMF:
 		m = BandMF{Bands: s.Bands, Auto: s.AutoBands}
+	case mfnoise.KindSqrt, mfnoise.KindToeplitz, mfnoise.KindBLT, mfnoise.KindBISR:
+		t := s
+		t.Stamps = 1
+		m = Toeplitz{Spec: t}
 	default:
 		// A kind mfnoise builds but the planner has no type for: no
 		// structure is assumed, so it is accounted without amplification.
@@ -334,6 +338,28 @@ func FromSpec(s mfnoise.MechanismSpec) (Mechanism, error) {
 		m = Stamped{Inner: m, Stamps: s.Stamps}
 	}
 	return m, nil
+}
+
+// Toeplitz is a Toeplitz-structured mechanism of package mfnoise: the
+// square root of the prefix sum (sqrt), banded Toeplitz (toeplitz:BANDS,
+// whose encoder is banded, so band sampling and amplified accounting
+// apply), buffered linear Toeplitz (blt:NBUF) and the banded inverse square
+// root (bisr:BANDS, whose encoder's inverse is banded, not the encoder).
+type Toeplitz struct{ Spec mfnoise.MechanismSpec }
+
+func (m Toeplitz) String() string { return m.Spec.String() }
+
+// Structure: only toeplitz:BANDS declares a banded encoder.
+func (m Toeplitz) Structure() Structure {
+	if m.Spec.Kind == mfnoise.KindToeplitz {
+		return Structure{Bands: m.Spec.Bands}
+	}
+	return Structure{}
+}
+
+// Factorize builds the mechanism through mfnoise.Build.
+func (m Toeplitz) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
+	return mfnoise.Build(ctx, m.Spec, w, schema, opt)
 }
 
 // built is a mechanism mfnoise.Build knows by name and the planner has no

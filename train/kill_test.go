@@ -130,7 +130,7 @@ func TestKillAtRandomPointsAndResume(t *testing.T) {
 	if !testing.Short() {
 		kills = 60
 	}
-	steps := 6 * kills
+	steps := 12 * kills // room for every kill at up to ~7 steps per child
 	dir := t.TempDir()
 	cfg := killConfig(t, dir, steps)
 	rng := rand.New(rand.NewPCG(17, uint64(kills)))

@@ -117,7 +117,7 @@ func TestUnwritableOutputsRefusedBeforeTraining(t *testing.T) {
 
 // Item 5: with -json -, standard output is exactly one JSON document.
 func TestJSONToStdoutIsOnlyJSON(t *testing.T) {
-	code, stdout, stderr := runCLI(t, args("-json", "-", "-seed", "x")...)
+	code, stdout, stderr := runCLI(t, args("-json", "-", "-seed", "x", "-insecure-seed")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -162,7 +162,7 @@ func TestConfigFileIsTyped(t *testing.T) {
 	cfgPath := filepath.Join(dir, "c.json")
 	os.WriteFile(cfgPath, []byte(`{"seed": 12345678, "train-examples": 600}`), 0o644)
 	var out [2]string
-	for i, extra := range [][]string{{"-config", cfgPath}, {"-seed", "12345678"}} {
+	for i, extra := range [][]string{{"-config", cfgPath, "-insecure-seed"}, {"-seed", "12345678", "-insecure-seed"}} {
 		code, stdout, stderr := runCLI(t, args(append(extra, "-json", "-")...)...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d %s", extra, code, stderr)
@@ -281,7 +281,7 @@ func TestSignalSavesCheckpointAndResumes(t *testing.T) {
 	ckpt := filepath.Join(dir, "run.ckpt")
 	a := []string{"run", "-data", "embedded", "-train-examples", "600", "-model", "logistic", "-mechanism", "dpsgd",
 		"-accountant", "rdp", "-batch", "60", "-steps", "400", "-checkpoint", ckpt, "-checkpoint-every", "1000000",
-		"-seed", "s", "-cache", "", "-metrics", filepath.Join(dir, "m.jsonl")}
+		"-seed", "s", "-insecure-seed", "-cache", "", "-metrics", filepath.Join(dir, "m.jsonl")}
 	start := func() (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 		enc, _ := json.Marshal(a)
 		c := exec.Command(os.Args[0])

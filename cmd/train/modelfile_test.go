@@ -23,7 +23,7 @@ func TestSaveModelEvalPredict(t *testing.T) {
 	dir := t.TempDir()
 	model, result := filepath.Join(dir, "m.dpmf"), filepath.Join(dir, "run.json")
 	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "mlp", "-hidden", "16", "-steps", "8", "-batch", "100",
-		"-mechanism", "dpsgd", "-epsilon", "8", "-seed", "model-file-test", "-cache", "", "-save-model", model, "-json", result)
+		"-mechanism", "dpsgd", "-epsilon", "8", "-seed", "model-file-test", "-insecure-seed", "-cache", "", "-save-model", model, "-json", result)
 	if code != 0 {
 		t.Fatalf("run: exit %d: %s", code, stderr)
 	}

@@ -14,7 +14,7 @@ import (
 func TestClipPerLayerFlag(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run.json")
 	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "mlp", "-hidden", "8", "-steps", "2", "-batch", "50",
-		"-mechanism", "dpsgd", "-sigma", "1.25", "-clip-per-layer", "0.6, 1.6", "-seed", "per-layer", "-cache", "", "-json", out)
+		"-mechanism", "dpsgd", "-sigma", "1.25", "-clip-per-layer", "0.6, 1.6", "-seed", "per-layer", "-insecure-seed", "-cache", "", "-json", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
