@@ -89,8 +89,8 @@ func maxRSSMiB() float64 {
 }
 
 // BenchmarkCIFARCNNPoisson is the private step with batch sizes varying as
-// Poisson sampling with mean 64 gives (MaxBatch 80: graphs come in sizes
-// 70 and 80 here and are rebuilt when the size changes).
+// Poisson sampling with mean 64 gives (MaxBatch 80): the executor's plan
+// does not depend on the batch size, so nothing is padded or rebuilt.
 func BenchmarkCIFARCNNPoisson(b *testing.B) {
 	installBLAS()
 	m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
