@@ -48,6 +48,8 @@ const (
 	kDense
 	kPool
 	kFlatten
+	kAvg
+	kNorm
 )
 
 // stage is one compiled layer.
@@ -60,7 +62,10 @@ type stage struct {
 	w, b           Param
 	k, stride, pad int // conv
 	pool           int
-	aff            int // index among affine layers
+	groups         int     // norm: groups (1 for LayerNorm)
+	eps            float64 // norm
+	perElem        bool    // norm: LayerNorm's element-wise affine
+	aff            int     // index among layers with parameters
 	exOff          int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
@@ -121,6 +126,9 @@ type worker struct {
 	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
 	u    [][]float32 // per stage: im2col rows (conv only)
 	arg  [][]int32   // per stage: argmax (pool only)
+	pre  [][]float32 // per stage: pre-activation (GELU only)
+	xh   [][]float32 // per stage: normalized input (norm only)
+	rstd [][]float64 // per stage: 1/sqrt(var+eps) per example and group (norm only)
 	du   []float32   // conv input-gradient rows
 	ex   []float32   // chunk x exLen per-example convolution gradients
 	sq   []float64   // chunk x naff
@@ -178,10 +186,23 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 			s.kind, s.pool = kPool, l.Size
 		case Flatten:
 			s.kind = kFlatten
+		case AvgPool:
+			s.kind, s.pool = kAvg, l.Size
+		case GroupNorm:
+			s.kind, s.groups, s.eps, s.w, s.b = kNorm, l.Groups, l.Eps, l.Weight, l.Bias
+		case LayerNorm:
+			s.kind, s.groups, s.eps, s.w, s.b, s.perElem = kNorm, 1, l.Eps, l.Weight, l.Bias, true
 		default:
 			return nil, fmt.Errorf("nn: plan: layer %d: unsupported type %T: %w", i, l, ErrInvalid)
 		}
-		if s.kind == kConv || s.kind == kDense {
+		if s.kind == kNorm {
+			if s.eps == 0 {
+				s.eps = 1e-5
+			}
+			s.exOff = p.exLen
+			p.exLen += s.w.Len + s.b.Len
+		}
+		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
 				if q.Offset+q.Len > len(params) {
 					return nil, fmt.Errorf("nn: plan: layer %d: parameters [%d, %d) outside the buffer of %d: %w", i, q.Offset, q.Offset+q.Len, len(params), ErrInvalid)
@@ -204,7 +225,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		if s.kind == kConv {
 			floats += 2 * C * s.P * s.fi
 		}
-		if s.kind == kPool {
+		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
 			floats += C * s.out.Size()
 		}
 	}
@@ -275,6 +296,7 @@ func (p *Plan) newWorker() *worker {
 	w := &worker{
 		act: make([][]float32, S+1), d: make([][]float32, S+1),
 		u: make([][]float32, S), arg: make([][]int32, S),
+		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
@@ -292,8 +314,14 @@ func (p *Plan) newWorker() *worker {
 			}
 		case kPool:
 			w.arg[i] = make([]int32, C*s.out.Size())
+		case kNorm:
+			w.xh[i] = make([]float32, C*s.in.Size())
+			w.rstd[i] = make([]float64, C*s.groups)
 		}
-		maxFo = max(maxFo, s.fo)
+		if s.act == GELU {
+			w.pre[i] = make([]float32, C*s.out.Size())
+		}
+		maxFo = max(maxFo, s.fo, 2*s.in.C)
 	}
 	w.act[S] = make([]float32, C*p.classes)
 	w.d[S] = make([]float32, C*p.classes)
@@ -541,10 +569,18 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 			rows := m * s.P
 			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
-			biasAct(out[:rows*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
 			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
-			biasAct(out[:m*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+			p.biasAct(w, i, out[:m*s.fo])
+		case kAvg:
+			for j := range m {
+				s.avgPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
+			}
+		case kNorm:
+			for j := range m {
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+			}
 		case kPool:
 			for j := range m {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
@@ -608,7 +644,7 @@ func (p *Plan) backward(w *worker, m int) {
 		case kConv:
 			rows := m * s.P
 			G := dout[:rows*s.fo]
-			actGrad(G, w.act[i+1][:rows*s.fo], s.act)
+			p.actGrad(w, i, G)
 			if i == 0 {
 				continue
 			}
@@ -619,7 +655,7 @@ func (p *Plan) backward(w *worker, m int) {
 			}
 		case kDense:
 			G := dout[:m*s.fo]
-			actGrad(G, w.act[i+1][:m*s.fo], s.act)
+			p.actGrad(w, i, G)
 			if i == 0 {
 				continue
 			}
@@ -635,6 +671,20 @@ func (p *Plan) backward(w *worker, m int) {
 				for k, g := range dout[j*osz : (j+1)*osz] {
 					di[arg[k]] += g
 				}
+			}
+		case kAvg:
+			if i == 0 {
+				continue
+			}
+			for j := range m {
+				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
+			}
+		case kNorm:
+			if i == 0 {
+				continue
+			}
+			for j := range m {
+				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
 			}
 		case kFlatten:
 			if i == 0 {
@@ -686,12 +736,12 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 		if !w.bad[j] {
 			for i := range p.stages {
 				s := &p.stages[i]
-				if s.kind != kConv && s.kind != kDense {
+				if s.kind != kConv && s.kind != kDense && s.kind != kNorm {
 					continue
 				}
 				// A convolution's im2col rows hold the values of its
 				// input activation (and zeros): scan that, 9x smaller.
-				_, G := w.affineIO(s, i, j)
+				G := w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()]
 				in := w.act[i][j*s.in.Size() : (j+1)*s.in.Size()]
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
@@ -753,6 +803,12 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
 				}
+			case kNorm:
+				M := p.normGrad(w, s, i, j)
+				sq[s.aff] = sumsq64(M)
+				if p.opt.LInf {
+					linf = max(linf, maxAbs(M))
+				}
 			case kDense:
 				U, G := w.affineIO(s, i, j)
 				gg := sumsq64(G)
@@ -809,6 +865,14 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
+// normGrad materializes example j's gradient of norm stage i in w.ex.
+func (p *Plan) normGrad(w *worker, s *stage, i, j int) []float32 {
+	M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+	sz := s.in.Size()
+	s.normGrad(w.d[i+1][j*sz:(j+1)*sz], w.xh[i][j*sz:(j+1)*sz], M, w.col)
+	return M
+}
+
 // captureExample writes example j's gradient into out.
 func (p *Plan) captureExample(w *worker, j int, out []float32) {
 	for i := range p.stages {
@@ -820,6 +884,10 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.fi*s.fo:])
+		case kNorm:
+			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
+			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
 			U, G := w.affineIO(s, i, j)
 			W := out[s.w.Offset : s.w.Offset+s.w.Len]
@@ -844,11 +912,31 @@ func (p *Plan) accumulate(w *worker, m int) {
 	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv && s.kind != kDense {
+		if s.kind != kConv && s.kind != kDense && s.kind != kNorm {
 			continue
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		if s.kind == kNorm {
+			// Per-example gradients (small: 2 per channel or feature),
+			// materialized by perExample on the private path.
+			for j := range m {
+				f := 1.0
+				if p.private {
+					f = w.c[j*A+s.aff]
+				}
+				if f == 0 || w.bad[j] {
+					continue
+				}
+				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+				if !p.private {
+					M = p.normGrad(w, s, i, j)
+				}
+				axpy(float32(f), M[:s.w.Len], accW)
+				axpy(float32(f), M[s.w.Len:], accB)
+			}
+			continue
+		}
 		if s.kind == kConv && p.private {
 			for j := range m {
 				f := w.c[j*A+s.aff]

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"math/rand/v2"
 	"testing"
 )
@@ -17,8 +19,39 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 			return math.Tanh(v)
 		case ReLU:
 			return max(v, 0)
+		case GELU:
+			return 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
 		}
 		return v
+	}
+	norm := func(groups int, eps float64, w, b Param, perElem bool) {
+		if eps == 0 {
+			eps = 1e-5
+		}
+		HW := sh.H * sh.W
+		Cg := sh.C / groups
+		next := make([]float64, len(cur))
+		for g := range groups {
+			blk := cur[g*Cg*HW : (g+1)*Cg*HW]
+			mean, vr := 0.0, 0.0
+			for _, v := range blk {
+				mean += v
+			}
+			mean /= float64(len(blk))
+			for _, v := range blk {
+				vr += (v - mean) * (v - mean)
+			}
+			vr /= float64(len(blk))
+			for k := range blk {
+				idx := g*Cg*HW + k
+				q := idx / HW // channel
+				if perElem {
+					q = idx
+				}
+				next[idx] = p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps) + p[b.Offset+q]
+			}
+		}
+		cur = next
 	}
 	for _, l := range net.Layers {
 		switch l := l.(type) {
@@ -65,6 +98,27 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 			cur, sh = next, out
 		case Flatten:
 			sh = Shape{sh.Size(), 1, 1}
+		case AvgPool:
+			out, _ := l.out(sh)
+			next := make([]float64, out.Size())
+			for ch := range out.C {
+				for r := range out.H {
+					for c := range out.W {
+						s := 0.0
+						for dr := range l.Size {
+							for dc := range l.Size {
+								s += cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc]
+							}
+						}
+						next[ch*out.H*out.W+r*out.W+c] = s / float64(l.Size*l.Size)
+					}
+				}
+			}
+			cur, sh = next, out
+		case GroupNorm:
+			norm(l.Groups, l.Eps, l.Weight, l.Bias, false)
+		case LayerNorm:
+			norm(1, l.Eps, l.Weight, l.Bias, true)
 		case Dense:
 			next := make([]float64, l.Out)
 			for o := range l.Out {
@@ -134,7 +188,27 @@ func testNets() map[string]*builder {
 	b.dense(12, 6, ReLU)
 	b.dense(6, 4, Identity)
 	nets["mlp"] = b
+	// Normalization, average pooling and GELU (issue 15's layers).
+	b = &builder{net: Network{Input: Shape{2, 6, 7}}}
+	b.conv(2, 4, 3, 1, 1, GELU)
+	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 2, Weight: b.param(4), Bias: b.param(4)})
+	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2})
+	b.conv(4, 3, 2, 1, 0, Tanh)
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, LayerNorm{Eps: 1e-3, Weight: b.param(3 * 2 * 2), Bias: b.param(3 * 2 * 2)})
+	b.dense(12, 5, GELU)
+	b.net.Layers = append(b.net.Layers, LayerNorm{Weight: b.param(5), Bias: b.param(5)})
+	b.dense(5, 3, Identity)
+	nets["norms-avgpool-gelu"] = b
 	return nets
+}
+
+func TestBatchNormRefused(t *testing.T) {
+	net := Network{Input: Shape{3, 4, 4}, Layers: []Layer{BatchNorm{}, Flatten{}}}
+	_, err := NewPlan(net, nil, Options{MaxBatch: 1})
+	if !errors.Is(err, ErrBatchNorm) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GroupNorm") {
+		t.Errorf("error %v, want ErrBatchNorm naming GroupNorm", err)
+	}
 }
 
 func randParams(rng *rand.Rand, n int) []float32 {
@@ -264,6 +338,10 @@ func affineOf(net Network, n int) []int {
 		case Conv2D:
 			w, b = l.Weight, l.Bias
 		case Dense:
+			w, b = l.Weight, l.Bias
+		case GroupNorm:
+			w, b = l.Weight, l.Bias
+		case LayerNorm:
 			w, b = l.Weight, l.Bias
 		default:
 			continue

@@ -1,0 +1,73 @@
+package nn
+
+import (
+	"errors"
+	"fmt"
+)
+
+// AvgPool is a Size x Size average pooling with stride Size; rows and
+// columns that do not fill a window are dropped (floor).
+type AvgPool struct{ Size int }
+
+// GroupNorm normalizes each example's channels in Groups groups over
+// (channels of the group, height, width), then applies the learnable
+// per-channel affine y = Weight[c] xhat + Bias[c] (Wu and He 2018). It
+// depends on one example only, so per-example gradients and clipping are
+// exact; De et al. (2022) use it in place of BatchNorm for private
+// training. Eps is added to the variance (0 means 1e-5, PyTorch's
+// default).
+type GroupNorm struct {
+	Groups       int
+	Eps          float64
+	Weight, Bias Param // C entries each
+}
+
+// LayerNorm normalizes each example over all its C*H*W features and
+// applies an element-wise learnable affine (Weight and Bias have C*H*W
+// entries in CHW order), as PyTorch's LayerNorm over the whole example.
+type LayerNorm struct {
+	Eps          float64
+	Weight, Bias Param
+}
+
+// BatchNorm is refused: it normalizes with statistics of the whole batch,
+// so one example's gradient depends on every other example and clipping
+// it bounds nothing. Use GroupNorm.
+type BatchNorm struct{}
+
+// ErrBatchNorm is returned (wrapped) for a network with a BatchNorm layer.
+var ErrBatchNorm = errors.New("BatchNorm mixes the examples of a batch, so per-example gradients and their clipping bound nothing; use GroupNorm (or LayerNorm) instead")
+
+func (BatchNorm) out(Shape) (Shape, error) {
+	return Shape{}, fmt.Errorf("%w: %w", ErrBatchNorm, ErrInvalid)
+}
+
+func (p AvgPool) out(in Shape) (Shape, error) {
+	if p.Size <= 0 || in.H < p.Size || in.W < p.Size {
+		return Shape{}, fmt.Errorf("average pool %d on a %dx%d input: %w", p.Size, in.H, in.W, ErrInvalid)
+	}
+	return Shape{in.C, in.H / p.Size, in.W / p.Size}, nil
+}
+
+func (g GroupNorm) out(in Shape) (Shape, error) {
+	if g.Groups <= 0 || in.C%g.Groups != 0 {
+		return Shape{}, fmt.Errorf("group norm: %d groups do not divide %d channels: %w", g.Groups, in.C, ErrInvalid)
+	}
+	if g.Eps < 0 || g.Eps != g.Eps {
+		return Shape{}, fmt.Errorf("group norm: eps %v: %w", g.Eps, ErrInvalid)
+	}
+	if g.Weight.Len != in.C || g.Bias.Len != in.C {
+		return Shape{}, fmt.Errorf("group norm: weight %+v, bias %+v for %d channels: %w", g.Weight, g.Bias, in.C, ErrInvalid)
+	}
+	return in, nil
+}
+
+func (l LayerNorm) out(in Shape) (Shape, error) {
+	if l.Eps < 0 || l.Eps != l.Eps {
+		return Shape{}, fmt.Errorf("layer norm: eps %v: %w", l.Eps, ErrInvalid)
+	}
+	if l.Weight.Len != in.Size() || l.Bias.Len != in.Size() {
+		return Shape{}, fmt.Errorf("layer norm: weight %+v, bias %+v for %d features: %w", l.Weight, l.Bias, in.Size(), ErrInvalid)
+	}
+	return in, nil
+}
