@@ -66,7 +66,7 @@ type stage struct {
 	eps            float64 // norm
 	perElem        bool    // norm: LayerNorm's element-wise affine
 	aff            int     // index among layers with parameters
-	exOff          int // conv: offset of the per-example gradient in a perEx row
+	exOff          int     // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
 	// row, kernel column, channel); perm[r] is the layout row of
