@@ -71,3 +71,42 @@ func (l LayerNorm) out(in Shape) (Shape, error) {
 	}
 	return in, nil
 }
+
+// Residual is a residual block (He et al. 2016): its output is
+// Body(x) + Shortcut(x), with the identity when Shortcut is empty (then
+// Body must keep the shape). Blocks nest.
+type Residual struct {
+	Body, Shortcut []Layer
+}
+
+func (r Residual) out(in Shape) (Shape, error) {
+	if len(r.Body) == 0 {
+		return Shape{}, fmt.Errorf("residual block with an empty body: %w", ErrInvalid)
+	}
+	chain := func(ls []Layer, what string) (Shape, error) {
+		cur := in
+		for i, l := range ls {
+			if l == nil {
+				return Shape{}, fmt.Errorf("residual %s layer %d is nil: %w", what, i, ErrInvalid)
+			}
+			next, err := l.out(cur)
+			if err != nil {
+				return Shape{}, fmt.Errorf("residual %s layer %d: %w", what, i, err)
+			}
+			cur = next
+		}
+		return cur, nil
+	}
+	b, err := chain(r.Body, "body")
+	if err != nil {
+		return Shape{}, err
+	}
+	s, err := chain(r.Shortcut, "shortcut")
+	if err != nil {
+		return Shape{}, err
+	}
+	if b != s {
+		return Shape{}, fmt.Errorf("residual body gives %dx%dx%d, shortcut %dx%dx%d: %w", b.C, b.H, b.W, s.C, s.H, s.W, ErrInvalid)
+	}
+	return b, nil
+}

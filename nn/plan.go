@@ -50,6 +50,7 @@ const (
 	kFlatten
 	kAvg
 	kNorm
+	kJoin // residual: activation src + activation skip
 )
 
 // stage is one compiled layer.
@@ -66,6 +67,10 @@ type stage struct {
 	eps            float64 // norm
 	perElem        bool    // norm: LayerNorm's element-wise affine
 	aff            int     // index among layers with parameters
+	src            int     // activation read (i for a plain stack)
+	skip           int     // join: the shortcut activation added
+	addGrad        bool    // backward adds into d[src] (another reader wrote it)
+	addSkip        bool    // join: backward adds into d[skip]
 	exOff          int     // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
@@ -91,16 +96,17 @@ type segment struct{ src, dst, n int }
 // Plan is a Network compiled for a fixed number of workers and chunk
 // size, with all buffers allocated. It is not safe for concurrent use.
 type Plan struct {
-	net     Network
-	params  []float32
-	stages  []stage
-	naff    int
-	exLen   int // per-example materialized (convolution) gradient length
-	classes int
-	opt     Options
-	workers []*worker
-	loss    []float64
-	segs    []segment
+	net      Network
+	params   []float32
+	stages   []stage
+	naff     int
+	exLen    int // per-example materialized (convolution) gradient length
+	classes  int
+	opt      Options
+	workers  []*worker
+	loss     []float64
+	segs     []segment
+	actShape []Shape // shape of activation k (the input, then stage k-1's output)
 
 	// per step
 	x       []float32
@@ -137,6 +143,7 @@ type worker struct {
 	col  []float64   // bias column sums
 	acc  []float32   // gradient sum
 	bad  []bool      // chunk
+	tmp  []float32   // an input gradient to be added into d[src]
 	gemm blas.Serial32
 }
 
@@ -161,8 +168,77 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p := &Plan{net: net, params: params, opt: opt, classes: shapes[len(shapes)-1].C}
-	for i, l := range net.Layers {
-		s := stage{in: shapes[i], out: shapes[i+1], P: 1}
+	p.actShape = []Shape{net.Input}
+	if _, _, err := p.compile(net.Layers, net.Input, 0, ""); err != nil {
+		return nil, err
+	}
+	p.markGradWrites()
+	if p.naff == 0 {
+		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+	}
+	p.segments()
+	// Refuse sizes that cannot fit before allocating them.
+	C := opt.Chunk
+	floats := 0
+	for k, sh := range p.actShape {
+		floats += 2 * C * sh.Size()
+		if k == 0 {
+			floats += C * sh.Size() // tmp
+		}
+	}
+	for _, s := range p.stages {
+		if s.kind == kConv {
+			floats += 2 * C * s.P * s.fi
+		}
+		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
+			floats += C * s.out.Size()
+		}
+	}
+	floats += C*p.classes*2 + C*p.exLen + len(params)
+	if gib := float64(floats) * 4 * float64(opt.Workers) / (1 << 30); gib > 64 {
+		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples: %w", gib, opt.Workers, C, ErrInvalid)
+	}
+	p.loss = make([]float64, opt.MaxBatch)
+	for range opt.Workers {
+		p.workers = append(p.workers, p.newWorker())
+	}
+	p.splitSegments()
+	return p, nil
+}
+
+// compile appends the stages of layers, whose input is activation src of
+// shape in, and returns the output shape and activation index. Stage i
+// always writes activation i+1.
+func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, int, error) {
+	for li, l := range layers {
+		name := fmt.Sprintf("%s%d", path, li)
+		if r, ok := l.(Residual); ok {
+			if len(r.Body) == 0 {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual block with an empty body: %w", name, ErrInvalid)
+			}
+			bo, bi, err := p.compile(r.Body, in, src, name+".body.")
+			if err != nil {
+				return Shape{}, 0, err
+			}
+			so, si := in, src
+			if len(r.Shortcut) > 0 {
+				if so, si, err = p.compile(r.Shortcut, in, src, name+".shortcut."); err != nil {
+					return Shape{}, 0, err
+				}
+			}
+			if bo != so {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual body gives %+v, shortcut %+v: %w", name, bo, so, ErrInvalid)
+			}
+			p.stages = append(p.stages, stage{kind: kJoin, in: bo, out: bo, P: 1, src: bi, skip: si})
+			p.actShape = append(p.actShape, bo)
+			in, src = bo, len(p.stages)
+			continue
+		}
+		out, err := l.out(in)
+		if err != nil {
+			return Shape{}, 0, fmt.Errorf("nn: layer %s: %w", name, err)
+		}
+		s := stage{in: in, out: out, P: 1, src: src}
 		switch l := l.(type) {
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Weight, l.Bias
@@ -193,7 +269,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem = kNorm, 1, l.Eps, l.Weight, l.Bias, true
 		default:
-			return nil, fmt.Errorf("nn: plan: layer %d: unsupported type %T: %w", i, l, ErrInvalid)
+			return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: unsupported type %T: %w", name, l, ErrInvalid)
 		}
 		if s.kind == kNorm {
 			if s.eps == 0 {
@@ -204,41 +280,35 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		}
 		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
-				if q.Offset+q.Len > len(params) {
-					return nil, fmt.Errorf("nn: plan: layer %d: parameters [%d, %d) outside the buffer of %d: %w", i, q.Offset, q.Offset+q.Len, len(params), ErrInvalid)
+				if q.Offset+q.Len > len(p.params) {
+					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, q.Offset, q.Offset+q.Len, len(p.params), ErrInvalid)
 				}
 			}
 			s.aff = p.naff
 			p.naff++
 		}
 		p.stages = append(p.stages, s)
+		p.actShape = append(p.actShape, out)
+		in, src = out, len(p.stages)
 	}
-	if p.naff == 0 {
-		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
-	}
-	p.segments()
-	// Refuse sizes that cannot fit before allocating them.
-	C := opt.Chunk
-	floats := 0
-	for _, s := range p.stages {
-		floats += 2 * C * s.in.Size()
-		if s.kind == kConv {
-			floats += 2 * C * s.P * s.fi
+	return in, src, nil
+}
+
+// markGradWrites decides, for every activation read by several stages (a
+// residual block's input), which reader's backward pass writes its
+// gradient and which add to it: backward runs in decreasing stage order,
+// so the last reader writes and the others add.
+func (p *Plan) markGradWrites() {
+	seen := make([]bool, len(p.actShape))
+	for i := len(p.stages) - 1; i >= 0; i-- {
+		s := &p.stages[i]
+		if s.kind == kJoin {
+			s.addSkip = seen[s.skip]
+			seen[s.skip] = true
 		}
-		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
-			floats += C * s.out.Size()
-		}
+		s.addGrad = seen[s.src]
+		seen[s.src] = true
 	}
-	floats += C*p.classes*2 + C*p.exLen + len(params)
-	if gib := float64(floats) * 4 * float64(opt.Workers) / (1 << 30); gib > 64 {
-		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples: %w", gib, opt.Workers, C, ErrInvalid)
-	}
-	p.loss = make([]float64, opt.MaxBatch)
-	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker())
-	}
-	p.splitSegments()
-	return p, nil
 }
 
 // segments lists the runs reduce copies: one per permuted convolution
@@ -300,16 +370,20 @@ func (p *Plan) newWorker() *worker {
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo := 0, 0
-	for i, s := range p.stages {
-		w.act[i] = make([]float32, C*s.in.Size())
-		if i > 0 {
-			w.d[i] = make([]float32, C*s.in.Size())
+	maxDU, maxFo, maxAct := 0, 0, 0
+	for k, sh := range p.actShape {
+		w.act[k] = make([]float32, C*sh.Size())
+		if k > 0 {
+			w.d[k] = make([]float32, C*sh.Size())
 		}
+		maxAct = max(maxAct, C*sh.Size())
+	}
+	w.tmp = make([]float32, maxAct)
+	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
 			w.u[i] = make([]float32, C*s.P*s.fi)
-			if i > 0 {
+			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
 			}
 		case kPool:
@@ -323,8 +397,6 @@ func (p *Plan) newWorker() *worker {
 		}
 		maxFo = max(maxFo, s.fo, 2*s.in.C)
 	}
-	w.act[S] = make([]float32, C*p.classes)
-	w.d[S] = make([]float32, C*p.classes)
 	w.du = make([]float32, maxDU)
 	w.col = make([]float64, maxFo)
 	return w
@@ -559,9 +631,12 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 func (p *Plan) forward(w *worker, m int) {
 	for i := range p.stages {
 		s := &p.stages[i]
-		in, out := w.act[i], w.act[i+1]
+		in, out := w.act[s.src], w.act[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
 		switch s.kind {
+		case kJoin:
+			copy(out[:m*osz], in[:m*osz])
+			add(out[:m*osz], w.act[s.skip][:m*osz])
 		case kConv:
 			U := w.u[i]
 			for j := range m {
@@ -638,14 +713,29 @@ func (p *Plan) lossGrad(w *worker, i0, m int) {
 func (p *Plan) backward(w *worker, m int) {
 	for i := len(p.stages) - 1; i >= 0; i-- {
 		s := &p.stages[i]
-		dout, din := w.d[i+1], w.d[i]
+		dout := w.d[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
+		// The input gradient goes to d[src], or through tmp when
+		// another reader of the same activation has written it.
+		din := w.d[s.src]
+		if s.addGrad {
+			din = w.tmp
+		}
 		switch s.kind {
+		case kJoin:
+			copy(din[:m*isz], dout[:m*osz])
+			if s.skip > 0 {
+				if s.addSkip {
+					add(w.d[s.skip][:m*osz], dout[:m*osz])
+				} else {
+					copy(w.d[s.skip][:m*osz], dout[:m*osz])
+				}
+			}
 		case kConv:
 			rows := m * s.P
 			G := dout[:rows*s.fo]
 			p.actGrad(w, i, G)
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			du := w.du[:rows*s.fi]
@@ -656,12 +746,12 @@ func (p *Plan) backward(w *worker, m int) {
 		case kDense:
 			G := dout[:m*s.fo]
 			p.actGrad(w, i, G)
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
 		case kPool:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			for j := range m {
@@ -673,21 +763,21 @@ func (p *Plan) backward(w *worker, m int) {
 				}
 			}
 		case kAvg:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			for j := range m {
 				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
 			}
 		case kNorm:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			for j := range m {
 				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
 			}
 		case kFlatten:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			C, hw := s.in.C, s.in.H*s.in.W
@@ -699,6 +789,9 @@ func (p *Plan) backward(w *worker, m int) {
 					}
 				}
 			}
+		}
+		if s.addGrad && s.src > 0 {
+			add(w.d[s.src][:m*isz], din[:m*isz])
 		}
 	}
 }
@@ -724,7 +817,7 @@ func (w *worker) affineIO(s *stage, i, j int) (U, G []float32) {
 	if s.kind == kConv {
 		U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
 	} else {
-		U = w.act[i][j*s.fi : (j+1)*s.fi]
+		U = w.act[s.src][j*s.fi : (j+1)*s.fi]
 	}
 	return U, w.d[i+1][j*s.P*s.fo : (j+1)*s.P*s.fo]
 }
@@ -742,7 +835,7 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 				// A convolution's im2col rows hold the values of its
 				// input activation (and zeros): scan that, 9x smaller.
 				G := w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()]
-				in := w.act[i][j*s.in.Size() : (j+1)*s.in.Size()]
+				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break
@@ -954,7 +1047,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 		if s.kind == kConv {
 			U = w.u[i][:rows*s.fi]
 		} else {
-			U = w.act[i][:rows*s.fi]
+			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
 		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)

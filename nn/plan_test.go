@@ -11,8 +11,20 @@ import (
 // refLoss is an independent float64 forward pass of net on one example x
 // (CHW) with label y: direct convolution loops, no im2col, no permutation.
 func refLoss(net Network, p []float64, x []float64, y int) float64 {
-	cur := x
-	sh := net.Input
+	cur, _ := refLayers(net.Layers, p, x, net.Input)
+	mx := math.Inf(-1)
+	for _, v := range cur {
+		mx = max(mx, v)
+	}
+	s := 0.0
+	for _, v := range cur {
+		s += math.Exp(v - mx)
+	}
+	return mx + math.Log(s) - cur[y]
+}
+
+// refLayers runs layers on one example (CHW) in float64.
+func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64, Shape) {
 	act := func(v float64, a Activation) float64 {
 		switch a {
 		case Tanh:
@@ -53,8 +65,19 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 		}
 		cur = next
 	}
-	for _, l := range net.Layers {
+	for _, l := range layers {
 		switch l := l.(type) {
+		case Residual:
+			b, bs := refLayers(l.Body, p, cur, sh)
+			sc := cur
+			if len(l.Shortcut) > 0 {
+				sc, _ = refLayers(l.Shortcut, p, cur, sh)
+			}
+			next := make([]float64, len(b))
+			for k := range b {
+				next[k] = b[k] + sc[k]
+			}
+			cur, sh = next, bs
 		case Conv2D:
 			out, _ := l.out(sh)
 			K := l.Kernel
@@ -131,15 +154,7 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 			cur, sh = next, Shape{l.Out, 1, 1}
 		}
 	}
-	mx := math.Inf(-1)
-	for _, v := range cur {
-		mx = max(mx, v)
-	}
-	s := 0.0
-	for _, v := range cur {
-		s += math.Exp(v - mx)
-	}
-	return mx + math.Log(s) - cur[y]
+	return cur, sh
 }
 
 // builder lays out parameters for a test network.
@@ -200,6 +215,24 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, LayerNorm{Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
+	// Residual blocks: identity shortcut (nested, at the network input),
+	// and a strided 1x1 convolution shortcut as in WideResNets.
+	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
+	inner := &builder{n: 0}
+	inner.conv(3, 3, 3, 1, 1, Tanh)
+	inner.net.Layers = append(inner.net.Layers, GroupNorm{Groups: 3, Weight: inner.param(3), Bias: inner.param(3)})
+	b.n = inner.n
+	outer := inner.net.Layers
+	b.net.Layers = append(b.net.Layers, Residual{Body: []Layer{Residual{Body: outer}, Conv2D{Out: 3, Kernel: 3, Stride: 1, Pad: 1, Act: ReLU, Weight: b.param(27 * 3), Bias: b.param(3)}}})
+	body := &builder{n: b.n}
+	body.conv(3, 4, 3, 2, 1, Tanh)
+	body.conv(4, 4, 3, 1, 1, Identity)
+	sc := &builder{n: body.n}
+	sc.conv(3, 4, 1, 2, 0, Identity)
+	b.n = sc.n
+	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
+	b.dense(4, 3, Identity)
+	nets["residual"] = b
 	return nets
 }
 
@@ -328,32 +361,41 @@ func (c *testClipper) Scale(i int, sq []float64, _ float64, f []float64) {
 	}
 }
 
-// affineOf maps each parameter index to its affine layer.
+// affineOf maps each parameter index to its layer with parameters, in
+// the plan's order (a residual block's body, then its shortcut).
 func affineOf(net Network, n int) []int {
 	out := make([]int, n)
 	a := 0
-	for _, l := range net.Layers {
-		var w, b Param
-		switch l := l.(type) {
-		case Conv2D:
-			w, b = l.Weight, l.Bias
-		case Dense:
-			w, b = l.Weight, l.Bias
-		case GroupNorm:
-			w, b = l.Weight, l.Bias
-		case LayerNorm:
-			w, b = l.Weight, l.Bias
-		default:
-			continue
+	var walk func([]Layer)
+	walk = func(ls []Layer) {
+		for _, l := range ls {
+			var w, b Param
+			switch l := l.(type) {
+			case Residual:
+				walk(l.Body)
+				walk(l.Shortcut)
+				continue
+			case Conv2D:
+				w, b = l.Weight, l.Bias
+			case Dense:
+				w, b = l.Weight, l.Bias
+			case GroupNorm:
+				w, b = l.Weight, l.Bias
+			case LayerNorm:
+				w, b = l.Weight, l.Bias
+			default:
+				continue
+			}
+			for j := range w.Len {
+				out[w.Offset+j] = a
+			}
+			for j := range b.Len {
+				out[b.Offset+j] = a
+			}
+			a++
 		}
-		for j := range w.Len {
-			out[w.Offset+j] = a
-		}
-		for j := range b.Len {
-			out[b.Offset+j] = a
-		}
-		a++
 	}
+	walk(net.Layers)
 	return out
 }
 
