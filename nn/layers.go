@@ -19,7 +19,8 @@ type AvgPool struct{ Size int }
 type GroupNorm struct {
 	Groups       int
 	Eps          float64
-	Weight, Bias Param // C entries each
+	Act          Activation // applied after the affine
+	Weight, Bias Param      // C entries each
 }
 
 // LayerNorm normalizes each example over all its C*H*W features and
@@ -27,6 +28,7 @@ type GroupNorm struct {
 // entries in CHW order), as PyTorch's LayerNorm over the whole example.
 type LayerNorm struct {
 	Eps          float64
+	Act          Activation // applied after the affine
 	Weight, Bias Param
 }
 
@@ -50,6 +52,9 @@ func (p AvgPool) out(in Shape) (Shape, error) {
 }
 
 func (g GroupNorm) out(in Shape) (Shape, error) {
+	if g.Act > GELU {
+		return Shape{}, fmt.Errorf("group norm: %v: %w", g.Act, ErrInvalid)
+	}
 	if g.Groups <= 0 || in.C%g.Groups != 0 {
 		return Shape{}, fmt.Errorf("group norm: %d groups do not divide %d channels: %w", g.Groups, in.C, ErrInvalid)
 	}
@@ -63,6 +68,9 @@ func (g GroupNorm) out(in Shape) (Shape, error) {
 }
 
 func (l LayerNorm) out(in Shape) (Shape, error) {
+	if l.Act > GELU {
+		return Shape{}, fmt.Errorf("layer norm: %v: %w", l.Act, ErrInvalid)
+	}
 	if l.Eps < 0 || l.Eps != l.Eps {
 		return Shape{}, fmt.Errorf("layer norm: eps %v: %w", l.Eps, ErrInvalid)
 	}

@@ -195,3 +195,12 @@ func (n Network) Shapes() ([]Shape, error) {
 	}
 	return out, nil
 }
+
+// OutShape is the output shape of layer l on inputs of shape in, or an
+// error saying why l does not fit.
+func OutShape(l Layer, in Shape) (Shape, error) {
+	if l == nil {
+		return Shape{}, fmt.Errorf("nil layer: %w", ErrInvalid)
+	}
+	return l.out(in)
+}

@@ -159,6 +159,27 @@ func (p *Plan) biasAct(w *worker, i int, z []float32) {
 		return
 	}
 	biasAct(z, bias, Identity)
+	p.activate(w, i, z)
+}
+
+// activate applies stage i's activation to z in place (keeping the
+// pre-activation for GELU).
+func (p *Plan) activate(w *worker, i int, z []float32) {
+	s := &p.stages[i]
+	switch s.act {
+	case Tanh:
+		for k, v := range z {
+			z[k] = tanh32(v)
+		}
+		return
+	case ReLU:
+		for k, v := range z {
+			z[k] = max(v, 0)
+		}
+		return
+	case Identity:
+		return
+	}
 	copy(w.pre[i], z)
 	for k, v := range z {
 		x := float64(v)

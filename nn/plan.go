@@ -265,9 +265,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case AvgPool:
 			s.kind, s.pool = kAvg, l.Size
 		case GroupNorm:
-			s.kind, s.groups, s.eps, s.w, s.b = kNorm, l.Groups, l.Eps, l.Weight, l.Bias
+			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
 		case LayerNorm:
-			s.kind, s.groups, s.eps, s.w, s.b, s.perElem = kNorm, 1, l.Eps, l.Weight, l.Bias, true
+			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
 		default:
 			return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: unsupported type %T: %w", name, l, ErrInvalid)
 		}
@@ -656,6 +656,9 @@ func (p *Plan) forward(w *worker, m int) {
 			for j := range m {
 				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
 			}
+			if s.act != Identity {
+				p.activate(w, i, out[:m*osz])
+			}
 		case kPool:
 			for j := range m {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
@@ -770,6 +773,9 @@ func (p *Plan) backward(w *worker, m int) {
 				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
 			}
 		case kNorm:
+			// The norm's own gradient (perExample, accumulate) reads
+			// d[i+1] after this: the gradient w.r.t. the affine output.
+			p.actGrad(w, i, dout[:m*osz])
 			if s.src == 0 {
 				continue
 			}

@@ -36,7 +36,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64,
 		}
 		return v
 	}
-	norm := func(groups int, eps float64, w, b Param, perElem bool) {
+	norm := func(groups int, eps float64, w, b Param, perElem bool, a Activation) {
 		if eps == 0 {
 			eps = 1e-5
 		}
@@ -60,7 +60,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64,
 				if perElem {
 					q = idx
 				}
-				next[idx] = p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps) + p[b.Offset+q]
+				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a)
 			}
 		}
 		cur = next
@@ -139,9 +139,9 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64,
 			}
 			cur, sh = next, out
 		case GroupNorm:
-			norm(l.Groups, l.Eps, l.Weight, l.Bias, false)
+			norm(l.Groups, l.Eps, l.Weight, l.Bias, false, l.Act)
 		case LayerNorm:
-			norm(1, l.Eps, l.Weight, l.Bias, true)
+			norm(1, l.Eps, l.Weight, l.Bias, true, l.Act)
 		case Dense:
 			next := make([]float64, l.Out)
 			for o := range l.Out {
@@ -206,13 +206,13 @@ func testNets() map[string]*builder {
 	// Normalization, average pooling and GELU (issue 15's layers).
 	b = &builder{net: Network{Input: Shape{2, 6, 7}}}
 	b.conv(2, 4, 3, 1, 1, GELU)
-	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 2, Weight: b.param(4), Bias: b.param(4)})
+	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 2, Act: ReLU, Weight: b.param(4), Bias: b.param(4)})
 	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2})
 	b.conv(4, 3, 2, 1, 0, Tanh)
 	b.net.Layers = append(b.net.Layers, Flatten{})
 	b.net.Layers = append(b.net.Layers, LayerNorm{Eps: 1e-3, Weight: b.param(3 * 2 * 2), Bias: b.param(3 * 2 * 2)})
 	b.dense(12, 5, GELU)
-	b.net.Layers = append(b.net.Layers, LayerNorm{Weight: b.param(5), Bias: b.param(5)})
+	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
 	// Residual blocks: identity shortcut (nested, at the network input),
@@ -220,7 +220,7 @@ func testNets() map[string]*builder {
 	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
 	inner := &builder{n: 0}
 	inner.conv(3, 3, 3, 1, 1, Tanh)
-	inner.net.Layers = append(inner.net.Layers, GroupNorm{Groups: 3, Weight: inner.param(3), Bias: inner.param(3)})
+	inner.net.Layers = append(inner.net.Layers, GroupNorm{Groups: 3, Act: Tanh, Weight: inner.param(3), Bias: inner.param(3)})
 	b.n = inner.n
 	outer := inner.net.Layers
 	b.net.Layers = append(b.net.Layers, Residual{Body: []Layer{Residual{Body: outer}, Conv2D{Out: 3, Kernel: 3, Stride: 1, Pad: 1, Act: ReLU, Weight: b.param(27 * 3), Bias: b.param(3)}}})
