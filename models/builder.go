@@ -166,6 +166,11 @@ func (b *Builder) Flatten() *Builder {
 // GroupNorm adds group normalization over groups groups of channels with
 // a learnable per-channel scale and shift.
 func (b *Builder) GroupNorm(name string, groups int) *Builder {
+	return b.GroupNormAct(name, groups, nn.Identity)
+}
+
+// GroupNormAct is GroupNorm followed by act, fused.
+func (b *Builder) GroupNormAct(name string, groups int, act nn.Activation) *Builder {
 	if b.root.err != nil {
 		return b
 	}
@@ -173,7 +178,7 @@ func (b *Builder) GroupNorm(name string, groups int) *Builder {
 	c := b.shape.C
 	w := b.param(name+"/w", []int{c}, -1)
 	bias := b.param(name+"/b", []int{c}, 0)
-	return b.add(name, nn.GroupNorm{Groups: groups, Weight: w, Bias: bias})
+	return b.add(name, nn.GroupNorm{Groups: groups, Act: act, Weight: w, Bias: bias})
 }
 
 // LayerNorm adds layer normalization over all features of an example with
