@@ -163,10 +163,6 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if opt.Workers == 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
 	}
-	if opt.Chunk == 0 {
-		opt.Chunk = 16
-	}
-	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p := &Plan{net: net, params: params, opt: opt, classes: shapes[len(shapes)-1].C}
 	p.actShape = []Shape{net.Input}
 	if _, _, err := p.compile(net.Layers, net.Input, 0, ""); err != nil {
@@ -177,26 +173,21 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
 	}
 	p.segments()
-	// Refuse sizes that cannot fit before allocating them.
-	C := opt.Chunk
-	floats := 0
-	for k, sh := range p.actShape {
-		floats += 2 * C * sh.Size()
-		if k == 0 {
-			floats += C * sh.Size() // tmp
+	// Size the chunk (automatic: 16 examples, fewer while the buffers
+	// would pass autoChunkBytes) and refuse sizes that cannot fit before
+	// allocating them.
+	auto := opt.Chunk == 0
+	if auto {
+		opt.Chunk = min(16, opt.MaxBatch)
+		for opt.Chunk > 1 && p.bufferBytes(opt.Chunk, opt.Workers) > autoChunkBytes {
+			opt.Chunk /= 2
 		}
 	}
-	for _, s := range p.stages {
-		if s.kind == kConv {
-			floats += 2 * C * s.P * s.fi
-		}
-		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
-			floats += C * s.out.Size()
-		}
-	}
-	floats += C*p.classes*2 + C*p.exLen + len(params)
-	if gib := float64(floats) * 4 * float64(opt.Workers) / (1 << 30); gib > 64 {
-		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples: %w", gib, opt.Workers, C, ErrInvalid)
+	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
+	p.opt = opt
+	if need := p.bufferBytes(opt.Chunk, opt.Workers); need > maxPlanBytes {
+		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB): %w",
+			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30, ErrInvalid)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	for range opt.Workers {
@@ -292,6 +283,32 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		in, src = out, len(p.stages)
 	}
 	return in, src, nil
+}
+
+const (
+	// autoChunkBytes bounds the buffers of an automatically sized chunk.
+	autoChunkBytes = 1 << 30
+	// maxPlanBytes refuses plans whose buffers cannot be meant.
+	maxPlanBytes = 64 << 30
+)
+
+// bufferBytes is the memory the workers' buffers take for chunks of C
+// examples.
+func (p *Plan) bufferBytes(C, workers int) int64 {
+	floats := int64(0)
+	for _, sh := range p.actShape {
+		floats += 3 * int64(C) * int64(sh.Size()) // act, d, tmp (bound)
+	}
+	for _, s := range p.stages {
+		if s.kind == kConv {
+			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
+		}
+		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
+			floats += int64(C) * int64(s.out.Size())
+		}
+	}
+	floats += int64(C)*int64(p.exLen) + int64(len(p.params))
+	return 4 * floats * int64(workers)
 }
 
 // markGradWrites decides, for every activation read by several stages (a
