@@ -118,3 +118,35 @@ func (r Residual) out(in Shape) (Shape, error) {
 	}
 	return b, nil
 }
+
+// Dropout zeroes each activation with probability Rate during training
+// steps and scales the others by 1/(1-Rate) (inverted dropout);
+// evaluation (Plan.Forward) passes activations through. The mask is a
+// deterministic function of Seed, the plan's step counter, the example's
+// position in the batch, the layer and the element, so a run is
+// reproducible and resumable (Plan.SetStepCount) and each example's
+// gradient depends on its own mask only.
+type Dropout struct {
+	Rate float64
+	Seed uint64
+}
+
+func (d Dropout) out(in Shape) (Shape, error) {
+	if !(d.Rate >= 0 && d.Rate < 1) {
+		return Shape{}, fmt.Errorf("dropout rate %v not in [0, 1): %w", d.Rate, ErrInvalid)
+	}
+	return in, nil
+}
+
+// dropKeep reports whether element k of example i at step t is kept by
+// the dropout layer at stage s: a splitmix64 hash of (seed, t, i, s, k)
+// compared with the rate.
+func dropKeep(seed, t uint64, i, s, k int, threshold uint64) bool {
+	x := seed ^ 0x9e3779b97f4a7c15*(t+1)
+	x ^= uint64(i)*0xbf58476d1ce4e5b9 + uint64(s)*0x94d049bb133111eb + uint64(k)
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return x >= threshold
+}

@@ -51,6 +51,7 @@ const (
 	kAvg
 	kNorm
 	kJoin // residual: activation src + activation skip
+	kDrop
 )
 
 // stage is one compiled layer.
@@ -71,6 +72,9 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
+	rate           float64 // dropout
+	seed           uint64  // dropout
+	index          int     // position in the stage list (dropout masks)
 	exOff          int     // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
@@ -119,6 +123,8 @@ type Plan struct {
 	logits  []float32
 	mode    mode
 	dst     []float32
+	// stepCount counts Step calls (dropout masks depend on it).
+	stepCount uint64
 	chunks  int
 	active  int // workers with a chunk
 	barrier sync.WaitGroup
@@ -143,6 +149,7 @@ type worker struct {
 	col  []float64   // bias column sums
 	acc  []float32   // gradient sum
 	bad  []bool      // chunk
+	i0   int         // first example of the current chunk
 	tmp  []float32   // an input gradient to be added into d[src]
 	gemm blas.Serial32
 }
@@ -255,6 +262,8 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind = kFlatten
 		case AvgPool:
 			s.kind, s.pool = kAvg, l.Size
+		case Dropout:
+			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
 		case GroupNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
 		case LayerNorm:
@@ -278,6 +287,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.aff = p.naff
 			p.naff++
 		}
+		s.index = len(p.stages)
 		p.stages = append(p.stages, s)
 		p.actShape = append(p.actShape, out)
 		in, src = out, len(p.stages)
@@ -303,7 +313,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 		if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
-		if s.kind == kPool || s.kind == kNorm || s.act == GELU {
+		if s.kind == kPool || s.kind == kNorm || s.kind == kDrop || s.act == GELU {
 			floats += int64(C) * int64(s.out.Size())
 		}
 	}
@@ -405,6 +415,8 @@ func (p *Plan) newWorker() *worker {
 			}
 		case kPool:
 			w.arg[i] = make([]int32, C*s.out.Size())
+		case kDrop:
+			w.pre[i] = make([]float32, C*s.out.Size()) // the mask
 		case kNorm:
 			w.xh[i] = make([]float32, C*s.in.Size())
 			w.rstd[i] = make([]float64, C*s.groups)
@@ -418,6 +430,14 @@ func (p *Plan) newWorker() *worker {
 	w.col = make([]float64, maxFo)
 	return w
 }
+
+// StepCount is the number of Step calls so far; dropout masks depend on
+// it.
+func (p *Plan) StepCount() uint64 { return p.stepCount }
+
+// SetStepCount sets the step counter, for resuming a run from a
+// checkpoint with the same dropout masks.
+func (p *Plan) SetStepCount(t uint64) { p.stepCount = t }
 
 // Classes is the length of the network's output.
 func (p *Plan) Classes() int { return p.classes }
@@ -470,6 +490,7 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
 	p.permute()
 	p.run(modeTrain, dst)
+	p.stepCount++
 	p.x, p.y, p.clip = nil, nil, nil
 	return p.loss[:len(y)], nil
 }
@@ -669,6 +690,24 @@ func (p *Plan) forward(w *worker, m int) {
 			for j := range m {
 				s.avgPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
 			}
+		case kDrop:
+			if p.mode == modeForward || s.rate == 0 {
+				copy(out[:m*osz], in[:m*osz])
+				continue
+			}
+			thr := uint64(s.rate * (1 << 64))
+			scale := float32(1 / (1 - s.rate))
+			mask := w.pre[i]
+			for j := range m {
+				for k := range osz {
+					f := float32(0)
+					if dropKeep(s.seed, p.stepCount, w.i0+j, s.index, k, thr) {
+						f = scale
+					}
+					mask[j*osz+k] = f
+					out[j*osz+k] = in[j*osz+k] * f
+				}
+			}
 		case kNorm:
 			for j := range m {
 				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
@@ -695,6 +734,7 @@ func (p *Plan) forward(w *worker, m int) {
 }
 
 func (p *Plan) forwardChunk(w *worker, i0, m int) {
+	w.i0 = i0
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	copy(p.logits[i0*p.classes:(i0+m)*p.classes], w.act[len(p.stages)][:m*p.classes])
@@ -782,6 +822,17 @@ func (p *Plan) backward(w *worker, m int) {
 					di[arg[k]] += g
 				}
 			}
+		case kDrop:
+			if s.src == 0 {
+				continue
+			}
+			if s.rate == 0 {
+				copy(din[:m*isz], dout[:m*osz])
+				continue
+			}
+			for k, f := range w.pre[i][:m*osz] {
+				din[k] = dout[k] * f
+			}
 		case kAvg:
 			if s.src == 0 {
 				continue
@@ -822,6 +873,7 @@ func (p *Plan) backward(w *worker, m int) {
 // trainChunk runs examples [i0, i0+m) forward and backward and adds their
 // (clipped) gradients into w.acc.
 func (p *Plan) trainChunk(w *worker, i0, m int) {
+	w.i0 = i0
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)

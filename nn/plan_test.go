@@ -11,7 +11,13 @@ import (
 // refLoss is an independent float64 forward pass of net on one example x
 // (CHW) with label y: direct convolution loops, no im2col, no permutation.
 func refLoss(net Network, p []float64, x []float64, y int) float64 {
-	cur, _ := refLayers(net.Layers, p, x, net.Input)
+	return refLossDrop(net, p, x, y, nil)
+}
+
+// refLossDrop is refLoss with dropout masks drop(layer, element) for a
+// network without residual blocks (layer index = stage index).
+func refLossDrop(net Network, p []float64, x []float64, y int, drop func(l, k int) float64) float64 {
+	cur, _ := refLayers(net.Layers, p, x, net.Input, drop)
 	mx := math.Inf(-1)
 	for _, v := range cur {
 		mx = max(mx, v)
@@ -24,7 +30,7 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 }
 
 // refLayers runs layers on one example (CHW) in float64.
-func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64, Shape) {
+func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l, k int) float64) ([]float64, Shape) {
 	act := func(v float64, a Activation) float64 {
 		switch a {
 		case Tanh:
@@ -65,13 +71,19 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape) ([]float64,
 		}
 		cur = next
 	}
-	for _, l := range layers {
+	for li, l := range layers {
 		switch l := l.(type) {
+		case Dropout:
+			next := make([]float64, len(cur))
+			for k, v := range cur {
+				next[k] = v * drop(li, k)
+			}
+			cur = next
 		case Residual:
-			b, bs := refLayers(l.Body, p, cur, sh)
+			b, bs := refLayers(l.Body, p, cur, sh, nil)
 			sc := cur
 			if len(l.Shortcut) > 0 {
-				sc, _ = refLayers(l.Shortcut, p, cur, sh)
+				sc, _ = refLayers(l.Shortcut, p, cur, sh, nil)
 			}
 			next := make([]float64, len(b))
 			for k := range b {
@@ -533,4 +545,126 @@ func TestNormsUnderCancellation(t *testing.T) {
 		t.Errorf("float32 ghost norms within %.2g of the truth: the test is not adversarial", worstGhost)
 	}
 	t.Logf("float32 ghost squared norm: worst relative error %.3g", worstGhost)
+}
+
+// TestDropout checks dropout's per-example gradients against finite
+// differences of a reference using the same masks, the identity at
+// evaluation, and that masks follow the step counter.
+func TestDropout(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{2, 4, 4}}}
+	b.conv(2, 3, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, Flatten{}, Dropout{Rate: 0.3, Seed: 11})
+	b.dense(48, 6, Tanh)
+	b.net.Layers = append(b.net.Layers, Dropout{Rate: 0.5, Seed: 12})
+	b.dense(6, 3, Identity)
+	rng := rand.New(rand.NewPCG(3, 3))
+	params := randParams(rng, b.n)
+	p, err := NewPlan(b.net, params, Options{MaxBatch: 4, Workers: 2, Chunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	x := make([]float32, n*32)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := []int{0, 2, 1, 2}
+	p.SetStepCount(5)
+	grads := make([][]float32, n)
+	for i := range grads {
+		grads[i] = make([]float32, b.n)
+	}
+	if _, err := p.Gradients(x, y, grads); err != nil {
+		t.Fatal(err)
+	}
+	p64 := make([]float64, b.n)
+	for j, v := range params {
+		p64[j] = float64(v)
+	}
+	kept, total := 0, 0
+	for i := range n {
+		drop := func(l, k int) float64 {
+			d := b.net.Layers[l].(Dropout)
+			if dropKeep(d.Seed, 5, i, l, k, uint64(d.Rate*(1<<64))) {
+				return 1 / (1 - d.Rate)
+			}
+			return 0
+		}
+		for k := range 48 {
+			total++
+			if drop(2, k) > 0 {
+				kept++
+			}
+		}
+		x64 := make([]float64, 32)
+		for j := range x64 {
+			x64[j] = float64(x[i*32+j])
+		}
+		fd := make([]float32, b.n)
+		for j := range p64 {
+			const h = 1e-5
+			old := p64[j]
+			p64[j] = old + h
+			lp := refLossDrop(b.net, p64, x64, y[i], drop)
+			p64[j] = old - h
+			lm := refLossDrop(b.net, p64, x64, y[i], drop)
+			p64[j] = old
+			fd[j] = float32((lp - lm) / (2 * h))
+		}
+		if d := relDiff(grads[i], fd); d > 1e-4 {
+			t.Errorf("example %d: gradient vs finite differences rel diff %.2g", i, d)
+		}
+	}
+	if f := float64(kept) / float64(total); math.Abs(f-0.7) > 0.1 {
+		t.Errorf("kept fraction %v, want about 0.7", f)
+	}
+	// Step uses the same masks as Gradients at the same count, then
+	// advances it: the next step's masks differ.
+	sum1 := make([]float32, b.n)
+	if _, err := p.Step(x, y, sum1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, b.n)
+	for i := range n {
+		for j, g := range grads[i] {
+			want[j] += g
+		}
+	}
+	if d := relDiff(sum1, want); d > 1e-5 {
+		t.Errorf("step at count 5 vs gradients at count 5: rel diff %.2g", d)
+	}
+	sum2 := make([]float32, b.n)
+	if _, err := p.Step(x, y, sum2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(sum2, sum1) < 1e-3 || p.StepCount() != 7 {
+		t.Errorf("masks did not change with the step (count %d)", p.StepCount())
+	}
+	p.SetStepCount(5)
+	if _, err := p.Step(x, y, sum2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(sum2, sum1) != 0 {
+		t.Error("SetStepCount(5) did not reproduce step 5")
+	}
+	// Evaluation passes activations through: same logits as without
+	// the dropout layers.
+	plain := Network{Input: b.net.Input, Layers: []Layer{b.net.Layers[0], b.net.Layers[1], b.net.Layers[3], b.net.Layers[5]}}
+	q, err := NewPlan(plain, params, Options{MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, l2 := make([]float32, n*3), make([]float32, n*3)
+	if err := p.Forward(x, l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Forward(x, l2); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(l1, l2) > 1e-6 { // chunks of 1 and of 4: other GEMM paths
+		t.Errorf("dropout changed evaluation logits: %v vs %v", l1, l2)
+	}
+	if _, err := NewPlan(Network{Input: Shape{1, 1, 2}, Layers: []Layer{Dropout{Rate: 1}, Flatten{}}}, nil, Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("rate 1: error %v", err)
+	}
 }
