@@ -125,11 +125,11 @@ type Plan struct {
 	dst     []float32
 	// stepCount counts Step calls (dropout masks depend on it).
 	stepCount uint64
-	chunks  int
-	active  int // workers with a chunk
-	barrier sync.WaitGroup
-	done    sync.WaitGroup
-	splits  [][]int
+	chunks    int
+	active    int // workers with a chunk
+	barrier   sync.WaitGroup
+	done      sync.WaitGroup
+	splits    [][]int
 }
 
 // worker holds one goroutine's buffers for a chunk of examples.
