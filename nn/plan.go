@@ -52,6 +52,7 @@ const (
 	kNorm
 	kJoin // residual: activation src + activation skip
 	kDrop
+	kEmbed
 )
 
 // stage is one compiled layer.
@@ -75,6 +76,7 @@ type stage struct {
 	rate           float64 // dropout
 	seed           uint64  // dropout
 	index          int     // position in the stage list (dropout masks)
+	emb            *Embedding
 	exOff          int     // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
@@ -151,6 +153,7 @@ type worker struct {
 	bad  []bool      // chunk
 	i0   int         // first example of the current chunk
 	tmp  []float32   // an input gradient to be added into d[src]
+	vec  []float32   // an embedding row's gradient
 	gemm blas.Serial32
 }
 
@@ -264,6 +267,20 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.pool = kAvg, l.Size
 		case Dropout:
 			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
+		case Embedding:
+			if src != 0 || len(p.stages) != 0 {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns): %w", name, ErrInvalid)
+			}
+			e := l
+			e.Tables = append([]EmbeddingTable(nil), l.Tables...)
+			s.kind, s.emb = kEmbed, &e
+			for _, t := range e.Tables {
+				if t.Weight.Offset+t.Weight.Len > len(p.params) {
+					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params), ErrInvalid)
+				}
+			}
+			s.aff = p.naff
+			p.naff++
 		case GroupNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
 		case LayerNorm:
@@ -425,6 +442,14 @@ func (p *Plan) newWorker() *worker {
 			w.pre[i] = make([]float32, C*s.out.Size())
 		}
 		maxFo = max(maxFo, s.fo, 2*s.in.C)
+		if s.kind == kEmbed {
+			for _, t := range s.emb.Tables {
+				maxFo = max(maxFo, t.Dim)
+				if len(w.vec) < t.Dim {
+					w.vec = make([]float32, t.Dim)
+				}
+			}
+		}
 	}
 	w.du = make([]float32, maxDU)
 	w.col = make([]float64, maxFo)
@@ -453,6 +478,11 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {
 		return fmt.Errorf("nn: %d floats for %d examples of %d: %w", len(x), n, in, ErrInvalid)
+	}
+	if len(p.stages) > 0 && p.stages[0].kind == kEmbed {
+		if err := p.stages[0].emb.checkIDs(x, n, in); err != nil {
+			return err
+		}
 	}
 	if y != nil {
 		if n > p.opt.MaxBatch {
@@ -690,6 +720,10 @@ func (p *Plan) forward(w *worker, m int) {
 			for j := range m {
 				s.avgPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
 			}
+		case kEmbed:
+			for j := range m {
+				s.emb.forward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
+			}
 		case kDrop:
 			if p.mode == modeForward || s.rate == 0 {
 				copy(out[:m*osz], in[:m*osz])
@@ -822,6 +856,8 @@ func (p *Plan) backward(w *worker, m int) {
 					di[arg[k]] += g
 				}
 			}
+		case kEmbed:
+			// The first layer: no gradient w.r.t. the ids.
 		case kDrop:
 			if s.src == 0 {
 				continue
@@ -904,7 +940,7 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 		if !w.bad[j] {
 			for i := range p.stages {
 				s := &p.stages[i]
-				if s.kind != kConv && s.kind != kDense && s.kind != kNorm {
+				if s.kind != kConv && s.kind != kDense && s.kind != kNorm && s.kind != kEmbed {
 					continue
 				}
 				// A convolution's im2col rows hold the values of its
@@ -971,6 +1007,16 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
 				}
+			case kEmbed:
+				sz, osz := s.in.Size(), s.out.Size()
+				t := 0.0
+				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(_ EmbeddingTable, _ int, vec []float32) {
+					t += sumsq64(vec)
+					if p.opt.LInf {
+						linf = max(linf, maxAbs(vec))
+					}
+				})
+				sq[s.aff] = t
 			case kNorm:
 				M := p.normGrad(w, s, i, j)
 				sq[s.aff] = sumsq64(M)
@@ -1052,6 +1098,14 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.fi*s.fo:])
+		case kEmbed:
+			for _, t := range s.emb.Tables {
+				clear(out[t.Weight.Offset : t.Weight.Offset+t.Weight.Len])
+			}
+			sz, osz := s.in.Size(), s.out.Size()
+			s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
+				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
+			})
 		case kNorm:
 			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
 			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
@@ -1080,6 +1134,22 @@ func (p *Plan) accumulate(w *worker, m int) {
 	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
+		if s.kind == kEmbed {
+			sz, osz := s.in.Size(), s.out.Size()
+			for j := range m {
+				f := 1.0
+				if p.private {
+					f = w.c[j*A+s.aff]
+				}
+				if f == 0 || w.bad[j] {
+					continue
+				}
+				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
+					axpy(float32(f), vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+				})
+			}
+			continue
+		}
 		if s.kind != kConv && s.kind != kDense && s.kind != kNorm {
 			continue
 		}

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -73,6 +74,33 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 	}
 	for li, l := range layers {
 		switch l := l.(type) {
+		case Embedding:
+			out, _ := l.out(sh)
+			next := make([]float64, out.Size())
+			copy(next, cur[:l.Numeric])
+			ids := cur[l.Numeric:]
+			scale := 1.0
+			if l.Bag == MeanBag {
+				k := 0
+				for _, v := range ids {
+					if v != -1 {
+						k++
+					}
+				}
+				if k > 0 {
+					scale = 1 / float64(k)
+				}
+			}
+			for c, v := range ids {
+				if v == -1 {
+					continue
+				}
+				t, off := l.table(c)
+				for d := range t.Dim {
+					next[off+d] += scale * p[t.Weight.Offset+int(v)*t.Dim+d]
+				}
+			}
+			cur, sh = next, out
 		case Dropout:
 			next := make([]float64, len(cur))
 			for k, v := range cur {
@@ -173,6 +201,8 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 type builder struct {
 	n   int
 	net Network
+	// input draws one example (default: standard normal values).
+	input func(rng *rand.Rand) []float32
 }
 
 func (b *builder) param(n int) Param {
@@ -245,6 +275,43 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
 	b.dense(4, 3, Identity)
 	nets["residual"] = b
+	// Embeddings: tabular (2 numeric columns, 3 categorical with their
+	// own tables), a mean bag of up to 6 ids with -1 padding, and a
+	// sequence sharing one table (repeated ids).
+	b = &builder{net: Network{Input: Shape{5, 1, 1}}}
+	tabs := []EmbeddingTable{{Vocab: 4, Dim: 2}, {Vocab: 3, Dim: 3}, {Vocab: 5, Dim: 2}}
+	for k := range tabs {
+		tabs[k].Weight = b.param(tabs[k].Vocab * tabs[k].Dim)
+	}
+	b.net.Layers = append(b.net.Layers, Embedding{Numeric: 2, Tables: tabs})
+	b.dense(2+7, 4, Tanh)
+	b.dense(4, 3, Identity)
+	b.input = func(rng *rand.Rand) []float32 {
+		return []float32{float32(rng.NormFloat64()), float32(rng.NormFloat64()), float32(rng.IntN(4)), float32(rng.IntN(3)), float32(rng.IntN(5))}
+	}
+	nets["embedding-tabular"] = b
+	for _, bag := range []Bag{MeanBag, SumBag, NoBag} {
+		b = &builder{net: Network{Input: Shape{6, 1, 1}}}
+		tab := EmbeddingTable{Vocab: 4, Dim: 3, Weight: b.param(12)}
+		b.net.Layers = append(b.net.Layers, Embedding{Tables: []EmbeddingTable{tab}, Bag: bag})
+		out := 3
+		if bag == NoBag {
+			out = 18
+		}
+		b.dense(out, 2, Identity)
+		b.input = func(rng *rand.Rand) []float32 {
+			x := make([]float32, 6)
+			k := 1 + rng.IntN(6)
+			for c := range x {
+				x[c] = -1
+				if c < k {
+					x[c] = float32(rng.IntN(4)) // repeats are likely
+				}
+			}
+			return x
+		}
+		nets[fmt.Sprintf("embedding-bag%d", bag)] = b
+	}
 	return nets
 }
 
@@ -287,6 +354,11 @@ func TestGradients(t *testing.T) {
 			x := make([]float32, n*in)
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())
+			}
+			if b.input != nil {
+				for i := range n {
+					copy(x[i*in:(i+1)*in], b.input(rng))
+				}
 			}
 			y := make([]int, n)
 			for i := range y {
@@ -386,6 +458,14 @@ func affineOf(net Network, n int) []int {
 			case Residual:
 				walk(l.Body)
 				walk(l.Shortcut)
+				continue
+			case Embedding:
+				for _, t := range l.Tables {
+					for j := range t.Weight.Len {
+						out[t.Weight.Offset+j] = a
+					}
+				}
+				a++
 				continue
 			case Conv2D:
 				w, b = l.Weight, l.Bias
@@ -666,5 +746,28 @@ func TestDropout(t *testing.T) {
 	}
 	if _, err := NewPlan(Network{Input: Shape{1, 1, 2}, Layers: []Layer{Dropout{Rate: 1}, Flatten{}}}, nil, Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("rate 1: error %v", err)
+	}
+}
+
+func TestEmbeddingIDErrors(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{3, 1, 1}}}
+	tab := EmbeddingTable{Vocab: 4, Dim: 2, Weight: b.param(8)}
+	b.net.Layers = append(b.net.Layers, Embedding{Numeric: 1, Tables: []EmbeddingTable{tab}})
+	b.dense(5, 2, Identity)
+	p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := make([]float32, b.n)
+	for _, x := range [][]float32{{0.5, 1, 4}, {0, 1.5, 0}, {0, -2, 0}} {
+		_, err := p.Step(x, []int{0}, g, nil)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is not an integer in [0, 4)") {
+			t.Errorf("ids %v: error %v", x, err)
+		}
+	}
+	// Not first: refused.
+	bad := Network{Input: Shape{3, 1, 1}, Layers: []Layer{Dense{Out: 3, Weight: Param{0, 9}, Bias: Param{9, 3}}, Embedding{Tables: []EmbeddingTable{{Vocab: 2, Dim: 1, Weight: Param{12, 2}}}}}}
+	if _, err := NewPlan(bad, make([]float32, 20), Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("embedding after a dense layer: error %v", err)
 	}
 }
