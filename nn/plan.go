@@ -77,7 +77,7 @@ type stage struct {
 	seed           uint64  // dropout
 	index          int     // position in the stage list (dropout masks)
 	emb            *Embedding
-	exOff          int     // conv: offset of the per-example gradient in a perEx row
+	exOff          int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
 	// row, kernel column, channel); perm[r] is the layout row of
