@@ -260,3 +260,31 @@ func (b *Builder) Model() (Model, error) {
 	}
 	return m, nil
 }
+
+// Embedding adds an embedding of the input's columns as the first layer:
+// the first numeric columns pass through unchanged and every later column
+// k holds an id (as a float, -1 when absent) into its own table of
+// vocab[k] vectors of dims[k] entries; with one table (len(vocab) = 1)
+// every id column shares it and bag may sum or average them.
+func (b *Builder) Embedding(name string, numeric int, vocab, dims []int, bag nn.Bag) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	name = b.layerName(name, "embedding")
+	if len(vocab) == 0 || len(vocab) != len(dims) {
+		b.root.fail(fmt.Errorf("layer %s: %d vocabularies, %d dimensions: %w", name, len(vocab), len(dims), ErrInvalid))
+		return b
+	}
+	e := nn.Embedding{Numeric: numeric, Bag: bag}
+	for k := range vocab {
+		if vocab[k] <= 0 || dims[k] <= 0 {
+			b.root.fail(fmt.Errorf("layer %s: table %d: vocabulary %d, dimension %d: %w", name, k, vocab[k], dims[k], ErrInvalid))
+			return b
+		}
+		lim := math.Sqrt(6 / float64(1+dims[k]))
+		w := b.param(fmt.Sprintf("%s/table%d", name, k), []int{vocab[k], dims[k]}, lim)
+		e.Tables = append(e.Tables, nn.EmbeddingTable{Vocab: vocab[k], Dim: dims[k], Weight: w})
+	}
+	b.flat = true
+	return b.add(name, e)
+}

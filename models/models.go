@@ -204,3 +204,27 @@ func seedBytes(seed uint64) [32]byte {
 	b[8] = 'm'
 	return b
 }
+
+// NewTabular returns a classifier for tabular rows: numeric columns
+// followed by one categorical column per entry of vocab (ids in
+// [0, vocab[k]), -1 when missing), each embedded in dim dimensions, then
+// a ReLU MLP with the given hidden widths. Inputs have shape
+// (numeric + len(vocab), 1, 1).
+func NewTabular(numeric int, vocab []int, dim int, hidden []int, classes int, seed uint64) (Model, error) {
+	if numeric < 0 || len(vocab) == 0 || dim <= 0 {
+		return nil, fmt.Errorf("models: tabular: %d numeric columns, %d categorical, dimension %d: %w", numeric, len(vocab), dim, ErrInvalid)
+	}
+	in := [3]int{numeric + len(vocab), 1, 1}
+	if err := checkCommon(in, classes); err != nil {
+		return nil, fmt.Errorf("models: tabular: %w", err)
+	}
+	dims := make([]int, len(vocab))
+	for k := range dims {
+		dims[k] = dim
+	}
+	b := NewBuilder("tabular", in, seed).Embedding("embed", numeric, vocab, dims, nn.NoBag)
+	for _, h := range hidden {
+		b.Dense("", h, nn.ReLU)
+	}
+	return b.Dense("", classes, nn.Identity).Model()
+}
