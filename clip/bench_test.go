@@ -89,8 +89,8 @@ func maxRSSMiB() float64 {
 }
 
 // BenchmarkCIFARCNNPoisson is the private step with batch sizes varying as
-// Poisson sampling with mean 64 gives (MaxBatch 80: graphs come in sizes
-// 70 and 80 here and are rebuilt when the size changes).
+// Poisson sampling with mean 64 gives (MaxBatch 80): the executor's plan
+// does not depend on the batch size, so nothing is padded or rebuilt.
 func BenchmarkCIFARCNNPoisson(b *testing.B) {
 	installBLAS()
 	m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
@@ -119,4 +119,40 @@ func BenchmarkCIFARCNNPoisson(b *testing.B) {
 	b.ReportMetric(float64(examples)/b.Elapsed().Seconds(), "examples/s")
 	b.ReportMetric(float64(examples)/(cpuSeconds()-cpu0), "examples/cpu-s")
 	b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+}
+
+// BenchmarkWRN16x4 is one step of WideResNet-16-4 with GroupNorm (De et
+// al. 2022's CIFAR-10 model) at batch 64.
+func BenchmarkWRN16x4(b *testing.B) {
+	installBLAS()
+	for _, private := range []bool{false, true} {
+		b.Run(fmt.Sprintf("batch=64/private=%v", private), func(b *testing.B) {
+			m, err := models.NewWRN16x4([3]int{3, 32, 32}, 10, 16, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := New(m, Options{Norm: 1, NonPrivate: !private, MaxBatch: 64})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			x, y := randBatch(rng, 64, e.chw, 10)
+			dst := make([]float32, m.NumParams())
+			if _, err := e.ClippedSum(x, y, dst); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := cpuSeconds()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := e.ClippedSum(x, y, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			n := 64 * float64(b.N)
+			b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
+			b.ReportMetric(n/(cpuSeconds()-cpu0), "examples/cpu-s")
+			b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+		})
+	}
 }

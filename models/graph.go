@@ -3,6 +3,7 @@ package models
 import (
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -33,28 +34,58 @@ func (m *seq) build(g *gorgonia.ExprGraph, batch int) (*Net, error) {
 	x := gorgonia.NewTensor(g, tensor.Float32, 4, gorgonia.WithShape(batch, c, h, w), gorgonia.WithName("x"))
 	net := &Net{Batch: batch, Input: x}
 	cur := x // (batch, c, h, w) while convolving, (batch, d) after
-	flat := false
 	var err error
-	for i, s := range m.specs {
-		wi, bi := m.layout[2*i], m.layout[2*i+1]
+	param := func(p nn.Param) ParamInfo {
+		for _, q := range m.layout {
+			if q.Offset == p.Offset && q.Len == p.Len {
+				return q
+			}
+		}
+		return ParamInfo{}
+	}
+	for i, layer := range m.layers {
+		var wp, bp nn.Param
+		var act nn.Activation
+		conv := false
+		switch l := layer.(type) {
+		case nn.MaxPool:
+			if cur, err = gorgonia.MaxPool2D(cur, tensor.Shape{l.Size, l.Size}, []int{0, 0}, []int{l.Size, l.Size}); err != nil {
+				return nil, fmt.Errorf("layer %d maxpool: %w", i, err)
+			}
+			h, w = h/l.Size, w/l.Size
+			continue
+		case nn.Flatten:
+			if cur, err = gorgonia.Reshape(cur, tensor.Shape{batch, c * h * w}); err != nil {
+				return nil, fmt.Errorf("layer %d flatten: %w", i, err)
+			}
+			c, h, w = c*h*w, 1, 1
+			continue
+		case nn.Conv2D:
+			wp, bp, act, conv = l.Weight, l.Bias, l.Act, true
+		case nn.Dense:
+			wp, bp, act = l.Weight, l.Bias, l.Act
+		default:
+			// The engine (package nn) runs every layer; the gorgonia
+			// graph covers the layers of the library's fixed models.
+			return nil, fmt.Errorf("layer %d: %T has no gorgonia graph here (the engine runs it through Network): %w", i, layer, ErrInvalid)
+		}
+		wi, bi := param(wp), param(bp)
 		W, B := m.paramNode(g, wi), m.paramNode(g, bi)
-		L := Layer{Name: fmt.Sprintf("layer%d", i), Conv: s.conv, FanIn: s.fanIn, FanOut: s.fanOut, Weight: wi, Bias: bi, Positions: 1}
-		if s.conv {
-			col, err := gorgonia.Im2Col(cur, tensor.Shape{3, 3}, tensor.Shape{1, 1}, tensor.Shape{1, 1}, tensor.Shape{1, 1})
+		fanIn, fanOut := wi.Shape[0], wi.Shape[1]
+		L := Layer{Name: fmt.Sprintf("layer%d", len(net.Layers)), Conv: conv, FanIn: fanIn, FanOut: fanOut, Weight: wi, Bias: bi, Positions: 1}
+		if conv {
+			l := layer.(nn.Conv2D)
+			col, err := gorgonia.Im2Col(cur, tensor.Shape{l.Kernel, l.Kernel}, tensor.Shape{l.Pad, l.Pad}, tensor.Shape{l.Stride, l.Stride}, tensor.Shape{1, 1})
 			if err != nil {
 				return nil, fmt.Errorf("layer %d im2col: %w", i, err)
 			}
+			h = (h+2*l.Pad-l.Kernel)/l.Stride + 1
+			w = (w+2*l.Pad-l.Kernel)/l.Stride + 1
 			L.Positions = h * w
-			if L.In, err = gorgonia.Reshape(col, tensor.Shape{batch * h * w, s.fanIn}); err != nil {
+			if L.In, err = gorgonia.Reshape(col, tensor.Shape{batch * h * w, fanIn}); err != nil {
 				return nil, fmt.Errorf("layer %d: %w", i, err)
 			}
 		} else {
-			if !flat {
-				if cur, err = gorgonia.Reshape(cur, tensor.Shape{batch, c * h * w}); err != nil {
-					return nil, fmt.Errorf("layer %d flatten: %w", i, err)
-				}
-				flat = true
-			}
 			L.In = cur
 		}
 		mm, err := gorgonia.Mul(L.In, W)
@@ -66,38 +97,37 @@ func (m *seq) build(g *gorgonia.ExprGraph, batch int) (*Net, error) {
 			return nil, fmt.Errorf("layer %d bias: %w", i, err)
 		}
 		rows := batch * L.Positions
-		zero := tensor.New(tensor.WithShape(rows, s.fanOut), tensor.Of(tensor.Float32))
-		L.Probe = gorgonia.NewMatrix(g, tensor.Float32, gorgonia.WithShape(rows, s.fanOut),
-			gorgonia.WithName(fmt.Sprintf("probe%d", i)), gorgonia.WithValue(zero))
+		zero := tensor.New(tensor.WithShape(rows, fanOut), tensor.Of(tensor.Float32))
+		L.Probe = gorgonia.NewMatrix(g, tensor.Float32, gorgonia.WithShape(rows, fanOut),
+			gorgonia.WithName(fmt.Sprintf("probe%d", len(net.Layers))), gorgonia.WithValue(zero))
 		if L.Out, err = gorgonia.Add(z, L.Probe); err != nil {
 			return nil, fmt.Errorf("layer %d probe: %w", i, err)
 		}
 		net.Layers = append(net.Layers, L)
 		a := L.Out
-		switch s.act {
-		case "tanh":
+		switch act {
+		case nn.Tanh:
 			a, err = gorgonia.Tanh(a)
-		case "relu":
+		case nn.ReLU:
 			a, err = gorgonia.Rectify(a)
+		case nn.Identity:
+		default:
+			return nil, fmt.Errorf("layer %d: activation %v has no gorgonia graph here: %w", i, act, ErrInvalid)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("layer %d activation: %w", i, err)
 		}
-		if s.conv {
+		if conv {
 			// Back to (batch, channels, h, w) for the next im2col / pool.
-			if a, err = gorgonia.Reshape(a, tensor.Shape{batch, h, w, s.fanOut}); err != nil {
+			if a, err = gorgonia.Reshape(a, tensor.Shape{batch, h, w, fanOut}); err != nil {
 				return nil, fmt.Errorf("layer %d: %w", i, err)
 			}
 			if a, err = gorgonia.Transpose(a, 0, 3, 1, 2); err != nil {
 				return nil, fmt.Errorf("layer %d: %w", i, err)
 			}
-			c = s.fanOut
-			if s.pool {
-				if a, err = gorgonia.MaxPool2D(a, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}); err != nil {
-					return nil, fmt.Errorf("layer %d maxpool: %w", i, err)
-				}
-				h, w = h/2, w/2
-			}
+			c = fanOut
+		} else {
+			c = fanOut
 		}
 		cur = a
 	}

@@ -20,8 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 
 	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
@@ -97,23 +95,13 @@ type Layer struct {
 	Weight, Bias ParamInfo
 }
 
-// layerSpec is one affine layer of an architecture.
-type layerSpec struct {
-	conv   bool
-	fanIn  int // for conv: 9*Cin
-	fanOut int
-	act    string // "tanh", "relu" or "" (none, for the output layer)
-	pool   bool   // conv only: 2x2 max pool after the activation
-}
-
-// seq is a sequential model: the concrete type behind every constructor.
+// seq is the concrete type behind every model: a layer list over one
+// flat parameter buffer.
 type seq struct {
 	name    string
 	in      [3]int
 	classes int
-	hidden  []int
-	act     string
-	specs   []layerSpec
+	layers  []nn.Layer
 	layout  []ParamInfo
 	params  []float32
 }
@@ -146,6 +134,16 @@ func checkCommon(inputShape [3]int, classes int) error {
 	return nil
 }
 
+func activation(act string) (nn.Activation, error) {
+	switch act {
+	case "tanh":
+		return nn.Tanh, nil
+	case "relu":
+		return nn.ReLU, nil
+	}
+	return 0, fmt.Errorf("activation %q (want tanh or relu): %w", act, ErrInvalid)
+}
+
 // NewLogistic returns multinomial logistic regression on the flattened
 // input. Its parameters start at zero (the loss is convex, so no random
 // start is needed); seed is accepted for symmetry with the other
@@ -154,11 +152,7 @@ func NewLogistic(inputShape [3]int, classes int, seed uint64) (Model, error) {
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: logistic: %w", err)
 	}
-	d := inputShape[0] * inputShape[1] * inputShape[2]
-	m := &seq{name: "logistic", in: inputShape, classes: classes,
-		specs: []layerSpec{{fanIn: d, fanOut: classes}}}
-	m.alloc(seed)
-	return m, nil
+	return NewBuilder("logistic", inputShape, seed).ZeroWeights().Dense("", classes, nn.Identity).Model()
 }
 
 // NewMLP returns a fully connected network with the given hidden widths and
@@ -168,21 +162,18 @@ func NewMLP(inputShape [3]int, hidden []int, classes int, act string, seed uint6
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: mlp: %w", err)
 	}
-	if act != "tanh" && act != "relu" {
-		return nil, fmt.Errorf("models: mlp: activation %q (want tanh or relu): %w", act, ErrInvalid)
+	a, err := activation(act)
+	if err != nil {
+		return nil, fmt.Errorf("models: mlp: %w", err)
 	}
-	d := inputShape[0] * inputShape[1] * inputShape[2]
-	m := &seq{name: "mlp", in: inputShape, classes: classes, hidden: append([]int(nil), hidden...), act: act}
+	b := NewBuilder("mlp", inputShape, seed)
 	for _, h := range hidden {
 		if h <= 0 {
 			return nil, fmt.Errorf("models: mlp: hidden width %d: %w", h, ErrInvalid)
 		}
-		m.specs = append(m.specs, layerSpec{fanIn: d, fanOut: h, act: act})
-		d = h
+		b.Dense("", h, a)
 	}
-	m.specs = append(m.specs, layerSpec{fanIn: d, fanOut: classes})
-	m.alloc(seed)
-	return m, nil
+	return b.Dense("", classes, nn.Identity).Model()
 }
 
 // NewCIFARCNN returns the convolutional network of Kairouz et al. (2021,
@@ -195,57 +186,14 @@ func NewCIFARCNN(inputShape [3]int, classes int, seed uint64) (Model, error) {
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: cifarcnn: %w", err)
 	}
-	c, h, w := inputShape[0], inputShape[1], inputShape[2]
-	m := &seq{name: "cifarcnn", in: inputShape, classes: classes}
-	for _, out := range []int{32, 64, 128} {
-		m.specs = append(m.specs,
-			layerSpec{conv: true, fanIn: 9 * c, fanOut: out, act: "tanh"},
-			layerSpec{conv: true, fanIn: 9 * out, fanOut: out, act: "tanh", pool: true})
-		c = out
-		h, w = h/2, w/2
-	}
-	if h == 0 || w == 0 {
+	if inputShape[1] < 8 || inputShape[2] < 8 {
 		return nil, fmt.Errorf("models: cifarcnn: input %v too small for three 2x2 pools: %w", inputShape, ErrInvalid)
 	}
-	m.specs = append(m.specs,
-		layerSpec{fanIn: c * h * w, fanOut: 128, act: "tanh"},
-		layerSpec{fanIn: 128, fanOut: classes})
-	m.alloc(seed)
-	return m, nil
-}
-
-// alloc lays out the flat buffer and initializes it: Glorot-uniform weights
-// (fan-in and fan-out of the convolution's receptive field for conv layers),
-// zero biases.
-func (m *seq) alloc(seed uint64) {
-	off := 0
-	for i, s := range m.specs {
-		kind := "dense"
-		if s.conv {
-			kind = "conv"
-		}
-		w := ParamInfo{Name: fmt.Sprintf("%s%d/w", kind, i), Shape: []int{s.fanIn, s.fanOut}, Offset: off, Len: s.fanIn * s.fanOut}
-		off += w.Len
-		b := ParamInfo{Name: fmt.Sprintf("%s%d/b", kind, i), Shape: []int{s.fanOut}, Offset: off, Len: s.fanOut}
-		off += b.Len
-		m.layout = append(m.layout, w, b)
+	b := NewBuilder("cifarcnn", inputShape, seed)
+	for _, out := range []int{32, 64, 128} {
+		b.Conv2D("", out, 3, 1, 1, nn.Tanh).Conv2D("", out, 3, 1, 1, nn.Tanh).MaxPool(2)
 	}
-	m.params = make([]float32, off)
-	if m.name == "logistic" {
-		return
-	}
-	rng := rand.New(rand.NewChaCha8(seedBytes(seed)))
-	for i, s := range m.specs {
-		fo := s.fanOut
-		if s.conv {
-			fo *= 9
-		}
-		lim := math.Sqrt(6 / float64(s.fanIn+fo))
-		w := m.layout[2*i]
-		for j := range w.Len {
-			m.params[w.Offset+j] = float32((2*rng.Float64() - 1) * lim)
-		}
-	}
+	return b.Dense("", 128, nn.Tanh).Dense("", classes, nn.Identity).Model()
 }
 
 func seedBytes(seed uint64) [32]byte {
@@ -255,4 +203,28 @@ func seedBytes(seed uint64) [32]byte {
 	}
 	b[8] = 'm'
 	return b
+}
+
+// NewTabular returns a classifier for tabular rows: numeric columns
+// followed by one categorical column per entry of vocab (ids in
+// [0, vocab[k]), -1 when missing), each embedded in dim dimensions, then
+// a ReLU MLP with the given hidden widths. Inputs have shape
+// (numeric + len(vocab), 1, 1).
+func NewTabular(numeric int, vocab []int, dim int, hidden []int, classes int, seed uint64) (Model, error) {
+	if numeric < 0 || len(vocab) == 0 || dim <= 0 {
+		return nil, fmt.Errorf("models: tabular: %d numeric columns, %d categorical, dimension %d: %w", numeric, len(vocab), dim, ErrInvalid)
+	}
+	in := [3]int{numeric + len(vocab), 1, 1}
+	if err := checkCommon(in, classes); err != nil {
+		return nil, fmt.Errorf("models: tabular: %w", err)
+	}
+	dims := make([]int, len(vocab))
+	for k := range dims {
+		dims[k] = dim
+	}
+	b := NewBuilder("tabular", in, seed).Embedding("embed", numeric, vocab, dims, nn.NoBag)
+	for _, h := range hidden {
+		b.Dense("", h, nn.ReLU)
+	}
+	return b.Dense("", classes, nn.Identity).Model()
 }

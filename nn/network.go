@@ -57,6 +57,9 @@ const (
 	Identity Activation = iota
 	Tanh
 	ReLU
+	// GELU is the Gaussian error linear unit x Phi(x) (Hendrycks and
+	// Gimpel 2016), the exact (erf) form PyTorch uses by default.
+	GELU
 )
 
 func (a Activation) String() string {
@@ -67,11 +70,14 @@ func (a Activation) String() string {
 		return "tanh"
 	case ReLU:
 		return "relu"
+	case GELU:
+		return "gelu"
 	}
 	return fmt.Sprintf("Activation(%d)", uint8(a))
 }
 
-// Layer is one layer of a Network: Conv2D, Dense, MaxPool or Flatten.
+// Layer is one layer of a Network: Conv2D, Dense, MaxPool, AvgPool,
+// GroupNorm, LayerNorm or Flatten (BatchNorm is refused).
 type Layer interface {
 	// out returns the layer's output shape for input shape in.
 	out(in Shape) (Shape, error)
@@ -126,7 +132,7 @@ func checkAffine(w, b Param, fi, fo int, act Activation) error {
 	if w.Len != fi*fo || b.Len != fo || w.Offset < 0 || b.Offset < 0 {
 		return fmt.Errorf("weight %+v, bias %+v for fan-in %d, fan-out %d: %w", w, b, fi, fo, ErrInvalid)
 	}
-	if act > ReLU {
+	if act > GELU {
 		return fmt.Errorf("%v: %w", act, ErrInvalid)
 	}
 	return nil
@@ -188,4 +194,13 @@ func (n Network) Shapes() ([]Shape, error) {
 		return nil, fmt.Errorf("nn: the last layer's output %+v is not flat: %w", cur, ErrInvalid)
 	}
 	return out, nil
+}
+
+// OutShape is the output shape of layer l on inputs of shape in, or an
+// error saying why l does not fit.
+func OutShape(l Layer, in Shape) (Shape, error) {
+	if l == nil {
+		return Shape{}, fmt.Errorf("nil layer: %w", ErrInvalid)
+	}
+	return l.out(in)
 }

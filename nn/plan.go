@@ -48,6 +48,11 @@ const (
 	kDense
 	kPool
 	kFlatten
+	kAvg
+	kNorm
+	kJoin // residual: activation src + activation skip
+	kDrop
+	kEmbed
 )
 
 // stage is one compiled layer.
@@ -60,7 +65,18 @@ type stage struct {
 	w, b           Param
 	k, stride, pad int // conv
 	pool           int
-	aff            int // index among affine layers
+	groups         int     // norm: groups (1 for LayerNorm)
+	eps            float64 // norm
+	perElem        bool    // norm: LayerNorm's element-wise affine
+	aff            int     // index among layers with parameters
+	src            int     // activation read (i for a plain stack)
+	skip           int     // join: the shortcut activation added
+	addGrad        bool    // backward adds into d[src] (another reader wrote it)
+	addSkip        bool    // join: backward adds into d[skip]
+	rate           float64 // dropout
+	seed           uint64  // dropout
+	index          int     // position in the stage list (dropout masks)
+	emb            *Embedding
 	exOff          int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
@@ -86,16 +102,17 @@ type segment struct{ src, dst, n int }
 // Plan is a Network compiled for a fixed number of workers and chunk
 // size, with all buffers allocated. It is not safe for concurrent use.
 type Plan struct {
-	net     Network
-	params  []float32
-	stages  []stage
-	naff    int
-	exLen   int // per-example materialized (convolution) gradient length
-	classes int
-	opt     Options
-	workers []*worker
-	loss    []float64
-	segs    []segment
+	net      Network
+	params   []float32
+	stages   []stage
+	naff     int
+	exLen    int // per-example materialized (convolution) gradient length
+	classes  int
+	opt      Options
+	workers  []*worker
+	loss     []float64
+	segs     []segment
+	actShape []Shape // shape of activation k (the input, then stage k-1's output)
 
 	// per step
 	x       []float32
@@ -108,11 +125,13 @@ type Plan struct {
 	logits  []float32
 	mode    mode
 	dst     []float32
-	chunks  int
-	active  int // workers with a chunk
-	barrier sync.WaitGroup
-	done    sync.WaitGroup
-	splits  [][]int
+	// stepCount counts Step calls (dropout masks depend on it).
+	stepCount uint64
+	chunks    int
+	active    int // workers with a chunk
+	barrier   sync.WaitGroup
+	done      sync.WaitGroup
+	splits    [][]int
 }
 
 // worker holds one goroutine's buffers for a chunk of examples.
@@ -121,6 +140,9 @@ type worker struct {
 	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
 	u    [][]float32 // per stage: im2col rows (conv only)
 	arg  [][]int32   // per stage: argmax (pool only)
+	pre  [][]float32 // per stage: pre-activation (GELU only)
+	xh   [][]float32 // per stage: normalized input (norm only)
+	rstd [][]float64 // per stage: 1/sqrt(var+eps) per example and group (norm only)
 	du   []float32   // conv input-gradient rows
 	ex   []float32   // chunk x exLen per-example convolution gradients
 	sq   []float64   // chunk x naff
@@ -129,6 +151,9 @@ type worker struct {
 	col  []float64   // bias column sums
 	acc  []float32   // gradient sum
 	bad  []bool      // chunk
+	i0   int         // first example of the current chunk
+	tmp  []float32   // an input gradient to be added into d[src]
+	vec  []float32   // an embedding row's gradient
 	gemm blas.Serial32
 }
 
@@ -148,13 +173,73 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if opt.Workers == 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
 	}
-	if opt.Chunk == 0 {
-		opt.Chunk = 16
+	p := &Plan{net: net, params: params, opt: opt, classes: shapes[len(shapes)-1].C}
+	p.actShape = []Shape{net.Input}
+	if _, _, err := p.compile(net.Layers, net.Input, 0, ""); err != nil {
+		return nil, err
+	}
+	p.markGradWrites()
+	if p.naff == 0 {
+		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+	}
+	p.segments()
+	// Size the chunk (automatic: 16 examples, fewer while the buffers
+	// would pass autoChunkBytes) and refuse sizes that cannot fit before
+	// allocating them.
+	auto := opt.Chunk == 0
+	if auto {
+		opt.Chunk = min(16, opt.MaxBatch)
+		for opt.Chunk > 1 && p.bufferBytes(opt.Chunk, opt.Workers) > autoChunkBytes {
+			opt.Chunk /= 2
+		}
 	}
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
-	p := &Plan{net: net, params: params, opt: opt, classes: shapes[len(shapes)-1].C}
-	for i, l := range net.Layers {
-		s := stage{in: shapes[i], out: shapes[i+1], P: 1}
+	p.opt = opt
+	if need := p.bufferBytes(opt.Chunk, opt.Workers); need > maxPlanBytes {
+		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB): %w",
+			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30, ErrInvalid)
+	}
+	p.loss = make([]float64, opt.MaxBatch)
+	for range opt.Workers {
+		p.workers = append(p.workers, p.newWorker())
+	}
+	p.splitSegments()
+	return p, nil
+}
+
+// compile appends the stages of layers, whose input is activation src of
+// shape in, and returns the output shape and activation index. Stage i
+// always writes activation i+1.
+func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, int, error) {
+	for li, l := range layers {
+		name := fmt.Sprintf("%s%d", path, li)
+		if r, ok := l.(Residual); ok {
+			if len(r.Body) == 0 {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual block with an empty body: %w", name, ErrInvalid)
+			}
+			bo, bi, err := p.compile(r.Body, in, src, name+".body.")
+			if err != nil {
+				return Shape{}, 0, err
+			}
+			so, si := in, src
+			if len(r.Shortcut) > 0 {
+				if so, si, err = p.compile(r.Shortcut, in, src, name+".shortcut."); err != nil {
+					return Shape{}, 0, err
+				}
+			}
+			if bo != so {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual body gives %+v, shortcut %+v: %w", name, bo, so, ErrInvalid)
+			}
+			p.stages = append(p.stages, stage{kind: kJoin, in: bo, out: bo, P: 1, src: bi, skip: si})
+			p.actShape = append(p.actShape, bo)
+			in, src = bo, len(p.stages)
+			continue
+		}
+		out, err := l.out(in)
+		if err != nil {
+			return Shape{}, 0, fmt.Errorf("nn: layer %s: %w", name, err)
+		}
+		s := stage{in: in, out: out, P: 1, src: src}
 		switch l := l.(type) {
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Weight, l.Bias
@@ -178,46 +263,96 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 			s.kind, s.pool = kPool, l.Size
 		case Flatten:
 			s.kind = kFlatten
+		case AvgPool:
+			s.kind, s.pool = kAvg, l.Size
+		case Dropout:
+			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
+		case Embedding:
+			if src != 0 || len(p.stages) != 0 {
+				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns): %w", name, ErrInvalid)
+			}
+			e := l
+			e.Tables = append([]EmbeddingTable(nil), l.Tables...)
+			s.kind, s.emb = kEmbed, &e
+			for _, t := range e.Tables {
+				if t.Weight.Offset+t.Weight.Len > len(p.params) {
+					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params), ErrInvalid)
+				}
+			}
+			s.aff = p.naff
+			p.naff++
+		case GroupNorm:
+			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
+		case LayerNorm:
+			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
 		default:
-			return nil, fmt.Errorf("nn: plan: layer %d: unsupported type %T: %w", i, l, ErrInvalid)
+			return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: unsupported type %T: %w", name, l, ErrInvalid)
 		}
-		if s.kind == kConv || s.kind == kDense {
+		if s.kind == kNorm {
+			if s.eps == 0 {
+				s.eps = 1e-5
+			}
+			s.exOff = p.exLen
+			p.exLen += s.w.Len + s.b.Len
+		}
+		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
-				if q.Offset+q.Len > len(params) {
-					return nil, fmt.Errorf("nn: plan: layer %d: parameters [%d, %d) outside the buffer of %d: %w", i, q.Offset, q.Offset+q.Len, len(params), ErrInvalid)
+				if q.Offset+q.Len > len(p.params) {
+					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, q.Offset, q.Offset+q.Len, len(p.params), ErrInvalid)
 				}
 			}
 			s.aff = p.naff
 			p.naff++
 		}
+		s.index = len(p.stages)
 		p.stages = append(p.stages, s)
+		p.actShape = append(p.actShape, out)
+		in, src = out, len(p.stages)
 	}
-	if p.naff == 0 {
-		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+	return in, src, nil
+}
+
+const (
+	// autoChunkBytes bounds the buffers of an automatically sized chunk.
+	autoChunkBytes = 1 << 30
+	// maxPlanBytes refuses plans whose buffers cannot be meant.
+	maxPlanBytes = 64 << 30
+)
+
+// bufferBytes is the memory the workers' buffers take for chunks of C
+// examples.
+func (p *Plan) bufferBytes(C, workers int) int64 {
+	floats := int64(0)
+	for _, sh := range p.actShape {
+		floats += 3 * int64(C) * int64(sh.Size()) // act, d, tmp (bound)
 	}
-	p.segments()
-	// Refuse sizes that cannot fit before allocating them.
-	C := opt.Chunk
-	floats := 0
 	for _, s := range p.stages {
-		floats += 2 * C * s.in.Size()
 		if s.kind == kConv {
-			floats += 2 * C * s.P * s.fi
+			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
-		if s.kind == kPool {
-			floats += C * s.out.Size()
+		if s.kind == kPool || s.kind == kNorm || s.kind == kDrop || s.act == GELU {
+			floats += int64(C) * int64(s.out.Size())
 		}
 	}
-	floats += C*p.classes*2 + C*p.exLen + len(params)
-	if gib := float64(floats) * 4 * float64(opt.Workers) / (1 << 30); gib > 64 {
-		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples: %w", gib, opt.Workers, C, ErrInvalid)
+	floats += int64(C)*int64(p.exLen) + int64(len(p.params))
+	return 4 * floats * int64(workers)
+}
+
+// markGradWrites decides, for every activation read by several stages (a
+// residual block's input), which reader's backward pass writes its
+// gradient and which add to it: backward runs in decreasing stage order,
+// so the last reader writes and the others add.
+func (p *Plan) markGradWrites() {
+	seen := make([]bool, len(p.actShape))
+	for i := len(p.stages) - 1; i >= 0; i-- {
+		s := &p.stages[i]
+		if s.kind == kJoin {
+			s.addSkip = seen[s.skip]
+			seen[s.skip] = true
+		}
+		s.addGrad = seen[s.src]
+		seen[s.src] = true
 	}
-	p.loss = make([]float64, opt.MaxBatch)
-	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker())
-	}
-	p.splitSegments()
-	return p, nil
 }
 
 // segments lists the runs reduce copies: one per permuted convolution
@@ -275,32 +410,59 @@ func (p *Plan) newWorker() *worker {
 	w := &worker{
 		act: make([][]float32, S+1), d: make([][]float32, S+1),
 		u: make([][]float32, S), arg: make([][]int32, S),
+		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo := 0, 0
-	for i, s := range p.stages {
-		w.act[i] = make([]float32, C*s.in.Size())
-		if i > 0 {
-			w.d[i] = make([]float32, C*s.in.Size())
+	maxDU, maxFo, maxAct := 0, 0, 0
+	for k, sh := range p.actShape {
+		w.act[k] = make([]float32, C*sh.Size())
+		if k > 0 {
+			w.d[k] = make([]float32, C*sh.Size())
 		}
+		maxAct = max(maxAct, C*sh.Size())
+	}
+	w.tmp = make([]float32, maxAct)
+	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
 			w.u[i] = make([]float32, C*s.P*s.fi)
-			if i > 0 {
+			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
 			}
 		case kPool:
 			w.arg[i] = make([]int32, C*s.out.Size())
+		case kDrop:
+			w.pre[i] = make([]float32, C*s.out.Size()) // the mask
+		case kNorm:
+			w.xh[i] = make([]float32, C*s.in.Size())
+			w.rstd[i] = make([]float64, C*s.groups)
 		}
-		maxFo = max(maxFo, s.fo)
+		if s.act == GELU {
+			w.pre[i] = make([]float32, C*s.out.Size())
+		}
+		maxFo = max(maxFo, s.fo, 2*s.in.C)
+		if s.kind == kEmbed {
+			for _, t := range s.emb.Tables {
+				maxFo = max(maxFo, t.Dim)
+				if len(w.vec) < t.Dim {
+					w.vec = make([]float32, t.Dim)
+				}
+			}
+		}
 	}
-	w.act[S] = make([]float32, C*p.classes)
-	w.d[S] = make([]float32, C*p.classes)
 	w.du = make([]float32, maxDU)
 	w.col = make([]float64, maxFo)
 	return w
 }
+
+// StepCount is the number of Step calls so far; dropout masks depend on
+// it.
+func (p *Plan) StepCount() uint64 { return p.stepCount }
+
+// SetStepCount sets the step counter, for resuming a run from a
+// checkpoint with the same dropout masks.
+func (p *Plan) SetStepCount(t uint64) { p.stepCount = t }
 
 // Classes is the length of the network's output.
 func (p *Plan) Classes() int { return p.classes }
@@ -316,6 +478,11 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {
 		return fmt.Errorf("nn: %d floats for %d examples of %d: %w", len(x), n, in, ErrInvalid)
+	}
+	if len(p.stages) > 0 && p.stages[0].kind == kEmbed {
+		if err := p.stages[0].emb.checkIDs(x, n, in); err != nil {
+			return err
+		}
 	}
 	if y != nil {
 		if n > p.opt.MaxBatch {
@@ -353,6 +520,7 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
 	p.permute()
 	p.run(modeTrain, dst)
+	p.stepCount++
 	p.x, p.y, p.clip = nil, nil, nil
 	return p.loss[:len(y)], nil
 }
@@ -531,9 +699,12 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 func (p *Plan) forward(w *worker, m int) {
 	for i := range p.stages {
 		s := &p.stages[i]
-		in, out := w.act[i], w.act[i+1]
+		in, out := w.act[s.src], w.act[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
 		switch s.kind {
+		case kJoin:
+			copy(out[:m*osz], in[:m*osz])
+			add(out[:m*osz], w.act[s.skip][:m*osz])
 		case kConv:
 			U := w.u[i]
 			for j := range m {
@@ -541,10 +712,43 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 			rows := m * s.P
 			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
-			biasAct(out[:rows*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
 			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
-			biasAct(out[:m*s.fo], p.params[s.b.Offset:s.b.Offset+s.b.Len], s.act)
+			p.biasAct(w, i, out[:m*s.fo])
+		case kAvg:
+			for j := range m {
+				s.avgPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
+			}
+		case kEmbed:
+			for j := range m {
+				s.emb.forward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz])
+			}
+		case kDrop:
+			if p.mode == modeForward || s.rate == 0 {
+				copy(out[:m*osz], in[:m*osz])
+				continue
+			}
+			thr := uint64(s.rate * (1 << 64))
+			scale := float32(1 / (1 - s.rate))
+			mask := w.pre[i]
+			for j := range m {
+				for k := range osz {
+					f := float32(0)
+					if dropKeep(s.seed, p.stepCount, w.i0+j, s.index, k, thr) {
+						f = scale
+					}
+					mask[j*osz+k] = f
+					out[j*osz+k] = in[j*osz+k] * f
+				}
+			}
+		case kNorm:
+			for j := range m {
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+			}
+			if s.act != Identity {
+				p.activate(w, i, out[:m*osz])
+			}
 		case kPool:
 			for j := range m {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
@@ -564,6 +768,7 @@ func (p *Plan) forward(w *worker, m int) {
 }
 
 func (p *Plan) forwardChunk(w *worker, i0, m int) {
+	w.i0 = i0
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	copy(p.logits[i0*p.classes:(i0+m)*p.classes], w.act[len(p.stages)][:m*p.classes])
@@ -602,14 +807,29 @@ func (p *Plan) lossGrad(w *worker, i0, m int) {
 func (p *Plan) backward(w *worker, m int) {
 	for i := len(p.stages) - 1; i >= 0; i-- {
 		s := &p.stages[i]
-		dout, din := w.d[i+1], w.d[i]
+		dout := w.d[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
+		// The input gradient goes to d[src], or through tmp when
+		// another reader of the same activation has written it.
+		din := w.d[s.src]
+		if s.addGrad {
+			din = w.tmp
+		}
 		switch s.kind {
+		case kJoin:
+			copy(din[:m*isz], dout[:m*osz])
+			if s.skip > 0 {
+				if s.addSkip {
+					add(w.d[s.skip][:m*osz], dout[:m*osz])
+				} else {
+					copy(w.d[s.skip][:m*osz], dout[:m*osz])
+				}
+			}
 		case kConv:
 			rows := m * s.P
 			G := dout[:rows*s.fo]
-			actGrad(G, w.act[i+1][:rows*s.fo], s.act)
-			if i == 0 {
+			p.actGrad(w, i, G)
+			if s.src == 0 {
 				continue
 			}
 			du := w.du[:rows*s.fi]
@@ -619,13 +839,13 @@ func (p *Plan) backward(w *worker, m int) {
 			}
 		case kDense:
 			G := dout[:m*s.fo]
-			actGrad(G, w.act[i+1][:m*s.fo], s.act)
-			if i == 0 {
+			p.actGrad(w, i, G)
+			if s.src == 0 {
 				continue
 			}
 			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
 		case kPool:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			for j := range m {
@@ -636,8 +856,38 @@ func (p *Plan) backward(w *worker, m int) {
 					di[arg[k]] += g
 				}
 			}
+		case kEmbed:
+			// The first layer: no gradient w.r.t. the ids.
+		case kDrop:
+			if s.src == 0 {
+				continue
+			}
+			if s.rate == 0 {
+				copy(din[:m*isz], dout[:m*osz])
+				continue
+			}
+			for k, f := range w.pre[i][:m*osz] {
+				din[k] = dout[k] * f
+			}
+		case kAvg:
+			if s.src == 0 {
+				continue
+			}
+			for j := range m {
+				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
+			}
+		case kNorm:
+			// The norm's own gradient (perExample, accumulate) reads
+			// d[i+1] after this: the gradient w.r.t. the affine output.
+			p.actGrad(w, i, dout[:m*osz])
+			if s.src == 0 {
+				continue
+			}
+			for j := range m {
+				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+			}
 		case kFlatten:
-			if i == 0 {
+			if s.src == 0 {
 				continue
 			}
 			C, hw := s.in.C, s.in.H*s.in.W
@@ -650,12 +900,16 @@ func (p *Plan) backward(w *worker, m int) {
 				}
 			}
 		}
+		if s.addGrad && s.src > 0 {
+			add(w.d[s.src][:m*isz], din[:m*isz])
+		}
 	}
 }
 
 // trainChunk runs examples [i0, i0+m) forward and backward and adds their
 // (clipped) gradients into w.acc.
 func (p *Plan) trainChunk(w *worker, i0, m int) {
+	w.i0 = i0
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)
@@ -674,7 +928,7 @@ func (w *worker) affineIO(s *stage, i, j int) (U, G []float32) {
 	if s.kind == kConv {
 		U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
 	} else {
-		U = w.act[i][j*s.fi : (j+1)*s.fi]
+		U = w.act[s.src][j*s.fi : (j+1)*s.fi]
 	}
 	return U, w.d[i+1][j*s.P*s.fo : (j+1)*s.P*s.fo]
 }
@@ -686,13 +940,13 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 		if !w.bad[j] {
 			for i := range p.stages {
 				s := &p.stages[i]
-				if s.kind != kConv && s.kind != kDense {
+				if s.kind != kConv && s.kind != kDense && s.kind != kNorm && s.kind != kEmbed {
 					continue
 				}
 				// A convolution's im2col rows hold the values of its
 				// input activation (and zeros): scan that, 9x smaller.
-				_, G := w.affineIO(s, i, j)
-				in := w.act[i][j*s.in.Size() : (j+1)*s.in.Size()]
+				G := w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()]
+				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break
@@ -753,6 +1007,22 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
 				}
+			case kEmbed:
+				sz, osz := s.in.Size(), s.out.Size()
+				t := 0.0
+				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(_ EmbeddingTable, _ int, vec []float32) {
+					t += sumsq64(vec)
+					if p.opt.LInf {
+						linf = max(linf, maxAbs(vec))
+					}
+				})
+				sq[s.aff] = t
+			case kNorm:
+				M := p.normGrad(w, s, i, j)
+				sq[s.aff] = sumsq64(M)
+				if p.opt.LInf {
+					linf = max(linf, maxAbs(M))
+				}
 			case kDense:
 				U, G := w.affineIO(s, i, j)
 				gg := sumsq64(G)
@@ -809,6 +1079,14 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
+// normGrad materializes example j's gradient of norm stage i in w.ex.
+func (p *Plan) normGrad(w *worker, s *stage, i, j int) []float32 {
+	M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+	sz := s.in.Size()
+	s.normGrad(w.d[i+1][j*sz:(j+1)*sz], w.xh[i][j*sz:(j+1)*sz], M, w.col)
+	return M
+}
+
 // captureExample writes example j's gradient into out.
 func (p *Plan) captureExample(w *worker, j int, out []float32) {
 	for i := range p.stages {
@@ -820,6 +1098,18 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.fi*s.fo:])
+		case kEmbed:
+			for _, t := range s.emb.Tables {
+				clear(out[t.Weight.Offset : t.Weight.Offset+t.Weight.Len])
+			}
+			sz, osz := s.in.Size(), s.out.Size()
+			s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
+				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
+			})
+		case kNorm:
+			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
+			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
 			U, G := w.affineIO(s, i, j)
 			W := out[s.w.Offset : s.w.Offset+s.w.Len]
@@ -844,11 +1134,47 @@ func (p *Plan) accumulate(w *worker, m int) {
 	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv && s.kind != kDense {
+		if s.kind == kEmbed {
+			sz, osz := s.in.Size(), s.out.Size()
+			for j := range m {
+				f := 1.0
+				if p.private {
+					f = w.c[j*A+s.aff]
+				}
+				if f == 0 || w.bad[j] {
+					continue
+				}
+				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
+					axpy(float32(f), vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+				})
+			}
+			continue
+		}
+		if s.kind != kConv && s.kind != kDense && s.kind != kNorm {
 			continue
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		if s.kind == kNorm {
+			// Per-example gradients (small: 2 per channel or feature),
+			// materialized by perExample on the private path.
+			for j := range m {
+				f := 1.0
+				if p.private {
+					f = w.c[j*A+s.aff]
+				}
+				if f == 0 || w.bad[j] {
+					continue
+				}
+				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+				if !p.private {
+					M = p.normGrad(w, s, i, j)
+				}
+				axpy(float32(f), M[:s.w.Len], accW)
+				axpy(float32(f), M[s.w.Len:], accB)
+			}
+			continue
+		}
 		if s.kind == kConv && p.private {
 			for j := range m {
 				f := w.c[j*A+s.aff]
@@ -866,7 +1192,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 		if s.kind == kConv {
 			U = w.u[i][:rows*s.fi]
 		} else {
-			U = w.act[i][:rows*s.fi]
+			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
 		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)

@@ -1,27 +1,123 @@
 package nn
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
 // refLoss is an independent float64 forward pass of net on one example x
 // (CHW) with label y: direct convolution loops, no im2col, no permutation.
 func refLoss(net Network, p []float64, x []float64, y int) float64 {
-	cur := x
-	sh := net.Input
+	return refLossDrop(net, p, x, y, nil)
+}
+
+// refLossDrop is refLoss with dropout masks drop(layer, element) for a
+// network without residual blocks (layer index = stage index).
+func refLossDrop(net Network, p []float64, x []float64, y int, drop func(l, k int) float64) float64 {
+	cur, _ := refLayers(net.Layers, p, x, net.Input, drop)
+	mx := math.Inf(-1)
+	for _, v := range cur {
+		mx = max(mx, v)
+	}
+	s := 0.0
+	for _, v := range cur {
+		s += math.Exp(v - mx)
+	}
+	return mx + math.Log(s) - cur[y]
+}
+
+// refLayers runs layers on one example (CHW) in float64.
+func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l, k int) float64) ([]float64, Shape) {
 	act := func(v float64, a Activation) float64 {
 		switch a {
 		case Tanh:
 			return math.Tanh(v)
 		case ReLU:
 			return max(v, 0)
+		case GELU:
+			return 0.5 * v * (1 + math.Erf(v/math.Sqrt2))
 		}
 		return v
 	}
-	for _, l := range net.Layers {
+	norm := func(groups int, eps float64, w, b Param, perElem bool, a Activation) {
+		if eps == 0 {
+			eps = 1e-5
+		}
+		HW := sh.H * sh.W
+		Cg := sh.C / groups
+		next := make([]float64, len(cur))
+		for g := range groups {
+			blk := cur[g*Cg*HW : (g+1)*Cg*HW]
+			mean, vr := 0.0, 0.0
+			for _, v := range blk {
+				mean += v
+			}
+			mean /= float64(len(blk))
+			for _, v := range blk {
+				vr += (v - mean) * (v - mean)
+			}
+			vr /= float64(len(blk))
+			for k := range blk {
+				idx := g*Cg*HW + k
+				q := idx / HW // channel
+				if perElem {
+					q = idx
+				}
+				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a)
+			}
+		}
+		cur = next
+	}
+	for li, l := range layers {
 		switch l := l.(type) {
+		case Embedding:
+			out, _ := l.out(sh)
+			next := make([]float64, out.Size())
+			copy(next, cur[:l.Numeric])
+			ids := cur[l.Numeric:]
+			scale := 1.0
+			if l.Bag == MeanBag {
+				k := 0
+				for _, v := range ids {
+					if v != -1 {
+						k++
+					}
+				}
+				if k > 0 {
+					scale = 1 / float64(k)
+				}
+			}
+			for c, v := range ids {
+				if v == -1 {
+					continue
+				}
+				t, off := l.table(c)
+				for d := range t.Dim {
+					next[off+d] += scale * p[t.Weight.Offset+int(v)*t.Dim+d]
+				}
+			}
+			cur, sh = next, out
+		case Dropout:
+			next := make([]float64, len(cur))
+			for k, v := range cur {
+				next[k] = v * drop(li, k)
+			}
+			cur = next
+		case Residual:
+			b, bs := refLayers(l.Body, p, cur, sh, nil)
+			sc := cur
+			if len(l.Shortcut) > 0 {
+				sc, _ = refLayers(l.Shortcut, p, cur, sh, nil)
+			}
+			next := make([]float64, len(b))
+			for k := range b {
+				next[k] = b[k] + sc[k]
+			}
+			cur, sh = next, bs
 		case Conv2D:
 			out, _ := l.out(sh)
 			K := l.Kernel
@@ -65,6 +161,27 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 			cur, sh = next, out
 		case Flatten:
 			sh = Shape{sh.Size(), 1, 1}
+		case AvgPool:
+			out, _ := l.out(sh)
+			next := make([]float64, out.Size())
+			for ch := range out.C {
+				for r := range out.H {
+					for c := range out.W {
+						s := 0.0
+						for dr := range l.Size {
+							for dc := range l.Size {
+								s += cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc]
+							}
+						}
+						next[ch*out.H*out.W+r*out.W+c] = s / float64(l.Size*l.Size)
+					}
+				}
+			}
+			cur, sh = next, out
+		case GroupNorm:
+			norm(l.Groups, l.Eps, l.Weight, l.Bias, false, l.Act)
+		case LayerNorm:
+			norm(1, l.Eps, l.Weight, l.Bias, true, l.Act)
 		case Dense:
 			next := make([]float64, l.Out)
 			for o := range l.Out {
@@ -77,21 +194,15 @@ func refLoss(net Network, p []float64, x []float64, y int) float64 {
 			cur, sh = next, Shape{l.Out, 1, 1}
 		}
 	}
-	mx := math.Inf(-1)
-	for _, v := range cur {
-		mx = max(mx, v)
-	}
-	s := 0.0
-	for _, v := range cur {
-		s += math.Exp(v - mx)
-	}
-	return mx + math.Log(s) - cur[y]
+	return cur, sh
 }
 
 // builder lays out parameters for a test network.
 type builder struct {
 	n   int
 	net Network
+	// input draws one example (default: standard normal values).
+	input func(rng *rand.Rand) []float32
 }
 
 func (b *builder) param(n int) Param {
@@ -134,7 +245,82 @@ func testNets() map[string]*builder {
 	b.dense(12, 6, ReLU)
 	b.dense(6, 4, Identity)
 	nets["mlp"] = b
+	// Normalization, average pooling and GELU (issue 15's layers).
+	b = &builder{net: Network{Input: Shape{2, 6, 7}}}
+	b.conv(2, 4, 3, 1, 1, GELU)
+	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 2, Act: ReLU, Weight: b.param(4), Bias: b.param(4)})
+	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2})
+	b.conv(4, 3, 2, 1, 0, Tanh)
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, LayerNorm{Eps: 1e-3, Weight: b.param(3 * 2 * 2), Bias: b.param(3 * 2 * 2)})
+	b.dense(12, 5, GELU)
+	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
+	b.dense(5, 3, Identity)
+	nets["norms-avgpool-gelu"] = b
+	// Residual blocks: identity shortcut (nested, at the network input),
+	// and a strided 1x1 convolution shortcut as in WideResNets.
+	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
+	inner := &builder{n: 0}
+	inner.conv(3, 3, 3, 1, 1, Tanh)
+	inner.net.Layers = append(inner.net.Layers, GroupNorm{Groups: 3, Act: Tanh, Weight: inner.param(3), Bias: inner.param(3)})
+	b.n = inner.n
+	outer := inner.net.Layers
+	b.net.Layers = append(b.net.Layers, Residual{Body: []Layer{Residual{Body: outer}, Conv2D{Out: 3, Kernel: 3, Stride: 1, Pad: 1, Act: ReLU, Weight: b.param(27 * 3), Bias: b.param(3)}}})
+	body := &builder{n: b.n}
+	body.conv(3, 4, 3, 2, 1, Tanh)
+	body.conv(4, 4, 3, 1, 1, Identity)
+	sc := &builder{n: body.n}
+	sc.conv(3, 4, 1, 2, 0, Identity)
+	b.n = sc.n
+	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
+	b.dense(4, 3, Identity)
+	nets["residual"] = b
+	// Embeddings: tabular (2 numeric columns, 3 categorical with their
+	// own tables), a mean bag of up to 6 ids with -1 padding, and a
+	// sequence sharing one table (repeated ids).
+	b = &builder{net: Network{Input: Shape{5, 1, 1}}}
+	tabs := []EmbeddingTable{{Vocab: 4, Dim: 2}, {Vocab: 3, Dim: 3}, {Vocab: 5, Dim: 2}}
+	for k := range tabs {
+		tabs[k].Weight = b.param(tabs[k].Vocab * tabs[k].Dim)
+	}
+	b.net.Layers = append(b.net.Layers, Embedding{Numeric: 2, Tables: tabs})
+	b.dense(2+7, 4, Tanh)
+	b.dense(4, 3, Identity)
+	b.input = func(rng *rand.Rand) []float32 {
+		return []float32{float32(rng.NormFloat64()), float32(rng.NormFloat64()), float32(rng.IntN(4)), float32(rng.IntN(3)), float32(rng.IntN(5))}
+	}
+	nets["embedding-tabular"] = b
+	for _, bag := range []Bag{MeanBag, SumBag, NoBag} {
+		b = &builder{net: Network{Input: Shape{6, 1, 1}}}
+		tab := EmbeddingTable{Vocab: 4, Dim: 3, Weight: b.param(12)}
+		b.net.Layers = append(b.net.Layers, Embedding{Tables: []EmbeddingTable{tab}, Bag: bag})
+		out := 3
+		if bag == NoBag {
+			out = 18
+		}
+		b.dense(out, 2, Identity)
+		b.input = func(rng *rand.Rand) []float32 {
+			x := make([]float32, 6)
+			k := 1 + rng.IntN(6)
+			for c := range x {
+				x[c] = -1
+				if c < k {
+					x[c] = float32(rng.IntN(4)) // repeats are likely
+				}
+			}
+			return x
+		}
+		nets[fmt.Sprintf("embedding-bag%d", bag)] = b
+	}
 	return nets
+}
+
+func TestBatchNormRefused(t *testing.T) {
+	net := Network{Input: Shape{3, 4, 4}, Layers: []Layer{BatchNorm{}, Flatten{}}}
+	_, err := NewPlan(net, nil, Options{MaxBatch: 1})
+	if !errors.Is(err, ErrBatchNorm) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GroupNorm") {
+		t.Errorf("error %v, want ErrBatchNorm naming GroupNorm", err)
+	}
 }
 
 func randParams(rng *rand.Rand, n int) []float32 {
@@ -168,6 +354,11 @@ func TestGradients(t *testing.T) {
 			x := make([]float32, n*in)
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())
+			}
+			if b.input != nil {
+				for i := range n {
+					copy(x[i*in:(i+1)*in], b.input(rng))
+				}
 			}
 			y := make([]int, n)
 			for i := range y {
@@ -254,28 +445,49 @@ func (c *testClipper) Scale(i int, sq []float64, _ float64, f []float64) {
 	}
 }
 
-// affineOf maps each parameter index to its affine layer.
+// affineOf maps each parameter index to its layer with parameters, in
+// the plan's order (a residual block's body, then its shortcut).
 func affineOf(net Network, n int) []int {
 	out := make([]int, n)
 	a := 0
-	for _, l := range net.Layers {
-		var w, b Param
-		switch l := l.(type) {
-		case Conv2D:
-			w, b = l.Weight, l.Bias
-		case Dense:
-			w, b = l.Weight, l.Bias
-		default:
-			continue
+	var walk func([]Layer)
+	walk = func(ls []Layer) {
+		for _, l := range ls {
+			var w, b Param
+			switch l := l.(type) {
+			case Residual:
+				walk(l.Body)
+				walk(l.Shortcut)
+				continue
+			case Embedding:
+				for _, t := range l.Tables {
+					for j := range t.Weight.Len {
+						out[t.Weight.Offset+j] = a
+					}
+				}
+				a++
+				continue
+			case Conv2D:
+				w, b = l.Weight, l.Bias
+			case Dense:
+				w, b = l.Weight, l.Bias
+			case GroupNorm:
+				w, b = l.Weight, l.Bias
+			case LayerNorm:
+				w, b = l.Weight, l.Bias
+			default:
+				continue
+			}
+			for j := range w.Len {
+				out[w.Offset+j] = a
+			}
+			for j := range b.Len {
+				out[b.Offset+j] = a
+			}
+			a++
 		}
-		for j := range w.Len {
-			out[w.Offset+j] = a
-		}
-		for j := range b.Len {
-			out[b.Offset+j] = a
-		}
-		a++
 	}
+	walk(net.Layers)
 	return out
 }
 
@@ -413,4 +625,149 @@ func TestNormsUnderCancellation(t *testing.T) {
 		t.Errorf("float32 ghost norms within %.2g of the truth: the test is not adversarial", worstGhost)
 	}
 	t.Logf("float32 ghost squared norm: worst relative error %.3g", worstGhost)
+}
+
+// TestDropout checks dropout's per-example gradients against finite
+// differences of a reference using the same masks, the identity at
+// evaluation, and that masks follow the step counter.
+func TestDropout(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{2, 4, 4}}}
+	b.conv(2, 3, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, Flatten{}, Dropout{Rate: 0.3, Seed: 11})
+	b.dense(48, 6, Tanh)
+	b.net.Layers = append(b.net.Layers, Dropout{Rate: 0.5, Seed: 12})
+	b.dense(6, 3, Identity)
+	rng := rand.New(rand.NewPCG(3, 3))
+	params := randParams(rng, b.n)
+	p, err := NewPlan(b.net, params, Options{MaxBatch: 4, Workers: 2, Chunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	x := make([]float32, n*32)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := []int{0, 2, 1, 2}
+	p.SetStepCount(5)
+	grads := make([][]float32, n)
+	for i := range grads {
+		grads[i] = make([]float32, b.n)
+	}
+	if _, err := p.Gradients(x, y, grads); err != nil {
+		t.Fatal(err)
+	}
+	p64 := make([]float64, b.n)
+	for j, v := range params {
+		p64[j] = float64(v)
+	}
+	kept, total := 0, 0
+	for i := range n {
+		drop := func(l, k int) float64 {
+			d := b.net.Layers[l].(Dropout)
+			if dropKeep(d.Seed, 5, i, l, k, uint64(d.Rate*(1<<64))) {
+				return 1 / (1 - d.Rate)
+			}
+			return 0
+		}
+		for k := range 48 {
+			total++
+			if drop(2, k) > 0 {
+				kept++
+			}
+		}
+		x64 := make([]float64, 32)
+		for j := range x64 {
+			x64[j] = float64(x[i*32+j])
+		}
+		fd := make([]float32, b.n)
+		for j := range p64 {
+			const h = 1e-5
+			old := p64[j]
+			p64[j] = old + h
+			lp := refLossDrop(b.net, p64, x64, y[i], drop)
+			p64[j] = old - h
+			lm := refLossDrop(b.net, p64, x64, y[i], drop)
+			p64[j] = old
+			fd[j] = float32((lp - lm) / (2 * h))
+		}
+		if d := relDiff(grads[i], fd); d > 1e-4 {
+			t.Errorf("example %d: gradient vs finite differences rel diff %.2g", i, d)
+		}
+	}
+	if f := float64(kept) / float64(total); math.Abs(f-0.7) > 0.1 {
+		t.Errorf("kept fraction %v, want about 0.7", f)
+	}
+	// Step uses the same masks as Gradients at the same count, then
+	// advances it: the next step's masks differ.
+	sum1 := make([]float32, b.n)
+	if _, err := p.Step(x, y, sum1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, b.n)
+	for i := range n {
+		for j, g := range grads[i] {
+			want[j] += g
+		}
+	}
+	if d := relDiff(sum1, want); d > 1e-5 {
+		t.Errorf("step at count 5 vs gradients at count 5: rel diff %.2g", d)
+	}
+	sum2 := make([]float32, b.n)
+	if _, err := p.Step(x, y, sum2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(sum2, sum1) < 1e-3 || p.StepCount() != 7 {
+		t.Errorf("masks did not change with the step (count %d)", p.StepCount())
+	}
+	p.SetStepCount(5)
+	if _, err := p.Step(x, y, sum2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(sum2, sum1) != 0 {
+		t.Error("SetStepCount(5) did not reproduce step 5")
+	}
+	// Evaluation passes activations through: same logits as without
+	// the dropout layers.
+	plain := Network{Input: b.net.Input, Layers: []Layer{b.net.Layers[0], b.net.Layers[1], b.net.Layers[3], b.net.Layers[5]}}
+	q, err := NewPlan(plain, params, Options{MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, l2 := make([]float32, n*3), make([]float32, n*3)
+	if err := p.Forward(x, l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Forward(x, l2); err != nil {
+		t.Fatal(err)
+	}
+	if relDiff(l1, l2) > 1e-6 { // chunks of 1 and of 4: other GEMM paths
+		t.Errorf("dropout changed evaluation logits: %v vs %v", l1, l2)
+	}
+	if _, err := NewPlan(Network{Input: Shape{1, 1, 2}, Layers: []Layer{Dropout{Rate: 1}, Flatten{}}}, nil, Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("rate 1: error %v", err)
+	}
+}
+
+func TestEmbeddingIDErrors(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{3, 1, 1}}}
+	tab := EmbeddingTable{Vocab: 4, Dim: 2, Weight: b.param(8)}
+	b.net.Layers = append(b.net.Layers, Embedding{Numeric: 1, Tables: []EmbeddingTable{tab}})
+	b.dense(5, 2, Identity)
+	p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := make([]float32, b.n)
+	for _, x := range [][]float32{{0.5, 1, 4}, {0, 1.5, 0}, {0, -2, 0}} {
+		_, err := p.Step(x, []int{0}, g, nil)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is not an integer in [0, 4)") {
+			t.Errorf("ids %v: error %v", x, err)
+		}
+	}
+	// Not first: refused.
+	bad := Network{Input: Shape{3, 1, 1}, Layers: []Layer{Dense{Out: 3, Weight: Param{0, 9}, Bias: Param{9, 3}}, Embedding{Tables: []EmbeddingTable{{Vocab: 2, Dim: 1, Weight: Param{12, 2}}}}}}
+	if _, err := NewPlan(bad, make([]float32, 20), Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("embedding after a dense layer: error %v", err)
+	}
 }

@@ -1,0 +1,290 @@
+package models
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/dpmf-go/dpmf/nn"
+)
+
+// Builder assembles a model layer by layer: it names and lays out the
+// parameters in one flat buffer, checks each layer's input shape as it is
+// added, and remembers the first error (with the layer's name and the
+// shapes involved), which Model returns. Residual adds a block whose body
+// and shortcut are built by functions on a nested Builder.
+//
+// Weights start Glorot-uniform from a generator seeded with the seed
+// (fan-in and fan-out of the receptive field for convolutions), biases at
+// zero, normalization scales at one.
+type Builder struct {
+	root   *builderRoot
+	shape  nn.Shape
+	layers []nn.Layer
+	flat   bool // a Flatten or Dense was added: the activation is features
+}
+
+type builderRoot struct {
+	name     string
+	in       [3]int
+	seed     uint64
+	zero     bool
+	layout   []ParamInfo
+	init     []float64 // per layout entry: Glorot limit (> 0), 0 for zeros, -1 for ones
+	affine   int       // affine layers so far (default names)
+	err      error
+	residual int
+}
+
+// NewBuilder starts a model called name on inputs of inputShape
+// (channels, height, width).
+func NewBuilder(name string, inputShape [3]int, seed uint64) *Builder {
+	r := &builderRoot{name: name, in: inputShape, seed: seed}
+	for _, d := range inputShape {
+		if d <= 0 {
+			r.err = fmt.Errorf("input shape %v: %w", inputShape, ErrInvalid)
+		}
+	}
+	return &Builder{root: r, shape: nn.Shape{C: inputShape[0], H: inputShape[1], W: inputShape[2]}}
+}
+
+// ZeroWeights starts every parameter at zero (logistic regression, whose
+// loss is convex, needs no random start).
+func (b *Builder) ZeroWeights() *Builder {
+	b.root.zero = true
+	return b
+}
+
+// Shape is the activation shape the next layer will see.
+func (b *Builder) Shape() nn.Shape { return b.shape }
+
+func (b *Builder) param(name string, shape []int, init float64) nn.Param {
+	r := b.root
+	off := 0
+	if k := len(r.layout); k > 0 {
+		off = r.layout[k-1].Offset + r.layout[k-1].Len
+	}
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	for _, p := range r.layout {
+		if p.Name == name {
+			r.fail(fmt.Errorf("parameter name %q used twice: %w", name, ErrInvalid))
+		}
+	}
+	r.layout = append(r.layout, ParamInfo{Name: name, Shape: shape, Offset: off, Len: n})
+	r.init = append(r.init, init)
+	return nn.Param{Offset: off, Len: n}
+}
+
+func (r *builderRoot) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// add appends l after checking it against the current shape.
+func (b *Builder) add(name string, l nn.Layer) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	out, err := nn.OutShape(l, b.shape)
+	if err != nil {
+		b.root.fail(fmt.Errorf("layer %s on a %dx%dx%d input: %w", name, b.shape.C, b.shape.H, b.shape.W, err))
+		return b
+	}
+	b.layers = append(b.layers, l)
+	b.shape = out
+	return b
+}
+
+func (b *Builder) layerName(name, kind string) string {
+	if name == "" {
+		name = fmt.Sprintf("%s%d", kind, b.root.affine)
+	}
+	b.root.affine++
+	return name
+}
+
+// Conv2D adds a convolution with out channels, a kernel x kernel window,
+// the given stride and zero padding, followed by act. An empty name means
+// "conv<k>" with k the number of layers with weights so far.
+func (b *Builder) Conv2D(name string, out, kernel, stride, pad int, act nn.Activation) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	name = b.layerName(name, "conv")
+	fi := kernel * kernel * b.shape.C
+	if out <= 0 || kernel <= 0 {
+		b.root.fail(fmt.Errorf("layer %s: %d outputs, kernel %d: %w", name, out, kernel, ErrInvalid))
+		return b
+	}
+	lim := math.Sqrt(6 / float64(fi+out*kernel*kernel))
+	w := b.param(name+"/w", []int{fi, out}, lim)
+	bias := b.param(name+"/b", []int{out}, 0)
+	return b.add(name, nn.Conv2D{Out: out, Kernel: kernel, Stride: stride, Pad: pad, Act: act, Weight: w, Bias: bias})
+}
+
+// Dense adds a fully connected layer with out units followed by act,
+// flattening a spatial input first. An empty name means "dense<k>".
+func (b *Builder) Dense(name string, out int, act nn.Activation) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	if !b.flat {
+		b.Flatten()
+	}
+	name = b.layerName(name, "dense")
+	if out <= 0 {
+		b.root.fail(fmt.Errorf("layer %s: %d outputs: %w", name, out, ErrInvalid))
+		return b
+	}
+	lim := math.Sqrt(6 / float64(b.shape.C+out))
+	w := b.param(name+"/w", []int{b.shape.C, out}, lim)
+	bias := b.param(name+"/b", []int{out}, 0)
+	b.flat = true
+	return b.add(name, nn.Dense{Out: out, Act: act, Weight: w, Bias: bias})
+}
+
+// MaxPool adds a size x size max pooling with stride size.
+func (b *Builder) MaxPool(size int) *Builder {
+	return b.add(fmt.Sprintf("maxpool%d", len(b.layers)), nn.MaxPool{Size: size})
+}
+
+// AvgPool adds a size x size average pooling with stride size.
+func (b *Builder) AvgPool(size int) *Builder {
+	return b.add(fmt.Sprintf("avgpool%d", len(b.layers)), nn.AvgPool{Size: size})
+}
+
+// Flatten turns a spatial activation into features (CHW order).
+func (b *Builder) Flatten() *Builder {
+	b.flat = true
+	return b.add(fmt.Sprintf("flatten%d", len(b.layers)), nn.Flatten{})
+}
+
+// GroupNorm adds group normalization over groups groups of channels with
+// a learnable per-channel scale and shift.
+func (b *Builder) GroupNorm(name string, groups int) *Builder {
+	return b.GroupNormAct(name, groups, nn.Identity)
+}
+
+// GroupNormAct is GroupNorm followed by act, fused.
+func (b *Builder) GroupNormAct(name string, groups int, act nn.Activation) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	name = b.layerName(name, "groupnorm")
+	c := b.shape.C
+	w := b.param(name+"/w", []int{c}, -1)
+	bias := b.param(name+"/b", []int{c}, 0)
+	return b.add(name, nn.GroupNorm{Groups: groups, Act: act, Weight: w, Bias: bias})
+}
+
+// LayerNorm adds layer normalization over all features of an example with
+// an element-wise learnable scale and shift.
+func (b *Builder) LayerNorm(name string) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	name = b.layerName(name, "layernorm")
+	n := b.shape.Size()
+	w := b.param(name+"/w", []int{n}, -1)
+	bias := b.param(name+"/b", []int{n}, 0)
+	return b.add(name, nn.LayerNorm{Weight: w, Bias: bias})
+}
+
+// BatchNorm is refused: the model's error says why and names GroupNorm.
+func (b *Builder) BatchNorm() *Builder {
+	return b.add(fmt.Sprintf("batchnorm%d", len(b.layers)), nn.BatchNorm{})
+}
+
+// Residual adds a block whose output is body(x) + shortcut(x); a nil
+// shortcut is the identity. The two functions add layers to nested
+// builders starting from the current shape, and must end at equal shapes.
+func (b *Builder) Residual(body, shortcut func(*Builder)) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	b.root.residual++
+	name := fmt.Sprintf("residual%d", b.root.residual)
+	bb := &Builder{root: b.root, shape: b.shape, flat: b.flat}
+	body(bb)
+	sb := &Builder{root: b.root, shape: b.shape, flat: b.flat}
+	if shortcut != nil {
+		shortcut(sb)
+	}
+	if b.root.err != nil {
+		return b
+	}
+	if bb.shape != sb.shape {
+		b.root.fail(fmt.Errorf("%s: body ends at %dx%dx%d, shortcut at %dx%dx%d: %w", name,
+			bb.shape.C, bb.shape.H, bb.shape.W, sb.shape.C, sb.shape.H, sb.shape.W, ErrInvalid))
+		return b
+	}
+	b.flat = bb.flat
+	return b.add(name, nn.Residual{Body: bb.layers, Shortcut: sb.layers})
+}
+
+// Model finishes the model: the last layer's output must be a flat vector
+// of classes >= 2 logits.
+func (b *Builder) Model() (Model, error) {
+	r := b.root
+	if r.err != nil {
+		return nil, fmt.Errorf("models: %s: %w", r.name, r.err)
+	}
+	if b.shape.H != 1 || b.shape.W != 1 || b.shape.C < 2 {
+		return nil, fmt.Errorf("models: %s: output %dx%dx%d is not a vector of at least 2 logits: %w", r.name, b.shape.C, b.shape.H, b.shape.W, ErrInvalid)
+	}
+	m := &seq{name: r.name, in: r.in, classes: b.shape.C, layers: b.layers, layout: r.layout}
+	n := 0
+	if k := len(r.layout); k > 0 {
+		n = r.layout[k-1].Offset + r.layout[k-1].Len
+	}
+	m.params = make([]float32, n)
+	if r.zero {
+		return m, nil
+	}
+	rng := rand.New(rand.NewChaCha8(seedBytes(r.seed)))
+	for k, p := range r.layout {
+		switch lim := r.init[k]; {
+		case lim > 0:
+			for j := range p.Len {
+				m.params[p.Offset+j] = float32((2*rng.Float64() - 1) * lim)
+			}
+		case lim < 0:
+			for j := range p.Len {
+				m.params[p.Offset+j] = 1
+			}
+		}
+	}
+	return m, nil
+}
+
+// Embedding adds an embedding of the input's columns as the first layer:
+// the first numeric columns pass through unchanged and every later column
+// k holds an id (as a float, -1 when absent) into its own table of
+// vocab[k] vectors of dims[k] entries; with one table (len(vocab) = 1)
+// every id column shares it and bag may sum or average them.
+func (b *Builder) Embedding(name string, numeric int, vocab, dims []int, bag nn.Bag) *Builder {
+	if b.root.err != nil {
+		return b
+	}
+	name = b.layerName(name, "embedding")
+	if len(vocab) == 0 || len(vocab) != len(dims) {
+		b.root.fail(fmt.Errorf("layer %s: %d vocabularies, %d dimensions: %w", name, len(vocab), len(dims), ErrInvalid))
+		return b
+	}
+	e := nn.Embedding{Numeric: numeric, Bag: bag}
+	for k := range vocab {
+		if vocab[k] <= 0 || dims[k] <= 0 {
+			b.root.fail(fmt.Errorf("layer %s: table %d: vocabulary %d, dimension %d: %w", name, k, vocab[k], dims[k], ErrInvalid))
+			return b
+		}
+		lim := math.Sqrt(6 / float64(1+dims[k]))
+		w := b.param(fmt.Sprintf("%s/table%d", name, k), []int{vocab[k], dims[k]}, lim)
+		e.Tables = append(e.Tables, nn.EmbeddingTable{Vocab: vocab[k], Dim: dims[k], Weight: w})
+	}
+	b.flat = true
+	return b.add(name, e)
+}

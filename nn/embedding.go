@@ -1,0 +1,193 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+)
+
+// Bag says how an Embedding combines the vectors of its id columns.
+type Bag uint8
+
+// Bag modes.
+const (
+	// NoBag concatenates one vector per id column.
+	NoBag Bag = iota
+	// SumBag adds the vectors of all id columns (one table).
+	SumBag
+	// MeanBag averages the vectors of the id columns that are present.
+	MeanBag
+)
+
+// EmbeddingTable is a learned table of Vocab vectors of Dim entries
+// (Weight: Vocab x Dim, row-major).
+type EmbeddingTable struct {
+	Vocab, Dim int
+	Weight     Param
+}
+
+// Embedding maps the integer ids in the columns of a flat input to learned
+// vectors. It must be the first layer: its input is the example itself.
+// The first Numeric columns are passed through unchanged (tabular data:
+// numeric features next to categorical ones); every other column holds an
+// id in [0, Vocab) as a float, or -1 for "absent" (the padding of a
+// variable-length id list), which contributes nothing.
+//
+// With one table, every id column looks up that table; otherwise there
+// is one table per id column. NoBag outputs the numeric columns then one
+// vector per id column (zeros when absent); SumBag and MeanBag (one table)
+// output the numeric columns then the sum or mean of the present ids'
+// vectors. Each example's gradient touches only the rows of its own ids,
+// so its norm is computed exactly from those rows.
+type Embedding struct {
+	Numeric int
+	Tables  []EmbeddingTable
+	Bag     Bag
+}
+
+func (e Embedding) out(in Shape) (Shape, error) {
+	if !in.flat() {
+		return Shape{}, fmt.Errorf("embedding needs a flat input of columns, not %dx%dx%d: %w", in.C, in.H, in.W, ErrInvalid)
+	}
+	ids := in.C - e.Numeric
+	if e.Numeric < 0 || ids <= 0 || len(e.Tables) == 0 {
+		return Shape{}, fmt.Errorf("embedding: %d numeric of %d columns, %d tables: %w", e.Numeric, in.C, len(e.Tables), ErrInvalid)
+	}
+	if len(e.Tables) != 1 && len(e.Tables) != ids {
+		return Shape{}, fmt.Errorf("embedding: %d tables for %d id columns (want 1 or one each): %w", len(e.Tables), ids, ErrInvalid)
+	}
+	if e.Bag > MeanBag || (e.Bag != NoBag && len(e.Tables) != 1) {
+		return Shape{}, fmt.Errorf("embedding: bag mode %d needs one table: %w", e.Bag, ErrInvalid)
+	}
+	out := e.Numeric
+	for i, t := range e.Tables {
+		if t.Vocab <= 0 || t.Dim <= 0 || t.Weight.Len != t.Vocab*t.Dim || t.Weight.Offset < 0 {
+			return Shape{}, fmt.Errorf("embedding table %d: vocabulary %d, dimension %d, weight %+v: %w", i, t.Vocab, t.Dim, t.Weight, ErrInvalid)
+		}
+	}
+	switch {
+	case e.Bag != NoBag:
+		out += e.Tables[0].Dim
+	case len(e.Tables) == 1:
+		out += ids * e.Tables[0].Dim
+	default:
+		for _, t := range e.Tables {
+			out += t.Dim
+		}
+	}
+	return Shape{out, 1, 1}, nil
+}
+
+// table returns the table of id column c (0-based after the numeric
+// columns) and the offset of its vector in the output.
+func (e *Embedding) table(c int) (EmbeddingTable, int) {
+	if len(e.Tables) == 1 {
+		if e.Bag != NoBag {
+			return e.Tables[0], e.Numeric
+		}
+		return e.Tables[0], e.Numeric + c*e.Tables[0].Dim
+	}
+	off := e.Numeric
+	for _, t := range e.Tables[:c] {
+		off += t.Dim
+	}
+	return e.Tables[c], off
+}
+
+// checkIDs reports the first id that is not an integer in [0, Vocab) or
+// -1, for a clear error before a step runs.
+func (e *Embedding) checkIDs(x []float32, n, cols int) error {
+	for i := range n {
+		row := x[i*cols : (i+1)*cols]
+		for c := range cols - e.Numeric {
+			v := row[e.Numeric+c]
+			t, _ := e.table(c)
+			if v == -1 {
+				continue
+			}
+			if v != float32(math.Trunc(float64(v))) || v < 0 || int(v) >= t.Vocab {
+				return fmt.Errorf("nn: example %d column %d: id %v is not an integer in [0, %d) or -1: %w", i, e.Numeric+c, v, t.Vocab, ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+// present counts the example's ids that are not -1.
+func (e *Embedding) present(row []float32) int {
+	k := 0
+	for _, v := range row[e.Numeric:] {
+		if v != -1 {
+			k++
+		}
+	}
+	return k
+}
+
+// forward writes one example's output.
+func (e *Embedding) forward(params, row, out []float32) {
+	copy(out[:e.Numeric], row[:e.Numeric])
+	clear(out[e.Numeric:])
+	scale := float32(1)
+	if e.Bag == MeanBag {
+		if k := e.present(row); k > 0 {
+			scale = 1 / float32(k)
+		}
+	}
+	for c, v := range row[e.Numeric:] {
+		if v == -1 {
+			continue
+		}
+		t, off := e.table(c)
+		vec := params[t.Weight.Offset+int(v)*t.Dim : t.Weight.Offset+(int(v)+1)*t.Dim]
+		axpy(scale, vec, out[off:off+t.Dim])
+	}
+}
+
+// grads visits example row's gradient rows: for each table and distinct
+// id, the sum over its columns of the output gradient (scaled for the
+// mean), written into scratch (float64 accumulation) and passed to f as
+// float32 values in vec.
+func (e *Embedding) grads(row, dy []float32, scratch []float64, vec []float32, f func(t EmbeddingTable, id int, vec []float32)) {
+	scale := 1.0
+	if e.Bag == MeanBag {
+		if k := e.present(row); k > 0 {
+			scale = 1 / float64(k)
+		}
+	}
+	ids := row[e.Numeric:]
+	for c, v := range ids {
+		if v == -1 {
+			continue
+		}
+		t, off := e.table(c)
+		// Only the first column with this (table, id) emits its row.
+		first := true
+		for c2 := range c {
+			t2, _ := e.table(c2)
+			if ids[c2] == v && t2.Weight == t.Weight {
+				first = false
+				break
+			}
+		}
+		if !first {
+			continue
+		}
+		acc := scratch[:t.Dim]
+		clear(acc)
+		for c2 := c; c2 < len(ids); c2++ {
+			t2, off2 := e.table(c2)
+			if ids[c2] != v || t2.Weight != t.Weight {
+				continue
+			}
+			for k, g := range dy[off2 : off2+t.Dim] {
+				acc[k] += float64(g)
+			}
+		}
+		_ = off
+		out := vec[:t.Dim]
+		for k, a := range acc {
+			out[k] = float32(a * scale)
+		}
+		f(t, int(v), out)
+	}
+}
