@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
@@ -104,6 +105,10 @@ type seq struct {
 	layers  []nn.Layer
 	layout  []ParamInfo
 	params  []float32
+	// hidden and act are NewMLP's arguments, kept for the model file's
+	// Architecture.
+	hidden []int
+	act    string
 }
 
 func (m *seq) Name() string        { return m.name }
@@ -173,7 +178,13 @@ func NewMLP(inputShape [3]int, hidden []int, classes int, act string, seed uint6
 		}
 		b.Dense("", h, a)
 	}
-	return b.Dense("", classes, nn.Identity).Model()
+	m, err := b.Dense("", classes, nn.Identity).Model()
+	if err != nil {
+		return nil, err
+	}
+	s := m.(*seq)
+	s.hidden, s.act = slices.Clone(hidden), act
+	return s, nil
 }
 
 // NewCIFARCNN returns the convolutional network of Kairouz et al. (2021,

@@ -224,8 +224,10 @@ func buildModel(cfg *Config) (models.Model, error) {
 		m, err = models.NewMLP(shape, hidden, classes, "tanh", seed)
 	case "cnn":
 		m, err = models.NewCIFARCNN(shape, classes, seed)
+	case "wrn16-4":
+		m, err = models.NewWRN16x4(shape, classes, 16, seed)
 	default:
-		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp or cnn", ErrInvalid, cfg.ModelName)
+		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp, cnn or wrn16-4", ErrInvalid, cfg.ModelName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)

@@ -37,7 +37,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary) or synthetic-cifar (CIFAR-shaped synthetic data for benchmarks)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
-	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp or cnn")
+	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn or wrn16-4")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
 	fs.BoolVar(&r.augment, "augment", false, "random crop and flip (CIFAR)")
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
