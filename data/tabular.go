@@ -41,7 +41,7 @@ type Vocabulary struct {
 	Classes []string
 }
 
-// Tabular is a table read from CSV: a Dataset of shape 1x1xF whose first
+// Tabular is a table read from CSV: a Dataset of shape Fx1x1 whose first
 // len(Numeric) features are the numeric columns and whose last
 // len(Categorical) features are the categorical columns' integer ids
 // (stored exactly as float32; 0 = unknown level, l+1 = Vocab.Levels[j][l]).
@@ -245,7 +245,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		}
 		y[r] = k
 	}
-	ds, err := NewDataset(x, y, Shape{C: 1, H: 1, W: F}, len(v.Classes))
+	ds, err := NewDataset(x, y, Shape{C: F, H: 1, W: 1}, len(v.Classes))
 	if err != nil {
 		return nil, invalidf("csv: %s", strings.TrimPrefix(err.Error(), "data: invalid argument: "))
 	}

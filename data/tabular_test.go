@@ -20,7 +20,7 @@ func TestReadCSV(t *testing.T) {
 	if got, want := tab.Numeric, []string{"age", "income"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("numeric columns %q, want %q", got, want)
 	}
-	if tab.Shape != (Shape{1, 1, 3}) || tab.Classes != 2 || tab.Len() != 3 {
+	if tab.Shape != (Shape{3, 1, 1}) || tab.Classes != 2 || tab.Len() != 3 {
 		t.Fatalf("shape %v classes %d len %d", tab.Shape, tab.Classes, tab.Len())
 	}
 	// city levels sorted: oslo=1, paris=2; classes sorted: no=0, yes=1.
