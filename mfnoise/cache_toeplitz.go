@@ -1,11 +1,9 @@
 package mfnoise
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,11 +23,15 @@ type storedToeplitz struct {
 	InvCoef []float64  `json:"inv_coef,omitempty"`
 }
 
-const toeplitzStoreMagic = "dpmf-toeplitz/v1"
+// The kind and format version of a cached Toeplitz mechanism's envelope.
+const (
+	toeplitzStoreMagic   = "dpmf-toeplitz"
+	toeplitzStoreVersion = 1
+)
 
 // getOrBuildToeplitz is Cache.GetOrBuild for Toeplitz mechanisms. The file
-// is "dpmf-toeplitz/v1 <sha256 of the JSON payload>\n<payload>", written
-// atomically; an entry with a bad checksum, another key or coefficients the
+// is the JSON payload in atomicfile's sealed envelope (kind dpmf-toeplitz,
+// SHA-256), written atomically; an entry with a bad checksum, another key or coefficients the
 // constructors refuse is rebuilt and overwritten.
 func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*Toeplitz, error)) (*Toeplitz, bool, error) {
 	if c == nil || c.Dir == "" {
@@ -56,27 +58,22 @@ func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build fu
 	if err != nil {
 		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
 	}
-	sum := sha256.Sum256(payload)
-	data := fmt.Appendf(nil, "%s %x\n%s", toeplitzStoreMagic, sum, payload)
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
 	}
-	if err := atomicfile.WriteFile(path, data); err != nil {
+	if err := atomicfile.WriteSealed(path, toeplitzStoreMagic, toeplitzStoreVersion, payload); err != nil {
 		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
 	}
 	return t, false, nil
 }
 
 func readToeplitzEntry(path, key string) (*Toeplitz, error) {
-	data, err := os.ReadFile(path)
+	payload, err := atomicfile.ReadSealed(path, toeplitzStoreMagic, toeplitzStoreVersion)
 	if err != nil {
+		if errors.Is(err, atomicfile.ErrCorrupt) {
+			return nil, fmt.Errorf("mfnoise: cache: %w: %s fails its header or checksum", ErrCorrupt, path)
+		}
 		return nil, err
-	}
-	head, payload, ok := bytes.Cut(data, []byte("\n"))
-	magic, sumHex, ok2 := strings.Cut(string(head), " ")
-	sum := sha256.Sum256(payload)
-	if !ok || !ok2 || magic != toeplitzStoreMagic || sumHex != hex.EncodeToString(sum[:]) {
-		return nil, fmt.Errorf("mfnoise: cache: %w: %s fails its header or checksum", ErrCorrupt, path)
 	}
 	var st storedToeplitz
 	if err := json.Unmarshal(payload, &st); err != nil {

@@ -2,7 +2,6 @@ package mfnoise
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -646,8 +646,7 @@ func TestToeplitzCache(t *testing.T) {
 		// under the same key.
 		planted := storedToeplitz{Key: mustKey(t, spec, w, s), Name: name, N: 300, Coef: []float64{1, 0.5}}
 		payload, _ := json.Marshal(planted)
-		sum := sha256.Sum256(payload)
-		os.WriteFile(files[0], fmt.Appendf(nil, "%s %x\n%s", toeplitzStoreMagic, sum, payload), 0o644)
+		atomicfile.WriteSealed(files[0], toeplitzStoreMagic, toeplitzStoreVersion, payload)
 		hit, err := BuildToeplitz(context.Background(), spec, w, s, opt)
 		if err != nil || len(hit.Coef) != 2 || hit.Coef[1] != 0.5 {
 			t.Fatalf("%s: cache hit not served from the file: %+v %v", name, hit, err)

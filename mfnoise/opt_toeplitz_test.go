@@ -136,7 +136,7 @@ func TestOptimizeBLTUnbounded(t *testing.T) {
 // with a heap well under 2 GiB. Long mode only.
 func TestCompareScaleLong(t *testing.T) {
 	if testing.Short() {
-		t.Skip("long: n = 1e5 compare")
+		t.Skip("long mode only (-short given): the n = 1e5 compare takes a minute")
 	}
 	w, _ := PrefixSum(100_000)
 	s, _ := MinSepParticipation(1000, 100)

@@ -46,7 +46,7 @@ func killConfig(t testing.TB, dir string, steps int) Config {
 func TestKillHarnessChild(t *testing.T) {
 	spec := os.Getenv(killChildEnv)
 	if spec == "" {
-		t.Skip("runs only as the child process of TestKillAtRandomPointsAndResume")
+		t.Skip("skipped because it runs only as the child process of TestKillAtRandomPointsAndResume")
 	}
 	dir, stepsText, _ := strings.Cut(spec, "|")
 	steps, _ := strconv.Atoi(stepsText)
