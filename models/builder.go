@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/dpmf-go/dpmf/nn"
 )
@@ -21,7 +22,8 @@ type Builder struct {
 	root   *builderRoot
 	shape  nn.Shape
 	layers []nn.Layer
-	flat   bool // a Flatten or Dense was added: the activation is features
+	specs  []LayerSpec // what added each layer, for the model file
+	flat   bool        // a Flatten or Dense was added: the activation is features
 }
 
 type builderRoot struct {
@@ -34,12 +36,19 @@ type builderRoot struct {
 	affine   int       // affine layers so far (default names)
 	err      error
 	residual int
+	dropouts int
+	total    float64 // parameters so far
+	limit    int     // most parameters allowed
 }
+
+// maxBuilderParams bounds a model's parameters: 2^31 float32 (8 GiB), more
+// than this machine's memory can train.
+const maxBuilderParams = 1 << 31
 
 // NewBuilder starts a model called name on inputs of inputShape
 // (channels, height, width).
 func NewBuilder(name string, inputShape [3]int, seed uint64) *Builder {
-	r := &builderRoot{name: name, in: inputShape, seed: seed}
+	r := &builderRoot{name: name, in: inputShape, seed: seed, limit: maxBuilderParams}
 	for _, d := range inputShape {
 		if d <= 0 {
 			r.err = fmt.Errorf("input shape %v: %w", inputShape, ErrInvalid)
@@ -64,10 +73,22 @@ func (b *Builder) param(name string, shape []int, init float64) nn.Param {
 	if k := len(r.layout); k > 0 {
 		off = r.layout[k-1].Offset + r.layout[k-1].Len
 	}
-	n := 1
+	size := 1.0
 	for _, d := range shape {
-		n *= d
+		if d <= 0 {
+			r.fail(fmt.Errorf("parameter %s has shape %v: %w", name, shape, ErrInvalid))
+		}
+		size *= float64(d)
 	}
+	if r.total+size > float64(r.limit) {
+		r.fail(fmt.Errorf("parameter %s %v brings the model to %.5g parameters (%.3g GiB as float32), over the limit of %d: %w",
+			name, shape, r.total+size, 4*(r.total+size)/(1<<30), r.limit, ErrInvalid))
+	}
+	if r.err != nil {
+		return nn.Param{}
+	}
+	r.total += size
+	n := int(size)
 	for _, p := range r.layout {
 		if p.Name == name {
 			r.fail(fmt.Errorf("parameter name %q used twice: %w", name, ErrInvalid))
@@ -84,8 +105,9 @@ func (r *builderRoot) fail(err error) {
 	}
 }
 
-// add appends l after checking it against the current shape.
-func (b *Builder) add(name string, l nn.Layer) *Builder {
+// add appends l, which spec describes, after checking it against the
+// current shape.
+func (b *Builder) add(spec LayerSpec, name string, l nn.Layer) *Builder {
 	if b.root.err != nil {
 		return b
 	}
@@ -95,6 +117,7 @@ func (b *Builder) add(name string, l nn.Layer) *Builder {
 		return b
 	}
 	b.layers = append(b.layers, l)
+	b.specs = append(b.specs, spec)
 	b.shape = out
 	return b
 }
@@ -115,15 +138,20 @@ func (b *Builder) Conv2D(name string, out, kernel, stride, pad int, act nn.Activ
 		return b
 	}
 	name = b.layerName(name, "conv")
-	fi := kernel * kernel * b.shape.C
 	if out <= 0 || kernel <= 0 {
 		b.root.fail(fmt.Errorf("layer %s: %d outputs, kernel %d: %w", name, out, kernel, ErrInvalid))
 		return b
 	}
+	if float64(kernel)*float64(kernel)*float64(b.shape.C) > maxBuilderParams {
+		b.root.fail(fmt.Errorf("layer %s: kernel %d on %d channels: %w", name, kernel, b.shape.C, ErrInvalid))
+		return b
+	}
+	fi := kernel * kernel * b.shape.C
 	lim := math.Sqrt(6 / float64(fi+out*kernel*kernel))
 	w := b.param(name+"/w", []int{fi, out}, lim)
 	bias := b.param(name+"/b", []int{out}, 0)
-	return b.add(name, nn.Conv2D{Out: out, Kernel: kernel, Stride: stride, Pad: pad, Act: act, Weight: w, Bias: bias})
+	spec := LayerSpec{Kind: Conv2DLayer, Name: name, Out: out, Kernel: kernel, Stride: stride, Pad: pad, Act: act}
+	return b.add(spec, name, nn.Conv2D{Out: out, Kernel: kernel, Stride: stride, Pad: pad, Act: act, Weight: w, Bias: bias})
 }
 
 // Dense adds a fully connected layer with out units followed by act,
@@ -144,23 +172,23 @@ func (b *Builder) Dense(name string, out int, act nn.Activation) *Builder {
 	w := b.param(name+"/w", []int{b.shape.C, out}, lim)
 	bias := b.param(name+"/b", []int{out}, 0)
 	b.flat = true
-	return b.add(name, nn.Dense{Out: out, Act: act, Weight: w, Bias: bias})
+	return b.add(LayerSpec{Kind: DenseLayer, Name: name, Out: out, Act: act}, name, nn.Dense{Out: out, Act: act, Weight: w, Bias: bias})
 }
 
 // MaxPool adds a size x size max pooling with stride size.
 func (b *Builder) MaxPool(size int) *Builder {
-	return b.add(fmt.Sprintf("maxpool%d", len(b.layers)), nn.MaxPool{Size: size})
+	return b.add(LayerSpec{Kind: MaxPoolLayer, Size: size}, fmt.Sprintf("maxpool%d", len(b.layers)), nn.MaxPool{Size: size})
 }
 
 // AvgPool adds a size x size average pooling with stride size.
 func (b *Builder) AvgPool(size int) *Builder {
-	return b.add(fmt.Sprintf("avgpool%d", len(b.layers)), nn.AvgPool{Size: size})
+	return b.add(LayerSpec{Kind: AvgPoolLayer, Size: size}, fmt.Sprintf("avgpool%d", len(b.layers)), nn.AvgPool{Size: size})
 }
 
 // Flatten turns a spatial activation into features (CHW order).
 func (b *Builder) Flatten() *Builder {
 	b.flat = true
-	return b.add(fmt.Sprintf("flatten%d", len(b.layers)), nn.Flatten{})
+	return b.add(LayerSpec{Kind: FlattenLayer}, fmt.Sprintf("flatten%d", len(b.layers)), nn.Flatten{})
 }
 
 // GroupNorm adds group normalization over groups groups of channels with
@@ -178,7 +206,7 @@ func (b *Builder) GroupNormAct(name string, groups int, act nn.Activation) *Buil
 	c := b.shape.C
 	w := b.param(name+"/w", []int{c}, -1)
 	bias := b.param(name+"/b", []int{c}, 0)
-	return b.add(name, nn.GroupNorm{Groups: groups, Act: act, Weight: w, Bias: bias})
+	return b.add(LayerSpec{Kind: GroupNormLayer, Name: name, Groups: groups, Act: act}, name, nn.GroupNorm{Groups: groups, Act: act, Weight: w, Bias: bias})
 }
 
 // LayerNorm adds layer normalization over all features of an example with
@@ -191,12 +219,12 @@ func (b *Builder) LayerNorm(name string) *Builder {
 	n := b.shape.Size()
 	w := b.param(name+"/w", []int{n}, -1)
 	bias := b.param(name+"/b", []int{n}, 0)
-	return b.add(name, nn.LayerNorm{Weight: w, Bias: bias})
+	return b.add(LayerSpec{Kind: LayerNormLayer, Name: name}, name, nn.LayerNorm{Weight: w, Bias: bias})
 }
 
 // BatchNorm is refused: the model's error says why and names GroupNorm.
 func (b *Builder) BatchNorm() *Builder {
-	return b.add(fmt.Sprintf("batchnorm%d", len(b.layers)), nn.BatchNorm{})
+	return b.add(LayerSpec{}, fmt.Sprintf("batchnorm%d", len(b.layers)), nn.BatchNorm{})
 }
 
 // Residual adds a block whose output is body(x) + shortcut(x); a nil
@@ -223,7 +251,8 @@ func (b *Builder) Residual(body, shortcut func(*Builder)) *Builder {
 		return b
 	}
 	b.flat = bb.flat
-	return b.add(name, nn.Residual{Body: bb.layers, Shortcut: sb.layers})
+	spec := LayerSpec{Kind: ResidualLayer, Body: bb.specs, Shortcut: sb.specs}
+	return b.add(spec, name, nn.Residual{Body: bb.layers, Shortcut: sb.layers})
 }
 
 // Model finishes the model: the last layer's output must be a flat vector
@@ -236,7 +265,7 @@ func (b *Builder) Model() (Model, error) {
 	if b.shape.H != 1 || b.shape.W != 1 || b.shape.C < 2 {
 		return nil, fmt.Errorf("models: %s: output %dx%dx%d is not a vector of at least 2 logits: %w", r.name, b.shape.C, b.shape.H, b.shape.W, ErrInvalid)
 	}
-	m := &seq{name: r.name, in: r.in, classes: b.shape.C, layers: b.layers, layout: r.layout}
+	m := &seq{name: r.name, in: r.in, classes: b.shape.C, layers: b.layers, layout: r.layout, spec: b.specs, zero: r.zero}
 	n := 0
 	if k := len(r.layout); k > 0 {
 		n = r.layout[k-1].Offset + r.layout[k-1].Len
@@ -286,5 +315,23 @@ func (b *Builder) Embedding(name string, numeric int, vocab, dims []int, bag nn.
 		e.Tables = append(e.Tables, nn.EmbeddingTable{Vocab: vocab[k], Dim: dims[k], Weight: w})
 	}
 	b.flat = true
-	return b.add(name, e)
+	spec := LayerSpec{Kind: EmbeddingLayer, Name: name, Numeric: numeric, Vocab: slices.Clone(vocab), Dims: slices.Clone(dims), Bag: bag}
+	return b.add(spec, name, e)
+}
+
+// Dropout adds inverted dropout at the given rate (nn.Dropout): during
+// training steps each activation is zeroed with probability rate and the
+// others scaled by 1/(1-rate); prediction passes activations through. The
+// mask's seed is derived from the builder's seed and the number of
+// dropout layers before this one, and recorded in the model file.
+func (b *Builder) Dropout(rate float64) *Builder {
+	b.root.dropouts++
+	x := b.root.seed ^ 0x6a09e667f3bcc909*uint64(b.root.dropouts)
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return b.dropout(rate, x^(x>>31))
+}
+
+func (b *Builder) dropout(rate float64, seed uint64) *Builder {
+	return b.add(LayerSpec{Kind: DropoutLayer, Rate: rate, Seed: seed}, fmt.Sprintf("dropout%d", len(b.layers)), nn.Dropout{Rate: rate, Seed: seed})
 }

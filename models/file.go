@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
@@ -21,54 +20,16 @@ import (
 var ErrCorruptFile = errors.New("corrupt or unreadable model file")
 
 // A model file is atomicfile's sealed envelope (kind "dpmf-model", SHA-256 over
-// the payload) whose payload is a msgpack filePayload.
+// the payload) whose payload is a msgpack filePayload. Version 2 describes
+// the model by its layers (Architecture); version 1 named one of three
+// constructors and is still read (legacy.go).
 const (
 	fileMagic   = "dpmf-model"
-	fileVersion = 1
+	fileVersion = 2
 	// maxFileParams bounds the parameters accepted from a file (1 GiB of
 	// float32), so a corrupt header cannot ask for an absurd allocation.
 	maxFileParams = 1 << 28
 )
-
-// Architecture describes a model well enough to rebuild it: today the
-// arguments of the named constructors. Name selects the constructor
-// ("logistic", "mlp", "cifarcnn"); Hidden and Activation are the MLP's.
-// A model assembled from a layer list will be recorded under its own Name
-// with the list in a new field; a build that does not know a Name refuses
-// the file with an error that says so.
-type Architecture struct {
-	Name       string `msgpack:"name" json:"name"`
-	Input      [3]int `msgpack:"input" json:"input"` // (channels, height, width)
-	Classes    int    `msgpack:"classes" json:"classes"`
-	Hidden     []int  `msgpack:"hidden,omitempty" json:"hidden,omitempty"`
-	Activation string `msgpack:"activation,omitempty" json:"activation,omitempty"`
-}
-
-// Architecture implements Architected.
-func (m *seq) Architecture() Architecture {
-	return Architecture{Name: m.name, Input: m.in, Classes: m.classes,
-		Hidden: slices.Clone(m.hidden), Activation: m.act}
-}
-
-// Architected is implemented by models that can describe themselves for a
-// model file; all models of this package do.
-type Architected interface {
-	Architecture() Architecture
-}
-
-// New builds a model of this architecture with freshly initialized
-// parameters (seed as for the constructors).
-func (a Architecture) New(seed uint64) (Model, error) {
-	switch a.Name {
-	case "logistic":
-		return NewLogistic(a.Input, a.Classes, seed)
-	case "mlp":
-		return NewMLP(a.Input, a.Hidden, a.Classes, a.Activation, seed)
-	case "cifarcnn":
-		return NewCIFARCNN(a.Input, a.Classes, seed)
-	}
-	return nil, fmt.Errorf("models: architecture %q is not known to this build (want logistic, mlp or cifarcnn): %w", a.Name, ErrInvalid)
-}
 
 // Privacy is the differential-privacy claim of the run that produced a
 // model, so that whoever uses the model knows what guarantee it carries
@@ -172,48 +133,55 @@ func WriteFile(path string, m Model, meta Metadata) error {
 	return nil
 }
 
-// Load reads a model file written by Save or WriteFile, verifies its
-// format version and checksum, rebuilds the architecture and fills in the
-// parameters. Errors are one line and wrap ErrCorruptFile (or r's error).
+// Load reads a model file written by Save or WriteFile (or by an earlier
+// build, format version 1), verifies its format version and checksum,
+// rebuilds the network from its layer description, checks that the layers
+// make exactly the parameter tensors the file lists and fills them in.
+// Errors are one line and wrap ErrCorruptFile (or r's error).
 func Load(r io.Reader) (*Trained, error) {
-	payload, err := atomicfile.Unseal(r, fileMagic, fileVersion, 4*maxFileParams+1<<20)
+	blob, err := io.ReadAll(io.LimitReader(r, 4*maxFileParams+1<<20+1))
 	if err != nil {
-		if errors.Is(err, atomicfile.ErrCorrupt) {
-			why := strings.TrimPrefix(err.Error(), "atomicfile: "+atomicfile.ErrCorrupt.Error()+": ")
-			return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, why)
-		}
 		return nil, fmt.Errorf("models: load: %w", err)
+	}
+	if len(blob) > 4*maxFileParams+1<<20 {
+		return nil, fmt.Errorf("models: load: %w: larger than %d bytes", ErrCorruptFile, 4*maxFileParams+1<<20)
+	}
+	payload, err := atomicfile.Open(blob, fileMagic, fileVersion)
+	if err != nil {
+		if old, err1 := atomicfile.Open(blob, fileMagic, 1); err1 == nil {
+			return loadV1(old)
+		}
+		why := strings.TrimPrefix(err.Error(), "atomicfile: "+atomicfile.ErrCorrupt.Error()+": ")
+		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, why)
 	}
 	var p filePayload
 	if err := msgpack.Unmarshal(payload, &p); err != nil {
-		return nil, fmt.Errorf("models: load: %w: payload: %v", ErrCorruptFile, err)
+		return nil, fmt.Errorf("models: load: %w: payload: %s", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
 	}
 	if n := len(p.Params); n%4 != 0 || n/4 > maxFileParams {
 		return nil, fmt.Errorf("models: load: %w: %d parameter bytes", ErrCorruptFile, n)
 	}
-	want, err := p.Arch.numParams()
+	m, err := p.Arch.build(0, true, len(p.Params)/4)
 	if err != nil {
-		return nil, fmt.Errorf("models: load: %w: %v", ErrCorruptFile, err)
+		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
 	}
-	if want != float64(len(p.Params)/4) {
-		return nil, fmt.Errorf("models: load: %w: %d parameters for a %s that has %.0f", ErrCorruptFile, len(p.Params)/4, p.Arch.Name, want)
-	}
-	m, err := p.Arch.New(0)
-	if err != nil {
-		return nil, fmt.Errorf("models: load: %w: %v", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
-	}
+	return fill(m, p.Meta, p.Params)
+}
+
+// fill copies the little-endian float32 parameters of a file into m.
+func fill(m Model, meta Metadata, raw []byte) (*Trained, error) {
 	params := m.Params()
-	if len(p.Params) != 4*len(params) {
-		return nil, fmt.Errorf("models: load: %w: %d parameters for a %s of %d", ErrCorruptFile, len(p.Params)/4, m.Name(), len(params))
+	if len(raw) != 4*len(params) {
+		return nil, fmt.Errorf("models: load: %w: %d parameters for a %s of %d", ErrCorruptFile, len(raw)/4, m.Name(), len(params))
 	}
 	for i := range params {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(p.Params[4*i:]))
+		v := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return nil, fmt.Errorf("models: load: %w: parameter %d is %v", ErrCorruptFile, i, v)
 		}
 		params[i] = v
 	}
-	return &Trained{Model: m, Architecture: p.Arch, Metadata: p.Meta}, nil
+	return &Trained{Model: m, Architecture: m.(Architected).Architecture(), Metadata: meta}, nil
 }
 
 // ReadFile is Load from the file at path.
@@ -228,48 +196,4 @@ func ReadFile(path string) (*Trained, error) {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
 	return t, nil
-}
-
-// numParams is the number of parameters of the architecture, computed in
-// float64 so that no corrupt (or hostile) description can overflow it,
-// or an error for a description that is out of range; Load compares it
-// with the parameters present before it allocates anything.
-func (a Architecture) numParams() (float64, error) {
-	size := 1.0
-	for _, d := range a.Input {
-		if d <= 0 || d > 1<<20 {
-			return 0, fmt.Errorf("input shape %v", a.Input)
-		}
-		size *= float64(d)
-	}
-	if a.Classes < 2 || a.Classes > 1<<20 {
-		return 0, fmt.Errorf("%d classes", a.Classes)
-	}
-	if len(a.Hidden) > 1<<10 {
-		return 0, fmt.Errorf("%d hidden layers", len(a.Hidden))
-	}
-	k := float64(a.Classes)
-	switch a.Name {
-	case "logistic":
-		return (size + 1) * k, nil
-	case "mlp":
-		n, prev := 0.0, size
-		for _, h := range a.Hidden {
-			if h <= 0 {
-				return 0, fmt.Errorf("hidden width %d", h)
-			}
-			n += (prev + 1) * float64(h)
-			prev = float64(h)
-		}
-		return n + (prev+1)*k, nil
-	case "cifarcnn":
-		n, c := 0.0, float64(a.Input[0])
-		for _, out := range []float64{32, 64, 128} {
-			n += (9*c+1)*out + (9*out+1)*out
-			c = out
-		}
-		flat := float64(a.Input[1]/8) * float64(a.Input[2]/8) * 128
-		return n + (flat+1)*128 + (128+1)*k, nil
-	}
-	return 0, fmt.Errorf("architecture %q is not known to this build (want logistic, mlp or cifarcnn)", a.Name)
 }

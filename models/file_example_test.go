@@ -27,7 +27,7 @@ func ExampleLoad() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(trained.Architecture.Name, trained.Architecture.Hidden, trained.Metadata.Dataset)
+	fmt.Println(trained.Architecture.Name, len(trained.Architecture.Layers), "layers", trained.Metadata.Dataset)
 	fmt.Println(trained.Metadata.Privacy)
 	batch := []float32{
 		0.1, 0.2, 0.3, 0.4, // example 0, CHW order
@@ -42,7 +42,7 @@ func ExampleLoad() {
 		fmt.Printf("example %d: %d probabilities, sum %.3f, class %d has the largest\n", i, len(p), p[0]+p[1]+p[2], classes[i])
 	}
 	// Output:
-	// mlp [8] toy/train
+	// mlp 3 layers toy/train
 	// (epsilon 8, delta 1e-05)-DP, mechanism bandmf:4, pld accounting
 	// example 0: 3 probabilities, sum 1.000, class 0 has the largest
 	// example 1: 3 probabilities, sum 1.000, class 0 has the largest

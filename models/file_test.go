@@ -225,37 +225,100 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	good := filePayload{Arch: m.(Architected).Architecture(), Meta: testMeta}
 	good.Params = make([]byte, 4*m.NumParams())
-	checkCorrupt(t, "version 2", sealPayload(t, &good, 2), "format version 2, this build reads version 1")
+	checkCorrupt(t, "version 3", sealPayload(t, &good, 3), "format version 3, this build reads version 2")
 
 	fz, _ := atomicfile.Seal("dpmf-factorization", 1, []byte{0x80})
 	checkCorrupt(t, "other kind", fz, `not a dpmf-model file (kind "dpmf-factorization")`)
 	checkCorrupt(t, "not msgpack", []byte("hello, world"), "not a dpmf-model file")
 
-	unknown := good
-	unknown.Arch.Name = "resnet"
-	checkCorrupt(t, "unknown architecture", sealPayload(t, &unknown, fileVersion), `architecture "resnet" is not known to this build`)
-
 	short := good
 	short.Params = good.Params[:len(good.Params)-4]
-	checkCorrupt(t, "missing parameter", sealPayload(t, &short, fileVersion), "196 parameters for a mlp that has 197")
-
-	huge := good
-	huge.Arch.Hidden = []int{1 << 30, 1 << 30}
-	checkCorrupt(t, "huge architecture", sealPayload(t, &huge, fileVersion), "197 parameters for a mlp that has 1152921530376650752")
+	checkCorrupt(t, "missing parameter", sealPayload(t, &short, fileVersion), "brings the model to 197 parameters (7.34e-07 GiB as float32), over the limit of 196")
 
 	nan := good
 	nan.Params = bytes.Clone(good.Params)
 	copy(nan.Params[8:], []byte{0, 0, 0xc0, 0x7f})
 	checkCorrupt(t, "NaN parameter", sealPayload(t, &nan, fileVersion), "parameter 2 is NaN")
 
-	badShape := good
-	badShape.Arch.Input = [3]int{0, 3, 3}
-	checkCorrupt(t, "bad input shape", sealPayload(t, &badShape, fileVersion), "input shape [0 3 3]")
+	// Edits of the layer description, on its msgpack form.
+	edit := func(what string, f func(arch map[string]any), want string) {
+		t.Helper()
+		raw, err := msgpack.Marshal(&good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		if err := msgpack.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		f(p["arch"].(map[string]any))
+		checkCorrupt(t, what, sealPayload(t, p, fileVersion), want)
+	}
+	layer := func(a map[string]any, i int) map[string]any { return a["layers"].([]any)[i].(map[string]any) }
+	edit("unknown layer kind", func(a map[string]any) { layer(a, 1)["kind"] = "attention" }, `layer kind "attention" is not known to this build`)
+	edit("unknown activation", func(a map[string]any) { layer(a, 1)["act"] = "swish" }, `activation "swish" (want identity, tanh, relu or gelu)`)
+	edit("huge layer", func(a map[string]any) { layer(a, 1)["out"] = 1 << 24 }, "brings the model to 3.0199e+08 parameters")
+	edit("absurd layer", func(a map[string]any) { layer(a, 1)["out"] = 1 << 40 }, `layer 1 (dense "dense0"): hyper-parameter 1099511627776 out of range`)
+	edit("bad input shape", func(a map[string]any) { a["input"] = []int{0, 3, 3} }, "input shape [0 3 3]")
+	edit("huge input", func(a map[string]any) { a["input"] = []int{1 << 20, 1 << 20, 1} }, "input shape [1048576 1048576 1] has more than 67108864 features")
+	edit("renamed parameter", func(a map[string]any) { a["params"].([]any)[0].(map[string]any)["name"] = "w" },
+		"parameter tensor 0 is dense0/w [18 7], the architecture lists w [18 7]")
+	edit("reshaped parameter", func(a map[string]any) { a["params"].([]any)[1].(map[string]any)["shape"] = []int{1, 7} },
+		"parameter tensor 1 is dense0/b [7], the architecture lists dense0/b [1 7]")
+	edit("missing parameter tensor", func(a map[string]any) { a["params"] = a["params"].([]any)[:5] },
+		"the layers make 6 parameter tensors, the architecture lists 5")
+	edit("other classes", func(a map[string]any) { a["classes"] = 3 }, "the layers end in 4 logits, the architecture says 3 classes")
+	edit("bad shapes", func(a map[string]any) { layer(a, 0)["kind"] = "maxpool"; layer(a, 0)["size"] = 4 }, "layer maxpool0 on a 2x3x3 input: max pool 4")
+	edit("empty residual", func(a map[string]any) { a["layers"] = append([]any{map[string]any{"kind": "residual"}}, a["layers"].([]any)...) },
+		"residual block with an empty body")
+	deep := map[string]any{"kind": "flatten"}
+	for range 70 {
+		deep = map[string]any{"kind": "residual", "body": []any{deep}}
+	}
+	edit("deep nesting", func(a map[string]any) { a["layers"] = append([]any{deep}, a["layers"].([]any)...) }, "residual blocks nested more than 64 deep")
 
-	cnn := filePayload{Arch: Architecture{Name: "cifarcnn", Input: [3]int{1, 4, 4}, Classes: 2}}
+	// Version 1 files named a constructor.
+	v1 := payloadV1{Arch: archV1{Name: "mlp", Input: [3]int{2, 3, 3}, Classes: 4, Hidden: []int{7, 5}, Activation: "tanh"}, Params: good.Params}
+	unknown := v1
+	unknown.Arch.Name = "resnet"
+	checkCorrupt(t, "unknown v1 architecture", sealPayload(t, &unknown, 1), `version 1 architecture "resnet" is not known to this build (want logistic, mlp or cifarcnn); retrain`)
+	huge := v1
+	huge.Arch.Hidden = []int{1 << 30, 1 << 30}
+	checkCorrupt(t, "huge v1 architecture", sealPayload(t, &huge, 1), "197 parameters for a mlp that has 1152921530376650752")
+	cnn := payloadV1{Arch: archV1{Name: "cifarcnn", Input: [3]int{1, 4, 4}, Classes: 2}}
 	n, _ := cnn.Arch.numParams()
 	cnn.Params = make([]byte, 4*int(n))
-	checkCorrupt(t, "cnn on 4x4", sealPayload(t, &cnn, fileVersion), "too small for three 2x2 pools")
+	checkCorrupt(t, "cnn on 4x4", sealPayload(t, &cnn, 1), "too small for three 2x2 pools")
+}
+
+// TestLoadVersion1: a file written by the previous format version (an MLP
+// saved by the build before layer descriptions, testdata/v1-mlp.dpmf)
+// loads with its parameters bit for bit and saves again as version 2.
+func TestLoadVersion1(t *testing.T) {
+	tr, err := ReadFile("testdata/v1-mlp.dpmf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Params() {
+		m.Params()[i] += 0.01 * float32(i)
+	}
+	if !reflect.DeepEqual(tr.Model.Params(), m.Params()) || !reflect.DeepEqual(tr.Metadata, testMeta) {
+		t.Fatalf("version 1 file: params %v meta %+v, want %v %+v", tr.Model.Params(), tr.Metadata, m.Params(), testMeta)
+	}
+	if !reflect.DeepEqual(tr.Architecture, m.(Architected).Architecture()) {
+		t.Fatalf("architecture %+v", tr.Architecture)
+	}
+	var b bytes.Buffer
+	if err := Save(&b, tr.Model, tr.Metadata); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := atomicfile.Open(b.Bytes(), fileMagic, 2); err != nil {
+		t.Fatalf("re-saved: %v", err)
+	}
 }
 
 // FuzzLoadModel: Load never panics; whatever it accepts saves back to a

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
@@ -105,10 +104,10 @@ type seq struct {
 	layers  []nn.Layer
 	layout  []ParamInfo
 	params  []float32
-	// hidden and act are NewMLP's arguments, kept for the model file's
-	// Architecture.
-	hidden []int
-	act    string
+	// spec describes the layers for the model file (Architecture); zero
+	// records Builder.ZeroWeights.
+	spec []LayerSpec
+	zero bool
 }
 
 func (m *seq) Name() string        { return m.name }
@@ -178,13 +177,7 @@ func NewMLP(inputShape [3]int, hidden []int, classes int, act string, seed uint6
 		}
 		b.Dense("", h, a)
 	}
-	m, err := b.Dense("", classes, nn.Identity).Model()
-	if err != nil {
-		return nil, err
-	}
-	s := m.(*seq)
-	s.hidden, s.act = slices.Clone(hidden), act
-	return s, nil
+	return b.Dense("", classes, nn.Identity).Model()
 }
 
 // NewCIFARCNN returns the convolutional network of Kairouz et al. (2021,

@@ -18,6 +18,34 @@ const (
 	MeanBag
 )
 
+var bagNames = [...]string{NoBag: "none", SumBag: "sum", MeanBag: "mean"}
+
+func (b Bag) String() string {
+	if b > MeanBag {
+		return fmt.Sprintf("Bag(%d)", uint8(b))
+	}
+	return bagNames[b]
+}
+
+// MarshalText writes the bag mode's name (model files record it so).
+func (b Bag) MarshalText() ([]byte, error) {
+	if b > MeanBag {
+		return nil, fmt.Errorf("%v: %w", b, ErrInvalid)
+	}
+	return []byte(b.String()), nil
+}
+
+// UnmarshalText reads a name written by MarshalText.
+func (b *Bag) UnmarshalText(t []byte) error {
+	for c, name := range bagNames {
+		if string(t) == name {
+			*b = Bag(c)
+			return nil
+		}
+	}
+	return fmt.Errorf("bag mode %q (want none, sum or mean): %w", t, ErrInvalid)
+}
+
 // EmbeddingTable is a learned table of Vocab vectors of Dim entries
 // (Weight: Vocab x Dim, row-major).
 type EmbeddingTable struct {

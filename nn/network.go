@@ -76,6 +76,25 @@ func (a Activation) String() string {
 	return fmt.Sprintf("Activation(%d)", uint8(a))
 }
 
+// MarshalText writes the activation's name (model files record it so).
+func (a Activation) MarshalText() ([]byte, error) {
+	if a > GELU {
+		return nil, fmt.Errorf("%v: %w", a, ErrInvalid)
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText reads a name written by MarshalText.
+func (a *Activation) UnmarshalText(b []byte) error {
+	for c := Identity; c <= GELU; c++ {
+		if string(b) == c.String() {
+			*a = c
+			return nil
+		}
+	}
+	return fmt.Errorf("activation %q (want identity, tanh, relu or gelu): %w", b, ErrInvalid)
+}
+
 // Layer is one layer of a Network: Conv2D, Dense, MaxPool, AvgPool,
 // GroupNorm, LayerNorm or Flatten (BatchNorm is refused).
 type Layer interface {
