@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +23,12 @@ func fileTestModels(t testing.TB) []Model {
 		func() (Model, error) { return NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) },
 		func() (Model, error) { return NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) },
 		func() (Model, error) { return NewCIFARCNN([3]int{3, 10, 10}, 5, 4) },
+		// Builder-made models: WRN-16-4 on small images, the tabular
+		// classifier, and users' own stacks.
+		func() (Model, error) { return NewWRN16x4([3]int{3, 8, 8}, 10, 4, 5) },
+		func() (Model, error) { return NewTabular(2, []int{4, 3}, 3, []int{8}, 3, 6) },
+		func() (Model, error) { return customResidual(7) },
+		func() (Model, error) { return customBag(8) },
 	}
 	var out []Model
 	for i, f := range mk {
@@ -40,16 +47,50 @@ func fileTestModels(t testing.TB) []Model {
 	return out
 }
 
+// customResidual is a user's own image model with every kind of layer
+// that takes images: convolutions with stride and padding, nested residual
+// blocks with GroupNorm and LayerNorm, dropout, both poolings, GELU.
+func customResidual(seed uint64) (Model, error) {
+	b := NewBuilder("my-resnet", [3]int{2, 9, 9}, seed)
+	b.Conv2D("stem", 4, 3, 1, 1, nn.GELU).MaxPool(1)
+	b.Residual(func(r *Builder) {
+		r.GroupNormAct("n1", 2, nn.ReLU).Conv2D("c1", 8, 3, 2, 1, nn.Tanh).Dropout(0.25).
+			Residual(func(r2 *Builder) { r2.LayerNorm("inner.norm").Conv2D("inner.conv", 8, 1, 1, 0, nn.Identity) }, nil)
+	}, func(s *Builder) { s.Conv2D("proj", 8, 1, 2, 0, nn.Identity) })
+	b.AvgPool(2).Flatten().Dropout(0.5).Dense("", 6, nn.ReLU)
+	b.Residual(func(r *Builder) { r.Dense("fc.inner", 6, nn.GELU) }, nil)
+	return b.Dense("out", 3, nn.Identity).Model()
+}
+
+// customBag embeds a variable-length list of ids (mean of one shared
+// table) next to one numeric column.
+func customBag(seed uint64) (Model, error) {
+	b := NewBuilder("my-bag", [3]int{5, 1, 1}, seed)
+	b.Embedding("ids", 1, []int{6}, []int{4}, nn.MeanBag).LayerNorm("").Dense("hidden", 8, nn.ReLU)
+	return b.Dropout(0.1).Dense("", 2, nn.Identity).Model()
+}
+
 var testMeta = Metadata{Dataset: "synthetic/train", Classes: 5, Steps: 20, Privacy: Privacy{
 	Private: true, Epsilon: 8, Delta: 1e-5, Mechanism: "bandmf:4", Accountant: "pld",
 	Assumptions: []string{"adjacency: add/remove of one example"}, Notes: []string{"noise seeded by the caller"}}}
 
+// randInputs returns n examples for m: normal features, and ids in
+// [-1, vocabulary) (-1 absent) in an embedding's id columns.
 func randInputs(m Model, n int, seed uint64) []float32 {
 	in := m.InputShape()
-	x := make([]float32, n*in[0]*in[1]*in[2])
+	per := in[0] * in[1] * in[2]
+	x := make([]float32, n*per)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	e, emb := m.Network().Layers[0].(nn.Embedding)
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
+		if c := i % per; emb && c >= e.Numeric {
+			vocab := e.Tables[0].Vocab
+			if len(e.Tables) > 1 {
+				vocab = e.Tables[c-e.Numeric].Vocab
+			}
+			x[i] = float32(rng.IntN(vocab+1) - 1)
+		}
 	}
 	return x
 }
@@ -89,6 +130,17 @@ func TestSaveLoadBitIdentical(t *testing.T) {
 		cls, probs, err := tr.Predict(x)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The original model predicts the same bits.
+		orig := &Trained{Model: m, Architecture: m.(Architected).Architecture()}
+		ocls, oprobs, err := orig.Predict(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range oprobs {
+			if math.Float32bits(p) != math.Float32bits(probs[i]) || ocls[i/m.Classes()] != cls[i/m.Classes()] {
+				t.Fatalf("%s: output %d: reloaded %v (class %d), original %v (class %d)", m.Name(), i, probs[i], cls[i/m.Classes()], p, ocls[i/m.Classes()])
+			}
 		}
 		plan, err := nn.NewPlan(m.Network(), m.Params(), nn.Options{MaxBatch: n})
 		if err != nil {
@@ -326,7 +378,7 @@ func TestLoadVersion1(t *testing.T) {
 // to 1. The seed corpus (testdata/fuzz/FuzzLoadModel) runs with plain go
 // test.
 func FuzzLoadModel(f *testing.F) {
-	for _, m := range fileTestModels(f)[:3] {
+	for _, m := range slices.Concat(fileTestModels(f)[:3], fileTestModels(f)[5:]) {
 		var b bytes.Buffer
 		if err := Save(&b, m, testMeta); err != nil {
 			f.Fatal(err)
