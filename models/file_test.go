@@ -321,7 +321,9 @@ func TestLoadRefuses(t *testing.T) {
 		"the layers make 6 parameter tensors, the architecture lists 5")
 	edit("other classes", func(a map[string]any) { a["classes"] = 3 }, "the layers end in 4 logits, the architecture says 3 classes")
 	edit("bad shapes", func(a map[string]any) { layer(a, 0)["kind"] = "maxpool"; layer(a, 0)["size"] = 4 }, "layer maxpool0 on a 2x3x3 input: max pool 4")
-	edit("empty residual", func(a map[string]any) { a["layers"] = append([]any{map[string]any{"kind": "residual"}}, a["layers"].([]any)...) },
+	edit("empty residual", func(a map[string]any) {
+		a["layers"] = append([]any{map[string]any{"kind": "residual"}}, a["layers"].([]any)...)
+	},
 		"residual block with an empty body")
 	deep := map[string]any{"kind": "flatten"}
 	for range 70 {
