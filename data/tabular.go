@@ -22,6 +22,15 @@ type TabularSpec struct {
 	Categorical []string
 	// Ignore names columns to skip (ids, free text).
 	Ignore []string
+	// Numeric, when set, names the numeric columns, in the order of the
+	// features; every column not named here, in Categorical or as Label is
+	// then skipped. A model reads new files with the columns it was
+	// trained on this way.
+	Numeric []string
+	// NoLabel reads rows without a label (inputs to predict): the Label
+	// column is skipped if present, every example's label is 0, and a
+	// vocabulary must be given (it fixes the classes).
+	NoLabel bool
 	// Comma is the field separator; 0 means ','.
 	Comma rune
 }
@@ -107,18 +116,27 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		}
 		return i, nil
 	}
-	if spec.Label == "" {
-		return nil, invalidf("csv: no label column named")
-	}
-	labelCol, err := find("label", spec.Label)
-	if err != nil {
-		return nil, err
-	}
 	role := make([]byte, len(header)) // 'n'umeric, 'c'ategorical, 'l'abel, 'i'gnore
 	for i := range role {
 		role[i] = 'n'
 	}
-	role[labelCol] = 'l'
+	labelCol := -1
+	switch {
+	case spec.NoLabel:
+		if vocab == nil {
+			return nil, invalidf("csv: rows without labels need the vocabulary of the model's training data")
+		}
+		if i, ok := col[spec.Label]; ok {
+			role[i] = 'i'
+		}
+	case spec.Label == "":
+		return nil, invalidf("csv: no label column named")
+	default:
+		if labelCol, err = find("label", spec.Label); err != nil {
+			return nil, err
+		}
+		role[labelCol] = 'l'
+	}
 	catCols := make([]int, len(spec.Categorical))
 	for j, name := range spec.Categorical {
 		i, err := find("categorical", name)
@@ -142,10 +160,25 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	}
 	var numCols []int
 	var numNames []string
-	for i, r := range role {
-		if r == 'n' {
+	if spec.Numeric != nil {
+		for _, name := range spec.Numeric {
+			i, err := find("numeric", name)
+			if err != nil {
+				return nil, err
+			}
+			if role[i] != 'n' {
+				return nil, invalidf("csv: column %q given two roles", name)
+			}
+			role[i] = 'N'
 			numCols = append(numCols, i)
-			numNames = append(numNames, header[i])
+			numNames = append(numNames, name)
+		}
+	} else {
+		for i, r := range role {
+			if r == 'n' {
+				numCols = append(numCols, i)
+				numNames = append(numNames, header[i])
+			}
 		}
 	}
 	if vocab != nil && len(vocab.Levels) != len(catCols) {
@@ -185,9 +218,11 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		for j, i := range catCols {
 			row[j] = strings.TrimSpace(rec[i])
 		}
-		row[len(catCols)] = strings.TrimSpace(rec[labelCol])
-		if row[len(catCols)] == "" {
-			return nil, formatf("csv: line %d: empty label", line)
+		if labelCol >= 0 {
+			row[len(catCols)] = strings.TrimSpace(rec[labelCol])
+			if row[len(catCols)] == "" {
+				return nil, formatf("csv: line %d: empty label", line)
+			}
 		}
 		cats = append(cats, row)
 	}
@@ -238,6 +273,9 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 			if k, ok := ids[j][cats[r][j]]; ok {
 				x[r*F+nn+j] = float32(k + 1)
 			}
+		}
+		if labelCol < 0 {
+			continue
 		}
 		k, ok := ids[len(catCols)][cats[r][len(catCols)]]
 		if !ok {

@@ -2,6 +2,7 @@ package data
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -116,4 +117,37 @@ func FuzzReadCSV(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadCSVModelColumns: a file read with the columns and vocabulary a
+// model was trained on gets the same encoding whatever its column order
+// and extra columns, and rows without labels read as inputs.
+func TestReadCSVModelColumns(t *testing.T) {
+	spec := TabularSpec{Label: "label", Categorical: []string{"city"}, Ignore: []string{"id"}}
+	tab, err := ReadCSV(strings.NewReader(tinyCSV), spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := TabularSpec{Label: "label", Categorical: tab.Categorical, Numeric: tab.Numeric}
+	again, err := ReadCSV(strings.NewReader("note,income,label,city,age\nx,1.5,yes,paris,30\ny,-2,no,oslo,41\n"), model, &tab.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again.X, tab.X[:6]) || !slices.Equal(again.Y, tab.Y[:2]) || !slices.Equal(again.Numeric, tab.Numeric) {
+		t.Fatalf("reordered file: X %v Y %v, want %v %v", again.X, again.Y, tab.X[:6], tab.Y[:2])
+	}
+	model.NoLabel = true
+	in, err := ReadCSV(strings.NewReader("age,city,income\n25,paris,0.25\n"), model, &tab.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(in.X, tab.X[6:]) || in.Y[0] != 0 || in.Classes != 2 {
+		t.Fatalf("unlabeled: X %v Y %v classes %d", in.X, in.Y, in.Classes)
+	}
+	if _, err := ReadCSV(strings.NewReader("age,city\n25,paris\n"), model, &tab.Vocab); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `numeric column "income" is not in the header`) {
+		t.Fatalf("missing numeric column: %v", err)
+	}
+	if _, err := ReadCSV(strings.NewReader("age,city,income\n25,paris,0.25\n"), model, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "need the vocabulary") {
+		t.Fatalf("unlabeled without a vocabulary: %v", err)
+	}
 }
