@@ -73,8 +73,29 @@ type Metadata struct {
 	// Classes is the number of classes of the dataset.
 	Classes int `msgpack:"classes" json:"classes"`
 	// Steps is the number of training steps taken.
-	Steps   int     `msgpack:"steps,omitempty" json:"steps,omitempty"`
+	Steps int `msgpack:"steps,omitempty" json:"steps,omitempty"`
+	// Batch is the run's expected batch size, which is also the block its
+	// evaluations ran in: evaluating in blocks of Batch repeats the
+	// run's evaluation bit for bit (the executor's float32 sums depend
+	// on how a batch is split).
+	Batch   int     `msgpack:"batch,omitempty" json:"batch,omitempty"`
 	Privacy Privacy `msgpack:"privacy" json:"privacy"`
+	// Columns, for a model trained on a CSV table, say how a row of a new
+	// table is encoded as the model's input (nil for images).
+	Columns *Columns `msgpack:"columns,omitempty" json:"columns,omitempty"`
+}
+
+// Columns are the columns of a CSV table a model was trained on and the
+// encoding of its categorical values, as package data's ReadCSV made them:
+// an input is the Numeric columns in this order, then one id per
+// Categorical column (level l of Levels[j] is id l+1, an unseen value 0).
+type Columns struct {
+	Label       string     `msgpack:"label" json:"label"`
+	Numeric     []string   `msgpack:"numeric" json:"numeric"`
+	Categorical []string   `msgpack:"categorical" json:"categorical"`
+	Levels      [][]string `msgpack:"levels" json:"levels"`
+	// Classes are the label values; class k is Classes[k].
+	Classes []string `msgpack:"classes" json:"classes"`
 }
 
 // filePayload is what the envelope's checksum covers. Params are the

@@ -56,10 +56,15 @@ type Config struct {
 	// examples, deterministically from the seed, step and example.
 	Augment bool `json:"augment"`
 
-	// Model: either a built model or a name ("logistic", "mlp", "cnn").
+	// Model: either a built model or a name ("logistic", "mlp", "cnn",
+	// "wrn16-4", "tabular").
 	Model     models.Model `json:"-"`
 	ModelName string       `json:"model"`
 	Hidden    []int        `json:"hidden,omitempty"`
+	// Categorical are the vocabulary sizes of the categorical columns of a
+	// table, its last len(Categorical) features (data.Tabular's
+	// Cardinalities), which the "tabular" model embeds.
+	Categorical []int `json:"categorical,omitempty"`
 
 	// Schedule.
 	Steps int `json:"steps"`

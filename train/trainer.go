@@ -203,6 +203,9 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	return t, nil
 }
 
+// tabularDim is the embedding dimension of the "tabular" model.
+const tabularDim = 8
+
 func buildModel(cfg *Config) (models.Model, error) {
 	if cfg.Model != nil {
 		return cfg.Model, nil
@@ -226,8 +229,17 @@ func buildModel(cfg *Config) (models.Model, error) {
 		m, err = models.NewCIFARCNN(shape, classes, seed)
 	case "wrn16-4":
 		m, err = models.NewWRN16x4(shape, classes, 16, seed)
+	case "tabular":
+		hidden := cfg.Hidden
+		if len(hidden) == 0 {
+			hidden = []int{64}
+		}
+		if len(cfg.Categorical) == 0 || len(cfg.Categorical) > shape[0] {
+			return nil, fmt.Errorf("train: %w: model tabular: %d categorical columns of %d features (want at least one)", ErrInvalid, len(cfg.Categorical), shape[0])
+		}
+		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, tabularDim, hidden, classes, seed)
 	default:
-		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp, cnn or wrn16-4", ErrInvalid, cfg.ModelName)
+		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp, cnn, wrn16-4 or tabular", ErrInvalid, cfg.ModelName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)

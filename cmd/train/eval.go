@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/train"
 )
@@ -24,8 +25,8 @@ type evalResult struct {
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", stderr)
 	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
-	dataset := fs.String("data", "fashion-mnist", "dataset whose test split is evaluated (as for train run)")
-	dir := fs.String("dir", "", "dataset directory (as for train run)")
+	dataset := fs.String("data", "fashion-mnist", "dataset whose test split is evaluated (as for train run), or csv: every row of the -dir file, read with the model's columns")
+	dir := fs.String("dir", "", "dataset directory, or the CSV file (as for train run)")
 	format := fs.String("format", "text", "text or json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -37,8 +38,23 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	_, test, source, err := loadData(*dataset, *dir, false)
-	if err != nil {
+	var test *data.Dataset
+	var source string
+	if *dataset == "csv" {
+		cols := tr.Metadata.Columns
+		if cols == nil {
+			return usagef("model %s was not trained on a CSV table (its dataset is %q)", *modelFile, tr.Metadata.Dataset)
+		}
+		if *dir == "" {
+			return usagef("-data csv needs -dir FILE.csv")
+		}
+		spec, vocab := modelSpec(cols, false)
+		t, err := readCSVFile("dir", *dir, spec, vocab)
+		if err != nil {
+			return err
+		}
+		test, source = t.Dataset, "CSV "+*dir
+	} else if _, test, source, err = loadData(*dataset, *dir, false); err != nil {
 		return err
 	}
 	a := tr.Architecture
@@ -53,7 +69,13 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := test.Batch(idx, x, y); err != nil {
 		return err
 	}
-	engine, err := clip.New(tr.Model, clip.Options{NonPrivate: true, MaxBatch: evalBatch})
+	// The run evaluated in blocks of its batch size; so does eval, to
+	// report the run's numbers bit for bit.
+	block := evalBatch
+	if b := tr.Metadata.Batch; b > 0 && b <= 1<<16 {
+		block = b
+	}
+	engine, err := clip.New(tr.Model, clip.Options{NonPrivate: true, MaxBatch: block})
 	if err != nil {
 		return err
 	}
@@ -69,8 +91,12 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "%s test split: %d examples, accuracy %.4f, loss %.4f\nmodel: %s trained on %s; privacy: %s\n",
-		source, res.Examples, res.Accuracy, res.Loss, a.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)
+	split := " test split"
+	if *dataset == "csv" {
+		split = ""
+	}
+	_, err = fmt.Fprintf(stdout, "%s%s: %d examples, accuracy %.4f, loss %.4f\nmodel: %s trained on %s; privacy: %s\n",
+		source, split, res.Examples, res.Accuracy, res.Loss, a.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)
 	return err
 }
 
@@ -92,14 +118,17 @@ func loadModelFile(path string) (*models.Trained, error) {
 
 // saveModel writes the model a run trained, with the run's dataset and
 // privacy claim, to path (atomically).
-func saveModel(path string, cfg train.Config, res *train.Result, seeded bool) error {
-	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps}
+func saveModel(path string, cfg train.Config, res *train.Result, seeded bool, columns *models.Columns) error {
+	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps, Batch: cfg.Batch, Columns: columns}
 	if res.Plan != nil {
 		l := res.Plan.Ledger
 		meta.Privacy = models.Privacy{Private: true, Epsilon: l.Epsilon, Delta: l.Delta,
 			Mechanism: fmt.Sprint(res.Plan.Mechanism), Accountant: l.Accountant, Assumptions: l.Assumptions}
 		if seeded {
 			meta.Privacy.Notes = append(meta.Privacy.Notes, "noise generated from the caller's -seed: the guarantee holds only while the seed stays secret")
+		}
+		if columns != nil {
+			meta.Privacy.Notes = append(meta.Privacy.Notes, vocabularyNote)
 		}
 	}
 	if cfg.Model == nil {

@@ -28,14 +28,17 @@ const predictBatch = 256
 //	      as the training data); output lines are
 //	      {"class":K,"probabilities":[p0,...]}.
 //	csv:  input rows are C*H*W numbers; output is a header
-//	      "class,p0,...,pK-1" and one row per input.
+//	      "class,p0,...,pK-1" and one row per input. For a model trained
+//	      on a CSV table the input is a CSV table with a header naming
+//	      the model's columns (categories as values, the label column
+//	      optional and skipped), and the output "class,label,p0,...".
 //
 // Empty input lines are skipped.
 func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("predict", stderr)
 	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
 	input := fs.String("input", "-", "input file (- for standard input)")
-	format := fs.String("format", "json", "json (input: a JSON array of features per line) or csv (input: a row of features per line)")
+	format := fs.String("format", "json", "json (input: a JSON array of features per line) or csv (input: a row of features per line; for a model trained on -data csv, a table with a header naming its columns)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,6 +57,9 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		}
 		defer f.Close()
 		in = f
+	}
+	if *format == "csv" && tr.Metadata.Columns != nil {
+		return predictTable(tr, in, "input "+*input, stdout)
 	}
 	a := tr.Architecture
 	p := &predictor{tr: tr, per: a.Input[0] * a.Input[1] * a.Input[2], k: a.Classes,

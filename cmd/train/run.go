@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
@@ -34,10 +35,10 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary) or synthetic-cifar (CIFAR-shaped synthetic data for benchmarks)")
-	fs.StringVar(&r.dir, "dir", "", "dataset directory (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks) or csv (a table with a header row, train run and eval only)")
+	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
-	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn or wrn16-4")
+	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4 or tabular (categorical embeddings + MLP, for -data csv)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
 	fs.BoolVar(&r.augment, "augment", false, "random crop and flip (CIFAR)")
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
@@ -100,6 +101,8 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	r.register(fs)
 	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
 	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
+	var csvf csvFlags
+	csvf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -113,19 +116,37 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err := r.validate(dirGiven); err != nil {
 		return err
 	}
+	if err := csvf.validate(fs, r.dataset, r.dir, r.model); err != nil {
+		return err
+	}
 	// With -json - standard output carries only the JSON; the log goes to
 	// standard error.
 	log := stdout
 	if r.jsonOut == "-" {
 		log = stderr
 	}
-	trainSet, testSet, source, err := loadData(r.dataset, r.dir, isDefault && !dirGiven)
+	var (
+		trainSet, testSet *data.Dataset
+		table             *data.Tabular
+		source            string
+		err               error
+	)
+	if r.dataset == "csv" {
+		trainSet, testSet, table, source, err = csvf.load(r.dir)
+	} else {
+		trainSet, testSet, source, err = loadData(r.dataset, r.dir, isDefault && !dirGiven)
+	}
 	if err != nil {
 		return err
 	}
 	cfg, err := r.trainConfig(trainSet, testSet)
 	if err != nil {
 		return err
+	}
+	var columns *models.Columns
+	if table != nil {
+		cfg.Categorical = table.Cardinalities()
+		columns = columnsOf(table, csvf.label)
 	}
 	if *clipPerLayer != "" {
 		clipSet := false
@@ -145,7 +166,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
-	fmt.Fprintf(log, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testSet.Len())
+	testLen := 0
+	if testSet != nil {
+		testLen = testSet.Len()
+	}
+	fmt.Fprintf(log, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testLen)
 	if *saveModelPath != "" {
 		if cfg.Model, err = train.NewModel(cfg); err != nil {
 			return err
@@ -163,8 +188,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		fmt.Fprintln(log, "privacy: none (non-private run)")
 	}
 	if *saveModelPath != "" {
-		if err := saveModel(*saveModelPath, cfg, res, r.seed != ""); err != nil {
+		if err := saveModel(*saveModelPath, cfg, res, r.seed != "", columns); err != nil {
 			return err
+		}
+		if columns != nil && res.Plan != nil {
+			fmt.Fprintf(log, "note: %s\n", vocabularyNote)
 		}
 	}
 	if r.jsonOut != "" {
@@ -294,5 +322,8 @@ func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset,
 		trainSet, testSet, err = data.LoadNamed(name, dir)
 		return trainSet, testSet, name + " " + dir, err
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded or synthetic-cifar", name)
+	if name == "csv" {
+		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
+	}
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar or csv", name)
 }
