@@ -198,3 +198,50 @@ func TestModelFileBadInput(t *testing.T) {
 		t.Fatalf("exit %d: %s %s", code, out, stderr)
 	}
 }
+
+// TestSaveModelEvalWRN: a WideResNet-16-4 run saves its model (a network
+// of residual blocks and GroupNorm, described layer by layer in the file)
+// and train eval reports exactly the run's final accuracy and loss. Slow
+// (two forward passes of WRN-16-4 over 1000 images: 20 s of CPU, up to a
+// minute on two shared cores), so it is skipped under -short.
+func TestSaveModelEvalWRN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two WRN-16-4 forward passes over 1000 test images take 20 s of CPU or more; run without -short")
+	}
+	dir := t.TempDir()
+	model, result := filepath.Join(dir, "wrn.dpmf"), filepath.Join(dir, "run.json")
+	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "wrn16-4", "-train-examples", "64", "-steps", "2", "-batch", "16",
+		"-eval-every", "1000", "-mechanism", "dpsgd", "-epsilon", "8", "-seed", "wrn-model-file-test", "-insecure-seed", "-cache", "",
+		"-save-model", model, "-json", result)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Final struct {
+			Loss     float64 `json:"test_loss"`
+			Accuracy float64 `json:"test_accuracy"`
+		} `json:"final"`
+	}
+	b, err := os.ReadFile(result)
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("run result: %v %s", err, b)
+	}
+	tr, err := models.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := tr.Architecture; a.Name != "wrn16-4" || len(a.Layers) != 11 || a.Layers[1].Kind != models.ResidualLayer {
+		t.Fatalf("architecture %s with %d layers", a.Name, len(a.Layers))
+	}
+	code, out, stderr := runCLI(t, "eval", "-model-file", model, "-data", "embedded", "-format", "json")
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	var ev map[string]float64
+	if err := json.Unmarshal([]byte(out), &ev); err != nil {
+		t.Fatalf("eval output %q: %v", out, err)
+	}
+	if ev["examples"] != 1000 || ev["accuracy"] != res.Final.Accuracy || ev["loss"] != res.Final.Loss {
+		t.Fatalf("eval %v, the run's final evaluation %+v", ev, res.Final)
+	}
+}
