@@ -21,34 +21,9 @@ import (
 // predict's probabilities sum to 1 and its classes give the same accuracy.
 func TestSaveModelEvalPredict(t *testing.T) {
 	dir := t.TempDir()
-	model, result := filepath.Join(dir, "m.dpmf"), filepath.Join(dir, "run.json")
-	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "mlp", "-hidden", "16", "-steps", "8", "-batch", "100",
-		"-mechanism", "dpsgd", "-epsilon", "8", "-seed", "model-file-test", "-insecure-seed", "-cache", "", "-save-model", model, "-json", result)
-	if code != 0 {
-		t.Fatalf("run: exit %d: %s", code, stderr)
-	}
-	var res struct {
-		Final struct {
-			Loss     float64 `json:"test_loss"`
-			Accuracy float64 `json:"test_accuracy"`
-		} `json:"final"`
-	}
-	b, err := os.ReadFile(result)
-	if err != nil || json.Unmarshal(b, &res) != nil {
-		t.Fatalf("run result: %v %s", err, b)
-	}
-
-	code, out, stderr := runCLI(t, "eval", "-model-file", model, "-data", "embedded", "-format", "json")
-	if code != 0 {
-		t.Fatalf("eval: exit %d: %s", code, stderr)
-	}
-	var ev map[string]float64
-	if err := json.Unmarshal([]byte(out), &ev); err != nil || len(ev) != 3 {
-		t.Fatalf("eval output %q: %v", out, err)
-	}
-	if ev["examples"] != 1000 || ev["accuracy"] != res.Final.Accuracy || ev["loss"] != res.Final.Loss {
-		t.Fatalf("eval %v, the run's final evaluation %+v", ev, res.Final)
-	}
+	model := filepath.Join(dir, "m.dpmf")
+	_, final := runThenEval(t, model, []string{"-data", "embedded", "-model", "mlp", "-hidden", "16", "-steps", "8", "-batch", "100",
+		"-mechanism", "dpsgd", "-epsilon", "8", "-seed", "model-file-test", "-insecure-seed", "-cache", ""}, []string{"-data", "embedded"}, 1000)
 
 	tr, err := models.ReadFile(model)
 	if err != nil {
@@ -87,7 +62,7 @@ func TestSaveModelEvalPredict(t *testing.T) {
 	os.WriteFile(jin, []byte(jl.String()), 0o644)
 	os.WriteFile(cin, []byte(cv.String()), 0o644)
 
-	code, out, stderr = runCLI(t, "predict", "-model-file", model, "-input", jin)
+	code, out, stderr := runCLI(t, "predict", "-model-file", model, "-input", jin)
 	if code != 0 {
 		t.Fatalf("predict: exit %d: %s", code, stderr)
 	}
@@ -111,8 +86,8 @@ func TestSaveModelEvalPredict(t *testing.T) {
 			correct++
 		}
 	}
-	if acc := float64(correct) / float64(test.Len()); acc != res.Final.Accuracy {
-		t.Fatalf("predict's classes are %v accurate, the run's evaluation %v", acc, res.Final.Accuracy)
+	if acc := float64(correct) / float64(test.Len()); acc != final.Accuracy {
+		t.Fatalf("predict's classes are %v accurate, the run's evaluation %v", acc, final.Accuracy)
 	}
 
 	code, out, stderr = runCLI(t, "predict", "-model-file", model, "-input", cin, "-format", "csv")
@@ -208,24 +183,10 @@ func TestSaveModelEvalWRN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two WRN-16-4 forward passes over 1000 test images take 20 s of CPU or more; run without -short")
 	}
-	dir := t.TempDir()
-	model, result := filepath.Join(dir, "wrn.dpmf"), filepath.Join(dir, "run.json")
-	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-model", "wrn16-4", "-train-examples", "64", "-steps", "2", "-batch", "16",
-		"-eval-every", "1000", "-mechanism", "dpsgd", "-epsilon", "8", "-seed", "wrn-model-file-test", "-insecure-seed", "-cache", "",
-		"-save-model", model, "-json", result)
-	if code != 0 {
-		t.Fatalf("run: exit %d: %s", code, stderr)
-	}
-	var res struct {
-		Final struct {
-			Loss     float64 `json:"test_loss"`
-			Accuracy float64 `json:"test_accuracy"`
-		} `json:"final"`
-	}
-	b, err := os.ReadFile(result)
-	if err != nil || json.Unmarshal(b, &res) != nil {
-		t.Fatalf("run result: %v %s", err, b)
-	}
+	model := filepath.Join(t.TempDir(), "wrn.dpmf")
+	runThenEval(t, model, []string{"-data", "embedded", "-model", "wrn16-4", "-train-examples", "64", "-steps", "2", "-batch", "16",
+		"-eval-every", "1000", "-mechanism", "dpsgd", "-epsilon", "8", "-seed", "wrn-model-file-test", "-insecure-seed", "-cache", ""},
+		[]string{"-data", "embedded"}, 1000)
 	tr, err := models.ReadFile(model)
 	if err != nil {
 		t.Fatal(err)
@@ -233,15 +194,40 @@ func TestSaveModelEvalWRN(t *testing.T) {
 	if a := tr.Architecture; a.Name != "wrn16-4" || len(a.Layers) != 11 || a.Layers[1].Kind != models.ResidualLayer {
 		t.Fatalf("architecture %s with %d layers", a.Name, len(a.Layers))
 	}
-	code, out, stderr := runCLI(t, "eval", "-model-file", model, "-data", "embedded", "-format", "json")
+}
+
+// finalEval is the final evaluation in the JSON result of train run.
+type finalEval struct {
+	Loss     float64 `json:"test_loss"`
+	Accuracy float64 `json:"test_accuracy"`
+}
+
+// runThenEval runs "train run" with runArgs, saving the model to model,
+// then "train eval -model-file model -format json" with evalArgs, and
+// fails unless eval reports exactly the run's final test accuracy and loss
+// on n examples. It returns the run's log and final evaluation.
+func runThenEval(t *testing.T, model string, runArgs, evalArgs []string, n int) (string, finalEval) {
+	t.Helper()
+	result := model + ".json"
+	code, stdout, stderr := runCLI(t, append([]string{"run", "-save-model", model, "-json", result}, runArgs...)...)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, stderr)
+	}
+	var res struct{ Final finalEval }
+	b, err := os.ReadFile(result)
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("run result: %v %s", err, b)
+	}
+	code, out, stderr := runCLI(t, append([]string{"eval", "-model-file", model, "-format", "json"}, evalArgs...)...)
 	if code != 0 {
 		t.Fatalf("eval: exit %d: %s", code, stderr)
 	}
 	var ev map[string]float64
-	if err := json.Unmarshal([]byte(out), &ev); err != nil {
+	if err := json.Unmarshal([]byte(out), &ev); err != nil || len(ev) != 3 {
 		t.Fatalf("eval output %q: %v", out, err)
 	}
-	if ev["examples"] != 1000 || ev["accuracy"] != res.Final.Accuracy || ev["loss"] != res.Final.Loss {
+	if ev["examples"] != float64(n) || ev["accuracy"] != res.Final.Accuracy || ev["loss"] != res.Final.Loss {
 		t.Fatalf("eval %v, the run's final evaluation %+v", ev, res.Final)
 	}
+	return stdout, res.Final
 }
