@@ -41,10 +41,16 @@ type Factorization struct {
 	Meta     Metadata
 
 	// toeplitz is the structured mechanism a Toeplitz factorization came
-	// from, so NewNoiseSource streams it with its own buffers (not cached:
-	// Toeplitz mechanisms are rebuilt, never loaded).
+	// from (see Toeplitz).
 	toeplitz *Toeplitz
 }
+
+// Toeplitz returns the structured mechanism a factorization made by
+// Toeplitz.Factorization came from, or nil. Package noise streams such a
+// factorization with the mechanism's own buffers (Nbuf d-vectors for a BLT)
+// instead of from the dense encoder. It is not stored by
+// SaveFactorization: Toeplitz mechanisms are rebuilt, never loaded.
+func (f *Factorization) Toeplitz() *Toeplitz { return f.toeplitz }
 
 // FactorizationTolerance is the relative Frobenius tolerance of
 // ||A - BC||_F <= tol ||A||_F that NewFactorization enforces.

@@ -15,6 +15,7 @@ import (
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/optim"
 	"github.com/dpmf-go/dpmf/sampler"
 )
@@ -96,7 +97,7 @@ type Trainer struct {
 	model   models.Model
 	engine  *clip.Engine
 	sampler sampler.Sampler
-	noise   mfnoise.NoiseSource
+	noise   noise.NoiseSource
 	opt     optim.Optimizer
 	eps     float64 // epsilon after the last evaluated step
 	// broken is set when a step failed after its noise was drawn (see
@@ -158,11 +159,11 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, err
 		}
-		nopt := mfnoise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
+		nopt := noise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
 		if f := t.plan.Factorization(); f != nil {
-			t.noise, err = mfnoise.NewNoiseSource(f, d, nopt)
+			t.noise, err = noise.NewNoiseSource(f, d, nopt)
 		} else {
-			t.noise, err = mfnoise.NewIndependentNoise(cfg.Steps, d, nopt)
+			t.noise, err = noise.NewIndependentNoise(cfg.Steps, d, nopt)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)

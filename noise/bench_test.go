@@ -1,14 +1,16 @@
-package mfnoise
+package noise
 
 import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // Benchmarks for BENCHMARKS.md. Run with
-//	go test -run XXX -bench 'Memcpy|GaussianAll|Banded|Dense|TreeOnline' -benchtime 20x ./mfnoise
+//	go test -run XXX -bench 'Memcpy|GaussianAll|Banded|Dense|TreeOnline|BLTNoise' -benchtime 20x ./noise
 
 var benchDims = []int{1_000_000, 4_000_000}
 
@@ -120,7 +122,7 @@ func BenchmarkDense(b *testing.B) {
 			b.ReportMetric(float64(s.memoryBytes())/1e6, "MB-held")
 		})
 		b.Run(fmt.Sprintf("blocked/d=%d", d), func(b *testing.B) {
-			f := squareFact(b, prefixW(b, n), c, Metadata{})
+			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
 			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 64 << 20})
 			if err != nil {
 				b.Fatal(err)
@@ -140,7 +142,7 @@ func BenchmarkDense(b *testing.B) {
 			b.ReportMetric(float64(s.t), "block")
 		})
 		b.Run(fmt.Sprintf("regenerate/d=%d", d), func(b *testing.B) {
-			f := squareFact(b, prefixW(b, n), c, Metadata{})
+			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
 			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 1 << 20})
 			if err != nil {
 				b.Fatal(err)
@@ -196,7 +198,7 @@ func BenchmarkTreeOnline(b *testing.B) {
 func BenchmarkTallDense(b *testing.B) {
 	const n, d = 256, 1_000_000
 	rng := mrand.New(mrand.NewPCG(1, 4))
-	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), Metadata{})
+	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), mfnoise.Metadata{})
 	for _, budget := range []int64{0, 300 << 20} {
 		b.Run(fmt.Sprintf("budget=%dMB", budget>>20), func(b *testing.B) {
 			s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
@@ -215,6 +217,56 @@ func BenchmarkTallDense(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 			b.ReportMetric(float64(peak)/1e6, "MB-held")
 			b.Logf("kind %s", s.Kind())
+		})
+	}
+}
+
+// BenchmarkBLTNoise is one step of BLT noise: d Gaussians drawn, Nbuf
+// buffers read and written. Bytes: (2 Nbuf + 1) d float32 (buffers read and
+// written, output written); the "gen" variant adds the time of drawing the
+// Gaussians, the "buffers" variant times only the buffer pass, which is
+// what the memory bandwidth bounds.
+func BenchmarkBLTNoise(b *testing.B) {
+	const d = 1_000_000
+	for _, nb := range []int{1, 2, 3, 4, 8} {
+		p := mfnoise.BLTParams{}
+		for i := range nb {
+			p.Theta = append(p.Theta, 0.5+0.4*float64(i)/float64(nb))
+			p.Omega = append(p.Omega, 0.4/float64(nb))
+		}
+		m, err := mfnoise.NewBLT("blt", 1<<30, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("gen/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
+			s, err := newToeplitzSource[float32](m, d, NoiseOptions{Seed: testSeed(1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, d)
+			b.SetBytes(int64(4 * d * (2*nb + 1)))
+			for b.Loop() {
+				s.next(dst)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
+		})
+		b.Run(fmt.Sprintf("buffers/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
+			s, err := newToeplitzSource[float32](m, d, NoiseOptions{Seed: testSeed(1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, d)
+			for k := range dst {
+				dst[k] = 1
+			}
+			b.SetBytes(int64(4 * d * (2*nb + 1)))
+			for b.Loop() {
+				s.forShards(func(w, sh int) {
+					lo, hi := shardRange(sh, d)
+					s.bltShard(dst[lo:hi], lo)
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 		})
 	}
 }

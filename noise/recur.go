@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"math"
@@ -56,7 +56,7 @@ func newRecursion[T floatT](cm *mat.Dense, d int, opt NoiseOptions) (*recurSourc
 	for i := range n {
 		cii := cm.At(i, i)
 		if math.Abs(cii) <= tol || math.IsNaN(cii) {
-			return nil, invalidf("noise: encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
+			return nil, invalidf("encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
 		}
 		inv[i] = 1 / cii
 		fp.int(i)
