@@ -4,67 +4,45 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"gonum.org/v1/gonum/mat"
 )
 
-// testToeplitzMechs are mfnoise.Toeplitz encoders of every structure at n steps:
-// the square root, DP-SGD, banded positive decreasing, banded mixed sign,
-// banded positive non-monotone, and BLTs with 1 to 5 buffers.
-func testToeplitzMechs(t *testing.T, n int) []*mfnoise.Toeplitz {
+// toeplitzMechs are Toeplitz encoders of every structure the sources
+// stream, at n >= 5 steps: the square root, DP-SGD (one band), the banded
+// inverse square root, 5-band encoders with decreasing, mixed-sign and
+// non-monotone coefficients, and BLTs with 1 to 5 buffers (the kernels
+// have cases for 1 to 4 and a general loop).
+func toeplitzMechs(t *testing.T, n int) []*mfnoise.Toeplitz {
 	t.Helper()
-	rng := mrand.New(mrand.NewPCG(7, uint64(n)))
 	var out []*mfnoise.Toeplitz
-	add := func(m *mfnoise.Toeplitz, err error) {
+	keep := func(m *mfnoise.Toeplitz, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, m)
 	}
-	add(mfnoise.SqrtToeplitz(n))
-	add(mfnoise.NewToeplitz("dpsgd", n, []float64{1}))
-	for _, p := range []int{1, 2, 5} {
-		if p <= n {
-			add(mfnoise.BandedInverseSqrt(n, p))
-		}
+	keep(mfnoise.SqrtToeplitz(n))
+	keep(mfnoise.BandedInverseSqrt(n, 5))
+	for name, coef := range map[string][]float64{
+		"dpsgd":        {1},
+		"decreasing":   {1.3, 0.8, 0.5, 0.2, 0.1},
+		"mixed-sign":   {0.9, -0.6, 0.3, 0.4, -0.2},
+		"non-monotone": {1, 1.4, 0.2, 0.9, 0.5},
+	} {
+		keep(mfnoise.NewToeplitz(name, n, coef))
 	}
-	p := min(n, 5)
-	dec, mixed, bump := make([]float64, p), make([]float64, p), make([]float64, p)
-	dec[0], mixed[0], bump[0] = 1.3, 0.9, 1
-	for j := 1; j < p; j++ {
-		dec[j] = dec[j-1] * (0.3 + 0.6*rng.Float64())
-		mixed[j] = rng.NormFloat64() * 0.5
-		bump[j] = rng.Float64() * 1.5
-	}
-	add(mfnoise.NewToeplitz("dec", n, dec))
-	add(mfnoise.NewToeplitz("mixed", n, mixed))
-	add(mfnoise.NewToeplitz("bump", n, bump))
+	theta := []float64{0.97, 0.85, 0.6, 0.35, 0.2}
+	omega := []float64{0.05, 0.2, 0.1, 0.15, 0.08}
 	for nb := 1; nb <= 5; nb++ {
-		q := mfnoise.BLTParams{}
-		for range nb {
-			q.Theta = append(q.Theta, 0.2+0.79*rng.Float64())
-			q.Omega = append(q.Omega, 0.8*rng.Float64()/float64(nb))
-		}
-		add(mfnoise.NewBLT(fmt.Sprintf("blt%d", nb), n, q))
+		keep(mfnoise.NewBLT(fmt.Sprintf("blt%d", nb), n, mfnoise.BLTParams{Theta: theta[:nb], Omega: omega[:nb]}))
 	}
 	return out
-}
-
-func toeplitzDense(c []float64) *mat.Dense {
-	n := len(c)
-	m := mat.NewDense(n, n, nil)
-	for i := range n {
-		for j := 0; j <= i; j++ {
-			m.Set(i, j, c[i-j])
-		}
-	}
-	return m
 }
 
 // TestToeplitzNoiseExact: the streamed W (float64) equals the dense C^-1 Z
@@ -73,17 +51,18 @@ func TestToeplitzNoiseExact(t *testing.T) {
 	n, d := 40, 37
 	seed := testSeed(5)
 	z := zRows(seed, n, d)
-	for _, m := range testToeplitzMechs(t, n) {
+	w := prefixW(t, n)
+	for _, m := range toeplitzMechs(t, n) {
 		s, err := newToeplitzSource[float64](m, d, NoiseOptions{Seed: seed, Workers: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ref mat.Dense
-		if err := ref.Solve(toeplitzDense(m.Column()), eyeDense(n)); err != nil {
+		f, err := m.Factorization(w) // dense C and B = S C^-1
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Run(m.Name, func(t *testing.T) {
-			checkAgainstRef(t, streamAll(t, s), &ref, z, 1e-11)
+			checkAgainstRef(t, streamAll(t, s), refG(t, f), z, 1e-11)
 		})
 		// Checkpoint at step 17, resume into a fresh source.
 		a, _ := NewToeplitzNoise(m, d, NoiseOptions{Seed: seed})
@@ -103,10 +82,8 @@ func TestToeplitzNoiseExact(t *testing.T) {
 		for i := 17; i < n; i++ {
 			a.Next(buf)
 			b.Next(buf2)
-			for q := range buf {
-				if buf[q] != buf2[q] {
-					t.Fatalf("%s: resumed step %d differs", m.Name, i+1)
-				}
+			if !slices.Equal(buf, buf2) {
+				t.Fatalf("%s: resumed step %d differs", m.Name, i+1)
 			}
 		}
 		if err := b.Next(buf2); err == nil {
