@@ -433,11 +433,8 @@ func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error
 	if err != nil {
 		return 0, SensitivityResult{}, err
 	}
-	fro := 0.0
-	for _, v := range r {
-		fro += v
-	}
-	return sens.Value * sens.Value * fro, sens, nil
+	loss, _ := errorProfile(sens.Value, r)
+	return loss, sens, nil
 }
 
 // Sensitivity methods of Toeplitz encoders.

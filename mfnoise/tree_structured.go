@@ -149,12 +149,11 @@ func compareTreeOnline(ctx context.Context, spec MechanismSpec, w Workload, sche
 		SensitivityMethod: sens.Method,
 		StepRMSE:          make([]float64, len(r)),
 	}
-	fro := 0.0
-	for i, v := range r {
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
+	var stepVar []float64
+	row.Loss, stepVar = errorProfile(sens.Value, r)
+	for i, v := range stepVar {
+		row.StepRMSE[i] = math.Sqrt(v)
 	}
-	row.Loss = sens.Value * sens.Value * fro
 	row.RMSE = math.Sqrt(row.Loss / float64(w.N))
 	row.NoiseMemoryPerCoord = float64(treeLevels(w.N) + 1)
 	row.StepTime = "O(d log n)"
