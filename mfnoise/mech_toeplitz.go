@@ -429,12 +429,20 @@ func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error
 	if err != nil {
 		return 0, SensitivityResult{}, err
 	}
+	loss, err := t.LossAt(w, sens.Value)
+	return loss, sens, err
+}
+
+// LossAt is sens^2 ||A C^-1||_F^2 for a sensitivity computed elsewhere
+// (the per-participation sensitivity of amplified accounting, for one), in
+// O(n) memory: Factorization.LossAt without the dense decoder.
+func (t *Toeplitz) LossAt(w Workload, sens float64) (float64, error) {
 	r, err := t.DecoderRowNorms(w)
 	if err != nil {
-		return 0, SensitivityResult{}, err
+		return 0, err
 	}
-	loss, _ := errorProfile(sens.Value, r)
-	return loss, sens, nil
+	loss, _ := errorProfile(sens, r)
+	return loss, nil
 }
 
 // Sensitivity methods of Toeplitz encoders.

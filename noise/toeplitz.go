@@ -29,10 +29,14 @@ const (
 // NewToeplitzNoise returns the streamed gradient-space noise W = C^-1 Z of
 // the Toeplitz mechanism t for a model of dimension d (see NoiseSource and
 // NoiseOptions; CSPRNG seed by default) in O(n) memory for the mechanism:
-// no n x n matrix is formed. A BLT keeps Nbuf buffers of d float32; a
+// no n x n matrix is formed. C = I (DP-SGD, c = (1)) is KindIndependent,
+// as NewNoiseSource streams it. A BLT keeps Nbuf buffers of d float32; a
 // p-band encoder keeps p-1 rows, refused with the memory it needs when it
 // exceeds opt.MemoryBudget.
 func NewToeplitzNoise(t *mfnoise.Toeplitz, d int, opt NoiseOptions) (NoiseSource, error) {
+	if t != nil && t.BLT == nil && t.InvCoef == nil && len(t.Coef) == 1 && t.Coef[0] == 1 {
+		return NewIndependentNoise(t.N, d, opt)
+	}
 	s, err := newToeplitzSource[float32](t, d, opt)
 	if err != nil {
 		return nil, err

@@ -151,3 +151,43 @@ func TestToeplitzNoiseBadInput(t *testing.T) {
 		t.Errorf("over budget: %v", err)
 	}
 }
+
+// TestToeplitzIdentityIsIndependent: DP-SGD as a Toeplitz mechanism (c =
+// (1)) streams as the independent source NewNoiseSource gives its dense
+// identity encoder, so the two agree bit for bit and share checkpoints.
+func TestToeplitzIdentityIsIndependent(t *testing.T) {
+	const n, d = 6, 9
+	m, err := mfnoise.NewToeplitz(mfnoise.KindDPSGD, n, []float64{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := NoiseOptions{Seed: testSeed(2)}
+	a, err := NewToeplitzNoise(m, d, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense, err := mfnoise.DPSGD(prefixW(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewNoiseSource(dense, d, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Kind() != KindIndependent || b.Kind() != KindIndependent {
+		t.Fatalf("kinds %s and %s, want %s", a.Kind(), b.Kind(), KindIndependent)
+	}
+	x, y := make([]float32, d), make([]float32, d)
+	a.Next(x)
+	state, _ := a.MarshalBinary()
+	if err := b.UnmarshalBinary(state); err != nil {
+		t.Fatal(err)
+	}
+	for a.Step() < n {
+		a.Next(x)
+		b.Next(y)
+		if !slices.Equal(x, y) {
+			t.Fatalf("step %d differs", a.Step())
+		}
+	}
+}

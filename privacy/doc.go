@@ -15,6 +15,12 @@
 // optimized for fixed-order (k,b)-participation. The rules read that
 // structure, never a name, so a new mechanism plugs in by implementing the
 // interface. Names are parsed (ParseMechanism) on command lines only.
+// DP-SGD and the Toeplitz mechanisms (sqrt, toeplitz:BANDS, blt:NBUF,
+// bisr:BANDS) are also ToeplitzMechanisms: their plans hold the O(n)
+// description (Plan.Toeplitz), whose sensitivity, loss and streamed noise
+// (package noise) need no n x n matrix, so those runs may have any number
+// of steps; the dense factorization is built only when asked for
+// (Plan.Factorization), up to mfnoise.DenseStepLimit steps.
 //
 // # The plan
 //

@@ -23,6 +23,17 @@ type Mechanism interface {
 	Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error)
 }
 
+// ToeplitzMechanism is a mechanism whose encoder is lower-triangular
+// Toeplitz (DP-SGD, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS). The
+// planner works on its O(n) description: sensitivity, loss and the
+// streamed noise (noise.NewToeplitzNoise) need no n x n matrix, so a run is
+// not limited to mfnoise.DenseStepLimit steps.
+type ToeplitzMechanism interface {
+	Mechanism
+	// BuildToeplitz builds the mechanism for workload w in O(n) memory.
+	BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error)
+}
+
 // Structure is the part of a mechanism the planner's rules read.
 type Structure struct {
 	// Independent says C = I: DP-SGD's independent noise. The encoder does
@@ -206,6 +217,11 @@ func (m DPSGD) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise
 	return buildBuiltin(ctx, m, 1, w, schema, opt)
 }
 
+// BuildToeplitz is C = I as the Toeplitz encoder with c = (1).
+func (DPSGD) BuildToeplitz(_ context.Context, w mfnoise.Workload, _ mfnoise.Schema, _ mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
+	return mfnoise.NewToeplitz(mfnoise.KindDPSGD, w.N, []float64{1})
+}
+
 // Factorize builds the tree mechanism for w.
 func (m Tree) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
 	return buildBuiltin(ctx, m, 1, w, schema, opt)
@@ -355,6 +371,11 @@ func (m Toeplitz) Structure() Structure {
 		return Structure{Bands: m.Spec.Bands}
 	}
 	return Structure{}
+}
+
+// BuildToeplitz builds the mechanism through mfnoise.BuildToeplitz.
+func (m Toeplitz) BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
+	return mfnoise.BuildToeplitz(ctx, m.Spec, w, schema, opt)
 }
 
 // Factorize builds the mechanism through mfnoise.Build.

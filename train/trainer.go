@@ -160,11 +160,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, err
 		}
 		nopt := noise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
-		if f := t.plan.Factorization(); f != nil {
-			t.noise, err = noise.NewNoiseSource(f, d, nopt)
-		} else {
-			t.noise, err = noise.NewIndependentNoise(cfg.Steps, d, nopt)
-		}
+		t.noise, err = newNoise(t.plan, cfg.Steps, d, nopt)
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
@@ -575,4 +571,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// newNoise is the plan's noise source: a Toeplitz mechanism's own O(n)
+// source (no n x n matrix, so any number of steps), else the dense
+// factorization's.
+func newNoise(p *Plan, steps, d int, opt noise.NoiseOptions) (noise.NoiseSource, error) {
+	if tp := p.Toeplitz(); tp != nil {
+		return noise.NewToeplitzNoise(tp, d, opt)
+	}
+	f, err := p.Factorization()
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return noise.NewIndependentNoise(steps, d, opt)
+	}
+	return noise.NewNoiseSource(f, d, opt)
 }
