@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ import (
 func TestScoreMatchesCompare(t *testing.T) {
 	w, _ := PrefixSum(16)
 	schema, _ := KBParticipation(2, 8)
-	rows, err := Compare(context.Background(), w, schema, []MechanismSpec{{Name: "tree-full", Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{MechanismSpec{Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,4 +30,18 @@ func TestScoreMatchesCompare(t *testing.T) {
 	if _, err := Score("none", nil, schema); err == nil {
 		t.Fatal("nil factorization scored")
 	}
+}
+
+// parseList parses comma-separated mechanism names with ParseMechanism
+// (command lines parse lists with privacy.ParseMechanisms).
+func parseList(list string) ([]Mechanism, error) {
+	var ms []Mechanism
+	for _, name := range strings.Split(list, ",") {
+		s, err := ParseMechanism(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, s)
+	}
+	return ms, nil
 }

@@ -244,14 +244,14 @@ func TestBuildProgressAndCachedFactorizationAreReported(t *testing.T) {
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(first.String(), "factorization: optimizing mf-single for n = 12") || strings.Contains(first.String(), "cached") {
+	if !strings.Contains(first.String(), "factorization: building mf-single (n = 12)") || strings.Contains(first.String(), "cached") {
 		t.Fatalf("cold run log:\n%s", first.String())
 	}
 	cfg.Log = &second
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(second.String(), "factorization: cached mf-single for n = 12 from "+cache); n != 1 || strings.Contains(second.String(), "optimizing") {
+	if n := strings.Count(second.String(), "factorization: cached mf-single for n = 12 from "+cache); n != 1 || strings.Contains(second.String(), "building") {
 		t.Fatalf("warm run should say once that the cached factorization is used (%d times):\n%s", n, second.String())
 	}
 }
@@ -267,7 +267,7 @@ func TestBuildProgressEstimate(t *testing.T) {
 		t.Fatal("an estimate without any progress")
 	}
 	var log bytes.Buffer
-	b := newBuildTracer(&log)
+	b := NewBuildProgress(&log, progressEvery, nil)
 	b.every = 0
 	b.start, b.target = time.Now().Add(-10*time.Second), 1e-4
 	b.progress(mfnoiseProgress(1, 1e-1))
