@@ -68,7 +68,8 @@ func (b *BuildProgress) Attach(ctx context.Context) context.Context {
 
 func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	b.what = fmt.Sprintf("%s (n = %d)", kind, n)
-	b.start, b.last, b.target, b.firstGap = time.Now(), time.Now(), gap, 0
+	// The first iteration is reported at once, then at most every b.every.
+	b.start, b.last, b.target, b.firstGap = time.Now(), time.Time{}, gap, 0
 	stop := fmt.Sprintf("stops at relative gap %.2g", gap)
 	if gap == 0 {
 		stop = "stops when the loss stalls"
