@@ -42,7 +42,8 @@ const MechanismNames = "dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, 
 // Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS (not
 // stamped).
 type MechanismSpec struct {
-	// Name is the text as given (trimmed); Compare reports it.
+	// Name is the text as given (trimmed), for error messages; Compare
+	// reports the canonical String.
 	Name string `json:"name"`
 	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`

@@ -74,7 +74,10 @@ func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	if gap == 0 {
 		stop = "stops when the loss stalls"
 	}
-	fmt.Fprintf(b.log, "factorization: building %s, %s; progress every %v\n", b.what, stop, b.every)
+	if b.barW == nil {
+		stop += fmt.Sprintf("; progress every %v", b.every)
+	}
+	fmt.Fprintf(b.log, "factorization: building %s, %s\n", b.what, stop)
 	if b.barW != nil {
 		b.bar = progressbar.NewOptions(-1,
 			progressbar.OptionSetWriter(b.barW),
