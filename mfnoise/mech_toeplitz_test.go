@@ -411,7 +411,7 @@ func TestDenseRefusedWithMemory(t *testing.T) {
 	if _, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
 		t.Fatalf("tree-full at n = 50000: %v", err)
 	}
-	specs, _ := ParseMechanisms("dpsgd,sqrt")
+	specs, _ := parseList("dpsgd,sqrt")
 	rows, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
 	if err != nil || len(rows) != 2 || rows[0].Mechanism != "sqrt" {
 		t.Fatalf("structured compare at n = 50000: %v %v", rows, err)
@@ -464,7 +464,7 @@ func TestNoiseMemoryPerCoord(t *testing.T) {
 	w, _ := PrefixSum(50)
 	for name, want := range map[string]float64{"dpsgd": 1, "sqrt": 50, "bisr:7": 7, "toeplitz:9": 9, "blt:3": 4} {
 		spec, _ := ParseMechanism(name)
-		rows, err := Compare(context.Background(), w, SingleParticipation(), []MechanismSpec{spec}, BuildOptions{})
+		rows, err := Compare(context.Background(), w, SingleParticipation(), []Mechanism{spec}, BuildOptions{})
 		if err != nil || rows[0].NoiseMemoryPerCoord != want {
 			t.Fatalf("%s: memory/coord %v, want %v (%v)", name, rows[0].NoiseMemoryPerCoord, want, err)
 		}

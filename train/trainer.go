@@ -509,8 +509,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	bt := newBuildTracer(cfg.Log)
-	t, err := New(bt.attach(ctx), cfg)
+	bt := NewBuildProgress(cfg.Log, progressEvery, cfg.Progress)
+	t, err := New(bt.Attach(ctx), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("train: %w before the first step (while building the plan; nothing to save): %w", ErrInterrupted, ctx.Err())
@@ -522,7 +522,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
-		bt.summary(cfg.Log)
+		bt.Summary(cfg.Log)
 	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {
