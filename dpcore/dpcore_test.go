@@ -1,6 +1,7 @@
 package dpcore
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"reflect"
@@ -83,5 +84,42 @@ func TestSchemaPatternsAndValidate(t *testing.T) {
 		if err := bad(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("err = %v, want ErrInvalid", err)
 		}
+	}
+}
+
+// Epsilon +Inf (no finite guarantee) is written as the string "+Inf" and
+// read back; finite values stay JSON numbers; NaN and -Inf are refused.
+func TestEpsilonJSON(t *testing.T) {
+	for _, c := range []struct {
+		e    Epsilon
+		want string
+	}{{Epsilon(math.Inf(1)), `"+Inf"`}, {8, `8`}, {0.125, `0.125`}, {2e16, `20000000000000000`}, {0, `0`}} {
+		b, err := json.Marshal(struct {
+			E Epsilon `json:"epsilon"`
+		}{c.e})
+		if err != nil || string(b) != `{"epsilon":`+c.want+`}` {
+			t.Errorf("%v: %s %v, want %s", float64(c.e), b, err, c.want)
+			continue
+		}
+		var back struct {
+			E Epsilon `json:"epsilon"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.E != c.e {
+			t.Errorf("%s read back as %v (%v)", b, back.E, err)
+		}
+	}
+	for _, bad := range []float64{math.NaN(), math.Inf(-1), -1} {
+		if b, err := json.Marshal(Epsilon(bad)); err == nil {
+			t.Errorf("%v written as %s", bad, b)
+		}
+	}
+	for _, bad := range []string{`"Inf"`, `null`, `-1`, `"8"`} {
+		var e Epsilon
+		if err := json.Unmarshal([]byte(bad), &e); err == nil && bad != "null" {
+			t.Errorf("%s read as %v", bad, e)
+		}
+	}
+	if s := Epsilon(math.Inf(1)).String(); s != "+Inf (no finite guarantee)" {
+		t.Errorf("String: %q", s)
 	}
 }

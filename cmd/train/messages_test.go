@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -32,5 +33,46 @@ func TestRunWithoutDirFallsBackToEmbedded(t *testing.T) {
 		"-mechanism", "dpsgd", "-accountant", "rdp", "-batch", "60", "-steps", "2", "-cache", "")
 	if code != 0 {
 		t.Fatalf("-data fashion-mnist without -dir: exit %d: %s", code, stderr)
+	}
+}
+
+// Issue 17 (account): epsilon +Inf is a legitimate answer (no finite
+// guarantee). JSON writes it as the string "+Inf" (README, stable keys);
+// the table says so in words.
+func TestAccountInfiniteEpsilon(t *testing.T) {
+	a := []string{"account", "-mechanism", "dpsgd", "-q", "1", "-steps", "100", "-sigma", "1e-8", "-delta", "1e-5"}
+	code, stdout, stderr := runCLI(t, append(a, "-format", "json")...)
+	if code != 0 {
+		t.Fatalf("json: exit %d: %s", code, stderr)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, stdout)
+	}
+	if res["epsilon"] != "+Inf" || res["sigma"] != 1e-8 {
+		t.Fatalf("epsilon %#v (sigma %v), want \"+Inf\": %s", res["epsilon"], res["sigma"], stdout)
+	}
+	code, stdout, stderr = runCLI(t, append(a, "-format", "table")...)
+	if code != 0 || !strings.Contains(stdout, "epsilon = +Inf (no finite guarantee)") {
+		t.Fatalf("table: exit %d: %s%s", code, stdout, stderr)
+	}
+	// A finite epsilon stays a number.
+	code, stdout, _ = runCLI(t, "account", "-mechanism", "gaussian", "-sigma", "1", "-format", "json")
+	if err := json.Unmarshal([]byte(stdout), &res); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %s", code, err, stdout)
+	}
+	if _, ok := res["epsilon"].(float64); !ok {
+		t.Fatalf("finite epsilon %#v is not a number", res["epsilon"])
+	}
+}
+
+// A run whose noise gives no finite epsilon is refused with one line (its
+// result, ledger and metrics therefore always hold finite epsilons).
+func TestRunWithoutFiniteEpsilonRefused(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "run", "-data", "embedded", "-train-examples", "600", "-model", "logistic",
+		"-mechanism", "dpsgd", "-batch", "600", "-steps", "2", "-cache", "", "-sigma", "1e-200")
+	checkOneLine(t, "sigma 1e-200", code, stderr)
+	if !strings.Contains(stderr, "no finite epsilon") || strings.Contains(stdout, "test accuracy") {
+		t.Fatalf("stderr %q, stdout %q", stderr, stdout)
 	}
 }
