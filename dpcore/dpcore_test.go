@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -121,5 +122,24 @@ func TestEpsilonJSON(t *testing.T) {
 	}
 	if s := Epsilon(math.Inf(1)).String(); s != "+Inf (no finite guarantee)" {
 		t.Errorf("String: %q", s)
+	}
+}
+
+// Invalidf's message is exactly the formatted text (no "invalid argument"
+// layered into it), it matches ErrInvalid, and %w still wraps.
+func TestInvalidfMessageAndMatch(t *testing.T) {
+	inner := errors.New("inner")
+	err := Invalidf("privacy: bandmf:%d has %d bands: %w", 5000, 5000, inner)
+	if got, want := err.Error(), "privacy: bandmf:5000 has 5000 bands: inner"; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if !errors.Is(err, ErrInvalid) || !errors.Is(err, inner) {
+		t.Errorf("errors.Is: ErrInvalid %v, inner %v", errors.Is(err, ErrInvalid), errors.Is(err, inner))
+	}
+	if errors.Is(errors.New("x"), ErrInvalid) {
+		t.Error("an unrelated error matches ErrInvalid")
+	}
+	if _, err := MomentumWorkload(0, 0.9, Schedule{}); !errors.Is(err, ErrInvalid) || strings.Contains(err.Error(), "invalid argument") {
+		t.Errorf("MomentumWorkload(0): %v", err)
 	}
 }

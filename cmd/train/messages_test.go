@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,5 +75,54 @@ func TestRunWithoutFiniteEpsilonRefused(t *testing.T) {
 	checkOneLine(t, "sigma 1e-200", code, stderr)
 	if !strings.Contains(stderr, "no finite epsilon") || strings.Contains(stdout, "test accuracy") {
 		t.Fatalf("stderr %q, stdout %q", stderr, stdout)
+	}
+}
+
+// Issue 17 item 10: every error of the command line's common paths is one
+// line with the program's prefix once, then the message: no sentinel words
+// ("invalid argument", "invalid configuration") layered into the text, no
+// prefix said twice, no panic.
+func TestErrorLinesHaveOnePrefix(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	notDir := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(notDir, []byte("x"), 0o644)
+	cases := [][]string{
+		{"run", "-data", "embedded", "-mechanism", "bandmf:5000", "-steps", "10"},
+		{"run", "-data", "embedded", "-mechanism", "bandmf:0", "-steps", "10"},
+		{"run", "-data", "embedded", "-mechanism", "nope", "-steps", "10"},
+		{"run", "-data", "embedded", "-accountant", "xyz", "-steps", "10"},
+		{"run", "-data", "embedded", "-model", "resnet", "-steps", "2"},
+		{"run", "-data", "embedded", "-batch", "100000", "-steps", "2"},
+		{"run", "-data", "embedded", "-epsilon", "-3", "-steps", "2"},
+		{"run", "-data", "embedded", "-workload", "foo", "-steps", "2"},
+		{"run", "-data", "embedded", "-delta", "2", "-steps", "2"},
+		{"run", "-data", "embedded", "-clip", "-1", "-steps", "2"},
+		{"run", "-data", "embedded", "-lr", "-1", "-steps", "2"},
+		{"run", "-data", "embedded", "-cooldown", "2", "-steps", "2"},
+		{"run", "-data", "embedded", "-hidden", "0", "-steps", "2"},
+		{"run", "-data", "mnist", "-dir", missing},
+		{"run", "-data", "mnist", "-dir", notDir},
+		{"run", "-data", "nope"},
+		{"compare", "-n", "16", "-mechanisms", "nope"},
+		{"compare", "-n", "0"},
+		{"account", "-mechanism", "dpsgd", "-q", "2", "-sigma", "1"},
+		{"account", "-mechanism", "gaussian", "-epsilon", "1e-9"},
+		{"nope"},
+	}
+	for _, a := range cases {
+		code, _, stderr := runCLI(t, a...)
+		what := strings.Join(a, " ")
+		checkOneLine(t, what, code, stderr)
+		for _, bad := range []string{"invalid argument", "invalid configuration", "panic", "goroutine"} {
+			if strings.Contains(stderr, bad) {
+				t.Errorf("%s: %q says %q", what, stderr, bad)
+			}
+		}
+	}
+	// The message after the prefixes is the library's, and the exit status
+	// still says bad input.
+	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-mechanism", "bandmf:5000", "-steps", "10")
+	if want := "train: privacy: bandmf:5000 has 5000 bands, more than the 10 steps\n"; stderr != want || code != exitUsage {
+		t.Errorf("exit %d, %q; want exit %d, %q", code, stderr, exitUsage, want)
 	}
 }
