@@ -126,3 +126,25 @@ func TestErrorLinesHaveOnePrefix(t *testing.T) {
 		t.Errorf("exit %d, %q; want exit %d, %q", code, stderr, exitUsage, want)
 	}
 }
+
+// Issue 17 item 1: -data mnist on a directory of (real) Fashion-MNIST is
+// refused with one line naming what the directory holds and the -data to
+// use; so is cifar10 on CIFAR-100.
+func TestDataNameCheckedAgainstContent(t *testing.T) {
+	fashion := idxDir(t)
+	code, stdout, stderr := runCLI(t, "run", "-data", "mnist", "-dir", fashion, "-steps", "2")
+	checkOneLine(t, "mnist on Fashion-MNIST", code, stderr)
+	want := "train: -data mnist: " + fashion + " holds Fashion-MNIST (50.2% of pixels exactly zero, mean intensity 0.287 over 7000 images; MNIST has about 81% and 0.13), not MNIST; use -data fashion-mnist\n"
+	if stderr != want || code != exitUsage || strings.Contains(stdout, "data:") {
+		t.Errorf("exit %d, stderr\n%q, want\n%q", code, stderr, want)
+	}
+	c100 := t.TempDir()
+	for _, f := range []string{"train.bin", "test.bin"} {
+		os.WriteFile(filepath.Join(c100, f), make([]byte, 2+3*32*32), 0o644)
+	}
+	code, _, stderr = runCLI(t, "run", "-data", "cifar10", "-dir", c100, "-steps", "2")
+	checkOneLine(t, "cifar10 on CIFAR-100", code, stderr)
+	if !strings.Contains(stderr, "holds CIFAR-100 files, not CIFAR-10; use -data cifar100") {
+		t.Errorf("cifar10 on CIFAR-100: %q", stderr)
+	}
+}

@@ -287,13 +287,28 @@ func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset,
 			trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()
 			return trainSet, testSet, "embedded Fashion-MNIST subset (Debian's dataset-fashion-mnist not installed)", err
 		}
-		return trainSet, testSet, "Fashion-MNIST " + dir, err
+		return trainSet, testSet, "Fashion-MNIST " + dir, mismatchHint(name, err)
 	case data.NameMNIST, data.NameCIFAR10, data.NameCIFAR100:
 		if dir == "" {
 			return nil, nil, "", usagef("-data %s needs -dir", name)
 		}
 		trainSet, testSet, err = data.LoadNamed(name, dir)
-		return trainSet, testSet, name + " " + dir, err
+		return trainSet, testSet, name + " " + dir, mismatchHint(name, err)
 	}
 	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded or synthetic-cifar", name)
+}
+
+// mismatchHint turns a directory of another dataset into a usage error
+// that names the -data it holds: "-data mnist: DIR holds Fashion-MNIST
+// (...), not MNIST; use -data fashion-mnist".
+func mismatchHint(name string, err error) error {
+	var me *data.MismatchError
+	if !errors.As(err, &me) {
+		return err
+	}
+	msg := "-data " + name + ": " + strings.TrimPrefix(me.Error(), "data: "+me.Name+": ")
+	if me.FoundName != "" {
+		msg += "; use -data " + me.FoundName
+	}
+	return usagef("%s", msg)
 }
