@@ -211,7 +211,7 @@ func (c *Config) validate() error {
 		return nil
 	}
 	if c.NoiseMultiplier < 0 || math.IsNaN(c.NoiseMultiplier) || math.IsInf(c.NoiseMultiplier, 0) {
-		return bad("noise multiplier %v", c.NoiseMultiplier)
+		return bad("noise multiplier %v must be positive and finite (or 0, to calibrate it for the target epsilon)", c.NoiseMultiplier)
 	}
 	if c.NoiseMultiplier == 0 && !(c.Epsilon > 0) {
 		return bad("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", c.Epsilon)

@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	maxBatch := cfg.Batch
 	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
-		return nil, fmt.Errorf("train: clipping: %w", err)
+		return nil, fmt.Errorf("train: %w", err)
 	}
 	shape := t.model.InputShape()
 	per := shape[0] * shape[1] * shape[2]

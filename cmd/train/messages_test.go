@@ -100,6 +100,8 @@ func TestErrorLinesHaveOnePrefix(t *testing.T) {
 		{"run", "-data", "embedded", "-lr", "-1", "-steps", "2"},
 		{"run", "-data", "embedded", "-cooldown", "2", "-steps", "2"},
 		{"run", "-data", "embedded", "-hidden", "0", "-steps", "2"},
+		{"run", "-data", "embedded", "-sigma", "-1", "-steps", "2"},
+		{"run", "-data", "embedded", "-model", "logistic", "-clip-per-layer", "1,2,3", "-steps", "2", "-cache", ""},
 		{"run", "-data", "mnist", "-dir", missing},
 		{"run", "-data", "mnist", "-dir", notDir},
 		{"run", "-data", "nope"},
@@ -124,6 +126,15 @@ func TestErrorLinesHaveOnePrefix(t *testing.T) {
 	code, _, stderr := runCLI(t, "run", "-data", "embedded", "-mechanism", "bandmf:5000", "-steps", "10")
 	if want := "train: privacy: bandmf:5000 has 5000 bands, more than the 10 steps\n"; stderr != want || code != exitUsage {
 		t.Errorf("exit %d, %q; want exit %d, %q", code, stderr, exitUsage, want)
+	}
+	// A message says what is wrong, not just the value.
+	code, _, stderr = runCLI(t, "run", "-data", "embedded", "-sigma", "-1", "-steps", "2")
+	if !strings.Contains(stderr, "noise multiplier -1 must be positive") || code != exitUsage {
+		t.Errorf("-sigma -1: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "run", "-data", "embedded", "-model", "logistic", "-clip-per-layer", "1,2,3", "-steps", "2", "-cache", "")
+	if stderr != "train: clip: new: 3 per-layer norms for 1 layers\n" || code != exitUsage {
+		t.Errorf("-clip-per-layer: exit %d, %q", code, stderr)
 	}
 }
 
