@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/dpcore"
 	gblas "gonum.org/v1/gonum/blas"
 )
 
@@ -165,10 +166,10 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	if opt.MaxBatch <= 0 {
-		return nil, fmt.Errorf("nn: plan: MaxBatch %d: %w", opt.MaxBatch, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: MaxBatch %d", opt.MaxBatch)
 	}
 	if opt.Workers < 0 || opt.Chunk < 0 {
-		return nil, fmt.Errorf("nn: plan: %d workers, chunk %d: %w", opt.Workers, opt.Chunk, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: %d workers, chunk %d", opt.Workers, opt.Chunk)
 	}
 	if opt.Workers == 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
@@ -180,7 +181,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.markGradWrites()
 	if p.naff == 0 {
-		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: no layer has parameters")
 	}
 	p.segments()
 	// Size the chunk (automatic: 16 examples, fewer while the buffers
@@ -196,8 +197,8 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
 	if need := p.bufferBytes(opt.Chunk, opt.Workers); need > maxPlanBytes {
-		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB): %w",
-			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB)",
+			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	for range opt.Workers {
@@ -215,7 +216,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		name := fmt.Sprintf("%s%d", path, li)
 		if r, ok := l.(Residual); ok {
 			if len(r.Body) == 0 {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual block with an empty body: %w", name, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual block with an empty body", name)
 			}
 			bo, bi, err := p.compile(r.Body, in, src, name+".body.")
 			if err != nil {
@@ -228,7 +229,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 				}
 			}
 			if bo != so {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual body gives %+v, shortcut %+v: %w", name, bo, so, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual body gives %+v, shortcut %+v", name, bo, so)
 			}
 			p.stages = append(p.stages, stage{kind: kJoin, in: bo, out: bo, P: 1, src: bi, skip: si})
 			p.actShape = append(p.actShape, bo)
@@ -269,14 +270,14 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
 		case Embedding:
 			if src != 0 || len(p.stages) != 0 {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns): %w", name, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns)", name)
 			}
 			e := l
 			e.Tables = append([]EmbeddingTable(nil), l.Tables...)
 			s.kind, s.emb = kEmbed, &e
 			for _, t := range e.Tables {
 				if t.Weight.Offset+t.Weight.Len > len(p.params) {
-					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params), ErrInvalid)
+					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -286,7 +287,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
 		default:
-			return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: unsupported type %T: %w", name, l, ErrInvalid)
+			return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: unsupported type %T", name, l)
 		}
 		if s.kind == kNorm {
 			if s.eps == 0 {
@@ -298,7 +299,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
 				if q.Offset+q.Len > len(p.params) {
-					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, q.Offset, q.Offset+q.Len, len(p.params), ErrInvalid)
+					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, q.Offset, q.Offset+q.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -477,7 +478,7 @@ func (p *Plan) Affine() int { return p.naff }
 func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {
-		return fmt.Errorf("nn: %d floats for %d examples of %d: %w", len(x), n, in, ErrInvalid)
+		return dpcore.Invalidf("nn: %d floats for %d examples of %d", len(x), n, in)
 	}
 	if len(p.stages) > 0 && p.stages[0].kind == kEmbed {
 		if err := p.stages[0].emb.checkIDs(x, n, in); err != nil {
@@ -486,14 +487,14 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 	}
 	if y != nil {
 		if n > p.opt.MaxBatch {
-			return fmt.Errorf("nn: batch %d > MaxBatch %d: %w", n, p.opt.MaxBatch, ErrInvalid)
+			return dpcore.Invalidf("nn: batch %d > MaxBatch %d", n, p.opt.MaxBatch)
 		}
 		if len(y) != n {
-			return fmt.Errorf("nn: %d labels for %d examples: %w", len(y), n, ErrInvalid)
+			return dpcore.Invalidf("nn: %d labels for %d examples", len(y), n)
 		}
 		for i, c := range y {
 			if c < 0 || c >= p.classes {
-				return fmt.Errorf("nn: label %d of example %d not in [0,%d): %w", c, i, p.classes, ErrInvalid)
+				return dpcore.Invalidf("nn: label %d of example %d not in [0,%d)", c, i, p.classes)
 			}
 		}
 	}
@@ -509,13 +510,13 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 // next call.
 func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
 	if y == nil {
-		return nil, fmt.Errorf("nn: step: no labels: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("nn: step: no labels")
 	}
 	if err := p.check(x, y, len(y)); err != nil {
 		return nil, err
 	}
 	if len(dst) != len(p.params) {
-		return nil, fmt.Errorf("nn: step: len(dst) = %d, want %d: %w", len(dst), len(p.params), ErrInvalid)
+		return nil, dpcore.Invalidf("nn: step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
 	p.permute()
@@ -532,11 +533,11 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		return nil, err
 	}
 	if len(out) != len(y) {
-		return nil, fmt.Errorf("nn: gradients: %d outputs for %d examples: %w", len(out), len(y), ErrInvalid)
+		return nil, dpcore.Invalidf("nn: gradients: %d outputs for %d examples", len(out), len(y))
 	}
 	for _, o := range out {
 		if len(o) != len(p.params) {
-			return nil, fmt.Errorf("nn: gradients: output of %d, want %d: %w", len(o), len(p.params), ErrInvalid)
+			return nil, dpcore.Invalidf("nn: gradients: output of %d, want %d", len(o), len(p.params))
 		}
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
@@ -562,7 +563,7 @@ func (p *Plan) Forward(x []float32, logits []float32) error {
 		return err
 	}
 	if len(logits) != n*p.classes {
-		return fmt.Errorf("nn: forward: %d logits for %d examples of %d classes: %w", len(logits), n, p.classes, ErrInvalid)
+		return dpcore.Invalidf("nn: forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
 	p.x, p.y, p.n, p.logits = x, nil, n, logits
 	p.permute()

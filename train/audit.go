@@ -147,9 +147,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("train: %w: audit: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	}
+	bad := func(format string, args ...any) error { return invalidf("audit: "+format, args...) }
 	switch {
 	case cfg.NonPrivate:
 		return nil, bad("a non-private run has no claim to audit")
@@ -243,7 +241,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			Participation: part, Seed: seed,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("train: %w: %w", ErrInvalid, err)
+			return nil, invalidf("%w", err)
 		}
 	}
 	t.audit = hook

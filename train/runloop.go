@@ -15,7 +15,7 @@ func checkOutputs(cfg *Config) error {
 			continue
 		}
 		if err := atomicfile.CheckWritable(o.path); err != nil {
-			return fmt.Errorf("train: %w: %s file %s is not writable: %v", ErrInvalid, o.what, o.path, err)
+			return invalidf("%s file %s is not writable: %v", o.what, o.path, err)
 		}
 	}
 	return nil

@@ -130,10 +130,10 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	d := t.model.NumParams()
 	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, fmt.Errorf("train: %w: data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Train), t.model.InputShape())
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
 	}
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, fmt.Errorf("train: %w: test data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Test), t.model.InputShape())
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
 	}
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	maxBatch := cfg.Batch
 	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
-		return nil, fmt.Errorf("train: clipping: %w", err)
+		return nil, fmt.Errorf("train: %w", err)
 	}
 	shape := t.model.InputShape()
 	per := shape[0] * shape[1] * shape[2]
@@ -224,7 +224,7 @@ func buildModel(cfg *Config) (models.Model, error) {
 	case "wrn16-4":
 		m, err = models.NewWRN16x4(shape, classes, 16, seed)
 	default:
-		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp, cnn or wrn16-4", ErrInvalid, cfg.ModelName)
+		return nil, invalidf("model %q: want logistic, mlp, cnn or wrn16-4", cfg.ModelName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)

@@ -36,7 +36,7 @@ type runFlags struct {
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
 	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary) or synthetic-cifar (CIFAR-shaped synthetic data for benchmarks)")
-	fs.StringVar(&r.dir, "dir", "", "dataset directory (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
+	fs.StringVar(&r.dir, "dir", "", "dataset directory (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn or wrn16-4")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
@@ -88,14 +88,14 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 }
 
 func runDefault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runTrainWith(ctx, "train", args, stdout, stderr, true)
+	return runTrainWith(ctx, "train", args, stdout, stderr)
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runTrainWith(ctx, "run", args, stdout, stderr, false)
+	return runTrainWith(ctx, "run", args, stdout, stderr)
 }
 
-func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer, isDefault bool) error {
+func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
@@ -120,7 +120,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if r.jsonOut == "-" {
 		log = stderr
 	}
-	trainSet, testSet, source, err := loadData(r.dataset, r.dir, isDefault && !dirGiven)
+	trainSet, testSet, source, err := loadData(r.dataset, r.dir, !dirGiven)
 	if err != nil {
 		return err
 	}
@@ -267,9 +267,10 @@ func (r *runFlags) validate(dirGiven bool) error {
 	return nil
 }
 
-// loadData loads the named dataset. With fallback (the default command
-// without -dir), a missing Debian Fashion-MNIST falls back to the embedded
-// subset; an explicit -dir that cannot be read is always an error.
+// loadData loads the named dataset. With fallback (Fashion-MNIST without
+// -dir, in "train" and "train run" alike), a missing Debian Fashion-MNIST
+// falls back to the embedded subset; an explicit -dir that cannot be read
+// is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	switch name {
 	case "embedded":
@@ -287,13 +288,28 @@ func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset,
 			trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()
 			return trainSet, testSet, "embedded Fashion-MNIST subset (Debian's dataset-fashion-mnist not installed)", err
 		}
-		return trainSet, testSet, "Fashion-MNIST " + dir, err
+		return trainSet, testSet, "Fashion-MNIST " + dir, mismatchHint(name, err)
 	case data.NameMNIST, data.NameCIFAR10, data.NameCIFAR100:
 		if dir == "" {
 			return nil, nil, "", usagef("-data %s needs -dir", name)
 		}
 		trainSet, testSet, err = data.LoadNamed(name, dir)
-		return trainSet, testSet, name + " " + dir, err
+		return trainSet, testSet, name + " " + dir, mismatchHint(name, err)
 	}
 	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded or synthetic-cifar", name)
+}
+
+// mismatchHint turns a directory of another dataset into a usage error
+// that names the -data it holds: "-data mnist: DIR holds Fashion-MNIST
+// (...), not MNIST; use -data fashion-mnist".
+func mismatchHint(name string, err error) error {
+	var me *data.MismatchError
+	if !errors.As(err, &me) {
+		return err
+	}
+	msg := "-data " + name + ": " + strings.TrimPrefix(me.Error(), "data: "+me.Name+": ")
+	if me.FoundName != "" {
+		msg += "; use -data " + me.FoundName
+	}
+	return usagef("%s", msg)
 }
