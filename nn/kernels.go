@@ -181,24 +181,29 @@ func (s *stage) maxPool(in, out []float32, arg []int32) {
 	}
 }
 
-// sumsq64 is the squared L2 norm of v accumulated in float64: each
+// sumsq64Go is the squared L2 norm of v accumulated in float64: each
 // product of two float32 values is exact in float64, so the only error is
-// the float64 summation (relative 1e-16 per term).
-func sumsq64(v []float32) float64 {
-	var s0, s1, s2, s3 float64
-	k := 0
-	for ; k+4 <= len(v); k += 4 {
-		a, b, c, d := float64(v[k]), float64(v[k+1]), float64(v[k+2]), float64(v[k+3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
+// the float64 summation (relative 1e-16 per term). Term k of the first
+// len(v) &^ 15 goes to partial sum k mod 16, and the partial sums are
+// added as four vectors of four lanes, then the lanes, then the rest of v
+// in order: the order of sumsq64's AVX2 kernel.
+func sumsq64Go(v []float32) float64 {
+	var acc [16]float64
+	n := len(v) &^ 15
+	for k := 0; k < n; k += 16 {
+		for l, x := range v[k : k+16] {
+			acc[l] += float64(x) * float64(x)
+		}
 	}
-	for ; k < len(v); k++ {
-		a := float64(v[k])
-		s0 += a * a
+	var t [4]float64
+	for l := range t {
+		t[l] = (acc[l] + acc[4+l]) + (acc[8+l] + acc[12+l])
 	}
-	return (s0 + s1) + (s2 + s3)
+	s := (t[0] + t[1]) + (t[2] + t[3])
+	for _, x := range v[n:] {
+		s += float64(x) * float64(x)
+	}
+	return s
 }
 
 // maxAbs is max |v_k|, NaN if any v_k is NaN.

@@ -441,7 +441,7 @@ func (p *Plan) newWorker() *worker {
 		if s.act == GELU {
 			w.pre[i] = make([]float32, C*s.out.Size())
 		}
-		maxFo = max(maxFo, s.fo, 2*s.in.C)
+		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
 			for _, t := range s.emb.Tables {
 				maxFo = max(maxFo, t.Dim)
@@ -744,9 +744,9 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
 			}
-			if s.act != Identity {
+			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
 			}
 		case kPool:
@@ -877,14 +877,21 @@ func (p *Plan) backward(w *worker, m int) {
 				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
 			}
 		case kNorm:
-			// The norm's own gradient (perExample, accumulate) reads
-			// d[i+1] after this: the gradient w.r.t. the affine output.
-			p.actGrad(w, i, dout[:m*osz])
-			if s.src == 0 {
-				continue
+			// d[i+1] becomes the gradient w.r.t. the affine output (ReLU's
+			// mask is fused into normBackward), and each example's affine
+			// gradient lands in its w.ex row for perExample and accumulate.
+			if s.act != Identity && s.act != ReLU {
+				p.actGrad(w, i, dout[:m*osz])
 			}
 			for j := range m {
-				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				var dx []float32
+				if s.src > 0 {
+					dx = din[j*isz : (j+1)*isz]
+				}
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.normGrad(w, s, j), w.col)
+			}
+			if s.src == 0 {
+				continue
 			}
 		case kFlatten:
 			if s.src == 0 {
@@ -1018,7 +1025,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				})
 				sq[s.aff] = t
 			case kNorm:
-				M := p.normGrad(w, s, i, j)
+				M := p.normGrad(w, s, j)
 				sq[s.aff] = sumsq64(M)
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
@@ -1079,12 +1086,10 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
-// normGrad materializes example j's gradient of norm stage i in w.ex.
-func (p *Plan) normGrad(w *worker, s *stage, i, j int) []float32 {
-	M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-	sz := s.in.Size()
-	s.normGrad(w.d[i+1][j*sz:(j+1)*sz], w.xh[i][j*sz:(j+1)*sz], M, w.col)
-	return M
+// normGrad is example j's gradient of norm stage s in w.ex (written by
+// backward).
+func (p *Plan) normGrad(w *worker, s *stage, j int) []float32 {
+	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1107,7 +1112,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 			})
 		case kNorm:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+			M := p.normGrad(w, s, j)
 			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
@@ -1157,7 +1162,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
 		if s.kind == kNorm {
 			// Per-example gradients (small: 2 per channel or feature),
-			// materialized by perExample on the private path.
+			// materialized by backward.
 			for j := range m {
 				f := 1.0
 				if p.private {
@@ -1166,10 +1171,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 				if f == 0 || w.bad[j] {
 					continue
 				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-				if !p.private {
-					M = p.normGrad(w, s, i, j)
-				}
+				M := p.normGrad(w, s, j)
 				axpy(float32(f), M[:s.w.Len], accW)
 				axpy(float32(f), M[s.w.Len:], accB)
 			}

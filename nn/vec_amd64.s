@@ -106,3 +106,197 @@ maxloop:
 	JNZ maxloop
 	VZEROUPPER
 	RET
+
+// The norm kernels (norm.go): rows of c float32 channels, channels
+// [0, c4) of each (c4 a positive multiple of 4, four at a time in
+// float64), rows > 0. Each computes exactly what its Go loop computes:
+// products that would round differently are not fused.
+
+// func chanStatsAVX2(x *float32, rows, c, c4 int, shift, s1, s2 *float64)
+// d = x - shift[ch]; s1[ch] += d; s2[ch] += d*d.
+TEXT ·chanStatsAVX2(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ c+16(FP), R9
+	SHLQ $2, R9
+	MOVQ c4+24(FP), R10
+	MOVQ shift+32(FP), R11
+	MOVQ s1+40(FP), R12
+	MOVQ s2+48(FP), R13
+statsrow:
+	XORQ AX, AX
+statsch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VSUBPD (R11)(AX*8), Y0, Y0
+	VADDPD (R12)(AX*8), Y0, Y1
+	VMOVUPD Y1, (R12)(AX*8)
+	VMULPD Y0, Y0, Y2
+	VADDPD (R13)(AX*8), Y2, Y2
+	VMOVUPD Y2, (R13)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT statsch
+	ADDQ R9, SI
+	DECQ R8
+	JNZ statsrow
+	VZEROUPPER
+	RET
+
+// func normApplyAVX2(in, out, xh *float32, rows, c, c4 int, mean, r *float64, gamma, beta *float32, relu int)
+// h = float32((x - mean[ch]) * r[ch]); xh = h; o = gamma[ch]*h + beta[ch]
+// (float32, not fused); if relu, o = max(o, 0) as Go's max (NaN kept,
+// +0 for -0).
+TEXT ·normApplyAVX2(SB), NOSPLIT, $0-88
+	MOVQ in+0(FP), SI
+	MOVQ out+8(FP), DI
+	MOVQ xh+16(FP), DX
+	MOVQ rows+24(FP), R8
+	MOVQ c+32(FP), R9
+	SHLQ $2, R9
+	MOVQ c4+40(FP), R10
+	MOVQ mean+48(FP), R11
+	MOVQ r+56(FP), R12
+	MOVQ gamma+64(FP), R13
+	MOVQ beta+72(FP), R14
+	MOVQ relu+80(FP), BX
+	VXORPS X7, X7, X7
+applyrow:
+	XORQ AX, AX
+applych:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VSUBPD (R11)(AX*8), Y0, Y0
+	VMULPD (R12)(AX*8), Y0, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS X0, (DX)(AX*4)
+	VMULPS (R13)(AX*4), X0, X1
+	VADDPS (R14)(AX*4), X1, X1
+	TESTQ BX, BX
+	JZ applystore
+	VMAXPS X1, X7, X1               // 0 > o ? 0 : o (NaN and -0 kept)
+	VADDPS X7, X1, X1               // -0 + 0 = +0
+applystore:
+	VMOVUPS X1, (DI)(AX*4)
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT applych
+	ADDQ R9, SI
+	ADDQ R9, DI
+	ADDQ R9, DX
+	DECQ R8
+	JNZ applyrow
+	VZEROUPPER
+	RET
+
+// func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu int)
+// If relu, dy = 0 where !(act > 0) (stored back); sa[ch] += dy*xh (exact
+// product, so fusing does not change it); sb[ch] += dy.
+TEXT ·normSumsAVX2(SB), NOSPLIT, $0-72
+	MOVQ dy+0(FP), SI
+	MOVQ act+8(FP), DI
+	MOVQ xh+16(FP), DX
+	MOVQ rows+24(FP), R8
+	MOVQ c+32(FP), R9
+	SHLQ $2, R9
+	MOVQ c4+40(FP), R10
+	MOVQ sa+48(FP), R11
+	MOVQ sb+56(FP), R12
+	MOVQ relu+64(FP), BX
+	VXORPS X7, X7, X7
+sumsrow:
+	XORQ AX, AX
+sumsch:
+	VMOVUPS (SI)(AX*4), X0
+	TESTQ BX, BX
+	JZ sumsnomask
+	VMOVUPS (DI)(AX*4), X1
+	VCMPPS $0x1e, X7, X1, X2        // act > 0 (false for NaN)
+	VANDPS X2, X0, X0
+	VMOVUPS X0, (SI)(AX*4)
+sumsnomask:
+	VCVTPS2PD X0, Y0
+	VCVTPS2PD (DX)(AX*4), Y1
+	VMOVUPD (R11)(AX*8), Y2
+	VFMADD231PD Y1, Y0, Y2
+	VMOVUPD Y2, (R11)(AX*8)
+	VADDPD (R12)(AX*8), Y0, Y3
+	VMOVUPD Y3, (R12)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT sumsch
+	ADDQ R9, SI
+	ADDQ R9, DI
+	ADDQ R9, DX
+	DECQ R8
+	JNZ sumsrow
+	VZEROUPPER
+	RET
+
+// func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
+// dx = float32((a[ch]*dy + b[ch]*xh) + e[ch]) in float64, not fused.
+TEXT ·normDxAVX2(SB), NOSPLIT, $0-72
+	MOVQ dy+0(FP), SI
+	MOVQ xh+8(FP), DX
+	MOVQ dx+16(FP), DI
+	MOVQ rows+24(FP), R8
+	MOVQ c+32(FP), R9
+	SHLQ $2, R9
+	MOVQ c4+40(FP), R10
+	MOVQ a+48(FP), R11
+	MOVQ b+56(FP), R12
+	MOVQ e+64(FP), R13
+dxrow:
+	XORQ AX, AX
+dxch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VCVTPS2PD (DX)(AX*4), Y1
+	VMULPD (R11)(AX*8), Y0, Y0
+	VMULPD (R12)(AX*8), Y1, Y1
+	VADDPD Y1, Y0, Y0
+	VADDPD (R13)(AX*8), Y0, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS X0, (DI)(AX*4)
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dxch
+	ADDQ R9, SI
+	ADDQ R9, DX
+	ADDQ R9, DI
+	DECQ R8
+	JNZ dxrow
+	VZEROUPPER
+	RET
+
+// func sumsqAVX2(v *float32, n int) float64
+// sum of v[k]^2 in float64 for k < n (a positive multiple of 16): term k
+// in lane k mod 16 of four accumulators (products of float32 values are
+// exact, so fusing changes nothing), then (Y0+Y1)+(Y2+Y3) and the lanes
+// as (l0+l1)+(l2+l3), the order of sumsq64Go.
+TEXT ·sumsqAVX2(SB), NOSPLIT, $0-24
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+sqloop:
+	VCVTPS2PD (SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+	VFMADD231PD Y6, Y6, Y2
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ sqloop
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VHADDPD X1, X0, X2              // (l0+l1, l2+l3)
+	VUNPCKHPD X2, X2, X3
+	VADDSD X3, X2, X0
+	MOVSD X0, ret+16(FP)
+	VZEROUPPER
+	RET
