@@ -257,6 +257,16 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
+	// The norm kernels' edges: GroupNorm as the first layer (no input
+	// gradient) over 6 channels (4 in AVX2, 2 left over), LayerNorm over a
+	// map (an affine per element), both with the fused ReLU.
+	b = &builder{net: Network{Input: Shape{6, 4, 4}}}
+	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 3, Act: ReLU, Weight: b.param(6), Bias: b.param(6)})
+	b.conv(6, 5, 3, 1, 1, Identity)
+	b.net.Layers = append(b.net.Layers, LayerNorm{Act: ReLU, Weight: b.param(5 * 4 * 4), Bias: b.param(5 * 4 * 4)})
+	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2}, Flatten{})
+	b.dense(20, 3, Identity)
+	nets["norms-relu-first-map"] = b
 	// Residual blocks: identity shortcut (nested, at the network input),
 	// and a strided 1x1 convolution shortcut as in WideResNets.
 	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
