@@ -45,4 +45,5 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 }
 
 func sumsq64(v []float32) float64 { return sumsq64Go(v) }
+
 const hasAVX2FMA = false
