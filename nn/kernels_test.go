@@ -76,7 +76,10 @@ func TestAddAxpy(t *testing.T) {
 			x[k] = float32(k) - 3.5
 			y[k] = float32(2 * k)
 		}
+		z := make([]float32, n)
+		addTo(z, x, y)
 		add(y, x)
+		sameBits(t, "addTo", z, y)
 		for k := range y {
 			if y[k] != float32(2*k)+float32(k)-3.5 {
 				t.Fatalf("n=%d: add: y[%d] = %v", n, k, y[k])
@@ -220,6 +223,12 @@ func TestNormKernels(t *testing.T) {
 			sameBits64(t, "normSums sa", sa, ga)
 			sameBits64(t, "normSums sb", sb, gb)
 		}
+
+		cs, gs := randVec64(rng, C), make([]float64, C)
+		copy(gs, cs)
+		chanSums(x, C, cs)
+		chanSumsGo(x, C, 0, gs)
+		sameBits64(t, "chanSums", cs, gs)
 
 		a, b, e := randVec64(rng, C), randVec64(rng, C), randVec64(rng, C)
 		dx, dx2 := make([]float32, n), make([]float32, n)

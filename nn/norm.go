@@ -222,6 +222,15 @@ func normSumsGo(dy, act, xh []float32, C, c0 int, sa, sb []float64) {
 	}
 }
 
+// chanSumsGo adds each channel's values to s[c] (float64).
+func chanSumsGo(x []float32, C, c0 int, s []float64) {
+	for k := 0; k < len(x); k += C {
+		for c := c0; c < C; c++ {
+			s[c] += float64(x[k+c])
+		}
+	}
+}
+
 // normDxGo writes dx = a_c dy + b_c xhat + e_c, in float64 rounded to
 // float32.
 func normDxGo(dy, xh, dx []float32, C, c0 int, a, b, e []float64) {

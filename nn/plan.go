@@ -703,8 +703,7 @@ func (p *Plan) forward(w *worker, m int) {
 		isz, osz := s.in.Size(), s.out.Size()
 		switch s.kind {
 		case kJoin:
-			copy(out[:m*osz], in[:m*osz])
-			add(out[:m*osz], w.act[s.skip][:m*osz])
+			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
 			U := w.u[i]
 			for j := range m {
@@ -983,11 +982,7 @@ func (p *Plan) zeroExample(w *worker, j int) {
 func colSums(G []float32, fo int, col []float64) {
 	col = col[:fo]
 	clear(col)
-	for r := 0; r < len(G); r += fo {
-		for k, v := range G[r : r+fo] {
-			col[k] += float64(v)
-		}
-	}
+	chanSums(G, fo, col)
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf

@@ -47,6 +47,23 @@ func add(y, x []float32) {
 	}
 }
 
+//go:noescape
+func addToAVX2(z, x, y *float32, n int)
+
+// addTo sets z = x + y (len(x), len(y) >= len(z)).
+func addTo(z, x, y []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	n := 0
+	if hasAVX2FMA {
+		if n = len(z) &^ 7; n > 0 {
+			addToAVX2(&z[0], &x[0], &y[0], n)
+		}
+	}
+	for k := n; k < len(z); k++ {
+		z[k] = x[k] + y[k]
+	}
+}
+
 // axpy adds a*x to y (len(y) >= len(x)).
 func axpy(a float32, x, y []float32) {
 	y = y[:len(x)]
@@ -94,6 +111,9 @@ func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu i
 
 //go:noescape
 func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
+
+//go:noescape
+func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
 func sumsqAVX2(v *float32, n int) float64
@@ -161,6 +181,17 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 		normDxAVX2(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
 	}
 	normDxGo(dy, xh, dx, C, c4, a, b, e)
+}
+
+// chanSums adds each channel's values to s[c] over the rows of C
+// channels of x (float64).
+func chanSums(x []float32, C int, s []float64) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(x) > 0 {
+		_ = s[C-1]
+		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
+	}
+	chanSumsGo(x, C, c4, s)
 }
 
 // sumsq64 is sumsq64Go with its first len(v) &^ 15 terms summed by AVX2

@@ -19,6 +19,25 @@ addloop:
 	VZEROUPPER
 	RET
 
+// func addToAVX2(z, x, y *float32, n int)
+// z[k] = x[k] + y[k] for k < n, n a positive multiple of 8.
+TEXT ·addToAVX2(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+addtoloop:
+	VMOVUPS (SI), Y0
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JNZ addtoloop
+	VZEROUPPER
+	RET
+
 // func axpyAVX2(a float32, x, y *float32, n int)
 // y[k] += a*x[k] (one rounding) for k < n, n a positive multiple of 8.
 TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
@@ -263,6 +282,30 @@ dxch:
 	ADDQ R9, DI
 	DECQ R8
 	JNZ dxrow
+	VZEROUPPER
+	RET
+
+// func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
+// s[ch] += x (float64).
+TEXT ·chanSumsAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ c+16(FP), R9
+	SHLQ $2, R9
+	MOVQ c4+24(FP), R10
+	MOVQ s+32(FP), R11
+csrow:
+	XORQ AX, AX
+csch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VADDPD (R11)(AX*8), Y0, Y0
+	VMOVUPD Y0, (R11)(AX*8)
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT csch
+	ADDQ R9, SI
+	DECQ R8
+	JNZ csrow
 	VZEROUPPER
 	RET
 

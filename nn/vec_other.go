@@ -18,6 +18,14 @@ func add(y, x []float32) {
 	}
 }
 
+// addTo sets z = x + y (len(x), len(y) >= len(z)).
+func addTo(z, x, y []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	for k := range z {
+		z[k] = x[k] + y[k]
+	}
+}
+
 // axpy adds a*x to y (len(y) >= len(x)).
 func axpy(a float32, x, y []float32) {
 	y = y[:len(x)]
@@ -43,6 +51,8 @@ func normSums(dy, act, xh []float32, C int, sa, sb []float64) {
 func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 	normDxGo(dy, xh, dx, C, 0, a, b, e)
 }
+
+func chanSums(x []float32, C int, s []float64) { chanSumsGo(x, C, 0, s) }
 
 func sumsq64(v []float32) float64 { return sumsq64Go(v) }
 
