@@ -7,7 +7,19 @@ import "math"
 // column, channel) so that each kernel row is one contiguous copy of K
 // pixels; taps outside the input are zero. (The weight is permuted to
 // match: see Plan.permute.)
-func (s *stage) im2col(in, u []float32) {
+func (s *stage) im2col(in, u []float32) { s.unfold(in, u, false) }
+
+// col2im adds the rows of du (gradients w.r.t. the unfolded input) back
+// into the example's input gradient din (HWC), which it first clears.
+func (s *stage) col2im(du, din []float32) {
+	clear(din)
+	s.unfold(din, du, true)
+}
+
+// unfold moves each kernel row's segment of K pixels (or the pixels of it
+// inside the input) between x (HWC) and the rows of u: copies x into u,
+// clearing the taps outside, or with back adds u into x.
+func (s *stage) unfold(x, u []float32, back bool) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	K, st, pad := s.k, s.stride, s.pad
 	KC := K * C
@@ -21,58 +33,36 @@ func (s *stage) im2col(in, u []float32) {
 				seg := row[kr*KC : (kr+1)*KC]
 				ih := oh*st - pad + kr
 				if ih < 0 || ih >= H {
-					clear(seg)
+					if !back {
+						clear(seg)
+					}
 					continue
 				}
 				if iw0 >= 0 && iw0+K <= W {
-					copy(seg, in[(ih*W+iw0)*C:(ih*W+iw0+K)*C])
+					moveSeg(x[(ih*W+iw0)*C:(ih*W+iw0+K)*C], seg, back)
 					continue
 				}
 				for kc := range K {
 					iw := iw0 + kc
 					if iw < 0 || iw >= W {
-						clear(seg[kc*C : (kc+1)*C])
+						if !back {
+							clear(seg[kc*C : (kc+1)*C])
+						}
 						continue
 					}
-					copy(seg[kc*C:(kc+1)*C], in[(ih*W+iw)*C:(ih*W+iw+1)*C])
+					moveSeg(x[(ih*W+iw)*C:(ih*W+iw+1)*C], seg[kc*C:(kc+1)*C], back)
 				}
 			}
 		}
 	}
 }
 
-// col2im adds the rows of du (gradients w.r.t. the unfolded input) back
-// into the example's input gradient din (HWC), which it first clears.
-func (s *stage) col2im(du, din []float32) {
-	clear(din)
-	C, H, W := s.in.C, s.in.H, s.in.W
-	K, st, pad := s.k, s.stride, s.pad
-	KC := K * C
-	OW := s.out.W
-	fi := s.fi
-	for oh := range s.out.H {
-		for ow := range OW {
-			row := du[(oh*OW+ow)*fi : (oh*OW+ow+1)*fi]
-			iw0 := ow*st - pad
-			for kr := range K {
-				ih := oh*st - pad + kr
-				if ih < 0 || ih >= H {
-					continue
-				}
-				seg := row[kr*KC : (kr+1)*KC]
-				if iw0 >= 0 && iw0+K <= W {
-					add(din[(ih*W+iw0)*C:(ih*W+iw0+K)*C], seg)
-					continue
-				}
-				for kc := range K {
-					iw := iw0 + kc
-					if iw < 0 || iw >= W {
-						continue
-					}
-					add(din[(ih*W+iw)*C:(ih*W+iw+1)*C], seg[kc*C:(kc+1)*C])
-				}
-			}
-		}
+// moveSeg copies x into seg, or with back adds seg into x.
+func moveSeg(x, seg []float32, back bool) {
+	if back {
+		add(x, seg)
+	} else {
+		copy(seg, x)
 	}
 }
 
@@ -148,9 +138,14 @@ func tanh32(x float32) float32 {
 // maxPool pools one example (HWC) into out, storing the index into in of
 // each output's maximum in arg.
 func (s *stage) maxPool(in, out []float32, arg []int32) {
-	if s.maxPool2Fast(in, out, arg) {
-		return
+	if !s.maxPool2Fast(in, out, arg) {
+		s.maxPoolLoop(in, out, arg)
 	}
+}
+
+// maxPoolLoop is maxPool's portable loop: the first maximum of each window
+// wins ties, and a NaN only if it comes first.
+func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 	C, W := s.in.C, s.in.W
 	S := s.pool
 	OW := s.out.W

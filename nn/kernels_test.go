@@ -109,34 +109,10 @@ func TestMaxPoolFast(t *testing.T) {
 	if !s.maxPool2Fast(in, out1, arg1) {
 		t.Skip("skipped because this machine has no AVX2 vector pool to compare with the portable one")
 	}
-	scalarPool(&s, in, out2, arg2)
+	s.maxPoolLoop(in, out2, arg2)
 	for k := range out1 {
 		if arg1[k] != arg2[k] || (out1[k] != out2[k] && out1[k] == out1[k]) {
 			t.Fatalf("output %d: fast (%v at %d), scalar (%v at %d)", k, out1[k], arg1[k], out2[k], arg2[k])
-		}
-	}
-}
-
-// scalarPool is maxPool's portable loop.
-func scalarPool(s *stage, in, out []float32, arg []int32) {
-	C, W := s.in.C, s.in.W
-	S := s.pool
-	OW := s.out.W
-	for oh := range s.out.H {
-		for ow := range OW {
-			o := (oh*OW + ow) * C
-			base := (oh*S*W + ow*S) * C
-			for ch := range C {
-				out[o+ch], arg[o+ch] = in[base+ch], int32(base+ch)
-				for dr := range S {
-					for dc := range S {
-						b := ((oh*S+dr)*W+ow*S+dc)*C + ch
-						if in[b] > out[o+ch] {
-							out[o+ch], arg[o+ch] = in[b], int32(b)
-						}
-					}
-				}
-			}
 		}
 	}
 }

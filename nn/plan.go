@@ -887,7 +887,7 @@ func (p *Plan) backward(w *worker, m int) {
 				if s.src > 0 {
 					dx = din[j*isz : (j+1)*isz]
 				}
-				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.normGrad(w, s, j), w.col)
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
 			}
 			if s.src == 0 {
 				continue
@@ -999,7 +999,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			switch s.kind {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+				M := p.exGrad(w, s, j)
 				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
 				colSums(G, s.fo, w.col)
 				for k, v := range w.col[:s.fo] {
@@ -1020,7 +1020,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				})
 				sq[s.aff] = t
 			case kNorm:
-				M := p.normGrad(w, s, j)
+				M := p.exGrad(w, s, j)
 				sq[s.aff] = sumsq64(M)
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
@@ -1081,10 +1081,20 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
-// normGrad is example j's gradient of norm stage s in w.ex (written by
-// backward).
-func (p *Plan) normGrad(w *worker, s *stage, j int) []float32 {
+// exGrad is example j's gradient of stage s (a norm, or a convolution on
+// the private path: weight, then bias) in w.ex.
+func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
 	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+}
+
+// factor is example j's clipping factor for affine layer aff (1 on the
+// non-private path) and whether its gradient enters the sum at all.
+func (p *Plan) factor(w *worker, j, aff int) (float32, bool) {
+	f := 1.0
+	if p.private {
+		f = w.c[j*p.naff+aff]
+	}
+	return float32(f), f != 0 && !w.bad[j]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1093,7 +1103,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 		s := &p.stages[i]
 		switch s.kind {
 		case kConv:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+			M := p.exGrad(w, s, j)
 			for r, e := range s.perm {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
@@ -1107,7 +1117,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 			})
 		case kNorm:
-			M := p.normGrad(w, s, j)
+			M := p.exGrad(w, s, j)
 			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
@@ -1131,21 +1141,17 @@ func (p *Plan) accumulate(w *worker, m int) {
 	if p.capture != nil {
 		return
 	}
-	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.kind == kEmbed {
 			sz, osz := s.in.Size(), s.out.Size()
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					axpy(float32(f), vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+					axpy(f, vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
 				})
 			}
 			continue
@@ -1155,32 +1161,18 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
-		if s.kind == kNorm {
-			// Per-example gradients (small: 2 per channel or feature),
-			// materialized by backward.
+		if s.kind == kNorm || s.kind == kConv && p.private {
+			// Per-example gradients: materialized by backward (norms:
+			// small, 2 per channel or feature) or by perExample
+			// (convolutions on the private path).
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
-				M := p.normGrad(w, s, j)
-				axpy(float32(f), M[:s.w.Len], accW)
-				axpy(float32(f), M[s.w.Len:], accB)
-			}
-			continue
-		}
-		if s.kind == kConv && p.private {
-			for j := range m {
-				f := w.c[j*A+s.aff]
-				if f == 0 || w.bad[j] {
-					continue
-				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
-				axpy(float32(f), M[:s.fi*s.fo], accW)
-				axpy(float32(f), M[s.fi*s.fo:], accB)
+				M := p.exGrad(w, s, j)
+				axpy(f, M[:s.w.Len], accW)
+				axpy(f, M[s.w.Len:], accB)
 			}
 			continue
 		}

@@ -143,41 +143,23 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 			}
 			cur, sh = next, out
 		case MaxPool:
-			out, _ := l.out(sh)
-			next := make([]float64, out.Size())
-			for ch := range out.C {
-				for r := range out.H {
-					for c := range out.W {
-						mx := math.Inf(-1)
-						for dr := range l.Size {
-							for dc := range l.Size {
-								mx = max(mx, cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc])
-							}
-						}
-						next[ch*out.H*out.W+r*out.W+c] = mx
-					}
+			cur, sh = refPool(cur, sh, l.Size, func(w []float64) float64 {
+				mx := math.Inf(-1)
+				for _, v := range w {
+					mx = max(mx, v)
 				}
-			}
-			cur, sh = next, out
+				return mx
+			})
 		case Flatten:
 			sh = Shape{sh.Size(), 1, 1}
 		case AvgPool:
-			out, _ := l.out(sh)
-			next := make([]float64, out.Size())
-			for ch := range out.C {
-				for r := range out.H {
-					for c := range out.W {
-						s := 0.0
-						for dr := range l.Size {
-							for dc := range l.Size {
-								s += cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc]
-							}
-						}
-						next[ch*out.H*out.W+r*out.W+c] = s / float64(l.Size*l.Size)
-					}
+			cur, sh = refPool(cur, sh, l.Size, func(w []float64) float64 {
+				s := 0.0
+				for _, v := range w {
+					s += v
 				}
-			}
-			cur, sh = next, out
+				return s / float64(len(w))
+			})
 		case GroupNorm:
 			norm(l.Groups, l.Eps, l.Weight, l.Bias, false, l.Act)
 		case LayerNorm:
@@ -198,6 +180,28 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 }
 
 // builder lays out parameters for a test network.
+// refPool reduces each non-overlapping S x S window of the CHW map cur
+// (floor at the edges) with f.
+func refPool(cur []float64, sh Shape, S int, f func(window []float64) float64) ([]float64, Shape) {
+	out := Shape{sh.C, sh.H / S, sh.W / S}
+	next := make([]float64, out.Size())
+	win := make([]float64, 0, S*S)
+	for ch := range out.C {
+		for r := range out.H {
+			for c := range out.W {
+				win = win[:0]
+				for dr := range S {
+					for dc := range S {
+						win = append(win, cur[ch*sh.H*sh.W+(r*S+dr)*sh.W+c*S+dc])
+					}
+				}
+				next[ch*out.H*out.W+r*out.W+c] = f(win)
+			}
+		}
+	}
+	return next, out
+}
+
 type builder struct {
 	n   int
 	net Network
