@@ -688,10 +688,15 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 			copy(dst, src)
 			continue
 		}
-		for c := range in.C {
-			for k, v := range src[c*hw : (c+1)*hw] {
-				dst[k*in.C+c] = v
-			}
+		transpose(dst, src, in.C, hw)
+	}
+}
+
+// transpose writes the rows x cols matrix src into dst as cols x rows.
+func transpose(dst, src []float32, rows, cols int) {
+	for r := range rows {
+		for c, v := range src[r*cols : (r+1)*cols] {
+			dst[c*rows+r] = v
 		}
 	}
 }
@@ -753,14 +758,8 @@ func (p *Plan) forward(w *worker, m int) {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
 			}
 		case kFlatten:
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz]
-				for k := range hw {
-					for c := range C {
-						dst[c*hw+k] = src[k*C+c]
-					}
-				}
+				transpose(out[j*osz:(j+1)*osz], in[j*isz:(j+1)*isz], s.in.H*s.in.W, s.in.C) // HWC to CHW
 			}
 		}
 	}
@@ -896,14 +895,8 @@ func (p *Plan) backward(w *worker, m int) {
 			if s.src == 0 {
 				continue
 			}
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz]
-				for k := range hw {
-					for c := range C {
-						dst[k*C+c] = src[c*hw+k]
-					}
-				}
+				transpose(din[j*isz:(j+1)*isz], dout[j*osz:(j+1)*osz], s.in.C, s.in.H*s.in.W) // CHW to HWC
 			}
 		}
 		if s.addGrad && s.src > 0 {
