@@ -2,9 +2,12 @@ package clip
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -42,10 +45,21 @@ func BenchmarkWRN16x4(b *testing.B) {
 
 // benchSteps runs sub-benchmarks batch=B/private=P of one ClippedSum step
 // of the model newModel builds, for every batch size (those above short
-// skipped in -short mode), reporting examples/s, examples/cpu-s, heapMiB
-// and maxRSS-MiB.
+// skipped in -short mode; DPMF_BENCH_BATCHES="8 24" runs other sizes),
+// reporting examples/s, examples/cpu-s, heapMiB and maxRSS-MiB.
 func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.Model, error)) {
 	installBLAS()
+	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
+		batches = nil
+		for _, f := range strings.Fields(strings.ReplaceAll(env, ",", " ")) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				b.Fatalf("DPMF_BENCH_BATCHES=%q: %q is not a positive batch size", env, f)
+			}
+			batches = append(batches, n)
+		}
+		short = math.MaxInt
+	}
 	for _, batch := range batches {
 		for _, private := range []bool{false, true} {
 			name := fmt.Sprintf("batch=%d/private=%v", batch, private)
