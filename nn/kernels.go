@@ -216,7 +216,8 @@ func maxAbs(v []float32) float64 {
 	return m
 }
 
-func allFinite(v []float32) bool {
+// allFiniteGo reports whether every v_k is finite.
+func allFiniteGo(v []float32) bool {
 	for _, x := range v {
 		if x-x != 0 {
 			return false

@@ -212,6 +212,20 @@ func TestNormKernels(t *testing.T) {
 		normDxGo(dy, xh, dx2, C, 0, a, b, e)
 		sameBits(t, "normDx", dx, dx2)
 	}
+	for _, n := range []int{1, 16, 17, 64, 100} {
+		for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			for k := range n {
+				v := randVec(rng, n, 1e30)
+				if allFinite(v) != true {
+					t.Fatalf("n=%d: allFinite of finite values is false", n)
+				}
+				v[k] = float32(bad)
+				if allFinite(v) {
+					t.Fatalf("n=%d: allFinite with %v at %d is true", n, bad, k)
+				}
+			}
+		}
+	}
 	for _, n := range []int{0, 15, 16, 17, 100, 4099} {
 		v := randVec(rng, n, 1e3)
 		if got, want := sumsq64(v), sumsq64Go(v); got != want {

@@ -207,3 +207,18 @@ func sumsq64(v []float32) float64 {
 	}
 	return s
 }
+
+//go:noescape
+func allFiniteAVX2(v *float32, n int) bool
+
+// allFinite reports whether every v_k is finite (x - x is 0), 16 at a
+// time with AVX2.
+func allFinite(v []float32) bool {
+	n := 0
+	if hasAVX2FMA {
+		if n = len(v) &^ 15; n > 0 && !allFiniteAVX2(&v[0], n) {
+			return false
+		}
+	}
+	return allFiniteGo(v[n:])
+}

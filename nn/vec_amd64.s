@@ -343,3 +343,30 @@ sqloop:
 	MOVSD X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func allFiniteAVX2(v *float32, n int) bool
+// Whether v[k] - v[k] is 0 for every k < n (a positive multiple of 16):
+// the differences (NaN for an infinity or a NaN) are summed, and NaN
+// stays NaN.
+TEXT ·allFiniteAVX2(SB), NOSPLIT, $0-17
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+finloop:
+	VMOVUPS (SI), Y2
+	VMOVUPS 32(SI), Y3
+	VSUBPS Y2, Y2, Y2
+	VSUBPS Y3, Y3, Y3
+	VADDPS Y2, Y0, Y0
+	VADDPS Y3, Y1, Y1
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ finloop
+	VADDPS Y1, Y0, Y0
+	VCMPPS $3, Y0, Y0, Y0           // unordered: NaN lanes
+	VMOVMSKPS Y0, AX
+	TESTL AX, AX
+	SETEQ ret+16(FP)
+	VZEROUPPER
+	RET

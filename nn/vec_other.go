@@ -54,6 +54,8 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 
 func chanSums(x []float32, C int, s []float64) { chanSumsGo(x, C, 0, s) }
 
+func allFinite(v []float32) bool { return allFiniteGo(v) }
+
 func sumsq64(v []float32) float64 { return sumsq64Go(v) }
 
 const hasAVX2FMA = false
