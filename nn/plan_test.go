@@ -785,3 +785,36 @@ func TestEmbeddingIDErrors(t *testing.T) {
 		t.Errorf("embedding after a dense layer: error %v", err)
 	}
 }
+
+// TestStepAllocs checks that a step of the networks with norms, average
+// pooling and residual joins allocates nothing on one worker, private and
+// not.
+func TestStepAllocs(t *testing.T) {
+	nets := testNets()
+	for _, name := range []string{"norms-avgpool-gelu", "norms-relu-first-map", "residual"} {
+		b := nets[name]
+		rng := rand.New(rand.NewPCG(5, 6))
+		params := randParams(rng, b.n)
+		p, err := NewPlan(b.net, params, Options{MaxBatch: 4, Workers: 1, Chunk: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 4*b.net.Input.Size())
+		for k := range x {
+			x[k] = float32(rng.NormFloat64())
+		}
+		y := []int{0, 1, 2, 0}
+		dst := make([]float32, b.n)
+		for _, cl := range []Clipper{nil, &testClipper{}} {
+			step := func() {
+				if _, err := p.Step(x, y, dst, cl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			step()
+			if a := testing.AllocsPerRun(5, step); a != 0 {
+				t.Errorf("%s, clipper %T: %.1f allocations per step", name, cl, a)
+			}
+		}
+	}
+}
