@@ -130,15 +130,21 @@ maxloop:
 // [0, c4) of each (c4 a positive multiple of 4, four at a time in
 // float64), rows > 0. Each computes exactly what its Go loop computes:
 // products that would round differently are not fused.
+//
+// Their loop: AX is the channel, R8 the rows left, R9 the row stride in
+// bytes, R10 c4.
+#define ROWS(rows, c, c4) MOVQ rows, R8; MOVQ c, R9; SHLQ $2, R9; MOVQ c4, R10
+#define NEXTCH(loop) ADDQ $4, AX; CMPQ AX, R10; JLT loop
+#define NEXTROW(loop) DECQ R8; JNZ loop; VZEROUPPER; RET
+// Three row pointers: SI, DI and DX.
+#define PTRS3(a, b, c) MOVQ a, SI; MOVQ b, DI; MOVQ c, DX
+#define NEXT3 ADDQ R9, SI; ADDQ R9, DI; ADDQ R9, DX
 
 // func chanStatsAVX2(x *float32, rows, c, c4 int, shift, s1, s2 *float64)
 // d = x - shift[ch]; s1[ch] += d; s2[ch] += d*d.
 TEXT ·chanStatsAVX2(SB), NOSPLIT, $0-56
 	MOVQ x+0(FP), SI
-	MOVQ rows+8(FP), R8
-	MOVQ c+16(FP), R9
-	SHLQ $2, R9
-	MOVQ c4+24(FP), R10
+	ROWS(rows+8(FP), c+16(FP), c4+24(FP))
 	MOVQ shift+32(FP), R11
 	MOVQ s1+40(FP), R12
 	MOVQ s2+48(FP), R13
@@ -152,27 +158,17 @@ statsch:
 	VMULPD Y0, Y0, Y2
 	VADDPD (R13)(AX*8), Y2, Y2
 	VMOVUPD Y2, (R13)(AX*8)
-	ADDQ $4, AX
-	CMPQ AX, R10
-	JLT statsch
+	NEXTCH(statsch)
 	ADDQ R9, SI
-	DECQ R8
-	JNZ statsrow
-	VZEROUPPER
-	RET
+	NEXTROW(statsrow)
 
 // func normApplyAVX2(in, out, xh *float32, rows, c, c4 int, mean, r *float64, gamma, beta *float32, relu int)
 // h = float32((x - mean[ch]) * r[ch]); xh = h; o = gamma[ch]*h + beta[ch]
 // (float32, not fused); if relu, o = max(o, 0) as Go's max (NaN kept,
 // +0 for -0).
 TEXT ·normApplyAVX2(SB), NOSPLIT, $0-88
-	MOVQ in+0(FP), SI
-	MOVQ out+8(FP), DI
-	MOVQ xh+16(FP), DX
-	MOVQ rows+24(FP), R8
-	MOVQ c+32(FP), R9
-	SHLQ $2, R9
-	MOVQ c4+40(FP), R10
+	PTRS3(in+0(FP), out+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
 	MOVQ mean+48(FP), R11
 	MOVQ r+56(FP), R12
 	MOVQ gamma+64(FP), R13
@@ -195,28 +191,16 @@ applych:
 	VADDPS X7, X1, X1               // -0 + 0 = +0
 applystore:
 	VMOVUPS X1, (DI)(AX*4)
-	ADDQ $4, AX
-	CMPQ AX, R10
-	JLT applych
-	ADDQ R9, SI
-	ADDQ R9, DI
-	ADDQ R9, DX
-	DECQ R8
-	JNZ applyrow
-	VZEROUPPER
-	RET
+	NEXTCH(applych)
+	NEXT3
+	NEXTROW(applyrow)
 
 // func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu int)
 // If relu, dy = 0 where !(act > 0) (stored back); sa[ch] += dy*xh (exact
 // product, so fusing does not change it); sb[ch] += dy.
 TEXT ·normSumsAVX2(SB), NOSPLIT, $0-72
-	MOVQ dy+0(FP), SI
-	MOVQ act+8(FP), DI
-	MOVQ xh+16(FP), DX
-	MOVQ rows+24(FP), R8
-	MOVQ c+32(FP), R9
-	SHLQ $2, R9
-	MOVQ c4+40(FP), R10
+	PTRS3(dy+0(FP), act+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
 	MOVQ sa+48(FP), R11
 	MOVQ sb+56(FP), R12
 	MOVQ relu+64(FP), BX
@@ -239,27 +223,15 @@ sumsnomask:
 	VMOVUPD Y2, (R11)(AX*8)
 	VADDPD (R12)(AX*8), Y0, Y3
 	VMOVUPD Y3, (R12)(AX*8)
-	ADDQ $4, AX
-	CMPQ AX, R10
-	JLT sumsch
-	ADDQ R9, SI
-	ADDQ R9, DI
-	ADDQ R9, DX
-	DECQ R8
-	JNZ sumsrow
-	VZEROUPPER
-	RET
+	NEXTCH(sumsch)
+	NEXT3
+	NEXTROW(sumsrow)
 
 // func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 // dx = float32((a[ch]*dy + b[ch]*xh) + e[ch]) in float64, not fused.
 TEXT ·normDxAVX2(SB), NOSPLIT, $0-72
-	MOVQ dy+0(FP), SI
-	MOVQ xh+8(FP), DX
-	MOVQ dx+16(FP), DI
-	MOVQ rows+24(FP), R8
-	MOVQ c+32(FP), R9
-	SHLQ $2, R9
-	MOVQ c4+40(FP), R10
+	PTRS3(dy+0(FP), dx+16(FP), xh+8(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
 	MOVQ a+48(FP), R11
 	MOVQ b+56(FP), R12
 	MOVQ e+64(FP), R13
@@ -274,25 +246,15 @@ dxch:
 	VADDPD (R13)(AX*8), Y0, Y0
 	VCVTPD2PSY Y0, X0
 	VMOVUPS X0, (DI)(AX*4)
-	ADDQ $4, AX
-	CMPQ AX, R10
-	JLT dxch
-	ADDQ R9, SI
-	ADDQ R9, DX
-	ADDQ R9, DI
-	DECQ R8
-	JNZ dxrow
-	VZEROUPPER
-	RET
+	NEXTCH(dxch)
+	NEXT3
+	NEXTROW(dxrow)
 
 // func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 // s[ch] += x (float64).
 TEXT ·chanSumsAVX2(SB), NOSPLIT, $0-40
 	MOVQ x+0(FP), SI
-	MOVQ rows+8(FP), R8
-	MOVQ c+16(FP), R9
-	SHLQ $2, R9
-	MOVQ c4+24(FP), R10
+	ROWS(rows+8(FP), c+16(FP), c4+24(FP))
 	MOVQ s+32(FP), R11
 csrow:
 	XORQ AX, AX
@@ -300,14 +262,9 @@ csch:
 	VCVTPS2PD (SI)(AX*4), Y0
 	VADDPD (R11)(AX*8), Y0, Y0
 	VMOVUPD Y0, (R11)(AX*8)
-	ADDQ $4, AX
-	CMPQ AX, R10
-	JLT csch
+	NEXTCH(csch)
 	ADDQ R9, SI
-	DECQ R8
-	JNZ csrow
-	VZEROUPPER
-	RET
+	NEXTROW(csrow)
 
 // func sumsqAVX2(v *float32, n int) float64
 // sum of v[k]^2 in float64 for k < n (a positive multiple of 16): term k
