@@ -442,7 +442,7 @@ func (p *Plan) newWorker() *worker {
 		if s.act == GELU {
 			w.pre[i] = make([]float32, C*s.out.Size())
 		}
-		maxFo = max(maxFo, s.fo, 2*s.in.C)
+		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
 			for _, t := range s.emb.Tables {
 				maxFo = max(maxFo, t.Dim)
@@ -689,10 +689,15 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 			copy(dst, src)
 			continue
 		}
-		for c := range in.C {
-			for k, v := range src[c*hw : (c+1)*hw] {
-				dst[k*in.C+c] = v
-			}
+		transpose(dst, src, in.C, hw)
+	}
+}
+
+// transpose writes the rows x cols matrix src into dst as cols x rows.
+func transpose(dst, src []float32, rows, cols int) {
+	for r := range rows {
+		for c, v := range src[r*cols : (r+1)*cols] {
+			dst[c*rows+r] = v
 		}
 	}
 }
@@ -704,8 +709,7 @@ func (p *Plan) forward(w *worker, m int) {
 		isz, osz := s.in.Size(), s.out.Size()
 		switch s.kind {
 		case kJoin:
-			copy(out[:m*osz], in[:m*osz])
-			add(out[:m*osz], w.act[s.skip][:m*osz])
+			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
 			U := w.u[i]
 			for j := range m {
@@ -745,9 +749,9 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
 			}
-			if s.act != Identity {
+			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
 			}
 		case kPool:
@@ -755,14 +759,8 @@ func (p *Plan) forward(w *worker, m int) {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
 			}
 		case kFlatten:
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz]
-				for k := range hw {
-					for c := range C {
-						dst[c*hw+k] = src[k*C+c]
-					}
-				}
+				transpose(out[j*osz:(j+1)*osz], in[j*isz:(j+1)*isz], s.in.H*s.in.W, s.in.C) // HWC to CHW
 			}
 		}
 	}
@@ -878,27 +876,28 @@ func (p *Plan) backward(w *worker, m int) {
 				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
 			}
 		case kNorm:
-			// The norm's own gradient (perExample, accumulate) reads
-			// d[i+1] after this: the gradient w.r.t. the affine output.
-			p.actGrad(w, i, dout[:m*osz])
-			if s.src == 0 {
-				continue
+			// d[i+1] becomes the gradient w.r.t. the affine output (ReLU's
+			// mask is fused into normBackward), and each example's affine
+			// gradient lands in its w.ex row for perExample and accumulate.
+			if s.act != Identity && s.act != ReLU {
+				p.actGrad(w, i, dout[:m*osz])
 			}
 			for j := range m {
-				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				var dx []float32
+				if s.src > 0 {
+					dx = din[j*isz : (j+1)*isz]
+				}
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
+			}
+			if s.src == 0 {
+				continue
 			}
 		case kFlatten:
 			if s.src == 0 {
 				continue
 			}
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz]
-				for k := range hw {
-					for c := range C {
-						dst[k*C+c] = src[c*hw+k]
-					}
-				}
+				transpose(din[j*isz:(j+1)*isz], dout[j*osz:(j+1)*osz], s.in.C, s.in.H*s.in.W) // CHW to HWC
 			}
 		}
 		if s.addGrad && s.src > 0 {
@@ -977,11 +976,7 @@ func (p *Plan) zeroExample(w *worker, j int) {
 func colSums(G []float32, fo int, col []float64) {
 	col = col[:fo]
 	clear(col)
-	for r := 0; r < len(G); r += fo {
-		for k, v := range G[r : r+fo] {
-			col[k] += float64(v)
-		}
-	}
+	chanSums(G, fo, col)
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf
@@ -998,7 +993,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			switch s.kind {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+				M := p.exGrad(w, s, j)
 				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
 				colSums(G, s.fo, w.col)
 				for k, v := range w.col[:s.fo] {
@@ -1019,7 +1014,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				})
 				sq[s.aff] = t
 			case kNorm:
-				M := p.normGrad(w, s, i, j)
+				M := p.exGrad(w, s, j)
 				sq[s.aff] = sumsq64(M)
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
@@ -1080,12 +1075,20 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
-// normGrad materializes example j's gradient of norm stage i in w.ex.
-func (p *Plan) normGrad(w *worker, s *stage, i, j int) []float32 {
-	M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-	sz := s.in.Size()
-	s.normGrad(w.d[i+1][j*sz:(j+1)*sz], w.xh[i][j*sz:(j+1)*sz], M, w.col)
-	return M
+// exGrad is example j's gradient of stage s (a norm, or a convolution on
+// the private path: weight, then bias) in w.ex.
+func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
+	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+}
+
+// factor is example j's clipping factor for affine layer aff (1 on the
+// non-private path) and whether its gradient enters the sum at all.
+func (p *Plan) factor(w *worker, j, aff int) (float32, bool) {
+	f := 1.0
+	if p.private {
+		f = w.c[j*p.naff+aff]
+	}
+	return float32(f), f != 0 && !w.bad[j]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1094,7 +1097,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 		s := &p.stages[i]
 		switch s.kind {
 		case kConv:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+			M := p.exGrad(w, s, j)
 			for r, e := range s.perm {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
@@ -1108,7 +1111,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 			})
 		case kNorm:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+			M := p.exGrad(w, s, j)
 			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
@@ -1132,21 +1135,17 @@ func (p *Plan) accumulate(w *worker, m int) {
 	if p.capture != nil {
 		return
 	}
-	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.kind == kEmbed {
 			sz, osz := s.in.Size(), s.out.Size()
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					axpy(float32(f), vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+					axpy(f, vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
 				})
 			}
 			continue
@@ -1156,35 +1155,18 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
-		if s.kind == kNorm {
-			// Per-example gradients (small: 2 per channel or feature),
-			// materialized by perExample on the private path.
+		if s.kind == kNorm || s.kind == kConv && p.private {
+			// Per-example gradients: materialized by backward (norms:
+			// small, 2 per channel or feature) or by perExample
+			// (convolutions on the private path).
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-				if !p.private {
-					M = p.normGrad(w, s, i, j)
-				}
-				axpy(float32(f), M[:s.w.Len], accW)
-				axpy(float32(f), M[s.w.Len:], accB)
-			}
-			continue
-		}
-		if s.kind == kConv && p.private {
-			for j := range m {
-				f := w.c[j*A+s.aff]
-				if f == 0 || w.bad[j] {
-					continue
-				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
-				axpy(float32(f), M[:s.fi*s.fo], accW)
-				axpy(float32(f), M[s.fi*s.fo:], accB)
+				M := p.exGrad(w, s, j)
+				axpy(f, M[:s.w.Len], accW)
+				axpy(f, M[s.w.Len:], accB)
 			}
 			continue
 		}
