@@ -211,7 +211,7 @@ func TestReleaseExact(t *testing.T) {
 					}
 				}
 			}
-			src, err := cfg.Mechanism.NewNoise(dim, noise.NoiseOptions{Seed: testSeed})
+			src, err := cfg.Mechanism.NewNoise(dim, noise.Options{Seed: testSeed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestBounding(t *testing.T) {
 	a := open(t, path, cfg)
 	defer a.Close()
 	ctx := context.Background()
-	src, err := cfg.Mechanism.NewNoise(d+1, noise.NoiseOptions{Seed: testSeed})
+	src, err := cfg.Mechanism.NewNoise(d+1, noise.Options{Seed: testSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +513,7 @@ func TestConcurrentAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := cfg.Mechanism.NewNoise(3, noise.NoiseOptions{Seed: testSeed})
+	src, _ := cfg.Mechanism.NewNoise(3, noise.Options{Seed: testSeed})
 	w := make([]float32, 3)
 	src.Next(w)
 	std := a.Ledger().NoiseStd

@@ -35,7 +35,7 @@ func ExampleWhitebox() {
 		if err != nil {
 			panic(err)
 		}
-		noise, _ := noise.NewIndependentNoise(steps, dim, noise.NoiseOptions{Seed: seed[:]})
+		noise, _ := noise.NewIndependent(steps, dim, noise.Options{Seed: seed[:]})
 		sum, z := make([]float32, dim), make([]float32, dim)
 		all := make([]int, canaries)
 		for j := range all {

@@ -85,7 +85,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	if err != nil {
 		t.Fatal(err)
 	}
-	noise, err := noise.NewNoiseSource(f, m, noise.NoiseOptions{Seed: seed[:]})
+	noise, err := noise.New(f, m, noise.Options{Seed: seed[:]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 // sums under min-sep participation (each example at most 5 times, 100 steps
 // apart) and scores it against the Toeplitz square root. The sensitivity
 // also holds for an unbounded stream (StreamSensitivity). Package noise
-// streams its noise with 2 buffers (noise.NewToeplitzNoise).
+// streams its noise with 2 buffers (noise.NewToeplitz).
 func ExampleOptimizeBLT() {
 	ctx := context.Background()
 	w, _ := mfnoise.PrefixSum(1000)

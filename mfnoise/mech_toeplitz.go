@@ -528,7 +528,7 @@ func packedSens2(c []float64, k, b int) float64 {
 
 // Factorization returns the dense factorization (C, B = A C^-1) for
 // cross-checks and the dense plan code; refused above DenseStepLimit.
-// noise.NewNoiseSource streams its noise with the mechanism's own buffers (Nbuf
+// noise.New streams its noise with the mechanism's own buffers (Nbuf
 // d-vectors for a BLT, not the n of a dense encoder).
 func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
 	if err := t.Validate(); err != nil {

@@ -47,7 +47,7 @@ func BenchmarkMemcpy(b *testing.B) {
 func BenchmarkGaussianAll(b *testing.B) {
 	for _, d := range benchDims {
 		b.Run(fmt.Sprintf("d=%d", d), func(b *testing.B) {
-			s, err := newIndependent[float32](1<<30, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newIndependent[float32](1<<30, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func BenchmarkBanded(b *testing.B) {
 			b.Run(fmt.Sprintf("d=%d/b=%d", d, bands), func(b *testing.B) {
 				rng := mrand.New(mrand.NewPCG(1, 2))
 				c := randBanded(n, bands, rng)
-				s, err := newRecursion[float32](c, d, NoiseOptions{Seed: testSeed(1)})
+				s, err := newRecursion[float32](c, d, Options{Seed: testSeed(1)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -103,7 +103,7 @@ func BenchmarkDense(b *testing.B) {
 	c := randDenseLower(n, rng)
 	for _, d := range []int{100_000} {
 		b.Run(fmt.Sprintf("stored/d=%d", d), func(b *testing.B) {
-			s, err := newRecursion[float32](c, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newRecursion[float32](c, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -123,7 +123,7 @@ func BenchmarkDense(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("blocked/d=%d", d), func(b *testing.B) {
 			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
-			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 64 << 20})
+			src, err := newNoiseSource[float32](f, d, Options{Seed: testSeed(1), MemoryBudget: 64 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -143,7 +143,7 @@ func BenchmarkDense(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("regenerate/d=%d", d), func(b *testing.B) {
 			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
-			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 1 << 20})
+			src, err := newNoiseSource[float32](f, d, Options{Seed: testSeed(1), MemoryBudget: 1 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func BenchmarkTreeOnline(b *testing.B) {
 		f := treeFact(b, prefixW(b, n), honaker)
 		for _, d := range []int{1_000_000} {
 			b.Run(fmt.Sprintf("honaker=%v/d=%d", honaker, d), func(b *testing.B) {
-				s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+				s, err := New(f, d, Options{Seed: testSeed(1)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -180,7 +180,7 @@ func BenchmarkTreeOnline(b *testing.B) {
 				peak := int64(0)
 				for b.Loop() {
 					if s.Step() == n {
-						s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+						s, _ = New(f, d, Options{Seed: testSeed(1)})
 					}
 					s.Next(dst)
 					peak = max(peak, s.MemoryBytes())
@@ -201,7 +201,7 @@ func BenchmarkTallDense(b *testing.B) {
 	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), mfnoise.Metadata{})
 	for _, budget := range []int64{0, 300 << 20} {
 		b.Run(fmt.Sprintf("budget=%dMB", budget>>20), func(b *testing.B) {
-			s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+			s, err := New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -209,7 +209,7 @@ func BenchmarkTallDense(b *testing.B) {
 			peak := int64(0)
 			for b.Loop() {
 				if s.Step() == n {
-					s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+					s, _ = New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 				}
 				s.Next(dst)
 				peak = max(peak, s.MemoryBytes())
@@ -239,7 +239,7 @@ func BenchmarkBLTNoise(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("gen/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
-			s, err := newToeplitzSource[float32](m, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newToeplitzSource[float32](m, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func BenchmarkBLTNoise(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 		})
 		b.Run(fmt.Sprintf("buffers/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
-			s, err := newToeplitzSource[float32](m, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newToeplitzSource[float32](m, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,13 +5,13 @@
 // clipped gradients and lets the optimizer apply A (SPEC 6 of
 // docs/math.md).
 //
-// A NoiseSource streams W_1, W_2, ... checkpointably (MarshalBinary holds
+// A Source streams W_1, W_2, ... checkpointably (MarshalBinary holds
 // the complete state) in the memory the mechanism needs: nothing for
 // DP-SGD, b-1 rows for a b-banded encoder, O(log n) rows for a binary tree
 // with an online decoder, Nbuf rows for a buffered linear Toeplitz (BLT)
-// encoder, and within NoiseOptions.MemoryBudget by regenerating noise rows
+// encoder, and within Options.MemoryBudget by regenerating noise rows
 // when the fastest method does not fit. Every method draws the same
-// Gaussian rows z_j from the seed (see NoiseOptions), so they agree to
+// Gaussian rows z_j from the seed (see Options), so they agree to
 // rounding and a source can be rebuilt and resumed from a checkpoint.
 //
 // Package mfnoise owns the mechanisms (workloads, encoders and decoders,

@@ -10,7 +10,7 @@ import (
 )
 
 // A 2-banded encoder for 4 steps of SGD, streamed with one buffered row.
-func ExampleNewNoiseSource() {
+func ExampleNew() {
 	const n, d = 4, 10
 	w, err := mfnoise.PrefixSum(n)
 	if err != nil {
@@ -36,7 +36,7 @@ func ExampleNewNoiseSource() {
 	}
 
 	// The default seed comes from crypto/rand.
-	src, err := noise.NewNoiseSource(f, d, noise.NoiseOptions{})
+	src, err := noise.New(f, d, noise.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func ExampleNewNoiseSource() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	resumed, _ := noise.NewNoiseSource(f, d, noise.NoiseOptions{})
+	resumed, _ := noise.New(f, d, noise.Options{})
 	if err := resumed.UnmarshalBinary(state); err != nil {
 		log.Fatal(err)
 	}
@@ -73,12 +73,12 @@ func ExampleNewNoiseSource() {
 // A BLT with 2 buffers over 1000 steps streams its noise for a model of 10
 // coordinates with 2 d-vectors of state, whatever n: no n x n matrix is
 // formed.
-func ExampleNewToeplitzNoise() {
+func ExampleNewToeplitz() {
 	blt, err := mfnoise.NewBLT("blt:2", 1000, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	src, err := noise.NewToeplitzNoise(blt, 10, noise.NoiseOptions{}) // CSPRNG seed
+	src, err := noise.NewToeplitz(blt, 10, noise.Options{}) // CSPRNG seed
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestStateFormatUnchanged(t *testing.T) {
 func goldenStateHashes(t *testing.T) map[string]string {
 	const n, d, at = 12, 40, 5
 	out := map[string]string{}
-	add := func(name string, s NoiseSource, err error) {
+	add := func(name string, s Source, err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,19 +76,19 @@ func goldenStateHashes(t *testing.T) map[string]string {
 		}
 		out[name] = hex.EncodeToString(h.Sum(nil)[:8])
 	}
-	opt := NoiseOptions{Seed: testSeed(9), Workers: 1}
+	opt := Options{Seed: testSeed(9), Workers: 1}
 	for _, nf := range testFacts(t, n) {
-		s, err := NewNoiseSource(nf.f, d, opt)
+		s, err := New(nf.f, d, opt)
 		add(nf.name+"/"+string(nf.f.Workload.Kind), s, err)
 	}
 	sq, _ := mfnoise.SqrtToeplitz(n)
-	s, err := NewToeplitzNoise(sq, d, opt)
+	s, err := NewToeplitz(sq, d, opt)
 	add("sqrt", s, err)
 	blt, _ := mfnoise.NewBLT("blt:2", n, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
-	s, err = NewToeplitzNoise(blt, d, opt)
+	s, err = NewToeplitz(blt, d, opt)
 	add("blt:2", s, err)
 	bisr, _ := mfnoise.BandedInverseSqrt(n, 3)
-	s, err = NewToeplitzNoise(bisr, d, opt)
+	s, err = NewToeplitz(bisr, d, opt)
 	add("bisr:3", s, err)
 	return out
 }

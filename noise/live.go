@@ -337,7 +337,7 @@ func (lc *liveCols) peakSlots(threshold int) int {
 	return peak
 }
 
-func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (streamer[T], error) {
+func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[T], error) {
 	lc, mech, err := newLiveCols(g)
 	if err != nil {
 		return nil, err

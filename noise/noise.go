@@ -16,15 +16,15 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// NoiseSource yields the gradient-space noise W_i of a factorization one
+// Source yields the gradient-space noise W_i of a factorization one
 // step at a time (SPEC 6): W = A^-1 B Z, which is C^-1 Z for a square
 // lower-triangular encoder and C^+ Z for a tall encoder with the optimal
 // decoder. The noise has unit scale: the trainer multiplies it by
 // sigma * clip norm * sensitivity.
 //
-// A NoiseSource is not safe for concurrent use; Next itself uses the
+// A Source is not safe for concurrent use; Next itself uses the
 // configured number of worker goroutines.
-type NoiseSource interface {
+type Source interface {
 	// Next fills dst (len(dst) == Dim()) with the next step's W_i. It
 	// returns an error past step N or for a wrong length.
 	Next(dst []float32) error
@@ -54,7 +54,7 @@ type NoiseSource interface {
 	UnmarshalBinary(data []byte) error
 }
 
-// Kinds of noise source, as reported by NoiseSource.Kind.
+// Kinds of noise source, as reported by Source.Kind.
 const (
 	// KindIndependent is DP-SGD: W_i = z_i. No state.
 	KindIndependent = "independent"
@@ -94,7 +94,7 @@ const (
 	KindDenseBlocked = "dense-blocked"
 )
 
-// NoiseOptions configures a noise source. The zero value is a crypto/rand
+// Options configures a noise source. The zero value is a crypto/rand
 // seed, no memory limit and GOMAXPROCS workers.
 //
 // Randomness layout (fixed, so any z_j can be regenerated and every method
@@ -103,7 +103,7 @@ const (
 // s of row j is a ChaCha8 stream seeded with SHA-256(key_j, s), turned into
 // normals by an exact 256-layer ziggurat. Shards are independent, so the
 // workers split them without changing the noise.
-type NoiseOptions struct {
+type Options struct {
 	// Seed is nil for a seed from crypto/rand (the default, required for
 	// privacy) or exactly 32 bytes for reproducible experiments. With a
 	// fixed seed the noise is public knowledge to anyone who has the seed.
@@ -132,9 +132,9 @@ type NoiseOptions struct {
 // caught by it; a residue entry that survives costs memory, not accuracy.
 const StructuralZeroTol = 1e-13
 
-// NewIndependentNoise returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
+// NewIndependent returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
 // of length d.
-func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
+func NewIndependent(n, d int, opt Options) (Source, error) {
 	s, err := newIndependent[float32](n, d, opt)
 	if err != nil {
 		return nil, err
@@ -142,7 +142,7 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 	return source32{s}, nil
 }
 
-// NewNoiseSource returns a streaming source of the gradient-space noise of f
+// New returns a streaming source of the gradient-space noise of f
 // for a model of dimension d, choosing the method from the structure of the
 // encoder and decoder and opt.MemoryBudget:
 //   - C = I: KindIndependent;
@@ -169,7 +169,7 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 //
 // A^-1 B is computed in O(n m) from the factored inverse of the workload.
 // Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).
-func NewNoiseSource(f *mfnoise.Factorization, d int, opt NoiseOptions) (NoiseSource, error) {
+func New(f *mfnoise.Factorization, d int, opt Options) (Source, error) {
 	s, err := newNoiseSource[float32](f, d, opt)
 	if err != nil {
 		return nil, err
@@ -188,7 +188,7 @@ type streamer[T floatT] interface {
 	restoreState(r *reader) error // after base().step is set
 }
 
-// source32 adapts a float32 streamer to NoiseSource.
+// source32 adapts a float32 streamer to Source.
 type source32 struct{ s streamer[float32] }
 
 func (s source32) Next(dst []float32) error { return s.s.next(dst) }
@@ -214,7 +214,7 @@ type common struct {
 	gens    []*mrand.ChaCha8
 }
 
-func newCommon[T floatT](kind string, n, m, d int, opt NoiseOptions) (*common, error) {
+func newCommon[T floatT](kind string, n, m, d int, opt Options) (*common, error) {
 	if n <= 0 || d <= 0 {
 		return nil, invalidf("n = %d and d = %d must be positive", n, d)
 	}
@@ -282,8 +282,8 @@ func (c *common) forShards(fn func(w, s int)) {
 	wg.Wait()
 }
 
-// newNoiseSource picks the method for f (see NewNoiseSource).
-func newNoiseSource[T floatT](f *mfnoise.Factorization, d int, opt NoiseOptions) (streamer[T], error) {
+// newNoiseSource picks the method for f (see New).
+func newNoiseSource[T floatT](f *mfnoise.Factorization, d int, opt Options) (streamer[T], error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return nil, invalidf("nil factorization")
 	}

@@ -397,7 +397,7 @@ func TestNoiseExactness(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/n=%d/d=%d", nf.name, nf.f.Workload.Kind, n, d)
 				t.Run(name, func(t *testing.T) {
 					z := zRows(seed, m, d)
-					s64, err := newNoiseSource[float64](nf.f, d, NoiseOptions{Seed: seed})
+					s64, err := newNoiseSource[float64](nf.f, d, Options{Seed: seed})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -405,7 +405,7 @@ func TestNoiseExactness(t *testing.T) {
 						t.Fatalf("kind %q, want %q", s64.base().kind, nf.kind)
 					}
 					checkAgainstRef(t, streamAll(t, s64), g, z, 1e-12)
-					s32, err := NewNoiseSource(nf.f, d, NoiseOptions{Seed: seed})
+					s32, err := New(nf.f, d, Options{Seed: seed})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -436,11 +436,11 @@ func TestRegenerateMatchesStored(t *testing.T) {
 		{onlineTreeFact(t, momentumW(t, n)), 16*d + 32*127 + 2*8*d, KindLiveRegenerate},
 	}
 	for _, c := range cases {
-		fast, err := newNoiseSource[float64](c.f, d, NoiseOptions{Seed: seed})
+		fast, err := newNoiseSource[float64](c.f, d, Options{Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow, err := newNoiseSource[float64](c.f, d, NoiseOptions{Seed: seed, MemoryBudget: c.budget, Workers: 1})
+		slow, err := newNoiseSource[float64](c.f, d, Options{Seed: seed, MemoryBudget: c.budget, Workers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +466,7 @@ func TestRegenerateMatchesStored(t *testing.T) {
 
 func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	const n, d = 200, 10
-	s, err := newNoiseSource[float32](onlineTreeFact(t, prefixW(t, n)), d, NoiseOptions{Seed: testSeed(1), Workers: 1})
+	s, err := newNoiseSource[float32](onlineTreeFact(t, prefixW(t, n)), d, Options{Seed: testSeed(1), Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +483,7 @@ func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	// a complete subtree's nodes have proportional futures (level weights
 	// 2^-j), so one slot per subtree of the decomposition suffices.
 	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
-		s, err := newNoiseSource[float32](treeFact(t, w, true), d, NoiseOptions{Seed: testSeed(1), Workers: 1})
+		s, err := newNoiseSource[float32](treeFact(t, w, true), d, Options{Seed: testSeed(1), Workers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,7 +500,7 @@ func TestStampedPerBlockMemory(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(2, 2))
 	h := n / 4
 	sq := blockDiag(randDenseLower(h, rng), randDenseLower(h, rng), randDenseLower(h, rng), randDenseLower(h, rng))
-	s, err := NewNoiseSource(squareFact(t, prefixW(t, n), sq, mfnoise.Metadata{Stamps: 4}), d, NoiseOptions{Seed: testSeed(1)})
+	s, err := New(squareFact(t, prefixW(t, n), sq, mfnoise.Metadata{Stamps: 4}), d, Options{Seed: testSeed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestStampedPerBlockMemory(t *testing.T) {
 	}
 	tc, _ := treeEncoder(h)
 	tall := blockDiag(tc, tc, tc, tc)
-	s2, err := newNoiseSource[float32](optimalFact(t, prefixW(t, n), tall, mfnoise.Metadata{Stamps: 4}), d, NoiseOptions{Seed: testSeed(1)})
+	s2, err := newNoiseSource[float32](optimalFact(t, prefixW(t, n), tall, mfnoise.Metadata{Stamps: 4}), d, Options{Seed: testSeed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +533,7 @@ func TestNoiseCovariance(t *testing.T) {
 		onlineTreeFact(t, w),
 	}
 	for fi, f := range facts {
-		s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(byte(fi))})
+		s, err := New(f, d, Options{Seed: testSeed(byte(fi))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -571,8 +571,8 @@ func TestNoiseCheckpointResume(t *testing.T) {
 	for _, nf := range testFacts(t, n) {
 		for _, budget := range []int64{0, 800000 + 2*d*4} {
 			t.Run(fmt.Sprintf("%s/%s/budget=%d", nf.name, nf.f.Workload.Kind, budget), func(t *testing.T) {
-				opt := NoiseOptions{Seed: testSeed(4), MemoryBudget: budget}
-				ref, err := NewNoiseSource(nf.f, d, opt)
+				opt := Options{Seed: testSeed(4), MemoryBudget: budget}
+				ref, err := New(nf.f, d, opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -584,7 +584,7 @@ func TestNoiseCheckpointResume(t *testing.T) {
 					}
 				}
 				for _, at := range []int{0, 1, 5, n} {
-					a, _ := NewNoiseSource(nf.f, d, opt)
+					a, _ := New(nf.f, d, opt)
 					buf := make([]float32, d)
 					for range at {
 						a.Next(buf)
@@ -599,7 +599,7 @@ func TestNoiseCheckpointResume(t *testing.T) {
 					if budget == 0 {
 						workers = 1
 					}
-					b, err := NewNoiseSource(nf.f, d, NoiseOptions{MemoryBudget: budget, Workers: workers})
+					b, err := New(nf.f, d, Options{MemoryBudget: budget, Workers: workers})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -631,7 +631,7 @@ func TestNoiseWorkersDoNotChangeNoise(t *testing.T) {
 	for _, nf := range testFacts(t, n+1)[:5] {
 		var outs [2][]float32
 		for wi, workers := range []int{1, 2} {
-			s, err := NewNoiseSource(nf.f, d, NoiseOptions{Seed: testSeed(2), Workers: workers})
+			s, err := New(nf.f, d, Options{Seed: testSeed(2), Workers: workers})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -655,8 +655,8 @@ func TestNoiseErrors(t *testing.T) {
 	f1 := squareFact(t, w, randBanded(6, 2, rng), mfnoise.Metadata{})
 	f2 := squareFact(t, w, randBanded(6, 2, rng), mfnoise.Metadata{})
 	ft := onlineTreeFact(t, w)
-	opt := NoiseOptions{Seed: testSeed(0)}
-	s, err := NewNoiseSource(f1, 10, opt)
+	opt := Options{Seed: testSeed(0)}
+	s, err := New(f1, 10, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,11 +673,11 @@ func TestNoiseErrors(t *testing.T) {
 		t.Fatalf("past n: %v", err)
 	}
 	state, _ := s.MarshalBinary()
-	for name, fn := range map[string]func() (NoiseSource, error){
-		"other mechanism": func() (NoiseSource, error) { return NewNoiseSource(f2, 10, opt) },
-		"other d":         func() (NoiseSource, error) { return NewNoiseSource(f1, 11, opt) },
-		"other kind":      func() (NoiseSource, error) { return NewNoiseSource(ft, 10, opt) },
-		"independent":     func() (NoiseSource, error) { return NewIndependentNoise(6, 10, opt) },
+	for name, fn := range map[string]func() (Source, error){
+		"other mechanism": func() (Source, error) { return New(f2, 10, opt) },
+		"other d":         func() (Source, error) { return New(f1, 11, opt) },
+		"other kind":      func() (Source, error) { return New(ft, 10, opt) },
+		"independent":     func() (Source, error) { return NewIndependent(6, 10, opt) },
 	} {
 		o, err := fn()
 		if err != nil {
@@ -692,8 +692,8 @@ func TestNoiseErrors(t *testing.T) {
 	}
 	// Same mechanism, another memory plan.
 	fd := squareFact(t, w, randDenseLower(6, rng), mfnoise.Metadata{})
-	fast, _ := NewNoiseSource(fd, 1000, opt)
-	slow, err := NewNoiseSource(fd, 1000, NoiseOptions{MemoryBudget: 15000, Workers: 1})
+	fast, _ := New(fd, 1000, opt)
+	slow, err := New(fd, 1000, Options{MemoryBudget: 15000, Workers: 1})
 	if err != nil || slow.Kind() != KindDenseRegenerate || fast.Kind() != KindDenseStored {
 		t.Fatalf("budget 15000: %v %v", slow, err)
 	}
@@ -701,47 +701,47 @@ func TestNoiseErrors(t *testing.T) {
 	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("restore into another plan: %v", err)
 	}
-	o, _ := NewNoiseSource(f1, 10, opt)
+	o, _ := New(f1, 10, opt)
 	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("truncated state: %v", err)
 	}
 	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("garbage state: %v", err)
 	}
-	if _, err := NewNoiseSource(f1, 10, NoiseOptions{Seed: []byte{1, 2}}); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(f1, 10, Options{Seed: []byte{1, 2}}); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("short seed: %v", err)
 	}
-	if _, err := NewNoiseSource(f1, 0, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(f1, 0, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("d = 0: %v", err)
 	}
-	if _, err := NewIndependentNoise(0, 5, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("n = 0: %v", err)
 	}
-	if _, err := NewNoiseSource(ft, 1<<20, NoiseOptions{MemoryBudget: 1000}); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("budget below scratch: %v", err)
 	}
 	bad := *f1
 	bad.Encoder = mat.DenseCopyOf(f1.Encoder)
 	bad.Encoder.Set(3, 1, math.NaN())
-	if _, err := NewNoiseSource(&bad, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(&bad, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("NaN in the encoder: %v", err)
 	}
-	if _, err := NewNoiseSource(nil, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(nil, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("nil factorization: %v", err)
 	}
 }
 
 func TestDefaultSeedIsFresh(t *testing.T) {
-	a, _ := NewIndependentNoise(1, 8, NoiseOptions{})
-	b, _ := NewIndependentNoise(1, 8, NoiseOptions{})
+	a, _ := NewIndependent(1, 8, Options{})
+	b, _ := NewIndependent(1, 8, Options{})
 	x, y := make([]float32, 8), make([]float32, 8)
 	a.Next(x)
 	b.Next(y)
 	if slices.Equal(x, y) {
 		t.Fatal("two crypto-seeded sources gave the same noise")
 	}
-	c, _ := NewIndependentNoise(1, 8, NoiseOptions{Seed: testSeed(1)})
-	e, _ := NewIndependentNoise(1, 8, NoiseOptions{Seed: testSeed(1)})
+	c, _ := NewIndependent(1, 8, Options{Seed: testSeed(1)})
+	e, _ := NewIndependent(1, 8, Options{Seed: testSeed(1)})
 	c.Next(x)
 	e.Next(y)
 	if !slices.Equal(x, y) {
@@ -785,7 +785,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 	seed := testSeed(8)
 	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
 		f := rankOneFact(t, w, mrand.New(mrand.NewPCG(3, 4)))
-		s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed})
+		s, err := newNoiseSource[float64](f, d, Options{Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -799,7 +799,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 		z := zRows(seed, 2*n, d)
 		checkAgainstRef(t, streamAll(t, s), g, z, 1e-12)
 		// Regenerating everything (no merging) gives the same noise.
-		slow, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed, MemoryBudget: 16*d + 64*n})
+		slow, err := newNoiseSource[float64](f, d, Options{Seed: seed, MemoryBudget: 16*d + 64*n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -807,7 +807,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 			t.Fatalf("kind %s, want %s", slow.base().kind, KindTallRegenerate)
 		}
 		checkAgainstRef(t, streamAll(t, slow), g, z, 1e-12)
-		s32, _ := NewNoiseSource(f, d, NoiseOptions{Seed: seed})
+		s32, _ := New(f, d, Options{Seed: seed})
 		checkAgainstRef(t, streamAll(t, s32.(source32).s), g, z, 1e-5)
 	}
 }
@@ -875,7 +875,7 @@ func newBlockForTest[T floatT](t *testing.T, f *mfnoise.Factorization, d, bt int
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newCommon[T](KindTallBlocked, n, m, d, NoiseOptions{Workers: workers})
+	c, err := newCommon[T](KindTallBlocked, n, m, d, Options{Workers: workers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -928,14 +928,14 @@ func TestBlockedChosenUnderBudget(t *testing.T) {
 	f := optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), mfnoise.Metadata{})
 	// All of Z needs 32 rows (12.8 MB); allow about 8 rows.
 	budget := int64(8*d*4 + 2<<20)
-	s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+	s, err := New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Kind() != KindTallBlocked || s.MemoryBytes() > budget {
 		t.Fatalf("kind %s, memory %d, want %s within %d", s.Kind(), s.MemoryBytes(), KindTallBlocked, budget)
 	}
-	full, _ := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+	full, _ := New(f, d, Options{Seed: testSeed(1)})
 	x, y := make([]float32, d), make([]float32, d)
 	for range n {
 		s.Next(x)

@@ -30,7 +30,7 @@ import (
 // part of the noise definition: changing it changes every z.
 const shardLen = 1 << 15
 
-// seedLen is the length of an explicit NoiseOptions.Seed.
+// seedLen is the length of an explicit Options.Seed.
 const seedLen = 32
 
 type key [32]byte

@@ -12,7 +12,7 @@ import (
 // randomness layout), so the exactness tests compare it with the dense
 // C^-1 Z.
 
-// Kinds of the Toeplitz noise sources, as reported by NoiseSource.Kind.
+// Kinds of the Toeplitz noise sources, as reported by Source.Kind.
 const (
 	// KindToeplitzRing is a p-band Toeplitz encoder streamed by back
 	// substitution with p-1 buffered rows of W (O(p d) memory; p = n for
@@ -26,16 +26,16 @@ const (
 	KindBLTBuffers = "blt-buffers"
 )
 
-// NewToeplitzNoise returns the streamed gradient-space noise W = C^-1 Z of
-// the Toeplitz mechanism t for a model of dimension d (see NoiseSource and
-// NoiseOptions; CSPRNG seed by default) in O(n) memory for the mechanism:
+// NewToeplitz returns the streamed gradient-space noise W = C^-1 Z of
+// the Toeplitz mechanism t for a model of dimension d (see Source and
+// Options; CSPRNG seed by default) in O(n) memory for the mechanism:
 // no n x n matrix is formed. C = I (DP-SGD, c = (1)) is KindIndependent,
-// as NewNoiseSource streams it. A BLT keeps Nbuf buffers of d float32; a
+// as New streams it. A BLT keeps Nbuf buffers of d float32; a
 // p-band encoder keeps p-1 rows, refused with the memory it needs when it
 // exceeds opt.MemoryBudget.
-func NewToeplitzNoise(t *mfnoise.Toeplitz, d int, opt NoiseOptions) (NoiseSource, error) {
+func NewToeplitz(t *mfnoise.Toeplitz, d int, opt Options) (Source, error) {
 	if t != nil && t.BLT == nil && t.InvCoef == nil && len(t.Coef) == 1 && t.Coef[0] == 1 {
-		return NewIndependentNoise(t.N, d, opt)
+		return NewIndependent(t.N, d, opt)
 	}
 	s, err := newToeplitzSource[float32](t, d, opt)
 	if err != nil {
@@ -60,7 +60,7 @@ type toeplitzSource[T floatT] struct {
 	scratch [][]T
 }
 
-func newToeplitzSource[T floatT](t *mfnoise.Toeplitz, d int, opt NoiseOptions) (*toeplitzSource[T], error) {
+func newToeplitzSource[T floatT](t *mfnoise.Toeplitz, d int, opt Options) (*toeplitzSource[T], error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func TestToeplitzNoiseExact(t *testing.T) {
 	z := zRows(seed, n, d)
 	w := prefixW(t, n)
 	for _, m := range toeplitzMechs(t, n) {
-		s, err := newToeplitzSource[float64](m, d, NoiseOptions{Seed: seed, Workers: 2})
+		s, err := newToeplitzSource[float64](m, d, Options{Seed: seed, Workers: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,8 +65,8 @@ func TestToeplitzNoiseExact(t *testing.T) {
 			checkAgainstRef(t, streamAll(t, s), refG(t, f), z, 1e-11)
 		})
 		// Checkpoint at step 17, resume into a fresh source.
-		a, _ := NewToeplitzNoise(m, d, NoiseOptions{Seed: seed})
-		b, _ := NewToeplitzNoise(m, d, NoiseOptions{Seed: seed})
+		a, _ := NewToeplitz(m, d, Options{Seed: seed})
+		b, _ := NewToeplitz(m, d, Options{Seed: seed})
 		buf := make([]float32, d)
 		for range 17 {
 			a.Next(buf)
@@ -108,7 +108,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 			t.Fatal(err)
 		}
 		seed := testSeed(3)
-		s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed})
+		s, err := newNoiseSource[float64](f, d, Options{Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := testSeed(4)
-	s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed, MemoryBudget: 2000})
+	s, err := newNoiseSource[float64](f, d, Options{Seed: seed, MemoryBudget: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	}
 	checkAgainstRef(t, streamAll(t, s), refG(t, f), zRows(seed, n, d), 1e-11)
 	m, _ := mfnoise.SqrtToeplitz(n)
-	if _, err := NewToeplitzNoise(m, d, NoiseOptions{MemoryBudget: 100}); err == nil || !strings.Contains(err.Error(), "over the budget") {
+	if _, err := NewToeplitz(m, d, Options{MemoryBudget: 100}); err == nil || !strings.Contains(err.Error(), "over the budget") {
 		t.Fatalf("sqrt source over budget: %v", err)
 	}
 }
@@ -143,17 +143,17 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 // TestToeplitzNoiseBadInput: an empty mechanism and a square root over the
 // memory budget are refused with an error, not a panic.
 func TestToeplitzNoiseBadInput(t *testing.T) {
-	if _, err := NewToeplitzNoise(&mfnoise.Toeplitz{Name: "x", N: 5}, 3, NoiseOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := NewToeplitz(&mfnoise.Toeplitz{Name: "x", N: 5}, 3, Options{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("empty mechanism: %v", err)
 	}
 	m, _ := mfnoise.SqrtToeplitz(100)
-	if _, err := NewToeplitzNoise(m, 1000, NoiseOptions{MemoryBudget: 1 << 10}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "over the budget") {
+	if _, err := NewToeplitz(m, 1000, Options{MemoryBudget: 1 << 10}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "over the budget") {
 		t.Errorf("over budget: %v", err)
 	}
 }
 
 // TestToeplitzIdentityIsIndependent: DP-SGD as a Toeplitz mechanism (c =
-// (1)) streams as the independent source NewNoiseSource gives its dense
+// (1)) streams as the independent source New gives its dense
 // identity encoder, so the two agree bit for bit and share checkpoints.
 func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	const n, d = 6, 9
@@ -161,8 +161,8 @@ func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := NoiseOptions{Seed: testSeed(2)}
-	a, err := NewToeplitzNoise(m, d, opt)
+	opt := Options{Seed: testSeed(2)}
+	a, err := NewToeplitz(m, d, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewNoiseSource(dense, d, opt)
+	b, err := New(dense, d, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

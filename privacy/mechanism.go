@@ -31,7 +31,7 @@ type Mechanism interface {
 // ToeplitzMechanism is a mechanism whose encoder is lower-triangular
 // Toeplitz (DP-SGD, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS). The
 // planner works on its O(n) description: sensitivity, loss and the
-// streamed noise (noise.NewToeplitzNoise) need no n x n matrix, so a run is
+// streamed noise (noise.NewToeplitz) need no n x n matrix, so a run is
 // not limited to mfnoise.DenseStepLimit steps.
 type ToeplitzMechanism interface {
 	Mechanism

@@ -124,7 +124,7 @@ type Plan struct {
 func (p *Plan) Assumptions() []string { return p.Ledger.Assumptions }
 
 // Factorization is the mechanism's dense factorization, whose encoder's
-// noise noise.NewNoiseSource streams. A plan for a ToeplitzMechanism holds
+// noise noise.New streams. A plan for a ToeplitzMechanism holds
 // its O(n) description instead (Toeplitz); its dense factorization is
 // built here on demand, and refused above mfnoise.DenseStepLimit steps.
 func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
@@ -135,7 +135,7 @@ func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
 }
 
 // Toeplitz is the mechanism of a plan made for a ToeplitzMechanism, whose
-// noise noise.NewToeplitzNoise streams; nil for any other mechanism.
+// noise noise.NewToeplitz streams; nil for any other mechanism.
 func (p *Plan) Toeplitz() *mfnoise.Toeplitz { return p.toeplitz }
 
 // Composition is the plan's accounting event as a function of sigma and the

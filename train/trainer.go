@@ -97,7 +97,7 @@ type Trainer struct {
 	model   models.Model
 	engine  *clip.Engine
 	sampler sampler.Sampler
-	noise   noise.NoiseSource
+	noise   noise.Source
 	opt     optim.Optimizer
 	eps     float64 // epsilon after the last evaluated step
 	// broken is set when a step failed after its noise was drawn (see
@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, err
 		}
-		nopt := noise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
+		nopt := noise.Options{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
 		t.noise, err = newNoise(t.plan, cfg.Steps, d, nopt)
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
@@ -576,16 +576,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // newNoise is the plan's noise source: a Toeplitz mechanism's own O(n)
 // source (no n x n matrix, so any number of steps), else the dense
 // factorization's.
-func newNoise(p *Plan, steps, d int, opt noise.NoiseOptions) (noise.NoiseSource, error) {
+func newNoise(p *Plan, steps, d int, opt noise.Options) (noise.Source, error) {
 	if tp := p.Toeplitz(); tp != nil {
-		return noise.NewToeplitzNoise(tp, d, opt)
+		return noise.NewToeplitz(tp, d, opt)
 	}
 	f, err := p.Factorization()
 	if err != nil {
 		return nil, err
 	}
 	if f == nil {
-		return noise.NewIndependentNoise(steps, d, opt)
+		return noise.NewIndependent(steps, d, opt)
 	}
-	return noise.NewNoiseSource(f, d, opt)
+	return noise.New(f, d, opt)
 }

@@ -331,7 +331,7 @@ func verifyExactlyOnce(t *testing.T, seed []byte, l aggregate.Ledger, releases m
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := mech.NewNoise(crashDim+1, noise.NoiseOptions{Seed: seed})
+	src, err := mech.NewNoise(crashDim+1, noise.Options{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
