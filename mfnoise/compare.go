@@ -205,14 +205,11 @@ func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow,
 		Sensitivity:       sens.Value,
 		SensitivityExact:  sens.Exact,
 		SensitivityMethod: sens.Method,
-		StepRMSE:          make([]float64, len(r)),
 	}
-	fro := 0.0
-	for i, v := range r {
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
+	row.Loss, row.StepRMSE = errorProfile(sens.Value, r)
+	for i, v := range row.StepRMSE {
+		row.StepRMSE[i] = math.Sqrt(v)
 	}
-	row.Loss = sens.Value * sens.Value * fro
 	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
 	if !finiteFloat(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)

@@ -55,7 +55,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	mech := fs.String("mechanism", "gaussian", "gaussian (one Gaussian mechanism, e.g. an unamplified MF mechanism with sensitivity 1), dpsgd (Poisson-subsampled), or bandmf (amplified banded MF)")
 	sigma := fs.Float64("sigma", 0, "noise multiplier: report epsilon")
 	eps := fs.Float64("epsilon", 0, "target epsilon: report the noise multiplier")
-	delta := fs.Float64("delta", 1e-5, "delta")
+	delta := fs.Float64("delta", privacy.DefaultDelta(0), "delta")
 	q := fs.Float64("q", 0, "sampling rate (dpsgd); or give -examples and -batch")
 	examples := fs.Int("examples", 0, "number of training examples M (dpsgd, bandmf)")
 	batch := fs.Int("batch", 0, "expected batch size B (dpsgd, bandmf)")
