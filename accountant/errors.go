@@ -2,7 +2,6 @@ package accountant
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 )
@@ -22,7 +21,7 @@ var (
 )
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("accountant: "+format+": %w", append(args, ErrInvalid)...)
+	return dpcore.Invalidf("accountant: "+format, args...)
 }
 
 func checkSigma(sigma float64) error {

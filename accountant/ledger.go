@@ -68,7 +68,13 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, adj Adjacency, para
 	if err != nil {
 		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
 	}
-	eps, err := acct.Epsilon(e, delta)
+	var eps float64
+	var used pldUsed
+	if p, ok := acct.(*pldAccountant); ok {
+		eps, used, err = p.epsilonUsed(e, delta)
+	} else {
+		eps, err = acct.Epsilon(e, delta)
+	}
 	if err != nil {
 		return LedgerEntry{}, fmt.Errorf("ledger: %w", err)
 	}
@@ -89,7 +95,7 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, adj Adjacency, para
 	return LedgerEntry{
 		Event:            raw,
 		Accountant:       acct.Name(),
-		AccountantConfig: config(acct),
+		AccountantConfig: config(acct, used),
 		Params:           params,
 		Epsilon:          eps,
 		Delta:            delta,
@@ -98,18 +104,29 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, adj Adjacency, para
 	}, nil
 }
 
-// config describes the settings of the package's accountants.
-func config(acct Accountant) map[string]any {
+// config describes the settings the package's accountants used. For PLD
+// that is the grid spacing of the evaluation (used), which is wider than
+// the configured one when a loss distribution would exceed MaxBins cells;
+// an exact Gaussian uses no grid.
+func config(acct Accountant, used pldUsed) map[string]any {
 	switch a := acct.(type) {
 	case *rdpAccountant:
 		return map[string]any{"orders": a.orders}
 	case *pldAccountant:
-		return map[string]any{
-			"discretization_interval": a.opt.DiscretizationInterval,
-			"tail_mass":               a.opt.TailMass,
-			"max_bins":                a.opt.MaxBins,
-			"discretization":          "connect-the-dots (pessimistic)",
+		c := map[string]any{
+			"configured_discretization_interval": a.opt.DiscretizationInterval,
+			"tail_mass":                          a.opt.TailMass,
+			"max_bins":                           a.opt.MaxBins,
+			"discretization":                     "none (exact Gaussian)",
 		}
+		if used.step > 0 {
+			c["discretization_interval"] = used.step
+			c["discretization"] = "connect-the-dots (pessimistic)"
+		}
+		if used.byRDP {
+			c["epsilon_from"] = "rdp (the RDP bound of the same event was smaller than the PLD one)"
+		}
+		return c
 	}
 	return nil
 }

@@ -101,18 +101,40 @@ func NewPLD(opt PLDOptions) Accountant {
 func (p *pldAccountant) Name() string { return "pld" }
 
 func (p *pldAccountant) Epsilon(e Event, delta float64) (float64, error) {
+	eps, _, err := p.epsilonUsed(e, delta)
+	return eps, err
+}
+
+// pldUsed is what one evaluation actually used, for the ledger: the grid
+// spacing (the widest of the two directions, after any widening; 0 for an
+// exact Gaussian, which needs no grid) and whether the RDP bound, being
+// smaller, was the answer.
+type pldUsed struct {
+	step  float64
+	byRDP bool
+}
+
+// epsilonUsed is Epsilon and what it used.
+func (p *pldAccountant) epsilonUsed(e Event, delta float64) (float64, pldUsed, error) {
+	var used pldUsed
 	if err := checkDelta(delta); err != nil {
-		return 0, fmt.Errorf("pld: %w", err)
+		return 0, used, fmt.Errorf("pld: %w", err)
 	}
 	dists, err := p.distributions(e)
 	if err != nil {
-		return 0, err
+		return 0, used, err
 	}
-	eps := p.epsilonAt(e, dists, delta)
+	for _, d := range dists {
+		if pm, ok := d.(*pmf); ok {
+			used.step = math.Max(used.step, pm.step)
+		}
+	}
+	eps, byRDP := p.epsilonAtBy(e, dists, delta)
+	used.byRDP = byRDP
 	if math.IsNaN(eps) || eps < 0 {
-		return 0, fmt.Errorf("accountant: pld: numerical failure: epsilon %v: %w", eps, ErrUnsupported)
+		return 0, used, fmt.Errorf("accountant: pld: numerical failure: epsilon %v: %w", eps, ErrUnsupported)
 	}
-	return eps, nil
+	return eps, used, nil
 }
 
 func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
@@ -137,14 +159,20 @@ func (p *pldAccountant) Delta(e Event, eps float64) (float64, error) {
 // the smaller is reported. RDP costs about a millisecond, a few percent
 // of a PLD evaluation. An exact Gaussian needs no such check.
 func (p *pldAccountant) epsilonAt(e Event, dists []lossDist, delta float64) float64 {
-	eps, _ := p.epsilonOf(dists, delta)
+	eps, _ := p.epsilonAtBy(e, dists, delta)
+	return eps
+}
+
+// epsilonAtBy is epsilonAt, also saying whether the RDP bound was smaller.
+func (p *pldAccountant) epsilonAtBy(e Event, dists []lossDist, delta float64) (eps float64, byRDP bool) {
+	eps, _ = p.epsilonOf(dists, delta)
 	// +Inf (delta below the truncated tail mass) stays as documented.
 	if _, exact := dists[0].(gaussLoss); !exact && !math.IsInf(eps, 1) {
 		if r, err := NewRDP(nil).Epsilon(e, delta); err == nil && r < eps {
-			eps = r
+			eps, byRDP = r, true
 		}
 	}
-	return eps
+	return eps, byRDP
 }
 
 // deltaAt is Delta on e's distributions, with RDP as in epsilonAt.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -210,7 +211,7 @@ func TestReleaseExact(t *testing.T) {
 					}
 				}
 			}
-			src, err := cfg.Mechanism.NewNoise(dim, mfnoise.NoiseOptions{Seed: testSeed})
+			src, err := cfg.Mechanism.NewNoise(dim, noise.Options{Seed: testSeed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +276,7 @@ func TestBounding(t *testing.T) {
 	a := open(t, path, cfg)
 	defer a.Close()
 	ctx := context.Background()
-	src, err := cfg.Mechanism.NewNoise(d+1, mfnoise.NoiseOptions{Seed: testSeed})
+	src, err := cfg.Mechanism.NewNoise(d+1, noise.Options{Seed: testSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +513,7 @@ func TestConcurrentAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := cfg.Mechanism.NewNoise(3, mfnoise.NoiseOptions{Seed: testSeed})
+	src, _ := cfg.Mechanism.NewNoise(3, noise.Options{Seed: testSeed})
 	w := make([]float32, 3)
 	src.Next(w)
 	std := a.Ledger().NoiseStd

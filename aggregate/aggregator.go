@@ -18,6 +18,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -53,7 +54,7 @@ type Aggregator struct {
 	stopWarm   context.CancelFunc
 
 	// Owned by the writer goroutine.
-	noise        mfnoise.NoiseSource
+	noise        noise.Source
 	noiseBuf     []float32
 	released     int
 	open         openRecord
@@ -131,7 +132,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if a.cfg.NoiseMemory == 0 {
 		a.cfg.NoiseMemory = DefaultNoiseMemory
 	}
-	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, mfnoise.NoiseOptions{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
 		return nil, fmt.Errorf("aggregate: noise source: %w", err)
 	}
 	a.noiseBuf = make([]float32, a.dim)

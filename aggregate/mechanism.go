@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	bolt "go.etcd.io/bbolt"
 	"gonum.org/v1/gonum/mat"
 )
@@ -35,7 +36,7 @@ type Mechanism interface {
 	// The ledger turns it into the epsilon spent so far.
 	PrefixSensitivity(ctx context.Context, t int) (float64, error)
 	// NewNoise returns a fresh unit-scale noise source of dimension d.
-	NewNoise(d int, opt mfnoise.NoiseOptions) (mfnoise.NoiseSource, error)
+	NewNoise(d int, opt noise.Options) (noise.Source, error)
 }
 
 // FactorizationMechanism is a Mechanism over an mfnoise.Factorization A = BC.
@@ -97,8 +98,8 @@ func (m *FactorizationMechanism) Sensitivity() mfnoise.SensitivityResult { retur
 func (m *FactorizationMechanism) Factorization() *mfnoise.Factorization { return m.f }
 
 // NewNoise implements Mechanism.
-func (m *FactorizationMechanism) NewNoise(d int, opt mfnoise.NoiseOptions) (mfnoise.NoiseSource, error) {
-	return mfnoise.NewNoiseSource(m.f, d, opt)
+func (m *FactorizationMechanism) NewNoise(d int, opt noise.Options) (noise.Source, error) {
+	return noise.New(m.f, d, opt)
 }
 
 // PrefixSensitivity implements Mechanism. The first t releases are B[:t,:]

@@ -1,8 +1,7 @@
 package audit
 
 import (
-	"fmt"
-
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -11,5 +10,5 @@ import (
 var ErrInvalid = mfnoise.ErrInvalid
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("audit: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("audit: "+format, args...)
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/audit"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 )
 
 // A service releases a noisy sum of d-dimensional contributions every step,
@@ -35,7 +35,7 @@ func ExampleWhitebox() {
 		if err != nil {
 			panic(err)
 		}
-		noise, _ := mfnoise.NewIndependentNoise(steps, dim, mfnoise.NoiseOptions{Seed: seed[:]})
+		noise, _ := noise.NewIndependent(steps, dim, noise.Options{Seed: seed[:]})
 		sum, z := make([]float32, dim), make([]float32, dim)
 		all := make([]int, canaries)
 		for j := range all {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -84,7 +85,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	if err != nil {
 		t.Fatal(err)
 	}
-	noise, err := mfnoise.NewNoiseSource(f, m, mfnoise.NoiseOptions{Seed: seed[:]})
+	noise, err := noise.New(f, m, noise.Options{Seed: seed[:]})
 	if err != nil {
 		t.Fatal(err)
 	}

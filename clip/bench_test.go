@@ -2,9 +2,12 @@ package clip
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -25,15 +28,46 @@ func installBLAS() {
 // The fast GEMM (package blas) is installed unless DPMF_GONUM_BLAS=1 asks
 // for gonum's pure-Go products, for comparison.
 func BenchmarkCIFARCNN(b *testing.B) {
+	benchSteps(b, []int{64, 256, 500}, 64, func() (models.Model, error) {
+		return models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
+	})
+}
+
+// BenchmarkWRN16x4 is one step of WideResNet-16-4 with GroupNorm(16) (De
+// et al. 2022's CIFAR-10 model, 2,751,146 parameters) on 32x32x3 inputs,
+// private and non-private; bench/compare_wrn.sh runs it side by side with
+// the same network in PyTorch (clip/testdata/wrn_torch.py).
+func BenchmarkWRN16x4(b *testing.B) {
+	benchSteps(b, []int{16, 32, 64}, 16, func() (models.Model, error) {
+		return models.NewWRN16x4([3]int{3, 32, 32}, 10, 16, 1)
+	})
+}
+
+// benchSteps runs sub-benchmarks batch=B/private=P of one ClippedSum step
+// of the model newModel builds, for every batch size (those above short
+// skipped in -short mode; DPMF_BENCH_BATCHES="8 24" runs other sizes),
+// reporting examples/s, examples/cpu-s, heapMiB and maxRSS-MiB.
+func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.Model, error)) {
 	installBLAS()
-	for _, batch := range []int{64, 256, 500} {
+	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
+		batches = nil
+		for _, f := range strings.Fields(strings.ReplaceAll(env, ",", " ")) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				b.Fatalf("DPMF_BENCH_BATCHES=%q: %q is not a positive batch size", env, f)
+			}
+			batches = append(batches, n)
+		}
+		short = math.MaxInt
+	}
+	for _, batch := range batches {
 		for _, private := range []bool{false, true} {
 			name := fmt.Sprintf("batch=%d/private=%v", batch, private)
 			b.Run(name, func(b *testing.B) {
-				if testing.Short() && batch > 64 {
+				if testing.Short() && batch > short {
 					b.Skip("large batch in -short mode")
 				}
-				m, err := models.NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
+				m, err := newModel()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -119,40 +153,4 @@ func BenchmarkCIFARCNNPoisson(b *testing.B) {
 	b.ReportMetric(float64(examples)/b.Elapsed().Seconds(), "examples/s")
 	b.ReportMetric(float64(examples)/(cpuSeconds()-cpu0), "examples/cpu-s")
 	b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
-}
-
-// BenchmarkWRN16x4 is one step of WideResNet-16-4 with GroupNorm (De et
-// al. 2022's CIFAR-10 model) at batch 64.
-func BenchmarkWRN16x4(b *testing.B) {
-	installBLAS()
-	for _, private := range []bool{false, true} {
-		b.Run(fmt.Sprintf("batch=64/private=%v", private), func(b *testing.B) {
-			m, err := models.NewWRN16x4([3]int{3, 32, 32}, 10, 16, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := New(m, Options{Norm: 1, NonPrivate: !private, MaxBatch: 64})
-			if err != nil {
-				b.Fatal(err)
-			}
-			rng := rand.New(rand.NewPCG(1, 2))
-			x, y := randBatch(rng, 64, e.chw, 10)
-			dst := make([]float32, m.NumParams())
-			if _, err := e.ClippedSum(x, y, dst); err != nil {
-				b.Fatal(err)
-			}
-			cpu0 := cpuSeconds()
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := e.ClippedSum(x, y, dst); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			n := 64 * float64(b.N)
-			b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
-			b.ReportMetric(n/(cpuSeconds()-cpu0), "examples/cpu-s")
-			b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
-		})
-	}
 }

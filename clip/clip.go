@@ -34,12 +34,14 @@ import (
 	"math"
 	"slices"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
-// ErrInvalid is returned (wrapped) for invalid options or inputs. It is
-// nn.ErrInvalid, so that the executor's own checks match it too.
+// ErrInvalid is matched by errors for invalid options or inputs. It is
+// nn.ErrInvalid (dpcore.ErrInvalid), so that the executor's own checks
+// match it too.
 var ErrInvalid = nn.ErrInvalid
 
 // ErrNonFiniteParams is returned (wrapped) when the model's parameters
@@ -116,19 +118,19 @@ type Engine struct {
 // not copied: later writes to m.Params() are seen by the engine.
 func New(m models.Model, opt Options) (*Engine, error) {
 	if m == nil {
-		return nil, fmt.Errorf("clip: new: nil model: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("clip: new: nil model")
 	}
 	if opt.MaxBatch <= 0 {
-		return nil, fmt.Errorf("clip: new: MaxBatch %d: %w", opt.MaxBatch, ErrInvalid)
+		return nil, dpcore.Invalidf("clip: new: MaxBatch %d", opt.MaxBatch)
 	}
 	if !opt.NonPrivate && len(opt.PerLayer) == 0 && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
-		return nil, fmt.Errorf("clip: new: clipping norm %v must be positive and finite: %w", opt.Norm, ErrInvalid)
+		return nil, dpcore.Invalidf("clip: new: clipping norm %v must be positive and finite", opt.Norm)
 	}
 	if opt.NonPrivate {
 		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
 	}
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
-		return nil, fmt.Errorf("clip: new: LInfZero %v: %w", opt.LInfZero, ErrInvalid)
+		return nil, dpcore.Invalidf("clip: new: LInfZero %v", opt.LInfZero)
 	}
 	opt.PerLayer = slices.Clone(opt.PerLayer)
 	plan, err := nn.NewPlan(m.Network(), m.Params(), nn.Options{MaxBatch: opt.MaxBatch, LInf: opt.LInfZero > 0})
@@ -139,11 +141,11 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	e := &Engine{m: m, opt: opt, plan: plan, chw: in[0] * in[1] * in[2], classes: m.Classes(), naff: plan.Affine()}
 	if len(opt.PerLayer) > 0 {
 		if len(opt.PerLayer) != e.naff {
-			return nil, fmt.Errorf("clip: new: %d per-layer norms for %d layers: %w", len(opt.PerLayer), e.naff, ErrInvalid)
+			return nil, dpcore.Invalidf("clip: new: %d per-layer norms for %d layers", len(opt.PerLayer), e.naff)
 		}
 		for _, v := range opt.PerLayer {
 			if !(v > 0) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("clip: new: per-layer norm %v: %w", v, ErrInvalid)
+				return nil, dpcore.Invalidf("clip: new: per-layer norm %v", v)
 			}
 		}
 	}
@@ -226,17 +228,17 @@ func (e *Engine) checkParams() error {
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) {
 	var st Stats
 	if len(dst) != e.m.NumParams() {
-		return st, fmt.Errorf("clip: clipped sum: len(dst) = %d, want %d: %w", len(dst), e.m.NumParams(), ErrInvalid)
+		return st, dpcore.Invalidf("clip: clipped sum: len(dst) = %d, want %d", len(dst), e.m.NumParams())
 	}
 	if err := e.checkParams(); err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
 	n := len(y)
 	if n == 0 || n > e.opt.MaxBatch {
-		return st, fmt.Errorf("clip: clipped sum: batch of %d not in [1, MaxBatch=%d]: %w", n, e.opt.MaxBatch, ErrInvalid)
+		return st, dpcore.Invalidf("clip: clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
 	}
 	if len(x) != n*e.chw {
-		return st, fmt.Errorf("clip: clipped sum: %d floats for %d examples of %d: %w", len(x), n, e.chw, ErrInvalid)
+		return st, dpcore.Invalidf("clip: clipped sum: %d floats for %d examples of %d", len(x), n, e.chw)
 	}
 	var c nn.Clipper
 	if !e.opt.NonPrivate {
@@ -289,7 +291,7 @@ func (e *Engine) forward(x []float32) ([]float32, error) {
 	for i := range n {
 		for _, v := range x[i*e.chw : (i+1)*e.chw] {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("example %d has a non-finite input: %w", i, ErrInvalid)
+				return nil, dpcore.Invalidf("example %d has a non-finite input", i)
 			}
 		}
 	}
@@ -332,11 +334,11 @@ func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
 // EvaluateContext is Evaluate, stopping between batches when ctx is done.
 func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
 	if len(y) == 0 || len(x) != len(y)*e.chw {
-		return 0, 0, fmt.Errorf("clip: evaluate: %d floats for %d examples of %d: %w", len(x), len(y), e.chw, ErrInvalid)
+		return 0, 0, dpcore.Invalidf("clip: evaluate: %d floats for %d examples of %d", len(x), len(y), e.chw)
 	}
 	for i, c := range y {
 		if c < 0 || c >= e.classes {
-			return 0, 0, fmt.Errorf("clip: evaluate: label %d of example %d not in [0,%d): %w", c, i, e.classes, ErrInvalid)
+			return 0, 0, dpcore.Invalidf("clip: evaluate: label %d of example %d not in [0,%d)", c, i, e.classes)
 		}
 	}
 	if err := e.checkParams(); err != nil {
@@ -368,7 +370,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 func (e *Engine) Predict(x []float32) ([]int, error) {
 	n := len(x) / e.chw
 	if n == 0 || len(x) != n*e.chw {
-		return nil, fmt.Errorf("clip: predict: len(x) = %d is not a positive multiple of %d: %w", len(x), e.chw, ErrInvalid)
+		return nil, dpcore.Invalidf("clip: predict: len(x) = %d is not a positive multiple of %d", len(x), e.chw)
 	}
 	if err := e.checkParams(); err != nil {
 		return nil, fmt.Errorf("clip: predict: %w", err)

@@ -52,6 +52,9 @@ func decodeCIFAR(r io.Reader, hundred bool, sizeHint int) (*Dataset, error) {
 		return nil, formatf("%s: oversized: more than %d bytes", what, maxFileBytes)
 	case len(raw) == 0:
 		return nil, formatf("%s: empty file", what)
+	case len(raw)%rec != 0 && len(raw)%(cifar10Record+cifar100Rec-rec) == 0:
+		other := map[bool]string{false: "cifar-100", true: "cifar-10"}[hundred]
+		return nil, formatf("%s: %d bytes are whole %d-byte records of %s, not %d-byte records of %s", what, len(raw), cifar10Record+cifar100Rec-rec, other, rec, what)
 	case len(raw)%rec != 0:
 		return nil, formatf("%s: %d bytes is not a whole number of %d-byte records (truncated or not %s)", what, len(raw), rec, what)
 	}

@@ -4,17 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments.
-var ErrInvalid = errors.New("invalid argument")
+// ErrInvalid is matched by every error caused by bad arguments. It is
+// dpcore.ErrInvalid, the one bad-argument sentinel of the module.
+var ErrInvalid = dpcore.ErrInvalid
 
 // ErrFormat is wrapped by every error caused by a malformed file: wrong
 // magic, truncated or oversized data, labels out of range.
 var ErrFormat = errors.New("malformed dataset file")
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("data: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("data: "+format, args...)
 }
 
 func formatf(format string, args ...any) error {

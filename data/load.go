@@ -108,14 +108,19 @@ func loadNamedIDX(dir, name string) (train, test *Dataset, err error) {
 	if train.Shape != want {
 		return nil, nil, formatf("%s: images are %v, want %v", name, train.Shape, want)
 	}
+	if err := checkIDXContent(name, dir, train, test); err != nil {
+		return nil, nil, err
+	}
 	return train, test, nil
 }
 
-// LoadMNIST loads MNIST (10 classes, 1 x 28 x 28) from an IDX directory.
+// LoadMNIST loads MNIST (10 classes, 1 x 28 x 28) from an IDX directory,
+// refusing one whose pixels are clearly Fashion-MNIST's (*MismatchError).
 func LoadMNIST(dir string) (train, test *Dataset, err error) { return loadNamedIDX(dir, "mnist") }
 
 // LoadFashionMNIST loads Fashion-MNIST (10 classes, 1 x 28 x 28) from an IDX
-// directory such as DefaultFashionMNISTDir.
+// directory such as DefaultFashionMNISTDir, refusing one whose pixels are
+// clearly MNIST's (*MismatchError).
 func LoadFashionMNIST(dir string) (train, test *Dataset, err error) {
 	return loadNamedIDX(dir, "fashion-mnist")
 }
@@ -300,10 +305,11 @@ const (
 )
 
 // LoadNamed loads the dataset name (NameFashionMNIST, NameMNIST,
-// NameCIFAR10, NameCIFAR100) from dir, refusing a directory whose format is
-// not that dataset's: CIFAR-100 files are not loaded as CIFAR-10, nor
-// CIFAR files as MNIST. (MNIST and Fashion-MNIST share one format and
-// shape; the two are not told apart.)
+// NameCIFAR10, NameCIFAR100) from dir, refusing with a *MismatchError a
+// directory that holds another dataset: CIFAR-100 files are not loaded as
+// CIFAR-10, nor CIFAR files as MNIST, nor Fashion-MNIST as MNIST (the two
+// share one format and shape and are told apart by their pixels,
+// DetectIDXContent).
 func LoadNamed(name, dir string) (train, test *Dataset, err error) {
 	var want Format
 	var load func(string) (*Dataset, *Dataset, error)
@@ -324,7 +330,8 @@ func LoadNamed(name, dir string) (train, test *Dataset, err error) {
 		return nil, nil, fmt.Errorf("data: %s: %w", name, stripPrefix(err))
 	}
 	if got != want {
-		return nil, nil, formatf("%s: %s holds %s files, not %s", name, dir, got, want)
+		found := map[Format]string{FormatCIFAR10: NameCIFAR10, FormatCIFAR100: NameCIFAR100}[got]
+		return nil, nil, &MismatchError{Name: name, Dir: dir, Found: got.String() + " files", FoundName: found}
 	}
 	return load(dir)
 }

@@ -285,7 +285,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	}
 	ds, err := NewDataset(x, y, Shape{C: F, H: 1, W: 1}, len(v.Classes))
 	if err != nil {
-		return nil, invalidf("csv: %s", strings.TrimPrefix(err.Error(), "data: invalid argument: "))
+		return nil, invalidf("csv: %s", strings.TrimPrefix(err.Error(), "data: "))
 	}
 	ds.Name = "csv"
 	return &Tabular{Dataset: ds, Numeric: numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}, nil

@@ -1,8 +1,10 @@
 // Package dpcore is the shared vocabulary of the privacy stack: the
 // workload an optimizer applies to the gradient stream (Workload, with its
 // learning-rate Schedule), the participation schema that bounds how often
-// one example joins a step (Schema), and the ErrInvalid sentinel wrapped by
-// every bad-argument error.
+// one example joins a step (Schema), the ErrInvalid sentinel matched by
+// every bad-argument error (made with Invalidf, whose text is the message
+// alone), and Epsilon, an epsilon as written in JSON ("+Inf" when there is
+// no finite guarantee).
 //
 // These are plain data, defined once here so that package sampler (which
 // reports the schema it realizes), package optim (which reports the

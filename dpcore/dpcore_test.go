@@ -1,9 +1,11 @@
 package dpcore
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -83,5 +85,61 @@ func TestSchemaPatternsAndValidate(t *testing.T) {
 		if err := bad(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("err = %v, want ErrInvalid", err)
 		}
+	}
+}
+
+// Epsilon +Inf (no finite guarantee) is written as the string "+Inf" and
+// read back; finite values stay JSON numbers; NaN and -Inf are refused.
+func TestEpsilonJSON(t *testing.T) {
+	for _, c := range []struct {
+		e    Epsilon
+		want string
+	}{{Epsilon(math.Inf(1)), `"+Inf"`}, {8, `8`}, {0.125, `0.125`}, {2e16, `20000000000000000`}, {0, `0`}} {
+		b, err := json.Marshal(struct {
+			E Epsilon `json:"epsilon"`
+		}{c.e})
+		if err != nil || string(b) != `{"epsilon":`+c.want+`}` {
+			t.Errorf("%v: %s %v, want %s", float64(c.e), b, err, c.want)
+			continue
+		}
+		var back struct {
+			E Epsilon `json:"epsilon"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.E != c.e {
+			t.Errorf("%s read back as %v (%v)", b, back.E, err)
+		}
+	}
+	for _, bad := range []float64{math.NaN(), math.Inf(-1), -1} {
+		if b, err := json.Marshal(Epsilon(bad)); err == nil {
+			t.Errorf("%v written as %s", bad, b)
+		}
+	}
+	for _, bad := range []string{`"Inf"`, `null`, `-1`, `"8"`} {
+		var e Epsilon
+		if err := json.Unmarshal([]byte(bad), &e); err == nil && bad != "null" {
+			t.Errorf("%s read as %v", bad, e)
+		}
+	}
+	if s := Epsilon(math.Inf(1)).String(); s != "+Inf (no finite guarantee)" {
+		t.Errorf("String: %q", s)
+	}
+}
+
+// Invalidf's message is exactly the formatted text (no "invalid argument"
+// layered into it), it matches ErrInvalid, and %w still wraps.
+func TestInvalidfMessageAndMatch(t *testing.T) {
+	inner := errors.New("inner")
+	err := Invalidf("privacy: bandmf:%d has %d bands: %w", 5000, 5000, inner)
+	if got, want := err.Error(), "privacy: bandmf:5000 has 5000 bands: inner"; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if !errors.Is(err, ErrInvalid) || !errors.Is(err, inner) {
+		t.Errorf("errors.Is: ErrInvalid %v, inner %v", errors.Is(err, ErrInvalid), errors.Is(err, inner))
+	}
+	if errors.Is(errors.New("x"), ErrInvalid) {
+		t.Error("an unrelated error matches ErrInvalid")
+	}
+	if _, err := MomentumWorkload(0, 0.9, Schedule{}); !errors.Is(err, ErrInvalid) || strings.Contains(err.Error(), "invalid argument") {
+		t.Errorf("MomentumWorkload(0): %v", err)
 	}
 }

@@ -1,19 +1,14 @@
 package dpcore
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
 	"gonum.org/v1/gonum/mat"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments, so callers
-// can tell bad input from numerical failure with errors.Is.
-var ErrInvalid = errors.New("invalid argument")
-
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("dpcore: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return Invalidf("dpcore: "+format, args...)
 }
 
 // Schedule describes a learning-rate schedule fixed before training, as plain

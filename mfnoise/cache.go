@@ -1,14 +1,12 @@
 package mfnoise
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,18 +79,14 @@ func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(conte
 		f, err := build(ctx)
 		return f, false, err
 	}
-	kb, err := key.canonical()
-	if err != nil {
-		return nil, false, err
-	}
-	path, err := c.Path(key)
+	path, kb, err := c.entry(key, ".msgpack")
 	if err != nil {
 		return nil, false, err
 	}
 	if f, err := readEntry(path, kb); err == nil {
 		return f, true, nil
 	}
-	// Missing, corrupt or mismatched: rebuild.
+	// Missing, corrupt, of another format version or mismatched: rebuild.
 	f, err := build(ctx)
 	if err != nil {
 		return nil, false, err
@@ -103,10 +97,37 @@ func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(conte
 	if !sameWorkload(f.Workload, key.Workload) {
 		return nil, false, fmt.Errorf("mfnoise: cache: built factorization is for %v, key asks for %v", f.Workload, key.Workload)
 	}
-	if err := writeEntry(c.Dir, path, f, kb); err != nil {
+	payload, err := encodeFactorization(f, kb)
+	if err != nil {
 		return f, false, err
 	}
-	return f, false, nil
+	return f, false, c.write(path, storeMagic, storeVersion, payload)
+}
+
+// entry returns the file (Path, with extension ext) and the canonical key
+// of key's entry.
+func (c *Cache) entry(key ProblemKey, ext string) (string, []byte, error) {
+	kb, err := key.canonical()
+	if err != nil {
+		return "", nil, err
+	}
+	path, err := c.Path(key)
+	if err != nil {
+		return "", nil, err
+	}
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ext, kb, nil
+}
+
+// write stores payload at path in atomicfile's sealed envelope (kind magic,
+// format version, SHA-256), atomically.
+func (c *Cache) write(path, magic string, version int, payload []byte) error {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	if err := atomicfile.WriteSealed(path, magic, version, payload); err != nil {
+		return fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	return nil
 }
 
 func sameWorkload(a, b Workload) bool {
@@ -115,13 +136,15 @@ func sameWorkload(a, b Workload) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
+// readEntry reads the factorization stored at path under key. Any error
+// (a missing file, another format version, a bad checksum, another key)
+// makes the caller rebuild.
 func readEntry(path string, key []byte) (*Factorization, error) {
-	fh, err := os.Open(path)
+	payload, err := atomicfile.ReadSealed(path, storeMagic, storeVersion)
 	if err != nil {
 		return nil, err
 	}
-	defer fh.Close()
-	f, stored, err := loadFactorization(bufio.NewReader(fh))
+	f, stored, err := decodeFactorization(payload)
 	if err != nil {
 		return nil, err
 	}
@@ -129,21 +152,4 @@ func readEntry(path string, key []byte) (*Factorization, error) {
 		return nil, fmt.Errorf("mfnoise: cache: %w: entry %s was stored under another key", ErrCorrupt, path)
 	}
 	return f, nil
-}
-
-func writeEntry(dir, path string, f *Factorization, key []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	err := atomicfile.Write(path, func(w io.Writer) error {
-		bw := bufio.NewWriter(w)
-		if err := saveFactorization(bw, f, key); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-	if err != nil {
-		return fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	return nil
 }

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
@@ -31,22 +28,17 @@ const (
 
 // getOrBuildToeplitz is Cache.GetOrBuild for Toeplitz mechanisms. The file
 // is the JSON payload in atomicfile's sealed envelope (kind dpmf-toeplitz,
-// SHA-256), written atomically; an entry with a bad checksum, another key or coefficients the
-// constructors refuse is rebuilt and overwritten.
+// SHA-256), written atomically; an entry with a bad checksum, another key
+// or coefficients the constructors refuse is rebuilt and overwritten.
 func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*Toeplitz, error)) (*Toeplitz, bool, error) {
 	if c == nil || c.Dir == "" {
 		t, err := build(ctx)
 		return t, false, err
 	}
-	kb, err := key.canonical()
+	path, kb, err := c.entry(key, ".json")
 	if err != nil {
 		return nil, false, err
 	}
-	path, err := c.Path(key)
-	if err != nil {
-		return nil, false, err
-	}
-	path = strings.TrimSuffix(path, filepath.Ext(path)) + ".json"
 	if t, err := readToeplitzEntry(path, string(kb)); err == nil {
 		return t, true, nil
 	}
@@ -58,13 +50,7 @@ func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build fu
 	if err != nil {
 		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
 	}
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	if err := atomicfile.WriteSealed(path, toeplitzStoreMagic, toeplitzStoreVersion, payload); err != nil {
-		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	return t, false, nil
+	return t, false, c.write(path, toeplitzStoreMagic, toeplitzStoreVersion, payload)
 }
 
 func readToeplitzEntry(path, key string) (*Toeplitz, error) {

@@ -41,23 +41,63 @@ type CompareRow struct {
 	StepRMSE []float64 `json:"step_rmse,omitempty"`
 }
 
-// Compare builds every mechanism in specs for workload w and schema and
-// returns their scores sorted by loss (lowest first). The Toeplitz
-// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) are scored
-// from their coefficients in O(n) memory at any n up to MaxStructuredSteps,
-// and so is tree-online for the prefix sum under single or (k,b)
-// participation above DenseStepLimit; the others build dense matrices and
-// are refused above DenseStepLimit steps with the memory they would need. A mechanism that fails
-// to build or score fails the comparison with an error naming it.
-func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSpec, opt BuildOptions) ([]CompareRow, error) {
-	if len(specs) == 0 {
+// Mechanism is what Compare scores: a named way to factorize a workload.
+// The planner's typed mechanisms (package privacy) satisfy it, and so does
+// a MechanismSpec; so can a caller's own factorization (privacy's
+// Factorization wraps one).
+type Mechanism interface {
+	// String is the name Compare reports, e.g. "bandmf:8/s2".
+	String() string
+	// Factorize builds the factorization for workload w; schema is the
+	// participation it will be run under (optimizers may read it).
+	Factorize(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (*Factorization, error)
+}
+
+// Builtin is a Mechanism of one of this package's kinds. Compare reads its
+// kind to score it from its structure: the Toeplitz mechanisms (dpsgd,
+// sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) from their coefficients and
+// tree-online for the prefix sum from its tree, without any n x n matrix.
+type Builtin interface {
+	Mechanism
+	// BuiltinSpec is the mechanism's kind and parameters.
+	BuiltinSpec() (MechanismSpec, error)
+}
+
+// Factorize is Build(ctx, s, w, schema, opt): a MechanismSpec is a
+// Mechanism.
+func (s MechanismSpec) Factorize(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (*Factorization, error) {
+	return Build(ctx, s, w, schema, opt)
+}
+
+// BuiltinSpec is s: a MechanismSpec is a Builtin.
+func (s MechanismSpec) BuiltinSpec() (MechanismSpec, error) { return s, nil }
+
+// Compare builds every mechanism for workload w and schema and returns
+// their scores sorted by loss (lowest first), each row named by the
+// mechanism's String. Builtin mechanisms are scored from their structure
+// where they have one: the Toeplitz mechanisms (dpsgd, sqrt,
+// toeplitz:BANDS, blt:NBUF, bisr:BANDS) from their coefficients in O(n)
+// memory at any n up to MaxStructuredSteps, and tree-online for the prefix
+// sum under single or (k,b) participation above DenseStepLimit. Every other
+// mechanism, a caller's own factorization included, is scored from its
+// dense factorization, and refused above DenseStepLimit steps with the
+// memory it would need before it is built. A mechanism that fails to build
+// or score fails the comparison with an error naming it.
+//
+// Optimizers report their progress, and the cache its hits, to the
+// BuildTrace the context carries (WithBuildTrace).
+func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
+	if len(mechs) == 0 {
 		return nil, invalidf("compare: no mechanisms")
 	}
-	rows := make([]CompareRow, 0, len(specs))
-	for _, spec := range specs {
-		row, err := compareOne(ctx, spec, w, schema, opt)
+	rows := make([]CompareRow, 0, len(mechs))
+	for i, m := range mechs {
+		if m == nil {
+			return nil, invalidf("compare: mechanism %d is nil", i+1)
+		}
+		row, err := compareOne(ctx, m, w, schema, opt)
 		if err != nil {
-			return nil, prefixf(err, "compare %s", spec.Name)
+			return nil, prefixf(err, "compare %s", m)
 		}
 		rows = append(rows, row)
 	}
@@ -65,7 +105,16 @@ func Compare(ctx context.Context, w Workload, schema Schema, specs []MechanismSp
 	return rows, nil
 }
 
-func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+	b, ok := m.(Builtin)
+	if !ok {
+		return compareFactorization(ctx, m, w, schema, opt)
+	}
+	spec, err := b.BuiltinSpec()
+	if err != nil {
+		return CompareRow{}, err
+	}
+	spec.Name = m.String()
 	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
 		return compareToeplitz(ctx, spec, w, schema, opt)
 	}
@@ -82,6 +131,28 @@ func compareOne(ctx context.Context, spec MechanismSpec, w Workload, schema Sche
 	return row, err
 }
 
+// compareFactorization scores a mechanism that is not Builtin from the
+// factorization it builds, refusing n above DenseStepLimit before building.
+func compareFactorization(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+	if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
+		return CompareRow{}, err
+	}
+	start := time.Now()
+	f, err := m.Factorize(ctx, w, schema, opt)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	if f == nil || f.Encoder == nil || f.Decoder == nil {
+		return CompareRow{}, invalidf("%s built no factorization", m)
+	}
+	if f.N() != w.N {
+		return CompareRow{}, invalidf("%s factorizes %d steps, not n = %d", m, f.N(), w.N)
+	}
+	row, err := score(customSpec(m.String(), f), f, nil, schema)
+	row.BuildSeconds = time.Since(start).Seconds()
+	return row, err
+}
+
 // Score scores a caller's own factorization under schema as Compare scores
 // the built-in mechanisms, so the two can be ranked together; its noise
 // cost is that of a dense encoder unless Meta.Bands declares it banded.
@@ -89,15 +160,21 @@ func Score(name string, f *Factorization, schema Schema) (CompareRow, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return CompareRow{}, invalidf("score %s: nil factorization", name)
 	}
+	row, err := score(customSpec(name, f), f, nil, schema)
+	if err != nil {
+		return CompareRow{}, prefixf(err, "score %s", name)
+	}
+	return row, nil
+}
+
+// customSpec is how a caller's factorization is costed: a banded encoder
+// when Meta.Bands declares one, a dense one otherwise.
+func customSpec(name string, f *Factorization) MechanismSpec {
 	spec := MechanismSpec{Name: name, Stamps: 1}
 	if f.Meta.Bands > 0 {
 		spec.Kind, spec.Bands = KindBandMF, f.Meta.Bands
 	}
-	row, err := score(spec, f, nil, schema)
-	if err != nil {
-		return CompareRow{}, fmt.Errorf("mfnoise: score %s: %w", name, err)
-	}
-	return row, nil
+	return spec
 }
 
 func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema) (CompareRow, error) {
@@ -106,23 +183,37 @@ func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema)
 		return CompareRow{}, err
 	}
 	n, _ := f.Decoder.Dims()
+	r := make([]float64, n)
+	for i := range r {
+		b := f.Decoder.RawRowView(i)
+		r[i] = dot(b, b)
+	}
+	row, err := rowFromNorms(spec.Name, sens, r)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	row.NoiseMemoryPerCoord, row.StepTime = noiseCost(spec, f)
+	return row, nil
+}
+
+// rowFromNorms is the score of a mechanism with sensitivity sens whose
+// decoder rows have squared norms r = ||B[i,:]||^2: StepRMSE sens
+// ||B[i,:]||, Loss sens^2 ||B||_F^2 (SPEC 4) and RMSE sqrt(Loss/n).
+func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow, error) {
 	row := CompareRow{
-		Mechanism:         spec.Name,
+		Mechanism:         name,
 		Sensitivity:       sens.Value,
 		SensitivityExact:  sens.Exact,
 		SensitivityMethod: sens.Method,
-		StepRMSE:          make([]float64, n),
 	}
-	for i := 0; i < n; i++ {
-		r := f.Decoder.RawRowView(i)
-		row.StepRMSE[i] = sens.Value * math.Sqrt(dot(r, r))
+	row.Loss, row.StepRMSE = errorProfile(sens.Value, r)
+	for i, v := range row.StepRMSE {
+		row.StepRMSE[i] = math.Sqrt(v)
 	}
-	row.Loss = f.LossAt(sens.Value)
-	row.RMSE = math.Sqrt(row.Loss / float64(n))
+	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
 	if !finiteFloat(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
-	row.NoiseMemoryPerCoord, row.StepTime = noiseCost(spec, f)
 	return row, nil
 }
 

@@ -3,7 +3,6 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -75,35 +74,43 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 		if spec.Bands < 1 || spec.Bands > w.N {
 			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, spec.Bands, w.N)
 		}
-		key := ProblemKey{Kind: KindToeplitz, Workload: ow, Schema: schema, Bands: spec.Bands, Stamps: 1}
-		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
-			res, err := OptimizeToeplitz(ctx, ow, schema, spec.Bands, nil)
-			if err != nil {
-				return nil, err
-			}
-			return res.Mechanism, nil
-		})
-		if err != nil {
-			return nil, prefixf(err, "build %s", spec.Name)
-		}
-		return checkLoaded(t, w.N)
+		return optimizedToeplitz(ctx, spec, spec.Bands, OptimizeToeplitz, ow, w.N, schema, opt)
 	case KindBISR:
 		return BandedInverseSqrt(w.N, spec.Bands)
 	case KindBLT:
-		key := ProblemKey{Kind: KindBLT, Workload: ow, Schema: schema, Bands: spec.Buffers, Stamps: 1}
-		t, _, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
-			res, err := OptimizeBLT(ctx, ow, schema, spec.Buffers, nil)
-			if err != nil {
-				return nil, err
-			}
-			return res.Mechanism, nil
-		})
-		if err != nil {
-			return nil, prefixf(err, "build %s", spec.Name)
-		}
-		return checkLoaded(t, w.N)
+		return optimizedToeplitz(ctx, spec, spec.Buffers, OptimizeBLT, ow, w.N, schema, opt)
 	}
 	return nil, invalidf("build %s: unknown kind %q", spec.Name, spec.Kind)
+}
+
+// optimizedToeplitz runs optimize (OptimizeToeplitz with size bands,
+// OptimizeBLT with size buffers) for workload ow under the schema, through
+// opt.Cache and under the context's BuildTrace, and checks that the result
+// serves n steps.
+func optimizedToeplitz(ctx context.Context, spec MechanismSpec, size int,
+	optimize func(context.Context, Workload, Schema, int, *ToeplitzSettings) (*ToeplitzResult, error),
+	ow Workload, n int, schema Schema, opt BuildOptions) (*Toeplitz, error) {
+	key := ProblemKey{Kind: spec.Kind, Workload: ow, Schema: schema, Bands: size, Stamps: 1}
+	tr := buildTraceFrom(ctx)
+	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
+		var res *ToeplitzResult
+		err := tr.optimize(spec.Kind, ow.N, 0, func(progress func(OptimizeProgress)) error {
+			var err error
+			res, err = optimize(ctx, ow, schema, size, &ToeplitzSettings{Progress: progress})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res.Mechanism, nil
+	})
+	if err != nil {
+		return nil, prefixf(err, "build %s", spec.Name)
+	}
+	if hit {
+		tr.cached(spec.Kind, ow.N, opt.Cache.Dir)
+	}
+	return checkLoaded(t, n)
 }
 
 // checkLoaded refuses a built or cached mechanism that is not for n steps.
@@ -129,25 +136,11 @@ func compareToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema
 	if err != nil {
 		return CompareRow{}, err
 	}
-	build := time.Since(start)
-	row := CompareRow{
-		Mechanism:         spec.Name,
-		Sensitivity:       sens.Value,
-		SensitivityExact:  sens.Exact,
-		SensitivityMethod: sens.Method,
-		StepRMSE:          make([]float64, len(r)),
-		BuildSeconds:      build.Seconds(),
+	row, err := rowFromNorms(spec.Name, sens, r)
+	if err != nil {
+		return CompareRow{}, err
 	}
-	fro := 0.0
-	for i, v := range r {
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
-	}
-	row.Loss = sens.Value * sens.Value * fro
-	row.RMSE = math.Sqrt(row.Loss / float64(w.N))
-	if !finiteFloat(row.Loss) {
-		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
-	}
+	row.BuildSeconds = time.Since(start).Seconds()
 	row.NoiseMemoryPerCoord = float64(t.NoiseMemoryPerCoord())
 	switch {
 	case spec.Kind == KindDPSGD:

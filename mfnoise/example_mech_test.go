@@ -51,11 +51,16 @@ func ExampleCompare() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	specs, err := mfnoise.ParseMechanisms("dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s4")
-	if err != nil {
-		log.Fatal(err)
+	// Typed values; command lines parse names with privacy.ParseMechanisms.
+	mechs := []mfnoise.Mechanism{
+		mfnoise.MechanismSpec{Kind: mfnoise.KindDPSGD},
+		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeOnline},
+		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeFull},
+		mfnoise.MechanismSpec{Kind: mfnoise.KindFFT},
+		mfnoise.MechanismSpec{Kind: mfnoise.KindFFTOpt},
+		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeFull, Stamps: 4},
 	}
-	rows, err := mfnoise.Compare(context.Background(), w, schema, specs, mfnoise.BuildOptions{})
+	rows, err := mfnoise.Compare(context.Background(), w, schema, mechs, mfnoise.BuildOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,23 +75,6 @@ func ExampleCompare() {
 	// tree-full     loss   2550.2  rmse  6.31  sens 6.633 nonnegative-gram  memory 127  O(n d)
 	// tree-online   loss   5366.2  rmse  9.16  sens 6.633 nonnegative-gram  memory   7  O(d log n)
 	// dpsgd         loss   8320.0  rmse 11.40  sens 2.000 toeplitz-packed   memory   1  O(d)
-}
-
-func ExampleParseMechanisms() {
-	specs, err := mfnoise.ParseMechanisms("tree-online/s10,fft-opt,bandmf:auto/s2")
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, s := range specs {
-		fmt.Printf("%-18s kind %-11s stamps %d auto bands %v\n", s.Name, s.Kind, s.Stamps, s.AutoBands)
-	}
-	_, err = mfnoise.ParseMechanism("tree/s2")
-	fmt.Println(err != nil)
-	// Output:
-	// tree-online/s10    kind tree-online stamps 10 auto bands false
-	// fft-opt            kind fft-opt     stamps 1 auto bands false
-	// bandmf:auto/s2     kind bandmf      stamps 2 auto bands true
-	// true
 }
 
 // Stamping: five copies of a 4-step full tree serve 20 steps; the encoder

@@ -41,10 +41,16 @@ type Factorization struct {
 	Meta     Metadata
 
 	// toeplitz is the structured mechanism a Toeplitz factorization came
-	// from, so NewNoiseSource streams it with its own buffers (not cached:
-	// Toeplitz mechanisms are rebuilt, never loaded).
+	// from (see Toeplitz).
 	toeplitz *Toeplitz
 }
+
+// Toeplitz returns the structured mechanism a factorization made by
+// Toeplitz.Factorization came from, or nil. Package noise streams such a
+// factorization with the mechanism's own buffers (Nbuf d-vectors for a BLT)
+// instead of from the dense encoder. It is not stored by
+// SaveFactorization: Toeplitz mechanisms are rebuilt, never loaded.
+func (f *Factorization) Toeplitz() *Toeplitz { return f.toeplitz }
 
 // FactorizationTolerance is the relative Frobenius tolerance of
 // ||A - BC||_F <= tol ||A||_F that NewFactorization enforces.
@@ -108,8 +114,34 @@ func (f *Factorization) Loss(s Schema) (float64, error) {
 // LossAt is sens^2 ||B||_F^2 for a sensitivity computed elsewhere (the
 // per-participation sensitivity of amplified accounting, for one).
 func (f *Factorization) LossAt(sens float64) float64 {
-	fro := mat.Norm(f.Decoder, 2)
-	return sens * sens * fro * fro
+	loss, _ := errorProfile(sens, rowNorms2(f.Decoder))
+	return loss
+}
+
+// errorProfile is the loss of SPEC 4, the one formula every mechanism's
+// loss comes from: given the squared decoder row norms r_i = ||B[i,:]||^2
+// (however a mechanism computes them), step i's error variance is
+// sens^2 r_i for unit noise multiplier and the loss is their sum,
+// sens^2 ||B||_F^2.
+func errorProfile(sens float64, r []float64) (loss float64, stepVar []float64) {
+	stepVar = make([]float64, len(r))
+	for i, v := range r {
+		stepVar[i] = sens * sens * v
+		loss += stepVar[i]
+	}
+	return loss, stepVar
+}
+
+// rowNorms2 returns ||B[i,:]||^2 for every row of b.
+func rowNorms2(b *mat.Dense) []float64 {
+	n, _ := b.Dims()
+	r := make([]float64, n)
+	for i := range r {
+		for _, x := range b.RawRowView(i) {
+			r[i] += x * x
+		}
+	}
+	return r
 }
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise
@@ -129,16 +161,7 @@ func (f *Factorization) StepVariance(s Schema) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, _ := f.Decoder.Dims()
-	v := make([]float64, n)
-	for i := range v {
-		r := f.Decoder.RawRowView(i)
-		sum := 0.0
-		for _, x := range r {
-			sum += x * x
-		}
-		v[i] = sens.Value * sens.Value * sum
-	}
+	_, v := errorProfile(sens.Value, rowNorms2(f.Decoder))
 	return v, nil
 }
 

@@ -148,13 +148,12 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		k.Workload = w
 		tr := buildTraceFrom(ctx)
 		produce := func(ctx context.Context) (*Factorization, error) {
-			if tr != nil && tr.Optimizing != nil {
-				tr.Optimizing(spec.Kind, w.N, opt.Optimize.gap())
-			}
-			res, err := run(ctx, w, tr.settings(opt.Optimize))
-			if tr != nil && tr.Optimized != nil && err == nil && res != nil {
-				tr.Optimized(spec.Kind, w.N, res.Elapsed)
-			}
+			var res *OptimizeResult
+			err := tr.optimize(spec.Kind, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+				var err error
+				res, err = run(ctx, w, withProgress(opt.Optimize, progress))
+				return err
+			})
 			if err != nil {
 				return nil, err
 			}
@@ -168,9 +167,9 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		if opt.Cache != nil {
 			var hit bool
 			f, hit, err = opt.Cache.GetOrBuild(ctx, k, produce)
-			if hit && tr != nil && tr.Cached != nil {
+			if hit {
 				path, _ := opt.Cache.Path(k)
-				tr.Cached(spec.Kind, w.N, path)
+				tr.cached(spec.Kind, w.N, path)
 			}
 		} else {
 			f, err = produce(ctx)

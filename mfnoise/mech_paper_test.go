@@ -60,7 +60,7 @@ func TestMultiEpochTable1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := Compare(context.Background(), w, s, []MechanismSpec{spec}, BuildOptions{})
+		rows, err := Compare(context.Background(), w, s, []Mechanism{spec}, BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestMultiEpochTable1MFSingle(t *testing.T) {
 	}
 	w, _ := PrefixSum(2000)
 	sc, _ := KBParticipation(20, 100)
-	specs, err := ParseMechanisms("mf-single,mf-single/s2")
+	specs, err := parseList("mf-single,mf-single/s2")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,10 @@ func toeplitzKind(kind string) bool {
 	return false
 }
 
+// MechanismNames lists the mechanism names ParseMechanism reads, for
+// command-line help and errors.
+const MechanismNames = "dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS or bandmf:auto, each optionally /sS (S stamps); sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS"
+
 // MechanismSpec is a parsed mechanism name, the CLI contract: one of
 // dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
 // bandmf:BANDS (BANDS an integer or "auto"), each optionally followed by
@@ -38,7 +42,8 @@ func toeplitzKind(kind string) bool {
 // Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS (not
 // stamped).
 type MechanismSpec struct {
-	// Name is the text as given (trimmed); Compare reports it.
+	// Name is the text as given (trimmed), for error messages; Compare
+	// reports the canonical String.
 	Name string `json:"name"`
 	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`
@@ -121,30 +126,10 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		}
 		spec.Bands = v
 	default:
-		return MechanismSpec{}, invalidf("unknown mechanism %q (known: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS; sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS)", name)
+		return MechanismSpec{}, invalidf("unknown mechanism %q (known: %s)", name, MechanismNames)
 	}
 	if spec.Stamps > 1 && toeplitzKind(kind) && kind != KindDPSGD {
 		return MechanismSpec{}, invalidf("mechanism %q: %s is not stamped (its Toeplitz structure already streams in O(n) memory)", name, kind)
 	}
 	return spec, nil
-}
-
-// ParseMechanisms parses a comma-separated list of mechanism names.
-func ParseMechanisms(list string) ([]MechanismSpec, error) {
-	if strings.TrimSpace(list) == "" {
-		return nil, invalidf("empty mechanism list")
-	}
-	var specs []MechanismSpec
-	for i, item := range strings.Split(list, ",") {
-		// Errors from ParseMechanism already name the entry.
-		if strings.TrimSpace(item) == "" {
-			return nil, invalidf("mechanism list %q: entry %d is empty", list, i+1)
-		}
-		s, err := ParseMechanism(item)
-		if err != nil {
-			return nil, err
-		}
-		specs = append(specs, s)
-	}
-	return specs, nil
 }

@@ -135,10 +135,10 @@ func checkSteps(n int) error {
 // humanBytes formats a byte count, e.g. "18.6 GiB".
 func humanBytes(b float64) string { return dpcore.HumanBytes(b) }
 
-// check refuses a Toeplitz value not made by a constructor (no
+// Validate refuses a Toeplitz value not made by a constructor (no
 // coefficients, c_0 = 0 or non-finite), which would otherwise score as a
 // zero-sensitivity mechanism or fail deep inside.
-func (t *Toeplitz) check() error {
+func (t *Toeplitz) Validate() error {
 	switch {
 	case t == nil || t.N <= 0:
 		return invalidf("toeplitz: empty mechanism")
@@ -152,6 +152,20 @@ func (t *Toeplitz) check() error {
 		return invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with NewToeplitz", t.Name, len(t.Coef), t.N)
 	}
 	return nil
+}
+
+// NoiseMemoryPerCoord is the number of d-vectors streaming the noise
+// touches, counted as CompareRow does (the output included): Nbuf + 1 for a
+// BLT, p for p bands of C or of C^-1 (p - 1 stored rows), 1 for DP-SGD, n
+// for the square root.
+func (t *Toeplitz) NoiseMemoryPerCoord() int {
+	if t.BLT != nil {
+		return t.BLT.Buffers() + 1
+	}
+	if t.InvCoef != nil {
+		return len(t.InvCoef)
+	}
+	return len(t.Coef)
 }
 
 // Bands is the number of non-zero diagonals of C (N for a BLT and a
@@ -217,7 +231,7 @@ func seriesInverse(c []float64, n int) []float64 {
 // ApplyEncoder sets dst = C x (len(x) = len(dst) = N) in O(N p) time, O(N
 // Nbuf) for a BLT.
 func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
-	if err := t.check(); err != nil {
+	if err := t.Validate(); err != nil {
 		return err
 	}
 	if len(x) != t.N || len(dst) != t.N {
@@ -259,7 +273,7 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 
 // ApplyDecoder sets dst = B x = A C^-1 x for the workload w over N steps.
 func (t *Toeplitz) ApplyDecoder(w Workload, dst, x []float64) error {
-	if err := t.check(); err != nil {
+	if err := t.Validate(); err != nil {
 		return err
 	}
 	if len(x) != t.N || len(dst) != t.N {
@@ -364,7 +378,7 @@ const MaxGeneralWorkloadSteps = 1 << 15
 // norms are prefix sums of b_k^2: O(n) after g. Other schedules cost O(n^2)
 // time and are refused above MaxGeneralWorkloadSteps.
 func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
-	if err := t.check(); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	if w.N != t.N {
@@ -415,15 +429,20 @@ func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error
 	if err != nil {
 		return 0, SensitivityResult{}, err
 	}
+	loss, err := t.LossAt(w, sens.Value)
+	return loss, sens, err
+}
+
+// LossAt is sens^2 ||A C^-1||_F^2 for a sensitivity computed elsewhere
+// (the per-participation sensitivity of amplified accounting, for one), in
+// O(n) memory: Factorization.LossAt without the dense decoder.
+func (t *Toeplitz) LossAt(w Workload, sens float64) (float64, error) {
 	r, err := t.DecoderRowNorms(w)
 	if err != nil {
-		return 0, SensitivityResult{}, err
+		return 0, err
 	}
-	fro := 0.0
-	for _, v := range r {
-		fro += v
-	}
-	return sens.Value * sens.Value * fro, sens, nil
+	loss, _ := errorProfile(sens, r)
+	return loss, nil
 }
 
 // Sensitivity methods of Toeplitz encoders.
@@ -451,7 +470,7 @@ const (
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
 func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
-	if err := t.check(); err != nil {
+	if err := t.Validate(); err != nil {
 		return SensitivityResult{}, err
 	}
 	if err := checkSteps(t.N); err != nil {
@@ -509,10 +528,10 @@ func packedSens2(c []float64, k, b int) float64 {
 
 // Factorization returns the dense factorization (C, B = A C^-1) for
 // cross-checks and the dense plan code; refused above DenseStepLimit.
-// NewNoiseSource streams its noise with the mechanism's own buffers (Nbuf
+// noise.New streams its noise with the mechanism's own buffers (Nbuf
 // d-vectors for a BLT, not the n of a dense encoder).
 func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
-	if err := t.check(); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	if w.N != t.N {

@@ -50,11 +50,11 @@ func OptimizeBanded(ctx context.Context, w Workload, bands int, s *OptimizeSetti
 	iters := 0
 	if p.dim() > 0 {
 		conv := &bandConverger{
-			ctx: ctx, s: s, window: 10, rel: s.gap() / 100,
+			ctx: ctx, s: s, window: 10, rel: s.gap() / 100, maxIter: s.maxIter(defaultBandedIter),
 		}
 		settings := &optimize.Settings{
 			Converger:       conv,
-			MajorIterations: s.maxIter(defaultBandedIter),
+			MajorIterations: conv.maxIter,
 		}
 		prob := optimize.Problem{
 			Func: func(x []float64) float64 { return p.eval(x, nil) },
@@ -101,7 +101,7 @@ func OptimizeBanded(ctx context.Context, w Workload, bands int, s *OptimizeSetti
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 	}
-	s.report(OptimizeProgress{Iter: iters, Loss: loss})
+	s.report(OptimizeProgress{Iter: iters, Loss: loss, MaxIter: s.maxIter(defaultBandedIter)})
 	return &OptimizeResult{Factorization: f, Loss: loss, Iterations: iters, Elapsed: time.Since(start)}, nil
 }
 
@@ -263,6 +263,8 @@ type bandConverger struct {
 	rel    float64
 	hist   []float64
 	iter   int
+	// maxIter is the bound on major iterations, reported with progress.
+	maxIter int
 }
 
 func (c *bandConverger) Init(int) { c.hist = c.hist[:0]; c.iter = 0 }
@@ -272,7 +274,7 @@ func (c *bandConverger) Converged(loc *optimize.Location) optimize.Status {
 		return optimize.Failure
 	}
 	c.iter++
-	c.s.report(OptimizeProgress{Iter: c.iter, Loss: loc.F})
+	c.s.report(OptimizeProgress{Iter: c.iter, Loss: loc.F, MaxIter: c.maxIter})
 	c.hist = append(c.hist, loc.F)
 	if len(c.hist) > c.window {
 		old := c.hist[len(c.hist)-1-c.window]

@@ -34,6 +34,9 @@ type OptimizeProgress struct {
 	// LowerBound) / best Loss. Methods without a bound (OptimizeBanded)
 	// report LowerBound = Gap = 0.
 	Loss, LowerBound, Gap float64
+	// MaxIter is the iteration bound; most runs stop earlier, at the gap
+	// or when the loss stalls.
+	MaxIter int
 }
 
 // OptimizeResult is what an optimizer returns: the factorization (encoder

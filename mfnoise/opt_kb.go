@@ -162,7 +162,7 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		g, gt = gt, g
 		p.updatePreconditioner(x)
 		gap = relGap(loss, lb)
-		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: lb, Gap: gap})
+		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: lb, Gap: gap, MaxIter: maxIter})
 	}
 	if gap > target {
 		return nil, fmt.Errorf("mfnoise: optimize kb: gap %.3g > %.3g after %d iterations (loss %.6g, lower bound %.6g)", gap, target, iter, loss, lb)

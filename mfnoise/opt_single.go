@@ -82,7 +82,7 @@ func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*Opti
 			bestLoss, bestC, bestB = loss, c, b
 		}
 		gap = relGap(bestLoss, bestLB)
-		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: bestLB, Gap: gap})
+		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: bestLB, Gap: gap, MaxIter: maxIter})
 		acc.next(v, ph.diag) // phi(v), accelerated
 	}
 	if gap > target {

@@ -245,7 +245,7 @@ func minimizeLBFGS(ctx context.Context, what string, dim int, x0 []float64, eval
 	if maxIter <= 0 {
 		maxIter = 2000
 	}
-	conv := &bandConverger{ctx: ctx, s: &OptimizeSettings{Progress: set.Progress}, window: 10, rel: rel}
+	conv := &bandConverger{ctx: ctx, s: &OptimizeSettings{Progress: set.Progress}, window: 10, rel: rel, maxIter: maxIter}
 	settings := &optimize.Settings{Converger: conv, MajorIterations: maxIter}
 	prob := optimize.Problem{
 		Func: func(x []float64) float64 { return eval(x, nil) },

@@ -2,7 +2,9 @@ package mfnoise
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -11,7 +13,7 @@ import (
 func TestScoreMatchesCompare(t *testing.T) {
 	w, _ := PrefixSum(16)
 	schema, _ := KBParticipation(2, 8)
-	rows, err := Compare(context.Background(), w, schema, []MechanismSpec{{Name: "tree-full", Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{MechanismSpec{Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,5 +30,75 @@ func TestScoreMatchesCompare(t *testing.T) {
 	}
 	if _, err := Score("none", nil, schema); err == nil {
 		t.Fatal("nil factorization scored")
+	}
+}
+
+// parseList parses comma-separated mechanism names with ParseMechanism
+// (command lines parse lists with privacy.ParseMechanisms).
+func parseList(list string) ([]Mechanism, error) {
+	var ms []Mechanism
+	for _, name := range strings.Split(list, ",") {
+		s, err := ParseMechanism(name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, s)
+	}
+	return ms, nil
+}
+
+// userMechanism is a caller's mechanism that is not Builtin; Factorize
+// counts its calls.
+type userMechanism struct {
+	f     *Factorization
+	calls *int
+}
+
+func (m userMechanism) String() string { return "user" }
+func (m userMechanism) Factorize(context.Context, Workload, Schema, BuildOptions) (*Factorization, error) {
+	*m.calls++
+	return m.f, nil
+}
+
+// Compare scores a caller's Mechanism from the factorization it builds,
+// exactly as Score does; above DenseStepLimit it refuses with the memory a
+// dense score needs before asking the mechanism to build anything.
+func TestCompareUserMechanism(t *testing.T) {
+	w, _ := PrefixSum(16)
+	schema, _ := KBParticipation(2, 8)
+	f, err := BinaryTree(w, TreeOptions{Decoder: TreeFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{userMechanism{f, &calls}, MechanismSpec{Kind: KindDPSGD}}, BuildOptions{})
+	if err != nil || len(rows) != 2 || calls != 1 {
+		t.Fatalf("rows %+v, err %v, %d calls", rows, err, calls)
+	}
+	want, err := Score("user", f, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rows[0]
+	if rows[1].Mechanism == "user" {
+		got = rows[1]
+	}
+	got.BuildSeconds = 0
+	if got.Mechanism != "user" || got.Loss != want.Loss || got.Sensitivity != want.Sensitivity || got.NoiseMemoryPerCoord != 16 || got.StepTime != "O(n d)" {
+		t.Fatalf("compare %+v, score %+v", got, want)
+	}
+	// Another number of steps than the workload's is refused.
+	w32, _ := PrefixSum(32)
+	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
+		t.Fatalf("16-step factorization for 32 steps: %v", err)
+	}
+	calls = 0
+	big, _ := PrefixSum(DenseStepLimit + 1)
+	_, err = Compare(context.Background(), big, SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
+		t.Fatalf("n = %d: err %v after %d Factorize calls", big.N, err, calls)
+	}
+	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("nil mechanism: %v", err)
 	}
 }

@@ -1,14 +1,13 @@
 package mfnoise
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
@@ -18,29 +17,28 @@ import (
 // shapes, or A != BC).
 var ErrCorrupt = errors.New("corrupt stored factorization")
 
+// The kind and format version of a stored factorization's envelope
+// (atomicfile's sealed envelope: magic, version, SHA-256, payload). Version
+// 2 moved the cache key into the payload; version 1 had an envelope of its
+// own with the key beside the payload, and is still read.
 const (
-	storeMagic   = "dpmf-factorization"
-	storeVersion = 1
+	storeMagic    = "dpmf-factorization"
+	storeVersion  = 2
+	storeVersion1 = 1
 	// maxStoredDim bounds the matrix dimensions accepted from a file, so a
 	// corrupt header cannot ask for an absurd allocation.
 	maxStoredDim = 1 << 16
+	// maxStoredBytes bounds what LoadFactorization reads: two matrices of
+	// maxStoredDim x maxStoredDim float64 and their metadata.
+	maxStoredBytes = 2*8*maxStoredDim*maxStoredDim + 1<<20
 )
-
-// storedEnvelope is the outer msgpack record: the payload bytes and their
-// SHA-256, so any flipped bit is detected before the payload is trusted.
-type storedEnvelope struct {
-	Magic   string `msgpack:"magic"`
-	Version int    `msgpack:"version"`
-	// Key is the canonical encoding of the ProblemKey the entry was stored
-	// under by Cache (empty when written by SaveFactorization).
-	Key     []byte `msgpack:"key"`
-	SHA256  []byte `msgpack:"sha256"`
-	Payload []byte `msgpack:"payload"`
-}
 
 // storedFactorization is the payload. Matrices are row-major little-endian
 // float64 bytes: compact and bit-exact.
 type storedFactorization struct {
+	// Key is the canonical encoding of the ProblemKey the entry was stored
+	// under by Cache (empty when written by SaveFactorization).
+	Key      []byte   `msgpack:"key,omitempty"`
 	Workload Workload `msgpack:"workload"`
 	Meta     Metadata `msgpack:"meta"`
 	EncRows  int      `msgpack:"enc_rows"`
@@ -53,60 +51,77 @@ type storedFactorization struct {
 
 // SaveFactorization writes f as msgpack: its workload, metadata (kind,
 // schema, bands, stamps, loss, gap, lower bound, creation time), encoder and
-// decoder, with a SHA-256 checksum over the payload.
+// decoder, in a checksummed envelope (docs/files.md).
 func SaveFactorization(w io.Writer, f *Factorization) error {
 	return saveFactorization(w, f, nil)
 }
 
 func saveFactorization(w io.Writer, f *Factorization, key []byte) error {
-	if f == nil || f.Encoder == nil || f.Decoder == nil {
-		return invalidf("save factorization: nil factorization or matrix")
+	payload, err := encodeFactorization(f, key)
+	if err != nil {
+		return err
 	}
-	p := storedFactorization{Workload: f.Workload, Meta: f.Meta}
+	blob, err := atomicfile.Seal(storeMagic, storeVersion, payload)
+	if err != nil {
+		return fmt.Errorf("mfnoise: save factorization: %w", err)
+	}
+	if _, err := w.Write(blob); err != nil {
+		return fmt.Errorf("mfnoise: save factorization: %w", err)
+	}
+	return nil
+}
+
+// encodeFactorization is the sealed payload of f stored under key.
+func encodeFactorization(f *Factorization, key []byte) ([]byte, error) {
+	if f == nil || f.Encoder == nil || f.Decoder == nil {
+		return nil, invalidf("save factorization: nil factorization or matrix")
+	}
+	p := storedFactorization{Key: key, Workload: f.Workload, Meta: f.Meta}
 	p.EncRows, p.EncCols = f.Encoder.Dims()
 	p.DecRows, p.DecCols = f.Decoder.Dims()
 	p.Encoder = denseBytes(f.Encoder)
 	p.Decoder = denseBytes(f.Decoder)
 	payload, err := msgpack.Marshal(&p)
 	if err != nil {
-		return fmt.Errorf("mfnoise: save factorization: %w", err)
+		return nil, fmt.Errorf("mfnoise: save factorization: %w", err)
 	}
-	sum := sha256.Sum256(payload)
-	env := storedEnvelope{Magic: storeMagic, Version: storeVersion, Key: key, SHA256: sum[:], Payload: payload}
-	if err := msgpack.NewEncoder(w).Encode(&env); err != nil {
-		return fmt.Errorf("mfnoise: save factorization: %w", err)
-	}
-	return nil
+	return payload, nil
 }
 
-// LoadFactorization reads a factorization written by SaveFactorization. It
-// verifies the format, the checksum and the shapes, and re-checks A = BC
-// through NewFactorization; failures wrap ErrCorrupt (or the I/O error).
+// LoadFactorization reads a factorization written by SaveFactorization
+// (format version 2, or 1). It verifies the format, the checksum and the
+// shapes, and re-checks A = BC through NewFactorization; failures wrap
+// ErrCorrupt (or the I/O error).
 func LoadFactorization(r io.Reader) (*Factorization, error) {
-	f, _, err := loadFactorization(r)
+	blob, err := io.ReadAll(io.LimitReader(r, maxStoredBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: load factorization: %w", err)
+	}
+	if len(blob) > maxStoredBytes {
+		return nil, fmt.Errorf("mfnoise: load factorization: %w: larger than %s", ErrCorrupt, humanBytes(maxStoredBytes))
+	}
+	// Version 1 (the key beside the payload, in an envelope of its own)
+	// opens as the same envelope with the key ignored.
+	version := storeVersion
+	var head struct {
+		Version int `msgpack:"version"`
+	}
+	if msgpack.Unmarshal(blob, &head) == nil && head.Version == storeVersion1 {
+		version = storeVersion1
+	}
+	payload, err := atomicfile.Open(blob, storeMagic, version)
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: load factorization: %w: %v", ErrCorrupt, err)
+	}
+	f, _, err := decodeFactorization(payload)
 	return f, err
 }
 
-func loadFactorization(r io.Reader) (*Factorization, []byte, error) {
-	var env storedEnvelope
-	if err := msgpack.NewDecoder(r).Decode(&env); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: truncated (%v)", ErrCorrupt, err)
-		}
-		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: %v", ErrCorrupt, err)
-	}
-	if env.Magic != storeMagic {
-		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: not a stored factorization (magic %q)", ErrCorrupt, env.Magic)
-	}
-	if env.Version != storeVersion {
-		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: format version %d, this build reads %d", ErrCorrupt, env.Version, storeVersion)
-	}
-	sum := sha256.Sum256(env.Payload)
-	if !bytes.Equal(sum[:], env.SHA256) {
-		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: SHA-256 checksum mismatch", ErrCorrupt)
-	}
+// decodeFactorization reads a payload made by encodeFactorization and
+// returns the factorization and the key it was stored under.
+func decodeFactorization(payload []byte) (*Factorization, []byte, error) {
 	var p storedFactorization
-	if err := msgpack.Unmarshal(env.Payload, &p); err != nil {
+	if err := msgpack.Unmarshal(payload, &p); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: payload: %v", ErrCorrupt, err)
 	}
 	c, err := bytesDense(p.EncRows, p.EncCols, p.Encoder)
@@ -127,7 +142,7 @@ func loadFactorization(r io.Reader) (*Factorization, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: %v", ErrCorrupt, err)
 	}
-	return f, env.Key, nil
+	return f, p.Key, nil
 }
 
 func denseBytes(m *mat.Dense) []byte {

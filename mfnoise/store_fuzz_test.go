@@ -3,35 +3,56 @@ package mfnoise
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// writeCorpus stores the fuzz seed (b, payload) in testdata/fuzz when
-// DPMF_WRITE_FUZZ_CORPUS is set, so plain go test runs the committed seeds.
-func writeCorpus(t testing.TB, target, name string, b []byte, payload bool) {
+// writeCorpus stores the fuzz seed (values: []byte and bool) in
+// testdata/fuzz when DPMF_WRITE_FUZZ_CORPUS is set, so plain go test runs
+// the committed seeds.
+func writeCorpus(t testing.TB, target, name string, values ...any) {
 	if os.Getenv("DPMF_WRITE_FUZZ_CORPUS") == "" {
 		return
 	}
 	dir := filepath.Join("testdata", "fuzz", target)
 	os.MkdirAll(dir, 0o755)
-	if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, payload), 0o644); err != nil {
+	text := []byte("go test fuzz v1\n")
+	for _, v := range values {
+		switch v := v.(type) {
+		case []byte:
+			text = fmt.Appendf(text, "[]byte(%q)\n", v)
+		case bool:
+			text = fmt.Appendf(text, "bool(%v)\n", v)
+		default:
+			t.Fatalf("corpus value of type %T", v)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), text, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// v1Entry is a cache entry in format version 1, written by that code
+// (see TestStoreFormatVersions).
+func v1Entry(t testing.TB) []byte {
+	b, err := os.ReadFile(filepath.Join("testdata", "store-v1", "cache-entry.msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // wrapPayload makes a valid envelope (magic, version, checksum) around an
 // arbitrary payload, so the fuzzer reaches the payload decoding that the
 // checksum otherwise shields.
 func wrapPayload(t testing.TB, payload []byte) []byte {
-	sum := sha256.Sum256(payload)
-	b, err := msgpack.Marshal(&storedEnvelope{Magic: storeMagic, Version: storeVersion, SHA256: sum[:], Payload: payload})
+	b, err := atomicfile.Seal(storeMagic, storeVersion, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +71,8 @@ func FuzzLoadFactorization(f *testing.F) {
 		f.Fatal(err)
 	}
 	good := buf.Bytes()
-	var env storedEnvelope
-	if err := msgpack.Unmarshal(good, &env); err != nil {
+	payload, err := atomicfile.Open(good, storeMagic, storeVersion)
+	if err != nil {
 		f.Fatal(err)
 	}
 	seeds := []struct {
@@ -61,9 +82,10 @@ func FuzzLoadFactorization(f *testing.F) {
 	}{
 		{"good", good, false},
 		{"truncated", good[:len(good)/2], false},
-		{"payload", env.Payload, true},
-		{"payload-truncated", env.Payload[:len(env.Payload)-9], true},
+		{"payload", payload, true},
+		{"payload-truncated", payload[:len(payload)-9], true},
 		{"empty", nil, false},
+		{"version1", v1Entry(f), false},
 	}
 	for _, s := range seeds {
 		f.Add(s.b, s.payload)
@@ -101,14 +123,7 @@ func FuzzCacheEntry(f *testing.F) {
 	}
 	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
 	built := 0
-	build := func(ctx context.Context) (*Factorization, error) {
-		built++
-		r, err := OptimizeSingle(ctx, w, nil)
-		if err != nil {
-			return nil, err
-		}
-		return r.Factorization, nil
-	}
+	build := countingBuild(w, &built)
 	if _, _, err := c.GetOrBuild(context.Background(), key, build); err != nil {
 		f.Fatal(err)
 	}
@@ -120,8 +135,10 @@ func FuzzCacheEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good)
-	f.Add(good[:len(good)-1])
+	for name, b := range map[string][]byte{"good": good, "truncated": good[:len(good)-1], "version1": v1Entry(f), "empty": nil} {
+		f.Add(b)
+		writeCorpus(f, "FuzzCacheEntry", name, b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)

@@ -3,14 +3,15 @@ package mfnoise
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
@@ -26,6 +27,19 @@ func smallOptimum(t testing.TB, n int) *Factorization {
 		t.Fatal(err)
 	}
 	return r.Factorization
+}
+
+// countingBuild is a Cache build function that optimizes w for single
+// participation and counts its calls in *builds.
+func countingBuild(w Workload, builds *int) func(context.Context) (*Factorization, error) {
+	return func(ctx context.Context) (*Factorization, error) {
+		*builds++
+		r, err := OptimizeSingle(ctx, w, nil)
+		if err != nil {
+			return nil, err
+		}
+		return r.Factorization, nil
+	}
 }
 
 func TestSaveLoadRoundTrip(t *testing.T) {
@@ -76,24 +90,77 @@ func TestLoadDetectsCorruption(t *testing.T) {
 
 	// A payload with a valid checksum whose decoder no longer factors A:
 	// caught by the A = BC re-check, not by the checksum.
-	var env storedEnvelope
-	if err := msgpack.Unmarshal(good, &env); err != nil {
+	payload, err := atomicfile.Open(good, storeMagic, storeVersion)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var p storedFactorization
-	if err := msgpack.Unmarshal(env.Payload, &p); err != nil {
+	if err := msgpack.Unmarshal(payload, &p); err != nil {
 		t.Fatal(err)
 	}
 	p.Decoder[7] ^= 0x01 // B[0,0]: flip an exponent bit
-	env.Payload, _ = msgpack.Marshal(&p)
-	sum := sha256.Sum256(env.Payload)
-	env.SHA256 = sum[:]
-	forged, _ := msgpack.Marshal(&env)
-	_, err := LoadFactorization(bytes.NewReader(forged))
+	payload, _ = msgpack.Marshal(&p)
+	forged, _ := atomicfile.Seal(storeMagic, storeVersion, payload)
+	_, err = LoadFactorization(bytes.NewReader(forged))
 	if !errors.Is(err, ErrCorrupt) {
 		t.Errorf("A != BC: error %v, want ErrCorrupt", err)
 	}
 	t.Logf("A != BC error: %v", err)
+}
+
+// TestStoreFormatVersions: files are atomicfile's sealed envelope at
+// version 2 with the cache key inside the payload. A version-1 file (its
+// own envelope with the key beside the payload; testdata/store-v1 was
+// written by that code for the problem below) still loads, and as a cache
+// entry it is a miss that is rebuilt and overwritten, not an error. A file
+// of a newer version is refused in one line.
+func TestStoreFormatVersions(t *testing.T) {
+	f := smallOptimum(t, 6)
+	var buf bytes.Buffer
+	if err := SaveFactorization(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := atomicfile.Open(buf.Bytes(), storeMagic, 2); err != nil {
+		t.Fatalf("saved file is not a version-2 sealed envelope: %v", err)
+	}
+
+	v1, err := os.ReadFile(filepath.Join("testdata", "store-v1", "cache-entry.msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := LoadFactorization(bytes.NewReader(v1))
+	if err != nil {
+		t.Fatalf("version-1 file: %v", err)
+	}
+	if g.N() != 6 || g.Meta.Kind != KindMFSingle {
+		t.Fatalf("version-1 file: n = %d, kind %q", g.N(), g.Meta.Kind)
+	}
+
+	c := &Cache{Dir: t.TempDir()}
+	w, _ := PrefixSum(6)
+	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	path, _ := c.Path(key)
+	if err := os.WriteFile(path, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	build := countingBuild(w, &builds)
+	if _, hit, err := c.GetOrBuild(context.Background(), key, build); err != nil || hit || builds != 1 {
+		t.Fatalf("version-1 entry: hit %v, builds %d, err %v; want a rebuild", hit, builds, err)
+	}
+	if _, hit, err := c.GetOrBuild(context.Background(), key, build); err != nil || !hit || builds != 1 {
+		t.Fatalf("rewritten entry: hit %v, builds %d, err %v; want a hit", hit, builds, err)
+	}
+
+	payload, err := atomicfile.Open(buf.Bytes(), storeMagic, storeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v3, _ := atomicfile.Seal(storeMagic, 3, payload)
+	_, err = LoadFactorization(bytes.NewReader(v3))
+	if !errors.Is(err, ErrCorrupt) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("version 3: %v, want one line naming the version", err)
+	}
 }
 
 func TestCacheGetOrBuild(t *testing.T) {
@@ -102,14 +169,7 @@ func TestCacheGetOrBuild(t *testing.T) {
 	w, _ := PrefixSum(20)
 	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
 	builds := 0
-	build := func(ctx context.Context) (*Factorization, error) {
-		builds++
-		r, err := OptimizeSingle(ctx, w, nil)
-		if err != nil {
-			return nil, err
-		}
-		return r.Factorization, nil
-	}
+	build := countingBuild(w, &builds)
 	ctx := context.Background()
 	f1, cached, err := c.GetOrBuild(ctx, key, build)
 	if err != nil || cached || builds != 1 {

@@ -37,9 +37,10 @@ func buildTraceFrom(ctx context.Context) *BuildTrace {
 	return t
 }
 
-// settings returns s with the trace's Progress chained after s's own.
-func (t *BuildTrace) settings(s *OptimizeSettings) *OptimizeSettings {
-	if t == nil || t.Progress == nil {
+// withProgress returns s with p chained after s's own Progress (s itself
+// when p is nil).
+func withProgress(s *OptimizeSettings, p func(OptimizeProgress)) *OptimizeSettings {
+	if p == nil {
 		return s
 	}
 	var c OptimizeSettings
@@ -47,11 +48,40 @@ func (t *BuildTrace) settings(s *OptimizeSettings) *OptimizeSettings {
 		c = *s
 	}
 	own := c.Progress
-	c.Progress = func(p OptimizeProgress) {
+	c.Progress = func(q OptimizeProgress) {
 		if own != nil {
-			own(p)
+			own(q)
 		}
-		t.Progress(p)
+		p(q)
 	}
 	return &c
+}
+
+// optimize runs an optimizer under the trace: Optimizing before it,
+// Optimized after it succeeds, and the trace's Progress (if any) chained
+// through the progress function run receives. kind and n name the problem,
+// gap is the relative gap the optimizer stops at (0: it stops when the
+// loss stalls). A nil trace runs the optimizer alone.
+func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress func(OptimizeProgress)) error) error {
+	if t == nil {
+		return run(nil)
+	}
+	if t.Optimizing != nil {
+		t.Optimizing(kind, n, gap)
+	}
+	start := time.Now()
+	if err := run(t.Progress); err != nil {
+		return err
+	}
+	if t.Optimized != nil {
+		t.Optimized(kind, n, time.Since(start))
+	}
+	return nil
+}
+
+// cached reports a factorization read from the cache at path.
+func (t *BuildTrace) cached(kind string, n int, path string) {
+	if t != nil && t.Cached != nil {
+		t.Cached(kind, n, path)
+	}
 }

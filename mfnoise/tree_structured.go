@@ -142,20 +142,10 @@ func compareTreeOnline(ctx context.Context, spec MechanismSpec, w Workload, sche
 	if err != nil {
 		return CompareRow{}, err
 	}
-	row := CompareRow{
-		Mechanism:         spec.Name,
-		Sensitivity:       sens.Value,
-		SensitivityExact:  sens.Exact,
-		SensitivityMethod: sens.Method,
-		StepRMSE:          make([]float64, len(r)),
+	row, err := rowFromNorms(spec.Name, sens, r)
+	if err != nil {
+		return CompareRow{}, err
 	}
-	fro := 0.0
-	for i, v := range r {
-		fro += v
-		row.StepRMSE[i] = sens.Value * math.Sqrt(v)
-	}
-	row.Loss = sens.Value * sens.Value * fro
-	row.RMSE = math.Sqrt(row.Loss / float64(w.N))
 	row.NoiseMemoryPerCoord = float64(treeLevels(w.N) + 1)
 	row.StepTime = "O(d log n)"
 	row.BuildSeconds = time.Since(start).Seconds()

@@ -58,7 +58,7 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 // 93 GiB) and refuses min-sep there with one line.
 func TestTreeOnlineLargeN(t *testing.T) {
 	w, _ := PrefixSum(50_000)
-	specs, _ := ParseMechanisms("tree-online,sqrt")
+	specs, _ := parseList("tree-online,sqrt")
 	kb, _ := KBParticipation(50, 1000)
 	rows, err := Compare(context.Background(), w, kb, specs, BuildOptions{})
 	if err != nil || len(rows) != 2 {

@@ -1,8 +1,6 @@
 package mfnoise
 
 import (
-	"fmt"
-
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
@@ -12,7 +10,7 @@ import (
 var ErrInvalid = dpcore.ErrInvalid
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("mfnoise: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("mfnoise: "+format, args...)
 }
 
 // The workload and its learning-rate schedule are defined in package

@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"math"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Bag says how an Embedding combines the vectors of its id columns.
@@ -30,7 +32,7 @@ func (b Bag) String() string {
 // MarshalText writes the bag mode's name (model files record it so).
 func (b Bag) MarshalText() ([]byte, error) {
 	if b > MeanBag {
-		return nil, fmt.Errorf("%v: %w", b, ErrInvalid)
+		return nil, dpcore.Invalidf("%v", b)
 	}
 	return []byte(b.String()), nil
 }
@@ -43,7 +45,7 @@ func (b *Bag) UnmarshalText(t []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("bag mode %q (want none, sum or mean): %w", t, ErrInvalid)
+	return dpcore.Invalidf("bag mode %q (want none, sum or mean)", t)
 }
 
 // EmbeddingTable is a learned table of Vocab vectors of Dim entries
@@ -74,22 +76,22 @@ type Embedding struct {
 
 func (e Embedding) out(in Shape) (Shape, error) {
 	if !in.flat() {
-		return Shape{}, fmt.Errorf("embedding needs a flat input of columns, not %dx%dx%d: %w", in.C, in.H, in.W, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("embedding needs a flat input of columns, not %dx%dx%d", in.C, in.H, in.W)
 	}
 	ids := in.C - e.Numeric
 	if e.Numeric < 0 || ids <= 0 || len(e.Tables) == 0 {
-		return Shape{}, fmt.Errorf("embedding: %d numeric of %d columns, %d tables: %w", e.Numeric, in.C, len(e.Tables), ErrInvalid)
+		return Shape{}, dpcore.Invalidf("embedding: %d numeric of %d columns, %d tables", e.Numeric, in.C, len(e.Tables))
 	}
 	if len(e.Tables) != 1 && len(e.Tables) != ids {
-		return Shape{}, fmt.Errorf("embedding: %d tables for %d id columns (want 1 or one each): %w", len(e.Tables), ids, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("embedding: %d tables for %d id columns (want 1 or one each)", len(e.Tables), ids)
 	}
 	if e.Bag > MeanBag || (e.Bag != NoBag && len(e.Tables) != 1) {
-		return Shape{}, fmt.Errorf("embedding: bag mode %d needs one table: %w", e.Bag, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("embedding: bag mode %d needs one table", e.Bag)
 	}
 	out := e.Numeric
 	for i, t := range e.Tables {
 		if t.Vocab <= 0 || t.Dim <= 0 || t.Weight.Len != t.Vocab*t.Dim || t.Weight.Offset < 0 {
-			return Shape{}, fmt.Errorf("embedding table %d: vocabulary %d, dimension %d, weight %+v: %w", i, t.Vocab, t.Dim, t.Weight, ErrInvalid)
+			return Shape{}, dpcore.Invalidf("embedding table %d: vocabulary %d, dimension %d, weight %+v", i, t.Vocab, t.Dim, t.Weight)
 		}
 	}
 	switch {
@@ -133,7 +135,7 @@ func (e *Embedding) checkIDs(x []float32, n, cols int) error {
 				continue
 			}
 			if v != float32(math.Trunc(float64(v))) || v < 0 || int(v) >= t.Vocab {
-				return fmt.Errorf("nn: example %d column %d: id %v is not an integer in [0, %d) or -1: %w", i, e.Numeric+c, v, t.Vocab, ErrInvalid)
+				return dpcore.Invalidf("nn: example %d column %d: id %v is not an integer in [0, %d) or -1", i, e.Numeric+c, v, t.Vocab)
 			}
 		}
 	}

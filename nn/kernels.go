@@ -7,7 +7,19 @@ import "math"
 // column, channel) so that each kernel row is one contiguous copy of K
 // pixels; taps outside the input are zero. (The weight is permuted to
 // match: see Plan.permute.)
-func (s *stage) im2col(in, u []float32) {
+func (s *stage) im2col(in, u []float32) { s.unfold(in, u, false) }
+
+// col2im adds the rows of du (gradients w.r.t. the unfolded input) back
+// into the example's input gradient din (HWC), which it first clears.
+func (s *stage) col2im(du, din []float32) {
+	clear(din)
+	s.unfold(din, du, true)
+}
+
+// unfold moves each kernel row's segment of K pixels (or the pixels of it
+// inside the input) between x (HWC) and the rows of u: copies x into u,
+// clearing the taps outside, or with back adds u into x.
+func (s *stage) unfold(x, u []float32, back bool) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	K, st, pad := s.k, s.stride, s.pad
 	KC := K * C
@@ -21,58 +33,36 @@ func (s *stage) im2col(in, u []float32) {
 				seg := row[kr*KC : (kr+1)*KC]
 				ih := oh*st - pad + kr
 				if ih < 0 || ih >= H {
-					clear(seg)
+					if !back {
+						clear(seg)
+					}
 					continue
 				}
 				if iw0 >= 0 && iw0+K <= W {
-					copy(seg, in[(ih*W+iw0)*C:(ih*W+iw0+K)*C])
+					moveSeg(x[(ih*W+iw0)*C:(ih*W+iw0+K)*C], seg, back)
 					continue
 				}
 				for kc := range K {
 					iw := iw0 + kc
 					if iw < 0 || iw >= W {
-						clear(seg[kc*C : (kc+1)*C])
+						if !back {
+							clear(seg[kc*C : (kc+1)*C])
+						}
 						continue
 					}
-					copy(seg[kc*C:(kc+1)*C], in[(ih*W+iw)*C:(ih*W+iw+1)*C])
+					moveSeg(x[(ih*W+iw)*C:(ih*W+iw+1)*C], seg[kc*C:(kc+1)*C], back)
 				}
 			}
 		}
 	}
 }
 
-// col2im adds the rows of du (gradients w.r.t. the unfolded input) back
-// into the example's input gradient din (HWC), which it first clears.
-func (s *stage) col2im(du, din []float32) {
-	clear(din)
-	C, H, W := s.in.C, s.in.H, s.in.W
-	K, st, pad := s.k, s.stride, s.pad
-	KC := K * C
-	OW := s.out.W
-	fi := s.fi
-	for oh := range s.out.H {
-		for ow := range OW {
-			row := du[(oh*OW+ow)*fi : (oh*OW+ow+1)*fi]
-			iw0 := ow*st - pad
-			for kr := range K {
-				ih := oh*st - pad + kr
-				if ih < 0 || ih >= H {
-					continue
-				}
-				seg := row[kr*KC : (kr+1)*KC]
-				if iw0 >= 0 && iw0+K <= W {
-					add(din[(ih*W+iw0)*C:(ih*W+iw0+K)*C], seg)
-					continue
-				}
-				for kc := range K {
-					iw := iw0 + kc
-					if iw < 0 || iw >= W {
-						continue
-					}
-					add(din[(ih*W+iw)*C:(ih*W+iw+1)*C], seg[kc*C:(kc+1)*C])
-				}
-			}
-		}
+// moveSeg copies x into seg, or with back adds seg into x.
+func moveSeg(x, seg []float32, back bool) {
+	if back {
+		add(x, seg)
+	} else {
+		copy(seg, x)
 	}
 }
 
@@ -148,9 +138,14 @@ func tanh32(x float32) float32 {
 // maxPool pools one example (HWC) into out, storing the index into in of
 // each output's maximum in arg.
 func (s *stage) maxPool(in, out []float32, arg []int32) {
-	if s.maxPool2Fast(in, out, arg) {
-		return
+	if !s.maxPool2Fast(in, out, arg) {
+		s.maxPoolLoop(in, out, arg)
 	}
+}
+
+// maxPoolLoop is maxPool's portable loop: the first maximum of each window
+// wins ties, and a NaN only if it comes first.
+func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 	C, W := s.in.C, s.in.W
 	S := s.pool
 	OW := s.out.W
@@ -181,24 +176,29 @@ func (s *stage) maxPool(in, out []float32, arg []int32) {
 	}
 }
 
-// sumsq64 is the squared L2 norm of v accumulated in float64: each
+// sumsq64Go is the squared L2 norm of v accumulated in float64: each
 // product of two float32 values is exact in float64, so the only error is
-// the float64 summation (relative 1e-16 per term).
-func sumsq64(v []float32) float64 {
-	var s0, s1, s2, s3 float64
-	k := 0
-	for ; k+4 <= len(v); k += 4 {
-		a, b, c, d := float64(v[k]), float64(v[k+1]), float64(v[k+2]), float64(v[k+3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
+// the float64 summation (relative 1e-16 per term). Term k of the first
+// len(v) &^ 15 goes to partial sum k mod 16, and the partial sums are
+// added as four vectors of four lanes, then the lanes, then the rest of v
+// in order: the order of sumsq64's AVX2 kernel.
+func sumsq64Go(v []float32) float64 {
+	var acc [16]float64
+	n := len(v) &^ 15
+	for k := 0; k < n; k += 16 {
+		for l, x := range v[k : k+16] {
+			acc[l] += float64(x) * float64(x)
+		}
 	}
-	for ; k < len(v); k++ {
-		a := float64(v[k])
-		s0 += a * a
+	var t [4]float64
+	for l := range t {
+		t[l] = (acc[l] + acc[4+l]) + (acc[8+l] + acc[12+l])
 	}
-	return (s0 + s1) + (s2 + s3)
+	s := (t[0] + t[1]) + (t[2] + t[3])
+	for _, x := range v[n:] {
+		s += float64(x) * float64(x)
+	}
+	return s
 }
 
 // maxAbs is max |v_k|, NaN if any v_k is NaN.
@@ -216,7 +216,8 @@ func maxAbs(v []float32) float64 {
 	return m
 }
 
-func allFinite(v []float32) bool {
+// allFiniteGo reports whether every v_k is finite.
+func allFiniteGo(v []float32) bool {
 	for _, x := range v {
 		if x-x != 0 {
 			return false

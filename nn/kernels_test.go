@@ -2,6 +2,7 @@ package nn
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -75,7 +76,10 @@ func TestAddAxpy(t *testing.T) {
 			x[k] = float32(k) - 3.5
 			y[k] = float32(2 * k)
 		}
+		z := make([]float32, n)
+		addTo(z, x, y)
 		add(y, x)
+		sameBits(t, "addTo", z, y)
 		for k := range y {
 			if y[k] != float32(2*k)+float32(k)-3.5 {
 				t.Fatalf("n=%d: add: y[%d] = %v", n, k, y[k])
@@ -105,7 +109,7 @@ func TestMaxPoolFast(t *testing.T) {
 	if !s.maxPool2Fast(in, out1, arg1) {
 		t.Skip("skipped because this machine has no AVX2 vector pool to compare with the portable one")
 	}
-	scalarPool(&s, in, out2, arg2)
+	s.maxPoolLoop(in, out2, arg2)
 	for k := range out1 {
 		if arg1[k] != arg2[k] || (out1[k] != out2[k] && out1[k] == out1[k]) {
 			t.Fatalf("output %d: fast (%v at %d), scalar (%v at %d)", k, out1[k], arg1[k], out2[k], arg2[k])
@@ -113,24 +117,165 @@ func TestMaxPoolFast(t *testing.T) {
 	}
 }
 
-// scalarPool is maxPool's portable loop.
-func scalarPool(s *stage, in, out []float32, arg []int32) {
-	C, W := s.in.C, s.in.W
-	S := s.pool
-	OW := s.out.W
-	for oh := range s.out.H {
-		for ow := range OW {
-			o := (oh*OW + ow) * C
-			base := (oh*S*W + ow*S) * C
-			for ch := range C {
-				out[o+ch], arg[o+ch] = in[base+ch], int32(base+ch)
-				for dr := range S {
-					for dc := range S {
-						b := ((oh*S+dr)*W+ow*S+dc)*C + ch
-						if in[b] > out[o+ch] {
-							out[o+ch], arg[o+ch] = in[b], int32(b)
-						}
-					}
+// sameBits reports whether a and b hold the same float32 values bit for
+// bit (any NaN matching any NaN).
+func sameBits(t *testing.T, what string, a, b []float32) {
+	t.Helper()
+	for k := range a {
+		if math.Float32bits(a[k]) != math.Float32bits(b[k]) && !(a[k] != a[k] && b[k] != b[k]) {
+			t.Fatalf("%s[%d]: %v (%#x), portable %v (%#x)", what, k, a[k], math.Float32bits(a[k]), b[k], math.Float32bits(b[k]))
+		}
+	}
+}
+
+func sameBits64(t *testing.T, what string, a, b []float64) {
+	t.Helper()
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) && !(a[k] != a[k] && b[k] != b[k]) {
+			t.Fatalf("%s[%d]: %v, portable %v", what, k, a[k], b[k])
+		}
+	}
+}
+
+func randVec(rng *rand.Rand, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for k := range v {
+		v[k] = float32(scale * rng.NormFloat64())
+	}
+	return v
+}
+
+func randVec64(rng *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for k := range v {
+		v[k] = rng.NormFloat64()
+	}
+	return v
+}
+
+// TestNormKernels checks the AVX2 norm kernels and sumsq64 against their
+// portable loops bit for bit, for channel counts with and without a
+// remainder, with NaN inputs, -0 results and ReLU masks over NaN, -0 and
+// 0.
+func TestNormKernels(t *testing.T) {
+	if !hasAVX2FMA {
+		t.Skip("skipped because this machine has no AVX2 kernels to compare with the portable loops")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, C := range []int{4, 6, 16, 64, 131} {
+		const rows = 7
+		n := rows * C
+		x := randVec(rng, n, 3)
+		x[C+1] = float32(math.NaN())
+		shift, mean, r := randVec64(rng, C), randVec64(rng, C), randVec64(rng, C)
+		s1, s2 := randVec64(rng, C), randVec64(rng, C)
+		g1, g2 := append([]float64(nil), s1...), append([]float64(nil), s2...)
+		chanStats(x, C, shift, s1, s2)
+		chanStatsGo(x, C, 0, shift, g1, g2)
+		sameBits64(t, "chanStats s1", s1, g1)
+		sameBits64(t, "chanStats s2", s2, g2)
+
+		gamma, beta := randVec(rng, C, 1), randVec(rng, C, 1)
+		gamma[2], beta[2] = 0, float32(math.Copysign(0, -1)) // -0 outputs
+		for _, relu := range []bool{false, true} {
+			out, xh := make([]float32, n), make([]float32, n)
+			out2, xh2 := make([]float32, n), make([]float32, n)
+			normApply(x, out, xh, C, mean, r, gamma, beta, relu)
+			normApplyGo(x, out2, xh2, C, 0, mean, r, gamma, beta, relu)
+			sameBits(t, "normApply xh", xh, xh2)
+			sameBits(t, "normApply out", out, out2)
+		}
+
+		dy, xh := randVec(rng, n, 1), randVec(rng, n, 1)
+		act := randVec(rng, n, 1)
+		act[0], act[1], act[2] = float32(math.NaN()), float32(math.Copysign(0, -1)), 0
+		for _, a := range [][]float32{nil, act} {
+			d1, d2 := append([]float32(nil), dy...), append([]float32(nil), dy...)
+			sa, sb := randVec64(rng, C), randVec64(rng, C)
+			ga, gb := append([]float64(nil), sa...), append([]float64(nil), sb...)
+			normSums(d1, a, xh, C, sa, sb)
+			normSumsGo(d2, a, xh, C, 0, ga, gb)
+			sameBits(t, "normSums dy", d1, d2)
+			sameBits64(t, "normSums sa", sa, ga)
+			sameBits64(t, "normSums sb", sb, gb)
+		}
+
+		cs, gs := randVec64(rng, C), make([]float64, C)
+		copy(gs, cs)
+		chanSums(x, C, cs)
+		chanSumsGo(x, C, 0, gs)
+		sameBits64(t, "chanSums", cs, gs)
+
+		a, b, e := randVec64(rng, C), randVec64(rng, C), randVec64(rng, C)
+		dx, dx2 := make([]float32, n), make([]float32, n)
+		normDx(dy, xh, dx, C, a, b, e)
+		normDxGo(dy, xh, dx2, C, 0, a, b, e)
+		sameBits(t, "normDx", dx, dx2)
+	}
+	for _, n := range []int{1, 16, 17, 64, 100} {
+		for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			for k := range n {
+				v := randVec(rng, n, 1e30)
+				if allFinite(v) != true {
+					t.Fatalf("n=%d: allFinite of finite values is false", n)
+				}
+				v[k] = float32(bad)
+				if allFinite(v) {
+					t.Fatalf("n=%d: allFinite with %v at %d is true", n, bad, k)
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, 15, 16, 17, 100, 4099} {
+		v := randVec(rng, n, 1e3)
+		if got, want := sumsq64(v), sumsq64Go(v); got != want {
+			t.Errorf("n=%d: sumsq64 %v, portable %v", n, got, want)
+		}
+	}
+}
+
+// TestGroupNormLargeMean checks xhat against a two-pass float64 reference
+// on inputs whose mean (2^20) is 10^7 times their spread: the statistics
+// are accumulated shifted by each channel's first value, so nothing
+// cancels (E[x^2] - mean^2 in float64 would lose about 1e-2 of the
+// variance here).
+func TestGroupNormLargeMean(t *testing.T) {
+	const C, H, W, G = 8, 6, 6, 2
+	s := stage{kind: kNorm, in: Shape{C, H, W}, out: Shape{C, H, W}, groups: G, eps: 1e-12,
+		w: Param{0, C}, b: Param{C, C}}
+	params := make([]float32, 2*C)
+	for c := range C {
+		params[c] = 1
+	}
+	n := C * H * W
+	in := make([]float32, n)
+	for k := range in {
+		in[k] = float32(1<<20 + float64((k*7919)%13)*0.125)
+	}
+	out, xh := make([]float32, n), make([]float32, n)
+	rstd := make([]float64, G)
+	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)))
+	Cg := C / G
+	for g := range G {
+		m, v := 0.0, 0.0
+		for k := range H * W {
+			for c := g * Cg; c < (g+1)*Cg; c++ {
+				m += float64(in[k*C+c])
+			}
+		}
+		m /= float64(H * W * Cg)
+		for k := range H * W {
+			for c := g * Cg; c < (g+1)*Cg; c++ {
+				d := float64(in[k*C+c]) - m
+				v += d * d
+			}
+		}
+		r := 1 / math.Sqrt(v/float64(H*W*Cg)+s.eps)
+		for k := range H * W {
+			for c := g * Cg; c < (g+1)*Cg; c++ {
+				want := (float64(in[k*C+c]) - m) * r
+				if d := math.Abs(float64(xh[k*C+c]) - want); d > 1e-6*max(1, math.Abs(want)) {
+					t.Fatalf("group %d pixel %d channel %d: xhat %v, want %v", g, k, c, xh[k*C+c], want)
 				}
 			}
 		}

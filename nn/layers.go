@@ -3,6 +3,8 @@ package nn
 import (
 	"errors"
 	"fmt"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // AvgPool is a Size x Size average pooling with stride Size; rows and
@@ -41,41 +43,41 @@ type BatchNorm struct{}
 var ErrBatchNorm = errors.New("BatchNorm mixes the examples of a batch, so per-example gradients and their clipping bound nothing; use GroupNorm (or LayerNorm) instead")
 
 func (BatchNorm) out(Shape) (Shape, error) {
-	return Shape{}, fmt.Errorf("%w: %w", ErrBatchNorm, ErrInvalid)
+	return Shape{}, dpcore.Invalidf("%w", ErrBatchNorm)
 }
 
 func (p AvgPool) out(in Shape) (Shape, error) {
 	if p.Size <= 0 || in.H < p.Size || in.W < p.Size {
-		return Shape{}, fmt.Errorf("average pool %d on a %dx%d input: %w", p.Size, in.H, in.W, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("average pool %d on a %dx%d input", p.Size, in.H, in.W)
 	}
 	return Shape{in.C, in.H / p.Size, in.W / p.Size}, nil
 }
 
 func (g GroupNorm) out(in Shape) (Shape, error) {
 	if g.Act > GELU {
-		return Shape{}, fmt.Errorf("group norm: %v: %w", g.Act, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("group norm: %v", g.Act)
 	}
 	if g.Groups <= 0 || in.C%g.Groups != 0 {
-		return Shape{}, fmt.Errorf("group norm: %d groups do not divide %d channels: %w", g.Groups, in.C, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("group norm: %d groups do not divide %d channels", g.Groups, in.C)
 	}
 	if g.Eps < 0 || g.Eps != g.Eps {
-		return Shape{}, fmt.Errorf("group norm: eps %v: %w", g.Eps, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("group norm: eps %v", g.Eps)
 	}
 	if g.Weight.Len != in.C || g.Bias.Len != in.C {
-		return Shape{}, fmt.Errorf("group norm: weight %+v, bias %+v for %d channels: %w", g.Weight, g.Bias, in.C, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("group norm: weight %+v, bias %+v for %d channels", g.Weight, g.Bias, in.C)
 	}
 	return in, nil
 }
 
 func (l LayerNorm) out(in Shape) (Shape, error) {
 	if l.Act > GELU {
-		return Shape{}, fmt.Errorf("layer norm: %v: %w", l.Act, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("layer norm: %v", l.Act)
 	}
 	if l.Eps < 0 || l.Eps != l.Eps {
-		return Shape{}, fmt.Errorf("layer norm: eps %v: %w", l.Eps, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("layer norm: eps %v", l.Eps)
 	}
 	if l.Weight.Len != in.Size() || l.Bias.Len != in.Size() {
-		return Shape{}, fmt.Errorf("layer norm: weight %+v, bias %+v for %d features: %w", l.Weight, l.Bias, in.Size(), ErrInvalid)
+		return Shape{}, dpcore.Invalidf("layer norm: weight %+v, bias %+v for %d features", l.Weight, l.Bias, in.Size())
 	}
 	return in, nil
 }
@@ -89,13 +91,13 @@ type Residual struct {
 
 func (r Residual) out(in Shape) (Shape, error) {
 	if len(r.Body) == 0 {
-		return Shape{}, fmt.Errorf("residual block with an empty body: %w", ErrInvalid)
+		return Shape{}, dpcore.Invalidf("residual block with an empty body")
 	}
 	chain := func(ls []Layer, what string) (Shape, error) {
 		cur := in
 		for i, l := range ls {
 			if l == nil {
-				return Shape{}, fmt.Errorf("residual %s layer %d is nil: %w", what, i, ErrInvalid)
+				return Shape{}, dpcore.Invalidf("residual %s layer %d is nil", what, i)
 			}
 			next, err := l.out(cur)
 			if err != nil {
@@ -114,7 +116,7 @@ func (r Residual) out(in Shape) (Shape, error) {
 		return Shape{}, err
 	}
 	if b != s {
-		return Shape{}, fmt.Errorf("residual body gives %dx%dx%d, shortcut %dx%dx%d: %w", b.C, b.H, b.W, s.C, s.H, s.W, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("residual body gives %dx%dx%d, shortcut %dx%dx%d", b.C, b.H, b.W, s.C, s.H, s.W)
 	}
 	return b, nil
 }
@@ -133,7 +135,7 @@ type Dropout struct {
 
 func (d Dropout) out(in Shape) (Shape, error) {
 	if !(d.Rate >= 0 && d.Rate < 1) {
-		return Shape{}, fmt.Errorf("dropout rate %v not in [0, 1): %w", d.Rate, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("dropout rate %v not in [0, 1)", d.Rate)
 	}
 	return in, nil
 }

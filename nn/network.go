@@ -29,12 +29,14 @@
 package nn
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is returned (wrapped) for invalid networks, options or inputs.
-var ErrInvalid = errors.New("invalid argument")
+// ErrInvalid is matched by errors for invalid networks, options or inputs.
+// It is dpcore.ErrInvalid, the one bad-argument sentinel of the module.
+var ErrInvalid = dpcore.ErrInvalid
 
 // Shape is the (channels, height, width) of one example's activation; a
 // flat vector of n features is {n, 1, 1}.
@@ -79,7 +81,7 @@ func (a Activation) String() string {
 // MarshalText writes the activation's name (model files record it so).
 func (a Activation) MarshalText() ([]byte, error) {
 	if a > GELU {
-		return nil, fmt.Errorf("%v: %w", a, ErrInvalid)
+		return nil, dpcore.Invalidf("%v", a)
 	}
 	return []byte(a.String()), nil
 }
@@ -92,7 +94,7 @@ func (a *Activation) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("activation %q (want identity, tanh, relu or gelu): %w", b, ErrInvalid)
+	return dpcore.Invalidf("activation %q (want identity, tanh, relu or gelu)", b)
 }
 
 // Layer is one layer of a Network: Conv2D, Dense, MaxPool, AvgPool,
@@ -130,12 +132,12 @@ type Flatten struct{}
 
 func (c Conv2D) out(in Shape) (Shape, error) {
 	if c.Out <= 0 || c.Kernel <= 0 || c.Stride <= 0 || c.Pad < 0 {
-		return Shape{}, fmt.Errorf("conv2d out %d kernel %d stride %d pad %d: %w", c.Out, c.Kernel, c.Stride, c.Pad, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("conv2d out %d kernel %d stride %d pad %d", c.Out, c.Kernel, c.Stride, c.Pad)
 	}
 	h := (in.H+2*c.Pad-c.Kernel)/c.Stride + 1
 	w := (in.W+2*c.Pad-c.Kernel)/c.Stride + 1
 	if in.H+2*c.Pad < c.Kernel || in.W+2*c.Pad < c.Kernel || h <= 0 || w <= 0 {
-		return Shape{}, fmt.Errorf("conv2d kernel %d does not fit input %dx%d with padding %d: %w", c.Kernel, in.H, in.W, c.Pad, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("conv2d kernel %d does not fit input %dx%d with padding %d", c.Kernel, in.H, in.W, c.Pad)
 	}
 	if err := c.check(c.Kernel*c.Kernel*in.C, c.Out, c.Act); err != nil {
 		return Shape{}, fmt.Errorf("conv2d: %w", err)
@@ -149,20 +151,20 @@ func (c Conv2D) check(fi, fo int, act Activation) error {
 
 func checkAffine(w, b Param, fi, fo int, act Activation) error {
 	if w.Len != fi*fo || b.Len != fo || w.Offset < 0 || b.Offset < 0 {
-		return fmt.Errorf("weight %+v, bias %+v for fan-in %d, fan-out %d: %w", w, b, fi, fo, ErrInvalid)
+		return dpcore.Invalidf("weight %+v, bias %+v for fan-in %d, fan-out %d", w, b, fi, fo)
 	}
 	if act > GELU {
-		return fmt.Errorf("%v: %w", act, ErrInvalid)
+		return dpcore.Invalidf("%v", act)
 	}
 	return nil
 }
 
 func (d Dense) out(in Shape) (Shape, error) {
 	if !in.flat() {
-		return Shape{}, fmt.Errorf("dense after a %dx%dx%d activation needs a Flatten first: %w", in.C, in.H, in.W, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("dense after a %dx%dx%d activation needs a Flatten first", in.C, in.H, in.W)
 	}
 	if d.Out <= 0 {
-		return Shape{}, fmt.Errorf("dense out %d: %w", d.Out, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("dense out %d", d.Out)
 	}
 	if err := checkAffine(d.Weight, d.Bias, in.C, d.Out, d.Act); err != nil {
 		return Shape{}, fmt.Errorf("dense: %w", err)
@@ -172,7 +174,7 @@ func (d Dense) out(in Shape) (Shape, error) {
 
 func (p MaxPool) out(in Shape) (Shape, error) {
 	if p.Size <= 0 || in.H < p.Size || in.W < p.Size {
-		return Shape{}, fmt.Errorf("max pool %d on a %dx%d input: %w", p.Size, in.H, in.W, ErrInvalid)
+		return Shape{}, dpcore.Invalidf("max pool %d on a %dx%d input", p.Size, in.H, in.W)
 	}
 	return Shape{in.C, in.H / p.Size, in.W / p.Size}, nil
 }
@@ -191,16 +193,16 @@ type Network struct {
 // whose input does not fit.
 func (n Network) Shapes() ([]Shape, error) {
 	if n.Input.C <= 0 || n.Input.H <= 0 || n.Input.W <= 0 {
-		return nil, fmt.Errorf("nn: input shape %+v: %w", n.Input, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: input shape %+v", n.Input)
 	}
 	if len(n.Layers) == 0 {
-		return nil, fmt.Errorf("nn: no layers: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("nn: no layers")
 	}
 	out := []Shape{n.Input}
 	cur := n.Input
 	for i, l := range n.Layers {
 		if l == nil {
-			return nil, fmt.Errorf("nn: layer %d is nil: %w", i, ErrInvalid)
+			return nil, dpcore.Invalidf("nn: layer %d is nil", i)
 		}
 		next, err := l.out(cur)
 		if err != nil {
@@ -210,7 +212,7 @@ func (n Network) Shapes() ([]Shape, error) {
 		cur = next
 	}
 	if !cur.flat() {
-		return nil, fmt.Errorf("nn: the last layer's output %+v is not flat: %w", cur, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: the last layer's output %+v is not flat", cur)
 	}
 	return out, nil
 }
@@ -219,7 +221,7 @@ func (n Network) Shapes() ([]Shape, error) {
 // error saying why l does not fit.
 func OutShape(l Layer, in Shape) (Shape, error) {
 	if l == nil {
-		return Shape{}, fmt.Errorf("nil layer: %w", ErrInvalid)
+		return Shape{}, dpcore.Invalidf("nil layer")
 	}
 	return l.out(in)
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/dpcore"
 	gblas "gonum.org/v1/gonum/blas"
 )
 
@@ -165,10 +166,10 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	if opt.MaxBatch <= 0 {
-		return nil, fmt.Errorf("nn: plan: MaxBatch %d: %w", opt.MaxBatch, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: MaxBatch %d", opt.MaxBatch)
 	}
 	if opt.Workers < 0 || opt.Chunk < 0 {
-		return nil, fmt.Errorf("nn: plan: %d workers, chunk %d: %w", opt.Workers, opt.Chunk, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: %d workers, chunk %d", opt.Workers, opt.Chunk)
 	}
 	if opt.Workers == 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
@@ -180,7 +181,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.markGradWrites()
 	if p.naff == 0 {
-		return nil, fmt.Errorf("nn: plan: no layer has parameters: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: no layer has parameters")
 	}
 	p.segments()
 	// Size the chunk (automatic: 16 examples, fewer while the buffers
@@ -196,8 +197,8 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
 	if need := p.bufferBytes(opt.Chunk, opt.Workers); need > maxPlanBytes {
-		return nil, fmt.Errorf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB): %w",
-			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30, ErrInvalid)
+		return nil, dpcore.Invalidf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB)",
+			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	for range opt.Workers {
@@ -215,7 +216,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		name := fmt.Sprintf("%s%d", path, li)
 		if r, ok := l.(Residual); ok {
 			if len(r.Body) == 0 {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual block with an empty body: %w", name, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual block with an empty body", name)
 			}
 			bo, bi, err := p.compile(r.Body, in, src, name+".body.")
 			if err != nil {
@@ -228,7 +229,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 				}
 			}
 			if bo != so {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: residual body gives %+v, shortcut %+v: %w", name, bo, so, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual body gives %+v, shortcut %+v", name, bo, so)
 			}
 			p.stages = append(p.stages, stage{kind: kJoin, in: bo, out: bo, P: 1, src: bi, skip: si})
 			p.actShape = append(p.actShape, bo)
@@ -269,14 +270,14 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
 		case Embedding:
 			if src != 0 || len(p.stages) != 0 {
-				return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns): %w", name, ErrInvalid)
+				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns)", name)
 			}
 			e := l
 			e.Tables = append([]EmbeddingTable(nil), l.Tables...)
 			s.kind, s.emb = kEmbed, &e
 			for _, t := range e.Tables {
 				if t.Weight.Offset+t.Weight.Len > len(p.params) {
-					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params), ErrInvalid)
+					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -286,7 +287,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
 		default:
-			return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: unsupported type %T: %w", name, l, ErrInvalid)
+			return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: unsupported type %T", name, l)
 		}
 		if s.kind == kNorm {
 			if s.eps == 0 {
@@ -298,7 +299,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
 				if q.Offset+q.Len > len(p.params) {
-					return Shape{}, 0, fmt.Errorf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d: %w", name, q.Offset, q.Offset+q.Len, len(p.params), ErrInvalid)
+					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, q.Offset, q.Offset+q.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -314,7 +315,10 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 
 const (
 	// autoChunkBytes bounds the buffers of an automatically sized chunk.
-	autoChunkBytes = 1 << 30
+	// WRN-16-4 at chunks of 4 examples takes the same CPU time per step as
+	// at 16 and a third of the memory (BENCHMARKS.md), so wide models get
+	// smaller chunks; the CIFAR CNN's buffers stay below it at 16.
+	autoChunkBytes = 512 << 20
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
@@ -441,7 +445,7 @@ func (p *Plan) newWorker() *worker {
 		if s.act == GELU {
 			w.pre[i] = make([]float32, C*s.out.Size())
 		}
-		maxFo = max(maxFo, s.fo, 2*s.in.C)
+		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
 			for _, t := range s.emb.Tables {
 				maxFo = max(maxFo, t.Dim)
@@ -477,7 +481,7 @@ func (p *Plan) Affine() int { return p.naff }
 func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {
-		return fmt.Errorf("nn: %d floats for %d examples of %d: %w", len(x), n, in, ErrInvalid)
+		return dpcore.Invalidf("nn: %d floats for %d examples of %d", len(x), n, in)
 	}
 	if len(p.stages) > 0 && p.stages[0].kind == kEmbed {
 		if err := p.stages[0].emb.checkIDs(x, n, in); err != nil {
@@ -486,14 +490,14 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 	}
 	if y != nil {
 		if n > p.opt.MaxBatch {
-			return fmt.Errorf("nn: batch %d > MaxBatch %d: %w", n, p.opt.MaxBatch, ErrInvalid)
+			return dpcore.Invalidf("nn: batch %d > MaxBatch %d", n, p.opt.MaxBatch)
 		}
 		if len(y) != n {
-			return fmt.Errorf("nn: %d labels for %d examples: %w", len(y), n, ErrInvalid)
+			return dpcore.Invalidf("nn: %d labels for %d examples", len(y), n)
 		}
 		for i, c := range y {
 			if c < 0 || c >= p.classes {
-				return fmt.Errorf("nn: label %d of example %d not in [0,%d): %w", c, i, p.classes, ErrInvalid)
+				return dpcore.Invalidf("nn: label %d of example %d not in [0,%d)", c, i, p.classes)
 			}
 		}
 	}
@@ -509,13 +513,13 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 // next call.
 func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
 	if y == nil {
-		return nil, fmt.Errorf("nn: step: no labels: %w", ErrInvalid)
+		return nil, dpcore.Invalidf("nn: step: no labels")
 	}
 	if err := p.check(x, y, len(y)); err != nil {
 		return nil, err
 	}
 	if len(dst) != len(p.params) {
-		return nil, fmt.Errorf("nn: step: len(dst) = %d, want %d: %w", len(dst), len(p.params), ErrInvalid)
+		return nil, dpcore.Invalidf("nn: step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
 	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
 	p.permute()
@@ -532,11 +536,11 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		return nil, err
 	}
 	if len(out) != len(y) {
-		return nil, fmt.Errorf("nn: gradients: %d outputs for %d examples: %w", len(out), len(y), ErrInvalid)
+		return nil, dpcore.Invalidf("nn: gradients: %d outputs for %d examples", len(out), len(y))
 	}
 	for _, o := range out {
 		if len(o) != len(p.params) {
-			return nil, fmt.Errorf("nn: gradients: output of %d, want %d: %w", len(o), len(p.params), ErrInvalid)
+			return nil, dpcore.Invalidf("nn: gradients: output of %d, want %d", len(o), len(p.params))
 		}
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
@@ -562,7 +566,7 @@ func (p *Plan) Forward(x []float32, logits []float32) error {
 		return err
 	}
 	if len(logits) != n*p.classes {
-		return fmt.Errorf("nn: forward: %d logits for %d examples of %d classes: %w", len(logits), n, p.classes, ErrInvalid)
+		return dpcore.Invalidf("nn: forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
 	p.x, p.y, p.n, p.logits = x, nil, n, logits
 	p.permute()
@@ -688,10 +692,15 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 			copy(dst, src)
 			continue
 		}
-		for c := range in.C {
-			for k, v := range src[c*hw : (c+1)*hw] {
-				dst[k*in.C+c] = v
-			}
+		transpose(dst, src, in.C, hw)
+	}
+}
+
+// transpose writes the rows x cols matrix src into dst as cols x rows.
+func transpose(dst, src []float32, rows, cols int) {
+	for r := range rows {
+		for c, v := range src[r*cols : (r+1)*cols] {
+			dst[c*rows+r] = v
 		}
 	}
 }
@@ -703,8 +712,7 @@ func (p *Plan) forward(w *worker, m int) {
 		isz, osz := s.in.Size(), s.out.Size()
 		switch s.kind {
 		case kJoin:
-			copy(out[:m*osz], in[:m*osz])
-			add(out[:m*osz], w.act[s.skip][:m*osz])
+			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
 			U := w.u[i]
 			for j := range m {
@@ -744,9 +752,9 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
 			}
-			if s.act != Identity {
+			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
 			}
 		case kPool:
@@ -754,14 +762,8 @@ func (p *Plan) forward(w *worker, m int) {
 				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
 			}
 		case kFlatten:
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz]
-				for k := range hw {
-					for c := range C {
-						dst[c*hw+k] = src[k*C+c]
-					}
-				}
+				transpose(out[j*osz:(j+1)*osz], in[j*isz:(j+1)*isz], s.in.H*s.in.W, s.in.C) // HWC to CHW
 			}
 		}
 	}
@@ -877,27 +879,28 @@ func (p *Plan) backward(w *worker, m int) {
 				s.avgPoolBack(dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz])
 			}
 		case kNorm:
-			// The norm's own gradient (perExample, accumulate) reads
-			// d[i+1] after this: the gradient w.r.t. the affine output.
-			p.actGrad(w, i, dout[:m*osz])
-			if s.src == 0 {
-				continue
+			// d[i+1] becomes the gradient w.r.t. the affine output (ReLU's
+			// mask is fused into normBackward), and each example's affine
+			// gradient lands in its w.ex row for perExample and accumulate.
+			if s.act != Identity && s.act != ReLU {
+				p.actGrad(w, i, dout[:m*osz])
 			}
 			for j := range m {
-				s.normBack(p.params, dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups])
+				var dx []float32
+				if s.src > 0 {
+					dx = din[j*isz : (j+1)*isz]
+				}
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
+			}
+			if s.src == 0 {
+				continue
 			}
 		case kFlatten:
 			if s.src == 0 {
 				continue
 			}
-			C, hw := s.in.C, s.in.H*s.in.W
 			for j := range m {
-				src, dst := dout[j*osz:(j+1)*osz], din[j*isz:(j+1)*isz]
-				for k := range hw {
-					for c := range C {
-						dst[k*C+c] = src[c*hw+k]
-					}
-				}
+				transpose(din[j*isz:(j+1)*isz], dout[j*osz:(j+1)*osz], s.in.C, s.in.H*s.in.W) // CHW to HWC
 			}
 		}
 		if s.addGrad && s.src > 0 {
@@ -976,11 +979,7 @@ func (p *Plan) zeroExample(w *worker, j int) {
 func colSums(G []float32, fo int, col []float64) {
 	col = col[:fo]
 	clear(col)
-	for r := 0; r < len(G); r += fo {
-		for k, v := range G[r : r+fo] {
-			col[k] += float64(v)
-		}
-	}
+	chanSums(G, fo, col)
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf
@@ -997,7 +996,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			switch s.kind {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+				M := p.exGrad(w, s, j)
 				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
 				colSums(G, s.fo, w.col)
 				for k, v := range w.col[:s.fo] {
@@ -1018,7 +1017,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				})
 				sq[s.aff] = t
 			case kNorm:
-				M := p.normGrad(w, s, i, j)
+				M := p.exGrad(w, s, j)
 				sq[s.aff] = sumsq64(M)
 				if p.opt.LInf {
 					linf = max(linf, maxAbs(M))
@@ -1079,12 +1078,20 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
-// normGrad materializes example j's gradient of norm stage i in w.ex.
-func (p *Plan) normGrad(w *worker, s *stage, i, j int) []float32 {
-	M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-	sz := s.in.Size()
-	s.normGrad(w.d[i+1][j*sz:(j+1)*sz], w.xh[i][j*sz:(j+1)*sz], M, w.col)
-	return M
+// exGrad is example j's gradient of stage s (a norm, or a convolution on
+// the private path: weight, then bias) in w.ex.
+func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
+	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+}
+
+// factor is example j's clipping factor for affine layer aff (1 on the
+// non-private path) and whether its gradient enters the sum at all.
+func (p *Plan) factor(w *worker, j, aff int) (float32, bool) {
+	f := 1.0
+	if p.private {
+		f = w.c[j*p.naff+aff]
+	}
+	return float32(f), f != 0 && !w.bad[j]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1093,7 +1100,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 		s := &p.stages[i]
 		switch s.kind {
 		case kConv:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
+			M := p.exGrad(w, s, j)
 			for r, e := range s.perm {
 				copy(out[s.w.Offset+int(e)*s.fo:s.w.Offset+(int(e)+1)*s.fo], M[r*s.fo:(r+1)*s.fo])
 			}
@@ -1107,7 +1114,7 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 				copy(out[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 			})
 		case kNorm:
-			M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+			M := p.exGrad(w, s, j)
 			copy(out[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len])
 			copy(out[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:])
 		case kDense:
@@ -1131,21 +1138,17 @@ func (p *Plan) accumulate(w *worker, m int) {
 	if p.capture != nil {
 		return
 	}
-	A := p.naff
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.kind == kEmbed {
 			sz, osz := s.in.Size(), s.out.Size()
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					axpy(float32(f), vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+					axpy(f, vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
 				})
 			}
 			continue
@@ -1155,35 +1158,18 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
-		if s.kind == kNorm {
-			// Per-example gradients (small: 2 per channel or feature),
-			// materialized by perExample on the private path.
+		if s.kind == kNorm || s.kind == kConv && p.private {
+			// Per-example gradients: materialized by backward (norms:
+			// small, 2 per channel or feature) or by perExample
+			// (convolutions on the private path).
 			for j := range m {
-				f := 1.0
-				if p.private {
-					f = w.c[j*A+s.aff]
-				}
-				if f == 0 || w.bad[j] {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
 					continue
 				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
-				if !p.private {
-					M = p.normGrad(w, s, i, j)
-				}
-				axpy(float32(f), M[:s.w.Len], accW)
-				axpy(float32(f), M[s.w.Len:], accB)
-			}
-			continue
-		}
-		if s.kind == kConv && p.private {
-			for j := range m {
-				f := w.c[j*A+s.aff]
-				if f == 0 || w.bad[j] {
-					continue
-				}
-				M := w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.fi*s.fo+s.fo]
-				axpy(float32(f), M[:s.fi*s.fo], accW)
-				axpy(float32(f), M[s.fi*s.fo:], accB)
+				M := p.exGrad(w, s, j)
+				axpy(f, M[:s.w.Len], accW)
+				axpy(f, M[s.w.Len:], accB)
 			}
 			continue
 		}

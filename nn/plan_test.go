@@ -143,41 +143,23 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 			}
 			cur, sh = next, out
 		case MaxPool:
-			out, _ := l.out(sh)
-			next := make([]float64, out.Size())
-			for ch := range out.C {
-				for r := range out.H {
-					for c := range out.W {
-						mx := math.Inf(-1)
-						for dr := range l.Size {
-							for dc := range l.Size {
-								mx = max(mx, cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc])
-							}
-						}
-						next[ch*out.H*out.W+r*out.W+c] = mx
-					}
+			cur, sh = refPool(cur, sh, l.Size, func(w []float64) float64 {
+				mx := math.Inf(-1)
+				for _, v := range w {
+					mx = max(mx, v)
 				}
-			}
-			cur, sh = next, out
+				return mx
+			})
 		case Flatten:
 			sh = Shape{sh.Size(), 1, 1}
 		case AvgPool:
-			out, _ := l.out(sh)
-			next := make([]float64, out.Size())
-			for ch := range out.C {
-				for r := range out.H {
-					for c := range out.W {
-						s := 0.0
-						for dr := range l.Size {
-							for dc := range l.Size {
-								s += cur[ch*sh.H*sh.W+(r*l.Size+dr)*sh.W+c*l.Size+dc]
-							}
-						}
-						next[ch*out.H*out.W+r*out.W+c] = s / float64(l.Size*l.Size)
-					}
+			cur, sh = refPool(cur, sh, l.Size, func(w []float64) float64 {
+				s := 0.0
+				for _, v := range w {
+					s += v
 				}
-			}
-			cur, sh = next, out
+				return s / float64(len(w))
+			})
 		case GroupNorm:
 			norm(l.Groups, l.Eps, l.Weight, l.Bias, false, l.Act)
 		case LayerNorm:
@@ -198,6 +180,28 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 }
 
 // builder lays out parameters for a test network.
+// refPool reduces each non-overlapping S x S window of the CHW map cur
+// (floor at the edges) with f.
+func refPool(cur []float64, sh Shape, S int, f func(window []float64) float64) ([]float64, Shape) {
+	out := Shape{sh.C, sh.H / S, sh.W / S}
+	next := make([]float64, out.Size())
+	win := make([]float64, 0, S*S)
+	for ch := range out.C {
+		for r := range out.H {
+			for c := range out.W {
+				win = win[:0]
+				for dr := range S {
+					for dc := range S {
+						win = append(win, cur[ch*sh.H*sh.W+(r*S+dr)*sh.W+c*S+dc])
+					}
+				}
+				next[ch*out.H*out.W+r*out.W+c] = f(win)
+			}
+		}
+	}
+	return next, out
+}
+
 type builder struct {
 	n   int
 	net Network
@@ -257,6 +261,16 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
+	// The norm kernels' edges: GroupNorm as the first layer (no input
+	// gradient) over 6 channels (4 in AVX2, 2 left over), LayerNorm over a
+	// map (an affine per element), both with the fused ReLU.
+	b = &builder{net: Network{Input: Shape{6, 4, 4}}}
+	b.net.Layers = append(b.net.Layers, GroupNorm{Groups: 3, Act: ReLU, Weight: b.param(6), Bias: b.param(6)})
+	b.conv(6, 5, 3, 1, 1, Identity)
+	b.net.Layers = append(b.net.Layers, LayerNorm{Act: ReLU, Weight: b.param(5 * 4 * 4), Bias: b.param(5 * 4 * 4)})
+	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2}, Flatten{})
+	b.dense(20, 3, Identity)
+	nets["norms-relu-first-map"] = b
 	// Residual blocks: identity shortcut (nested, at the network input),
 	// and a strided 1x1 convolution shortcut as in WideResNets.
 	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
@@ -769,5 +783,38 @@ func TestEmbeddingIDErrors(t *testing.T) {
 	bad := Network{Input: Shape{3, 1, 1}, Layers: []Layer{Dense{Out: 3, Weight: Param{0, 9}, Bias: Param{9, 3}}, Embedding{Tables: []EmbeddingTable{{Vocab: 2, Dim: 1, Weight: Param{12, 2}}}}}}
 	if _, err := NewPlan(bad, make([]float32, 20), Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("embedding after a dense layer: error %v", err)
+	}
+}
+
+// TestStepAllocs checks that a step of the networks with norms, average
+// pooling and residual joins allocates nothing on one worker, private and
+// not.
+func TestStepAllocs(t *testing.T) {
+	nets := testNets()
+	for _, name := range []string{"norms-avgpool-gelu", "norms-relu-first-map", "residual"} {
+		b := nets[name]
+		rng := rand.New(rand.NewPCG(5, 6))
+		params := randParams(rng, b.n)
+		p, err := NewPlan(b.net, params, Options{MaxBatch: 4, Workers: 1, Chunk: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 4*b.net.Input.Size())
+		for k := range x {
+			x[k] = float32(rng.NormFloat64())
+		}
+		y := []int{0, 1, 2, 0}
+		dst := make([]float32, b.n)
+		for _, cl := range []Clipper{nil, &testClipper{}} {
+			step := func() {
+				if _, err := p.Step(x, y, dst, cl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			step()
+			if a := testing.AllocsPerRun(5, step); a != 0 {
+				t.Errorf("%s, clipper %T: %.1f allocations per step", name, cl, a)
+			}
+		}
 	}
 }

@@ -47,6 +47,23 @@ func add(y, x []float32) {
 	}
 }
 
+//go:noescape
+func addToAVX2(z, x, y *float32, n int)
+
+// addTo sets z = x + y (len(x), len(y) >= len(z)).
+func addTo(z, x, y []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	n := 0
+	if hasAVX2FMA {
+		if n = len(z) &^ 7; n > 0 {
+			addToAVX2(&z[0], &x[0], &y[0], n)
+		}
+	}
+	for k := n; k < len(z); k++ {
+		z[k] = x[k] + y[k]
+	}
+}
+
 // axpy adds a*x to y (len(y) >= len(x)).
 func axpy(a float32, x, y []float32) {
 	y = y[:len(x)]
@@ -81,4 +98,127 @@ func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool {
 		}
 	}
 	return true
+}
+
+//go:noescape
+func chanStatsAVX2(x *float32, rows, c, c4 int, shift, s1, s2 *float64)
+
+//go:noescape
+func normApplyAVX2(in, out, xh *float32, rows, c, c4 int, mean, r *float64, gamma, beta *float32, relu int)
+
+//go:noescape
+func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu int)
+
+//go:noescape
+func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
+
+//go:noescape
+func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
+
+//go:noescape
+func sumsqAVX2(v *float32, n int) float64
+
+// vecChannels is how many of C channels the AVX2 norm kernels take (a
+// multiple of 4), 0 without AVX2 or with fewer than 4.
+func vecChannels(C int) int {
+	if !hasAVX2FMA {
+		return 0
+	}
+	return C &^ 3
+}
+
+// chanStats adds each channel's x - shift[c] to s1[c] and its square to
+// s2[c] over the rows of C channels of x (float64).
+func chanStats(x []float32, C int, shift, s1, s2 []float64) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(x) > 0 {
+		_, _, _ = shift[C-1], s1[C-1], s2[C-1]
+		chanStatsAVX2(&x[0], len(x)/C, C, c4, &shift[0], &s1[0], &s2[0])
+	}
+	chanStatsGo(x, C, c4, shift, s1, s2)
+}
+
+// normApply writes xhat = (x - mean_c) r_c and gamma_c xhat + beta_c
+// (through max(., 0) if relu) for the rows of C channels of in.
+func normApply(in, out, xh []float32, C int, mean, r []float64, gamma, beta []float32, relu bool) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(in) > 0 {
+		_, _ = out[len(in)-1], xh[len(in)-1]
+		_, _, _, _ = mean[C-1], r[C-1], gamma[C-1], beta[C-1]
+		f := 0
+		if relu {
+			f = 1
+		}
+		normApplyAVX2(&in[0], &out[0], &xh[0], len(in)/C, C, c4, &mean[0], &r[0], &gamma[0], &beta[0], f)
+	}
+	normApplyGo(in, out, xh, C, c4, mean, r, gamma, beta, relu)
+}
+
+// normSums zeroes dy where act (if not nil) is not positive and adds each
+// channel's dy xhat to sa[c] and dy to sb[c] (float64).
+func normSums(dy, act, xh []float32, C int, sa, sb []float64) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(dy) > 0 {
+		_, _ = xh[len(dy)-1], sa[C-1]
+		_ = sb[C-1]
+		a, f := &dy[0], 0
+		if act != nil {
+			_ = act[len(dy)-1]
+			a, f = &act[0], 1
+		}
+		normSumsAVX2(&dy[0], a, &xh[0], len(dy)/C, C, c4, &sa[0], &sb[0], f)
+	}
+	normSumsGo(dy, act, xh, C, c4, sa, sb)
+}
+
+// normDx writes dx = a_c dy + b_c xhat + e_c (float64, rounded to
+// float32) for the rows of C channels of dy.
+func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(dy) > 0 {
+		_, _ = xh[len(dy)-1], dx[len(dy)-1]
+		_, _, _ = a[C-1], b[C-1], e[C-1]
+		normDxAVX2(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
+	}
+	normDxGo(dy, xh, dx, C, c4, a, b, e)
+}
+
+// chanSums adds each channel's values to s[c] over the rows of C
+// channels of x (float64).
+func chanSums(x []float32, C int, s []float64) {
+	c4 := vecChannels(C)
+	if c4 > 0 && len(x) > 0 {
+		_ = s[C-1]
+		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
+	}
+	chanSumsGo(x, C, c4, s)
+}
+
+// sumsq64 is sumsq64Go with its first len(v) &^ 15 terms summed by AVX2
+// (bit for bit the same sums).
+func sumsq64(v []float32) float64 {
+	if !hasAVX2FMA || len(v) < 16 {
+		return sumsq64Go(v)
+	}
+	n := len(v) &^ 15
+	s := sumsqAVX2(&v[0], n)
+	for _, x := range v[n:] {
+		s += float64(x) * float64(x)
+	}
+	return s
+}
+
+//go:noescape
+func allFiniteAVX2(v *float32, n int) bool
+
+// allFinite reports whether every v_k is finite (x - x is 0), 16 at a
+// time with AVX2.
+func allFinite(v []float32) bool {
+	n := 0
+	if hasAVX2FMA {
+		if n = len(v) &^ 15; n > 0 && !allFiniteAVX2(&v[0], n) {
+			return false
+		}
+	}
+	return allFiniteGo(v[n:])
 }

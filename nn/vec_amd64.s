@@ -19,6 +19,25 @@ addloop:
 	VZEROUPPER
 	RET
 
+// func addToAVX2(z, x, y *float32, n int)
+// z[k] = x[k] + y[k] for k < n, n a positive multiple of 8.
+TEXT ·addToAVX2(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+addtoloop:
+	VMOVUPS (SI), Y0
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JNZ addtoloop
+	VZEROUPPER
+	RET
+
 // func axpyAVX2(a float32, x, y *float32, n int)
 // y[k] += a*x[k] (one rounding) for k < n, n a positive multiple of 8.
 TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
@@ -104,5 +123,207 @@ maxloop:
 	ADDQ $32, R8
 	SUBQ $8, CX
 	JNZ maxloop
+	VZEROUPPER
+	RET
+
+// The norm kernels (norm.go): rows of c float32 channels, channels
+// [0, c4) of each (c4 a positive multiple of 4, four at a time in
+// float64), rows > 0. Each computes exactly what its Go loop computes:
+// products that would round differently are not fused.
+//
+// Their loop: AX is the channel, R8 the rows left, R9 the row stride in
+// bytes, R10 c4.
+#define ROWS(rows, c, c4) MOVQ rows, R8; MOVQ c, R9; SHLQ $2, R9; MOVQ c4, R10
+#define NEXTCH(loop) ADDQ $4, AX; CMPQ AX, R10; JLT loop
+#define NEXTROW(loop) DECQ R8; JNZ loop; VZEROUPPER; RET
+// Three row pointers: SI, DI and DX.
+#define PTRS3(a, b, c) MOVQ a, SI; MOVQ b, DI; MOVQ c, DX
+#define NEXT3 ADDQ R9, SI; ADDQ R9, DI; ADDQ R9, DX
+
+// func chanStatsAVX2(x *float32, rows, c, c4 int, shift, s1, s2 *float64)
+// d = x - shift[ch]; s1[ch] += d; s2[ch] += d*d.
+TEXT ·chanStatsAVX2(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	ROWS(rows+8(FP), c+16(FP), c4+24(FP))
+	MOVQ shift+32(FP), R11
+	MOVQ s1+40(FP), R12
+	MOVQ s2+48(FP), R13
+statsrow:
+	XORQ AX, AX
+statsch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VSUBPD (R11)(AX*8), Y0, Y0
+	VADDPD (R12)(AX*8), Y0, Y1
+	VMOVUPD Y1, (R12)(AX*8)
+	VMULPD Y0, Y0, Y2
+	VADDPD (R13)(AX*8), Y2, Y2
+	VMOVUPD Y2, (R13)(AX*8)
+	NEXTCH(statsch)
+	ADDQ R9, SI
+	NEXTROW(statsrow)
+
+// func normApplyAVX2(in, out, xh *float32, rows, c, c4 int, mean, r *float64, gamma, beta *float32, relu int)
+// h = float32((x - mean[ch]) * r[ch]); xh = h; o = gamma[ch]*h + beta[ch]
+// (float32, not fused); if relu, o = max(o, 0) as Go's max (NaN kept,
+// +0 for -0).
+TEXT ·normApplyAVX2(SB), NOSPLIT, $0-88
+	PTRS3(in+0(FP), out+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
+	MOVQ mean+48(FP), R11
+	MOVQ r+56(FP), R12
+	MOVQ gamma+64(FP), R13
+	MOVQ beta+72(FP), R14
+	MOVQ relu+80(FP), BX
+	VXORPS X7, X7, X7
+applyrow:
+	XORQ AX, AX
+applych:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VSUBPD (R11)(AX*8), Y0, Y0
+	VMULPD (R12)(AX*8), Y0, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS X0, (DX)(AX*4)
+	VMULPS (R13)(AX*4), X0, X1
+	VADDPS (R14)(AX*4), X1, X1
+	TESTQ BX, BX
+	JZ applystore
+	VMAXPS X1, X7, X1               // 0 > o ? 0 : o (NaN and -0 kept)
+	VADDPS X7, X1, X1               // -0 + 0 = +0
+applystore:
+	VMOVUPS X1, (DI)(AX*4)
+	NEXTCH(applych)
+	NEXT3
+	NEXTROW(applyrow)
+
+// func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu int)
+// If relu, dy = 0 where !(act > 0) (stored back); sa[ch] += dy*xh (exact
+// product, so fusing does not change it); sb[ch] += dy.
+TEXT ·normSumsAVX2(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), act+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
+	MOVQ sa+48(FP), R11
+	MOVQ sb+56(FP), R12
+	MOVQ relu+64(FP), BX
+	VXORPS X7, X7, X7
+sumsrow:
+	XORQ AX, AX
+sumsch:
+	VMOVUPS (SI)(AX*4), X0
+	TESTQ BX, BX
+	JZ sumsnomask
+	VMOVUPS (DI)(AX*4), X1
+	VCMPPS $0x1e, X7, X1, X2        // act > 0 (false for NaN)
+	VANDPS X2, X0, X0
+	VMOVUPS X0, (SI)(AX*4)
+sumsnomask:
+	VCVTPS2PD X0, Y0
+	VCVTPS2PD (DX)(AX*4), Y1
+	VMOVUPD (R11)(AX*8), Y2
+	VFMADD231PD Y1, Y0, Y2
+	VMOVUPD Y2, (R11)(AX*8)
+	VADDPD (R12)(AX*8), Y0, Y3
+	VMOVUPD Y3, (R12)(AX*8)
+	NEXTCH(sumsch)
+	NEXT3
+	NEXTROW(sumsrow)
+
+// func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
+// dx = float32((a[ch]*dy + b[ch]*xh) + e[ch]) in float64, not fused.
+TEXT ·normDxAVX2(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), dx+16(FP), xh+8(FP))
+	ROWS(rows+24(FP), c+32(FP), c4+40(FP))
+	MOVQ a+48(FP), R11
+	MOVQ b+56(FP), R12
+	MOVQ e+64(FP), R13
+dxrow:
+	XORQ AX, AX
+dxch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VCVTPS2PD (DX)(AX*4), Y1
+	VMULPD (R11)(AX*8), Y0, Y0
+	VMULPD (R12)(AX*8), Y1, Y1
+	VADDPD Y1, Y0, Y0
+	VADDPD (R13)(AX*8), Y0, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS X0, (DI)(AX*4)
+	NEXTCH(dxch)
+	NEXT3
+	NEXTROW(dxrow)
+
+// func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
+// s[ch] += x (float64).
+TEXT ·chanSumsAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	ROWS(rows+8(FP), c+16(FP), c4+24(FP))
+	MOVQ s+32(FP), R11
+csrow:
+	XORQ AX, AX
+csch:
+	VCVTPS2PD (SI)(AX*4), Y0
+	VADDPD (R11)(AX*8), Y0, Y0
+	VMOVUPD Y0, (R11)(AX*8)
+	NEXTCH(csch)
+	ADDQ R9, SI
+	NEXTROW(csrow)
+
+// func sumsqAVX2(v *float32, n int) float64
+// sum of v[k]^2 in float64 for k < n (a positive multiple of 16): term k
+// in lane k mod 16 of four accumulators (products of float32 values are
+// exact, so fusing changes nothing), then (Y0+Y1)+(Y2+Y3) and the lanes
+// as (l0+l1)+(l2+l3), the order of sumsq64Go.
+TEXT ·sumsqAVX2(SB), NOSPLIT, $0-24
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+sqloop:
+	VCVTPS2PD (SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+	VFMADD231PD Y6, Y6, Y2
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ sqloop
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VHADDPD X1, X0, X2              // (l0+l1, l2+l3)
+	VUNPCKHPD X2, X2, X3
+	VADDSD X3, X2, X0
+	MOVSD X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func allFiniteAVX2(v *float32, n int) bool
+// Whether v[k] - v[k] is 0 for every k < n (a positive multiple of 16):
+// the differences (NaN for an infinity or a NaN) are summed, and NaN
+// stays NaN.
+TEXT ·allFiniteAVX2(SB), NOSPLIT, $0-17
+	MOVQ v+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+finloop:
+	VMOVUPS (SI), Y2
+	VMOVUPS 32(SI), Y3
+	VSUBPS Y2, Y2, Y2
+	VSUBPS Y3, Y3, Y3
+	VADDPS Y2, Y0, Y0
+	VADDPS Y3, Y1, Y1
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ finloop
+	VADDPS Y1, Y0, Y0
+	VCMPPS $3, Y0, Y0, Y0           // unordered: NaN lanes
+	VMOVMSKPS Y0, AX
+	TESTL AX, AX
+	SETEQ ret+16(FP)
 	VZEROUPPER
 	RET

@@ -18,6 +18,14 @@ func add(y, x []float32) {
 	}
 }
 
+// addTo sets z = x + y (len(x), len(y) >= len(z)).
+func addTo(z, x, y []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	for k := range z {
+		z[k] = x[k] + y[k]
+	}
+}
+
 // axpy adds a*x to y (len(y) >= len(x)).
 func axpy(a float32, x, y []float32) {
 	y = y[:len(x)]
@@ -27,3 +35,27 @@ func axpy(a float32, x, y []float32) {
 }
 
 func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool { return false }
+
+func chanStats(x []float32, C int, shift, s1, s2 []float64) {
+	chanStatsGo(x, C, 0, shift, s1, s2)
+}
+
+func normApply(in, out, xh []float32, C int, mean, r []float64, gamma, beta []float32, relu bool) {
+	normApplyGo(in, out, xh, C, 0, mean, r, gamma, beta, relu)
+}
+
+func normSums(dy, act, xh []float32, C int, sa, sb []float64) {
+	normSumsGo(dy, act, xh, C, 0, sa, sb)
+}
+
+func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
+	normDxGo(dy, xh, dx, C, 0, a, b, e)
+}
+
+func chanSums(x []float32, C int, s []float64) { chanSumsGo(x, C, 0, s) }
+
+func allFinite(v []float32) bool { return allFiniteGo(v) }
+
+func sumsq64(v []float32) float64 { return sumsq64Go(v) }
+
+const hasAVX2FMA = false

@@ -43,7 +43,7 @@ type Optimizer interface {
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("optim: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("optim: "+format, args...)
 }
 
 // precision records which float type an optimizer's buffers hold.

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -19,7 +20,7 @@ var ErrInvalid = mfnoise.ErrInvalid
 var ErrRefused = errors.New("plan refused")
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("privacy: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("privacy: "+format, args...)
 }
 
 func refusef(format string, args ...any) error {

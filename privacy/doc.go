@@ -14,7 +14,16 @@
 // the noise is independent, how many bands its encoder has, whether it was
 // optimized for fixed-order (k,b)-participation. The rules read that
 // structure, never a name, so a new mechanism plugs in by implementing the
-// interface. Names are parsed (ParseMechanism) on command lines only.
+// interface. Names are parsed (ParseMechanism, ParseMechanisms for a list)
+// on command lines only, so every command accepts the same names. Each
+// Mechanism is an mfnoise.Mechanism: mfnoise.Compare ranks any of them, a
+// caller's Factorization included, by the loss sens^2 ||B||_F^2.
+// DP-SGD and the Toeplitz mechanisms (sqrt, toeplitz:BANDS, blt:NBUF,
+// bisr:BANDS) are also ToeplitzMechanisms: their plans hold the O(n)
+// description (Plan.Toeplitz), whose sensitivity, loss and streamed noise
+// (package noise) need no n x n matrix, so those runs may have any number
+// of steps; the dense factorization is built only when asked for
+// (Plan.Factorization), up to mfnoise.DenseStepLimit steps.
 //
 // # The plan
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
@@ -12,15 +13,30 @@ import (
 // Mechanism is a correlated-noise mechanism: a factorization A = B C of the
 // workload whose encoder C shapes the noise (SPEC 5). A new mechanism plugs
 // into the planner by implementing it; the planner never inspects its name.
+//
+// A Mechanism is an mfnoise.Mechanism, so mfnoise.Compare scores any of
+// them, a caller's Factorization included, next to the built-in ones. The
+// built-in types are also mfnoise.Builtin: Compare scores those with
+// Toeplitz or tree structure without dense n x n matrices.
 type Mechanism interface {
-	// String is the mechanism's canonical name, e.g. "bandmf:8/s2".
-	String() string
+	// String is the mechanism's canonical name, e.g. "bandmf:8/s2", and
+	// Factorize builds the factorization for workload w; schema is the
+	// participation the sampler realizes (optimizers may read it).
+	mfnoise.Mechanism
 	// Structure is what the privacy rules rely on, known without reading
 	// the encoder.
 	Structure() Structure
-	// Factorize builds the factorization for workload w. schema is the
-	// participation the sampler realizes; optimizers may read it.
-	Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error)
+}
+
+// ToeplitzMechanism is a mechanism whose encoder is lower-triangular
+// Toeplitz (DP-SGD, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS). The
+// planner works on its O(n) description: sensitivity, loss and the
+// streamed noise (noise.NewToeplitz) need no n x n matrix, so a run is
+// not limited to mfnoise.DenseStepLimit steps.
+type ToeplitzMechanism interface {
+	Mechanism
+	// BuildToeplitz builds the mechanism for workload w in O(n) memory.
+	BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error)
 }
 
 // Structure is the part of a mechanism the planner's rules read.
@@ -159,7 +175,10 @@ func (m Stamped) Structure() Structure {
 }
 func (m Factorization) Structure() Structure { return Structure{Bands: m.Bands} }
 
-// spec is the mfnoise name of a built-in mechanism.
+// spec is the mfnoise name of a built-in mechanism, stamped stamps times.
+// bandmf:auto is kept as mfnoise's AutoBands (b bands under (k,b) and
+// min-sep, n under single participation): the band count Compare scores
+// it with, having no sampling to amplify.
 func spec(m Mechanism, stamps int) (mfnoise.MechanismSpec, error) {
 	s := mfnoise.MechanismSpec{Name: m.String(), Stamps: stamps}
 	if stamps > 1 {
@@ -183,63 +202,96 @@ func spec(m Mechanism, stamps int) (mfnoise.MechanismSpec, error) {
 	case MFKB:
 		s.Kind = mfnoise.KindMFKB
 	case BandMF:
-		if m.Auto {
-			return s, invalidf("bandmf:auto: the band count is chosen by the planner (NewPlan), not by Factorize")
+		if m.Auto && stamps > 1 {
+			return s, invalidf("%s: bandmf:auto cannot be stamped", s.Name)
 		}
-		s.Kind, s.Bands = mfnoise.KindBandMF, m.Bands
+		s.Kind, s.Bands, s.AutoBands = mfnoise.KindBandMF, m.Bands, m.Auto
 	default:
 		return s, invalidf("mechanism %v (%T) cannot be stamped: only the built-in mechanisms can", m, m)
 	}
 	return s, nil
 }
 
-func buildBuiltin(ctx context.Context, m Mechanism, stamps int, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	s, err := spec(m, stamps)
+// buildBuiltin builds a built-in mechanism through mfnoise.Build.
+func buildBuiltin(ctx context.Context, m mfnoise.Builtin, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
+	s, err := m.BuiltinSpec()
 	if err != nil {
 		return nil, err
+	}
+	if s.AutoBands {
+		return nil, invalidf("bandmf:auto: the band count is chosen by the planner (NewPlan), not by Factorize")
 	}
 	return mfnoise.Build(ctx, s, w, schema, opt)
 }
 
+// BuiltinSpec makes DPSGD an mfnoise.Builtin.
+func (m DPSGD) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes Tree an mfnoise.Builtin.
+func (m Tree) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes FFT an mfnoise.Builtin.
+func (m FFT) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes MFSingle an mfnoise.Builtin.
+func (m MFSingle) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes MFKB an mfnoise.Builtin.
+func (m MFKB) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes BandMF an mfnoise.Builtin; with Auto, Compare uses
+// mfnoise's unamplified band count (see mfnoise.Build).
+func (m BandMF) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
+
+// BuiltinSpec makes Stamped an mfnoise.Builtin.
+func (m Stamped) BuiltinSpec() (mfnoise.MechanismSpec, error) {
+	if m.Stamps < 1 {
+		return mfnoise.MechanismSpec{}, invalidf("%v: stamps = %d must be positive", m, m.Stamps)
+	}
+	if m.Inner == nil {
+		return mfnoise.MechanismSpec{}, invalidf("stamped mechanism without an inner mechanism")
+	}
+	return spec(m.Inner, m.Stamps)
+}
+
 // Factorize builds C = I for w.
 func (m DPSGD) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
+}
+
+// BuildToeplitz is C = I as the Toeplitz encoder with c = (1).
+func (DPSGD) BuildToeplitz(_ context.Context, w mfnoise.Workload, _ mfnoise.Schema, _ mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
+	return mfnoise.NewToeplitz(mfnoise.KindDPSGD, w.N, []float64{1})
 }
 
 // Factorize builds the tree mechanism for w.
 func (m Tree) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize builds the FFT mechanism for w.
 func (m FFT) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize optimizes for single participation.
 func (m MFSingle) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize optimizes for schema.
 func (m MFKB) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize optimizes a Bands-banded encoder.
 func (m BandMF) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, 1, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize stamps the inner mechanism.
 func (m Stamped) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	if m.Stamps < 1 {
-		return nil, invalidf("%v: stamps = %d must be positive", m, m.Stamps)
-	}
-	if m.Inner == nil {
-		return nil, invalidf("stamped mechanism without an inner mechanism")
-	}
-	return buildBuiltin(ctx, m.Inner, m.Stamps, w, schema, opt)
+	return buildBuiltin(ctx, m, w, schema, opt)
 }
 
 // Factorize returns the caller's factorization after checking that it
@@ -247,6 +299,10 @@ func (m Stamped) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoi
 func (m Factorization) Factorize(_ context.Context, w mfnoise.Workload, _ mfnoise.Schema, _ mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
 	if m.F == nil {
 		return nil, invalidf("%v: no factorization", m)
+	}
+	// Compare the sizes before building either workload matrix.
+	if m.F.N() != w.N {
+		return nil, invalidf("%v factorizes %d steps, but the run has %d", m, m.F.N(), w.N)
 	}
 	a, err := w.Matrix()
 	if err != nil {
@@ -262,6 +318,13 @@ func (m Factorization) Factorize(_ context.Context, w mfnoise.Workload, _ mfnois
 	if m.Bands > 0 {
 		if got := bandsOf(m.F.Encoder); got == 0 || got > m.Bands {
 			return nil, invalidf("%v declares %d bands, but its encoder is not %d-banded", m, m.Bands, m.Bands)
+		}
+		if m.F.Meta.Bands == 0 {
+			// The factorization carries the verified structure (Compare
+			// costs its noise as banded).
+			f := *m.F
+			f.Meta.Bands = m.Bands
+			return &f, nil
 		}
 	}
 	return m.F, nil
@@ -299,6 +362,28 @@ func ParseMechanism(name string) (Mechanism, error) {
 		return nil, err // it names the package and the mechanism
 	}
 	return FromSpec(s)
+}
+
+// ParseMechanisms parses a comma-separated list of mechanism names with
+// ParseMechanism, the one parser of names: "train compare -mechanisms"
+// accepts exactly the names "train run -mechanism" does.
+func ParseMechanisms(list string) ([]Mechanism, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, invalidf("empty mechanism list")
+	}
+	var ms []Mechanism
+	for i, item := range strings.Split(list, ",") {
+		if strings.TrimSpace(item) == "" {
+			return nil, invalidf("mechanism list %q: entry %d is empty", list, i+1)
+		}
+		// Errors from ParseMechanism already name the entry.
+		m, err := ParseMechanism(item)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
 }
 
 // FromSpec is the Mechanism of a parsed mfnoise name.
@@ -357,6 +442,15 @@ func (m Toeplitz) Structure() Structure {
 	return Structure{}
 }
 
+// BuildToeplitz builds the mechanism through mfnoise.BuildToeplitz.
+func (m Toeplitz) BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
+	return mfnoise.BuildToeplitz(ctx, m.Spec, w, schema, opt)
+}
+
+// BuiltinSpec makes Toeplitz an mfnoise.Builtin: Compare scores it from
+// its coefficients in O(n) memory.
+func (m Toeplitz) BuiltinSpec() (mfnoise.MechanismSpec, error) { return m.Spec, nil }
+
 // Factorize builds the mechanism through mfnoise.Build.
 func (m Toeplitz) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
 	return mfnoise.Build(ctx, m.Spec, w, schema, opt)
@@ -368,6 +462,9 @@ type built struct{ spec mfnoise.MechanismSpec }
 
 func (m built) String() string       { return m.spec.String() }
 func (m built) Structure() Structure { return Structure{} }
+func (m built) BuiltinSpec() (mfnoise.MechanismSpec, error) {
+	return m.spec, nil
+}
 func (m built) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
 	return mfnoise.Build(ctx, m.spec, w, schema, opt)
 }

@@ -109,7 +109,9 @@ type Plan struct {
 	Ledger accountant.LedgerEntry `json:"ledger"`
 
 	mechanism     Mechanism
-	factorization *mfnoise.Factorization
+	workload      mfnoise.Workload
+	factorization *mfnoise.Factorization // nil for a ToeplitzMechanism
+	toeplitz      *mfnoise.Toeplitz      // nil for any other
 	composition   Composition
 	acct          accountant.Accountant
 	steps         int
@@ -121,9 +123,20 @@ type Plan struct {
 // Assumptions are what the guarantee rests on: the ledger's list.
 func (p *Plan) Assumptions() []string { return p.Ledger.Assumptions }
 
-// Factorization is the mechanism's factorization; the noise source streams
-// its encoder's noise.
-func (p *Plan) Factorization() *mfnoise.Factorization { return p.factorization }
+// Factorization is the mechanism's dense factorization, whose encoder's
+// noise noise.New streams. A plan for a ToeplitzMechanism holds
+// its O(n) description instead (Toeplitz); its dense factorization is
+// built here on demand, and refused above mfnoise.DenseStepLimit steps.
+func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
+	if p.toeplitz != nil {
+		return p.toeplitz.Factorization(p.workload)
+	}
+	return p.factorization, nil
+}
+
+// Toeplitz is the mechanism of a plan made for a ToeplitzMechanism, whose
+// noise noise.NewToeplitz streams; nil for any other mechanism.
+func (p *Plan) Toeplitz() *mfnoise.Toeplitz { return p.toeplitz }
 
 // Composition is the plan's accounting event as a function of sigma and the
 // steps done.
@@ -201,7 +214,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if w.N != n {
 		return nil, nil, invalidf("workload over %d steps for a run of %d", w.N, n)
 	}
-	p := &Plan{Workload: w.String(), Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n}
+	p := &Plan{Workload: w.String(), workload: w, Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n}
 
 	samp := r.Sampling
 	if samp == SamplingAuto {
@@ -265,22 +278,20 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := CheckCompatible(s, p.Schema, checkBands, p.Amplified); err != nil {
 		return nil, nil, err
 	}
-	f, err := mech.Factorize(ctx, w, p.Schema, r.Build)
+	sensitivity, lossAt, err := p.build(ctx, mech, w, r.Build)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+		return nil, nil, err
 	}
-	p.factorization = f
-
 	if p.Amplified {
 		// Each participation sees one column of C: the per-participation
 		// sensitivity is the largest column norm.
-		if p.Sensitivity, err = mfnoise.Sensitivity(f.Encoder, mfnoise.SingleParticipation()); err != nil {
+		if p.Sensitivity, err = sensitivity(mfnoise.SingleParticipation()); err != nil {
 			return nil, nil, fmt.Errorf("privacy: %w", err)
 		}
 		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
 		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
 	} else {
-		sens, err := mfnoise.Sensitivity(f.Encoder, p.Schema)
+		sens, err := sensitivity(p.Schema)
 		if err != nil {
 			return nil, nil, refusef("%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
 		}
@@ -312,7 +323,9 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		p.NoiseMultiplier, p.Epsilon, p.Calibrated = cal.Sigma, cal.Epsilon, true
 	}
 	p.NoiseStd = p.NoiseMultiplier * r.ClipNorm * p.Sensitivity.Value
-	p.Loss = f.LossAt(p.Sensitivity.Value)
+	if p.Loss, err = lossAt(p.Sensitivity.Value); err != nil {
+		return nil, nil, fmt.Errorf("privacy: %w", err)
+	}
 	ev, err := p.composition.Event(p.NoiseMultiplier, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("privacy: accounting: %w", err)
@@ -327,6 +340,28 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		return nil, nil, fmt.Errorf("privacy: ledger: %w", err)
 	}
 	return p, s, nil
+}
+
+// build makes the mechanism for workload w under the plan's schema and
+// returns its sensitivity under a schema and its loss at a sensitivity: from
+// the O(n) description of a ToeplitzMechanism, else from the dense
+// factorization.
+func (p *Plan) build(ctx context.Context, mech Mechanism, w mfnoise.Workload, opt mfnoise.BuildOptions) (func(mfnoise.Schema) (mfnoise.SensitivityResult, error), func(float64) (float64, error), error) {
+	if tm, ok := mech.(ToeplitzMechanism); ok {
+		t, err := tm.BuildToeplitz(ctx, w, p.Schema, opt)
+		if err != nil {
+			return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+		}
+		p.toeplitz = t
+		return t.Sensitivity, func(sens float64) (float64, error) { return t.LossAt(w, sens) }, nil
+	}
+	f, err := mech.Factorize(ctx, w, p.Schema, opt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+	}
+	p.factorization = f
+	sensitivity := func(s mfnoise.Schema) (mfnoise.SensitivityResult, error) { return mfnoise.Sensitivity(f.Encoder, s) }
+	return sensitivity, func(sens float64) (float64, error) { return f.LossAt(sens), nil }, nil
 }
 
 func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {

@@ -36,7 +36,7 @@ var ErrInvalid = dpcore.ErrInvalid
 var ErrExhausted = errors.New("all steps done")
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("sampler: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalidf("sampler: "+format, args...)
 }
 
 // Sampler yields the examples of each step of a fixed-length run. A Sampler

@@ -147,9 +147,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("train: %w: audit: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	}
+	bad := func(format string, args ...any) error { return invalidf("audit: "+format, args...) }
 	switch {
 	case cfg.NonPrivate:
 		return nil, bad("a non-private run has no claim to audit")
@@ -226,17 +224,24 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	defer t.Close()
 	p := t.plan
 	if opt.Mode == AuditWhitebox {
+		// The white-box audit weighs the noise by its n x n precision
+		// matrix: a Toeplitz mechanism's dense factorization is built for
+		// it (refused above mfnoise.DenseStepLimit steps).
+		f, err := p.Factorization()
+		if err != nil {
+			return nil, fmt.Errorf("train: audit: %w", err)
+		}
 		part := audit.Participation{Amplified: p.Amplified}
 		if p.Amplified {
 			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 		}
 		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
 			Canaries: opt.Canaries, Dim: t.model.NumParams(), Steps: cfg.Steps,
-			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: p.Factorization(),
+			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 			Participation: part, Seed: seed,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("train: %w: %w", ErrInvalid, err)
+			return nil, invalidf("%w", err)
 		}
 	}
 	t.audit = hook

@@ -2,17 +2,23 @@ package train
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"math"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// ErrInvalid is wrapped by errors caused by a configuration that cannot run.
-var ErrInvalid = errors.New("invalid configuration")
+// ErrInvalid is matched by errors caused by a configuration that cannot
+// run. It is dpcore.ErrInvalid, the one bad-argument sentinel of the
+// module, so one errors.Is check covers this package and the libraries.
+var ErrInvalid = dpcore.ErrInvalid
+
+func invalidf(format string, args ...any) error {
+	return dpcore.Invalidf("train: "+format, args...)
+}
 
 // ErrInterrupted is wrapped by the error Run returns when its context is
 // cancelled (SIGINT, SIGTERM) between steps; the error says whether a
@@ -173,9 +179,7 @@ func (c *Config) Defaults() {
 }
 
 func (c *Config) validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("train: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	}
+	bad := invalidf
 	if c.Train == nil || c.Train.Len() == 0 {
 		return bad("no training data")
 	}
@@ -212,7 +216,7 @@ func (c *Config) validate() error {
 		return nil
 	}
 	if c.NoiseMultiplier < 0 || math.IsNaN(c.NoiseMultiplier) || math.IsInf(c.NoiseMultiplier, 0) {
-		return bad("noise multiplier %v", c.NoiseMultiplier)
+		return bad("noise multiplier %v must be positive and finite (or 0, to calibrate it for the target epsilon)", c.NoiseMultiplier)
 	}
 	if c.NoiseMultiplier == 0 && !(c.Epsilon > 0) {
 		return bad("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", c.Epsilon)

@@ -234,25 +234,35 @@ func TestNegativeIntervalsRejected(t *testing.T) {
 }
 
 // A factorization that must be optimized is announced; the next run says,
-// once, that it used the cached one.
+// once, that it used the cached one. The Toeplitz optimizers
+// (toeplitz:BANDS, blt:NBUF) report through the same trace.
 func TestBuildProgressAndCachedFactorizationAreReported(t *testing.T) {
-	cache := t.TempDir()
-	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate, cfg.CacheDir = privacy.MFSingle{}, 12, 0.9, 0.1, cache
-	var first, second bytes.Buffer
-	cfg.Log = &first
-	if _, err := Run(context.Background(), cfg); err != nil {
+	toeplitz, err := privacy.ParseMechanism("toeplitz:4")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(first.String(), "factorization: optimizing mf-single for n = 12") || strings.Contains(first.String(), "cached") {
-		t.Fatalf("cold run log:\n%s", first.String())
-	}
-	cfg.Log = &second
-	if _, err := Run(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(second.String(), "factorization: cached mf-single for n = 12 from "+cache); n != 1 || strings.Contains(second.String(), "optimizing") {
-		t.Fatalf("warm run should say once that the cached factorization is used (%d times):\n%s", n, second.String())
+	for _, mech := range []privacy.Mechanism{privacy.MFSingle{}, toeplitz} {
+		kind := strings.Split(mech.String(), ":")[0]
+		cache := t.TempDir()
+		cfg := baseConfig(t)
+		cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate, cfg.CacheDir = mech, 12, 0.9, 0.1, cache
+		var first, second bytes.Buffer
+		cfg.Log = &first
+		if _, err := Run(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(first.String(), "factorization: building "+kind+" (n = 12)") ||
+			!strings.Contains(first.String(), "factorization: building "+kind+" (n = 12): iteration 1 of at most") ||
+			strings.Contains(first.String(), "cached") {
+			t.Fatalf("%v: cold run log:\n%s", mech, first.String())
+		}
+		cfg.Log = &second
+		if _, err := Run(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(second.String(), "factorization: cached "+kind+" for n = 12 from "+cache); n != 1 || strings.Contains(second.String(), "building") {
+			t.Fatalf("%v: warm run should say once that the cached factorization is used (%d times):\n%s", mech, n, second.String())
+		}
 	}
 }
 
@@ -267,7 +277,7 @@ func TestBuildProgressEstimate(t *testing.T) {
 		t.Fatal("an estimate without any progress")
 	}
 	var log bytes.Buffer
-	b := newBuildTracer(&log)
+	b := NewBuildProgress(&log, progressEvery, nil)
 	b.every = 0
 	b.start, b.target = time.Now().Add(-10*time.Second), 1e-4
 	b.progress(mfnoiseProgress(1, 1e-1))

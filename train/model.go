@@ -1,10 +1,6 @@
 package train
 
-import (
-	"fmt"
-
-	"github.com/dpmf-go/dpmf/models"
-)
+import "github.com/dpmf-go/dpmf/models"
 
 // NewModel builds the model cfg describes (cfg.Model itself when set,
 // else cfg.ModelName for cfg.Train's shape and classes), initialized from
@@ -12,7 +8,7 @@ import (
 // handle on the parameters Run trains, e.g. to save the final model.
 func NewModel(cfg Config) (models.Model, error) {
 	if cfg.Model == nil && (cfg.Train == nil || cfg.Train.Len() == 0) {
-		return nil, fmt.Errorf("train: %w: no training data to shape the model", ErrInvalid)
+		return nil, invalidf("no training data to shape the model")
 	}
 	cfg.Defaults()
 	return buildModel(&cfg)

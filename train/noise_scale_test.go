@@ -88,7 +88,10 @@ func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 				}
 			}
 
-			f := tr.plan.Factorization()
+			f, err := tr.plan.Factorization()
+			if err != nil {
+				t.Fatal(err)
+			}
 			// Amplified accounting charges each participation separately:
 			// its sensitivity is that of a single participation.
 			schema := tr.plan.Schema

@@ -3,11 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"io"
-	"math"
-	"time"
-
-	"github.com/dpmf-go/dpmf/mfnoise"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
@@ -20,7 +15,7 @@ func checkOutputs(cfg *Config) error {
 			continue
 		}
 		if err := atomicfile.CheckWritable(o.path); err != nil {
-			return fmt.Errorf("train: %w: %s file %s is not writable: %v", ErrInvalid, o.what, o.path, err)
+			return invalidf("%s file %s is not writable: %v", o.what, o.path, err)
 		}
 	}
 	return nil
@@ -79,92 +74,4 @@ func resumeLog(t *Trainer, res *Result) error {
 		}
 	}
 	return nil
-}
-
-// buildTracer reports the building of the mechanism's factorization to a
-// log: a line when an optimizer starts, a progress line with an estimate of
-// the time left every progressEvery, and a line when it is done; and, once
-// among the plan lines, whether a cached factorization was used. A nil
-// *buildTracer does nothing.
-type buildTracer struct {
-	log      io.Writer
-	every    time.Duration
-	start    time.Time
-	last     time.Time
-	target   float64
-	firstGap float64
-	cached   []string
-}
-
-const progressEvery = 5 * time.Second
-
-func newBuildTracer(log io.Writer) *buildTracer {
-	if log == nil {
-		return nil
-	}
-	return &buildTracer{log: log, every: progressEvery}
-}
-
-// attach returns ctx carrying the tracer to mfnoise.Build.
-func (b *buildTracer) attach(ctx context.Context) context.Context {
-	if b == nil {
-		return ctx
-	}
-	return mfnoise.WithBuildTrace(ctx, &mfnoise.BuildTrace{
-		Optimizing: func(kind string, n int, gap float64) {
-			b.start, b.last, b.target, b.firstGap = time.Now(), time.Now(), gap, 0
-			fmt.Fprintf(b.log, "factorization: optimizing %s for n = %d steps (stops at relative gap %.2g); progress every %v\n", kind, n, gap, b.every)
-		},
-		Progress: b.progress,
-		Optimized: func(kind string, n int, elapsed time.Duration) {
-			fmt.Fprintf(b.log, "factorization: %s for n = %d optimized in %.1fs\n", kind, n, elapsed.Seconds())
-		},
-		Cached: func(kind string, n int, path string) {
-			b.cached = append(b.cached, fmt.Sprintf("%s for n = %d from %s", kind, n, path))
-		},
-	})
-}
-
-func (b *buildTracer) progress(p mfnoise.OptimizeProgress) {
-	if p.Gap > 0 && !math.IsInf(p.Gap, 0) && b.firstGap == 0 {
-		b.firstGap = p.Gap
-	}
-	now := time.Now()
-	if now.Sub(b.last) < b.every {
-		return
-	}
-	b.last = now
-	elapsed := now.Sub(b.start)
-	line := fmt.Sprintf("factorization: iteration %d, loss %.6g", p.Iter, p.Loss)
-	if p.Gap > 0 && !math.IsInf(p.Gap, 0) {
-		line += fmt.Sprintf(", gap %.2g (target %.2g)", p.Gap, b.target)
-		if left, ok := estimateLeft(elapsed, b.firstGap, p.Gap, b.target); ok {
-			line += fmt.Sprintf(", about %s left", left.Round(time.Second))
-		}
-	}
-	fmt.Fprintf(b.log, "%s, %s elapsed\n", line, elapsed.Round(time.Second))
-}
-
-// estimateLeft extrapolates a gap that shrinks geometrically: having gone
-// from first to now in elapsed, reaching target takes
-// elapsed * log(now/target) / log(first/now) more.
-func estimateLeft(elapsed time.Duration, first, now, target float64) (time.Duration, bool) {
-	if !(first > now && now > target && target > 0) {
-		return 0, false
-	}
-	r := math.Log(now/target) / math.Log(first/now)
-	if math.IsInf(r, 0) || math.IsNaN(r) || r > 1e6 {
-		return 0, false
-	}
-	return time.Duration(float64(elapsed) * r), true
-}
-
-// summary says, once, which factorizations came from the cache.
-func (b *buildTracer) summary(w io.Writer) {
-	if b == nil {
-		return
-	}
-	for _, c := range b.cached {
-		fmt.Fprintf(w, "factorization: cached %s\n", c)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/optim"
 	"github.com/dpmf-go/dpmf/sampler"
 )
@@ -96,7 +97,7 @@ type Trainer struct {
 	model   models.Model
 	engine  *clip.Engine
 	sampler sampler.Sampler
-	noise   mfnoise.NoiseSource
+	noise   noise.Source
 	opt     optim.Optimizer
 	eps     float64 // epsilon after the last evaluated step
 	// broken is set when a step failed after its noise was drawn (see
@@ -129,10 +130,10 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	d := t.model.NumParams()
 	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, fmt.Errorf("train: %w: data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Train), t.model.InputShape())
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
 	}
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, fmt.Errorf("train: %w: test data shape %v does not match model input %v", ErrInvalid, shapeOf(cfg.Test), t.model.InputShape())
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
 	}
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
@@ -158,12 +159,8 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, err
 		}
-		nopt := mfnoise.NoiseOptions{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
-		if f := t.plan.Factorization(); f != nil {
-			t.noise, err = mfnoise.NewNoiseSource(f, d, nopt)
-		} else {
-			t.noise, err = mfnoise.NewIndependentNoise(cfg.Steps, d, nopt)
-		}
+		nopt := noise.Options{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
+		t.noise, err = newNoise(t.plan, cfg.Steps, d, nopt)
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
@@ -171,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	maxBatch := cfg.Batch
 	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
-		return nil, fmt.Errorf("train: clipping: %w", err)
+		return nil, fmt.Errorf("train: %w", err)
 	}
 	shape := t.model.InputShape()
 	per := shape[0] * shape[1] * shape[2]
@@ -235,11 +232,11 @@ func buildModel(cfg *Config) (models.Model, error) {
 			hidden = []int{64}
 		}
 		if len(cfg.Categorical) == 0 || len(cfg.Categorical) > shape[0] {
-			return nil, fmt.Errorf("train: %w: model tabular: %d categorical columns of %d features (want at least one)", ErrInvalid, len(cfg.Categorical), shape[0])
+			return nil, invalidf("model tabular: %d categorical columns of %d features (want at least one)", len(cfg.Categorical), shape[0])
 		}
 		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, tabularDim, hidden, classes, seed)
 	default:
-		return nil, fmt.Errorf("train: %w: model %q: want logistic, mlp, cnn, wrn16-4 or tabular", ErrInvalid, cfg.ModelName)
+		return nil, invalidf("model %q: want logistic, mlp, cnn, wrn16-4 or tabular", cfg.ModelName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)
@@ -524,8 +521,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	bt := newBuildTracer(cfg.Log)
-	t, err := New(bt.attach(ctx), cfg)
+	bt := NewBuildProgress(cfg.Log, progressEvery, cfg.Progress)
+	t, err := New(bt.Attach(ctx), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("train: %w before the first step (while building the plan; nothing to save): %w", ErrInterrupted, ctx.Err())
@@ -537,7 +534,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
-		bt.summary(cfg.Log)
+		bt.Summary(cfg.Log)
 	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {
@@ -586,4 +583,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// newNoise is the plan's noise source: a Toeplitz mechanism's own O(n)
+// source (no n x n matrix, so any number of steps), else the dense
+// factorization's.
+func newNoise(p *Plan, steps, d int, opt noise.Options) (noise.Source, error) {
+	if tp := p.Toeplitz(); tp != nil {
+		return noise.NewToeplitz(tp, d, opt)
+	}
+	f, err := p.Factorization()
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return noise.NewIndependent(steps, d, opt)
+	}
+	return noise.New(f, d, opt)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 )
 
 // buildServer compiles this command once per test binary.
@@ -330,7 +331,7 @@ func verifyExactlyOnce(t *testing.T, seed []byte, l aggregate.Ledger, releases m
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := mech.NewNoise(crashDim+1, mfnoise.NoiseOptions{Seed: seed})
+	src, err := mech.NewNoise(crashDim+1, noise.Options{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -21,17 +22,18 @@ func isInvalid(err error) bool {
 }
 
 // accountResult is the JSON of "train account"; keys are stable and always
-// present: q and bands are null where the mechanism has none.
+// present: q and bands are null where the mechanism has none, and epsilon
+// is the string "+Inf" when there is no finite guarantee.
 type accountResult struct {
-	Mechanism    string   `json:"mechanism"`
-	Epsilon      float64  `json:"epsilon"`
-	Delta        float64  `json:"delta"`
-	Sigma        float64  `json:"sigma"`
-	Accountant   string   `json:"accountant"`
-	Q            *float64 `json:"q"`
-	Compositions int      `json:"compositions"`
-	Bands        *int     `json:"bands"`
-	Calibrated   bool     `json:"calibrated"`
+	Mechanism    string         `json:"mechanism"`
+	Epsilon      dpcore.Epsilon `json:"epsilon"`
+	Delta        float64        `json:"delta"`
+	Sigma        float64        `json:"sigma"`
+	Accountant   string         `json:"accountant"`
+	Q            *float64       `json:"q"`
+	Compositions int            `json:"compositions"`
+	Bands        *int           `json:"bands"`
+	Calibrated   bool           `json:"calibrated"`
 }
 
 // accountFlags are the flags a -mechanism reads; giving another is an
@@ -53,7 +55,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	mech := fs.String("mechanism", "gaussian", "gaussian (one Gaussian mechanism, e.g. an unamplified MF mechanism with sensitivity 1), dpsgd (Poisson-subsampled), or bandmf (amplified banded MF)")
 	sigma := fs.Float64("sigma", 0, "noise multiplier: report epsilon")
 	eps := fs.Float64("epsilon", 0, "target epsilon: report the noise multiplier")
-	delta := fs.Float64("delta", 1e-5, "delta")
+	delta := fs.Float64("delta", privacy.DefaultDelta(0), "delta")
 	q := fs.Float64("q", 0, "sampling rate (dpsgd); or give -examples and -batch")
 	examples := fs.Int("examples", 0, "number of training examples M (dpsgd, bandmf)")
 	batch := fs.Int("batch", 0, "expected batch size B (dpsgd, bandmf)")
@@ -138,19 +140,23 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		res.Sigma, res.Epsilon = *sigma, e
+		res.Sigma, res.Epsilon = *sigma, dpcore.Epsilon(e)
 	} else {
 		cal, err := comp.Calibrate(context.Background(), acct, *steps, *eps, *delta)
 		if err != nil {
 			return err
 		}
-		res.Sigma, res.Epsilon, res.Calibrated = cal.Sigma, cal.Epsilon, true
+		res.Sigma, res.Epsilon, res.Calibrated = cal.Sigma, dpcore.Epsilon(cal.Epsilon), true
 	}
 	switch *format {
 	case "json":
 		return json.NewEncoder(stdout).Encode(res)
 	default:
-		fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  epsilon %.6g  delta %.3g  accountant %s  compositions %d", res.Mechanism, res.Sigma, res.Epsilon, res.Delta, res.Accountant, res.Compositions)
+		epsText := fmt.Sprintf("epsilon %.6g", float64(res.Epsilon))
+		if res.Epsilon.Infinite() {
+			epsText = "epsilon = " + res.Epsilon.String()
+		}
+		fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  %s  delta %.3g  accountant %s  compositions %d", res.Mechanism, res.Sigma, epsText, res.Delta, res.Accountant, res.Compositions)
 		if res.Q != nil {
 			fmt.Fprintf(stdout, "  q %.6g", *res.Q)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/audit"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 )
@@ -45,30 +46,30 @@ func runTrainRefusingAuditFlags(ctx context.Context, args []string, stdout, stde
 
 // auditJSON is the JSON of "train audit"; keys are stable.
 type auditJSON struct {
-	Epsilon           float64       `json:"epsilon"`
-	Delta             float64       `json:"delta"`
-	EpsilonLowerBound float64       `json:"epsilon_lower_bound"`
-	Confidence        float64       `json:"confidence"`
-	Canaries          int           `json:"canaries"`
-	Mechanism         string        `json:"mechanism"`
-	Bands             int           `json:"bands,omitempty"`
-	Audit             string        `json:"audit"`
-	UnsafeNoiseScale  float64       `json:"unsafe_noise_scale,omitempty"`
-	ClaimViolated     bool          `json:"claim_violated"`
-	Guesses           audit.Guesses `json:"guesses"`
-	GuessIn           int           `json:"guess_in"`
-	GuessOut          int           `json:"guess_out"`
-	Search            string        `json:"search"`
-	Thresholds        int           `json:"thresholds"`
-	NoiseMultiplier   float64       `json:"noise_multiplier"`
+	Epsilon           dpcore.Epsilon `json:"epsilon"`
+	Delta             float64        `json:"delta"`
+	EpsilonLowerBound dpcore.Epsilon `json:"epsilon_lower_bound"`
+	Confidence        float64        `json:"confidence"`
+	Canaries          int            `json:"canaries"`
+	Mechanism         string         `json:"mechanism"`
+	Bands             int            `json:"bands,omitempty"`
+	Audit             string         `json:"audit"`
+	UnsafeNoiseScale  float64        `json:"unsafe_noise_scale,omitempty"`
+	ClaimViolated     bool           `json:"claim_violated"`
+	Guesses           audit.Guesses  `json:"guesses"`
+	GuessIn           int            `json:"guess_in"`
+	GuessOut          int            `json:"guess_out"`
+	Search            string         `json:"search"`
+	Thresholds        int            `json:"thresholds"`
+	NoiseMultiplier   float64        `json:"noise_multiplier"`
 	// The f-DP (Gaussian) reading, unamplified plans only.
-	MuClaimed            float64 `json:"mu_claimed,omitempty"`
-	MuLowerBound         float64 `json:"mu_lower_bound,omitempty"`
-	GDPEpsilonLowerBound float64 `json:"gdp_epsilon_lower_bound,omitempty"`
-	GDPClaimViolated     bool    `json:"gdp_claim_violated,omitempty"`
-	Accountant           string  `json:"accountant"`
-	TestAccuracy         float64 `json:"test_accuracy"`
-	Seconds              float64 `json:"seconds"`
+	MuClaimed            float64        `json:"mu_claimed,omitempty"`
+	MuLowerBound         float64        `json:"mu_lower_bound,omitempty"`
+	GDPEpsilonLowerBound dpcore.Epsilon `json:"gdp_epsilon_lower_bound,omitempty"`
+	GDPClaimViolated     bool           `json:"gdp_claim_violated,omitempty"`
+	Accountant           string         `json:"accountant"`
+	TestAccuracy         float64        `json:"test_accuracy"`
+	Seconds              float64        `json:"seconds"`
 }
 
 // runAudit is "train audit": the flags of "train run" plus the audit's.
@@ -150,7 +151,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	out := auditJSON{
-		Epsilon: res.Epsilon, Delta: res.Delta, EpsilonLowerBound: res.EpsilonLowerBound, Confidence: res.Confidence,
+		Epsilon: dpcore.Epsilon(res.Epsilon), Delta: res.Delta, EpsilonLowerBound: dpcore.Epsilon(res.EpsilonLowerBound), Confidence: res.Confidence,
 		Canaries: res.Canaries, Mechanism: res.Mechanism, Bands: res.Plan.Bands, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
 		ClaimViolated: res.Violated, Guesses: res.Bound.Guesses, GuessIn: res.Bound.GuessIn, GuessOut: res.Bound.GuessOut,
 		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
@@ -158,7 +159,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if res.GDP != nil {
 		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
-		out.GDPEpsilonLowerBound, out.GDPClaimViolated = res.GDP.EpsilonLowerBound, res.GDPViolated
+		out.GDPEpsilonLowerBound, out.GDPClaimViolated = dpcore.Epsilon(res.GDP.EpsilonLowerBound), res.GDPViolated
 	}
 	if *format == "json" {
 		b, err := json.MarshalIndent(out, "", "  ")

@@ -1,19 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
+	"golang.org/x/term"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -38,7 +44,12 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wl := fs.String("workload", "prefix", "prefix or momentum")
 	beta := fs.Float64("momentum", 0.95, "momentum (with -workload momentum)")
 	cool := fs.Float64("cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms: dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS, each optionally /sS (S stamps); sqrt, toeplitz:BANDS, blt:NBUF")
+	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+mfnoise.MechanismNames)
+	var factFiles []string
+	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
+		factFiles = append(factFiles, path)
+		return nil
+	})
 	format := fs.String("format", "table", "table, json or csv")
 	plotFile := fs.String("plot", "", "draw per-step RMSE to this .png or .svg file")
 	eps := fs.Float64("epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
@@ -85,9 +96,22 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	specs, err := mfnoise.ParseMechanisms(*mechs)
-	if err != nil {
-		return err
+	var list []mfnoise.Mechanism
+	if *mechs != "" || len(factFiles) == 0 {
+		ms, err := privacy.ParseMechanisms(*mechs)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			list = append(list, m)
+		}
+	}
+	for _, path := range factFiles {
+		m, err := loadFactorization(path)
+		if err != nil {
+			return err
+		}
+		list = append(list, m)
 	}
 	switch *format {
 	case "table", "json", "csv":
@@ -98,10 +122,14 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *cache != "" {
 		bopt.Cache = &mfnoise.Cache{Dir: *cache}
 	}
-	rows, err := mfnoise.Compare(ctx, w, schema, specs, bopt)
+	// Optimizers report progress on stderr (a bar on a terminal); stdout
+	// carries only the table, JSON or CSV.
+	bp := train.NewBuildProgress(stderr, time.Second, terminal(stderr))
+	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
 	if err != nil {
 		return err
 	}
+	bp.Summary(stderr)
 	var sigma float64
 	if *eps > 0 {
 		if sigma, err = accountant.GaussianSigma(*eps, *delta); err != nil {
@@ -153,6 +181,31 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(tw, "\n%s, %s, unit noise multiplier%s\n", w, realizedSchema(schema, *n), map[bool]string{true: fmt.Sprintf("; noise rmse at sigma %.4g (epsilon %g, delta %g)", sigma, *eps, *delta), false: ""}[sigma > 0])
 	return tw.Flush()
+}
+
+// loadFactorization reads a caller's factorization for -factorization,
+// named by the file's base name; its declared band count (Meta.Bands) is
+// verified when it is scored.
+func loadFactorization(path string) (privacy.Factorization, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return privacy.Factorization{}, fmt.Errorf("compare: -factorization: %w", err)
+	}
+	defer f.Close()
+	fact, err := mfnoise.LoadFactorization(bufio.NewReader(f))
+	if err != nil {
+		return privacy.Factorization{}, fmt.Errorf("compare: -factorization %s: %w", path, err)
+	}
+	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
+}
+
+// terminal is w when it is a terminal (for progress bars), else nil.
+func terminal(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return w
+	}
+	return nil
 }
 
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep

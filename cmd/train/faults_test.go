@@ -82,7 +82,7 @@ func TestDataDirMissingCorruptOrOfAnotherFormat(t *testing.T) {
 		{[]string{"run", "-data", "fashion-mnist", "-dir", empty}, "holds no"},
 		{[]string{"run", "-data", "cifar10", "-dir", idx}, "holds IDX (MNIST-style) files, not CIFAR-10"},
 		{[]string{"run", "-data", "cifar100", "-dir", c10}, "holds CIFAR-10 files, not CIFAR-100"},
-		{[]string{"run", "-data", "mnist", "-dir", c10}, "holds CIFAR-10 files, not IDX"},
+		{[]string{"run", "-data", "mnist", "-dir", c10}, "holds CIFAR-10 files, not MNIST"},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := runCLI(t, c.args...)

@@ -16,6 +16,7 @@ import (
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
@@ -36,7 +37,7 @@ type runFlags struct {
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
 	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks) or csv (a table with a header row, train run and eval only)")
-	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default: Debian's /usr/share/datasets/fashion-mnist for fashion-mnist)")
+	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4 or tabular (categorical embeddings + MLP, for -data csv)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
@@ -44,7 +45,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
-	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", "dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:N or bandmf:auto, optionally /sS")
+	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", mfnoise.MechanismNames)
 	fs.StringVar(&r.workload, "workload", "optimizer", "factorize the optimizer's own momentum/cooldown workload (optimizer) or prefix sums (prefix)")
 	fs.StringVar(&r.sampling, "sampling", "", "poisson, band-poisson, fixed-order or shuffle (default: by mechanism)")
 	fs.IntVar(&r.bands, "bands", 0, "partitions of band sampling (default: the mechanism's bands)")
@@ -88,14 +89,14 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 }
 
 func runDefault(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runTrainWith(ctx, "train", args, stdout, stderr, true)
+	return runTrainWith(ctx, "train", args, stdout, stderr)
 }
 
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runTrainWith(ctx, "run", args, stdout, stderr, false)
+	return runTrainWith(ctx, "run", args, stdout, stderr)
 }
 
-func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer, isDefault bool) error {
+func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
@@ -134,7 +135,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if r.dataset == "csv" {
 		trainSet, testSet, table, source, err = csvf.load(r.dir)
 	} else {
-		trainSet, testSet, source, err = loadData(r.dataset, r.dir, isDefault && !dirGiven)
+		trainSet, testSet, source, err = loadData(r.dataset, r.dir, !dirGiven)
 	}
 	if err != nil {
 		return err
@@ -294,9 +295,10 @@ func (r *runFlags) validate(dirGiven bool) error {
 	return nil
 }
 
-// loadData loads the named dataset. With fallback (the default command
-// without -dir), a missing Debian Fashion-MNIST falls back to the embedded
-// subset; an explicit -dir that cannot be read is always an error.
+// loadData loads the named dataset. With fallback (Fashion-MNIST without
+// -dir, in "train" and "train run" alike), a missing Debian Fashion-MNIST
+// falls back to the embedded subset; an explicit -dir that cannot be read
+// is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	switch name {
 	case "embedded":
@@ -314,16 +316,31 @@ func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset,
 			trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()
 			return trainSet, testSet, "embedded Fashion-MNIST subset (Debian's dataset-fashion-mnist not installed)", err
 		}
-		return trainSet, testSet, "Fashion-MNIST " + dir, err
+		return trainSet, testSet, "Fashion-MNIST " + dir, mismatchHint(name, err)
 	case data.NameMNIST, data.NameCIFAR10, data.NameCIFAR100:
 		if dir == "" {
 			return nil, nil, "", usagef("-data %s needs -dir", name)
 		}
 		trainSet, testSet, err = data.LoadNamed(name, dir)
-		return trainSet, testSet, name + " " + dir, err
+		return trainSet, testSet, name + " " + dir, mismatchHint(name, err)
 	}
 	if name == "csv" {
 		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
 	}
 	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar or csv", name)
+}
+
+// mismatchHint turns a directory of another dataset into a usage error
+// that names the -data it holds: "-data mnist: DIR holds Fashion-MNIST
+// (...), not MNIST; use -data fashion-mnist".
+func mismatchHint(name string, err error) error {
+	var me *data.MismatchError
+	if !errors.As(err, &me) {
+		return err
+	}
+	msg := "-data " + name + ": " + strings.TrimPrefix(me.Error(), "data: "+me.Name+": ")
+	if me.FoundName != "" {
+		msg += "; use -data " + me.FoundName
+	}
+	return usagef("%s", msg)
 }

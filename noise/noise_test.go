@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -22,16 +23,16 @@ func testSeed(b byte) []byte {
 	return s
 }
 
-func prefixW(t testing.TB, n int) Workload {
-	w, err := PrefixSum(n)
+func prefixW(t testing.TB, n int) mfnoise.Workload {
+	w, err := mfnoise.PrefixSum(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
 }
 
-func momentumW(t testing.TB, n int) Workload {
-	w, err := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.25, 0.05))
+func momentumW(t testing.TB, n int) mfnoise.Workload {
+	w, err := mfnoise.MomentumWorkload(n, 0.9, mfnoise.CooldownSchedule(n, 0.25, 0.05))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func momentumW(t testing.TB, n int) Workload {
 
 // squareFact returns the factorization with square invertible encoder c and
 // decoder B = A C^-1.
-func squareFact(t testing.TB, w Workload, c *mat.Dense, meta Metadata) *Factorization {
+func squareFact(t testing.TB, w mfnoise.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
 	a, err := w.Matrix()
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func squareFact(t testing.TB, w Workload, c *mat.Dense, meta Metadata) *Factoriz
 	if err := ct.Solve(c.T(), a.T()); err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFactorization(w, c, mat.DenseCopyOf(ct.T()), meta)
+	f, err := mfnoise.NewFactorization(w, c, mat.DenseCopyOf(ct.T()), meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,11 +192,11 @@ func treeHonakerDecoder(n int, ranges [][2]int) *mat.Dense {
 
 // onlineTreeFact is the tree with the online decoder for workload w
 // (post-processed from the prefix sum: B = A S^-1 B_S).
-func onlineTreeFact(t testing.TB, w Workload) *Factorization {
+func onlineTreeFact(t testing.TB, w mfnoise.Workload) *mfnoise.Factorization {
 	return treeFact(t, w, false)
 }
 
-func treeFact(t testing.TB, w Workload, honaker bool) *Factorization {
+func treeFact(t testing.TB, w mfnoise.Workload, honaker bool) *mfnoise.Factorization {
 	n := w.N
 	c, ranges := treeEncoder(n)
 	bs := treeOnlineDecoder(n, ranges)
@@ -213,20 +214,20 @@ func treeFact(t testing.TB, w Workload, honaker bool) *Factorization {
 	var as, b mat.Dense
 	as.Mul(a, sinv)
 	b.Mul(&as, bs)
-	f, err := NewFactorization(w, c, &b, Metadata{Kind: "tree", Decoder: "online"})
+	f, err := mfnoise.NewFactorization(w, c, &b, mfnoise.Metadata{Kind: "tree", Decoder: "online"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
-func optimalFact(t testing.TB, w Workload, c *mat.Dense, meta Metadata) *Factorization {
+func optimalFact(t testing.TB, w mfnoise.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
 	a, _ := w.Matrix()
-	b, err := OptimalDecoder(a, c)
+	b, err := mfnoise.OptimalDecoder(a, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFactorization(w, c, b, meta)
+	f, err := mfnoise.NewFactorization(w, c, b, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func randTall(m, n int, rng *mrand.Rand) *mat.Dense {
 
 type namedFact struct {
 	name string
-	f    *Factorization
+	f    *mfnoise.Factorization
 	kind string // expected Kind with no memory limit
 }
 
@@ -253,45 +254,45 @@ type namedFact struct {
 func testFacts(t testing.TB, n int) []namedFact {
 	rng := mrand.New(mrand.NewPCG(uint64(n), 1))
 	var out []namedFact
-	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
 		eye := mat.NewDense(n, n, nil)
 		for i := range n {
 			eye.Set(i, i, 1)
 		}
-		out = append(out, namedFact{"identity", squareFact(t, w, eye, Metadata{Kind: "dpsgd"}), KindIndependent})
+		out = append(out, namedFact{"identity", squareFact(t, w, eye, mfnoise.Metadata{Kind: "dpsgd"}), KindIndependent})
 		b := min(4, n)
 		bandKind := KindBanded
 		if b == n && n > 1 {
 			bandKind = KindDenseStored
 		}
-		out = append(out, namedFact{"banded4", squareFact(t, w, randBanded(n, b, rng), Metadata{Kind: "bandmf", Bands: b}), bandKind})
+		out = append(out, namedFact{"banded4", squareFact(t, w, randBanded(n, b, rng), mfnoise.Metadata{Kind: "bandmf", Bands: b}), bandKind})
 		denseKind := KindDenseStored
 		if n == 1 {
 			denseKind = KindBanded
 		}
-		out = append(out, namedFact{"dense-lower", squareFact(t, w, randDenseLower(n, rng), Metadata{Kind: "mf-single"}), denseKind})
+		out = append(out, namedFact{"dense-lower", squareFact(t, w, randDenseLower(n, rng), mfnoise.Metadata{Kind: "mf-single"}), denseKind})
 		tallKind, treeKind := KindTallBlocked, KindSparseLive
 		if n == 1 { // every z is used once; the 1-leaf tree is C = [1]
 			tallKind, treeKind = KindSparseLive, KindIndependent
 		}
-		out = append(out, namedFact{"tall-optimal", optimalFact(t, w, randTall(2*n, n, rng), Metadata{Decoder: "optimal"}), tallKind})
+		out = append(out, namedFact{"tall-optimal", optimalFact(t, w, randTall(2*n, n, rng), mfnoise.Metadata{Decoder: "optimal"}), tallKind})
 		out = append(out, namedFact{"tree-online", onlineTreeFact(t, w), treeKind})
 		out = append(out, namedFact{"tree-honaker-online", treeFact(t, w, true), treeKind})
 		if n%2 == 0 && n >= 4 {
 			// Stamped: two blocks.
 			h := n / 2
 			sq := blockDiag(randDenseLower(h, rng), randDenseLower(h, rng))
-			out = append(out, namedFact{"stamped-square", squareFact(t, w, sq, Metadata{Stamps: 2}), KindBanded})
+			out = append(out, namedFact{"stamped-square", squareFact(t, w, sq, mfnoise.Metadata{Stamps: 2}), KindBanded})
 			tc, _ := treeEncoder(h)
 			// Block-diagonal G: liveness per block. Under momentum, rounding
 			// residue of A^-1 B in the zero blocks can survive the
 			// structural zero test (depending on n) and make G count as
 			// dense: blocked is then chosen (and equally exact).
 			stampKind := KindSparseLive
-			if w.Kind == MomentumKind {
+			if w.Kind == mfnoise.MomentumKind {
 				stampKind = KindSparseLive + "|" + KindTallBlocked
 			}
-			out = append(out, namedFact{"stamped-tree-optimal", optimalFact(t, w, blockDiag(tc, tc), Metadata{Stamps: 2, Decoder: "optimal"}), stampKind})
+			out = append(out, namedFact{"stamped-tree-optimal", optimalFact(t, w, blockDiag(tc, tc), mfnoise.Metadata{Stamps: 2, Decoder: "optimal"}), stampKind})
 		}
 	}
 	return out
@@ -299,7 +300,7 @@ func testFacts(t testing.TB, n int) []namedFact {
 
 // refG returns the dense map G with W = G Z, computed independently of the
 // sources: C^-1 for a square encoder, A^-1 B (by an LU solve) otherwise.
-func refG(t testing.TB, f *Factorization) *mat.Dense {
+func refG(t testing.TB, f *mfnoise.Factorization) *mat.Dense {
 	m, n := f.Encoder.Dims()
 	var g mat.Dense
 	if m == n {
@@ -396,7 +397,7 @@ func TestNoiseExactness(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/n=%d/d=%d", nf.name, nf.f.Workload.Kind, n, d)
 				t.Run(name, func(t *testing.T) {
 					z := zRows(seed, m, d)
-					s64, err := newNoiseSource[float64](nf.f, d, NoiseOptions{Seed: seed})
+					s64, err := newNoiseSource[float64](nf.f, d, Options{Seed: seed})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -404,7 +405,7 @@ func TestNoiseExactness(t *testing.T) {
 						t.Fatalf("kind %q, want %q", s64.base().kind, nf.kind)
 					}
 					checkAgainstRef(t, streamAll(t, s64), g, z, 1e-12)
-					s32, err := NewNoiseSource(nf.f, d, NoiseOptions{Seed: seed})
+					s32, err := New(nf.f, d, Options{Seed: seed})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -423,23 +424,23 @@ func TestRegenerateMatchesStored(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(5, 5))
 	w := prefixW(t, n)
 	cases := []struct {
-		f      *Factorization
+		f      *mfnoise.Factorization
 		budget int64
 		kind   string
 	}{
 		// Minimum (regenerate everything): one shard of float64 and float64
 		// accumulators, and the keys of the m noise rows.
-		{squareFact(t, w, randDenseLower(n, rng), Metadata{}), 16*d + 32*n, KindDenseRegenerate},
-		{squareFact(t, w, randBanded(n, 8, rng), Metadata{}), 16*d + 32*n, KindDenseRegenerate},
-		{optimalFact(t, w, randTall(2*n, n, rng), Metadata{}), 16*d + 64*n + 8*d, KindTallRegenerate},
+		{squareFact(t, w, randDenseLower(n, rng), mfnoise.Metadata{}), 16*d + 32*n, KindDenseRegenerate},
+		{squareFact(t, w, randBanded(n, 8, rng), mfnoise.Metadata{}), 16*d + 32*n, KindDenseRegenerate},
+		{optimalFact(t, w, randTall(2*n, n, rng), mfnoise.Metadata{}), 16*d + 64*n + 8*d, KindTallRegenerate},
 		{onlineTreeFact(t, momentumW(t, n)), 16*d + 32*127 + 2*8*d, KindLiveRegenerate},
 	}
 	for _, c := range cases {
-		fast, err := newNoiseSource[float64](c.f, d, NoiseOptions{Seed: seed})
+		fast, err := newNoiseSource[float64](c.f, d, Options{Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		slow, err := newNoiseSource[float64](c.f, d, NoiseOptions{Seed: seed, MemoryBudget: c.budget, Workers: 1})
+		slow, err := newNoiseSource[float64](c.f, d, Options{Seed: seed, MemoryBudget: c.budget, Workers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,7 +466,7 @@ func TestRegenerateMatchesStored(t *testing.T) {
 
 func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	const n, d = 200, 10
-	s, err := newNoiseSource[float32](onlineTreeFact(t, prefixW(t, n)), d, NoiseOptions{Seed: testSeed(1), Workers: 1})
+	s, err := newNoiseSource[float32](onlineTreeFact(t, prefixW(t, n)), d, Options{Seed: testSeed(1), Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,8 +482,8 @@ func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	// Online Honaker: a leaf is used until the root completes, but all of
 	// a complete subtree's nodes have proportional futures (level weights
 	// 2^-j), so one slot per subtree of the decomposition suffices.
-	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
-		s, err := newNoiseSource[float32](treeFact(t, w, true), d, NoiseOptions{Seed: testSeed(1), Workers: 1})
+	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
+		s, err := newNoiseSource[float32](treeFact(t, w, true), d, Options{Seed: testSeed(1), Workers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +500,7 @@ func TestStampedPerBlockMemory(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(2, 2))
 	h := n / 4
 	sq := blockDiag(randDenseLower(h, rng), randDenseLower(h, rng), randDenseLower(h, rng), randDenseLower(h, rng))
-	s, err := NewNoiseSource(squareFact(t, prefixW(t, n), sq, Metadata{Stamps: 4}), d, NoiseOptions{Seed: testSeed(1)})
+	s, err := New(squareFact(t, prefixW(t, n), sq, mfnoise.Metadata{Stamps: 4}), d, Options{Seed: testSeed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +509,7 @@ func TestStampedPerBlockMemory(t *testing.T) {
 	}
 	tc, _ := treeEncoder(h)
 	tall := blockDiag(tc, tc, tc, tc)
-	s2, err := newNoiseSource[float32](optimalFact(t, prefixW(t, n), tall, Metadata{Stamps: 4}), d, NoiseOptions{Seed: testSeed(1)})
+	s2, err := newNoiseSource[float32](optimalFact(t, prefixW(t, n), tall, mfnoise.Metadata{Stamps: 4}), d, Options{Seed: testSeed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,14 +526,14 @@ func TestNoiseCovariance(t *testing.T) {
 	const n, d = 6, 40000
 	rng := mrand.New(mrand.NewPCG(7, 7))
 	w := prefixW(t, n)
-	facts := []*Factorization{
-		squareFact(t, w, randBanded(n, 3, rng), Metadata{}),
-		squareFact(t, w, randDenseLower(n, rng), Metadata{}),
-		optimalFact(t, w, randTall(2*n, n, rng), Metadata{}),
+	facts := []*mfnoise.Factorization{
+		squareFact(t, w, randBanded(n, 3, rng), mfnoise.Metadata{}),
+		squareFact(t, w, randDenseLower(n, rng), mfnoise.Metadata{}),
+		optimalFact(t, w, randTall(2*n, n, rng), mfnoise.Metadata{}),
 		onlineTreeFact(t, w),
 	}
 	for fi, f := range facts {
-		s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(byte(fi))})
+		s, err := New(f, d, Options{Seed: testSeed(byte(fi))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -570,8 +571,8 @@ func TestNoiseCheckpointResume(t *testing.T) {
 	for _, nf := range testFacts(t, n) {
 		for _, budget := range []int64{0, 800000 + 2*d*4} {
 			t.Run(fmt.Sprintf("%s/%s/budget=%d", nf.name, nf.f.Workload.Kind, budget), func(t *testing.T) {
-				opt := NoiseOptions{Seed: testSeed(4), MemoryBudget: budget}
-				ref, err := NewNoiseSource(nf.f, d, opt)
+				opt := Options{Seed: testSeed(4), MemoryBudget: budget}
+				ref, err := New(nf.f, d, opt)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -583,7 +584,7 @@ func TestNoiseCheckpointResume(t *testing.T) {
 					}
 				}
 				for _, at := range []int{0, 1, 5, n} {
-					a, _ := NewNoiseSource(nf.f, d, opt)
+					a, _ := New(nf.f, d, opt)
 					buf := make([]float32, d)
 					for range at {
 						a.Next(buf)
@@ -598,7 +599,7 @@ func TestNoiseCheckpointResume(t *testing.T) {
 					if budget == 0 {
 						workers = 1
 					}
-					b, err := NewNoiseSource(nf.f, d, NoiseOptions{MemoryBudget: budget, Workers: workers})
+					b, err := New(nf.f, d, Options{MemoryBudget: budget, Workers: workers})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -630,7 +631,7 @@ func TestNoiseWorkersDoNotChangeNoise(t *testing.T) {
 	for _, nf := range testFacts(t, n+1)[:5] {
 		var outs [2][]float32
 		for wi, workers := range []int{1, 2} {
-			s, err := NewNoiseSource(nf.f, d, NoiseOptions{Seed: testSeed(2), Workers: workers})
+			s, err := New(nf.f, d, Options{Seed: testSeed(2), Workers: workers})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -651,15 +652,15 @@ func TestNoiseWorkersDoNotChangeNoise(t *testing.T) {
 func TestNoiseErrors(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(1, 1))
 	w := prefixW(t, 6)
-	f1 := squareFact(t, w, randBanded(6, 2, rng), Metadata{})
-	f2 := squareFact(t, w, randBanded(6, 2, rng), Metadata{})
+	f1 := squareFact(t, w, randBanded(6, 2, rng), mfnoise.Metadata{})
+	f2 := squareFact(t, w, randBanded(6, 2, rng), mfnoise.Metadata{})
 	ft := onlineTreeFact(t, w)
-	opt := NoiseOptions{Seed: testSeed(0)}
-	s, err := NewNoiseSource(f1, 10, opt)
+	opt := Options{Seed: testSeed(0)}
+	s, err := New(f1, 10, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Next(make([]float32, 9)); !errors.Is(err, ErrInvalid) {
+	if err := s.Next(make([]float32, 9)); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("wrong length: %v", err)
 	}
 	buf := make([]float32, 10)
@@ -672,17 +673,17 @@ func TestNoiseErrors(t *testing.T) {
 		t.Fatalf("past n: %v", err)
 	}
 	state, _ := s.MarshalBinary()
-	for name, fn := range map[string]func() (NoiseSource, error){
-		"other mechanism": func() (NoiseSource, error) { return NewNoiseSource(f2, 10, opt) },
-		"other d":         func() (NoiseSource, error) { return NewNoiseSource(f1, 11, opt) },
-		"other kind":      func() (NoiseSource, error) { return NewNoiseSource(ft, 10, opt) },
-		"independent":     func() (NoiseSource, error) { return NewIndependentNoise(6, 10, opt) },
+	for name, fn := range map[string]func() (Source, error){
+		"other mechanism": func() (Source, error) { return New(f2, 10, opt) },
+		"other d":         func() (Source, error) { return New(f1, 11, opt) },
+		"other kind":      func() (Source, error) { return New(ft, 10, opt) },
+		"independent":     func() (Source, error) { return NewIndependent(6, 10, opt) },
 	} {
 		o, err := fn()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.UnmarshalBinary(state); !errors.Is(err, ErrInvalid) {
+		if err := o.UnmarshalBinary(state); !errors.Is(err, mfnoise.ErrInvalid) {
 			t.Fatalf("restore into %s: %v, want ErrInvalid", name, err)
 		}
 		if o.Step() != 0 {
@@ -690,57 +691,57 @@ func TestNoiseErrors(t *testing.T) {
 		}
 	}
 	// Same mechanism, another memory plan.
-	fd := squareFact(t, w, randDenseLower(6, rng), Metadata{})
-	fast, _ := NewNoiseSource(fd, 1000, opt)
-	slow, err := NewNoiseSource(fd, 1000, NoiseOptions{MemoryBudget: 15000, Workers: 1})
+	fd := squareFact(t, w, randDenseLower(6, rng), mfnoise.Metadata{})
+	fast, _ := New(fd, 1000, opt)
+	slow, err := New(fd, 1000, Options{MemoryBudget: 15000, Workers: 1})
 	if err != nil || slow.Kind() != KindDenseRegenerate || fast.Kind() != KindDenseStored {
 		t.Fatalf("budget 15000: %v %v", slow, err)
 	}
 	fstate, _ := fast.MarshalBinary()
-	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, ErrInvalid) {
+	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("restore into another plan: %v", err)
 	}
-	o, _ := NewNoiseSource(f1, 10, opt)
-	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, ErrInvalid) {
+	o, _ := New(f1, 10, opt)
+	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("truncated state: %v", err)
 	}
-	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, ErrInvalid) {
+	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("garbage state: %v", err)
 	}
-	if _, err := NewNoiseSource(f1, 10, NoiseOptions{Seed: []byte{1, 2}}); !errors.Is(err, ErrInvalid) {
+	if _, err := New(f1, 10, Options{Seed: []byte{1, 2}}); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("short seed: %v", err)
 	}
-	if _, err := NewNoiseSource(f1, 0, opt); !errors.Is(err, ErrInvalid) {
+	if _, err := New(f1, 0, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("d = 0: %v", err)
 	}
-	if _, err := NewIndependentNoise(0, 5, opt); !errors.Is(err, ErrInvalid) {
+	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("n = 0: %v", err)
 	}
-	if _, err := NewNoiseSource(ft, 1<<20, NoiseOptions{MemoryBudget: 1000}); !errors.Is(err, ErrInvalid) {
+	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("budget below scratch: %v", err)
 	}
 	bad := *f1
 	bad.Encoder = mat.DenseCopyOf(f1.Encoder)
 	bad.Encoder.Set(3, 1, math.NaN())
-	if _, err := NewNoiseSource(&bad, 10, opt); !errors.Is(err, ErrInvalid) {
+	if _, err := New(&bad, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("NaN in the encoder: %v", err)
 	}
-	if _, err := NewNoiseSource(nil, 10, opt); !errors.Is(err, ErrInvalid) {
+	if _, err := New(nil, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("nil factorization: %v", err)
 	}
 }
 
 func TestDefaultSeedIsFresh(t *testing.T) {
-	a, _ := NewIndependentNoise(1, 8, NoiseOptions{})
-	b, _ := NewIndependentNoise(1, 8, NoiseOptions{})
+	a, _ := NewIndependent(1, 8, Options{})
+	b, _ := NewIndependent(1, 8, Options{})
 	x, y := make([]float32, 8), make([]float32, 8)
 	a.Next(x)
 	b.Next(y)
 	if slices.Equal(x, y) {
 		t.Fatal("two crypto-seeded sources gave the same noise")
 	}
-	c, _ := NewIndependentNoise(1, 8, NoiseOptions{Seed: testSeed(1)})
-	e, _ := NewIndependentNoise(1, 8, NoiseOptions{Seed: testSeed(1)})
+	c, _ := NewIndependent(1, 8, Options{Seed: testSeed(1)})
+	e, _ := NewIndependent(1, 8, Options{Seed: testSeed(1)})
 	c.Next(x)
 	e.Next(y)
 	if !slices.Equal(x, y) {
@@ -751,7 +752,7 @@ func TestDefaultSeedIsFresh(t *testing.T) {
 // rankOneFact has encoder [I; I] and G = A^-1 B = [I - R, R] with R strictly
 // lower triangular of rank one (R[i,j] = a_i b_j, i > j): after every step
 // all past noise rows have proportional futures, so one slot suffices.
-func rankOneFact(t testing.TB, w Workload, rng *mrand.Rand) *Factorization {
+func rankOneFact(t testing.TB, w mfnoise.Workload, rng *mrand.Rand) *mfnoise.Factorization {
 	n := w.N
 	a := make([]float64, n)
 	bv := make([]float64, n)
@@ -772,7 +773,7 @@ func rankOneFact(t testing.TB, w Workload, rng *mrand.Rand) *Factorization {
 	am, _ := w.Matrix()
 	var b mat.Dense
 	b.Mul(am, g)
-	f, err := NewFactorization(w, c, &b, Metadata{})
+	f, err := mfnoise.NewFactorization(w, c, &b, mfnoise.Metadata{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -782,23 +783,23 @@ func rankOneFact(t testing.TB, w Workload, rng *mrand.Rand) *Factorization {
 func TestMergedFuturesExactAndSmall(t *testing.T) {
 	const n, d = 50, 40
 	seed := testSeed(8)
-	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
 		f := rankOneFact(t, w, mrand.New(mrand.NewPCG(3, 4)))
-		s, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed})
+		s, err := newNoiseSource[float64](f, d, Options{Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls := s.(*liveSource[float64])
 		// For momentum, A^-1 B carries rounding residue of B (~1e-11 here)
 		// above the merge tolerance: no merging then, still exact.
-		if w.Kind == PrefixSumKind && (!ls.merged || ls.nslots > 2 || ls.kind != KindSparseLive) {
+		if w.Kind == mfnoise.PrefixSumKind && (!ls.merged || ls.nslots > 2 || ls.kind != KindSparseLive) {
 			t.Fatalf("%s: kind %s merged %v with %d slots, want merged into <= 2", w, ls.kind, ls.merged, ls.nslots)
 		}
 		g := refG(t, f)
 		z := zRows(seed, 2*n, d)
 		checkAgainstRef(t, streamAll(t, s), g, z, 1e-12)
 		// Regenerating everything (no merging) gives the same noise.
-		slow, err := newNoiseSource[float64](f, d, NoiseOptions{Seed: seed, MemoryBudget: 16*d + 64*n})
+		slow, err := newNoiseSource[float64](f, d, Options{Seed: seed, MemoryBudget: 16*d + 64*n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -806,7 +807,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 			t.Fatalf("kind %s, want %s", slow.base().kind, KindTallRegenerate)
 		}
 		checkAgainstRef(t, streamAll(t, slow), g, z, 1e-12)
-		s32, _ := NewNoiseSource(f, d, NoiseOptions{Seed: seed})
+		s32, _ := New(f, d, Options{Seed: seed})
 		checkAgainstRef(t, streamAll(t, s32.(source32).s), g, z, 1e-5)
 	}
 }
@@ -814,7 +815,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 func TestWorkloadSolve(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(9, 9))
 	const n = 30
-	for _, w := range []Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
 		b := randTall(n, 2*n, rng)
 		g, err := workloadSolve(w, b)
 		if err != nil {
@@ -828,8 +829,8 @@ func TestWorkloadSolve(t *testing.T) {
 			t.Fatalf("%s: ||A G - B|| / ||B|| = %v", w, r)
 		}
 	}
-	w := Workload{Kind: MomentumKind, N: 3, Momentum: 0.5, Schedule: Schedule{Explicit: []float64{1, 0, 1}}}
-	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, ErrInvalid) {
+	w := mfnoise.Workload{Kind: mfnoise.MomentumKind, N: 3, Momentum: 0.5, Schedule: mfnoise.Schedule{Explicit: []float64{1, 0, 1}}}
+	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, mfnoise.ErrInvalid) {
 		t.Fatalf("zero learning rate: %v", err)
 	}
 }
@@ -855,7 +856,7 @@ func TestAxpy4KernelMatchesGo(t *testing.T) {
 }
 
 // newBlockForTest builds a block source with block length bt for f.
-func newBlockForTest[T floatT](t *testing.T, f *Factorization, d, bt int, seed []byte, workers int) *blockSource[T] {
+func newBlockForTest[T floatT](t *testing.T, f *mfnoise.Factorization, d, bt int, seed []byte, workers int) *blockSource[T] {
 	m, n := f.Encoder.Dims()
 	var g *mat.Dense
 	if m == n {
@@ -874,7 +875,7 @@ func newBlockForTest[T floatT](t *testing.T, f *Factorization, d, bt int, seed [
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newCommon[T](KindTallBlocked, n, m, d, NoiseOptions{Workers: workers})
+	c, err := newCommon[T](KindTallBlocked, n, m, d, Options{Workers: workers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -887,9 +888,9 @@ func TestBlockedExactAndResumable(t *testing.T) {
 	const n, d = 23, shardLen + 300
 	seed := testSeed(6)
 	rng := mrand.New(mrand.NewPCG(6, 6))
-	for _, f := range []*Factorization{
-		squareFact(t, momentumW(t, n), randDenseLower(n, rng), Metadata{}),
-		optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), Metadata{}),
+	for _, f := range []*mfnoise.Factorization{
+		squareFact(t, momentumW(t, n), randDenseLower(n, rng), mfnoise.Metadata{}),
+		optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), mfnoise.Metadata{}),
 	} {
 		m, _ := f.Encoder.Dims()
 		z := zRows(seed, m, d)
@@ -924,17 +925,17 @@ func TestBlockedExactAndResumable(t *testing.T) {
 func TestBlockedChosenUnderBudget(t *testing.T) {
 	const n, d = 16, 100000
 	rng := mrand.New(mrand.NewPCG(8, 8))
-	f := optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), Metadata{})
+	f := optimalFact(t, prefixW(t, n), randTall(2*n, n, rng), mfnoise.Metadata{})
 	// All of Z needs 32 rows (12.8 MB); allow about 8 rows.
 	budget := int64(8*d*4 + 2<<20)
-	s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+	s, err := New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Kind() != KindTallBlocked || s.MemoryBytes() > budget {
 		t.Fatalf("kind %s, memory %d, want %s within %d", s.Kind(), s.MemoryBytes(), KindTallBlocked, budget)
 	}
-	full, _ := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+	full, _ := New(f, d, Options{Seed: testSeed(1)})
 	x, y := make([]float32, d), make([]float32, d)
 	for range n {
 		s.Next(x)

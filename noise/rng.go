@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"crypto/rand"
@@ -30,7 +30,7 @@ import (
 // part of the noise definition: changing it changes every z.
 const shardLen = 1 << 15
 
-// seedLen is the length of an explicit NoiseOptions.Seed.
+// seedLen is the length of an explicit Options.Seed.
 const seedLen = 32
 
 type key [32]byte
@@ -42,6 +42,10 @@ func hashKey(domain string, k key, extra uint64) key {
 	binary.LittleEndian.PutUint64(buf[n:], extra)
 	return sha256.Sum256(buf[:n+8])
 }
+
+// The domain strings keep the name of the package the sources came from
+// (mfnoise): they fix the noise a seed gives, which resumed checkpoints
+// and reproducible runs rely on.
 
 // chainNext advances the one-way key chain by one noise row.
 func chainNext(c key) key { return hashKey("mfnoise/v1/chain", c, 0) }
@@ -57,12 +61,12 @@ func newSeed(explicit []byte) (key, error) {
 	var k key
 	if explicit == nil {
 		if _, err := rand.Read(k[:]); err != nil {
-			return k, fmt.Errorf("mfnoise: noise seed from crypto/rand: %w", err)
+			return k, fmt.Errorf("noise: seed from crypto/rand: %w", err)
 		}
 		return k, nil
 	}
 	if len(explicit) != seedLen {
-		return k, invalidf("noise: seed has %d bytes, want %d (or nil for a crypto/rand seed)", len(explicit), seedLen)
+		return k, invalidf("seed has %d bytes, want %d (or nil for a crypto/rand seed)", len(explicit), seedLen)
 	}
 	copy(k[:], explicit)
 	return k, nil

@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"crypto/sha256"
@@ -12,18 +12,19 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
 
-// NoiseSource yields the gradient-space noise W_i of a factorization one
+// Source yields the gradient-space noise W_i of a factorization one
 // step at a time (SPEC 6): W = A^-1 B Z, which is C^-1 Z for a square
 // lower-triangular encoder and C^+ Z for a tall encoder with the optimal
 // decoder. The noise has unit scale: the trainer multiplies it by
 // sigma * clip norm * sensitivity.
 //
-// A NoiseSource is not safe for concurrent use; Next itself uses the
+// A Source is not safe for concurrent use; Next itself uses the
 // configured number of worker goroutines.
-type NoiseSource interface {
+type Source interface {
 	// Next fills dst (len(dst) == Dim()) with the next step's W_i. It
 	// returns an error past step N or for a wrong length.
 	Next(dst []float32) error
@@ -53,7 +54,7 @@ type NoiseSource interface {
 	UnmarshalBinary(data []byte) error
 }
 
-// Kinds of noise source, as reported by NoiseSource.Kind.
+// Kinds of noise source, as reported by Source.Kind.
 const (
 	// KindIndependent is DP-SGD: W_i = z_i. No state.
 	KindIndependent = "independent"
@@ -93,7 +94,7 @@ const (
 	KindDenseBlocked = "dense-blocked"
 )
 
-// NoiseOptions configures a noise source. The zero value is a crypto/rand
+// Options configures a noise source. The zero value is a crypto/rand
 // seed, no memory limit and GOMAXPROCS workers.
 //
 // Randomness layout (fixed, so any z_j can be regenerated and every method
@@ -102,7 +103,7 @@ const (
 // s of row j is a ChaCha8 stream seeded with SHA-256(key_j, s), turned into
 // normals by an exact 256-layer ziggurat. Shards are independent, so the
 // workers split them without changing the noise.
-type NoiseOptions struct {
+type Options struct {
 	// Seed is nil for a seed from crypto/rand (the default, required for
 	// privacy) or exactly 32 bytes for reproducible experiments. With a
 	// fixed seed the noise is public knowledge to anyone who has the seed.
@@ -131,9 +132,9 @@ type NoiseOptions struct {
 // caught by it; a residue entry that survives costs memory, not accuracy.
 const StructuralZeroTol = 1e-13
 
-// NewIndependentNoise returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
+// NewIndependent returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
 // of length d.
-func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
+func NewIndependent(n, d int, opt Options) (Source, error) {
 	s, err := newIndependent[float32](n, d, opt)
 	if err != nil {
 		return nil, err
@@ -141,7 +142,7 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 	return source32{s}, nil
 }
 
-// NewNoiseSource returns a streaming source of the gradient-space noise of f
+// New returns a streaming source of the gradient-space noise of f
 // for a model of dimension d, choosing the method from the structure of the
 // encoder and decoder and opt.MemoryBudget:
 //   - C = I: KindIndependent;
@@ -168,7 +169,7 @@ func NewIndependentNoise(n, d int, opt NoiseOptions) (NoiseSource, error) {
 //
 // A^-1 B is computed in O(n m) from the factored inverse of the workload.
 // Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).
-func NewNoiseSource(f *Factorization, d int, opt NoiseOptions) (NoiseSource, error) {
+func New(f *mfnoise.Factorization, d int, opt Options) (Source, error) {
 	s, err := newNoiseSource[float32](f, d, opt)
 	if err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ type streamer[T floatT] interface {
 	restoreState(r *reader) error // after base().step is set
 }
 
-// source32 adapts a float32 streamer to NoiseSource.
+// source32 adapts a float32 streamer to Source.
 type source32 struct{ s streamer[float32] }
 
 func (s source32) Next(dst []float32) error { return s.s.next(dst) }
@@ -213,12 +214,12 @@ type common struct {
 	gens    []*mrand.ChaCha8
 }
 
-func newCommon[T floatT](kind string, n, m, d int, opt NoiseOptions) (*common, error) {
+func newCommon[T floatT](kind string, n, m, d int, opt Options) (*common, error) {
 	if n <= 0 || d <= 0 {
-		return nil, invalidf("noise: n = %d and d = %d must be positive", n, d)
+		return nil, invalidf("n = %d and d = %d must be positive", n, d)
 	}
 	if opt.MemoryBudget < 0 || opt.Workers < 0 {
-		return nil, invalidf("noise: memory budget %d and workers %d must be non-negative", opt.MemoryBudget, opt.Workers)
+		return nil, invalidf("memory budget %d and workers %d must be non-negative", opt.MemoryBudget, opt.Workers)
 	}
 	w := opt.Workers
 	if w == 0 {
@@ -243,10 +244,10 @@ func elemSize[T floatT]() int {
 
 func (c *common) checkNext(dlen int) error {
 	if dlen != c.d {
-		return invalidf("noise: dst has length %d, want d = %d", dlen, c.d)
+		return invalidf("dst has length %d, want d = %d", dlen, c.d)
 	}
 	if c.step >= c.n {
-		return fmt.Errorf("mfnoise: noise: %w: all %d steps already produced", ErrExhausted, c.n)
+		return fmt.Errorf("noise: %w: all %d steps already produced", ErrExhausted, c.n)
 	}
 	return nil
 }
@@ -281,13 +282,13 @@ func (c *common) forShards(fn func(w, s int)) {
 	wg.Wait()
 }
 
-// newNoiseSource picks the method for f (see NewNoiseSource).
-func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (streamer[T], error) {
+// newNoiseSource picks the method for f (see New).
+func newNoiseSource[T floatT](f *mfnoise.Factorization, d int, opt Options) (streamer[T], error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
-		return nil, invalidf("noise: nil factorization")
+		return nil, invalidf("nil factorization")
 	}
-	if f.toeplitz != nil {
-		s, err := newToeplitzSource[T](f.toeplitz, d, opt)
+	if f.Toeplitz() != nil {
+		s, err := newToeplitzSource[T](f.Toeplitz(), d, opt)
 		if err == nil {
 			return s, nil
 		}
@@ -300,16 +301,16 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 	c := f.Encoder
 	m, n := c.Dims()
 	if n != f.N() || m < n {
-		return nil, invalidf("noise: encoder is %d x %d for a workload of %d steps", m, n, f.N())
+		return nil, invalidf("encoder is %d x %d for a workload of %d steps", m, n, f.N())
 	}
 	if br, bc := f.Decoder.Dims(); br != n || bc != m {
-		return nil, invalidf("noise: decoder is %d x %d, want %d x %d", br, bc, n, m)
+		return nil, invalidf("decoder is %d x %d, want %d x %d", br, bc, n, m)
 	}
 	// NaN would pass every structural-zero test below and vanish silently.
-	if err := checkFinite("noise: encoder", c); err != nil {
+	if err := checkFinite("encoder", c); err != nil {
 		return nil, err
 	}
-	if err := checkFinite("noise: decoder", f.Decoder); err != nil {
+	if err := checkFinite("decoder", f.Decoder); err != nil {
 		return nil, err
 	}
 	if m == n && isLowerTriangular(c) {
@@ -323,7 +324,7 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 		// Back substitution does not fit: regenerate from G = C^-1.
 		var inv mat.TriDense
 		if err := inv.InverseTri(mat.NewTriDense(n, mat.Lower, lowerData(c))); err != nil {
-			return nil, fmt.Errorf("mfnoise: noise: inverting the encoder: %w", err)
+			return nil, fmt.Errorf("noise: inverting the encoder: %w", err)
 		}
 		return newLive[T](mat.DenseCopyOf(&inv), true, d, opt)
 	}
@@ -338,7 +339,7 @@ func newNoiseSource[T floatT](f *Factorization, d int, opt NoiseOptions) (stream
 // workload (SPEC 2): S^-1 is the first difference, and for momentum
 // A = M_eta M_beta = S diag(eta) M_beta, so A^-1 = M_beta^-1 diag(1/eta)
 // S^-1 with M_beta^-1 = I - beta * (shift down by one).
-func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
+func workloadSolve(w mfnoise.Workload, b *mat.Dense) (*mat.Dense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err // already says what is wrong with the workload
 	}
@@ -354,15 +355,15 @@ func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
 	}
 	diffRows(1)
 	switch w.Kind {
-	case PrefixSumKind:
-	case MomentumKind:
+	case mfnoise.PrefixSumKind:
+	case mfnoise.MomentumKind:
 		eta, err := w.Schedule.Rates(n)
 		if err != nil {
 			return nil, err
 		}
 		for i, e := range eta {
 			if e == 0 {
-				return nil, invalidf("noise: workload A is singular (learning rate %d is 0)", i+1)
+				return nil, invalidf("workload A is singular (learning rate %d is 0)", i+1)
 			}
 			r := g.RawRowView(i)
 			for k := range r {
@@ -373,7 +374,7 @@ func workloadSolve(w Workload, b *mat.Dense) (*mat.Dense, error) {
 			diffRows(w.Momentum)
 		}
 	default:
-		return nil, invalidf("noise: workload kind %q", w.Kind)
+		return nil, invalidf("workload kind %q", w.Kind)
 	}
 	return g, nil
 }
@@ -480,7 +481,9 @@ func (h *hasher) sum() [32]byte {
 }
 
 // Checkpoint format: magic, version, kind, n, m, d, element size, step,
-// mechanism and plan fingerprints, then the kind's own state.
+// mechanism and plan fingerprints, then the kind's own state. The magic
+// keeps the name of the package the sources came from (mfnoise), so
+// checkpoints written before the move still load.
 const stateMagic = "mfnoise-source\x00\x01"
 
 func marshalStreamer[T floatT](s streamer[T]) ([]byte, error) {
@@ -499,7 +502,7 @@ func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	c := s.base()
 	r := &reader{b: data}
 	if string(r.bytes(len(stateMagic))) != stateMagic {
-		return invalidf("noise: restore: not a noise-source state (bad header)")
+		return invalidf("restore: not a noise-source state (bad header)")
 	}
 	kind := r.string()
 	var hdr [5]int
@@ -515,17 +518,17 @@ func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	n, m, d, elem, step := hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]
 	switch {
 	case n != c.n || m != c.m || mech != c.mech:
-		return invalidf("noise: restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", kind, n, m, c.kind, c.n, c.m)
+		return invalidf("restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", kind, n, m, c.kind, c.n, c.m)
 	case d != c.d:
-		return invalidf("noise: restore: state has d = %d, this source d = %d", d, c.d)
+		return invalidf("restore: state has d = %d, this source d = %d", d, c.d)
 	case elem != c.elem:
-		return invalidf("noise: restore: state has %d-byte elements, this source %d", elem, c.elem)
+		return invalidf("restore: state has %d-byte elements, this source %d", elem, c.elem)
 	case kind != c.kind || plan != c.plan:
-		return invalidf("noise: restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", kind, c.kind)
+		return invalidf("restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", kind, c.kind)
 	case step < 0 || step > c.n:
-		return invalidf("noise: restore: step %d out of range [0, %d]", step, c.n)
+		return invalidf("restore: step %d out of range [0, %d]", step, c.n)
 	case len(r.b) != s.stateSize(step):
-		return invalidf("noise: restore: state has %d bytes of buffers, want %d", len(r.b), s.stateSize(step))
+		return invalidf("restore: state has %d bytes of buffers, want %d", len(r.b), s.stateSize(step))
 	}
 	c.step = step
 	return s.restoreState(r)
@@ -561,7 +564,7 @@ func (r *reader) bytes(n int) []byte {
 		return nil
 	}
 	if n < 0 || len(r.b) < n {
-		r.err = invalidf("noise: restore: state truncated")
+		r.err = invalidf("restore: state truncated")
 		r.b = nil
 		return nil
 	}
@@ -581,7 +584,7 @@ func (r *reader) uint64() uint64 {
 func (r *reader) string() string {
 	n := r.uint64()
 	if n > 1<<10 {
-		r.err = invalidf("noise: restore: corrupt state")
+		r.err = invalidf("restore: corrupt state")
 		return ""
 	}
 	return string(r.bytes(int(n)))

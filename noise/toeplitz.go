@@ -1,13 +1,18 @@
-package mfnoise
+package noise
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
+)
 
 // Streaming noise of Toeplitz encoders (SPEC 6): W = C^-1 Z without any n x
 // n matrix, drawing the same z_j as every other source (the package's
 // randomness layout), so the exactness tests compare it with the dense
 // C^-1 Z.
 
-// Kinds of the Toeplitz noise sources, as reported by NoiseSource.Kind.
+// Kinds of the Toeplitz noise sources, as reported by Source.Kind.
 const (
 	// KindToeplitzRing is a p-band Toeplitz encoder streamed by back
 	// substitution with p-1 buffered rows of W (O(p d) memory; p = n for
@@ -21,31 +26,22 @@ const (
 	KindBLTBuffers = "blt-buffers"
 )
 
-// NoiseSource returns the streamed gradient-space noise W = C^-1 Z of the
-// mechanism for a model of dimension d (see NoiseSource and NoiseOptions;
-// CSPRNG seed by default). A BLT keeps Nbuf buffers of d float32; a p-band
-// encoder keeps p-1 rows, refused with the memory it needs when it exceeds
-// opt.MemoryBudget.
-func (t *Toeplitz) NoiseSource(d int, opt NoiseOptions) (NoiseSource, error) {
+// NewToeplitz returns the streamed gradient-space noise W = C^-1 Z of
+// the Toeplitz mechanism t for a model of dimension d (see Source and
+// Options; CSPRNG seed by default) in O(n) memory for the mechanism:
+// no n x n matrix is formed. C = I (DP-SGD, c = (1)) is KindIndependent,
+// as New streams it. A BLT keeps Nbuf buffers of d float32; a
+// p-band encoder keeps p-1 rows, refused with the memory it needs when it
+// exceeds opt.MemoryBudget.
+func NewToeplitz(t *mfnoise.Toeplitz, d int, opt Options) (Source, error) {
+	if t != nil && t.BLT == nil && t.InvCoef == nil && len(t.Coef) == 1 && t.Coef[0] == 1 {
+		return NewIndependent(t.N, d, opt)
+	}
 	s, err := newToeplitzSource[float32](t, d, opt)
 	if err != nil {
 		return nil, err
 	}
 	return source32{s}, nil
-}
-
-// NoiseMemoryPerCoord is the number of d-vectors streaming the noise
-// touches, counted as CompareRow does (the output included): Nbuf + 1 for a
-// BLT, p for p bands of C or of C^-1 (p - 1 stored rows), 1 for DP-SGD, n
-// for the square root.
-func (t *Toeplitz) NoiseMemoryPerCoord() int {
-	if t.BLT != nil {
-		return t.BLT.Buffers() + 1
-	}
-	if t.InvCoef != nil {
-		return len(t.InvCoef)
-	}
-	return len(t.Coef)
 }
 
 type toeplitzSource[T floatT] struct {
@@ -64,8 +60,8 @@ type toeplitzSource[T floatT] struct {
 	scratch [][]T
 }
 
-func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplitzSource[T], error) {
-	if err := t.check(); err != nil {
+func newToeplitzSource[T floatT](t *mfnoise.Toeplitz, d int, opt Options) (*toeplitzSource[T], error) {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	kind, rows := KindToeplitzRing, len(t.Coef)-1
@@ -73,9 +69,6 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		kind, rows = KindBISRRing, len(t.InvCoef)-1
 	}
 	if t.BLT != nil {
-		if err := t.BLT.validate(); err != nil {
-			return nil, err
-		}
 		kind, rows = KindBLTBuffers, t.BLT.Buffers()
 	}
 	c, err := newCommon[T](kind, t.N, t.N, d, opt)
@@ -83,7 +76,7 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		return nil, err
 	}
 	if mem := int64(rows)*int64(d)*int64(c.elem) + 32; opt.MemoryBudget > 0 && mem > opt.MemoryBudget {
-		return nil, fmt.Errorf("mfnoise: %w: noise: %s needs %s of noise buffers (%d rows of d = %d), over the budget of %s (%w)", ErrInvalid, t.Name, humanBytes(float64(mem)), rows, d, humanBytes(float64(opt.MemoryBudget)), errOverBudget)
+		return nil, fmt.Errorf("noise: %w: %s needs %s of noise buffers (%d rows of d = %d), over the budget of %s (%w)", dpcore.ErrInvalid, t.Name, dpcore.HumanBytes(float64(mem)), rows, d, dpcore.HumanBytes(float64(opt.MemoryBudget)), errOverBudget)
 	}
 	seed, err := newSeed(opt.Seed)
 	if err != nil {
@@ -109,7 +102,7 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		s.fir = append([]float64(nil), t.InvCoef...)
 		for _, v := range t.InvCoef {
 			if !finiteFloat(v) {
-				return nil, invalidf("noise: %s: coefficient %v", t.Name, v)
+				return nil, invalidf("%s: coefficient %v", t.Name, v)
 			}
 			fp.float(v)
 		}
@@ -123,7 +116,7 @@ func newToeplitzSource[T floatT](t *Toeplitz, d int, opt NoiseOptions) (*toeplit
 		}
 	} else {
 		if t.Coef[0] == 0 || !finiteFloat(t.Coef[0]) {
-			return nil, invalidf("noise: %s: singular encoder (c_0 = %v)", t.Name, t.Coef[0])
+			return nil, invalidf("%s: singular encoder (c_0 = %v)", t.Name, t.Coef[0])
 		}
 		s.inv0 = 1 / t.Coef[0]
 		s.lags = append([]float64(nil), t.Coef[1:]...)

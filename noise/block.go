@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"math"
@@ -28,7 +28,7 @@ type lag struct {
 // output chunk stays in L1 while the buffered rows stream through.
 const chunkLen = 2048
 
-func newIndependent[T floatT](n, d int, opt NoiseOptions) (*recurSource[T], error) {
+func newIndependent[T floatT](n, d int, opt Options) (*recurSource[T], error) {
 	c, err := newCommon[T](KindIndependent, n, n, d, opt)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func newIndependent[T floatT](n, d int, opt NoiseOptions) (*recurSource[T], erro
 	return s, nil
 }
 
-func newRecursion[T floatT](cm *mat.Dense, d int, opt NoiseOptions) (*recurSource[T], error) {
+func newRecursion[T floatT](cm *mat.Dense, d int, opt Options) (*recurSource[T], error) {
 	n, _ := cm.Dims()
 	tol := StructuralZeroTol * maxAbs(cm)
 	lags := make([][]lag, n)
@@ -56,7 +56,7 @@ func newRecursion[T floatT](cm *mat.Dense, d int, opt NoiseOptions) (*recurSourc
 	for i := range n {
 		cii := cm.At(i, i)
 		if math.Abs(cii) <= tol || math.IsNaN(cii) {
-			return nil, invalidf("noise: encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
+			return nil, invalidf("encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
 		}
 		inv[i] = 1 / cii
 		fp.int(i)

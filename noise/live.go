@@ -1,4 +1,4 @@
-package mfnoise
+package noise
 
 import (
 	"encoding/binary"
@@ -86,7 +86,7 @@ func newLiveCols(g *mat.Dense) (*liveCols, [32]byte, error) {
 	n, m := g.Dims()
 	gmax := maxAbs(g)
 	if gmax == 0 || math.IsNaN(gmax) || math.IsInf(gmax, 0) {
-		return nil, [32]byte{}, invalidf("noise: A^-1 B has max entry %v", gmax)
+		return nil, [32]byte{}, invalidf("A^-1 B has max entry %v", gmax)
 	}
 	tol := StructuralZeroTol * gmax
 	lc := &liveCols{n: n, m: m, rows: make([][]term, n), colRow: make([][]int, m), colVal: make([][]float64, m),
@@ -337,7 +337,7 @@ func (lc *liveCols) peakSlots(threshold int) int {
 	return peak
 }
 
-func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (streamer[T], error) {
+func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[T], error) {
 	lc, mech, err := newLiveCols(g)
 	if err != nil {
 		return nil, err
@@ -353,7 +353,7 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt NoiseOptions) (stre
 	fixed := int64(c.workers)*int64(shard)*int64(c.elem+8) + int64(m)*32
 	perSlot := int64(d) * int64(c.elem)
 	if opt.MemoryBudget > 0 && fixed > opt.MemoryBudget {
-		return nil, invalidf("noise: memory budget %d bytes is below the minimum %d for d = %d with %d workers", opt.MemoryBudget, fixed, d, c.workers)
+		return nil, invalidf("memory budget %d bytes is below the minimum %d for d = %d with %d workers", opt.MemoryBudget, fixed, d, c.workers)
 	}
 	fits := func(slots int) bool { return opt.MemoryBudget == 0 || fixed+int64(slots)*perSlot <= opt.MemoryBudget }
 

@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package mfnoise
+package noise
 
 const useAVX2 = false
 

@@ -1,14 +1,16 @@
-package mfnoise
+package noise
 
 import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // Benchmarks for BENCHMARKS.md. Run with
-//	go test -run XXX -bench 'Memcpy|GaussianAll|Banded|Dense|TreeOnline' -benchtime 20x ./mfnoise
+//	go test -run XXX -bench 'Memcpy|GaussianAll|Banded|Dense|TreeOnline|BLTNoise' -benchtime 20x ./noise
 
 var benchDims = []int{1_000_000, 4_000_000}
 
@@ -45,7 +47,7 @@ func BenchmarkMemcpy(b *testing.B) {
 func BenchmarkGaussianAll(b *testing.B) {
 	for _, d := range benchDims {
 		b.Run(fmt.Sprintf("d=%d", d), func(b *testing.B) {
-			s, err := newIndependent[float32](1<<30, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newIndependent[float32](1<<30, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,7 +71,7 @@ func BenchmarkBanded(b *testing.B) {
 			b.Run(fmt.Sprintf("d=%d/b=%d", d, bands), func(b *testing.B) {
 				rng := mrand.New(mrand.NewPCG(1, 2))
 				c := randBanded(n, bands, rng)
-				s, err := newRecursion[float32](c, d, NoiseOptions{Seed: testSeed(1)})
+				s, err := newRecursion[float32](c, d, Options{Seed: testSeed(1)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -101,7 +103,7 @@ func BenchmarkDense(b *testing.B) {
 	c := randDenseLower(n, rng)
 	for _, d := range []int{100_000} {
 		b.Run(fmt.Sprintf("stored/d=%d", d), func(b *testing.B) {
-			s, err := newRecursion[float32](c, d, NoiseOptions{Seed: testSeed(1)})
+			s, err := newRecursion[float32](c, d, Options{Seed: testSeed(1)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -120,8 +122,8 @@ func BenchmarkDense(b *testing.B) {
 			b.ReportMetric(float64(s.memoryBytes())/1e6, "MB-held")
 		})
 		b.Run(fmt.Sprintf("blocked/d=%d", d), func(b *testing.B) {
-			f := squareFact(b, prefixW(b, n), c, Metadata{})
-			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 64 << 20})
+			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
+			src, err := newNoiseSource[float32](f, d, Options{Seed: testSeed(1), MemoryBudget: 64 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -140,8 +142,8 @@ func BenchmarkDense(b *testing.B) {
 			b.ReportMetric(float64(s.t), "block")
 		})
 		b.Run(fmt.Sprintf("regenerate/d=%d", d), func(b *testing.B) {
-			f := squareFact(b, prefixW(b, n), c, Metadata{})
-			src, err := newNoiseSource[float32](f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: 1 << 20})
+			f := squareFact(b, prefixW(b, n), c, mfnoise.Metadata{})
+			src, err := newNoiseSource[float32](f, d, Options{Seed: testSeed(1), MemoryBudget: 1 << 20})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -170,7 +172,7 @@ func BenchmarkTreeOnline(b *testing.B) {
 		f := treeFact(b, prefixW(b, n), honaker)
 		for _, d := range []int{1_000_000} {
 			b.Run(fmt.Sprintf("honaker=%v/d=%d", honaker, d), func(b *testing.B) {
-				s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+				s, err := New(f, d, Options{Seed: testSeed(1)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -178,7 +180,7 @@ func BenchmarkTreeOnline(b *testing.B) {
 				peak := int64(0)
 				for b.Loop() {
 					if s.Step() == n {
-						s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1)})
+						s, _ = New(f, d, Options{Seed: testSeed(1)})
 					}
 					s.Next(dst)
 					peak = max(peak, s.MemoryBytes())
@@ -196,10 +198,10 @@ func BenchmarkTreeOnline(b *testing.B) {
 func BenchmarkTallDense(b *testing.B) {
 	const n, d = 256, 1_000_000
 	rng := mrand.New(mrand.NewPCG(1, 4))
-	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), Metadata{})
+	f := optimalFact(b, prefixW(b, n), randTall(2*n, n, rng), mfnoise.Metadata{})
 	for _, budget := range []int64{0, 300 << 20} {
 		b.Run(fmt.Sprintf("budget=%dMB", budget>>20), func(b *testing.B) {
-			s, err := NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+			s, err := New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -207,7 +209,7 @@ func BenchmarkTallDense(b *testing.B) {
 			peak := int64(0)
 			for b.Loop() {
 				if s.Step() == n {
-					s, _ = NewNoiseSource(f, d, NoiseOptions{Seed: testSeed(1), MemoryBudget: budget})
+					s, _ = New(f, d, Options{Seed: testSeed(1), MemoryBudget: budget})
 				}
 				s.Next(dst)
 				peak = max(peak, s.MemoryBytes())
@@ -215,6 +217,56 @@ func BenchmarkTallDense(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 			b.ReportMetric(float64(peak)/1e6, "MB-held")
 			b.Logf("kind %s", s.Kind())
+		})
+	}
+}
+
+// BenchmarkBLTNoise is one step of BLT noise: d Gaussians drawn, Nbuf
+// buffers read and written. Bytes: (2 Nbuf + 1) d float32 (buffers read and
+// written, output written); the "gen" variant adds the time of drawing the
+// Gaussians, the "buffers" variant times only the buffer pass, which is
+// what the memory bandwidth bounds.
+func BenchmarkBLTNoise(b *testing.B) {
+	const d = 1_000_000
+	for _, nb := range []int{1, 2, 3, 4, 8} {
+		p := mfnoise.BLTParams{}
+		for i := range nb {
+			p.Theta = append(p.Theta, 0.5+0.4*float64(i)/float64(nb))
+			p.Omega = append(p.Omega, 0.4/float64(nb))
+		}
+		m, err := mfnoise.NewBLT("blt", 1<<30, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("gen/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
+			s, err := newToeplitzSource[float32](m, d, Options{Seed: testSeed(1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, d)
+			b.SetBytes(int64(4 * d * (2*nb + 1)))
+			for b.Loop() {
+				s.next(dst)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
+		})
+		b.Run(fmt.Sprintf("buffers/d=%d/nbuf=%d", d, nb), func(b *testing.B) {
+			s, err := newToeplitzSource[float32](m, d, Options{Seed: testSeed(1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst := make([]float32, d)
+			for k := range dst {
+				dst[k] = 1
+			}
+			b.SetBytes(int64(4 * d * (2*nb + 1)))
+			for b.Loop() {
+				s.forShards(func(w, sh int) {
+					lo, hi := shardRange(sh, d)
+					s.bltShard(dst[lo:hi], lo)
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(d), "ns/coord")
 		})
 	}
 }

@@ -1,15 +1,16 @@
-package mfnoise_test
+package noise_test
 
 import (
 	"fmt"
 	"log"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	"gonum.org/v1/gonum/mat"
 )
 
 // A 2-banded encoder for 4 steps of SGD, streamed with one buffered row.
-func ExampleNewNoiseSource() {
+func ExampleNew() {
 	const n, d = 4, 10
 	w, err := mfnoise.PrefixSum(n)
 	if err != nil {
@@ -35,15 +36,15 @@ func ExampleNewNoiseSource() {
 	}
 
 	// The default seed comes from crypto/rand.
-	src, err := mfnoise.NewNoiseSource(f, d, mfnoise.NoiseOptions{})
+	src, err := noise.New(f, d, noise.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(src.Kind(), src.MemoryBytes(), "bytes")
 
-	noise := make([]float32, d)
+	noiseRow := make([]float32, d)
 	for src.Step() < 2 {
-		if err := src.Next(noise); err != nil {
+		if err := src.Next(noiseRow); err != nil {
 			log.Fatal(err)
 		}
 		// The trainer adds sigma * clip norm * sensitivity * noise to the
@@ -54,17 +55,40 @@ func ExampleNewNoiseSource() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	resumed, _ := mfnoise.NewNoiseSource(f, d, mfnoise.NoiseOptions{})
+	resumed, _ := noise.New(f, d, noise.Options{})
 	if err := resumed.UnmarshalBinary(state); err != nil {
 		log.Fatal(err)
 	}
 	for resumed.Step() < resumed.N() {
-		if err := resumed.Next(noise); err != nil {
+		if err := resumed.Next(noiseRow); err != nil {
 			log.Fatal(err)
 		}
 	}
-	fmt.Println("steps:", resumed.Step(), "more:", resumed.Next(noise) == nil)
+	fmt.Println("steps:", resumed.Step(), "more:", resumed.Next(noiseRow) == nil)
 	// Output:
 	// banded 72 bytes
 	// steps: 4 more: false
+}
+
+// A BLT with 2 buffers over 1000 steps streams its noise for a model of 10
+// coordinates with 2 d-vectors of state, whatever n: no n x n matrix is
+// formed.
+func ExampleNewToeplitz() {
+	blt, err := mfnoise.NewBLT("blt:2", 1000, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	src, err := noise.NewToeplitz(blt, 10, noise.Options{}) // CSPRNG seed
+	if err != nil {
+		log.Fatal(err)
+	}
+	z := make([]float32, 10)
+	for range 3 {
+		if err := src.Next(z); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Printf("%s source after %d of %d steps keeps %d bytes\n", src.Kind(), src.Step(), src.N(), src.MemoryBytes())
+	// Output:
+	// blt-buffers source after 3 of 1000 steps keeps 112 bytes
 }
