@@ -137,42 +137,35 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		}
 		role[labelCol] = 'l'
 	}
-	catCols := make([]int, len(spec.Categorical))
-	for j, name := range spec.Categorical {
-		i, err := find("categorical", name)
-		if err != nil {
-			return nil, err
-		}
-		if role[i] != 'n' {
-			return nil, invalidf("csv: column %q given two roles", name)
-		}
-		role[i], catCols[j] = 'c', i
-	}
-	for _, name := range spec.Ignore {
-		i, err := find("ignored", name)
-		if err != nil {
-			return nil, err
-		}
-		if role[i] != 'n' {
-			return nil, invalidf("csv: column %q given two roles", name)
-		}
-		role[i] = 'i'
-	}
-	var numCols []int
-	var numNames []string
-	if spec.Numeric != nil {
-		for _, name := range spec.Numeric {
-			i, err := find("numeric", name)
+	// assign gives the named columns a role and returns their indices.
+	assign := func(what string, names []string, r byte) ([]int, error) {
+		cols := make([]int, len(names))
+		for j, name := range names {
+			i, err := find(what, name)
 			if err != nil {
 				return nil, err
 			}
 			if role[i] != 'n' {
 				return nil, invalidf("csv: column %q given two roles", name)
 			}
-			role[i] = 'N'
-			numCols = append(numCols, i)
-			numNames = append(numNames, name)
+			role[i], cols[j] = r, i
 		}
+		return cols, nil
+	}
+	catCols, err := assign("categorical", spec.Categorical, 'c')
+	if err != nil {
+		return nil, err
+	}
+	if _, err := assign("ignored", spec.Ignore, 'i'); err != nil {
+		return nil, err
+	}
+	var numCols []int
+	var numNames []string
+	if spec.Numeric != nil {
+		if numCols, err = assign("numeric", spec.Numeric, 'N'); err != nil {
+			return nil, err
+		}
+		numNames = slices.Clone(spec.Numeric)
 	} else {
 		for i, r := range role {
 			if r == 'n' {

@@ -177,11 +177,11 @@ func TestModelFileBadInput(t *testing.T) {
 // TestSaveModelEvalWRN: a WideResNet-16-4 run saves its model (a network
 // of residual blocks and GroupNorm, described layer by layer in the file)
 // and train eval reports exactly the run's final accuracy and loss. Slow
-// (two forward passes of WRN-16-4 over 1000 images: 20 s of CPU, up to a
-// minute on two shared cores), so it is skipped under -short.
+// (two forward passes of WRN-16-4 over 1000 images: 9 s on two idle
+// cores, up to a minute on busy ones), so it is skipped under -short.
 func TestSaveModelEvalWRN(t *testing.T) {
 	if testing.Short() {
-		t.Skip("two WRN-16-4 forward passes over 1000 test images take 20 s of CPU or more; run without -short")
+		t.Skip("two WRN-16-4 forward passes over 1000 test images take 9 s to a minute; run without -short")
 	}
 	model := filepath.Join(t.TempDir(), "wrn.dpmf")
 	runThenEval(t, model, []string{"-data", "embedded", "-model", "wrn16-4", "-train-examples", "64", "-steps", "2", "-batch", "16",
