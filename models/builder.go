@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -51,7 +52,7 @@ func NewBuilder(name string, inputShape [3]int, seed uint64) *Builder {
 	r := &builderRoot{name: name, in: inputShape, seed: seed, limit: maxBuilderParams}
 	for _, d := range inputShape {
 		if d <= 0 {
-			r.err = fmt.Errorf("input shape %v: %w", inputShape, ErrInvalid)
+			r.err = dpcore.Invalidf("input shape %v", inputShape)
 		}
 	}
 	return &Builder{root: r, shape: nn.Shape{C: inputShape[0], H: inputShape[1], W: inputShape[2]}}
@@ -76,13 +77,13 @@ func (b *Builder) param(name string, shape []int, init float64) nn.Param {
 	size := 1.0
 	for _, d := range shape {
 		if d <= 0 {
-			r.fail(fmt.Errorf("parameter %s has shape %v: %w", name, shape, ErrInvalid))
+			r.fail(dpcore.Invalidf("parameter %s has shape %v", name, shape))
 		}
 		size *= float64(d)
 	}
 	if r.total+size > float64(r.limit) {
-		r.fail(fmt.Errorf("parameter %s %v brings the model to %.5g parameters (%.3g GiB as float32), over the limit of %d: %w",
-			name, shape, r.total+size, 4*(r.total+size)/(1<<30), r.limit, ErrInvalid))
+		r.fail(dpcore.Invalidf("parameter %s %v brings the model to %.5g parameters (%.3g GiB as float32), over the limit of %d",
+			name, shape, r.total+size, 4*(r.total+size)/(1<<30), r.limit))
 	}
 	if r.err != nil {
 		return nn.Param{}
@@ -91,7 +92,7 @@ func (b *Builder) param(name string, shape []int, init float64) nn.Param {
 	n := int(size)
 	for _, p := range r.layout {
 		if p.Name == name {
-			r.fail(fmt.Errorf("parameter name %q used twice: %w", name, ErrInvalid))
+			r.fail(dpcore.Invalidf("parameter name %q used twice", name))
 		}
 	}
 	r.layout = append(r.layout, ParamInfo{Name: name, Shape: shape, Offset: off, Len: n})
@@ -139,11 +140,11 @@ func (b *Builder) Conv2D(name string, out, kernel, stride, pad int, act nn.Activ
 	}
 	name = b.layerName(name, "conv")
 	if out <= 0 || kernel <= 0 {
-		b.root.fail(fmt.Errorf("layer %s: %d outputs, kernel %d: %w", name, out, kernel, ErrInvalid))
+		b.root.fail(dpcore.Invalidf("layer %s: %d outputs, kernel %d", name, out, kernel))
 		return b
 	}
 	if float64(kernel)*float64(kernel)*float64(b.shape.C) > maxBuilderParams {
-		b.root.fail(fmt.Errorf("layer %s: kernel %d on %d channels: %w", name, kernel, b.shape.C, ErrInvalid))
+		b.root.fail(dpcore.Invalidf("layer %s: kernel %d on %d channels", name, kernel, b.shape.C))
 		return b
 	}
 	fi := kernel * kernel * b.shape.C
@@ -165,7 +166,7 @@ func (b *Builder) Dense(name string, out int, act nn.Activation) *Builder {
 	}
 	name = b.layerName(name, "dense")
 	if out <= 0 {
-		b.root.fail(fmt.Errorf("layer %s: %d outputs: %w", name, out, ErrInvalid))
+		b.root.fail(dpcore.Invalidf("layer %s: %d outputs", name, out))
 		return b
 	}
 	lim := math.Sqrt(6 / float64(b.shape.C+out))
@@ -246,8 +247,8 @@ func (b *Builder) Residual(body, shortcut func(*Builder)) *Builder {
 		return b
 	}
 	if bb.shape != sb.shape {
-		b.root.fail(fmt.Errorf("%s: body ends at %dx%dx%d, shortcut at %dx%dx%d: %w", name,
-			bb.shape.C, bb.shape.H, bb.shape.W, sb.shape.C, sb.shape.H, sb.shape.W, ErrInvalid))
+		b.root.fail(dpcore.Invalidf("%s: body ends at %dx%dx%d, shortcut at %dx%dx%d", name,
+			bb.shape.C, bb.shape.H, bb.shape.W, sb.shape.C, sb.shape.H, sb.shape.W))
 		return b
 	}
 	b.flat = bb.flat
@@ -263,7 +264,7 @@ func (b *Builder) Model() (Model, error) {
 		return nil, fmt.Errorf("models: %s: %w", r.name, r.err)
 	}
 	if b.shape.H != 1 || b.shape.W != 1 || b.shape.C < 2 {
-		return nil, fmt.Errorf("models: %s: output %dx%dx%d is not a vector of at least 2 logits: %w", r.name, b.shape.C, b.shape.H, b.shape.W, ErrInvalid)
+		return nil, dpcore.Invalidf("models: %s: output %dx%dx%d is not a vector of at least 2 logits", r.name, b.shape.C, b.shape.H, b.shape.W)
 	}
 	m := &seq{name: r.name, in: r.in, classes: b.shape.C, layers: b.layers, layout: r.layout, spec: b.specs, zero: r.zero}
 	n := 0
@@ -301,13 +302,13 @@ func (b *Builder) Embedding(name string, numeric int, vocab, dims []int, bag nn.
 	}
 	name = b.layerName(name, "embedding")
 	if len(vocab) == 0 || len(vocab) != len(dims) {
-		b.root.fail(fmt.Errorf("layer %s: %d vocabularies, %d dimensions: %w", name, len(vocab), len(dims), ErrInvalid))
+		b.root.fail(dpcore.Invalidf("layer %s: %d vocabularies, %d dimensions", name, len(vocab), len(dims)))
 		return b
 	}
 	e := nn.Embedding{Numeric: numeric, Bag: bag}
 	for k := range vocab {
 		if vocab[k] <= 0 || dims[k] <= 0 {
-			b.root.fail(fmt.Errorf("layer %s: table %d: vocabulary %d, dimension %d: %w", name, k, vocab[k], dims[k], ErrInvalid))
+			b.root.fail(dpcore.Invalidf("layer %s: table %d: vocabulary %d, dimension %d", name, k, vocab[k], dims[k]))
 			return b
 		}
 		lim := math.Sqrt(6 / float64(1+dims[k]))

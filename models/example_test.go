@@ -77,7 +77,7 @@ func ExampleBuilder() {
 	// Output:
 	// tiny-resnet 4074
 	// 4 0
-	// models: bad: residual1: body ends at 8x8x8, shortcut at 3x16x16: invalid argument
+	// models: bad: residual1: body ends at 8x8x8, shortcut at 3x16x16
 }
 
 // toyImages returns n noisy 8x8 grey-scale images whose class says which

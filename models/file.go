@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -111,16 +112,16 @@ type filePayload struct {
 // with SHA-256. Load reads it back bit for bit.
 func Save(w io.Writer, m Model, meta Metadata) error {
 	if m == nil {
-		return fmt.Errorf("models: save: nil model: %w", ErrInvalid)
+		return dpcore.Invalidf("models: save: nil model")
 	}
 	a, ok := m.(Architected)
 	if !ok {
-		return fmt.Errorf("models: save: model %s (%T) cannot describe its architecture: %w", m.Name(), m, ErrInvalid)
+		return dpcore.Invalidf("models: save: model %s (%T) cannot describe its architecture", m.Name(), m)
 	}
 	params := m.Params()
 	for i, v := range params {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return fmt.Errorf("models: save: parameter %d is %v: %w", i, v, ErrInvalid)
+			return dpcore.Invalidf("models: save: parameter %d is %v", i, v)
 		}
 	}
 	buf := make([]byte, 4*len(params))

@@ -3,6 +3,7 @@ package models
 import (
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -11,7 +12,7 @@ import (
 // Build implements Model.
 func (m *seq) Build(g *gorgonia.ExprGraph, batch int) (*Net, error) {
 	if batch <= 0 {
-		return nil, fmt.Errorf("models: %s: build: batch %d: %w", m.name, batch, ErrInvalid)
+		return nil, dpcore.Invalidf("models: %s: build: batch %d", m.name, batch)
 	}
 	net, err := m.build(g, batch)
 	if err != nil {
@@ -67,7 +68,7 @@ func (m *seq) build(g *gorgonia.ExprGraph, batch int) (*Net, error) {
 		default:
 			// The engine (package nn) runs every layer; the gorgonia
 			// graph covers the layers of the library's fixed models.
-			return nil, fmt.Errorf("layer %d: %T has no gorgonia graph here (the engine runs it through Network): %w", i, layer, ErrInvalid)
+			return nil, dpcore.Invalidf("layer %d: %T has no gorgonia graph here (the engine runs it through Network)", i, layer)
 		}
 		wi, bi := param(wp), param(bp)
 		W, B := m.paramNode(g, wi), m.paramNode(g, bi)
@@ -112,7 +113,7 @@ func (m *seq) build(g *gorgonia.ExprGraph, batch int) (*Net, error) {
 			a, err = gorgonia.Rectify(a)
 		case nn.Identity:
 		default:
-			return nil, fmt.Errorf("layer %d: activation %v has no gorgonia graph here: %w", i, act, ErrInvalid)
+			return nil, dpcore.Invalidf("layer %d: activation %v has no gorgonia graph here", i, act)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("layer %d activation: %w", i, err)

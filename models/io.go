@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -49,16 +50,16 @@ func (m *seq) Load(r io.Reader) error {
 		return fmt.Errorf("models: %s: load: %w", m.name, err)
 	}
 	if ck.Format != checkpointFormat {
-		return fmt.Errorf("models: %s: load: format %q: %w", m.name, ck.Format, ErrInvalid)
+		return dpcore.Invalidf("models: %s: load: format %q", m.name, ck.Format)
 	}
 	if ck.Name != m.name || ck.Input != m.in || ck.Classes != m.classes || !sameLayout(ck.Layout, m.layout) {
-		return fmt.Errorf("models: %s: load: checkpoint is for another architecture (%s %v): %w", m.name, ck.Name, ck.Input, ErrInvalid)
+		return dpcore.Invalidf("models: %s: load: checkpoint is for another architecture (%s %v)", m.name, ck.Name, ck.Input)
 	}
 	if len(ck.Params) != 4*len(m.params) {
-		return fmt.Errorf("models: %s: load: %d parameter bytes, want %d: %w", m.name, len(ck.Params), 4*len(m.params), ErrInvalid)
+		return dpcore.Invalidf("models: %s: load: %d parameter bytes, want %d", m.name, len(ck.Params), 4*len(m.params))
 	}
 	if crc32.Checksum(ck.Params, castagnoli) != ck.CRC {
-		return fmt.Errorf("models: %s: load: checksum mismatch: %w", m.name, ErrInvalid)
+		return dpcore.Invalidf("models: %s: load: checksum mismatch", m.name)
 	}
 	for i := range m.params {
 		m.params[i] = math.Float32frombits(binary.LittleEndian.Uint32(ck.Params[4*i:]))

@@ -17,16 +17,18 @@
 package models
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 	"gorgonia.org/gorgonia"
 )
 
-// ErrInvalid is returned (wrapped) for invalid model arguments.
-var ErrInvalid = errors.New("invalid argument")
+// ErrInvalid is matched (errors.Is) by errors caused by invalid model
+// arguments or model files; it is dpcore.ErrInvalid, the module's one
+// bad-argument sentinel.
+var ErrInvalid = dpcore.ErrInvalid
 
 // ParamInfo describes one named parameter tensor inside the flat buffer.
 type ParamInfo struct {
@@ -129,11 +131,11 @@ func cloneLayout(l []ParamInfo) []ParamInfo {
 func checkCommon(inputShape [3]int, classes int) error {
 	for _, d := range inputShape {
 		if d <= 0 {
-			return fmt.Errorf("input shape %v: %w", inputShape, ErrInvalid)
+			return dpcore.Invalidf("input shape %v", inputShape)
 		}
 	}
 	if classes < 2 {
-		return fmt.Errorf("classes %d < 2: %w", classes, ErrInvalid)
+		return dpcore.Invalidf("classes %d < 2", classes)
 	}
 	return nil
 }
@@ -145,7 +147,7 @@ func activation(act string) (nn.Activation, error) {
 	case "relu":
 		return nn.ReLU, nil
 	}
-	return 0, fmt.Errorf("activation %q (want tanh or relu): %w", act, ErrInvalid)
+	return 0, dpcore.Invalidf("activation %q (want tanh or relu)", act)
 }
 
 // NewLogistic returns multinomial logistic regression on the flattened
@@ -173,7 +175,7 @@ func NewMLP(inputShape [3]int, hidden []int, classes int, act string, seed uint6
 	b := NewBuilder("mlp", inputShape, seed)
 	for _, h := range hidden {
 		if h <= 0 {
-			return nil, fmt.Errorf("models: mlp: hidden width %d: %w", h, ErrInvalid)
+			return nil, dpcore.Invalidf("models: mlp: hidden width %d", h)
 		}
 		b.Dense("", h, a)
 	}
@@ -191,7 +193,7 @@ func NewCIFARCNN(inputShape [3]int, classes int, seed uint64) (Model, error) {
 		return nil, fmt.Errorf("models: cifarcnn: %w", err)
 	}
 	if inputShape[1] < 8 || inputShape[2] < 8 {
-		return nil, fmt.Errorf("models: cifarcnn: input %v too small for three 2x2 pools: %w", inputShape, ErrInvalid)
+		return nil, dpcore.Invalidf("models: cifarcnn: input %v too small for three 2x2 pools", inputShape)
 	}
 	b := NewBuilder("cifarcnn", inputShape, seed)
 	for _, out := range []int{32, 64, 128} {
@@ -216,7 +218,7 @@ func seedBytes(seed uint64) [32]byte {
 // (numeric + len(vocab), 1, 1).
 func NewTabular(numeric int, vocab []int, dim int, hidden []int, classes int, seed uint64) (Model, error) {
 	if numeric < 0 || len(vocab) == 0 || dim <= 0 {
-		return nil, fmt.Errorf("models: tabular: %d numeric columns, %d categorical, dimension %d: %w", numeric, len(vocab), dim, ErrInvalid)
+		return nil, dpcore.Invalidf("models: tabular: %d numeric columns, %d categorical, dimension %d", numeric, len(vocab), dim)
 	}
 	in := [3]int{numeric + len(vocab), 1, 1}
 	if err := checkCommon(in, classes); err != nil {

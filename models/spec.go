@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -41,7 +42,7 @@ func (k LayerKind) String() string {
 // MarshalText writes the kind's name.
 func (k LayerKind) MarshalText() ([]byte, error) {
 	if k == 0 || int(k) >= len(layerKindNames) {
-		return nil, fmt.Errorf("models: %v: %w", k, ErrInvalid)
+		return nil, dpcore.Invalidf("models: %v", k)
 	}
 	return []byte(k.String()), nil
 }
@@ -54,7 +55,7 @@ func (k *LayerKind) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("models: layer kind %q is not known to this build: %w", b, ErrInvalid)
+	return dpcore.Invalidf("models: layer kind %q is not known to this build", b)
 }
 
 // LayerSpec describes one layer as a Builder added it: its kind, its name
@@ -170,7 +171,7 @@ func (a Architecture) build(seed uint64, zero bool, limit int) (Model, error) {
 		size *= float64(d)
 	}
 	if size > maxSpecInput {
-		return nil, fmt.Errorf("models: %s: input shape %v has more than %d features: %w", a.Name, a.Input, maxSpecInput, ErrInvalid)
+		return nil, dpcore.Invalidf("models: %s: input shape %v has more than %d features", a.Name, a.Input, maxSpecInput)
 	}
 	b := NewBuilder(a.Name, a.Input, seed)
 	b.root.zero = a.ZeroInit || zero
@@ -184,21 +185,21 @@ func (a Architecture) build(seed uint64, zero bool, limit int) (Model, error) {
 	s := m.(*seq)
 	s.zero = a.ZeroInit
 	if s.classes != a.Classes {
-		return nil, fmt.Errorf("models: %s: the layers end in %d logits, the architecture says %d classes: %w", a.Name, s.classes, a.Classes, ErrInvalid)
+		return nil, dpcore.Invalidf("models: %s: the layers end in %d logits, the architecture says %d classes", a.Name, s.classes, a.Classes)
 	}
 	if a.Params == nil {
 		return s, nil
 	}
 	for i, p := range s.layout {
 		if i >= len(a.Params) {
-			return nil, fmt.Errorf("models: %s: the layers make %d parameter tensors, the architecture lists %d: %w", a.Name, len(s.layout), len(a.Params), ErrInvalid)
+			return nil, dpcore.Invalidf("models: %s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
 		}
 		if q := a.Params[i]; q.Name != p.Name || !slices.Equal(q.Shape, p.Shape) {
-			return nil, fmt.Errorf("models: %s: parameter tensor %d is %s %v, the architecture lists %s %v: %w", a.Name, i, p.Name, p.Shape, q.Name, q.Shape, ErrInvalid)
+			return nil, dpcore.Invalidf("models: %s: parameter tensor %d is %s %v, the architecture lists %s %v", a.Name, i, p.Name, p.Shape, q.Name, q.Shape)
 		}
 	}
 	if len(a.Params) != len(s.layout) {
-		return nil, fmt.Errorf("models: %s: the layers make %d parameter tensors, the architecture lists %d: %w", a.Name, len(s.layout), len(a.Params), ErrInvalid)
+		return nil, dpcore.Invalidf("models: %s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
 	}
 	return s, nil
 }
@@ -210,12 +211,12 @@ func (b *Builder) replay(ls []LayerSpec, depth int, count *int) {
 			return
 		}
 		if *count++; *count > maxSpecLayers {
-			b.root.fail(fmt.Errorf("more than %d layers: %w", maxSpecLayers, ErrInvalid))
+			b.root.fail(dpcore.Invalidf("more than %d layers", maxSpecLayers))
 			return
 		}
 		for _, v := range slices.Concat([]int{l.Out, l.Kernel, l.Stride, l.Pad, l.Size, l.Groups, l.Numeric, len(l.Vocab)}, l.Vocab, l.Dims) {
 			if v < -maxSpecInt || v > maxSpecInt {
-				b.root.fail(fmt.Errorf("layer %d (%v %q): hyper-parameter %d out of range: %w", i, l.Kind, l.Name, v, ErrInvalid))
+				b.root.fail(dpcore.Invalidf("layer %d (%v %q): hyper-parameter %d out of range", i, l.Kind, l.Name, v))
 				return
 			}
 		}
@@ -240,7 +241,7 @@ func (b *Builder) replay(ls []LayerSpec, depth int, count *int) {
 			b.dropout(l.Rate, l.Seed)
 		case ResidualLayer:
 			if depth >= maxSpecDepth {
-				b.root.fail(fmt.Errorf("residual blocks nested more than %d deep: %w", maxSpecDepth, ErrInvalid))
+				b.root.fail(dpcore.Invalidf("residual blocks nested more than %d deep", maxSpecDepth))
 				return
 			}
 			var shortcut func(*Builder)
@@ -249,7 +250,7 @@ func (b *Builder) replay(ls []LayerSpec, depth int, count *int) {
 			}
 			b.Residual(func(r *Builder) { r.replay(l.Body, depth+1, count) }, shortcut)
 		default:
-			b.root.fail(fmt.Errorf("layer %d: kind %v: %w", i, l.Kind, ErrInvalid))
+			b.root.fail(dpcore.Invalidf("layer %d: kind %v", i, l.Kind))
 		}
 	}
 }
