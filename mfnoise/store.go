@@ -106,12 +106,12 @@ func LoadFactorization(r io.Reader) (*Factorization, error) {
 	var head struct {
 		Version int `msgpack:"version"`
 	}
-	if msgpack.Unmarshal(blob, &head) == nil && head.Version == storeVersion1 {
+	if atomicfile.Unmarshal(blob, &head) == nil && head.Version == storeVersion1 {
 		version = storeVersion1
 	}
 	payload, err := atomicfile.Open(blob, storeMagic, version)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: load factorization: %w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("mfnoise: load factorization: %w: %s", ErrCorrupt, atomicfile.Reason(err))
 	}
 	f, _, err := decodeFactorization(payload)
 	return f, err
@@ -121,8 +121,8 @@ func LoadFactorization(r io.Reader) (*Factorization, error) {
 // returns the factorization and the key it was stored under.
 func decodeFactorization(payload []byte) (*Factorization, []byte, error) {
 	var p storedFactorization
-	if err := msgpack.Unmarshal(payload, &p); err != nil {
-		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: payload: %v", ErrCorrupt, err)
+	if err := atomicfile.Unmarshal(payload, &p); err != nil {
+		return nil, nil, fmt.Errorf("mfnoise: load factorization: %w: payload: %s", ErrCorrupt, atomicfile.Reason(err))
 	}
 	c, err := bytesDense(p.EncRows, p.EncCols, p.Encoder)
 	if err != nil {

@@ -173,12 +173,12 @@ func Load(r io.Reader) (*Trained, error) {
 		if old, err1 := atomicfile.Open(blob, fileMagic, 1); err1 == nil {
 			return loadV1(old)
 		}
-		why := strings.TrimPrefix(err.Error(), "atomicfile: "+atomicfile.ErrCorrupt.Error()+": ")
+		why := atomicfile.Reason(err)
 		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, why)
 	}
 	var p filePayload
-	if err := msgpack.Unmarshal(payload, &p); err != nil {
-		return nil, fmt.Errorf("models: load: %w: payload: %s", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
+	if err := atomicfile.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("models: load: %w: payload: %s", ErrCorruptFile, strings.TrimPrefix(atomicfile.Reason(err), "models: "))
 	}
 	if n := len(p.Params); n%4 != 0 || n/4 > maxFileParams {
 		return nil, fmt.Errorf("models: load: %w: %d parameter bytes", ErrCorruptFile, n)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -435,4 +436,28 @@ func TestNoTrainingDependencies(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A model file whose checksum is right but whose payload declares a 4 GiB
+// parameter string (a forged or buggy writer; SHA-256 is not a signature)
+// is refused as corrupt without allocating what it declares. Before the
+// lengths were checked, Load allocated the 4 GiB first.
+func TestLoadRefusesDeclaredLengthBeyondTheFile(t *testing.T) {
+	// {"params": bin32 of 2^32-1 bytes} followed by 8 bytes.
+	payload := []byte{0x81, 0xa6, 'p', 'a', 'r', 'a', 'm', 's', 0xc6, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5, 6, 7, 8}
+	blob, err := atomicfile.Seal(fileMagic, fileVersion, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	_, err = Load(bytes.NewReader(blob))
+	runtime.ReadMemStats(&m1)
+	if !errors.Is(err, ErrCorruptFile) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("error %v, want one line wrapping ErrCorruptFile", err)
+	}
+	if n := m1.TotalAlloc - m0.TotalAlloc; n > 1<<20 {
+		t.Fatalf("allocated %d bytes to refuse a %d-byte file", n, len(blob))
+	}
+	t.Log(err)
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -45,9 +46,19 @@ func (m *seq) Save(w io.Writer) error {
 // Load implements Model. It rejects checkpoints of another architecture or
 // with a bad checksum, leaving the parameters unchanged.
 func (m *seq) Load(r io.Reader) error {
-	var ck checkpoint
-	if err := msgpack.NewDecoder(r).Decode(&ck); err != nil {
+	// The checkpoint holds 4 bytes per parameter and a small header; a
+	// longer input is another file.
+	limit := int64(4*len(m.params)) + 1<<16
+	blob, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
 		return fmt.Errorf("models: %s: load: %w", m.name, err)
+	}
+	if int64(len(blob)) > limit {
+		return dpcore.Invalidf("models: %s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
+	}
+	var ck checkpoint
+	if err := atomicfile.Unmarshal(blob, &ck); err != nil {
+		return dpcore.Invalidf("models: %s: load: %s", m.name, atomicfile.Reason(err))
 	}
 	if ck.Format != checkpointFormat {
 		return dpcore.Invalidf("models: %s: load: format %q", m.name, ck.Format)

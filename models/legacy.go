@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // Format version 1 of the model file named one of three constructors
@@ -28,8 +28,8 @@ type payloadV1 struct {
 
 func loadV1(payload []byte) (*Trained, error) {
 	var p payloadV1
-	if err := msgpack.Unmarshal(payload, &p); err != nil {
-		return nil, fmt.Errorf("models: load: %w: version 1 payload: %v", ErrCorruptFile, err)
+	if err := atomicfile.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("models: load: %w: version 1 payload: %s", ErrCorruptFile, atomicfile.Reason(err))
 	}
 	if n := len(p.Params); n%4 != 0 || n/4 > maxFileParams {
 		return nil, fmt.Errorf("models: load: %w: %d parameter bytes", ErrCorruptFile, n)

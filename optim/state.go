@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 const stateVersion = 1
@@ -73,8 +74,8 @@ func decode64(b []byte, dim int) ([]float64, error) {
 
 func unmarshalState(data []byte, kind string) (savedState, error) {
 	var s savedState
-	if err := msgpack.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("optim: %s: state: %w", kind, err)
+	if err := atomicfile.Unmarshal(data, &s); err != nil {
+		return s, invalidf("%s: state: %s", kind, atomicfile.Reason(err))
 	}
 	if s.Version != stateVersion {
 		return s, invalidf("%s: state version %d, this build reads %d", kind, s.Version, stateVersion)

@@ -109,8 +109,8 @@ func (t *Trainer) loadCheckpoint(path string) error {
 		return err
 	}
 	var ck checkpoint
-	if err := msgpack.Unmarshal(payload, &ck); err != nil {
-		return fmt.Errorf("train: checkpoint %s: %w: %v", path, ErrCorruptCheckpoint, err)
+	if err := atomicfile.Unmarshal(payload, &ck); err != nil {
+		return fmt.Errorf("train: checkpoint %s: %w: %s", path, ErrCorruptCheckpoint, atomicfile.Reason(err))
 	}
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -41,6 +42,9 @@ func Seal(magic string, version int, payload []byte) ([]byte, error) {
 // no package prefix of its own beyond "atomicfile: ".
 func Open(blob []byte, magic string, version int) ([]byte, error) {
 	var env envelope
+	if err := checkLengths(blob); err != nil {
+		return nil, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, strings.TrimPrefix(err.Error(), "atomicfile: "+ErrCorrupt.Error()+": "))
+	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("atomicfile: %w: truncated (%v)", ErrCorrupt, err)

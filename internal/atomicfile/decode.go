@@ -1,0 +1,127 @@
+package atomicfile
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Unmarshal decodes one MessagePack value from data into v, as
+// msgpack.Unmarshal does, after checking that every length the value
+// declares (strings, byte strings, extensions, arrays and maps, at any
+// depth) fits in the bytes that follow it. A corrupt or hostile file of a
+// few bytes can otherwise declare a 4 GiB byte string, which the decoder
+// allocates before it finds the input short. With the check, decoding
+// allocates in proportion to len(data). Malformed data gives an error
+// wrapping ErrCorrupt.
+func Unmarshal(data []byte, v any) error {
+	if err := checkLengths(data); err != nil {
+		return err
+	}
+	if err := msgpack.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("atomicfile: %w: %v", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// checkLengths walks the first MessagePack value of data without
+// allocating. pending counts the values still to be read; each takes at
+// least one byte, so pending may never exceed the bytes left.
+func checkLengths(data []byte) error {
+	i, pending := 0, 1
+	for pending > 0 {
+		if i >= len(data) {
+			return fmt.Errorf("atomicfile: %w: truncated MessagePack (%d values missing)", ErrCorrupt, pending)
+		}
+		pending--
+		at, c := i, data[i]
+		i++
+		// size reads a big-endian length of w bytes at i.
+		size := func(w int) (int, error) {
+			if i+w > len(data) {
+				return 0, fmt.Errorf("atomicfile: %w: truncated MessagePack length at byte %d", ErrCorrupt, at)
+			}
+			var n uint64
+			switch w {
+			case 1:
+				n = uint64(data[i])
+			case 2:
+				n = uint64(binary.BigEndian.Uint16(data[i:]))
+			case 4:
+				n = uint64(binary.BigEndian.Uint32(data[i:]))
+			}
+			i += w
+			return int(n), nil
+		}
+		var (
+			skip  int // payload bytes that follow
+			items int // values that follow
+			err   error
+			what  string
+		)
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+			// fixint, nil, booleans
+		case c <= 0x8f:
+			items, what = 2*int(c&0x0f), "map"
+		case c <= 0x9f:
+			items, what = int(c&0x0f), "array"
+		case c <= 0xbf:
+			skip, what = int(c&0x1f), "string"
+		case c == 0xc1:
+			return fmt.Errorf("atomicfile: %w: invalid MessagePack byte 0xc1 at byte %d", ErrCorrupt, at)
+		case c >= 0xc4 && c <= 0xc6:
+			skip, err = size(1 << (c - 0xc4))
+			what = "byte string"
+		case c >= 0xc7 && c <= 0xc9:
+			skip, err = size(1 << (c - 0xc7))
+			skip++ // the extension type
+			what = "extension"
+		case c == 0xca:
+			skip = 4
+		case c == 0xcb:
+			skip = 8
+		case c >= 0xcc && c <= 0xcf:
+			skip = 1 << (c - 0xcc)
+		case c >= 0xd0 && c <= 0xd3:
+			skip = 1 << (c - 0xd0)
+		case c >= 0xd4 && c <= 0xd8:
+			skip = 1 + 1<<(c-0xd4)
+			what = "extension"
+		case c >= 0xd9 && c <= 0xdb:
+			skip, err = size(1 << (c - 0xd9))
+			what = "string"
+		case c == 0xdc || c == 0xdd:
+			items, err = size(2 << (c - 0xdc))
+			what = "array"
+		case c == 0xde || c == 0xdf:
+			items, err = size(2 << (c - 0xde))
+			items *= 2
+			what = "map"
+		}
+		if err != nil {
+			return err
+		}
+		if what == "" {
+			what = "number"
+		}
+		if skip > len(data)-i {
+			return fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d bytes, %d remain", ErrCorrupt, what, at, skip, len(data)-i)
+		}
+		i += skip
+		if items > len(data)-i-pending {
+			return fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d values, %d bytes remain", ErrCorrupt, what, at, items, len(data)-i)
+		}
+		pending += items
+	}
+	return nil
+}
+
+// Reason returns the text of an error from Open or Unmarshal without its
+// "atomicfile: corrupt or foreign file: " lead, for callers that wrap it in
+// a corruption error of their own.
+func Reason(err error) string {
+	return strings.TrimPrefix(err.Error(), "atomicfile: "+ErrCorrupt.Error()+": ")
+}
