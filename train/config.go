@@ -71,6 +71,9 @@ type Config struct {
 	// table, its last len(Categorical) features (data.Tabular's
 	// Cardinalities), which the "tabular" model embeds.
 	Categorical []int `json:"categorical,omitempty"`
+	// EmbeddingDim is the dimension in which the "tabular" model embeds
+	// each categorical column (0: 8).
+	EmbeddingDim int `json:"embedding_dim,omitempty"`
 
 	// Schedule.
 	Steps int `json:"steps"`
@@ -188,6 +191,12 @@ func (c *Config) validate() error {
 	}
 	if c.Batch <= 0 || c.Batch > c.Train.Len() {
 		return bad("batch = %d must lie in [1, %d examples]", c.Batch, c.Train.Len())
+	}
+	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
+		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
+	}
+	if c.EmbeddingDim != 0 && c.Model == nil && c.ModelName != "tabular" {
+		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)
 	}
 	if c.EvalEvery < 0 {
 		return bad("eval every %d steps: want a positive number (0: steps/5)", c.EvalEvery)

@@ -200,8 +200,12 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	return t, nil
 }
 
-// tabularDim is the embedding dimension of the "tabular" model.
-const tabularDim = 8
+// tabularDim is the default embedding dimension of the "tabular" model;
+// maxEmbeddingDim bounds Config.EmbeddingDim.
+const (
+	tabularDim      = 8
+	maxEmbeddingDim = 4096
+)
 
 func buildModel(cfg *Config) (models.Model, error) {
 	if cfg.Model != nil {
@@ -234,7 +238,11 @@ func buildModel(cfg *Config) (models.Model, error) {
 		if len(cfg.Categorical) == 0 || len(cfg.Categorical) > shape[0] {
 			return nil, invalidf("model tabular: %d categorical columns of %d features (want at least one)", len(cfg.Categorical), shape[0])
 		}
-		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, tabularDim, hidden, classes, seed)
+		dim := cfg.EmbeddingDim
+		if dim == 0 {
+			dim = tabularDim
+		}
+		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, dim, hidden, classes, seed)
 	default:
 		return nil, invalidf("model %q: want logistic, mlp, cnn, wrn16-4 or tabular", cfg.ModelName)
 	}

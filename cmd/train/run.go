@@ -31,7 +31,7 @@ type runFlags struct {
 	seed, ckpt, metrics, cache, config, jsonOut                            string
 	nonPrivate, augment                                                    bool
 	insecureSeed                                                           bool
-	trainLimit                                                             int
+	trainLimit, embeddingDim                                               int
 }
 
 func (r *runFlags) register(fs *flag.FlagSet) {
@@ -41,6 +41,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4 or tabular (categorical embeddings + MLP, for -data csv)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
+	fs.IntVar(&r.embeddingDim, "embedding-dim", 0, "dimension of each categorical column's embedding in the tabular model (default 8)")
 	fs.BoolVar(&r.augment, "augment", false, "random crop and flip (CIFAR)")
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
@@ -244,6 +245,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		LearningRate: r.lr, CooldownFrac: r.cooldown,
 		EvalEvery:   r.evalEvery,
 		MetricsPath: r.metrics, CacheDir: r.cache,
+		EmbeddingDim: r.embeddingDim,
 	}
 	if cfg.NoiseMultiplier > 0 {
 		cfg.Epsilon = 0

@@ -117,6 +117,44 @@ func TestTabularCLI(t *testing.T) {
 	}
 }
 
+// TestTabularCLIEmbeddingDim: -embedding-dim sets the dimension of every
+// categorical column's embedding table, as the saved model records.
+func TestTabularCLIEmbeddingDim(t *testing.T) {
+	dir := t.TempDir()
+	path, model := filepath.Join(dir, "t.csv"), filepath.Join(dir, "t.dpmf")
+	writeTable(t, path, 200, 5)
+	for _, dim := range []int{0, 3} {
+		args := []string{"run", "-data", "csv", "-dir", path, "-label", "label", "-categorical", "city", "-ignore", "id",
+			"-model", "tabular", "-steps", "2", "-batch", "50", "-non-private", "-seed", "embedding-dim", "-cache", "", "-save-model", model}
+		if dim != 0 {
+			args = append(args, "-embedding-dim", strconv.Itoa(dim))
+		}
+		if code, _, stderr := runCLI(t, args...); code != 0 {
+			t.Fatalf("run: exit %d: %s", code, stderr)
+		}
+		tr, err := models.ReadFile(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := dim
+		if dim == 0 {
+			want = 8
+		}
+		var tables []string
+		for _, p := range tr.Architecture.Params {
+			if strings.HasPrefix(p.Name, "embed/") {
+				tables = append(tables, fmt.Sprint(p.Shape))
+				if len(p.Shape) != 2 || p.Shape[1] != want {
+					t.Errorf("-embedding-dim %d: table %s has shape %v, want dimension %d", dim, p.Name, p.Shape, want)
+				}
+			}
+		}
+		if len(tables) != 1 {
+			t.Fatalf("-embedding-dim %d: embedding tables %v, want one (city)", dim, tables)
+		}
+	}
+}
+
 // TestTabularCLIHoldOut: without -test-file a fixed fraction of the rows is
 // held out, the same on every run.
 func TestTabularCLIHoldOut(t *testing.T) {
@@ -185,6 +223,8 @@ func TestTabularCLIBadInput(t *testing.T) {
 		{run("-data", "csv", "-dir", good, "-label", "label", "-ignore", "id,city", "-model", "tabular"), "model tabular: 0 categorical columns of 2 features (want at least one)"},
 		{[]string{"eval", "-model-file", imgModel, "-data", "csv", "-dir", good}, "was not trained on a CSV table"},
 		{[]string{"audit", "-data", "csv", "-dir", good}, "-data csv is read by train run and train eval only"},
+		{run("-data", "csv", "-dir", good, "-label", "label", "-categorical", "city", "-ignore", "id", "-model", "tabular", "-embedding-dim", "-1"), "embedding dimension -1: want 1 to 4096 (0: 8)"},
+		{run("-data", "embedded", "-embedding-dim", "4"), `embedding dimension 4: only the tabular model embeds columns, not "mlp"`},
 	} {
 		code, _, stderr := runCLI(t, c.args...)
 		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
