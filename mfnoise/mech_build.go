@@ -111,6 +111,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 	if opt.Optimize != nil {
 		key.Gap = opt.Optimize.Gap
 	}
+	label := spec.Kind // the name progress and cache reports use
 	var run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)
 	switch spec.Kind {
 	case KindMFSingle:
@@ -139,6 +140,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 			return nil, 0, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", spec.Name, bands, n0)
 		}
 		key.Bands = bands
+		label = fmt.Sprintf("%s:%d", KindBandMF, bands)
 		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
 			return OptimizeBanded(ctx, w, bands, o)
 		}
@@ -149,7 +151,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		tr := buildTraceFrom(ctx)
 		produce := func(ctx context.Context) (*Factorization, error) {
 			var res *OptimizeResult
-			err := tr.optimize(spec.Kind, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+			err := tr.optimize(label, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
 				var err error
 				res, err = run(ctx, w, withProgress(opt.Optimize, progress))
 				return err
@@ -169,7 +171,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 			f, hit, err = opt.Cache.GetOrBuild(ctx, k, produce)
 			if hit {
 				path, _ := opt.Cache.Path(k)
-				tr.cached(spec.Kind, w.N, path)
+				tr.cached(label, w.N, path)
 			}
 		} else {
 			f, err = produce(ctx)

@@ -13,8 +13,9 @@ import (
 // goroutine.
 type BuildTrace struct {
 	// Optimizing is called when an optimizer starts on a problem no cache
-	// holds: the mechanism kind, the number of steps and the relative gap
-	// it stops at.
+	// holds: the mechanism (its kind, and for bandmf the band count, e.g.
+	// "bandmf:8", which tells the candidates of bandmf:auto apart), the
+	// number of steps and the relative gap it stops at.
 	Optimizing func(kind string, n int, gap float64)
 	// Progress is called after each optimizer iteration.
 	Progress func(OptimizeProgress)
