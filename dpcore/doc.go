@@ -11,5 +11,6 @@
 // workload it applies) and package mfnoise (which factorizes the workload
 // and computes sensitivity under the schema) agree on them without
 // importing one another. dpcore imports nothing else from this module.
-// The mathematics is in SPEC.md sections 2 and 3.
+// The mathematics is in docs/math.md, sections 2 and 3 (cited in comments
+// as "SPEC 2" and "SPEC 3").
 package dpcore
