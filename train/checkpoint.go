@@ -103,7 +103,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 func (t *Trainer) loadCheckpoint(path string) error {
 	payload, err := atomicfile.ReadSealed(path, checkpointMagic, checkpointVersion)
 	if errors.Is(err, atomicfile.ErrCorrupt) {
-		return fmt.Errorf("train: checkpoint: %w: %w", ErrCorruptCheckpoint, err)
+		return fmt.Errorf("train: checkpoint: %w: %s", ErrCorruptCheckpoint, atomicfile.Reason(err))
 	}
 	if err != nil {
 		return err

@@ -86,7 +86,18 @@ func TestErrorLinesHaveOnePrefix(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	notDir := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(notDir, []byte("x"), 0o644)
+	// Corrupt files: text, and a byte string declaring 4 GiB.
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	os.WriteFile(garbage, []byte("garbage\n"), 0o644)
+	huge := filepath.Join(t.TempDir(), "huge")
+	os.WriteFile(huge, []byte{0x81, 0xa7, 'p', 'a', 'y', 'l', 'o', 'a', 'd', 0xc6, 0xff, 0xff, 0xff, 0xff}, 0o644)
 	cases := [][]string{
+		{"run", "-data", "embedded", "-steps", "2", "-non-private", "-checkpoint", garbage},
+		{"run", "-data", "embedded", "-steps", "2", "-non-private", "-checkpoint", huge},
+		{"eval", "-model-file", garbage, "-data", "embedded"},
+		{"eval", "-model-file", huge, "-data", "embedded"},
+		{"compare", "-n", "64", "-factorization", garbage},
+		{"compare", "-n", "64", "-factorization", huge},
 		{"run", "-data", "embedded", "-mechanism", "bandmf:5000", "-steps", "10"},
 		{"run", "-data", "embedded", "-mechanism", "bandmf:0", "-steps", "10"},
 		{"run", "-data", "embedded", "-mechanism", "nope", "-steps", "10"},
@@ -115,7 +126,9 @@ func TestErrorLinesHaveOnePrefix(t *testing.T) {
 		code, _, stderr := runCLI(t, a...)
 		what := strings.Join(a, " ")
 		checkOneLine(t, what, code, stderr)
-		for _, bad := range []string{"invalid argument", "invalid configuration", "panic", "goroutine"} {
+		// atomicfile is internal: its name and sentinel text stay out of
+		// the user's line.
+		for _, bad := range []string{"invalid argument", "invalid configuration", "panic", "goroutine", "atomicfile", "corrupt or foreign file"} {
 			if strings.Contains(stderr, bad) {
 				t.Errorf("%s: %q says %q", what, stderr, bad)
 			}
