@@ -23,8 +23,9 @@ type Trained struct {
 	plan *nn.Plan // built on the first Predict
 }
 
-// predictChunk is the number of examples a worker runs at once; it bounds
-// the executor's buffers, not the batch Predict accepts.
+// predictChunk is the executor's MaxBatch, which sizes only the
+// per-example statistics of training steps: Forward takes a batch of any
+// length, and chunks are sized automatically (nn.Options).
 const predictChunk = 16
 
 // Predict returns, for the examples in batch (each C*H*W floats in CHW
@@ -47,7 +48,7 @@ func (t *Trained) Predict(batch []float32) (classes []int, probs []float32, err 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.plan == nil {
-		p, err := nn.NewPlan(t.Model.Network(), t.Model.Params(), nn.Options{MaxBatch: predictChunk, Chunk: predictChunk})
+		p, err := nn.NewPlan(t.Model.Network(), t.Model.Params(), nn.Options{MaxBatch: predictChunk})
 		if err != nil {
 			return nil, nil, fmt.Errorf("models: predict: %w", err)
 		}

@@ -35,7 +35,8 @@ type Options struct {
 	Workers int
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
-	// means 16.
+	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
+	// stay within 40 MiB a worker, near the caches.
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
