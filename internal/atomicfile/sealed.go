@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -43,7 +42,7 @@ func Seal(magic string, version int, payload []byte) ([]byte, error) {
 func Open(blob []byte, magic string, version int) ([]byte, error) {
 	var env envelope
 	if err := checkLengths(blob); err != nil {
-		return nil, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, strings.TrimPrefix(err.Error(), "atomicfile: "+ErrCorrupt.Error()+": "))
+		return nil, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, Reason(err))
 	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
