@@ -84,6 +84,10 @@ type Metadata struct {
 	// Columns, for a model trained on a CSV table, say how a row of a new
 	// table is encoded as the model's input (nil for images).
 	Columns *Columns `msgpack:"columns,omitempty" json:"columns,omitempty"`
+	// Features names the fixed per-example transform the model reads
+	// ("scatter": Scattering with J = 2, L = 8), applied to new inputs
+	// before the model; empty for pixels.
+	Features string `msgpack:"features,omitempty" json:"features,omitempty"`
 }
 
 // Columns are the columns of a CSV table a model was trained on and the

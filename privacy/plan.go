@@ -66,6 +66,13 @@ type Request struct {
 	// private data without noise; the ledger lists them as outside the
 	// guarantee.
 	NotCovered []string
+	// Preprocessing names per-example transforms of the data fixed in
+	// advance (no statistic of the data set enters them), e.g. a
+	// scattering transform; PostProcessing names functions of the
+	// released noisy sums only, e.g. parameter averaging. The ledger
+	// lists both, so the claim states everything the run did.
+	Preprocessing  []string
+	PostProcessing []string
 	// Build configures factorization (cache, optimizer settings).
 	Build mfnoise.BuildOptions
 }
@@ -303,6 +310,12 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		as = append(as, fmt.Sprintf("sensitivity: %.6g under %s (%s, %s), the noise's unit", sens.Value, p.Schema, sens.Method, method))
 	}
 	as = append(as, "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
+	if len(r.PostProcessing) > 0 {
+		as = append(as, "also post-processing (functions of the released noisy sums only): "+strings.Join(r.PostProcessing, "; "))
+	}
+	if len(r.Preprocessing) > 0 {
+		as = append(as, "per-example preprocessing fixed in advance (no statistic of the data set; adjacency unchanged): "+strings.Join(r.Preprocessing, "; "))
+	}
 	p.Seeded = r.Seed != nil
 	as = append(as, noiseOrigin...)
 	if len(r.NotCovered) > 0 {

@@ -36,6 +36,10 @@ type checkpoint struct {
 	Epsilon   float64 `msgpack:"epsilon"`
 	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
 	AugmentSeed uint64 `msgpack:"augment_seed"`
+	// EMA is the parameter average (Config.EMA) and EMASteps the updates
+	// it has seen; absent without averaging.
+	EMA      []float32 `msgpack:"ema,omitempty"`
+	EMASteps int       `msgpack:"ema_steps,omitempty"`
 }
 
 // runID fingerprints what must not change across a resume: the plan's
@@ -45,6 +49,9 @@ func (t *Trainer) runID() string {
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
 		t.model.Name(), t.model.NumParams(), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
 		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
+	if t.cfg.EMA > 0 || t.cfg.Features != FeaturesPixels {
+		fmt.Fprintf(h, " ema=%g features=%s", t.cfg.EMA, t.cfg.Features)
+	}
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
 	}
@@ -69,6 +76,9 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
+	if t.ema != nil {
+		ck.EMA, ck.EMASteps = t.ema.avg, t.ema.steps
+	}
 	var mb bytes.Buffer
 	if err := t.model.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
@@ -131,6 +141,13 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	}
 	if err := t.checkInStep(ck.Step); err != nil {
 		return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
+	}
+	if t.ema != nil {
+		if len(ck.EMA) != len(t.ema.avg) || ck.EMASteps != ck.Step {
+			return fmt.Errorf("train: checkpoint %s: %w: parameter average of %d values after %d updates, want %d values after %d", path, ErrCorruptCheckpoint, len(ck.EMA), ck.EMASteps, len(t.ema.avg), ck.Step)
+		}
+		copy(t.ema.avg, ck.EMA)
+		t.ema.steps = ck.EMASteps
 	}
 	t.eps, t.augment.Seed = ck.Epsilon, ck.AugmentSeed
 	return nil

@@ -58,12 +58,21 @@ const (
 type Config struct {
 	// Data.
 	Train, Test *data.Dataset `json:"-"`
+	// Validation says Test was held out of the training data to choose
+	// hyperparameters: evaluations are labelled SplitValidation.
+	Validation bool `json:"validation,omitempty"`
 	// Augment applies random crop (pad 4) and horizontal flip to training
 	// examples, deterministically from the seed, step and example.
 	Augment bool `json:"augment"`
 
+	// Features is a fixed per-example transform applied to the training
+	// and test examples before the model sees them: FeaturesPixels (none)
+	// or FeaturesScatter. The "scatternet" model sets FeaturesScatter.
+	Features Features `json:"features,omitempty"`
+
 	// Model: either a built model or a name ("logistic", "mlp", "cnn",
-	// "wrn16-4", "tabular").
+	// "wrn16-4", "tabular", or "scatternet": GroupNorm and a linear layer
+	// on scattering features, Tramèr and Boneh 2021).
 	Model     models.Model `json:"-"`
 	ModelName string       `json:"model"`
 	Hidden    []int        `json:"hidden,omitempty"`
@@ -112,6 +121,13 @@ type Config struct {
 	LearningRate float64 `json:"learning_rate"`
 	Momentum     float64 `json:"momentum"`
 	CooldownFrac float64 `json:"cooldown_frac"`
+	// EMA, when positive, is the decay beta of an exponential moving
+	// average of the parameters after each update, with the warm-up
+	// beta_t = min(EMA, (1+t)/(10+t)) at step t. Evaluations use the
+	// average, and the model holds it after Run. It is a function of the
+	// released noisy updates only (post-processing): it costs no privacy,
+	// and the ledger lists it.
+	EMA float64 `json:"ema,omitempty"`
 
 	// Seed makes the run reproducible (sampler, noise, initialization,
 	// augmentation). Nil: every generator is seeded from crypto/rand. A
@@ -172,6 +188,9 @@ func (c *Config) Defaults() {
 	if c.ModelName == "" && c.Model == nil {
 		c.ModelName = "mlp"
 	}
+	if c.ModelName == "scatternet" && c.Model == nil && c.Features == FeaturesPixels {
+		c.Features = FeaturesScatter
+	}
 	if len(c.ClipPerLayer) > 0 {
 		sq := 0.0
 		for _, v := range c.ClipPerLayer {
@@ -217,6 +236,15 @@ func (c *Config) validate() error {
 	}
 	if !(c.Momentum >= 0 && c.Momentum < 1) {
 		return bad("momentum %v must lie in [0,1)", c.Momentum)
+	}
+	if !c.Features.valid() {
+		return bad("features %q: want scatter or none", c.Features)
+	}
+	if c.Features != FeaturesPixels && c.Augment {
+		return bad("augmentation crops and flips pixels; it cannot be combined with %s features, which are computed once", c.Features)
+	}
+	if !(c.EMA >= 0 && c.EMA < 1) {
+		return bad("EMA decay %v must lie in [0,1) (0: no averaging)", c.EMA)
 	}
 	if !(c.CooldownFrac >= 0 && c.CooldownFrac <= 1) {
 		return bad("cooldown fraction %v must lie in [0,1]", c.CooldownFrac)

@@ -27,6 +27,7 @@ func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload) (*Plan, sam
 		Sampling: cfg.Sampling, Partitions: cfg.Bands, ClipNorm: cfg.ClipNorm,
 		NoiseMultiplier: cfg.NoiseMultiplier, Epsilon: cfg.Epsilon, Delta: cfg.Delta,
 		Accountant: cfg.Accountant, Seed: cfg.Seed, InsecureSeed: cfg.InsecureSeed,
+		Preprocessing: preprocessing(cfg), PostProcessing: postprocessing(cfg),
 		NotCovered: []string{"step metrics " + strings.Join(stepNotPrivate(), ", ") + " (norm_quantiles include the largest per-example gradient norm)"},
 	}
 	if cfg.Workload == WorkloadOptimizer {

@@ -62,10 +62,12 @@ type EvalMetrics struct {
 	NotPrivate []string `json:"not_private,omitempty"`
 }
 
-// Evaluation splits.
+// Evaluation splits. SplitValidation is a test set held out of the
+// training data (Config.Validation); it is written with the test_* keys.
 const (
-	SplitTest  = "test"
-	SplitTrain = "train"
+	SplitTest       = "test"
+	SplitTrain      = "train"
+	SplitValidation = "validation"
 )
 
 // MarshalJSON names loss and accuracy after the split they were measured
@@ -110,6 +112,7 @@ type Trainer struct {
 	sum, chunk []float32
 	noiseBuf   []float32
 	augment    data.Augmenter
+	ema        *average // nil without Config.EMA
 	metrics    *metricsWriter
 	audit      *auditHook // nil except under Audit (audit.go)
 }
@@ -123,11 +126,22 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t := &Trainer{cfg: cfg}
+	t := &Trainer{}
 	var err error
+	// The model is built for the shape the features will have, and
+	// checked against it, before the features are computed.
 	if t.model, err = buildModel(&cfg); err != nil {
 		return nil, err
 	}
+	if fshape, err := featureShape(&cfg); err != nil {
+		return nil, err
+	} else if t.model.InputShape() != fshape {
+		return nil, invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.model.InputShape())
+	}
+	if err := applyFeatures(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	t.cfg = cfg
 	d := t.model.NumParams()
 	if shapeOf(cfg.Train) != t.model.InputShape() {
 		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
@@ -179,6 +193,9 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if t.noise != nil {
 		t.noiseBuf = make([]float32, d)
 	}
+	if cfg.EMA > 0 {
+		t.ema = newAverage(cfg.EMA, t.model.Params())
+	}
 	if cfg.Augment {
 		as, err := seed64(cfg.Seed, "augment")
 		if err != nil {
@@ -215,9 +232,18 @@ func buildModel(cfg *Config) (models.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	shape, classes := shapeOf(cfg.Train), cfg.Train.Classes
+	var shape [3]int
+	if shape, err = featureShape(cfg); err != nil {
+		return nil, err
+	}
+	classes := cfg.Train.Classes
 	var m models.Model
 	switch cfg.ModelName {
+	case "scatternet":
+		if cfg.Features != FeaturesScatter {
+			return nil, invalidf("model scatternet reads scattering features, not %q", cfg.Features)
+		}
+		m, err = models.NewScatterNet(shape, classes, scatterGroups, seed)
 	case "logistic":
 		m, err = models.NewLogistic(shape, classes, seed)
 	case "mlp":
@@ -244,7 +270,7 @@ func buildModel(cfg *Config) (models.Model, error) {
 		}
 		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, dim, hidden, classes, seed)
 	default:
-		return nil, invalidf("model %q: want logistic, mlp, cnn, wrn16-4 or tabular", cfg.ModelName)
+		return nil, invalidf("model %q: want logistic, mlp, cnn, wrn16-4, tabular or scatternet", cfg.ModelName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)
@@ -427,6 +453,7 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
+	t.ema.update(t.model.Params())
 	return nil
 }
 
@@ -463,6 +490,9 @@ func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Sha
 func (t *Trainer) Evaluate() (EvalMetrics, error) {
 	ds := t.cfg.Test
 	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
+	if t.cfg.Validation {
+		em.Split = SplitValidation
+	}
 	if ds == nil {
 		ds = t.cfg.Train
 		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate()
@@ -476,7 +506,10 @@ func (t *Trainer) Evaluate() (EvalMetrics, error) {
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	var err error
-	if em.Loss, em.Accuracy, err = t.engine.Evaluate(x, y); err != nil {
+	t.ema.swap(t.model.Params())
+	em.Loss, em.Accuracy, err = t.engine.Evaluate(x, y)
+	t.ema.swap(t.model.Params())
+	if err != nil {
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	if t.plan != nil {
@@ -590,6 +623,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return res, err
 		}
 	}
+	// The model leaves Run holding what was evaluated: the average.
+	t.ema.install(t.model.Params())
 	return res, nil
 }
 

@@ -57,6 +57,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else if _, test, source, err = loadData(*dataset, *dir, false); err != nil {
 		return err
 	}
+	if test, err = train.ApplyFeatures(ctx, train.Features(tr.Metadata.Features), test); err != nil {
+		return err
+	}
 	a := tr.Architecture
 	if got := [3]int{test.Shape.C, test.Shape.H, test.Shape.W}; got != a.Input || test.Classes != a.Classes {
 		return usagef("model %s expects %v inputs and %d classes; %s has %v and %d", *modelFile, a.Input, a.Classes, source, got, test.Classes)
@@ -119,7 +122,7 @@ func loadModelFile(path string) (*models.Trained, error) {
 // saveModel writes the model a run trained, with the run's dataset and
 // privacy claim, to path (atomically).
 func saveModel(path string, cfg train.Config, res *train.Result, seeded bool, columns *models.Columns) error {
-	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps, Batch: cfg.Batch, Columns: columns}
+	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps, Batch: cfg.Batch, Columns: columns, Features: string(cfg.Features)}
 	if res.Plan != nil {
 		l := res.Plan.Ledger
 		meta.Privacy = models.Privacy{Private: true, Epsilon: l.Epsilon, Delta: l.Delta,

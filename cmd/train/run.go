@@ -32,6 +32,9 @@ type runFlags struct {
 	nonPrivate, augment                                                    bool
 	insecureSeed                                                           bool
 	trainLimit, embeddingDim                                               int
+	features                                                               string
+	ema                                                                    float64
+	validation                                                             int
 }
 
 func (r *runFlags) register(fs *flag.FlagSet) {
@@ -39,7 +42,10 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks) or csv (a table with a header row, train run and eval only)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
-	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4 or tabular (categorical embeddings + MLP, for -data csv)")
+	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4, tabular (categorical embeddings + MLP, for -data csv) or scatternet (GroupNorm + linear on scattering features, Tramèr and Boneh 2021)")
+	fs.StringVar(&r.features, "features", "", "fixed per-example features: scatter (scattering transform J=2 L=8, no privacy cost; the default of -model scatternet) or none")
+	fs.Float64Var(&r.ema, "ema", 0, "decay of an exponential moving average of the parameters, evaluated and saved as the model (post-processing; 0: none)")
+	fs.IntVar(&r.validation, "validation", 0, "hold out the last N training examples and evaluate on them instead of the test split (for choosing hyperparameters; the test split is not read)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
 	fs.IntVar(&r.embeddingDim, "embedding-dim", 0, "dimension of each categorical column's embedding in the tabular model (default 8)")
 	fs.BoolVar(&r.augment, "augment", false, "random crop and flip (CIFAR)")
@@ -168,11 +174,14 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
-	testLen := 0
-	if testSet != nil {
-		testLen = testSet.Len()
+	testLen, testName := 0, "test"
+	if cfg.Test != nil {
+		testLen = cfg.Test.Len()
 	}
-	fmt.Fprintf(log, "data: %s (%d train, %d test examples)\n", source, trainSet.Len(), testLen)
+	if r.validation > 0 {
+		testName = "validation (held out of training; the test split is not read)"
+	}
+	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Train.Len(), testLen, testName)
 	if *saveModelPath != "" {
 		if cfg.Model, err = train.NewModel(cfg); err != nil {
 			return err
@@ -217,6 +226,25 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 // "train audit" both build theirs here.
 func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
 	var err error
+	if r.validation > 0 {
+		if r.validation >= trainSet.Len() {
+			return train.Config{}, usagef("-validation %d: the training split has only %d examples", r.validation, trainSet.Len())
+		}
+		keep := trainSet.Len() - r.validation
+		idx := make([]int, trainSet.Len())
+		for i := range idx {
+			idx[i] = i
+		}
+		name := trainSet.Name
+		if testSet, err = trainSet.Subset(idx[keep:]); err != nil {
+			return train.Config{}, err
+		}
+		testSet.Name = name + " (validation: last " + strconv.Itoa(r.validation) + ")"
+		if trainSet, err = trainSet.Subset(idx[:keep]); err != nil {
+			return train.Config{}, err
+		}
+		trainSet.Name = name
+	}
 	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
 		idx := make([]int, r.trainLimit)
 		for i := range idx {
@@ -246,6 +274,19 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		EvalEvery:   r.evalEvery,
 		MetricsPath: r.metrics, CacheDir: r.cache,
 		EmbeddingDim: r.embeddingDim,
+		EMA:          r.ema,
+		Validation:   r.validation > 0,
+	}
+	switch r.features {
+	case "":
+		if r.model == "scatternet" {
+			cfg.Features = train.FeaturesScatter
+		}
+	case "none":
+	case "scatter":
+		cfg.Features = train.FeaturesScatter
+	default:
+		return train.Config{}, usagef("-features %q: want scatter or none", r.features)
 	}
 	if cfg.NoiseMultiplier > 0 {
 		cfg.Epsilon = 0
