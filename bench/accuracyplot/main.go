@@ -135,6 +135,7 @@ func run(out string, files []string) error {
 		p.Legend.Add(pub.label+fmt.Sprintf(" (eps %g)", pub.eps), s)
 	}
 	p.Add(plotter.NewGrid())
+	p.X.Min, p.X.Max = 0, 9
 	for _, ext := range []string{".png", ".svg"} {
 		if err := p.Save(8*vg.Inch, 5.5*vg.Inch, out+ext); err != nil {
 			return err

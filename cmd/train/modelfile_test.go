@@ -231,3 +231,38 @@ func runThenEval(t *testing.T, model string, runArgs, evalArgs []string, n int) 
 	}
 	return stdout, res.Final
 }
+
+// TestScatterNetRecipeSaveEval runs the shipped recipe file
+// (configs/fashion-scatternet.json) shrunk by explicit flags on the
+// embedded subset: the model file records that it reads scattering
+// features, train eval applies them to the raw test images and reports
+// exactly the run's final evaluation (which used the parameter average),
+// and the -json claim lists the features and the average.
+func TestScatterNetRecipeSaveEval(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "scatter.dpmf")
+	runThenEval(t, model, []string{"-config", filepath.Join("..", "..", "configs", "fashion-scatternet.json"),
+		"-data", "embedded", "-train-examples", "200", "-steps", "4", "-batch", "50", "-eval-every", "1000",
+		"-epsilon", "3", "-seed", "scatternet-recipe-test", "-insecure-seed", "-cache", dir},
+		[]string{"-data", "embedded"}, 1000)
+	tr, err := models.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Metadata.Features != "scatter" || tr.Architecture.Name != "scatternet" || tr.Architecture.Input != [3]int{81, 7, 7} {
+		t.Fatalf("model file: features %q, architecture %s with input %v", tr.Metadata.Features, tr.Architecture.Name, tr.Architecture.Input)
+	}
+	b, err := os.ReadFile(model + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"scattering transform (Morlet wavelets, J = 2, L = 8", "moving average of the parameters (decay 0.999)"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("-json result does not state %q", want)
+		}
+	}
+	claim := strings.Join(tr.Metadata.Privacy.Assumptions, "\n")
+	if !strings.Contains(claim, "scattering transform") || !strings.Contains(claim, "moving average") {
+		t.Errorf("the model file's claim omits the features or the average: %s", claim)
+	}
+}
