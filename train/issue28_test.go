@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -174,5 +175,26 @@ func TestCancelDuringFinalEvaluationInterrupts(t *testing.T) {
 	_, err := Run(ctx, cfg)
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("cancelled during the final evaluation: %v (after %v), want ErrInterrupted", err, time.Since(start))
+	}
+}
+
+// Issue 28 item 2: the memory limit is the least of physical memory,
+// GOMEMLIMIT and ulimit -v: a model that fits the machine but not the
+// limit the process runs under is refused, stating both.
+func TestMemoryLimitHonoursGOMEMLIMIT(t *testing.T) {
+	cfg := baseConfig(t)
+	cfg.ModelName, cfg.Hidden = "mlp", []int{1 << 20} // 22,020,100 parameters: 8 arrays of float32 are 672 MiB
+	old := debug.SetMemoryLimit(256 << 20)
+	defer debug.SetMemoryLimit(old)
+	err := cfg.checkSizes()
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need 672.0 MiB") || !strings.Contains(err.Error(), "256.0 MiB available") {
+		t.Fatalf("%v: want a refusal at the 256 MiB limit", err)
+	}
+	debug.SetMemoryLimit(old)
+	if limit := memoryLimit(); limit > 0 && limit < 1<<30 {
+		t.Skipf("skipped: this process may use only %d bytes", limit)
+	}
+	if err := cfg.checkSizes(); err != nil {
+		t.Fatalf("without the limit: %v", err)
 	}
 }

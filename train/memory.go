@@ -18,13 +18,21 @@ import (
 // (mfnoise.MaxStructuredSteps).
 const MaxSteps = 1 << 23
 
-// memoryLimit is the memory a run may plan for: GOMEMLIMIT when it is set,
-// else the machine's physical memory (Linux's /proc/meminfo), else no
-// bound (0).
+// memoryLimit is the memory a run may plan for: the least of GOMEMLIMIT
+// (when set), the address-space limit (ulimit -v, when set) and the
+// machine's physical memory (Linux's /proc/meminfo); 0 when none is known.
 func memoryLimit() int64 {
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
-		return l
+	limit := physicalMemory()
+	for _, l := range []int64{debug.SetMemoryLimit(-1), addressSpaceLimit()} {
+		if l > 0 && l < math.MaxInt64 && (limit == 0 || l < limit) {
+			limit = l
+		}
 	}
+	return limit
+}
+
+// physicalMemory is MemTotal of /proc/meminfo, or 0.
+func physicalMemory() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0
@@ -49,7 +57,7 @@ func checkMemory(what string, need float64) error {
 	if limit <= 0 || need <= float64(limit) {
 		return nil
 	}
-	return invalidf("%s would need %s of memory, more than the %s available (physical memory, or GOMEMLIMIT when set)",
+	return invalidf("%s would need %s of memory, more than the %s available (physical memory, or GOMEMLIMIT or ulimit -v when set)",
 		what, dpcore.HumanBytes(need), dpcore.HumanBytes(float64(limit)))
 }
 

@@ -104,6 +104,8 @@ func TestUserFixableInputExitsTwo(t *testing.T) {
 		{"eval", "-model-file", model, "-data", "fashion-mnist", "-dir", filepath.Join(empty, "missing")},
 		{"eval", "-model-file", model, "-data", "fashion-mnist", "-dir", empty},
 		{"eval", "-model-file", model, "-data", "fashion-mnist", "-dir", truncated},
+		{"audit", "-data", "fashion-mnist", "-dir", truncated, "-steps", "2"},
+		{"audit", "-data", "fashion-mnist", "-dir", filepath.Join(empty, "missing"), "-steps", "2"},
 		args("-sigma", "1e-300"),
 		{"compare", "-n", "8", "-mechanisms", "dpsgd", "-factorization", filepath.Join(dir, "none.fact")},
 		{"compare", "-n", "8", "-mechanisms", "dpsgd", "-factorization", notFact},
