@@ -13,7 +13,8 @@ import (
 // evalProgress writes one progress line per evaluation (and one after the
 // first step, so that a slow run says its speed early) to standard error,
 // whatever the terminal: step, loss, accuracy, epsilon so far, examples a
-// second and the time left.
+// second and the time left. Numbers computed from the private data without
+// noise (the batch loss, a training-set evaluation) are marked so.
 type evalProgress struct {
 	w        io.Writer
 	steps    int
@@ -34,12 +35,15 @@ func (p *evalProgress) step(sm train.StepMetrics) {
 	p.seconds += sm.StepSeconds
 	p.lastStep = sm.Step
 	if p.n == 1 && sm.Step < p.steps {
-		p.line(fmt.Sprintf("step %d of %d: batch loss %.4f, epsilon %.4g", sm.Step, p.steps, sm.Loss, sm.Epsilon))
+		p.line(fmt.Sprintf("step %d of %d: batch loss %.4f (not private), epsilon %.4g", sm.Step, p.steps, sm.Loss, sm.Epsilon))
 	}
 }
 
 func (p *evalProgress) eval(em train.EvalMetrics) {
 	msg := fmt.Sprintf("step %d of %d: %s loss %.4f, %s accuracy %.4f", em.Step, p.steps, em.Split, em.Loss, em.Split, em.Accuracy)
+	if len(em.NotPrivate) > 0 {
+		msg += " (not private: measured on the training data)"
+	}
 	if em.Delta > 0 {
 		msg += fmt.Sprintf(", epsilon %.4g", em.Epsilon)
 	}
