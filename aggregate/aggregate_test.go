@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -436,6 +437,57 @@ func TestBudget(t *testing.T) {
 // that a different configuration is refused.
 func TestReopen(t *testing.T) {
 	const n = 8
+	// The exact arithmetic keeps step sums and encoded rows across steps
+	// (all of them for a dense encoder, a band's worth for bandmf): a
+	// reopen at any step must continue bitwise.
+	ctx := context.Background()
+	for _, c := range []setup{
+		{mech: "mf-single", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
+		{mech: "bandmf:3", workload: Workload{Kind: Momentum, Beta: 0.7}, k: 2, b: 3},
+		{mech: "blt:2", workload: Workload{Kind: Window, Window: 2}, k: 1, b: 1},
+	} {
+		c.n, c.d, c.seed = n, 3, testSeed
+		cfg := c.config(t)
+		var want [][]float64
+		for _, reopenAt := range []int{1, 2, 4, 7} {
+			path := filepath.Join(t.TempDir(), "r.db")
+			a := open(t, path, cfg)
+			for s := 1; s <= n; s++ {
+				if s == reopenAt {
+					a.Close()
+					a = open(t, path, cfg)
+				}
+				for j := range 3 {
+					if _, err := a.Add(ctx, fmt.Sprint("p", s, j), []float64{float64(j), 0.5, float64(s) / 10}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := a.Commit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reopenAt == 1 {
+					want = append(want, r.Sum)
+				} else if !slices.Equal(r.Sum, want[s-1]) {
+					t.Fatalf("%s: release %d after a reopen at step %d: %v, without: %v", c.mech, s, reopenAt, r.Sum, want[s-1])
+				}
+			}
+			a.Close()
+		}
+	}
+	// A store made by the float path is refused by the exact arithmetic.
+	fc := setup{mech: "dpsgd", workload: Workload{Kind: PrefixSum}, n: 4, d: 2, k: 1, b: 1, seed: testSeed, float: true}
+	fcfg := fc.config(t)
+	fpath := filepath.Join(t.TempDir(), "float.db")
+	open(t, fpath, fcfg).Close()
+	fcfg.floatNoise = false
+	if _, err := Open(ctx, fpath, fcfg); !errors.Is(err, ErrStoreMismatch) || !strings.Contains(err.Error(), "arithmetic") {
+		t.Fatalf("float-path store opened with the exact arithmetic: %v, want ErrStoreMismatch naming the arithmetic", err)
+	}
+}
+
+func TestReopenStoresMechanism(t *testing.T) {
+	const n = 8
 	c := setup{mech: "tree-online", workload: Workload{Kind: Window, Window: 3}, n: n, d: 5, k: 2, b: 2, seed: testSeed}
 	cfg := c.config(t)
 	ctx := context.Background()
@@ -568,5 +620,90 @@ func TestSizeRefusals(t *testing.T) {
 	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), cfg)
 	if err == nil || !strings.Contains(err.Error(), "bytes") {
 		t.Errorf("noise memory 1000 bytes at d = 1000: %v, want a refusal naming the bytes needed", err)
+	}
+}
+
+// TestExactReleaseDecodes checks the exact arithmetic against a dense
+// reference: every release equals T X + the seed's noise (SeededNoise),
+// with X the clipped contributions in float64, to the grid's rounding
+// (half a grid unit per record coordinate, summed over the records the
+// workload adds up), and the count exactly.
+func TestExactReleaseDecodes(t *testing.T) {
+	const n, d, per = 12, 7, 5
+	for _, c := range []setup{
+		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, k: 3, b: 2, count: true},
+		{mech: "bandmf:3", workload: Workload{Kind: Window, Window: 4}, k: 3, b: 2},
+		{mech: "dpsgd", workload: Workload{Kind: Momentum, Beta: 0.9}, k: 3, b: 2, count: true},
+		{mech: "blt:2", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
+		{mech: "mf-single", workload: Workload{Kind: Momentum, Beta: 0.5}, k: 1, b: 1, count: true},
+	} {
+		t.Run(c.mech+"/"+c.workload.String(), func(t *testing.T) {
+			c.n, c.d, c.seed = n, d, testSeed
+			cfg := c.config(t)
+			a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
+			defer a.Close()
+			ctx := context.Background()
+			// x: the clipped contributions in float64, count last.
+			x := mat.NewDense(n, d+1, nil)
+			for s := 1; s <= n; s++ {
+				for j := range per {
+					v := make([]float64, d)
+					for i := range v {
+						v[i] = float64((s*j+i)%5) * 0.2
+					}
+					v[(s+j)%d] = 3 // norm > 1.5: clipped
+					nv := norm2(v)
+					for i, vi := range v {
+						x.Set(s-1, i, x.At(s-1, i)+vi*cfg.Clip/nv)
+					}
+					x.Set(s-1, d, x.At(s-1, d)+1)
+				}
+			}
+			var truth mat.Dense
+			truth.Mul(targetMatrix(c.workload, n), x)
+			rows := mat.NewDense(n, d+1, nil)
+			for s := 1; s <= n; s++ {
+				for j := range per {
+					v := make([]float64, d)
+					for i := range v {
+						v[i] = float64((s*j+i)%5) * 0.2
+					}
+					v[(s+j)%d] = 3
+					if _, err := a.Add(ctx, fmt.Sprintf("s%d-%d", s, j), v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := a.Commit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(rows.RawRowView(s-1), r.Sum)
+				rows.Set(s-1, d, r.Count)
+			}
+			noise, err := a.SeededNoise(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grid := a.Ledger().Grid
+			for s := range n {
+				tsum := 0.0
+				for i := 0; i <= s; i++ {
+					tsum += math.Abs(targetMatrix(c.workload, n).At(s, i))
+				}
+				tol := tsum*per*0.5*grid + 1e-9
+				for i := range d {
+					w := truth.At(s, i) + noise[s][i]
+					if g := rows.At(s, i); math.Abs(g-w) > tol+1e-9*math.Abs(w) {
+						t.Fatalf("release %d[%d] = %.12g, want %.12g +- %.3g", s+1, i, g, w, tol)
+					}
+				}
+				if c.count {
+					w := truth.At(s, d) + noise[s][d]/cfg.Clip
+					if g := rows.At(s, d); math.Abs(g-w) > 1e-9*(1+math.Abs(w)) {
+						t.Fatalf("release %d count = %.12g, want %.12g", s+1, g, w)
+					}
+				}
+			}
+		})
 	}
 }
