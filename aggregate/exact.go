@@ -273,34 +273,54 @@ func (a *int128) mulAdd(x, y int64) {
 	a.hi += int64(h) + int64(c)
 }
 
-func (a int128) big() *big.Int {
-	z := new(big.Int).SetInt64(a.hi)
-	z.Lsh(z, 64)
-	return z.Add(z, new(big.Int).SetUint64(a.lo))
+// addBig adds z to a, reporting false if z or the sum does not fit in
+// 128 bits.
+func (a *int128) addBig(z *big.Int) bool {
+	if z.BitLen() > 127 {
+		return false
+	}
+	var buf [16]byte
+	z.FillBytes(buf[:]) // |z|, big-endian
+	h, l := binary.BigEndian.Uint64(buf[:8]), binary.BigEndian.Uint64(buf[8:])
+	if z.Sign() < 0 {
+		l = ^l + 1
+		h = ^h
+		if l == 0 {
+			h++
+		}
+	}
+	var c uint64
+	lo, c := bits.Add64(a.lo, l, 0)
+	hi := a.hi + int64(h) + int64(c)
+	// Signed overflow: both operands of one sign, the sum of the other.
+	if (a.hi >= 0) == (int64(h) >= 0) && (hi >= 0) != (a.hi >= 0) {
+		return false
+	}
+	a.hi, a.lo = hi, lo
+	return true
 }
 
-var (
-	minInt128 = new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), 127))
-	maxInt128 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 127), big.NewInt(1))
-	two64     = new(big.Int).Lsh(big.NewInt(1), 64)
-)
-
-// appendInt128 appends z (which must fit) as 16 bytes little-endian.
-func appendInt128(b []byte, z *big.Int) []byte {
-	u := new(big.Int).Set(z)
-	if u.Sign() < 0 {
-		u.Add(u, new(big.Int).Lsh(two64, 64))
-	}
-	lo := new(big.Int).And(u, new(big.Int).Sub(two64, big.NewInt(1))).Uint64()
-	hi := new(big.Int).Rsh(u, 64).Uint64()
-	b = binary.LittleEndian.AppendUint64(b, lo)
-	return binary.LittleEndian.AppendUint64(b, hi)
+func appendInt128(b []byte, a int128) []byte {
+	b = binary.LittleEndian.AppendUint64(b, a.lo)
+	return binary.LittleEndian.AppendUint64(b, uint64(a.hi))
 }
 
 func int128Float(b []byte) float64 {
 	lo := binary.LittleEndian.Uint64(b)
-	hi := int64(binary.LittleEndian.Uint64(b[8:]))
-	return float64(hi)*0x1p64 + float64(lo)
+	hi := binary.LittleEndian.Uint64(b[8:])
+	neg := int64(hi) < 0
+	if neg { // the magnitude, so that small negatives keep their digits
+		lo = ^lo + 1
+		hi = ^hi
+		if lo == 0 {
+			hi++
+		}
+	}
+	f := float64(hi)*0x1p64 + float64(lo)
+	if neg {
+		return -f
+	}
+	return f
 }
 
 // storedVec is a store change of the exact path (nil body: delete).
@@ -333,12 +353,10 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 		body := make([]byte, 0, 16*e.dim+4)
 		y := make([]float64, e.dim)
 		for i := range sum {
-			v := sum[i].big()
-			v.Add(v, z[i])
-			if v.Cmp(minInt128) < 0 || v.Cmp(maxInt128) > 0 {
+			if !sum[i].addBig(z[i]) {
 				return nil, nil, nil, fmt.Errorf("aggregate: encoded row %d coordinate %d exceeds 128 bits", r+1, i)
 			}
-			body = appendInt128(body, v)
+			body = appendInt128(body, sum[i])
 			y[i] = int128Float(body[16*i:]) * e.unit
 		}
 		e.ys[r] = y

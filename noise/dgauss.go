@@ -42,35 +42,40 @@ func NewDiscreteGaussian(sigma2 *big.Rat) (*DiscreteGaussian, error) {
 	return g, nil
 }
 
-// bits is a source of uniform random bits.
+// bits is a source of uniform random bits with scratch integers, so that a
+// sample allocates only its result.
 type bits struct {
-	g   *mrand.ChaCha8
-	buf []byte
+	g             *mrand.ChaCha8
+	buf           []byte
+	r, den, q, rm *big.Int
+	one           *big.Int
 }
 
-// uniform returns a uniform integer in [0, n), n > 0, by rejection.
-func (b *bits) uniform(n *big.Int) *big.Int {
+func newBits(g *mrand.ChaCha8) *bits {
+	return &bits{g: g, r: new(big.Int), den: new(big.Int), q: new(big.Int), rm: new(big.Int), one: big.NewInt(1)}
+}
+
+// uniform sets z to a uniform integer in [0, n), n > 0, by rejection, and
+// returns it.
+func (b *bits) uniform(z, n *big.Int) *big.Int {
 	if n.IsUint64() {
-		return new(big.Int).SetUint64(uniform64(b.g, n.Uint64()))
+		return z.SetUint64(uniform64(b.g, n.Uint64()))
 	}
 	nb := n.BitLen()
 	nbytes := (nb + 7) / 8
-	if cap(b.buf) < nbytes {
-		b.buf = make([]byte, nbytes)
+	if cap(b.buf) < nbytes+8 {
+		b.buf = make([]byte, nbytes+8)
 	}
 	buf := b.buf[:nbytes]
-	x := new(big.Int)
 	for {
 		for i := 0; i < nbytes; i += 8 {
-			var w [8]byte
-			binary.LittleEndian.PutUint64(w[:], b.g.Uint64())
-			copy(buf[i:], w[:])
+			binary.LittleEndian.PutUint64(b.buf[i:i+8], b.g.Uint64())
 		}
 		// Keep exactly nb bits: rejection then succeeds with probability > 1/2.
 		buf[0] &= byte(0xff >> (8*nbytes - nb))
-		x.SetBytes(buf)
-		if x.Cmp(n) < 0 {
-			return x
+		z.SetBytes(buf)
+		if z.Cmp(n) < 0 {
+			return z
 		}
 	}
 }
@@ -88,47 +93,60 @@ func uniform64(g *mrand.ChaCha8, n uint64) uint64 {
 
 // bernoulli returns true with probability num/den (0 <= num <= den).
 func (b *bits) bernoulli(num, den *big.Int) bool {
-	return b.uniform(den).Cmp(num) < 0
+	return b.uniform(b.r, den).Cmp(num) < 0
+}
+
+// bernoulliExp1 returns true with probability exp(-num/den) for
+// 0 <= num <= den (CKS Algorithm 1, gamma <= 1): the parity of the first
+// k with a failed Bernoulli(gamma/k).
+func (b *bits) bernoulliExp1(num, den *big.Int) bool {
+	if num.IsUint64() && den.IsUint64() && den.Uint64() < 1<<40 {
+		// Small case without big arithmetic: den k < 2^64 for k < 2^24,
+		// and k beyond a few dozen has probability below 1/k!.
+		nu, du := num.Uint64(), den.Uint64()
+		for k := uint64(1); k < 1<<24; k++ {
+			if uniform64(b.g, du*k) >= nu {
+				return k%2 == 1
+			}
+		}
+	}
+	for k := int64(1); ; k++ {
+		b.den.Mul(den, b.q.SetInt64(k))
+		if !b.bernoulli(num, b.den) {
+			return k%2 == 1
+		}
+	}
 }
 
 // bernoulliExp returns true with probability exp(-num/den), num >= 0,
 // den > 0 (CKS Algorithm 1).
 func (b *bits) bernoulliExp(num, den *big.Int) bool {
 	if num.Cmp(den) <= 0 {
-		k := int64(1)
-		d := new(big.Int)
-		for {
-			d.Mul(den, big.NewInt(k))
-			if !b.bernoulli(num, d) {
-				return k%2 == 1
-			}
-			k++
-		}
+		return b.bernoulliExp1(num, den)
 	}
-	one := big.NewInt(1)
 	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
-	for i := new(big.Int); i.Cmp(q) < 0; i.Add(i, one) {
-		if !b.bernoulliExp(one, one) {
+	for i := new(big.Int); i.Cmp(q) < 0; i.Add(i, b.one) {
+		if !b.bernoulliExp1(b.one, b.one) {
 			return false
 		}
 	}
-	return b.bernoulliExp(r, den)
+	return b.bernoulliExp1(r, den)
 }
 
-// laplace returns a sample of the discrete Laplace distribution with scale
-// t, P(x) proportional to exp(-|x|/t) (CKS Algorithm 2, t an integer).
-func (b *bits) laplace(t *big.Int) *big.Int {
-	one := big.NewInt(1)
+// laplace sets x to a sample of the discrete Laplace distribution with
+// scale t, P(x) proportional to exp(-|x|/t) (CKS Algorithm 2, t an
+// integer), and returns it.
+func (b *bits) laplace(x, u, t *big.Int) *big.Int {
 	for {
-		u := b.uniform(t)
-		if !b.bernoulliExp(u, t) {
+		b.uniform(u, t)
+		if !b.bernoulliExp1(u, t) {
 			continue
 		}
 		v := int64(0)
-		for b.bernoulliExp(one, one) {
+		for b.bernoulliExp1(b.one, b.one) {
 			v++
 		}
-		x := new(big.Int).Mul(t, big.NewInt(v))
+		x.Mul(t, b.rm.SetInt64(v))
 		x.Add(x, u)
 		neg := b.g.Uint64()&1 == 1
 		if neg && x.Sign() == 0 {
@@ -144,15 +162,14 @@ func (b *bits) laplace(t *big.Int) *big.Int {
 // Sample returns one draw of N_Z(0, sigma^2) using the bits of g (CKS
 // Algorithm 3).
 func (dg *DiscreteGaussian) Sample(g *mrand.ChaCha8) *big.Int {
-	b := &bits{g: g}
-	return dg.sample(b)
+	return dg.sample(newBits(g), new(big.Int), new(big.Int), new(big.Int))
 }
 
-func (dg *DiscreteGaussian) sample(b *bits) *big.Int {
+func (dg *DiscreteGaussian) sample(b *bits, y, u, a *big.Int) *big.Int {
 	for {
-		y := b.laplace(dg.t)
+		b.laplace(y, u, dg.t)
 		// Accept with probability exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)).
-		a := new(big.Int).Abs(y)
+		a.Abs(y)
 		a.Mul(a, dg.tDen)
 		a.Sub(a, dg.num)
 		a.Mul(a, a)
@@ -162,11 +179,16 @@ func (dg *DiscreteGaussian) sample(b *bits) *big.Int {
 	}
 }
 
-// Fill sets dst[i] to independent draws of N_Z(0, sigma^2).
+// Fill sets dst[i] to independent draws of N_Z(0, sigma^2), reusing the
+// integers already in dst.
 func (dg *DiscreteGaussian) Fill(g *mrand.ChaCha8, dst []*big.Int) {
-	b := &bits{g: g}
+	b := newBits(g)
+	u, a := new(big.Int), new(big.Int)
 	for i := range dst {
-		dst[i] = dg.sample(b)
+		if dst[i] == nil {
+			dst[i] = new(big.Int)
+		}
+		dg.sample(b, dst[i], u, a)
 	}
 }
 
