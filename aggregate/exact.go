@@ -126,7 +126,7 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 				continue
 			}
 			if e.rowStep[r] > t+1 {
-				return nil, invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal decoder (tree-online rather than tree-full, fft rather than fft-opt)",
+				return nil, invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
 					cfg.Mechanism.Name(), t+1, r+1, e.rowStep[r])
 			}
 			e.dec[t] = append(e.dec[t], dentry{r, v})

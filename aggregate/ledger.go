@@ -41,6 +41,9 @@ type Ledger struct {
 	NoiseMultiplier   float64 `json:"noise_multiplier"`
 	// NoiseStd is sigma * RecordNorm * Sensitivity: the standard deviation
 	// of each coordinate of s W, the scale of the noise B Z in releases.
+	// With the exact arithmetic it is the discrete Gaussian's sigma_Z in
+	// data units, sigma * Sensitivity * the record's exact bound on the
+	// grid (RecordNorm + sqrt(dim)/2 grid units at most).
 	NoiseStd   float64 `json:"noise_std"`
 	Accountant string  `json:"accountant"`
 	// Arithmetic is how releases are computed: "exact" (contributions on
