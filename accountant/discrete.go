@@ -11,8 +11,8 @@ import (
 // With noise multiplier sigma = s / Delta it satisfies rho-zCDP with
 // rho = 1/(2 sigma^2): in one dimension the Rényi divergence of order a
 // between N_Z(m, s^2) and N_Z(m', s^2), m - m' an integer, is at most
-// a (m - m')^2 / (2 s^2) (Canonne, Kamath & Steinke 2020, Prop. 5 and
-// Thm. 4), and independent coordinates add their divergences. The
+// a (m - m')^2 / (2 s^2) (Canonne, Kamath & Steinke 2020, Thm. 4), and
+// independent coordinates add their divergences. The
 // (eps, delta) guarantee is the conversion of ZCDPEpsilon (CKS 2020,
 // Prop. 12): an upper bound, 6-9% more noise than the continuous Gaussian's
 // exact curve needs at eps in [0.5, 8] and delta in [1e-6, 1e-5]. The
