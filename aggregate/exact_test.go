@@ -1,9 +1,12 @@
 package aggregate
 
 import (
+	"errors"
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +50,18 @@ func TestInt128(t *testing.T) {
 		f, _ := new(big.Float).SetInt(sum).Float64()
 		if g := int128Float(b); math.Abs(g-f) > 1e-15*math.Abs(f) {
 			t.Fatalf("float %v, want %v", g, f)
+		}
+	}
+}
+
+// TestExactRefusesNonCausal: a decoder that reads encoder rows of later
+// steps cannot be released from exact encoded sums; Open says so.
+func TestExactRefusesNonCausal(t *testing.T) {
+	for _, mech := range []string{"tree-full", "fft-opt"} {
+		cfg := setup{mech: mech, workload: Workload{Kind: PrefixSum}, n: 8, d: 2, k: 1, b: 1}.config(t)
+		_, err := Open(t.Context(), filepath.Join(t.TempDir(), "s.db"), cfg)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "causal") {
+			t.Errorf("%s: %v, want ErrInvalidConfig naming a causal mechanism", mech, err)
 		}
 	}
 }
