@@ -490,8 +490,8 @@ func (a *Aggregator) addBatch(batch []*op) {
 			prev = a.contributors[o.contributor]
 		}
 		updated[o.contributor] = append(slices.Clip(prev), t)
-		for j, v := range o.vec {
-			if a.exact == nil {
+		if a.exact == nil {
+			for j, v := range o.vec {
 				a.open.acc[j] += v
 			}
 		}
