@@ -74,6 +74,7 @@ type exactPath struct {
 	xLast    []int      // xLast[t-1]: last step reading X~_t
 	yLast    []int      // last step reading Y_r (0: none)
 	sensQ    float64
+	maxErr   float64 // max |c~ 2^-encBits - C|
 	sigmaZ   float64
 	unit     float64 // data units of one unit of Y
 	noise    *noise.ExactRows
@@ -100,8 +101,20 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 	if !(maxC > 0) || math.IsInf(maxC, 0) {
 		return nil, invalidf("mechanism %s: encoder has no finite nonzero entry", cfg.Mechanism.Name())
 	}
+	// The coarsest scale 2^-encBits on which every entry of C is an
+	// integer (0 for 0/1 encoders such as trees and DP-SGD), unless that
+	// needs entries above 2^40: then round to max|c~| < 2^40.
 	_, exp := math.Frexp(maxC) // maxC < 2^exp
-	e.encBits = 40 - exp
+	e.encBits = math.MinInt
+	for _, v := range c.RawMatrix().Data {
+		if v != 0 {
+			f, ex := math.Frexp(v)
+			mant := uint64(math.Abs(math.Ldexp(f, 53)))
+			e.encBits = max(e.encBits, 53-ex-bits.TrailingZeros64(mant))
+		}
+	}
+	e.encBits = min(e.encBits, 40-exp)
+	maxErr := 0.0 // |c~ 2^-encBits - C|, exact (Sterbenz) or 0
 	e.enc = make([][]centry, m)
 	e.rowStep = make([]int, m)
 	e.rowsAt = make([][]int, n)
@@ -109,6 +122,7 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 		last := 0
 		for j, v := range c.RawRowView(r) {
 			q := math.RoundToEven(math.Ldexp(v, e.encBits))
+			maxErr = max(maxErr, math.Abs(math.Ldexp(q, -e.encBits)-v))
 			if q != 0 {
 				e.enc[r] = append(e.enc[r], centry{j, int64(q)})
 				last = j + 1
@@ -166,10 +180,12 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
 	e.normGrid = math.Sqrt(float64(e.norm2Max)) * (1 + 0x1p-40)
-	// sens(c~/2^encBits) <= sens(C) + K sqrt(m) 2^-(encBits+1): each entry
-	// moved by at most half a unit, and at most K columns of records of
-	// norm <= 1 differ. 1e-9 covers the float64 evaluation of sens(C).
-	e.sensQ = sens*(1+1e-9) + float64(cfg.K)*math.Sqrt(float64(m))*math.Ldexp(1, -e.encBits-1)
+	// sens(c~/2^encBits) <= sens(C) + K sqrt(m) maxErr: each entry moved
+	// by at most maxErr (at most half a unit; 0 when C is on the scale),
+	// and at most K columns of records of norm <= 1 differ. 1e-9 covers
+	// the float64 evaluation of sens(C).
+	e.maxErr = maxErr
+	e.sensQ = sens*(1+1e-9) + float64(cfg.K)*math.Sqrt(float64(m))*maxErr
 	e.sigmaZ = sigma * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
 	e.unit = 1 / (math.Ldexp(1, e.encBits) * e.scale)
 	var err error
@@ -485,6 +501,6 @@ func (e *exactPath) seededNoise(seed []byte, t int) ([][]float64, error) {
 // multiplier sigma over a prefix whose encoder rows have sensitivity at
 // most s (float64 bound for C, turned into one for c~ as sensQ is).
 func (e *exactPath) exactEpsilon(sigma, s float64, k int, delta float64) (float64, error) {
-	sq := s*(1+1e-9) + float64(k)*math.Sqrt(float64(e.m))*math.Ldexp(1, -e.encBits-1)
+	sq := s*(1+1e-9) + float64(k)*math.Sqrt(float64(e.m))*e.maxErr
 	return accountant.DiscreteGaussianEpsilon(sigma*e.sensQ/math.Min(sq, e.sensQ), delta)
 }
