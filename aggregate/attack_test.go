@@ -186,7 +186,7 @@ func TestBinomialCritical(t *testing.T) {
 // must win) and the exact arithmetic (it must not beat the DP bound) for
 // each mechanism family. 48 trials a run in -short mode (critical value
 // 45 of 48), 160 otherwise (135 of 160). Measured: 48/48 and 160/160
-// against the float path for all four, 21-27 of 48 and 80-90 of 160
+// against the float path for all four, 23-28 of 48 and 76-89 of 160
 // against the exact arithmetic.
 func TestFloatingPointAttack(t *testing.T) {
 	n := 160
