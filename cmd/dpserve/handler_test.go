@@ -38,7 +38,11 @@ func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newHandler(agg, o.maxBody, o.inflight)) // 127.0.0.1
+	_, acc, err := setupAccess(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(agg, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{"dim": o.dim}})) // 127.0.0.1
 	t.Cleanup(func() { srv.Close(); agg.Close() })
 	return srv
 }
