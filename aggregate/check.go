@@ -61,7 +61,7 @@ func CheckStore(path string) (err error) {
 			}
 		}
 		if first != nil {
-			return fmt.Errorf("aggregate: store %s: %w: %v", path, errCorrupt, first)
+			return fmt.Errorf("aggregate: store %s: %w: bbolt's consistency check: %v", path, errCorrupt, first)
 		}
 		return nil
 	})

@@ -402,6 +402,10 @@ func tokenCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("token: -key FILE is required")
 	case *ttl <= 0:
 		return usagef("token: -ttl %v: want a positive duration", *ttl)
+	case *role == string(authtoken.Contributor) && *id == "":
+		return usagef("token: -contributor ID is required for a contributor token")
+	case *role == string(authtoken.Operator) && *id != "":
+		return usagef("token: an operator token takes no -contributor")
 	}
 	r, err := authtoken.ParseRole(*role)
 	if err != nil {

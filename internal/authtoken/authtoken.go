@@ -66,6 +66,8 @@ var (
 	ErrMalformed = errors.New("malformed token")
 	ErrForged    = errors.New("token signature does not verify")
 	ErrExpired   = errors.New("token expired")
+	// ErrKey: a key or key file that cannot be used.
+	ErrKey = errors.New("unusable key")
 )
 
 const (
@@ -90,10 +92,10 @@ func NewKey() (Key, error) {
 func ParseKey(text []byte) (Key, error) {
 	b, err := hex.DecodeString(strings.TrimSpace(string(text)))
 	if err != nil {
-		return Key{}, fmt.Errorf("authtoken: %w: the key must be hex digits", ErrMalformed)
+		return Key{}, fmt.Errorf("authtoken: %w: the key must be hex digits", ErrKey)
 	}
 	if len(b) < MinKeyBytes {
-		return Key{}, fmt.Errorf("authtoken: %w: key of %d bytes, want at least %d", ErrMalformed, len(b), MinKeyBytes)
+		return Key{}, fmt.Errorf("authtoken: %w: key of %d bytes, want at least %d", ErrKey, len(b), MinKeyBytes)
 	}
 	return Key{b}, nil
 }
@@ -114,7 +116,7 @@ func LoadKey(path string) (Key, error) {
 		return Key{}, fmt.Errorf("authtoken: key file: %w", err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return Key{}, fmt.Errorf("authtoken: %w: key file %s has mode %v: others may read it (chmod 600 %s)", ErrMalformed, path, fi.Mode().Perm(), path)
+		return Key{}, fmt.Errorf("authtoken: %w: key file %s has mode %v: others may read it (chmod 600 %s)", ErrKey, path, fi.Mode().Perm(), path)
 	}
 	text, err := os.ReadFile(path)
 	if err != nil {
@@ -176,7 +178,7 @@ func (c Claims) check() error {
 // Mint signs claims.
 func (k Key) Mint(c Claims) (string, error) {
 	if len(k.b) < MinKeyBytes {
-		return "", fmt.Errorf("authtoken: %w: no key", ErrMalformed)
+		return "", fmt.Errorf("authtoken: %w: no key", ErrKey)
 	}
 	if err := c.check(); err != nil {
 		return "", err

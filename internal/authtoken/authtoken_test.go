@@ -109,7 +109,7 @@ func TestKeyFile(t *testing.T) {
 	}
 	short := filepath.Join(dir, "short")
 	os.WriteFile(short, []byte("abcd\n"), 0o600)
-	if _, err := LoadKey(short); !errors.Is(err, ErrMalformed) {
+	if _, err := LoadKey(short); !errors.Is(err, ErrKey) {
 		t.Errorf("short key: %v", err)
 	}
 }
