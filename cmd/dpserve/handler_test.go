@@ -28,6 +28,13 @@ func testServerDim(t *testing.T, dim, horizon int) *httptest.Server {
 // 127.0.0.1.
 func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	t.Helper()
+	return serveHandler(t, false, extra...)
+}
+
+// serveHandler is startHandler, over TLS (httptest's certificate) if
+// useTLS.
+func serveHandler(t *testing.T, useTLS bool, extra ...string) *httptest.Server {
+	t.Helper()
 	args := append([]string{"-store", filepath.Join(t.TempDir(), "h.db"), "-mechanism", "tree-online",
 		"-epsilon", "1", "-delta", "1e-6", "-clip", "1"}, extra...)
 	o, err := parseFlags(args, io.Discard)
@@ -42,7 +49,12 @@ func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newHandler(agg, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{"dim": o.dim}})) // 127.0.0.1
+	srv := httptest.NewUnstartedServer(newHandler(agg, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{"dim": o.dim}})) // 127.0.0.1
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() { srv.Close(); agg.Close() })
 	return srv
 }
