@@ -97,7 +97,8 @@ func main() {
 		}
 	}
 	if err != nil {
-		fail(1, "%v", err)
+		fmt.Fprintln(os.Stderr, err) // it starts with "loadgen: "
+		os.Exit(1)
 	}
 	if *asJSON {
 		json.NewEncoder(os.Stdout).Encode(res)
