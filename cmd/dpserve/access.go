@@ -71,7 +71,11 @@ func require(p principal, role authtoken.Role, what string) error {
 	case p.role == "":
 		return unauthorized(what + " needs a " + string(role) + " credential (Authorization: Bearer TOKEN)")
 	}
-	return httpError{status: http.StatusForbidden, msg: what + " is not allowed to a " + string(p.role) + " credential"}
+	article := "a "
+	if p.role == authtoken.Operator {
+		article = "an "
+	}
+	return httpError{status: http.StatusForbidden, msg: what + " is not allowed to " + article + string(p.role) + " credential"}
 }
 
 func unauthorized(msg string) error { return httpError{status: http.StatusUnauthorized, msg: msg} }

@@ -228,7 +228,7 @@ func TestStoreMismatch(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		code := run(ctx, append(c.args, "-addr", "127.0.0.1:0"), io.Discard, &stderr)
 		cancel()
-		if msg := stderr.String(); code == 0 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 {
+		if msg := stderr.String(); code != 2 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%v: exit %d, message %q; want a one-line refusal mentioning %q", c.args, code, msg, c.want)
 		}
 	}

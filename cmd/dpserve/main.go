@@ -8,20 +8,35 @@
 //
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
+//	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
+//	dpserve key -out auth.key
+//	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
+//	dpserve -version
 //
 // API (JSON; errors are 4xx/5xx with {"error": "..."}):
 //
 //	POST /v1/contributions  {"contributor": "id", "vector": [..d..]} -> 200 {"step": t} once durable
 //	POST /v1/commit         -> 200 {"step": t, "release": [..d..] (, "count": c, "mean": [..])}
 //	GET  /v1/releases/{t}   -> the same object as the commit that made it
+//	GET  /v1/releases?from=T&limit=N -> {"releases": [..], "steps": S, "next_from": T'}
 //	GET  /v1/ledger         -> epsilon_spent, epsilon_budget, delta, steps, contributions_accepted, ...
+//	GET  /v1/config         -> the flags in force (operator)
 //	GET  /healthz           -> {"status": "ok"}
+//
+// Without -auth-key (the default, loopback only) every caller is the
+// operator. With it, contributing needs a contributor token bound to the
+// id (Authorization: Bearer TOKEN), committing, /v1/config and the
+// ledger's exact counters an operator token; releases and the rest of the
+// ledger are public. A non-loopback -addr is refused unless TLS and
+// -auth-key are both given. docs/dpserve.md is the reference.
 //
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
 // and closes the store. -seed HEX (64 hex digits) fixes the noise for tests:
-// the ledger then states that the releases are not private. Invalid flags
-// exit with status 2 and a one-line message.
+// the ledger then states that the releases are not private. Input the user
+// can fix (flags, -addr, the files named, a store made with other flags or
+// corrupt) exits with status 2 and a one-line message; internal failures
+// with 1.
 package main
 
 import (
