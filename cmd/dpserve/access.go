@@ -16,6 +16,9 @@ import (
 type principal struct {
 	role authtoken.Role // "" for the public
 	id   string         // the contributor id of a contributor
+	// local marks the operator of the zero-configuration default: any
+	// caller of a loopback server without -auth-key, unauthenticated.
+	local bool
 }
 
 func (p principal) operator() bool { return p.role == authtoken.Operator }
@@ -36,7 +39,7 @@ type access struct {
 // credential.
 func (a *access) identify(r *http.Request) (principal, error) {
 	if a.key == nil {
-		return principal{role: authtoken.Operator}, nil
+		return principal{role: authtoken.Operator, local: true}, nil
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {

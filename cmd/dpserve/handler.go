@@ -49,11 +49,24 @@ type handlerConfig struct {
 // pointless (accepted), and are not covered by the guarantee.
 var operatorOnly = []string{"contributions_accepted", "contributions_rejected", "contributions_clipped"}
 
-// ledgerView is the ledger as a principal may see it: all of it for the
-// operator; without the exact counters for anyone else.
+// privateOnly are the operator-only fields that depend on the private
+// vectors themselves: they leave the process only to an operator who
+// proved it with a credential, never to the unauthenticated local
+// operator of the zero-configuration default.
+var privateOnly = []string{"contributions_clipped"}
+
+// ledgerView is the ledger as a principal may see it: all of it for an
+// authenticated operator; without the clipped counter for the local
+// operator of the zero-configuration default (which still sees the
+// accepted and rejected counts: participation, public under zero-out
+// adjacency); without the exact counters for anyone else.
 func ledgerView(l aggregate.Ledger, p principal) (any, error) {
-	if p.operator() {
+	withheld := operatorOnly
+	switch {
+	case p.operator() && !p.local:
 		return l, nil
+	case p.operator():
+		withheld = privateOnly
 	}
 	b, err := json.Marshal(l)
 	if err != nil {
@@ -63,16 +76,22 @@ func ledgerView(l aggregate.Ledger, p principal) (any, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
-	for _, k := range operatorOnly {
+	for _, k := range withheld {
 		delete(m, k)
 	}
-	var keep []any
+	keep := []any{}
 	for _, a := range l.Assumptions {
 		if !strings.Contains(a, "contributions_accepted") {
 			keep = append(keep, a)
 		}
 	}
-	m["assumptions"] = append(keep, "served without the operator credential: the exact contribution counters ("+strings.Join(operatorOnly, ", ")+") are withheld")
+	if p.operator() {
+		keep = append(keep, "contributions_accepted and contributions_rejected are exact operational counters of participation (public under zero-out adjacency), not covered by the guarantee; "+
+			"contributions_clipped depends on the private vectors and is served only with the operator credential (-auth-key)")
+	} else {
+		keep = append(keep, "served without the operator credential: the exact contribution counters ("+strings.Join(operatorOnly, ", ")+") are withheld")
+	}
+	m["assumptions"] = keep
 	return m, nil
 }
 
