@@ -72,13 +72,17 @@ func require(p principal, role authtoken.Role, what string) error {
 	case p.role == role:
 		return nil
 	case p.role == "":
-		return unauthorized(what + " needs a " + string(role) + " credential (Authorization: Bearer TOKEN)")
+		return unauthorized(what + " needs " + article(role) + " credential (Authorization: Bearer TOKEN)")
 	}
-	article := "a "
-	if p.role == authtoken.Operator {
-		article = "an "
+	return httpError{status: http.StatusForbidden, msg: what + " is not allowed to " + article(p.role) + " credential"}
+}
+
+// article is "a contributor" or "an operator".
+func article(r authtoken.Role) string {
+	if r == authtoken.Operator {
+		return "an " + string(r)
 	}
-	return httpError{status: http.StatusForbidden, msg: what + " is not allowed to " + article + string(p.role) + " credential"}
+	return "a " + string(r)
 }
 
 func unauthorized(msg string) error { return httpError{status: http.StatusUnauthorized, msg: msg} }
