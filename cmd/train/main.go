@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = usagef("version takes no arguments")
 			break
 		}
-		fmt.Fprintln(stdout, buildinfo.Line("train"))
+		fmt.Fprintln(stdout, "train "+buildinfo.Read().String())
 		return exitOK
 	case "help":
 		fmt.Fprint(stdout, commandsUsage)

@@ -1,75 +1,63 @@
-// Package buildinfo says which build of a command is running: the module
-// version and the commit it was built from, as recorded by the Go
-// toolchain (runtime/debug.ReadBuildInfo).
+// Package buildinfo reports what a binary was built from: the module
+// version and the version-control commit recorded by the Go toolchain
+// (runtime/debug.ReadBuildInfo), for the -version flags of the commands.
 package buildinfo
 
 import (
 	"fmt"
 	"runtime/debug"
-	"strings"
 )
 
-// Info is what the toolchain recorded about the running binary.
+// Info is the build's identity. Fields the toolchain did not record are
+// empty (a test binary, or a build outside a repository).
 type Info struct {
-	Module   string // module path, e.g. github.com/dpmf-go/dpmf
-	Version  string // module version, "(devel)" for a build from a checkout
-	Commit   string // VCS revision, "" when not recorded
-	Modified bool   // the work tree had uncommitted changes
-	Go       string // Go version
+	// Module is the main module's path and Version its version ("(devel)"
+	// for a build from a checkout).
+	Module, Version string
+	// Commit and Time are the commit (vcs.revision) and its time; Modified
+	// says the working tree had uncommitted changes.
+	Commit, Time string
+	Modified     bool
+	// Go is the toolchain version.
+	Go string
 }
 
-// Read returns the build information of the running binary; ok is false
-// when the binary carries none (built without module support).
-func Read() (Info, bool) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return Info{}, false
+// Read returns the running binary's build information.
+func Read() Info { return fromBuildInfo(debug.ReadBuildInfo()) }
+
+func fromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
+	if !ok || bi == nil {
+		return Info{}
 	}
-	return fromBuildInfo(bi), true
-}
-
-func fromBuildInfo(bi *debug.BuildInfo) Info {
-	in := Info{Module: bi.Main.Path, Version: bi.Main.Version, Go: bi.GoVersion}
+	info := Info{Module: bi.Main.Path, Version: bi.Main.Version, Go: bi.GoVersion}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			in.Commit = s.Value
+			info.Commit = s.Value
+		case "vcs.time":
+			info.Time = s.Value
 		case "vcs.modified":
-			in.Modified = s.Value == "true"
+			info.Modified = s.Value == "true"
 		}
 	}
-	return in
+	return info
 }
 
-// Line is one line for a -version flag: "train github.com/dpmf-go/dpmf
-// (devel), commit 0123abcd (modified), go1.24".
-func Line(program string) string {
-	in, ok := Read()
-	if !ok {
-		return program + ": no build information recorded in this binary"
-	}
-	return in.line(program)
-}
-
-func (in Info) line(program string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", program, orUnknown(in.Module))
-	fmt.Fprintf(&b, " %s", orUnknown(in.Version))
-	if in.Commit != "" {
-		fmt.Fprintf(&b, ", commit %s", in.Commit)
-		if in.Modified {
-			b.WriteString(" (modified)")
+// String is one line: "MODULE VERSION, commit COMMIT (TIME)[, modified],
+// GO"; unknown parts are said to be unknown.
+func (i Info) String() string {
+	or := func(s, def string) string {
+		if s == "" {
+			return def
 		}
-	} else {
-		b.WriteString(", commit unknown")
+		return s
 	}
-	fmt.Fprintf(&b, ", %s", in.Go)
-	return b.String()
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "(unknown)"
+	s := fmt.Sprintf("%s %s, commit %s", or(i.Module, "(unknown module)"), or(i.Version, "(unknown version)"), or(i.Commit, "unknown"))
+	if i.Time != "" {
+		s += " (" + i.Time + ")"
 	}
-	return s
+	if i.Modified {
+		s += ", modified"
+	}
+	return s + ", " + or(i.Go, "unknown Go")
 }

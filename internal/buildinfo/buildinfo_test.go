@@ -2,26 +2,18 @@ package buildinfo
 
 import (
 	"runtime/debug"
-	"strings"
 	"testing"
 )
 
-func TestLineNamesModuleVersionAndCommit(t *testing.T) {
-	bi := &debug.BuildInfo{GoVersion: "go1.24.0", Main: debug.Module{Path: "github.com/dpmf-go/dpmf", Version: "v0.3.0"},
-		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}
-	got := fromBuildInfo(bi).line("train")
-	want := "train github.com/dpmf-go/dpmf v0.3.0, commit 0123abcd (modified), go1.24.0"
+func TestFromBuildInfo(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/dpmf-go/dpmf", Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-25T17:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	got := fromBuildInfo(bi, true).String()
+	want := "github.com/dpmf-go/dpmf (devel), commit 0123abcd (2026-11-25T17:00:00Z), modified, go1.26.8"
 	if got != want {
-		t.Fatalf("got %q, want %q", got, want)
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	got = fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.24.0", Main: debug.Module{Path: "m"}}).line("x")
-	if got != "x m (unknown), commit unknown, go1.24.0" {
-		t.Fatalf("got %q", got)
-	}
-}
-
-func TestLineOfTestBinary(t *testing.T) {
-	if l := Line("train"); !strings.HasPrefix(l, "train ") {
-		t.Fatalf("%q", l)
+	if got := fromBuildInfo(nil, false).String(); got != "(unknown module) (unknown version), commit unknown, unknown Go" {
+		t.Errorf("no build info: %q", got)
 	}
 }
