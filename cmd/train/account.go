@@ -131,7 +131,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		if *bands <= 0 || *bands > *examples / *batch {
 			return usagef("account: -bands %d must lie in [1, examples/batch = %d]", *bands, *examples / *batch)
 		}
-		comp = privacy.Composition{Amplified: true, Examples: *examples, Batch: *batch, Partitions: *bands}
+		comp = privacy.BandSampling(*examples, *batch, *bands)
 		res.Bands = bands
 	}
 	if comp.Amplified {
