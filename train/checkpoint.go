@@ -40,6 +40,9 @@ type checkpoint struct {
 	// it has seen; absent without averaging.
 	EMA      []float32 `msgpack:"ema,omitempty"`
 	EMASteps int       `msgpack:"ema_steps,omitempty"`
+	// Settings are the configuration as given, compared before the plan
+	// is built when the run resumes (absent from older checkpoints).
+	Settings []setting `msgpack:"settings,omitempty"`
 }
 
 // runID fingerprints what must not change across a resume: the plan's
@@ -79,6 +82,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if t.ema != nil {
 		ck.EMA, ck.EMASteps = t.ema.avg, t.ema.steps
 	}
+	ck.Settings = t.settings
 	var mb bytes.Buffer
 	if err := t.model.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
