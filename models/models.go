@@ -1,7 +1,8 @@
 // Package models provides the image classifiers used for differentially
-// private training: logistic regression, a multi-layer perceptron and the
-// CIFAR-10 convolutional network of Kairouz et al. (2021), over one flat
-// float32 parameter buffer.
+// private training: logistic regression, a multi-layer perceptron, the
+// CIFAR-10 convolutional network of Kairouz et al. (2021) and the linear
+// ScatterNet of Tramèr and Boneh (2021) over the fixed scattering transform
+// (Scattering), over one flat float32 parameter buffer.
 //
 // Each model describes itself twice, with the same parameters: Network
 // returns the layer list (package nn) that the training engine (package

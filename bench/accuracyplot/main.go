@@ -121,7 +121,7 @@ func run(out string, files []string) error {
 		}
 		bars.Color = plotutil.Color(i)
 		p.Add(line, points, bars)
-		p.Legend.Add(fmt.Sprintf("%s (mean, min-max of %d runs)", m, len(accs[m][epss[0]])), line, points)
+		p.Legend.Add(m+" (mean over runs, bar min to max)", line, points)
 	}
 	for i, pub := range published {
 		s, err := plotter.NewScatter(plotter.XYs{{X: pub.eps, Y: 100 * pub.acc}})
