@@ -236,7 +236,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 		}
 		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
-			Canaries: opt.Canaries, Dim: t.model.NumParams(), Steps: cfg.Steps,
+			Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: cfg.Steps,
 			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 			Participation: part, Seed: seed,
 		})

@@ -66,6 +66,11 @@ type Config struct {
 	// "wrn16-4", "tabular").
 	Model     models.Model `json:"-"`
 	ModelName string       `json:"model"`
+	// Backend, when set, is the model together with the engine that
+	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
+	// graph through package gorgoniadp; Model, ModelName and the named
+	// models' knobs are then ignored.
+	Backend Backend `json:"-"`
 	Hidden    []int        `json:"hidden,omitempty"`
 	// Categorical are the vocabulary sizes of the categorical columns of a
 	// table, its last len(Categorical) features (data.Tabular's
@@ -169,7 +174,7 @@ func (c *Config) Defaults() {
 	if c.EvalEvery == 0 {
 		c.EvalEvery = max(1, c.Steps/5)
 	}
-	if c.ModelName == "" && c.Model == nil {
+	if c.ModelName == "" && c.Model == nil && c.Backend == nil {
 		c.ModelName = "mlp"
 	}
 	if len(c.ClipPerLayer) > 0 {
@@ -195,7 +200,7 @@ func (c *Config) validate() error {
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
 		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
 	}
-	if c.EmbeddingDim != 0 && c.Model == nil && c.ModelName != "tabular" {
+	if c.EmbeddingDim != 0 && c.Model == nil && c.Backend == nil && c.ModelName != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)
 	}
 	if c.EvalEvery < 0 {

@@ -94,8 +94,9 @@ func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accur
 type Trainer struct {
 	cfg     Config
 	plan    *Plan // nil for a non-private run
-	model   models.Model
-	engine  *clip.Engine
+	model   models.Model // nil when cfg.Backend is set
+	backend Backend
+	engine  Engine
 	sampler sampler.Sampler
 	noise   noise.Source
 	opt     optim.Optimizer
@@ -125,16 +126,24 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	t := &Trainer{cfg: cfg}
 	var err error
-	if t.model, err = buildModel(&cfg); err != nil {
-		return nil, err
+	if t.backend = cfg.Backend; t.backend == nil {
+		if t.model, err = buildModel(&cfg); err != nil {
+			return nil, err
+		}
+		t.backend = nnBackend{t.model}
 	}
-	d := t.model.NumParams()
-	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
+	if shapeOf(cfg.Train) != t.backend.InputShape() {
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
 	}
-	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
+	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
+	maxBatch := cfg.Batch
+	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	d := len(t.engine.Params())
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
 	if cfg.Momentum > 0 {
@@ -165,12 +174,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
 	}
-	maxBatch := cfg.Batch
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	shape := t.model.InputShape()
+	shape := t.backend.InputShape()
 	per := shape[0] * shape[1] * shape[2]
 	t.xb = make([]float32, maxBatch*per)
 	t.yb = make([]int, maxBatch)
@@ -268,8 +272,11 @@ func seed64(master []byte, label string) (uint64, error) {
 // Plan is the run's privacy plan (nil for a non-private run).
 func (t *Trainer) Plan() *Plan { return t.plan }
 
-// Model is the model being trained.
+// Model is the model being trained; nil when Config.Backend is set.
 func (t *Trainer) Model() models.Model { return t.model }
+
+// Engine is the engine computing the run's clipped gradient sums.
+func (t *Trainer) Engine() Engine { return t.engine }
 
 // Step is the number of steps done.
 func (t *Trainer) Step() int { return t.sampler.Step() }
@@ -424,7 +431,7 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 	if i := nonFinite(t.sum); i >= 0 {
 		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
 	}
-	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
+	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
 	return nil
@@ -539,7 +546,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
 		bt.Summary(cfg.Log)

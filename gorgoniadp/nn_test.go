@@ -1,0 +1,111 @@
+package gorgoniadp
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// nnTwin builds a convolution + max pool + dense network as a models.Model
+// (run by the nn executor) and the same network as a gorgonia graph of
+// ordinary ops over copies of its parameters, in the same flat order.
+func nnTwin(t *testing.T) (models.Model, *Model) {
+	t.Helper()
+	const c, h, w, out, hidden, classes = 2, 6, 6, 3, 5, 4
+	mm, err := models.NewBuilder("twin", [3]int{c, h, w}, 7).
+		Conv2D("conv", out, 3, 1, 1, nn.Tanh).MaxPool(2).
+		Dense("hidden", hidden, nn.ReLU).Dense("out", classes, nn.Identity).Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, p := range mm.Layout() {
+		if len(p.Shape) == 1 { // biases start at zero: make them count
+			for j := range p.Len {
+				mm.Params()[p.Offset+j] = float32(0.2 * rng.NormFloat64())
+			}
+		}
+	}
+	g := G.NewGraph()
+	var params []*G.Node
+	for _, p := range mm.Layout() {
+		v := append([]float32(nil), mm.Params()[p.Offset:p.Offset+p.Len]...)
+		params = append(params, G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name),
+			G.WithValue(tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(v)))))
+	}
+	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, c, h, w), G.WithName("x"))
+	// The nn convolution is Z = U W + b over the im2col-unfolded input,
+	// W of shape (c*3*3, out) in gorgonia's Im2Col order.
+	col := G.Must(G.Im2Col(x, tensor.Shape{3, 3}, tensor.Shape{1, 1}, tensor.Shape{1, 1}, tensor.Shape{1, 1}))
+	u := G.Must(G.Reshape(col, tensor.Shape{h * w, c * 9}))
+	z := G.Must(G.Tanh(dense(u, params[0], params[1])))
+	z = G.Must(G.Transpose(G.Must(G.Reshape(z, tensor.Shape{1, h, w, out})), 0, 3, 1, 2))
+	p := G.Must(G.MaxPool2D(z, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+	f := G.Must(G.Reshape(p, tensor.Shape{1, out * h * w / 4}))
+	hd := G.Must(G.Rectify(dense(f, params[2], params[3])))
+	gm, err := New("twin", Graph{Input: x, Logits: dense(hd, params[4], params[5]), Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mm, gm
+}
+
+// TestMatchesNN checks that the adapter's clipped sum, statistics and
+// evaluation equal the nn executor's (clip.Engine) on the same
+// architecture and parameters, to float32 rounding, with about half the
+// examples clipped.
+func TestMatchesNN(t *testing.T) {
+	mm, gm := nnTwin(t)
+	const n, zeta = 16, 4.0
+	ne, err := clip.New(mm, clip.Options{Norm: zeta, MaxBatch: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ge, err := gm.Engine(clip.Options{Norm: zeta, MaxBatch: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := randomBatch(rand.New(rand.NewPCG(9, 9)), n, 2*6*6, 4)
+	want := make([]float32, mm.NumParams())
+	got := make([]float32, gm.NumParams())
+	nst, err := ne.ClippedSum(x, y, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gst, err := ge.ClippedSum(x, y, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, ok := close32(got, want); !ok {
+		t.Fatalf("clipped sum entry %d: gorgonia %v, nn %v", j, got[max(j, 0)], want[max(j, 0)])
+	}
+	t.Logf("norm quantiles %v", nst.NormQuantiles)
+	if nst.Clipped != gst.Clipped || nst.Clipped == 0 || nst.Clipped == 1 {
+		t.Fatalf("clipped fraction: gorgonia %v, nn %v (want equal, strictly between 0 and 1)", gst.Clipped, nst.Clipped)
+	}
+	for q := range nst.NormQuantiles {
+		if math.Abs(nst.NormQuantiles[q]-gst.NormQuantiles[q]) > 1e-5*nst.NormQuantiles[q] {
+			t.Fatalf("norm quantile %d: gorgonia %v, nn %v", q, gst.NormQuantiles[q], nst.NormQuantiles[q])
+		}
+	}
+	if math.Abs(nst.Loss-gst.Loss) > 1e-5*(1+nst.Loss) {
+		t.Fatalf("loss: gorgonia %v, nn %v", gst.Loss, nst.Loss)
+	}
+	nl, na, err := ne.Evaluate(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, ga, err := ge.Evaluate(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if na != ga || math.Abs(nl-gl) > 1e-5*(1+nl) {
+		t.Fatalf("evaluation: gorgonia (%v, %v), nn (%v, %v)", gl, ga, nl, na)
+	}
+}
