@@ -298,7 +298,7 @@ type valueGrad struct {
 	g *tensor.Dense
 }
 
-func (v valueGrad) Value() gorgonia.Value          { return v.n.Value() }
+func (v valueGrad) Value() gorgonia.Value         { return v.n.Value() }
 func (v valueGrad) Grad() (gorgonia.Value, error) { return v.g, nil }
 func (v valueGrad) Name() string                  { return v.n.Name() }
 

@@ -13,21 +13,21 @@ import (
 // tested against a brute-force per-example reference (TestPerExample).
 // Element-wise unary ops are accepted by name (unaryOps).
 var supportedOps = []string{
-	"linAlgBinOp",         // Mul: matrix products, dense layers, Conv2d's product
-	"elemBinOp",           // Add, Sub, HadamardProd, Div, comparisons (Rectify)
-	"elemUnaryOp",         // see unaryOps
-	"im2colOp",            // Im2Col, Conv2d
-	"maxPoolOp",           // MaxPool2D
-	"avgPoolOp",           // AveragePool2D
-	"reshapeOp",           // Reshape
-	"transposeOp",         // Transpose
-	"repeatOp",            // BroadcastAdd and the other broadcasts
-	"sizeOp",              // Mean's divisor
-	"sumOp",               // Sum, Mean
-	"softmaxOp",           // SoftMax, LogSoftMax
-	"concatOp",            // Concat
-	"sliceOp",             // Slice
-	"constantScalar",      // scalar constants
+	"linAlgBinOp",    // Mul: matrix products, dense layers, Conv2d's product
+	"elemBinOp",      // Add, Sub, HadamardProd, Div, comparisons (Rectify)
+	"elemUnaryOp",    // see unaryOps
+	"im2colOp",       // Im2Col, Conv2d
+	"maxPoolOp",      // MaxPool2D
+	"avgPoolOp",      // AveragePool2D
+	"reshapeOp",      // Reshape
+	"transposeOp",    // Transpose
+	"repeatOp",       // BroadcastAdd and the other broadcasts
+	"sizeOp",         // Mean's divisor
+	"sumOp",          // Sum, Mean
+	"softmaxOp",      // SoftMax, LogSoftMax
+	"concatOp",       // Concat
+	"sliceOp",        // Slice
+	"constantScalar", // scalar constants
 }
 
 var unaryOps = []string{"tanh", "sigmoid", "abs", "sqrt", "ln", "exp", "square", "neg", "softplus"}

@@ -71,7 +71,7 @@ type Config struct {
 	// graph through package gorgoniadp; Model, ModelName and the named
 	// models' knobs are then ignored.
 	Backend Backend `json:"-"`
-	Hidden    []int        `json:"hidden,omitempty"`
+	Hidden  []int   `json:"hidden,omitempty"`
 	// Categorical are the vocabulary sizes of the categorical columns of a
 	// table, its last len(Categorical) features (data.Tabular's
 	// Cardinalities), which the "tabular" model embeds.
