@@ -47,8 +47,8 @@ func newEngine(m *Model, opt clip.Options) (*Engine, error) {
 // Params is the model's flat parameter buffer (Model.Params).
 func (e *Engine) Params() []float32 { return e.m.flat }
 
-// data is the float32 contents of a value.
-func data(v gorgonia.Value) ([]float32, error) {
+// float32s is the float32 contents of a value.
+func float32s(v gorgonia.Value) ([]float32, error) {
 	switch v := v.(type) {
 	case *tensor.Dense:
 		if d, ok := v.Data().([]float32); ok {
@@ -82,12 +82,12 @@ func (m *Model) gradient(x []float32, y int) (float64, error) {
 	if err := run(m.train); err != nil {
 		return 0, err
 	}
-	lv, err := data(m.g.Loss.Value())
+	lv, err := float32s(m.g.Loss.Value())
 	if err != nil {
 		return 0, fmt.Errorf("loss: %w", err)
 	}
 	for i, gn := range m.grads {
-		gv, err := data(gn.Value())
+		gv, err := float32s(gn.Value())
 		if err != nil {
 			return 0, fmt.Errorf("gradient of %s: %w", m.names[i], err)
 		}
@@ -243,7 +243,7 @@ func (m *Model) logits(x []float32) ([]float32, error) {
 	if err := run(m.eval); err != nil {
 		return nil, err
 	}
-	return data(m.g.Logits.Value())
+	return float32s(m.g.Logits.Value())
 }
 
 // Evaluate implements train.Engine: the mean cross-entropy (float64

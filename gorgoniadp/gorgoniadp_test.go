@@ -121,9 +121,9 @@ func reference(t *testing.T, oc opCase, seed uint64, x []float32, y int) (loss f
 	if err := vm.RunAll(); err != nil {
 		t.Fatal(err)
 	}
-	lv, _ := data(lossNode.Value())
+	lv, _ := float32s(lossNode.Value())
 	for _, gn := range grads {
-		d, err := data(gn.Value())
+		d, err := float32s(gn.Value())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,18 @@
 package gorgoniadp
 
 import (
+	"context"
 	"math"
+	"path/filepath"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -108,4 +113,76 @@ func TestMatchesNN(t *testing.T) {
 	if na != ga || math.Abs(nl-gl) > 1e-5*(1+nl) {
 		t.Fatalf("evaluation: gorgonia (%v, %v), nn (%v, %v)", gl, ga, nl, na)
 	}
+}
+
+// TestRunMatchesNN trains the same network through train.Run twice from
+// the same seed, once on the nn executor (Config.Model) and once through
+// the adapter (Config.Backend): same batches, same noise, so the final
+// parameters agree to float32 rounding, and the checkpoint of the
+// adapter's run resumes.
+func TestRunMatchesNN(t *testing.T) {
+	mm, gm := nnTwin(t)
+	init := append([]float32(nil), gm.Params()...)
+	trainSet, err := data.NewDataset(randomData(rand.New(rand.NewPCG(4, 4)), 200, 2*6*6), randomLabels(rand.New(rand.NewPCG(4, 5)), 200, 4), data.Shape{C: 2, H: 6, W: 6}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := train.Config{
+		Train: trainSet, Steps: 6, Batch: 20, Mechanism: privacy.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.5, ClipNorm: 1, Seed: []byte("gorgoniadp run matches nn"), InsecureSeed: true,
+	}
+	a := cfg
+	a.Model = mm
+	if _, err := train.Run(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	b := cfg
+	b.Backend = gm
+	b.CheckpointPath = filepath.Join(t.TempDir(), "ck")
+	res, err := train.Run(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Model != "twin" {
+		t.Fatalf("result names model %q", res.Model)
+	}
+	if j, ok := close32(gm.Params(), mm.Params()); !ok {
+		t.Fatalf("parameter %d after training: gorgonia %v, nn %v", j, gm.Params()[max(j, 0)], mm.Params()[max(j, 0)])
+	}
+	if _, same := close32(gm.Params(), init); same {
+		t.Fatal("training did not move the parameters")
+	}
+	if &gm.Tensors()[0].Data().([]float32)[0] != &gm.Params()[0] {
+		t.Fatal("parameter tensor does not view the trained buffer")
+	}
+	// Resuming a finished run from its checkpoint loads the parameters
+	// through Backend.Load and trains no further.
+	saved := append([]float32(nil), gm.Params()...)
+	clear(gm.Params())
+	res, err = train.Run(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Resumed != cfg.Steps {
+		t.Fatalf("resumed from step %d, want %d", res.Resumed, cfg.Steps)
+	}
+	if j, ok := close32(gm.Params(), saved); !ok {
+		t.Fatalf("parameter %d after resuming: %v, saved %v", j, gm.Params()[max(j, 0)], saved[max(j, 0)])
+	}
+}
+
+func randomData(rng *rand.Rand, n, chw int) []float32 {
+	x := make([]float32, n*chw)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+func randomLabels(rng *rand.Rand, n, classes int) []int {
+	y := make([]int, n)
+	for i := range y {
+		y[i] = rng.IntN(classes)
+	}
+	return y
 }
