@@ -3,8 +3,8 @@ package gorgoniadp
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/clip"
