@@ -317,6 +317,11 @@ func TestRefused(t *testing.T) {
 			gp := G.Must(G.Reshape(G.Must(G.GlobalAveragePool2D(c)), tensor.Shape{1, 3}))
 			return Graph{Input: x, Logits: G.Must(G.Mul(gp, w)), Params: []*G.Node{k, w}}
 		}},
+		{"pow", "elemBinOp", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
+			w := param(g, rng, "w", 0.5, 4, 3)
+			return Graph{Input: x, Logits: G.Must(G.Pow(G.Must(G.Mul(x, w)), G.NewConstant(float32(2)))), Params: []*G.Node{w}}
+		}},
 		{"cube", "cube", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w := param(g, rng, "w", 0.5, 4, 3)

@@ -11,11 +11,12 @@ import (
 
 // supportedOps are the gorgonia op types accepted in a user's graph, each
 // tested against a brute-force per-example reference (TestPerExample).
-// Element-wise unary ops are accepted by name (unaryOps).
+// The types listed in named are accepted only with the listed
+// descriptions (the op's String up to its first space).
 var supportedOps = []string{
-	"linAlgBinOp",    // Mul: matrix products, dense layers, Conv2d's product
-	"elemBinOp",      // Add, Sub, HadamardProd, Div, comparisons (Rectify)
-	"elemUnaryOp",    // see unaryOps
+	"linAlgBinOp",    // Mul: dense layers, Conv2d's product (see named)
+	"elemBinOp",      // see named
+	"elemUnaryOp",    // see named
 	"im2colOp",       // Im2Col, Conv2d
 	"maxPoolOp",      // MaxPool2D
 	"avgPoolOp",      // AveragePool2D
@@ -30,7 +31,27 @@ var supportedOps = []string{
 	"constantScalar", // scalar constants
 }
 
-var unaryOps = []string{"tanh", "sigmoid", "abs", "sqrt", "ln", "exp", "square", "neg", "softplus"}
+var named = map[string][]string{
+	// Matrix times matrix, and times a transposed matrix (Conv2d).
+	"linAlgBinOp": {"A × B", "A × Bᵀ"},
+	// Add, Sub, HadamardProd (and Mul by a scalar), Div, and the >= of
+	// Rectify.
+	"elemBinOp":   {"+", "-", "⊙", "÷", ">="},
+	"elemUnaryOp": {"tanh", "sigmoid", "abs", "sqrt", "ln", "exp", "square", "neg", "softplus"},
+}
+
+// description is what named matches: linear-algebra ops by their whole
+// description, element-wise ops by their symbol.
+func description(t string, op gorgonia.Op) string {
+	d := op.String()
+	if t == "linAlgBinOp" {
+		return d
+	}
+	if i := strings.IndexByte(d, ' '); i >= 0 {
+		return d[:i]
+	}
+	return d
+}
 
 // refusedOps explain why an op cannot be made exact per example.
 var refusedOps = map[string]string{
@@ -40,12 +61,19 @@ var refusedOps = map[string]string{
 	"randomOp":        "draws random numbers, which this adapter does not key per example",
 }
 
-// Supported lists the gorgonia op types (and element-wise functions)
-// New accepts.
+// Supported lists the gorgonia op types New accepts, with the accepted
+// descriptions of the matrix-product and element-wise types
+// ("elemUnaryOp: tanh").
 func Supported() []string {
-	out := slices.Clone(supportedOps)
-	for _, u := range unaryOps {
-		out = append(out, "elemUnaryOp:"+u)
+	var out []string
+	for _, t := range supportedOps {
+		if ds, ok := named[t]; ok {
+			for _, d := range ds {
+				out = append(out, t+": "+d)
+			}
+			continue
+		}
+		out = append(out, t)
 	}
 	return out
 }
@@ -96,7 +124,7 @@ func checkOps(nodes gorgonia.Nodes) error {
 		if !slices.Contains(supportedOps, t) {
 			return &OpError{Node: name, Op: desc, Reason: "has no tested per-example rule here (gorgoniadp.Supported lists the ops that do)"}
 		}
-		if t == "elemUnaryOp" && !slices.Contains(unaryOps, op.String()) {
+		if ds, ok := named[t]; ok && !slices.Contains(ds, description(t, op)) {
 			return &OpError{Node: name, Op: desc, Reason: "has no tested per-example rule here (gorgoniadp.Supported lists the ops that do)"}
 		}
 	}
