@@ -263,7 +263,13 @@ func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
 		if c < 0 || c >= m.classes {
 			return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: label %d of example %d not in [0,%d)", c, i, m.classes)
 		}
-		lg, err := m.logits(x[i*chw : (i+1)*chw])
+		xi := x[i*chw : (i+1)*chw]
+		for _, v := range xi {
+			if v-v != 0 {
+				return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: example %d has a non-finite input", i)
+			}
+		}
+		lg, err := m.logits(xi)
 		if err != nil {
 			return 0, 0, fmt.Errorf("gorgoniadp: evaluate: example %d: %w", i, err)
 		}

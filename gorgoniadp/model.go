@@ -258,6 +258,9 @@ func (m *Model) NumParams() int { return len(m.flat) }
 // tensors view (in the order of Graph.Params): writes change the model.
 func (m *Model) Params() []float32 { return m.flat }
 
+// Names are the parameter nodes' names, in the order of Params.
+func (m *Model) Names() []string { return slices.Clone(m.names) }
+
 // Tensors are the parameter nodes' values, views of Params.
 func (m *Model) Tensors() []*tensor.Dense { return slices.Clone(m.views) }
 
