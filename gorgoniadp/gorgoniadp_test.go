@@ -327,6 +327,12 @@ func TestRefused(t *testing.T) {
 			w := param(g, rng, "w", 0.5, 4, 3)
 			return Graph{Input: x, Logits: G.Must(G.Cube(G.Must(G.Mul(x, w)))), Params: []*G.Node{w}}
 		}},
+		{"unbound input", "has no value", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
+			w := param(g, rng, "w", 0.5, 4, 3)
+			frozen := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 3), G.WithName("frozen"))
+			return Graph{Input: x, Logits: G.Must(G.Add(G.Must(G.Mul(x, w)), frozen)), Params: []*G.Node{w}}
+		}},
 		{"batch of two", "graph of one example", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(2, 4), G.WithName("x"))
 			w := param(g, rng, "w", 0.5, 4, 3)

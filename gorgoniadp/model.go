@@ -54,7 +54,7 @@ type Graph struct {
 	Loss, Label *gorgonia.Node
 	// Params are the trained parameter nodes: float32 input nodes with
 	// values (gorgonia.WithValue or WithInit), in the order of the flat
-	// parameter vector.
+	// parameter vector. Other input nodes the loss reads are constants.
 	Params []*gorgonia.Node
 	// Shape is the (channels, height, width) of an example in the data
 	// set; zero means Input's (C, H, W). It must hold as many values as
@@ -85,7 +85,7 @@ type Model struct {
 // every op the loss depends on (see Supported), adds the cross-entropy
 // when g has no Loss, adds the gradient nodes (gorgonia.Grad), rebinds the
 // parameter nodes to views of one flat buffer, and compiles the graph.
-// The graph must not be changed afterwards.
+// The graph must not be changed afterwards, nor given to New again.
 func New(name string, g Graph) (*Model, error) {
 	m, err := newModel(name, g)
 	if err != nil {
@@ -167,6 +167,13 @@ func newModel(name string, g Graph) (*Model, error) {
 		var err error
 		if m.g.Label, m.g.Loss, err = crossEntropy(g.Logits); err != nil {
 			return nil, err
+		}
+	}
+	// Every other input node the loss reads is a constant and needs a
+	// value now.
+	for _, n := range eg.SubgraphRoots(m.g.Loss).AllNodes() {
+		if n.Op() == nil && !seen[n] && n != m.g.Label && n.Value() == nil {
+			return nil, dpcore.Invalidf("input node %s has no value: list it in Params to train it, or give it a value", n.Name())
 		}
 	}
 	// Inputs and parameters: one flat buffer the nodes view.
