@@ -66,12 +66,7 @@ type Config struct {
 	// "wrn16-4", "tabular").
 	Model     models.Model `json:"-"`
 	ModelName string       `json:"model"`
-	// Backend, when set, is the model together with the engine that
-	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
-	// graph through package gorgoniadp; Model, ModelName and the named
-	// models' knobs are then ignored.
-	Backend Backend `json:"-"`
-	Hidden  []int   `json:"hidden,omitempty"`
+	Hidden    []int        `json:"hidden,omitempty"`
 	// Categorical are the vocabulary sizes of the categorical columns of a
 	// table, its last len(Categorical) features (data.Tabular's
 	// Cardinalities), which the "tabular" model embeds.
@@ -79,6 +74,11 @@ type Config struct {
 	// EmbeddingDim is the dimension in which the "tabular" model embeds
 	// each categorical column (0: 8).
 	EmbeddingDim int `json:"embedding_dim,omitempty"`
+	// Backend, when set, is the model together with the engine that
+	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
+	// graph through package gorgoniadp; Model, ModelName and the named
+	// models' knobs are then ignored.
+	Backend Backend `json:"-"`
 
 	// Schedule.
 	Steps int `json:"steps"`

@@ -93,8 +93,10 @@ func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accur
 // that drive training themselves. Build it with New.
 type Trainer struct {
 	cfg     Config
-	plan    *Plan        // nil for a non-private run
-	model   models.Model // nil when cfg.Backend is set
+	plan    *Plan // nil for a non-private run
+	model   models.Model
+	// backend is cfg.Backend, or model on the nn executor (model is nil
+	// when cfg.Backend is set).
 	backend Backend
 	engine  Engine
 	sampler sampler.Sampler
