@@ -95,9 +95,7 @@ type Trainer struct {
 	cfg     Config
 	plan    *Plan // nil for a non-private run
 	model   models.Model
-	// backend is cfg.Backend, or model on the nn executor (model is nil
-	// when cfg.Backend is set).
-	backend Backend
+	backend Backend // cfg.Backend (then model is nil), or model on the nn executor
 	engine  Engine
 	sampler sampler.Sampler
 	noise   noise.Source
