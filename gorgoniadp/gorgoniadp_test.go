@@ -392,3 +392,27 @@ func TestSaveLoad(t *testing.T) {
 		t.Fatalf("corrupt file: %v", err)
 	}
 }
+
+// FuzzLoad feeds Load arbitrary bytes: it returns an error or loads
+// values of the right count, and never panics.
+func FuzzLoad(f *testing.F) {
+	oc := opCases[0]
+	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(6, 1))))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := m.Save(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:len(buf.Bytes())/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := m.Load(bytes.NewReader(b)); err != nil {
+			if !errors.Is(err, dpcore.ErrInvalid) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: want one line matching dpcore.ErrInvalid", err)
+			}
+		}
+	})
+}
