@@ -85,7 +85,8 @@ type Model struct {
 // every op the loss depends on (see Supported), adds the cross-entropy
 // when g has no Loss, adds the gradient nodes (gorgonia.Grad), rebinds the
 // parameter nodes to views of one flat buffer, and compiles the graph.
-// The graph must not be changed afterwards, nor given to New again.
+// The graph must not be changed afterwards, nor given to New again (also
+// after an error, which may leave it changed).
 func New(name string, g Graph) (*Model, error) {
 	m, err := newModel(name, g)
 	if err != nil {
@@ -154,6 +155,9 @@ func newModel(name string, g Graph) (*Model, error) {
 		return nil, err
 	}
 	if g.Loss != nil {
+		if g.Loss.Graph() != eg || g.Label.Graph() != eg {
+			return nil, dpcore.Invalidf("loss node %s or label node %s belongs to another graph than the input", g.Loss.Name(), g.Label.Name())
+		}
 		if err := checkOps(eg.SubgraphRoots(g.Loss).AllNodes()); err != nil {
 			return nil, err
 		}
