@@ -1,6 +1,7 @@
 package gorgoniadp
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -142,12 +143,18 @@ func (e *Engine) checkParams() error {
 	return nil
 }
 
-// ClippedSum implements train.Engine: each example runs alone through the
+// ClippedSum computes the clipped sum of a batch: each example runs alone through the
 // graph, its gradient's L2 norm over all parameters is taken in float64,
 // and the gradient scaled by min(1, Norm/norm) (shrunk by 2^-20) is added
 // to dst, which is overwritten. Examples whose loss or gradient is not
 // finite, or whose L-inf norm exceeds LInfZero, contribute nothing.
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error) {
+	return e.ClippedSumContext(context.Background(), x, y, dst)
+}
+
+// ClippedSumContext is ClippedSum, stopping with ctx's error between
+// examples when ctx is done (dst is then incomplete).
+func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
 	var st clip.Stats
 	m := e.m
 	n, chw := len(y), len(m.x)
@@ -174,6 +181,9 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, er
 	clipped, finite := 0, 0
 	lossSum := 0.0
 	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
+		}
 		loss, err := m.gradient(x[i*chw:(i+1)*chw], y[i])
 		if err != nil {
 			return st, fmt.Errorf("gorgoniadp: clipped sum: example %d: %w", i, err)
@@ -246,10 +256,16 @@ func (m *Model) logits(x []float32) ([]float32, error) {
 	return float32s(m.g.Logits.Value())
 }
 
-// Evaluate implements train.Engine: the mean cross-entropy (float64
+// Evaluate returns the mean cross-entropy (float64
 // log-sum-exp of the float32 logits) and the accuracy on x, y, one
 // example at a time.
 func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
+	return e.EvaluateContext(context.Background(), x, y)
+}
+
+// EvaluateContext is Evaluate, stopping with ctx's error between examples
+// when ctx is done.
+func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
 	m := e.m
 	chw := len(m.x)
 	if len(y) == 0 || len(x) != len(y)*chw {
@@ -262,6 +278,9 @@ func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
 	for i, c := range y {
 		if c < 0 || c >= m.classes {
 			return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: label %d of example %d not in [0,%d)", c, i, m.classes)
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
 		}
 		xi := x[i*chw : (i+1)*chw]
 		for _, v := range xi {

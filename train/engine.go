@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"io"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -18,7 +19,7 @@ import (
 // An adapter for another Go framework is a small package: it owns the
 // framework's model, exposes the parameters as one flat float32 vector the
 // framework's tensors share (or copies them in before each call), and
-// implements ClippedSum by computing each example's gradient, its L2 norm
+// implements ClippedSumContext by computing each example's gradient, its L2 norm
 // over all parameters, and adding the gradient scaled by
 // min(1, clip norm / norm) to dst (clip.Options says how).
 type Engine interface {
@@ -26,14 +27,16 @@ type Engine interface {
 	// order. The optimizer writes it in place between calls; the engine
 	// must compute with what it holds at each call.
 	Params() []float32
-	// ClippedSum writes into dst (len(Params())) the sum over the examples
-	// x (len(y) examples of C*H*W floats each, CHW order) with labels y
-	// of their cross-entropy gradients, each clipped as the engine's
-	// clip.Options say, and returns the batch's statistics. Examples with
-	// a non-finite loss or gradient contribute nothing and are counted.
-	ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error)
-	// Evaluate returns the mean cross-entropy and the accuracy on x, y.
-	Evaluate(x []float32, y []int) (loss, acc float64, err error)
+	// ClippedSumContext writes into dst (len(Params())) the sum over the
+	// examples x (len(y) examples of C*H*W floats each, CHW order) with
+	// labels y of their cross-entropy gradients, each clipped as the
+	// engine's clip.Options say, and returns the batch's statistics.
+	// Examples with a non-finite loss or gradient contribute nothing and
+	// are counted. It stops with ctx's error when ctx is done.
+	ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error)
+	// EvaluateContext returns the mean cross-entropy and the accuracy on
+	// x, y, stopping with ctx's error when ctx is done.
+	EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error)
 }
 
 // Backend is a model that builds its own Engine for a run: set it as
@@ -47,7 +50,7 @@ type Backend interface {
 	InputShape() [3]int
 	// NewEngine builds the run's engine. opt carries the run's clipping
 	// (Norm or PerLayer, NonPrivate) and MaxBatch, the largest batch
-	// ClippedSum is called with; an engine refuses what it cannot do
+	// ClippedSumContext is called with; an engine refuses what it cannot do
 	// exactly.
 	NewEngine(opt clip.Options) (Engine, error)
 	// Save writes the parameters; Load reads what Save wrote into the
@@ -66,3 +69,12 @@ func (b nnBackend) NewEngine(opt clip.Options) (Engine, error) { return clip.New
 // NNBackend is the Backend a Config.Model is trained through: the model on
 // the project's planned executor (clip.Engine).
 func NNBackend(m models.Model) Backend { return nnBackend{m} }
+
+// sized names a model and its parameter count (the run's settings).
+type sized struct {
+	name string
+	d    int
+}
+
+func (s sized) Name() string   { return s.name }
+func (s sized) NumParams() int { return s.d }

@@ -34,14 +34,16 @@ func (f *fakeBackend) NewEngine(opt clip.Options) (Engine, error) {
 	return f, nil
 }
 func (f *fakeBackend) Params() []float32 { return f.params }
-func (f *fakeBackend) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error) {
+func (f *fakeBackend) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
 	f.calls++
 	for i := range dst {
 		dst[i] = float32(len(y))
 	}
 	return clip.Stats{Examples: len(y)}, nil
 }
-func (f *fakeBackend) Evaluate(x []float32, y []int) (float64, float64, error) { return 1, 0.5, nil }
+func (f *fakeBackend) EvaluateContext(ctx context.Context, x []float32, y []int) (float64, float64, error) {
+	return 1, 0.5, nil
+}
 func (f *fakeBackend) Save(w io.Writer) error {
 	return binary.Write(w, binary.LittleEndian, f.params)
 }
