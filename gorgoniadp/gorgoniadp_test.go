@@ -2,6 +2,7 @@ package gorgoniadp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -415,4 +416,27 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestContext checks that a cancelled context stops the clipped sum and
+// the evaluation with its error.
+func TestContext(t *testing.T) {
+	oc := opCases[0]
+	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(8, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	x, y := randomBatch(rand.New(rand.NewPCG(8, 2)), 4, 12, 3)
+	if _, err := e.ClippedSumContext(ctx, x, y, make([]float32, m.NumParams())); !errors.Is(err, context.Canceled) {
+		t.Fatalf("clipped sum: %v", err)
+	}
+	if _, _, err := e.EvaluateContext(ctx, x, y); !errors.Is(err, context.Canceled) {
+		t.Fatalf("evaluate: %v", err)
+	}
 }
