@@ -247,7 +247,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 		}
 		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
-			Canaries: opt.Canaries, Dim: t.model.NumParams(), Steps: cfg.Steps,
+			Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: cfg.Steps,
 			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 			Participation: part, Seed: seed,
 		})
@@ -295,7 +295,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			loss, _, err := t.engine.Evaluate(canX[j*per:(j+1)*per], canY[j:j+1])
+			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*per:(j+1)*per], canY[j:j+1])
 			if err != nil {
 				return nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
 			}

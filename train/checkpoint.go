@@ -50,7 +50,7 @@ type checkpoint struct {
 func (t *Trainer) runID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
-		t.model.Name(), t.model.NumParams(), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
+		t.backend.Name(), len(t.engine.Params()), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
 		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
 	if t.cfg.EMA > 0 || t.cfg.Features != FeaturesPixels {
 		fmt.Fprintf(h, " ema=%g features=%s", t.cfg.EMA, t.cfg.Features)
@@ -84,7 +84,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	}
 	ck.Settings = t.settings
 	var mb bytes.Buffer
-	if err := t.model.Save(&mb); err != nil {
+	if err := t.backend.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	ck.Model = mb.Bytes()
@@ -129,7 +129,7 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
 	}
-	if err := t.model.Load(bytes.NewReader(ck.Model)); err != nil {
+	if err := t.backend.Load(bytes.NewReader(ck.Model)); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	if err := t.opt.UnmarshalBinary(ck.Optimizer); err != nil {

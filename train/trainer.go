@@ -97,7 +97,8 @@ type Trainer struct {
 	cfg     Config
 	plan    *Plan // nil for a non-private run
 	model   models.Model
-	engine  *clip.Engine
+	backend Backend // cfg.Backend (then model is nil), or model on the nn executor
+	engine  Engine
 	sampler sampler.Sampler
 	noise   noise.Source
 	opt     optim.Optimizer
@@ -129,25 +130,28 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	t := &Trainer{}
 	var err error
+	if t.backend = cfg.Backend; t.backend == nil {
+		if t.model, err = buildModel(&cfg); err != nil {
+			return nil, err
+		}
+		t.backend = nnBackend{t.model}
+	}
 	// The model is built for the shape the features will have, and
 	// checked against it, before the features are computed.
-	if t.model, err = buildModel(&cfg); err != nil {
-		return nil, err
-	}
 	if fshape, err := featureShape(&cfg); err != nil {
 		return nil, err
-	} else if t.model.InputShape() != fshape {
-		return nil, invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.model.InputShape())
+	} else if t.backend.InputShape() != fshape {
+		return nil, invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.backend.InputShape())
 	}
-	d := t.model.NumParams()
 	// The clipping engine checks the per-layer bounds against the model's
 	// layers: before the plan is built.
 	maxBatch := cfg.Batch
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	t.settings = cfg.settings(t.model)
+	d := len(t.engine.Params())
+	t.settings = cfg.settings(sized{t.backend.Name(), d})
 	if cfg.CheckpointPath != "" {
 		// A resume with other settings is refused before the plan (and
 		// its factorization, minutes for long runs) is built.
@@ -161,11 +165,11 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		return nil, err
 	}
 	t.cfg = cfg
-	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
+	if shapeOf(cfg.Train) != t.backend.InputShape() {
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
 	}
-	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
+	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
@@ -197,7 +201,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
 	}
-	shape := t.model.InputShape()
+	shape := t.backend.InputShape()
 	per := shape[0] * shape[1] * shape[2]
 	t.xb = make([]float32, maxBatch*per)
 	t.yb = make([]int, maxBatch)
@@ -207,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		t.noiseBuf = make([]float32, d)
 	}
 	if cfg.EMA > 0 {
-		t.ema = newAverage(cfg.EMA, t.model.Params())
+		t.ema = newAverage(cfg.EMA, t.engine.Params())
 	}
 	if cfg.Augment {
 		as, err := seed64(cfg.Seed, "augment")
@@ -307,8 +311,11 @@ func seed64(master []byte, label string) (uint64, error) {
 // Plan is the run's privacy plan (nil for a non-private run).
 func (t *Trainer) Plan() *Plan { return t.plan }
 
-// Model is the model being trained.
+// Model is the model being trained; nil when Config.Backend is set.
 func (t *Trainer) Model() models.Model { return t.model }
+
+// Engine is the engine computing the run's clipped gradient sums.
+func (t *Trainer) Engine() Engine { return t.engine }
 
 // Step is the number of steps done.
 func (t *Trainer) Step() int { return t.sampler.Step() }
@@ -466,10 +473,10 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 	if i := nonFinite(t.sum); i >= 0 {
 		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
 	}
-	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
+	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
-	t.ema.update(t.model.Params())
+	t.ema.update(t.engine.Params())
 	return nil
 }
 
@@ -528,9 +535,9 @@ func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	var err error
-	t.ema.swap(t.model.Params())
+	t.ema.swap(t.engine.Params())
 	em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, x, y)
-	t.ema.swap(t.model.Params())
+	t.ema.swap(t.engine.Params())
 	if err != nil {
 		if ctx.Err() != nil {
 			return em, ctx.Err()
@@ -601,7 +608,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
 		// The cached factorizations first: they feed the plan.
 		bt.Summary(cfg.Log)
@@ -661,7 +668,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	// The model leaves Run holding what was evaluated: the average.
-	t.ema.install(t.model.Params())
+	t.ema.install(t.engine.Params())
 	return res, nil
 }
 
