@@ -112,6 +112,8 @@ type Trainer struct {
 	augment    data.Augmenter
 	metrics    *metricsWriter
 	audit      *auditHook // nil except under Audit (audit.go)
+	users      *userLevel // nil except at user level (users.go)
+	exIdx      []int      // a user-level step's examples
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
@@ -145,6 +147,14 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: optimizer: %w", err)
 	}
+	if cfg.UserLevel {
+		if t.users, err = newUserLevel(&cfg); err != nil {
+			return nil, err
+		}
+		if cfg.Batch > t.users.users.Len() {
+			return nil, invalidf("batch = %d users must lie in [1, %d users]", cfg.Batch, t.users.users.Len())
+		}
+	}
 	if cfg.NonPrivate {
 		t.sampler, err = sampler.NewFixedOrder(cfg.Train.Len(), cfg.Batch, cfg.Steps, sampler.Options{Seed: deriveSeed(cfg.Seed, "sampler")})
 		if err != nil {
@@ -155,7 +165,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: optimizer workload: %w", err)
 		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w)
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w, t.users)
 		if err != nil {
 			return nil, err
 		}
@@ -166,6 +176,11 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		}
 	}
 	maxBatch := cfg.Batch
+	if t.users != nil {
+		// Batch counts users: a chunk holds up to Batch users' k examples
+		// (at least one user's k, at most 4096 examples beyond that).
+		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
+	}
 	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
@@ -358,6 +373,15 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		t.sum[i] = 0
 	}
 	sm := StepMetrics{Step: step, BatchSize: len(t.idx)}
+	if t.users != nil {
+		if err := t.clipUsers(ctx, step, &sm); err != nil {
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
+		}
+		if i := nonFinite(t.sum); i >= 0 {
+			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+		}
+		return sm, nil
+	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
 	// additive, so larger batches run in chunks.
 	maxBatch := len(t.yb)
