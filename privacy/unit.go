@@ -49,7 +49,7 @@ func (r *Request) unitAssumptions() ([]string, error) {
 			how = "mean"
 		}
 		return []string{
-			fmt.Sprintf("unit of privacy: one user (all examples of one owner id); adjacency zero-out over users: all of one user's examples replaced by zero contribution at every step; the sampler draws users (m = %d users)", r.Examples),
+			fmt.Sprintf("unit of privacy: one user (all examples of one owner id); adjacency zero-out over users: all of one user's examples replaced by zero contribution at every step; the sampler draws users: the m = %d \"examples\" of the sampling statements are users", r.Examples),
 			fmt.Sprintf("per-user bounding: at most %d examples of a sampled user enter a step (chosen with the run's secret randomness when it has more); the %s of their gradients is clipped to zeta as a whole, so one user moves a step's clipped sum by at most zeta", b.Examples, how),
 		}, nil
 	}
