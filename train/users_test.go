@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -56,6 +57,7 @@ func TestUserContributionBound(t *testing.T) {
 		{SamplingPoisson, privacy.DPSGD{}},
 		{SamplingBandPoisson, privacy.BandMF{Bands: 2}},
 		{SamplingFixedOrder, privacy.DPSGD{}},
+		{SamplingShuffle, privacy.DPSGD{}},
 	}
 	for trial := range 3 {
 		for _, c := range cases {
@@ -119,5 +121,96 @@ func TestUserContributionBound(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A user-level run stopped at a checkpoint and resumed ends with the same
+// parameters, bit for bit, as the run done at once: the per-user example
+// choice is keyed by step and user, not by the process. The checkpoint of
+// a user-level run does not resume an example-level one.
+func TestUserLevelResumeIsBitIdentical(t *testing.T) {
+	ctx := context.Background()
+	ds := ownedSynthetic(t, 400, 60, 5)
+	cfg := Config{
+		Train: ds, ModelName: "mlp", Hidden: []int{6}, Steps: 8, Batch: 12,
+		Mechanism: privacy.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
+		UserLevel: true, UserExamples: 3, Seed: []byte("user-level resume test"), InsecureSeed: true, EvalEvery: 100,
+	}
+	whole, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !whole.Done() {
+		if _, err := whole.TrainStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := t.TempDir() + "/ckpt"
+	part, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := part.TrainStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := part.SaveCheckpoint(path); err != nil {
+		t.Fatal(err)
+	}
+	resumed := cfg
+	resumed.CheckpointPath = path
+	rest, err := New(ctx, resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.Step() != 3 {
+		t.Fatalf("resumed at step %d, want 3", rest.Step())
+	}
+	for !rest.Done() {
+		if _, err := rest.TrainStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(whole.Model().Params(), rest.Model().Params()) {
+		t.Fatal("resumed user-level run differs from the run done at once")
+	}
+	exLevel := resumed
+	exLevel.UserLevel, exLevel.UserExamples = false, 0
+	if _, err := New(ctx, exLevel); err == nil {
+		t.Fatal("an example-level run resumed a user-level checkpoint")
+	}
+}
+
+// Configurations that would claim user-level privacy without owners or
+// without the per-user bound are refused.
+func TestUserLevelConfigRefused(t *testing.T) {
+	ctx := context.Background()
+	owned := ownedSynthetic(t, 100, 10, 1)
+	plain, _, err := data.Synthetic(100, 1, data.Shape{C: 1, H: 3, W: 3}, 3, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Config{Train: owned, ModelName: "logistic", Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true}
+	for name, edit := range map[string]func(*Config){
+		"no owners":         func(c *Config) { c.Train = plain },
+		"k < 1":             func(c *Config) { c.UserExamples = -1 },
+		"non-private":       func(c *Config) { c.NonPrivate = true },
+		"per-layer":         func(c *Config) { c.ClipPerLayer = []float64{1} },
+		"more users a step": func(c *Config) { c.Batch = 11 },
+		"k without level":   func(c *Config) { c.UserLevel = false; c.UserExamples = 2 },
+		"mean without level": func(c *Config) {
+			c.UserLevel = false
+			c.UserMean = true
+		},
+	} {
+		cfg := base
+		edit(&cfg)
+		if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := New(ctx, base); err != nil {
+		t.Fatal(err)
 	}
 }
