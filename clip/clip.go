@@ -116,7 +116,9 @@ type Engine struct {
 	// UserClippedSum's buffers (user.go), allocated on first use.
 	capture [][]float32
 	userAcc []float64
-	userVec []float32
+	userOK  []bool
+	userSq  []float64
+	userF   []float32
 }
 
 // New plans the executor for m. The model's parameter buffer is shared,

@@ -2,6 +2,8 @@ package clip
 
 import (
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 )
@@ -26,16 +28,18 @@ type UserOptions struct {
 // the user has.
 //
 // The per-example gradients come from the same single forward and backward
-// pass as ClippedSum (nn.Plan.Gradients, in chunks that hold at most 64
-// MiB of gradients); they are added per user in float64, the user's
-// gradient is rounded once to float32, its norm is taken in float64 from
-// exactly those float32 values, and the clip factor carries ClippedSum's
-// margin, so each user's contribution has norm at most Norm in the float
-// arithmetic done. A non-finite example contributes nothing (its user's
-// other examples still do) and is counted in Stats.NonFinite. Stats count
-// users: Clipped is the fraction of users clipped and NormQuantiles are
-// over users' unclipped gradient norms; Loss is the mean over finite
-// examples. Only flat clipping (Options.Norm) is supported.
+// pass as ClippedSum (nn.Plan.Gradients, in chunks of whole users that hold
+// at least 64 MiB of gradients, more when one user needs it); each
+// coordinate of a user's gradient is added in float64 and rounded once to
+// float32, its norm is taken in float64 from exactly those float32 values,
+// and the clip factor carries ClippedSum's margin, so each user's
+// contribution has norm at most Norm in the float arithmetic done. The
+// combination runs on GOMAXPROCS goroutines over coordinate ranges. A
+// non-finite example contributes nothing (its user's other examples still
+// do) and is counted in Stats.NonFinite. Stats count users: Clipped is the
+// fraction of users clipped and NormQuantiles are over users' unclipped
+// gradient norms; Loss is the mean over finite examples. Only flat
+// clipping (Options.Norm) is supported.
 func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOptions, dst []float32) (Stats, error) {
 	var st Stats
 	d := e.m.NumParams()
@@ -49,81 +53,129 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 	case len(x) != len(y)*e.chw:
 		return st, dpcore.Invalidf("clip: user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
 	}
-	tot := 0
+	tot, largest := 0, 0
 	for k, g := range groups {
 		if g <= 0 {
 			return st, dpcore.Invalidf("clip: user clipped sum: user %d has %d examples", k, g)
 		}
 		tot += g
+		largest = max(largest, g)
 	}
 	if tot != len(y) {
 		return st, dpcore.Invalidf("clip: user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
 	}
+	if need := int64(largest) * int64(d) * 4; need > maxUserCapture {
+		return st, dpcore.Invalidf("clip: user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
+	}
 	if err := e.checkParams(); err != nil {
 		return st, err
 	}
-	chunk := max(1, min(len(y), captureBytes/(4*d)))
+	chunk := max(largest, min(len(y), captureBytes/(4*d)))
 	if len(e.capture) < chunk || len(e.capture[0]) != d {
 		e.capture = make([][]float32, chunk)
 		for i := range e.capture {
 			e.capture[i] = make([]float32, d)
 		}
 		e.userAcc = make([]float64, d)
-		e.userVec = make([]float32, d)
 	}
 	clear(dst)
-	acc, vec := e.userAcc, e.userVec
-	clear(acc)
 	st.Examples = len(y)
 	e.sorted = e.sorted[:0]
-	user, left := 0, groups[0]
 	finite, clipped, lossSum := 0, 0, 0.0
-	for lo := 0; lo < len(y); lo += chunk {
-		hi := min(lo+chunk, len(y))
+	workers := max(1, min(runtime.GOMAXPROCS(0), d/4096))
+	for lo, g0 := 0, 0; g0 < len(groups); {
+		// The chunk: whole users, at most chunk examples.
+		hi, g1 := lo, g0
+		for g1 < len(groups) && hi+groups[g1]-lo <= chunk {
+			hi += groups[g1]
+			g1++
+		}
 		out := e.capture[:hi-lo]
 		losses, err := e.plan.Gradients(x[lo*e.chw:hi*e.chw], y[lo:hi], out)
 		if err != nil {
 			return st, err
 		}
-		for j, l := range losses {
-			g := out[j]
-			if !math.IsNaN(l) && allFinite(g) {
+		// A non-finite loss marks an example whose input, loss or
+		// gradient norm is not finite (nn.Plan.Step): it is left out.
+		ok := e.userOK[:0]
+		for _, l := range losses {
+			good := !math.IsNaN(l)
+			ok = append(ok, good)
+			if good {
 				finite++
 				lossSum += l
-				for i, v := range g {
-					acc[i] += float64(v)
-				}
 			} else {
 				st.NonFinite++
 			}
-			if left--; left > 0 {
-				continue
+		}
+		e.userOK = ok
+		users := groups[g0:g1]
+		if cap(e.userSq) < len(users)*workers {
+			e.userSq = make([]float64, len(users)*workers)
+		}
+		sq := e.userSq[:len(users)*workers]
+		clear(sq)
+		// Pass 1: each user's gradient, coordinate by coordinate, into
+		// its first example's slot; partial squared norms per worker.
+		acc := e.userAcc
+		parallelRanges(d, workers, func(w, a, b int) {
+			first := 0
+			sum := acc[a:b]
+			for u, g := range users {
+				clear(sum)
+				for j := first; j < first+g; j++ {
+					if !ok[j] {
+						continue
+					}
+					for i, v := range out[j][a:b] {
+						sum[i] += float64(v)
+					}
+				}
+				scale := 1.0
+				if opt.Mean {
+					scale = 1 / float64(g)
+				}
+				dstv := out[first][a:b]
+				s := 0.0
+				for i, a := range sum {
+					v := float32(a * scale)
+					dstv[i] = v
+					s += float64(v) * float64(v)
+				}
+				sq[u*workers+w] = s
+				first += g
 			}
-			// The user's last example: clip and add its gradient.
-			scale := 1.0
-			if opt.Mean {
-				scale = 1 / float64(groups[user])
+		})
+		factors := e.userF[:0]
+		for u := range users {
+			s := 0.0
+			for w := range workers {
+				s += sq[u*workers+w]
 			}
-			sq := 0.0
-			for i, a := range acc {
-				vec[i] = float32(a * scale)
-				sq += float64(vec[i]) * float64(vec[i])
-			}
-			nrm := math.Sqrt(sq)
+			nrm := math.Sqrt(s)
 			f := float32(1)
 			if nrm > e.opt.Norm {
 				f = float32(e.opt.Norm / nrm * shrink)
 				clipped++
 			}
 			e.sorted = append(e.sorted, nrm)
-			for i, v := range vec {
-				dst[i] += f * v
-			}
-			clear(acc)
-			if user++; user < len(groups) {
-				left = groups[user]
-			}
+			factors = append(factors, f)
 		}
+		e.userF = factors
+		// Pass 2: add the clipped users' gradients.
+		parallelRanges(d, workers, func(_, a, b int) {
+			first := 0
+			for u, g := range users {
+				f := factors[u]
+				v := out[first][a:b]
+				acc := dst[a:b]
+				for i, x := range v {
+					acc[i] += f * x
+				}
+				first += g
+			}
+		})
+		lo, g0 = hi, g1
 	}
 	st.Clipped = float64(clipped) / float64(len(groups))
 	if finite > 0 {
@@ -133,11 +185,25 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 	return st, nil
 }
 
-func allFinite(v []float32) bool {
-	for _, x := range v {
-		if x-x != 0 {
-			return false
-		}
+// maxUserCapture bounds the per-example gradients one user may need at
+// once (1 GiB).
+const maxUserCapture = 1 << 30
+
+// parallelRanges splits [0, n) into workers contiguous ranges and runs
+// f(worker, lo, hi) on each concurrently.
+func parallelRanges(n, workers int, f func(w, lo, hi int)) {
+	if workers == 1 {
+		f(0, 0, n)
+		return
 	}
-	return true
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(w, lo, hi)
+		}()
+	}
+	wg.Wait()
 }
