@@ -87,7 +87,13 @@ type Config struct {
 	// gradients' sum (or mean, UserMean) is clipped to ClipNorm as one
 	// contribution, so one user's whole data moves a step's clipped sum by
 	// at most ClipNorm. The claim, the ledger and the model file say
-	// "user". Flat clipping only (no ClipPerLayer).
+	// "user". Flat clipping only (no ClipPerLayer). A step's metrics
+	// then count users: batch_size is the users sampled, clipped_frac and
+	// norm_quantiles are over users' combined gradients (loss stays the
+	// mean over their examples). With more than one example a user, the
+	// per-example gradients are materialized (clip.Engine.UserClippedSum):
+	// the same single pass, with memory traffic proportional to the
+	// examples times the parameters (BENCHMARKS.md).
 	UserLevel bool `json:"user_level,omitempty"`
 	// UserExamples is k, the most examples of one user per step (0: 1).
 	UserExamples int `json:"user_examples,omitempty"`
