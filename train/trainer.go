@@ -536,6 +536,8 @@ type Result struct {
 	Resumed  int           `json:"resumed_from_step,omitempty"`
 	Model    string        `json:"model"`
 	Examples int           `json:"examples"`
+	// Users is the number of users of a user-level run (0 otherwise).
+	Users int `json:"users,omitempty"`
 }
 
 // Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
@@ -564,6 +566,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer t.Close()
 	cfg = t.cfg
 	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	if t.users != nil {
+		res.Users = t.users.users.Len()
+	}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
 		bt.Summary(cfg.Log)
