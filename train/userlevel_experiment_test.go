@@ -91,7 +91,14 @@ func TestFashionMNISTUserLevelExperiment(t *testing.T) {
 	}
 	bestVal := map[string]float64{}
 	best := map[string]choice{}
-	for _, c := range []choice{{"dpsgd", 1}, {"dpsgd", 4}, {"toeplitz:16", 1}, {"toeplitz:16", 4}, {"blt:4", 1}, {"blt:4", 4}} {
+	cands := []choice{{"dpsgd", 1}, {"dpsgd", 4}, {"toeplitz:16", 1}, {"toeplitz:16", 4}, {"blt:4", 1}, {"blt:4", 4}}
+	if os.Getenv("DPMF_USERLEVEL_CHOSEN") != "" {
+		// Repeats with other seeds reuse the first seed's choice
+		// (BENCHMARKS.md): dpsgd k=4, toeplitz:16 k=4.
+		cands = nil
+		best["dpsgd"], best["correlated"] = choice{"dpsgd", 4}, choice{"toeplitz:16", 4}
+	}
+	for _, c := range cands {
 		res, err := run(fitSet, valSet, c.mech, 8, true, c.k)
 		if err != nil {
 			t.Logf("validation %s k=%d: %v", c.mech, c.k, err)
