@@ -115,9 +115,7 @@ func TestFashionMNISTUserLevelExperiment(t *testing.T) {
 	}
 	t.Logf("chosen on validation: dpsgd k=%d; correlated %s k=%d", best["dpsgd"].k, best["correlated"].mech, best["correlated"].k)
 	// Test runs.
-	// RDP for the per-user readings: an upper bound, fast at the small
-	// noise multipliers sigma/g.
-	acct, _ := privacy.RDP.New()
+	acct, _ := privacy.PLD.New()
 	for _, eps := range []float64{3, 8} {
 		for _, fam := range []string{"dpsgd", "correlated"} {
 			c := best[fam]
@@ -144,10 +142,11 @@ func TestFashionMNISTUserLevelExperiment(t *testing.T) {
 			// 1-(1-q)^g and move the sum by at most g*zeta, so the run is
 			// a Poisson-subsampled Gaussian at that rate with noise
 			// multiplier sigma/g (a sound upper bound; group privacy from
-			// (eps, delta) alone is vacuous); RDP accounting.
+			// (eps, delta) has a larger delta); PLD accounting, g = 1 repeats the
+			// claim.
 			p := res.Plan
 			var per []string
-			for _, g := range []int{2, 7, 21, 55, 213} {
+			for _, g := range []int{1, 2, 3, 7} {
 				q := 1 - math.Pow(1-p.Accounting.Q, float64(g))
 				e, err := privacy.Composition{Amplified: true, Q: q, Partitions: 1}.Epsilon(acct, p.NoiseMultiplier/float64(g), 300, p.Delta)
 				if err != nil {
