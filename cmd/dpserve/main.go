@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8377", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.StringVar(&o.store, "store", "", "bbolt file holding all state (created if absent; reopened to resume)")
 	fs.IntVar(&o.dim, "dim", 0, "dimension d of a contribution vector")
-	fs.StringVar(&o.mechanism, "mechanism", "tree-online", "noise mechanism: dpsgd, tree-online, tree-full, bandmf:BANDS, ... (as train compare)")
+	fs.StringVar(&o.mechanism, "mechanism", "tree-online", "noise mechanism with a causal decoder: dpsgd, tree-online, mf-single, bandmf:BANDS, blt:NBUF, ... (as train compare; tree-full, fft, fft-opt are refused)")
 	fs.StringVar(&o.workload, "workload", "prefix", "release: prefix, momentum:BETA or window:W")
 	fs.Float64Var(&o.epsilon, "epsilon", 0, "privacy budget epsilon over the whole horizon")
 	fs.Float64Var(&o.delta, "delta", 0, "privacy parameter delta")
