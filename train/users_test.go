@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/data"
@@ -212,5 +213,23 @@ func TestUserLevelConfigRefused(t *testing.T) {
 	}
 	if _, err := New(ctx, base); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An example-level run over data with owners says in its claim what it
+// means per owner: group privacy over the largest owner's examples.
+func TestExampleLevelOverOwnedDataStatesGroupPrivacy(t *testing.T) {
+	ds := ownedSynthetic(t, 200, 20, 2)
+	us, err := ds.Users()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(context.Background(), Config{Train: ds, ModelName: "logistic", Steps: 2, Batch: 10, NoiseMultiplier: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("owners holding up to %d examples", us.MaxExamples())
+	if p := tr.Plan(); p.Unit != privacy.UnitExample || !strings.Contains(strings.Join(p.Assumptions(), "\n"), want) {
+		t.Fatalf("example-level plan over owned data: unit %s, assumptions do not contain %q:\n%s", p.Unit, want, p)
 	}
 }
