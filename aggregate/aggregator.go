@@ -149,14 +149,10 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 		a.noiseStd = a.exact.noiseStd()
 	}
 	a.state = make([]float64, a.dim)
-	a.db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	if a.db, err = openBolt(path, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType}); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
-	}
-	if err := a.load(); err != nil {
+	if err := a.loadGuarded(path); err != nil {
 		a.db.Close()
 		return nil, err
 	}

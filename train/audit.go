@@ -164,6 +164,17 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	case opt.UnsafeNoiseScale < 0 || math.IsNaN(opt.UnsafeNoiseScale) || math.IsInf(opt.UnsafeNoiseScale, 0):
 		return nil, bad("unsafe noise scale %v", opt.UnsafeNoiseScale)
 	}
+	// The canaries' arrays: white-box, an input slot (the training set is
+	// copied with them) and one observation per step each; black-box, a
+	// held-out example each, and the training set copied.
+	per := float64(cfg.Train.Shape.Size())
+	need := float64(opt.Canaries)*(4*per+8+16) + float64(cfg.Train.Len())*(4*per+8)
+	if opt.Mode == AuditWhitebox {
+		need += float64(opt.Canaries) * 8 * float64(cfg.Steps)
+	}
+	if err := checkMemory(fmt.Sprintf("audit with %d canaries", opt.Canaries), need); err != nil {
+		return nil, err
+	}
 	if opt.Confidence == 0 {
 		opt.Confidence = 0.95
 	}

@@ -36,6 +36,9 @@ type checkpoint struct {
 	Epsilon   float64 `msgpack:"epsilon"`
 	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
 	AugmentSeed uint64 `msgpack:"augment_seed"`
+	// Settings are the configuration as given, compared before the plan
+	// is built when the run resumes (absent from older checkpoints).
+	Settings []setting `msgpack:"settings,omitempty"`
 }
 
 // runID fingerprints what must not change across a resume: the plan's
@@ -72,6 +75,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
+	ck.Settings = t.settings
 	var mb bytes.Buffer
 	if err := t.model.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)

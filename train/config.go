@@ -156,6 +156,9 @@ type Config struct {
 	CacheDir string `json:"cache_dir,omitempty"`
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer `json:"-"`
+	// ProgressLog receives the progress lines of factorization building
+	// (nil: Log), so that a command can keep them apart from its results.
+	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
@@ -242,6 +245,9 @@ const maxUserExamples = 1 << 16
 
 func (c *Config) validateRest() error {
 	bad := invalidf
+	if err := c.checkSizes(); err != nil {
+		return err
+	}
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
 		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
 	}
@@ -281,7 +287,7 @@ func (c *Config) validateRest() error {
 		return bad("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", c.Epsilon)
 	}
 	if c.Epsilon < 0 || math.IsNaN(c.Epsilon) || math.IsInf(c.Epsilon, 0) {
-		return bad("epsilon %v must be positive", c.Epsilon)
+		return bad("epsilon %v must be positive and finite", c.Epsilon)
 	}
 	if c.Delta != 0 && !(c.Delta > 0 && c.Delta < 1) {
 		return bad("delta %v must lie in (0,1)", c.Delta)
@@ -296,6 +302,9 @@ func (c *Config) validateRest() error {
 	}
 	if c.Bands < 0 {
 		return bad("bands = %d", c.Bands)
+	}
+	if m := c.Train.Len() / c.Batch; c.Bands > m {
+		return bad("bands = %d: band sampling needs at least a batch in each partition, so at most examples/batch = %d/%d = %d bands", c.Bands, c.Train.Len(), c.Batch, m)
 	}
 	return nil
 }

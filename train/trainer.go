@@ -114,6 +114,7 @@ type Trainer struct {
 	audit      *auditHook // nil except under Audit (audit.go)
 	users      *userLevel // nil except at user level (users.go)
 	exIdx      []int      // a user-level step's examples
+	settings   []setting  // the configuration as given, recorded in checkpoints
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
@@ -136,6 +137,26 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
 		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
+	}
+	// The clipping engine checks the per-layer bounds against the model's
+	// layers: before the plan is built.
+	maxBatch := cfg.Batch
+	if cfg.UserLevel {
+		// Batch counts users: a chunk holds up to Batch users' k examples
+		// (at least one user's k, at most 4096 examples beyond that).
+		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
+	}
+	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	t.settings = cfg.settings(t.model)
+	if cfg.CheckpointPath != "" {
+		// A resume with other settings is refused before the plan (and
+		// its factorization, minutes for long runs) is built.
+		if err := checkResumeSettings(cfg.CheckpointPath, t.settings); err != nil {
+			return nil, err
+		}
 	}
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
@@ -174,16 +195,6 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
-	}
-	maxBatch := cfg.Batch
-	if t.users != nil {
-		// Batch counts users: a chunk holds up to Batch users' k examples
-		// (at least one user's k, at most 4096 examples beyond that).
-		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
-	}
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
 	}
 	shape := t.model.InputShape()
 	per := shape[0] * shape[1] * shape[2]
@@ -395,8 +406,11 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		if err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
-		st, err := t.engine.ClippedSum(x, y, t.chunk)
+		st, err := t.engine.ClippedSumContext(ctx, x, y, t.chunk)
 		if err != nil {
+			if ctx.Err() != nil {
+				return sm, ctx.Err()
+			}
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
 		for i, v := range t.chunk {
@@ -485,6 +499,12 @@ func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Sha
 // Without a test set it measures the training set, says so (Split), and
 // marks the result as outside the guarantee.
 func (t *Trainer) Evaluate() (EvalMetrics, error) {
+	return t.EvaluateContext(context.Background())
+}
+
+// EvaluateContext is Evaluate, stopping between batches when ctx is done
+// (it then returns ctx's error and records nothing).
+func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 	ds := t.cfg.Test
 	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if ds == nil {
@@ -500,7 +520,10 @@ func (t *Trainer) Evaluate() (EvalMetrics, error) {
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	var err error
-	if em.Loss, em.Accuracy, err = t.engine.Evaluate(x, y); err != nil {
+	if em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, x, y); err != nil {
+		if ctx.Err() != nil {
+			return em, ctx.Err()
+		}
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	if t.plan != nil {
@@ -555,7 +578,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	bt := NewBuildProgress(cfg.Log, progressEvery, cfg.Progress)
+	plog := cfg.ProgressLog
+	if plog == nil {
+		plog = cfg.Log
+	}
+	bt := NewBuildProgress(plog, progressEvery, cfg.Progress)
 	t, err := New(bt.Attach(ctx), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -570,8 +597,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Users = t.users.users.Len()
 	}
 	if cfg.Log != nil && t.plan != nil {
-		fmt.Fprintln(cfg.Log, t.plan)
+		// The cached factorizations first: they feed the plan.
 		bt.Summary(cfg.Log)
+		fmt.Fprintln(cfg.Log, t.plan)
 	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {
@@ -594,8 +622,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		bar.step(sm)
 		if sm.Step%cfg.EvalEvery == 0 && sm.Step < cfg.Steps {
-			em, err := t.Evaluate()
+			em, err := t.EvaluateContext(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					bar.finish()
+					return res, t.interrupted(ctx)
+				}
 				return res, err
 			}
 			res.Evals = append(res.Evals, em)
@@ -608,8 +640,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	bar.finish()
-	em, err := t.Evaluate()
+	em, err := t.EvaluateContext(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return res, t.interrupted(ctx)
+		}
 		return res, err
 	}
 	res.Evals = append(res.Evals, em)
