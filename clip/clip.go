@@ -215,6 +215,10 @@ func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	}
 }
 
+// Params is the model's parameter buffer itself (models.Model.Params): the
+// engine computes with whatever it holds at each call.
+func (e *Engine) Params() []float32 { return e.m.Params() }
+
 // checkParams rejects a model whose parameters are not all finite: one
 // NaN weight poisons every example.
 func (e *Engine) checkParams() error {

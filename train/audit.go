@@ -275,7 +275,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 		}
 		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
-			Canaries: opt.Canaries, Dim: t.model.NumParams(), Steps: cfg.Steps,
+			Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: cfg.Steps,
 			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 			Participation: part, Seed: seed,
 		})
@@ -324,7 +324,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			loss, _, err := t.engine.Evaluate(canX[j*group*per:(j+1)*group*per], canY[j*group:(j+1)*group])
+			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*group*per:(j+1)*group*per], canY[j*group:(j+1)*group])
 			if err != nil {
 				return nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
 			}

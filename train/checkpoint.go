@@ -46,7 +46,7 @@ type checkpoint struct {
 func (t *Trainer) runID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
-		t.model.Name(), t.model.NumParams(), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
+		t.backend.Name(), len(t.engine.Params()), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
 		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
@@ -77,7 +77,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
 	ck.Settings = t.settings
 	var mb bytes.Buffer
-	if err := t.model.Save(&mb); err != nil {
+	if err := t.backend.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	ck.Model = mb.Bytes()
@@ -122,7 +122,7 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
 	}
-	if err := t.model.Load(bytes.NewReader(ck.Model)); err != nil {
+	if err := t.backend.Load(bytes.NewReader(ck.Model)); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	if err := t.opt.UnmarshalBinary(ck.Optimizer); err != nil {

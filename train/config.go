@@ -74,6 +74,11 @@ type Config struct {
 	// EmbeddingDim is the dimension in which the "tabular" model embeds
 	// each categorical column (0: 8).
 	EmbeddingDim int `json:"embedding_dim,omitempty"`
+	// Backend, when set, is the model together with the engine that
+	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
+	// graph through package gorgoniadp; Model, ModelName and the named
+	// models' knobs are then ignored.
+	Backend Backend `json:"-"`
 
 	// Schedule.
 	Steps int `json:"steps"`
@@ -194,7 +199,7 @@ func (c *Config) Defaults() {
 	if c.EvalEvery == 0 {
 		c.EvalEvery = max(1, c.Steps/5)
 	}
-	if c.ModelName == "" && c.Model == nil {
+	if c.ModelName == "" && c.Model == nil && c.Backend == nil {
 		c.ModelName = "mlp"
 	}
 	if c.UserLevel && c.UserExamples == 0 {
@@ -251,7 +256,7 @@ func (c *Config) validateRest() error {
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
 		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
 	}
-	if c.EmbeddingDim != 0 && c.Model == nil && c.ModelName != "tabular" {
+	if c.EmbeddingDim != 0 && c.Model == nil && c.Backend == nil && c.ModelName != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)
 	}
 	if c.EvalEvery < 0 {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-	"github.com/dpmf-go/dpmf/models"
 )
 
 // setting is one configuration value a checkpoint records, so that a
@@ -20,7 +19,10 @@ type setting struct {
 
 // settings are the configuration values that must not change across a
 // resume, as the user gave them (before the plan is built).
-func (c *Config) settings(m models.Model) []setting {
+func (c *Config) settings(m interface {
+	Name() string
+	NumParams() int
+}) []setting {
 	mech := "none (non-private)"
 	if !c.NonPrivate && c.Mechanism != nil {
 		mech = fmt.Sprint(c.Mechanism)

@@ -95,7 +95,8 @@ type Trainer struct {
 	cfg     Config
 	plan    *Plan // nil for a non-private run
 	model   models.Model
-	engine  *clip.Engine
+	backend Backend // cfg.Backend (then model is nil), or model on the nn executor
+	engine  Engine
 	sampler sampler.Sampler
 	noise   noise.Source
 	opt     optim.Optimizer
@@ -128,15 +129,17 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	t := &Trainer{cfg: cfg}
 	var err error
-	if t.model, err = buildModel(&cfg); err != nil {
-		return nil, err
+	if t.backend = cfg.Backend; t.backend == nil {
+		if t.model, err = buildModel(&cfg); err != nil {
+			return nil, err
+		}
+		t.backend = nnBackend{t.model}
 	}
-	d := t.model.NumParams()
-	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
+	if shapeOf(cfg.Train) != t.backend.InputShape() {
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
 	}
-	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
+	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
 	// The clipping engine checks the per-layer bounds against the model's
 	// layers: before the plan is built.
@@ -146,11 +149,17 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		// (at least one user's k, at most 4096 examples beyond that).
 		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
 	}
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	t.settings = cfg.settings(t.model)
+	if cfg.UserLevel && cfg.UserExamples > 1 {
+		if _, ok := t.engine.(UserEngine); !ok {
+			return nil, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
+		}
+	}
+	d := len(t.engine.Params())
+	t.settings = cfg.settings(sized{t.backend.Name(), d})
 	if cfg.CheckpointPath != "" {
 		// A resume with other settings is refused before the plan (and
 		// its factorization, minutes for long runs) is built.
@@ -196,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
 	}
-	shape := t.model.InputShape()
+	shape := t.backend.InputShape()
 	per := shape[0] * shape[1] * shape[2]
 	t.xb = make([]float32, maxBatch*per)
 	t.yb = make([]int, maxBatch)
@@ -294,8 +303,11 @@ func seed64(master []byte, label string) (uint64, error) {
 // Plan is the run's privacy plan (nil for a non-private run).
 func (t *Trainer) Plan() *Plan { return t.plan }
 
-// Model is the model being trained.
+// Model is the model being trained; nil when Config.Backend is set.
 func (t *Trainer) Model() models.Model { return t.model }
+
+// Engine is the engine computing the run's clipped gradient sums.
+func (t *Trainer) Engine() Engine { return t.engine }
 
 // Step is the number of steps done.
 func (t *Trainer) Step() int { return t.sampler.Step() }
@@ -462,7 +474,7 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 	if i := nonFinite(t.sum); i >= 0 {
 		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
 	}
-	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
+	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
 	return nil
@@ -592,7 +604,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
 	if t.users != nil {
 		res.Users = t.users.users.Len()
 	}

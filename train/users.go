@@ -14,6 +14,15 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
+// UserEngine is an Engine that clips each user's combined gradient as
+// one contribution (clip.Engine.UserClippedSum): a user-level run with more
+// than one example a user needs it; with one, any Engine will do.
+type UserEngine interface {
+	UserClippedSum(x []float32, y []int, groups []int, opt clip.UserOptions, dst []float32) (clip.Stats, error)
+}
+
+var _ UserEngine = (*clip.Engine)(nil)
+
 // userLevel is the trainer's side of a user-level run: the sampler draws
 // users, and each sampled user's examples (at most k of them, chosen with
 // secret randomness) enter the step as one clipped contribution.
@@ -110,9 +119,10 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 		if u.k == 1 {
 			// One example per user: per-example clipping is per-user
 			// clipping.
-			st, err = t.engine.ClippedSum(x, y, t.chunk)
+			st, err = t.engine.ClippedSumContext(ctx, x, y, t.chunk)
 		} else {
-			st, err = t.engine.UserClippedSum(x, y, u.groups[g0:g1], clip.UserOptions{Mean: u.mean}, t.chunk)
+			// New checked that the engine has it.
+			st, err = t.engine.(UserEngine).UserClippedSum(x, y, u.groups[g0:g1], clip.UserOptions{Mean: u.mean}, t.chunk)
 		}
 		if err != nil {
 			return err
