@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -231,5 +233,38 @@ func TestExampleLevelOverOwnedDataStatesGroupPrivacy(t *testing.T) {
 	want := fmt.Sprintf("owners holding up to %d examples", us.MaxExamples())
 	if p := tr.Plan(); p.Unit != privacy.UnitExample || !strings.Contains(strings.Join(p.Assumptions(), "\n"), want) {
 		t.Fatalf("example-level plan over owned data: unit %s, assumptions do not contain %q:\n%s", p.Unit, want, p)
+	}
+}
+
+// hidingBackend's engines lack UserClippedSum, as a backend without
+// per-user combination would.
+type hidingBackend struct{ nnBackend }
+
+func (b hidingBackend) NewEngine(opt clip.Options) (Engine, error) {
+	e, err := b.nnBackend.NewEngine(opt)
+	return struct{ Engine }{e}, err
+}
+
+// A backend whose engine cannot combine a user's examples before clipping
+// is refused at user level with more than one example a user, and runs
+// with one (per-example clipping is then per-user clipping).
+func TestUserLevelNeedsUserEngine(t *testing.T) {
+	ctx := context.Background()
+	ds := ownedSynthetic(t, 100, 10, 1)
+	m, err := models.NewLogistic([3]int{1, 3, 3}, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Train: ds, Backend: hidingBackend{nnBackend{m}}, Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true, UserExamples: 2}
+	if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
+		t.Fatalf("k = 2 on an engine without UserClippedSum: %v", err)
+	}
+	cfg.UserExamples = 1
+	tr, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.TrainStep(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
