@@ -42,15 +42,21 @@ func readmeModes(t *testing.T) string {
 		mech  Mechanism
 		samp  Sampling
 		seed  []byte
+		eps   float64 // a target epsilon instead of noise multiplier 1
 	}{
-		{"DP-SGD with Poisson sampling", DPSGD{}, SamplingAuto, nil},
-		{"BandMF with band sampling (banded-MF Thm 4)", BandMF{Bands: 4}, SamplingAuto, nil},
-		{"Matrix mechanisms with fixed-order epochs (here tree-online)", Tree{}, SamplingAuto, nil},
-		{"Shuffling (here DP-SGD)", DPSGD{}, SamplingShuffle, nil},
-		{"Any mode with a seed (here DP-SGD, a 48-character seed)", DPSGD{}, SamplingAuto, strong},
+		{"DP-SGD with Poisson sampling", DPSGD{}, SamplingAuto, nil, 0},
+		{"BandMF with band sampling (banded-MF Thm 4)", BandMF{Bands: 4}, SamplingAuto, nil, 0},
+		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", Toeplitz{Spec: mfnoise.MechanismSpec{Name: "toeplitz:auto", Kind: mfnoise.KindToeplitz, AutoBands: true, Stamps: 1}}, SamplingAuto, nil, 8},
+		{"Matrix mechanisms with fixed-order epochs (here tree-online)", Tree{}, SamplingAuto, nil, 0},
+		{"Shuffling (here DP-SGD)", DPSGD{}, SamplingShuffle, nil, 0},
+		{"Any mode with a seed (here DP-SGD, a 48-character seed)", DPSGD{}, SamplingAuto, strong, 0},
 	} {
-		p, _, err := NewPlan(ctx, Request{Mechanism: mode.mech, Workload: w, Examples: m, Batch: batch, Steps: n,
-			Sampling: mode.samp, ClipNorm: 1, NoiseMultiplier: 1, Seed: mode.seed})
+		req := Request{Mechanism: mode.mech, Workload: w, Examples: m, Batch: batch, Steps: n,
+			Sampling: mode.samp, ClipNorm: 1, NoiseMultiplier: 1, Seed: mode.seed}
+		if mode.eps > 0 {
+			req.NoiseMultiplier, req.Epsilon = 0, mode.eps
+		}
+		p, _, err := NewPlan(ctx, req)
 		if err != nil {
 			t.Fatalf("%s: %v", mode.title, err)
 		}
