@@ -1,11 +1,13 @@
 package mfnoise
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -274,5 +276,46 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 				t.Errorf("%v bands %d: banded MF %.10g above its banded Toeplitz proxy %.10g", w, bands, warm.Loss, proxy)
 			}
 		}
+	}
+}
+
+// A cache entry written before warm starts (testdata/cache-6d43b3d: commit
+// 6d43b3d built bandmf:4 for this workload from X = I) is found under the
+// same key and used as it is: no optimizer runs, and the encoder is the
+// stored one. Rebuilt now, the problem reaches the same loss within 1e-4.
+func TestBandedCacheEntryFromBeforeWarmStartsLoads(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadDir(filepath.Join("testdata", "cache-6d43b3d"))
+	if err != nil || len(src) != 1 {
+		t.Fatalf("testdata: %v (%d files)", err, len(src))
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "cache-6d43b3d", src[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, src[0].Name()), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
+	spec, _ := ParseMechanism("bandmf:4")
+	built := 0
+	ctx := WithBuildTrace(context.Background(), &BuildTrace{Optimizing: func(string, int, float64) { built++ }})
+	f, err := Build(ctx, spec, w, SingleParticipation(), BuildOptions{Cache: &Cache{Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := LoadFactorization(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built != 0 || !mat.Equal(f.Encoder, stored.Encoder) {
+		t.Fatalf("optimizer runs %d; encoder equals the stored one: %v", built, mat.Equal(f.Encoder, stored.Encoder))
+	}
+	fresh, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(fresh.Meta.Loss-stored.Meta.Loss) > 1e-4*stored.Meta.Loss {
+		t.Errorf("rebuilt loss %v, stored %v", fresh.Meta.Loss, stored.Meta.Loss)
 	}
 }
