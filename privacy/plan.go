@@ -474,10 +474,14 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
 		}
 		built[row.Bands] = f
-		cands[i].Loss, cands[i].Proxy = f.LossAt(sens.Value), false
+		// sigma_b depends on b alone: rescore without recalibrating.
+		loss := f.LossAt(sens.Value)
+		sel.Table[i].Loss, sel.Table[i].Proxy, sel.Table[i].Score = loss, false, row.Sigma*row.Sigma*loss
 	}
-	if sel, err = accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands); err != nil {
-		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+	for i, row := range sel.Table {
+		if row.Err == "" && row.Score < sel.Table[sel.Best].Score {
+			sel.Best = i
+		}
 	}
 	return &sel, built, nil
 }
