@@ -69,3 +69,15 @@ func ExampleSelectBands() {
 	// bands  64: q = 0.640,   32 compositions, sigma = 2.448, score = 2997
 	// chosen: 4
 }
+
+// The noise multiplier of the discrete Gaussian mechanism (exact integer
+// releases) for the same target: zCDP, a few percent above the
+// continuous Gaussian's.
+func ExampleDiscreteGaussianSigma() {
+	sigma, err := accountant.DiscreteGaussianSigma(8, 1e-6)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("sigma = %.4f\n", sigma)
+	// Output: sigma = 0.6893
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,7 @@ type setup struct {
 	k, b     int
 	count    bool
 	seed     []byte
+	float    bool // the float path (before the exact arithmetic)
 }
 
 func (s setup) config(t testing.TB) Config {
@@ -51,7 +53,7 @@ func (s setup) config(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Config{Dim: s.d, Workload: s.workload, Mechanism: m, Epsilon: 2, Delta: 1e-6, Clip: 1.5, K: s.k, B: s.b, Count: s.count, Seed: s.seed}
+	return Config{Dim: s.d, Workload: s.workload, Mechanism: m, Epsilon: 2, Delta: 1e-6, Clip: 1.5, K: s.k, B: s.b, Count: s.count, Seed: s.seed, floatNoise: s.float}
 }
 
 func open(t testing.TB, path string, cfg Config) *Aggregator {
@@ -106,7 +108,8 @@ func noiseCovariance(t *testing.T, m *FactorizationMechanism, w Workload) *mat.S
 }
 
 // TestReleaseCovariance checks that release - true sum has the covariance
-// the mechanism promises, noise_std^2 T A^-1 B B^T A^-T T^T (for the prefix
+// the mechanism promises (exact arithmetic, and the float path for the
+// non-causal tree-full), noise_std^2 T A^-1 B B^T A^-T T^T (for the prefix
 // sum T A^-1 = I: noise_std^2 B B^T), estimated over d = 4000 independent
 // coordinates with a fixed seed. Tolerance: 6 standard errors of a sample
 // covariance, sqrt((S_ii S_jj + S_ij^2) / d), per entry.
@@ -115,9 +118,11 @@ func TestReleaseCovariance(t *testing.T) {
 	for _, c := range []setup{
 		{mech: "dpsgd", workload: Workload{Kind: PrefixSum}, k: 2, b: 8},
 		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, k: 2, b: 8},
-		{mech: "tree-full", workload: Workload{Kind: Window, Window: 5}, k: 1, b: 1},
+		{mech: "tree-full", workload: Workload{Kind: Window, Window: 5}, k: 1, b: 1, float: true},
 		{mech: "bandmf:4", workload: Workload{Kind: Momentum, Beta: 0.8}, k: 2, b: 8},
 		{mech: "tree-online", workload: Workload{Kind: Momentum, Beta: 0.5}, k: 1, b: 1, count: true},
+		{mech: "blt:2", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
+		{mech: "mf-single", workload: Workload{Kind: Window, Window: 3}, k: 1, b: 1},
 	} {
 		t.Run(c.mech+"/"+c.workload.String(), func(t *testing.T) {
 			c.n, c.d, c.seed = n, d, testSeed
@@ -171,7 +176,8 @@ func TestReleaseCovariance(t *testing.T) {
 	}
 }
 
-// TestReleaseExact reconstructs the noise from the seed with mfnoise
+// TestReleaseExact checks the float path (kept for the attack test and
+// benchmarks): it reconstructs the noise from the seed with mfnoise
 // directly and checks every release against the dense reference
 // T (X + s W) to rounding: the aggregator adds exactly one noise row per
 // step, in order, at the ledger's scale, and the count is exact.
@@ -183,7 +189,7 @@ func TestReleaseExact(t *testing.T) {
 		{mech: "dpsgd", workload: Workload{Kind: Momentum, Beta: 0.9}, k: 3, b: 2, count: true},
 	} {
 		t.Run(c.mech+"/"+c.workload.String(), func(t *testing.T) {
-			c.n, c.d, c.seed = n, d, testSeed
+			c.n, c.d, c.seed, c.float = n, d, testSeed, true
 			cfg := c.config(t)
 			a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
 			defer a.Close()
@@ -276,13 +282,14 @@ func TestBounding(t *testing.T) {
 	a := open(t, path, cfg)
 	defer a.Close()
 	ctx := context.Background()
-	src, err := cfg.Mechanism.NewNoise(d+1, noise.Options{Seed: testSeed})
+	seeded, err := a.SeededNoise(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	std := a.Ledger().NoiseStd
-	w := make([]float32, d+1)
-	prefixNoise := make([]float64, d+1)
+	var prefixNoise []float64
+	// The exact arithmetic rounds each record coordinate to the grid:
+	// at most half a grid unit each, for at most 3 records a step.
+	tol := 3 * 0.5 * a.Ledger().Grid
 	// commit checks that the step's true sum is want (count wantN).
 	var prev []float64
 	var prevN float64
@@ -292,12 +299,7 @@ func TestBounding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := src.Next(w); err != nil {
-			t.Fatal(err)
-		}
-		for i := range prefixNoise {
-			prefixNoise[i] += std * float64(w[i])
-		}
+		prefixNoise = seeded[r.Step-1]
 		got := make([]float64, d)
 		for i := range d {
 			got[i] = r.Sum[i] - prefixNoise[i]
@@ -307,7 +309,7 @@ func TestBounding(t *testing.T) {
 		}
 		gotN := (r.Count - prefixNoise[d]/cfg.Clip) - prevN
 		for i := range d {
-			if math.Abs(got[i]-want[i]) > 1e-9 {
+			if math.Abs(got[i]-want[i]) > 2*tol {
 				t.Fatalf("step %d: true sum %v, want %v", r.Step, got, want)
 			}
 		}
@@ -386,7 +388,7 @@ func TestBudget(t *testing.T) {
 	a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
 	defer a.Close()
 	ctx := context.Background()
-	sigma, err := accountant.GaussianSigma(cfg.Epsilon, cfg.Delta)
+	sigma, err := accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,8 +405,10 @@ func TestBudget(t *testing.T) {
 		}
 		l := a.Ledger()
 		g := 1 << int(math.Ceil(math.Log2(float64(s))))
-		want, _ := accountant.GaussianEpsilon(sigma*math.Sqrt2/math.Sqrt(min(2, math.Ceil(float64(g)/4))), cfg.Delta)
-		if math.Abs(l.EpsilonSpent-min(want, cfg.Epsilon)) > 1e-9 || l.EpsilonSpent < prev || l.Steps != s {
+		want, _ := accountant.DiscreteGaussianEpsilon(sigma*math.Sqrt2/math.Sqrt(min(2, math.Ceil(float64(g)/4))), cfg.Delta)
+		// 1e-7: the exact arithmetic's sensitivities carry a relative 1e-9
+		// of float64 slack and the encoder's rounding.
+		if math.Abs(l.EpsilonSpent-min(want, cfg.Epsilon)) > 1e-7 || l.EpsilonSpent < prev || l.Steps != s {
 			t.Fatalf("step %d: spent %v (prev %v), want %v", s, l.EpsilonSpent, prev, want)
 		}
 		prev = l.EpsilonSpent
@@ -432,6 +436,57 @@ func TestBudget(t *testing.T) {
 // same noise stream (releases bitwise equal to an uninterrupted run), and
 // that a different configuration is refused.
 func TestReopen(t *testing.T) {
+	const n = 8
+	// The exact arithmetic keeps step sums and encoded rows across steps
+	// (all of them for a dense encoder, a band's worth for bandmf): a
+	// reopen at any step must continue bitwise.
+	ctx := context.Background()
+	for _, c := range []setup{
+		{mech: "mf-single", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
+		{mech: "bandmf:3", workload: Workload{Kind: Momentum, Beta: 0.7}, k: 2, b: 3},
+		{mech: "blt:2", workload: Workload{Kind: Window, Window: 2}, k: 1, b: 1},
+	} {
+		c.n, c.d, c.seed = n, 3, testSeed
+		cfg := c.config(t)
+		var want [][]float64
+		for _, reopenAt := range []int{1, 2, 4, 7} {
+			path := filepath.Join(t.TempDir(), "r.db")
+			a := open(t, path, cfg)
+			for s := 1; s <= n; s++ {
+				if s == reopenAt {
+					a.Close()
+					a = open(t, path, cfg)
+				}
+				for j := range 3 {
+					if _, err := a.Add(ctx, fmt.Sprint("p", s, j), []float64{float64(j), 0.5, float64(s) / 10}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := a.Commit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reopenAt == 1 {
+					want = append(want, r.Sum)
+				} else if !slices.Equal(r.Sum, want[s-1]) {
+					t.Fatalf("%s: release %d after a reopen at step %d: %v, without: %v", c.mech, s, reopenAt, r.Sum, want[s-1])
+				}
+			}
+			a.Close()
+		}
+	}
+	// A store made by the float path is refused by the exact arithmetic.
+	fc := setup{mech: "dpsgd", workload: Workload{Kind: PrefixSum}, n: 4, d: 2, k: 1, b: 1, seed: testSeed, float: true}
+	fcfg := fc.config(t)
+	fpath := filepath.Join(t.TempDir(), "float.db")
+	open(t, fpath, fcfg).Close()
+	fcfg.floatNoise = false
+	if _, err := Open(ctx, fpath, fcfg); !errors.Is(err, ErrStoreMismatch) || !strings.Contains(err.Error(), "arithmetic") {
+		t.Fatalf("float-path store opened with the exact arithmetic: %v, want ErrStoreMismatch naming the arithmetic", err)
+	}
+}
+
+func TestReopenStoresMechanism(t *testing.T) {
 	const n = 8
 	c := setup{mech: "tree-online", workload: Workload{Kind: Window, Window: 3}, n: n, d: 5, k: 2, b: 2, seed: testSeed}
 	cfg := c.config(t)
@@ -513,14 +568,15 @@ func TestConcurrentAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := cfg.Mechanism.NewNoise(3, noise.Options{Seed: testSeed})
-	w := make([]float32, 3)
-	src.Next(w)
-	std := a.Ledger().NoiseStd
-	if got := r.Sum[0] - std*float64(w[0]); math.Abs(got-workers*per) > 1e-6 {
+	seeded, err := a.SeededNoise(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 is 2^20/1.5 grid units: rounded by at most half a unit each.
+	if got := r.Sum[0] - seeded[0][0]; math.Abs(got-workers*per) > workers*per*a.Ledger().Grid {
 		t.Errorf("sum %v, want %d", got, workers*per)
 	}
-	if got := r.Count - std*float64(w[2])/cfg.Clip; math.Abs(got-workers*per) > 1e-6 {
+	if got := r.Count - seeded[0][2]/cfg.Clip; math.Abs(got-workers*per) > 1e-6 {
 		t.Errorf("count %v, want %d", got, workers*per)
 	}
 }
@@ -564,5 +620,90 @@ func TestSizeRefusals(t *testing.T) {
 	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"), cfg)
 	if err == nil || !strings.Contains(err.Error(), "bytes") {
 		t.Errorf("noise memory 1000 bytes at d = 1000: %v, want a refusal naming the bytes needed", err)
+	}
+}
+
+// TestExactReleaseDecodes checks the exact arithmetic against a dense
+// reference: every release equals T X + the seed's noise (SeededNoise),
+// with X the clipped contributions in float64, to the grid's rounding
+// (half a grid unit per record coordinate, summed over the records the
+// workload adds up), and the count exactly.
+func TestExactReleaseDecodes(t *testing.T) {
+	const n, d, per = 12, 7, 5
+	for _, c := range []setup{
+		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, k: 3, b: 2, count: true},
+		{mech: "bandmf:3", workload: Workload{Kind: Window, Window: 4}, k: 3, b: 2},
+		{mech: "dpsgd", workload: Workload{Kind: Momentum, Beta: 0.9}, k: 3, b: 2, count: true},
+		{mech: "blt:2", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
+		{mech: "mf-single", workload: Workload{Kind: Momentum, Beta: 0.5}, k: 1, b: 1, count: true},
+	} {
+		t.Run(c.mech+"/"+c.workload.String(), func(t *testing.T) {
+			c.n, c.d, c.seed = n, d, testSeed
+			cfg := c.config(t)
+			a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
+			defer a.Close()
+			ctx := context.Background()
+			// x: the clipped contributions in float64, count last.
+			x := mat.NewDense(n, d+1, nil)
+			for s := 1; s <= n; s++ {
+				for j := range per {
+					v := make([]float64, d)
+					for i := range v {
+						v[i] = float64((s*j+i)%5) * 0.2
+					}
+					v[(s+j)%d] = 3 // norm > 1.5: clipped
+					nv := norm2(v)
+					for i, vi := range v {
+						x.Set(s-1, i, x.At(s-1, i)+vi*cfg.Clip/nv)
+					}
+					x.Set(s-1, d, x.At(s-1, d)+1)
+				}
+			}
+			var truth mat.Dense
+			truth.Mul(targetMatrix(c.workload, n), x)
+			rows := mat.NewDense(n, d+1, nil)
+			for s := 1; s <= n; s++ {
+				for j := range per {
+					v := make([]float64, d)
+					for i := range v {
+						v[i] = float64((s*j+i)%5) * 0.2
+					}
+					v[(s+j)%d] = 3
+					if _, err := a.Add(ctx, fmt.Sprintf("s%d-%d", s, j), v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := a.Commit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(rows.RawRowView(s-1), r.Sum)
+				rows.Set(s-1, d, r.Count)
+			}
+			noise, err := a.SeededNoise(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grid := a.Ledger().Grid
+			for s := range n {
+				tsum := 0.0
+				for i := 0; i <= s; i++ {
+					tsum += math.Abs(targetMatrix(c.workload, n).At(s, i))
+				}
+				tol := tsum*per*0.5*grid + 1e-9
+				for i := range d {
+					w := truth.At(s, i) + noise[s][i]
+					if g := rows.At(s, i); math.Abs(g-w) > tol+1e-9*math.Abs(w) {
+						t.Fatalf("release %d[%d] = %.12g, want %.12g +- %.3g", s+1, i, g, w, tol)
+					}
+				}
+				if c.count {
+					w := truth.At(s, d) + noise[s][d]/cfg.Clip
+					if g := rows.At(s, d); math.Abs(g-w) > 1e-9*(1+math.Abs(w)) {
+						t.Fatalf("release %d count = %.12g, want %.12g", s+1, g, w)
+					}
+				}
+			}
+		})
 	}
 }

@@ -54,8 +54,9 @@ type Aggregator struct {
 	stopWarm   context.CancelFunc
 
 	// Owned by the writer goroutine.
-	noise        noise.Source
+	noise        noise.Source // float path only
 	noiseBuf     []float32
+	exact        *exactPath // nil on the float path
 	released     int
 	open         openRecord
 	state        []float64
@@ -81,6 +82,7 @@ type op struct {
 	kind        opKind
 	contributor string
 	vec         []float64 // length D, clipped
+	veci        []int64   // exact path: vec on the grid
 	clipped     bool
 	reject      *RejectError // set when Add already refused it
 	done        chan opResult
@@ -124,27 +126,33 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if a.maxBatch == 0 {
 		a.maxBatch = 4096
 	}
-	var err error
-	if a.sigma, err = accountant.GaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
-		return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
-	}
-	a.noiseStd = a.sigma * a.norm * a.sens.Value
 	if a.cfg.NoiseMemory == 0 {
 		a.cfg.NoiseMemory = DefaultNoiseMemory
 	}
-	if a.noise, err = cfg.Mechanism.NewNoise(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
-		return nil, fmt.Errorf("aggregate: noise source: %w", err)
+	var err error
+	if cfg.floatNoise {
+		if a.sigma, err = accountant.GaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
+			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
+		}
+		a.noiseStd = a.sigma * a.norm * a.sens.Value
+		if a.noise, err = cfg.Mechanism.NewNoise(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+			return nil, fmt.Errorf("aggregate: noise source: %w", err)
+		}
+		a.noiseBuf = make([]float32, a.dim)
+	} else {
+		if a.sigma, err = accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
+			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
+		}
+		if a.exact, err = newExactPath(a.cfg, a.dim, a.norm, a.sigma, a.sens.Value); err != nil {
+			return nil, err
+		}
+		a.noiseStd = a.exact.noiseStd()
 	}
-	a.noiseBuf = make([]float32, a.dim)
 	a.state = make([]float64, a.dim)
-	a.db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	if a.db, err = openBolt(path, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType}); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
-	}
-	if err := a.load(); err != nil {
+	if err := a.loadGuarded(path); err != nil {
 		a.db.Close()
 		return nil, err
 	}
@@ -166,6 +174,9 @@ func (a *Aggregator) fingerprint() []byte {
 		"epsilon": a.cfg.Epsilon, "delta": a.cfg.Delta, "clip": a.cfg.Clip, "k": a.cfg.K, "b": a.cfg.B,
 		"count": a.cfg.Count, "seeded": a.cfg.Seed != nil, "noise_memory": a.cfg.NoiseMemory,
 	}
+	if a.exact != nil {
+		fp["arithmetic"] = arithmeticExact
+	}
 	if a.cfg.Seed != nil {
 		h := sha256.Sum256(a.cfg.Seed)
 		fp["seed_sha256"] = hex.EncodeToString(h[:])
@@ -181,7 +192,7 @@ func (a *Aggregator) load() error {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketContributors, bucketReleases} {
+		for _, b := range [][]byte{bucketContributors, bucketReleases, bucketSteps, bucketEncoded} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -189,11 +200,11 @@ func (a *Aggregator) load() error {
 		if meta.Get(keyConfig) != nil {
 			return nil
 		}
-		st, err := a.noise.MarshalBinary()
+		st, err := a.noiseState()
 		if err != nil {
 			return err
 		}
-		a.open = openRecord{acc: make([]float64, a.dim)}
+		a.open = newOpen(0, a.dim, a.exact != nil)
 		if fm, ok := a.cfg.Mechanism.(*FactorizationMechanism); ok {
 			var buf bytes.Buffer
 			if err := mfnoise.SaveFactorization(&buf, fm.f); err != nil {
@@ -232,10 +243,15 @@ func (a *Aggregator) load() error {
 		if err != nil {
 			return err
 		}
-		if err := a.noise.UnmarshalBinary(st); err != nil {
+		if a.exact != nil {
+			err = a.exact.noise.UnmarshalBinary(st)
+		} else {
+			err = a.noise.UnmarshalBinary(st)
+		}
+		if err != nil {
 			return fmt.Errorf("aggregate: restoring noise state: %w", err)
 		}
-		if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim); err != nil {
+		if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim, a.exact != nil); err != nil {
 			return err
 		}
 		if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
@@ -245,7 +261,11 @@ func (a *Aggregator) load() error {
 			return err
 		}
 		a.released = a.open.released
-		if a.noise.Step() != a.released {
+		if a.exact != nil {
+			if err := a.exact.load(tx, a.released); err != nil {
+				return err
+			}
+		} else if a.noise.Step() != a.released {
 			return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
 		}
 		return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
@@ -277,6 +297,9 @@ const MaxContributorLen = 256
 func (a *Aggregator) Add(ctx context.Context, contributor string, vec []float64) (int, error) {
 	o := &op{kind: opAdd, contributor: contributor, done: make(chan opResult, 1)}
 	o.vec, o.clipped, o.reject = a.prepare(contributor, vec)
+	if a.exact != nil && o.reject == nil {
+		o.veci = a.exact.quantize(o.vec)
+	}
 	r, err := a.submit(ctx, o)
 	if err != nil {
 		return 0, err
@@ -452,13 +475,21 @@ func (a *Aggregator) addBatch(batch []*op) {
 			cnt.rejected++
 			continue
 		}
+		if a.exact != nil && !addInto(a.open.acci, o.veci) {
+			o.reject = &RejectError{Contributor: o.contributor, Step: t, Reason: ErrStepFull, Detail: "the step's exact sum would overflow 64 bits"}
+			results[i].err = o.reject
+			cnt.rejected++
+			continue
+		}
 		prev, ok := updated[o.contributor]
 		if !ok {
 			prev = a.contributors[o.contributor]
 		}
 		updated[o.contributor] = append(slices.Clip(prev), t)
-		for j, v := range o.vec {
-			a.open.acc[j] += v
+		if a.exact == nil {
+			for j, v := range o.vec {
+				a.open.acc[j] += v
+			}
 		}
 		a.open.count++
 		cnt.accepted++
@@ -533,31 +564,61 @@ func (a *Aggregator) commit() (*Release, error) {
 	}
 	// For t <= n the epsilon spent is at most eps(sigma) at the full
 	// sensitivity, which the calibration made <= the budget.
-	if err := a.noise.Next(a.noiseBuf); err != nil {
-		return nil, a.fail(err)
-	}
-	y := a.open.acc
-	for i, w := range a.noiseBuf {
-		y[i] += a.noiseStd * float64(w)
-	}
-	switch a.cfg.Workload.Kind {
-	case PrefixSum, Window:
-		for i, v := range y {
-			a.state[i] += v
+	var rel []float64
+	var puts, dels []storedVec
+	if a.exact != nil {
+		theta, p, d, err := a.exact.commit(t, a.open.acci)
+		if err != nil {
+			return nil, a.fail(err)
 		}
-	case Momentum:
-		for i, v := range y {
-			a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
+		puts, dels = p, d
+		// theta_t = (B Y)_t is the mechanism workload's value: the
+		// prefix sum, or for momentum sum_{i<=t} m_i (m_t = theta_t -
+		// theta_{t-1}); the window subtracts P_{t-W} below.
+		rel = slices.Clone(theta)
+		if a.cfg.Workload.Kind == Momentum {
+			for i := range rel {
+				rel[i] -= a.state[i]
+			}
 		}
+		copy(a.state, theta)
+	} else {
+		if err := a.noise.Next(a.noiseBuf); err != nil {
+			return nil, a.fail(err)
+		}
+		y := a.open.acc
+		for i, w := range a.noiseBuf {
+			y[i] += a.noiseStd * float64(w)
+		}
+		switch a.cfg.Workload.Kind {
+		case PrefixSum, Window:
+			for i, v := range y {
+				a.state[i] += v
+			}
+		case Momentum:
+			for i, v := range y {
+				a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
+			}
+		}
+		rel = slices.Clone(a.state)
 	}
-	rel := slices.Clone(a.state)
-	noiseState, err := a.noise.MarshalBinary()
+	noiseState, err := a.noiseState()
 	if err != nil {
 		return nil, a.fail(err)
 	}
-	open := openRecord{released: t, acc: make([]float64, a.dim)}
+	open := newOpen(t, a.dim, a.exact != nil)
 	err = a.db.Update(func(tx *bolt.Tx) error {
 		meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
+		for _, p := range puts {
+			if err := tx.Bucket(p.bucket).Put(p.key, p.body); err != nil {
+				return err
+			}
+		}
+		for _, d := range dels {
+			if err := tx.Bucket(d.bucket).Delete(d.key); err != nil {
+				return err
+			}
+		}
 		if rb.Get(stepKey(t)) != nil {
 			return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
 		}
@@ -619,7 +680,13 @@ func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
 	if s <= 0 {
 		return 0, nil
 	}
-	eps, err := accountant.GaussianEpsilon(a.sigma*a.sens.Value/s, a.cfg.Delta)
+	var eps float64
+	var err error
+	if a.exact != nil {
+		eps, err = a.exact.exactEpsilon(a.sigma, s, a.cfg.K, a.cfg.Delta)
+	} else {
+		eps, err = accountant.GaussianEpsilon(a.sigma*a.sens.Value/s, a.cfg.Delta)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("aggregate: ledger: %w", err)
 	}
@@ -726,4 +793,44 @@ func fingerprintDiff(stored, asked []byte) string {
 		}
 	}
 	return strings.Join(diffs, "; ")
+}
+
+// noiseState is the noise source's state to persist.
+func (a *Aggregator) noiseState() ([]byte, error) {
+	if a.exact != nil {
+		return a.exact.noise.MarshalBinary()
+	}
+	return a.noise.MarshalBinary()
+}
+
+// SeededNoise returns, for a store with a fixed Config.Seed (tests only),
+// the noise part of releases 1..t: Release(s).Sum minus the workload's
+// value of the true sums, with the count coordinate (times Clip) appended
+// when Config.Count is set. It redraws the noise from the seed with the
+// exact arithmetic, and is refused for a store seeded from crypto/rand or
+// on the float path.
+func (a *Aggregator) SeededNoise(t int) ([][]float64, error) {
+	if a.cfg.Seed == nil || a.exact == nil {
+		return nil, invalidf("seeded noise: only for a store with a fixed seed and the exact arithmetic")
+	}
+	if t < 0 || t > a.n {
+		return nil, invalidf("seeded noise: step %d outside [0, %d]", t, a.n)
+	}
+	theta, err := a.exact.seededNoise(a.cfg.Seed, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float64, t)
+	for s := range theta {
+		out[s] = slices.Clone(theta[s])
+		for i := range out[s] {
+			switch {
+			case a.cfg.Workload.Kind == Momentum && s > 0:
+				out[s][i] -= theta[s-1][i]
+			case a.cfg.Workload.Kind == Window && s >= a.cfg.Workload.Window:
+				out[s][i] -= theta[s-a.cfg.Workload.Window][i]
+			}
+		}
+	}
+	return out, nil
 }

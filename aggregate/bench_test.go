@@ -54,9 +54,19 @@ func BenchmarkStoreCommit(b *testing.B) {
 //
 //	go test -run - -bench Add -benchtime 20000x ./aggregate
 func BenchmarkAdd(b *testing.B) {
-	for _, d := range []int{100, 10000} {
-		b.Run(fmt.Sprintf("d=%d", d), func(b *testing.B) {
-			cfg := setup{mech: "tree-online", workload: Workload{Kind: PrefixSum}, n: 64, d: d, k: 1, b: 1}.config(b)
+	for _, arith := range []string{"float", "exact"} {
+		for _, d := range []int{100, 10000} {
+			b.Run(fmt.Sprintf("%s/d=%d", arith, d), func(b *testing.B) {
+				benchAdd(b, d, arith == "float")
+			})
+		}
+	}
+}
+
+func benchAdd(b *testing.B, d int, float bool) {
+	{
+		{
+			cfg := setup{mech: "tree-online", workload: Workload{Kind: PrefixSum}, n: 64, d: d, k: 1, b: 1, float: float}.config(b)
 			a := open(b, filepath.Join(b.TempDir(), "s.db"), cfg)
 			defer a.Close()
 			vec := make([]float64, d)
@@ -77,6 +87,56 @@ func BenchmarkAdd(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "contrib/s")
 			b.ReportMetric(float64(b.N)/float64(a.batches.Load()), "contrib/batch")
-		})
+		}
+	}
+}
+
+// BenchmarkRelease measures one release (Commit of a step holding 16
+// contributions) on the float path and with the exact arithmetic, per
+// mechanism family, without fsync (a.db.NoSync): the arithmetic's cost
+// alone. Horizon 128; the aggregator is rebuilt (off the clock) when it
+// is exhausted.
+//
+//	go test -run - -bench Release -benchtime 64x ./aggregate
+func BenchmarkRelease(b *testing.B) {
+	for _, mech := range []string{"tree-online", "bandmf:4", "mf-single", "blt:2"} {
+		for _, d := range []int{100, 10000} {
+			for _, arith := range []string{"float", "exact"} {
+				b.Run(fmt.Sprintf("%s/d=%d/%s", mech, d, arith), func(b *testing.B) {
+					const n = 128
+					cfg := setup{mech: mech, workload: Workload{Kind: PrefixSum}, n: n, d: d, k: 1, b: 1, float: arith == "float"}.config(b)
+					ctx := context.Background()
+					vec := make([]float64, d)
+					for i := range vec {
+						vec[i] = 0.01
+					}
+					var a *Aggregator
+					step := n
+					for i := 0; b.Loop(); i++ {
+						b.StopTimer()
+						if step == n {
+							if a != nil {
+								a.Close()
+							}
+							a = open(b, filepath.Join(b.TempDir(), fmt.Sprint(i, ".db")), cfg)
+							a.db.NoSync = true
+							step = 0
+						}
+						for j := range 16 {
+							if _, err := a.Add(ctx, fmt.Sprint(i, "-", j), vec); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.StartTimer()
+						if _, err := a.Commit(ctx); err != nil {
+							b.Fatal(err)
+						}
+						step++
+					}
+					b.StopTimer()
+					a.Close()
+				})
+			}
+		}
 	}
 }

@@ -151,6 +151,12 @@ type Config struct {
 	// or are refused with the memory they need. The store remembers it:
 	// the noise state restores only under the same plan.
 	NoiseMemory int64
+
+	// floatNoise selects the float path of the releases before the exact
+	// arithmetic: float32 noise scaled and added in float64, open to
+	// Mironov's floating-point attack. Tests and benchmarks only (the
+	// attack must succeed against it).
+	floatNoise bool
 }
 
 // DefaultNoiseMemory is the noise memory budget when Config.NoiseMemory is 0.

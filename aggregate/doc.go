@@ -14,8 +14,16 @@
 // crash at any point loses no acknowledged contribution, counts none twice,
 // and never repeats or re-draws a release or reuses a noise row.
 //
-// The noise mechanism is a value of the small Mechanism interface (a
-// unit-scale noise stream plus its sensitivity), so mechanisms beyond the
-// factorizations of package mfnoise plug in without changing the
-// aggregator.
+// Releases are computed in exact arithmetic (docs/math.md, section 11):
+// contributions on an integer grid, the encoded sums C X in 128-bit
+// integers with exact discrete Gaussian noise (package noise), and the
+// released floats decoded from those integers only, so that no
+// floating-point rounding reveals a contribution (Mironov's attack on
+// textbook float noise, which TestFloatingPointAttack runs). This needs
+// the mechanism's encoder and decoder (a FactorizationMechanism) and a
+// causal decoder: tree-full, fft and fft-opt are refused.
+//
+// The noise mechanism is a value of the small Mechanism interface (its
+// workload, schema and sensitivity, plus the factorization the exact
+// release reads through a Factorization method).
 package aggregate

@@ -25,6 +25,9 @@ var (
 	// ErrBudgetExhausted: the next release would exceed the privacy
 	// budget (the horizon is reached); nothing more is accepted.
 	ErrBudgetExhausted = errors.New("privacy budget exhausted")
+	// ErrStepFull: the open step's exact sum would overflow 64 bits
+	// (more than about 2^32 contributions): commit the step first.
+	ErrStepFull = errors.New("step full")
 	// ErrNotReleased: no release with that step exists yet.
 	ErrNotReleased = errors.New("no such release")
 	// ErrClosed: the aggregator is closed, or stopped after a storage

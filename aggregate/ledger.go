@@ -3,6 +3,7 @@ package aggregate
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/dpmf-go/dpmf/accountant"
 )
@@ -40,8 +41,19 @@ type Ledger struct {
 	NoiseMultiplier   float64 `json:"noise_multiplier"`
 	// NoiseStd is sigma * RecordNorm * Sensitivity: the standard deviation
 	// of each coordinate of s W, the scale of the noise B Z in releases.
+	// With the exact arithmetic it is the discrete Gaussian's sigma_Z in
+	// data units, sigma * Sensitivity * the record's exact bound on the
+	// grid (RecordNorm + sqrt(dim)/2 grid units at most).
 	NoiseStd   float64 `json:"noise_std"`
 	Accountant string  `json:"accountant"`
+	// Arithmetic is how releases are computed: "exact" (contributions on
+	// an integer grid, the encoded sum in integers, exact discrete
+	// Gaussian noise; docs/math.md) or "float" (tests only).
+	Arithmetic string `json:"arithmetic"`
+	// Grid is the spacing of the contribution lattice (Clip / 2^bits) and
+	// EncoderGrid that of the encoder's entries, for the exact arithmetic.
+	Grid        float64 `json:"grid,omitempty"`
+	EncoderGrid float64 `json:"encoder_grid,omitempty"`
 	// Covered is false when a fixed seed makes the noise known to whoever
 	// has it: the releases are then not covered by the guarantee.
 	Covered     bool     `json:"covered"`
@@ -79,13 +91,24 @@ func (a *Aggregator) Ledger() Ledger {
 		NoiseMultiplier:       a.sigma,
 		NoiseStd:              a.noiseStd,
 		Accountant:            "gaussian-exact (Balle & Wang 2018): one Gaussian mechanism with sensitivity 1 at noise multiplier sigma",
+		Arithmetic:            "float",
 		Covered:               a.cfg.Seed == nil,
+	}
+	mechAssumption := fmt.Sprintf("unamplified accounting: one Gaussian mechanism with sensitivity %.6g (%s) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two", a.sens.Value, a.sens.Method, a.n)
+	if e := a.exact; e != nil {
+		l.Accountant = accountant.DiscreteGaussianAccounting
+		l.Arithmetic = "exact"
+		l.Grid = 1 / e.scale
+		l.EncoderGrid = math.Ldexp(1, -e.encBits)
+		l.Sensitivity = e.sensQ
+		mechAssumption = fmt.Sprintf("unamplified accounting: one multivariate discrete Gaussian mechanism on the integer encoded sums c~ X~ (encoder on a grid of 2^-%d, sensitivity %.6g >= that of the mechanism's encoder, %.6g (%s), plus the encoder's rounding; records on a grid of clip/2^%d with L2 norm at most %.6g grid units, enforced exactly) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two",
+			e.encBits, e.sensQ, a.sens.Value, a.sens.Method, e.gridBits, e.normGrid, a.n)
 	}
 	l.Assumptions = []string{
 		"adjacency: " + string(accountant.ZeroOut) + ": all contributions of one contributor id replaced by zero; the unit of privacy is one contributor id",
 		fmt.Sprintf("participation: each contributor id joins at most k = %d steps, any two at least b = %d apart (%s), enforced by the aggregator", a.cfg.K, a.cfg.B, l.Schema),
 		fmt.Sprintf("contributions clipped to L2 norm %g (record norm %g with the count coordinate)", a.cfg.Clip, a.norm),
-		fmt.Sprintf("unamplified accounting: one Gaussian mechanism with sensitivity %.6g (%s) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two", a.sens.Value, a.sens.Method, a.n),
+		mechAssumption,
 		"decoding and the workload (prefix, momentum-weighted or windowed sums, count, mean) are post-processing (Denisov et al. 2022, Thm 2.1)",
 		"contributions_accepted, contributions_rejected and contributions_clipped are exact operational counters, not covered by the guarantee",
 	}

@@ -166,16 +166,14 @@ func (m *FactorizationMechanism) PrefixSensitivity(ctx context.Context, t int) (
 // or it holds none. Reopening with it skips rebuilding (minutes for the
 // optimized mechanisms at large horizons) and guarantees the encoder the
 // stored noise state was made with, bit for bit.
-func StoredMechanism(path string, schema mfnoise.Schema) (*FactorizationMechanism, error) {
+func StoredMechanism(path string, schema mfnoise.Schema) (_ *FactorizationMechanism, err error) {
+	defer recoverCorrupt(path, &err)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
-	}
+	db, err := openBolt(path, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
+		return nil, err
 	}
 	defer db.Close()
 	var name string

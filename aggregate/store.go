@@ -13,9 +13,15 @@ import (
 //
 //	meta/config        JSON of the fields that determine the releases
 //	meta/noise         the noise source's MarshalBinary state after the
-//	                   last release (secret: it determines future noise)
+//	                   last release (secret: it determines future noise);
+//	                   with the exact arithmetic, noise.ExactRows's state
+//	steps/<t>          exact arithmetic: the grid step sum of step t (D
+//	                   int64) while a later encoder row reads it
+//	encoded/<r>        exact arithmetic: encoded row Y_r (D int128) while a
+//	                   later decoder row reads it
 //	meta/open          released steps t (uint64), contributions in step t+1
-//	                   (uint64), the open step's accumulator (D float64)
+//	                   (uint64), the open step's accumulator (D float64;
+//	                   D int64 grid sums with the exact arithmetic)
 //	meta/state         the workload state after step t (D float64: the
 //	                   noisy prefix sum, or the momentum sum)
 //	meta/counters      accepted, rejected, clipped (uint64 each)
@@ -83,17 +89,28 @@ func stepKey(t int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t)
 type openRecord struct {
 	released int
 	count    int
-	acc      []float64
+	acc      []float64 // float path
+	acci     []int64   // exact path: the step sum on the grid
+}
+
+func newOpen(released, dim int, exact bool) openRecord {
+	if exact {
+		return openRecord{released: released, acci: make([]int64, dim)}
+	}
+	return openRecord{released: released, acc: make([]float64, dim)}
 }
 
 func (o *openRecord) encode() []byte {
-	b := make([]byte, 0, 16+8*len(o.acc)+4)
+	b := make([]byte, 0, 16+8*max(len(o.acc), len(o.acci))+4)
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.released))
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.count))
+	if o.acci != nil {
+		return seal(appendInts(b, o.acci))
+	}
 	return seal(appendFloats(b, o.acc))
 }
 
-func decodeOpen(v []byte, dim int) (openRecord, error) {
+func decodeOpen(v []byte, dim int, exact bool) (openRecord, error) {
 	body, err := unseal("open step", v)
 	if err != nil {
 		return openRecord{}, err
@@ -101,12 +118,15 @@ func decodeOpen(v []byte, dim int) (openRecord, error) {
 	if len(body) != 16+8*dim {
 		return openRecord{}, fmt.Errorf("aggregate: open step: %w: %d bytes for dimension %d", errCorrupt, len(body), dim)
 	}
-	o := openRecord{
-		released: int(binary.LittleEndian.Uint64(body)),
-		count:    int(binary.LittleEndian.Uint64(body[8:])),
-		acc:      make([]float64, dim),
+	o := newOpen(int(binary.LittleEndian.Uint64(body)), dim, exact)
+	o.count = int(binary.LittleEndian.Uint64(body[8:]))
+	if exact {
+		for i := range o.acci {
+			o.acci[i] = int64(binary.LittleEndian.Uint64(body[16+8*i:]))
+		}
+	} else {
+		readFloats(o.acc, body[16:])
 	}
-	readFloats(o.acc, body[16:])
 	return o, nil
 }
 

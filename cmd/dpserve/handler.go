@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/internal/authtoken"
 )
 
 type contribution struct {
@@ -32,19 +34,98 @@ func toJSON(r *aggregate.Release) releaseJSON {
 	return out
 }
 
+// handlerConfig is what the handler needs beyond the aggregator.
+type handlerConfig struct {
+	maxBody  int64
+	inflight int
+	access   access
+	// config is the operator's view of the configuration (GET /v1/config).
+	config map[string]any
+}
+
+// operatorOnly are the ledger fields served to the operator only: exact
+// counts of contributions, which depend on private data (clipped: whether
+// a vector's norm exceeded the clip norm) or make a private count
+// pointless (accepted), and are not covered by the guarantee.
+var operatorOnly = []string{"contributions_accepted", "contributions_rejected", "contributions_clipped"}
+
+// privateOnly are the operator-only fields that depend on the private
+// vectors themselves: they leave the process only to an operator who
+// proved it with a credential, never to the unauthenticated local
+// operator of the zero-configuration default.
+var privateOnly = []string{"contributions_clipped"}
+
+// ledgerView is the ledger as a principal may see it: all of it for an
+// authenticated operator; without the clipped counter for the local
+// operator of the zero-configuration default (which still sees the
+// accepted and rejected counts: participation, public under zero-out
+// adjacency); without the exact counters for anyone else.
+func ledgerView(l aggregate.Ledger, p principal) (any, error) {
+	withheld := operatorOnly
+	switch {
+	case p.operator() && !p.local:
+		return l, nil
+	case p.operator():
+		withheld = privateOnly
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for _, k := range withheld {
+		delete(m, k)
+	}
+	keep := []any{}
+	for _, a := range l.Assumptions {
+		if !strings.Contains(a, "contributions_accepted") {
+			keep = append(keep, a)
+		}
+	}
+	if p.operator() {
+		keep = append(keep, "contributions_accepted and contributions_rejected are exact operational counters of participation (public under zero-out adjacency), not covered by the guarantee; "+
+			"contributions_clipped depends on the private vectors and is served only with the operator credential (-auth-key)")
+	} else {
+		keep = append(keep, "served without the operator credential: the exact contribution counters ("+strings.Join(operatorOnly, ", ")+") are withheld")
+	}
+	m["assumptions"] = keep
+	return m, nil
+}
+
 // newHandler serves the API; at most inflight contributions are read and
 // decoded at once (the others wait), which bounds their memory.
-func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Handler {
+func newHandler(agg *aggregate.Aggregator, hc handlerConfig) http.Handler {
 	mux := http.NewServeMux()
-	sem := make(chan struct{}, inflight)
-	mux.HandleFunc("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request) {
+	sem := make(chan struct{}, hc.inflight)
+	// handle wraps a route: the caller is identified first, and a bad
+	// credential is answered before anything else is read.
+	handle := func(pattern string, f func(w http.ResponseWriter, r *http.Request, p principal)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			p, err := hc.access.identify(r)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			f(w, r, p)
+		})
+	}
+	handle("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request, p principal) {
+		if hc.access.key != nil {
+			if err := require(p, authtoken.Contributor, "contributing"); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
 		select {
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
 		case <-r.Context().Done():
 			return
 		}
-		c, err := readContribution(w, r, maxBody)
+		c, err := readContribution(w, r, hc.maxBody)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -53,6 +134,16 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Han
 			writeError(w, badRequest("missing \"vector\""))
 			return
 		}
+		if p.role == authtoken.Contributor {
+			// A contributor contributes under its own id only; the
+			// body may leave the id out.
+			if c.Contributor == "" {
+				c.Contributor = p.id
+			} else if c.Contributor != p.id {
+				writeError(w, httpError{status: http.StatusForbidden, msg: "this credential is bound to another contributor id"})
+				return
+			}
+		}
 		step, err := agg.Add(r.Context(), c.Contributor, c.Vector)
 		if err != nil {
 			writeError(w, err)
@@ -60,7 +151,11 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Han
 		}
 		writeJSON(w, http.StatusOK, map[string]int{"step": step})
 	})
-	mux.HandleFunc("POST /v1/commit", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /v1/commit", func(w http.ResponseWriter, r *http.Request, p principal) {
+		if err := require(p, authtoken.Operator, "committing"); err != nil {
+			writeError(w, err)
+			return
+		}
 		rel, err := agg.Commit(r.Context())
 		if err != nil {
 			writeError(w, err)
@@ -68,7 +163,7 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Han
 		}
 		writeJSON(w, http.StatusOK, toJSON(rel))
 	})
-	mux.HandleFunc("GET /v1/releases/{t}", func(w http.ResponseWriter, r *http.Request) {
+	handle("GET /v1/releases/{t}", func(w http.ResponseWriter, r *http.Request, p principal) {
 		t, err := strconv.Atoi(r.PathValue("t"))
 		if err != nil || t < 1 {
 			writeError(w, badRequest(fmt.Sprintf("step %q: want a positive integer", r.PathValue("t"))))
@@ -81,8 +176,42 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Han
 		}
 		writeJSON(w, http.StatusOK, toJSON(rel))
 	})
-	mux.HandleFunc("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, agg.Ledger())
+	maxPage := max(1, min(1000, (1<<20)/agg.Dim()))
+	handle("GET /v1/releases", func(w http.ResponseWriter, r *http.Request, p principal) {
+		from, limit, err := pageParams(r, maxPage)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		steps := agg.Ledger().Steps
+		page := releasePage{Releases: []releaseJSON{}, Steps: steps}
+		for t := from; t <= steps && t < from+limit; t++ {
+			rel, err := agg.Release(t)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			page.Releases = append(page.Releases, toJSON(rel))
+		}
+		if next := from + limit; next <= steps {
+			page.NextFrom = next
+		}
+		writeJSON(w, http.StatusOK, page)
+	})
+	handle("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request, p principal) {
+		v, err := ledgerView(agg.Ledger(), p)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+	handle("GET /v1/config", func(w http.ResponseWriter, r *http.Request, p principal) {
+		if err := require(p, authtoken.Operator, "reading the configuration"); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, hc.config)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "steps": agg.Ledger().Steps})
@@ -103,6 +232,37 @@ func newHandler(agg *aggregate.Aggregator, maxBody int64, inflight int) http.Han
 	})
 }
 
+// releasePage is a page of GET /v1/releases: releases from..from+limit-1
+// that exist, the number of releases made, and where the next page
+// starts (absent on the last page).
+type releasePage struct {
+	Releases []releaseJSON `json:"releases"`
+	Steps    int           `json:"steps"`
+	NextFrom int           `json:"next_from,omitempty"`
+}
+
+// pageParams reads ?from=T&limit=N (defaults 1 and min(100, maxPage)).
+func pageParams(r *http.Request, maxPage int) (from, limit int, err error) {
+	from, limit = 1, min(100, maxPage)
+	q := r.URL.Query()
+	for k := range q {
+		if k != "from" && k != "limit" {
+			return 0, 0, badRequest(fmt.Sprintf("unknown parameter %q (known: from, limit)", k))
+		}
+	}
+	if s := q.Get("from"); s != "" {
+		if from, err = strconv.Atoi(s); err != nil || from < 1 {
+			return 0, 0, badRequest(fmt.Sprintf("from=%q: want a positive step", s))
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxPage {
+			return 0, 0, badRequest(fmt.Sprintf("limit=%q: want an integer in 1..%d", s, maxPage))
+		}
+	}
+	return from, limit, nil
+}
+
 // statusRecorder captures the status of the mux's own 404 and 405 answers.
 type statusRecorder struct {
 	header http.Header
@@ -114,13 +274,14 @@ func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
 type httpError struct {
-	status int
-	msg    string
+	status     int
+	msg        string
+	retryAfter int // seconds, for 429
 }
 
 func (e httpError) Error() string { return e.msg }
 
-func badRequest(msg string) error { return httpError{http.StatusBadRequest, msg} }
+func badRequest(msg string) error { return httpError{status: http.StatusBadRequest, msg: msg} }
 
 // readContribution reads a body of at most maxBody bytes and decodes it.
 func readContribution(w http.ResponseWriter, r *http.Request, maxBody int64) (contribution, error) {
@@ -128,7 +289,7 @@ func readContribution(w http.ResponseWriter, r *http.Request, maxBody int64) (co
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return contribution{}, httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit)}
+			return contribution{}, httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body over %d bytes", mbe.Limit)}
 		}
 		return contribution{}, badRequest("reading the body: " + err.Error())
 	}
@@ -145,6 +306,12 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &he):
 		status = he.status
+		switch status {
+		case http.StatusUnauthorized:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dpserve"`)
+		case http.StatusTooManyRequests:
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, he.retryAfter)))
+		}
 	case errors.Is(err, aggregate.ErrDimension), errors.Is(err, aggregate.ErrNotFinite), errors.Is(err, aggregate.ErrContributor):
 		status = http.StatusBadRequest
 	case errors.Is(err, aggregate.ErrParticipationLimit), errors.Is(err, aggregate.ErrSeparation):

@@ -28,6 +28,13 @@ func testServerDim(t *testing.T, dim, horizon int) *httptest.Server {
 // 127.0.0.1.
 func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	t.Helper()
+	return serveHandler(t, false, extra...)
+}
+
+// serveHandler is startHandler, over TLS (httptest's certificate) if
+// useTLS.
+func serveHandler(t *testing.T, useTLS bool, extra ...string) *httptest.Server {
+	t.Helper()
 	args := append([]string{"-store", filepath.Join(t.TempDir(), "h.db"), "-mechanism", "tree-online",
 		"-epsilon", "1", "-delta", "1e-6", "-clip", "1"}, extra...)
 	o, err := parseFlags(args, io.Discard)
@@ -38,7 +45,16 @@ func startHandler(t *testing.T, extra ...string) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newHandler(agg, o.maxBody, o.inflight)) // 127.0.0.1
+	_, acc, err := setupAccess(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(newHandler(agg, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{"dim": o.dim}})) // 127.0.0.1
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() { srv.Close(); agg.Close() })
 	return srv
 }
@@ -212,7 +228,7 @@ func TestStoreMismatch(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		code := run(ctx, append(c.args, "-addr", "127.0.0.1:0"), io.Discard, &stderr)
 		cancel()
-		if msg := stderr.String(); code == 0 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 {
+		if msg := stderr.String(); code != 2 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%v: exit %d, message %q; want a one-line refusal mentioning %q", c.args, code, msg, c.want)
 		}
 	}

@@ -8,39 +8,61 @@
 //
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
+//	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
+//	dpserve key -out auth.key
+//	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
+//	dpserve -version
 //
 // API (JSON; errors are 4xx/5xx with {"error": "..."}):
 //
 //	POST /v1/contributions  {"contributor": "id", "vector": [..d..]} -> 200 {"step": t} once durable
 //	POST /v1/commit         -> 200 {"step": t, "release": [..d..] (, "count": c, "mean": [..])}
 //	GET  /v1/releases/{t}   -> the same object as the commit that made it
+//	GET  /v1/releases?from=T&limit=N -> {"releases": [..], "steps": S, "next_from": T'}
 //	GET  /v1/ledger         -> epsilon_spent, epsilon_budget, delta, steps, contributions_accepted, ...
+//	GET  /v1/config         -> the flags in force (operator)
 //	GET  /healthz           -> {"status": "ok"}
+//
+// Without -auth-key (the default, loopback only) every caller is the
+// operator. With it, contributing needs a contributor token bound to the
+// id (Authorization: Bearer TOKEN), committing, /v1/config and the
+// ledger's exact counters an operator token; releases and the rest of the
+// ledger are public. A non-loopback -addr is refused unless TLS and
+// -auth-key are both given. docs/dpserve.md is the reference.
 //
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
 // and closes the store. -seed HEX (64 hex digits) fixes the noise for tests:
-// the ledger then states that the releases are not private. Invalid flags
-// exit with status 2 and a one-line message.
+// the ledger then states that the releases are not private. Input the user
+// can fix (flags, -addr, the files named, a store made with other flags or
+// corrupt) exits with status 2 and a one-line message; internal failures
+// with 1.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/internal/authtoken"
+	"github.com/dpmf-go/dpmf/internal/buildinfo"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	bolt "go.etcd.io/bbolt"
 )
 
 func main() {
@@ -56,13 +78,34 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := serve(ctx, args, stdout, stderr)
+	var err error
+	switch {
+	case len(args) > 0 && args[0] == "token":
+		err = tokenCmd(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "key":
+		err = keyCmd(args[1:], stderr)
+	case len(args) > 0 && args[0] == "version":
+		fmt.Fprintln(stdout, "dpserve "+buildinfo.Read().String())
+	default:
+		err = serve(ctx, args, stdout, stderr)
+	}
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintln(stderr, "dpserve: "+strings.ReplaceAll(err.Error(), "\n", " "))
+	return exitStatus(err)
+}
+
+// exitStatus is 2 for what the user can fix by changing the command line
+// or the files it names (flags, -addr, a store made with other flags, a
+// corrupt or locked store, key and certificate files), 1 for internal
+// failures.
+func exitStatus(err error) int {
 	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, aggregate.ErrInvalidConfig) || errors.Is(err, mfnoise.ErrInvalid) {
+	switch {
+	case errors.As(err, &ue), errors.Is(err, aggregate.ErrInvalidConfig), errors.Is(err, mfnoise.ErrInvalid),
+		errors.Is(err, aggregate.ErrStoreMismatch), errors.Is(err, aggregate.ErrStoreCorrupt),
+		errors.Is(err, bolt.ErrTimeout), errors.Is(err, fs.ErrPermission):
 		return 2
 	}
 	return 1
@@ -70,6 +113,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type options struct {
 	addr, store, mechanism, workload, seed string
+	tlsCert, tlsKey, authKey               string
+	rate                                   float64
+	burst                                  int
+	version                                bool
 	dim, horizon, k, b, maxBatch, inflight int
 	epsilon, delta, clip                   float64
 	count                                  bool
@@ -84,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8377", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.StringVar(&o.store, "store", "", "bbolt file holding all state (created if absent; reopened to resume)")
 	fs.IntVar(&o.dim, "dim", 0, "dimension d of a contribution vector")
-	fs.StringVar(&o.mechanism, "mechanism", "tree-online", "noise mechanism: dpsgd, tree-online, tree-full, bandmf:BANDS, ... (as train compare)")
+	fs.StringVar(&o.mechanism, "mechanism", "tree-online", "noise mechanism with a causal decoder: dpsgd, tree-online, mf-single, bandmf:BANDS, blt:NBUF, ... (as train compare; tree-full, fft, fft-opt are refused)")
 	fs.StringVar(&o.workload, "workload", "prefix", "release: prefix, momentum:BETA or window:W")
 	fs.Float64Var(&o.epsilon, "epsilon", 0, "privacy budget epsilon over the whole horizon")
 	fs.Float64Var(&o.delta, "delta", 0, "privacy parameter delta")
@@ -99,6 +146,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.maxBody, "max-body", 0, "request body limit in bytes (0: 1 KiB + 32 bytes per dimension)")
 	fs.IntVar(&o.inflight, "max-inflight", 0, "contributions decoded at once; more wait (0: as many as fit in 1 GiB, 4..1024)")
 	fs.Int64Var(&o.noiseMemory, "noise-memory", aggregate.DefaultNoiseMemory, "noise state budget in bytes (fixed for the life of the store)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with, TLS 1.2 or later (with -tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
+	fs.StringVar(&o.authKey, "auth-key", "", "key file (dpserve key): requests then need tokens (dpserve token) for contributing and operating")
+	fs.Float64Var(&o.rate, "rate", 10, "requests a second allowed to each contributor credential (0: no limit; with -auth-key)")
+	fs.IntVar(&o.burst, "burst", 20, "requests a contributor credential may send at once before -rate applies")
+	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -107,6 +160,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil
 	}
 	switch {
 	case o.store == "":
@@ -125,6 +181,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
 	case o.commitEvery < 0:
 		return o, usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return o, usagef("-tls-cert and -tls-key go together")
+	case !(o.rate >= 0) || math.IsInf(o.rate, 0) || o.burst < 1:
+		return o, usagef("-rate %v -burst %d: want a finite rate >= 0 and a burst >= 1", o.rate, o.burst)
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
 		return o, usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
@@ -184,22 +244,97 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	})
 }
 
+// listener checks the access policy and binds -addr: a non-loopback
+// address is refused unless both TLS and credentials are configured.
+func listener(o options, tlsOn, authOn bool) (net.Listener, error) {
+	addr, err := net.ResolveTCPAddr("tcp", o.addr)
+	if err != nil {
+		return nil, usagef("-addr %s: %v", o.addr, err)
+	}
+	if !(addr.IP != nil && addr.IP.IsLoopback()) && !(tlsOn && authOn) {
+		return nil, usagef("-addr %s is not a loopback address: serving beyond this machine needs -tls-cert, -tls-key and -auth-key", o.addr)
+	}
+	ln, err := net.ListenTCP("tcp", addr)
+	if err != nil {
+		return nil, usagef("-addr %s: %v", o.addr, err)
+	}
+	return ln, nil
+}
+
+// setupAccess loads the TLS certificate and the token key the flags name.
+func setupAccess(o options) (*tls.Config, access, error) {
+	var tlsCfg *tls.Config
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, access{}, usagef("-tls-cert %s -tls-key %s: %v", o.tlsCert, o.tlsKey, err)
+		}
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	acc := access{now: time.Now}
+	if o.authKey != "" {
+		k, err := authtoken.LoadKey(o.authKey)
+		if err != nil {
+			return nil, access{}, usagef("-auth-key: %v", err)
+		}
+		acc.key = &k
+		if o.rate > 0 {
+			acc.limiter = newLimiter(o.rate, o.burst)
+		}
+	}
+	return tlsCfg, acc, nil
+}
+
+// restoreHint is added to a corrupt store's error.
+const restoreHint = "it cannot be repaired in place: stop dpserve and restore the file from a copy made while dpserve was stopped after its last release " +
+	"(an older copy would make releases again with noise already used, which voids the guarantee), or move it aside and start a new store, which is a new privacy budget"
+
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	if o.version {
+		fmt.Fprintln(stdout, "dpserve "+buildinfo.Read().String())
+		return nil
+	}
+	tlsCfg, acc, err := setupAccess(o)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(filepath.Dir(o.store)); err != nil || !fi.IsDir() {
+		return usagef("-store %s: directory %s does not exist", o.store, filepath.Dir(o.store))
+	}
+	if fi, err := os.Stat(o.store); err == nil && fi.IsDir() {
+		return usagef("-store %s is a directory, want a file", o.store)
+	}
+	ln, err := listener(o, tlsCfg != nil, acc.key != nil)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := aggregate.CheckStore(o.store); err != nil {
+		return fmt.Errorf("%w; %s", err, restoreHint)
+	}
 	agg, err := openAggregator(ctx, o)
+	if errors.Is(err, aggregate.ErrStoreCorrupt) {
+		return fmt.Errorf("store %s: %w; %s", o.store, err, restoreHint)
+	}
 	if err != nil {
 		return err
 	}
 	defer agg.Close()
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", o.addr, err)
-	}
+	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{
+		"addr": ln.Addr().String(), "tls": tlsCfg != nil, "credentials": acc.key != nil,
+		"rate_per_contributor": o.rate, "burst": o.burst, "store": o.store, "dim": o.dim, "mechanism": o.mechanism,
+		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
+		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
+		"max_batch": o.maxBatch, "max_body": o.maxBody, "max_inflight": o.inflight, "noise_memory": o.noiseMemory,
+		"version": buildinfo.Read().String(),
+	}}
 	srv := &http.Server{
-		Handler:           newHandler(agg, o.maxBody, o.inflight),
+		Handler:           newHandler(agg, hc),
+		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -207,9 +342,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.seed != "" {
 		fmt.Fprintln(stderr, "dpserve: WARNING: -seed fixes the noise; releases are not private (tests only)")
 	}
+	if acc.key == nil {
+		fmt.Fprintln(stderr, "dpserve: no -auth-key: every caller that reaches this loopback port acts as the operator")
+	}
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
 	if o.commitEvery > 0 {
 		go ticker(ctx, agg, o.commitEvery, stderr)
 	}
@@ -227,6 +371,70 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("closing store: %w", err)
 	}
 	fmt.Fprintln(stdout, "dpserve: stopped")
+	return nil
+}
+
+// keyCmd writes a fresh signing key: dpserve key -out FILE.
+func keyCmd(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dpserve key", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "file to create with a fresh 32-byte key (mode 0600; never overwritten)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if *out == "" || fs.NArg() > 0 {
+		return usagef("usage: dpserve key -out FILE")
+	}
+	if err := authtoken.WriteKeyFile(*out); err != nil {
+		return usagef("key: %v", err)
+	}
+	return nil
+}
+
+// tokenCmd mints a token: dpserve token -key FILE -role contributor
+// -contributor ID [-ttl D], or -role operator. The token goes to standard
+// output and nowhere else.
+func tokenCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dpserve token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	keyFile := fs.String("key", "", "key file the server's -auth-key names")
+	role := fs.String("role", "contributor", "contributor or operator")
+	id := fs.String("contributor", "", "contributor id the token is bound to (role contributor)")
+	ttl := fs.Duration("ttl", 24*time.Hour, "validity from now")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usagef("token: unexpected argument %q", fs.Arg(0))
+	case *keyFile == "":
+		return usagef("token: -key FILE is required")
+	case *ttl <= 0:
+		return usagef("token: -ttl %v: want a positive duration", *ttl)
+	case *role == string(authtoken.Contributor) && *id == "":
+		return usagef("token: -contributor ID is required for a contributor token")
+	case *role == string(authtoken.Operator) && *id != "":
+		return usagef("token: an operator token takes no -contributor")
+	}
+	r, err := authtoken.ParseRole(*role)
+	if err != nil {
+		return usagef("token: -role: %v", err)
+	}
+	k, err := authtoken.LoadKey(*keyFile)
+	if err != nil {
+		return usagef("token: %v", err)
+	}
+	tok, err := k.Mint(authtoken.Claims{Role: r, Subject: *id, Expires: time.Now().Add(*ttl).Unix()})
+	if err != nil {
+		return usagef("token: %v", err)
+	}
+	fmt.Fprintln(stdout, tok)
 	return nil
 }
 

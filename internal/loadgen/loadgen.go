@@ -1,11 +1,15 @@
 // Package loadgen drives a dpserve instance on a loopback address with
 // concurrent contributions (and optional periodic commits), bounded in
 // request count and time, and reports sustained throughput and latency.
+// A client whose request fails (no connection, a 5xx, a 429) backs off
+// exponentially before its next one, so a dead server is not hammered.
 package loadgen
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,10 +44,27 @@ type Config struct {
 	IDPrefix string
 	// Seed drives the vector values.
 	Seed uint64
+	// Acks, if set, receives one JSON line {"contributor": ID, "step": T}
+	// per acknowledged contribution, as acknowledgements arrive.
+	Acks io.Writer
+	// ContributorToken, if set, gives the bearer token of a contributor id
+	// (for a server with -auth-key); OperatorToken is sent with commits.
+	ContributorToken func(id string) string
+	OperatorToken    string
+	// TLS configures an https BaseURL (its RootCAs, for a self-signed
+	// certificate); nil uses the system's roots.
+	TLS *tls.Config
+	// MinBackoff and MaxBackoff bound the pause of a client after a
+	// failed request: it doubles from MinBackoff after each failure in a
+	// row, up to MaxBackoff, and resets after a success. Zero means 10 ms
+	// and 1 s.
+	MinBackoff, MaxBackoff time.Duration
 }
 
 // Result is what a run measured. Latencies are of accepted contributions,
-// from sending the request to reading the durable acknowledgement.
+// from sending the request to reading the durable acknowledgement. Its
+// JSON has snake_case keys and durations in seconds, like the rest of the
+// project's JSON.
 type Result struct {
 	Sent, Accepted, Rejected, Failed int
 	Commits                          int
@@ -53,6 +74,24 @@ type Result struct {
 	P50, P99, Max time.Duration
 	// FirstError is the first failure or rejection seen, if any.
 	FirstError string
+}
+
+// MarshalJSON encodes the result with snake_case keys and seconds.
+func (r Result) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Sent           int     `json:"sent"`
+		Accepted       int     `json:"accepted"`
+		Rejected       int     `json:"rejected"`
+		Failed         int     `json:"failed"`
+		Commits        int     `json:"commits"`
+		ElapsedSeconds float64 `json:"elapsed_seconds"`
+		PerSecond      float64 `json:"contributions_per_second"`
+		P50Seconds     float64 `json:"latency_p50_seconds"`
+		P99Seconds     float64 `json:"latency_p99_seconds"`
+		MaxSeconds     float64 `json:"latency_max_seconds"`
+		FirstError     string  `json:"first_error,omitempty"`
+	}{r.Sent, r.Accepted, r.Rejected, r.Failed, r.Commits, r.Elapsed.Seconds(), r.PerSecond,
+		r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), r.FirstError})
 }
 
 func (r Result) String() string {
@@ -89,9 +128,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 {
 		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration)
 	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 10 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = time.Second
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers + 1, MaxConnsPerHost: cfg.Workers + 1}
+	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers + 1, MaxConnsPerHost: cfg.Workers + 1, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	var (
@@ -120,21 +165,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				vec = strconv.AppendFloat(vec, rng.NormFloat64()*0.1, 'g', 8, 64)
 			}
 			vec = append(vec, "]}"...)
-			var body []byte
+			var body, ack []byte
 			var local []time.Duration
 			var acc, rej, fail int
+			var pause time.Duration // the current backoff; 0 after a success
+			backoff := func() {
+				pause = min(cfg.MaxBackoff, max(cfg.MinBackoff, 2*pause))
+				select {
+				case <-ctx.Done():
+				case <-time.After(pause):
+				}
+			}
 			for ctx.Err() == nil {
 				i := sent.Add(1)
 				if i > int64(cfg.Requests) {
 					break
 				}
+				id := cfg.IDPrefix + strconv.FormatInt(i, 10)
 				body = append(body[:0], `{"contributor":"`...)
-				body = append(body, cfg.IDPrefix...)
-				body = strconv.AppendInt(body, i, 10)
+				body = append(body, id...)
 				body = append(body, '"')
 				body = append(body, vec...)
+				tok := ""
+				if cfg.ContributorToken != nil {
+					tok = cfg.ContributorToken(id)
+				}
 				t0 := time.Now()
-				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/contributions", body)
+				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/contributions", tok, body)
 				d := time.Since(t0)
 				switch {
 				case err != nil:
@@ -145,14 +202,29 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					mu.Lock()
 					note(err.Error())
 					mu.Unlock()
+					backoff()
 				case code == http.StatusOK:
 					acc++
 					local = append(local, d)
+					pause = 0
+					if cfg.Acks != nil {
+						var r struct {
+							Step int `json:"step"`
+						}
+						json.Unmarshal([]byte(msg), &r)
+						ack = fmt.Appendf(ack[:0], "{\"contributor\":%q,\"step\":%d}\n", id, r.Step)
+						mu.Lock()
+						cfg.Acks.Write(ack)
+						mu.Unlock()
+					}
 				default:
 					rej++
 					mu.Lock()
 					note(fmt.Sprintf("status %d: %s", code, msg))
 					mu.Unlock()
+					if code >= 500 || code == http.StatusTooManyRequests {
+						backoff()
+					}
 				}
 			}
 			mu.Lock()
@@ -173,7 +245,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					return
 				case <-tick.C:
 				}
-				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/commit", nil)
+				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/commit", cfg.OperatorToken, nil)
 				mu.Lock()
 				if err == nil && code == http.StatusOK {
 					res.Commits++
@@ -220,12 +292,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
-func post(ctx context.Context, c *http.Client, url string, body []byte) (int, string, error) {
+// post sends a request and returns the status and the answer (the body of
+// a 200, trimmed).
+func post(ctx context.Context, c *http.Client, url, token string, body []byte) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -235,9 +312,5 @@ func post(ctx context.Context, c *http.Client, url string, body []byte) (int, st
 	if err != nil {
 		return 0, "", err
 	}
-	msg := ""
-	if resp.StatusCode != http.StatusOK {
-		msg = string(bytes.TrimSpace(b))
-	}
-	return resp.StatusCode, msg, nil
+	return resp.StatusCode, string(bytes.TrimSpace(b)), nil
 }

@@ -3,10 +3,21 @@
 // second and the p50/p99 latency of the durable acknowledgements.
 //
 //	go run ./cmd/dpserve/loadgen -url http://127.0.0.1:8377 -dim 100 -workers 64 -n 20000 -duration 20s
+//
+// Against a server with -tls-cert and -auth-key, give -url https://...,
+// -ca CERT.pem (the certificate to trust) and -auth-key KEY (loadgen mints
+// a contributor token for each id it sends and an operator token for its
+// commits). -acks FILE writes one JSON line {"contributor": ID, "step": T}
+// per acknowledged contribution; -json prints the result with snake_case
+// keys and durations in seconds. A client backs off (10 ms doubling to
+// 1 s) after a failed request.
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,6 +25,7 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/loadgen"
 )
 
@@ -27,12 +39,65 @@ func main() {
 	flag.DurationVar(&cfg.CommitEvery, "commit-every", 0, "commit a step at this interval (0: never)")
 	flag.StringVar(&cfg.IDPrefix, "id-prefix", fmt.Sprintf("load-%d-", time.Now().UnixNano()), "contributor id prefix")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
+	acks := flag.String("acks", "", "write the acknowledged (contributor, step) pairs to this file, one JSON line each")
+	keyFile := flag.String("auth-key", "", "the server's -auth-key file: mint contributor and operator tokens")
+	caFile := flag.String("ca", "", "PEM certificate to trust for an https -url")
 	flag.Parse()
+	fail := func(code int, format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...)
+		os.Exit(code)
+	}
+	if flag.NArg() > 0 {
+		fail(2, "unexpected argument %q", flag.Arg(0))
+	}
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			fail(2, "-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fail(2, "-ca %s: no PEM certificate in it", *caFile)
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if *keyFile != "" {
+		key, err := authtoken.LoadKey(*keyFile)
+		if err != nil {
+			fail(2, "-auth-key: %v", err)
+		}
+		exp := time.Now().Add(cfg.Duration + time.Hour).Unix()
+		cfg.ContributorToken = func(id string) string {
+			tok, _ := key.Mint(authtoken.Claims{Role: authtoken.Contributor, Subject: id, Expires: exp})
+			return tok
+		}
+		if cfg.OperatorToken, err = key.Mint(authtoken.Claims{Role: authtoken.Operator, Expires: exp}); err != nil {
+			fail(2, "-auth-key: %v", err)
+		}
+	}
+	var ackFile *os.File
+	var ackBuf *bufio.Writer
+	if *acks != "" {
+		f, err := os.Create(*acks)
+		if err != nil {
+			fail(2, "-acks: %v", err)
+		}
+		ackFile, ackBuf = f, bufio.NewWriter(f)
+		cfg.Acks = ackBuf
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := loadgen.Run(ctx, cfg)
+	if ackFile != nil {
+		if err := ackBuf.Flush(); err != nil {
+			fail(1, "-acks: %v", err)
+		}
+		if err := ackFile.Close(); err != nil {
+			fail(1, "-acks: %v", err)
+		}
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, err) // it starts with "loadgen: "
 		os.Exit(1)
 	}
 	if *asJSON {

@@ -1,0 +1,506 @@
+package aggregate
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"math/bits"
+	"slices"
+
+	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The exact release (docs/math.md, "Exact arithmetic of the release").
+//
+// The one operation on which privacy depends is releasing the encoded sums
+// Y = C X + noise; decoding with B is post-processing. This path computes Y
+// in integers and draws its noise from the discrete Gaussian exactly, so no
+// floating-point rounding can reveal anything about X:
+//
+//   - a record (clipped as before) becomes the integer vector
+//     round(rec * 2^gridBits / Clip), with its squared L2 norm enforced
+//     exactly to at most norm2Max in integer arithmetic;
+//   - step sums X~_t are exact int64 sums of those vectors;
+//   - the encoder is quantized to integers c~ = round(C * 2^encBits)
+//     (|c~| <= 2^40), and row r of the encoded sum, E_r = sum_j c~[r,j]
+//     X~_j, is computed in 128-bit integers;
+//   - Y_r = E_r + Z_r with Z_r ~ N_Z(0, sigmaZ^2) per coordinate (package
+//     noise's exact sampler), where sigmaZ = sigma * sensQ * normGrid *
+//     2^encBits, sensQ >= sens(c~ / 2^encBits) and normGrid >= the
+//     record's norm on the grid: the discrete Gaussian mechanism on the
+//     integer-valued query c~ X~, accounted by accountant.DiscreteGaussian*;
+//   - the release is computed from the exact Y_r only: theta_t = sum_r
+//     B[t,r] Y_r / (2^encBits * scale) in float64, then the workload's
+//     difference (momentum, window). Row r is computed at the step of its
+//     last nonzero column; the decoder must read only rows computed by
+//     then (causal), else the mechanism is refused.
+
+// Store buckets of the exact path: steps/<t> holds X~_t (D int64) while a
+// later encoder row reads it; encoded/<r> holds Y_r (D int128, 16 bytes
+// little-endian two's complement each) while a later decoder row reads it.
+var (
+	bucketSteps   = []byte("steps")
+	bucketEncoded = []byte("encoded")
+)
+
+// arithmeticExact is the fingerprint value of stores made by this path.
+const arithmeticExact = "exact-discrete-gaussian-v1"
+
+type centry struct {
+	col int
+	c   int64
+}
+
+type dentry struct {
+	row int
+	b   float64
+}
+
+type exactPath struct {
+	gridBits int
+	scale    float64 // 2^gridBits / Clip
+	norm2Max uint64  // enforced bound on the squared norm of a grid record
+	normGrid float64 // >= sqrt(norm2Max)
+	encBits  int
+	m        int
+	enc      [][]centry // quantized encoder rows
+	rowsAt   [][]int    // rowsAt[t-1]: encoder rows computed at step t
+	rowStep  []int      // step at which row r is computed
+	dec      [][]dentry // decoder rows
+	xLast    []int      // xLast[t-1]: last step reading X~_t
+	yLast    []int      // last step reading Y_r (0: none)
+	sensQ    float64
+	maxErr   float64 // max |c~ 2^-encBits - C|
+	sigmaZ   float64
+	unit     float64 // data units of one unit of Y
+	noise    *noise.ExactRows
+	xs       map[int][]int64   // live step sums by step
+	ys       map[int][]float64 // live Y_r in data units by row
+	dim      int
+}
+
+// factored is what the exact path needs of a mechanism: its matrices.
+type factored interface {
+	Factorization() *mfnoise.Factorization
+}
+
+func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exactPath, error) {
+	fm, ok := cfg.Mechanism.(factored)
+	if !ok {
+		return nil, invalidf("mechanism %s exposes no factorization: the exact release needs its encoder and decoder", cfg.Mechanism.Name())
+	}
+	f := fm.Factorization()
+	c, b := f.Encoder, f.Decoder
+	m, n := c.Dims()
+	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
+	maxC := maxAbsDense(c.RawMatrix().Data)
+	if !(maxC > 0) || math.IsInf(maxC, 0) {
+		return nil, invalidf("mechanism %s: encoder has no finite nonzero entry", cfg.Mechanism.Name())
+	}
+	// The coarsest scale 2^-encBits on which every entry of C is an
+	// integer (0 for 0/1 encoders such as trees and DP-SGD), unless that
+	// needs entries above 2^40: then round to max|c~| < 2^40.
+	_, exp := math.Frexp(maxC) // maxC < 2^exp
+	e.encBits = math.MinInt
+	for _, v := range c.RawMatrix().Data {
+		if v != 0 {
+			f, ex := math.Frexp(v)
+			mant := uint64(math.Abs(math.Ldexp(f, 53)))
+			e.encBits = max(e.encBits, 53-ex-bits.TrailingZeros64(mant))
+		}
+	}
+	e.encBits = min(e.encBits, 40-exp)
+	maxErr := 0.0 // |c~ 2^-encBits - C|, exact (Sterbenz) or 0
+	e.enc = make([][]centry, m)
+	e.rowStep = make([]int, m)
+	e.rowsAt = make([][]int, n)
+	for r := range m {
+		last := 0
+		for j, v := range c.RawRowView(r) {
+			q := math.RoundToEven(math.Ldexp(v, e.encBits))
+			maxErr = max(maxErr, math.Abs(math.Ldexp(q, -e.encBits)-v))
+			if q != 0 {
+				e.enc[r] = append(e.enc[r], centry{j, int64(q)})
+				last = j + 1
+			}
+		}
+		e.rowStep[r] = max(last, 1)
+		e.rowsAt[e.rowStep[r]-1] = append(e.rowsAt[e.rowStep[r]-1], r)
+	}
+	maxB := maxAbsDense(b.RawMatrix().Data)
+	e.dec = make([][]dentry, n)
+	e.yLast = make([]int, m)
+	for t := range n {
+		for r, v := range b.RawRowView(t) {
+			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
+				continue
+			}
+			if e.rowStep[r] > t+1 {
+				return nil, invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
+					cfg.Mechanism.Name(), t+1, r+1, e.rowStep[r])
+			}
+			e.dec[t] = append(e.dec[t], dentry{r, v})
+			e.yLast[r] = t + 1
+		}
+	}
+	e.xLast = make([]int, n)
+	for r, row := range e.enc {
+		for _, ce := range row {
+			e.xLast[ce.col] = max(e.xLast[ce.col], e.rowStep[r])
+		}
+	}
+	// Peak of the live step sums and encoded rows, each D values of 8
+	// bytes (16 on disk for Y).
+	live, peak := 0, 0
+	xEnd, yEnd := make([]int, n+2), make([]int, n+2)
+	for t := 1; t <= n; t++ {
+		live++ // X~_t
+		for _, r := range e.rowsAt[t-1] {
+			live++
+			yEnd[max(e.yLast[r], t)]++
+		}
+		xEnd[max(e.xLast[t-1], t)]++
+		peak = max(peak, live)
+		live -= xEnd[t] + yEnd[t]
+	}
+	if need := int64(peak) * int64(dim) * 8; need > cfg.NoiseMemory {
+		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
+			cfg.Mechanism.Name(), peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
+	}
+
+	// The grid: rounding a coordinate moves it by at most 1/2 grid unit,
+	// so the norm grows by at most sqrt(Dim)/2 units, at most 2^-15 of the
+	// record norm's 2^gridBits units with this choice.
+	e.gridBits = min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(cfg.Dim)))))+14))
+	e.scale = math.Ldexp(1/cfg.Clip, e.gridBits)
+	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
+	e.norm2Max = uint64(math.Floor(r * r))
+	e.normGrid = math.Sqrt(float64(e.norm2Max)) * (1 + 0x1p-40)
+	// sens(c~/2^encBits) <= sens(C) + K sqrt(m) maxErr: each entry moved
+	// by at most maxErr (at most half a unit; 0 when C is on the scale),
+	// and at most K columns of records of norm <= 1 differ. 1e-9 covers
+	// the float64 evaluation of sens(C).
+	e.maxErr = maxErr
+	e.sensQ = sens*(1+1e-9) + float64(cfg.K)*math.Sqrt(float64(m))*maxErr
+	e.sigmaZ = sigma * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
+	e.unit = 1 / (math.Ldexp(1, e.encBits) * e.scale)
+	var err error
+	if e.noise, err = noise.NewExactRows(m, dim, e.variance(), cfg.Seed); err != nil {
+		return nil, fmt.Errorf("aggregate: exact noise: %w", err)
+	}
+	return e, nil
+}
+
+// variance is sigmaZ^2 as an exact rational.
+func (e *exactPath) variance() *big.Rat {
+	s := new(big.Rat).SetFloat64(e.sigmaZ)
+	return s.Mul(s, s)
+}
+
+func maxAbsDense(x []float64) float64 {
+	m := 0.0
+	for _, v := range x {
+		m = max(m, math.Abs(v))
+	}
+	return m
+}
+
+// noiseStd is the standard deviation scale of the noise of one coordinate
+// of Y in data units (sigmaZ / (2^encBits * scale)).
+func (e *exactPath) noiseStd() float64 { return e.sigmaZ * e.unit }
+
+// quantize puts a clipped record of length D on the grid, with its squared
+// norm at most norm2Max in exact integer arithmetic.
+func (e *exactPath) quantize(rec []float64) []int64 {
+	x := make([]int64, len(rec))
+	var hi, lo uint64
+	for i, v := range rec {
+		x[i] = int64(math.RoundToEven(v * e.scale))
+		h, l := bits.Mul64(uint64(abs64(x[i])), uint64(abs64(x[i])))
+		var c uint64
+		lo, c = bits.Add64(lo, l, 0)
+		hi += h + c
+	}
+	// Rounding can push the norm past the bound by a hair: move the
+	// largest coordinate toward zero until it holds.
+	for hi > 0 || lo > e.norm2Max {
+		k := 0
+		for i := range x {
+			if abs64(x[i]) > abs64(x[k]) {
+				k = i
+			}
+		}
+		a := uint64(abs64(x[k]))
+		var bw uint64
+		lo, bw = bits.Sub64(lo, 2*a-1, 0) // a^2 - (a-1)^2
+		hi -= bw
+		if x[k] > 0 {
+			x[k]--
+		} else {
+			x[k]++
+		}
+	}
+	return x
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// addInto adds x to acc, or reports that a coordinate would overflow
+// (leaving acc unchanged).
+func addInto(acc, x []int64) bool {
+	for i, v := range x {
+		if (v > 0 && acc[i] > math.MaxInt64-v) || (v < 0 && acc[i] < math.MinInt64-v) {
+			return false
+		}
+	}
+	for i, v := range x {
+		acc[i] += v
+	}
+	return true
+}
+
+// int128 is a signed 128-bit integer (two's complement in hi:lo).
+type int128 struct {
+	hi int64
+	lo uint64
+}
+
+func (a *int128) mulAdd(x, y int64) {
+	neg := (x < 0) != (y < 0)
+	h, l := bits.Mul64(uint64(abs64(x)), uint64(abs64(y)))
+	if neg { // negate h:l
+		l = ^l + 1
+		h = ^h
+		if l == 0 {
+			h++
+		}
+	}
+	var c uint64
+	a.lo, c = bits.Add64(a.lo, l, 0)
+	a.hi += int64(h) + int64(c)
+}
+
+// addBig adds z to a, reporting false if z or the sum does not fit in
+// 128 bits.
+func (a *int128) addBig(z *big.Int) bool {
+	if z.BitLen() > 127 {
+		return false
+	}
+	var buf [16]byte
+	z.FillBytes(buf[:]) // |z|, big-endian
+	h, l := binary.BigEndian.Uint64(buf[:8]), binary.BigEndian.Uint64(buf[8:])
+	if z.Sign() < 0 {
+		l = ^l + 1
+		h = ^h
+		if l == 0 {
+			h++
+		}
+	}
+	var c uint64
+	lo, c := bits.Add64(a.lo, l, 0)
+	hi := a.hi + int64(h) + int64(c)
+	// Signed overflow: both operands of one sign, the sum of the other.
+	if (a.hi >= 0) == (int64(h) >= 0) && (hi >= 0) != (a.hi >= 0) {
+		return false
+	}
+	a.hi, a.lo = hi, lo
+	return true
+}
+
+func appendInt128(b []byte, a int128) []byte {
+	b = binary.LittleEndian.AppendUint64(b, a.lo)
+	return binary.LittleEndian.AppendUint64(b, uint64(a.hi))
+}
+
+func int128Float(b []byte) float64 {
+	lo := binary.LittleEndian.Uint64(b)
+	hi := binary.LittleEndian.Uint64(b[8:])
+	neg := int64(hi) < 0
+	if neg { // the magnitude, so that small negatives keep their digits
+		lo = ^lo + 1
+		hi = ^hi
+		if lo == 0 {
+			hi++
+		}
+	}
+	f := float64(hi)*0x1p64 + float64(lo)
+	if neg {
+		return -f
+	}
+	return f
+}
+
+// storedVec is a store change of the exact path (nil body: delete).
+type storedVec struct {
+	bucket, key, body []byte
+}
+
+// commit computes the rows of step t from the step sum acc, returns
+// theta_t (the decoder's row t applied to the exact Y, data units) and the
+// store changes (new and dropped step sums and encoded rows).
+func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []storedVec, error) {
+	var puts, dels []storedVec
+	e.xs[t] = slices.Clone(acc)
+	if e.xLast[t-1] > t {
+		puts = append(puts, storedVec{bucketSteps, stepKey(t), seal(appendInts(nil, acc))})
+	}
+	z := make([]*big.Int, e.dim)
+	sum := make([]int128, e.dim)
+	for _, r := range e.rowsAt[t-1] {
+		clear(sum)
+		for _, ce := range e.enc[r] {
+			x := e.xs[ce.col+1]
+			for i, v := range x {
+				sum[i].mulAdd(ce.c, v)
+			}
+		}
+		if err := e.noise.Next(z); err != nil {
+			return nil, nil, nil, err
+		}
+		body := make([]byte, 0, 16*e.dim+4)
+		y := make([]float64, e.dim)
+		for i := range sum {
+			if !sum[i].addBig(z[i]) {
+				return nil, nil, nil, fmt.Errorf("aggregate: encoded row %d coordinate %d exceeds 128 bits", r+1, i)
+			}
+			body = appendInt128(body, sum[i])
+			y[i] = int128Float(body[16*i:]) * e.unit
+		}
+		e.ys[r] = y
+		if e.yLast[r] > t {
+			puts = append(puts, storedVec{bucketEncoded, stepKey(r + 1), seal(body)})
+		}
+	}
+	theta := make([]float64, e.dim)
+	for _, de := range e.dec[t-1] {
+		for i, v := range e.ys[de.row] {
+			theta[i] += de.b * v
+		}
+	}
+	for j := range e.xs {
+		if e.xLast[j-1] <= t {
+			delete(e.xs, j)
+			if j != t {
+				dels = append(dels, storedVec{bucket: bucketSteps, key: stepKey(j)})
+			}
+		}
+	}
+	for r := range e.ys {
+		if e.yLast[r] <= t {
+			delete(e.ys, r)
+			if e.rowStep[r] != t {
+				dels = append(dels, storedVec{bucket: bucketEncoded, key: stepKey(r + 1)})
+			}
+		}
+	}
+	return theta, puts, dels, nil
+}
+
+func appendInts(b []byte, x []int64) []byte {
+	for _, v := range x {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return b
+}
+
+// rowsThrough is the number of encoder rows computed by step t.
+func (e *exactPath) rowsThrough(t int) int {
+	k := 0
+	for s := 1; s <= t; s++ {
+		k += len(e.rowsAt[s-1])
+	}
+	return k
+}
+
+// load restores the live step sums and encoded rows after released steps.
+func (e *exactPath) load(tx *bolt.Tx, released int) error {
+	if e.noise.Step() != e.rowsThrough(released) {
+		return fmt.Errorf("aggregate: %w: exact noise state has %d rows but %d releases need %d", errCorrupt, e.noise.Step(), released, e.rowsThrough(released))
+	}
+	sb, eb := tx.Bucket(bucketSteps), tx.Bucket(bucketEncoded)
+	for t := 1; t <= released; t++ {
+		if e.xLast[t-1] <= released {
+			continue
+		}
+		body, err := unseal(fmt.Sprintf("step sum %d", t), sb.Get(stepKey(t)))
+		if err != nil {
+			return err
+		}
+		if len(body) != 8*e.dim {
+			return fmt.Errorf("aggregate: step sum %d: %w", t, errCorrupt)
+		}
+		x := make([]int64, e.dim)
+		for i := range x {
+			x[i] = int64(binary.LittleEndian.Uint64(body[8*i:]))
+		}
+		e.xs[t] = x
+	}
+	for r := range e.m {
+		if e.rowStep[r] > released || e.yLast[r] <= released {
+			continue
+		}
+		body, err := unseal(fmt.Sprintf("encoded row %d", r+1), eb.Get(stepKey(r+1)))
+		if err != nil {
+			return err
+		}
+		if len(body) != 16*e.dim {
+			return fmt.Errorf("aggregate: encoded row %d: %w", r+1, errCorrupt)
+		}
+		y := make([]float64, e.dim)
+		for i := range y {
+			y[i] = int128Float(body[16*i:]) * e.unit
+		}
+		e.ys[r] = y
+	}
+	return nil
+}
+
+// seededNoise returns theta_t's noise part for steps 1..t (data units), by
+// redrawing the rows from the seed: what the releases hold beyond the
+// decoded contributions.
+func (e *exactPath) seededNoise(seed []byte, t int) ([][]float64, error) {
+	src, err := noise.NewExactRows(e.m, e.dim, e.variance(), seed)
+	if err != nil {
+		return nil, err
+	}
+	zs := map[int][]float64{}
+	z := make([]*big.Int, e.dim)
+	out := make([][]float64, t)
+	for s := 1; s <= t; s++ {
+		for _, r := range e.rowsAt[s-1] {
+			if err := src.Next(z); err != nil {
+				return nil, err
+			}
+			v := make([]float64, e.dim)
+			for i := range v {
+				f, _ := new(big.Float).SetInt(z[i]).Float64()
+				v[i] = f * e.unit
+			}
+			zs[r] = v
+		}
+		out[s-1] = make([]float64, e.dim)
+		for _, de := range e.dec[s-1] {
+			for i, v := range zs[de.row] {
+				out[s-1][i] += de.b * v
+			}
+		}
+	}
+	return out, nil
+}
+
+// exactEpsilon is the epsilon of the exact path's releases at noise
+// multiplier sigma over a prefix whose encoder rows have sensitivity at
+// most s (float64 bound for C, turned into one for c~ as sensQ is).
+func (e *exactPath) exactEpsilon(sigma, s float64, k int, delta float64) (float64, error) {
+	sq := s*(1+1e-9) + float64(k)*math.Sqrt(float64(e.m))*e.maxErr
+	return accountant.DiscreteGaussianEpsilon(sigma*e.sensQ/math.Min(sq, e.sensQ), delta)
+}

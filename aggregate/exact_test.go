@@ -1,0 +1,67 @@
+package aggregate
+
+import (
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestInt128 checks the 128-bit arithmetic of the encoded sums against
+// math/big: products, sums, the overflow refusal and the float64 value.
+func TestInt128(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	lim := new(big.Int).Lsh(big.NewInt(1), 127)
+	for range 2000 {
+		var a int128
+		want := new(big.Int)
+		for range 1 + rng.IntN(8) {
+			x, y := rng.Int64()>>rng.IntN(40), rng.Int64()>>rng.IntN(40)
+			if rng.IntN(2) == 0 {
+				x = -x
+			}
+			a.mulAdd(x, y)
+			want.Add(want, new(big.Int).Mul(big.NewInt(x), big.NewInt(y)))
+		}
+		zb := make([]byte, 17)
+		for i := range zb {
+			zb[i] = byte(rng.Uint32())
+		}
+		z := new(big.Int).Rsh(new(big.Int).SetBytes(zb), uint(rng.IntN(136)))
+		if rng.IntN(2) == 0 {
+			z.Neg(z)
+		}
+		sum := new(big.Int).Add(want, z)
+		fits := z.BitLen() <= 127 && sum.Cmp(lim) < 0 && sum.Cmp(new(big.Int).Neg(lim)) >= 0
+		if ok := a.addBig(z); ok != fits {
+			t.Fatalf("%v + %v: addBig says fits = %v, want %v", want, z, ok, fits)
+		} else if !ok {
+			continue
+		}
+		b := appendInt128(nil, a)
+		got := new(big.Int).SetUint64(a.lo)
+		got.Add(got, new(big.Int).Lsh(big.NewInt(a.hi), 64))
+		if got.Cmp(sum) != 0 {
+			t.Fatalf("sum %v, want %v", got, sum)
+		}
+		f, _ := new(big.Float).SetInt(sum).Float64()
+		if g := int128Float(b); math.Abs(g-f) > 1e-15*math.Abs(f) {
+			t.Fatalf("float %v, want %v", g, f)
+		}
+	}
+}
+
+// TestExactRefusesNonCausal: a decoder that reads encoder rows of later
+// steps cannot be released from exact encoded sums; Open says so.
+func TestExactRefusesNonCausal(t *testing.T) {
+	for _, mech := range []string{"tree-full", "fft-opt"} {
+		cfg := setup{mech: mech, workload: Workload{Kind: PrefixSum}, n: 8, d: 2, k: 1, b: 1}.config(t)
+		_, err := Open(t.Context(), filepath.Join(t.TempDir(), "s.db"), cfg)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "causal") {
+			t.Errorf("%s: %v, want ErrInvalidConfig naming a causal mechanism", mech, err)
+		}
+	}
+}
