@@ -533,7 +533,7 @@ func TestBandMFEvent(t *testing.T) {
 }
 
 func TestSelectBands(t *testing.T) {
-	cands := []BandCandidate{{1, 10}, {2, 6}, {10, 3}, {100, 1}, {200, 0.5}}
+	cands := []BandCandidate{{Bands: 1, Loss: 10}, {Bands: 2, Loss: 6}, {Bands: 10, Loss: 3}, {Bands: 100, Loss: 1}, {Bands: 200, Loss: 0.5}}
 	sel, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, cands)
 	if err != nil {
 		t.Fatal(err)
@@ -570,10 +570,10 @@ func TestSelectBands(t *testing.T) {
 	if !(sel.Table[2].Sigma > sel.Table[0].Sigma) {
 		t.Errorf("sigma(10 bands) %v <= sigma(1 band) %v", sel.Table[2].Sigma, sel.Table[0].Sigma)
 	}
-	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{200, 1}}); !errors.Is(err, ErrInfeasible) {
+	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{Bands: 200, Loss: 1}}); !errors.Is(err, ErrInfeasible) {
 		t.Errorf("no feasible candidate: err = %v", err)
 	}
-	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{2, -1}}); !errors.Is(err, ErrInvalid) {
+	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{Bands: 2, Loss: -1}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative loss: err = %v", err)
 	}
 }

@@ -272,6 +272,10 @@ func UnamplifiedMFEvent(sigma float64) (Event, error) {
 type BandCandidate struct {
 	Bands int
 	Loss  float64
+	// Proxy says Loss is an upper bound from a cheaper encoder with the
+	// same band count (the banded Toeplitz optimum), not the optimized
+	// banded factorization's own loss.
+	Proxy bool `json:",omitempty"`
 }
 
 // BandChoice is one row of a BandSelection.

@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -71,10 +72,20 @@ func BuildToeplitz(ctx context.Context, spec MechanismSpec, w Workload, schema S
 	case KindSqrt:
 		return SqrtToeplitz(w.N)
 	case KindToeplitz:
-		if spec.Bands < 1 || spec.Bands > w.N {
-			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, spec.Bands, w.N)
+		bands := spec.Bands
+		if spec.AutoBands {
+			// As bandmf:auto: the most bands the schema's sensitivity
+			// allows without overlap (the planner chooses by amplified
+			// accounting instead).
+			bands = w.N
+			if schema.Kind != Single {
+				bands = min(schema.B, w.N)
+			}
 		}
-		return optimizedToeplitz(ctx, spec, spec.Bands, OptimizeToeplitz, ow, w.N, schema, opt)
+		if bands < 1 || bands > w.N {
+			return nil, invalidf("build %s: %d bands, need 1..n = %d", spec.Name, bands, w.N)
+		}
+		return optimizedToeplitz(ctx, spec, bands, OptimizeToeplitz, ow, w.N, schema, opt)
 	case KindBISR:
 		return BandedInverseSqrt(w.N, spec.Bands)
 	case KindBLT:
@@ -92,9 +103,10 @@ func optimizedToeplitz(ctx context.Context, spec MechanismSpec, size int,
 	ow Workload, n int, schema Schema, opt BuildOptions) (*Toeplitz, error) {
 	key := ProblemKey{Kind: spec.Kind, Workload: ow, Schema: schema, Bands: size, Stamps: 1}
 	tr := buildTraceFrom(ctx)
+	label := spec.Kind + ":" + strconv.Itoa(size) // e.g. toeplitz:8, blt:4
 	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
 		var res *ToeplitzResult
-		err := tr.optimize(spec.Kind, ow.N, 0, func(progress func(OptimizeProgress)) error {
+		err := tr.optimize(label, ow.N, 0, func(progress func(OptimizeProgress)) error {
 			var err error
 			res, err = optimize(ctx, ow, schema, size, &ToeplitzSettings{Progress: progress})
 			return err
@@ -108,7 +120,7 @@ func optimizedToeplitz(ctx context.Context, spec MechanismSpec, size int,
 		return nil, prefixf(err, "build %s", spec.Name)
 	}
 	if hit {
-		tr.cached(spec.Kind, ow.N, opt.Cache.Dir)
+		tr.cached(label, ow.N, opt.Cache.Dir)
 	}
 	return checkLoaded(t, n)
 }

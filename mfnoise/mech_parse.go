@@ -33,21 +33,22 @@ func toeplitzKind(kind string) bool {
 
 // MechanismNames lists the mechanism names ParseMechanism reads, for
 // command-line help and errors.
-const MechanismNames = "dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS or bandmf:auto, each optionally /sS (S stamps); sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS"
+const MechanismNames = "dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb, bandmf:BANDS or bandmf:auto, each optionally /sS (S stamps); sqrt, toeplitz:BANDS or toeplitz:auto, blt:NBUF, bisr:BANDS"
 
 // MechanismSpec is a parsed mechanism name, the CLI contract: one of
 // dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
 // bandmf:BANDS (BANDS an integer or "auto"), each optionally followed by
 // /sS for S stamps, e.g. "tree-full/s5" or "bandmf:auto/s2"; or one of the
-// Toeplitz mechanisms sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS (not
-// stamped).
+// Toeplitz mechanisms sqrt, toeplitz:BANDS (BANDS an integer or "auto"),
+// blt:NBUF, bisr:BANDS (not stamped).
 type MechanismSpec struct {
 	// Name is the text as given (trimmed), for error messages; Compare
 	// reports the canonical String.
 	Name string `json:"name"`
 	// Kind is one of the Kind constants, e.g. KindTreeFull.
 	Kind string `json:"kind"`
-	// Bands is the band count of bandmf and toeplitz (0 with AutoBands).
+	// Bands is the band count of bandmf and toeplitz (0 with AutoBands:
+	// bandmf:auto, toeplitz:auto).
 	Bands     int  `json:"bands,omitempty"`
 	AutoBands bool `json:"auto_bands,omitempty"`
 	// Buffers is the buffer count of blt.
@@ -59,13 +60,13 @@ type MechanismSpec struct {
 // String is the canonical name, e.g. "bandmf:8/s2".
 func (s MechanismSpec) String() string {
 	name := s.Kind
-	if s.Kind == KindToeplitz || s.Kind == KindBISR {
+	if s.Kind == KindBISR {
 		name += ":" + strconv.Itoa(s.Bands)
 	}
 	if s.Kind == KindBLT {
 		name += ":" + strconv.Itoa(s.Buffers)
 	}
-	if s.Kind == KindBandMF {
+	if s.Kind == KindBandMF || s.Kind == KindToeplitz {
 		if s.AutoBands {
 			name += ":auto"
 		} else {
@@ -100,8 +101,15 @@ func ParseMechanism(s string) (MechanismSpec, error) {
 		}
 	case KindToeplitz, KindBLT, KindBISR:
 		what := map[string]string{KindToeplitz: "band count", KindBISR: "band count", KindBLT: "buffer count"}[kind]
+		if kind == KindToeplitz && bands == "auto" {
+			spec.AutoBands = true
+			break
+		}
 		v, err := strconv.Atoi(bands)
 		if !hasBands || err != nil || v < 1 {
+			if kind == KindToeplitz {
+				return MechanismSpec{}, invalidf("mechanism %q: toeplitz needs a positive integer band count or auto, e.g. toeplitz:4 or toeplitz:auto", name)
+			}
 			return MechanismSpec{}, invalidf("mechanism %q: %s needs a positive integer %s, e.g. %s:4", name, kind, what, kind)
 		}
 		if kind == KindBLT {

@@ -17,17 +17,29 @@ type denseBandEval struct {
 	yy *mat.SymDense
 }
 
-// useDense reports whether the GEMM-bound evaluation is cheaper than n
-// banded solves. The banded path costs about 3 n^2 bands flops at BLAS-2
-// speed, the dense one about 3 n^3 / 1.5 flops (blocked Cholesky, two
-// triangular solves with n right-hand sides, a rank-n update of half the
-// matrix) at GEMM speed; with the blas package installed the crossover was
-// measured near bands = n/16 (BENCHMARKS.md, OptimizeBanded).
-func (p *bandProblem) useDense() bool {
-	if p.path != 0 {
-		return p.path > 0
+// evalPath is how bandProblem.eval computes the loss and its gradient.
+type evalPath int
+
+const (
+	pathAuto    evalPath = iota // by cost (bandProblem.evalPath)
+	pathSolves                  // n banded solves, one row of A at a time
+	pathBlocked                 // blocked banded solves at GEMM speed
+	pathDense                   // dense Cholesky and triangular solves
+)
+
+// evalPath returns the evaluation OptimizeBanded uses: the blocked one.
+// The banded solves cost about 4 n^2 bands flops at BLAS-1/2 speed, the
+// blocked ones about 10 n^2 max(bands, minBandBlock) at GEMM speed, the
+// dense path about 3.3 n^3 at GEMM speed. Measured with the fast GEMM on
+// 2 cores (BENCHMARKS.md, OptimizeBanded), the blocked evaluation was the
+// fastest at every band count from 4 to 256 at n = 500 and n = 2000 (2.5 to
+// 65 times the banded solves, 1.3 to 40 times the dense path); the others
+// remain as references for the tests.
+func (p *bandProblem) evalPath() evalPath {
+	if p.path != pathAuto {
+		return p.path
 	}
-	return 16*(p.k+1) >= p.n
+	return pathBlocked
 }
 
 // evalDense computes f = tr(A X^-1 A^T) and the gradient over the free band

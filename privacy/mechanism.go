@@ -428,15 +428,20 @@ func FromSpec(s mfnoise.MechanismSpec) (Mechanism, error) {
 // Toeplitz is a Toeplitz-structured mechanism of package mfnoise: the
 // square root of the prefix sum (sqrt), banded Toeplitz (toeplitz:BANDS,
 // whose encoder is banded, so band sampling and amplified accounting
-// apply), buffered linear Toeplitz (blt:NBUF) and the banded inverse square
+// apply; toeplitz:auto, whose band count the planner chooses as for
+// bandmf:auto), buffered linear Toeplitz (blt:NBUF) and the banded inverse square
 // root (bisr:BANDS, whose encoder's inverse is banded, not the encoder).
 type Toeplitz struct{ Spec mfnoise.MechanismSpec }
 
 func (m Toeplitz) String() string { return m.Spec.String() }
 
-// Structure: only toeplitz:BANDS declares a banded encoder.
+// Structure: only toeplitz:BANDS declares a banded encoder; toeplitz:auto
+// one whose band count the planner chooses by amplified accounting.
 func (m Toeplitz) Structure() Structure {
 	if m.Spec.Kind == mfnoise.KindToeplitz {
+		if m.Spec.AutoBands {
+			return Structure{AutoBands: true}
+		}
 		return Structure{Bands: m.Spec.Bands}
 	}
 	return Structure{}

@@ -75,7 +75,7 @@ func TestCalibrationInvertsEpsilon(t *testing.T) {
 }
 
 func TestParseMechanismRoundTrip(t *testing.T) {
-	for _, name := range []string{"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "mf-single", "mf-kb", "bandmf:8", "bandmf:auto", "tree-online/s4", "bandmf:4/s2"} {
+	for _, name := range []string{"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "mf-single", "mf-kb", "bandmf:8", "bandmf:auto", "toeplitz:8", "toeplitz:auto", "tree-online/s4", "bandmf:4/s2"} {
 		m, err := ParseMechanism(name)
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 			t.Errorf("%q parses to %v", name, m)
 		}
 	}
-	for _, bad := range []string{"laplace", "bandmf", "bandmf:0", "dpsgd:3", "bandmf:auto/s2", ""} {
+	for _, bad := range []string{"laplace", "bandmf", "bandmf:0", "dpsgd:3", "bandmf:auto/s2", "toeplitz:auto/s2", "toeplitz:0", "toeplitz:autos", ""} {
 		if _, err := ParseMechanism(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err = %v, want ErrInvalid", bad, err)
 		}

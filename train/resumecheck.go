@@ -62,6 +62,11 @@ func (c *Config) settings(m interface {
 	if c.EMA > 0 {
 		s = append(s, setting{"parameter average", fmt.Sprintf("%g", c.EMA)})
 	}
+	if c.UserLevel {
+		// Recorded only at user level, so example-level checkpoints keep
+		// their settings.
+		s = append(s, setting{"unit of privacy", fmt.Sprintf("user (at most %d examples a step, mean %v)", c.UserExamples, c.UserMean)})
+	}
 	return s
 }
 

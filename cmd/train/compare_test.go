@@ -58,7 +58,7 @@ func TestCompareProgressOnStderr(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cold: exit %d: %s", code, coldErr)
 	}
-	for _, kind := range []string{"mf-single", "toeplitz", "blt"} {
+	for _, kind := range []string{"mf-single", "toeplitz:4", "blt:2"} {
 		for _, want := range []string{"factorization: building " + kind + " (n = 64)", "factorization: building " + kind + " (n = 64): iteration 1 of at most", "factorization: " + kind + " (n = 64) optimized in"} {
 			if !strings.Contains(coldErr, want) {
 				t.Errorf("cold stderr lacks %q:\n%s", want, coldErr)
@@ -72,7 +72,7 @@ func TestCompareProgressOnStderr(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("warm: exit %d: %s", code, warmErr)
 	}
-	for _, kind := range []string{"mf-single", "toeplitz", "blt"} {
+	for _, kind := range []string{"mf-single", "toeplitz:4", "blt:2"} {
 		if n := strings.Count(warmErr, "factorization: cached "+kind+" for n = 64 from "+cache); n != 1 {
 			t.Errorf("warm stderr names the cached %s %d times:\n%s", kind, n, warmErr)
 		}
