@@ -122,6 +122,12 @@ type options struct {
 	count                                  bool
 	commitEvery                            time.Duration
 	maxBody, noiseMemory                   int64
+	// Replicated mode (-nats).
+	nats, service, workDir string
+	aggregator             bool
+	replicas               int
+	leaseTTL               time.Duration
+	noSync                 bool // the store is a cache of the replicated log
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -151,6 +157,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.authKey, "auth-key", "", "key file (dpserve key): requests then need tokens (dpserve token) for contributing and operating")
 	fs.Float64Var(&o.rate, "rate", 10, "requests a second allowed to each contributor credential (0: no limit; with -auth-key)")
 	fs.IntVar(&o.burst, "burst", 20, "requests a contributor credential may send at once before -rate applies")
+	fs.StringVar(&o.nats, "nats", "", "NATS URL,... : replicated mode on a JetStream cluster instead of -store (docs/dpserve.md)")
+	fs.StringVar(&o.service, "service", "dpserve", "replicated mode: name of the service's stream and buckets (letters, digits, - and _)")
+	fs.BoolVar(&o.aggregator, "aggregator", true, "replicated mode: also stand for election as the one aggregator")
+	fs.IntVar(&o.replicas, "replicas", 3, "replicated mode: JetStream replicas of the log, releases and snapshots")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
+	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -165,8 +177,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, nil
 	}
 	switch {
-	case o.store == "":
-		return o, usagef("-store FILE is required")
+	case o.store == "" && o.nats == "":
+		return o, usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
+	case o.store != "" && o.nats != "":
+		return o, usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
+	case o.nats != "" && !validService(o.service):
+		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
+	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
+		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
 	case o.dim < 1:
 		return o, usagef("-dim %d: want a positive dimension", o.dim)
 	case o.horizon < 1:
@@ -241,6 +259,7 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	return aggregate.Open(ctx, o.store, aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
 		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
+		NoSync: o.noSync,
 	})
 }
 
@@ -301,6 +320,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsCfg, acc, err := setupAccess(o)
 	if err != nil {
 		return err
+	}
+	if o.nats != "" {
+		return serveReplicated(ctx, o, tlsCfg, acc, stdout, stderr)
 	}
 	if fi, err := os.Stat(filepath.Dir(o.store)); err != nil || !fi.IsDir() {
 		return usagef("-store %s: directory %s does not exist", o.store, filepath.Dir(o.store))
