@@ -598,66 +598,59 @@ func (r *replicated) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Short heartbeats: a consumer whose server died is noticed (and the
+	// ordered consumer recreated from the next position) within seconds.
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return err
+	}
+	type next struct {
+		m   jetstream.Msg
+		err error
+	}
+	msgs := make(chan next, 64)
+	go func() {
+		// Next without a timeout: its heartbeat check runs only while
+		// it waits long enough.
+		for {
+			m, err := it.Next()
+			select {
+			case msgs <- next{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer it.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	lastLedger := time.Time{}
 	ledgerDirty := false
 	nextTick := time.Now().Add(r.o.commitEvery)
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(200*time.Millisecond))
-		if err != nil {
-			return err
+		var n next
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		case n = <-msgs:
 		}
-		var decs []decision
-		for m := range batch.Messages() {
-			md, err := m.Metadata()
+		switch {
+		case n.err != nil:
+			return n.err
+		case n.m != nil:
+			d, err := r.apply(ctx, agg, n.m, &seq)
 			if err != nil {
 				return err
 			}
-			d := decision{ID: m.Headers().Get(jetstream.MsgIDHeader), Seq: md.Sequence.Stream}
-			if md.Sequence.Stream <= seq {
-				continue // delivered again after a consumer reset
-			}
-			seq = md.Sequence.Stream
-			switch m.Subject() {
-			case r.subjAdd:
-				c, vec, derr := decodeEntry(m.Data())
-				if derr != nil {
-					c, vec = "", nil // rejected by Add below, in log order
-				}
-				step, err := agg.Add(ctx, c, vec)
-				d.Step = step
-				var rej *aggregate.RejectError
-				switch {
-				case errors.As(err, &rej):
-					d.Step, d.Detail = rej.Step, rej.Detail
-					d.Reason = reasonIndex(rej.Reason)
-				case err != nil:
-					return err
-				}
+			if d != nil {
+				r.publish([]decision{*d})
 				ledgerDirty = true
-			case r.subjCmt:
-				r.publish(decs)
-				decs = decs[:0]
-				rel, err := agg.Commit(ctx)
-				switch {
-				case errors.Is(err, aggregate.ErrBudgetExhausted):
-					d.Reason, d.Detail = reasonIndex(aggregate.ErrBudgetExhausted), err.Error()
-				case err != nil:
-					return err
-				default:
-					if err := r.checkpoint(ctx, agg, rel, seq); err != nil {
-						return err
-					}
-					d.Step = rel.Step
-					nextTick = time.Now().Add(r.o.commitEvery)
-					ledgerDirty = true
-				}
 			}
-			decs = append(decs, d)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		r.publish(decs)
 		if ledgerDirty && time.Since(lastLedger) > 250*time.Millisecond {
 			if err := r.writeLedger(ctx, agg.Ledger()); err != nil {
 				return err
@@ -675,6 +668,54 @@ func (r *replicated) lead(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// apply applies one log entry and returns the decision to publish (nil
+// for an entry already applied).
+func (r *replicated) apply(ctx context.Context, agg *aggregate.Aggregator, m jetstream.Msg, seq *uint64) (*decision, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	if md.Sequence.Stream <= *seq {
+		return nil, nil // delivered again after a consumer reset
+	}
+	*seq = md.Sequence.Stream
+	d := &decision{ID: m.Headers().Get(jetstream.MsgIDHeader), Seq: md.Sequence.Stream}
+	switch m.Subject() {
+	case r.subjAdd:
+		c, vec, derr := decodeEntry(m.Data())
+		if derr != nil {
+			c, vec = "", nil // rejected by Add below, in log order
+		}
+		step, err := agg.Add(ctx, c, vec)
+		d.Step = step
+		var rej *aggregate.RejectError
+		switch {
+		case errors.As(err, &rej):
+			d.Step, d.Detail = rej.Step, rej.Detail
+			d.Reason = reasonIndex(rej.Reason)
+		case err != nil:
+			return nil, err
+		}
+	case r.subjCmt:
+		rel, err := agg.Commit(ctx)
+		switch {
+		case errors.Is(err, aggregate.ErrBudgetExhausted):
+			d.Reason, d.Detail = reasonIndex(aggregate.ErrBudgetExhausted), err.Error()
+		case err != nil:
+			return nil, err
+		default:
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := r.checkpoint(cctx, agg, rel, *seq)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			d.Step = rel.Step
+		}
+	}
+	return d, nil
 }
 
 func reasonIndex(err error) int {

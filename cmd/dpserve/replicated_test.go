@@ -11,6 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -314,7 +317,9 @@ func TestReplicatedFailover(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("%s: no commit succeeded within %v", what, resumeBound)
+		buf := make([]byte, 1<<22)
+		os.WriteFile(filepath.Join(os.TempDir(), "dpserve-failover-stacks.txt"), buf[:runtime.Stack(buf, true)], 0o600)
+		t.Fatalf("%s: no commit succeeded within %v (goroutines in %s)", what, resumeBound, filepath.Join(os.TempDir(), "dpserve-failover-stacks.txt"))
 	}
 	sleep := func(lo, hi time.Duration) { time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)))) }
 	leaderOf := func() int {
