@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,8 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -472,3 +476,116 @@ func (r *releaseJSONMean) mean() []float64 {
 	}
 	return m
 }
+
+// startJetStream is one JetStream server on loopback.
+func startJetStream(t *testing.T) string {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// TestReplicatedFencing: two aggregators that both believe they lead
+// (one deposed but still running) apply the same log from the same
+// stored state with their own CSPRNG noise: their releases for step 1
+// differ, and only the first is stored; the second learns it is deposed
+// and the stored release stays the first one's.
+func TestReplicatedFencing(t *testing.T) {
+	url := startJetStream(t)
+	o := replicatedOptions(t, url, "-replicas", "1", "-seed", "")
+	o.seed = ""
+	var rs []*replicated
+	for range 2 {
+		r, err := dialReplicated(context.Background(), o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.decisionWait = time.Millisecond
+		t.Cleanup(r.close)
+		rs = append(rs, r)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := rs[0].Add(ctx, fmt.Sprintf("c%d", i), []float64{0.5, 0.5}); err == nil {
+			t.Fatal("Add returned a step with no aggregator running")
+		}
+	}
+	if _, err := rs[0].js.PublishMsg(ctx, natsMsg(rs[0].subjCmt), jetstream.WithMsgID("commit:1")); err != nil {
+		t.Fatal(err)
+	}
+	var sums [][]float64
+	var errs []error
+	// Both restore the state before release 1, then both apply the log.
+	var aggs []*aggregate.Aggregator
+	for _, r := range rs {
+		agg, released, seq, err := r.restore(ctx, t.TempDir())
+		if err != nil || released != 0 || seq != 0 {
+			t.Fatalf("restore: %v (%d releases, position %d)", err, released, seq)
+		}
+		defer agg.Close()
+		aggs = append(aggs, agg)
+	}
+	for i, r := range rs {
+		agg, seq := aggs[i], uint64(0)
+		cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last error
+		for m := range b.Messages() {
+			if _, err := r.apply(ctx, agg, m, &seq); err != nil {
+				last = err
+			}
+		}
+		errs = append(errs, last)
+		rel, err := agg.Release(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, rel.Sum)
+	}
+	if errs[0] != nil || !errors.Is(errs[1], errDeposed) {
+		t.Fatalf("first aggregator: %v; second: %v (want %v)", errs[0], errs[1], errDeposed)
+	}
+	if slices.Equal(sums[0], sums[1]) {
+		t.Fatal("two aggregators drew the same noise: the test cannot tell their releases apart")
+	}
+	stored, err := rs[1].Release(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(stored.Sum, sums[0]) {
+		t.Fatalf("stored release 1 %v, first aggregator's %v", stored.Sum, sums[0])
+	}
+	if l := rs[1].Ledger(); l.Steps != 0 && l.Steps != 1 {
+		t.Fatalf("ledger steps %d", l.Steps)
+	}
+}
+
+func TestReplicatedFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-store", "x.db", "-nats", "nats://127.0.0.1:4222"},
+		{"-nats", "nats://127.0.0.1:4222", "-service", "a.b"},
+		{"-nats", "nats://127.0.0.1:4222", "-replicas", "0"},
+	} {
+		args = append(args, "-dim", "2", "-horizon", "4", "-epsilon", "1", "-delta", "1e-6", "-clip", "1")
+		var stderr bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", args, code, stderr.String())
+		}
+	}
+}
+
+func natsMsg(subject string) *nats.Msg { return nats.NewMsg(subject) }
