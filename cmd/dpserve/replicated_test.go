@@ -22,8 +22,9 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/internal/loadgen"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -589,3 +590,44 @@ func TestReplicatedFlags(t *testing.T) {
 }
 
 func natsMsg(subject string) *nats.Msg { return nats.NewMsg(subject) }
+
+// TestLoadModes runs the same load (4000 contributions of d = 100 from 16
+// clients, a commit every 100 ms, at most 60 s) against the single-node
+// mode (bbolt) and the replicated mode (3-node JetStream cluster on
+// loopback, replicas 3, one front-end and its aggregator in this process),
+// one after the other in one run, and logs both results for BENCHMARKS.md.
+// Every contribution must be acknowledged with a step in both modes.
+// Skipped under -short (about a minute).
+func TestLoadModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load in both modes: about a minute")
+	}
+	cfg := loadgen.Config{Dim: 100, Workers: 16, Requests: 4000, Duration: 60 * time.Second,
+		CommitEvery: 100 * time.Millisecond, Seed: 1}
+	run := func(name, url string) {
+		c := cfg
+		c.BaseURL = url
+		res, err := loadgen.Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %v", name, res)
+		if res.Accepted != cfg.Requests || res.Failed != 0 || res.Rejected != 0 {
+			t.Fatalf("%s: %v; first error %s", name, res, res.FirstError)
+		}
+	}
+	run("bbolt", testServerDim(t, 100, 1000).URL)
+
+	cl := startCluster(t, 3)
+	o := replicatedOptions(t, cl.urls(), "-dim", "100", "-count=false", "-seed", "")
+	o.seed, o.count = "", false
+	r, err := dialReplicated(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: access{now: time.Now}}))
+	t.Cleanup(func() { srv.Close(); r.close() })
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	run("replicated (3 nodes, replicas 3)", srv.URL)
+}
