@@ -126,7 +126,7 @@ type options struct {
 	nats, service, workDir string
 	aggregator             bool
 	replicas               int
-	leaseTTL               time.Duration
+	leaseTTL, logMaxAge    time.Duration
 	noSync                 bool // the store is a cache of the replicated log
 }
 
@@ -162,6 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.aggregator, "aggregator", true, "replicated mode: also stand for election as the one aggregator")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicated mode: JetStream replicas of the log, releases and snapshots")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
+	fs.DurationVar(&o.logMaxAge, "log-max-age", 0, "replicated mode: drop logged contributions older than this (0: keep them; at least 1h, and far above the longest time between two commits)")
 	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +186,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
 	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
 		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
+		return o, usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
 		return o, usagef("-dim %d: want a positive dimension", o.dim)
 	case o.horizon < 1:

@@ -167,7 +167,7 @@ func (r *replicated) setup(ctx context.Context) error {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = r.js.CreateOrUpdateStream(actx, jetstream.StreamConfig{
 			Name: r.stream, Subjects: []string{r.o.service + ".log.>"}, Storage: jetstream.FileStorage,
-			Replicas: r.o.replicas, Duplicates: 10 * time.Minute, Retention: jetstream.LimitsPolicy,
+			Replicas: r.o.replicas, Duplicates: 10 * time.Minute, Retention: jetstream.LimitsPolicy, MaxAge: r.o.logMaxAge,
 		})
 		acancel()
 		if err == nil || ctx.Err() != nil {
