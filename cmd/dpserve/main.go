@@ -9,6 +9,8 @@
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
+//	dpserve -nats nats://n1:4222,nats://n2:4222,nats://n3:4222 [-service dpserve] [-replicas 3]
+//	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
 //	dpserve -version
@@ -32,7 +34,9 @@
 //
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
-// and closes the store. -seed HEX (64 hex digits) fixes the noise for tests:
+// and closes the store. With -nats instead of -store the service runs
+// replicated on a NATS JetStream cluster (replicated.go; same API): any
+// number of front-ends, one aggregator at a time. -seed HEX (64 hex digits) fixes the noise for tests:
 // the ledger then states that the releases are not private. Input the user
 // can fix (flags, -addr, the files named, a store made with other flags or
 // corrupt) exits with status 2 and a one-line message; internal failures
