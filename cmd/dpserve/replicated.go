@@ -286,6 +286,10 @@ func (r *replicated) Add(ctx context.Context, contributor string, vec []float64)
 		return 0, httpError{status: http.StatusServiceUnavailable, retryAfter: 1,
 			msg: "the replicated log did not confirm the contribution; retry with the same Idempotency-Key header: " + err.Error()}
 	}
+	if ack.Duplicate {
+		// A retry of a logged contribution: counted once, decided before.
+		return 0, &loggedError{seq: ack.Sequence}
+	}
 	t := time.NewTimer(r.decisionWait)
 	defer t.Stop()
 	select {

@@ -631,3 +631,83 @@ func TestLoadModes(t *testing.T) {
 	t.Cleanup(a.kill)
 	run("replicated (3 nodes, replicas 3)", srv.URL)
 }
+
+// TestReplicatedContract: the replicated mode answers like the single-node
+// mode (200 with the step, 400 for a wrong dimension, 409 past k, the
+// commit's release served again by GET), and a retry with the same
+// Idempotency-Key is counted once (without de-duplication the retry would
+// be a second participation: 409, and two contributions in the ledger).
+func TestReplicatedContract(t *testing.T) {
+	url := startJetStream(t)
+	o := replicatedOptions(t, url, "-replicas", "1")
+	r, err := dialReplicated(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 4, access: access{now: time.Now}}))
+	t.Cleanup(func() { srv.Close(); r.close() })
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	post := func(path, body, key string) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	// The first answer may be 202 while the aggregator is elected.
+	for {
+		code, body := post("/v1/contributions", `{"contributor":"u0","vector":[0.5,0.5]}`, "")
+		if code == 200 {
+			break
+		}
+		if code != 202 {
+			t.Fatalf("contribution: %d %s", code, body)
+		}
+	}
+	for _, c := range []struct {
+		body, key string
+		code      int
+		want      string
+	}{
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "a", 200, `{"step":1}`},
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "a", 202, `"sequence"`}, // the retry: logged once, already decided
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "b", 409, "participation limit"},
+		{`{"contributor":"u2","vector":[0.3]}`, "", 400, "wrong dimension"},
+	} {
+		if code, body := post("/v1/contributions", c.body, c.key); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s (key %q): %d %s, want %d %s", c.body, c.key, code, body, c.code, c.want)
+		}
+	}
+	code, body := post("/v1/commit", "", "")
+	if code != 200 || !strings.Contains(body, `"step":1`) {
+		t.Fatalf("commit: %d %s", code, body)
+	}
+	resp, err := http.Get(srv.URL + "/v1/releases/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(got)) != body {
+		t.Fatalf("GET release 1: %s; commit answered %s", got, body)
+	}
+	// The ledger counts u0 and u1 once each, and the 409 rejection.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := r.Ledger()
+		if l.Steps == 1 && l.ContributionsAccepted == 2 && l.ContributionsRejected == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger: %d steps, %d accepted, %d rejected; want 1, 2, 1", l.Steps, l.ContributionsAccepted, l.ContributionsRejected)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
