@@ -46,6 +46,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dpmf-go/dpmf/aggregate"
@@ -595,6 +596,31 @@ func (r *replicated) lead(ctx context.Context) error {
 	}
 	defer agg.Close()
 	r.logf("aggregator %s: continuing after release %d (log position %d)", r.id, released, seq)
+	// Releases are stored in order by one goroutine while the log is
+	// applied on; the first failure stops leading.
+	ctx, cancelLead := context.WithCancelCause(ctx)
+	defer cancelLead(nil)
+	pipe := &pipeline{jobs: make(chan *checkpointJob, 2)}
+	stored := make(chan struct{})
+	defer func() { <-stored }()
+	defer close(pipe.jobs)
+	go func() {
+		defer close(stored)
+		for j := range pipe.jobs {
+			if ctx.Err() != nil {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := r.store(cctx, j)
+			cancel()
+			if err != nil {
+				cancelLead(err)
+				continue
+			}
+			pipe.pending.Add(-1)
+			r.publish([]decision{j.dec})
+		}
+	}()
 	cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.o.service + ".log.>"},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1,
@@ -638,7 +664,7 @@ func (r *replicated) lead(ctx context.Context) error {
 		var n next
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		case <-tick.C:
 		case n = <-msgs:
 		}
@@ -646,7 +672,7 @@ func (r *replicated) lead(ctx context.Context) error {
 		case n.err != nil:
 			return n.err
 		case n.m != nil:
-			d, err := r.apply(ctx, agg, n.m, &seq)
+			d, err := r.apply(ctx, agg, n.m, &seq, pipe)
 			if err != nil {
 				return err
 			}
@@ -655,7 +681,9 @@ func (r *replicated) lead(ctx context.Context) error {
 				ledgerDirty = true
 			}
 		}
-		if ledgerDirty && time.Since(lastLedger) > 250*time.Millisecond {
+		// The ledger is written when every release made is stored: it
+		// never counts a release that cannot be read yet.
+		if ledgerDirty && time.Since(lastLedger) > 250*time.Millisecond && pipe.pending.Load() == 0 {
 			if err := r.writeLedger(ctx, agg.Ledger()); err != nil {
 				return err
 			}
@@ -671,12 +699,19 @@ func (r *replicated) lead(ctx context.Context) error {
 			nextTick = time.Now().Add(r.o.commitEvery)
 		}
 	}
-	return ctx.Err()
+	return context.Cause(ctx)
 }
 
 // apply applies one log entry and returns the decision to publish (nil
 // for an entry already applied).
-func (r *replicated) apply(ctx context.Context, agg *aggregate.Aggregator, m jetstream.Msg, seq *uint64) (*decision, error) {
+//
+// With async set, a release's snapshot is taken at once but stored by the
+// receiver of async, which publishes the commit's decision after storing
+// it; apply then returns a nil decision for the commit. Decisions on later
+// contributions do not depend on the noise, so they may be published
+// before the release is stored: an aggregator that replays the log from
+// the stored state decides the same.
+func (r *replicated) apply(ctx context.Context, agg *aggregate.Aggregator, m jetstream.Msg, seq *uint64, async *pipeline) (*decision, error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return nil, err
@@ -710,13 +745,27 @@ func (r *replicated) apply(ctx context.Context, agg *aggregate.Aggregator, m jet
 		case err != nil:
 			return nil, err
 		default:
+			d.Step = rel.Step
+			if async != nil {
+				j, err := r.prepare(agg, rel, *seq)
+				if err != nil {
+					return nil, err
+				}
+				j.dec = *d
+				async.pending.Add(1)
+				select {
+				case async.jobs <- j:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return nil, nil
+			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := r.checkpoint(cctx, agg, rel, *seq)
 			cancel()
 			if err != nil {
 				return nil, err
 			}
-			d.Step = rel.Step
 		}
 	}
 	return d, nil
@@ -743,18 +792,49 @@ func (r *replicated) publish(decs []decision) {
 // position seq it covers. Creating rel.<t> is the single point of
 // decision: if the key exists another aggregator made release t first.
 func (r *replicated) checkpoint(ctx context.Context, agg *aggregate.Aggregator, rel *aggregate.Release, seq uint64) error {
+	j, err := r.prepare(agg, rel, seq)
+	if err != nil {
+		return err
+	}
+	return r.store(ctx, j)
+}
+
+// pipeline carries releases from the log's applier to the goroutine that
+// stores them in order.
+type pipeline struct {
+	jobs    chan *checkpointJob
+	pending atomic.Int64 // releases made and not stored yet
+}
+
+// checkpointJob is a release with the snapshot taken right after it, to
+// store.
+type checkpointJob struct {
+	rel  *aggregate.Release
+	snap []byte
+	rec  releaseRecord
+	dec  decision
+}
+
+// prepare takes the snapshot after release rel (synchronously: the engine
+// moves on afterwards).
+func (r *replicated) prepare(agg *aggregate.Aggregator, rel *aggregate.Release, seq uint64) (*checkpointJob, error) {
 	var buf bytes.Buffer
 	if _, err := agg.Snapshot(&buf); err != nil {
-		return err
+		return nil, err
 	}
 	h := sha256.Sum256(buf.Bytes())
 	name := fmt.Sprintf("snap.%d.%s", rel.Step, r.id)
-	if _, err := r.snaps.PutBytes(ctx, name, buf.Bytes()); err != nil {
+	return &checkpointJob{rel: rel, snap: buf.Bytes(), rec: releaseRecord{Step: rel.Step, Seq: seq, Sum: rel.Sum,
+		HasCount: rel.HasCount, Count: rel.Count, Snapshot: name, SnapSHA: hex.EncodeToString(h[:]), Ledger: agg.Ledger(), Leader: r.id}}, nil
+}
+
+// store writes the snapshot, then creates the release record.
+func (r *replicated) store(ctx context.Context, j *checkpointJob) error {
+	rel, name := j.rel, j.rec.Snapshot
+	if _, err := r.snaps.PutBytes(ctx, name, j.snap); err != nil {
 		return fmt.Errorf("snapshot %s: %w", name, err)
 	}
-	rec := releaseRecord{Step: rel.Step, Seq: seq, Sum: rel.Sum, HasCount: rel.HasCount, Count: rel.Count,
-		Snapshot: name, SnapSHA: hex.EncodeToString(h[:]), Ledger: agg.Ledger(), Leader: r.id}
-	b, err := json.Marshal(rec)
+	b, err := json.Marshal(j.rec)
 	if err != nil {
 		return err
 	}

@@ -546,7 +546,7 @@ func TestReplicatedFencing(t *testing.T) {
 		}
 		var last error
 		for m := range b.Messages() {
-			if _, err := r.apply(ctx, agg, m, &seq); err != nil {
+			if _, err := r.apply(ctx, agg, m, &seq, nil); err != nil {
 				last = err
 			}
 		}
