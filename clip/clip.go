@@ -208,6 +208,10 @@ func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	}
 }
 
+// Params is the model's parameter buffer itself (models.Model.Params): the
+// engine computes with whatever it holds at each call.
+func (e *Engine) Params() []float32 { return e.m.Params() }
+
 // checkParams rejects a model whose parameters are not all finite: one
 // NaN weight poisons every example.
 func (e *Engine) checkParams() error {
@@ -226,6 +230,13 @@ func (e *Engine) checkParams() error {
 // Options say. dst is overwritten. Dropped examples (non-finite or
 // LInfZero) contribute zero.
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) {
+	return e.ClippedSumContext(context.Background(), x, y, dst)
+}
+
+// ClippedSumContext is ClippedSum, stopping between chunks of examples
+// when ctx is done; it then returns ctx's error and dst
+// holds no meaningful sum.
+func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (Stats, error) {
 	var st Stats
 	if len(dst) != e.m.NumParams() {
 		return st, dpcore.Invalidf("clip: clipped sum: len(dst) = %d, want %d", len(dst), e.m.NumParams())
@@ -244,7 +255,7 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 	if !e.opt.NonPrivate {
 		c = (*clipper)(e)
 	}
-	losses, err := e.plan.Step(x, y, dst, c)
+	losses, err := e.plan.StepContext(ctx, x, y, dst, c)
 	if err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
@@ -287,6 +298,10 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 // forward checks a forward-only batch and writes its logits into
 // e.logits.
 func (e *Engine) forward(x []float32) ([]float32, error) {
+	return e.forwardContext(context.Background(), x)
+}
+
+func (e *Engine) forwardContext(ctx context.Context, x []float32) ([]float32, error) {
 	n := len(x) / e.chw
 	for i := range n {
 		for _, v := range x[i*e.chw : (i+1)*e.chw] {
@@ -299,7 +314,7 @@ func (e *Engine) forward(x []float32) ([]float32, error) {
 		e.logits = make([]float32, e.opt.MaxBatch*e.classes)
 	}
 	lg := e.logits[:n*e.classes]
-	if err := e.plan.Forward(x, lg); err != nil {
+	if err := e.plan.ForwardContext(ctx, x, lg); err != nil {
 		return nil, err
 	}
 	return lg, nil
@@ -351,7 +366,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
 		}
 		t := min(s+B, len(y))
-		lg, err := e.forward(x[s*e.chw : t*e.chw])
+		lg, err := e.forwardContext(ctx, x[s*e.chw:t*e.chw])
 		if err != nil {
 			return 0, 0, fmt.Errorf("clip: evaluate: %w", err)
 		}

@@ -63,7 +63,14 @@ func readExact(r io.Reader, n int, what string) ([]byte, error) {
 	buf.Grow(min(n, 1<<26) + bytes.MinRead)
 	if _, err := buf.ReadFrom(io.LimitReader(r, int64(n)+1)); err != nil {
 		// Files read cleanly; read errors come from gzip/flate.
-		return nil, fmt.Errorf("data: %w: %s: %w", ErrFormat, what, err)
+		return nil, corrupt(what, err)
+	}
+	if got := buf.Len(); got != n {
+		// A damaged gzip stream decodes to any length: read it to its end
+		// (bounded) so that its checks, not the length, name the fault.
+		if _, err := io.Copy(io.Discard, io.LimitReader(r, maxFileBytes)); err != nil {
+			return nil, corrupt(what, err)
+		}
 	}
 	switch got := buf.Len(); {
 	case got < n:
@@ -184,4 +191,10 @@ func idxDataset(idims []int, pix []byte, ldims []int, lab []byte, classes int) (
 		x[i] = byteScale[p]
 	}
 	return &Dataset{X: x, Y: y, Shape: shape, Classes: classes}, nil
+}
+
+// corrupt reports a compressed stream that fails its own checks (gzip's
+// CRC and length, flate's block structure).
+func corrupt(what string, err error) error {
+	return fmt.Errorf("data: %w: %s: corrupt compressed data (the file is damaged; fetch it again): %w", ErrFormat, what, err)
 }

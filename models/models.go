@@ -3,13 +3,9 @@
 // CIFAR-10 convolutional network of Kairouz et al. (2021), over one flat
 // float32 parameter buffer.
 //
-// Each model describes itself twice, with the same parameters: Network
-// returns the layer list (package nn) that the training engine (package
-// clip) plans and executes, and Build adds the same computation to a
-// gorgonia graph, for users who compose models with gorgonia. Every model
-// is a stack of affine layers (dense, or 3x3 'same' convolutions); Build
-// exposes each layer's input U (for a convolution the im2col-unfolded
-// input, one row per output position) and pre-activation output Z.
+// Network returns a model's layer list (package nn), which the training
+// engine (package clip) plans and executes. A model written in gorgonia is
+// trained through package gorgoniadp instead.
 //
 // A layer's weight is stored row-major with shape (FanIn, FanOut) and its
 // bias with shape (FanOut), both as contiguous ranges of the buffer returned
@@ -22,7 +18,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
-	"gorgonia.org/gorgonia"
 )
 
 // ErrInvalid is matched (errors.Is) by errors caused by invalid model
@@ -58,43 +53,9 @@ type Model interface {
 	// Load reads parameters written by Save of a model with the same
 	// architecture.
 	Load(r io.Reader) error
-	// Build adds the forward computation for a batch of the given size to
-	// g. The parameter nodes are backed by Params(), so the graph sees every
-	// write to the buffer.
-	Build(g *gorgonia.ExprGraph, batch int) (*Net, error)
 	// Network describes the same computation as a layer list for the
 	// planned executor of package nn, which runs training steps.
 	Network() nn.Network
-}
-
-// Net is the forward graph of a model for a fixed batch size.
-type Net struct {
-	Batch  int
-	Input  *gorgonia.Node // (Batch, C, H, W), float32
-	Logits *gorgonia.Node // (Batch, Classes)
-	Layers []Layer        // affine layers in forward order
-}
-
-// Layer is one affine layer Z = U W + b of a built graph.
-type Layer struct {
-	Name string
-	Conv bool
-	// Positions is the number of rows of U and Z per example: 1 for a
-	// dense layer, the number of output pixels for a convolution.
-	Positions int
-	FanIn     int
-	FanOut    int
-	// In is U, shape (Batch*Positions, FanIn); rows of one example are
-	// contiguous.
-	In *gorgonia.Node
-	// Out is the pre-activation Z, shape (Batch*Positions, FanOut).
-	Out *gorgonia.Node
-	// Probe is an all-zero input node added into Out. Gorgonia
-	// differentiates only with respect to input nodes, so the gradient of
-	// a loss with respect to Probe is its gradient with respect to Out.
-	Probe *gorgonia.Node
-	// Weight (FanIn, FanOut) and Bias (FanOut) locate the parameters.
-	Weight, Bias ParamInfo
 }
 
 // seq is the concrete type behind every model: a layer list over one

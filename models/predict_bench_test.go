@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
-
-	"gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
 )
 
-// BenchmarkPredict compares inference on the planned executor (Predict)
-// with running the gorgonia graph Build produces, for the CIFAR CNN and
-// an MLP on Fashion-MNIST shapes, batch 256; it reports examples per
-// second.
+// BenchmarkPredict times inference on the planned executor (Predict) for
+// the CIFAR CNN and an MLP on Fashion-MNIST shapes, batch 256; it reports
+// examples per second.
 func BenchmarkPredict(b *testing.B) {
 	const batch = 256
 	cnn, _ := NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
@@ -33,33 +29,6 @@ func BenchmarkPredict(b *testing.B) {
 				if _, _, err := tr.Predict(x); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "examples/s")
-		})
-		b.Run(fmt.Sprintf("%s/gorgonia", m.Name()), func(b *testing.B) {
-			g := gorgonia.NewGraph()
-			net, err := m.Build(g, batch)
-			if err != nil {
-				b.Fatal(err)
-			}
-			in := m.InputShape()
-			xt := tensor.New(tensor.WithShape(batch, in[0], in[1], in[2]), tensor.WithBacking(x))
-			vm := gorgonia.NewTapeMachine(g)
-			defer vm.Close()
-			k := m.Classes()
-			b.ResetTimer()
-			for range b.N {
-				if err := gorgonia.Let(net.Input, xt); err != nil {
-					b.Fatal(err)
-				}
-				if err := vm.RunAll(); err != nil {
-					b.Fatal(err)
-				}
-				lg := append([]float32(nil), net.Logits.Value().Data().([]float32)...)
-				for i := range batch {
-					softmax(lg[i*k : (i+1)*k])
-				}
-				vm.Reset()
 			}
 			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "examples/s")
 		})

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -123,6 +124,7 @@ type Plan struct {
 	chunk   int
 	private bool
 	clip    Clipper
+	ctx     context.Context // nil: not cancellable
 	capture [][]float32
 	logits  []float32
 	mode    mode
@@ -517,6 +519,14 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 // norms). It returns each example's loss (NaN for those), valid until the
 // next call.
 func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
+	return p.StepContext(context.Background(), x, y, dst, clip)
+}
+
+// StepContext is Step, stopping between chunks of examples when ctx is
+// done: it then returns ctx's error and dst holds no
+// meaningful sum. A step of a large model over a large batch takes
+// minutes; this is what lets SIGTERM stop it within seconds.
+func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
 	if y == nil {
 		return nil, dpcore.Invalidf("nn: step: no labels")
 	}
@@ -526,11 +536,14 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 	if len(dst) != len(p.params) {
 		return nil, dpcore.Invalidf("nn: step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
-	p.x, p.y, p.n, p.clip, p.private = x, y, len(y), clip, clip != nil
+	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
 	p.permute()
 	p.run(modeTrain, dst)
+	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
+	if ctx != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("nn: step: %w", ctx.Err())
+	}
 	p.stepCount++
-	p.x, p.y, p.clip = nil, nil, nil
 	return p.loss[:len(y)], nil
 }
 
@@ -566,6 +579,12 @@ func (unit) Scale(_ int, _ []float64, _ float64, c []float64) {
 // Forward writes the logits of the examples x (CHW each, any number) into
 // logits (Classes() per example). Inputs must be finite.
 func (p *Plan) Forward(x []float32, logits []float32) error {
+	return p.ForwardContext(context.Background(), x, logits)
+}
+
+// ForwardContext is Forward, stopping between chunks of examples when ctx
+// is done; it then returns ctx's error.
+func (p *Plan) ForwardContext(ctx context.Context, x []float32, logits []float32) error {
 	n := len(x) / max(1, p.net.Input.Size())
 	if err := p.check(x, nil, n); err != nil {
 		return err
@@ -573,10 +592,13 @@ func (p *Plan) Forward(x []float32, logits []float32) error {
 	if len(logits) != n*p.classes {
 		return dpcore.Invalidf("nn: forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
-	p.x, p.y, p.n, p.logits = x, nil, n, logits
+	p.x, p.y, p.n, p.logits, p.ctx = x, nil, n, logits, ctx
 	p.permute()
 	p.run(modeForward, nil)
-	p.x, p.logits = nil, nil
+	p.x, p.logits, p.ctx = nil, nil, nil
+	if ctx != nil && ctx.Err() != nil {
+		return fmt.Errorf("nn: forward: %w", ctx.Err())
+	}
 	return nil
 }
 
@@ -621,6 +643,9 @@ func (p *Plan) work(wi int) {
 		clear(w.acc)
 	}
 	for c := wi; c < p.chunks; c += p.active {
+		if p.ctx != nil && p.ctx.Err() != nil {
+			break // the caller reports the cancellation
+		}
 		i0 := c * p.chunk
 		m := min(p.chunk, p.n-i0)
 		if p.mode == modeForward {

@@ -79,6 +79,19 @@ type Composition struct {
 	Partitions int     // 1 for DP-SGD, b for band sampling
 }
 
+// BandSampling is the composition of band sampling of batch expected
+// examples a step from examples examples in bands partitions: with one
+// partition, Poisson sampling at rate batch/examples every step (DP-SGD);
+// with b > 1, amplified BandMF.
+func BandSampling(examples, batch, bands int) Composition {
+	bands = max(bands, 1)
+	c := Composition{Amplified: true, Examples: examples, Batch: batch, Partitions: bands}
+	if bands == 1 && examples > 0 {
+		c.Q = float64(batch) / float64(examples)
+	}
+	return c
+}
+
 // Event is the accounting event after steps steps at noise multiplier
 // sigma.
 func (c Composition) Event(sigma float64, steps int) (accountant.Event, error) {

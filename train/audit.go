@@ -160,6 +160,17 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	case opt.UnsafeNoiseScale < 0 || math.IsNaN(opt.UnsafeNoiseScale) || math.IsInf(opt.UnsafeNoiseScale, 0):
 		return nil, bad("unsafe noise scale %v", opt.UnsafeNoiseScale)
 	}
+	// The canaries' arrays: white-box, an input slot (the training set is
+	// copied with them) and one observation per step each; black-box, a
+	// held-out example each, and the training set copied.
+	per := float64(cfg.Train.Shape.Size())
+	need := float64(opt.Canaries)*(4*per+8+16) + float64(cfg.Train.Len())*(4*per+8)
+	if opt.Mode == AuditWhitebox {
+		need += float64(opt.Canaries) * 8 * float64(cfg.Steps)
+	}
+	if err := checkMemory(fmt.Sprintf("audit with %d canaries", opt.Canaries), need); err != nil {
+		return nil, err
+	}
 	if opt.Confidence == 0 {
 		opt.Confidence = 0.95
 	}
@@ -236,7 +247,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 		}
 		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
-			Canaries: opt.Canaries, Dim: t.model.NumParams(), Steps: cfg.Steps,
+			Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: cfg.Steps,
 			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 			Participation: part, Seed: seed,
 		})
@@ -284,7 +295,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			loss, _, err := t.engine.Evaluate(canX[j*per:(j+1)*per], canY[j:j+1])
+			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*per:(j+1)*per], canY[j:j+1])
 			if err != nil {
 				return nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
 			}

@@ -36,6 +36,9 @@ type checkpoint struct {
 	Epsilon   float64 `msgpack:"epsilon"`
 	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
 	AugmentSeed uint64 `msgpack:"augment_seed"`
+	// Settings are the configuration as given, compared before the plan
+	// is built when the run resumes (absent from older checkpoints).
+	Settings []setting `msgpack:"settings,omitempty"`
 }
 
 // runID fingerprints what must not change across a resume: the plan's
@@ -43,7 +46,7 @@ type checkpoint struct {
 func (t *Trainer) runID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
-		t.model.Name(), t.model.NumParams(), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
+		t.backend.Name(), len(t.engine.Params()), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
 		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
@@ -69,8 +72,9 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	var ck checkpoint
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
+	ck.Settings = t.settings
 	var mb bytes.Buffer
-	if err := t.model.Save(&mb); err != nil {
+	if err := t.backend.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	ck.Model = mb.Bytes()
@@ -115,7 +119,7 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
 	}
-	if err := t.model.Load(bytes.NewReader(ck.Model)); err != nil {
+	if err := t.backend.Load(bytes.NewReader(ck.Model)); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
 	if err := t.opt.UnmarshalBinary(ck.Optimizer); err != nil {

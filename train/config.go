@@ -74,6 +74,11 @@ type Config struct {
 	// EmbeddingDim is the dimension in which the "tabular" model embeds
 	// each categorical column (0: 8).
 	EmbeddingDim int `json:"embedding_dim,omitempty"`
+	// Backend, when set, is the model together with the engine that
+	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
+	// graph through package gorgoniadp; Model, ModelName and the named
+	// models' knobs are then ignored.
+	Backend Backend `json:"-"`
 
 	// Schedule.
 	Steps int `json:"steps"`
@@ -134,6 +139,9 @@ type Config struct {
 	CacheDir string `json:"cache_dir,omitempty"`
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer `json:"-"`
+	// ProgressLog receives the progress lines of factorization building
+	// (nil: Log), so that a command can keep them apart from its results.
+	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
@@ -169,7 +177,7 @@ func (c *Config) Defaults() {
 	if c.EvalEvery == 0 {
 		c.EvalEvery = max(1, c.Steps/5)
 	}
-	if c.ModelName == "" && c.Model == nil {
+	if c.ModelName == "" && c.Model == nil && c.Backend == nil {
 		c.ModelName = "mlp"
 	}
 	if len(c.ClipPerLayer) > 0 {
@@ -192,10 +200,13 @@ func (c *Config) validate() error {
 	if c.Batch <= 0 || c.Batch > c.Train.Len() {
 		return bad("batch = %d must lie in [1, %d examples]", c.Batch, c.Train.Len())
 	}
+	if err := c.checkSizes(); err != nil {
+		return err
+	}
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
 		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
 	}
-	if c.EmbeddingDim != 0 && c.Model == nil && c.ModelName != "tabular" {
+	if c.EmbeddingDim != 0 && c.Model == nil && c.Backend == nil && c.ModelName != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)
 	}
 	if c.EvalEvery < 0 {
@@ -231,7 +242,7 @@ func (c *Config) validate() error {
 		return bad("give a target epsilon > 0 or a noise multiplier (epsilon = %v)", c.Epsilon)
 	}
 	if c.Epsilon < 0 || math.IsNaN(c.Epsilon) || math.IsInf(c.Epsilon, 0) {
-		return bad("epsilon %v must be positive", c.Epsilon)
+		return bad("epsilon %v must be positive and finite", c.Epsilon)
 	}
 	if c.Delta != 0 && !(c.Delta > 0 && c.Delta < 1) {
 		return bad("delta %v must lie in (0,1)", c.Delta)
@@ -246,6 +257,9 @@ func (c *Config) validate() error {
 	}
 	if c.Bands < 0 {
 		return bad("bands = %d", c.Bands)
+	}
+	if m := c.Train.Len() / c.Batch; c.Bands > m {
+		return bad("bands = %d: band sampling needs at least a batch in each partition, so at most examples/batch = %d/%d = %d bands", c.Bands, c.Train.Len(), c.Batch, m)
 	}
 	return nil
 }

@@ -13,6 +13,11 @@
 //
 // Run is the one-call entry point; Trainer lets a service drive steps itself.
 //
+// The clipped per-example gradient sums come from an Engine: the planned
+// executor (package clip) for Config.Model and the named models, or any
+// Backend set as Config.Backend, e.g. a user's gorgonia graph through
+// package gorgoniadp (docs/engines.md in the repository).
+//
 // For speed, call blas.Install (package github.com/dpmf-go/dpmf/blas) once
 // from main before training: it replaces gonum's and gorgonia's matrix
 // products, process-wide, with the project's assembly GEMM. The library does

@@ -52,6 +52,11 @@ func FuzzLoadCheckpoint(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		// The early comparison of the recorded settings reads the same
+		// bytes first: it too must refuse, never panic.
+		if err := checkResumeSettings(path, tr.settings); err != nil && errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("settings check: error %v claims a missing file", err)
+		}
 		err := tr.loadCheckpoint(path)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {

@@ -161,6 +161,13 @@ func (m *metricsWriter) write(kind string, v any) {
 		time.Sleep(m.slow)
 		line = line[half:]
 	}
+	// Each record reaches the file in one write of whole lines: a live
+	// reader (a plot, a dashboard) and a kill see complete records only.
+	if m.buf.Buffered() > 0 && m.buf.Available() < len(line) {
+		if m.err = m.buf.Flush(); m.err != nil {
+			return
+		}
+	}
 	m.buf.Write(line)
 	if kind == "eval" {
 		m.err = m.buf.Flush()

@@ -76,7 +76,7 @@ func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := tr.engine.ClippedSum(x, y, clipped); err != nil {
+					if _, err := tr.engine.ClippedSumContext(context.Background(), x, y, clipped); err != nil {
 						t.Fatal(err)
 					}
 					for j, v := range clipped {

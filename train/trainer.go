@@ -95,7 +95,8 @@ type Trainer struct {
 	cfg     Config
 	plan    *Plan // nil for a non-private run
 	model   models.Model
-	engine  *clip.Engine
+	backend Backend // cfg.Backend (then model is nil), or model on the nn executor
+	engine  Engine
 	sampler sampler.Sampler
 	noise   noise.Source
 	opt     optim.Optimizer
@@ -112,6 +113,7 @@ type Trainer struct {
 	augment    data.Augmenter
 	metrics    *metricsWriter
 	audit      *auditHook // nil except under Audit (audit.go)
+	settings   []setting  // the configuration as given, recorded in checkpoints
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
@@ -125,15 +127,33 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	t := &Trainer{cfg: cfg}
 	var err error
-	if t.model, err = buildModel(&cfg); err != nil {
-		return nil, err
+	if t.backend = cfg.Backend; t.backend == nil {
+		if t.model, err = buildModel(&cfg); err != nil {
+			return nil, err
+		}
+		t.backend = nnBackend{t.model}
 	}
-	d := t.model.NumParams()
-	if shapeOf(cfg.Train) != t.model.InputShape() {
-		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.model.InputShape())
+	if shapeOf(cfg.Train) != t.backend.InputShape() {
+		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
 	}
-	if cfg.Test != nil && shapeOf(cfg.Test) != t.model.InputShape() {
-		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.model.InputShape())
+	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
+		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
+	}
+	// The clipping engine checks the per-layer bounds against the model's
+	// layers: before the plan is built.
+	maxBatch := cfg.Batch
+	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	d := len(t.engine.Params())
+	t.settings = cfg.settings(sized{t.backend.Name(), d})
+	if cfg.CheckpointPath != "" {
+		// A resume with other settings is refused before the plan (and
+		// its factorization, minutes for long runs) is built.
+		if err := checkResumeSettings(cfg.CheckpointPath, t.settings); err != nil {
+			return nil, err
+		}
 	}
 	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
@@ -165,12 +185,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
 	}
-	maxBatch := cfg.Batch
-	t.engine, err = clip.New(t.model, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	shape := t.model.InputShape()
+	shape := t.backend.InputShape()
 	per := shape[0] * shape[1] * shape[2]
 	t.xb = make([]float32, maxBatch*per)
 	t.yb = make([]int, maxBatch)
@@ -268,8 +283,11 @@ func seed64(master []byte, label string) (uint64, error) {
 // Plan is the run's privacy plan (nil for a non-private run).
 func (t *Trainer) Plan() *Plan { return t.plan }
 
-// Model is the model being trained.
+// Model is the model being trained; nil when Config.Backend is set.
 func (t *Trainer) Model() models.Model { return t.model }
+
+// Engine is the engine computing the run's clipped gradient sums.
+func (t *Trainer) Engine() Engine { return t.engine }
 
 // Step is the number of steps done.
 func (t *Trainer) Step() int { return t.sampler.Step() }
@@ -371,8 +389,11 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		if err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
-		st, err := t.engine.ClippedSum(x, y, t.chunk)
+		st, err := t.engine.ClippedSumContext(ctx, x, y, t.chunk)
 		if err != nil {
+			if ctx.Err() != nil {
+				return sm, ctx.Err()
+			}
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
 		for i, v := range t.chunk {
@@ -424,7 +445,7 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 	if i := nonFinite(t.sum); i >= 0 {
 		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
 	}
-	if err := t.opt.Step(t.model.Params(), t.sum); err != nil {
+	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
 	}
 	return nil
@@ -461,6 +482,12 @@ func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Sha
 // Without a test set it measures the training set, says so (Split), and
 // marks the result as outside the guarantee.
 func (t *Trainer) Evaluate() (EvalMetrics, error) {
+	return t.EvaluateContext(context.Background())
+}
+
+// EvaluateContext is Evaluate, stopping between batches when ctx is done
+// (it then returns ctx's error and records nothing).
+func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 	ds := t.cfg.Test
 	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if ds == nil {
@@ -476,7 +503,10 @@ func (t *Trainer) Evaluate() (EvalMetrics, error) {
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	var err error
-	if em.Loss, em.Accuracy, err = t.engine.Evaluate(x, y); err != nil {
+	if em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, x, y); err != nil {
+		if ctx.Err() != nil {
+			return em, ctx.Err()
+		}
 		return em, fmt.Errorf("train: evaluation: %w", err)
 	}
 	if t.plan != nil {
@@ -529,7 +559,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	bt := NewBuildProgress(cfg.Log, progressEvery, cfg.Progress)
+	plog := cfg.ProgressLog
+	if plog == nil {
+		plog = cfg.Log
+	}
+	bt := NewBuildProgress(plog, progressEvery, cfg.Progress)
 	t, err := New(bt.Attach(ctx), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -539,10 +573,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.model.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
 	if cfg.Log != nil && t.plan != nil {
-		fmt.Fprintln(cfg.Log, t.plan)
+		// The cached factorizations first: they feed the plan.
 		bt.Summary(cfg.Log)
+		fmt.Fprintln(cfg.Log, t.plan)
 	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {
@@ -565,8 +600,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		bar.step(sm)
 		if sm.Step%cfg.EvalEvery == 0 && sm.Step < cfg.Steps {
-			em, err := t.Evaluate()
+			em, err := t.EvaluateContext(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					bar.finish()
+					return res, t.interrupted(ctx)
+				}
 				return res, err
 			}
 			res.Evals = append(res.Evals, em)
@@ -579,8 +618,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	bar.finish()
-	em, err := t.Evaluate()
+	em, err := t.EvaluateContext(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return res, t.interrupted(ctx)
+		}
 		return res, err
 	}
 	res.Evals = append(res.Evals, em)

@@ -18,7 +18,8 @@ import (
 )
 
 func isInvalid(err error) bool {
-	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, privacy.ErrRefused)
+	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, privacy.ErrRefused) ||
+		errors.Is(err, accountant.ErrInfeasible) || errors.Is(err, train.ErrCorruptCheckpoint)
 }
 
 // accountResult is the JSON of "train account"; keys are stable and always
@@ -64,6 +65,9 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	acctName := fs.String("accountant", "pld", "pld or rdp")
 	format := fs.String("format", "json", "json or table")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := refuseExplicitZero(fs, map[string]string{"q": "want a sampling rate in (0,1] (omit -q to derive it from -examples and -batch)"}); err != nil {
 		return err
 	}
 	reads, ok := accountFlags(*mech)
@@ -127,7 +131,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		if *bands <= 0 || *bands > *examples / *batch {
 			return usagef("account: -bands %d must lie in [1, examples/batch = %d]", *bands, *examples / *batch)
 		}
-		comp = privacy.Composition{Amplified: true, Examples: *examples, Batch: *batch, Partitions: *bands}
+		comp = privacy.BandSampling(*examples, *batch, *bands)
 		res.Bands = bands
 	}
 	if comp.Amplified {

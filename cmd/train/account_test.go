@@ -55,3 +55,27 @@ func TestAccountJSONHasQAndBandsAlways(t *testing.T) {
 		}
 	}
 }
+
+// bandmf with one band is Poisson sampling over all examples at rate
+// batch/examples, DP-SGD's accounting: "train account -mechanism bandmf"
+// without -bands used to build its own composition without a rate and
+// fail with "sampling rate q = 0".
+func TestAccountBandMFOneBandIsDPSGD(t *testing.T) {
+	epsilon := func(args ...string) float64 {
+		t.Helper()
+		code, out, stderr := runCLI(t, append([]string{"account", "-accountant", "rdp", "-sigma", "1.1", "-steps", "500", "-format", "json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		var res struct{ Epsilon float64 }
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.Epsilon
+	}
+	band := epsilon("-mechanism", "bandmf", "-examples", "60000", "-batch", "600")
+	dpsgd := epsilon("-mechanism", "dpsgd", "-q", "0.01")
+	if band != dpsgd || !(band > 0) {
+		t.Errorf("bandmf with one band: epsilon %v, DP-SGD at q = 0.01: %v; want equal", band, dpsgd)
+	}
+}

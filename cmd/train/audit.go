@@ -91,6 +91,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
+		return err
+	}
 	opt := train.AuditOptions{Canaries: *canaries, Confidence: *confidence, UnsafeNoiseScale: *unsafe}
 	switch *mode {
 	case "whitebox":

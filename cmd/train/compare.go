@@ -69,6 +69,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *eps != 0 && !(*delta > 0 && *delta < 1) {
 		return usagef("compare: -delta %v must lie in (0,1)", *delta)
 	}
+	if *plotFile != "" {
+		if err := checkPlotPath("plot", *plotFile); err != nil {
+			return err
+		}
+	}
 	var schema mfnoise.Schema
 	var err error
 	switch *part {
@@ -157,11 +162,20 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	case "csv":
+		// sigma and noise_rmse are columns only with -epsilon (README).
 		cw := csv.NewWriter(stdout)
-		cw.Write([]string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time", "sigma", "noise_rmse", "build_seconds"})
+		head := []string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time"}
+		if sigma > 0 {
+			head = append(head, "sigma", "noise_rmse")
+		}
+		cw.Write(append(head, "build_seconds"))
 		for _, r := range out {
-			cw.Write([]string{r.Mechanism, fmtF(r.Sensitivity), strconv.FormatBool(r.SensitivityExact), string(r.SensitivityMethod),
-				fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime, fmtF(r.Sigma), fmtF(r.NoiseRMSE), fmtF(r.BuildSeconds)})
+			rec := []string{r.Mechanism, fmtF(r.Sensitivity), strconv.FormatBool(r.SensitivityExact), string(r.SensitivityMethod),
+				fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime}
+			if sigma > 0 {
+				rec = append(rec, fmtF(r.Sigma), fmtF(r.NoiseRMSE))
+			}
+			cw.Write(append(rec, fmtF(r.BuildSeconds)))
 		}
 		cw.Flush()
 		return cw.Error()
@@ -189,12 +203,12 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func loadFactorization(path string) (privacy.Factorization, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return privacy.Factorization{}, fmt.Errorf("compare: -factorization: %w", err)
+		return privacy.Factorization{}, inputError{fmt.Errorf("compare: -factorization: %w", err)}
 	}
 	defer f.Close()
 	fact, err := mfnoise.LoadFactorization(bufio.NewReader(f))
 	if err != nil {
-		return privacy.Factorization{}, fmt.Errorf("compare: -factorization %s: %w", path, err)
+		return privacy.Factorization{}, inputError{fmt.Errorf("compare: -factorization %s: %w", path, err)}
 	}
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil

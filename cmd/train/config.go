@@ -133,3 +133,33 @@ func (o *optionalFloat) Set(s string) error {
 }
 
 func (o *optionalFloat) Get() any { return *o }
+
+// zeroMeansDefault lists the flags of "train run" and "train audit" whose
+// zero the library reads as "unset": given explicitly, 0 would silently
+// become the default, so it is refused with what to write instead.
+var zeroMeansDefault = map[string]string{
+	"clip":          "want a positive clip norm (omit -clip for the default 1)",
+	"lr":            "want a positive learning rate (omit -lr for the default: 0.5 for SGD, 0.1 with momentum)",
+	"sigma":         "want a positive noise multiplier (omit -sigma to calibrate it to -epsilon)",
+	"delta":         "want a delta in (0,1) (omit -delta for the default min(1e-5, 1/examples))",
+	"eval-every":    "want a positive number of steps (omit -eval-every for the default steps/5)",
+	"bands":         "want a positive number of partitions (omit -bands for the mechanism's bands)",
+	"embedding-dim": "want a positive dimension (omit -embedding-dim for the default 8)",
+}
+
+// refuseExplicitZero refuses a flag of fs set explicitly (on the command
+// line or by -config) to a zero that means "default" (want says what to
+// write instead).
+func refuseExplicitZero(fs *flag.FlagSet, want map[string]string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		msg, ok := want[f.Name]
+		if !ok || err != nil {
+			return
+		}
+		if v, perr := strconv.ParseFloat(f.Value.String(), 64); perr == nil && v == 0 {
+			err = usagef("-%s %s: %s", f.Name, f.Value.String(), msg)
+		}
+	})
+	return err
+}

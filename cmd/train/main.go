@@ -9,6 +9,9 @@
 //	train account [flags]     epsilon for a noise multiplier, or the multiplier for an epsilon
 //	train eval [flags]        test loss and accuracy of a model saved by train run -save-model
 //	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
+//	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
+//	train plot [flags]        loss and accuracy plot of a run's metrics file
+//	train version             module version and commit of this binary (also train -version)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
 // status 2 and a one-line message on standard error. SIGINT or SIGTERM
@@ -22,12 +25,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/internal/buildinfo"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -35,6 +41,14 @@ import (
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// inputError marks an error the user fixes by changing the input (a
+// dataset, a checkpoint, a file named by a flag): it exits with status 2
+// and keeps the error it wraps for errors.Is.
+type inputError struct{ err error }
+
+func (e inputError) Error() string { return e.err.Error() }
+func (e inputError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
@@ -62,14 +76,25 @@ const commandsUsage = `Usage of train:
   train run [flags]       full training (Fashion-MNIST, MNIST, CIFAR-10/100 by directory)
   train compare [flags]   mechanism comparison table (loss, RMSE, sensitivity)
   train account [flags]   epsilon for a noise multiplier, or the multiplier for an epsilon
+  train audit [flags]     lower-bound the epsilon of a run empirically (the flags of train run, plus canaries)
+  train eval [flags]      test loss and accuracy of a model saved by train run -save-model
+  train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
+  train plot [flags]      loss and accuracy plot of a run's metrics file (PNG or SVG)
+  train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.
 `
+
+// commandNames lists every command, for the unknown-command message.
+const commandNames = "run, compare, account, audit, eval, predict, plot or version"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	cmd := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "" && len(args) > 0 && (args[0] == "-version" || args[0] == "--version") {
+		cmd, args = "version", args[1:]
 	}
 	switch cmd {
 	case "":
@@ -86,11 +111,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPredict(ctx, args, os.Stdin, stdout, stderr)
 	case "account":
 		err = runAccount(args, stdout, stderr)
+	case "plot":
+		err = runPlot(args, stdout, stderr)
+	case "version":
+		if len(args) > 0 {
+			err = usagef("version takes no arguments")
+			break
+		}
+		fmt.Fprintln(stdout, "train "+buildinfo.Read().String())
+		return exitOK
 	case "help":
 		fmt.Fprint(stdout, commandsUsage)
 		return exitOK
 	default:
-		err = usagef("unknown command %q: want run, compare or account (train -h lists them)", cmd)
+		err = usagef("unknown command %q: want %s (train -h lists them)", cmd, commandNames)
 	}
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -100,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, train.ErrInterrupted):
 		return exitInterrupted
-	case errors.As(err, &ue) || isInvalid(err):
+	case errors.As(err, &ue) || errors.As(err, new(inputError)) || isInvalid(err):
 		return exitUsage
 	}
 	return exitFailure
@@ -162,7 +196,9 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // the flag package would print the error and the whole usage
+	restore := explainValues(fs)
 	err := fs.Parse(args)
+	restore()
 	fs.SetOutput(out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -181,4 +217,52 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usagef("unexpected argument %q (%s -h lists the flags)", fs.Arg(0), fs.Name())
 	}
 	return nil
+}
+
+// explainValues wraps every integer and float flag of fs so that a value
+// that does not parse says what is wanted ("want an integer") instead of
+// strconv's "parse error"; the returned function restores the flags.
+func explainValues(fs *flag.FlagSet) (restore func()) {
+	type saved struct {
+		f *flag.Flag
+		v flag.Value
+	}
+	var all []saved
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		switch g.Get().(type) {
+		case int, int64, uint, uint64, float64:
+			all = append(all, saved{f, f.Value})
+			f.Value = explainedValue{g}
+		}
+	})
+	return func() {
+		for _, s := range all {
+			s.f.Value = s.v
+		}
+	}
+}
+
+// explainedValue is a numeric flag whose Set errors say what is wanted.
+type explainedValue struct{ flag.Getter }
+
+func (v explainedValue) Set(s string) error {
+	err := v.Getter.Set(s)
+	if err == nil {
+		return nil
+	}
+	switch v.Get().(type) {
+	case float64:
+		return errors.New("want a number")
+	}
+	if _, perr := strconv.ParseInt(s, 0, 64); errors.Is(perr, strconv.ErrRange) {
+		return fmt.Errorf("want an integer of at most %d", math.MaxInt64)
+	}
+	if f, ferr := strconv.ParseFloat(s, 64); ferr == nil && f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+		return fmt.Errorf("want an integer (write %d, not %s)", int64(f), s)
+	}
+	return errors.New("want an integer")
 }

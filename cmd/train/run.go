@@ -62,7 +62,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
 	fs.IntVar(&r.evalEvery, "eval-every", 0, "evaluate every N steps (default steps/5)")
 	fs.StringVar(&r.ckpt, "checkpoint", "", "checkpoint file: resumed from if present, written every -checkpoint-every steps and at the end")
-	fs.IntVar(&r.ckptEvery, "checkpoint-every", 50, "steps between checkpoints")
+	fs.IntVar(&r.ckptEvery, "checkpoint-every", 50, "steps between checkpoints (0: only at the end)")
 	fs.StringVar(&r.metrics, "metrics", "", "JSON-lines metrics file")
 	fs.StringVar(&r.cache, "cache", defaultCacheDir(), "directory caching optimized factorizations")
 	fs.StringVar(&r.jsonOut, "json", "", "write the run's result (plan, ledger, final metrics) as JSON to this file (- for stdout)")
@@ -97,12 +97,13 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runTrainWith(ctx, "run", args, stdout, stderr)
 }
 
-func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags(name, stderr)
 	var r runFlags
 	r.register(fs)
 	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
 	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
+	plotPath := fs.String("plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
 	var csvf csvFlags
 	csvf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -118,6 +119,19 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err := r.validate(dirGiven); err != nil {
 		return err
 	}
+	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
+		return err
+	}
+	if *saveModelPath != "" {
+		if err := checkOutput("save-model", *saveModelPath); err != nil {
+			return err
+		}
+	}
+	if *plotPath != "" {
+		if err := checkPlotPath("plot", *plotPath); err != nil {
+			return err
+		}
+	}
 	if err := csvf.validate(fs, r.dataset, r.dir, r.model); err != nil {
 		return err
 	}
@@ -131,7 +145,6 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		trainSet, testSet *data.Dataset
 		table             *data.Tabular
 		source            string
-		err               error
 	)
 	if r.dataset == "csv" {
 		trainSet, testSet, table, source, err = csvf.load(r.dir)
@@ -165,8 +178,22 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		}
 	}
 	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
+	// Progress goes to standard error, terminal or not: the factorization
+	// building lines, and one line per evaluation; standard output keeps
+	// the results.
+	cfg.ProgressLog = stderr
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
+	}
+	curves := &runCurves{}
+	evalLines := newEvalProgress(stderr, cfg.Steps, cfg.Progress != nil)
+	cfg.OnStep = func(sm train.StepMetrics) {
+		curves.addStep(sm)
+		evalLines.step(sm)
+	}
+	cfg.OnEval = func(em train.EvalMetrics) {
+		curves.addEval(em)
+		evalLines.eval(em)
 	}
 	testLen := 0
 	if testSet != nil {
@@ -189,13 +216,31 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	} else {
 		fmt.Fprintln(log, "privacy: none (non-private run)")
 	}
+	var saveErr error
 	if *saveModelPath != "" {
-		if err := saveModel(*saveModelPath, cfg, res, r.seed != "", columns); err != nil {
-			return err
-		}
-		if columns != nil && res.Plan != nil {
+		saveErr = saveModelOrFallback(*saveModelPath, r.ckpt, func(path string) error {
+			return saveModel(path, cfg, res, r.seed != "", columns)
+		})
+		if saveErr == nil && columns != nil && res.Plan != nil {
 			fmt.Fprintf(log, "note: %s\n", vocabularyNote)
 		}
+	}
+	if *plotPath != "" {
+		c := curves
+		if r.metrics != "" {
+			// The metrics file also holds the steps before a resume.
+			if fc, err := readCurves(r.metrics); err == nil {
+				c = fc
+			}
+		}
+		if err := writeRunPlot(*plotPath, fmt.Sprintf("%s, %s", cfg.ModelName, source), c); err != nil {
+			saveErr = errors.Join(saveErr, err)
+		} else {
+			fmt.Fprintf(log, "plot: %s\n", *plotPath)
+		}
+	}
+	if saveErr != nil {
+		defer func() { err = errors.Join(err, saveErr) }()
 	}
 	if r.jsonOut != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
@@ -286,13 +331,25 @@ func (r *runFlags) validate(dirGiven bool) error {
 	if dirGiven && r.dir == "" {
 		return usagef("-dir is empty")
 	}
+	if math.IsInf(r.eps, 0) || math.IsNaN(r.eps) {
+		return usagef("-epsilon %v: want a positive finite epsilon (-non-private trains without privacy)", r.eps)
+	}
 	for _, o := range []struct{ flag, path string }{{"json", r.jsonOut}, {"checkpoint", r.ckpt}, {"metrics", r.metrics}} {
 		if o.path == "" || o.flag == "json" && o.path == "-" {
 			continue
 		}
-		if err := atomicfile.CheckWritable(o.path); err != nil {
-			return usagef("-%s %s: cannot write there: %v", o.flag, o.path, strings.TrimPrefix(err.Error(), "atomicfile: "))
+		if err := checkOutput(o.flag, o.path); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// checkOutput refuses an output path that cannot be written, before any
+// work is done.
+func checkOutput(flagName, path string) error {
+	if err := atomicfile.CheckWritable(path); err != nil {
+		return usagef("-%s %s: cannot write there: %v", flagName, path, strings.TrimPrefix(err.Error(), "atomicfile: "))
 	}
 	return nil
 }
@@ -302,6 +359,16 @@ func (r *runFlags) validate(dirGiven bool) error {
 // falls back to the embedded subset; an explicit -dir that cannot be read
 // is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
+	trainSet, testSet, source, err = loadDataset(name, dir, fallback)
+	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, data.ErrInvalid)) {
+		// A missing, unreadable, empty, truncated or corrupt dataset is
+		// fixed by giving another -dir: bad input.
+		err = inputError{err}
+	}
+	return trainSet, testSet, source, err
+}
+
+func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	switch name {
 	case "embedded":
 		trainSet, testSet, err = data.LoadEmbeddedFashionMNIST()

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dpmf-go/dpmf/train"
+)
+
+// evalProgress writes one progress line per evaluation (and one after the
+// first step, so that a slow run says its speed early) to standard error,
+// whatever the terminal: step, loss, accuracy, epsilon so far, examples a
+// second and the time left. Numbers computed from the private data without
+// noise (the batch loss, a training-set evaluation) are marked so.
+type evalProgress struct {
+	w        io.Writer
+	steps    int
+	bar      bool // a progress bar shares the line: clear it first
+	n        int  // steps run by this process
+	examples int
+	seconds  float64
+	lastStep int
+}
+
+func newEvalProgress(w io.Writer, steps int, bar bool) *evalProgress {
+	return &evalProgress{w: w, steps: steps, bar: bar}
+}
+
+func (p *evalProgress) step(sm train.StepMetrics) {
+	p.n++
+	p.examples += sm.BatchSize
+	p.seconds += sm.StepSeconds
+	p.lastStep = sm.Step
+	if p.n == 1 && sm.Step < p.steps {
+		p.line(fmt.Sprintf("step %d of %d: batch loss %.4f (not private), epsilon %.4g", sm.Step, p.steps, sm.Loss, sm.Epsilon))
+	}
+}
+
+func (p *evalProgress) eval(em train.EvalMetrics) {
+	msg := fmt.Sprintf("step %d of %d: %s loss %.4f, %s accuracy %.4f", em.Step, p.steps, em.Split, em.Loss, em.Split, em.Accuracy)
+	if len(em.NotPrivate) > 0 {
+		msg += " (not private: measured on the training data)"
+	}
+	if em.Delta > 0 {
+		msg += fmt.Sprintf(", epsilon %.4g", em.Epsilon)
+	}
+	p.line(msg)
+}
+
+func (p *evalProgress) line(msg string) {
+	if p.seconds > 0 {
+		msg += fmt.Sprintf(", %.0f examples/s", float64(p.examples)/p.seconds)
+		left := time.Duration(float64(p.steps-p.lastStep) * p.seconds / float64(p.n) * float64(time.Second))
+		msg += fmt.Sprintf(", about %s left", left.Round(time.Second))
+	}
+	if p.bar {
+		msg = "\r\033[K" + msg
+	}
+	fmt.Fprintln(p.w, msg)
+}
+
+// saveModelOrFallback writes the finished model with save to path. A run's
+// privacy budget is spent: if path cannot be written (its directory was
+// removed during the run, the disk is full), the model is written next to
+// the checkpoint, or else in the temporary directory, and the error says
+// where it is.
+func saveModelOrFallback(path, checkpoint string, save func(string) error) error {
+	err := save(path)
+	if err == nil {
+		return nil
+	}
+	var tried []string
+	for _, dir := range fallbackDirs(checkpoint) {
+		alt := filepath.Join(dir, fmt.Sprintf("%s.%d", filepath.Base(path), time.Now().Unix()))
+		if ferr := save(alt); ferr == nil {
+			return fmt.Errorf("-save-model %s: %w; the model was saved to %s instead", path, err, alt)
+		}
+		tried = append(tried, dir)
+	}
+	return fmt.Errorf("-save-model %s: %w; writing it to %v failed too: the model is lost", path, err, tried)
+}
+
+// fallbackDirs are where a model is saved when its own path fails: the
+// checkpoint's directory, then the temporary directory.
+func fallbackDirs(checkpoint string) []string {
+	var dirs []string
+	if checkpoint != "" {
+		dirs = append(dirs, filepath.Dir(checkpoint))
+	}
+	if tmp := os.TempDir(); tmp != "" {
+		dirs = append(dirs, tmp)
+	}
+	return dirs
+}
