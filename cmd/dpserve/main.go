@@ -128,6 +128,8 @@ type options struct {
 	maxBody, noiseMemory                   int64
 	// Replicated mode (-nats).
 	nats, service, workDir string
+	natsCreds, natsCA      string
+	natsCert, natsKey      string
 	aggregator             bool
 	replicas               int
 	leaseTTL, logMaxAge    time.Duration
@@ -167,6 +169,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.replicas, "replicas", 3, "replicated mode: JetStream replicas of the log, releases and snapshots")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
 	fs.DurationVar(&o.logMaxAge, "log-max-age", 0, "replicated mode: drop logged contributions older than this (0: keep them; at least 1h, and far above the longest time between two commits)")
+	fs.StringVar(&o.natsCreds, "nats-creds", "", "replicated mode: NATS credentials file (JWT and NKey) of this node")
+	fs.StringVar(&o.natsCA, "nats-ca", "", "replicated mode: PEM CA certificates that sign the NATS servers' TLS certificates")
+	fs.StringVar(&o.natsCert, "nats-cert", "", "replicated mode: PEM client certificate for NATS mutual TLS (with -nats-key)")
+	fs.StringVar(&o.natsKey, "nats-key", "", "replicated mode: PEM private key of -nats-cert")
 	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -190,6 +196,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
 	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
 		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+	case (o.natsCert == "") != (o.natsKey == ""):
+		return o, usagef("-nats-cert and -nats-key go together")
 	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
 		return o, usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:

@@ -128,7 +128,7 @@ func relKey(t int) string { return "rel." + strconv.Itoa(t) }
 
 // dialReplicated connects to the cluster and creates (or checks) the
 // stream and buckets.
-func dialReplicated(ctx context.Context, o options, tlsCfg *tls.Config) (*replicated, error) {
+func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	idb := make([]byte, 6)
 	rand.Read(idb)
 	host, _ := os.Hostname()
@@ -140,6 +140,15 @@ func dialReplicated(ctx context.Context, o options, tlsCfg *tls.Config) (*replic
 	}
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
+	if o.natsCreds != "" {
+		opts = append(opts, nats.UserCredentials(o.natsCreds))
+	}
+	if o.natsCA != "" {
+		opts = append(opts, nats.RootCAs(o.natsCA))
+	}
+	if o.natsCert != "" {
+		opts = append(opts, nats.ClientCert(o.natsCert, o.natsKey))
+	}
 	nc, err := nats.Connect(o.nats, opts...)
 	if err != nil {
 		return nil, usagef("-nats %s: %v", o.nats, err)
@@ -933,7 +942,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 		return err
 	}
 	defer ln.Close()
-	r, err := dialReplicated(ctx, o, tlsCfg)
+	r, err := dialReplicated(ctx, o)
 	if err != nil {
 		return err
 	}

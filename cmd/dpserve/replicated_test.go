@@ -135,7 +135,7 @@ type aggProc struct {
 
 func startAggregator(t *testing.T, o options) *aggProc {
 	t.Helper()
-	r, err := dialReplicated(context.Background(), o, nil)
+	r, err := dialReplicated(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestReplicatedFailover(t *testing.T) {
 	var fronts []*replicated
 	var urls []string
 	for range 2 {
-		r, err := dialReplicated(context.Background(), o, nil)
+		r, err := dialReplicated(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,7 +509,7 @@ func TestReplicatedFencing(t *testing.T) {
 	o.seed = ""
 	var rs []*replicated
 	for range 2 {
-		r, err := dialReplicated(context.Background(), o, nil)
+		r, err := dialReplicated(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +625,7 @@ func TestLoadModes(t *testing.T) {
 	cl := startCluster(t, 3)
 	o := replicatedOptions(t, cl.urls(), "-dim", "100", "-count=false", "-seed", "")
 	o.seed, o.count = "", false
-	r, err := dialReplicated(context.Background(), o, nil)
+	r, err := dialReplicated(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +644,7 @@ func TestLoadModes(t *testing.T) {
 func TestReplicatedContract(t *testing.T) {
 	url := startJetStream(t)
 	o := replicatedOptions(t, url, "-replicas", "1")
-	r, err := dialReplicated(context.Background(), o, nil)
+	r, err := dialReplicated(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
