@@ -715,3 +715,71 @@ func TestReplicatedContract(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestServeReplicated runs dpserve -nats as the command does (flags,
+// listener, front-end and aggregator in one process), contributes and
+// commits over HTTP, and stops it with its context (SIGTERM): exit status
+// 0, and the lease given up at once.
+func TestServeReplicated(t *testing.T) {
+	url := startJetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"-nats", url, "-replicas", "1", "-addr", "127.0.0.1:0", "-dim", "2", "-horizon", "4",
+			"-epsilon", "1", "-delta", "1e-6", "-clip", "1", "-lease-ttl", "30s", "-work-dir", t.TempDir()}, pw, io.Discard)
+		pw.Close()
+	}()
+	line := make([]byte, 200)
+	n, err := pr.Read(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	addr := strings.Fields(string(line[:n]))[3]
+	base := "http://" + addr
+	for {
+		resp, err := http.Post(base+"/v1/contributions", "application/json", strings.NewReader(`{"contributor":"u","vector":[0.1,0.2]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			break
+		}
+		if resp.StatusCode != 202 {
+			t.Fatalf("contribution: %d", resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(base+"/v1/commit", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"step":1`) {
+		t.Fatalf("commit: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit status %d", c)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("dpserve did not stop")
+	}
+	// The lease was given up: a new candidate wins it at once (the TTL
+	// is 30 s).
+	o := replicatedOptions(t, url, "-replicas", "1", "-horizon", "4", "-count=false", "-seed", "", "-lease-ttl", "30s")
+	o.seed, o.count = "", false
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if _, err := r.lease.Create(context.Background(), "leader", []byte("next")); err != nil {
+		t.Fatalf("lease not given up: %v", err)
+	}
+}
