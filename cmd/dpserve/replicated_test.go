@@ -295,7 +295,7 @@ func TestReplicatedFailover(t *testing.T) {
 					}
 					last = l
 					if l.Steps > 0 {
-						if resp, err := hc.Get(fmt.Sprintf("%s/v1/releases/%d", urls[f], 1+rng.IntN(l.Steps))); err == nil {
+						if resp, err := hc.Get(fmt.Sprintf("%s/v1/releases/%d", urls[f], 1+rand.IntN(l.Steps))); err == nil {
 							b, _ := io.ReadAll(resp.Body)
 							resp.Body.Close()
 							if resp.StatusCode == 200 {
@@ -665,15 +665,19 @@ func TestReplicatedContract(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, strings.TrimSpace(string(b))
 	}
-	// The first answer may be 202 while the aggregator is elected.
+	// Wait for the aggregator, and for its decisions as long as needed.
+	r.decisionWait = time.Minute
 	for {
-		code, body := post("/v1/contributions", `{"contributor":"u0","vector":[0.5,0.5]}`, "")
-		if code == 200 {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := r.lease.Get(lctx, "leader")
+		cancel()
+		if err == nil {
 			break
 		}
-		if code != 202 {
-			t.Fatalf("contribution: %d %s", code, body)
-		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := post("/v1/contributions", `{"contributor":"u0","vector":[0.5,0.5]}`, ""); code != 200 {
+		t.Fatalf("contribution: %d %s", code, body)
 	}
 	for _, c := range []struct {
 		body, key string
