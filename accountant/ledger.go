@@ -19,8 +19,12 @@ type LedgerEntry struct {
 	Delta            float64        `json:"delta"`
 	// Adjacency is the neighbouring relation (epsilon, delta) holds for,
 	// stated once per entry.
-	Adjacency   Adjacency `json:"adjacency"`
-	Assumptions []string  `json:"assumptions"`
+	Adjacency Adjacency `json:"adjacency"`
+	// Unit is what the adjacency changes: "example" or "user" (all of one
+	// owner's examples); empty in entries written before it existed, and
+	// left to the caller, which knows what it sampled and bounded.
+	Unit        string   `json:"unit,omitempty"`
+	Assumptions []string `json:"assumptions"`
 }
 
 // Adjacency names the neighbouring relation of a guarantee.

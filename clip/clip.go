@@ -112,6 +112,13 @@ type Engine struct {
 	zeroed  []bool
 	sorted  []float64
 	logits  []float32 // Evaluate, Predict: MaxBatch x classes
+
+	// UserClippedSum's buffers (user.go), allocated on first use.
+	capture [][]float32
+	userAcc []float64
+	userOK  []bool
+	userSq  []float64
+	userF   []float32
 }
 
 // New plans the executor for m. The model's parameter buffer is shared,
@@ -285,14 +292,21 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	if finite > 0 {
 		st.Loss = lossSum / float64(finite)
 	}
-	slices.Sort(e.sorted)
-	if k := len(e.sorted); k > 0 {
-		for j, q := range []float64{0.5, 0.9, 0.99} {
-			st.NormQuantiles[j] = e.sorted[min(k-1, int(math.Ceil(q*float64(k)))-1)]
-		}
-		st.NormQuantiles[3] = e.sorted[k-1]
-	}
+	st.NormQuantiles = quantiles(e.sorted)
 	return st, nil
+}
+
+// quantiles sorts v and returns its 50%, 90%, 99% quantiles and maximum.
+func quantiles(v []float64) [4]float64 {
+	var q4 [4]float64
+	slices.Sort(v)
+	if k := len(v); k > 0 {
+		for j, q := range []float64{0.5, 0.9, 0.99} {
+			q4[j] = v[min(k-1, int(math.Ceil(q*float64(k)))-1)]
+		}
+		q4[3] = v[k-1]
+	}
+	return q4
 }
 
 // forward checks a forward-only batch and writes its logits into

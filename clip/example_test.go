@@ -38,3 +38,33 @@ func ExampleEngine_ClippedSum() {
 	fmt.Println(st.Examples, st.Clipped, math.Sqrt(n) <= 0.05*(1+1e-6))
 	// Output: 5 1 true
 }
+
+func ExampleEngine_UserClippedSum() {
+	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, "relu", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e, err := clip.New(m, clip.Options{Norm: 0.01, MaxBatch: 32})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Six examples of three users: 1, 3 and 2 examples, consecutive.
+	x := make([]float32, 6*16)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	y := []int{0, 1, 2, 0, 1, 2}
+	sum := make([]float32, m.NumParams())
+	st, err := e.UserClippedSum(x, y, []int{1, 3, 2}, clip.UserOptions{}, sum)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n := 0.0
+	for _, v := range sum {
+		n += float64(v) * float64(v)
+	}
+	// Each user's summed gradient is clipped as one: three users move the
+	// sum by at most 3*0.01, whatever their numbers of examples.
+	fmt.Println(st.Examples, st.Clipped, math.Sqrt(n) <= 0.03*(1+1e-6))
+	// Output: 6 1 true
+}

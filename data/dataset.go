@@ -53,6 +53,10 @@ type Dataset struct {
 	// the 100 fine labels.
 	Coarse        []int
 	CoarseClasses int
+	// Owners, when not nil, holds the owner (user) id of every example,
+	// for user-level privacy: all examples with the same id are one
+	// user's (SetOwners, Users).
+	Owners []int64
 }
 
 // NewDataset wraps x (len(y) examples of shape in CHW order) and labels y
@@ -131,6 +135,12 @@ func (d *Dataset) Subset(indices []int) (*Dataset, error) {
 		out.Coarse = make([]int, len(indices))
 		for k, i := range indices {
 			out.Coarse[k] = d.Coarse[i]
+		}
+	}
+	if d.Owners != nil {
+		out.Owners = make([]int64, len(indices))
+		for k, i := range indices {
+			out.Owners[k] = d.Owners[i]
 		}
 	}
 	return out, nil

@@ -22,6 +22,11 @@ type TabularSpec struct {
 	Categorical []string
 	// Ignore names columns to skip (ids, free text).
 	Ignore []string
+	// User, when set, names the column holding each row's owner (a user
+	// id, any string): rows with the same value are one user's, and the
+	// dataset's Owners number the users 0, 1, ... in order of first
+	// appearance. The column is not a feature.
+	User string
 	// Numeric, when set, names the numeric columns, in the order of the
 	// features; every column not named here, in Categorical or as Label is
 	// then skipped. A model reads new files with the columns it was
@@ -116,7 +121,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		}
 		return i, nil
 	}
-	role := make([]byte, len(header)) // 'n'umeric, 'c'ategorical, 'l'abel, 'i'gnore
+	role := make([]byte, len(header)) // 'n'umeric, 'c'ategorical, 'l'abel, 'i'gnore, 'u'ser
 	for i := range role {
 		role[i] = 'n'
 	}
@@ -159,6 +164,16 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	if _, err := assign("ignored", spec.Ignore, 'i'); err != nil {
 		return nil, err
 	}
+	userCol := -1
+	if spec.User != "" {
+		uc, err := assign("user", []string{spec.User}, 'u')
+		if err != nil {
+			return nil, err
+		}
+		userCol = uc[0]
+	}
+	var owners []int64
+	ownerID := map[string]int64{}
 	var numCols []int
 	var numNames []string
 	if spec.Numeric != nil {
@@ -218,6 +233,18 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 			}
 		}
 		cats = append(cats, row)
+		if userCol >= 0 {
+			u := strings.TrimSpace(rec[userCol])
+			if u == "" {
+				return nil, formatf("csv: line %d: empty user id in column %q", line, spec.User)
+			}
+			id, ok := ownerID[u]
+			if !ok {
+				id = int64(len(ownerID))
+				ownerID[u] = id
+			}
+			owners = append(owners, id)
+		}
 	}
 	n := len(cats)
 	if n == 0 {
@@ -281,6 +308,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		return nil, invalidf("csv: %s", strings.TrimPrefix(err.Error(), "data: "))
 	}
 	ds.Name = "csv"
+	ds.Owners = owners
 	return &Tabular{Dataset: ds, Numeric: numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}, nil
 }
 

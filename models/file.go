@@ -47,6 +47,10 @@ type Privacy struct {
 	// names them.
 	Mechanism  string `msgpack:"mechanism,omitempty" json:"mechanism,omitempty"`
 	Accountant string `msgpack:"accountant,omitempty" json:"accountant,omitempty"`
+	// Unit is the unit of privacy the claim protects: "example" (also
+	// when empty, in files written before it was recorded) or "user" (all
+	// examples of one owner).
+	Unit string `msgpack:"unit,omitempty" json:"unit,omitempty"`
 	// Assumptions are those the guarantee rests on (adjacency, sampling,
 	// noise generation), as the run's ledger states them.
 	Assumptions []string `msgpack:"assumptions,omitempty" json:"assumptions,omitempty"`
@@ -61,6 +65,9 @@ func (p Privacy) String() string {
 		return "non-private: no differential privacy guarantee"
 	}
 	s := fmt.Sprintf("(epsilon %.4g, delta %.3g)-DP, mechanism %s, %s accounting", p.Epsilon, p.Delta, p.Mechanism, p.Accountant)
+	if p.Unit != "" && p.Unit != "example" {
+		s = fmt.Sprintf("(epsilon %.4g, delta %.3g)-DP per %s, mechanism %s, %s accounting", p.Epsilon, p.Delta, p.Unit, p.Mechanism, p.Accountant)
+	}
 	if len(p.Notes) > 0 {
 		s += "; " + strings.Join(p.Notes, "; ")
 	}

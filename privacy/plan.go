@@ -42,7 +42,9 @@ type Request struct {
 	// Steps steps (optim.Optimizer.Workload). The zero value is prefix
 	// sums, which independent noise always uses.
 	Workload mfnoise.Workload
-	Examples int // m
+	// Examples is m, the number of units sampled from: examples, or
+	// users when Unit is UnitUser.
+	Examples int
 	Batch    int // expected batch size B
 	Steps    int // n
 	Sampling Sampling
@@ -68,6 +70,14 @@ type Request struct {
 	NotCovered []string
 	// Build configures factorization (cache, optimizer settings).
 	Build mfnoise.BuildOptions
+	// Unit is the unit of privacy ("": UnitExample). A user-level plan
+	// needs UserBound, or it is refused.
+	Unit      Unit
+	UserBound *UserBound
+	// MaxOwnerExamples, for an example-level plan over data whose
+	// examples have owners, is the most examples one owner holds: the
+	// claim then states what it means per owner (group privacy).
+	MaxOwnerExamples int
 }
 
 // Plan is the privacy claim of a run, fixed before the first step: which
@@ -75,7 +85,11 @@ type Request struct {
 // with which sensitivity, and which accounting event that amounts to.
 // NewPlan refuses every combination whose guarantee does not hold.
 type Plan struct {
-	Mechanism   string                    `json:"mechanism"`
+	Mechanism string `json:"mechanism"`
+	// Unit is the unit of privacy, example or user; UserBound is a
+	// user-level plan's per-user contribution bound.
+	Unit        Unit                      `json:"unit"`
+	UserBound   *UserBound                `json:"user_bound,omitempty"`
 	Bands       int                       `json:"bands,omitempty"`
 	Workload    string                    `json:"workload"`
 	Sampling    Sampling                  `json:"sampling"`
@@ -200,6 +214,10 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	unitNotes, err := r.unitAssumptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	n, m, batch := r.Steps, r.Examples, r.Batch
 	delta := r.Delta
 	if delta == 0 {
@@ -214,7 +232,11 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if w.N != n {
 		return nil, nil, invalidf("workload over %d steps for a run of %d", w.N, n)
 	}
-	p := &Plan{Workload: w.String(), workload: w, Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n}
+	p := &Plan{Workload: w.String(), workload: w, Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n, Unit: UnitExample}
+	if r.Unit == UnitUser {
+		b := *r.UserBound
+		p.Unit, p.UserBound = UnitUser, &b
+	}
 
 	samp := r.Sampling
 	if samp == SamplingAuto {
@@ -260,6 +282,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	p.Accounting = s.Accounting()
 	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
 	var as []string
+	as = append(as, unitNotes...)
 	as = append(as, p.Accounting.Assumptions...)
 
 	if st.FixedOrderOnly && samp != SamplingFixedOrder {
@@ -334,11 +357,16 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		"mechanism": p.Mechanism, "workload": p.Workload, "sampling": string(p.Sampling), "schema": p.Schema.String(),
 		"sensitivity": p.Sensitivity.Value, "sensitivity_method": string(p.Sensitivity.Method), "sensitivity_exact": p.Sensitivity.Exact,
 		"noise_multiplier": p.NoiseMultiplier, "clip_norm": r.ClipNorm, "noise_std": p.NoiseStd,
-		"steps": n, "expected_batch": batch, "examples": m,
+		"steps": n, "expected_batch": batch, "examples": m, "unit": string(p.Unit),
+	}
+	if p.Unit == UnitUser {
+		delete(params, "examples")
+		params["users"], params["examples_per_user_per_step"], params["user_mean"] = m, p.UserBound.Examples, p.UserBound.Mean
 	}
 	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, accountant.ZeroOut, params, as...); err != nil {
 		return nil, nil, fmt.Errorf("privacy: ledger: %w", err)
 	}
+	p.Ledger.Unit = string(p.Unit)
 	return p, s, nil
 }
 
@@ -497,7 +525,7 @@ func (p *Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
 	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
-	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Ledger.Adjacency, p.Accountant)
+	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) per %s under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Unit, p.Ledger.Adjacency, p.Accountant)
 	for _, a := range p.Ledger.Assumptions {
 		fmt.Fprintf(&sb, "\n  assumes: %s", a)
 	}

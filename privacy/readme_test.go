@@ -42,15 +42,21 @@ func readmeModes(t *testing.T) string {
 		mech  Mechanism
 		samp  Sampling
 		seed  []byte
+		user  *UserBound
 	}{
-		{"DP-SGD with Poisson sampling", DPSGD{}, SamplingAuto, nil},
-		{"BandMF with band sampling (banded-MF Thm 4)", BandMF{Bands: 4}, SamplingAuto, nil},
-		{"Matrix mechanisms with fixed-order epochs (here tree-online)", Tree{}, SamplingAuto, nil},
-		{"Shuffling (here DP-SGD)", DPSGD{}, SamplingShuffle, nil},
-		{"Any mode with a seed (here DP-SGD, a 48-character seed)", DPSGD{}, SamplingAuto, strong},
+		{"DP-SGD with Poisson sampling", DPSGD{}, SamplingAuto, nil, nil},
+		{"BandMF with band sampling (banded-MF Thm 4)", BandMF{Bands: 4}, SamplingAuto, nil, nil},
+		{"Matrix mechanisms with fixed-order epochs (here tree-online)", Tree{}, SamplingAuto, nil, nil},
+		{"Shuffling (here DP-SGD)", DPSGD{}, SamplingShuffle, nil, nil},
+		{"Any mode with a seed (here DP-SGD, a 48-character seed)", DPSGD{}, SamplingAuto, strong, nil},
+		{"User level (here DP-SGD over m = 1000 users, B = 100 users a step, at most 4 examples a user a step)", DPSGD{}, SamplingAuto, nil, &UserBound{Examples: 4}},
 	} {
-		p, _, err := NewPlan(ctx, Request{Mechanism: mode.mech, Workload: w, Examples: m, Batch: batch, Steps: n,
-			Sampling: mode.samp, ClipNorm: 1, NoiseMultiplier: 1, Seed: mode.seed})
+		req := Request{Mechanism: mode.mech, Workload: w, Examples: m, Batch: batch, Steps: n,
+			Sampling: mode.samp, ClipNorm: 1, NoiseMultiplier: 1, Seed: mode.seed}
+		if mode.user != nil {
+			req.Unit, req.UserBound = UnitUser, mode.user
+		}
+		p, _, err := NewPlan(ctx, req)
 		if err != nil {
 			t.Fatalf("%s: %v", mode.title, err)
 		}
@@ -58,7 +64,11 @@ func readmeModes(t *testing.T) string {
 		if p.Amplified {
 			amp = fmt.Sprintf("amplified, %d compositions at rate %.4g", p.Accounting.Compositions, p.Accounting.Q)
 		}
-		fmt.Fprintf(&sb, "\n- **%s:** `%s`, %s sampling, schema %s, %s; %s adjacency.\n", mode.title, p.Mechanism, p.Sampling, p.Schema, amp, p.Ledger.Adjacency)
+		adj := string(p.Ledger.Adjacency)
+		if p.Unit == UnitUser {
+			adj += " over users"
+		}
+		fmt.Fprintf(&sb, "\n- **%s:** `%s`, %s sampling, schema %s, %s; %s adjacency.\n", mode.title, p.Mechanism, p.Sampling, p.Schema, amp, adj)
 		for _, a := range p.Assumptions() {
 			fmt.Fprintf(&sb, "  - %s\n", a)
 		}

@@ -62,6 +62,10 @@ type AuditResult struct {
 	EpsilonLowerBound float64 `json:"epsilon_lower_bound"`
 	Confidence        float64 `json:"confidence"`
 	Canaries          int     `json:"canaries"`
+	// Unit is the plan's unit of privacy; at user level every canary is
+	// a user of k examples (CanaryExamples).
+	Unit           string `json:"unit"`
+	CanaryExamples int    `json:"canary_examples"`
 	// UnsafeNoiseScale is set when the noise was scaled: the claim does
 	// not hold for this run.
 	UnsafeNoiseScale float64      `json:"unsafe_noise_scale,omitempty"`
@@ -177,6 +181,12 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if !(opt.Confidence > 0 && opt.Confidence < 1) {
 		return nil, bad("confidence %v, want (0, 1)", opt.Confidence)
 	}
+	// group is the number of examples of one canary: k at user level
+	// (canary users), else 1.
+	group := 1
+	if cfg.UserLevel {
+		group = cfg.UserExamples
+	}
 	seed := deriveSeed(cfg.Seed, "audit")
 	rng, err := auditRand(seed)
 	if err != nil {
@@ -189,25 +199,34 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	train := cfg.Train
 	switch opt.Mode {
 	case AuditWhitebox:
-		// Slots that are never gathered: any valid example will do.
+		// Slots that are never gathered: any valid example will do. At
+		// user level each canary is a user of k slots, sampled as a user;
+		// a sampled IN canary user contributes its whole clipped bound.
+		slots := opt.Canaries * group
 		per := train.Shape.Size()
-		x := append(append([]float32(nil), train.X...), make([]float32, opt.Canaries*per)...)
-		y := append(append([]int(nil), train.Y...), make([]int, opt.Canaries)...)
+		x := append(append([]float32(nil), train.X...), make([]float32, slots*per)...)
+		y := append(append([]int(nil), train.Y...), make([]int, slots)...)
 		if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
 			return nil, fmt.Errorf("train: audit: %w", err)
 		}
 		hook.start = train.Len()
+		if cfg.UserLevel {
+			if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, nil); err != nil {
+				return nil, err
+			}
+		}
 	case AuditBlackbox:
-		if cfg.Test == nil || cfg.Test.Len() < opt.Canaries+1 {
-			return nil, bad("black-box canaries are held-out test examples: %d canaries need a test set of more than %d", opt.Canaries, opt.Canaries)
+		if cfg.Test == nil || cfg.Test.Len() < opt.Canaries*group+1 {
+			return nil, bad("black-box canaries are held-out test examples: %d canaries of %d examples need a test set of more than %d", opt.Canaries, group, opt.Canaries*group)
 		}
 		if train.Classes < 2 {
 			return nil, bad("mislabelled canaries need at least 2 classes")
 		}
 		perm := rng.Perm(cfg.Test.Len())
-		cidx, rest := perm[:opt.Canaries], perm[opt.Canaries:]
+		nc := opt.Canaries * group
+		cidx, rest := perm[:nc], perm[nc:]
 		per := train.Shape.Size()
-		canX, canY = make([]float32, opt.Canaries*per), make([]int, opt.Canaries)
+		canX, canY = make([]float32, nc*per), make([]int, nc)
 		if err := cfg.Test.Batch(cidx, canX, canY); err != nil {
 			return nil, fmt.Errorf("train: audit: %w", err)
 		}
@@ -216,13 +235,22 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 		y := append([]int(nil), train.Y...)
 		for j := range canY {
 			canY[j] = (canY[j] + 1 + rng.IntN(train.Classes-1)) % train.Classes // a wrong label
+		}
+		// Canary j is examples j*group to (j+1)*group-1: one example, or
+		// one canary user's examples at user level.
+		for j := range in {
 			if in[j] = rng.Uint64()&1 == 1; in[j] {
-				x = append(x, canX[j*per:(j+1)*per]...)
-				y = append(y, canY[j])
+				x = append(x, canX[j*group*per:(j+1)*group*per]...)
+				y = append(y, canY[j*group:(j+1)*group]...)
 			}
 		}
 		if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
 			return nil, fmt.Errorf("train: audit: %w", err)
+		}
+		if cfg.UserLevel {
+			if _, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, in); err != nil {
+				return nil, err
+			}
 		}
 		if cfg.Test, err = cfg.Test.Subset(rest); err != nil {
 			return nil, fmt.Errorf("train: audit: %w", err)
@@ -274,6 +302,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	res := &AuditResult{
 		Mechanism: p.Mechanism, Audit: opt.Mode.String(), Epsilon: p.Epsilon, Delta: p.Delta,
 		Confidence: opt.Confidence, Canaries: opt.Canaries, Plan: p,
+		Unit: string(p.Unit), CanaryExamples: group,
 	}
 	if s := hook.noiseScale(); s != 1 {
 		res.UnsafeNoiseScale = s
@@ -295,7 +324,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*per:(j+1)*per], canY[j:j+1])
+			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*group*per:(j+1)*group*per], canY[j*group:(j+1)*group])
 			if err != nil {
 				return nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
 			}
@@ -333,4 +362,33 @@ func auditRand(seed []byte) (*mrand.Rand, error) {
 	}
 	s[0] ^= 0x5a // not the white-box stream, which derives its own
 	return mrand.New(mrand.NewChaCha8(s)), nil
+}
+
+// addCanaryOwners gives ds (train's examples, then the canaries' examples,
+// group each: all canaries, or only those marked in when in is not nil)
+// train's owners followed by one new owner id per canary, and returns the
+// number of train's users: the canary users are numbered from there.
+func addCanaryOwners(ds, train *data.Dataset, canaries, group int, in []bool) (int, error) {
+	us, err := train.Users()
+	if err != nil {
+		return 0, invalidf("audit: %v", err)
+	}
+	next := int64(math.MinInt64)
+	for _, o := range train.Owners {
+		next = max(next, o)
+	}
+	owners := append(make([]int64, 0, ds.Len()), train.Owners...)
+	for j := range canaries {
+		if in != nil && !in[j] {
+			continue
+		}
+		next++
+		for range group {
+			owners = append(owners, next)
+		}
+	}
+	if err := ds.SetOwners(owners); err != nil {
+		return 0, fmt.Errorf("train: audit: %w", err)
+	}
+	return us.Len(), nil
 }

@@ -51,6 +51,9 @@ func (t *Trainer) runID() string {
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
 	}
+	if t.users != nil {
+		fmt.Fprintf(h, " unit=user users=%d k=%d mean=%v", t.users.users.Len(), t.users.k, t.users.mean)
+	}
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 

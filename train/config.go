@@ -82,7 +82,29 @@ type Config struct {
 
 	// Schedule.
 	Steps int `json:"steps"`
-	Batch int `json:"batch"` // expected batch size B
+	Batch int `json:"batch"` // expected batch size B (users, at user level)
+
+	// UserLevel makes the unit of privacy one user: all the examples one
+	// owner id holds (Train.Owners, see data.Dataset.SetOwners). The
+	// sampler draws users (Batch is the expected number of users a step),
+	// at most UserExamples examples of a sampled user enter the step
+	// (chosen with secret randomness when it has more), and their
+	// gradients' sum (or mean, UserMean) is clipped to ClipNorm as one
+	// contribution, so one user's whole data moves a step's clipped sum by
+	// at most ClipNorm. The claim, the ledger and the model file say
+	// "user". Flat clipping only (no ClipPerLayer). A step's metrics
+	// then count users: batch_size is the users sampled, clipped_frac and
+	// norm_quantiles are over users' combined gradients (loss stays the
+	// mean over their examples). With more than one example a user, the
+	// per-example gradients are materialized (clip.Engine.UserClippedSum):
+	// the same single pass, with memory traffic proportional to the
+	// examples times the parameters (BENCHMARKS.md).
+	UserLevel bool `json:"user_level,omitempty"`
+	// UserExamples is k, the most examples of one user per step (0: 1).
+	UserExamples int `json:"user_examples,omitempty"`
+	// UserMean clips the mean of a user's per-example gradients instead of
+	// their sum.
+	UserMean bool `json:"user_mean,omitempty"`
 
 	// Privacy.
 	NonPrivate bool `json:"non_private"`
@@ -180,6 +202,9 @@ func (c *Config) Defaults() {
 	if c.ModelName == "" && c.Model == nil && c.Backend == nil {
 		c.ModelName = "mlp"
 	}
+	if c.UserLevel && c.UserExamples == 0 {
+		c.UserExamples = 1
+	}
 	if len(c.ClipPerLayer) > 0 {
 		sq := 0.0
 		for _, v := range c.ClipPerLayer {
@@ -197,9 +222,34 @@ func (c *Config) validate() error {
 	if c.Steps <= 0 {
 		return bad("steps = %d must be positive", c.Steps)
 	}
+	if c.UserLevel || c.UserExamples != 0 || c.UserMean {
+		switch {
+		case !c.UserLevel:
+			return bad("user examples %d and user mean %v apply to user-level runs only", c.UserExamples, c.UserMean)
+		case c.NonPrivate:
+			return bad("user level is a unit of privacy: a non-private run has none")
+		case c.Train.Owners == nil:
+			return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", c.Train.Name)
+		case c.UserExamples < 1 || c.UserExamples > maxUserExamples:
+			return bad("user examples %d: want 1 to %d examples per user per step", c.UserExamples, maxUserExamples)
+		case len(c.ClipPerLayer) > 0:
+			return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
+		case c.Batch <= 0:
+			return bad("batch = %d users must be positive", c.Batch)
+		}
+		return c.validateRest()
+	}
 	if c.Batch <= 0 || c.Batch > c.Train.Len() {
 		return bad("batch = %d must lie in [1, %d examples]", c.Batch, c.Train.Len())
 	}
+	return c.validateRest()
+}
+
+// maxUserExamples bounds Config.UserExamples.
+const maxUserExamples = 1 << 16
+
+func (c *Config) validateRest() error {
+	bad := invalidf
 	if err := c.checkSizes(); err != nil {
 		return err
 	}

@@ -69,3 +69,37 @@ func ExampleTrainer() {
 	// Output:
 	// step 20, sampling poisson, epsilon 1.98
 }
+
+// User-level privacy: the examples carry owner ids, the sampler draws
+// users, at most 4 examples of a sampled user enter a step and their
+// summed gradient is clipped as one, so the claim protects each user's
+// whole data.
+func ExampleConfig_userLevel() {
+	trainSet, testSet, err := data.Synthetic(2000, 500, data.Shape{C: 1, H: 4, W: 4}, 2, 1, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	owners, err := data.DealOwners(trainSet.Len(), 400, 1, 1) // 400 users, skewed
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := trainSet.SetOwners(owners); err != nil {
+		log.Fatal(err)
+	}
+	res, err := train.Run(context.Background(), train.Config{
+		Train: trainSet, Test: testSet, ModelName: "logistic",
+		Steps: 30, Batch: 50, // 50 users a step
+		UserLevel: true, UserExamples: 4,
+		Mechanism: privacy.DPSGD{}, Epsilon: 4,
+		Seed: []byte("example"), InsecureSeed: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p := res.Plan
+	fmt.Println(p.Unit, p.UserBound.Examples, p.Ledger.Adjacency, p.Ledger.Params["users"])
+	fmt.Println("epsilon <= 4:", p.Epsilon <= 4, "learned:", res.Final.Accuracy > 0.6)
+	// Output:
+	// user 4 zero-out 400
+	// epsilon <= 4: true learned: true
+}

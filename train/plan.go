@@ -20,7 +20,7 @@ func deriveSeed(master []byte, label string) []byte { return privacy.DeriveSeed(
 
 // buildPlan asks the planner for the plan of a private run and the sampler
 // that realizes it. w is the optimizer's workload over cfg.Steps.
-func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload) (*Plan, sampler.Sampler, error) {
+func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload, users *userLevel) (*Plan, sampler.Sampler, error) {
 	req := privacy.Request{
 		Mechanism: cfg.Mechanism,
 		Examples:  cfg.Train.Len(), Batch: cfg.Batch, Steps: cfg.Steps,
@@ -28,6 +28,16 @@ func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload) (*Plan, sam
 		NoiseMultiplier: cfg.NoiseMultiplier, Epsilon: cfg.Epsilon, Delta: cfg.Delta,
 		Accountant: cfg.Accountant, Seed: cfg.Seed, InsecureSeed: cfg.InsecureSeed,
 		NotCovered: []string{"step metrics " + strings.Join(stepNotPrivate(), ", ") + " (norm_quantiles include the largest per-example gradient norm)"},
+	}
+	switch {
+	case users != nil:
+		req.Unit, req.UserBound, req.Examples = privacy.UnitUser, users.bound(), users.users.Len()
+	case cfg.Train.Owners != nil:
+		// An example-level run over owned data says what it means per
+		// owner.
+		if us, err := cfg.Train.Users(); err == nil {
+			req.MaxOwnerExamples = us.MaxExamples()
+		}
 	}
 	if cfg.Workload == WorkloadOptimizer {
 		req.Workload = w

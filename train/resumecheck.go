@@ -55,6 +55,11 @@ func (c *Config) settings(m interface {
 		s = append(s, setting{"learning rate", fmt.Sprintf("%g", c.LearningRate)},
 			setting{"momentum", fmt.Sprintf("%g", c.Momentum)}, setting{"cooldown fraction", fmt.Sprintf("%g", c.CooldownFrac)})
 	}
+	if c.UserLevel {
+		// Recorded only at user level, so example-level checkpoints keep
+		// their settings.
+		s = append(s, setting{"unit of privacy", fmt.Sprintf("user (at most %d examples a step, mean %v)", c.UserExamples, c.UserMean)})
+	}
 	return s
 }
 

@@ -113,6 +113,8 @@ type Trainer struct {
 	augment    data.Augmenter
 	metrics    *metricsWriter
 	audit      *auditHook // nil except under Audit (audit.go)
+	users      *userLevel // nil except at user level (users.go)
+	exIdx      []int      // a user-level step's examples
 	settings   []setting  // the configuration as given, recorded in checkpoints
 }
 
@@ -142,9 +144,19 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	// The clipping engine checks the per-layer bounds against the model's
 	// layers: before the plan is built.
 	maxBatch := cfg.Batch
+	if cfg.UserLevel {
+		// Batch counts users: a chunk holds up to Batch users' k examples
+		// (at least one user's k, at most 4096 examples beyond that).
+		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
+	}
 	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
+	}
+	if cfg.UserLevel && cfg.UserExamples > 1 {
+		if _, ok := t.engine.(UserEngine); !ok {
+			return nil, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
+		}
 	}
 	d := len(t.engine.Params())
 	t.settings = cfg.settings(sized{t.backend.Name(), d})
@@ -165,6 +177,14 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: optimizer: %w", err)
 	}
+	if cfg.UserLevel {
+		if t.users, err = newUserLevel(&cfg); err != nil {
+			return nil, err
+		}
+		if cfg.Batch > t.users.users.Len() {
+			return nil, invalidf("batch = %d users must lie in [1, %d users]", cfg.Batch, t.users.users.Len())
+		}
+	}
 	if cfg.NonPrivate {
 		t.sampler, err = sampler.NewFixedOrder(cfg.Train.Len(), cfg.Batch, cfg.Steps, sampler.Options{Seed: deriveSeed(cfg.Seed, "sampler")})
 		if err != nil {
@@ -175,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("train: optimizer workload: %w", err)
 		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w)
+		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w, t.users)
 		if err != nil {
 			return nil, err
 		}
@@ -376,6 +396,15 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		t.sum[i] = 0
 	}
 	sm := StepMetrics{Step: step, BatchSize: len(t.idx)}
+	if t.users != nil {
+		if err := t.clipUsers(ctx, step, &sm); err != nil {
+			return sm, fmt.Errorf("train: step %d: %w", step, err)
+		}
+		if i := nonFinite(t.sum); i >= 0 {
+			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+		}
+		return sm, nil
+	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
 	// additive, so larger batches run in chunks.
 	maxBatch := len(t.yb)
@@ -542,6 +571,8 @@ type Result struct {
 	Resumed  int           `json:"resumed_from_step,omitempty"`
 	Model    string        `json:"model"`
 	Examples int           `json:"examples"`
+	// Users is the number of users of a user-level run (0 otherwise).
+	Users int `json:"users,omitempty"`
 }
 
 // Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
@@ -574,6 +605,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer t.Close()
 	cfg = t.cfg
 	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
+	if t.users != nil {
+		res.Users = t.users.users.Len()
+	}
 	if cfg.Log != nil && t.plan != nil {
 		// The cached factorizations first: they feed the plan.
 		bt.Summary(cfg.Log)

@@ -51,17 +51,21 @@ type auditJSON struct {
 	EpsilonLowerBound dpcore.Epsilon `json:"epsilon_lower_bound"`
 	Confidence        float64        `json:"confidence"`
 	Canaries          int            `json:"canaries"`
-	Mechanism         string         `json:"mechanism"`
-	Bands             int            `json:"bands,omitempty"`
-	Audit             string         `json:"audit"`
-	UnsafeNoiseScale  float64        `json:"unsafe_noise_scale,omitempty"`
-	ClaimViolated     bool           `json:"claim_violated"`
-	Guesses           audit.Guesses  `json:"guesses"`
-	GuessIn           int            `json:"guess_in"`
-	GuessOut          int            `json:"guess_out"`
-	Search            string         `json:"search"`
-	Thresholds        int            `json:"thresholds"`
-	NoiseMultiplier   float64        `json:"noise_multiplier"`
+	// Unit is the unit of privacy audited; at user level each canary is a
+	// user of CanaryExamples examples.
+	Unit             string        `json:"unit"`
+	CanaryExamples   int           `json:"canary_examples"`
+	Mechanism        string        `json:"mechanism"`
+	Bands            int           `json:"bands,omitempty"`
+	Audit            string        `json:"audit"`
+	UnsafeNoiseScale float64       `json:"unsafe_noise_scale,omitempty"`
+	ClaimViolated    bool          `json:"claim_violated"`
+	Guesses          audit.Guesses `json:"guesses"`
+	GuessIn          int           `json:"guess_in"`
+	GuessOut         int           `json:"guess_out"`
+	Search           string        `json:"search"`
+	Thresholds       int           `json:"thresholds"`
+	NoiseMultiplier  float64       `json:"noise_multiplier"`
 	// The f-DP (Gaussian) reading, unamplified plans only.
 	MuClaimed            float64        `json:"mu_claimed,omitempty"`
 	MuLowerBound         float64        `json:"mu_lower_bound,omitempty"`
@@ -159,6 +163,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ClaimViolated: res.Violated, Guesses: res.Bound.Guesses, GuessIn: res.Bound.GuessIn, GuessOut: res.Bound.GuessOut,
 		Search: res.Bound.Search, Thresholds: res.Bound.Thresholds, NoiseMultiplier: res.Plan.NoiseMultiplier,
 		Accountant: string(res.Plan.Accountant), TestAccuracy: res.Final.Accuracy, Seconds: res.Elapsed,
+		Unit: res.Unit, CanaryExamples: res.CanaryExamples,
 	}
 	if res.GDP != nil {
 		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
@@ -172,8 +177,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_, err = stdout.Write(append(b, '\n'))
 		return err
 	}
-	fmt.Fprintf(stdout, "audit (%s, %s): epsilon >= %.4g at %.0f%% confidence (delta %.3g); claimed epsilon %.4g\n",
-		res.Audit, res.Mechanism, res.EpsilonLowerBound, 100*res.Confidence, res.Delta, res.Epsilon)
+	fmt.Fprintf(stdout, "audit (%s, %s, per %s): epsilon >= %.4g at %.0f%% confidence (delta %.3g); claimed epsilon %.4g\n",
+		res.Audit, res.Mechanism, res.Unit, res.EpsilonLowerBound, 100*res.Confidence, res.Delta, res.Epsilon)
+	if res.Unit == "user" {
+		fmt.Fprintf(stdout, "  canaries are users of %d examples each\n", res.CanaryExamples)
+	}
 	fmt.Fprintf(stdout, "  %d canaries (%d IN), %d guesses (top %d IN, bottom %d OUT), %d correct; %d thresholds, %s search; %.1fs\n",
 		res.Canaries, res.Bound.Included, res.Bound.Guesses.Guesses, res.Bound.GuessIn, res.Bound.GuessOut, res.Bound.Guesses.Correct,
 		res.Bound.Thresholds, res.Bound.Search, res.Elapsed)

@@ -123,7 +123,8 @@ func saveModel(path string, cfg train.Config, res *train.Result, seeded bool, co
 	if res.Plan != nil {
 		l := res.Plan.Ledger
 		meta.Privacy = models.Privacy{Private: true, Epsilon: l.Epsilon, Delta: l.Delta,
-			Mechanism: fmt.Sprint(res.Plan.Mechanism), Accountant: l.Accountant, Assumptions: l.Assumptions}
+			Mechanism: fmt.Sprint(res.Plan.Mechanism), Accountant: l.Accountant, Assumptions: l.Assumptions,
+			Unit: string(res.Plan.Unit)}
 		if seeded {
 			meta.Privacy.Notes = append(meta.Privacy.Notes, "noise generated from the caller's -seed: the guarantee holds only while the seed stays secret")
 		}

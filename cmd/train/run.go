@@ -32,6 +32,7 @@ type runFlags struct {
 	nonPrivate, augment                                                    bool
 	insecureSeed                                                           bool
 	trainLimit, embeddingDim                                               int
+	users                                                                  userFlags
 }
 
 func (r *runFlags) register(fs *flag.FlagSet) {
@@ -66,6 +67,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.metrics, "metrics", "", "JSON-lines metrics file")
 	fs.StringVar(&r.cache, "cache", defaultCacheDir(), "directory caching optimized factorizations")
 	fs.StringVar(&r.jsonOut, "json", "", "write the run's result (plan, ledger, final metrics) as JSON to this file (- for stdout)")
+	r.users.register(fs)
 }
 
 func defaultCacheDir() string {
@@ -313,6 +315,9 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	}
 	if r.seed != "" {
 		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
+	}
+	if err := r.users.apply(&cfg); err != nil {
+		return train.Config{}, err
 	}
 	return cfg, nil
 }

@@ -22,18 +22,20 @@ import (
 type csvFlags struct {
 	label, categorical, ignore, testFile string
 	testFraction                         float64
+	user                                 string
 }
 
 func (c *csvFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.label, "label", "", "-data csv: the column holding the class (required)")
 	fs.StringVar(&c.categorical, "categorical", "", "-data csv: comma-separated columns whose values are categories (embedded by -model tabular); other columns must be numeric")
 	fs.StringVar(&c.ignore, "ignore", "", "-data csv: comma-separated columns to skip")
+	fs.StringVar(&c.user, "user", "", "-data csv: the column holding each row's owner (user id); not a feature; -user-level protects each user's rows together")
 	fs.StringVar(&c.testFile, "test-file", "", "-data csv: CSV file of held-out rows with the same columns (default: hold out -test-fraction of -dir's rows)")
 	fs.Float64Var(&c.testFraction, "test-fraction", 0.2, "-data csv without -test-file: fraction of the rows held out as the test split (chosen by a fixed permutation; 0: none)")
 }
 
 // csvOnly are the flags that mean something only with -data csv.
-var csvOnly = []string{"label", "categorical", "ignore", "test-file", "test-fraction"}
+var csvOnly = []string{"label", "categorical", "ignore", "test-file", "test-fraction", "user"}
 
 // validate refuses CSV flags without -data csv and a CSV run without its
 // file or label, before anything is read.
@@ -99,7 +101,7 @@ func readCSV(what, name string, r io.Reader, spec data.TabularSpec, vocab *data.
 // with the training file's columns and vocabulary, or a fixed random
 // -test-fraction of the rows.
 func (c *csvFlags) load(path string) (trainSet, testSet *data.Dataset, table *data.Tabular, source string, err error) {
-	spec := data.TabularSpec{Label: c.label, Categorical: splitList(c.categorical), Ignore: splitList(c.ignore)}
+	spec := data.TabularSpec{Label: c.label, Categorical: splitList(c.categorical), Ignore: splitList(c.ignore), User: c.user}
 	if table, err = readCSVFile("dir", path, spec, nil); err != nil {
 		return nil, nil, nil, "", err
 	}

@@ -1,0 +1,209 @@
+package clip
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+)
+
+// captureBytes bounds the per-example gradients UserClippedSum holds at
+// once.
+const captureBytes = 64 << 20
+
+// UserOptions says how UserClippedSum combines one user's examples.
+type UserOptions struct {
+	// Mean clips the mean of the user's per-example gradients instead of
+	// their sum.
+	Mean bool
+}
+
+// UserClippedSum is ClippedSum at user level: the examples x (labels y)
+// are consecutive runs of one user each, groups[k] examples for user k
+// (sum of groups = len(y)), and dst receives the sum over users of
+// clip(g_k), where g_k is the exact sum (or mean, opt.Mean) of user k's
+// per-example gradients and clip scales it to L2 norm at most Norm. One
+// user's whole data thus moves dst by at most Norm, however many examples
+// the user has.
+//
+// The per-example gradients come from the same single forward and backward
+// pass as ClippedSum (nn.Plan.Gradients, in chunks of whole users that hold
+// at least 64 MiB of gradients, more when one user needs it); each
+// coordinate of a user's gradient is added in float64 and rounded once to
+// float32, its norm is taken in float64 from exactly those float32 values,
+// and the clip factor carries ClippedSum's margin, so each user's
+// contribution has norm at most Norm in the float arithmetic done. The
+// combination runs on GOMAXPROCS goroutines over coordinate ranges. A
+// non-finite example contributes nothing (its user's other examples still
+// do) and is counted in Stats.NonFinite. Stats count users: Clipped is the
+// fraction of users clipped and NormQuantiles are over users' unclipped
+// gradient norms; Loss is the mean over finite examples. Only flat
+// clipping (Options.Norm) is supported.
+func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOptions, dst []float32) (Stats, error) {
+	var st Stats
+	d := e.m.NumParams()
+	switch {
+	case e.opt.NonPrivate || len(e.opt.PerLayer) > 0 || e.opt.LInfZero > 0:
+		return st, dpcore.Invalidf("clip: user clipped sum: only flat clipping (Options.Norm) is supported")
+	case len(dst) != d:
+		return st, dpcore.Invalidf("clip: user clipped sum: len(dst) = %d, want %d", len(dst), d)
+	case len(y) == 0 || len(y) > e.opt.MaxBatch:
+		return st, dpcore.Invalidf("clip: user clipped sum: batch of %d not in [1, MaxBatch=%d]", len(y), e.opt.MaxBatch)
+	case len(x) != len(y)*e.chw:
+		return st, dpcore.Invalidf("clip: user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
+	}
+	tot, largest := 0, 0
+	for k, g := range groups {
+		if g <= 0 {
+			return st, dpcore.Invalidf("clip: user clipped sum: user %d has %d examples", k, g)
+		}
+		tot += g
+		largest = max(largest, g)
+	}
+	if tot != len(y) {
+		return st, dpcore.Invalidf("clip: user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
+	}
+	if need := int64(largest) * int64(d) * 4; need > maxUserCapture {
+		return st, dpcore.Invalidf("clip: user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
+	}
+	if err := e.checkParams(); err != nil {
+		return st, err
+	}
+	chunk := max(largest, min(len(y), captureBytes/(4*d)))
+	if len(e.capture) < chunk || len(e.capture[0]) != d {
+		e.capture = make([][]float32, chunk)
+		for i := range e.capture {
+			e.capture[i] = make([]float32, d)
+		}
+		e.userAcc = make([]float64, d)
+	}
+	clear(dst)
+	st.Examples = len(y)
+	e.sorted = e.sorted[:0]
+	finite, clipped, lossSum := 0, 0, 0.0
+	workers := max(1, min(runtime.GOMAXPROCS(0), d/4096))
+	for lo, g0 := 0, 0; g0 < len(groups); {
+		// The chunk: whole users, at most chunk examples.
+		hi, g1 := lo, g0
+		for g1 < len(groups) && hi+groups[g1]-lo <= chunk {
+			hi += groups[g1]
+			g1++
+		}
+		out := e.capture[:hi-lo]
+		losses, err := e.plan.Gradients(x[lo*e.chw:hi*e.chw], y[lo:hi], out)
+		if err != nil {
+			return st, err
+		}
+		// A non-finite loss marks an example whose input, loss or
+		// gradient norm is not finite (nn.Plan.Step): it is left out.
+		ok := e.userOK[:0]
+		for _, l := range losses {
+			good := !math.IsNaN(l)
+			ok = append(ok, good)
+			if good {
+				finite++
+				lossSum += l
+			} else {
+				st.NonFinite++
+			}
+		}
+		e.userOK = ok
+		users := groups[g0:g1]
+		if cap(e.userSq) < len(users)*workers {
+			e.userSq = make([]float64, len(users)*workers)
+		}
+		sq := e.userSq[:len(users)*workers]
+		clear(sq)
+		// Pass 1: each user's gradient, coordinate by coordinate, into
+		// its first example's slot; partial squared norms per worker.
+		acc := e.userAcc
+		parallelRanges(d, workers, func(w, a, b int) {
+			first := 0
+			sum := acc[a:b]
+			for u, g := range users {
+				clear(sum)
+				for j := first; j < first+g; j++ {
+					if !ok[j] {
+						continue
+					}
+					for i, v := range out[j][a:b] {
+						sum[i] += float64(v)
+					}
+				}
+				scale := 1.0
+				if opt.Mean {
+					scale = 1 / float64(g)
+				}
+				dstv := out[first][a:b]
+				s := 0.0
+				for i, a := range sum {
+					v := float32(a * scale)
+					dstv[i] = v
+					s += float64(v) * float64(v)
+				}
+				sq[u*workers+w] = s
+				first += g
+			}
+		})
+		factors := e.userF[:0]
+		for u := range users {
+			s := 0.0
+			for w := range workers {
+				s += sq[u*workers+w]
+			}
+			nrm := math.Sqrt(s)
+			f := float32(1)
+			if nrm > e.opt.Norm {
+				f = float32(e.opt.Norm / nrm * shrink)
+				clipped++
+			}
+			e.sorted = append(e.sorted, nrm)
+			factors = append(factors, f)
+		}
+		e.userF = factors
+		// Pass 2: add the clipped users' gradients.
+		parallelRanges(d, workers, func(_, a, b int) {
+			first := 0
+			for u, g := range users {
+				f := factors[u]
+				v := out[first][a:b]
+				acc := dst[a:b]
+				for i, x := range v {
+					acc[i] += f * x
+				}
+				first += g
+			}
+		})
+		lo, g0 = hi, g1
+	}
+	st.Clipped = float64(clipped) / float64(len(groups))
+	if finite > 0 {
+		st.Loss = lossSum / float64(finite)
+	}
+	st.NormQuantiles = quantiles(e.sorted)
+	return st, nil
+}
+
+// maxUserCapture bounds the per-example gradients one user may need at
+// once (1 GiB).
+const maxUserCapture = 1 << 30
+
+// parallelRanges splits [0, n) into workers contiguous ranges and runs
+// f(worker, lo, hi) on each concurrently.
+func parallelRanges(n, workers int, f func(w, lo, hi int)) {
+	if workers == 1 {
+		f(0, 0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(w, lo, hi)
+		}()
+	}
+	wg.Wait()
+}
