@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"slices"
@@ -152,6 +153,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if a.db, err = openBolt(path, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType}); err != nil {
 		return nil, err
 	}
+	a.db.NoSync = cfg.NoSync
 	if err := a.loadGuarded(path); err != nil {
 		a.db.Close()
 		return nil, err
@@ -833,4 +835,25 @@ func (a *Aggregator) SeededNoise(t int) ([][]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// Snapshot writes a consistent copy of the whole store to w: a file that
+// Open continues from (noise state, open step, participation records,
+// releases). Taken right after Commit by the only caller of Add and
+// Commit, it is the state after that release. It returns the bytes
+// written.
+func (a *Aggregator) Snapshot(w io.Writer) (int64, error) {
+	var n int64
+	err := a.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+			return n, fmt.Errorf("aggregate: %w", ErrClosed)
+		}
+		return n, fmt.Errorf("aggregate: snapshot: %w", err)
+	}
+	return n, nil
 }

@@ -151,6 +151,10 @@ type Config struct {
 	// or are refused with the memory they need. The store remembers it:
 	// the noise state restores only under the same plan.
 	NoiseMemory int64
+	// NoSync skips the fsync of each transaction. Only for a store that is
+	// a cache rebuilt from a durable replicated log and snapshots (dpserve
+	// -nats): a crash may then lose any recent transaction.
+	NoSync bool
 
 	// floatNoise selects the float path of the releases before the exact
 	// arithmetic: float32 noise scaled and added in float64, open to

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,30 @@ func toJSON(r *aggregate.Release) releaseJSON {
 		out.Count, out.Mean = &c, r.Mean()
 	}
 	return out
+}
+
+// engine is what the handler serves: the single-node aggregator
+// (*aggregate.Aggregator on a bbolt file) or the replicated front-end
+// (-nats), with the same bounding, noise and release code behind both.
+type engine interface {
+	Add(ctx context.Context, contributor string, vec []float64) (int, error)
+	Commit(ctx context.Context) (*aggregate.Release, error)
+	Release(t int) (*aggregate.Release, error)
+	Ledger() aggregate.Ledger
+	Dim() int
+}
+
+// idempotencyKey is the context key of a request's Idempotency-Key
+// header: the replicated mode de-duplicates a retried request with it.
+type idempotencyKey struct{}
+
+// loggedError is the replicated mode's answer when the log has a
+// contribution but the aggregator's decision did not arrive in time: the
+// contribution is acknowledged (202) and applied in log order.
+type loggedError struct{ seq uint64 }
+
+func (e *loggedError) Error() string {
+	return fmt.Sprintf("contribution logged at sequence %d", e.seq)
 }
 
 // handlerConfig is what the handler needs beyond the aggregator.
@@ -97,7 +122,7 @@ func ledgerView(l aggregate.Ledger, p principal) (any, error) {
 
 // newHandler serves the API; at most inflight contributions are read and
 // decoded at once (the others wait), which bounds their memory.
-func newHandler(agg *aggregate.Aggregator, hc handlerConfig) http.Handler {
+func newHandler(agg engine, hc handlerConfig) http.Handler {
 	mux := http.NewServeMux()
 	sem := make(chan struct{}, hc.inflight)
 	// handle wraps a route: the caller is identified first, and a bad
@@ -144,7 +169,16 @@ func newHandler(agg *aggregate.Aggregator, hc handlerConfig) http.Handler {
 				return
 			}
 		}
-		step, err := agg.Add(r.Context(), c.Contributor, c.Vector)
+		ctx := r.Context()
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			ctx = context.WithValue(ctx, idempotencyKey{}, k)
+		}
+		step, err := agg.Add(ctx, c.Contributor, c.Vector)
+		var lg *loggedError
+		if errors.As(err, &lg) {
+			writeJSON(w, http.StatusAccepted, map[string]any{"sequence": lg.seq, "status": "logged: the aggregator applies it in log order"})
+			return
+		}
 		if err != nil {
 			writeError(w, err)
 			return
@@ -156,7 +190,11 @@ func newHandler(agg *aggregate.Aggregator, hc handlerConfig) http.Handler {
 			writeError(w, err)
 			return
 		}
-		rel, err := agg.Commit(r.Context())
+		ctx := r.Context()
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			ctx = context.WithValue(ctx, idempotencyKey{}, k)
+		}
+		rel, err := agg.Commit(ctx)
 		if err != nil {
 			writeError(w, err)
 			return

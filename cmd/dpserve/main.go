@@ -9,6 +9,8 @@
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
+//	dpserve -nats nats://n1:4222,nats://n2:4222,nats://n3:4222 [-service dpserve] [-replicas 3]
+//	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
 //	dpserve -version
@@ -32,7 +34,9 @@
 //
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
-// and closes the store. -seed HEX (64 hex digits) fixes the noise for tests:
+// and closes the store. With -nats instead of -store the service runs
+// replicated on a NATS JetStream cluster (replicated.go; same API): any
+// number of front-ends, one aggregator at a time. -seed HEX (64 hex digits) fixes the noise for tests:
 // the ledger then states that the releases are not private. Input the user
 // can fix (flags, -addr, the files named, a store made with other flags or
 // corrupt) exits with status 2 and a one-line message; internal failures
@@ -122,6 +126,14 @@ type options struct {
 	count                                  bool
 	commitEvery                            time.Duration
 	maxBody, noiseMemory                   int64
+	// Replicated mode (-nats).
+	nats, service, workDir string
+	natsCreds, natsCA      string
+	natsCert, natsKey      string
+	aggregator             bool
+	replicas               int
+	leaseTTL, logMaxAge    time.Duration
+	noSync                 bool // the store is a cache of the replicated log
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -151,6 +163,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.authKey, "auth-key", "", "key file (dpserve key): requests then need tokens (dpserve token) for contributing and operating")
 	fs.Float64Var(&o.rate, "rate", 10, "requests a second allowed to each contributor credential (0: no limit; with -auth-key)")
 	fs.IntVar(&o.burst, "burst", 20, "requests a contributor credential may send at once before -rate applies")
+	fs.StringVar(&o.nats, "nats", "", "NATS URL,... : replicated mode on a JetStream cluster instead of -store (docs/dpserve.md)")
+	fs.StringVar(&o.service, "service", "dpserve", "replicated mode: name of the service's stream and buckets (letters, digits, - and _)")
+	fs.BoolVar(&o.aggregator, "aggregator", true, "replicated mode: also stand for election as the one aggregator")
+	fs.IntVar(&o.replicas, "replicas", 3, "replicated mode: JetStream replicas of the log, releases and snapshots")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
+	fs.DurationVar(&o.logMaxAge, "log-max-age", 0, "replicated mode: drop logged contributions older than this (0: keep them; at least 1h, and far above the longest time between two commits)")
+	fs.StringVar(&o.natsCreds, "nats-creds", "", "replicated mode: NATS credentials file (JWT and NKey) of this node")
+	fs.StringVar(&o.natsCA, "nats-ca", "", "replicated mode: PEM CA certificates that sign the NATS servers' TLS certificates")
+	fs.StringVar(&o.natsCert, "nats-cert", "", "replicated mode: PEM client certificate for NATS mutual TLS (with -nats-key)")
+	fs.StringVar(&o.natsKey, "nats-key", "", "replicated mode: PEM private key of -nats-cert")
+	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -165,8 +188,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, nil
 	}
 	switch {
-	case o.store == "":
-		return o, usagef("-store FILE is required")
+	case o.store == "" && o.nats == "":
+		return o, usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
+	case o.store != "" && o.nats != "":
+		return o, usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
+	case o.nats != "" && !validService(o.service):
+		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
+	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
+		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+	case (o.natsCert == "") != (o.natsKey == ""):
+		return o, usagef("-nats-cert and -nats-key go together")
+	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
+		return o, usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
 		return o, usagef("-dim %d: want a positive dimension", o.dim)
 	case o.horizon < 1:
@@ -241,6 +274,7 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	return aggregate.Open(ctx, o.store, aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
 		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
+		NoSync: o.noSync,
 	})
 }
 
@@ -301,6 +335,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsCfg, acc, err := setupAccess(o)
 	if err != nil {
 		return err
+	}
+	if o.nats != "" {
+		return serveReplicated(ctx, o, tlsCfg, acc, stdout, stderr)
 	}
 	if fi, err := os.Stat(filepath.Dir(o.store)); err != nil || !fi.IsDir() {
 		return usagef("-store %s: directory %s does not exist", o.store, filepath.Dir(o.store))

@@ -1,0 +1,789 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/internal/loadgen"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsCluster is a JetStream cluster of in-process servers on loopback.
+type natsCluster struct {
+	t            *testing.T
+	dirs         []string
+	ports, route []int
+	mu           sync.Mutex
+	srvs         []*natsserver.Server
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startCluster(t *testing.T, n int) *natsCluster {
+	c := &natsCluster{t: t, srvs: make([]*natsserver.Server, n)}
+	for range n {
+		c.dirs = append(c.dirs, t.TempDir())
+		c.ports = append(c.ports, freePort(t))
+		c.route = append(c.route, freePort(t))
+	}
+	for i := range n {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			c.kill(i)
+		}
+	})
+	return c
+}
+
+func (c *natsCluster) start(i int) {
+	c.t.Helper()
+	var routes []string
+	for j, p := range c.route {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+		}
+	}
+	s, err := natsserver.NewServer(&natsserver.Options{
+		ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: c.ports[i], NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: c.dirs[i],
+		Cluster: natsserver.ClusterOpts{Name: "dpserve-test", Host: "127.0.0.1", Port: c.route[i]},
+		Routes:  natsserver.RoutesFromStr(strings.Join(routes, ",")),
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		c.t.Fatalf("nats node %d did not start", i)
+	}
+	c.mu.Lock()
+	c.srvs[i] = s
+	c.mu.Unlock()
+}
+
+// kill stops node i at once (its clients see the connection drop).
+func (c *natsCluster) kill(i int) {
+	c.mu.Lock()
+	s := c.srvs[i]
+	c.srvs[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+func (c *natsCluster) urls() string {
+	var u []string
+	for _, p := range c.ports {
+		u = append(u, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	return strings.Join(u, ",")
+}
+
+const testSeed = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+func replicatedOptions(t *testing.T, urls string, extra ...string) options {
+	t.Helper()
+	args := append([]string{"-nats", urls, "-mechanism", "tree-online", "-epsilon", "1", "-delta", "1e-6", "-clip", "1",
+		"-dim", "2", "-horizon", "1024", "-count", "-seed", testSeed, "-lease-ttl", "2s", "-work-dir", t.TempDir()}, extra...)
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// aggProc is an aggregator "process": killing it cancels its work and
+// drops its connection without giving the lease up (as kill -9 would).
+type aggProc struct {
+	r      *replicated
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startAggregator(t *testing.T, o options) *aggProc {
+	t.Helper()
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.logf = t.Logf
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &aggProc{r: r, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(p.done); r.runAggregator(ctx) }()
+	return p
+}
+
+func (p *aggProc) kill() {
+	p.r.nc.Close()
+	p.cancel()
+	<-p.done
+}
+
+// TestReplicatedFailover runs the replicated mode on a 3-node JetStream
+// cluster (replicas 3) with 2 front-ends and 2 aggregators (one leads,
+// one stands by) under load from 4 clients that retry failures with the
+// same Idempotency-Key, while the leading aggregator and one NATS node are
+// killed at random moments (a new standby is started after each kill and
+// the node restarted). Afterwards, with the seeded noise removed from the
+// releases: every contribution in the log, which includes every
+// acknowledged one, is counted exactly once and in the step whose log
+// range holds it; each log id appears once; every release a client saw
+// during the run equals the stored one; the log positions of the releases
+// increase; the ledger a front-end served never decreased; and after each
+// kill a commit succeeded again within the stated bound.
+func TestReplicatedFailover(t *testing.T) {
+	rounds, clients := 2, 3
+	if !testing.Short() {
+		rounds, clients = 8, 4
+	}
+	const resumeBound = 60 * time.Second // stated in docs/dpserve.md
+	rng := rand.New(rand.NewPCG(31, 1))
+	cl := startCluster(t, 3)
+	o := replicatedOptions(t, cl.urls())
+
+	var fronts []*replicated
+	var urls []string
+	for range 2 {
+		r, err := dialReplicated(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 16, access: access{now: time.Now}}))
+		t.Cleanup(func() { srv.Close(); r.close() })
+		fronts, urls = append(fronts, r), append(urls, srv.URL)
+	}
+	aggs := []*aggProc{startAggregator(t, o), startAggregator(t, o)}
+	t.Cleanup(func() {
+		for _, a := range aggs {
+			a.kill()
+		}
+	})
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	hc := &http.Client{Timeout: 10 * time.Second}
+	var ackMu sync.Mutex
+	acked := map[string]bool{} // log ids of acknowledged contributions
+	// Load: each client sends contributions with fresh ids and retries a
+	// failure with the same key until acknowledged.
+	for g := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				id, key := fmt.Sprintf("w%d-%d", g, i), fmt.Sprintf("k%d", i)
+				body := fmt.Sprintf(`{"contributor":%q,"vector":[0.5,0.25]}`, id)
+				for try := 0; ; try++ {
+					if ctx.Err() != nil {
+						return
+					}
+					req, _ := http.NewRequest("POST", urls[(g+try)%2]+"/v1/contributions", strings.NewReader(body))
+					req.Header.Set("Idempotency-Key", key)
+					resp, err := hc.Do(req)
+					if err == nil {
+						b, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode == 200 || resp.StatusCode == 202 {
+							ackMu.Lock()
+							acked["add:"+id+":"+key] = true
+							ackMu.Unlock()
+							break
+						}
+						if resp.StatusCode < 500 {
+							t.Errorf("contribution %s: %d %s", id, resp.StatusCode, b)
+							return
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	// Commits every 150 ms; every release seen is remembered.
+	var seenMu sync.Mutex
+	seen := map[int][]byte{}
+	var lastCommit atomic.Int64
+	lastCommit.Store(time.Now().UnixNano())
+	remember := func(b []byte) {
+		var rj releaseJSON
+		if json.Unmarshal(b, &rj) != nil || rj.Step < 1 {
+			return
+		}
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		canon, _ := json.Marshal(rj)
+		if old, ok := seen[rj.Step]; ok && !bytes.Equal(old, canon) {
+			t.Errorf("release %d changed: %s then %s", rj.Step, old, canon)
+		}
+		seen[rj.Step] = canon
+	}
+	commit := func(i int) bool {
+		resp, err := hc.Post(urls[i%2]+"/v1/commit", "application/json", nil)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			remember(b)
+			lastCommit.Store(time.Now().UnixNano())
+			return true
+		}
+		return false
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			commit(i)
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+	// Ledger and release readers on both front-ends.
+	for f := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last struct {
+				Steps int     `json:"steps"`
+				Eps   float64 `json:"epsilon_spent"`
+			}
+			for ctx.Err() == nil {
+				resp, err := hc.Get(urls[f] + "/v1/ledger")
+				if err == nil {
+					var l struct {
+						Steps int     `json:"steps"`
+						Eps   float64 `json:"epsilon_spent"`
+					}
+					json.NewDecoder(resp.Body).Decode(&l)
+					resp.Body.Close()
+					if l.Steps < last.Steps || l.Eps < last.Eps {
+						t.Errorf("front-end %d: ledger decreased from %+v to %+v", f, last, l)
+					}
+					last = l
+					if l.Steps > 0 {
+						if resp, err := hc.Get(fmt.Sprintf("%s/v1/releases/%d", urls[f], 1+rand.IntN(l.Steps))); err == nil {
+							b, _ := io.ReadAll(resp.Body)
+							resp.Body.Close()
+							if resp.StatusCode == 200 {
+								remember(b)
+							}
+						}
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+
+	// Faults.
+	var worst time.Duration
+	waitResume := func(what string) {
+		t0 := time.Now()
+		for time.Since(t0) < resumeBound {
+			if lastCommit.Load() > t0.UnixNano() {
+				d := time.Since(t0)
+				t.Logf("%s: a commit succeeded %.1fs later", what, d.Seconds())
+				worst = max(worst, d)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		buf := make([]byte, 1<<22)
+		os.WriteFile(filepath.Join(os.TempDir(), "dpserve-failover-stacks.txt"), buf[:runtime.Stack(buf, true)], 0o600)
+		t.Fatalf("%s: no commit succeeded within %v (goroutines in %s)", what, resumeBound, filepath.Join(os.TempDir(), "dpserve-failover-stacks.txt"))
+	}
+	sleep := func(lo, hi time.Duration) { time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)))) }
+	leaderOf := func() int {
+		for range 200 {
+			for i, a := range aggs {
+				lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				e, err := a.r.lease.Get(lctx, "leader")
+				cancel()
+				if err == nil && string(e.Value()) == a.r.id {
+					return i
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatal("no aggregator holds the lease")
+		return -1
+	}
+	waitResume("start")
+	for round := range rounds {
+		sleep(500*time.Millisecond, 2*time.Second)
+		i := leaderOf()
+		aggs[i].kill()
+		aggs[i] = startAggregator(t, o)
+		waitResume(fmt.Sprintf("round %d: leader aggregator killed", round))
+		sleep(200*time.Millisecond, 1500*time.Millisecond)
+		n := rng.IntN(3)
+		cl.kill(n)
+		sleep(500*time.Millisecond, 2*time.Second)
+		cl.start(n)
+		waitResume(fmt.Sprintf("round %d: NATS node %d killed and restarted", round, n))
+	}
+	stop()
+	wg.Wait()
+	// A last commit closes the step that holds the last contributions.
+	for i := 0; !commit(i); i++ {
+		if i > 200 {
+			t.Fatal("the final commit did not succeed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%d rounds, %d contributions acknowledged, %d releases seen; worst time to a successful commit after a fault %.1fs (bound %v)",
+		rounds, len(acked), len(seen), worst.Seconds(), resumeBound)
+
+	// The log: every id once, every acknowledged id present.
+	r := fronts[0]
+	vctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	T, err := r.head(vctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*releaseRecord
+	for s := 1; s <= T; s++ {
+		rec, _, err := r.record(vctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s > 1 && rec.Seq <= recs[s-2].Seq {
+			t.Fatalf("release %d covers log position %d, release %d position %d", s, rec.Seq, s-1, recs[s-2].Seq)
+		}
+		rel := releaseJSON{Step: s, Release: rec.Sum}
+		if rec.HasCount {
+			c := rec.Count
+			rel.Count, rel.Mean = &c, (&releaseJSONMean{rec.Sum, c}).mean()
+		}
+		canon, _ := json.Marshal(rel)
+		if old, ok := seen[s]; ok && !bytes.Equal(old, canon) {
+			t.Errorf("release %d: seen %s during the run, stored %s", s, old, canon)
+		}
+		recs = append(recs, rec)
+	}
+	cons, err := r.js.OrderedConsumer(vctx, r.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{r.subjAdd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.js.Stream(vctx, r.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(vctx, jetstream.WithSubjectFilter(r.subjAdd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int(info.State.Subjects[r.subjAdd])
+	ids := map[string]uint64{}
+	var seqs []uint64
+	for len(seqs) < want {
+		b, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil || vctx.Err() != nil {
+			t.Fatalf("reading the log: %v after %d of %d entries", err, len(seqs), want)
+		}
+		for m := range b.Messages() {
+			md, _ := m.Metadata()
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			if _, dup := ids[id]; dup {
+				t.Fatalf("log id %s appears twice", id)
+			}
+			ids[id] = md.Sequence.Stream
+			seqs = append(seqs, md.Sequence.Stream)
+		}
+	}
+	missing := 0
+	for id := range acked {
+		if _, ok := ids[id]; !ok {
+			if missing++; missing <= 5 {
+				t.Errorf("acknowledged contribution %s is not in the log", id)
+			}
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d acknowledged contributions are not in the log", missing)
+	}
+	// The counts, with the seeded noise removed: release t counts exactly
+	// the contributions logged before its commit.
+	dir := t.TempDir()
+	agg, released, _, err := r.restore(vctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agg.Close()
+	if released != T {
+		t.Fatalf("restored %d releases, head %d", released, T)
+	}
+	nz, err := agg.SeededNoise(T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	for s, rec := range recs {
+		for k < len(seqs) && seqs[k] <= rec.Seq {
+			k++
+		}
+		count := rec.Count - nz[s][o.dim]/o.clip
+		sum0 := rec.Sum[0] - nz[s][0]
+		if math.Abs(count-float64(k)) > 1e-6*max(1, float64(k)) || math.Abs(sum0-0.5*float64(k)) > 1e-3*max(1, float64(k)) {
+			t.Fatalf("release %d (log position %d): count %.6f and sum %.6f without noise; %d contributions logged before it", s+1, rec.Seq, count, sum0, k)
+		}
+	}
+	if k != len(seqs) {
+		t.Fatalf("%d contributions logged after the last release", len(seqs)-k)
+	}
+	t.Logf("%d releases, %d contributions in the log (%d acknowledged), each counted once in its step", T, len(seqs), len(acked))
+}
+
+type releaseJSONMean struct {
+	sum   []float64
+	count float64
+}
+
+func (r *releaseJSONMean) mean() []float64 {
+	m := make([]float64, len(r.sum))
+	for i, v := range r.sum {
+		m[i] = v / math.Max(r.count, 1)
+	}
+	return m
+}
+
+// startJetStream is one JetStream server on loopback.
+func startJetStream(t *testing.T) string {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// TestReplicatedFencing: two aggregators that both believe they lead
+// (one deposed but still running) apply the same log from the same
+// stored state with their own CSPRNG noise: their releases for step 1
+// differ, and only the first is stored; the second learns it is deposed
+// and the stored release stays the first one's.
+func TestReplicatedFencing(t *testing.T) {
+	url := startJetStream(t)
+	o := replicatedOptions(t, url, "-replicas", "1", "-seed", "")
+	o.seed = ""
+	var rs []*replicated
+	for range 2 {
+		r, err := dialReplicated(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.decisionWait = time.Millisecond
+		t.Cleanup(r.close)
+		rs = append(rs, r)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := rs[0].Add(ctx, fmt.Sprintf("c%d", i), []float64{0.5, 0.5}); err == nil {
+			t.Fatal("Add returned a step with no aggregator running")
+		}
+	}
+	if _, err := rs[0].js.PublishMsg(ctx, natsMsg(rs[0].subjCmt), jetstream.WithMsgID("commit:1")); err != nil {
+		t.Fatal(err)
+	}
+	var sums [][]float64
+	var errs []error
+	// Both restore the state before release 1, then both apply the log.
+	var aggs []*aggregate.Aggregator
+	for _, r := range rs {
+		agg, released, seq, err := r.restore(ctx, t.TempDir())
+		if err != nil || released != 0 || seq != 0 {
+			t.Fatalf("restore: %v (%d releases, position %d)", err, released, seq)
+		}
+		defer agg.Close()
+		aggs = append(aggs, agg)
+	}
+	for i, r := range rs {
+		agg, seq := aggs[i], uint64(0)
+		cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last error
+		for m := range b.Messages() {
+			if _, err := r.apply(ctx, agg, m, &seq, nil); err != nil {
+				last = err
+			}
+		}
+		errs = append(errs, last)
+		rel, err := agg.Release(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, rel.Sum)
+	}
+	if errs[0] != nil || !errors.Is(errs[1], errDeposed) {
+		t.Fatalf("first aggregator: %v; second: %v (want %v)", errs[0], errs[1], errDeposed)
+	}
+	if slices.Equal(sums[0], sums[1]) {
+		t.Fatal("two aggregators drew the same noise: the test cannot tell their releases apart")
+	}
+	stored, err := rs[1].Release(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(stored.Sum, sums[0]) {
+		t.Fatalf("stored release 1 %v, first aggregator's %v", stored.Sum, sums[0])
+	}
+	if l := rs[1].Ledger(); l.Steps != 0 && l.Steps != 1 {
+		t.Fatalf("ledger steps %d", l.Steps)
+	}
+}
+
+func TestReplicatedFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-store", "x.db", "-nats", "nats://127.0.0.1:4222"},
+		{"-nats", "nats://127.0.0.1:4222", "-service", "a.b"},
+		{"-nats", "nats://127.0.0.1:4222", "-replicas", "0"},
+	} {
+		args = append(args, "-dim", "2", "-horizon", "4", "-epsilon", "1", "-delta", "1e-6", "-clip", "1")
+		var stderr bytes.Buffer
+		if code := run(context.Background(), args, io.Discard, &stderr); code != 2 || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v: exit %d, %q", args, code, stderr.String())
+		}
+	}
+}
+
+func natsMsg(subject string) *nats.Msg { return nats.NewMsg(subject) }
+
+// TestLoadModes runs the same load (4000 contributions of d = 100 from 16
+// clients, a commit every 100 ms, at most 60 s) against the single-node
+// mode (bbolt) and the replicated mode (3-node JetStream cluster on
+// loopback, replicas 3, one front-end and its aggregator in this process),
+// one after the other in one run, and logs both results for BENCHMARKS.md.
+// Every contribution must be acknowledged with a step in both modes.
+// Skipped under -short (about a minute).
+func TestLoadModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load in both modes: about a minute")
+	}
+	cfg := loadgen.Config{Dim: 100, Workers: 16, Requests: 4000, Duration: 60 * time.Second,
+		CommitEvery: 100 * time.Millisecond, Seed: 1}
+	run := func(name, url string) {
+		c := cfg
+		c.BaseURL = url
+		res, err := loadgen.Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %v", name, res)
+		if res.Accepted != cfg.Requests || res.Failed != 0 || res.Rejected != 0 {
+			t.Fatalf("%s: %v; first error %s", name, res, res.FirstError)
+		}
+	}
+	run("bbolt", testServerDim(t, 100, 1000).URL)
+
+	cl := startCluster(t, 3)
+	o := replicatedOptions(t, cl.urls(), "-dim", "100", "-count=false", "-seed", "")
+	o.seed, o.count = "", false
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: access{now: time.Now}}))
+	t.Cleanup(func() { srv.Close(); r.close() })
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	run("replicated (3 nodes, replicas 3)", srv.URL)
+}
+
+// TestReplicatedContract: the replicated mode answers like the single-node
+// mode (200 with the step, 400 for a wrong dimension, 409 past k, the
+// commit's release served again by GET), and a retry with the same
+// Idempotency-Key is counted once (without de-duplication the retry would
+// be a second participation: 409, and two contributions in the ledger).
+func TestReplicatedContract(t *testing.T) {
+	url := startJetStream(t)
+	o := replicatedOptions(t, url, "-replicas", "1")
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 4, access: access{now: time.Now}}))
+	t.Cleanup(func() { srv.Close(); r.close() })
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	post := func(path, body, key string) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	// Wait for the aggregator, and for its decisions as long as needed.
+	r.decisionWait = time.Minute
+	for {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := r.lease.Get(lctx, "leader")
+		cancel()
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := post("/v1/contributions", `{"contributor":"u0","vector":[0.5,0.5]}`, ""); code != 200 {
+		t.Fatalf("contribution: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		body, key string
+		code      int
+		want      string
+	}{
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "a", 200, `{"step":1}`},
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "a", 202, `"sequence"`}, // the retry: logged once, already decided
+		{`{"contributor":"u1","vector":[0.3,0.4]}`, "b", 409, "participation limit"},
+		{`{"contributor":"u2","vector":[0.3]}`, "", 400, "wrong dimension"},
+	} {
+		if code, body := post("/v1/contributions", c.body, c.key); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s (key %q): %d %s, want %d %s", c.body, c.key, code, body, c.code, c.want)
+		}
+	}
+	code, body := post("/v1/commit", "", "")
+	if code != 200 || !strings.Contains(body, `"step":1`) {
+		t.Fatalf("commit: %d %s", code, body)
+	}
+	resp, err := http.Get(srv.URL + "/v1/releases/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(got)) != body {
+		t.Fatalf("GET release 1: %s; commit answered %s", got, body)
+	}
+	// The ledger counts u0 and u1 once each, and the 409 rejection.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := r.Ledger()
+		if l.Steps == 1 && l.ContributionsAccepted == 2 && l.ContributionsRejected == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger: %d steps, %d accepted, %d rejected; want 1, 2, 1", l.Steps, l.ContributionsAccepted, l.ContributionsRejected)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeReplicated runs dpserve -nats as the command does (flags,
+// listener, front-end and aggregator in one process), contributes and
+// commits over HTTP, and stops it with its context (SIGTERM): exit status
+// 0, and the lease given up at once.
+func TestServeReplicated(t *testing.T) {
+	url := startJetStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"-nats", url, "-replicas", "1", "-addr", "127.0.0.1:0", "-dim", "2", "-horizon", "4",
+			"-epsilon", "1", "-delta", "1e-6", "-clip", "1", "-lease-ttl", "30s", "-work-dir", t.TempDir()}, pw, io.Discard)
+		pw.Close()
+	}()
+	line := make([]byte, 200)
+	n, err := pr.Read(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	addr := strings.Fields(string(line[:n]))[3]
+	base := "http://" + addr
+	for {
+		resp, err := http.Post(base+"/v1/contributions", "application/json", strings.NewReader(`{"contributor":"u","vector":[0.1,0.2]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			break
+		}
+		if resp.StatusCode != 202 {
+			t.Fatalf("contribution: %d", resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(base+"/v1/commit", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"step":1`) {
+		t.Fatalf("commit: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit status %d", c)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("dpserve did not stop")
+	}
+	// The lease was given up: a new candidate wins it at once (the TTL
+	// is 30 s).
+	o := replicatedOptions(t, url, "-replicas", "1", "-horizon", "4", "-count=false", "-seed", "", "-lease-ttl", "30s")
+	o.seed, o.count = "", false
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if _, err := r.lease.Create(context.Background(), "leader", []byte("next")); err != nil {
+		t.Fatalf("lease not given up: %v", err)
+	}
+}
