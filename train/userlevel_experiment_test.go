@@ -27,11 +27,11 @@ import (
 // minutes: run it with DPMF_USERLEVEL_EXPERIMENT=1.
 func TestFashionMNISTUserLevelExperiment(t *testing.T) {
 	if testing.Short() || os.Getenv("DPMF_USERLEVEL_EXPERIMENT") == "" {
-		t.Skip("long experiment: set DPMF_USERLEVEL_EXPERIMENT=1 (results in BENCHMARKS.md)")
+		t.Skip("needs DPMF_USERLEVEL_EXPERIMENT=1 and no -short: a long experiment (results in BENCHMARKS.md)")
 	}
 	trainSet, testSet, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir)
 	if err != nil {
-		t.Skip(err)
+		t.Skipf("needs Debian's dataset-fashion-mnist: %v", err)
 	}
 	owners, err := data.DealOwners(trainSet.Len(), 6000, 1, 1)
 	if err != nil {

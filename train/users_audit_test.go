@@ -70,7 +70,7 @@ func TestUserLevelWhiteboxAudit(t *testing.T) {
 // below its claim.
 func TestUserLevelBlackboxAudit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow: one full training run (recorded in BENCHMARKS.md)")
+		t.Skip("short mode: one full training run (recorded in BENCHMARKS.md)")
 	}
 	cfg := userAuditConfig(t, "dpsgd", 4, 0, "")
 	cfg.Test = blobs(t, 700, 2)

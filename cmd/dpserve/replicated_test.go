@@ -604,7 +604,7 @@ func natsMsg(subject string) *nats.Msg { return nats.NewMsg(subject) }
 // Skipped under -short (about a minute).
 func TestLoadModes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("load in both modes: about a minute")
+		t.Skip("short mode: the load test in both modes takes about a minute")
 	}
 	cfg := loadgen.Config{Dim: 100, Workers: 16, Requests: 4000, Duration: 60 * time.Second,
 		CommitEvery: 100 * time.Millisecond, Seed: 1}
