@@ -195,3 +195,25 @@ func ApplyFeatures(ctx context.Context, f Features, d *data.Dataset) (*data.Data
 	}
 	return nil, invalidf("features %q: want scatter or none", f)
 }
+
+// InputShape is the shape of the examples whose features f have shape
+// feat: what callers of a saved model feed it. For FeaturesScatter the
+// scattering's subsampling by 2^J is undone and the shape checked by
+// transforming it again; a shape no example maps to is refused.
+func InputShape(f Features, feat [3]int) ([3]int, error) {
+	switch f {
+	case FeaturesPixels:
+		return feat, nil
+	case FeaturesScatter:
+		in := data.Shape{H: feat[1] << scatterJ, W: feat[2] << scatterJ}
+		sc, err := scattering(in)
+		if err == nil && feat[0]%sc.Channels() == 0 {
+			in.C = feat[0] / sc.Channels()
+			if sc.OutShape(in.C) == feat {
+				return [3]int{in.C, in.H, in.W}, nil
+			}
+		}
+		return [3]int{}, invalidf("features %q of shape %v: no input shape gives them", f, feat)
+	}
+	return [3]int{}, invalidf("features %q: want scatter or none", f)
+}

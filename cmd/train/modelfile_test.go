@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/train"
 )
 
 // TestSaveModelEvalPredict: a private run on the embedded Fashion-MNIST
@@ -264,5 +266,54 @@ func TestScatterNetRecipeSaveEval(t *testing.T) {
 	claim := strings.Join(tr.Metadata.Privacy.Assumptions, "\n")
 	if !strings.Contains(claim, "scattering transform") || !strings.Contains(claim, "moving average") {
 		t.Errorf("the model file's claim omits the features or the average: %s", claim)
+	}
+
+	// predict takes images, as eval does, and applies the model's features:
+	// it used to want the 3969 scattering features on each input line.
+	_, test, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	var jl strings.Builder
+	for i := range n {
+		jb, _ := json.Marshal(test.Example(i))
+		fmt.Fprintf(&jl, "%s\n", jb)
+	}
+	in := filepath.Join(dir, "images.jsonl")
+	if err := os.WriteFile(in, []byte(jl.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI(t, "predict", "-model-file", model, "-input", in)
+	if code != 0 {
+		t.Fatalf("predict on images: exit %d: %s", code, stderr)
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sub, err := test.Subset(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feat, err := train.ApplyFeatures(context.Background(), train.FeaturesScatter, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := tr.Predict(feat.X)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d output lines for %d images", len(lines), n)
+	}
+	for i, l := range lines {
+		var row struct {
+			Class int `json:"class"`
+		}
+		if err := json.Unmarshal([]byte(l), &row); err != nil || row.Class != want[i] {
+			t.Fatalf("image %d: predict says %q, the model on its features %d (%v)", i, l, want[i], err)
+		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/train"
 )
 
 // predictBatch is the number of inputs predicted at once.
@@ -62,7 +64,12 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return predictTable(tr, in, "input "+*input, stdout)
 	}
 	a := tr.Architecture
-	p := &predictor{tr: tr, per: a.Input[0] * a.Input[1] * a.Input[2], k: a.Classes,
+	features := train.Features(tr.Metadata.Features)
+	in3, err := train.InputShape(features, a.Input)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", *modelFile, err)
+	}
+	p := &predictor{ctx: ctx, tr: tr, features: features, shape: in3, per: in3[0] * in3[1] * in3[2], k: a.Classes,
 		csv: *format == "csv", out: bufio.NewWriter(stdout)}
 	if p.csv {
 		hdr := []string{"class"}
@@ -106,12 +113,15 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 
 // predictor collects parsed inputs and writes their predictions.
 type predictor struct {
-	tr     *models.Trained
-	per, k int
-	csv    bool
-	x      []float32
-	row    []float32
-	out    *bufio.Writer
+	ctx      context.Context
+	tr       *models.Trained
+	features train.Features // applied to each input, as the run did
+	shape    [3]int         // of one input
+	per, k   int
+	csv      bool
+	x        []float32
+	row      []float32
+	out      *bufio.Writer
 }
 
 func (p *predictor) parse(text string) error {
@@ -138,7 +148,7 @@ func (p *predictor) parse(text string) error {
 		}
 	}
 	if len(p.row) != p.per {
-		s := p.tr.Architecture.Input
+		s := p.shape
 		return fmt.Errorf("%d features, the model takes %d (%dx%dx%d, CHW order)", len(p.row), p.per, s[0], s[1], s[2])
 	}
 	for i, v := range p.row {
@@ -154,7 +164,11 @@ func (p *predictor) flush() error {
 	if len(p.x) == 0 {
 		return nil
 	}
-	classes, probs, err := p.tr.Predict(p.x)
+	x, err := p.featuresOf(p.x)
+	if err != nil {
+		return err
+	}
+	classes, probs, err := p.tr.Predict(x)
 	if err != nil {
 		return err
 	}
@@ -186,4 +200,22 @@ func (p *predictor) flush() error {
 		}
 	}
 	return nil
+}
+
+// featuresOf returns the model's features of the inputs x (x itself for a
+// model trained on the inputs as they are).
+func (p *predictor) featuresOf(x []float32) ([]float32, error) {
+	if p.features == train.FeaturesPixels {
+		return x, nil
+	}
+	n := len(x) / p.per
+	d, err := data.NewDataset(x, make([]int, n), data.Shape{C: p.shape[0], H: p.shape[1], W: p.shape[2]}, p.k)
+	if err != nil {
+		return nil, err
+	}
+	f, err := train.ApplyFeatures(p.ctx, p.features, d)
+	if err != nil {
+		return nil, err
+	}
+	return f.X, nil
 }
