@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"context"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -15,7 +16,7 @@ type BuildOptions struct {
 	Cache *Cache
 	// Optimize tunes the optimizers (mf-single, mf-kb, bandmf); nil means
 	// their defaults.
-	Optimize *OptimizeSettings
+	Optimize *optimize.Settings
 }
 
 // Build makes the factorization named by spec for workload w under the
@@ -112,10 +113,10 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		key.Gap = opt.Optimize.Gap
 	}
 	label := spec.Kind // the name progress and cache reports use
-	var run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)
+	var run func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error)
 	switch spec.Kind {
 	case KindMFSingle:
-		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		run = func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 			return OptimizeSingle(ctx, w, o)
 		}
 	case KindMFKB:
@@ -125,7 +126,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 			k0 := (n0 + schema.B - 1) / schema.B
 			key.Schema = Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
 		}
-		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		run = func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 			return OptimizeKB(ctx, w, key.Schema, o)
 		}
 	case KindBandMF:
@@ -141,7 +142,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		}
 		key.Bands = bands
 		label = fmt.Sprintf("%s:%d", KindBandMF, bands)
-		run = func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		run = func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 			return OptimizeBanded(ctx, w, bands, o)
 		}
 	}
@@ -151,7 +152,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		tr := buildTraceFrom(ctx)
 		produce := func(ctx context.Context) (*Factorization, error) {
 			var res *OptimizeResult
-			err := tr.optimize(label, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+			err := tr.optimize(label, w.N, opt.Optimize.GapOrDefault(), func(progress func(optimize.Progress)) error {
 				var err error
 				res, err = run(ctx, w, withProgress(opt.Optimize, progress))
 				return err

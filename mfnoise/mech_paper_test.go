@@ -2,6 +2,7 @@ package mfnoise
 
 import (
 	"context"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"strconv"
 	"testing"
@@ -100,7 +101,7 @@ func TestMultiEpochTable1MFSingle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &OptimizeSettings{Gap: 1e-8}})
+	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &optimize.Settings{Gap: 1e-8}})
 	if err != nil {
 		t.Fatal(err)
 	}

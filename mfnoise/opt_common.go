@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"context"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"time"
 
@@ -12,83 +13,24 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// OptimizeSettings tunes the factorization optimizers. The zero value (and a
-// nil pointer) means defaults.
-type OptimizeSettings struct {
-	// Gap is the relative optimality gap (Loss - LowerBound) / Loss at which
-	// an optimizer stops; 0 means 1e-4. Methods without a lower bound
-	// (OptimizeBanded) use it as a relative decrease tolerance instead.
-	Gap float64
-	// MaxIter bounds the iterations; 0 means the method's default.
-	MaxIter int
-	// Progress, if not nil, is called after each iteration.
-	Progress func(OptimizeProgress)
-}
-
-// OptimizeProgress reports one iteration of an optimizer.
-type OptimizeProgress struct {
-	Iter int
-	// Loss is the loss sens^2 ||B||_F^2 of the current iterate (sens
-	// normalized to 1; +Inf while no feasible point is known); LowerBound
-	// the best proven lower bound on the optimum; Gap = (best Loss so far -
-	// LowerBound) / best Loss. Methods without a bound (OptimizeBanded)
-	// report LowerBound = Gap = 0.
-	Loss, LowerBound, Gap float64
-	// MaxIter is the iteration bound; most runs stop earlier, at the gap
-	// or when the loss stalls.
-	MaxIter int
-}
-
-// OptimizeResult is what an optimizer returns: the factorization (encoder
-// normalized to sensitivity 1 under the schema it was optimized for), its
-// loss, the lower bound and relative gap when the method proves one, the
-// iterations used and the wall time.
+// OptimizeResult is what a factorization optimizer returns: the
+// factorization (encoder normalized to sensitivity 1 under the schema it
+// was optimized for), its loss, the lower bound and relative gap when the
+// method proves one, the iterations used, why the optimizer stopped
+// (optimize.Converged when the gap was reached, optimize.Stalled when the
+// loss stopped decreasing for a method without a bound) and the wall time.
 type OptimizeResult struct {
 	Factorization         *Factorization
 	Loss, LowerBound, Gap float64
 	Iterations            int
+	Status                optimize.Status
 	Elapsed               time.Duration
-}
-
-const defaultGap = 1e-4
-
-func (s *OptimizeSettings) gap() float64 {
-	if s == nil || s.Gap == 0 {
-		return defaultGap
-	}
-	return s.Gap
-}
-
-func (s *OptimizeSettings) maxIter(def int) int {
-	if s == nil || s.MaxIter <= 0 {
-		return def
-	}
-	return s.MaxIter
-}
-
-func (s *OptimizeSettings) report(p OptimizeProgress) {
-	if s != nil && s.Progress != nil {
-		s.Progress(p)
-	}
-}
-
-func (s *OptimizeSettings) validate() error {
-	if s == nil {
-		return nil
-	}
-	if math.IsNaN(s.Gap) || s.Gap < 0 {
-		return invalidf("optimize: gap %v must be >= 0", s.Gap)
-	}
-	if s.MaxIter < 0 {
-		return invalidf("optimize: max iterations %d must be >= 0", s.MaxIter)
-	}
-	return nil
 }
 
 // optimizerWorkload validates the settings and returns the workload
 // matrix, with errors prefixed "mfnoise: optimize <what>".
-func optimizerWorkload(what string, w Workload, s *OptimizeSettings) (*mat.Dense, error) {
-	if err := s.validate(); err != nil {
+func optimizerWorkload(what string, w Workload, s *optimize.Settings) (*mat.Dense, error) {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	a, err := w.Matrix()
@@ -184,11 +126,4 @@ func checkCtx(ctx context.Context, what string) error {
 		return fmt.Errorf("mfnoise: %s: %w", what, err)
 	}
 	return nil
-}
-
-func relGap(loss, lb float64) float64 {
-	if loss <= 0 {
-		return 0
-	}
-	return math.Max(0, (loss-lb)/loss)
 }

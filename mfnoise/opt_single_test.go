@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -122,7 +124,7 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 		t.Run(fmt.Sprint(c.n), func(t *testing.T) {
 			w, _ := PrefixSum(c.n)
 			iters := 0
-			r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Progress: func(p OptimizeProgress) { iters = p.Iter }})
+			r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Progress: func(p optimize.Progress) { iters = p.Iter }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +161,7 @@ func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
 	// At a tight gap the unit-diagonal X satisfies the optimality condition
 	// X^-1 G X^-1 = D diagonal (Denisov et al. Thm 3.2).
 	w, _ := PrefixSum(48)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-10})
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +241,7 @@ func TestOptimizeSingleErrors(t *testing.T) {
 		t.Errorf("n = 0: %v, want ErrInvalid", err)
 	}
 	w, _ := PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, ErrInvalid) {
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative gap: %v, want ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -247,14 +249,14 @@ func TestOptimizeSingleErrors(t *testing.T) {
 	if _, err := OptimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-15, MaxIter: 2}); err == nil {
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-15, MaxIter: 2}); err == nil {
 		t.Errorf("gap 1e-15 in 2 iterations: no error")
 	}
 }
 
 func ExampleOptimizeSingle() {
 	w, _ := PrefixSum(256)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-4})
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-4})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -394,4 +396,20 @@ func eye(n int) *mat.Dense {
 		d.Set(i, i, 1)
 	}
 	return d
+}
+
+// BenchmarkOptimizeSingleLarge is issue 26's n = 8192 target: the optimal
+// single-participation factorization of the prefix sum at the default gap,
+// with each iteration's loss, bound and gap written to stderr as it runs.
+// It needs about 9 GiB (see BENCHMARKS.md); run it alone with -benchtime 1x.
+func BenchmarkOptimizeSingleLarge(b *testing.B) {
+	w, _ := PrefixSum(8192)
+	start := time.Now()
+	s := &optimize.Settings{Progress: func(p optimize.Progress) {
+		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
+			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
+	}}
+	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+		return OptimizeSingle(context.Background(), w, s)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"os"
 	"path/filepath"
@@ -262,7 +263,7 @@ func ExampleCache_GetOrBuild() {
 	w, _ := PrefixSum(128)
 	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
 	build := func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: key.Gap})
+		r, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"io"
 	"math"
 	"time"
@@ -88,7 +89,7 @@ func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	}
 }
 
-func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
+func (b *BuildProgress) progress(p optimize.Progress) {
 	if p.Gap > 0 && !math.IsInf(p.Gap, 0) && b.firstGap == 0 {
 		b.firstGap = p.Gap
 	}

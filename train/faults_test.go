@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -287,6 +287,6 @@ func TestBuildProgressEstimate(t *testing.T) {
 	}
 }
 
-func mfnoiseProgress(iter int, gap float64) mfnoise.OptimizeProgress {
-	return mfnoise.OptimizeProgress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
+func mfnoiseProgress(iter int, gap float64) optimize.Progress {
+	return optimize.Progress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
 }
