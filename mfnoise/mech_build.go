@@ -152,7 +152,7 @@ func innerBuilder(ctx context.Context, spec MechanismSpec, schema Schema, n0, s 
 		tr := buildTraceFrom(ctx)
 		produce := func(ctx context.Context) (*Factorization, error) {
 			var res *OptimizeResult
-			err := tr.optimize(label, w.N, opt.Optimize.GapOrDefault(), func(progress func(optimize.Progress)) error {
+			err := tr.optimize(label, w.N, stopGap(spec.Kind, opt.Optimize), func(progress func(optimize.Progress)) error {
 				var err error
 				res, err = run(ctx, w, withProgress(opt.Optimize, progress))
 				return err
