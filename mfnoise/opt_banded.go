@@ -3,11 +3,12 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -82,6 +83,9 @@ func OptimizeBanded(ctx context.Context, w Workload, bands int, s *optimize.Sett
 // preconditioner (the method before warm starts, kept for the tests).
 func optimizeBanded(ctx context.Context, w Workload, bands int, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
 	start := time.Now()
+	if err := checkDenseMemory("banded", w.N, bandedMatrices); err != nil {
+		return nil, err
+	}
 	a, err := optimizerWorkload("banded", w, s)
 	if err != nil {
 		return nil, err

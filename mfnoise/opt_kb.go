@@ -3,9 +3,10 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -62,6 +63,9 @@ const (
 // unit budget.
 func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
+	if err := checkDenseMemory("kb", w.N, kbMatrices); err != nil {
+		return nil, err
+	}
 	a, err := optimizerWorkload("kb", w, s)
 	if err != nil {
 		return nil, err

@@ -3,9 +3,10 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -45,6 +46,9 @@ const defaultSingleIter = 1000
 // BENCHMARKS.md).
 func OptimizeSingle(ctx context.Context, w Workload, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
+	if err := checkDenseMemory("single", w.N, singleMatrices); err != nil {
+		return nil, err
+	}
 	a, err := optimizerWorkload("single", w, s)
 	if err != nil {
 		return nil, err

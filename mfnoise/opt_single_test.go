@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -412,4 +415,23 @@ func BenchmarkOptimizeSingleLarge(b *testing.B) {
 	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
 		return OptimizeSingle(context.Background(), w, s)
 	})
+}
+
+// An optimizer whose dense work matrices cannot fit in the memory the
+// process may use is refused before it allocates, with the memory it
+// would need (here a 64 MiB GOMEMLIMIT against about 576 MiB).
+func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(64 << 20))
+	w, _ := PrefixSum(2048)
+	sc, _ := KBParticipation(2, 1024)
+	for name, run := range map[string]func() (*OptimizeResult, error){
+		"single": func() (*OptimizeResult, error) { return OptimizeSingle(context.Background(), w, nil) },
+		"kb":     func() (*OptimizeResult, error) { return OptimizeKB(context.Background(), w, sc, nil) },
+		"banded": func() (*OptimizeResult, error) { return OptimizeBanded(context.Background(), w, 8, nil) },
+	} {
+		_, err := run()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
+			t.Errorf("%s: %v, want a refusal with the memory needed", name, err)
+		}
+	}
 }
