@@ -3,9 +3,10 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"strconv"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 )

@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"context"
 	"fmt"
+
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/mat"

@@ -2,10 +2,11 @@ package mfnoise
 
 import (
 	"context"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"strconv"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // roundSig rounds v to d significant digits.

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/mat"
 )

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/floats"
 )

@@ -3,10 +3,11 @@ package mfnoise
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // ToeplitzObjective is what OptimizeToeplitz and OptimizeBLT minimize.

@@ -2,11 +2,12 @@ package mfnoise
 
 import (
 	"context"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // TestToeplitzQualitySmall is issue 18's n = 64 single-participation

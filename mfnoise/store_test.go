@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"

@@ -2,8 +2,9 @@ package mfnoise
 
 import (
 	"context"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // BuildTrace observes Build and Compare through the context, as

@@ -3,10 +3,11 @@ package train
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"io"
 	"math"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/schollz/progressbar/v3"

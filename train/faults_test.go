@@ -7,13 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"github.com/dpmf-go/dpmf/privacy"
 )
