@@ -33,7 +33,8 @@ func stopGap(kind string, s *optimize.Settings) float64 {
 // bandedBoundEvery is the least number of iterations between lower
 // bounds; a bound costs about 70 iterations at n = 2000 (one polar
 // decomposition), so bounds start only once the loss decreases by less
-// than a quarter of the gap over this many iterations (BoundStall).
+// than a quarter of the gap over this many iterations, and each later
+// one comes after half again the iterations (optimize.Problem.BoundStall).
 const bandedBoundEvery = 50
 
 // bandedMemory is the number of L-BFGS correction pairs of OptimizeBanded.
@@ -67,8 +68,8 @@ const bandedMemory = 30
 // The run proves a lower bound on the banded optimum (see lowerBound: the
 // Lagrangian dual at the multipliers X^-1 A^T A X^-1 of the iterate), at
 // the cost of about 70 iterations at n = 2000, so only once the loss
-// decreases by less than a quarter of the gap over 50 iterations and at
-// most every 50 iterations. It stops at the certified relative gap s.Gap
+// decreases by less than a quarter of the gap over 50 iterations, and then
+// after half again the iterations run so far. It stops at the certified relative gap s.Gap
 // (default 1e-3: the loss is within 0.1% of the optimum; Status
 // Converged), or at the stall rule of the method before it had a bound, a
 // relative loss decrease below s.Gap/100 (1e-6 by default) over 10
