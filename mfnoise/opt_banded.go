@@ -69,9 +69,9 @@ const bandedMemory = 30
 // Lagrangian dual at the multipliers X^-1 A^T A X^-1 of the iterate), at
 // the cost of about 70 iterations at n = 2000, so only once the loss
 // decreases by less than a quarter of the gap over 50 iterations, and then
-// after half again the iterations run so far. It stops at the certified relative gap s.Gap
-// (default 1e-3: the loss is within 0.1% of the optimum; Status
-// Converged), or at the stall rule of the method before it had a bound, a
+// after half again the iterations run so far. It stops at the certified
+// relative gap s.Gap (default 1e-3: the loss is within 0.1% of the
+// optimum; Status Converged), or at the stall rule of the method before it had a bound, a
 // relative loss decrease below s.Gap/100 (1e-6 by default) over 10
 // iterations, with the bound at that point (Status Stalled), whichever
 // comes first; LowerBound and Gap (also in Meta) are the certificate.
