@@ -451,7 +451,7 @@ func (p *bandProblem) preconditioner(x0 []float64) []float64 {
 		return scale
 	}
 	var t mat.Dense
-	t.Mul(p.a, &wi)
+	t.Mul(p.a, mat.DenseCopyOf(&wi)) // Dgemm, not gonum's Dsymm
 	var m mat.SymDense
 	m.SymOuterK(1, t.T())
 	idx := 0
@@ -480,8 +480,10 @@ func (p *bandProblem) multipliers(x []float64) (wi, m *mat.SymDense, ok bool) {
 	if err := ch.InverseTo(wi); err != nil {
 		return nil, nil, false
 	}
+	// A dense copy of W so the product runs on Dgemm (the installed fast
+	// GEMM) rather than gonum's Dsymm: 5 s of a 7.5 s bound at n = 2000.
 	var t mat.Dense
-	t.Mul(p.a, wi)
+	t.Mul(p.a, mat.DenseCopyOf(wi))
 	m = &mat.SymDense{}
 	m.SymOuterK(1, t.T())
 	return wi, m, true
