@@ -244,7 +244,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 }
 
 // The warm-started, preconditioned optimizer stops at a certified gap
-// (default 5e-3; or, when the loss stalls first, at the gap it proved,
+// (default 1e-3; or, when the loss stalls first, at the gap it proved,
 // at most 0.5% here) with a lower bound below the cold optimizer's loss
 // (X = I, unscaled L-BFGS: the method before warm starts, at the same
 // stopping rule), and its loss is within that gap of the cold one. It is
