@@ -1,0 +1,220 @@
+package distributed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// testConfig is the run every test trains: the MLP on 1,800 examples of
+// the embedded Fashion-MNIST subset (every class), seeded.
+func testConfig(t testing.TB, steps int) train.Config {
+	t.Helper()
+	tr, te, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := make([]int, 0, 1800)
+	for i := 0; i < tr.Len() && len(idx) < cap(idx); i += 3 {
+		idx = append(idx, i)
+	}
+	if tr, err = tr.Subset(idx); err != nil {
+		t.Fatal(err)
+	}
+	return train.Config{
+		Train: tr, Test: te, ModelName: "mlp", Hidden: []int{32},
+		Steps: steps, Batch: 60, Mechanism: privacy.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
+		ClipNorm: 1, LearningRate: 0.5, Seed: []byte("distributed test seed"), InsecureSeed: true,
+		EvalEvery: 1 << 20,
+	}
+}
+
+// natsServer starts a token-protected loopback NATS server.
+func natsServer(t testing.TB) (url, token string) {
+	t.Helper()
+	token = "test-token-" + fmt.Sprint(time.Now().UnixNano())
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Authorization: token, MaxPayload: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL(), token
+}
+
+func connect(t testing.TB, url, token string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Token(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// inProcessWorkers serves the W shards from goroutines, each on its own
+// connection, until the test ends.
+func inProcessWorkers(t *testing.T, url, token string, cfg train.Config, opt Options) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i := range opt.Workers {
+		nc := connect(t, url, token)
+		ready := make(chan error, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := serveReady(ctx, nc, cfg, Shard{i, opt.Workers}, opt, ready)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("worker %d: %v", i, err)
+			}
+		}()
+		if err := <-ready; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serveReady is Serve, saying on ready when the worker listens.
+func serveReady(ctx context.Context, nc *nats.Conn, cfg train.Config, s Shard, opt Options, ready chan<- error) error {
+	w, err := newWorker(ctx, cfg, s)
+	if err != nil {
+		ready <- err
+		return err
+	}
+	sub, err := nc.QueueSubscribe(opt.subject(s.Index), "shard", w.handle)
+	if err == nil {
+		err = nc.Flush()
+	}
+	ready <- err
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sub.Unsubscribe()
+	return nil
+}
+
+// run trains cfg (a fresh model from its seed) on W workers, or in one
+// process for W = 0, and returns the result, the final parameters and the
+// step metrics.
+func run(t *testing.T, cfg train.Config, w int) (*train.Result, []float32, []train.StepMetrics) {
+	t.Helper()
+	m, err := train.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Model = m
+	var steps []train.StepMetrics
+	cfg.OnStep = func(sm train.StepMetrics) { steps = append(steps, sm) }
+	var res *train.Result
+	if w == 0 {
+		res, err = train.Run(context.Background(), cfg)
+	} else {
+		url, token := natsServer(t)
+		opt := Options{Run: "test", Workers: w, RequestTimeout: 20 * time.Second, Wait: 20 * time.Second}
+		inProcessWorkers(t, url, token, cfg, opt)
+		res, err = Run(context.Background(), connect(t, url, token), cfg, opt)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, append([]float32(nil), m.Params()...), steps
+}
+
+// resultJSON is the result with the wall-clock time zeroed.
+func resultJSON(t *testing.T, res *train.Result) string {
+	r := *res
+	r.Elapsed = 0
+	b, err := json.MarshalIndent(&r, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func planJSON(t *testing.T, res *train.Result) string {
+	b, err := json.MarshalIndent(res.Plan, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// One worker adds its chunks in the trainer's order and the coordinator
+// adds that sum to zero: the run is the single-process run bit for bit,
+// result JSON (plan, ledger, evaluations) included.
+func TestOneWorkerReproducesOneProcess(t *testing.T) {
+	cfg := testConfig(t, 12)
+	res1, p1, _ := run(t, cfg, 0)
+	resW, pW, _ := run(t, cfg, 1)
+	if a, b := resultJSON(t, res1), resultJSON(t, resW); a != b {
+		t.Fatalf("results differ:\none process:\n%s\none worker:\n%s", a, b)
+	}
+	for i := range p1 {
+		if math.Float32bits(p1[i]) != math.Float32bits(pW[i]) {
+			t.Fatalf("parameter %d: one process %v, one worker %v", i, p1[i], pW[i])
+		}
+	}
+}
+
+// Three workers: the same plan and ledger byte for byte, and the same
+// trajectory up to the order of the float additions of the clipped sum.
+func TestThreeWorkersMatchOneProcess(t *testing.T) {
+	steps := 200
+	if testing.Short() {
+		steps = 60
+	}
+	cfg := testConfig(t, steps)
+	cfg.EvalEvery = steps / 2
+	res1, p1, s1 := run(t, cfg, 0)
+	res3, p3, s3 := run(t, cfg, 3)
+	if a, b := planJSON(t, res1), planJSON(t, res3); a != b {
+		t.Fatalf("plans differ:\none process:\n%s\nthree workers:\n%s", a, b)
+	}
+	if len(s1) != steps || len(s3) != steps {
+		t.Fatalf("%d and %d steps, want %d", len(s1), len(s3), steps)
+	}
+	for i := range s1 {
+		a, b := s1[i], s3[i]
+		// The batch is the sampler's, the same in both: sizes exactly,
+		// statistics to float rounding.
+		if a.BatchSize != b.BatchSize || a.Epsilon != b.Epsilon || a.NonFinite != b.NonFinite {
+			t.Fatalf("step %d: one process %+v, three workers %+v", i+1, a, b)
+		}
+		if d := math.Abs(a.Loss - b.Loss); d > 1e-5*math.Abs(a.Loss) {
+			t.Fatalf("step %d: loss %v vs %v", i+1, a.Loss, b.Loss)
+		}
+	}
+	var maxDiff, maxAbs float64
+	for i := range p1 {
+		maxDiff = math.Max(maxDiff, math.Abs(float64(p1[i]-p3[i])))
+		maxAbs = math.Max(maxAbs, math.Abs(float64(p1[i])))
+	}
+	t.Logf("after %d steps: max |parameter difference| %.3g (max |parameter| %.3g); accuracy %.4f vs %.4f",
+		steps, maxDiff, maxAbs, res1.Final.Accuracy, res3.Final.Accuracy)
+	if maxDiff > 1e-6 {
+		t.Fatalf("parameters differ by up to %g after %d steps: more than float summation order explains", maxDiff, steps)
+	}
+	if math.Abs(res1.Final.Accuracy-res3.Final.Accuracy) > 0.002 {
+		t.Fatalf("accuracy %v (one process) vs %v (three workers)", res1.Final.Accuracy, res3.Final.Accuracy)
+	}
+	if res1.Final.Epsilon != res3.Final.Epsilon || res1.Final.Delta != res3.Final.Delta {
+		t.Fatalf("privacy (%v, %v) vs (%v, %v)", res1.Final.Epsilon, res1.Final.Delta, res3.Final.Epsilon, res3.Final.Delta)
+	}
+}
