@@ -82,7 +82,7 @@ func (o Options) validate() error {
 const maxWorkers = 1024
 
 func (o Options) subject(i int) string { return "dpmf.train." + o.Run + ".shard." + strconv.Itoa(i) }
-func (o Options) doneSubject() string   { return "dpmf.train." + o.Run + ".done" }
+func (o Options) doneSubject() string  { return "dpmf.train." + o.Run + ".done" }
 
 // checkConfig refuses what the workers cannot compute exactly as one
 // process would.
