@@ -3,8 +3,10 @@ package distributed
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,5 +218,58 @@ func TestThreeWorkersMatchOneProcess(t *testing.T) {
 	}
 	if res1.Final.Epsilon != res3.Final.Epsilon || res1.Final.Delta != res3.Final.Delta {
 		t.Fatalf("privacy (%v, %v) vs (%v, %v)", res1.Final.Epsilon, res1.Final.Delta, res3.Final.Epsilon, res3.Final.Delta)
+	}
+}
+
+// A worker started with other settings (here the clip norm) refuses every
+// request: the run stops at its first step, which is not applied.
+func TestWorkerWithOtherSettingsRefuses(t *testing.T) {
+	cfg := testConfig(t, 5)
+	url, token := natsServer(t)
+	opt := Options{Run: "refuse", Workers: 2, RequestTimeout: 10 * time.Second, Wait: 10 * time.Second}
+	other := cfg
+	other.ClipNorm = 2
+	inProcessWorkers(t, url, token, other, opt)
+	m, err := train.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := append([]float32(nil), m.Params()...)
+	cfg.Model = m
+	_, err = Run(context.Background(), connect(t, url, token), cfg, opt)
+	if !errors.Is(err, ErrWorkerRefused) || !strings.Contains(err.Error(), "differs from this worker's") {
+		t.Fatalf("got %v, want a refusal naming the difference", err)
+	}
+	for i, v := range m.Params() {
+		if v != init[i] {
+			t.Fatalf("parameter %d moved to %v from %v: a refused step was applied", i, v, init[i])
+		}
+	}
+}
+
+// What the workers cannot compute as one process would is refused with
+// ErrInvalid before anything runs.
+func TestRefusedConfigurations(t *testing.T) {
+	url, token := natsServer(t)
+	nc := connect(t, url, token)
+	for name, edit := range map[string]func(*train.Config, *Options){
+		"augmentation":     func(c *train.Config, _ *Options) { c.Augment = true },
+		"no workers":       func(_ *train.Config, o *Options) { o.Workers = 0 },
+		"bad run name":     func(_ *train.Config, o *Options) { o.Run = "a.b" },
+		"user level":       func(c *train.Config, _ *Options) { c.UserLevel = true },
+		"too many workers": func(c *train.Config, o *Options) { o.Workers = c.Train.Len() + 1 },
+	} {
+		cfg := testConfig(t, 5)
+		opt := Options{Run: "r", Workers: 2}
+		edit(&cfg, &opt)
+		if _, err := Run(context.Background(), nc, cfg, opt); !errors.Is(err, train.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := ParseShard("3/3"); !errors.Is(err, train.ErrInvalid) {
+		t.Errorf("shard 3/3: got %v", err)
+	}
+	if s, err := ParseShard("2/3"); err != nil || s != (Shard{2, 3}) {
+		t.Errorf("shard 2/3: got %v, %v", s, err)
 	}
 }
