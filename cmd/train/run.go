@@ -114,6 +114,8 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	plotPath := fs.String("plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
 	var csvf csvFlags
 	csvf.register(fs)
+	var wf workerFlags
+	wf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -216,7 +218,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
-	res, err := train.Run(ctx, cfg)
+	res, err := wf.train(ctx, cfg, fs, log, stderr)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,8 @@ type Options struct {
 	// Wait bounds how long one step keeps asking a worker that does not
 	// answer (lost, restarting) before the run stops (0: 60 s).
 	Wait time.Duration
+	// OnReady, when set, is called by Serve once the worker listens.
+	OnReady func()
 }
 
 func (o *Options) defaults() {

@@ -63,6 +63,9 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg train.Config, shard Shard, op
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("distributed: worker %s: %w", shard, err)
 	}
+	if opt.OnReady != nil {
+		opt.OnReady()
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
