@@ -36,6 +36,9 @@ type coordinator struct {
 	nc      *nats.Conn
 	opt     Options
 	m       int // training examples
+	// bound is the clip norm (0 for a non-private run): a worker's sum of
+	// n clipped gradients has norm at most n times it.
+	bound float64
 	digests [][32]byte
 	stop    context.CancelCauseFunc
 	parts   []partial
@@ -67,6 +70,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 		return nil, err
 	}
 	c := &coordinator{nc: nc, opt: opt, m: cfg.Train.Len(), parts: make([]partial, opt.Workers), errs: make([]error, opt.Workers)}
+	if !cfg.NonPrivate {
+		c.bound = cfg.ClipNorm
+	}
 	for i := range opt.Workers {
 		c.digests = append(c.digests, shardDigest(&cfg, m.NumParams(), Shard{i, opt.Workers}))
 	}
@@ -198,6 +204,11 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 				return fmt.Errorf("%w: step %d: %s", ErrWorkerRefused, step, p.refusal)
 			case p.examples != n || len(p.sum) != d:
 				return fmt.Errorf("%w: worker %d/%d: step %d: a sum of %d examples and %d coordinates, want %d and %d", ErrWorkerRefused, i, c.opt.Workers, step, p.examples, len(p.sum), n, d)
+			case c.bound > 0 && !(norm(p.sum) <= float64(n)*c.bound*(1+normSlack)+normSlack):
+				// The noise is calibrated to one example moving the sum by
+				// at most the clip norm: a sum no set of n clipped
+				// gradients can make is refused, never noised and applied.
+				return fmt.Errorf("%w: worker %d/%d: step %d: the sum of %d clipped gradients has norm %.6g, above %d x clip norm %g", ErrWorkerRefused, i, c.opt.Workers, step, n, norm(p.sum), n, c.bound)
 			default:
 				return nil
 			}
@@ -220,3 +231,14 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 
 // retryEvery spaces the requests to a worker that does not answer.
 const retryEvery = 100 * time.Millisecond
+
+// normSlack absorbs float32 rounding in the workers' clipping and sums.
+const normSlack = 1e-3
+
+func norm(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return math.Sqrt(s)
+}

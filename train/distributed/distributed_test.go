@@ -273,3 +273,42 @@ func TestRefusedConfigurations(t *testing.T) {
 		t.Errorf("shard 2/3: got %v, %v", s, err)
 	}
 }
+
+// A worker whose sum no set of clipped gradients can make (a bug, or a
+// worker that does not clip) is refused before noise is drawn: the step is
+// not applied.
+func TestCoordinatorRefusesOversizedSum(t *testing.T) {
+	cfg := testConfig(t, 3)
+	url, token := natsServer(t)
+	opt := Options{Run: "oversized", Workers: 1, RequestTimeout: 10 * time.Second, Wait: 10 * time.Second}
+	w, err := newWorker(context.Background(), cfg, Shard{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := connect(t, url, token)
+	if _, err := nc.Subscribe(opt.subject(0), func(m *nats.Msg) {
+		p := w.compute(m.Data)
+		if p.refusal == "" {
+			p.sum[0] += float32(cfg.ClipNorm) * float32(p.examples+1) // one example counted far beyond the clip norm
+		}
+		m.Respond(encodeReply(p))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	m, err := train.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := append([]float32(nil), m.Params()...)
+	cfg.Model = m
+	_, err = Run(context.Background(), connect(t, url, token), cfg, opt)
+	if !errors.Is(err, ErrWorkerRefused) || !strings.Contains(err.Error(), "x clip norm") {
+		t.Fatalf("got %v, want the oversized sum refused", err)
+	}
+	for i, v := range m.Params() {
+		if v != init[i] {
+			t.Fatalf("parameter %d moved: a refused step was applied", i)
+		}
+	}
+}
