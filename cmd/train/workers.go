@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,8 +57,8 @@ func (n *natsFlags) validate() error {
 	if n.url == "" {
 		return usagef("-nats URL is required")
 	}
-	if n.tokenFile == "" && n.creds == "" && n.cert == "" {
-		return usagef("-nats needs credentials (-nats-token-file, -nats-creds or -nats-cert): the workers send clipped gradient sums, which are derived from the private data without noise")
+	if n.tokenFile == "" && n.creds == "" && n.cert == "" && !urlHasUser(n.url) {
+		return usagef("-nats needs credentials (-nats-token-file, -nats-creds, -nats-cert or user:password@ in the URL): the workers send clipped gradient sums, which are derived from the private data without noise")
 	}
 	if (n.cert == "") != (n.key == "") {
 		return usagef("-nats-cert and -nats-key go together")
@@ -422,4 +423,15 @@ func parseClipPerLayer(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// urlHasUser reports whether every URL of a -nats list carries a user.
+func urlHasUser(list string) bool {
+	for _, u := range strings.Split(list, ",") {
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || p.User == nil {
+			return false
+		}
+	}
+	return true
 }
