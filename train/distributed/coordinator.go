@@ -33,12 +33,12 @@ var errShard = dpcore.Invalidf("distributed: a shard needs 0 <= i < W <= example
 // coordinator sends a step's indices and parameters to the workers and
 // collects their sums.
 type coordinator struct {
-	nc      *nats.Conn
-	opt     Options
-	m       int // training examples
+	nc  *nats.Conn
+	opt Options
+	m   int // training examples
 	// bound is the clip norm (0 for a non-private run): a worker's sum of
 	// n clipped gradients has norm at most n times it.
-	bound float64
+	bound   float64
 	digests [][32]byte
 	stop    context.CancelCauseFunc
 	parts   []partial
