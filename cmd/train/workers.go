@@ -46,7 +46,7 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.cert, "nats-cert", "", "PEM client certificate for NATS mutual TLS (with -nats-key)")
 	fs.StringVar(&n.key, "nats-key", "", "PEM private key of -nats-cert")
 	fs.StringVar(&n.run, "run-name", "train", "name of the run on the NATS server (coordinator and workers must agree; letters, digits, - and _)")
-	fs.DurationVar(&n.requestTimeout, "worker-timeout", time.Minute, "longest a worker may take for its share of one step")
+	fs.DurationVar(&n.requestTimeout, "worker-timeout", 10*time.Second, "silence after which a worker's step is asked again (a computing worker sends 4 heartbeats a second; at least 1s)")
 	fs.DurationVar(&n.wait, "worker-wait", time.Minute, "how long a step keeps asking a worker that does not answer before the run stops with a checkpoint")
 }
 
@@ -63,8 +63,8 @@ func (n *natsFlags) validate() error {
 	if (n.cert == "") != (n.key == "") {
 		return usagef("-nats-cert and -nats-key go together")
 	}
-	if n.requestTimeout <= 0 || n.wait <= 0 {
-		return usagef("-worker-timeout and -worker-wait must be positive")
+	if n.requestTimeout < time.Second || n.wait <= 0 {
+		return usagef("-worker-timeout %v must be at least 1s and -worker-wait %v positive", n.requestTimeout, n.wait)
 	}
 	return nil
 }

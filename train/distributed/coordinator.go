@@ -189,12 +189,10 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 	deadline := c.asked.Add(c.opt.Wait)
 	var last error
 	for {
-		rctx, cancel := context.WithTimeout(ctx, c.opt.RequestTimeout)
-		msg, err := c.nc.RequestWithContext(rctx, subj, req)
-		cancel()
+		reply, err := c.exchange(ctx, subj, req, nonce)
 		if err == nil {
 			p := &c.parts[i]
-			if err := decodeReply(msg.Data, p); err != nil {
+			if err := decodeReply(reply, p); err != nil {
 				return fmt.Errorf("%w: worker %d/%d: step %d: %v", ErrWorkerRefused, i, c.opt.Workers, step, err)
 			}
 			switch {
@@ -226,6 +224,38 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 			return ctx.Err()
 		case <-time.After(retryEvery):
 		}
+	}
+}
+
+// exchange sends req to subj and returns the reply. A worker sends a
+// heartbeat every heartbeatEvery while it computes, so a request is given
+// up after opt.RequestTimeout of silence: a worker killed in the middle
+// of a step is noticed within that time, however long a step takes.
+func (c *coordinator) exchange(ctx context.Context, subj string, req []byte, nonce uint64) ([]byte, error) {
+	inbox := c.nc.NewRespInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: inbox, Data: req}); err != nil {
+		return nil, err
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, c.opt.RequestTimeout)
+		msg, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			return nil, fmt.Errorf("neither an answer nor a heartbeat for %v", c.opt.RequestTimeout)
+		case err != nil:
+			return nil, err
+		case len(msg.Data) == 0 && msg.Header.Get("Status") == "503":
+			return nil, nats.ErrNoResponders
+		case isHeartbeat(msg.Data, nonce):
+			continue
+		}
+		return msg.Data, nil
 	}
 }
 

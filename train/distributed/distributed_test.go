@@ -92,24 +92,18 @@ func inProcessWorkers(t *testing.T, url, token string, cfg train.Config, opt Opt
 	}
 }
 
-// serveReady is Serve, saying on ready when the worker listens.
+// serveReady is Serve, saying on ready when the worker listens (or
+// failed to start).
 func serveReady(ctx context.Context, nc *nats.Conn, cfg train.Config, s Shard, opt Options, ready chan<- error) error {
-	w, err := newWorker(ctx, cfg, s)
+	opt.OnReady = func() { ready <- nil }
+	err := Serve(ctx, nc, cfg, s, opt)
 	if err != nil {
-		ready <- err
-		return err
+		select {
+		case ready <- err:
+		default:
+		}
 	}
-	sub, err := nc.QueueSubscribe(opt.subject(s.Index), "shard", w.handle)
-	if err == nil {
-		err = nc.Flush()
-	}
-	ready <- err
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sub.Unsubscribe()
-	return nil
+	return err
 }
 
 // run trains cfg (a fresh model from its seed) on W workers, or in one
@@ -310,5 +304,71 @@ func TestCoordinatorRefusesOversizedSum(t *testing.T) {
 		if v != init[i] {
 			t.Fatalf("parameter %d moved: a refused step was applied", i)
 		}
+	}
+}
+
+// fakeWorker serves shard 0 of 1 with handle instead of a worker's own.
+func fakeWorker(t *testing.T, cfg train.Config, opt Options, handle func(w *worker, m *nats.Msg)) (url, token string) {
+	t.Helper()
+	url, token = natsServer(t)
+	w, err := newWorker(context.Background(), cfg, Shard{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := connect(t, url, token)
+	w.nc = nc
+	if _, err := nc.Subscribe(opt.subject(0), func(m *nats.Msg) { handle(w, m) }); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	return url, token
+}
+
+// A worker that takes requests and never answers nor sends heartbeats
+// (hung, or its machine gone without closing the connection) is asked
+// again after RequestTimeout of silence and given up after Wait.
+func TestSilentWorkerIsLost(t *testing.T) {
+	cfg := testConfig(t, 3)
+	opt := Options{Run: "silent", Workers: 1, RequestTimeout: time.Second, Wait: 2 * time.Second}
+	var mu sync.Mutex
+	asked := 0
+	url, token := fakeWorker(t, cfg, opt, func(*worker, *nats.Msg) { mu.Lock(); asked++; mu.Unlock() })
+	start := time.Now()
+	_, err := Run(context.Background(), connect(t, url, token), cfg, opt)
+	if !errors.Is(err, ErrWorkerLost) || !strings.Contains(err.Error(), "neither an answer nor a heartbeat") {
+		t.Fatalf("got %v, want the silent worker lost", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if el := time.Since(start); asked < 2 || el > 30*time.Second {
+		t.Fatalf("asked %d times in %v: want asked again after each second of silence, given up after about 2 s", asked, el)
+	}
+}
+
+// A worker that needs longer than RequestTimeout for its share of a step
+// but sends heartbeats meanwhile is waited for, not asked again.
+func TestHeartbeatsKeepASlowWorker(t *testing.T) {
+	cfg := testConfig(t, 2)
+	opt := Options{Run: "slow", Workers: 1, RequestTimeout: time.Second, Wait: time.Minute}
+	var mu sync.Mutex
+	asked := 0
+	url, token := fakeWorker(t, cfg, opt, func(w *worker, m *nats.Msg) {
+		mu.Lock()
+		asked++
+		mu.Unlock()
+		nonce, _ := requestNonce(m.Data)
+		for range 10 { // 2.5 s of heartbeats
+			time.Sleep(heartbeatEvery)
+			w.nc.Publish(m.Reply, encodeHeartbeat(nonce))
+		}
+		m.Respond(encodeReply(w.compute(m.Data)))
+	})
+	if _, err := Run(context.Background(), connect(t, url, token), cfg, opt); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 2 {
+		t.Fatalf("the worker was asked %d times for 2 steps: a worker sending heartbeats was asked again", asked)
 	}
 }

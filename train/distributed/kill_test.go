@@ -256,14 +256,17 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.Model = m
-		delay := time.Duration(rng.IntN(30)) * time.Millisecond
-		restarted := make(chan error, 1)
+		// Three kills, each of a random worker at a random moment after
+		// steps 8, 16 and 24, each followed by a replacement. Every step
+		// needs every worker, so the run waits for each replacement.
+		restarted := make(chan error, 3)
 		cfg.OnStep = func(sm train.StepMetrics) {
-			if sm.Step == 10 {
+			if sm.Step%8 == 0 {
+				i, delay := rng.IntN(3), time.Duration(rng.IntN(30))*time.Millisecond
 				go func() {
 					time.Sleep(delay)
-					procs.kill(1)
-					restarted <- procs.start(1)
+					procs.kill(i)
+					restarted <- procs.start(i)
 				}()
 			}
 		}
@@ -271,8 +274,10 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		if _, err := Run(context.Background(), connect(t, url, token), cfg, opt); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-restarted; err != nil {
-			t.Fatal(err)
+		for range 3 {
+			if err := <-restarted; err != nil {
+				t.Fatal(err)
+			}
 		}
 		sameParams(t, want, m.Params())
 		checkEveryStepOnce(t, metricsSteps(t, cfg.MetricsPath), killSteps)

@@ -13,10 +13,12 @@ import (
 //	request: "DPMQ" v1 | digest [32] | step u32 | nonce u64 | n u32 | ids [n]u32 | d u32 | params [d]f32
 //	reply:   "DPMR" v1 | nonce u64 | step u32 | status u8 | status 0: n u32 | loss·k f64 | clipped·k f64 |
 //	         nonfinite u32 | quantiles [4]f64 | d u32 | sum [d]f32; status 1: the worker's error text
+//	heartbeat: "DPMH" v1 | nonce u64 (to the request's reply subject while the worker computes)
 const (
-	requestMagic = "DPMQ"
-	replyMagic   = "DPMR"
-	wireVersion  = 1
+	requestMagic   = "DPMQ"
+	replyMagic     = "DPMR"
+	heartbeatMagic = "DPMH"
+	wireVersion    = 1
 )
 
 type request struct {
@@ -191,4 +193,22 @@ func decodeReply(b []byte, into *partial) error {
 		return fmt.Errorf("reply: %w", errWire)
 	}
 	return nil
+}
+
+// requestNonce reads a request's nonce without decoding the rest.
+func requestNonce(b []byte) (uint64, bool) {
+	const at = 4 + 1 + 32 + 4
+	if len(b) < at+8 || string(b[:4]) != requestMagic {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[at:]), true
+}
+
+func encodeHeartbeat(nonce uint64) []byte {
+	b := append([]byte(heartbeatMagic), wireVersion)
+	return binary.LittleEndian.AppendUint64(b, nonce)
+}
+
+func isHeartbeat(b []byte, nonce uint64) bool {
+	return len(b) == 13 && string(b[:4]) == heartbeatMagic && b[4] == wireVersion && binary.LittleEndian.Uint64(b[5:]) == nonce
 }

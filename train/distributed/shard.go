@@ -44,8 +44,10 @@ type Options struct {
 	Run string
 	// Workers is W, the number of shards.
 	Workers int
-	// RequestTimeout bounds one request to one worker: its shard's
-	// share of a step's examples must be computed within it (0: 60 s).
+	// RequestTimeout is how long the coordinator waits for a word from
+	// a worker working on a request (a computing worker sends a heartbeat
+	// four times a second) before asking again: a worker killed in the
+	// middle of a step is noticed within it (0: 10 s; at least 1 s).
 	RequestTimeout time.Duration
 	// Wait bounds how long one step keeps asking a worker that does not
 	// answer (lost, restarting) before the run stops (0: 60 s).
@@ -56,7 +58,7 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.RequestTimeout == 0 {
-		o.RequestTimeout = 60 * time.Second
+		o.RequestTimeout = 10 * time.Second
 	}
 	if o.Wait == 0 {
 		o.Wait = 60 * time.Second
@@ -75,8 +77,8 @@ func (o Options) validate() error {
 	if o.Workers < 1 || o.Workers > maxWorkers {
 		return dpcore.Invalidf("distributed: %d workers: want 1 to %d", o.Workers, maxWorkers)
 	}
-	if o.RequestTimeout < 0 || o.Wait < 0 {
-		return dpcore.Invalidf("distributed: negative timeout")
+	if o.RequestTimeout < time.Second || o.Wait < 0 {
+		return dpcore.Invalidf("distributed: request timeout %v (want at least 1 s) or wait %v (want positive)", o.RequestTimeout, o.Wait)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
+	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
@@ -13,6 +15,7 @@ import (
 
 // worker computes its shard's clipped gradient sums.
 type worker struct {
+	nc     *nats.Conn
 	shard  Shard
 	lo, hi int
 	digest [32]byte
@@ -41,6 +44,7 @@ func Serve(ctx context.Context, nc *nats.Conn, cfg train.Config, shard Shard, op
 	if err != nil {
 		return err
 	}
+	w.nc = nc
 	done := make(chan struct{})
 	dsub, err := nc.Subscribe(opt.doneSubject(), func(*nats.Msg) {
 		select {
@@ -111,9 +115,35 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 }
 
 func (w *worker) handle(m *nats.Msg) {
+	// Heartbeats while computing tell the coordinator this worker is
+	// alive, so that it can give up on a dead one quickly.
+	stop := make(chan struct{})
+	var beats sync.WaitGroup
+	if nonce, ok := requestNonce(m.Data); ok && m.Reply != "" {
+		beats.Add(1)
+		go func() {
+			defer beats.Done()
+			t := time.NewTicker(heartbeatEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					w.nc.Publish(m.Reply, encodeHeartbeat(nonce))
+				}
+			}
+		}()
+	}
 	p := w.compute(m.Data)
+	close(stop)
+	beats.Wait()
 	m.Respond(encodeReply(p))
 }
+
+// heartbeatEvery spaces a computing worker's heartbeats; the coordinator
+// waits Options.RequestTimeout (at least a second) for one.
+const heartbeatEvery = 250 * time.Millisecond
 
 // compute is the worker's part of sampleAndClip: the same chunks, the
 // same order of additions, so that one worker's sum is the trainer's bit
