@@ -87,7 +87,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 	c.stop = stop
 	res, err := train.Run(rctx, cfg)
 	if cause := context.Cause(rctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return res, fmt.Errorf("distributed: %w; %w", cause, err)
+		if errors.Is(cause, ErrWorkerLost) {
+			// An interruption: the same run started again resumes.
+			return res, fmt.Errorf("distributed: %w; %w", cause, err)
+		}
+		// A refusal is not an interruption to resume from: it is said
+		// with what the trainer saved, and keeps its own kind.
+		return res, fmt.Errorf("%w (%v)", cause, err)
 	}
 	if err == nil {
 		nc.Publish(opt.doneSubject(), nil)
@@ -198,6 +204,8 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 			switch {
 			case p.nonce != nonce || p.step != step:
 				last = fmt.Errorf("a reply for another request")
+			case p.refusal != "" && p.mismatch:
+				return dpcore.Invalidf("distributed: %w: step %d: %s", ErrWorkerRefused, step, p.refusal)
 			case p.refusal != "":
 				return fmt.Errorf("%w: step %d: %s", ErrWorkerRefused, step, p.refusal)
 			case p.examples != n || len(p.sum) != d:

@@ -234,6 +234,10 @@ func TestWorkerWithOtherSettingsRefuses(t *testing.T) {
 	if !errors.Is(err, ErrWorkerRefused) || !strings.Contains(err.Error(), "differs from this worker's") {
 		t.Fatalf("got %v, want a refusal naming the difference", err)
 	}
+	// Bad input (exit 2 in cmd/train), not an interruption to resume.
+	if !errors.Is(err, train.ErrInvalid) || errors.Is(err, train.ErrInterrupted) {
+		t.Fatalf("got %v: want it to match ErrInvalid and not ErrInterrupted", err)
+	}
 	for i, v := range m.Params() {
 		if v != init[i] {
 			t.Fatalf("parameter %d moved to %v from %v: a refused step was applied", i, v, init[i])

@@ -12,7 +12,8 @@ import (
 //
 //	request: "DPMQ" v1 | digest [32] | step u32 | nonce u64 | n u32 | ids [n]u32 | d u32 | params [d]f32
 //	reply:   "DPMR" v1 | nonce u64 | step u32 | status u8 | status 0: n u32 | loss·k f64 | clipped·k f64 |
-//	         nonfinite u32 | quantiles [4]f64 | d u32 | sum [d]f32; status 1: the worker's error text
+//	         nonfinite u32 | quantiles [4]f64 | d u32 | sum [d]f32; status 1 (the run differs from the
+//	         worker's: a usage error) or 2 (the computation failed): the worker's error text
 //	heartbeat: "DPMH" v1 | nonce u64 (to the request's reply subject while the worker computes)
 const (
 	requestMagic   = "DPMQ"
@@ -40,7 +41,8 @@ type partial struct {
 	nonFinite  int
 	quantiles  [4]float64
 	sum        []float32
-	refusal    string // the worker's error, status 1
+	refusal    string // the worker's error, status 1 or 2
+	mismatch   bool   // status 1: the coordinator's run is not the worker's
 }
 
 var errWire = errors.New("malformed message")
@@ -150,7 +152,11 @@ func encodeReply(p *partial) []byte {
 	b = binary.LittleEndian.AppendUint64(b, p.nonce)
 	b = binary.LittleEndian.AppendUint32(b, uint32(p.step))
 	if p.refusal != "" {
-		b = append(b, 1)
+		if p.mismatch {
+			b = append(b, 1)
+		} else {
+			b = append(b, 2)
+		}
 		return append(b, p.refusal...)
 	}
 	b = append(b, 0)
@@ -173,14 +179,15 @@ func decodeReply(b []byte, into *partial) error {
 	if r.bad {
 		return fmt.Errorf("reply: %w", errWire)
 	}
-	if status[0] == 1 {
+	if status[0] == 1 || status[0] == 2 {
+		into.mismatch = status[0] == 1
 		into.refusal = string(r.b)
 		if into.refusal == "" {
 			into.refusal = "refused"
 		}
 		return nil
 	}
-	into.refusal = ""
+	into.refusal, into.mismatch = "", false
 	into.examples = int(r.u32())
 	into.lossSum = r.f64()
 	into.clippedSum = r.f64()

@@ -161,6 +161,7 @@ func (w *worker) compute(msg []byte) *partial {
 	r := &w.req
 	p.nonce, p.step = r.nonce, r.step
 	if r.digest != w.digest {
+		p.mismatch = true
 		return refuse("the coordinator's run differs from this worker's (model, clipping, batch or the shard's data): start both with the same data and flags")
 	}
 	params := w.engine.Params()
