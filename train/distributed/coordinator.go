@@ -117,10 +117,19 @@ func (b backend) NewEngine(opt clip.Options) (train.Engine, error) {
 	return &engine{local, b.c}, nil
 }
 
-// engine is the coordinator's IndexEngine.
+// engine is the coordinator's IndexEngine. It wraps the local engine's
+// parameters and evaluation only: it offers no other capability of
+// clip.Engine (per-user sums, a clip norm that changes during the run),
+// so the trainer refuses what the workers would not compute the same way.
 type engine struct {
-	*clip.Engine
-	c *coordinator
+	local *clip.Engine
+	c     *coordinator
+}
+
+func (e *engine) Params() []float32 { return e.local.Params() }
+
+func (e *engine) EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
+	return e.local.EvaluateContext(ctx, x, y)
 }
 
 var _ train.IndexEngine = (*engine)(nil)

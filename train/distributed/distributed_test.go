@@ -264,6 +264,15 @@ func TestRefusedConfigurations(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
 	}
+	// The coordinator's engine offers the trainer nothing the workers
+	// do not do: no per-user sums (user level, augmentation multiplicity),
+	// no clip norm to change during the run.
+	if _, ok := any(&engine{}).(train.UserEngine); ok {
+		t.Error("the coordinator's engine is a UserEngine: the trainer would combine examples the workers clip one by one")
+	}
+	if _, ok := any(&engine{}).(interface{ SetNorm(float64) error }); ok {
+		t.Error("the coordinator's engine can change its clip norm: the workers would clip with the old one")
+	}
 	if _, err := ParseShard("3/3"); !errors.Is(err, train.ErrInvalid) {
 		t.Errorf("shard 3/3: got %v", err)
 	}
