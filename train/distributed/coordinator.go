@@ -234,6 +234,9 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
+			if errors.Is(last, nats.ErrNoResponders) {
+				last = fmt.Errorf("no worker listens on %s: is worker %d/%d running, with run name %q?", subj, i, c.opt.Workers, c.opt.Run)
+			}
 			return fmt.Errorf("%w: worker %d/%d did not answer step %d within %v (%v)", ErrWorkerLost, i, c.opt.Workers, step, c.opt.Wait, last)
 		}
 		select {
