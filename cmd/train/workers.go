@@ -138,6 +138,7 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 		}
 		defer nc.Close()
 		fmt.Fprintf(log, "workers: %d (train worker -shard i/%d, run %q on %s)\n", w.workers, w.workers, w.nats.run, w.nats.url)
+		fmt.Fprintln(log, workersAssume)
 		return distributed.Run(ctx, nc, cfg, w.nats.options(w.workers))
 	}
 	for _, f := range natsOnlyFlags[1:6] {
@@ -147,6 +148,10 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 	}
 	return w.local(ctx, cfg, fs, log, stderr)
 }
+
+// workersAssume is what the plan's guarantee assumes of a run on workers
+// beyond a run in one process (the plan itself is the same).
+const workersAssume = "  assumes: the workers and the NATS servers are trusted as this process is: the workers' clipped gradient sums (and a digest of each shard) reach this process without noise, over authenticated NATS; the noise is added here"
 
 // coordinatorOnlyFlags are flags of train run a worker does not take.
 var coordinatorOnlyFlags = map[string]bool{"workers": true, "json": true, "checkpoint": true, "checkpoint-every": true,
@@ -194,6 +199,7 @@ func (w *workerFlags) local(ctx context.Context, cfg train.Config, fs *flag.Flag
 	procs := &localWorkers{}
 	defer procs.stop()
 	fmt.Fprintf(log, "workers: %d local processes on %s\n", w.workers, srv.ClientURL())
+	fmt.Fprintln(log, workersAssume)
 	for i := range w.workers {
 		if err := procs.start(ctx, exe, append([]string{"worker", "-shard", fmt.Sprintf("%d/%d", i, w.workers)}, args...), stderr); err != nil {
 			return nil, err

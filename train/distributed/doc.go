@@ -37,7 +37,9 @@
 // from the parameters and the sampler state, both in the coordinator's
 // checkpoint, so a durable log would add a replicated write a step and
 // give nothing the checkpoint does not. The clipped sums are derived from
-// private data without noise: the NATS connection must be authenticated
-// and, off loopback, encrypted (cmd/train refuses a connection without
-// credentials).
+// private data without noise, and so is the shard digest each request
+// carries (a SHA-256 of the shard, for the worker that holds it): the
+// workers and the NATS servers are trusted as the coordinator is, the
+// connection must be authenticated and, off loopback, encrypted
+// (cmd/train refuses a connection without credentials).
 package distributed
