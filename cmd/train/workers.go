@@ -347,6 +347,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	nf.register(fs)
 	shardText := fs.String("shard", "", "this worker's shard i/W (0 <= i < W): it holds the training examples [i*m/W, (i+1)*m/W)")
 	exitOnDisconnect := fs.Bool("exit-on-disconnect", false, "exit when the connection to NATS is lost (the workers train run -workers starts)")
+	// A -config file shared with the coordinator may name its own flags.
+	fs.Int("workers", 0, "the coordinator's (ignored here)")
+	fs.String("save-model", "", "the coordinator's (ignored here)")
+	fs.String("plot", "", "the coordinator's (ignored here)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -72,3 +72,16 @@ func TestWorkerFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A worker reads the -config file of the coordinator, coordinator-only
+// keys included: it gets past the flags to the connection.
+func TestWorkerReadsCoordinatorConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.json")
+	if err := os.WriteFile(path, []byte(`{"data": "embedded", "model": "mlp", "workers": 3, "save-model": "m.dpmf", "plot": "p.png", "checkpoint": "run.ckpt"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "worker", "-config", path, "-shard", "0/3", "-nats", "nats://127.0.0.1:1", "-nats-token-file", path)
+	if code != 2 || !strings.Contains(stderr, "-nats nats://127.0.0.1:1") {
+		t.Fatalf("exit %d, %q: want the flags accepted and the connection refused", code, stderr)
+	}
+}
