@@ -74,7 +74,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 		c.bound = cfg.ClipNorm
 	}
 	for i := range opt.Workers {
-		c.digests = append(c.digests, shardDigest(&cfg, m.NumParams(), Shard{i, opt.Workers}))
+		c.digests = append(c.digests, shardDigest(&cfg, m, Shard{i, opt.Workers}))
 	}
 	// Every request must fit the server's max_payload: refuse before the
 	// plan is built rather than at the first step.

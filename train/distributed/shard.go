@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -109,12 +110,12 @@ func checkConfig(cfg *train.Config) error {
 // labels (before any feature transform). A worker refuses requests whose
 // digest is not its own, so a worker started with other data or flags
 // never contributes.
-func shardDigest(cfg *train.Config, d int, s Shard) [32]byte {
+func shardDigest(cfg *train.Config, model models.Model, s Shard) [32]byte {
 	h := sha256.New()
 	m := cfg.Train.Len()
 	lo, hi := s.Range(m)
-	fmt.Fprintf(h, "dpmf distributed v1\nmodel=%s hidden=%v categorical=%v embedding=%d features=%s params=%d\n",
-		cfg.ModelName, cfg.Hidden, cfg.Categorical, cfg.EmbeddingDim, cfg.Features, d)
+	fmt.Fprintf(h, "dpmf distributed v1\nmodel=%s layout=%v input=%v classes=%d features=%s params=%d\n",
+		model.Name(), model.Layout(), model.InputShape(), model.Classes(), cfg.Features, model.NumParams())
 	fmt.Fprintf(h, "clip=%g perlayer=%v nonprivate=%v batch=%d examples=%d shape=%v classes=%d shard=%s range=%d-%d\n",
 		cfg.ClipNorm, cfg.ClipPerLayer, cfg.NonPrivate, cfg.Batch, m, cfg.Train.Shape, cfg.Train.Classes, s, lo, hi)
 	per := cfg.Train.Shape.Size()

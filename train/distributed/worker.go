@@ -92,7 +92,7 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 	}
 	w := &worker{shard: shard, batch: cfg.Batch}
 	w.lo, w.hi = shard.Range(cfg.Train.Len())
-	w.digest = shardDigest(&cfg, m.NumParams(), shard)
+	w.digest = shardDigest(&cfg, m, shard)
 	idx := make([]int, w.hi-w.lo)
 	for i := range idx {
 		idx[i] = w.lo + i
