@@ -385,3 +385,29 @@ func TestHeartbeatsKeepASlowWorker(t *testing.T) {
 		t.Fatalf("the worker was asked %d times for 2 steps: a worker sending heartbeats was asked again", asked)
 	}
 }
+
+// A worker given a built model (Config.Model, the caller's handle, shared
+// with the coordinator in one process) computes on its own copy: seen as a
+// data race under -race before, when three in-process workers and the
+// coordinator wrote one parameter buffer.
+func TestWorkerCopiesTheModel(t *testing.T) {
+	cfg := testConfig(t, 2)
+	m, err := train.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Model = m
+	w, err := newWorker(context.Background(), cfg, Shard{0, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := w.engine.Params(), m.Params()
+	if &p[0] == &q[0] {
+		t.Fatal("the worker computes on the caller's parameter buffer")
+	}
+	for i := range q {
+		if p[i] != q[i] {
+			t.Fatalf("parameter %d: copy %v, model %v", i, p[i], q[i])
+		}
+	}
+}

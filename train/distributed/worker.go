@@ -1,6 +1,7 @@
 package distributed
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/train"
 	"github.com/nats-io/nats.go"
 )
@@ -86,7 +88,7 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 	if shard.Count < 1 || shard.Index < 0 || shard.Index >= shard.Count || shard.Count > cfg.Train.Len() {
 		return nil, fmt.Errorf("distributed: shard %s of %d examples: %w", shard, cfg.Train.Len(), errShard)
 	}
-	m, err := train.NewModel(cfg)
+	m, err := workerModel(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -204,4 +206,22 @@ func (w *worker) compute(msg []byte) *partial {
 	}
 	p.examples = len(w.local)
 	return p
+}
+
+// workerModel is the worker's own model: built from cfg, or a copy of
+// cfg.Model, which is the caller's handle (the coordinator's, in one
+// process) and must not be written by the worker.
+func workerModel(cfg train.Config) (models.Model, error) {
+	if cfg.Model == nil {
+		return train.NewModel(cfg)
+	}
+	var b bytes.Buffer
+	if err := models.Save(&b, cfg.Model, models.Metadata{}); err != nil {
+		return nil, fmt.Errorf("distributed: copying the model: %w", err)
+	}
+	tr, err := models.Load(&b)
+	if err != nil {
+		return nil, fmt.Errorf("distributed: copying the model: %w", err)
+	}
+	return tr.Model, nil
 }
