@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -45,7 +47,7 @@ func (s setup) config(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := Schema(s.k, s.b)
+	schema, err := privacy.Participation{K: s.k, B: s.b}.Schema()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,7 @@ func TestReleaseExact(t *testing.T) {
 					}
 				}
 			}
-			src, err := cfg.Mechanism.NewNoise(dim, noise.Options{Seed: testSeed})
+			src, err := noise.New(cfg.Mechanism.Factorization(), dim, noise.Options{Seed: testSeed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -596,8 +598,8 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		cfg := good
 		mod(&cfg)
-		if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), cfg); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 	for _, s := range []string{"", "prefix:1", "momentum:1", "momentum", "window:0", "window:x", "sum"} {
@@ -612,7 +614,7 @@ func TestConfigErrors(t *testing.T) {
 func TestSizeRefusals(t *testing.T) {
 	spec, _ := mfnoise.ParseMechanism("tree-online")
 	w, _ := mfnoise.PrefixSum(20000)
-	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GiB") {
+	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)
 	}
 	cfg := setup{mech: "bandmf:4", workload: Workload{Kind: PrefixSum}, n: 8, d: 1000, k: 1, b: 1}.config(t)

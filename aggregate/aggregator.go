@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -33,10 +33,9 @@ import (
 // state.
 type Aggregator struct {
 	cfg      Config
+	plan     *privacy.ReleasePlan
 	dim      int // D: Dim, plus the count coordinate
 	n        int // horizon
-	sens     mfnoise.SensitivityResult
-	sigma    float64
 	noiseStd float64
 	norm     float64 // L2 bound of one record
 	db       *bolt.DB
@@ -50,9 +49,7 @@ type Aggregator struct {
 	mu   sync.RWMutex // guards snap
 	snap snapshot
 
-	sensMu     sync.Mutex // guards prefixSens
-	prefixSens map[int]float64
-	stopWarm   context.CancelFunc
+	stopWarm context.CancelFunc
 
 	// Owned by the writer goroutine.
 	noise        noise.Source // float path only
@@ -100,6 +97,10 @@ type opResult struct {
 // with a different configuration is refused (ErrStoreMismatch), and so is
 // a mechanism whose encoder differs from the one the stored noise state
 // was made with (an optimized mechanism must rebuild identically).
+//
+// The privacy rules are the planner's (privacy.PlanRelease): Open asks it
+// for the noise multiplier and the sensitivity, the aggregator enforces
+// its participation (ReleasePlan.Admit), and the ledger states its claim.
 func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -107,49 +108,11 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("aggregate: open: %w", err)
 	}
-	a := &Aggregator{
-		cfg:          cfg,
-		dim:          cfg.Dim,
-		n:            cfg.Mechanism.Workload().N,
-		sens:         cfg.Mechanism.Sensitivity(),
-		norm:         cfg.Clip,
-		maxBatch:     cfg.MaxBatch,
-		ops:          make(chan *op),
-		closing:      make(chan struct{}),
-		done:         make(chan struct{}),
-		contributors: map[string][]int{},
-		prefixSens:   map[int]float64{},
-	}
-	if cfg.Count {
-		a.dim++
-		a.norm *= math.Sqrt2
-	}
-	if a.maxBatch == 0 {
-		a.maxBatch = 4096
-	}
-	if a.cfg.NoiseMemory == 0 {
-		a.cfg.NoiseMemory = DefaultNoiseMemory
+	a := newAggregator(cfg)
+	if err := a.calibrate(); err != nil {
+		return nil, err
 	}
 	var err error
-	if cfg.floatNoise {
-		if a.sigma, err = accountant.GaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
-			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
-		}
-		a.noiseStd = a.sigma * a.norm * a.sens.Value
-		if a.noise, err = cfg.Mechanism.NewNoise(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
-			return nil, fmt.Errorf("aggregate: noise source: %w", err)
-		}
-		a.noiseBuf = make([]float32, a.dim)
-	} else {
-		if a.sigma, err = accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
-			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
-		}
-		if a.exact, err = newExactPath(a.cfg, a.dim, a.norm, a.sigma, a.sens.Value); err != nil {
-			return nil, err
-		}
-		a.noiseStd = a.exact.noiseStd()
-	}
-	a.state = make([]float64, a.dim)
 	if a.db, err = openBolt(path, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType}); err != nil {
 		return nil, err
 	}
@@ -167,6 +130,70 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	go a.writer()
 	return a, nil
 }
+
+// newAggregator is the aggregator of cfg before its plan and store.
+func newAggregator(cfg Config) *Aggregator {
+	a := &Aggregator{
+		cfg:          cfg,
+		dim:          cfg.Dim,
+		n:            cfg.Mechanism.Factorization().Workload.N,
+		norm:         cfg.Clip,
+		maxBatch:     cfg.MaxBatch,
+		ops:          make(chan *op),
+		closing:      make(chan struct{}),
+		done:         make(chan struct{}),
+		contributors: map[string][]int{},
+	}
+	if cfg.Count {
+		a.dim++
+		a.norm *= math.Sqrt2
+	}
+	if a.maxBatch == 0 {
+		a.maxBatch = 4096
+	}
+	if a.cfg.NoiseMemory == 0 {
+		a.cfg.NoiseMemory = DefaultNoiseMemory
+	}
+	a.state = make([]float64, a.dim)
+	return a
+}
+
+// calibrate asks the planner for the release's noise and sets up the noise
+// source: the exact path's lattice first (the planner accounts for its
+// rounding), or the float path's Gaussian noise (tests only).
+func (a *Aggregator) calibrate() error {
+	cfg := a.cfg
+	req := privacy.ReleaseRequest{
+		Mechanism: cfg.Mechanism.Name(), Factorization: cfg.Mechanism.Factorization(), Participation: cfg.participation(),
+		Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil,
+	}
+	var err error
+	if !cfg.floatNoise {
+		if a.exact, err = newExactPath(a.cfg, a.dim, a.norm); err != nil {
+			return err
+		}
+		req.Lattice = a.exact.lattice()
+	}
+	if a.plan, err = privacy.PlanRelease(req); err != nil {
+		return err
+	}
+	if a.exact != nil {
+		if err := a.exact.calibrate(a.plan, cfg.Seed); err != nil {
+			return err
+		}
+		a.noiseStd = a.exact.noiseStd()
+		return nil
+	}
+	a.noiseStd = a.plan.NoiseMultiplier * a.norm * a.plan.Sensitivity.Value
+	if a.noise, err = noise.New(req.Factorization, a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+		return fmt.Errorf("aggregate: noise source: %w", err)
+	}
+	a.noiseBuf = make([]float32, a.dim)
+	return nil
+}
+
+// Plan is the privacy plan the aggregator releases under.
+func (a *Aggregator) Plan() *privacy.ReleasePlan { return a.plan }
 
 // fingerprint is what the store remembers of the configuration.
 func (a *Aggregator) fingerprint() []byte {
@@ -449,8 +476,10 @@ func (a *Aggregator) writer() {
 	}
 }
 
+// fail stops the aggregator after a storage failure: every later call
+// returns the *StoppedError.
 func (a *Aggregator) fail(err error) error {
-	a.failed = fmt.Errorf("aggregate: %w after a storage failure (reopen the store): %s", ErrClosed, strings.TrimPrefix(err.Error(), "aggregate: "))
+	a.failed = &StoppedError{Err: err}
 	return a.failed
 }
 
@@ -535,24 +564,36 @@ func (a *Aggregator) addBatch(batch []*op) {
 	}
 }
 
-// checkRules enforces the participation schema for a contribution to step t.
+// checkRules enforces the planner's participation rule for a contribution
+// to step t (privacy.ReleasePlan.Admit).
 func (a *Aggregator) checkRules(id string, t int, updated map[string][]int) *RejectError {
-	if t > a.n {
-		return &RejectError{Contributor: id, Reason: ErrBudgetExhausted, Detail: fmt.Sprintf("all %d releases of the horizon are made", a.n)}
-	}
 	steps, ok := updated[id]
 	if !ok {
 		steps = a.contributors[id]
 	}
-	if len(steps) >= a.cfg.K {
-		return &RejectError{Contributor: id, Reason: ErrParticipationLimit, Detail: fmt.Sprintf("already joined %d steps (limit k = %d)", len(steps), a.cfg.K)}
+	err := a.plan.Admit(steps, t)
+	if err == nil {
+		return nil
 	}
-	if len(steps) > 0 {
-		if last := steps[len(steps)-1]; t-last < a.cfg.B {
-			return &RejectError{Contributor: id, Reason: ErrSeparation, Detail: fmt.Sprintf("joined step %d, step %d is %d steps later (need b = %d)", last, t, t-last, a.cfg.B)}
-		}
+	var r *privacy.Refusal
+	if !errors.As(err, &r) {
+		return &RejectError{Contributor: id, Reason: ErrRejected, Detail: err.Error()}
 	}
-	return nil
+	return &RejectError{Contributor: id, Reason: rejectReason(r.Rule), Detail: r.Reason}
+}
+
+// rejectReason is the reason a contribution refused by the planner's rule
+// is rejected for.
+func rejectReason(rule privacy.Rule) error {
+	switch rule {
+	case privacy.RuleHorizon:
+		return ErrBudgetExhausted
+	case privacy.RuleParticipationLimit:
+		return ErrParticipationLimit
+	case privacy.RuleSeparation:
+		return ErrSeparation
+	}
+	return ErrRejected
 }
 
 // commit closes the open step.
@@ -656,43 +697,10 @@ func (a *Aggregator) commit() (*Release, error) {
 	return a.newRelease(t, rel), nil
 }
 
-// epsAt is the epsilon spent by the first t releases: the Gaussian
-// mechanism's epsilon at noise multiplier sigma * sens / s_g, where s_g is
-// the prefix sensitivity at g = the smallest power of two >= t (or the
-// horizon), an upper bound on the sensitivity of the first t releases.
+// epsAt is the epsilon spent by the first t releases, the planner's
+// (privacy.ReleasePlan.EpsilonSpent).
 func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
-	if t <= 0 {
-		return 0, nil
-	}
-	g := 1
-	for g < t {
-		g *= 2
-	}
-	g = min(g, a.n)
-	a.sensMu.Lock()
-	defer a.sensMu.Unlock()
-	s, ok := a.prefixSens[g]
-	if !ok {
-		var err error
-		if s, err = a.cfg.Mechanism.PrefixSensitivity(ctx, g); err != nil {
-			return 0, err
-		}
-		a.prefixSens[g] = s
-	}
-	if s <= 0 {
-		return 0, nil
-	}
-	var eps float64
-	var err error
-	if a.exact != nil {
-		eps, err = a.exact.exactEpsilon(a.sigma, s, a.cfg.K, a.cfg.Delta)
-	} else {
-		eps, err = accountant.GaussianEpsilon(a.sigma*a.sens.Value/s, a.cfg.Delta)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("aggregate: ledger: %w", err)
-	}
-	return min(eps, a.cfg.Epsilon), nil
+	return a.plan.EpsilonSpent(ctx, t)
 }
 
 // warmLedger computes the prefix sensitivities of the grid from the

@@ -8,9 +8,8 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/dpmf-go/dpmf/accountant"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -32,7 +31,7 @@ import (
 //     noise's exact sampler), where sigmaZ = sigma * sensQ * normGrid *
 //     2^encBits, sensQ >= sens(c~ / 2^encBits) and normGrid >= the
 //     record's norm on the grid: the discrete Gaussian mechanism on the
-//     integer-valued query c~ X~, accounted by accountant.DiscreteGaussian*;
+//     integer-valued query c~ X~, accounted by the planner (privacy.PlanRelease);
 //   - the release is computed from the exact Y_r only: theta_t = sum_r
 //     B[t,r] Y_r / (2^encBits * scale) in float64, then the workload's
 //     difference (momentum, window). Row r is computed at the step of its
@@ -83,17 +82,11 @@ type exactPath struct {
 	dim      int
 }
 
-// factored is what the exact path needs of a mechanism: its matrices.
-type factored interface {
-	Factorization() *mfnoise.Factorization
-}
-
-func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exactPath, error) {
-	fm, ok := cfg.Mechanism.(factored)
-	if !ok {
-		return nil, invalidf("mechanism %s exposes no factorization: the exact release needs its encoder and decoder", cfg.Mechanism.Name())
-	}
-	f := fm.Factorization()
+// newExactPath lays the mechanism's encoder, decoder and the records of
+// norm at most norm on their integer grids. Its noise is set by calibrate,
+// once the planner has accounted for the rounding (lattice).
+func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
+	f := cfg.Mechanism.Factorization()
 	c, b := f.Encoder, f.Decoder
 	m, n := c.Dims()
 	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
@@ -180,19 +173,31 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
 	e.normGrid = math.Sqrt(float64(e.norm2Max)) * (1 + 0x1p-40)
-	// sens(c~/2^encBits) <= sens(C) + K sqrt(m) maxErr: each entry moved
-	// by at most maxErr (at most half a unit; 0 when C is on the scale),
-	// and at most K columns of records of norm <= 1 differ. 1e-9 covers
-	// the float64 evaluation of sens(C).
+	// Each entry of C moved by at most maxErr (at most half a unit; 0
+	// when C is on the scale): the planner bounds the sensitivity of the
+	// rounded encoder with it (privacy.ReleasePlan.NoiseSensitivity).
 	e.maxErr = maxErr
-	e.sensQ = sens*(1+1e-9) + float64(cfg.K)*math.Sqrt(float64(m))*maxErr
-	e.sigmaZ = sigma * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
 	e.unit = 1 / (math.Ldexp(1, e.encBits) * e.scale)
-	var err error
-	if e.noise, err = noise.NewExactRows(m, dim, e.variance(), cfg.Seed); err != nil {
-		return nil, fmt.Errorf("aggregate: exact noise: %w", err)
-	}
 	return e, nil
+}
+
+// lattice is the rounding of the exact path, for the planner.
+func (e *exactPath) lattice() *privacy.Lattice {
+	return &privacy.Lattice{EncoderBits: e.encBits, EncoderError: e.maxErr, GridBits: e.gridBits, NormGrid: e.normGrid}
+}
+
+// calibrate sets the noise of the exact path from the plan: the discrete
+// Gaussian's sigma_Z = sigma * sensQ * normGrid * 2^encBits on the integer
+// encoded sums, sensQ the plan's bound on the rounded encoder's
+// sensitivity.
+func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed []byte) error {
+	e.sensQ = plan.NoiseSensitivity
+	e.sigmaZ = plan.NoiseMultiplier * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
+	var err error
+	if e.noise, err = noise.NewExactRows(e.m, e.dim, e.variance(), seed); err != nil {
+		return fmt.Errorf("aggregate: exact noise: %w", err)
+	}
+	return nil
 }
 
 // variance is sigmaZ^2 as an exact rational.
@@ -370,7 +375,7 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 		y := make([]float64, e.dim)
 		for i := range sum {
 			if !sum[i].addBig(z[i]) {
-				return nil, nil, nil, fmt.Errorf("aggregate: encoded row %d coordinate %d exceeds 128 bits", r+1, i)
+				return nil, nil, nil, fmt.Errorf("encoded row %d coordinate %d exceeds 128 bits", r+1, i)
 			}
 			body = appendInt128(body, sum[i])
 			y[i] = int128Float(body[16*i:]) * e.unit
@@ -495,12 +500,4 @@ func (e *exactPath) seededNoise(seed []byte, t int) ([][]float64, error) {
 		}
 	}
 	return out, nil
-}
-
-// exactEpsilon is the epsilon of the exact path's releases at noise
-// multiplier sigma over a prefix whose encoder rows have sensitivity at
-// most s (float64 bound for C, turned into one for c~ as sensQ is).
-func (e *exactPath) exactEpsilon(sigma, s float64, k int, delta float64) (float64, error) {
-	sq := s*(1+1e-9) + float64(k)*math.Sqrt(float64(e.m))*e.maxErr
-	return accountant.DiscreteGaussianEpsilon(sigma*e.sensQ/math.Min(sq, e.sensQ), delta)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // A service releases the private running sum of 2-dimensional vectors for
@@ -29,7 +30,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	schema, err := aggregate.Schema(k, b)
+	schema, err := privacy.Participation{K: k, B: b}.Schema()
 	if err != nil {
 		log.Fatal(err)
 	}

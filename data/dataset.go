@@ -8,10 +8,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is matched by every error caused by bad arguments. It is
-// dpcore.ErrInvalid, the one bad-argument sentinel of the module.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ErrFormat is wrapped by every error caused by a malformed file: wrong
 // magic, truncated or oversized data, labels out of range.
 var ErrFormat = errors.New("malformed dataset file")

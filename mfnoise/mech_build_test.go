@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -30,8 +31,8 @@ func TestParseMechanism(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "tree", "bandmf", "bandmf:0", "bandmf:x", "dpsgd:3", "fft/s0", "fft/5", "fft/s", "fft/s-2", "mf-kb/s2/s3", "DPSGD"} {
-		if _, err := ParseMechanism(in); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseMechanism(%q) err = %v, want ErrInvalid", in, err)
+		if _, err := ParseMechanism(in); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("ParseMechanism(%q) err = %v, want dpcore.ErrInvalid", in, err)
 		}
 	}
 	if s, _ := ParseMechanism("bandmf:auto/s3"); s.String() != "bandmf:auto/s3" {
@@ -148,10 +149,10 @@ func TestCompareNamesFailingMechanism(t *testing.T) {
 		t.Fatalf("error %v does not name the failing mechanism", err)
 	}
 	specs, _ = parseList("tree-full/s3")
-	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
+	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
 		t.Fatalf("3 stamps of 8 steps: %v", err)
 	}
-	if _, err := Compare(context.Background(), w, SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("empty list: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,36 +168,36 @@ func TestBadInput(t *testing.T) {
 	bad := []Workload{{Kind: PrefixSumKind, N: 0}, {Kind: PrefixSumKind, N: -3}, {Kind: "nope", N: 4},
 		{Kind: MomentumKind, N: 4, Momentum: 0.9, Schedule: Schedule{Explicit: []float64{1, math.NaN(), 1, 1}}}}
 	for _, w := range bad {
-		if _, err := DPSGD(w); !errors.Is(err, ErrInvalid) {
+		if _, err := DPSGD(w); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("DPSGD(%v): %v", w, err)
 		}
-		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("BinaryTree(%v): %v", w, err)
 		}
-		if _, err := FFT(w, FFTOptimal); !errors.Is(err, ErrInvalid) {
+		if _, err := FFT(w, FFTOptimal); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("FFT(%v): %v", w, err)
 		}
-		if _, err := Build(ctx, MechanismSpec{Name: "dpsgd", Kind: KindDPSGD}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := Build(ctx, MechanismSpec{Name: "dpsgd", Kind: KindDPSGD}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("Build(%v): %v", w, err)
 		}
 	}
 	w, _ := PrefixSum(10)
-	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, ErrInvalid) {
+	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown tree decoder: %v", err)
 	}
-	if _, err := FFT(w, 9); !errors.Is(err, ErrInvalid) {
+	if _, err := FFT(w, 9); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown FFT decoder: %v", err)
 	}
 	// k*b < n.
 	kb, _ := KBParticipation(2, 4)
 	specs, _ := parseList("tree-full")
-	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n accepted: %v", err)
 	}
-	if _, err := Build(ctx, MechanismSpec{Name: "x", Kind: "x", Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Build(ctx, MechanismSpec{Name: "x", Kind: "x", Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown kind: %v", err)
 	}
-	if _, err := Build(ctx, MechanismSpec{Name: "bandmf:11", Kind: KindBandMF, Bands: 11, Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Build(ctx, MechanismSpec{Name: "bandmf:11", Kind: KindBandMF, Bands: 11, Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("more bands than steps: %v", err)
 	}
 	// A singular block encoder (a zero column) is refused by the stamped
@@ -209,7 +210,7 @@ func TestBadInput(t *testing.T) {
 		}
 		return &Factorization{Workload: w0, Encoder: c, Decoder: a}, nil
 	}
-	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rank") {
+	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "rank") {
 		t.Errorf("singular encoder: %v", err)
 	}
 	nonFinite := func(w0 Workload) (*Factorization, error) {
@@ -220,7 +221,7 @@ func TestBadInput(t *testing.T) {
 		f.Encoder.Set(1, 1, math.Inf(1))
 		return f, nil
 	}
-	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, ErrInvalid) {
+	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("non-finite encoder: %v", err)
 	}
 }

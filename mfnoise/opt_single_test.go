@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -235,12 +236,12 @@ func postProcessLoss(t *testing.T, mw Workload, f *Factorization, sc Schema) flo
 
 func TestOptimizeSingleErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, ErrInvalid) {
-		t.Errorf("n = 0: %v, want ErrInvalid", err)
+	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("n = 0: %v, want dpcore.ErrInvalid", err)
 	}
 	w, _ := PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("negative gap: %v, want ErrInvalid", err)
+	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("negative gap: %v, want dpcore.ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

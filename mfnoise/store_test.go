@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
@@ -246,7 +247,7 @@ func TestNilCacheJustBuilds(t *testing.T) {
 	if builds != 2 {
 		t.Errorf("builds = %d", builds)
 	}
-	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, ErrInvalid) {
+	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("nil build: %v", err)
 	}
 }

@@ -21,11 +21,6 @@ import (
 	"github.com/dpmf-go/dpmf/nn"
 )
 
-// ErrInvalid is matched (errors.Is) by errors caused by invalid model
-// arguments or model files; it is dpcore.ErrInvalid, the module's one
-// bad-argument sentinel.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ParamInfo describes one named parameter tensor inside the flat buffer.
 type ParamInfo struct {
 	Name   string

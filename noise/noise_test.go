@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -660,7 +661,7 @@ func TestNoiseErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Next(make([]float32, 9)); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := s.Next(make([]float32, 9)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("wrong length: %v", err)
 	}
 	buf := make([]float32, 10)
@@ -683,7 +684,7 @@ func TestNoiseErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.UnmarshalBinary(state); !errors.Is(err, mfnoise.ErrInvalid) {
+		if err := o.UnmarshalBinary(state); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Fatalf("restore into %s: %v, want ErrInvalid", name, err)
 		}
 		if o.Step() != 0 {
@@ -698,35 +699,35 @@ func TestNoiseErrors(t *testing.T) {
 		t.Fatalf("budget 15000: %v %v", slow, err)
 	}
 	fstate, _ := fast.MarshalBinary()
-	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("restore into another plan: %v", err)
 	}
 	o, _ := New(f1, 10, opt)
-	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("truncated state: %v", err)
 	}
-	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("garbage state: %v", err)
 	}
-	if _, err := New(f1, 10, Options{Seed: []byte{1, 2}}); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(f1, 10, Options{Seed: []byte{1, 2}}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("short seed: %v", err)
 	}
-	if _, err := New(f1, 0, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(f1, 0, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("d = 0: %v", err)
 	}
-	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("n = 0: %v", err)
 	}
-	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("budget below scratch: %v", err)
 	}
 	bad := *f1
 	bad.Encoder = mat.DenseCopyOf(f1.Encoder)
 	bad.Encoder.Set(3, 1, math.NaN())
-	if _, err := New(&bad, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(&bad, 10, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("NaN in the encoder: %v", err)
 	}
-	if _, err := New(nil, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(nil, 10, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("nil factorization: %v", err)
 	}
 }
@@ -830,7 +831,7 @@ func TestWorkloadSolve(t *testing.T) {
 		}
 	}
 	w := mfnoise.Workload{Kind: mfnoise.MomentumKind, N: 3, Momentum: 0.5, Schedule: mfnoise.Schedule{Explicit: []float64{1, 0, 1}}}
-	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("zero learning rate: %v", err)
 	}
 }

@@ -8,23 +8,10 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 )
-
-// ErrInvalid is wrapped by errors caused by bad arguments. It is
-// mfnoise.ErrInvalid, so one errors.Is check covers the libraries.
-var ErrInvalid = mfnoise.ErrInvalid
-
-// ErrRefused is wrapped when the planner refuses a combination of sampler,
-// mechanism, accounting or seed whose guarantee does not hold.
-var ErrRefused = errors.New("plan refused")
 
 func invalidf(format string, args ...any) error {
 	return dpcore.Invalidf("privacy: "+format, args...)
-}
-
-func refusef(format string, args ...any) error {
-	return fmt.Errorf("privacy: %w: %s", ErrRefused, fmt.Sprintf(format, args...))
 }
 
 // AccountantKind names an accountant.
@@ -144,7 +131,20 @@ func (c Composition) Epsilon(acct accountant.Accountant, sigma float64, steps in
 func (c Composition) Calibrate(ctx context.Context, acct accountant.Accountant, steps int, eps, delta float64) (accountant.Calibration, error) {
 	cal, err := accountant.CalibrateContext(ctx, acct, func(sigma float64) (accountant.Event, error) { return c.Event(sigma, steps) }, eps, delta)
 	if err != nil {
-		return cal, fmt.Errorf("privacy: calibrating sigma for epsilon %g: %w", eps, err)
+		return cal, calibrationError("calibrating sigma", eps, err)
 	}
 	return cal, nil
+}
+
+// calibrationError is the error of what (calibrating sigma, or a band
+// choice) at target eps: a *Refusal (RuleBudget) when no noise multiplier
+// meets the target.
+func calibrationError(what string, eps float64, err error) error {
+	if errors.Is(err, accountant.ErrInfeasible) {
+		return &Refusal{Rule: RuleBudget, Reason: fmt.Sprintf("%s for epsilon %g: %v", what, eps, err), Err: err}
+	}
+	if what == "calibrating sigma" {
+		return fmt.Errorf("privacy: calibrating sigma for epsilon %g: %w", eps, err)
+	}
+	return fmt.Errorf("privacy: %s: %w", what, err)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -28,8 +29,8 @@ func TestBuiltinSpecNamesTheMechanism(t *testing.T) {
 		}
 	}
 	for _, m := range []mfnoise.Builtin{Stamped{Inner: BandMF{Auto: true}, Stamps: 2}, Stamped{Inner: DPSGD{}}, Stamped{Stamps: 2}} {
-		if _, err := m.BuiltinSpec(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%v: err = %v, want ErrInvalid", m, err)
+		if _, err := m.BuiltinSpec(); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%v: err = %v, want dpcore.ErrInvalid", m, err)
 		}
 	}
 }
@@ -43,7 +44,7 @@ func TestParseMechanisms(t *testing.T) {
 		t.Fatalf("ParseMechanisms = %#v", list)
 	}
 	for _, in := range []string{"", " ", "dpsgd,,fft", "dpsgd,", "dpsgd,nope", "dpsgd,bandmf:auto/s2"} {
-		if _, err := ParseMechanisms(in); !errors.Is(err, ErrInvalid) {
+		if _, err := ParseMechanisms(in); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("ParseMechanisms(%q) err = %v", in, err)
 		}
 	}
@@ -62,7 +63,7 @@ func TestFactorizationChecksStepsFirst(t *testing.T) {
 	}
 	big, _ := mfnoise.PrefixSum(50000)
 	_, err = Factorization{Name: "mine", F: f}.Factorize(context.Background(), big, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
 		t.Fatalf("err = %v", err)
 	}
 	// A verified band declaration travels with the factorization (Compare

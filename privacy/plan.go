@@ -256,10 +256,10 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	var prebuilt *mfnoise.Factorization
 	if auto, toeplitzOnly := autoBands(mech); auto {
 		if samp != SamplingBandPoisson {
-			return nil, nil, refusef("%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, samp)
+			return nil, nil, refuse(RuleBands, "%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, samp)
 		}
 		if !(r.Epsilon > 0) {
-			return nil, nil, refusef("%s needs a target epsilon to compare band counts", mech)
+			return nil, nil, refuse(RuleBands, "%s needs a target epsilon to compare band counts", mech)
 		}
 		sel, built, err := chooseBands(ctx, acct, r, delta, w, toeplitzOnly)
 		if err != nil {
@@ -302,10 +302,10 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	as = append(as, p.Accounting.Assumptions...)
 
 	if st.FixedOrderOnly && samp != SamplingFixedOrder {
-		return nil, nil, refusef("%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, samp, p.Schema)
+		return nil, nil, refuse(RuleSampling, "%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, samp, p.Schema)
 	}
 	if p.Amplified && st.Bands == 0 {
-		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, samp, mech)
+		return nil, nil, refuse(RuleAmplification, "%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, samp, mech)
 	}
 	// Unamplified sensitivity is computed for the sampler's own schema
 	// without relying on banding (bands 0); amplified accounting relies on
@@ -332,7 +332,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	} else {
 		sens, err := sensitivity(p.Schema)
 		if err != nil {
-			return nil, nil, refusef("%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
+			return nil, nil, refuse(RuleSensitivity, "%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
 		}
 		p.Sensitivity = sens
 		method := "exact"
@@ -491,11 +491,11 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		cands = append(cands, accountant.BandCandidate{Bands: b, Loss: loss, Proxy: b > 1 && !toeplitzOnly})
 	}
 	if len(cands) == 0 {
-		return nil, nil, refusef("%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
+		return nil, nil, refuse(RuleBands, "%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
 	}
 	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+		return nil, nil, calibrationError(what, r.Epsilon, err)
 	}
 	if toeplitzOnly {
 		return &sel, nil, nil

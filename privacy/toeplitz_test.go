@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -78,7 +79,7 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if p.Toeplitz() == nil || p.Toeplitz().N != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
-		if _, err := p.Factorization(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+		if _, err := p.Factorization(); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 			t.Fatalf("%s: dense factorization at n = %d: %v, want a refusal with the memory", name, n, err)
 		}
 	}

@@ -28,10 +28,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments. It is the
-// same sentinel as dpcore.ErrInvalid, so callers test one value.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ErrExhausted is wrapped by the error Next returns once all steps are done.
 var ErrExhausted = errors.New("all steps done")
 

@@ -11,11 +11,6 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// ErrInvalid is matched by errors caused by a configuration that cannot
-// run. It is dpcore.ErrInvalid, the one bad-argument sentinel of the
-// module, so one errors.Is check covers this package and the libraries.
-var ErrInvalid = dpcore.ErrInvalid
-
 func invalidf(format string, args ...any) error {
 	return dpcore.Invalidf("train: "+format, args...)
 }

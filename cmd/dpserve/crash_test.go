@@ -22,6 +22,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // buildServer compiles this command once per test binary.
@@ -328,7 +329,7 @@ func verifyExactlyOnce(t *testing.T, store string, seed []byte, l aggregate.Ledg
 	t.Helper()
 	spec, _ := mfnoise.ParseMechanism("tree-online")
 	w, _ := mfnoise.PrefixSum(l.Horizon)
-	schema, _ := aggregate.Schema(1, 1)
+	schema, _ := privacy.Participation{K: 1, B: 1}.Schema()
 	mech, err := aggregate.BuildMechanism(context.Background(), spec, w, schema)
 	if err != nil {
 		t.Fatal(err)

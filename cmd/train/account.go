@@ -12,13 +12,12 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
 func isInvalid(err error) bool {
-	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, privacy.ErrRefused) ||
+	return errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, privacy.ErrRefused) ||
 		errors.Is(err, accountant.ErrInfeasible) || errors.Is(err, train.ErrCorruptCheckpoint)
 }
 

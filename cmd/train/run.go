@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
@@ -406,7 +407,7 @@ func checkOutput(flagName, path string) error {
 // is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	trainSet, testSet, source, err = loadDataset(name, dir, fallback)
-	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, data.ErrInvalid)) {
+	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
 		// A missing, unreadable, empty, truncated or corrupt dataset is
 		// fixed by giving another -dir: bad input.
 		err = inputError{err}
