@@ -16,7 +16,7 @@ var (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("accountant: "+format, args...)
+	return dpcore.Invalid("accountant", format, args...)
 }
 
 func checkSigma(sigma float64) error {

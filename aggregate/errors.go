@@ -40,7 +40,7 @@ var (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("aggregate: "+format, args...)
+	return dpcore.Invalid("aggregate", format, args...)
 }
 
 // RejectError is the error of a rejected contribution.

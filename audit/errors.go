@@ -5,5 +5,5 @@ import (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("audit: "+format, args...)
+	return dpcore.Invalid("audit", format, args...)
 }

@@ -13,7 +13,7 @@ import (
 var ErrFormat = errors.New("malformed dataset file")
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("data: "+format, args...)
+	return dpcore.Invalid("data", format, args...)
 }
 
 func formatf(format string, args ...any) error {

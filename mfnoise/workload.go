@@ -5,7 +5,7 @@ import (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("mfnoise: "+format, args...)
+	return dpcore.Invalid("mfnoise", format, args...)
 }
 
 // The workload and its learning-rate schedule are defined in package

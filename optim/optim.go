@@ -38,7 +38,7 @@ type Optimizer interface {
 }
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("optim: "+format, args...)
+	return dpcore.Invalid("optim", format, args...)
 }
 
 // precision records which float type an optimizer's buffers hold.

@@ -11,7 +11,7 @@ import (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("privacy: "+format, args...)
+	return dpcore.Invalid("privacy", format, args...)
 }
 
 // AccountantKind names an accountant.

@@ -32,7 +32,7 @@ import (
 var ErrExhausted = errors.New("all steps done")
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("sampler: "+format, args...)
+	return dpcore.Invalid("sampler", format, args...)
 }
 
 // Sampler yields the examples of each step of a fixed-length run. A Sampler

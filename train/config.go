@@ -12,7 +12,7 @@ import (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("train: "+format, args...)
+	return dpcore.Invalid("train", format, args...)
 }
 
 // ErrInterrupted is wrapped by the error Run returns when its context is

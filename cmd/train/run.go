@@ -396,7 +396,7 @@ func (r *runFlags) validate(dirGiven bool) error {
 // work is done.
 func checkOutput(flagName, path string) error {
 	if err := atomicfile.CheckWritable(path); err != nil {
-		return usagef("-%s %s: cannot write there: %v", flagName, path, strings.TrimPrefix(err.Error(), "atomicfile: "))
+		return usagef("-%s %s: cannot write there: %v", flagName, path, dpcore.Within("atomicfile", err))
 	}
 	return nil
 }
