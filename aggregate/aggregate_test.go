@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
@@ -379,8 +378,9 @@ func TestBounding(t *testing.T) {
 	}
 }
 
-// TestBudget checks the ledger: epsilon spent grows with the prefix
-// sensitivity (DP-SGD under (2,4)-min-separation: sqrt(min(k, ceil(t/b)))),
+// TestBudget checks the ledger: epsilon spent is the planner's for the
+// same settings at every step (privacy.TestReleasePlanEpsilonSpent checks
+// it against the closed form of DP-SGD under (2,4)-min-separation), grows,
 // reaches the budget at the horizon, and the release after it is refused
 // with nothing changed.
 func TestBudget(t *testing.T) {
@@ -390,10 +390,7 @@ func TestBudget(t *testing.T) {
 	a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
 	defer a.Close()
 	ctx := context.Background()
-	sigma, err := accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := samePlan(t, cfg)
 	if l := a.Ledger(); l.EpsilonSpent != 0 || l.Steps != 0 || !l.Covered {
 		t.Fatalf("fresh ledger %+v", l)
 	}
@@ -406,11 +403,11 @@ func TestBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := a.Ledger()
-		g := 1 << int(math.Ceil(math.Log2(float64(s))))
-		want, _ := accountant.DiscreteGaussianEpsilon(sigma*math.Sqrt2/math.Sqrt(min(2, math.Ceil(float64(g)/4))), cfg.Delta)
-		// 1e-7: the exact arithmetic's sensitivities carry a relative 1e-9
-		// of float64 slack and the encoder's rounding.
-		if math.Abs(l.EpsilonSpent-min(want, cfg.Epsilon)) > 1e-7 || l.EpsilonSpent < prev || l.Steps != s {
+		want, err := plan.EpsilonSpent(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.EpsilonSpent != want || l.EpsilonSpent < prev || l.Steps != s {
 			t.Fatalf("step %d: spent %v (prev %v), want %v", s, l.EpsilonSpent, prev, want)
 		}
 		prev = l.EpsilonSpent
@@ -707,5 +704,85 @@ func TestExactReleaseDecodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// samePlan is the planner's plan for cfg, made apart from any aggregator:
+// the lattice of the exact arithmetic (a property of the mechanism and
+// the clip norm), and the request a caller would make.
+func samePlan(t *testing.T, cfg Config) *privacy.ReleasePlan {
+	t.Helper()
+	req := privacy.ReleaseRequest{Mechanism: cfg.Mechanism.Name(), Factorization: cfg.Mechanism.Factorization(),
+		Participation: privacy.Participation{K: cfg.K, B: cfg.B}, Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil}
+	if !cfg.floatNoise {
+		norm := cfg.Clip
+		if cfg.Count {
+			norm *= math.Sqrt2
+		}
+		c := cfg
+		c.NoiseMemory = DefaultNoiseMemory
+		e, err := newExactPath(c, cfg.Dim+map[bool]int{true: 1}[cfg.Count], norm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Lattice = e.lattice()
+	}
+	plan, err := privacy.PlanRelease(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// TestAggregatorAsksThePlanner: for the same settings, the aggregator's
+// noise multiplier, sensitivity, accounting, assumptions and epsilon spent
+// are the planner's (privacy.PlanRelease), on both arithmetics, and its
+// contributions are refused exactly when the planner's participation rule
+// refuses them (issue 29: the aggregator keeps no copy of the rules).
+func TestAggregatorAsksThePlanner(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range []setup{
+		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, n: 8, d: 3, k: 2, b: 3},
+		{mech: "dpsgd", workload: Workload{Kind: Window, Window: 2}, n: 8, d: 2, k: 1, b: 1, count: true, seed: testSeed},
+		{mech: "mf-single", workload: Workload{Kind: Momentum, Beta: 0.9}, n: 8, d: 2, k: 3, b: 2, float: true},
+	} {
+		cfg := s.config(t)
+		plan := samePlan(t, cfg)
+		a := open(t, filepath.Join(t.TempDir(), "a.db"), cfg)
+		claim := plan.Claim(cfg.Clip, a.norm)
+		joined := map[string][]int{}
+		for step := 1; step <= s.n; step++ {
+			for _, id := range []string{"u1", "u2", "u3"} {
+				if (step+len(id)+int(id[1]))%2 == 0 {
+					continue
+				}
+				_, err := a.Add(ctx, id, []float64{1, 0, 0}[:s.d])
+				want := plan.Admit(joined[id], step)
+				var rej *RejectError
+				switch {
+				case want == nil && err != nil, want != nil && (!errors.As(err, &rej) || rej.Detail != want.(*privacy.Refusal).Reason):
+					t.Fatalf("%s: %s at step %d: %v, the planner says %v", s.mech, id, step, err, want)
+				case want == nil:
+					joined[id] = append(joined[id], step)
+				}
+			}
+			if _, err := a.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := a.Ledger()
+			spent, err := plan.EpsilonSpent(ctx, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.NoiseMultiplier != plan.NoiseMultiplier || l.Sensitivity != plan.NoiseSensitivity || l.SensitivityMethod != string(plan.Sensitivity.Method) ||
+				l.EpsilonSpent != spent || l.EpsilonBudget != plan.Epsilon || l.Delta != plan.Delta || l.Horizon != plan.Horizon || l.Schema != plan.Schema.String() ||
+				l.Accountant != claim.Accountant || l.Arithmetic != claim.Arithmetic || l.Covered != claim.Covered || !slices.Equal(l.Assumptions, claim.Assumptions) {
+				t.Fatalf("%s step %d: ledger %+v, the planner's %+v, claim %+v, spent %v", s.mech, step, l, plan, claim, spent)
+			}
+		}
+		if l := a.Ledger(); l.Arithmetic != map[bool]string{true: "float", false: "exact"}[s.float] || l.Covered != (s.seed == nil) {
+			t.Errorf("%s: arithmetic %s, covered %v", s.mech, l.Arithmetic, l.Covered)
+		}
+		a.Close()
 	}
 }

@@ -20,11 +20,6 @@ func invalidf(format string, args ...any) error {
 // checkpoint was saved at the interrupt and from which step the run resumes.
 var ErrInterrupted = errors.New("interrupted")
 
-// ErrRefused is wrapped when the privacy plan refuses a combination of
-// sampler, mechanism and accounting whose guarantee does not hold
-// (privacy.ErrRefused).
-var ErrRefused = privacy.ErrRefused
-
 // Sampling names how batches are drawn (privacy.Sampling).
 type Sampling = privacy.Sampling
 

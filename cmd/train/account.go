@@ -10,15 +10,17 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
+// isInvalid reports whether err is input the user can fix: a bad argument
+// (dpcore.ErrInvalid), a plan the planner refused (a *privacy.Refusal,
+// whatever its rule) or a corrupt checkpoint.
 func isInvalid(err error) bool {
-	return errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, privacy.ErrRefused) ||
-		errors.Is(err, accountant.ErrInfeasible) || errors.Is(err, train.ErrCorruptCheckpoint)
+	var refused *privacy.Refusal
+	return errors.Is(err, dpcore.ErrInvalid) || errors.As(err, &refused) || errors.Is(err, train.ErrCorruptCheckpoint)
 }
 
 // accountResult is the JSON of "train account"; keys are stable and always
@@ -105,51 +107,35 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("account: -accountant %q: want pld or rdp", *acctName)
 	}
-	acct, _ := kind.New()
-	var comp privacy.Composition
-	res := accountResult{Mechanism: *mech, Delta: *delta, Accountant: acct.Name()}
-	switch *mech {
-	case "dpsgd":
-		rate := *q
-		if rate == 0 {
-			if *examples <= 0 || *batch <= 0 {
-				return usagef("account: dpsgd needs -q or -examples and -batch")
-			}
-			rate = float64(*batch) / float64(*examples)
-		} else if *examples != 0 || *batch != 0 {
+	req := privacy.AccountRequest{Kind: privacy.AccountKind(*mech), Q: *q, Examples: *examples, Batch: *batch, Bands: *bands,
+		Steps: *steps, Sigma: *sigma, Epsilon: *eps, Delta: *delta, Accountant: kind}
+	if *mech == "dpsgd" {
+		if *q == 0 && (*examples <= 0 || *batch <= 0) {
+			return usagef("account: dpsgd needs -q or -examples and -batch")
+		}
+		if *q != 0 && (*examples != 0 || *batch != 0) {
 			return usagef("account: dpsgd takes -q or -examples and -batch, not both")
 		}
-		if !(rate > 0 && rate <= 1) {
-			return usagef("account: sampling rate %v must lie in (0,1]", rate)
-		}
-		comp = privacy.Composition{Amplified: true, Q: rate, Partitions: 1}
-	case "bandmf":
-		if *examples <= 0 || *batch <= 0 {
-			return usagef("account: bandmf needs -examples and -batch")
-		}
-		if *bands <= 0 || *bands > *examples / *batch {
-			return usagef("account: -bands %d must lie in [1, examples/batch = %d]", *bands, *examples / *batch)
-		}
-		comp = privacy.BandSampling(*examples, *batch, *bands)
-		res.Bands = bands
 	}
-	if comp.Amplified {
-		rate := comp.Rate()
+	if *mech == "bandmf" && (*examples <= 0 || *batch <= 0) {
+		return usagef("account: bandmf needs -examples and -batch")
+	}
+	ans, err := privacy.Account(context.Background(), req)
+	var refused *privacy.Refusal
+	if errors.As(err, &refused) && refused.Rule == privacy.RuleBands {
+		return usagef("account: -bands: %s", refused.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	res := accountResult{Mechanism: *mech, Delta: *delta, Accountant: ans.Accountant, Sigma: ans.Sigma,
+		Epsilon: dpcore.Epsilon(ans.Epsilon), Calibrated: ans.Calibrated, Compositions: ans.Compositions}
+	if ans.Composition.Amplified {
+		rate := ans.Composition.Rate()
 		res.Q = &rate
 	}
-	res.Compositions = comp.Compositions(*steps)
-	if *sigma > 0 {
-		e, err := comp.Epsilon(acct, *sigma, *steps, *delta)
-		if err != nil {
-			return err
-		}
-		res.Sigma, res.Epsilon = *sigma, dpcore.Epsilon(e)
-	} else {
-		cal, err := comp.Calibrate(context.Background(), acct, *steps, *eps, *delta)
-		if err != nil {
-			return err
-		}
-		res.Sigma, res.Epsilon, res.Calibrated = cal.Sigma, dpcore.Epsilon(cal.Epsilon), true
+	if *mech == "bandmf" {
+		res.Bands = bands
 	}
 	switch *format {
 	case "json":

@@ -350,10 +350,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	}
 	cfg.Momentum = r.momentum.v
 	if !r.momentum.set {
-		cfg.Momentum = 0.95
-		if strings.HasPrefix(r.mechanism, "dpsgd") || r.nonPrivate {
-			cfg.Momentum = 0
-		}
+		cfg.Momentum = defaultMomentum(mech)
 	}
 	if r.seed != "" {
 		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
@@ -459,4 +456,16 @@ func mismatchHint(name string, err error) error {
 		msg += "; use -data " + me.FoundName
 	}
 	return usagef("%s", msg)
+}
+
+// defaultMomentum is the momentum when -momentum is not given: 0 for
+// independent noise (DP-SGD, stamped or not) and for a non-private run
+// (mech nil), 0.95 for a correlated-noise mechanism, whose encoder is
+// factorized for the optimizer's momentum workload. It reads the
+// mechanism's structure, not its name.
+func defaultMomentum(mech privacy.Mechanism) float64 {
+	if mech == nil || mech.Structure().Independent {
+		return 0
+	}
+	return 0.95
 }
