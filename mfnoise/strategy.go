@@ -73,7 +73,9 @@ func (s *ToeplitzStrategy) Matrices() (encoder, decoder *mat.Dense, err error) {
 // Dense is the dense factorization of a strategy of this package: the
 // factorization itself, or a Toeplitz strategy's, built on demand.
 func Dense(s dpcore.Strategy) (*Factorization, error) {
-	d, ok := s.(interface{ Dense() (*Factorization, error) })
+	d, ok := s.(interface {
+		Dense() (*Factorization, error)
+	})
 	if !ok || s == nil {
 		return nil, invalidf("strategy %T has no dense factorization", s)
 	}
