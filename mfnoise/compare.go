@@ -19,9 +19,9 @@ type CompareRow struct {
 	Mechanism string `json:"mechanism"`
 	// Sensitivity is sens(C) under the schema for clipping norm 1, with
 	// whether it is exact and how it was computed (SPEC 3).
-	Sensitivity       float64           `json:"sensitivity"`
-	SensitivityExact  bool              `json:"sensitivity_exact"`
-	SensitivityMethod SensitivityMethod `json:"sensitivity_method"`
+	Sensitivity       float64                  `json:"sensitivity"`
+	SensitivityExact  bool                     `json:"sensitivity_exact"`
+	SensitivityMethod dpcore.SensitivityMethod `json:"sensitivity_method"`
 	// Loss is sens^2 ||B||_F^2, the total squared error for noise
 	// multiplier 1; RMSE is sqrt(Loss / n).
 	Loss float64 `json:"loss"`
@@ -199,7 +199,7 @@ func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema)
 // rowFromNorms is the score of a mechanism with sensitivity sens whose
 // decoder rows have squared norms r = ||B[i,:]||^2: StepRMSE sens
 // ||B[i,:]||, Loss sens^2 ||B||_F^2 (SPEC 4) and RMSE sqrt(Loss/n).
-func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow, error) {
+func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (CompareRow, error) {
 	row := CompareRow{
 		Mechanism:         name,
 		Sensitivity:       sens.Value,
@@ -219,12 +219,12 @@ func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow,
 
 // scoreSensitivity is f.Sensitivity(schema), from the structured Gram
 // matrix when the mechanism supplied one.
-func scoreSensitivity(f *Factorization, x *mat.SymDense, schema Schema) (SensitivityResult, error) {
+func scoreSensitivity(f *Factorization, x *mat.SymDense, schema Schema) (dpcore.SensitivityResult, error) {
 	if x == nil {
 		return f.Sensitivity(schema)
 	}
 	if err := schema.Validate(f.N()); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	return sensitivityFromGram(f.Encoder, x, schema)
 }

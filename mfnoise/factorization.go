@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -97,7 +98,7 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 func (f *Factorization) N() int { return f.Workload.N }
 
 // Sensitivity is Sensitivity(f.Encoder, s).
-func (f *Factorization) Sensitivity(s Schema) (SensitivityResult, error) {
+func (f *Factorization) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 	return Sensitivity(f.Encoder, s)
 }
 

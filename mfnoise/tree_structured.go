@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // The online binary tree (tree-online: estimator from below with
@@ -91,20 +93,20 @@ func treeLevels(n int) int {
 // (k,b) participation from its Gram matrix X_il = L + 1 - bitlen(i xor l)
 // (the number of nodes covering both steps), which is non-negative: sens^2
 // = max_j sum_{i,l in pi_j} X_il, exact (multi-epoch paper Cor. 2.1).
-func treeSensitivity(n int, s Schema) (SensitivityResult, error) {
+func treeSensitivity(n int, s Schema) (dpcore.SensitivityResult, error) {
 	if err := s.Validate(n); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	L := treeLevels(n)
 	if s.Kind == Single || s.K == 1 {
-		return SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
 	}
 	if s.Kind != KB {
-		return SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, DenseStepLimit)
+		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, DenseStepLimit)
 	}
 	k, b := s.K, min(s.B, n)
 	if float64(k)*float64(n) > maxTreeWork {
-		return SensitivityResult{}, invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
+		return dpcore.SensitivityResult{}, invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
 	}
 	best := 0.0
 	pat := make([]int, 0, k)
@@ -122,7 +124,7 @@ func treeSensitivity(n int, s Schema) (SensitivityResult, error) {
 		}
 		best = math.Max(best, float64(sum))
 	}
-	return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
 }
 
 // compareTreeOnline scores tree-online for the prefix sum without matrices.

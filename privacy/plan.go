@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -77,6 +79,9 @@ type Request struct {
 	PostProcessing []string
 	// Build configures factorization (cache, optimizer settings).
 	Build mfnoise.BuildOptions
+	// CacheDir, when Build has no cache, is the directory of the
+	// factorization cache (mfnoise.Cache); "" means no caching.
+	CacheDir string
 	// Unit is the unit of privacy ("": UnitExample). A user-level plan
 	// needs UserBound, or it is refused.
 	Unit      Unit
@@ -95,13 +100,13 @@ type Plan struct {
 	Mechanism string `json:"mechanism"`
 	// Unit is the unit of privacy, example or user; UserBound is a
 	// user-level plan's per-user contribution bound.
-	Unit        Unit                      `json:"unit"`
-	UserBound   *UserBound                `json:"user_bound,omitempty"`
-	Bands       int                       `json:"bands,omitempty"`
-	Workload    string                    `json:"workload"`
-	Sampling    Sampling                  `json:"sampling"`
-	Schema      mfnoise.Schema            `json:"schema"`
-	Sensitivity mfnoise.SensitivityResult `json:"sensitivity"`
+	Unit        Unit                     `json:"unit"`
+	UserBound   *UserBound               `json:"user_bound,omitempty"`
+	Bands       int                      `json:"bands,omitempty"`
+	Workload    string                   `json:"workload"`
+	Sampling    Sampling                 `json:"sampling"`
+	Schema      mfnoise.Schema           `json:"schema"`
+	Sensitivity dpcore.SensitivityResult `json:"sensitivity"`
 	// Accounting is what the sampler supports; Amplified says the plan
 	// claims amplification by sampling.
 	Accounting      sampler.Accounting `json:"accounting"`
@@ -129,13 +134,13 @@ type Plan struct {
 	// (epsilon, delta).
 	Ledger accountant.LedgerEntry `json:"ledger"`
 
-	mechanism     Mechanism
-	workload      mfnoise.Workload
-	factorization *mfnoise.Factorization // nil for a ToeplitzMechanism
-	toeplitz      *mfnoise.Toeplitz      // nil for any other
-	composition   Composition
-	acct          accountant.Accountant
-	steps         int
+	mechanism Mechanism
+	workload  mfnoise.Workload
+	// strategy is the built mechanism, dense or O(n).
+	strategy    dpcore.Strategy
+	composition Composition
+	acct        accountant.Accountant
+	steps       int
 
 	mu    sync.Mutex
 	spent map[int]float64 // epsilon after a grid point's compositions
@@ -144,20 +149,38 @@ type Plan struct {
 // Assumptions are what the guarantee rests on: the ledger's list.
 func (p *Plan) Assumptions() []string { return p.Ledger.Assumptions }
 
-// Factorization is the mechanism's dense factorization, whose encoder's
-// noise noise.New streams. A plan for a ToeplitzMechanism holds
-// its O(n) description instead (Toeplitz); its dense factorization is
-// built here on demand, and refused above mfnoise.DenseStepLimit steps.
-func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
-	if p.toeplitz != nil {
-		return p.toeplitz.Factorization(p.workload)
+// Strategy is the built mechanism: its encoder and decoder, dense or in
+// the O(n) description of a Toeplitz mechanism.
+func (p *Plan) Strategy() dpcore.Strategy { return p.strategy }
+
+// NoiseSource is a fresh unit-scale noise source of dimension d for the
+// plan's mechanism (noise.New picks how to stream it).
+func (p *Plan) NoiseSource(d int, opt noise.Options) (noise.Source, error) {
+	if p.strategy == nil {
+		return nil, invalidf("plan has no mechanism")
 	}
-	return p.factorization, nil
+	return noise.New(p.strategy, d, opt)
 }
 
-// Toeplitz is the mechanism of a plan made for a ToeplitzMechanism, whose
-// noise noise.NewToeplitz streams; nil for any other mechanism.
-func (p *Plan) Toeplitz() *mfnoise.Toeplitz { return p.toeplitz }
+// PrefixSensitivity is an upper bound on the sensitivity of the first t
+// releases alone under the plan's accounting (per participation when
+// amplified, else the schema's), nondecreasing in t and at most the
+// plan's Sensitivity (mfnoise.PrefixSensitivity; it reads the dense
+// encoder and decoder).
+func (p *Plan) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
+	schema := p.Schema
+	if p.Amplified {
+		schema = dpcore.SingleParticipation()
+	}
+	return mfnoise.PrefixSensitivity(ctx, p.strategy, schema, t, p.Sensitivity.Value)
+}
+
+// Factorization is the mechanism's dense factorization, for the code that
+// reads the encoder (the white-box audit): an O(n) mechanism's is built
+// here on demand, and refused above mfnoise.DenseStepLimit steps.
+func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
+	return mfnoise.Dense(p.strategy)
+}
 
 // Composition is the plan's accounting event as a function of sigma and the
 // steps done.
@@ -214,6 +237,9 @@ func (r *Request) check() error {
 func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := r.check(); err != nil {
 		return nil, nil, err
+	}
+	if r.Build.Cache == nil && r.CacheDir != "" {
+		r.Build.Cache = &mfnoise.Cache{Dir: r.CacheDir}
 	}
 	acct, err := r.Accountant.New()
 	if err != nil {
@@ -317,20 +343,19 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := CheckCompatible(s, p.Schema, checkBands, p.Amplified); err != nil {
 		return nil, nil, err
 	}
-	sensitivity, lossAt, err := p.build(ctx, mech, w, r.Build, prebuilt)
-	if err != nil {
+	if p.strategy, err = build(ctx, mech, w, p.Schema, r.Build, prebuilt); err != nil {
 		return nil, nil, err
 	}
 	if p.Amplified {
 		// Each participation sees one column of C: the per-participation
 		// sensitivity is the largest column norm.
-		if p.Sensitivity, err = sensitivity(mfnoise.SingleParticipation()); err != nil {
+		if p.Sensitivity, err = p.strategy.Sensitivity(dpcore.SingleParticipation()); err != nil {
 			return nil, nil, fmt.Errorf("privacy: %w", err)
 		}
 		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
 		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
 	} else {
-		sens, err := sensitivity(p.Schema)
+		sens, err := p.strategy.Sensitivity(p.Schema)
 		if err != nil {
 			return nil, nil, refuse(RuleSensitivity, "%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
 		}
@@ -368,7 +393,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		p.NoiseMultiplier, p.Epsilon, p.Calibrated = cal.Sigma, cal.Epsilon, true
 	}
 	p.NoiseStd = p.NoiseMultiplier * r.ClipNorm * p.Sensitivity.Value
-	if p.Loss, err = lossAt(p.Sensitivity.Value); err != nil {
+	if p.Loss, err = dpcore.LossAt(p.strategy, p.Sensitivity.Value); err != nil {
 		return nil, nil, fmt.Errorf("privacy: %w", err)
 	}
 	ev, err := p.composition.Event(p.NoiseMultiplier, n)
@@ -392,29 +417,24 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	return p, s, nil
 }
 
-// build makes the mechanism for workload w under the plan's schema and
-// returns its sensitivity under a schema and its loss at a sensitivity: from
-// the O(n) description of a ToeplitzMechanism, else from the dense
-// factorization.
-func (p *Plan) build(ctx context.Context, mech Mechanism, w mfnoise.Workload, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (func(mfnoise.Schema) (mfnoise.SensitivityResult, error), func(float64) (float64, error), error) {
+// build makes the mechanism for workload w under the schema: the O(n)
+// strategy of a ToeplitzMechanism, else the dense factorization.
+func build(ctx context.Context, mech Mechanism, w mfnoise.Workload, schema dpcore.Schema, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (dpcore.Strategy, error) {
 	if tm, ok := mech.(ToeplitzMechanism); ok {
-		t, err := tm.BuildToeplitz(ctx, w, p.Schema, opt)
+		t, err := tm.BuildToeplitz(ctx, w, schema, opt)
 		if err != nil {
-			return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+			return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
 		}
-		p.toeplitz = t
-		return t.Sensitivity, func(sens float64) (float64, error) { return t.LossAt(w, sens) }, nil
+		return t.For(w)
 	}
-	f := prebuilt
-	if f == nil {
-		var err error
-		if f, err = mech.Factorize(ctx, w, p.Schema, opt); err != nil {
-			return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
-		}
+	if prebuilt != nil {
+		return prebuilt, nil
 	}
-	p.factorization = f
-	sensitivity := func(s mfnoise.Schema) (mfnoise.SensitivityResult, error) { return mfnoise.Sensitivity(f.Encoder, s) }
-	return sensitivity, func(sens float64) (float64, error) { return f.LossAt(sens), nil }, nil
+	f, err := mech.Factorize(ctx, w, schema, opt)
+	if err != nil {
+		return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
+	}
+	return f, nil
 }
 
 func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {

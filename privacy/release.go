@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -107,7 +108,7 @@ type ReleasePlan struct {
 	Participation Participation
 	Schema        mfnoise.Schema
 	// Sensitivity is sens(C) under Schema, for records of norm 1.
-	Sensitivity mfnoise.SensitivityResult
+	Sensitivity dpcore.SensitivityResult
 	// NoiseSensitivity is the sensitivity the noise is scaled to:
 	// Sensitivity.Value in float arithmetic; with a Lattice, a bound on
 	// the sensitivity of the rounded encoder (SPEC: sens(C) + K sqrt(m)
