@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
@@ -38,7 +37,7 @@ type setup struct {
 
 func (s setup) config(t testing.TB) Config {
 	t.Helper()
-	spec, err := mfnoise.ParseMechanism(s.mech)
+	spec, err := privacy.ParseMechanism(s.mech)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,15 +89,18 @@ func targetMatrix(w Workload, n int) *mat.Dense {
 
 // noiseCovariance is T A^-1 B B^T A^-T T^T: the covariance across steps of
 // one coordinate of release - true sum, per unit noise std.
-func noiseCovariance(t *testing.T, m *FactorizationMechanism, w Workload) *mat.SymDense {
-	f := m.Factorization()
-	a, err := f.Workload.Matrix()
+func noiseCovariance(t *testing.T, m Mechanism, w Workload) *mat.SymDense {
+	a, err := m.Workload().Matrix()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := f.N()
+	n := m.Strategy().Steps()
+	_, dec, err := m.Strategy().Matrices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var g mat.Dense // A^-1 B: the noise W = G Z
-	if err := g.Solve(a, f.Decoder); err != nil {
+	if err := g.Solve(a, dec); err != nil {
 		t.Fatal(err)
 	}
 	var tg mat.Dense
@@ -153,7 +155,7 @@ func TestReleaseCovariance(t *testing.T) {
 				}
 			}
 			std := a.Ledger().NoiseStd
-			want := noiseCovariance(t, cfg.Mechanism.(*FactorizationMechanism), c.workload)
+			want := noiseCovariance(t, cfg.Mechanism, c.workload)
 			want.ScaleSym(std*std, want)
 			worst := 0.0
 			for i := range n {
@@ -218,7 +220,7 @@ func TestReleaseExact(t *testing.T) {
 					}
 				}
 			}
-			src, err := noise.New(cfg.Mechanism.Factorization(), dim, noise.Options{Seed: testSeed})
+			src, err := noise.New(cfg.Mechanism.Strategy(), dim, noise.Options{Seed: testSeed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -525,8 +527,9 @@ func TestReopenStoresMechanism(t *testing.T) {
 	if err != nil || stored == nil {
 		t.Fatalf("StoredMechanism: %v, %v", stored, err)
 	}
-	orig := cfg.Mechanism.(*FactorizationMechanism).Factorization()
-	if stored.Name() != cfg.Mechanism.Name() || !mat.Equal(stored.Factorization().Encoder, orig.Encoder) || !mat.Equal(stored.Factorization().Decoder, orig.Decoder) {
+	origC, origB, _ := cfg.Mechanism.Strategy().Matrices()
+	gotC, gotB, err := stored.Strategy().Matrices()
+	if err != nil || stored.Name() != cfg.Mechanism.Name() || !mat.Equal(gotC, origC) || !mat.Equal(gotB, origB) || stored.Workload().String() != cfg.Mechanism.Workload().String() {
 		t.Fatalf("stored mechanism %s differs from %s", stored.Name(), cfg.Mechanism.Name())
 	}
 	if m, err := StoredMechanism(filepath.Join(dir, "none.db"), cfg.Mechanism.Schema()); m != nil || err != nil {
@@ -609,9 +612,9 @@ func TestConfigErrors(t *testing.T) {
 // TestSizeRefusals checks that sizes that cannot fit are refused with the
 // memory they would need, before anything is allocated.
 func TestSizeRefusals(t *testing.T) {
-	spec, _ := mfnoise.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(20000)
-	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+	spec, _ := privacy.ParseMechanism("tree-online")
+	w, _ := dpcore.PrefixSum(20000)
+	if _, err := BuildMechanism(context.Background(), spec, w, dpcore.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)
 	}
 	cfg := setup{mech: "bandmf:4", workload: Workload{Kind: PrefixSum}, n: 8, d: 1000, k: 1, b: 1}.config(t)
@@ -712,7 +715,7 @@ func TestExactReleaseDecodes(t *testing.T) {
 // the clip norm), and the request a caller would make.
 func samePlan(t *testing.T, cfg Config) *privacy.ReleasePlan {
 	t.Helper()
-	req := privacy.ReleaseRequest{Mechanism: cfg.Mechanism.Name(), Factorization: cfg.Mechanism.Factorization(),
+	req := privacy.ReleaseRequest{Mechanism: cfg.Mechanism.Name(), Strategy: cfg.Mechanism.Strategy(),
 		Participation: privacy.Participation{K: cfg.K, B: cfg.B}, Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil}
 	if !cfg.floatNoise {
 		norm := cfg.Clip

@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
@@ -136,7 +134,7 @@ func newAggregator(cfg Config) *Aggregator {
 	a := &Aggregator{
 		cfg:          cfg,
 		dim:          cfg.Dim,
-		n:            cfg.Mechanism.Factorization().Workload.N,
+		n:            cfg.Mechanism.Strategy().Steps(),
 		norm:         cfg.Clip,
 		maxBatch:     cfg.MaxBatch,
 		ops:          make(chan *op),
@@ -164,7 +162,7 @@ func newAggregator(cfg Config) *Aggregator {
 func (a *Aggregator) calibrate() error {
 	cfg := a.cfg
 	req := privacy.ReleaseRequest{
-		Mechanism: cfg.Mechanism.Name(), Factorization: cfg.Mechanism.Factorization(), Participation: cfg.participation(),
+		Mechanism: cfg.Mechanism.Name(), Strategy: cfg.Mechanism.Strategy(), Participation: cfg.participation(),
 		Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil,
 	}
 	var err error
@@ -185,7 +183,7 @@ func (a *Aggregator) calibrate() error {
 		return nil
 	}
 	a.noiseStd = a.plan.NoiseMultiplier * a.norm * a.plan.Sensitivity.Value
-	if a.noise, err = noise.New(req.Factorization, a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+	if a.noise, err = a.plan.NoiseSource(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
 		return fmt.Errorf("aggregate: noise source: %w", err)
 	}
 	a.noiseBuf = make([]float32, a.dim)
@@ -234,17 +232,15 @@ func (a *Aggregator) load() error {
 			return err
 		}
 		a.open = newOpen(0, a.dim, a.exact != nil)
-		if fm, ok := a.cfg.Mechanism.(*FactorizationMechanism); ok {
-			var buf bytes.Buffer
-			if err := mfnoise.SaveFactorization(&buf, fm.f); err != nil {
-				return err
-			}
-			if err := meta.Put(keyMech, seal(buf.Bytes())); err != nil {
-				return err
-			}
-			if err := meta.Put(keyMechName, seal([]byte(fm.name))); err != nil {
-				return err
-			}
+		mb, err := privacy.EncodeStrategy(a.cfg.Mechanism.Strategy())
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keyMech, seal(mb)); err != nil {
+			return err
+		}
+		if err := meta.Put(keyMechName, seal([]byte(a.cfg.Mechanism.Name()))); err != nil {
+			return err
 		}
 		for _, kv := range []struct{ k, v []byte }{
 			{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},

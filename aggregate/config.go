@@ -76,7 +76,7 @@ func ParseWorkload(s string) (Workload, error) {
 	return Workload{}, invalidf("unknown workload %q (known: prefix, momentum:BETA, window:W)", s)
 }
 
-// MechanismWorkload is the mfnoise workload over n steps the mechanism must
+// MechanismWorkload is the workload over n steps the mechanism must
 // be built for.
 func (w Workload) MechanismWorkload(n int) (dpcore.Workload, error) {
 	switch w.Kind {
@@ -155,10 +155,10 @@ const DefaultNoiseMemory = 1 << 30
 const noiseWorkers = 2
 
 func (c *Config) validate() error {
-	if c.Mechanism == nil || c.Mechanism.Factorization() == nil {
+	if c.Mechanism == nil || c.Mechanism.Strategy() == nil {
 		return invalidf("no mechanism")
 	}
-	n := c.Mechanism.Factorization().Workload.N
+	n := c.Mechanism.Workload().N
 	if c.Dim < 1 || c.Dim > maxDim {
 		return invalidf("dimension %d, want 1..%d", c.Dim, maxDim)
 	}
@@ -169,7 +169,7 @@ func (c *Config) validate() error {
 		return err
 	}
 	want, _ := c.Workload.MechanismWorkload(n)
-	got := c.Mechanism.Factorization().Workload
+	got := c.Mechanism.Workload()
 	if got.Kind != want.Kind || got.N != want.N || got.Momentum != want.Momentum {
 		return invalidf("mechanism %s is built for workload %s, want %s", c.Mechanism.Name(), got, want)
 	}

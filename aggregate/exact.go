@@ -86,8 +86,10 @@ type exactPath struct {
 // norm at most norm on their integer grids. Its noise is set by calibrate,
 // once the planner has accounted for the rounding (lattice).
 func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
-	f := cfg.Mechanism.Factorization()
-	c, b := f.Encoder, f.Decoder
+	c, b, err := cfg.Mechanism.Strategy().Matrices()
+	if err != nil {
+		return nil, fmt.Errorf("aggregate: mechanism %s: %w", cfg.Mechanism.Name(), err)
+	}
 	m, n := c.Dims()
 	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
 	maxC := maxAbsDense(c.RawMatrix().Data)

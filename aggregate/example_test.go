@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/dpmf-go/dpmf/aggregate"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -34,7 +33,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	spec, err := mfnoise.ParseMechanism("tree-online")
+	spec, err := privacy.ParseMechanism("tree-online")
 	if err != nil {
 		log.Fatal(err)
 	}

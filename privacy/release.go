@@ -9,7 +9,7 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"gonum.org/v1/gonum/mat"
+	"github.com/dpmf-go/dpmf/noise"
 )
 
 // The plan of a continual release (package aggregate): a service releases
@@ -82,9 +82,10 @@ type Lattice struct {
 type ReleaseRequest struct {
 	// Mechanism names the mechanism for the ledger.
 	Mechanism string
-	// Factorization is the mechanism A = B C; its workload's N is the
-	// horizon, the number of releases the budget covers.
-	Factorization *mfnoise.Factorization
+	// Strategy is the mechanism A = B C; its Steps are the horizon, the
+	// number of releases the budget covers. The exact arithmetic (Lattice)
+	// reads its dense matrices.
+	Strategy      dpcore.Strategy
 	Participation Participation
 	// Epsilon and Delta are the target guarantee over the whole horizon.
 	Epsilon, Delta float64
@@ -123,7 +124,8 @@ type ReleasePlan struct {
 	Lattice    *Lattice
 	Seeded     bool
 
-	f          *mfnoise.Factorization
+	s          dpcore.Strategy
+	rows       int        // m, the encoder's rows, with a Lattice
 	mu         sync.Mutex // guards prefixSens
 	prefixSens map[int]float64
 }
@@ -137,11 +139,11 @@ const GaussianAccounting = "gaussian-exact (Balle & Wang 2018): one Gaussian mec
 // lattice) of sensitivity 1 has (Epsilon, Delta). A sensitivity that is
 // not a positive number is refused (RuleSensitivity).
 func PlanRelease(r ReleaseRequest) (*ReleasePlan, error) {
-	f := r.Factorization
-	if f == nil {
-		return nil, invalidf("release %s: no factorization", r.Mechanism)
+	s := r.Strategy
+	if s == nil {
+		return nil, invalidf("release %s: no mechanism", r.Mechanism)
 	}
-	n := f.Workload.N
+	n := s.Steps()
 	if n < 1 {
 		return nil, invalidf("horizon %d, want >= 1", n)
 	}
@@ -156,8 +158,15 @@ func PlanRelease(r ReleaseRequest) (*ReleasePlan, error) {
 		return nil, err
 	}
 	p := &ReleasePlan{Mechanism: r.Mechanism, Horizon: n, Participation: r.Participation, Schema: schema,
-		Epsilon: r.Epsilon, Delta: r.Delta, Lattice: r.Lattice, Seeded: r.Seeded, f: f, prefixSens: map[int]float64{}}
-	if p.Sensitivity, err = f.Sensitivity(schema); err != nil {
+		Epsilon: r.Epsilon, Delta: r.Delta, Lattice: r.Lattice, Seeded: r.Seeded, s: s, prefixSens: map[int]float64{}}
+	if r.Lattice != nil {
+		c, _, err := s.Matrices()
+		if err != nil {
+			return nil, fmt.Errorf("privacy: release %s: %w", r.Mechanism, err)
+		}
+		p.rows, _ = c.Dims()
+	}
+	if p.Sensitivity, err = s.Sensitivity(schema); err != nil {
 		return nil, refuse(RuleSensitivity, "mechanism %s: sensitivity under %s cannot be computed: %v", r.Mechanism, schema, err)
 	}
 	if v := p.Sensitivity.Value; !(v > 0) || math.IsInf(v, 0) {
@@ -187,8 +196,7 @@ func (p *ReleasePlan) noiseSensitivity(s float64) float64 {
 	if p.Lattice == nil {
 		return s
 	}
-	m, _ := p.f.Encoder.Dims()
-	return s*(1+1e-9) + float64(p.Participation.K)*math.Sqrt(float64(m))*p.Lattice.EncoderError
+	return s*(1+1e-9) + float64(p.Participation.K)*math.Sqrt(float64(p.rows))*p.Lattice.EncoderError
 }
 
 // Admit checks a contribution to step t by a contributor that joined the
@@ -252,73 +260,25 @@ func (p *ReleasePlan) prefixSensitivity(ctx context.Context, t int) (float64, er
 }
 
 // PrefixSensitivity is an upper bound on the sensitivity of the first t
-// releases alone, nondecreasing in t and at most Sensitivity.Value. The
-// first t releases are B[:t,:] (C X + Z) = (A X)[:t] + (B Z)[:t]:
-// post-processing of the rows R of C X + Z that B[:t,:] reads. Their
-// sensitivity is that of C[R,:] under the schema (columns past the last
-// nonzero dropped, which changes nothing), at most sens(C); R grows with
-// t, so the bound is nondecreasing. For an optimal (non-causal) decoder R
-// is every row and the bound is sens(C).
+// releases alone, nondecreasing in t and at most Sensitivity.Value
+// (mfnoise.PrefixSensitivity: the rows of the encoder the first t rows of
+// the decoder read).
 func (p *ReleasePlan) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
-	if t <= 0 {
-		return 0, nil
-	}
-	if t >= p.Horizon {
-		return p.Sensitivity.Value, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("privacy: prefix sensitivity: %w", err)
-	}
-	sub := prefixEncoder(p.f, t)
-	if sub == nil {
-		return 0, nil
-	}
-	s, err := mfnoise.Sensitivity(sub, p.Schema)
+	s, err := mfnoise.PrefixSensitivity(ctx, p.s, p.Schema, t, p.Sensitivity.Value)
 	if err != nil {
-		return 0, fmt.Errorf("privacy: prefix sensitivity of %s at t = %d: %w", p.Mechanism, t, err)
+		return 0, fmt.Errorf("privacy: release %s: %w", p.Mechanism, err)
 	}
-	return math.Min(s.Value, p.Sensitivity.Value), nil
+	return s, nil
 }
 
-// prefixEncoder is C[R,:] for the rows R of C the first t rows of B read,
-// its columns cut after the last nonzero, padded with zero rows to at
-// least as many rows as columns (which Sensitivity requires and which
-// change no column norm); nil if B[:t,:] reads no nonzero row.
-func prefixEncoder(f *mfnoise.Factorization, t int) *mat.Dense {
-	b, c := f.Decoder, f.Encoder
-	rows, cols := c.Dims()
-	maxB := mat.Norm(b, math.Inf(1))
-	used := make([]bool, rows)
-	for i := 0; i < t; i++ {
-		for j, v := range b.RawRowView(i) {
-			if math.Abs(v) > 1e-13*maxB {
-				used[j] = true
-			}
-		}
-	}
-	var r []int
-	last := 0
-	maxC := mat.Norm(c, math.Inf(1))
-	for j, u := range used {
-		if !u {
-			continue
-		}
-		r = append(r, j)
-		for k := cols - 1; k >= last; k-- {
-			if math.Abs(c.At(j, k)) > 1e-13*maxC {
-				last = k + 1
-				break
-			}
-		}
-	}
-	if len(r) == 0 || last == 0 {
-		return nil
-	}
-	sub := mat.NewDense(max(len(r), last), last, nil)
-	for i, j := range r {
-		copy(sub.RawRowView(i), c.RawRowView(j)[:last])
-	}
-	return sub
+// Strategy is the plan's mechanism.
+func (p *ReleasePlan) Strategy() dpcore.Strategy { return p.s }
+
+// NoiseSource is a fresh unit-scale noise source of dimension d for the
+// plan's mechanism (noise.New picks how to stream it): the float
+// release's noise.
+func (p *ReleasePlan) NoiseSource(d int, opt noise.Options) (noise.Source, error) {
+	return noise.New(p.s, d, opt)
 }
 
 // ReleaseClaim is what a continual release's ledger states besides its

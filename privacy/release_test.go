@@ -47,7 +47,7 @@ func TestReleasePlanEpsilonSpent(t *testing.T) {
 	f := buildFactorization(t, "dpsgd", n, schema)
 	ctx := context.Background()
 	for _, exact := range []bool{true, false} {
-		req := ReleaseRequest{Mechanism: "dpsgd", Factorization: f, Participation: p, Epsilon: eps, Delta: delta}
+		req := ReleaseRequest{Mechanism: "dpsgd", Strategy: f, Participation: p, Epsilon: eps, Delta: delta}
 		sigma, epsOf := accountant.GaussianSigma, accountant.GaussianEpsilon
 		if exact {
 			req.Lattice = &Lattice{EncoderBits: 0, GridBits: 20, NormGrid: 1 << 20}
@@ -91,7 +91,7 @@ func TestReleasePlanLatticeSensitivity(t *testing.T) {
 	schema, _ := p.Schema()
 	f := buildFactorization(t, "tree-online", 8, schema)
 	m, _ := f.Encoder.Dims()
-	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Factorization: f, Participation: p, Epsilon: 1, Delta: 1e-6,
+	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Strategy: f, Participation: p, Epsilon: 1, Delta: 1e-6,
 		Lattice: &Lattice{EncoderError: 0x1p-30}})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestParticipationAdmit(t *testing.T) {
 		}
 	}
 	schema, _ := p.Schema()
-	plan, err := PlanRelease(ReleaseRequest{Mechanism: "dpsgd", Factorization: buildFactorization(t, "dpsgd", 6, schema), Participation: p, Epsilon: 1, Delta: 1e-6})
+	plan, err := PlanRelease(ReleaseRequest{Mechanism: "dpsgd", Strategy: buildFactorization(t, "dpsgd", 6, schema), Participation: p, Epsilon: 1, Delta: 1e-6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func ExamplePlanRelease() {
 	spec, _ := mfnoise.ParseMechanism("tree-online")
 	w, _ := mfnoise.PrefixSum(16)
 	f, _ := mfnoise.Build(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
-	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Factorization: f, Participation: p, Epsilon: 2, Delta: 1e-6})
+	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Strategy: f, Participation: p, Epsilon: 2, Delta: 1e-6})
 	if err != nil {
 		fmt.Println(err)
 		return
