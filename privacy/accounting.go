@@ -117,11 +117,11 @@ func (c Composition) Rate() float64 {
 func (c Composition) Epsilon(acct accountant.Accountant, sigma float64, steps int, delta float64) (float64, error) {
 	ev, err := c.Event(sigma, steps)
 	if err != nil {
-		return 0, fmt.Errorf("privacy: accounting: %w", err)
+		return 0, accountingError("accounting", err)
 	}
 	e, err := acct.Epsilon(ev, delta)
 	if err != nil {
-		return 0, fmt.Errorf("privacy: accounting: %w", err)
+		return 0, accountingError("accounting", err)
 	}
 	return e, nil
 }
@@ -140,11 +140,19 @@ func (c Composition) Calibrate(ctx context.Context, acct accountant.Accountant, 
 // choice) at target eps: a *Refusal (RuleBudget) when no noise multiplier
 // meets the target.
 func calibrationError(what string, eps float64, err error) error {
-	if errors.Is(err, accountant.ErrInfeasible) {
-		return &Refusal{Rule: RuleBudget, Reason: fmt.Sprintf("%s for epsilon %g: %v", what, eps, err), Err: err}
-	}
 	if what == "calibrating sigma" {
-		return fmt.Errorf("privacy: calibrating sigma for epsilon %g: %w", eps, err)
+		what = fmt.Sprintf("calibrating sigma for epsilon %g", eps)
+	}
+	return accountingError(what, err)
+}
+
+// accountingError is the error of the accounting step what: a *Refusal
+// (RuleBudget) when the accountant finds the target infeasible (no noise
+// multiplier meets it, or no finite epsilon holds at that delta), else
+// the accountant's error in context.
+func accountingError(what string, err error) error {
+	if errors.Is(err, accountant.ErrInfeasible) {
+		return &Refusal{Rule: RuleBudget, Reason: what + ": " + err.Error(), Err: err}
 	}
 	return fmt.Errorf("privacy: %s: %w", what, err)
 }

@@ -398,7 +398,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	}
 	ev, err := p.composition.Event(p.NoiseMultiplier, n)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: accounting: %w", err)
+		return nil, nil, accountingError("accounting", err)
 	}
 	params := map[string]any{
 		"mechanism": p.Mechanism, "workload": p.Workload, "sampling": string(p.Sampling), "schema": p.Schema.String(),
@@ -411,7 +411,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		params["users"], params["examples_per_user_per_step"], params["user_mean"] = m, p.UserBound.Examples, p.UserBound.Mean
 	}
 	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, accountant.ZeroOut, params, as...); err != nil {
-		return nil, nil, fmt.Errorf("privacy: ledger: %w", err)
+		return nil, nil, accountingError("ledger", err)
 	}
 	p.Ledger.Unit = string(p.Unit)
 	return p, s, nil

@@ -239,7 +239,7 @@ func (p *ReleasePlan) EpsilonSpent(ctx context.Context, t int) (float64, error) 
 		eps, err = accountant.GaussianEpsilon(p.NoiseMultiplier*p.Sensitivity.Value/s, p.Delta)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("privacy: ledger: %w", err)
+		return 0, accountingError("ledger", err)
 	}
 	return min(eps, p.Epsilon), nil
 }

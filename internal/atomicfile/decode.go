@@ -122,7 +122,7 @@ func checkLengths(data []byte) error {
 // a corruption error of their own.
 func Reason(err error) string {
 	if ce, ok := err.(*CorruptError); ok {
-		return ce.Reason
+		return ce.detail()
 	}
 	return err.Error()
 }
