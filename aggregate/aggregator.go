@@ -212,95 +212,104 @@ func (a *Aggregator) fingerprint() []byte {
 	return b
 }
 
+// load creates the store's buckets and initial state if it is new, then
+// restores the aggregator from it.
 func (a *Aggregator) load() error {
 	fp := a.fingerprint()
-	err := a.db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketContributors, bucketReleases, bucketSteps, bucketEncoded} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		if meta.Get(keyConfig) != nil {
-			return nil
-		}
-		st, err := a.noiseState()
-		if err != nil {
-			return err
-		}
-		a.open = newOpen(0, a.dim, a.exact != nil)
-		mb, err := privacy.EncodeStrategy(a.cfg.Mechanism.Strategy())
-		if err != nil {
-			return err
-		}
-		if err := meta.Put(keyMech, seal(mb)); err != nil {
-			return err
-		}
-		if err := meta.Put(keyMechName, seal([]byte(a.cfg.Mechanism.Name()))); err != nil {
-			return err
-		}
-		for _, kv := range []struct{ k, v []byte }{
-			{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
-			{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},
-		} {
-			if err := meta.Put(kv.k, kv.v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.initStore(tx, fp) }); err != nil {
 		return fmt.Errorf("aggregate: initializing store: %w", err)
 	}
-	return a.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		stored, err := unseal("config", meta.Get(keyConfig))
+	return a.db.View(func(tx *bolt.Tx) error { return a.restore(tx, fp) })
+}
+
+// initStore creates the buckets and, in a new store, writes the
+// fingerprint fp, the mechanism, the noise state and the empty first step.
+func (a *Aggregator) initStore(tx *bolt.Tx, fp []byte) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketContributors, bucketReleases, bucketSteps, bucketEncoded} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	if meta.Get(keyConfig) != nil {
+		return nil
+	}
+	st, err := a.noiseState()
+	if err != nil {
+		return err
+	}
+	a.open = newOpen(0, a.dim, a.exact != nil)
+	mb, err := privacy.EncodeStrategy(a.cfg.Mechanism.Strategy())
+	if err != nil {
+		return err
+	}
+	if err := meta.Put(keyMech, seal(mb)); err != nil {
+		return err
+	}
+	if err := meta.Put(keyMechName, seal([]byte(a.cfg.Mechanism.Name()))); err != nil {
+		return err
+	}
+	for _, kv := range []struct{ k, v []byte }{
+		{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
+		{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},
+	} {
+		if err := meta.Put(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restore reads the aggregator's state from the store, refusing a store
+// made with another configuration than fingerprint fp.
+func (a *Aggregator) restore(tx *bolt.Tx, fp []byte) error {
+	meta := tx.Bucket(bucketMeta)
+	stored, err := unseal("config", meta.Get(keyConfig))
+	if err != nil {
+		return err
+	}
+	if string(stored) != string(fp) {
+		return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
+	}
+	st, err := unseal("noise state", meta.Get(keyNoise))
+	if err != nil {
+		return err
+	}
+	if a.exact != nil {
+		err = a.exact.noise.UnmarshalBinary(st)
+	} else {
+		err = a.noise.UnmarshalBinary(st)
+	}
+	if err != nil {
+		return fmt.Errorf("aggregate: restoring noise state: %w", err)
+	}
+	if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim, a.exact != nil); err != nil {
+		return err
+	}
+	if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
+		return err
+	}
+	if a.cnt, err = decodeCounters(meta.Get(keyCounters)); err != nil {
+		return err
+	}
+	a.released = a.open.released
+	if a.exact != nil {
+		if err := a.exact.load(tx, a.released); err != nil {
+			return err
+		}
+	} else if a.noise.Step() != a.released {
+		return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
+	}
+	return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
+		s, err := decodeSteps(v)
 		if err != nil {
 			return err
 		}
-		if string(stored) != string(fp) {
-			return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
-		}
-		st, err := unseal("noise state", meta.Get(keyNoise))
-		if err != nil {
-			return err
-		}
-		if a.exact != nil {
-			err = a.exact.noise.UnmarshalBinary(st)
-		} else {
-			err = a.noise.UnmarshalBinary(st)
-		}
-		if err != nil {
-			return fmt.Errorf("aggregate: restoring noise state: %w", err)
-		}
-		if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim, a.exact != nil); err != nil {
-			return err
-		}
-		if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
-			return err
-		}
-		if a.cnt, err = decodeCounters(meta.Get(keyCounters)); err != nil {
-			return err
-		}
-		a.released = a.open.released
-		if a.exact != nil {
-			if err := a.exact.load(tx, a.released); err != nil {
-				return err
-			}
-		} else if a.noise.Step() != a.released {
-			return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
-		}
-		return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
-			s, err := decodeSteps(v)
-			if err != nil {
-				return err
-			}
-			a.contributors[string(k)] = s
-			return nil
-		})
+		a.contributors[string(k)] = s
+		return nil
 	})
 }
 
@@ -488,6 +497,29 @@ func (a *Aggregator) addBatch(batch []*op) {
 		}
 		return
 	}
+	results, updated, cnt := a.applyBatch(batch)
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.storeBatch(tx, updated, cnt) }); err != nil {
+		err = a.fail(err)
+		for _, o := range batch {
+			o.done <- opResult{err: err}
+		}
+		return
+	}
+	a.batches.Add(1)
+	maps.Copy(a.contributors, updated)
+	a.cnt = cnt
+	a.mu.Lock()
+	a.snap.cnt = cnt
+	a.mu.Unlock()
+	for i, o := range batch {
+		o.done <- results[i]
+	}
+}
+
+// applyBatch checks each contribution of the batch against the rules and
+// adds the admitted ones to the open step: their results, the
+// contributors' updated steps and the counters after the batch.
+func (a *Aggregator) applyBatch(batch []*op) ([]opResult, map[string][]int, counters) {
 	t := a.released + 1
 	results := make([]opResult, len(batch))
 	updated := map[string][]int{}
@@ -525,39 +557,27 @@ func (a *Aggregator) addBatch(batch []*op) {
 		}
 		results[i].step = t
 	}
-	err := a.db.Update(func(tx *bolt.Tx) error {
-		meta, cb := tx.Bucket(bucketMeta), tx.Bucket(bucketContributors)
-		if len(updated) > 0 {
-			if err := meta.Put(keyOpen, a.open.encode()); err != nil {
-				return err
-			}
-		}
-		if err := meta.Put(keyCounters, cnt.encode()); err != nil {
+	return results, updated, cnt
+}
+
+// storeBatch makes a batch durable in tx: the open step, the counters and
+// the contributors' steps.
+func (a *Aggregator) storeBatch(tx *bolt.Tx, updated map[string][]int, cnt counters) error {
+	meta, cb := tx.Bucket(bucketMeta), tx.Bucket(bucketContributors)
+	if len(updated) > 0 {
+		if err := meta.Put(keyOpen, a.open.encode()); err != nil {
 			return err
 		}
-		for id, steps := range updated {
-			if err := cb.Put([]byte(id), encodeSteps(steps)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		err = a.fail(err)
-		for _, o := range batch {
-			o.done <- opResult{err: err}
-		}
-		return
 	}
-	a.batches.Add(1)
-	maps.Copy(a.contributors, updated)
-	a.cnt = cnt
-	a.mu.Lock()
-	a.snap.cnt = cnt
-	a.mu.Unlock()
-	for i, o := range batch {
-		o.done <- results[i]
+	if err := meta.Put(keyCounters, cnt.encode()); err != nil {
+		return err
 	}
+	for id, steps := range updated {
+		if err := cb.Put([]byte(id), encodeSteps(steps)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkRules enforces the planner's participation rule for a contribution
@@ -592,7 +612,9 @@ func rejectReason(rule privacy.Rule) error {
 	return ErrRejected
 }
 
-// commit closes the open step.
+// commit closes the open step: it computes the release (exactly, or on
+// the float path), then makes the release, the noise state and the empty
+// next step durable in one transaction.
 func (a *Aggregator) commit() (*Release, error) {
 	if a.failed != nil {
 		return nil, a.failed
@@ -605,85 +627,21 @@ func (a *Aggregator) commit() (*Release, error) {
 	// sensitivity, which the calibration made <= the budget.
 	var rel []float64
 	var puts, dels []storedVec
+	var err error
 	if a.exact != nil {
-		theta, p, d, err := a.exact.commit(t, a.open.acci)
-		if err != nil {
-			return nil, a.fail(err)
-		}
-		puts, dels = p, d
-		// theta_t = (B Y)_t is the mechanism workload's value: the
-		// prefix sum, or for momentum sum_{i<=t} m_i (m_t = theta_t -
-		// theta_{t-1}); the window subtracts P_{t-W} below.
-		rel = slices.Clone(theta)
-		if a.cfg.Workload.Kind == Momentum {
-			for i := range rel {
-				rel[i] -= a.state[i]
-			}
-		}
-		copy(a.state, theta)
+		rel, puts, dels, err = a.releaseExact(t)
 	} else {
-		if err := a.noise.Next(a.noiseBuf); err != nil {
-			return nil, a.fail(err)
-		}
-		y := a.open.acc
-		for i, w := range a.noiseBuf {
-			y[i] += a.noiseStd * float64(w)
-		}
-		switch a.cfg.Workload.Kind {
-		case PrefixSum, Window:
-			for i, v := range y {
-				a.state[i] += v
-			}
-		case Momentum:
-			for i, v := range y {
-				a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
-			}
-		}
-		rel = slices.Clone(a.state)
+		rel, err = a.releaseFloat()
+	}
+	if err != nil {
+		return nil, a.fail(err)
 	}
 	noiseState, err := a.noiseState()
 	if err != nil {
 		return nil, a.fail(err)
 	}
 	open := newOpen(t, a.dim, a.exact != nil)
-	err = a.db.Update(func(tx *bolt.Tx) error {
-		meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
-		for _, p := range puts {
-			if err := tx.Bucket(p.bucket).Put(p.key, p.body); err != nil {
-				return err
-			}
-		}
-		for _, d := range dels {
-			if err := tx.Bucket(d.bucket).Delete(d.key); err != nil {
-				return err
-			}
-		}
-		if rb.Get(stepKey(t)) != nil {
-			return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
-		}
-		rec := appendFloats(nil, rel)
-		if a.cfg.Workload.Kind == Window {
-			if back := t - a.cfg.Workload.Window; back >= 1 {
-				old := make([]float64, 2*a.dim)
-				if err := decodeVec(fmt.Sprintf("release %d", back), rb.Get(stepKey(back)), old); err != nil {
-					return err
-				}
-				for i := range rel {
-					rel[i] -= old[a.dim+i]
-				}
-			}
-			rec = appendFloats(appendFloats(nil, rel), a.state)
-		}
-		for _, kv := range []struct{ k, v []byte }{
-			{keyNoise, seal(noiseState)}, {keyState, encodeVec(a.state)}, {keyOpen, open.encode()},
-		} {
-			if err := meta.Put(kv.k, kv.v); err != nil {
-				return err
-			}
-		}
-		return rb.Put(stepKey(t), seal(rec))
-	})
-	if err != nil {
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.storeRelease(tx, t, rel, noiseState, open, puts, dels) }); err != nil {
 		return nil, a.fail(err)
 	}
 	a.released, a.open = t, open
@@ -691,6 +649,91 @@ func (a *Aggregator) commit() (*Release, error) {
 	a.snap.released = t
 	a.mu.Unlock()
 	return a.newRelease(t, rel), nil
+}
+
+// releaseExact computes release t from the exact encoded sums: theta_t =
+// (B Y)_t is the mechanism workload's value (the prefix sum, or for
+// momentum sum_{i<=t} m_i, m_t = theta_t - theta_{t-1}); the window's
+// difference is taken in storeRelease. puts and dels are the exact path's
+// step sums and encoded rows to store and drop.
+func (a *Aggregator) releaseExact(t int) (rel []float64, puts, dels []storedVec, err error) {
+	theta, puts, dels, err := a.exact.commit(t, a.open.acci)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rel = slices.Clone(theta)
+	if a.cfg.Workload.Kind == Momentum {
+		for i := range rel {
+			rel[i] -= a.state[i]
+		}
+	}
+	copy(a.state, theta)
+	return rel, puts, dels, nil
+}
+
+// releaseFloat computes the release on the float path (tests only): the
+// open step's sum plus its noise, accumulated into the workload's state.
+func (a *Aggregator) releaseFloat() ([]float64, error) {
+	if err := a.noise.Next(a.noiseBuf); err != nil {
+		return nil, err
+	}
+	y := a.open.acc
+	for i, w := range a.noiseBuf {
+		y[i] += a.noiseStd * float64(w)
+	}
+	switch a.cfg.Workload.Kind {
+	case PrefixSum, Window:
+		for i, v := range y {
+			a.state[i] += v
+		}
+	case Momentum:
+		for i, v := range y {
+			a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
+		}
+	}
+	return slices.Clone(a.state), nil
+}
+
+// storeRelease writes release t in tx: the exact path's puts and dels,
+// the release (for a window, minus the prefix sum W steps back, which the
+// record keeps beside the release), the noise state, the workload's state
+// and the empty next step. rel becomes the released value.
+func (a *Aggregator) storeRelease(tx *bolt.Tx, t int, rel []float64, noiseState []byte, open openRecord, puts, dels []storedVec) error {
+	meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
+	for _, p := range puts {
+		if err := tx.Bucket(p.bucket).Put(p.key, p.body); err != nil {
+			return err
+		}
+	}
+	for _, d := range dels {
+		if err := tx.Bucket(d.bucket).Delete(d.key); err != nil {
+			return err
+		}
+	}
+	if rb.Get(stepKey(t)) != nil {
+		return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
+	}
+	rec := appendFloats(nil, rel)
+	if a.cfg.Workload.Kind == Window {
+		if back := t - a.cfg.Workload.Window; back >= 1 {
+			old := make([]float64, 2*a.dim)
+			if err := decodeVec(fmt.Sprintf("release %d", back), rb.Get(stepKey(back)), old); err != nil {
+				return err
+			}
+			for i := range rel {
+				rel[i] -= old[a.dim+i]
+			}
+		}
+		rec = appendFloats(appendFloats(nil, rel), a.state)
+	}
+	for _, kv := range []struct{ k, v []byte }{
+		{keyNoise, seal(noiseState)}, {keyState, encodeVec(a.state)}, {keyOpen, open.encode()},
+	} {
+		if err := meta.Put(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	return rb.Put(stepKey(t), seal(rec))
 }
 
 // epsAt is the epsilon spent by the first t releases, the planner's

@@ -11,6 +11,7 @@ import (
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
+	"gonum.org/v1/gonum/mat"
 )
 
 // The exact release (docs/math.md, "Exact arithmetic of the release").
@@ -86,19 +87,41 @@ type exactPath struct {
 // norm at most norm on their integer grids. Its noise is set by calibrate,
 // once the planner has accounted for the rounding (lattice).
 func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
+	name := cfg.Mechanism.Name()
 	c, b, err := cfg.Mechanism.Strategy().Matrices()
 	if err != nil {
-		return nil, fmt.Errorf("aggregate: mechanism %s: %w", cfg.Mechanism.Name(), err)
+		return nil, fmt.Errorf("aggregate: mechanism %s: %w", name, err)
 	}
-	m, n := c.Dims()
+	m, _ := c.Dims()
 	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
+	if err := e.quantizeEncoder(c, name); err != nil {
+		return nil, err
+	}
+	if err := e.readDecoder(b, name); err != nil {
+		return nil, err
+	}
+	if peak := e.livePeak(); int64(peak)*int64(dim)*8 > cfg.NoiseMemory {
+		need := int64(peak) * int64(dim) * 8
+		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
+			name, peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
+	}
+	e.setGrid(cfg, norm)
+	return e, nil
+}
+
+// quantizeEncoder puts C on the coarsest scale 2^-encBits on which every
+// entry is an integer (0 for 0/1 encoders such as trees and DP-SGD),
+// unless that needs entries above 2^40: then it rounds to max|c~| < 2^40.
+// Each entry moves by at most maxErr (at most half a unit; 0 when C is on
+// the scale): the planner bounds the sensitivity of the rounded encoder
+// with it (privacy.ReleasePlan.NoiseSensitivity). Row r is computed at
+// the step of its last nonzero column.
+func (e *exactPath) quantizeEncoder(c *mat.Dense, name string) error {
+	m, n := c.Dims()
 	maxC := maxAbsDense(c.RawMatrix().Data)
 	if !(maxC > 0) || math.IsInf(maxC, 0) {
-		return nil, invalidf("mechanism %s: encoder has no finite nonzero entry", cfg.Mechanism.Name())
+		return invalidf("mechanism %s: encoder has no finite nonzero entry", name)
 	}
-	// The coarsest scale 2^-encBits on which every entry of C is an
-	// integer (0 for 0/1 encoders such as trees and DP-SGD), unless that
-	// needs entries above 2^40: then round to max|c~| < 2^40.
 	_, exp := math.Frexp(maxC) // maxC < 2^exp
 	e.encBits = math.MinInt
 	for _, v := range c.RawMatrix().Data {
@@ -126,30 +149,43 @@ func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
 		e.rowStep[r] = max(last, 1)
 		e.rowsAt[e.rowStep[r]-1] = append(e.rowsAt[e.rowStep[r]-1], r)
 	}
-	maxB := maxAbsDense(b.RawMatrix().Data)
-	e.dec = make([][]dentry, n)
-	e.yLast = make([]int, m)
-	for t := range n {
-		for r, v := range b.RawRowView(t) {
-			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
-				continue
-			}
-			if e.rowStep[r] > t+1 {
-				return nil, invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
-					cfg.Mechanism.Name(), t+1, r+1, e.rowStep[r])
-			}
-			e.dec[t] = append(e.dec[t], dentry{r, v})
-			e.yLast[r] = t + 1
-		}
-	}
+	e.maxErr = maxErr
 	e.xLast = make([]int, n)
 	for r, row := range e.enc {
 		for _, ce := range row {
 			e.xLast[ce.col] = max(e.xLast[ce.col], e.rowStep[r])
 		}
 	}
-	// Peak of the live step sums and encoded rows, each D values of 8
-	// bytes (16 on disk for Y).
+	return nil
+}
+
+// readDecoder keeps the decoder's structural nonzeros by row, refusing a
+// decoder that reads an encoder row before it is computed (not causal).
+func (e *exactPath) readDecoder(b *mat.Dense, name string) error {
+	n, _ := b.Dims()
+	maxB := maxAbsDense(b.RawMatrix().Data)
+	e.dec = make([][]dentry, n)
+	e.yLast = make([]int, e.m)
+	for t := range n {
+		for r, v := range b.RawRowView(t) {
+			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
+				continue
+			}
+			if e.rowStep[r] > t+1 {
+				return invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
+					name, t+1, r+1, e.rowStep[r])
+			}
+			e.dec[t] = append(e.dec[t], dentry{r, v})
+			e.yLast[r] = t + 1
+		}
+	}
+	return nil
+}
+
+// livePeak is the peak number of live step sums and encoded rows, each D
+// values of 8 bytes (16 on disk for Y).
+func (e *exactPath) livePeak() int {
+	n := len(e.rowsAt)
 	live, peak := 0, 0
 	xEnd, yEnd := make([]int, n+2), make([]int, n+2)
 	for t := 1; t <= n; t++ {
@@ -162,25 +198,20 @@ func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
 		peak = max(peak, live)
 		live -= xEnd[t] + yEnd[t]
 	}
-	if need := int64(peak) * int64(dim) * 8; need > cfg.NoiseMemory {
-		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
-			cfg.Mechanism.Name(), peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
-	}
+	return peak
+}
 
-	// The grid: rounding a coordinate moves it by at most 1/2 grid unit,
-	// so the norm grows by at most sqrt(Dim)/2 units, at most 2^-15 of the
-	// record norm's 2^gridBits units with this choice.
+// setGrid lays records of norm at most norm on the grid: rounding a
+// coordinate moves it by at most 1/2 grid unit, so the norm grows by at
+// most sqrt(Dim)/2 units, at most 2^-15 of the record norm's 2^gridBits
+// units with this choice.
+func (e *exactPath) setGrid(cfg Config, norm float64) {
 	e.gridBits = min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(cfg.Dim)))))+14))
 	e.scale = math.Ldexp(1/cfg.Clip, e.gridBits)
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
 	e.normGrid = math.Sqrt(float64(e.norm2Max)) * (1 + 0x1p-40)
-	// Each entry of C moved by at most maxErr (at most half a unit; 0
-	// when C is on the scale): the planner bounds the sensitivity of the
-	// rounded encoder with it (privacy.ReleasePlan.NoiseSensitivity).
-	e.maxErr = maxErr
 	e.unit = 1 / (math.Ldexp(1, e.encBits) * e.scale)
-	return e, nil
 }
 
 // lattice is the rounding of the exact path, for the planner.
