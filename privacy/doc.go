@@ -52,8 +52,8 @@
 // # Refusals
 //
 // Every refusal is a *Refusal: the Rule that refused (RuleCompatible,
-// RuleAmplification, RuleBands, RuleBudget, RuleSeed, RuleParticipation-
-// Limit, ...) and the Reason. It matches ErrRefused (and ErrIncompatible or
+// RuleAmplification, RuleBands, RuleBudget, RuleSeed, RuleSeparation, ...)
+// and the Reason. It matches ErrRefused (and ErrIncompatible or
 // ErrWeakSeed for those rules), so command lines and services branch with
 // errors.As on the type and the rule, never on the text; bad arguments
 // match dpcore.ErrInvalid instead.
