@@ -62,21 +62,21 @@ func NewFactorizationMechanism(name string, f *mfnoise.Factorization, schema mfn
 	return &FactorizationMechanism{name: name, f: f, schema: schema, sens: sens}, nil
 }
 
-// BuildMechanism builds the mechanism named by spec (any kind of
-// mfnoise.Build: dpsgd, tree-online, tree-full, bandmf:BANDS, ...) for
-// workload w and the schema.
-func BuildMechanism(ctx context.Context, spec mfnoise.MechanismSpec, w mfnoise.Workload, schema mfnoise.Schema) (*FactorizationMechanism, error) {
+// BuildMechanism builds mechanism m (e.g. parsed by privacy.ParseMechanism:
+// dpsgd, tree-online, tree-full, bandmf:BANDS, ...) densely for workload w
+// and the schema.
+func BuildMechanism(ctx context.Context, m mfnoise.Mechanism, w mfnoise.Workload, schema mfnoise.Schema) (*FactorizationMechanism, error) {
 	// The dense encoder and decoder (m x n each, m <= 2n for trees) are
 	// the largest allocation; refuse sizes that cannot fit.
 	if need := 4 * 8 * int64(w.N) * int64(w.N); w.N > 0 && need > maxMechanismBytes {
 		return nil, fmt.Errorf("aggregate: %w: horizon %d needs about %.1f GiB for the mechanism's dense encoder and decoder (limit %.0f GiB)",
 			ErrInvalidConfig, w.N, float64(need)/(1<<30), float64(maxMechanismBytes)/(1<<30))
 	}
-	f, err := mfnoise.Build(ctx, spec, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(ctx, m, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
-	return NewFactorizationMechanism(spec.String(), f, schema)
+	return NewFactorizationMechanism(m.String(), f, schema)
 }
 
 // maxMechanismBytes bounds the dense matrices BuildMechanism will make.

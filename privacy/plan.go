@@ -275,32 +275,31 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 
 	samp := r.Sampling
 	if samp == SamplingAuto {
-		samp = st.Sampling()
+		samp = samplingFor(st)
 	}
 	p.Sampling = samp
 
 	var prebuilt *mfnoise.Factorization
-	if auto, toeplitzOnly := autoBands(mech); auto {
+	if auto, ok := mech.(mfnoise.AutoBanded); ok && st.AutoBands {
 		if samp != SamplingBandPoisson {
 			return nil, nil, refusef("%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, samp)
 		}
 		if !(r.Epsilon > 0) {
 			return nil, nil, refusef("%s needs a target epsilon to compare band counts", mech)
 		}
-		sel, built, err := chooseBands(ctx, acct, r, delta, w, toeplitzOnly)
+		// A banded Toeplitz encoder's proxies are its own losses; any other
+		// family's finalists are built and rescored.
+		_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
+		sel, built, err := chooseBands(ctx, acct, r, delta, w, auto, toeplitzOnly)
 		if err != nil {
 			return nil, nil, err
 		}
 		p.BandTable = sel
 		bands := sel.Chosen().Bands
-		switch {
-		case bands == 1:
-			mech = DPSGD{}
-		case toeplitzOnly:
-			mech = Toeplitz{Spec: mfnoise.MechanismSpec{Name: fmt.Sprintf("%s:%d", mfnoise.KindToeplitz, bands), Kind: mfnoise.KindToeplitz, Bands: bands, Stamps: 1}}
-		default:
-			mech = BandMF{Bands: bands}
-			prebuilt = built[bands]
+		if bands == 1 {
+			mech = mfnoise.DPSGD{}
+		} else {
+			mech, prebuilt = auto.WithBands(bands), built[bands]
 		}
 		st = mech.Structure()
 	}
@@ -308,7 +307,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if st.Bands > n {
 		return nil, nil, invalidf("%s has %d bands, more than the %d steps", mech, st.Bands, n)
 	}
-	if _, ok := mech.(BandMF); ok {
+	if _, ok := mech.(mfnoise.BandMF); ok {
 		p.Bands = st.Bands
 	}
 	partitions := r.Partitions
@@ -417,24 +416,17 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	return p, s, nil
 }
 
-// build makes the mechanism for workload w under the schema: the O(n)
-// strategy of a ToeplitzMechanism, else the dense factorization.
-func build(ctx context.Context, mech Mechanism, w mfnoise.Workload, schema dpcore.Schema, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (dpcore.Strategy, error) {
-	if tm, ok := mech.(ToeplitzMechanism); ok {
-		t, err := tm.BuildToeplitz(ctx, w, schema, opt)
-		if err != nil {
-			return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
-		}
-		return t.For(w)
-	}
+// build makes the mechanism's strategy for workload w under the schema,
+// or returns the one chooseBands built.
+func build(ctx context.Context, mech Mechanism, w dpcore.Workload, schema dpcore.Schema, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (dpcore.Strategy, error) {
 	if prebuilt != nil {
 		return prebuilt, nil
 	}
-	f, err := mech.Factorize(ctx, w, schema, opt)
+	s, err := mech.Build(ctx, w, schema, opt)
 	if err != nil {
 		return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
 	}
-	return f, nil
+	return s, nil
 }
 
 func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {
@@ -457,19 +449,6 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sample
 		return nil, fmt.Errorf("privacy: sampler: %w", err)
 	}
 	return s, nil
-}
-
-// autoBands reports whether the planner chooses mech's band count
-// (bandmf:auto, toeplitz:auto) and whether the choice is a banded Toeplitz
-// encoder.
-func autoBands(mech Mechanism) (auto, toeplitzOnly bool) {
-	switch m := mech.(type) {
-	case BandMF:
-		return m.Auto, false
-	case Toeplitz:
-		return m.Spec.Kind == mfnoise.KindToeplitz && m.Spec.AutoBands, true
-	}
-	return false, false
 }
 
 // proxyMargin is how far below its banded Toeplitz proxy a candidate's
@@ -495,11 +474,8 @@ const proxyMargin = 0.06
 // choice is made among those. Only the finalists are built; built holds
 // them by band count. Rows scored by a proxy are marked Proxy in the
 // table.
-func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w mfnoise.Workload, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
-	what := "bandmf:auto"
-	if toeplitzOnly {
-		what = "toeplitz:auto"
-	}
+func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
+	what := auto.String()
 	single := mfnoise.SingleParticipation()
 	var cands []accountant.BandCandidate
 	limit := min(r.Steps, r.Examples/r.Batch-1)
@@ -526,7 +502,7 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		if !row.Proxy || row.Err != "" || row.Score*(1-proxyMargin) > best {
 			continue
 		}
-		f, err := BandMF{Bands: row.Bands}.Factorize(ctx, w, single, r.Build)
+		f, err := mfnoise.BuildDense(ctx, auto.WithBands(row.Bands), w, single, r.Build)
 		if err != nil {
 			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
 		}
@@ -550,13 +526,13 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 // toeplitzLoss is the loss of the optimal bands-banded Toeplitz encoder for
 // w under single participation (DP-SGD for one band), at its
 // per-participation sensitivity.
-func toeplitzLoss(ctx context.Context, w mfnoise.Workload, bands int, opt mfnoise.BuildOptions) (float64, error) {
-	spec := mfnoise.MechanismSpec{Name: fmt.Sprintf("%s:%d", mfnoise.KindToeplitz, bands), Kind: mfnoise.KindToeplitz, Bands: bands, Stamps: 1}
+func toeplitzLoss(ctx context.Context, w dpcore.Workload, bands int, opt mfnoise.BuildOptions) (float64, error) {
+	var m Mechanism = mfnoise.BandedToeplitz{Bands: bands}
 	if bands == 1 {
-		spec = mfnoise.MechanismSpec{Name: mfnoise.KindDPSGD, Kind: mfnoise.KindDPSGD, Stamps: 1}
+		m = mfnoise.DPSGD{}
 	}
-	single := mfnoise.SingleParticipation()
-	t, err := mfnoise.BuildToeplitz(ctx, spec, w, single, opt)
+	single := dpcore.SingleParticipation()
+	t, err := m.Build(ctx, w, single, opt)
 	if err != nil {
 		return 0, err
 	}
@@ -564,7 +540,7 @@ func toeplitzLoss(ctx context.Context, w mfnoise.Workload, bands int, opt mfnois
 	if err != nil {
 		return 0, err
 	}
-	return t.LossAt(w, sens.Value)
+	return dpcore.LossAt(t, sens.Value)
 }
 
 // EpsilonAfter is the epsilon spent after the first t steps. Amplified

@@ -192,7 +192,7 @@ type Config struct {
 // from the optimizer, and an evaluation every fifth of the run.
 func (c *Config) Defaults() {
 	if c.Mechanism == nil && !c.NonPrivate {
-		c.Mechanism = privacy.DPSGD{}
+		c.Mechanism = privacy.DefaultMechanism()
 	}
 	if c.ClipNorm == 0 {
 		c.ClipNorm = 1

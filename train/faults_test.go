@@ -87,7 +87,7 @@ func sameParams(t *testing.T, a, b []float32, what string) {
 // and checkpoints every 4.
 func faultConfig(t testing.TB, dir string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = privacy.BandMF{Bands: 4}, 30, 0.9, 0.1
+	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, 30, 0.9, 0.1
 	cfg.EvalEvery, cfg.Accountant = 5, privacy.RDP // RDP plans in milliseconds
 	cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
 	cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
@@ -241,7 +241,7 @@ func TestBuildProgressAndCachedFactorizationAreReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mech := range []privacy.Mechanism{privacy.MFSingle{}, toeplitz} {
+	for _, mech := range []privacy.Mechanism{mfnoise.MFSingle{}, toeplitz} {
 		kind := mech.String() // progress names toeplitz's band count, e.g. toeplitz:4
 		cache := t.TempDir()
 		cfg := baseConfig(t)

@@ -44,7 +44,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wl := fs.String("workload", "prefix", "prefix or momentum")
 	beta := fs.Float64("momentum", 0.95, "momentum (with -workload momentum)")
 	cool := fs.Float64("cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+mfnoise.MechanismNames)
+	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+privacy.MechanismNames())
 	var factFiles []string
 	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
 		factFiles = append(factFiles, path)
