@@ -177,9 +177,6 @@ type Config struct {
 	CacheDir string `json:"cache_dir,omitempty"`
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer `json:"-"`
-	// ProgressLog receives the progress lines of factorization building
-	// (nil: Log), so that a command can keep them apart from its results.
-	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`

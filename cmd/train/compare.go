@@ -18,7 +18,6 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
-	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -129,7 +128,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Optimizers report progress on stderr (a bar on a terminal); stdout
 	// carries only the table, JSON or CSV.
-	bp := train.NewBuildProgress(stderr, time.Second, terminal(stderr))
+	bp := newBuildProgress(stderr, time.Second, terminal(stderr))
 	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
 	if err != nil {
 		return err

@@ -187,11 +187,15 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
 	// Progress goes to standard error, terminal or not: the factorization
 	// building lines, and one line per evaluation; standard output keeps
-	// the results.
-	cfg.ProgressLog = stderr
+	// the results, the cached factorizations among them.
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
+	bp := newBuildProgress(stderr, progressEvery, cfg.Progress)
+	if bp != nil {
+		bp.cachedLog = log
+	}
+	ctx = bp.Attach(ctx)
 	curves := &runCurves{}
 	evalLines := newEvalProgress(stderr, cfg.Steps, cfg.Progress != nil)
 	cfg.OnStep = func(sm train.StepMetrics) {
