@@ -8,12 +8,11 @@ import (
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // ErrInvalid is wrapped by errors caused by bad arguments. It is
-// mfnoise.ErrInvalid, so one errors.Is check covers the libraries.
-var ErrInvalid = mfnoise.ErrInvalid
+// dpcore.ErrInvalid, so one errors.Is check covers the libraries.
+var ErrInvalid = dpcore.ErrInvalid
 
 // ErrRefused is wrapped when the planner refuses a combination of sampler,
 // mechanism, accounting or seed whose guarantee does not hold.

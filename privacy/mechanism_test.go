@@ -57,19 +57,19 @@ func TestParseMechanisms(t *testing.T) {
 // A caller's factorization for another number of steps is refused before
 // either workload matrix is built (n = 50000 would need 20 GB).
 func TestFactorizationChecksStepsFirst(t *testing.T) {
-	w, _ := mfnoise.PrefixSum(16)
+	w, _ := dpcore.PrefixSum(16)
 	f, err := mfnoise.DenseDPSGD(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, _ := mfnoise.PrefixSum(50000)
-	_, err = Factorization{Name: "mine", F: f}.Build(context.Background(), big, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	big, _ := dpcore.PrefixSum(50000)
+	_, err = Factorization{Name: "mine", F: f}.Build(context.Background(), big, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
 		t.Fatalf("err = %v", err)
 	}
 	// A verified band declaration travels with the factorization (Compare
 	// costs its noise as banded); the caller's value is not changed.
-	st, err := Factorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	st, err := Factorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	got, _ := st.(*mfnoise.Factorization)
 	if err != nil || got == nil || got.Meta.Bands != 1 || f.Meta.Bands != 0 {
 		t.Fatalf("bands %d (caller's %d), %v", got.Meta.Bands, f.Meta.Bands, err)

@@ -43,7 +43,7 @@ type Request struct {
 	// Workload is the map the optimizer applies to the gradient stream over
 	// Steps steps (optim.Optimizer.Workload). The zero value is prefix
 	// sums, which independent noise always uses.
-	Workload mfnoise.Workload
+	Workload dpcore.Workload
 	// Examples is m, the number of units sampled from: examples, or
 	// users when Unit is UnitUser.
 	Examples int
@@ -105,7 +105,7 @@ type Plan struct {
 	Bands       int                      `json:"bands,omitempty"`
 	Workload    string                   `json:"workload"`
 	Sampling    Sampling                 `json:"sampling"`
-	Schema      mfnoise.Schema           `json:"schema"`
+	Schema      dpcore.Schema            `json:"schema"`
 	Sensitivity dpcore.SensitivityResult `json:"sensitivity"`
 	// Accounting is what the sampler supports; Amplified says the plan
 	// claims amplification by sampling.
@@ -135,7 +135,7 @@ type Plan struct {
 	Ledger accountant.LedgerEntry `json:"ledger"`
 
 	mechanism Mechanism
-	workload  mfnoise.Workload
+	workload  dpcore.Workload
 	// strategy is the built mechanism, dense or O(n).
 	strategy    dpcore.Strategy
 	composition Composition
@@ -177,7 +177,7 @@ func (p *Plan) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
 
 // Factorization is the mechanism's dense factorization, for the code that
 // reads the encoder (the white-box audit): an O(n) mechanism's is built
-// here on demand, and refused above mfnoise.DenseStepLimit steps.
+// here on demand, and refused above dpcore.DenseStepLimit steps.
 func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
 	return mfnoise.Dense(p.strategy)
 }
@@ -262,7 +262,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	st := mech.Structure()
 	w := r.Workload
 	if w.N == 0 || st.Independent {
-		w, _ = mfnoise.PrefixSum(n)
+		w, _ = dpcore.PrefixSum(n)
 	}
 	if w.N != n {
 		return nil, nil, invalidf("workload over %d steps for a run of %d", w.N, n)
@@ -476,7 +476,7 @@ const proxyMargin = 0.06
 // table.
 func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
 	what := auto.String()
-	single := mfnoise.SingleParticipation()
+	single := dpcore.SingleParticipation()
 	var cands []accountant.BandCandidate
 	limit := min(r.Steps, r.Examples/r.Batch-1)
 	for b := 1; b <= limit; b *= 2 {

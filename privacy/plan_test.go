@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestOwnFactorizationPlugsIn(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 100, 16
-	w, _ := mfnoise.PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	id, err := mfnoise.DenseDPSGD(w)
 	if err != nil {
 		t.Fatal(err)
