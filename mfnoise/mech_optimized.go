@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -31,7 +32,7 @@ func (m MFSingle) Build(ctx context.Context, w Workload, schema Schema, opt Buil
 // BuildBlock optimizes for w0 (through the cache).
 func (m MFSingle) BuildBlock(ctx context.Context, w0 Workload, _ Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	key := ProblemKey{Kind: "mf-single", Stamps: 1}
-	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeSingle(ctx, w, o)
 	})
 	return f, nil, err
@@ -62,7 +63,7 @@ func (m MFKB) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt Bu
 		k0 := (w0.N + schema.B - 1) / schema.B
 		key.Schema = Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
 	}
-	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeKB(ctx, w, key.Schema, o)
 	})
 	return f, nil, err
@@ -117,7 +118,7 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt 
 		return nil, nil, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, bandedStopGap(opt.Optimize), func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeBanded(ctx, w, bands, o)
 	})
 	return f, nil, err
@@ -149,9 +150,10 @@ func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
 }
 
 // optimized runs an optimizer for workload w through opt.Cache (key with
-// w) and under the context's BuildTrace (reported as label).
-func optimized(ctx context.Context, name, label string, key ProblemKey, w Workload, opt BuildOptions,
-	run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)) (*Factorization, error) {
+// w) and under the context's BuildTrace (reported as label, stopping at the
+// relative gap stop).
+func optimized(ctx context.Context, name, label string, key ProblemKey, w Workload, opt BuildOptions, stop float64,
+	run func(ctx context.Context, w Workload, o *optimize.Settings) (*OptimizeResult, error)) (*Factorization, error) {
 	if opt.Optimize != nil {
 		key.Gap = opt.Optimize.Gap
 	}
@@ -159,7 +161,7 @@ func optimized(ctx context.Context, name, label string, key ProblemKey, w Worklo
 	tr := buildTraceFrom(ctx)
 	produce := func(ctx context.Context) (*Factorization, error) {
 		var res *OptimizeResult
-		err := tr.optimize(label, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+		err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) error {
 			var err error
 			res, err = run(ctx, w, withProgress(opt.Optimize, progress))
 			return err

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // roundSig rounds v to d significant digits.
@@ -98,7 +100,7 @@ func TestMultiEpochTable1MFSingle(t *testing.T) {
 	w, _ := PrefixSum(2000)
 	sc, _ := KBParticipation(20, 100)
 	specs := named(t, "mf-single,mf-single/s2")
-	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &OptimizeSettings{Gap: 1e-8}})
+	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &optimize.Settings{Gap: 1e-8}})
 	if err != nil {
 		t.Fatal(err)
 	}

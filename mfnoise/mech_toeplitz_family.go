@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // DenseStepLimit is the largest n for which mechanisms without Toeplitz
@@ -205,21 +206,21 @@ func toeplitzCost(s dpcore.Strategy) (float64, string) {
 	return float64(t.Toeplitz.NoiseMemoryPerCoord()), "O(b d)"
 }
 
-// optimizedToeplitz runs optimize (OptimizeToeplitz with size bands,
+// optimizedToeplitz runs run (OptimizeToeplitz with size bands,
 // OptimizeBLT with size buffers) for workload ow under the schema, through
 // opt.Cache and under the context's BuildTrace, and checks that the result
 // serves n steps.
 func optimizedToeplitz(ctx context.Context, name, kind string, size int,
-	optimize func(context.Context, Workload, Schema, int, *ToeplitzSettings) (*ToeplitzResult, error),
+	run func(context.Context, Workload, Schema, int, ToeplitzProblem, *optimize.Settings) (*ToeplitzResult, error),
 	ow Workload, n int, schema Schema, opt BuildOptions) (*Toeplitz, error) {
 	key := ProblemKey{Kind: kind, Workload: ow, Schema: schema, Bands: size, Stamps: 1}
 	tr := buildTraceFrom(ctx)
 	label := kind + ":" + strconv.Itoa(size) // e.g. toeplitz:8, blt:4
 	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
 		var res *ToeplitzResult
-		err := tr.optimize(label, ow.N, 0, func(progress func(OptimizeProgress)) error {
+		err := tr.optimize(label, ow.N, 0, func(progress func(optimize.Progress)) error {
 			var err error
-			res, err = optimize(ctx, ow, schema, size, &ToeplitzSettings{Progress: progress})
+			res, err = run(ctx, ow, schema, size, ToeplitzProblem{}, &optimize.Settings{Progress: progress})
 			return err
 		})
 		if err != nil {

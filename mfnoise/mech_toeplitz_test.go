@@ -363,17 +363,17 @@ func TestToeplitzBadInput(t *testing.T) {
 		{"zero n", func() error { _, err := SqrtToeplitz(0); return err }()},
 		{"blt 0", func() error {
 			w, _ := PrefixSum(10)
-			_, err := OptimizeBLT(context.Background(), w, SingleParticipation(), 0, nil)
+			_, err := OptimizeBLT(context.Background(), w, SingleParticipation(), 0, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"cooldown", func() error {
 			w, _ := MomentumWorkload(10, 0.9, CooldownSchedule(10, 0.5, 0.05))
-			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 3, nil)
+			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 3, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"toeplitz work", func() error {
 			w, _ := PrefixSum(1 << 22)
-			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 1<<12, nil)
+			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 1<<12, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"unbounded horizon", func() error {

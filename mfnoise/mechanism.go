@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -83,7 +84,7 @@ type BuildOptions struct {
 	Cache *Cache
 	// Optimize tunes the optimizers (mf-single, mf-kb, bandmf); nil means
 	// their defaults.
-	Optimize *OptimizeSettings
+	Optimize *optimize.Settings
 }
 
 // BuildDense builds m's dense factorization: a Blocked mechanism's block

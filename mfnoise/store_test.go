@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
@@ -262,7 +264,7 @@ func ExampleCache_GetOrBuild() {
 	w, _ := PrefixSum(128)
 	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
 	build := func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: key.Gap})
+		r, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
 		if err != nil {
 			return nil, err
 		}
