@@ -6,7 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
@@ -73,7 +72,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 		t.Fatal(err)
 	}
 	claimed = 2
-	sigma, err := accountant.GaussianSigma(claimed, delta)
+	sigma, err := privacy.GaussianSigma(claimed, delta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +152,7 @@ func TestAuditCatchesSensitivityForTheWrongParticipation(t *testing.T) {
 	for _, mech := range []string{"tree-online", "tree-full", "mf-single"} {
 		claimed, ok, okGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1})
 		_, bug, bugGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1, singleSens: true})
-		sigma, _ := accountant.GaussianSigma(claimed, 1e-5)
+		sigma, _ := privacy.GaussianSigma(claimed, 1e-5)
 		mu := 1 / sigma
 		t.Logf("%s: correct: eps >= %.3f, mu >= %.3f; single-participation sensitivity: eps >= %.3f, mu >= %.3f (claims eps %.2f, mu %.3f)",
 			mech, ok.EpsilonLowerBound, okGDP.MuLowerBound, bug.EpsilonLowerBound, bugGDP.MuLowerBound, claimed, mu)

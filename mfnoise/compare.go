@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -177,18 +176,20 @@ func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
 	return float64(n0), "O(n d)"
 }
 
-// prefixedError adds context to an error of this package keeping a single
-// "mfnoise: " prefix: "mfnoise: compare x: invalid argument: ...", not
-// "mfnoise: compare x: mfnoise: invalid argument: ...". errors.Is and As
-// see the wrapped error.
+// prefixedError adds context to an error keeping a single "mfnoise: "
+// prefix: "mfnoise: compare x: ...", not "mfnoise: compare x: mfnoise:
+// ...", by reading the reason of this package's structured errors
+// (dpcore.Within). errors.Is and As see the wrapped error.
 type prefixedError struct {
-	msg string
-	err error
+	context string
+	err     error
 }
 
-func (e *prefixedError) Error() string { return e.msg }
-func (e *prefixedError) Unwrap() error { return e.err }
+func (e *prefixedError) Error() string   { return "mfnoise: " + e.Reason() }
+func (e *prefixedError) Reason() string  { return e.context + ": " + dpcore.Within("mfnoise", e.err) }
+func (e *prefixedError) Package() string { return "mfnoise" }
+func (e *prefixedError) Unwrap() error   { return e.err }
 
 func prefixf(err error, format string, args ...any) error {
-	return &prefixedError{msg: "mfnoise: " + fmt.Sprintf(format, args...) + ": " + strings.TrimPrefix(err.Error(), "mfnoise: "), err: err}
+	return &prefixedError{context: fmt.Sprintf(format, args...), err: err}
 }

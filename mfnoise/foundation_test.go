@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -38,7 +39,7 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad, _ := KBParticipation(2, 2)
-	if _, err := Sensitivity(eye, bad); !errors.Is(err, ErrInvalid) {
+	if _, err := Sensitivity(eye, bad); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("k*b < n accepted: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -128,10 +129,10 @@ func TestCompareNamesFailingMechanism(t *testing.T) {
 		t.Fatalf("error %v does not name the failing mechanism", err)
 	}
 	specs = named(t, "tree-full/s3")
-	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
+	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
 		t.Fatalf("3 stamps of 8 steps: %v", err)
 	}
-	if _, err := Compare(context.Background(), w, SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("empty list: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -147,33 +148,33 @@ func TestBadInput(t *testing.T) {
 	bad := []Workload{{Kind: PrefixSumKind, N: 0}, {Kind: PrefixSumKind, N: -3}, {Kind: "nope", N: 4},
 		{Kind: MomentumKind, N: 4, Momentum: 0.9, Schedule: Schedule{Explicit: []float64{1, math.NaN(), 1, 1}}}}
 	for _, w := range bad {
-		if _, err := DenseDPSGD(w); !errors.Is(err, ErrInvalid) {
+		if _, err := DenseDPSGD(w); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("DenseDPSGD(%v): %v", w, err)
 		}
-		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("BinaryTree(%v): %v", w, err)
 		}
-		if _, err := DenseFFT(w, FFTOptimal); !errors.Is(err, ErrInvalid) {
+		if _, err := DenseFFT(w, FFTOptimal); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("DenseFFT(%v): %v", w, err)
 		}
-		if _, err := BuildDense(ctx, DPSGD{}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := BuildDense(ctx, DPSGD{}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("BuildDense(%v): %v", w, err)
 		}
 	}
 	w, _ := PrefixSum(10)
-	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, ErrInvalid) {
+	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown tree decoder: %v", err)
 	}
-	if _, err := DenseFFT(w, 9); !errors.Is(err, ErrInvalid) {
+	if _, err := DenseFFT(w, 9); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown FFT decoder: %v", err)
 	}
 	// k*b < n.
 	kb, _ := KBParticipation(2, 4)
 	specs := named(t, "tree-full")
-	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n accepted: %v", err)
 	}
-	if _, err := (BandMF{Bands: 11}).Build(ctx, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := (BandMF{Bands: 11}).Build(ctx, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("more bands than steps: %v", err)
 	}
 	// A singular block encoder (a zero column) is refused by the stamped
@@ -186,7 +187,7 @@ func TestBadInput(t *testing.T) {
 		}
 		return &Factorization{Workload: w0, Encoder: c, Decoder: a}, nil
 	}
-	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rank") {
+	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "rank") {
 		t.Errorf("singular encoder: %v", err)
 	}
 	nonFinite := func(w0 Workload) (*Factorization, error) {
@@ -197,7 +198,7 @@ func TestBadInput(t *testing.T) {
 		f.Encoder.Set(1, 1, math.Inf(1))
 		return f, nil
 	}
-	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, ErrInvalid) {
+	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("non-finite encoder: %v", err)
 	}
 }

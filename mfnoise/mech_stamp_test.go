@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -106,11 +107,11 @@ func TestStampRejectsBadInput(t *testing.T) {
 	w, _ := PrefixSum(10)
 	full := treeBuilder(TreeOptions{Decoder: TreeFull})
 	for _, s := range []int{0, -1, 3, 4} {
-		if _, err := Stamp(w, s, full, StampOptimal); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("%d stamps of 10 steps: err = %v, want ErrInvalid", s, err)
+		if _, err := Stamp(w, s, full, StampOptimal); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Fatalf("%d stamps of 10 steps: err = %v, want dpcore.ErrInvalid", s, err)
 		}
 	}
-	if _, err := Stamp(w, 2, full, StampDecoder(7)); !errors.Is(err, ErrInvalid) {
+	if _, err := Stamp(w, 2, full, StampDecoder(7)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("unknown decoder: %v", err)
 	}
 	// A block mechanism that returns the wrong size is refused.

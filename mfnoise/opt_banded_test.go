@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
-
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -142,8 +142,8 @@ func TestOptimizeBandedErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(10)
 	for _, b := range []int{0, -1, 11} {
-		if _, err := OptimizeBanded(ctx, w, b, nil); !errors.Is(err, ErrInvalid) {
-			t.Errorf("bands %d: %v, want ErrInvalid", b, err)
+		if _, err := OptimizeBanded(ctx, w, b, nil); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("bands %d: %v, want dpcore.ErrInvalid", b, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -7,8 +7,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
-
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -286,11 +286,11 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 func TestOptimizeKBErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(12)
-	if _, err := OptimizeKB(ctx, w, SingleParticipation(), nil); !errors.Is(err, ErrInvalid) {
+	if _, err := OptimizeKB(ctx, w, SingleParticipation(), nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("single schema: %v", err)
 	}
 	sc, _ := KBParticipation(2, 5)
-	if _, err := OptimizeKB(ctx, w, sc, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := OptimizeKB(ctx, w, sc, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n: %v", err)
 	}
 	sc, _ = KBParticipation(3, 4)

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
-
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -240,12 +240,12 @@ func postProcessLoss(t *testing.T, mw Workload, f *Factorization, sc Schema) flo
 
 func TestOptimizeSingleErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, ErrInvalid) {
-		t.Errorf("n = 0: %v, want ErrInvalid", err)
+	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("n = 0: %v, want dpcore.ErrInvalid", err)
 	}
 	w, _ := PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("negative gap: %v, want ErrInvalid", err)
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("negative gap: %v, want dpcore.ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -430,7 +430,7 @@ func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
 		"banded": func() (*OptimizeResult, error) { return OptimizeBanded(context.Background(), w, 8, nil) },
 	} {
 		_, err := run()
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
 			t.Errorf("%s: %v, want a refusal with the memory needed", name, err)
 		}
 	}

@@ -112,16 +112,16 @@ func TestCompareUserMechanism(t *testing.T) {
 	}
 	// Another number of steps than the workload's is refused.
 	w32, _ := PrefixSum(32)
-	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
+	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
 		t.Fatalf("16-step factorization for 32 steps: %v", err)
 	}
 	calls = 0
 	big, _ := PrefixSum(DenseStepLimit + 1)
 	_, err = Compare(context.Background(), big, SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
 		t.Fatalf("n = %d: err %v after %d Factorize calls", big.N, err, calls)
 	}
-	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("nil mechanism: %v", err)
 	}
 }

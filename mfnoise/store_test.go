@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
-
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
@@ -248,7 +248,7 @@ func TestNilCacheJustBuilds(t *testing.T) {
 	if builds != 2 {
 		t.Errorf("builds = %d", builds)
 	}
-	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, ErrInvalid) {
+	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("nil build: %v", err)
 	}
 }

@@ -4,13 +4,8 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments, so callers
-// can tell bad input from numerical failure with errors.Is. It is
-// dpcore.ErrInvalid, the one sentinel of the privacy stack.
-var ErrInvalid = dpcore.ErrInvalid
-
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("mfnoise: "+format, args...)
+	return dpcore.Invalid("mfnoise", format, args...)
 }
 
 // The workload and its learning-rate schedule are defined in package

@@ -1,7 +1,6 @@
 package privacy
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -9,12 +8,8 @@ import (
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
-// ErrIncompatible is wrapped by every refusal of CheckCompatible; such
-// errors also wrap ErrRefused.
-var ErrIncompatible = errors.New("incompatible sampler and mechanism")
-
 // CheckCompatible refuses a mechanism or accounting that sampler s does not
-// support; the error wraps ErrIncompatible (or ErrInvalid for bad arguments)
+// support; the error wraps ErrIncompatible (or dpcore.ErrInvalid for bad arguments)
 // and says why. The planner calls it before the first step.
 //
 // mechanismSchema is the schema the mechanism's sensitivity was computed for
@@ -86,7 +81,7 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 }
 
 func incompatiblef(format string, args ...any) error {
-	return fmt.Errorf("privacy: %w: %w: %s", ErrRefused, ErrIncompatible, fmt.Sprintf(format, args...))
+	return refuse(RuleCompatible, format, args...)
 }
 
 // describe names a sampler by its kind and parameters.

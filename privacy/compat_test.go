@@ -93,14 +93,14 @@ func TestCheckCompatible(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrIncompatible mentioning %q", tc.name, err, tc.refuse)
 		}
 	}
-	if err := CheckCompatible(fixed, kb(2, 100), 0, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("kb(2,100) over 400 steps: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(fixed, kb(2, 100), 0, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("kb(2,100) over 400 steps: err = %v, want dpcore.ErrInvalid", err)
 	}
-	if err := CheckCompatible(fixed, kb(4, 100), -1, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("bands = -1: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(fixed, kb(4, 100), -1, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("bands = -1: err = %v, want dpcore.ErrInvalid", err)
 	}
-	if err := CheckCompatible(nil, kb(4, 100), 0, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("nil sampler: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(nil, kb(4, 100), 0, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("nil sampler: err = %v, want dpcore.ErrInvalid", err)
 	}
 }
 

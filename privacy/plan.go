@@ -332,10 +332,10 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 		return mech, nil, nil
 	}
 	if p.Sampling != SamplingBandPoisson {
-		return nil, nil, refusef("%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, p.Sampling)
+		return nil, nil, refuse(RuleBands, "%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, p.Sampling)
 	}
 	if !(r.Epsilon > 0) {
-		return nil, nil, refusef("%s needs a target epsilon to compare band counts", mech)
+		return nil, nil, refuse(RuleBands, "%s needs a target epsilon to compare band counts", mech)
 	}
 	// A banded Toeplitz encoder's proxies are its own losses; any other
 	// family's finalists are built and rescored.
@@ -379,10 +379,10 @@ func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string
 	p.Accounting = s.Accounting()
 	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
 	if st.FixedOrderOnly && p.Sampling != SamplingFixedOrder {
-		return nil, nil, refusef("%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, p.Sampling, p.Schema)
+		return nil, nil, refuse(RuleSampling, "%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, p.Sampling, p.Schema)
 	}
 	if p.Amplified && st.Bands == 0 {
-		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, p.Sampling, mech)
+		return nil, nil, refuse(RuleAmplification, "%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, p.Sampling, mech)
 	}
 	// Unamplified sensitivity is computed for the sampler's own schema
 	// without relying on banding (bands 0); amplified accounting relies on
@@ -414,7 +414,7 @@ func (p *Plan) sensitivity(r Request) (string, error) {
 	}
 	sens, err := p.strategy.Sensitivity(p.Schema)
 	if err != nil {
-		return "", refusef("%s: sensitivity under %s cannot be computed: %v", p.mechanism, p.Schema, err)
+		return "", refuse(RuleSensitivity, "%s: sensitivity under %s cannot be computed: %v", p.mechanism, p.Schema, err)
 	}
 	p.Sensitivity = sens
 	method := "exact"
@@ -466,7 +466,7 @@ func (p *Plan) calibrate(ctx context.Context, r Request) error {
 func (p *Plan) writeLedger(r Request, as []string) error {
 	ev, err := p.composition.Event(p.NoiseMultiplier, p.steps)
 	if err != nil {
-		return fmt.Errorf("privacy: accounting: %w", err)
+		return accountingError("accounting", err)
 	}
 	params := map[string]any{
 		"mechanism": p.Mechanism, "workload": p.Workload, "sampling": string(p.Sampling), "schema": p.Schema.String(),
@@ -479,7 +479,7 @@ func (p *Plan) writeLedger(r Request, as []string) error {
 		params["users"], params["examples_per_user_per_step"], params["user_mean"] = r.Examples, p.UserBound.Examples, p.UserBound.Mean
 	}
 	if p.Ledger, err = accountant.NewLedgerEntry(p.acct, ev, p.Delta, accountant.ZeroOut, params, as...); err != nil {
-		return fmt.Errorf("privacy: ledger: %w", err)
+		return accountingError("ledger", err)
 	}
 	p.Ledger.Unit = string(p.Unit)
 	return nil
@@ -556,11 +556,11 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		cands = append(cands, accountant.BandCandidate{Bands: b, Loss: loss, Proxy: b > 1 && !toeplitzOnly})
 	}
 	if len(cands) == 0 {
-		return nil, nil, refusef("%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
+		return nil, nil, refuse(RuleBands, "%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
 	}
 	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+		return nil, nil, calibrationError(what, r.Epsilon, err)
 	}
 	if toeplitzOnly {
 		return &sel, nil, nil

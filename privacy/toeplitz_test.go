@@ -76,7 +76,7 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if st, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
-		if _, err := p.Factorization(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+		if _, err := p.Factorization(); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 			t.Fatalf("%s: dense factorization at n = %d: %v, want a refusal with the memory", name, n, err)
 		}
 	}

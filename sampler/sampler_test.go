@@ -11,6 +11,7 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -539,12 +540,12 @@ func TestSaveRestore(t *testing.T) {
 					continue
 				}
 				x, _ := d.mk(seed(8))
-				if err := x.UnmarshalBinary(data); !errors.Is(err, ErrInvalid) {
-					t.Fatalf("%s state into %s: err = %v, want ErrInvalid", c.name, d.name, err)
+				if err := x.UnmarshalBinary(data); !errors.Is(err, dpcore.ErrInvalid) {
+					t.Fatalf("%s state into %s: err = %v, want dpcore.ErrInvalid", c.name, d.name, err)
 				}
 			}
 			for _, bad := range [][]byte{nil, data[:len(data)-1], append(slices.Clone(data), 0), bytes.Replace(data, []byte("dpmfsmp"), []byte("xxxxxxx"), 1)} {
-				if _, err := Restore(bad); !errors.Is(err, ErrInvalid) {
+				if _, err := Restore(bad); !errors.Is(err, dpcore.ErrInvalid) {
 					t.Fatalf("%s: corrupt state: err = %v", c.name, err)
 				}
 			}
@@ -600,12 +601,12 @@ func TestBadInput(t *testing.T) {
 	}
 	for name, mk := range cases {
 		s, err := mk()
-		if !errors.Is(err, ErrInvalid) || s != nil {
-			t.Errorf("%s: got (%v, %v), want nil and ErrInvalid", name, s, err)
+		if !errors.Is(err, dpcore.ErrInvalid) || s != nil {
+			t.Errorf("%s: got (%v, %v), want nil and dpcore.ErrInvalid", name, s, err)
 		}
 	}
 	for _, c := range ctors {
-		if s, err := c.mk(Options{Seed: make([]byte, 31)}); !errors.Is(err, ErrInvalid) || s != nil {
+		if s, err := c.mk(Options{Seed: make([]byte, 31)}); !errors.Is(err, dpcore.ErrInvalid) || s != nil {
 			t.Errorf("%s with a 31-byte seed: got (%v, %v)", c.name, s, err)
 		}
 	}
