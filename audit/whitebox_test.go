@@ -14,12 +14,12 @@ import (
 
 func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise.Factorization {
 	t.Helper()
-	spec, err := mfnoise.ParseMechanism(name)
+	spec, err := privacy.ParseMechanism(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, _ := mfnoise.PrefixSum(n)
-	f, err := mfnoise.Build(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func ExampleOptimizeBLT() {
 	ctx := context.Background()
 	w, _ := mfnoise.PrefixSum(1000)
 	s, _ := mfnoise.MinSepParticipation(5, 100)
-	res, err := mfnoise.OptimizeBLT(ctx, w, s, 2, nil)
+	res, err := mfnoise.OptimizeBLT(ctx, w, s, 2, mfnoise.ToeplitzProblem{}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

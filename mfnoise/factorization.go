@@ -44,6 +44,10 @@ type Factorization struct {
 	// toeplitz is the structured mechanism a Toeplitz factorization came
 	// from (see Toeplitz).
 	toeplitz *Toeplitz
+	// gram is C^T C in closed form when the family's structure gives it
+	// (trees, FFT, DP-SGD and stamps of them), for Compare's sensitivity;
+	// nil otherwise. It is not stored.
+	gram *mat.SymDense
 }
 
 // Toeplitz returns the structured mechanism a factorization made by

@@ -96,7 +96,7 @@ func SqrtToeplitz(n int) (*Toeplitz, error) {
 		c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindSqrt, N: n, Coef: c, inv: g}, nil
+	return &Toeplitz{Name: "sqrt", N: n, Coef: c, inv: g}, nil
 }
 
 // BandedInverseSqrt is the BISR mechanism with p bands over n steps: C^-1
@@ -115,7 +115,7 @@ func BandedInverseSqrt(n, p int) (*Toeplitz, error) {
 	for j := 1; j < p; j++ {
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindBISR + ":" + strconv.Itoa(p), N: n, InvCoef: g}, nil
+	return &Toeplitz{Name: "bisr:" + strconv.Itoa(p), N: n, InvCoef: g}, nil
 }
 
 // MaxStructuredSteps is the largest n for which structured mechanisms are

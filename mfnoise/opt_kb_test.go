@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -122,7 +123,7 @@ func TestKBLowerBoundIsValid(t *testing.T) {
 	w, _ := PrefixSum(60)
 	a, _ := w.Matrix()
 	sc, _ := KBParticipation(6, 10)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Gap: 1e-7})
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestOptimizeKBSmall(t *testing.T) {
 			}
 			// The single-participation optimum is feasible under (k,b) once
 			// rescaled by its sensitivity there, so it cannot do better.
-			rs, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-8})
+			rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -269,11 +270,11 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(32)
 	sc, _ := KBParticipation(1, 32)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Gap: 1e-7})
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-7})
+	rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +312,7 @@ func TestOptimizeKBPaper(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(2000)
 	sc, _ := KBParticipation(20, 100)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Progress: func(p OptimizeProgress) {
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Progress: func(p optimize.Progress) {
 		if p.Iter%100 == 0 {
 			t.Logf("iter %d loss %.7g lower bound %.7g gap %.2e", p.Iter, p.Loss, p.LowerBound, p.Gap)
 		}

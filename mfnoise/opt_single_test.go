@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -123,7 +127,7 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 		t.Run(fmt.Sprint(c.n), func(t *testing.T) {
 			w, _ := PrefixSum(c.n)
 			iters := 0
-			r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Progress: func(p OptimizeProgress) { iters = p.Iter }})
+			r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Progress: func(p optimize.Progress) { iters = p.Iter }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +164,7 @@ func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
 	// At a tight gap the unit-diagonal X satisfies the optimality condition
 	// X^-1 G X^-1 = D diagonal (Denisov et al. Thm 3.2).
 	w, _ := PrefixSum(48)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-10})
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +244,7 @@ func TestOptimizeSingleErrors(t *testing.T) {
 		t.Errorf("n = 0: %v, want dpcore.ErrInvalid", err)
 	}
 	w, _ := PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("negative gap: %v, want dpcore.ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -248,14 +252,14 @@ func TestOptimizeSingleErrors(t *testing.T) {
 	if _, err := OptimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-15, MaxIter: 2}); err == nil {
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-15, MaxIter: 2}); err == nil {
 		t.Errorf("gap 1e-15 in 2 iterations: no error")
 	}
 }
 
 func ExampleOptimizeSingle() {
 	w, _ := PrefixSum(256)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-4})
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-4})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -395,4 +399,39 @@ func eye(n int) *mat.Dense {
 		d.Set(i, i, 1)
 	}
 	return d
+}
+
+// BenchmarkOptimizeSingleLarge is issue 26's n = 8192 target: the optimal
+// single-participation factorization of the prefix sum at the default gap,
+// with each iteration's loss, bound and gap written to stderr as it runs.
+// It needs about 9 GiB (see BENCHMARKS.md); run it alone with -benchtime 1x.
+func BenchmarkOptimizeSingleLarge(b *testing.B) {
+	w, _ := PrefixSum(8192)
+	start := time.Now()
+	s := &optimize.Settings{Progress: func(p optimize.Progress) {
+		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
+			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
+	}}
+	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+		return OptimizeSingle(context.Background(), w, s)
+	})
+}
+
+// An optimizer whose dense work matrices cannot fit in the memory the
+// process may use is refused before it allocates, with the memory it
+// would need (here a 64 MiB GOMEMLIMIT against about 576 MiB).
+func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(64 << 20))
+	w, _ := PrefixSum(2048)
+	sc, _ := KBParticipation(2, 1024)
+	for name, run := range map[string]func() (*OptimizeResult, error){
+		"single": func() (*OptimizeResult, error) { return OptimizeSingle(context.Background(), w, nil) },
+		"kb":     func() (*OptimizeResult, error) { return OptimizeKB(context.Background(), w, sc, nil) },
+		"banded": func() (*OptimizeResult, error) { return OptimizeBanded(context.Background(), w, 8, nil) },
+	} {
+		_, err := run()
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
+			t.Errorf("%s: %v, want a refusal with the memory needed", name, err)
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // TestToeplitzQualitySmall is issue 18's n = 64 single-participation
@@ -15,15 +17,15 @@ func TestToeplitzQualitySmall(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(64)
 	s := SingleParticipation()
-	opt, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-8})
+	opt, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := OptimizeToeplitz(ctx, w, s, 64, nil)
+	tp, err := OptimizeToeplitz(ctx, w, s, 64, ToeplitzProblem{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blt, err := OptimizeBLT(ctx, w, s, 3, nil)
+	blt, err := OptimizeBLT(ctx, w, s, 3, ToeplitzProblem{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 	w, _ := PrefixSum(n)
 	kb, _ := KBParticipation(k, b)
 	ms, _ := MinSepParticipation(k, b)
-	opt, err := OptimizeKB(ctx, w, kb, &OptimizeSettings{Gap: 1e-6})
+	opt, err := OptimizeKB(ctx, w, kb, &optimize.Settings{Gap: 1e-6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +74,14 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 	var mechs []*Toeplitz
 	for _, s := range []Schema{SingleParticipation(), kb, ms} {
 		for _, p := range []int{1, 6, 12, 24, 48} {
-			r, err := OptimizeToeplitz(ctx, w, s, p, nil)
+			r, err := OptimizeToeplitz(ctx, w, s, p, ToeplitzProblem{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			mechs = append(mechs, r.Mechanism)
 		}
 		for nb := 1; nb <= 4; nb++ {
-			r, err := OptimizeBLT(ctx, w, s, nb, nil)
+			r, err := OptimizeBLT(ctx, w, s, nb, ToeplitzProblem{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +113,7 @@ func TestOptimizeBLTUnbounded(t *testing.T) {
 	ctx := context.Background()
 	w, _ := PrefixSum(500)
 	ms, _ := MinSepParticipation(5, 50)
-	r, err := OptimizeBLT(ctx, w, ms, 3, &ToeplitzSettings{Objective: MaxError, Unbounded: true})
+	r, err := OptimizeBLT(ctx, w, ms, 3, ToeplitzProblem{Objective: MaxError, Unbounded: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestOptimizeBLTUnbounded(t *testing.T) {
 		t.Fatalf("max-error objective %v, recomputed %v", r.Objective, got)
 	}
 	kb, _ := KBParticipation(10, 50)
-	if _, err := OptimizeBLT(ctx, w, kb, 2, &ToeplitzSettings{Unbounded: true}); err == nil {
+	if _, err := OptimizeBLT(ctx, w, kb, 2, ToeplitzProblem{Unbounded: true}, nil); err == nil {
 		t.Fatal("unbounded (k,b) accepted")
 	}
 }
@@ -140,7 +142,7 @@ func TestCompareScaleLong(t *testing.T) {
 	}
 	w, _ := PrefixSum(100_000)
 	s, _ := MinSepParticipation(1000, 100)
-	specs, _ := parseList("sqrt,toeplitz:64,blt:4")
+	specs := named(t, "sqrt,toeplitz:64,blt:4")
 	start := time.Now()
 	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
 	if err != nil {

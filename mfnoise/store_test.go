@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
@@ -133,13 +134,13 @@ func TestStoreFormatVersions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("version-1 file: %v", err)
 	}
-	if g.N() != 6 || g.Meta.Kind != KindMFSingle {
+	if g.N() != 6 || g.Meta.Kind != "mf-single" {
 		t.Fatalf("version-1 file: n = %d, kind %q", g.N(), g.Meta.Kind)
 	}
 
 	c := &Cache{Dir: t.TempDir()}
 	w, _ := PrefixSum(6)
-	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
 	path, _ := c.Path(key)
 	if err := os.WriteFile(path, v1, 0o644); err != nil {
 		t.Fatal(err)
@@ -263,7 +264,7 @@ func ExampleCache_GetOrBuild() {
 	w, _ := PrefixSum(128)
 	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
 	build := func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: key.Gap})
+		r, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
 		if err != nil {
 			return nil, err
 		}

@@ -21,7 +21,7 @@ func BenchmarkOptimizeBLT(b *testing.B) {
 				var r *ToeplitzResult
 				for b.Loop() {
 					var err error
-					r, err = OptimizeBLT(context.Background(), w, s, 4, nil)
+					r, err = OptimizeBLT(context.Background(), w, s, 4, ToeplitzProblem{}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -41,7 +41,7 @@ func BenchmarkOptimizeToeplitz(b *testing.B) {
 	var r *ToeplitzResult
 	for b.Loop() {
 		var err error
-		r, err = OptimizeToeplitz(context.Background(), w, ms, 64, nil)
+		r, err = OptimizeToeplitz(context.Background(), w, ms, 64, ToeplitzProblem{}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,12 +1,11 @@
 package mfnoise
 
 import (
-	"context"
 	"math"
 	"math/bits"
-	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"gonum.org/v1/gonum/mat"
 )
 
 // The online binary tree (tree-online: estimator from below with
@@ -127,29 +126,20 @@ func treeSensitivity(n int, s Schema) (dpcore.SensitivityResult, error) {
 	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
 }
 
-// compareTreeOnline scores tree-online for the prefix sum without matrices.
-func compareTreeOnline(ctx context.Context, spec MechanismSpec, w Workload, schema Schema) (CompareRow, error) {
-	start := time.Now()
-	if err := checkSteps(w.N); err != nil {
-		return CompareRow{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return CompareRow{}, err
-	}
-	sens, err := treeSensitivity(w.N, schema)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	r, err := treeOnlineRowNorms(w.N)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	row, err := rowFromNorms(spec.Name, sens, r)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	row.NoiseMemoryPerCoord = float64(treeLevels(w.N) + 1)
-	row.StepTime = "O(d log n)"
-	row.BuildSeconds = time.Since(start).Seconds()
-	return row, nil
+// treeOnlineStrategy is tree-online for the prefix sum above
+// DenseStepLimit: its sensitivity and decoder norms from the tree's
+// structure, without matrices (its noise needs the dense encoder, which is
+// refused at this size).
+type treeOnlineStrategy struct{ n int }
+
+func (t treeOnlineStrategy) Steps() int { return t.n }
+
+func (t treeOnlineStrategy) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
+	return treeSensitivity(t.n, s)
+}
+
+func (t treeOnlineStrategy) DecoderRowNorms() ([]float64, error) { return treeOnlineRowNorms(t.n) }
+
+func (t treeOnlineStrategy) Matrices() (encoder, decoder *mat.Dense, err error) {
+	return nil, nil, checkDense("tree-online", t.n, denseMatrices)
 }

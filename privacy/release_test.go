@@ -13,17 +13,17 @@ import (
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
-func buildFactorization(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise.Factorization {
+func buildFactorization(t *testing.T, name string, n int, schema dpcore.Schema) *mfnoise.Factorization {
 	t.Helper()
-	spec, err := mfnoise.ParseMechanism(name)
+	spec, err := ParseMechanism(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := mfnoise.PrefixSum(n)
+	w, err := dpcore.PrefixSum(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := mfnoise.Build(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestRefusalIsStructured(t *testing.T) {
 	checks = append(checks, refusalCase{"11 bands of 100/10", err, RuleBands, nil})
 	_, err = Account(ctx, AccountRequest{Kind: AccountGaussian, Epsilon: 1e-9, Delta: 1e-5, Steps: 1})
 	checks = append(checks, refusalCase{"epsilon 1e-9", err, RuleBudget, accountant.ErrInfeasible})
-	_, _, err = NewPlan(ctx, Request{Mechanism: MFSingle{}, Examples: 1000, Batch: 10, Steps: 20, Sampling: SamplingPoisson, ClipNorm: 1, NoiseMultiplier: 1})
+	_, _, err = NewPlan(ctx, Request{Mechanism: mfnoise.MFSingle{}, Examples: 1000, Batch: 10, Steps: 20, Sampling: SamplingPoisson, ClipNorm: 1, NoiseMultiplier: 1})
 	checks = append(checks, refusalCase{"mf-single with poisson sampling", err, RuleAmplification, nil})
 	for _, c := range checks {
 		var r *Refusal
@@ -184,9 +184,9 @@ func TestRefusalIsStructured(t *testing.T) {
 func ExamplePlanRelease() {
 	p := Participation{K: 2, B: 4}
 	schema, _ := p.Schema()
-	spec, _ := mfnoise.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(16)
-	f, _ := mfnoise.Build(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
+	spec, _ := ParseMechanism("tree-online")
+	w, _ := dpcore.PrefixSum(16)
+	f, _ := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Strategy: f, Participation: p, Epsilon: 2, Delta: 1e-6})
 	if err != nil {
 		fmt.Println(err)

@@ -16,7 +16,7 @@ func BuildDense(ctx context.Context, mech Mechanism, w dpcore.Workload, schema d
 	if mech == nil {
 		return nil, invalidf("build: no mechanism")
 	}
-	f, err := mech.Factorize(ctx, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(ctx, mech, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
 	}

@@ -167,9 +167,6 @@ type Config struct {
 	CacheDir string `json:"cache_dir,omitempty"`
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer `json:"-"`
-	// ProgressLog receives the progress lines of factorization building
-	// (nil: Log), so that a command can keep them apart from its results.
-	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
@@ -182,7 +179,7 @@ type Config struct {
 // from the optimizer, and an evaluation every fifth of the run.
 func (c *Config) Defaults() {
 	if c.Mechanism == nil && !c.NonPrivate {
-		c.Mechanism = privacy.DPSGD{}
+		c.Mechanism = privacy.DefaultMechanism()
 	}
 	if c.ClipNorm == 0 {
 		c.ClipNorm = 1

@@ -11,7 +11,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // buildCounter is a context whose factorization builds are counted.
@@ -29,7 +28,7 @@ func buildCounter(ctx context.Context) (context.Context, *int) {
 func TestResumeWithOtherSettingsRefusedBeforeBuilding(t *testing.T) {
 	dir := t.TempDir()
 	cfg := faultConfig(t, dir)
-	cfg.Mechanism = privacy.BandMF{Bands: 2}
+	cfg.Mechanism = mfnoise.BandMF{Bands: 2}
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -625,12 +625,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	plog := cfg.ProgressLog
-	if plog == nil {
-		plog = cfg.Log
-	}
-	bt := NewBuildProgress(plog, progressEvery, cfg.Progress)
-	t, err := New(bt.Attach(ctx), cfg)
+	t, err := New(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("train: %w before the first step (while building the plan; nothing to save): %w", ErrInterrupted, ctx.Err())
@@ -644,8 +639,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Users = t.users.users.Len()
 	}
 	if cfg.Log != nil && t.plan != nil {
-		// The cached factorizations first: they feed the plan.
-		bt.Summary(cfg.Log)
 		fmt.Fprintln(cfg.Log, t.plan)
 	}
 	if res.Resumed > 0 {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
-	"github.com/dpmf-go/dpmf/train"
 	"golang.org/x/term"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -113,7 +112,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error)
 	fs.StringVar(&o.wl, "workload", "prefix", "prefix or momentum")
 	fs.Float64Var(&o.beta, "momentum", 0.95, "momentum (with -workload momentum)")
 	fs.Float64Var(&o.cool, "cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	fs.StringVar(&o.mechs, "mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+mfnoise.MechanismNames)
+	fs.StringVar(&o.mechs, "mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+privacy.MechanismNames())
 	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
 		o.factFiles = append(o.factFiles, path)
 		return nil
@@ -200,7 +199,7 @@ func (o *compareOptions) score(ctx context.Context, w mfnoise.Workload, schema m
 	if o.cache != "" {
 		bopt.Cache = &mfnoise.Cache{Dir: o.cache}
 	}
-	bp := train.NewBuildProgress(stderr, time.Second, terminal(stderr))
+	bp := newBuildProgress(stderr, time.Second, terminal(stderr))
 	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
 	if err != nil {
 		return nil, err

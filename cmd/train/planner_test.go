@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -34,7 +35,7 @@ func TestAccountAsksThePlanner(t *testing.T) {
 	const m, batch, steps, delta = 1000, 10, 40, 1e-5
 	res := accountJSON(t, "-mechanism", "dpsgd", "-examples", fmt.Sprint(m), "-batch", fmt.Sprint(batch), "-steps", fmt.Sprint(steps),
 		"-epsilon", "2", "-delta", fmt.Sprint(delta), "-accountant", "rdp")
-	plan, _, err := privacy.NewPlan(ctx, privacy.Request{Mechanism: privacy.DPSGD{}, Examples: m, Batch: batch, Steps: steps,
+	plan, _, err := privacy.NewPlan(ctx, privacy.Request{Mechanism: mfnoise.DPSGD{}, Examples: m, Batch: batch, Steps: steps,
 		Sampling: privacy.SamplingPoisson, ClipNorm: 1, Epsilon: 2, Delta: delta, Accountant: privacy.RDP})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestAccountAsksThePlanner(t *testing.T) {
 
 	res = accountJSON(t, "-mechanism", "bandmf", "-examples", fmt.Sprint(m), "-batch", fmt.Sprint(batch), "-steps", fmt.Sprint(steps),
 		"-bands", "4", "-sigma", "0.9", "-delta", fmt.Sprint(delta), "-accountant", "rdp")
-	plan, _, err = privacy.NewPlan(ctx, privacy.Request{Mechanism: privacy.BandMF{Bands: 4}, Examples: m, Batch: batch, Steps: steps,
+	plan, _, err = privacy.NewPlan(ctx, privacy.Request{Mechanism: mfnoise.BandMF{Bands: 4}, Examples: m, Batch: batch, Steps: steps,
 		Sampling: privacy.SamplingBandPoisson, ClipNorm: 1, NoiseMultiplier: 0.9, Delta: delta, Accountant: privacy.RDP})
 	if err != nil {
 		t.Fatal(err)

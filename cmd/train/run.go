@@ -16,7 +16,6 @@ import (
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -54,7 +53,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
-	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", mfnoise.MechanismNames)
+	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", privacy.MechanismNames())
 	fs.StringVar(&r.workload, "workload", "optimizer", "factorize the optimizer's own momentum/cooldown workload (optimizer) or prefix sums (prefix)")
 	fs.StringVar(&r.sampling, "sampling", "", "poisson, band-poisson, fixed-order or shuffle (default: by mechanism)")
 	fs.IntVar(&r.bands, "bands", 0, "partitions of band sampling (default: the mechanism's bands)")
@@ -122,6 +121,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		return err
 	}
 	curves := inv.attachProgress(&cfg, stderr)
+	// The factorization building lines go to stderr; the cached
+	// factorizations to the log, before the plan they feed.
+	bp := newBuildProgress(stderr, progressEvery, cfg.Progress)
+	bp.cachedLog = log
+	ctx = bp.Attach(ctx)
 	testLen, testName := 0, "test"
 	if cfg.Test != nil {
 		testLen = cfg.Test.Len()
@@ -247,7 +251,6 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 // the factorization building lines, and one line per evaluation; standard
 // output keeps the results. It returns the curves it records for -plot.
 func (inv *runInvocation) attachProgress(cfg *train.Config, stderr io.Writer) *runCurves {
-	cfg.ProgressLog = stderr
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = stderr
 	}
