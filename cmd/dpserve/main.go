@@ -341,36 +341,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.nats != "" {
 		return serveReplicated(ctx, o, tlsCfg, acc, stdout, stderr)
 	}
-	if fi, err := os.Stat(filepath.Dir(o.store)); err != nil || !fi.IsDir() {
-		return usagef("-store %s: directory %s does not exist", o.store, filepath.Dir(o.store))
-	}
-	if fi, err := os.Stat(o.store); err == nil && fi.IsDir() {
-		return usagef("-store %s is a directory, want a file", o.store)
+	if err := checkStorePath(o.store); err != nil {
+		return err
 	}
 	ln, err := listener(o, tlsCfg != nil, acc.key != nil)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if err := aggregate.CheckStore(o.store); err != nil {
-		return fmt.Errorf("%w; %s", err, restoreHint)
-	}
-	agg, err := openAggregator(ctx, o)
-	if errors.Is(err, aggregate.ErrStoreCorrupt) {
-		return fmt.Errorf("store %s: %w; %s", o.store, err, restoreHint)
-	}
+	agg, err := openStore(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer agg.Close()
-	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{
-		"addr": ln.Addr().String(), "tls": tlsCfg != nil, "credentials": acc.key != nil,
-		"rate_per_contributor": o.rate, "burst": o.burst, "store": o.store, "dim": o.dim, "mechanism": o.mechanism,
-		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
-		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
-		"max_batch": o.maxBatch, "max_body": o.maxBody, "max_inflight": o.inflight, "noise_memory": o.noiseMemory,
-		"version": buildinfo.Read().String(),
-	}}
+	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: configView(o, ln.Addr().String(), tlsCfg != nil, acc.key != nil)}
 	srv := &http.Server{
 		Handler:           newHandler(agg, hc),
 		TLSConfig:         tlsCfg,
@@ -385,9 +369,53 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "dpserve: no -auth-key: every caller that reaches this loopback port acts as the operator")
 	}
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
+	return runServer(ctx, srv, ln, agg, o, stdout, stderr)
+}
+
+// checkStorePath refuses a -store whose directory does not exist or that
+// is a directory.
+func checkStorePath(store string) error {
+	if fi, err := os.Stat(filepath.Dir(store)); err != nil || !fi.IsDir() {
+		return usagef("-store %s: directory %s does not exist", store, filepath.Dir(store))
+	}
+	if fi, err := os.Stat(store); err == nil && fi.IsDir() {
+		return usagef("-store %s is a directory, want a file", store)
+	}
+	return nil
+}
+
+// openStore checks the store's format and opens the aggregator on it; a
+// corrupt store's error says how to restore it.
+func openStore(ctx context.Context, o options) (*aggregate.Aggregator, error) {
+	if err := aggregate.CheckStore(o.store); err != nil {
+		return nil, fmt.Errorf("%w; %s", err, restoreHint)
+	}
+	agg, err := openAggregator(ctx, o)
+	if errors.Is(err, aggregate.ErrStoreCorrupt) {
+		return nil, fmt.Errorf("store %s: %w; %s", o.store, err, restoreHint)
+	}
+	return agg, err
+}
+
+// configView is GET /v1/config: the flags in force.
+func configView(o options, addr string, tlsOn, authOn bool) map[string]any {
+	return map[string]any{
+		"addr": addr, "tls": tlsOn, "credentials": authOn,
+		"rate_per_contributor": o.rate, "burst": o.burst, "store": o.store, "dim": o.dim, "mechanism": o.mechanism,
+		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
+		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
+		"max_batch": o.maxBatch, "max_body": o.maxBody, "max_inflight": o.inflight, "noise_memory": o.noiseMemory,
+		"version": buildinfo.Read().String(),
+	}
+}
+
+// runServer serves until ctx ends (SIGTERM or SIGINT), committing every
+// -commit-every, then stops accepting, finishes the requests in flight and
+// closes the store.
+func runServer(ctx context.Context, srv *http.Server, ln net.Listener, agg *aggregate.Aggregator, o options, stdout, stderr io.Writer) error {
 	errc := make(chan error, 1)
 	go func() {
-		if tlsCfg != nil {
+		if srv.TLSConfig != nil {
 			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)
