@@ -142,6 +142,35 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("dpserve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil
+	}
+	if err := o.check(); err != nil {
+		return o, err
+	}
+	if o.inflight == 0 {
+		// A contribution in flight holds its body (up to 32 d bytes) and
+		// its vector and clipped copy (16 d bytes).
+		o.inflight = int(max(4, min(1024, (1<<30)/(48*int64(o.dim)))))
+	}
+	if o.maxBody == 0 {
+		o.maxBody = 1024 + 32*int64(o.dim)
+	}
+	return o, nil
+}
+
+// register defines the flags of dpserve on fs.
+func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8377", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.StringVar(&o.store, "store", "", "bbolt file holding all state (created if absent; reopened to resume)")
 	fs.IntVar(&o.dim, "dim", 0, "dimension d of a contribution vector")
@@ -177,61 +206,45 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.natsKey, "nats-key", "", "replicated mode: PEM private key of -nats-cert")
 	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return o, usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if o.version {
-		return o, nil
-	}
+}
+
+// check refuses flags that cannot run, with the one-line reason.
+func (o *options) check() error {
 	switch {
 	case o.store == "" && o.nats == "":
-		return o, usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
+		return usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
 	case o.store != "" && o.nats != "":
-		return o, usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
+		return usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
 	case o.nats != "" && !validService(o.service):
-		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
+		return usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
 	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
-		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+		return usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
 	case (o.natsCert == "") != (o.natsKey == ""):
-		return o, usagef("-nats-cert and -nats-key go together")
+		return usagef("-nats-cert and -nats-key go together")
 	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
-		return o, usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
+		return usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
-		return o, usagef("-dim %d: want a positive dimension", o.dim)
+		return usagef("-dim %d: want a positive dimension", o.dim)
 	case o.horizon < 1:
-		return o, usagef("-horizon %d: want a positive number of releases", o.horizon)
+		return usagef("-horizon %d: want a positive number of releases", o.horizon)
 	case !(o.epsilon > 0):
-		return o, usagef("-epsilon %v: want a positive budget", o.epsilon)
+		return usagef("-epsilon %v: want a positive budget", o.epsilon)
 	case !(o.delta > 0 && o.delta < 1):
-		return o, usagef("-delta %v: want a value in (0,1)", o.delta)
+		return usagef("-delta %v: want a value in (0,1)", o.delta)
 	case !(o.clip > 0):
-		return o, usagef("-clip %v: want a positive clip norm", o.clip)
+		return usagef("-clip %v: want a positive clip norm", o.clip)
 	case o.k < 1 || o.b < 1:
-		return o, usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
+		return usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
 	case o.commitEvery < 0:
-		return o, usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
+		return usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
-		return o, usagef("-tls-cert and -tls-key go together")
+		return usagef("-tls-cert and -tls-key go together")
 	case !(o.rate >= 0) || math.IsInf(o.rate, 0) || o.burst < 1:
-		return o, usagef("-rate %v -burst %d: want a finite rate >= 0 and a burst >= 1", o.rate, o.burst)
+		return usagef("-rate %v -burst %d: want a finite rate >= 0 and a burst >= 1", o.rate, o.burst)
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
-		return o, usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
+		return usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
-	if o.inflight == 0 {
-		// A contribution in flight holds its body (up to 32 d bytes) and
-		// its vector and clipped copy (16 d bytes).
-		o.inflight = int(max(4, min(1024, (1<<30)/(48*int64(o.dim)))))
-	}
-	if o.maxBody == 0 {
-		o.maxBody = 1024 + 32*int64(o.dim)
-	}
-	return o, nil
+	return nil
 }
 
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {
