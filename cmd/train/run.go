@@ -507,7 +507,7 @@ func mismatchHint(name string, err error) error {
 	if !errors.As(err, &me) {
 		return err
 	}
-	msg := "-data " + name + ": " + strings.TrimPrefix(me.Error(), "data: "+me.Name+": ")
+	msg := "-data " + name + ": " + me.Reason()
 	if me.FoundName != "" {
 		msg += "; use -data " + me.FoundName
 	}
