@@ -21,7 +21,7 @@ func (m BandedSqrt) String() string { return "bsr:" + strconv.Itoa(m.Bands) }
 func (m BandedSqrt) Structure() Structure { return Structure{Bands: m.Bands} }
 
 // Build is the closed form, in O(b) memory for the encoder.
-func (m BandedSqrt) Build(ctx context.Context, w Workload, schema Schema, _ BuildOptions) (dpcore.Strategy, error) {
+func (m BandedSqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
 	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
 		return nil, err
 	}
