@@ -81,20 +81,10 @@ type BandMF struct {
 	Auto  bool
 }
 
-func (m BandMF) String() string {
-	if m.Auto {
-		return "bandmf:auto"
-	}
-	return "bandmf:" + strconv.Itoa(m.Bands)
-}
+func (m BandMF) String() string { return bandsName("bandmf", m.Bands, m.Auto) }
 
 // Structure: b-banded, or banded with the planner's count.
-func (m BandMF) Structure() Structure {
-	if m.Auto {
-		return Structure{AutoBands: true}
-	}
-	return Structure{Bands: m.Bands}
-}
+func (m BandMF) Structure() Structure { return bandsStructure(m.Bands, m.Auto) }
 
 // WithBands is BandMF with b bands.
 func (BandMF) WithBands(b int) Mechanism { return BandMF{Bands: b} }
@@ -126,6 +116,23 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
+
+// bandsName is the name of a banded family: family:BANDS, or family:auto.
+func bandsName(family string, bands int, auto bool) string {
+	if auto {
+		return family + ":auto"
+	}
+	return family + ":" + strconv.Itoa(bands)
+}
+
+// bandsStructure is a banded encoder's structure: b bands, or the
+// planner's count.
+func bandsStructure(bands int, auto bool) Structure {
+	if auto {
+		return Structure{AutoBands: true}
+	}
+	return Structure{Bands: bands}
+}
 
 // NoiseCost: the band count, read off the encoder (b = max_i (i - first
 // nonzero column of row i) + 1 within a block).

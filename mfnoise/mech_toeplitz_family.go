@@ -66,14 +66,7 @@ func (Sqrt) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
 func (m Sqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
-		return nil, err
-	}
-	t, err := SqrtToeplitz(w.N)
-	if err != nil {
-		return nil, err
-	}
-	return t.For(w)
+	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return SqrtToeplitz(w.N) })
 }
 
 // NoiseCost of the square root: n rows.
@@ -88,20 +81,10 @@ type BandedToeplitz struct {
 	Auto  bool
 }
 
-func (m BandedToeplitz) String() string {
-	if m.Auto {
-		return "toeplitz:auto"
-	}
-	return "toeplitz:" + strconv.Itoa(m.Bands)
-}
+func (m BandedToeplitz) String() string { return bandsName("toeplitz", m.Bands, m.Auto) }
 
 // Structure: b-banded, or banded with the planner's count.
-func (m BandedToeplitz) Structure() Structure {
-	if m.Auto {
-		return Structure{AutoBands: true}
-	}
-	return Structure{Bands: m.Bands}
-}
+func (m BandedToeplitz) Structure() Structure { return bandsStructure(m.Bands, m.Auto) }
 
 // WithBands is BandedToeplitz with b bands.
 func (BandedToeplitz) WithBands(b int) Mechanism { return BandedToeplitz{Bands: b} }
@@ -172,18 +155,24 @@ func (BISR) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
 func (m BISR) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
+	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return BandedInverseSqrt(w.N, m.Bands) })
+}
+
+// NoiseCost: the bands of the inverse.
+func (BISR) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
+
+// closedForm is the strategy of a closed-form Toeplitz family: the
+// prelude's checks, then the encoder mk makes, bound to w.
+func closedForm(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema, mk func() (*Toeplitz, error)) (dpcore.Strategy, error) {
+	if _, err := toeplitzPrelude(ctx, name, w, schema); err != nil {
 		return nil, err
 	}
-	t, err := BandedInverseSqrt(w.N, m.Bands)
+	t, err := mk()
 	if err != nil {
 		return nil, err
 	}
 	return t.For(w)
 }
-
-// NoiseCost: the bands of the inverse.
-func (BISR) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
 
 // toeplitzCost is what streaming a Toeplitz strategy's noise costs.
 func toeplitzCost(s dpcore.Strategy) (float64, string) {
