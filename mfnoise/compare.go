@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 )
 
 // CompareRow scores one mechanism for a workload and schema (SPEC 4): the
@@ -158,7 +159,7 @@ func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (Comp
 		row.StepRMSE[i] = math.Sqrt(v)
 	}
 	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
-	if !finiteFloat(row.Loss) {
+	if !linalg.Finite(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
 	return row, nil

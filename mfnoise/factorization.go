@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -86,7 +87,7 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 	// mulFactors exploits the structure of tree, banded, stamped and FFT
 	// encoders: a dense product costs O(n m n) and dominated building those
 	// mechanisms at n = 2000.
-	bc := mulFactors(b, c)
+	bc := linalg.MulFactors(b, c)
 	bc.Sub(a, bc)
 	res, norm := mat.Norm(bc, 2), mat.Norm(a, 2)
 	if !(res <= FactorizationTolerance*norm) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -64,7 +65,7 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(c.name+"/dp-only", func(b *testing.B) {
-			x := gram(c.c)
+			x := linalg.Gram(c.c)
 			cpu := processCPUSeconds()
 			for b.Loop() {
 				minSepSensitivitySquared(x, c.c, 20, 100)

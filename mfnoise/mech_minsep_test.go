@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -73,7 +74,7 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 				}
 			}
 		}
-		x := gram(c)
+		x := linalg.Gram(c)
 		want := 0.0
 		for _, p := range pats {
 			sum := 0.0

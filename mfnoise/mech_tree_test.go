@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -46,7 +47,7 @@ func TestTreeEncoderMatchesRecursiveDefinition(t *testing.T) {
 		if !mat.Equal(f.Encoder, want) {
 			t.Fatalf("n=%d: encoder\n%v\nwant\n%v", n, mat.Formatted(f.Encoder), mat.Formatted(want))
 		}
-		if g := gram(want); !mat.Equal(x, g) {
+		if g := linalg.Gram(want); !mat.Equal(x, g) {
 			t.Fatalf("n=%d: structured Gram differs from C^T C", n)
 		}
 	}

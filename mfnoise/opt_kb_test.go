@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/floats"
 )
@@ -254,7 +255,7 @@ func TestOptimizeKBUnevenPatterns(t *testing.T) {
 	}
 	// Every pattern's budget is used: sum of the diagonal of X over each
 	// pattern is 1 (sensitivity 1 is attained by all of them).
-	x := gram(r.Factorization.Encoder)
+	x := linalg.Gram(r.Factorization.Encoder)
 	for _, p := range sc.Patterns(55) {
 		sum := 0.0
 		for _, i := range p {

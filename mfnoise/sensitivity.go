@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
@@ -49,7 +50,7 @@ func Sensitivity(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error
 		}
 		return dpcore.SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
 	}
-	return sensitivityFromGram(c, gram(c), s)
+	return sensitivityFromGram(c, linalg.Gram(c), s)
 }
 
 // sensitivityFromGram is Sensitivity for multiple participation given
