@@ -97,5 +97,5 @@ func ExampleStamp() {
 	sens, _ := f.Sensitivity(schema)
 	fmt.Printf("encoder %d x %d, stamps %d, sensitivity under (4,5): %.4f (%s)\n", m, n, f.Meta.Stamps, sens.Value, sens.Method)
 	// Output:
-	// encoder 35 x 20, stamps 5, sensitivity under (4,5): 3.4641 (nonnegative-linalg.Gram)
+	// encoder 35 x 20, stamps 5, sensitivity under (4,5): 3.4641 (nonnegative-gram)
 }
