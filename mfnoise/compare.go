@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // CompareRow scores one mechanism for a workload and schema (SPEC 4): the
@@ -115,7 +116,7 @@ func scoreStrategy(name string, s dpcore.Strategy, schema dpcore.Schema) (Compar
 		if err := schema.Validate(f.N()); err != nil {
 			return CompareRow{}, err
 		}
-		sens, err = sensitivityFromGram(f.Encoder, f.gram, schema)
+		sens, err = sensitivity.FromGram(f.Encoder, f.gram, schema)
 	} else {
 		sens, err = s.Sensitivity(schema)
 	}

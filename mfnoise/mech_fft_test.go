@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -225,7 +226,7 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 		best = math.Max(best, svd.Values(nil)[0])
 	}
 	want := math.Sqrt(3) * best
-	if got.Method != SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
+	if got.Method != sensitivity.SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
 		t.Fatalf("spectral bound %+v, SVD definition %v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -483,7 +484,7 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 	c := t.Column()
 	k, b := s.K, s.B
 	if s.Kind == dpcore.Single || k == 1 {
-		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
 	for i, v := range c {

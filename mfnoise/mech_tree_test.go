@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -142,7 +143,7 @@ func TestTreeSensitivityHandChecked(t *testing.T) {
 	// {1,3} likewise 8.
 	s, _ := dpcore.KBParticipation(2, 2)
 	r, _ = f.Sensitivity(s)
-	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != NonnegativeGram {
+	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != sensitivity.NonnegativeGram {
 		t.Fatalf("(2,2) sens = %+v, want sqrt(8)", r)
 	}
 	// n = 6 under (k=3,b=2): 8 leaves, L = 3, X_ij = 4 - bitlen(i^j).

@@ -10,6 +10,7 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -157,7 +158,7 @@ func checkKB(t *testing.T, r *OptimizeResult, sc dpcore.Schema) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sens.Exact || sens.Method != NonnegativeGram || math.Abs(sens.Value-1) > 1e-9 {
+	if !sens.Exact || sens.Method != sensitivity.NonnegativeGram || math.Abs(sens.Value-1) > 1e-9 {
 		t.Errorf("sensitivity %+v, want exact 1 via the nonnegative Gram path", sens)
 	}
 	if f.Meta.Kind != "mf-kb" || f.Meta.Schema != sc {
