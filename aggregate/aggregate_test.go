@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
@@ -614,8 +613,8 @@ func TestConfigErrors(t *testing.T) {
 // memory they would need, before anything is allocated.
 func TestSizeRefusals(t *testing.T) {
 	spec, _ := privacy.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(20000)
-	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+	w, _ := dpcore.PrefixSum(20000)
+	if _, err := BuildMechanism(context.Background(), spec, w, dpcore.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)
 	}
 	cfg := setup{mech: "bandmf:4", workload: Workload{Kind: PrefixSum}, n: 8, d: 1000, k: 1, b: 1}.config(t)

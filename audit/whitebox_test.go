@@ -6,19 +6,21 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
 )
 
-func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise.Factorization {
+func buildMech(t *testing.T, name string, n int, schema dpcore.Schema) *mfnoise.Factorization {
 	t.Helper()
 	spec, err := privacy.ParseMechanism(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := mfnoise.PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	f, err := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise
 // precision computed from G G^T must be C^T C, the encoder's whitening.
 func TestPrecisionOfOptimalDecoderIsEncoderGram(t *testing.T) {
 	const n = 32
-	f := buildMech(t, "tree-full", n, mfnoise.SingleParticipation())
+	f := buildMech(t, "tree-full", n, dpcore.SingleParticipation())
 	p, err := precision(f, n)
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +63,13 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	t.Helper()
 	const n, k, b, delta = 64, 4, 16, 1e-5
 	m := a.canaries
-	schema, _ := mfnoise.KBParticipation(k, b)
+	schema, _ := dpcore.KBParticipation(k, b)
 	f := buildMech(t, mech, n, schema)
 	calib := schema
 	if a.singleSens {
-		calib = mfnoise.SingleParticipation()
+		calib = dpcore.SingleParticipation()
 	}
-	sens, err := mfnoise.Sensitivity(f.Encoder, calib)
+	sens, err := sensitivity.Of(f.Encoder, calib)
 	if err != nil {
 		t.Fatal(err)
 	}

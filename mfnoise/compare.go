@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // CompareRow scores one mechanism for a workload and schema (SPEC 4): the
@@ -46,15 +48,15 @@ type CompareRow struct {
 // Toeplitz families (DPSGD, Sqrt, BandedToeplitz, BLT, BISR) from their
 // coefficients in O(n) memory at any n up to MaxStructuredSteps, and
 // tree-online for the prefix sum under single or (k,b) participation above
-// DenseStepLimit from its tree. A mechanism that is not a Coster, a
+// dpcore.DenseStepLimit from its tree. A mechanism that is not a Coster, a
 // caller's own factorization for one, is costed as a dense encoder and
-// refused above DenseStepLimit steps with the memory it would need before
+// refused above dpcore.DenseStepLimit steps with the memory it would need before
 // it is built. A mechanism that fails to build
 // or score fails the comparison with an error naming it.
 //
 // Optimizers report their progress, and the cache its hits, to the
 // BuildTrace the context carries (WithBuildTrace).
-func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
+func Compare(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
 	if len(mechs) == 0 {
 		return nil, invalidf("compare: no mechanisms")
 	}
@@ -73,10 +75,10 @@ func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, 
 	return rows, nil
 }
 
-func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+func compareOne(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (CompareRow, error) {
 	coster, structured := m.(Coster)
 	if !structured {
-		// Costed as dense: refused above DenseStepLimit before it builds.
+		// Costed as dense: refused above dpcore.DenseStepLimit before it builds.
 		if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
 			return CompareRow{}, err
 		}
@@ -107,14 +109,14 @@ func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt
 
 // scoreStrategy is the loss profile of strategy s under the schema (the
 // sensitivity from the closed-form Gram matrix a dense family carries).
-func scoreStrategy(name string, s dpcore.Strategy, schema Schema) (CompareRow, error) {
+func scoreStrategy(name string, s dpcore.Strategy, schema dpcore.Schema) (CompareRow, error) {
 	var sens dpcore.SensitivityResult
 	var err error
 	if f, ok := s.(*Factorization); ok && f.gram != nil {
 		if err := schema.Validate(f.N()); err != nil {
 			return CompareRow{}, err
 		}
-		sens, err = sensitivityFromGram(f.Encoder, f.gram, schema)
+		sens, err = sensitivity.FromGram(f.Encoder, f.gram, schema)
 	} else {
 		sens, err = s.Sensitivity(schema)
 	}
@@ -131,7 +133,7 @@ func scoreStrategy(name string, s dpcore.Strategy, schema Schema) (CompareRow, e
 // Score scores a caller's own factorization under schema as Compare scores
 // the built-in mechanisms, so the two can be ranked together; its noise
 // cost is that of a dense encoder unless Meta.Bands declares it banded.
-func Score(name string, f *Factorization, schema Schema) (CompareRow, error) {
+func Score(name string, f *Factorization, schema dpcore.Schema) (CompareRow, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return CompareRow{}, invalidf("score %s: nil factorization", name)
 	}
@@ -158,7 +160,7 @@ func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (Comp
 		row.StepRMSE[i] = math.Sqrt(v)
 	}
 	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
-	if !finiteFloat(row.Loss) {
+	if !linalg.Finite(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
 	return row, nil

@@ -28,16 +28,16 @@ type Participation struct {
 
 // Schema is the participation schema Participation realizes: single
 // participation for K = 1, else (K,B)-min-separation.
-func (p Participation) Schema() (mfnoise.Schema, error) {
+func (p Participation) Schema() (dpcore.Schema, error) {
 	if p.K < 1 || p.B < 1 {
-		return mfnoise.Schema{}, invalidf("participation k = %d, b = %d: both must be at least 1", p.K, p.B)
+		return dpcore.Schema{}, invalidf("participation k = %d, b = %d: both must be at least 1", p.K, p.B)
 	}
 	if p.K == 1 {
-		return mfnoise.SingleParticipation(), nil
+		return dpcore.SingleParticipation(), nil
 	}
-	s, err := mfnoise.MinSepParticipation(p.K, p.B)
+	s, err := dpcore.MinSepParticipation(p.K, p.B)
 	if err != nil {
-		return mfnoise.Schema{}, fmt.Errorf("privacy: %w", err)
+		return dpcore.Schema{}, fmt.Errorf("privacy: %w", err)
 	}
 	return s, nil
 }
@@ -107,7 +107,7 @@ type ReleasePlan struct {
 	Mechanism     string
 	Horizon       int
 	Participation Participation
-	Schema        mfnoise.Schema
+	Schema        dpcore.Schema
 	// Sensitivity is sens(C) under Schema, for records of norm 1.
 	Sensitivity dpcore.SensitivityResult
 	// NoiseSensitivity is the sensitivity the noise is scaled to:

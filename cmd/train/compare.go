@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"golang.org/x/term"
@@ -145,27 +146,27 @@ func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error)
 }
 
 // schema is the participation schema of -participation, -k and -b.
-func (o *compareOptions) schema() (mfnoise.Schema, error) {
+func (o *compareOptions) schema() (dpcore.Schema, error) {
 	switch o.part {
 	case "single":
-		return mfnoise.SingleParticipation(), nil
+		return dpcore.SingleParticipation(), nil
 	case "kb":
-		return mfnoise.KBParticipation(o.k, o.b)
+		return dpcore.KBParticipation(o.k, o.b)
 	case "minsep":
-		return mfnoise.MinSepParticipation(o.k, o.b)
+		return dpcore.MinSepParticipation(o.k, o.b)
 	}
-	return mfnoise.Schema{}, usagef("compare: -participation %q: want single, kb or minsep", o.part)
+	return dpcore.Schema{}, usagef("compare: -participation %q: want single, kb or minsep", o.part)
 }
 
 // workload is the workload of -workload over -n steps.
-func (o *compareOptions) workload() (mfnoise.Workload, error) {
+func (o *compareOptions) workload() (dpcore.Workload, error) {
 	switch o.wl {
 	case "prefix":
-		return mfnoise.PrefixSum(o.n)
+		return dpcore.PrefixSum(o.n)
 	case "momentum":
-		return mfnoise.MomentumWorkload(o.n, o.beta, mfnoise.CooldownSchedule(o.n, o.cool, 0.05))
+		return dpcore.MomentumWorkload(o.n, o.beta, dpcore.CooldownSchedule(o.n, o.cool, 0.05))
 	}
-	return mfnoise.Workload{}, usagef("compare: -workload %q: want prefix or momentum", o.wl)
+	return dpcore.Workload{}, usagef("compare: -workload %q: want prefix or momentum", o.wl)
 }
 
 // mechanisms are the mechanisms of -mechanisms (parsed by the planner)
@@ -194,7 +195,7 @@ func (o *compareOptions) mechanisms() ([]mfnoise.Mechanism, error) {
 // score builds and scores the mechanisms. Optimizers report progress on
 // stderr (a bar on a terminal); stdout carries only the table, JSON or
 // CSV.
-func (o *compareOptions) score(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, list []mfnoise.Mechanism, stderr io.Writer) ([]mfnoise.CompareRow, error) {
+func (o *compareOptions) score(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, list []mfnoise.Mechanism, stderr io.Writer) ([]mfnoise.CompareRow, error) {
 	var bopt mfnoise.BuildOptions
 	if o.cache != "" {
 		bopt.Cache = &mfnoise.Cache{Dir: o.cache}
@@ -250,7 +251,7 @@ func writeCompareCSV(stdout io.Writer, out []compareRow, sigma float64) error {
 
 // writeTable writes the rows as an aligned table with a footer naming the
 // workload, the realized schema and the noise multiplier.
-func (o *compareOptions) writeTable(stdout io.Writer, out []compareRow, w mfnoise.Workload, schema mfnoise.Schema, sigma float64) error {
+func (o *compareOptions) writeTable(stdout io.Writer, out []compareRow, w dpcore.Workload, schema dpcore.Schema, sigma float64) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "mechanism\tsensitivity\texact\tloss\trmse\tmemory/coord\tstep time\tbuild s\t"
 	if sigma > 0 {
@@ -300,8 +301,8 @@ func terminal(w io.Writer) io.Writer {
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep
 // schema allows at most ceil(n/b) participations, so a larger k is reported
 // as the k that is realized, with the requested one in parentheses.
-func realizedSchema(s mfnoise.Schema, n int) string {
-	if s.Kind == mfnoise.Single || s.B <= 0 {
+func realizedSchema(s dpcore.Schema, n int) string {
+	if s.Kind == dpcore.Single || s.B <= 0 {
 		return s.String()
 	}
 	k := min(s.K, (n+s.B-1)/s.B)
@@ -316,7 +317,7 @@ func realizedSchema(s mfnoise.Schema, n int) string {
 func fmtF(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
 
 // plotRMSE draws each mechanism's per-step error standard deviation.
-func plotRMSE(path string, rows []compareRow, w mfnoise.Workload, s mfnoise.Schema) error {
+func plotRMSE(path string, rows []compareRow, w dpcore.Workload, s dpcore.Schema) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".png" && ext != ".svg" {
 		return usagef("compare: -plot %q: want a .png or .svg file", path)
