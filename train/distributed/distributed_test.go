@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -35,7 +37,7 @@ func testConfig(t testing.TB, steps int) train.Config {
 	}
 	return train.Config{
 		Train: tr, Test: te, ModelName: "mlp", Hidden: []int{32},
-		Steps: steps, Batch: 60, Mechanism: privacy.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
+		Steps: steps, Batch: 60, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
 		ClipNorm: 1, LearningRate: 0.5, Seed: []byte("distributed test seed"), InsecureSeed: true,
 		EvalEvery: 1 << 20,
 	}
@@ -235,7 +237,7 @@ func TestWorkerWithOtherSettingsRefuses(t *testing.T) {
 		t.Fatalf("got %v, want a refusal naming the difference", err)
 	}
 	// Bad input (exit 2 in cmd/train), not an interruption to resume.
-	if !errors.Is(err, train.ErrInvalid) || errors.Is(err, train.ErrInterrupted) {
+	if !errors.Is(err, dpcore.ErrInvalid) || errors.Is(err, train.ErrInterrupted) {
 		t.Fatalf("got %v: want it to match ErrInvalid and not ErrInterrupted", err)
 	}
 	for i, v := range m.Params() {
@@ -260,7 +262,7 @@ func TestRefusedConfigurations(t *testing.T) {
 		cfg := testConfig(t, 5)
 		opt := Options{Run: "r", Workers: 2}
 		edit(&cfg, &opt)
-		if _, err := Run(context.Background(), nc, cfg, opt); !errors.Is(err, train.ErrInvalid) {
+		if _, err := Run(context.Background(), nc, cfg, opt); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
 	}
@@ -273,7 +275,7 @@ func TestRefusedConfigurations(t *testing.T) {
 	if _, ok := any(&engine{}).(interface{ SetNorm(float64) error }); ok {
 		t.Error("the coordinator's engine can change its clip norm: the workers would clip with the old one")
 	}
-	if _, err := ParseShard("3/3"); !errors.Is(err, train.ErrInvalid) {
+	if _, err := ParseShard("3/3"); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("shard 3/3: got %v", err)
 	}
 	if s, err := ParseShard("2/3"); err != nil || s != (Shard{2, 3}) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	"github.com/dpmf-go/dpmf/train/distributed"
@@ -26,7 +27,7 @@ func Example() {
 	tr, te, _ := data.LoadEmbeddedFashionMNIST()
 	cfg := train.Config{
 		Train: tr, Test: te, ModelName: "logistic", Steps: 20, Batch: 100,
-		Mechanism: privacy.DPSGD{}, Epsilon: 4, Accountant: privacy.RDP,
+		Mechanism: mfnoise.DPSGD{}, Epsilon: 4, Accountant: privacy.RDP,
 		Seed: []byte("example seed"), InsecureSeed: true,
 	}
 	opt := distributed.Options{Run: "example", Workers: 2}
