@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/floats"
@@ -23,10 +24,10 @@ const defaultBandedIter = 20000
 // the bound is 3% below the loss until past iteration 1000 there.)
 const defaultBandedGap = 1e-3
 
-// stopGap is the certified gap the optimizer of kind stops at under s:
-// s.Gap, or the optimizer's default.
-func stopGap(kind string, s *optimize.Settings) float64 {
-	if kind == KindBandMF && (s == nil || s.Gap == 0) {
+// bandedStopGap is the certified gap OptimizeBanded stops at under s:
+// s.Gap, or its default.
+func bandedStopGap(s *optimize.Settings) float64 {
+	if s == nil || s.Gap == 0 {
 		return defaultBandedGap
 	}
 	return s.GapOrDefault()
@@ -78,13 +79,13 @@ const bandedMemory = 30
 // iterations, with the bound at that point (Status Stalled), whichever
 // comes first; LowerBound and Gap (also in Meta) are the certificate.
 // Meta.Kind is "bandmf" and Meta.Bands is bands.
-func OptimizeBanded(ctx context.Context, w Workload, bands int, s *optimize.Settings) (*OptimizeResult, error) {
+func OptimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings) (*OptimizeResult, error) {
 	return optimizeBanded(ctx, w, bands, s, false)
 }
 
 // optimizeBanded is OptimizeBanded; cold starts from X = I without the
 // preconditioner (the method before warm starts, kept for the tests).
-func optimizeBanded(ctx context.Context, w Workload, bands int, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
+func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
 	start := time.Now()
 	if err := checkDenseMemory("banded", w.N, bandedMatrices); err != nil {
 		return nil, err
@@ -366,7 +367,7 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 // to 1 (columns normalized), or X = I when that is no better. The same
 // inputs always give the same start, so an optimized encoder does not
 // depend on how the build was reached.
-func (p *bandProblem) warmStart(ctx context.Context, w Workload) ([]float64, error) {
+func (p *bandProblem) warmStart(ctx context.Context, w dpcore.Workload) ([]float64, error) {
 	x0 := make([]float64, p.dim())
 	if p.k == 0 {
 		return x0, nil
@@ -404,13 +405,13 @@ func (p *bandProblem) warmStart(ctx context.Context, w Workload) ([]float64, err
 // toeplitzBandCoef returns the coefficients c_0..c_{bands-1} of the banded
 // Toeplitz encoder OptimizeToeplitz finds for w under single participation
 // (for momentum at a constant rate when w's schedule varies, as
-// BuildToeplitz does).
-func toeplitzBandCoef(ctx context.Context, w Workload, bands int) ([]float64, error) {
+// BandedToeplitz.Build does).
+func toeplitzBandCoef(ctx context.Context, w dpcore.Workload, bands int) ([]float64, error) {
 	ow, err := toeplitzProxyWorkload(w)
 	if err != nil {
 		return nil, err
 	}
-	res, err := OptimizeToeplitz(ctx, ow, SingleParticipation(), bands, ToeplitzProblem{}, nil)
+	res, err := OptimizeToeplitz(ctx, ow, dpcore.SingleParticipation(), bands, ToeplitzProblem{}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -420,13 +421,13 @@ func toeplitzBandCoef(ctx context.Context, w Workload, bands int) ([]float64, er
 // toeplitzProxyWorkload is the Toeplitz workload the Toeplitz optimizers
 // use for w: w itself, or under a time-varying schedule the same momentum
 // at a constant rate.
-func toeplitzProxyWorkload(w Workload) (Workload, error) {
+func toeplitzProxyWorkload(w dpcore.Workload) (dpcore.Workload, error) {
 	eta, err := workloadRates(w)
 	if err != nil {
-		return Workload{}, err
+		return dpcore.Workload{}, err
 	}
 	if eta != nil && !constantRates(eta) {
-		return Workload{Kind: MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: ConstantSchedule(1)}, nil
+		return dpcore.Workload{Kind: dpcore.MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: dpcore.ConstantSchedule(1)}, nil
 	}
 	return w, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // BenchmarkOptimizeBandedDefaultJob is the factorization bandmf:auto picks
@@ -13,7 +15,7 @@ import (
 func BenchmarkOptimizeBandedDefaultJob(b *testing.B) {
 	for _, n := range []int{500, 2000} {
 		b.Run(fmt.Sprintf("n=%d/bands=128", n), func(b *testing.B) {
-			w, _ := MomentumWorkload(n, 0.95, CooldownSchedule(n, 0.25, 0.05))
+			w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
 				return OptimizeBanded(context.Background(), w, 128, nil)
 			})

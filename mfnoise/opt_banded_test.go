@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
-
 	"gonum.org/v1/gonum/mat"
 )
 
 func TestBandProblemGradientMatchesDense(t *testing.T) {
-	w, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
+	w, _ := dpcore.MomentumWorkload(12, 0.9, dpcore.CooldownSchedule(12, 0.25, 0.05))
 	a, _ := w.Matrix()
 	p := newBandProblem(a, 4)
 	x := make([]float64, p.dim())
@@ -70,7 +70,7 @@ func checkBanded(t *testing.T, r *OptimizeResult, bands int) {
 	if f.Meta.Kind != "bandmf" || f.Meta.Bands != bands {
 		t.Errorf("meta %+v", f.Meta)
 	}
-	loss, _ := f.Loss(SingleParticipation())
+	loss, _ := f.Loss(dpcore.SingleParticipation())
 	if math.Abs(loss-r.Loss) > 1e-9*loss {
 		t.Errorf("loss %v, dense recomputation %v", r.Loss, loss)
 	}
@@ -78,7 +78,7 @@ func checkBanded(t *testing.T, r *OptimizeResult, bands int) {
 
 func TestOptimizeBandedSmall(t *testing.T) {
 	const n = 48
-	w, _ := PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	ctx := context.Background()
 	single, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 	if err != nil {
@@ -119,8 +119,8 @@ func TestOptimizeBandedSmall(t *testing.T) {
 
 func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 	const n, bands = 64, 8
-	mw, _ := MomentumWorkload(n, 0.95, CooldownSchedule(n, 0.25, 0.05))
-	pw, _ := PrefixSum(n)
+	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	pw, _ := dpcore.PrefixSum(n)
 	ctx := context.Background()
 	rm, err := OptimizeBanded(ctx, mw, bands, nil)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := postProcessLoss(t, mw, rp.Factorization, SingleParticipation())
+	post := postProcessLoss(t, mw, rp.Factorization, dpcore.SingleParticipation())
 	t.Logf("momentum-optimized %.4f, prefix-optimized post-processed %.4f", rm.Loss, post)
 	if !(rm.Loss < post) {
 		t.Errorf("optimized for momentum %v not below post-processed %v", rm.Loss, post)
@@ -140,10 +140,10 @@ func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 
 func TestOptimizeBandedErrors(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(10)
+	w, _ := dpcore.PrefixSum(10)
 	for _, b := range []int{0, -1, 11} {
-		if _, err := OptimizeBanded(ctx, w, b, nil); !errors.Is(err, ErrInvalid) {
-			t.Errorf("bands %d: %v, want ErrInvalid", b, err)
+		if _, err := OptimizeBanded(ctx, w, b, nil); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("bands %d: %v, want dpcore.ErrInvalid", b, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -156,7 +156,7 @@ func TestOptimizeBandedErrors(t *testing.T) {
 func BenchmarkOptimizeBanded(b *testing.B) {
 	for _, bands := range []int{16, 64} {
 		b.Run(fmt.Sprintf("n=2000/bands=%d", bands), func(b *testing.B) {
-			w, _ := PrefixSum(2000)
+			w, _ := dpcore.PrefixSum(2000)
 			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
 				return OptimizeBanded(context.Background(), w, bands, nil)
 			})
@@ -177,8 +177,8 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	}
 	ctx := context.Background()
 	const n = 2052
-	w, _ := PrefixSum(n)
-	sc, _ := KBParticipation(6, 342)
+	w, _ := dpcore.PrefixSum(n)
+	sc, _ := dpcore.KBParticipation(6, 342)
 	cache := &Cache{Dir: os.Getenv("DPMF_OPT_CACHE")}
 	dpsgd := 6 * float64(n*(n+1)/2)
 	// The reference of Table 2: the optimal (6,342) factorization.
@@ -252,9 +252,9 @@ func TestOptimizeBandedPaper(t *testing.T) {
 // ends no worse than the banded Toeplitz proxy it starts from.
 func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 	ctx := context.Background()
-	pw, _ := PrefixSum(96)
-	mw, _ := MomentumWorkload(96, 0.95, CooldownSchedule(96, 0.25, 0.05))
-	for _, w := range []Workload{pw, mw} {
+	pw, _ := dpcore.PrefixSum(96)
+	mw, _ := dpcore.MomentumWorkload(96, 0.95, dpcore.CooldownSchedule(96, 0.25, 0.05))
+	for _, w := range []dpcore.Workload{pw, mw} {
 		for _, bands := range []int{2, 8, 24, 96} {
 			cold, err := optimizeBanded(ctx, w, bands, nil, true)
 			if err != nil {
@@ -285,11 +285,11 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 				t.Errorf("%v bands %d: a second run gave another encoder", w, bands)
 			}
 			ow, _ := toeplitzProxyWorkload(w)
-			tr, err := OptimizeToeplitz(ctx, ow, SingleParticipation(), bands, ToeplitzProblem{}, nil)
+			tr, err := OptimizeToeplitz(ctx, ow, dpcore.SingleParticipation(), bands, ToeplitzProblem{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sens, _ := tr.Mechanism.Sensitivity(SingleParticipation())
+			sens, _ := tr.Mechanism.Sensitivity(dpcore.SingleParticipation())
 			proxy, err := tr.Mechanism.LossAt(w, sens.Value)
 			if err != nil {
 				t.Fatal(err)
@@ -306,9 +306,9 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 // the optimum.
 func TestBandedLowerBoundIsValid(t *testing.T) {
 	ctx := context.Background()
-	pw, _ := PrefixSum(64)
-	mw, _ := MomentumWorkload(64, 0.95, CooldownSchedule(64, 0.25, 0.05))
-	for _, w := range []Workload{pw, mw} {
+	pw, _ := dpcore.PrefixSum(64)
+	mw, _ := dpcore.MomentumWorkload(64, 0.95, dpcore.CooldownSchedule(64, 0.25, 0.05))
+	for _, w := range []dpcore.Workload{pw, mw} {
 		for _, bands := range []int{2, 8, 24} {
 			best, err := OptimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-9, Rel: 1e-13})
 			if err != nil {
@@ -362,11 +362,11 @@ func TestBandedCacheEntryFromBeforeWarmStartsLoads(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, src[0].Name()), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
-	spec, _ := ParseMechanism("bandmf:4")
+	w, _ := dpcore.MomentumWorkload(12, 0.9, dpcore.CooldownSchedule(12, 0.25, 0.05))
+	spec := BandMF{Bands: 4}
 	built := 0
 	ctx := WithBuildTrace(context.Background(), &BuildTrace{Optimizing: func(string, int, float64) { built++ }})
-	f, err := Build(ctx, spec, w, SingleParticipation(), BuildOptions{Cache: &Cache{Dir: dir}})
+	f, err := BuildDense(ctx, spec, w, dpcore.SingleParticipation(), BuildOptions{Cache: &Cache{Dir: dir}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestBandedCacheEntryFromBeforeWarmStartsLoads(t *testing.T) {
 	if built != 0 || !mat.Equal(f.Encoder, stored.Encoder) {
 		t.Fatalf("optimizer runs %d; encoder equals the stored one: %v", built, mat.Equal(f.Encoder, stored.Encoder))
 	}
-	fresh, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+	fresh, err := BuildDense(context.Background(), spec, w, dpcore.SingleParticipation(), BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

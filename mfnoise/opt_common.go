@@ -37,7 +37,7 @@ type OptimizeResult struct {
 
 // optimizerWorkload validates the settings and returns the workload
 // matrix, with errors prefixed "mfnoise: optimize <what>".
-func optimizerWorkload(what string, w Workload, s *optimize.Settings) (*mat.Dense, error) {
+func optimizerWorkload(what string, w dpcore.Workload, s *optimize.Settings) (*mat.Dense, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -58,10 +60,10 @@ const (
 // 1e-4), fails after s.MaxIter iterations, and honours ctx.
 //
 // The encoder is the lower-triangular C with C^T C = X, normalized so
-// Sensitivity(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
+// sensitivity.Of(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
 // schema. n need not equal k*b: patterns with fewer steps get the same
 // unit budget.
-func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *optimize.Settings) (*OptimizeResult, error) {
+func OptimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
 	if err := checkDenseMemory("kb", w.N, kbMatrices); err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *optimize.Sett
 		return nil, err
 	}
 	n := w.N
-	if schema.Kind != KB {
+	if schema.Kind != dpcore.KB {
 		return nil, invalidf("optimize kb: schema %v is not (k,b)-participation (use OptimizeSingle or OptimizeBanded)", schema)
 	}
 	if err := schema.Validate(n); err != nil {
@@ -120,7 +122,7 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *optimize.Sett
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	sens, err := Sensitivity(c, schema)
+	sens, err := sensitivity.Of(c, schema)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
@@ -163,7 +165,7 @@ type kbPrimal struct {
 	prec []float64 // diagonal preconditioner, packed like x
 }
 
-func newKBPrimal(a *mat.Dense, sc Schema) *kbPrimal {
+func newKBPrimal(a *mat.Dense, sc dpcore.Schema) *kbPrimal {
 	n, _ := a.Dims()
 	p := &kbPrimal{n: n, a: a, pat: make([]int, n), members: sc.Patterns(n)}
 	for j, m := range p.members {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
@@ -44,7 +45,7 @@ const defaultSingleIter = 1000
 // scaled Newton polar iteration: matrix inverses and products only, which in
 // gonum run many times faster than a symmetric eigendecomposition (see
 // BENCHMARKS.md).
-func OptimizeSingle(ctx context.Context, w Workload, s *optimize.Settings) (*OptimizeResult, error) {
+func OptimizeSingle(ctx context.Context, w dpcore.Workload, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
 	if err := checkDenseMemory("single", w.N, singleMatrices); err != nil {
 		return nil, err
@@ -89,7 +90,7 @@ func OptimizeSingle(ctx context.Context, w Workload, s *optimize.Settings) (*Opt
 	if res.Status != optimize.Converged {
 		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, s.GapOrDefault(), iter)
 	}
-	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
+	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: dpcore.SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
 	}

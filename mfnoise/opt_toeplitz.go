@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
@@ -59,12 +61,12 @@ type ToeplitzResult struct {
 // toeplitzWorkload is the first column a of a Toeplitz workload A and the
 // weights of the objective on b = A g: sum_k weight_k b_k^2.
 type toeplitzWorkload struct {
-	w      Workload
+	w      dpcore.Workload
 	eta    []float64
 	weight []float64
 }
 
-func newToeplitzWorkload(what string, w Workload, obj ToeplitzObjective) (*toeplitzWorkload, error) {
+func newToeplitzWorkload(what string, w dpcore.Workload, obj ToeplitzObjective) (*toeplitzWorkload, error) {
 	eta, err := workloadRates(w)
 	if err != nil {
 		return nil, err
@@ -103,7 +105,7 @@ func (tw *toeplitzWorkload) errorAndAdjoint(g, gamma []float64) float64 {
 	for i := n - 2; i >= 0; i-- {
 		b[i] += b[i+1]
 	}
-	if tw.w.Kind == MomentumKind {
+	if tw.w.Kind == dpcore.MomentumKind {
 		for i := range b {
 			b[i] *= tw.eta[i]
 		}
@@ -152,8 +154,8 @@ func packedComb(c []float64, k, b int) ([]float64, float64) {
 	return u, sum
 }
 
-func schemaKB(s Schema, n int) (int, int) {
-	if s.Kind == Single || s.K <= 1 {
+func schemaKB(s dpcore.Schema, n int) (int, int) {
+	if s.Kind == dpcore.Single || s.K <= 1 {
 		return 1, n
 	}
 	return s.K, s.B
@@ -170,7 +172,7 @@ func schemaKB(s Schema, n int) (int, int) {
 // objective is the one Toeplitz.Sensitivity reports for the iterate: exact
 // for non-negative (and, under min-sep, non-increasing) coefficients, the
 // proven |c| or envelope bound otherwise (see toeplitzEval).
-func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
+func OptimizeToeplitz(ctx context.Context, w dpcore.Workload, s dpcore.Schema, p int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
 	start := time.Now()
 	tw, err := newToeplitzWorkload("optimize toeplitz", w, prob.Objective)
 	if err != nil {
@@ -197,7 +199,7 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, prob Toe
 	if err != nil {
 		return nil, err
 	}
-	if s.Kind == MinSep && k > 1 {
+	if s.Kind == dpcore.MinSep && k > 1 {
 		env := toeplitzEval(tw, p, k, b, true)
 		if env(x, nil) > eval(x, nil)*(1+1e-12) {
 			x2, it2, st2, err := minimizeLBFGS(ctx, "optimize toeplitz", x, env, set)
@@ -209,7 +211,7 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, prob Toe
 		eval = env
 	}
 	coef := append([]float64{1}, x...)
-	t, err := NewToeplitz(KindToeplitz+":"+strconv.Itoa(p), n, coef)
+	t, err := NewToeplitz("toeplitz:"+strconv.Itoa(p), n, coef)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
 	}
@@ -250,7 +252,7 @@ func minimizeLBFGS(ctx context.Context, what string, x0 []float64, eval func(x, 
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("mfnoise: %s: %w", what, err)
 	}
-	if !finiteFloat(res.Loss) {
+	if !linalg.Finite(res.Loss) {
 		return nil, 0, 0, fmt.Errorf("mfnoise: %s: no finite solution", what)
 	}
 	// Every point is a valid mechanism, only its quality differs: a run
@@ -294,7 +296,7 @@ func bltParamsOf(x []float64, p *BLTParams) {
 // so n = 10^6 takes seconds. Starting point: decays spread geometrically
 // in (1 - 1/n, 1/2) and equal scales summing to 1/2, the square root's c_1
 // (Dvijotham et al. 2024 fit BLTs to the square root).
-func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
+func OptimizeBLT(ctx context.Context, w dpcore.Workload, s dpcore.Schema, nbuf int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
 	start := time.Now()
 	tw, err := newToeplitzWorkload("optimize blt", w, prob.Objective)
 	if err != nil {
@@ -308,7 +310,7 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, prob Toepl
 		return nil, invalidf("optimize blt: %d buffers, need 1..32", nbuf)
 	}
 	k, b := schemaKB(s, n)
-	if prob.Unbounded && s.Kind == KB {
+	if prob.Unbounded && s.Kind == dpcore.KB {
 		return nil, invalidf("optimize blt: an unbounded stream has no (k,b)-participation (k b covers only k b steps); use min-sep")
 	}
 	if prob.Unbounded {
@@ -335,7 +337,7 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, prob Toepl
 	p := &BLTParams{Theta: make([]float64, nbuf), Omega: make([]float64, nbuf)}
 	bltParamsOf(x, p)
 	best := eval(x, nil)
-	t, err := NewBLT(KindBLT+":"+strconv.Itoa(nbuf), n, *p)
+	t, err := NewBLT("blt:"+strconv.Itoa(nbuf), n, *p)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize blt: %w", err)
 	}
