@@ -135,3 +135,30 @@ func TestAdaptiveClipStepUsesCurrentNorm(t *testing.T) {
 		}
 	}
 }
+
+// At user level the count is of users: with a clip norm above every
+// user's combined gradient, every sampled user is counted, for one and
+// for several examples a user (before the user-level path observed the
+// count it released zero plus noise, and the clip norm only shrank).
+func TestAdaptiveClipCountsUsers(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range []int{1, 3} {
+		cfg := Config{
+			Train: ownedSynthetic(t, 600, 120, 4), ModelName: "logistic", Steps: 5, Batch: 30,
+			UserLevel: true, UserExamples: k, NoiseMultiplier: 1, Accountant: privacy.RDP,
+			ClipNorm: 1e6, LearningRate: 0.1, AdaptiveClip: &AdaptiveClip{Target: 0.5},
+			Seed: []byte("adaptive clipping users"), InsecureSeed: true,
+		}
+		tr, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm, err := tr.TrainStep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.adaptive.within != sm.BatchSize || sm.BatchSize == 0 {
+			t.Fatalf("k = %d: %d users counted within the norm, %d sampled", k, tr.adaptive.within, sm.BatchSize)
+		}
+	}
+}

@@ -444,6 +444,7 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		t.sum[i] = 0
 	}
 	sm := StepMetrics{Step: step, BatchSize: len(t.idx)}
+	t.adaptive.begin()
 	if t.users != nil {
 		if err := t.clipUsers(ctx, step, &sm); err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
@@ -457,7 +458,6 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 	// additive, so larger batches run in chunks.
 	maxBatch := t.chunkExamples()
 	var lossSum float64
-	t.adaptive.begin()
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
 			return sm, err
