@@ -5,6 +5,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -16,7 +19,7 @@ type Metadata struct {
 	Kind string `msgpack:"kind" json:"kind"`
 	// Schema is the participation the encoder was optimized for (zero value
 	// if none).
-	Schema Schema `msgpack:"schema" json:"schema"`
+	Schema dpcore.Schema `msgpack:"schema" json:"schema"`
 	// Bands is the band count of a banded encoder (0 if not banded).
 	Bands int `msgpack:"bands" json:"bands,omitempty"`
 	// Stamps is the number of stamped copies (0 or 1 means not stamped).
@@ -35,7 +38,7 @@ type Metadata struct {
 // the workload A they factor. Build it with NewFactorization, which checks
 // the product.
 type Factorization struct {
-	Workload Workload
+	Workload dpcore.Workload
 	Encoder  *mat.Dense // C
 	Decoder  *mat.Dense // B
 	Meta     Metadata
@@ -43,6 +46,10 @@ type Factorization struct {
 	// toeplitz is the structured mechanism a Toeplitz factorization came
 	// from (see Toeplitz).
 	toeplitz *Toeplitz
+	// gram is C^T C in closed form when the family's structure gives it
+	// (trees, FFT, DP-SGD and stamps of them), for Compare's sensitivity;
+	// nil otherwise. It is not stored.
+	gram *mat.SymDense
 }
 
 // Toeplitz returns the structured mechanism a factorization made by
@@ -59,7 +66,7 @@ const FactorizationTolerance = 1e-9
 // NewFactorization checks shapes, finiteness and ||A - BC||_F <= 1e-9 ||A||_F
 // and returns the factorization. It refuses anything else: a wrong
 // factorization would release a different workload than the optimizer uses.
-func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorization, error) {
+func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Factorization, error) {
 	a, err := w.Matrix()
 	if err != nil {
 		return nil, err
@@ -72,16 +79,16 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 	if br, bc := b.Dims(); br != n || bc != m {
 		return nil, invalidf("factorization: decoder is %d x %d, want %d x %d", br, bc, n, m)
 	}
-	if err := checkFinite("encoder", c); err != nil {
+	if err := sensitivity.CheckFinite("encoder", c); err != nil {
 		return nil, err
 	}
-	if err := checkFinite("decoder", b); err != nil {
+	if err := sensitivity.CheckFinite("decoder", b); err != nil {
 		return nil, err
 	}
 	// mulFactors exploits the structure of tree, banded, stamped and FFT
 	// encoders: a dense product costs O(n m n) and dominated building those
 	// mechanisms at n = 2000.
-	bc := mulFactors(b, c)
+	bc := linalg.MulFactors(b, c)
 	bc.Sub(a, bc)
 	res, norm := mat.Norm(bc, 2), mat.Norm(a, 2)
 	if !(res <= FactorizationTolerance*norm) {
@@ -96,14 +103,14 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 // N is the number of steps.
 func (f *Factorization) N() int { return f.Workload.N }
 
-// Sensitivity is Sensitivity(f.Encoder, s).
-func (f *Factorization) Sensitivity(s Schema) (SensitivityResult, error) {
-	return Sensitivity(f.Encoder, s)
+// Sensitivity is sensitivity.Of(f.Encoder, s).
+func (f *Factorization) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
+	return sensitivity.Of(f.Encoder, s)
 }
 
 // Loss is sens^2(C) ||B||_F^2 under s: the total squared error of the
 // released workload for unit noise multiplier (SPEC 4).
-func (f *Factorization) Loss(s Schema) (float64, error) {
+func (f *Factorization) Loss(s dpcore.Schema) (float64, error) {
 	sens, err := f.Sensitivity(s)
 	if err != nil {
 		return 0, err
@@ -146,7 +153,7 @@ func rowNorms2(b *mat.Dense) []float64 {
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise
 // multiplier.
-func (f *Factorization) RMSE(s Schema) (float64, error) {
+func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
 	l, err := f.Loss(s)
 	if err != nil {
 		return 0, err
@@ -156,7 +163,7 @@ func (f *Factorization) RMSE(s Schema) (float64, error) {
 
 // StepVariance returns sens^2 ||B[i,:]||^2 for each step: the variance of the
 // error on step i's output for unit noise multiplier.
-func (f *Factorization) StepVariance(s Schema) ([]float64, error) {
+func (f *Factorization) StepVariance(s dpcore.Schema) ([]float64, error) {
 	sens, err := f.Sensitivity(s)
 	if err != nil {
 		return nil, err

@@ -5,20 +5,19 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
 // BenchmarkMechanism builds and scores each closed-form mechanism at the
 // multi-epoch paper's scale: prefix sum, n = 2000, (k,b) = (20,100).
 func BenchmarkMechanism(b *testing.B) {
-	w, _ := PrefixSum(2000)
-	s, _ := KBParticipation(20, 100)
-	for _, name := range []string{"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "tree-online/s10", "tree-full/s5", "fft/s5", "fft-opt/s5"} {
-		spec, err := ParseMechanism(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(name, func(b *testing.B) {
+	w, _ := dpcore.PrefixSum(2000)
+	s, _ := dpcore.KBParticipation(20, 100)
+	for _, spec := range named(b, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-online/s10,tree-full/s5,fft/s5,fft-opt/s5") {
+		b.Run(spec.String(), func(b *testing.B) {
 			cpu := processCPUSeconds()
 			for b.Loop() {
 				if _, err := compareOne(context.Background(), spec, w, s, BuildOptions{}); err != nil {
@@ -52,7 +51,7 @@ func minSepEncoders() (banded, dense *mat.Dense) {
 // at n = 2000: Gram matrix plus the O(n^2 k) dynamic program.
 func BenchmarkMinSepSensitivity(b *testing.B) {
 	banded, dense := minSepEncoders()
-	s, _ := MinSepParticipation(20, 100)
+	s, _ := dpcore.MinSepParticipation(20, 100)
 	for _, c := range []struct {
 		name string
 		c    *mat.Dense
@@ -60,17 +59,20 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			cpu := processCPUSeconds()
 			for b.Loop() {
-				if _, err := Sensitivity(c.c, s); err != nil {
+				if _, err := sensitivity.Of(c.c, s); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(c.name+"/dp-only", func(b *testing.B) {
-			x := gram(c.c)
+			// The Gram matrix computed once: the DP (with its checks) alone.
+			x := linalg.Gram(c.c)
 			cpu := processCPUSeconds()
 			for b.Loop() {
-				minSepSensitivitySquared(x, c.c, 20, 100)
+				if _, err := sensitivity.FromGram(c.c, x, s); err != nil {
+					b.Fatal(err)
+				}
 			}
 			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})

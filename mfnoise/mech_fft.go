@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/cmplx"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/mat"
 )
@@ -70,7 +72,7 @@ func fftGenerator(n int) (y, r []float64, spec []complex128) {
 	return y, r, spec
 }
 
-// FFT is the FFT mechanism of the multi-epoch paper (Sec. 4, App. C, J, K;
+// DenseFFT is the FFT mechanism of the multi-epoch paper (Sec. 4, App. C, J, K;
 // SPEC 5.6): encoder C_F = circ(y)[:, :n] (2n x n) with DFT(y) = sqrt(DFT(v)),
 // v = (1 x n, 0 x n), so circ(y)^2 = circ(v) has S as its top-left block.
 // Its Gram matrix has negative entries. Under (k,b)-participation only the
@@ -84,12 +86,12 @@ func fftGenerator(n int) (y, r []float64, spec []complex128) {
 // participation the Algorithm-1 MSE, Loss/n, is exactly a quarter of the
 // paper's Cor. J.1 value (with rho = 1/2): that corollary accounts for Alg.
 // 1's complex-valued noise, this factorization is its real-valued version.
-func FFT(w Workload, decoder FFTDecoder) (*Factorization, error) {
+func DenseFFT(w dpcore.Workload, decoder FFTDecoder) (*Factorization, error) {
 	f, _, err := fftMechanism(w, decoder)
 	return f, err
 }
 
-func fftMechanism(w Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense, error) {
+func fftMechanism(w dpcore.Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: fft: %w", err)
 	}
@@ -120,7 +122,7 @@ func fftMechanism(w Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense
 				row[j] = y[(i-j+m)%m]
 			}
 		}
-		b, err = postProcess(w, bf)
+		b, err = linalg.PostProcess(w, bf)
 	case FFTOptimal:
 		b, err = fftOptimalDecoder(w, r[:n], spec)
 	default:
@@ -140,14 +142,14 @@ func fftMechanism(w Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense
 // Toeplitz matrix with first column t. X^-1 comes from the Gohberg-Semencul
 // structure in O(n^2), and each row of (A X^-1) C_F^T is a circular
 // convolution with y, done by FFT: O(n^2 log n) instead of O(n^3).
-func fftOptimalDecoder(w Workload, t []float64, spec []complex128) (*mat.Dense, error) {
+func fftOptimalDecoder(w dpcore.Workload, t []float64, spec []complex128) (*mat.Dense, error) {
 	n := len(t)
 	m := 2 * n
 	g, err := toeplitzInverse(t)
 	if err != nil {
 		return nil, err
 	}
-	p, err := applyWorkload(w, g)
+	p, err := linalg.ApplyWorkload(w, g)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +182,7 @@ func fftOptimalDecoder(w Workload, t []float64, spec []complex128) (*mat.Dense, 
 // recurrence G[i+1][j+1] = G[i][j] + (a_{i+1} a_{j+1} - a_{n-1-i} a_{n-1-j}) / a_0.
 func toeplitzInverse(t []float64) (*mat.Dense, error) {
 	n := len(t)
-	if t[0] <= 0 || !finiteFloat(t[0]) {
+	if t[0] <= 0 || !linalg.Finite(t[0]) {
 		return nil, fmt.Errorf("mfnoise: toeplitz inverse: diagonal %v is not positive", t[0])
 	}
 	rr := make([]float64, n)

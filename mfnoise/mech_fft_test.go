@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -22,7 +25,7 @@ func denseCirculant(v []float64) *mat.Dense {
 func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 	for _, n := range []int{1, 2, 5, 8, 13} {
 		m := 2 * n
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, x, err := fftMechanism(w, FFTAlgorithm1)
 		if err != nil {
 			t.Fatalf("n=%d: %v", n, err)
@@ -45,16 +48,16 @@ func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 		if !mat.EqualApprox(f.Decoder, circY.Slice(0, n, 0, m), 0) {
 			t.Fatalf("n=%d: Algorithm-1 decoder is not circ(y)[:n, :]", n)
 		}
-		if !mat.EqualApprox(x, gram(f.Encoder), 1e-12) {
+		if !mat.EqualApprox(x, linalg.Gram(f.Encoder), 1e-12) {
 			t.Fatalf("n=%d: Toeplitz Gram differs from C^T C", n)
 		}
 	}
 }
 
 func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
-	mom, _ := MomentumWorkload(9, 0.95, CooldownSchedule(9, 0.25, 0.05))
-	for _, w := range []Workload{{Kind: PrefixSumKind, N: 1}, {Kind: PrefixSumKind, N: 7}, {Kind: PrefixSumKind, N: 32}, mom} {
-		f, err := FFT(w, FFTOptimal)
+	mom, _ := dpcore.MomentumWorkload(9, 0.95, dpcore.CooldownSchedule(9, 0.25, 0.05))
+	for _, w := range []dpcore.Workload{{Kind: dpcore.PrefixSumKind, N: 1}, {Kind: dpcore.PrefixSumKind, N: 7}, {Kind: dpcore.PrefixSumKind, N: 32}, mom} {
+		f, err := DenseFFT(w, FFTOptimal)
 		if err != nil {
 			t.Fatalf("%v: %v", w, err)
 		}
@@ -68,12 +71,12 @@ func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
 		}
 	}
 	// Momentum with the Algorithm-1 decoder is A S^-1 B_F.
-	f, err := FFT(mom, FFTAlgorithm1)
+	f, err := DenseFFT(mom, FFTAlgorithm1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := PrefixSum(9)
-	fs, _ := FFT(s, FFTAlgorithm1)
+	s, _ := dpcore.PrefixSum(9)
+	fs, _ := DenseFFT(s, FFTAlgorithm1)
 	a, _ := mom.Matrix()
 	sm, _ := s.Matrix()
 	var sInv, want mat.Dense
@@ -123,12 +126,12 @@ func abs(i int) int {
 // for its complex-valued noise; the real factorization's Loss/n is a quarter.
 func TestFFTClosedFormMSE(t *testing.T) {
 	for _, n := range []int{1, 10, 100, 257} {
-		w, _ := PrefixSum(n)
-		f, err := FFT(w, FFTAlgorithm1)
+		w, _ := dpcore.PrefixSum(n)
+		f, err := DenseFFT(w, FFTAlgorithm1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		loss, err := f.Loss(SingleParticipation())
+		loss, err := f.Loss(dpcore.SingleParticipation())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +165,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 			b.Set(i, q, math.Cos(float64(3*i+q*q)))
 		}
 	}
-	got := mulToeplitz(b, c)
+	got := linalg.MulToeplitz(b, c)
 	if got == nil {
 		t.Fatal("Toeplitz matrix not detected")
 	}
@@ -172,7 +175,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 		t.Fatal("FFT product differs from dense product")
 	}
 	c.Set(5, 3, 0.5)
-	if mulToeplitz(b, c) != nil {
+	if linalg.MulToeplitz(b, c) != nil {
 		t.Fatal("non-Toeplitz matrix taken for Toeplitz")
 	}
 }
@@ -182,7 +185,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 // encoder has a negative entry in every pattern block of X (C[i+8,i] =
 // -0.5 makes X[i,i+8] = -0.5), so the exact nonnegative path does not apply.
 func TestSpectralBoundMatchesSVD(t *testing.T) {
-	w, _ := PrefixSum(24)
+	w, _ := dpcore.PrefixSum(24)
 	c := mat.NewDense(24, 24, nil)
 	for i := 0; i < 24; i++ {
 		c.Set(i, i, 1+0.1*float64(i%5))
@@ -202,7 +205,7 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := KBParticipation(3, 8)
+	s, _ := dpcore.KBParticipation(3, 8)
 	got, err := f.Sensitivity(s)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +226,7 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 		best = math.Max(best, svd.Values(nil)[0])
 	}
 	want := math.Sqrt(3) * best
-	if got.Method != SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
+	if got.Method != sensitivity.SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
 		t.Fatalf("spectral bound %+v, SVD definition %v", got, want)
 	}
 }

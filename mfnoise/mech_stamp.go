@@ -1,9 +1,13 @@
 package mfnoise
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -46,8 +50,8 @@ func (d StampDecoder) String() string {
 // FFTAlgorithm1) and online Honaker (n=200)x10 2.0e6 (StampRestartedOnline
 // over TreeOnline with completion and zeroed virtual steps; 4.0e6 without
 // completion). TestMultiEpochTable1 checks all twenty Honaker and FFT rows.
-func Stamp(w Workload, stamps int, build func(Workload) (*Factorization, error), decoder StampDecoder) (*Factorization, error) {
-	f, _, err := stamp(w, stamps, func(w0 Workload) (*Factorization, *mat.SymDense, error) {
+func Stamp(w dpcore.Workload, stamps int, build func(dpcore.Workload) (*Factorization, error), decoder StampDecoder) (*Factorization, error) {
+	f, _, err := stamp(w, stamps, func(w0 dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 		f, err := build(w0)
 		return f, nil, err
 	}, decoder)
@@ -56,9 +60,9 @@ func Stamp(w Workload, stamps int, build func(Workload) (*Factorization, error),
 
 // builder makes a factorization and optionally its Gram matrix C^T C (nil
 // when it has no structure to exploit).
-type builder func(Workload) (*Factorization, *mat.SymDense, error)
+type builder func(dpcore.Workload) (*Factorization, *mat.SymDense, error)
 
-func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorization, *mat.SymDense, error) {
+func stamp(w dpcore.Workload, s int, build builder, decoder StampDecoder) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: stamp: %w", err)
 	}
@@ -74,8 +78,8 @@ func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorizati
 	}
 	n0 := n / s
 	w0 := w.WithN(n0)
-	if w.Kind == PrefixSumKind || decoder == StampRestartedOnline {
-		w0 = Workload{Kind: PrefixSumKind, N: n0}
+	if w.Kind == dpcore.PrefixSumKind || decoder == StampRestartedOnline {
+		w0 = dpcore.Workload{Kind: dpcore.PrefixSumKind, N: n0}
 	}
 	if err := w0.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: stamp: block workload over %d steps: %w", n0, err)
@@ -90,7 +94,7 @@ func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorizati
 	c0 := f0.Encoder
 	m0, _ := c0.Dims()
 	if x0 == nil {
-		x0 = gram(c0)
+		x0 = linalg.Gram(c0)
 	}
 	c := mat.NewDense(s*m0, n, nil)
 	x := mat.NewSymDense(n, nil)
@@ -109,7 +113,7 @@ func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorizati
 	switch decoder {
 	case StampRestartedOnline:
 		meta.Decoder = "restarted-" + f0.Meta.Decoder
-		b, err = postProcess(w, restartedDecoder(f0.Decoder, s))
+		b, err = linalg.PostProcess(w, restartedDecoder(f0.Decoder, s))
 	case StampOptimal:
 		meta.Decoder = "optimal"
 		b, err = stampedOptimalDecoder(w, c0, x0, s)
@@ -144,7 +148,7 @@ func restartedDecoder(b0 *mat.Dense, s int) *mat.Dense {
 
 // stampedOptimalDecoder is A (I_s (x) C0)^+ = A (I_s (x) C0^+), with
 // C0^+ = X0^-1 C0^T.
-func stampedOptimalDecoder(w Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (*mat.Dense, error) {
+func stampedOptimalDecoder(w dpcore.Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (*mat.Dense, error) {
 	m0, n0 := c0.Dims()
 	var ch mat.Cholesky
 	if !ch.Factorize(x0) {
@@ -157,9 +161,9 @@ func stampedOptimalDecoder(w Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (
 	if err := ch.SolveTo(&pinv0, c0.T()); err != nil {
 		return nil, err
 	}
-	if w.Kind == PrefixSumKind {
+	if w.Kind == dpcore.PrefixSumKind {
 		// S (I (x) C0^+) is the restarted construction over S0 C0^+.
-		return restartedDecoder(cumulativeRows(&pinv0), s), nil
+		return restartedDecoder(linalg.CumulativeRows(&pinv0), s), nil
 	}
 	a, err := w.Matrix()
 	if err != nil {
@@ -172,4 +176,54 @@ func stampedOptimalDecoder(w Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (
 		blk.Mul(a.Slice(0, n, t*n0, (t+1)*n0), &pinv0)
 	}
 	return b, nil
+}
+
+// Stamped runs Inner on blocks of n/Stamps steps (the stamping
+// construction, SPEC 5.7): a block-diagonal encoder, built densely, with
+// the decoder that suits the inner family (Blocked.StampDecoder).
+type Stamped struct {
+	Inner  Blocked
+	Stamps int
+}
+
+func (m Stamped) String() string {
+	if m.Inner == nil {
+		return "<nil>/s" + strconv.Itoa(m.Stamps)
+	}
+	return m.Inner.String() + "/s" + strconv.Itoa(m.Stamps)
+}
+
+// Structure is the inner mechanism's: a block diagonal of b-banded blocks
+// is b-banded.
+func (m Stamped) Structure() Structure {
+	if m.Inner == nil {
+		return Structure{}
+	}
+	return m.Inner.Structure()
+}
+
+// Build stamps the inner mechanism over w.
+func (m Stamped) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	if m.Inner == nil {
+		return nil, invalidf("stamped mechanism without an inner mechanism")
+	}
+	if m.Stamps < 1 {
+		return nil, invalidf("%v: stamps = %d must be positive", m, m.Stamps)
+	}
+	if m.Inner.Structure().AutoBands {
+		return nil, invalidf("%v: a band count chosen by the planner cannot be stamped", m)
+	}
+	f, x, err := buildBlocks(ctx, m.Inner, m.Stamps, m.String(), w, schema, opt)
+	if err != nil {
+		return nil, err
+	}
+	return withGram(f, x), nil
+}
+
+// NoiseCost is the inner mechanism's, per block.
+func (m Stamped) NoiseCost(s dpcore.Strategy, _ int) (float64, string) {
+	if c, ok := m.Inner.(Coster); ok {
+		return c.NoiseCost(s, m.Stamps)
+	}
+	return denseCost(s, m.Stamps)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -70,7 +72,7 @@ func NewToeplitz(name string, n int, coef []float64) (*Toeplitz, error) {
 		return nil, invalidf("toeplitz %s: %d coefficients for n = %d steps, need 1..n", name, len(coef), n)
 	}
 	for j, v := range coef {
-		if !finiteFloat(v) {
+		if !linalg.Finite(v) {
 			return nil, invalidf("toeplitz %s: coefficient %d is %v", name, j, v)
 		}
 	}
@@ -96,7 +98,7 @@ func SqrtToeplitz(n int) (*Toeplitz, error) {
 		c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindSqrt, N: n, Coef: c, inv: g}, nil
+	return &Toeplitz{Name: "sqrt", N: n, Coef: c, inv: g}, nil
 }
 
 // BandedInverseSqrt is the BISR mechanism with p bands over n steps: C^-1
@@ -115,7 +117,7 @@ func BandedInverseSqrt(n, p int) (*Toeplitz, error) {
 	for j := 1; j < p; j++ {
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindBISR + ":" + strconv.Itoa(p), N: n, InvCoef: g}, nil
+	return &Toeplitz{Name: "bisr:" + strconv.Itoa(p), N: n, InvCoef: g}, nil
 }
 
 // MaxStructuredSteps is the largest n for which structured mechanisms are
@@ -145,10 +147,10 @@ func (t *Toeplitz) Validate() error {
 	case t.BLT != nil:
 		return t.BLT.validate()
 	case t.InvCoef != nil:
-		if t.InvCoef[0] == 0 || !finiteFloat(t.InvCoef[0]) || len(t.InvCoef) > t.N {
+		if t.InvCoef[0] == 0 || !linalg.Finite(t.InvCoef[0]) || len(t.InvCoef) > t.N {
 			return invalidf("toeplitz %s: singular or oversized inverse coefficients", t.Name)
 		}
-	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !finiteFloat(t.Coef[0]):
+	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !linalg.Finite(t.Coef[0]):
 		return invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with NewToeplitz", t.Name, len(t.Coef), t.N)
 	}
 	return nil
@@ -272,7 +274,7 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 }
 
 // ApplyDecoder sets dst = B x = A C^-1 x for the workload w over N steps.
-func (t *Toeplitz) ApplyDecoder(w Workload, dst, x []float64) error {
+func (t *Toeplitz) ApplyDecoder(w dpcore.Workload, dst, x []float64) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -325,14 +327,14 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 
 // workloadRates returns the learning rates of a momentum workload (nil for
 // the prefix sum) after validating w.
-func workloadRates(w Workload) ([]float64, error) {
+func workloadRates(w dpcore.Workload) ([]float64, error) {
 	switch w.Kind {
-	case PrefixSumKind:
+	case dpcore.PrefixSumKind:
 		if w.N <= 0 {
 			return nil, invalidf("prefix sum: n = %d must be positive", w.N)
 		}
 		return nil, nil
-	case MomentumKind:
+	case dpcore.MomentumKind:
 		if err := w.Validate(); err != nil {
 			return nil, err
 		}
@@ -343,8 +345,8 @@ func workloadRates(w Workload) ([]float64, error) {
 
 // applyWorkloadVec overwrites y with A y: for momentum A = S diag(eta)
 // M_beta (SPEC 2), for the prefix sum A = S.
-func applyWorkloadVec(w Workload, eta, y []float64) {
-	if w.Kind == MomentumKind {
+func applyWorkloadVec(w dpcore.Workload, eta, y []float64) {
+	if w.Kind == dpcore.MomentumKind {
 		for i := 1; i < len(y); i++ {
 			y[i] += w.Momentum * y[i-1]
 		}
@@ -377,7 +379,7 @@ const MaxGeneralWorkloadSteps = 1 << 15
 // Toeplitz with first column b = A g (g the first column of C^-1) and the
 // norms are prefix sums of b_k^2: O(n) after g. Other schedules cost O(n^2)
 // time and are refused above MaxGeneralWorkloadSteps.
-func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
+func (t *Toeplitz) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -424,10 +426,10 @@ func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
 
 // Loss is sens^2(C) ||A C^-1||_F^2 under the schema (SPEC 4) with the
 // sensitivity it used.
-func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error) {
+func (t *Toeplitz) Loss(w dpcore.Workload, s dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
 	sens, err := t.Sensitivity(s)
 	if err != nil {
-		return 0, SensitivityResult{}, err
+		return 0, dpcore.SensitivityResult{}, err
 	}
 	loss, err := t.LossAt(w, sens.Value)
 	return loss, sens, err
@@ -436,7 +438,7 @@ func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error
 // LossAt is sens^2 ||A C^-1||_F^2 for a sensitivity computed elsewhere
 // (the per-participation sensitivity of amplified accounting, for one), in
 // O(n) memory: Factorization.LossAt without the dense decoder.
-func (t *Toeplitz) LossAt(w Workload, sens float64) (float64, error) {
+func (t *Toeplitz) LossAt(w dpcore.Workload, sens float64) (float64, error) {
 	r, err := t.DecoderRowNorms(w)
 	if err != nil {
 		return 0, err
@@ -455,7 +457,7 @@ const (
 	// (McMahan, Xu and Zhang 2024, the BLT min-sep sensitivity theorem:
 	// the worst min-sep pattern participates as early and as often as
 	// allowed).
-	ToeplitzPacked SensitivityMethod = "toeplitz-packed"
+	ToeplitzPacked dpcore.SensitivityMethod = "toeplitz-packed"
 	// ToeplitzEnvelopeBound: coefficients of mixed sign (or increasing
 	// ones under min-sep): the same formula for the envelope e_t =
 	// max_{s >= t} |c_s| >= |c_t|, which is non-negative and
@@ -463,26 +465,26 @@ const (
 	// sum_{i,j in pi} |X_ij| (banded-MF Thm 3) <= max_pi ||E 1_pi||^2, E
 	// the Toeplitz matrix of e, whose worst pattern is the packed one by
 	// the theorem above.
-	ToeplitzEnvelopeBound SensitivityMethod = "toeplitz-envelope-bound"
+	ToeplitzEnvelopeBound dpcore.SensitivityMethod = "toeplitz-envelope-bound"
 )
 
 // Sensitivity is sens(C) under the schema for clipping norm 1 in O(n) time
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
-func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
+func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if err := t.Validate(); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if err := checkSteps(t.N); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if err := s.Validate(t.N); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	c := t.Column()
 	k, b := s.K, s.B
-	if s.Kind == Single || k == 1 {
-		return SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
+	if s.Kind == dpcore.Single || k == 1 {
+		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
 	for i, v := range c {
@@ -493,7 +495,7 @@ func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
 			nonincr = false
 		}
 	}
-	exact := nonneg && (s.Kind == KB || nonincr)
+	exact := nonneg && (s.Kind == dpcore.KB || nonincr)
 	if !exact {
 		e := make([]float64, len(c))
 		run := 0.0
@@ -501,7 +503,7 @@ func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
 			run = math.Max(run, math.Abs(c[i]))
 			e[i] = run
 		}
-		if s.Kind == KB {
+		if s.Kind == dpcore.KB {
 			// |c| suffices for (k,b): pi_0 dominates entrywise.
 			for i, v := range c {
 				e[i] = math.Abs(v)
@@ -510,13 +512,13 @@ func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
 		c = e
 	}
 	v := math.Sqrt(packedSens2(c, k, b))
-	if !finiteFloat(v) {
-		return SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
+	if !linalg.Finite(v) {
+		return dpcore.SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
 	}
 	if exact {
-		return SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
+		return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
 	}
-	return SensitivityResult{Value: v, Exact: false, Method: ToeplitzEnvelopeBound}, nil
+	return dpcore.SensitivityResult{Value: v, Exact: false, Method: ToeplitzEnvelopeBound}, nil
 }
 
 // packedSens2 is ||C 1_pi||^2 for pi = {0, b, ..., (k-1) b} cut at n =
@@ -527,10 +529,10 @@ func packedSens2(c []float64, k, b int) float64 {
 }
 
 // Factorization returns the dense factorization (C, B = A C^-1) for
-// cross-checks and the dense plan code; refused above DenseStepLimit.
+// cross-checks and the dense plan code; refused above dpcore.DenseStepLimit.
 // noise.New streams its noise with the mechanism's own buffers (Nbuf
 // d-vectors for a BLT, not the n of a dense encoder).
-func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
+func (t *Toeplitz) Factorization(w dpcore.Workload) (*Factorization, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -297,12 +299,12 @@ func (t *treeLayout) pinv(n int) *mat.Dense {
 // is TreeOnline (5.776e6 without completion, 5.774e6 with Completion and
 // ZeroVirtual, which that paper used), "Optimal Decoder Honaker" 2.4e6 is
 // TreeFull (2.431e6).
-func BinaryTree(w Workload, opt TreeOptions) (*Factorization, error) {
+func BinaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, error) {
 	f, _, err := binaryTree(w, opt)
 	return f, err
 }
 
-func binaryTree(w Workload, opt TreeOptions) (*Factorization, *mat.SymDense, error) {
+func binaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: binary tree: %w", err)
 	}
@@ -314,7 +316,7 @@ func binaryTree(w Workload, opt TreeOptions) (*Factorization, *mat.SymDense, err
 	meta := Metadata{Kind: "tree", Decoder: opt.Decoder.String()}
 	switch opt.Decoder {
 	case TreeOnline:
-		b, err = postProcess(w, t.onlinePrefixDecoder(n, opt))
+		b, err = linalg.PostProcess(w, t.onlinePrefixDecoder(n, opt))
 		if opt.Completion {
 			meta.Decoder += "+completion"
 		}
@@ -322,7 +324,7 @@ func binaryTree(w Workload, opt TreeOptions) (*Factorization, *mat.SymDense, err
 			meta.Decoder += "+zero-virtual"
 		}
 	case TreeFull:
-		b, err = applyWorkload(w, t.pinv(n))
+		b, err = linalg.ApplyWorkload(w, t.pinv(n))
 	default:
 		return nil, nil, invalidf("binary tree: unknown decoder %d", int(opt.Decoder))
 	}

@@ -6,14 +6,16 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // A caller's factorization scores exactly as the same mechanism does in
 // Compare.
 func TestScoreMatchesCompare(t *testing.T) {
-	w, _ := PrefixSum(16)
-	schema, _ := KBParticipation(2, 8)
-	rows, err := Compare(context.Background(), w, schema, []Mechanism{MechanismSpec{Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
+	w, _ := dpcore.PrefixSum(16)
+	schema, _ := dpcore.KBParticipation(2, 8)
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{Tree{Decoder: TreeFull}}, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,45 +35,66 @@ func TestScoreMatchesCompare(t *testing.T) {
 	}
 }
 
-// parseList parses comma-separated mechanism names with ParseMechanism
-// (command lines parse lists with privacy.ParseMechanisms).
-func parseList(list string) ([]Mechanism, error) {
+// named returns the typed mechanisms whose canonical names (String) are
+// the comma-separated list, found among this package's families with small
+// parameters (command lines parse names with privacy.ParseMechanism).
+func named(t testing.TB, list string) []Mechanism {
+	t.Helper()
+	var all []Mechanism
+	plain := []Mechanism{DPSGD{}, Tree{Decoder: TreeOnline}, Tree{Decoder: TreeFull}, FFT{Decoder: FFTAlgorithm1}, FFT{Decoder: FFTOptimal}, MFSingle{}, MFKB{}, Sqrt{}, BandMF{Auto: true}, BandedToeplitz{Auto: true}}
+	all = append(all, plain...)
+	for b := 1; b <= 64; b++ {
+		all = append(all, BandMF{Bands: b}, BandedToeplitz{Bands: b}, BLT{Buffers: b}, BISR{Bands: b})
+	}
+	for _, m := range all {
+		if inner, ok := m.(Blocked); ok && !m.Structure().AutoBands {
+			for s := 2; s <= 10; s++ {
+				all = append(all, Stamped{Inner: inner, Stamps: s})
+			}
+		}
+	}
 	var ms []Mechanism
 	for _, name := range strings.Split(list, ",") {
-		s, err := ParseMechanism(name)
-		if err != nil {
-			return nil, err
+		found := false
+		for _, m := range all {
+			if m.String() == name {
+				ms, found = append(ms, m), true
+				break
+			}
 		}
-		ms = append(ms, s)
+		if !found {
+			t.Fatalf("no mechanism named %q", name)
+		}
 	}
-	return ms, nil
+	return ms
 }
 
-// userMechanism is a caller's mechanism that is not Builtin; Factorize
-// counts its calls.
+// userMechanism is a caller's mechanism (not a Coster: costed, and refused
+// above dpcore.DenseStepLimit, as dense); Build counts its calls.
 type userMechanism struct {
 	f     *Factorization
 	calls *int
 }
 
-func (m userMechanism) String() string { return "user" }
-func (m userMechanism) Factorize(context.Context, Workload, Schema, BuildOptions) (*Factorization, error) {
+func (m userMechanism) String() string       { return "user" }
+func (m userMechanism) Structure() Structure { return Structure{} }
+func (m userMechanism) Build(context.Context, dpcore.Workload, dpcore.Schema, BuildOptions) (dpcore.Strategy, error) {
 	*m.calls++
 	return m.f, nil
 }
 
 // Compare scores a caller's Mechanism from the factorization it builds,
-// exactly as Score does; above DenseStepLimit it refuses with the memory a
+// exactly as Score does; above dpcore.DenseStepLimit it refuses with the memory a
 // dense score needs before asking the mechanism to build anything.
 func TestCompareUserMechanism(t *testing.T) {
-	w, _ := PrefixSum(16)
-	schema, _ := KBParticipation(2, 8)
+	w, _ := dpcore.PrefixSum(16)
+	schema, _ := dpcore.KBParticipation(2, 8)
 	f, err := BinaryTree(w, TreeOptions{Decoder: TreeFull})
 	if err != nil {
 		t.Fatal(err)
 	}
 	calls := 0
-	rows, err := Compare(context.Background(), w, schema, []Mechanism{userMechanism{f, &calls}, MechanismSpec{Kind: KindDPSGD}}, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{userMechanism{f, &calls}, DPSGD{}}, BuildOptions{})
 	if err != nil || len(rows) != 2 || calls != 1 {
 		t.Fatalf("rows %+v, err %v, %d calls", rows, err, calls)
 	}
@@ -88,17 +111,17 @@ func TestCompareUserMechanism(t *testing.T) {
 		t.Fatalf("compare %+v, score %+v", got, want)
 	}
 	// Another number of steps than the workload's is refused.
-	w32, _ := PrefixSum(32)
-	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
+	w32, _ := dpcore.PrefixSum(32)
+	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
 		t.Fatalf("16-step factorization for 32 steps: %v", err)
 	}
 	calls = 0
-	big, _ := PrefixSum(DenseStepLimit + 1)
-	_, err = Compare(context.Background(), big, SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
+	big, _ := dpcore.PrefixSum(dpcore.DenseStepLimit + 1)
+	_, err = Compare(context.Background(), big, dpcore.SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
 		t.Fatalf("n = %d: err %v after %d Factorize calls", big.N, err, calls)
 	}
-	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("nil mechanism: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package mfnoise
 import (
 	"context"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // TestTreeOnlineStructuredMatchesDense: the structured row norms and
@@ -14,20 +16,21 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 		ns = append(ns, n)
 	}
 	ns = append(ns, 100, 127, 128, 129, 200)
-	spec, _ := ParseMechanism("tree-online")
+	spec := Tree{Decoder: TreeOnline}
 	for _, n := range ns {
-		w, _ := PrefixSum(n)
-		schemas := []Schema{SingleParticipation()}
+		w, _ := dpcore.PrefixSum(n)
+		schemas := []dpcore.Schema{dpcore.SingleParticipation()}
 		for _, b := range []int{1, 3, 7} {
 			if k := (n + b - 1) / b; b <= n {
-				s, _ := KBParticipation(k, b)
+				s, _ := dpcore.KBParticipation(k, b)
 				schemas = append(schemas, s)
 			}
 		}
-		f, x, err := build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+		st, err := spec.Build(context.Background(), w, dpcore.SingleParticipation(), BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		f := st.(*Factorization)
 		r, err := treeOnlineRowNorms(n)
 		if err != nil {
 			t.Fatal(err)
@@ -43,10 +46,11 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := scoreSensitivity(f, x, s)
+			row, err := scoreStrategy("tree-online", f, s)
 			if err != nil {
 				t.Fatal(err)
 			}
+			want := dpcore.SensitivityResult{Value: row.Sensitivity, Exact: row.SensitivityExact, Method: row.SensitivityMethod}
 			if relErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
 				t.Fatalf("n = %d %s: sens %+v, dense %+v", n, s, got, want)
 			}
@@ -57,14 +61,14 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 // TestTreeOnlineLargeN: compare ranks tree-online at n = 50000 (dense:
 // 93 GiB) and refuses min-sep there with one line.
 func TestTreeOnlineLargeN(t *testing.T) {
-	w, _ := PrefixSum(50_000)
-	specs, _ := parseList("tree-online,sqrt")
-	kb, _ := KBParticipation(50, 1000)
+	w, _ := dpcore.PrefixSum(50_000)
+	specs := named(t, "tree-online,sqrt")
+	kb, _ := dpcore.KBParticipation(50, 1000)
 	rows, err := Compare(context.Background(), w, kb, specs, BuildOptions{})
 	if err != nil || len(rows) != 2 {
 		t.Fatal(rows, err)
 	}
-	ms, _ := MinSepParticipation(50, 1000)
+	ms, _ := dpcore.MinSepParticipation(50, 1000)
 	if _, err := Compare(context.Background(), w, ms, specs, BuildOptions{}); err == nil {
 		t.Fatal("min-sep tree at n = 50000 accepted")
 	}

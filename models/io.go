@@ -54,23 +54,23 @@ func (m *seq) Load(r io.Reader) error {
 		return fmt.Errorf("models: %s: load: %w", m.name, err)
 	}
 	if int64(len(blob)) > limit {
-		return dpcore.Invalidf("models: %s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
+		return dpcore.Invalid("models", "%s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
 	}
 	var ck checkpoint
 	if err := atomicfile.Unmarshal(blob, &ck); err != nil {
-		return dpcore.Invalidf("models: %s: load: %s", m.name, atomicfile.Reason(err))
+		return dpcore.Invalid("models", "%s: load: %s", m.name, atomicfile.Reason(err))
 	}
 	if ck.Format != checkpointFormat {
-		return dpcore.Invalidf("models: %s: load: format %q", m.name, ck.Format)
+		return dpcore.Invalid("models", "%s: load: format %q", m.name, ck.Format)
 	}
 	if ck.Name != m.name || ck.Input != m.in || ck.Classes != m.classes || !sameLayout(ck.Layout, m.layout) {
-		return dpcore.Invalidf("models: %s: load: checkpoint is for another architecture (%s %v)", m.name, ck.Name, ck.Input)
+		return dpcore.Invalid("models", "%s: load: checkpoint is for another architecture (%s %v)", m.name, ck.Name, ck.Input)
 	}
 	if len(ck.Params) != 4*len(m.params) {
-		return dpcore.Invalidf("models: %s: load: %d parameter bytes, want %d", m.name, len(ck.Params), 4*len(m.params))
+		return dpcore.Invalid("models", "%s: load: %d parameter bytes, want %d", m.name, len(ck.Params), 4*len(m.params))
 	}
 	if crc32.Checksum(ck.Params, castagnoli) != ck.CRC {
-		return dpcore.Invalidf("models: %s: load: checksum mismatch", m.name)
+		return dpcore.Invalid("models", "%s: load: checksum mismatch", m.name)
 	}
 	for i := range m.params {
 		m.params[i] = math.Float32frombits(binary.LittleEndian.Uint32(ck.Params[4*i:]))

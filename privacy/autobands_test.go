@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -20,14 +22,14 @@ import (
 func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
-	w, _ := mfnoise.MomentumWorkload(n, 0.95, mfnoise.CooldownSchedule(n, 0.25, 0.05))
-	req := Request{Mechanism: BandMF{Auto: true}, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
 	req.Build.Cache = &mfnoise.Cache{Dir: t.TempDir()}
 	p, _, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	single := mfnoise.SingleParticipation()
+	single := dpcore.SingleParticipation()
 	var cold []accountant.BandCandidate
 	for b := 1; b < m/batch && b <= n; b *= 2 {
 		r, err := mfnoise.OptimizeBanded(ctx, w, b, nil)
@@ -56,7 +58,7 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sens, _ := mfnoise.Sensitivity(f1.Encoder, single)
+	sens, _ := sensitivity.Of(f1.Encoder, single)
 	if math.Abs(sens.Value-1) > 1e-12 {
 		t.Errorf("chosen encoder's column norm %v, want 1", sens.Value)
 	}
@@ -79,12 +81,12 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
-	w, _ := mfnoise.MomentumWorkload(n, 0.95, mfnoise.CooldownSchedule(n, 0.25, 0.05))
+	w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	auto, err := ParseMechanism("toeplitz:auto")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := auto.Structure(); !st.AutoBands || st.Sampling() != SamplingBandPoisson {
+	if st := auto.Structure(); !st.AutoBands || samplingFor(st) != SamplingBandPoisson {
 		t.Fatalf("toeplitz:auto structure %+v", st)
 	}
 	req := Request{Mechanism: auto, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}

@@ -8,29 +8,34 @@
 //
 // # Mechanisms
 //
-// A Mechanism is a typed value: DPSGD, Tree, FFT, MFSingle, MFKB, BandMF,
-// Stamped, or a caller's own Factorization. It names itself, builds its
-// factorization A = B C (Factorize), and declares its Structure — whether
-// the noise is independent, how many bands its encoder has, whether it was
-// optimized for fixed-order (k,b)-participation. The rules read that
-// structure, never a name, so a new mechanism plugs in by implementing the
-// interface. Names are parsed (ParseMechanism, ParseMechanisms for a list)
-// on command lines only, so every command accepts the same names. Each
-// Mechanism is an mfnoise.Mechanism: mfnoise.Compare ranks any of them, a
-// caller's Factorization included, by the loss sens^2 ||B||_F^2.
-// DP-SGD and the Toeplitz mechanisms (sqrt, toeplitz:BANDS, blt:NBUF,
-// bisr:BANDS) are also ToeplitzMechanisms: their plans hold the O(n)
-// description (Plan.Toeplitz), whose sensitivity, loss and streamed noise
-// (package noise) need no n x n matrix, so those runs may have any number
-// of steps; the dense factorization is built only when asked for
-// (Plan.Factorization), up to mfnoise.DenseStepLimit steps.
+// A Mechanism is a typed value of package mfnoise, the package that owns
+// the mathematics (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
+// BandedToeplitz, BLT, BISR, Stamped), or a caller's own Factorization. It
+// names itself, builds its strategy A = B C for the run's workload
+// (Build), and declares its Structure — whether the noise is independent,
+// how many bands its encoder has, whether the planner chooses them, whether
+// it was optimized for fixed-order (k,b)-participation. The rules read
+// that structure, never a name, so a new mechanism is one type and one
+// line of ParseMechanism, the one parser of names (ParseMechanisms for a
+// list), used by every command line and the service. mfnoise.Compare ranks
+// any mechanism, a caller's Factorization included, by the loss
+// sens^2 ||B||_F^2.
+//
+// The plan holds one strategy (dpcore.Strategy, Plan.Strategy): the dense
+// factorization, or the O(n) description of the Toeplitz families (DPSGD
+// among them), whose sensitivity, loss and noise need no n x n matrix, so
+// those runs may have any number of steps. The plan hands out noise
+// sources (Plan.NoiseSource; package noise streams either kind) and the
+// sensitivity of a prefix of the releases (Plan.PrefixSensitivity); the
+// dense factorization is built only when asked for (Plan.Factorization),
+// up to dpcore.DenseStepLimit steps.
 //
 // # The plan
 //
 // NewPlan takes a Request (mechanism, workload, examples, batch, steps,
 // sampling, clip norm, sigma or a target epsilon, delta, accountant, seed)
-// and returns the Plan and the sampler that realizes it, or a refusal
-// wrapping ErrRefused. In order: the sampling follows the structure unless
+// and returns the Plan and the sampler that realizes it, or a refusal. In
+// order: the sampling follows the structure unless
 // chosen (Poisson for DP-SGD, band sampling for a banded encoder, fixed-order
 // epochs otherwise); bandmf:auto chooses its bands by amplified accounting
 // (banded-MF App. F.4); CheckCompatible binds sampler, schema, bands and
@@ -48,4 +53,33 @@
 // relation under which fixed-order and shuffled batches have the
 // sensitivity package mfnoise computes, and which Poisson sampling's
 // accounting covers.
+//
+// # Refusals
+//
+// Every refusal is a *Refusal: the Rule that refused (RuleCompatible,
+// RuleAmplification, RuleBands, RuleBudget, RuleSeed, RuleSeparation, ...)
+// and the Reason. It matches ErrRefused (and ErrIncompatible or
+// ErrWeakSeed for those rules), so command lines and services branch with
+// errors.As on the type and the rule, never on the text; bad arguments
+// match dpcore.ErrInvalid instead.
+//
+// # Continual releases
+//
+// PlanRelease is the plan of a service that releases a workload of a
+// vector sum at every step (package aggregate): from the mechanism's
+// strategy, the horizon, the Participation it enforces (at most K steps,
+// any two B apart), epsilon and delta, it computes the sensitivity under
+// the participation's schema, the noise multiplier of one Gaussian
+// mechanism (discrete on a Lattice, the exact arithmetic), the rule each
+// contribution obeys (ReleasePlan.Admit), the epsilon spent after t
+// releases (EpsilonSpent, from the prefix sensitivities) and the ledger's
+// claim (Claim). The aggregator computes and stores; it holds no rule.
+//
+// # Questions without a run
+//
+// Account answers "train account": the epsilon at a noise multiplier, or
+// the noise multiplier at an epsilon, of one Gaussian mechanism, DP-SGD or
+// amplified BandMF (PoissonSampling, NewBandSampling with its band rule).
+// GaussianSigma and GaussianEpsilon are the exact Gaussian rule that
+// "train compare" and package audit use.
 package privacy

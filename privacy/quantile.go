@@ -69,7 +69,7 @@ func (q *QuantileRelease) Event(c Composition, steps int) (accountant.Event, err
 		return nil, nil
 	}
 	if !c.Amplified {
-		return nil, refusef("adaptive clipping needs amplified accounting (Poisson or band sampling)")
+		return nil, refuse(RuleAmplification, "adaptive clipping needs amplified accounting (Poisson or band sampling)")
 	}
 	return accountant.SelfComposed(accountant.PoissonSampled(c.Rate(), accountant.Gaussian(2*q.NoiseStd)), c.Compositions(steps)), nil
 }
@@ -85,7 +85,7 @@ func (q *QuantileRelease) GradientSigma(c Composition, sigma float64) (float64, 
 	}
 	rest := 1/(sigma*sigma) - 1/(4*q.NoiseStd*q.NoiseStd)
 	if !(rest > 0) {
-		return 0, refusef("adaptive clipping: count noise %g leaves no budget for the gradient at noise multiplier %g (DP-SGD needs count noise above %g, half of it)", q.NoiseStd, sigma, sigma/2)
+		return 0, refuse(RuleBudget, "adaptive clipping: count noise %g leaves no budget for the gradient at noise multiplier %g (DP-SGD needs count noise above %g, half of it)", q.NoiseStd, sigma, sigma/2)
 	}
 	return 1 / math.Sqrt(rest), nil
 }
@@ -109,7 +109,7 @@ func (p *Plan) setQuantile(q *QuantileRelease) error {
 		return err
 	}
 	if !p.Amplified {
-		return refusef("adaptive clipping needs amplified accounting (Poisson or band sampling), not %s sampling", p.Sampling)
+		return refuse(RuleAmplification, "adaptive clipping needs amplified accounting (Poisson or band sampling), not %s sampling", p.Sampling)
 	}
 	c := *q
 	p.Quantile = &c

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // Adaptive clipping's count release is accounted: with band sampling the
@@ -20,7 +22,7 @@ func TestQuantileReleaseAccounted(t *testing.T) {
 	const m, batch, n, bands = 6000, 200, 60, 4
 	const sigma = 1.1
 	q := &QuantileRelease{Target: 0.6, NoiseStd: 2, LearningRate: 0.2}
-	base := Request{Examples: m, Batch: batch, Steps: n, ClipNorm: 0.5, NoiseMultiplier: sigma, Mechanism: BandMF{Bands: bands}, Accountant: RDP}
+	base := Request{Examples: m, Batch: batch, Steps: n, ClipNorm: 0.5, NoiseMultiplier: sigma, Mechanism: mfnoise.BandMF{Bands: bands}, Accountant: RDP}
 	plain, _, err := NewPlan(ctx, base)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +70,7 @@ func TestQuantileReleaseAccounted(t *testing.T) {
 	}
 
 	// DP-SGD: Thm. 1, the same event, a larger gradient noise.
-	base.Mechanism, withQ.Mechanism = DPSGD{}, DPSGD{}
+	base.Mechanism, withQ.Mechanism = mfnoise.DPSGD{}, mfnoise.DPSGD{}
 	plain, _, err = NewPlan(ctx, base)
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +103,8 @@ func TestQuantileReleaseAccounted(t *testing.T) {
 	withQ.Sampling = ""
 	for _, bad := range []QuantileRelease{{Target: 1, NoiseStd: 1, LearningRate: 1}, {Target: 0.5, NoiseStd: 0, LearningRate: 1}, {Target: 0.5, NoiseStd: 1, LearningRate: math.NaN()}} {
 		withQ.Quantile = &bad
-		if _, _, err := NewPlan(ctx, withQ); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("%+v: want ErrInvalid, got %v", bad, err)
+		if _, _, err := NewPlan(ctx, withQ); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Fatalf("%+v: want dpcore.ErrInvalid, got %v", bad, err)
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // TestToeplitzPlanMatchesDense: for every Toeplitz mechanism and sampling
@@ -23,14 +25,11 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := mech.(ToeplitzMechanism); !ok {
-				t.Fatalf("%s is not a ToeplitzMechanism", name)
-			}
 			p, _, err := NewPlan(ctx, Request{Mechanism: mech, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, NoiseMultiplier: 1, Sampling: samp})
 			if err != nil {
 				t.Fatalf("%s/%s: %v", name, samp, err)
 			}
-			if p.Toeplitz() == nil {
+			if _, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok {
 				t.Fatalf("%s/%s: plan holds no Toeplitz mechanism", name, samp)
 			}
 			f, err := p.Factorization()
@@ -39,9 +38,9 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			}
 			schema := p.Schema
 			if p.Amplified {
-				schema = mfnoise.SingleParticipation()
+				schema = dpcore.SingleParticipation()
 			}
-			dense, err := mfnoise.Sensitivity(f.Encoder, schema)
+			dense, err := sensitivity.Of(f.Encoder, schema)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,14 +56,14 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 }
 
 // TestToeplitzPlanBeyondDenseLimit: Toeplitz mechanisms plan at n = 20000
-// steps, past mfnoise.DenseStepLimit, without an n x n matrix (before,
+// steps, past dpcore.DenseStepLimit, without an n x n matrix (before,
 // every one was refused by the dense limit); only asking for the dense
 // factorization is refused, with the memory it would need.
 func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 20000, 100, 20000
-	if n <= mfnoise.DenseStepLimit {
-		t.Fatalf("n = %d is within the dense limit %d", n, mfnoise.DenseStepLimit)
+	if n <= dpcore.DenseStepLimit {
+		t.Fatalf("n = %d is within the dense limit %d", n, dpcore.DenseStepLimit)
 	}
 	for _, name := range []string{"dpsgd", "sqrt", "toeplitz:4", "blt:4", "bisr:4"} {
 		mech, err := ParseMechanism(name)
@@ -75,10 +74,10 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s at n = %d: %v", name, n, err)
 		}
-		if p.Toeplitz() == nil || p.Toeplitz().N != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
+		if st, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
-		if _, err := p.Factorization(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+		if _, err := p.Factorization(); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 			t.Fatalf("%s: dense factorization at n = %d: %v, want a refusal with the memory", name, n, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // The unit of privacy is part of the claim: a user-level plan counts users,
@@ -16,7 +18,7 @@ import (
 // example-level plan over owned data says what it means per owner.
 func TestUnitOfPrivacy(t *testing.T) {
 	ctx := context.Background()
-	base := Request{Mechanism: DPSGD{}, Examples: 500, Batch: 50, Steps: 20, ClipNorm: 1, NoiseMultiplier: 1}
+	base := Request{Mechanism: mfnoise.DPSGD{}, Examples: 500, Batch: 50, Steps: 20, ClipNorm: 1, NoiseMultiplier: 1}
 	ex, _, err := NewPlan(ctx, base)
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +48,13 @@ func TestUnitOfPrivacy(t *testing.T) {
 	}
 	bad := base
 	bad.UserBound = &UserBound{Examples: 2}
-	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrInvalid) {
-		t.Errorf("example level with a user bound: %v, want ErrInvalid", err)
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("example level with a user bound: %v, want dpcore.ErrInvalid", err)
 	}
 	bad = base
 	bad.Unit = "person"
-	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrInvalid) {
-		t.Errorf("unit %q: %v, want ErrInvalid", bad.Unit, err)
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("unit %q: %v, want dpcore.ErrInvalid", bad.Unit, err)
 	}
 	owned := base
 	owned.MaxOwnerExamples = 40

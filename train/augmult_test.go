@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -199,7 +200,7 @@ func TestAugmentMultiplicityRefusalsAndLedger(t *testing.T) {
 		cfg := base
 		tc.edit(&cfg)
 		_, err := New(ctx, cfg)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want ErrInvalid saying %q, got %v", tc.name, tc.want, err)
 		}
 	}

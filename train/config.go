@@ -11,24 +11,14 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// ErrInvalid is matched by errors caused by a configuration that cannot
-// run. It is dpcore.ErrInvalid, the one bad-argument sentinel of the
-// module, so one errors.Is check covers this package and the libraries.
-var ErrInvalid = dpcore.ErrInvalid
-
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("train: "+format, args...)
+	return dpcore.Invalid("train", format, args...)
 }
 
 // ErrInterrupted is wrapped by the error Run returns when its context is
 // cancelled (SIGINT, SIGTERM) between steps; the error says whether a
 // checkpoint was saved at the interrupt and from which step the run resumes.
 var ErrInterrupted = errors.New("interrupted")
-
-// ErrRefused is wrapped when the privacy plan refuses a combination of
-// sampler, mechanism and accounting whose guarantee does not hold
-// (privacy.ErrRefused).
-var ErrRefused = privacy.ErrRefused
 
 // Sampling names how batches are drawn (privacy.Sampling).
 type Sampling = privacy.Sampling
@@ -184,9 +174,6 @@ type Config struct {
 	CacheDir string `json:"cache_dir,omitempty"`
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer `json:"-"`
-	// ProgressLog receives the progress lines of factorization building
-	// (nil: Log), so that a command can keep them apart from its results.
-	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
@@ -199,7 +186,7 @@ type Config struct {
 // from the optimizer, and an evaluation every fifth of the run.
 func (c *Config) Defaults() {
 	if c.Mechanism == nil && !c.NonPrivate {
-		c.Mechanism = privacy.DPSGD{}
+		c.Mechanism = privacy.DefaultMechanism()
 	}
 	if c.ClipNorm == 0 {
 		c.ClipNorm = 1

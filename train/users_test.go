@@ -11,6 +11,8 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -57,10 +59,10 @@ func TestUserContributionBound(t *testing.T) {
 		sampling Sampling
 		mech     privacy.Mechanism
 	}{
-		{SamplingPoisson, privacy.DPSGD{}},
-		{SamplingBandPoisson, privacy.BandMF{Bands: 2}},
-		{SamplingFixedOrder, privacy.DPSGD{}},
-		{SamplingShuffle, privacy.DPSGD{}},
+		{SamplingPoisson, mfnoise.DPSGD{}},
+		{SamplingBandPoisson, mfnoise.BandMF{Bands: 2}},
+		{SamplingFixedOrder, mfnoise.DPSGD{}},
+		{SamplingShuffle, mfnoise.DPSGD{}},
 	}
 	for trial := range 3 {
 		for _, c := range cases {
@@ -136,7 +138,7 @@ func TestUserLevelResumeIsBitIdentical(t *testing.T) {
 	ds := ownedSynthetic(t, 400, 60, 5)
 	cfg := Config{
 		Train: ds, ModelName: "mlp", Hidden: []int{6}, Steps: 8, Batch: 12,
-		Mechanism: privacy.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
+		Mechanism: mfnoise.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
 		UserLevel: true, UserExamples: 3, Seed: []byte("user-level resume test"), InsecureSeed: true, EvalEvery: 100,
 	}
 	whole, err := New(ctx, cfg)
@@ -209,8 +211,8 @@ func TestUserLevelConfigRefused(t *testing.T) {
 	} {
 		cfg := base
 		edit(&cfg)
-		if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 	if _, err := New(ctx, base); err != nil {
@@ -256,7 +258,7 @@ func TestUserLevelNeedsUserEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{Train: ds, Backend: hidingBackend{nnBackend{m}}, Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true, UserExamples: 2}
-	if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
+	if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
 		t.Fatalf("k = 2 on an engine without UserClippedSum: %v", err)
 	}
 	cfg.UserExamples = 1

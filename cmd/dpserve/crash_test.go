@@ -21,7 +21,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/aggregate"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // buildServer compiles this command once per test binary.
@@ -326,9 +327,9 @@ func slicesEqual(a, b []float64) bool {
 func verifyExactlyOnce(t *testing.T, store string, seed []byte, l aggregate.Ledger, releases map[int][]float64, counts map[int]float64,
 	ackStep map[int]int, durable []int) {
 	t.Helper()
-	spec, _ := mfnoise.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(l.Horizon)
-	schema, _ := aggregate.Schema(1, 1)
+	spec, _ := privacy.ParseMechanism("tree-online")
+	w, _ := dpcore.PrefixSum(l.Horizon)
+	schema, _ := privacy.Participation{K: 1, B: 1}.Schema()
 	mech, err := aggregate.BuildMechanism(context.Background(), spec, w, schema)
 	if err != nil {
 		t.Fatal(err)

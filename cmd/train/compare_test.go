@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -22,8 +23,8 @@ func TestCompareAcceptsRunMechanismNames(t *testing.T) {
 	names := []string{
 		"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "mf-single", "mf-kb", "bandmf:4", "bandmf:auto",
 		"tree-full/s2", "fft/s2", "mf-single/s2", "bandmf:2/s2", "dpsgd/s2",
-		"sqrt", "toeplitz:4", "blt:2", "bisr:3",
-		"bandmf:auto/s2", "sqrt/s2", "blt:2/s2", "blt:40", "tree", "DPSGD", "bandmf", "bandmf:0", "fft/s0", "toeplitz", "nope",
+		"sqrt", "toeplitz:4", "blt:2", "bisr:3", "bsr:4",
+		"bsr", "bsr:0", "bsr:4/s2", "bandmf:auto/s2", "sqrt/s2", "blt:2/s2", "blt:40", "tree", "DPSGD", "bandmf", "bandmf:0", "fft/s0", "toeplitz", "nope",
 	}
 	for _, name := range names {
 		_, perr := privacy.ParseMechanism(name)
@@ -116,7 +117,7 @@ func withoutBuildSeconds(t *testing.T, out string) string {
 // -factorization scores a user's saved factorization next to the built-in
 // mechanisms: the full tree saved to a file scores as tree-full does.
 func TestCompareUserFactorization(t *testing.T) {
-	w, _ := mfnoise.PrefixSum(16)
+	w, _ := dpcore.PrefixSum(16)
 	f, err := mfnoise.BinaryTree(w, mfnoise.TreeOptions{Decoder: mfnoise.TreeFull})
 	if err != nil {
 		t.Fatal(err)

@@ -42,22 +42,22 @@ func Seal(magic string, version int, payload []byte) ([]byte, error) {
 func Open(blob []byte, magic string, version int) ([]byte, error) {
 	var env envelope
 	if err := checkLengths(blob); err != nil {
-		return nil, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, Reason(err))
+		return nil, corruptf("truncated or not a %s file (%s)", magic, Reason(err))
 	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("atomicfile: %w: truncated (%v)", ErrCorrupt, err)
+			return nil, corruptf("truncated (%v)", err)
 		}
-		return nil, fmt.Errorf("atomicfile: %w: not a %s file (%v)", ErrCorrupt, magic, err)
+		return nil, corruptf("not a %s file (%v)", magic, err)
 	}
 	if env.Magic != magic {
-		return nil, fmt.Errorf("atomicfile: %w: not a %s file (kind %q)", ErrCorrupt, magic, env.Magic)
+		return nil, corruptf("not a %s file (kind %q)", magic, env.Magic)
 	}
 	if env.Version != version {
-		return nil, fmt.Errorf("atomicfile: %w: %s format version %d, this build reads version %d", ErrCorrupt, magic, env.Version, version)
+		return nil, corruptf("%s format version %d, this build reads version %d", magic, env.Version, version)
 	}
 	if sum := sha256.Sum256(env.Payload); !bytes.Equal(sum[:], env.SHA256) {
-		return nil, fmt.Errorf("atomicfile: %w: SHA-256 checksum mismatch", ErrCorrupt)
+		return nil, corruptf("SHA-256 checksum mismatch")
 	}
 	return env.Payload, nil
 }
@@ -70,7 +70,7 @@ func Unseal(r io.Reader, magic string, version int, limit int64) ([]byte, error)
 		return nil, fmt.Errorf("atomicfile: %w", err)
 	}
 	if int64(len(blob)) > limit {
-		return nil, fmt.Errorf("atomicfile: %w: larger than %d bytes", ErrCorrupt, limit)
+		return nil, corruptf("larger than %d bytes", limit)
 	}
 	return Open(blob, magic, version)
 }
@@ -93,6 +93,9 @@ func ReadSealed(path, magic string, version int) ([]byte, error) {
 		return nil, err
 	}
 	p, err := Open(blob, magic, version)
+	if ce, ok := err.(*CorruptError); ok {
+		return nil, &CorruptError{Reason: ce.Reason, Path: path}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, path)
 	}

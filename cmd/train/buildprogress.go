@@ -1,4 +1,4 @@
-package train
+package main
 
 import (
 	"context"
@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/schollz/progressbar/v3"
 )
 
-// BuildProgress reports the building of factorizations (an
-// mfnoise.BuildTrace) for "train run" and "train compare": a line when an
+// buildProgress reports the building of factorizations (an
+// mfnoise.BuildTrace, which train.Run and mfnoise.Compare find in their
+// context) for "train run" and "train compare": a line when an
 // optimizer starts, a progress line at most every Every with the iteration,
 // the gap and an estimate of the time left, and a line when it is done.
 // With a bar writer (a terminal) the progress goes to a progress bar there
 // instead of the progress lines. Factorizations read from the cache are
-// collected and reported once by Summary. A nil *BuildProgress does
-// nothing.
-type BuildProgress struct {
+// collected and reported once by Summary, or at once to cachedLog when it
+// is set. A nil *buildProgress does nothing.
+type buildProgress struct {
 	log      io.Writer
 	barW     io.Writer
 	every    time.Duration
@@ -30,23 +32,26 @@ type BuildProgress struct {
 	target   float64
 	firstGap float64
 	cached   []string
+	// cachedLog, when set, receives each cached factorization's line as it
+	// is read (train run: before the plan it feeds).
+	cachedLog io.Writer
 }
 
 // progressEvery is how often "train run" writes a progress line.
 const progressEvery = 5 * time.Second
 
-// NewBuildProgress reports to log (nil: no reports) at most every every,
+// newBuildProgress reports to log (nil: no reports) at most every every,
 // drawing a progress bar on bar when it is not nil.
-func NewBuildProgress(log io.Writer, every time.Duration, bar io.Writer) *BuildProgress {
+func newBuildProgress(log io.Writer, every time.Duration, bar io.Writer) *buildProgress {
 	if log == nil {
 		return nil
 	}
-	return &BuildProgress{log: log, barW: bar, every: every}
+	return &buildProgress{log: log, barW: bar, every: every}
 }
 
 // Attach returns ctx carrying the reporter to mfnoise.Build and
 // mfnoise.Compare.
-func (b *BuildProgress) Attach(ctx context.Context) context.Context {
+func (b *buildProgress) Attach(ctx context.Context) context.Context {
 	if b == nil {
 		return ctx
 	}
@@ -61,12 +66,17 @@ func (b *BuildProgress) Attach(ctx context.Context) context.Context {
 			fmt.Fprintf(b.log, "factorization: %s optimized in %.1fs\n", b.what, elapsed.Seconds())
 		},
 		Cached: func(kind string, n int, path string) {
-			b.cached = append(b.cached, fmt.Sprintf("%s for n = %d from %s", kind, n, path))
+			line := fmt.Sprintf("%s for n = %d from %s", kind, n, path)
+			if b.cachedLog != nil {
+				fmt.Fprintf(b.cachedLog, "factorization: cached %s\n", line)
+				return
+			}
+			b.cached = append(b.cached, line)
 		},
 	})
 }
 
-func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
+func (b *buildProgress) optimizing(kind string, n int, gap float64) {
 	b.what = fmt.Sprintf("%s (n = %d)", kind, n)
 	// The first iteration is reported at once, then at most every b.every.
 	b.start, b.last, b.target, b.firstGap = time.Now(), time.Time{}, gap, 0
@@ -88,7 +98,7 @@ func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	}
 }
 
-func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
+func (b *buildProgress) progress(p optimize.Progress) {
 	if p.Gap > 0 && !math.IsInf(p.Gap, 0) && b.firstGap == 0 {
 		b.firstGap = p.Gap
 	}
@@ -132,7 +142,7 @@ func estimateLeft(elapsed time.Duration, first, now, target float64) (time.Durat
 }
 
 // Summary says, once, which factorizations came from the cache.
-func (b *BuildProgress) Summary(w io.Writer) {
+func (b *buildProgress) Summary(w io.Writer) {
 	if b == nil {
 		return
 	}
