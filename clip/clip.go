@@ -81,6 +81,11 @@ type Stats struct {
 	NonFinite int
 	// Zeroed counts finite examples dropped by the LInfZero rule.
 	Zeroed int
+	// WithinNorm counts the finite, kept examples (users, for
+	// UserClippedSum) whose gradient norm is at most the clip norm: the
+	// count adaptive clipping releases (zero under NonPrivate and
+	// per-layer clipping).
+	WithinNorm int
 	// NormQuantiles are the 50%, 90%, 99% quantiles and the maximum of the
 	// finite examples' unclipped gradient L2 norms (all layers); zero
 	// under NonPrivate.
@@ -210,6 +215,23 @@ func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	}
 }
 
+// SetNorm changes the flat clipping threshold for the following calls
+// (adaptive clipping). It refuses an engine built without flat clipping
+// and a norm that is not positive and finite.
+func (e *Engine) SetNorm(norm float64) error {
+	if e.opt.NonPrivate || len(e.opt.PerLayer) > 0 {
+		return dpcore.Invalidf("clip: set norm: only flat clipping has one norm to set")
+	}
+	if !(norm > 0) || math.IsInf(norm, 0) {
+		return dpcore.Invalidf("clip: set norm: clipping norm %v must be positive and finite", norm)
+	}
+	e.opt.Norm = norm
+	return nil
+}
+
+// Norm is the flat clipping threshold of the next call.
+func (e *Engine) Norm() float64 { return e.opt.Norm }
+
 // Params is the model's parameter buffer itself (models.Model.Params): the
 // engine computes with whatever it holds at each call.
 func (e *Engine) Params() []float32 { return e.m.Params() }
@@ -281,6 +303,8 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 		}
 		if e.clipped[i] {
 			clipped++
+		} else if !e.zeroed[i] && len(e.opt.PerLayer) == 0 {
+			st.WithinNorm++
 		}
 	}
 	st.Clipped = float64(clipped) / float64(n)

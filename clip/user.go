@@ -157,6 +157,8 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 			if nrm > e.opt.Norm {
 				f = float32(e.opt.Norm / nrm * shrink)
 				clipped++
+			} else if !math.IsNaN(nrm) {
+				st.WithinNorm++
 			}
 			e.sorted = append(e.sorted, nrm)
 			factors = append(factors, f)
