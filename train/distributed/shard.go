@@ -99,6 +99,10 @@ func checkConfig(cfg *train.Config) error {
 		return dpcore.Invalidf("distributed: user-level runs are not supported across workers (a user's examples would have to live on one worker)")
 	case cfg.Augment:
 		return dpcore.Invalidf("distributed: augmentation is not supported across workers (its randomness is the trainer's)")
+	case cfg.AugmentMultiplicity > 1:
+		return dpcore.Invalidf("distributed: augmentation multiplicity is not supported across workers (the copies' gradients are averaged before clipping, which the workers do not do)")
+	case cfg.AdaptiveClip != nil:
+		return dpcore.Invalidf("distributed: adaptive clipping is not supported across workers (the workers clip with a fixed norm)")
 	case cfg.Backend != nil:
 		return dpcore.Invalidf("distributed: Config.Backend is set: the workers build the model from the named model settings")
 	}
