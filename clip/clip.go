@@ -81,6 +81,11 @@ type Stats struct {
 	NonFinite int
 	// Zeroed counts finite examples dropped by the LInfZero rule.
 	Zeroed int
+	// WithinNorm counts the finite, kept examples (users, for
+	// UserClippedSum) whose gradient norm is at most the clip norm: the
+	// count adaptive clipping releases (zero under NonPrivate and
+	// per-layer clipping).
+	WithinNorm int
 	// NormQuantiles are the 50%, 90%, 99% quantiles and the maximum of the
 	// finite examples' unclipped gradient L2 norms (all layers); zero
 	// under NonPrivate.
@@ -120,19 +125,19 @@ type Engine struct {
 // not copied: later writes to m.Params() are seen by the engine.
 func New(m models.Model, opt Options) (*Engine, error) {
 	if m == nil {
-		return nil, dpcore.Invalidf("clip: new: nil model")
+		return nil, dpcore.Invalid("clip", "new: nil model")
 	}
 	if opt.MaxBatch <= 0 {
-		return nil, dpcore.Invalidf("clip: new: MaxBatch %d", opt.MaxBatch)
+		return nil, dpcore.Invalid("clip", "new: MaxBatch %d", opt.MaxBatch)
 	}
 	if !opt.NonPrivate && len(opt.PerLayer) == 0 && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
-		return nil, dpcore.Invalidf("clip: new: clipping norm %v must be positive and finite", opt.Norm)
+		return nil, dpcore.Invalid("clip", "new: clipping norm %v must be positive and finite", opt.Norm)
 	}
 	if opt.NonPrivate {
 		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
 	}
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
-		return nil, dpcore.Invalidf("clip: new: LInfZero %v", opt.LInfZero)
+		return nil, dpcore.Invalid("clip", "new: LInfZero %v", opt.LInfZero)
 	}
 	opt.PerLayer = slices.Clone(opt.PerLayer)
 	plan, err := nn.NewPlan(m.Network(), m.Params(), nn.Options{MaxBatch: opt.MaxBatch, LInf: opt.LInfZero > 0})
@@ -143,11 +148,11 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	e := &Engine{m: m, opt: opt, plan: plan, chw: in[0] * in[1] * in[2], classes: m.Classes(), naff: plan.Affine()}
 	if len(opt.PerLayer) > 0 {
 		if len(opt.PerLayer) != e.naff {
-			return nil, dpcore.Invalidf("clip: new: %d per-layer norms for %d layers", len(opt.PerLayer), e.naff)
+			return nil, dpcore.Invalid("clip", "new: %d per-layer norms for %d layers", len(opt.PerLayer), e.naff)
 		}
 		for _, v := range opt.PerLayer {
 			if !(v > 0) || math.IsInf(v, 0) {
-				return nil, dpcore.Invalidf("clip: new: per-layer norm %v", v)
+				return nil, dpcore.Invalid("clip", "new: per-layer norm %v", v)
 			}
 		}
 	}
@@ -210,6 +215,23 @@ func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	}
 }
 
+// SetNorm changes the flat clipping threshold for the following calls
+// (adaptive clipping). It refuses an engine built without flat clipping
+// and a norm that is not positive and finite.
+func (e *Engine) SetNorm(norm float64) error {
+	if e.opt.NonPrivate || len(e.opt.PerLayer) > 0 {
+		return dpcore.Invalid("clip", "set norm: only flat clipping has one norm to set")
+	}
+	if !(norm > 0) || math.IsInf(norm, 0) {
+		return dpcore.Invalid("clip", "set norm: clipping norm %v must be positive and finite", norm)
+	}
+	e.opt.Norm = norm
+	return nil
+}
+
+// Norm is the flat clipping threshold of the next call.
+func (e *Engine) Norm() float64 { return e.opt.Norm }
+
 // Params is the model's parameter buffer itself (models.Model.Params): the
 // engine computes with whatever it holds at each call.
 func (e *Engine) Params() []float32 { return e.m.Params() }
@@ -241,17 +263,17 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (Stats, error) 
 func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (Stats, error) {
 	var st Stats
 	if len(dst) != e.m.NumParams() {
-		return st, dpcore.Invalidf("clip: clipped sum: len(dst) = %d, want %d", len(dst), e.m.NumParams())
+		return st, dpcore.Invalid("clip", "clipped sum: len(dst) = %d, want %d", len(dst), e.m.NumParams())
 	}
 	if err := e.checkParams(); err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
 	n := len(y)
 	if n == 0 || n > e.opt.MaxBatch {
-		return st, dpcore.Invalidf("clip: clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
+		return st, dpcore.Invalid("clip", "clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
 	}
 	if len(x) != n*e.chw {
-		return st, dpcore.Invalidf("clip: clipped sum: %d floats for %d examples of %d", len(x), n, e.chw)
+		return st, dpcore.Invalid("clip", "clipped sum: %d floats for %d examples of %d", len(x), n, e.chw)
 	}
 	var c nn.Clipper
 	if !e.opt.NonPrivate {
@@ -281,6 +303,8 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 		}
 		if e.clipped[i] {
 			clipped++
+		} else if !e.zeroed[i] && len(e.opt.PerLayer) == 0 {
+			st.WithinNorm++
 		}
 	}
 	st.Clipped = float64(clipped) / float64(n)
@@ -358,11 +382,11 @@ func (e *Engine) Evaluate(x []float32, y []int) (loss, acc float64, err error) {
 // EvaluateContext is Evaluate, stopping between batches when ctx is done.
 func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
 	if len(y) == 0 || len(x) != len(y)*e.chw {
-		return 0, 0, dpcore.Invalidf("clip: evaluate: %d floats for %d examples of %d", len(x), len(y), e.chw)
+		return 0, 0, dpcore.Invalid("clip", "evaluate: %d floats for %d examples of %d", len(x), len(y), e.chw)
 	}
 	for i, c := range y {
 		if c < 0 || c >= e.classes {
-			return 0, 0, dpcore.Invalidf("clip: evaluate: label %d of example %d not in [0,%d)", c, i, e.classes)
+			return 0, 0, dpcore.Invalid("clip", "evaluate: label %d of example %d not in [0,%d)", c, i, e.classes)
 		}
 	}
 	if err := e.checkParams(); err != nil {
@@ -394,7 +418,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 func (e *Engine) Predict(x []float32) ([]int, error) {
 	n := len(x) / e.chw
 	if n == 0 || len(x) != n*e.chw {
-		return nil, dpcore.Invalidf("clip: predict: len(x) = %d is not a positive multiple of %d", len(x), e.chw)
+		return nil, dpcore.Invalid("clip", "predict: len(x) = %d is not a positive multiple of %d", len(x), e.chw)
 	}
 	if err := e.checkParams(); err != nil {
 		return nil, fmt.Errorf("clip: predict: %w", err)

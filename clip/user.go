@@ -45,27 +45,27 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 	d := e.m.NumParams()
 	switch {
 	case e.opt.NonPrivate || len(e.opt.PerLayer) > 0 || e.opt.LInfZero > 0:
-		return st, dpcore.Invalidf("clip: user clipped sum: only flat clipping (Options.Norm) is supported")
+		return st, dpcore.Invalid("clip", "user clipped sum: only flat clipping (Options.Norm) is supported")
 	case len(dst) != d:
-		return st, dpcore.Invalidf("clip: user clipped sum: len(dst) = %d, want %d", len(dst), d)
+		return st, dpcore.Invalid("clip", "user clipped sum: len(dst) = %d, want %d", len(dst), d)
 	case len(y) == 0 || len(y) > e.opt.MaxBatch:
-		return st, dpcore.Invalidf("clip: user clipped sum: batch of %d not in [1, MaxBatch=%d]", len(y), e.opt.MaxBatch)
+		return st, dpcore.Invalid("clip", "user clipped sum: batch of %d not in [1, MaxBatch=%d]", len(y), e.opt.MaxBatch)
 	case len(x) != len(y)*e.chw:
-		return st, dpcore.Invalidf("clip: user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
+		return st, dpcore.Invalid("clip", "user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
 	}
 	tot, largest := 0, 0
 	for k, g := range groups {
 		if g <= 0 {
-			return st, dpcore.Invalidf("clip: user clipped sum: user %d has %d examples", k, g)
+			return st, dpcore.Invalid("clip", "user clipped sum: user %d has %d examples", k, g)
 		}
 		tot += g
 		largest = max(largest, g)
 	}
 	if tot != len(y) {
-		return st, dpcore.Invalidf("clip: user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
+		return st, dpcore.Invalid("clip", "user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
 	}
 	if need := int64(largest) * int64(d) * 4; need > maxUserCapture {
-		return st, dpcore.Invalidf("clip: user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
+		return st, dpcore.Invalid("clip", "user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
 	}
 	if err := e.checkParams(); err != nil {
 		return st, err
@@ -157,6 +157,8 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 			if nrm > e.opt.Norm {
 				f = float32(e.opt.Norm / nrm * shrink)
 				clipped++
+			} else if !math.IsNaN(nrm) {
+				st.WithinNorm++
 			}
 			e.sorted = append(e.sorted, nrm)
 			factors = append(factors, f)

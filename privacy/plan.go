@@ -91,6 +91,9 @@ type Request struct {
 	// examples have owners, is the most examples one owner holds: the
 	// claim then states what it means per owner (group privacy).
 	MaxOwnerExamples int
+	// Quantile, when set, is adaptive clipping's private quantile
+	// estimate (quantile.go); ClipNorm is then the initial clip norm.
+	Quantile *QuantileRelease
 }
 
 // Plan is the privacy claim of a run, fixed before the first step: which
@@ -128,6 +131,12 @@ type Plan struct {
 	// Seeded says the noise comes from a caller's seed, not crypto/rand:
 	// anyone who has the seed can reproduce it.
 	Seeded bool `json:"seeded"`
+	// Quantile is adaptive clipping's count release (nil: a fixed clip
+	// norm); GradientNoiseMultiplier is then the gradient's own noise
+	// multiplier (QuantileRelease.GradientSigma), and NoiseStd holds at
+	// the initial ClipNorm and scales with the clip norm of each step.
+	Quantile                *QuantileRelease `json:"adaptive_clipping,omitempty"`
+	GradientNoiseMultiplier float64          `json:"gradient_noise_multiplier,omitempty"`
 	// NotCovered names the run's outputs the guarantee does not cover.
 	NotCovered []string `json:"not_covered,omitempty"`
 	// Ledger is the auditable record: the accounting event, accountant
@@ -263,7 +272,13 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		p.NotCovered = r.NotCovered
 		as = append(as, "not covered by the guarantee (computed from private data without noise; keep them as private as the data): "+strings.Join(r.NotCovered, "; "))
 	}
+	if err := p.setQuantile(r.Quantile); err != nil {
+		return nil, nil, err
+	}
 	if err := p.calibrate(ctx, r); err != nil {
+		return nil, nil, err
+	}
+	if as, err = p.quantileNoise(as); err != nil {
 		return nil, nil, err
 	}
 	if err := p.writeLedger(r, as); err != nil {
@@ -475,6 +490,7 @@ func (p *Plan) writeLedger(r Request, as []string) error {
 		"noise_multiplier": p.NoiseMultiplier, "clip_norm": r.ClipNorm, "noise_std": p.NoiseStd,
 		"steps": p.steps, "expected_batch": r.Batch, "examples": r.Examples, "unit": string(p.Unit),
 	}
+	p.quantileParams(params)
 	if p.Unit == UnitUser {
 		delete(params, "examples")
 		params["users"], params["examples_per_user_per_step"], params["user_mean"] = r.Examples, p.UserBound.Examples, p.UserBound.Mean

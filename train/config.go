@@ -54,6 +54,10 @@ type Config struct {
 	// Augment applies random crop (pad 4) and horizontal flip to training
 	// examples, deterministically from the seed, step and example.
 	Augment bool `json:"augment"`
+	// AugmentMultiplicity is K, the augmented copies of each sampled
+	// example whose gradients are averaged before clipping (De et al.
+	// 2022; augmult.go); 0 or 1: one copy.
+	AugmentMultiplicity int `json:"augment_multiplicity,omitempty"`
 
 	// Features is a fixed per-example transform applied to the training
 	// and test examples before the model sees them: FeaturesPixels (none)
@@ -107,8 +111,8 @@ type Config struct {
 
 	// Privacy.
 	NonPrivate bool `json:"non_private"`
-	// Mechanism is the noise mechanism, e.g. privacy.BandMF{Bands: 8}
-	// (nil: privacy.DPSGD{}); a command line parses names with
+	// Mechanism is the noise mechanism, e.g. mfnoise.BandMF{Bands: 8}
+	// (nil: mfnoise.DPSGD{}); a command line parses names with
 	// privacy.ParseMechanism.
 	Mechanism privacy.Mechanism `json:"-"`
 	Workload  WorkloadChoice    `json:"workload"`
@@ -124,6 +128,9 @@ type Config struct {
 	// most the L2 norm of the bounds, which Defaults sets as ClipNorm (the
 	// sensitivity the noise is calibrated to), replacing any other value.
 	ClipPerLayer []float64 `json:"clip_per_layer,omitempty"`
+	// AdaptiveClip, when set, makes ClipNorm the initial clip norm of
+	// adaptive clipping (adaptive.go).
+	AdaptiveClip *AdaptiveClip `json:"adaptive_clip,omitempty"`
 	// NoiseMultiplier sigma; 0 means calibrate it to Epsilon.
 	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
 	Epsilon         float64 `json:"epsilon,omitempty"`
@@ -288,8 +295,8 @@ func (c *Config) validateRest() error {
 	if !c.Features.valid() {
 		return bad("features %q: want scatter or none", c.Features)
 	}
-	if c.Features != FeaturesPixels && c.Augment {
-		return bad("augmentation crops and flips pixels; it cannot be combined with %s features, which are computed once", c.Features)
+	if err := c.validateAccuracy(); err != nil {
+		return err
 	}
 	if !(c.EMA >= 0 && c.EMA < 1) {
 		return bad("EMA decay %v must lie in [0,1) (0: no averaging)", c.EMA)

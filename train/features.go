@@ -69,9 +69,9 @@ func featureShape(cfg *Config) ([3]int, error) {
 // preprocessing describes cfg's per-example transform for the ledger.
 func preprocessing(cfg *Config) []string {
 	if cfg.Features != FeaturesScatter {
-		return nil
+		return augmentationNote(cfg)
 	}
-	return []string{fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL)}
+	return append(augmentationNote(cfg), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
 }
 
 // applyFeatures replaces cfg.Train and cfg.Test by their features.

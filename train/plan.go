@@ -28,6 +28,7 @@ func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userL
 		NoiseMultiplier: cfg.NoiseMultiplier, Epsilon: cfg.Epsilon, Delta: cfg.Delta,
 		Accountant: cfg.Accountant, Seed: cfg.Seed, InsecureSeed: cfg.InsecureSeed,
 		Preprocessing: preprocessing(cfg), PostProcessing: postprocessing(cfg),
+		Quantile:   quantileRelease(cfg),
 		NotCovered: []string{"step metrics " + strings.Join(stepNotPrivate(), ", ") + " (norm_quantiles include the largest per-example gradient norm)"},
 	}
 	switch {

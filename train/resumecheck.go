@@ -62,6 +62,9 @@ func (c *Config) settings(m interface {
 	if c.EMA > 0 {
 		s = append(s, setting{"parameter average", fmt.Sprintf("%g", c.EMA)})
 	}
+	if c.multiplicity() > 1 {
+		s = append(s, setting{"augment multiplicity", fmt.Sprint(c.multiplicity())})
+	}
 	if c.UserLevel {
 		// Recorded only at user level, so example-level checkpoints keep
 		// their settings.

@@ -38,6 +38,9 @@ type StepMetrics struct {
 	// never below it, exact at the end.
 	Epsilon     float64 `json:"epsilon"`
 	StepSeconds float64 `json:"step_seconds"`
+	// ClipNorm is the step's clip norm under adaptive clipping (a function
+	// of released counts), else 0.
+	ClipNorm float64 `json:"clip_norm,omitempty"`
 	// NotPrivate lists the keys computed from the private batch without
 	// noise, which the guarantee does not cover: loss, batch_size,
 	// clipped_frac, norm_quantiles and non_finite. Keep them as private as
@@ -119,6 +122,11 @@ type Trainer struct {
 	users      *userLevel // nil except at user level (users.go)
 	exIdx      []int      // a user-level step's examples
 	settings   []setting  // the configuration as given, recorded in checkpoints
+
+	// Issue 27: augmentation multiplicity's groups (augmult.go), and
+	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
+	groups   []int
+	adaptive *adaptiveClip
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
@@ -153,9 +161,13 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		// (at least one user's k, at most 4096 examples beyond that).
 		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
 	}
+	maxBatch = max(maxBatch, cfg.multiplicity())
 	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
+	}
+	if _, ok := t.engine.(UserEngine); !ok && cfg.multiplicity() > 1 {
+		return nil, invalidf("augment multiplicity %d needs an engine that averages an example's copies before clipping (UserEngine); the %s backend's does not", cfg.multiplicity(), t.backend.Name())
 	}
 	if cfg.UserLevel && cfg.UserExamples > 1 {
 		if _, ok := t.engine.(UserEngine); !ok {
@@ -219,6 +231,9 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		t.noise, err = t.plan.NoiseSource(d, nopt)
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
+		}
+		if t.adaptive, err = newAdaptiveClip(&cfg, t.plan, t.engine, t.sampler.ExpectedBatch()); err != nil {
+			return nil, err
 		}
 	}
 	shape := t.backend.InputShape()
@@ -399,6 +414,11 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
 		return StepMetrics{}, t.broken
 	}
+	sm.ClipNorm = t.adaptive.norm()
+	if err := t.adaptive.update(sm.BatchSize); err != nil {
+		t.broken = fmt.Errorf("train: %w: step %d: %w", ErrBroken, sm.Step, err)
+		return StepMetrics{}, t.broken
+	}
 	sm.Epsilon, sm.NotPrivate = eps, stepNotPrivate()
 	sm.StepSeconds = time.Since(start).Seconds()
 	if t.metrics != nil {
@@ -424,6 +444,7 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		t.sum[i] = 0
 	}
 	sm := StepMetrics{Step: step, BatchSize: len(t.idx)}
+	t.adaptive.begin()
 	if t.users != nil {
 		if err := t.clipUsers(ctx, step, &sm); err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
@@ -438,24 +459,21 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
 	// additive, so larger batches run in chunks.
-	maxBatch := len(t.yb)
+	maxBatch := t.chunkExamples()
 	var lossSum float64
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
 			return sm, err
 		}
 		hi := min(lo+maxBatch, len(t.idx))
-		x, y, err := t.gather(t.idx[lo:hi], step)
-		if err != nil {
-			return sm, fmt.Errorf("train: step %d: %w", step, err)
-		}
-		st, err := t.engine.ClippedSumContext(ctx, x, y, t.chunk)
+		st, err := t.clipChunk(ctx, t.idx[lo:hi], step)
 		if err != nil {
 			if ctx.Err() != nil {
 				return sm, ctx.Err()
 			}
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
+		t.adaptive.observe(st)
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}
@@ -487,7 +505,7 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 		if err := t.audit.beforeNoise(step, t.sum); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		std := float32(t.plan.NoiseStd * t.audit.noiseScale())
+		std := float32(t.plan.NoiseStd * t.audit.noiseScale() * t.adaptive.scale())
 		for i, w := range t.noiseBuf {
 			t.sum[i] += std * w
 		}

@@ -127,6 +127,7 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 		if err != nil {
 			return err
 		}
+		t.adaptive.observe(st)
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}

@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -27,6 +28,9 @@ type result struct {
 	Plan *struct {
 		Mechanism string  `json:"mechanism"`
 		Epsilon   float64 `json:"epsilon"`
+		// BandSelection is set when the planner chose the bands
+		// (bandmf:auto, toeplitz:auto).
+		BandSelection *json.RawMessage `json:"band_selection"`
 	} `json:"plan"`
 	Final struct {
 		Split    string  `json:"split"`
@@ -72,10 +76,11 @@ func run(out string, files []string) error {
 			return fmt.Errorf("%s: not a private run evaluated on the test split", f)
 		}
 		eps := math.Round(r.Plan.Epsilon*100) / 100
-		if accs[r.Plan.Mechanism] == nil {
-			accs[r.Plan.Mechanism] = map[float64][]float64{}
+		mech := lineName(r.Plan.Mechanism, r.Plan.BandSelection != nil)
+		if accs[mech] == nil {
+			accs[mech] = map[float64][]float64{}
 		}
-		accs[r.Plan.Mechanism][eps] = append(accs[r.Plan.Mechanism][eps], 100*r.Final.Accuracy)
+		accs[mech][eps] = append(accs[mech][eps], 100*r.Final.Accuracy)
 	}
 	p := plot.New()
 	p.Title.Text = "Fashion-MNIST, delta = 1e-5: test accuracy against epsilon"
@@ -142,4 +147,18 @@ func run(out string, files []string) error {
 		}
 	}
 	return nil
+}
+
+// lineName is the line a run belongs to: its mechanism, or KIND:auto for a
+// run whose planner chose the bands (bandmf:auto picks bandmf:4 at one
+// epsilon and bandmf:8 at another; they are one line).
+func lineName(mech string, auto bool) string {
+	if !auto {
+		return mech
+	}
+	if i := strings.IndexByte(mech, ':'); i >= 0 {
+		return mech[:i] + ":auto"
+	}
+	// One band: the planner chose DP-SGD.
+	return "bandmf:auto"
 }

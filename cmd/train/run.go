@@ -29,13 +29,14 @@ type runFlags struct {
 	eps, delta, sigma, clip, lr, cooldown                                  float64
 	momentum                                                               optionalFloat
 	seed, ckpt, metrics, cache, config, jsonOut                            string
-	nonPrivate, augment                                                    bool
+	nonPrivate                                                             bool
 	insecureSeed                                                           bool
 	trainLimit, embeddingDim                                               int
 	features                                                               string
 	ema                                                                    float64
 	validation                                                             int
 	users                                                                  userFlags
+	accuracy                                                               accuracyFlags
 }
 
 func (r *runFlags) register(fs *flag.FlagSet) {
@@ -49,7 +50,6 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.validation, "validation", 0, "hold out the last N training examples and evaluate on them instead of the test split (for choosing hyperparameters; the test split is not read)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
 	fs.IntVar(&r.embeddingDim, "embedding-dim", 0, "dimension of each categorical column's embedding in the tabular model (default 8)")
-	fs.BoolVar(&r.augment, "augment", false, "random crop and flip (CIFAR)")
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
@@ -74,6 +74,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.cache, "cache", defaultCacheDir(), "directory caching optimized factorizations")
 	fs.StringVar(&r.jsonOut, "json", "", "write the run's result (plan, ledger, final metrics) as JSON to this file (- for stdout)")
 	r.users.register(fs)
+	r.accuracy.register(fs)
 }
 
 func defaultCacheDir() string {
@@ -371,7 +372,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		return train.Config{}, err
 	}
 	cfg := train.Config{
-		Train: trainSet, Test: testSet, Augment: r.augment,
+		Train: trainSet, Test: testSet,
 		ModelName: r.model, Steps: r.steps, Batch: r.batch,
 		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
 		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
@@ -414,6 +415,9 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
 	}
 	if err := r.users.apply(&cfg); err != nil {
+		return train.Config{}, err
+	}
+	if err := r.accuracy.apply(&cfg); err != nil {
 		return train.Config{}, err
 	}
 	return cfg, nil

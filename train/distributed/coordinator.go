@@ -28,7 +28,7 @@ var ErrWorkerLost = errors.New("worker lost")
 // started with other data or settings, or its computation failed.
 var ErrWorkerRefused = errors.New("worker refused the step")
 
-var errShard = dpcore.Invalidf("distributed: a shard needs 0 <= i < W <= examples")
+var errShard = dpcore.Invalid("distributed", "a shard needs 0 <= i < W <= examples")
 
 // coordinator sends a step's indices and parameters to the workers and
 // collects their sums.
@@ -63,7 +63,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 		return nil, err
 	}
 	if opt.Workers > cfg.Train.Len() {
-		return nil, dpcore.Invalidf("distributed: %d workers for %d examples: a worker needs at least one", opt.Workers, cfg.Train.Len())
+		return nil, dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", opt.Workers, cfg.Train.Len())
 	}
 	m, err := train.NewModel(cfg)
 	if err != nil {
@@ -79,7 +79,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 	// Every request must fit the server's max_payload: refuse before the
 	// plan is built rather than at the first step.
 	if need := 64 + 4*m.NumParams() + 4*(cfg.Train.Len()/opt.Workers+cfg.Batch); int64(need) > nc.MaxPayload() {
-		return nil, dpcore.Invalidf("distributed: a step's request to a worker needs up to about %d bytes (%d parameters), above the NATS server's max_payload of %d bytes: raise max_payload", need, m.NumParams(), nc.MaxPayload())
+		return nil, dpcore.Invalid("distributed", "a step's request to a worker needs up to about %d bytes (%d parameters), above the NATS server's max_payload of %d bytes: raise max_payload", need, m.NumParams(), nc.MaxPayload())
 	}
 	cfg.Model, cfg.Backend = nil, backend{m, c}
 	rctx, stop := context.WithCancelCause(ctx)
@@ -214,7 +214,7 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 			case p.nonce != nonce || p.step != step:
 				last = fmt.Errorf("a reply for another request")
 			case p.refusal != "" && p.mismatch:
-				return dpcore.Invalidf("distributed: %w: step %d: %s", ErrWorkerRefused, step, p.refusal)
+				return dpcore.Invalid("distributed", "%w: step %d: %s", ErrWorkerRefused, step, p.refusal)
 			case p.refusal != "":
 				return fmt.Errorf("%w: step %d: %s", ErrWorkerRefused, step, p.refusal)
 			case p.examples != n || len(p.sum) != d:

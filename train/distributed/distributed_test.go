@@ -253,10 +253,14 @@ func TestRefusedConfigurations(t *testing.T) {
 	url, token := natsServer(t)
 	nc := connect(t, url, token)
 	for name, edit := range map[string]func(*train.Config, *Options){
-		"augmentation":     func(c *train.Config, _ *Options) { c.Augment = true },
-		"no workers":       func(_ *train.Config, o *Options) { o.Workers = 0 },
-		"bad run name":     func(_ *train.Config, o *Options) { o.Run = "a.b" },
-		"user level":       func(c *train.Config, _ *Options) { c.UserLevel = true },
+		"augmentation": func(c *train.Config, _ *Options) { c.Augment = true },
+		"no workers":   func(_ *train.Config, o *Options) { o.Workers = 0 },
+		"bad run name": func(_ *train.Config, o *Options) { o.Run = "a.b" },
+		"user level":   func(c *train.Config, _ *Options) { c.UserLevel = true },
+		"multiplicity": func(c *train.Config, _ *Options) { c.AugmentMultiplicity = 2 },
+		"adaptive clip": func(c *train.Config, _ *Options) {
+			c.AdaptiveClip = &train.AdaptiveClip{Target: 0.5, NoiseStd: 10, LearningRate: 0.2}
+		},
 		"too many workers": func(c *train.Config, o *Options) { o.Workers = c.Train.Len() + 1 },
 	} {
 		cfg := testConfig(t, 5)

@@ -26,7 +26,7 @@ func ParseShard(s string) (Shard, error) {
 	i, err1 := strconv.Atoi(a)
 	w, err2 := strconv.Atoi(b)
 	if !ok || err1 != nil || err2 != nil || w < 1 || i < 0 || i >= w {
-		return Shard{}, dpcore.Invalidf("distributed: shard %q: want i/W with 0 <= i < W", s)
+		return Shard{}, dpcore.Invalid("distributed", "shard %q: want i/W with 0 <= i < W", s)
 	}
 	return Shard{i, w}, nil
 }
@@ -68,18 +68,18 @@ func (o *Options) defaults() {
 
 func (o Options) validate() error {
 	if len(o.Run) < 1 || len(o.Run) > 64 {
-		return dpcore.Invalidf("distributed: run name %q: want 1 to 64 letters, digits, '-' or '_'", o.Run)
+		return dpcore.Invalid("distributed", "run name %q: want 1 to 64 letters, digits, '-' or '_'", o.Run)
 	}
 	for _, c := range o.Run {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return dpcore.Invalidf("distributed: run name %q: want letters, digits, '-' or '_'", o.Run)
+			return dpcore.Invalid("distributed", "run name %q: want letters, digits, '-' or '_'", o.Run)
 		}
 	}
 	if o.Workers < 1 || o.Workers > maxWorkers {
-		return dpcore.Invalidf("distributed: %d workers: want 1 to %d", o.Workers, maxWorkers)
+		return dpcore.Invalid("distributed", "%d workers: want 1 to %d", o.Workers, maxWorkers)
 	}
 	if o.RequestTimeout < time.Second || o.Wait < 0 {
-		return dpcore.Invalidf("distributed: request timeout %v (want at least 1 s) or wait %v (want positive)", o.RequestTimeout, o.Wait)
+		return dpcore.Invalid("distributed", "request timeout %v (want at least 1 s) or wait %v (want positive)", o.RequestTimeout, o.Wait)
 	}
 	return nil
 }
@@ -94,13 +94,17 @@ func (o Options) doneSubject() string  { return "dpmf.train." + o.Run + ".done" 
 func checkConfig(cfg *train.Config) error {
 	switch {
 	case cfg.Train == nil || cfg.Train.Len() == 0:
-		return dpcore.Invalidf("distributed: no training data")
+		return dpcore.Invalid("distributed", "no training data")
 	case cfg.UserLevel:
-		return dpcore.Invalidf("distributed: user-level runs are not supported across workers (a user's examples would have to live on one worker)")
+		return dpcore.Invalid("distributed", "user-level runs are not supported across workers (a user's examples would have to live on one worker)")
 	case cfg.Augment:
-		return dpcore.Invalidf("distributed: augmentation is not supported across workers (its randomness is the trainer's)")
+		return dpcore.Invalid("distributed", "augmentation is not supported across workers (its randomness is the trainer's)")
+	case cfg.AugmentMultiplicity > 1:
+		return dpcore.Invalid("distributed", "augmentation multiplicity is not supported across workers (the copies' gradients are averaged before clipping, which the workers do not do)")
+	case cfg.AdaptiveClip != nil:
+		return dpcore.Invalid("distributed", "adaptive clipping is not supported across workers (the workers clip with a fixed norm)")
 	case cfg.Backend != nil:
-		return dpcore.Invalidf("distributed: Config.Backend is set: the workers build the model from the named model settings")
+		return dpcore.Invalid("distributed", "Config.Backend is set: the workers build the model from the named model settings")
 	}
 	return nil
 }

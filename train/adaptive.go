@@ -1,0 +1,150 @@
+package train
+
+import (
+	"crypto/rand"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/privacy"
+)
+
+// AdaptiveClip configures adaptive clipping (Andrew et al. 2021): the clip
+// norm starts at Config.ClipNorm and follows a private estimate of the
+// Target quantile of the per-example gradient norms; the count released
+// each step has noise NoiseStd (0: the expected batch / 20, as in the
+// paper) and the norm moves geometrically at LearningRate (0: 0.2). Its
+// privacy cost is in the plan (privacy.QuantileRelease).
+type AdaptiveClip = privacy.QuantileRelease
+
+// Andrew et al.'s defaults: sigma_b = B/20, eta_C = 0.2.
+const (
+	defaultQuantileNoiseFrac = 1.0 / 20
+	defaultQuantileRate      = 0.2
+)
+
+// quantileRelease is cfg's release with its defaults filled in, or nil.
+func quantileRelease(cfg *Config) *privacy.QuantileRelease {
+	if cfg.AdaptiveClip == nil {
+		return nil
+	}
+	q := *cfg.AdaptiveClip
+	if q.NoiseStd == 0 {
+		q.NoiseStd = defaultQuantileNoiseFrac * float64(cfg.Batch)
+	}
+	if q.LearningRate == 0 {
+		q.LearningRate = defaultQuantileRate
+	}
+	return &q
+}
+
+// validateAdaptive refuses what adaptive clipping cannot do.
+func (c *Config) validateAdaptive() error {
+	if c.AdaptiveClip == nil {
+		return nil
+	}
+	switch {
+	case c.NonPrivate:
+		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
+	case len(c.ClipPerLayer) > 0:
+		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
+	case c.CheckpointPath != "":
+		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
+	}
+	if err := quantileRelease(c).Check(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
+}
+
+// normSetter is an engine whose flat clip norm can change between steps
+// (clip.Engine.SetNorm).
+type normSetter interface {
+	SetNorm(norm float64) error
+}
+
+var _ normSetter = (*clip.Engine)(nil)
+
+// adaptiveClip is the trainer's side of adaptive clipping: the clip norm
+// C_t of the step under way, the count of its examples within C_t, and the
+// generator of the count's noise (crypto/rand-seeded unless the run has a
+// seed).
+type adaptiveClip struct {
+	q        privacy.QuantileRelease
+	c0, c    float64
+	expected float64 // B, the expected batch
+	within   int     // examples of the step under way with norm <= c
+	eng      normSetter
+	rng      *mrand.Rand
+}
+
+func newAdaptiveClip(cfg *Config, p *Plan, eng Engine, expected float64) (*adaptiveClip, error) {
+	if p == nil || p.Quantile == nil {
+		return nil, nil
+	}
+	ns, ok := eng.(normSetter)
+	if !ok {
+		return nil, invalidf("adaptive clipping needs an engine whose clip norm can be set (SetNorm); this backend's cannot")
+	}
+	var seed [32]byte
+	if s := deriveSeed(cfg.Seed, "clip-quantile"); s != nil {
+		copy(seed[:], s)
+	} else if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("train: seeding the clip quantile's noise: %w", err)
+	}
+	a := &adaptiveClip{q: *p.Quantile, c0: p.ClipNorm, c: p.ClipNorm, expected: expected, eng: ns, rng: mrand.New(mrand.NewChaCha8(seed))}
+	if err := ns.SetNorm(a.c); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	return a, nil
+}
+
+// begin starts a step's count.
+func (a *adaptiveClip) begin() {
+	if a != nil {
+		a.within = 0
+	}
+}
+
+// observe adds a chunk's count.
+func (a *adaptiveClip) observe(st clip.Stats) {
+	if a != nil {
+		a.within += st.WithinNorm
+	}
+}
+
+// scale is C_t/C_0, by which the plan's noise std (set at C_0) is
+// multiplied: the mechanism runs in units of the step's clip norm.
+func (a *adaptiveClip) scale() float64 {
+	if a == nil {
+		return 1
+	}
+	return a.c / a.c0
+}
+
+// norm is the clip norm of the step under way (0 without adaptive
+// clipping).
+func (a *adaptiveClip) norm() float64 {
+	if a == nil {
+		return 0
+	}
+	return a.c
+}
+
+// update releases the step's noisy centred count, batch examples sampled,
+// and moves the clip norm for the next step (Andrew et al. Alg. 1,
+// geometric update).
+func (a *adaptiveClip) update(batch int) error {
+	if a == nil {
+		return nil
+	}
+	r := float64(a.within) - float64(batch)/2 + a.q.NoiseStd*a.rng.NormFloat64()
+	frac := r/a.expected + 0.5
+	next := a.c * math.Exp(-a.q.LearningRate*(frac-a.q.Target))
+	if !(next > 0) || math.IsInf(next, 0) {
+		return fmt.Errorf("adaptive clipping: clip norm %v after %v", next, a.c)
+	}
+	a.c = next
+	return a.eng.SetNorm(next)
+}
