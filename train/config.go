@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"time"
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -185,6 +186,11 @@ type Config struct {
 	OnEval func(EvalMetrics) `json:"-"`
 	// Log receives human-readable plan and summary lines (nil: none).
 	Log io.Writer `json:"-"`
+
+	// slowWrite, set only by this package's crash tests, pauses every
+	// checkpoint write before its rename, and every metrics record (a
+	// quarter of it) halfway, so that kills land inside those writes.
+	slowWrite time.Duration
 }
 
 // Defaults fills unset knobs: clip norm 1, PLD accounting, learning rate

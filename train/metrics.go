@@ -9,8 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/dpmf-go/dpmf/internal/atomicfile"
-
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -30,12 +28,13 @@ type metricsWriter struct {
 	// pending: opened to resume, not yet truncated to the resume point.
 	pending bool
 	// slow widens the window of a torn line for crash tests
-	// (atomicfile.SlowWriteEnv).
+	// (Config.slowWrite).
 	slow time.Duration
 }
 
 // openMetrics creates (or, to resume a run, opens) the metrics file.
-func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
+// slow is zero outside crash tests.
+func openMetrics(path string, appendTo bool, slow time.Duration) (*metricsWriter, error) {
 	flag := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if appendTo {
 		flag = os.O_CREATE | os.O_RDWR
@@ -44,7 +43,7 @@ func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: metrics: %w", err)
 	}
-	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: atomicfile.SlowWriteDelay() / 4}, nil
+	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: slow}, nil
 }
 
 // metricsRecord is the part of a metrics line that resuming reads.

@@ -247,7 +247,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		}
 	}
 	if cfg.MetricsPath != "" {
-		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0); err != nil {
+		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0, cfg.slowWrite/4); err != nil {
 			return nil, err
 		}
 	}
