@@ -4,9 +4,10 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // newTestOptimizers builds one of each optimizer (and variants) over d.
@@ -263,11 +264,11 @@ func TestStateDimOverflow(t *testing.T) {
 		Version: stateVersion, Kind: "momentum", Dim: 1<<62 + 1, Steps: 2, Step: 1,
 		Beta: 0.5, Schedule: Constant(1), Precision: uint8(prec32), Buffers: [][]byte{{0, 0, 0, 0}},
 	}
-	blob, err := msgpack.Marshal(&s)
+	blob, err := atomicfile.MarshalState(stateMagic, stateVersion, &s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) {
+	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "bytes for 4611686018427387905") {
 		t.Fatalf("overflowing dimension: %v", err)
 	}
 }

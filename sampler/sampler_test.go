@@ -543,7 +543,7 @@ func TestSaveRestore(t *testing.T) {
 					t.Fatalf("%s state into %s: err = %v, want ErrInvalid", c.name, d.name, err)
 				}
 			}
-			for _, bad := range [][]byte{nil, data[:len(data)-1], append(slices.Clone(data), 0), bytes.Replace(data, []byte("dpmfsmp"), []byte("xxxxxxx"), 1)} {
+			for _, bad := range [][]byte{nil, data[:len(data)-1], append(slices.Clone(data), 0), bytes.Replace(data, []byte("dpmf-sampler"), []byte("xxxxxxxxxxxx"), 1)} {
 				if _, err := Restore(bad); !errors.Is(err, ErrInvalid) {
 					t.Fatalf("%s: corrupt state: err = %v", c.name, err)
 				}

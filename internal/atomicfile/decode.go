@@ -30,10 +30,16 @@ func Unmarshal(data []byte, v any) error {
 // allocating. pending counts the values still to be read; each takes at
 // least one byte, so pending may never exceed the bytes left.
 func checkLengths(data []byte) error {
+	_, err := valueEnd(data)
+	return err
+}
+
+// valueEnd is checkLengths that also returns where the first value ends.
+func valueEnd(data []byte) (int, error) {
 	i, pending := 0, 1
 	for pending > 0 {
 		if i >= len(data) {
-			return fmt.Errorf("atomicfile: %w: truncated MessagePack (%d values missing)", ErrCorrupt, pending)
+			return 0, fmt.Errorf("atomicfile: %w: truncated MessagePack (%d values missing)", ErrCorrupt, pending)
 		}
 		pending--
 		at, c := i, data[i]
@@ -71,7 +77,7 @@ func checkLengths(data []byte) error {
 		case c <= 0xbf:
 			skip, what = int(c&0x1f), "string"
 		case c == 0xc1:
-			return fmt.Errorf("atomicfile: %w: invalid MessagePack byte 0xc1 at byte %d", ErrCorrupt, at)
+			return 0, fmt.Errorf("atomicfile: %w: invalid MessagePack byte 0xc1 at byte %d", ErrCorrupt, at)
 		case c >= 0xc4 && c <= 0xc6:
 			skip, err = size(1 << (c - 0xc4))
 			what = "byte string"
@@ -102,21 +108,21 @@ func checkLengths(data []byte) error {
 			what = "map"
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if what == "" {
 			what = "number"
 		}
 		if skip > len(data)-i {
-			return fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d bytes, %d remain", ErrCorrupt, what, at, skip, len(data)-i)
+			return 0, fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d bytes, %d remain", ErrCorrupt, what, at, skip, len(data)-i)
 		}
 		i += skip
 		if items > len(data)-i-pending {
-			return fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d values, %d bytes remain", ErrCorrupt, what, at, items, len(data)-i)
+			return 0, fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d values, %d bytes remain", ErrCorrupt, what, at, items, len(data)-i)
 		}
 		pending += items
 	}
-	return nil
+	return i, nil
 }
 
 // Reason returns the text of an error from Open or Unmarshal without its

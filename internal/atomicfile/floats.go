@@ -54,7 +54,8 @@ func ReadFloats[T Float](dst []T, b []byte) ([]byte, error) {
 // DecodeFloats decodes all of b (AppendFloats's encoding) into a new
 // slice of n values; b must hold exactly n values.
 func DecodeFloats[T Float](b []byte, n int) ([]T, error) {
-	if n < 0 || len(b) != FloatSize[T]()*n {
+	// By division: size*n overflows for a corrupt n.
+	if size := FloatSize[T](); n < 0 || len(b)%size != 0 || len(b)/size != n {
 		return nil, fmt.Errorf("atomicfile: %w: %d bytes for %d float values of %d bytes", ErrCorrupt, len(b), n, FloatSize[T]())
 	}
 	x := make([]T, n)

@@ -66,8 +66,12 @@ func OpenVersions(blob []byte, magic string, oldest, newest int) ([]byte, error)
 // several versions dispatches on it.
 func OpenAny(blob []byte, magic string) ([]byte, int, error) {
 	var env envelope
-	if err := checkLengths(blob); err != nil {
+	end, err := valueEnd(blob)
+	if err != nil {
 		return nil, 0, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, Reason(err))
+	}
+	if end != len(blob) {
+		return nil, 0, fmt.Errorf("atomicfile: %w: not a %s file (%d bytes after the end of its envelope)", ErrCorrupt, magic, len(blob)-end)
 	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {

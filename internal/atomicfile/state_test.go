@@ -51,6 +51,9 @@ func TestStateRoundTripVersionsAndKinds(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
+	if _, _, err := OpenAny(append(slices.Clone(blob), 0), "test-state"); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a test-state file (1 bytes after the end of its envelope)") {
+		t.Errorf("trailing byte: %v", err)
+	}
 	if p, v, err := OpenAny(blob, "test-state"); err != nil || v != 2 || len(p) == 0 {
 		t.Fatalf("OpenAny: version %d, %v", v, err)
 	}
@@ -93,5 +96,9 @@ func TestFloatsCodec(t *testing.T) {
 	}
 	if _, err := DecodeFloats[float32](make([]byte, 9), 2); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ragged buffer: %v", err)
+	}
+	// 4 * (2^62 + 1) wraps to 4: the count must not be trusted.
+	if _, err := DecodeFloats[float32](make([]byte, 4), 1<<62+1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("overflowing count: %v", err)
 	}
 }
