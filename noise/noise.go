@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -539,19 +540,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendFloats[T floatT](b []byte, x []T) []byte {
-	switch v := any(x).(type) {
-	case []float32:
-		for _, f := range v {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
-		}
-	case []float64:
-		for _, f := range v {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
-		}
-	}
-	return b
-}
+func appendFloats[T floatT](b []byte, x []T) []byte { return atomicfile.AppendFloats(b, x) }
 
 // reader decodes a checkpoint, remembering the first error.
 type reader struct {
@@ -597,22 +586,7 @@ func (r *reader) key() key {
 }
 
 func readFloats[T floatT](r *reader, dst []T) {
-	switch v := any(dst).(type) {
-	case []float32:
-		p := r.bytes(4 * len(v))
-		if p == nil {
-			return
-		}
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
-		}
-	case []float64:
-		p := r.bytes(8 * len(v))
-		if p == nil {
-			return
-		}
-		for i := range v {
-			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
-		}
+	if p := r.bytes(elemSize[T]() * len(dst)); p != nil {
+		atomicfile.ReadFloats(dst, p)
 	}
 }
