@@ -290,15 +290,11 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			fmt.Fprintf(cfg.Log, "WARNING: -unsafe-noise-scale %g: the noise added is %g times the planned noise; the claim (epsilon %.4g) does NOT hold for this run\n", s, s, p.Epsilon)
 		}
 	}
-	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
 	for !t.Done() {
-		sm, err := t.TrainStep(ctx)
-		if err != nil {
+		if _, err := t.TrainStep(ctx); err != nil {
 			return nil, err
 		}
-		bar.step(sm)
 	}
-	bar.finish()
 	res := &AuditResult{
 		Mechanism: p.Mechanism, Audit: opt.Mode.String(), Epsilon: p.Epsilon, Delta: p.Delta,
 		Confidence: opt.Confidence, Canaries: opt.Canaries, Plan: p,

@@ -8,22 +8,21 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"github.com/schollz/progressbar/v3"
 )
 
 // BuildProgress reports the building of factorizations (an
 // mfnoise.BuildTrace) for "train run" and "train compare": a line when an
 // optimizer starts, a progress line at most every Every with the iteration,
 // the gap and an estimate of the time left, and a line when it is done.
-// With a bar writer (a terminal) the progress goes to a progress bar there
-// instead of the progress lines. Factorizations read from the cache are
+// With a display (cmd/train's progress bar on a terminal) the progress goes
+// there instead of the progress lines. Factorizations read from the cache are
 // collected and reported once by Summary. A nil *BuildProgress does
 // nothing.
 type BuildProgress struct {
 	log      io.Writer
-	barW     io.Writer
+	display  BuildDisplay
 	every    time.Duration
-	bar      *progressbar.ProgressBar
+	shown    bool // the display shows a build under way
 	what     string
 	start    time.Time
 	last     time.Time
@@ -35,13 +34,23 @@ type BuildProgress struct {
 // progressEvery is how often "train run" writes a progress line.
 const progressEvery = 5 * time.Second
 
+// BuildDisplay shows the building of a factorization as it goes (a
+// progress bar): Start when an optimizer starts, Update with each progress
+// line (iteration, loss, gap, time left), Done when it stops. Package
+// train draws nothing itself.
+type BuildDisplay interface {
+	Start(what string)
+	Update(line string)
+	Done()
+}
+
 // NewBuildProgress reports to log (nil: no reports) at most every every,
-// drawing a progress bar on bar when it is not nil.
-func NewBuildProgress(log io.Writer, every time.Duration, bar io.Writer) *BuildProgress {
+// or, when display is not nil, sends the progress to display.
+func NewBuildProgress(log io.Writer, every time.Duration, display BuildDisplay) *BuildProgress {
 	if log == nil {
 		return nil
 	}
-	return &BuildProgress{log: log, barW: bar, every: every}
+	return &BuildProgress{log: log, display: display, every: every}
 }
 
 // Attach returns ctx carrying the reporter to mfnoise.Build and
@@ -54,9 +63,9 @@ func (b *BuildProgress) Attach(ctx context.Context) context.Context {
 		Optimizing: b.optimizing,
 		Progress:   b.progress,
 		Optimized: func(kind string, n int, elapsed time.Duration) {
-			if b.bar != nil {
-				b.bar.Finish()
-				b.bar = nil
+			if b.shown {
+				b.display.Done()
+				b.shown = false
 			}
 			fmt.Fprintf(b.log, "factorization: %s optimized in %.1fs\n", b.what, elapsed.Seconds())
 		},
@@ -74,17 +83,13 @@ func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	if gap == 0 {
 		stop = "stops when the loss stalls"
 	}
-	if b.barW == nil {
+	if b.display == nil {
 		stop += fmt.Sprintf("; progress every %v", b.every)
 	}
 	fmt.Fprintf(b.log, "factorization: building %s, %s\n", b.what, stop)
-	if b.barW != nil {
-		b.bar = progressbar.NewOptions(-1,
-			progressbar.OptionSetWriter(b.barW),
-			progressbar.OptionSetDescription("building "+b.what),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
+	if b.display != nil {
+		b.display.Start("building " + b.what)
+		b.shown = true
 	}
 }
 
@@ -93,7 +98,7 @@ func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
 		b.firstGap = p.Gap
 	}
 	now := time.Now()
-	if b.bar == nil && now.Sub(b.last) < b.every {
+	if !b.shown && now.Sub(b.last) < b.every {
 		return
 	}
 	b.last = now
@@ -109,9 +114,8 @@ func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
 			line += fmt.Sprintf(", about %s left", left.Round(time.Second))
 		}
 	}
-	if b.bar != nil {
-		b.bar.Describe("building " + b.what + ": " + line)
-		b.bar.Add(1)
+	if b.shown {
+		b.display.Update("building " + b.what + ": " + line)
 		return
 	}
 	fmt.Fprintf(b.log, "factorization: building %s: %s, %s elapsed\n", b.what, line, elapsed.Round(time.Second))

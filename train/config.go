@@ -176,8 +176,11 @@ type Config struct {
 	MetricsPath     string `json:"metrics,omitempty"`
 	// CacheDir stores optimized factorizations so they are built once.
 	CacheDir string `json:"cache_dir,omitempty"`
-	// Progress receives a progress bar (nil: none).
-	Progress io.Writer `json:"-"`
+	// BuildDisplay, if set, receives the progress of factorization
+	// building for a display (cmd/train draws a progress bar on a
+	// terminal) instead of progress lines on ProgressLog. The training
+	// steps and evaluations are reported through OnStep and OnEval.
+	BuildDisplay BuildDisplay `json:"-"`
 	// ProgressLog receives the progress lines of factorization building
 	// (nil: Log), so that a command can keep them apart from its results.
 	ProgressLog io.Writer `json:"-"`

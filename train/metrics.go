@@ -9,7 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 )
 
 // metricsWriter appends one JSON object per line: {"kind":"step",...} or
@@ -199,45 +198,4 @@ func (m *metricsWriter) close() error {
 		return fmt.Errorf("train: metrics: %w", m.err)
 	}
 	return nil
-}
-
-// progress draws a terminal progress bar (schollz/progressbar handles
-// terminal width, rate and ETA) or does nothing when w is nil.
-type progress struct{ bar *progressbar.ProgressBar }
-
-func newProgress(w io.Writer, steps, done int) *progress {
-	if w == nil {
-		return &progress{}
-	}
-	bar := progressbar.NewOptions(steps,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("training"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100_000_000),
-		progressbar.OptionClearOnFinish(),
-	)
-	bar.Set(done)
-	return &progress{bar: bar}
-}
-
-func (p *progress) step(sm StepMetrics) {
-	if p.bar == nil {
-		return
-	}
-	p.bar.Describe(fmt.Sprintf("loss %.3f eps %.2f", sm.Loss, sm.Epsilon))
-	p.bar.Add(1)
-}
-
-func (p *progress) eval(em EvalMetrics) {
-	if p.bar == nil {
-		return
-	}
-	p.bar.Describe(fmt.Sprintf("%s acc %.3f eps %.2f", em.Split, em.Accuracy, em.Epsilon))
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		p.bar.Finish()
-	}
 }

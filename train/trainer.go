@@ -629,7 +629,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if plog == nil {
 		plog = cfg.Log
 	}
-	bt := NewBuildProgress(plog, progressEvery, cfg.Progress)
+	bt := NewBuildProgress(plog, progressEvery, cfg.BuildDisplay)
 	t, err := New(bt.Attach(ctx), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -653,32 +653,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return res, err
 		}
 	}
-	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
 	for !t.Done() {
 		if ctx.Err() != nil {
-			bar.finish()
 			return res, t.interrupted(ctx)
 		}
 		sm, err := t.TrainStep(ctx)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				bar.finish()
 				return res, t.interrupted(ctx)
 			}
 			return res, err
 		}
-		bar.step(sm)
 		if sm.Step%cfg.EvalEvery == 0 && sm.Step < cfg.Steps {
 			em, err := t.EvaluateContext(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
-					bar.finish()
 					return res, t.interrupted(ctx)
 				}
 				return res, err
 			}
 			res.Evals = append(res.Evals, em)
-			bar.eval(em)
 		}
 		if cfg.CheckpointPath != "" && cfg.CheckpointEvery > 0 && sm.Step%cfg.CheckpointEvery == 0 {
 			if err := t.checkpoint(); err != nil {
@@ -686,7 +680,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		}
 	}
-	bar.finish()
 	em, err := t.EvaluateContext(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/train"
-	"golang.org/x/term"
 )
 
 // auditOnlyFlags are the flags of "train audit" that "train run" refuses
@@ -149,11 +147,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *unsafe != 1 {
 		fmt.Fprintf(stderr, "train: WARNING: -unsafe-noise-scale %g adds %g times the planned noise; the printed claim does NOT hold for this run (auditor validation only)\n", *unsafe, *unsafe)
 	}
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Progress = stderr
-	}
+	tty := terminal(stderr)
+	cfg.BuildDisplay = newBuildBar(tty)
+	finishBar := attachTrainingBar(&cfg, tty)
 	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Train.Len(), cfg.Test.Len(), *mode, *canaries)
 	res, err := train.Audit(ctx, cfg, opt)
+	finishBar()
 	if err != nil {
 		return err
 	}

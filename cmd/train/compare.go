@@ -19,7 +19,6 @@ import (
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
-	"golang.org/x/term"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -129,7 +128,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Optimizers report progress on stderr (a bar on a terminal); stdout
 	// carries only the table, JSON or CSV.
-	bp := train.NewBuildProgress(stderr, time.Second, terminal(stderr))
+	bp := train.NewBuildProgress(stderr, time.Second, newBuildBar(terminal(stderr)))
 	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
 	if err != nil {
 		return err
@@ -214,13 +213,6 @@ func loadFactorization(path string) (privacy.Factorization, error) {
 	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
 }
 
-// terminal is w when it is a terminal (for progress bars), else nil.
-func terminal(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return w
-	}
-	return nil
-}
 
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep
 // schema allows at most ceil(n/b) participations, so a larger k is reported

@@ -19,7 +19,6 @@ import (
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
-	"golang.org/x/term"
 )
 
 // runFlags are the flags of "train run" (and the defaults of plain "train").
@@ -190,11 +189,10 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	// building lines, and one line per evaluation; standard output keeps
 	// the results.
 	cfg.ProgressLog = stderr
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Progress = stderr
-	}
+	tty := terminal(stderr)
+	cfg.BuildDisplay = newBuildBar(tty)
 	curves := &runCurves{}
-	evalLines := newEvalProgress(stderr, cfg.Steps, cfg.Progress != nil)
+	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
 	cfg.OnStep = func(sm train.StepMetrics) {
 		curves.addStep(sm)
 		evalLines.step(sm)
@@ -216,7 +214,9 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
+	finishBar := attachTrainingBar(&cfg, tty)
 	res, err := train.Run(ctx, cfg)
+	finishBar()
 	if err != nil {
 		return err
 	}
