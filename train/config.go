@@ -282,7 +282,7 @@ func (c *Config) validateRest() error {
 		return err
 	}
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
-		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
+		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, models.DefaultEmbeddingDim)
 	}
 	if c.EmbeddingDim != 0 && c.Model == nil && c.Backend == nil && c.ModelName != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)

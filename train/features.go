@@ -36,8 +36,6 @@ const (
 const (
 	scatterJ = 2
 	scatterL = 8
-	// scatterGroups is the GroupNorm groups of the "scatternet" model.
-	scatterGroups = 27
 )
 
 func (f Features) valid() bool { return f == FeaturesPixels || f == FeaturesScatter }
