@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"time"
-
 )
 
 // metricsWriter appends one JSON object per line: {"kind":"step",...} or

@@ -213,7 +213,6 @@ func loadFactorization(path string) (privacy.Factorization, error) {
 	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
 }
 
-
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep
 // schema allows at most ceil(n/b) participations, so a larger k is reported
 // as the k that is realized, with the requested one in parentheses.
