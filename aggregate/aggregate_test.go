@@ -14,6 +14,7 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -37,7 +38,7 @@ type setup struct {
 
 func (s setup) config(t testing.TB) Config {
 	t.Helper()
-	spec, err := mfnoise.ParseMechanism(s.mech)
+	spec, err := privacy.ParseMechanism(s.mech)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +611,7 @@ func TestConfigErrors(t *testing.T) {
 // TestSizeRefusals checks that sizes that cannot fit are refused with the
 // memory they would need, before anything is allocated.
 func TestSizeRefusals(t *testing.T) {
-	spec, _ := mfnoise.ParseMechanism("tree-online")
+	spec, _ := privacy.ParseMechanism("tree-online")
 	w, _ := mfnoise.PrefixSum(20000)
 	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GiB") {
 		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)

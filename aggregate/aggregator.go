@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	bolt "go.etcd.io/bbolt"
@@ -35,7 +36,7 @@ type Aggregator struct {
 	cfg      Config
 	dim      int // D: Dim, plus the count coordinate
 	n        int // horizon
-	sens     mfnoise.SensitivityResult
+	sens     dpcore.SensitivityResult
 	sigma    float64
 	noiseStd float64
 	norm     float64 // L2 bound of one record

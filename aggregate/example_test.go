@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/dpmf-go/dpmf/aggregate"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // A service releases the private running sum of 2-dimensional vectors for
@@ -33,7 +33,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	spec, err := mfnoise.ParseMechanism("tree-online")
+	spec, err := privacy.ParseMechanism("tree-online")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,10 +10,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	bolt "go.etcd.io/bbolt"
-	"gonum.org/v1/gonum/mat"
 )
 
 // Mechanism is what the aggregator needs from a correlated-noise mechanism
@@ -30,7 +30,7 @@ type Mechanism interface {
 	// Schema is the participation schema the sensitivity is for.
 	Schema() mfnoise.Schema
 	// Sensitivity is sens(C) under Schema for the whole horizon.
-	Sensitivity() mfnoise.SensitivityResult
+	Sensitivity() dpcore.SensitivityResult
 	// PrefixSensitivity is an upper bound on the sensitivity of the first
 	// t releases alone, nondecreasing in t and at most Sensitivity().Value.
 	// The ledger turns it into the epsilon spent so far.
@@ -44,7 +44,7 @@ type FactorizationMechanism struct {
 	name   string
 	f      *mfnoise.Factorization
 	schema mfnoise.Schema
-	sens   mfnoise.SensitivityResult
+	sens   dpcore.SensitivityResult
 }
 
 // NewFactorizationMechanism wraps f under the participation schema.
@@ -62,21 +62,21 @@ func NewFactorizationMechanism(name string, f *mfnoise.Factorization, schema mfn
 	return &FactorizationMechanism{name: name, f: f, schema: schema, sens: sens}, nil
 }
 
-// BuildMechanism builds the mechanism named by spec (any kind of
-// mfnoise.Build: dpsgd, tree-online, tree-full, bandmf:BANDS, ...) for
-// workload w and the schema.
-func BuildMechanism(ctx context.Context, spec mfnoise.MechanismSpec, w mfnoise.Workload, schema mfnoise.Schema) (*FactorizationMechanism, error) {
+// BuildMechanism builds mechanism m (e.g. parsed by privacy.ParseMechanism:
+// dpsgd, tree-online, tree-full, bandmf:BANDS, ...) densely for workload w
+// and the schema.
+func BuildMechanism(ctx context.Context, m mfnoise.Mechanism, w mfnoise.Workload, schema mfnoise.Schema) (*FactorizationMechanism, error) {
 	// The dense encoder and decoder (m x n each, m <= 2n for trees) are
 	// the largest allocation; refuse sizes that cannot fit.
 	if need := 4 * 8 * int64(w.N) * int64(w.N); w.N > 0 && need > maxMechanismBytes {
 		return nil, fmt.Errorf("aggregate: %w: horizon %d needs about %.1f GiB for the mechanism's dense encoder and decoder (limit %.0f GiB)",
 			ErrInvalidConfig, w.N, float64(need)/(1<<30), float64(maxMechanismBytes)/(1<<30))
 	}
-	f, err := mfnoise.Build(ctx, spec, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(ctx, m, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
-	return NewFactorizationMechanism(spec.String(), f, schema)
+	return NewFactorizationMechanism(m.String(), f, schema)
 }
 
 // maxMechanismBytes bounds the dense matrices BuildMechanism will make.
@@ -92,7 +92,7 @@ func (m *FactorizationMechanism) Workload() mfnoise.Workload { return m.f.Worklo
 func (m *FactorizationMechanism) Schema() mfnoise.Schema { return m.schema }
 
 // Sensitivity implements Mechanism.
-func (m *FactorizationMechanism) Sensitivity() mfnoise.SensitivityResult { return m.sens }
+func (m *FactorizationMechanism) Sensitivity() dpcore.SensitivityResult { return m.sens }
 
 // Factorization is the underlying factorization.
 func (m *FactorizationMechanism) Factorization() *mfnoise.Factorization { return m.f }
@@ -102,63 +102,13 @@ func (m *FactorizationMechanism) NewNoise(d int, opt noise.Options) (noise.Sourc
 	return noise.New(m.f, d, opt)
 }
 
-// PrefixSensitivity implements Mechanism. The first t releases are B[:t,:]
-// (C X + Z) = (A X)[:t] + (B Z)[:t]: post-processing of the rows R of
-// C X + Z that B[:t,:] reads. Their sensitivity is that of C[R,:] under the
-// schema (columns past the last nonzero dropped, which changes nothing), at
-// most sens(C); R grows with t, so the bound is nondecreasing. For an
-// optimal (non-causal) decoder R is every row and the bound is sens(C).
+// PrefixSensitivity implements Mechanism (mfnoise.PrefixSensitivity).
 func (m *FactorizationMechanism) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
-	n := m.f.N()
-	if t <= 0 {
-		return 0, nil
-	}
-	if t >= n {
-		return m.sens.Value, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("aggregate: prefix sensitivity: %w", err)
-	}
-	b, c := m.f.Decoder, m.f.Encoder
-	rows, cols := c.Dims()
-	maxB := mat.Norm(b, math.Inf(1))
-	used := make([]bool, rows)
-	for i := 0; i < t; i++ {
-		for j, v := range b.RawRowView(i) {
-			if math.Abs(v) > 1e-13*maxB {
-				used[j] = true
-			}
-		}
-	}
-	var r []int
-	last := 0
-	maxC := mat.Norm(c, math.Inf(1))
-	for j, u := range used {
-		if !u {
-			continue
-		}
-		r = append(r, j)
-		for k := cols - 1; k >= last; k-- {
-			if math.Abs(c.At(j, k)) > 1e-13*maxC {
-				last = k + 1
-				break
-			}
-		}
-	}
-	if len(r) == 0 || last == 0 {
-		return 0, nil
-	}
-	// Zero rows pad the slice to at least as many rows as columns, which
-	// Sensitivity requires and which change no column norm.
-	sub := mat.NewDense(max(len(r), last), last, nil)
-	for i, j := range r {
-		copy(sub.RawRowView(i), c.RawRowView(j)[:last])
-	}
-	s, err := mfnoise.Sensitivity(sub, m.schema)
+	s, err := mfnoise.PrefixSensitivity(ctx, m.f, m.schema, t, m.sens.Value)
 	if err != nil {
-		return 0, fmt.Errorf("aggregate: prefix sensitivity of %s at t = %d: %w", m.name, t, err)
+		return 0, fmt.Errorf("aggregate: %s: %w", m.name, err)
 	}
-	return math.Min(s.Value, m.sens.Value), nil
+	return s, nil
 }
 
 // StoredMechanism returns the factorization mechanism saved in the store at

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/aggregate"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 func openTreeOnline(t testing.TB, path string, noSync bool) *aggregate.Aggregator {
@@ -41,7 +41,7 @@ func openSmall(path string, noSync bool) (*aggregate.Aggregator, error) {
 		return nil, err
 	}
 	if mech == nil {
-		spec, err := mfnoise.ParseMechanism("tree-online")
+		spec, err := privacy.ParseMechanism("tree-online")
 		if err != nil {
 			return nil, err
 		}

@@ -9,17 +9,18 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
 )
 
 func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise.Factorization {
 	t.Helper()
-	spec, err := mfnoise.ParseMechanism(name)
+	spec, err := privacy.ParseMechanism(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, _ := mfnoise.PrefixSum(n)
-	f, err := mfnoise.Build(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

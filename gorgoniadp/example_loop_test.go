@@ -8,6 +8,7 @@ import (
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/gorgoniadp"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	G "gorgonia.org/gorgonia"
@@ -39,7 +40,7 @@ func ExampleModel_ValueGrads() {
 
 	const steps, batch = 60, 64
 	plan, smp, err := privacy.NewPlan(context.Background(), privacy.Request{
-		Mechanism: privacy.BandMF{Bands: 4}, Examples: trainSet.Len(), Batch: batch, Steps: steps,
+		Mechanism: mfnoise.BandMF{Bands: 4}, Examples: trainSet.Len(), Batch: batch, Steps: steps,
 		ClipNorm: 1, NoiseMultiplier: 1, Accountant: privacy.RDP,
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/gorgoniadp"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	G "gorgonia.org/gorgonia"
@@ -64,7 +65,7 @@ func Example() {
 	}
 	res, err := train.Run(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, Backend: model,
-		Steps: 100, Batch: 64, Mechanism: privacy.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
+		Steps: 100, Batch: 64, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
 		LearningRate: 2, ClipNorm: 1, EvalEvery: 100,
 		// A short seed makes the example reproducible; it is an insecure
 		// experiment, and the plan says so. Omit both for crypto/rand noise.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 	"github.com/dpmf-go/dpmf/privacy"
@@ -128,7 +129,7 @@ func TestRunMatchesNN(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := train.Config{
-		Train: trainSet, Steps: 6, Batch: 20, Mechanism: privacy.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		Train: trainSet, Steps: 6, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
 		LearningRate: 0.5, ClipNorm: 1, Seed: []byte("gorgoniadp run matches nn"), InsecureSeed: true,
 	}
 	a := cfg

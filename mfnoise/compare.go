@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/gonum/mat"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // CompareRow scores one mechanism for a workload and schema (SPEC 4): the
@@ -19,9 +19,9 @@ type CompareRow struct {
 	Mechanism string `json:"mechanism"`
 	// Sensitivity is sens(C) under the schema for clipping norm 1, with
 	// whether it is exact and how it was computed (SPEC 3).
-	Sensitivity       float64           `json:"sensitivity"`
-	SensitivityExact  bool              `json:"sensitivity_exact"`
-	SensitivityMethod SensitivityMethod `json:"sensitivity_method"`
+	Sensitivity       float64                  `json:"sensitivity"`
+	SensitivityExact  bool                     `json:"sensitivity_exact"`
+	SensitivityMethod dpcore.SensitivityMethod `json:"sensitivity_method"`
 	// Loss is sens^2 ||B||_F^2, the total squared error for noise
 	// multiplier 1; RMSE is sqrt(Loss / n).
 	Loss float64 `json:"loss"`
@@ -41,47 +41,16 @@ type CompareRow struct {
 	StepRMSE []float64 `json:"step_rmse,omitempty"`
 }
 
-// Mechanism is what Compare scores: a named way to factorize a workload.
-// The planner's typed mechanisms (package privacy) satisfy it, and so does
-// a MechanismSpec; so can a caller's own factorization (privacy's
-// Factorization wraps one).
-type Mechanism interface {
-	// String is the name Compare reports, e.g. "bandmf:8/s2".
-	String() string
-	// Factorize builds the factorization for workload w; schema is the
-	// participation it will be run under (optimizers may read it).
-	Factorize(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (*Factorization, error)
-}
-
-// Builtin is a Mechanism of one of this package's kinds. Compare reads its
-// kind to score it from its structure: the Toeplitz mechanisms (dpsgd,
-// sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) from their coefficients and
-// tree-online for the prefix sum from its tree, without any n x n matrix.
-type Builtin interface {
-	Mechanism
-	// BuiltinSpec is the mechanism's kind and parameters.
-	BuiltinSpec() (MechanismSpec, error)
-}
-
-// Factorize is Build(ctx, s, w, schema, opt): a MechanismSpec is a
-// Mechanism.
-func (s MechanismSpec) Factorize(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (*Factorization, error) {
-	return Build(ctx, s, w, schema, opt)
-}
-
-// BuiltinSpec is s: a MechanismSpec is a Builtin.
-func (s MechanismSpec) BuiltinSpec() (MechanismSpec, error) { return s, nil }
-
 // Compare builds every mechanism for workload w and schema and returns
 // their scores sorted by loss (lowest first), each row named by the
-// mechanism's String. Builtin mechanisms are scored from their structure
-// where they have one: the Toeplitz mechanisms (dpsgd, sqrt,
-// toeplitz:BANDS, blt:NBUF, bisr:BANDS) from their coefficients in O(n)
-// memory at any n up to MaxStructuredSteps, and tree-online for the prefix
-// sum under single or (k,b) participation above DenseStepLimit. Every other
-// mechanism, a caller's own factorization included, is scored from its
-// dense factorization, and refused above DenseStepLimit steps with the
-// memory it would need before it is built. A mechanism that fails to build
+// mechanism's String. Each is scored from the strategy it builds: the
+// Toeplitz families (DPSGD, Sqrt, BandedToeplitz, BLT, BISR) from their
+// coefficients in O(n) memory at any n up to MaxStructuredSteps, and
+// tree-online for the prefix sum under single or (k,b) participation above
+// DenseStepLimit from its tree. A mechanism that is not a Coster, a
+// caller's own factorization for one, is costed as a dense encoder and
+// refused above DenseStepLimit steps with the memory it would need before
+// it is built. A mechanism that fails to build
 // or score fails the comparison with an error naming it.
 //
 // Optimizers report their progress, and the cache its hits, to the
@@ -106,51 +75,58 @@ func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, 
 }
 
 func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
-	b, ok := m.(Builtin)
-	if !ok {
-		return compareFactorization(ctx, m, w, schema, opt)
-	}
-	spec, err := b.BuiltinSpec()
-	if err != nil {
-		return CompareRow{}, err
-	}
-	spec.Name = m.String()
-	if toeplitzKind(spec.Kind) && spec.Stamps <= 1 {
-		return compareToeplitz(ctx, spec, w, schema, opt)
-	}
-	if spec.Kind == KindTreeOnline && spec.Stamps <= 1 && w.N > DenseStepLimit && w.Kind == PrefixSumKind {
-		return compareTreeOnline(ctx, spec, w, schema)
+	coster, structured := m.(Coster)
+	if !structured {
+		// Costed as dense: refused above DenseStepLimit before it builds.
+		if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
+			return CompareRow{}, err
+		}
 	}
 	start := time.Now()
-	f, x, err := build(ctx, spec, w, schema, opt)
+	st, err := m.Build(ctx, w, schema, opt)
 	if err != nil {
 		return CompareRow{}, err
 	}
-	row, err := score(spec, f, x, schema)
+	if st == nil {
+		return CompareRow{}, invalidf("%s built no strategy", m)
+	}
+	if st.Steps() != w.N {
+		return CompareRow{}, invalidf("%s factorizes %d steps, not n = %d", m, st.Steps(), w.N)
+	}
+	row, err := scoreStrategy(m.String(), st, schema)
+	if err != nil {
+		return CompareRow{}, err
+	}
+	if structured {
+		row.NoiseMemoryPerCoord, row.StepTime = coster.NoiseCost(st, 1)
+	} else {
+		row.NoiseMemoryPerCoord, row.StepTime = denseCost(st, 1)
+	}
 	row.BuildSeconds = time.Since(start).Seconds()
-	return row, err
+	return row, nil
 }
 
-// compareFactorization scores a mechanism that is not Builtin from the
-// factorization it builds, refusing n above DenseStepLimit before building.
-func compareFactorization(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
-	if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
-		return CompareRow{}, err
+// scoreStrategy is the loss profile of strategy s under the schema (the
+// sensitivity from the closed-form Gram matrix a dense family carries).
+func scoreStrategy(name string, s dpcore.Strategy, schema Schema) (CompareRow, error) {
+	var sens dpcore.SensitivityResult
+	var err error
+	if f, ok := s.(*Factorization); ok && f.gram != nil {
+		if err := schema.Validate(f.N()); err != nil {
+			return CompareRow{}, err
+		}
+		sens, err = sensitivityFromGram(f.Encoder, f.gram, schema)
+	} else {
+		sens, err = s.Sensitivity(schema)
 	}
-	start := time.Now()
-	f, err := m.Factorize(ctx, w, schema, opt)
 	if err != nil {
 		return CompareRow{}, err
 	}
-	if f == nil || f.Encoder == nil || f.Decoder == nil {
-		return CompareRow{}, invalidf("%s built no factorization", m)
+	r, err := s.DecoderRowNorms()
+	if err != nil {
+		return CompareRow{}, err
 	}
-	if f.N() != w.N {
-		return CompareRow{}, invalidf("%s factorizes %d steps, not n = %d", m, f.N(), w.N)
-	}
-	row, err := score(customSpec(m.String(), f), f, nil, schema)
-	row.BuildSeconds = time.Since(start).Seconds()
-	return row, err
+	return rowFromNorms(name, sens, r)
 }
 
 // Score scores a caller's own factorization under schema as Compare scores
@@ -160,46 +136,18 @@ func Score(name string, f *Factorization, schema Schema) (CompareRow, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return CompareRow{}, invalidf("score %s: nil factorization", name)
 	}
-	row, err := score(customSpec(name, f), f, nil, schema)
+	row, err := scoreStrategy(name, f, schema)
 	if err != nil {
 		return CompareRow{}, prefixf(err, "score %s", name)
 	}
-	return row, nil
-}
-
-// customSpec is how a caller's factorization is costed: a banded encoder
-// when Meta.Bands declares one, a dense one otherwise.
-func customSpec(name string, f *Factorization) MechanismSpec {
-	spec := MechanismSpec{Name: name, Stamps: 1}
-	if f.Meta.Bands > 0 {
-		spec.Kind, spec.Bands = KindBandMF, f.Meta.Bands
-	}
-	return spec
-}
-
-func score(spec MechanismSpec, f *Factorization, x *mat.SymDense, schema Schema) (CompareRow, error) {
-	sens, err := scoreSensitivity(f, x, schema)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	n, _ := f.Decoder.Dims()
-	r := make([]float64, n)
-	for i := range r {
-		b := f.Decoder.RawRowView(i)
-		r[i] = dot(b, b)
-	}
-	row, err := rowFromNorms(spec.Name, sens, r)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	row.NoiseMemoryPerCoord, row.StepTime = noiseCost(spec, f)
+	row.NoiseMemoryPerCoord, row.StepTime = denseCost(f, 1)
 	return row, nil
 }
 
 // rowFromNorms is the score of a mechanism with sensitivity sens whose
 // decoder rows have squared norms r = ||B[i,:]||^2: StepRMSE sens
 // ||B[i,:]||, Loss sens^2 ||B||_F^2 (SPEC 4) and RMSE sqrt(Loss/n).
-func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow, error) {
+func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (CompareRow, error) {
 	row := CompareRow{
 		Mechanism:         name,
 		Sensitivity:       sens.Value,
@@ -217,57 +165,15 @@ func rowFromNorms(name string, sens SensitivityResult, r []float64) (CompareRow,
 	return row, nil
 }
 
-// scoreSensitivity is f.Sensitivity(schema), from the structured Gram
-// matrix when the mechanism supplied one.
-func scoreSensitivity(f *Factorization, x *mat.SymDense, schema Schema) (SensitivityResult, error) {
-	if x == nil {
-		return f.Sensitivity(schema)
+// denseCost is the streaming cost of a dense encoder's noise (SPEC 6),
+// per coordinate of the model: the band count when the factorization
+// declares its encoder banded (Meta.Bands), else one d-vector per step of
+// a block.
+func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
+	if f, ok := s.(*Factorization); ok && f.Meta.Bands > 0 {
+		return bandedCost(s, stamps)
 	}
-	if err := schema.Validate(f.N()); err != nil {
-		return SensitivityResult{}, err
-	}
-	return sensitivityFromGram(f.Encoder, x, schema)
-}
-
-// noiseCost is the streaming cost of a mechanism's gradient-space noise
-// (SPEC 6), per coordinate of the model.
-func noiseCost(spec MechanismSpec, f *Factorization) (float64, string) {
-	s := max(spec.Stamps, 1)
-	m, _ := f.Encoder.Dims()
-	n0, m0 := f.N()/s, m/s
-	switch spec.Kind {
-	case KindDPSGD:
-		return 1, "O(d)"
-	case KindTreeOnline:
-		// One partial sum per tree level, plus the completed blocks' total
-		// when stamped.
-		levels := 0
-		for 1<<levels < n0 {
-			levels++
-		}
-		mem := float64(levels + 1)
-		if s > 1 {
-			mem++
-		}
-		return mem, "O(d log n)"
-	case KindTreeFull:
-		return float64(m0), "O(n d)"
-	case KindFFT:
-		return float64(m0), "O(d log n)"
-	case KindFFTOpt:
-		return float64(m0), "O(d log^2 n)"
-	case KindBandMF:
-		// The band count is read off the encoder: b = max_i (i - first
-		// nonzero column of row i) + 1.
-		lo, hi, _ := rowSpans(f.Encoder)
-		bands := 1
-		for i := range lo {
-			if hi[i] > lo[i] {
-				bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
-			}
-		}
-		return float64(bands), "O(b d)"
-	}
+	n0, _ := blockDims(s, stamps)
 	return float64(n0), "O(n d)"
 }
 

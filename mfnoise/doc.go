@@ -13,6 +13,13 @@
 // optimizer apply A. Privacy depends only on C and the participation
 // schema (Denisov et al. 2022, Thm 2.1).
 //
+// A mechanism is a typed value that builds itself (Mechanism): each family
+// is a type (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
+// BandedToeplitz, BLT, BISR, Stamped) whose Build returns a
+// dpcore.Strategy, the dense *Factorization or the O(n)
+// *ToeplitzStrategy. Compare scores any mechanism from its strategy; names
+// are parsed only by privacy.ParseMechanism.
+//
 // The optimizers (OptimizeSingle, OptimizeKB, OptimizeBanded) spend their
 // time in Cholesky and LU factorizations, triangular solves and matrix
 // products through gonum's process-wide BLAS. Call blas.Install (package

@@ -53,12 +53,12 @@ func ExampleCompare() {
 	}
 	// Typed values; command lines parse names with privacy.ParseMechanisms.
 	mechs := []mfnoise.Mechanism{
-		mfnoise.MechanismSpec{Kind: mfnoise.KindDPSGD},
-		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeOnline},
-		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeFull},
-		mfnoise.MechanismSpec{Kind: mfnoise.KindFFT},
-		mfnoise.MechanismSpec{Kind: mfnoise.KindFFTOpt},
-		mfnoise.MechanismSpec{Kind: mfnoise.KindTreeFull, Stamps: 4},
+		mfnoise.DPSGD{},
+		mfnoise.Tree{Decoder: mfnoise.TreeOnline},
+		mfnoise.Tree{Decoder: mfnoise.TreeFull},
+		mfnoise.FFT{Decoder: mfnoise.FFTAlgorithm1},
+		mfnoise.FFT{Decoder: mfnoise.FFTOptimal},
+		mfnoise.Stamped{Inner: mfnoise.Tree{Decoder: mfnoise.TreeFull}, Stamps: 4},
 	}
 	rows, err := mfnoise.Compare(context.Background(), w, schema, mechs, mfnoise.BuildOptions{})
 	if err != nil {

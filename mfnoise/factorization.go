@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -43,6 +44,10 @@ type Factorization struct {
 	// toeplitz is the structured mechanism a Toeplitz factorization came
 	// from (see Toeplitz).
 	toeplitz *Toeplitz
+	// gram is C^T C in closed form when the family's structure gives it
+	// (trees, FFT, DP-SGD and stamps of them), for Compare's sensitivity;
+	// nil otherwise. It is not stored.
+	gram *mat.SymDense
 }
 
 // Toeplitz returns the structured mechanism a factorization made by
@@ -97,7 +102,7 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 func (f *Factorization) N() int { return f.Workload.N }
 
 // Sensitivity is Sensitivity(f.Encoder, s).
-func (f *Factorization) Sensitivity(s Schema) (SensitivityResult, error) {
+func (f *Factorization) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 	return Sensitivity(f.Encoder, s)
 }
 

@@ -20,7 +20,7 @@ func formatCacheKey(t *testing.T) ProblemKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	return ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
 }
 
 func formatToeplitzKey(t *testing.T) (ProblemKey, *Toeplitz) {

@@ -13,12 +13,8 @@ import (
 func BenchmarkMechanism(b *testing.B) {
 	w, _ := PrefixSum(2000)
 	s, _ := KBParticipation(20, 100)
-	for _, name := range []string{"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "tree-online/s10", "tree-full/s5", "fft/s5", "fft-opt/s5"} {
-		spec, err := ParseMechanism(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, spec := range named(b, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-online/s10,tree-full/s5,fft/s5,fft-opt/s5") {
+		b.Run(spec.String(), func(b *testing.B) {
 			cpu := processCPUSeconds()
 			for b.Loop() {
 				if _, err := compareOne(context.Background(), spec, w, s, BuildOptions{}); err != nil {

@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"math"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/dsp/fourier"
 )
 
@@ -171,39 +172,39 @@ func bltUnboundedSens2(p *BLTParams, k, b int) float64 {
 // every Omega_i >= 0 and sum_i Omega_i <= 1 (then c_0 = 1 >= c_1 >= c_2 >=
 // ... >= 0 at every t, which the parameters prove without looking at
 // coefficients); other BLTs are refused.
-func (t *Toeplitz) StreamSensitivity(s Schema) (SensitivityResult, error) {
+func (t *Toeplitz) StreamSensitivity(s Schema) (dpcore.SensitivityResult, error) {
 	if t.BLT == nil {
-		return SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
+		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
 	}
 	if err := t.BLT.validate(); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if err := s.Check(); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if s.Kind == KB {
-		return SensitivityResult{}, invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
+		return dpcore.SensitivityResult{}, invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
 	}
 	sum := 0.0
 	for _, o := range t.BLT.Omega {
 		if o < 0 {
-			return SensitivityResult{}, invalidf("%s: a negative scale %v: the coefficients are not provably non-increasing over an unbounded stream", t.Name, o)
+			return dpcore.SensitivityResult{}, invalidf("%s: a negative scale %v: the coefficients are not provably non-increasing over an unbounded stream", t.Name, o)
 		}
 		sum += o
 	}
 	if sum > 1 {
-		return SensitivityResult{}, invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
+		return dpcore.SensitivityResult{}, invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
 	}
 	k, b := s.K, s.B
 	if s.Kind == Single {
 		k, b = 1, 1
 	}
 	if _, err := unboundedHorizon(k, b); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	v := math.Sqrt(bltUnboundedSens2(t.BLT, k, b))
 	if !finiteFloat(v) {
-		return SensitivityResult{}, invalidf("%s: stream sensitivity is %v", t.Name, v)
+		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is %v", t.Name, v)
 	}
-	return SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
+	return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
 }

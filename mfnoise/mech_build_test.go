@@ -11,34 +11,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-func TestParseMechanism(t *testing.T) {
-	good := map[string]MechanismSpec{
-		"dpsgd":          {Name: "dpsgd", Kind: KindDPSGD, Stamps: 1},
-		" tree-full/s5 ": {Name: "tree-full/s5", Kind: KindTreeFull, Stamps: 5},
-		"mf-single/s2":   {Name: "mf-single/s2", Kind: KindMFSingle, Stamps: 2},
-		"bandmf:8":       {Name: "bandmf:8", Kind: KindBandMF, Bands: 8, Stamps: 1},
-		"bandmf:auto/s3": {Name: "bandmf:auto/s3", Kind: KindBandMF, AutoBands: true, Stamps: 3},
-		"fft-opt":        {Name: "fft-opt", Kind: KindFFTOpt, Stamps: 1},
-		"tree-online":    {Name: "tree-online", Kind: KindTreeOnline, Stamps: 1},
-		"fft":            {Name: "fft", Kind: KindFFT, Stamps: 1},
-		"mf-kb":          {Name: "mf-kb", Kind: KindMFKB, Stamps: 1},
-	}
-	for in, want := range good {
-		got, err := ParseMechanism(in)
-		if err != nil || got != want {
-			t.Errorf("ParseMechanism(%q) = %+v, %v; want %+v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "tree", "bandmf", "bandmf:0", "bandmf:x", "dpsgd:3", "fft/s0", "fft/5", "fft/s", "fft/s-2", "mf-kb/s2/s3", "DPSGD"} {
-		if _, err := ParseMechanism(in); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseMechanism(%q) err = %v, want ErrInvalid", in, err)
-		}
-	}
-	if s, _ := ParseMechanism("bandmf:auto/s3"); s.String() != "bandmf:auto/s3" {
-		t.Errorf("String() = %q", s.String())
-	}
-}
-
 // The structured Gram matrices each mechanism hands to Compare must give
 // exactly the sensitivity of the dense path, for every schema kind.
 func TestStructuredSensitivityMatchesDense(t *testing.T) {
@@ -46,14 +18,23 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 	kb, _ := KBParticipation(3, 4)
 	ms, _ := MinSepParticipation(3, 4)
 	schemas := []Schema{SingleParticipation(), kb, ms}
-	for _, name := range []string{"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "tree-full/s3", "fft/s2", "tree-online/s4"} {
-		spec, _ := ParseMechanism(name)
+	for _, spec := range named(t, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s3,fft/s2,tree-online/s4") {
+		name := spec.String()
+		if d, ok := spec.(DPSGD); ok {
+			// Its strategy is the O(n) Toeplitz one: the Gram matrix comes
+			// with the dense block.
+			spec = Stamped{Inner: d, Stamps: 1}
+		}
 		for _, s := range schemas {
-			f, x, err := build(context.Background(), spec, w, s, BuildOptions{})
+			st, err := spec.Build(context.Background(), w, s, BuildOptions{})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			fast, err := scoreSensitivity(f, x, s)
+			f := st.(*Factorization)
+			if f.gram == nil {
+				t.Fatalf("%s: no structured Gram matrix", name)
+			}
+			fast, err := scoreStrategy(name, f, s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +42,7 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(fast.Value-dense.Value) > 1e-12*dense.Value || fast.Method != dense.Method || fast.Exact != dense.Exact {
+			if math.Abs(fast.Sensitivity-dense.Value) > 1e-12*dense.Value || fast.SensitivityMethod != dense.Method || fast.SensitivityExact != dense.Exact {
 				t.Fatalf("%s under %v: structured %+v, dense %+v", name, s, fast, dense)
 			}
 		}
@@ -71,7 +52,7 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 func TestCompareRanksAndScores(t *testing.T) {
 	w, _ := PrefixSum(16)
 	s, _ := KBParticipation(4, 4)
-	specs, _ := parseList("dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s2")
+	specs := named(t, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s2")
 	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +73,8 @@ func TestCompareRanksAndScores(t *testing.T) {
 		if len(r.StepRMSE) != 16 || math.Abs(sum-r.Loss) > 1e-9*r.Loss || math.Abs(r.RMSE-math.Sqrt(r.Loss/16)) > 1e-12*r.RMSE {
 			t.Fatalf("%s: step RMSE / RMSE inconsistent with loss %v", r.Mechanism, r.Loss)
 		}
-		// The loss is sens^2 ||B||_F^2 of the factorization Build returns.
-		spec, _ := ParseMechanism(r.Mechanism)
-		f, err := Build(context.Background(), spec, w, s, BuildOptions{})
+		// The loss is sens^2 ||B||_F^2 of the dense factorization.
+		f, err := BuildDense(context.Background(), named(t, r.Mechanism)[0], w, s, BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,12 +122,12 @@ func TestCompareRanksAndScores(t *testing.T) {
 func TestCompareNamesFailingMechanism(t *testing.T) {
 	w, _ := PrefixSum(8)
 	// 9 bands over 8 steps cannot be built.
-	specs, _ := parseList("dpsgd,bandmf:9")
+	specs := named(t, "dpsgd,bandmf:9")
 	_, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
 	if err == nil || !strings.Contains(err.Error(), "bandmf:9") {
 		t.Fatalf("error %v does not name the failing mechanism", err)
 	}
-	specs, _ = parseList("tree-full/s3")
+	specs = named(t, "tree-full/s3")
 	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
 		t.Fatalf("3 stamps of 8 steps: %v", err)
 	}
@@ -156,7 +136,7 @@ func TestCompareNamesFailingMechanism(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	specs, _ = parseList("dpsgd")
+	specs = named(t, "dpsgd")
 	if _, err := Compare(ctx, w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v", err)
 	}
@@ -167,36 +147,33 @@ func TestBadInput(t *testing.T) {
 	bad := []Workload{{Kind: PrefixSumKind, N: 0}, {Kind: PrefixSumKind, N: -3}, {Kind: "nope", N: 4},
 		{Kind: MomentumKind, N: 4, Momentum: 0.9, Schedule: Schedule{Explicit: []float64{1, math.NaN(), 1, 1}}}}
 	for _, w := range bad {
-		if _, err := DPSGD(w); !errors.Is(err, ErrInvalid) {
-			t.Errorf("DPSGD(%v): %v", w, err)
+		if _, err := DenseDPSGD(w); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DenseDPSGD(%v): %v", w, err)
 		}
 		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("BinaryTree(%v): %v", w, err)
 		}
-		if _, err := FFT(w, FFTOptimal); !errors.Is(err, ErrInvalid) {
-			t.Errorf("FFT(%v): %v", w, err)
+		if _, err := DenseFFT(w, FFTOptimal); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DenseFFT(%v): %v", w, err)
 		}
-		if _, err := Build(ctx, MechanismSpec{Name: "dpsgd", Kind: KindDPSGD}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Build(%v): %v", w, err)
+		if _, err := BuildDense(ctx, DPSGD{}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("BuildDense(%v): %v", w, err)
 		}
 	}
 	w, _ := PrefixSum(10)
 	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown tree decoder: %v", err)
 	}
-	if _, err := FFT(w, 9); !errors.Is(err, ErrInvalid) {
+	if _, err := DenseFFT(w, 9); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unknown FFT decoder: %v", err)
 	}
 	// k*b < n.
 	kb, _ := KBParticipation(2, 4)
-	specs, _ := parseList("tree-full")
+	specs := named(t, "tree-full")
 	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("k*b < n accepted: %v", err)
 	}
-	if _, err := Build(ctx, MechanismSpec{Name: "x", Kind: "x", Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("unknown kind: %v", err)
-	}
-	if _, err := Build(ctx, MechanismSpec{Name: "bandmf:11", Kind: KindBandMF, Bands: 11, Stamps: 1}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := (BandMF{Bands: 11}).Build(ctx, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("more bands than steps: %v", err)
 	}
 	// A singular block encoder (a zero column) is refused by the stamped
@@ -213,7 +190,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("singular encoder: %v", err)
 	}
 	nonFinite := func(w0 Workload) (*Factorization, error) {
-		f, err := DPSGD(w0)
+		f, err := DenseDPSGD(w0)
 		if err != nil {
 			return nil, err
 		}

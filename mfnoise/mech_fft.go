@@ -70,7 +70,7 @@ func fftGenerator(n int) (y, r []float64, spec []complex128) {
 	return y, r, spec
 }
 
-// FFT is the FFT mechanism of the multi-epoch paper (Sec. 4, App. C, J, K;
+// DenseFFT is the FFT mechanism of the multi-epoch paper (Sec. 4, App. C, J, K;
 // SPEC 5.6): encoder C_F = circ(y)[:, :n] (2n x n) with DFT(y) = sqrt(DFT(v)),
 // v = (1 x n, 0 x n), so circ(y)^2 = circ(v) has S as its top-left block.
 // Its Gram matrix has negative entries. Under (k,b)-participation only the
@@ -84,7 +84,7 @@ func fftGenerator(n int) (y, r []float64, spec []complex128) {
 // participation the Algorithm-1 MSE, Loss/n, is exactly a quarter of the
 // paper's Cor. J.1 value (with rho = 1/2): that corollary accounts for Alg.
 // 1's complex-valued noise, this factorization is its real-valued version.
-func FFT(w Workload, decoder FFTDecoder) (*Factorization, error) {
+func DenseFFT(w Workload, decoder FFTDecoder) (*Factorization, error) {
 	f, _, err := fftMechanism(w, decoder)
 	return f, err
 }

@@ -54,7 +54,7 @@ func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
 	mom, _ := MomentumWorkload(9, 0.95, CooldownSchedule(9, 0.25, 0.05))
 	for _, w := range []Workload{{Kind: PrefixSumKind, N: 1}, {Kind: PrefixSumKind, N: 7}, {Kind: PrefixSumKind, N: 32}, mom} {
-		f, err := FFT(w, FFTOptimal)
+		f, err := DenseFFT(w, FFTOptimal)
 		if err != nil {
 			t.Fatalf("%v: %v", w, err)
 		}
@@ -68,12 +68,12 @@ func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
 		}
 	}
 	// Momentum with the Algorithm-1 decoder is A S^-1 B_F.
-	f, err := FFT(mom, FFTAlgorithm1)
+	f, err := DenseFFT(mom, FFTAlgorithm1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, _ := PrefixSum(9)
-	fs, _ := FFT(s, FFTAlgorithm1)
+	fs, _ := DenseFFT(s, FFTAlgorithm1)
 	a, _ := mom.Matrix()
 	sm, _ := s.Matrix()
 	var sInv, want mat.Dense
@@ -124,7 +124,7 @@ func abs(i int) int {
 func TestFFTClosedFormMSE(t *testing.T) {
 	for _, n := range []int{1, 10, 100, 257} {
 		w, _ := PrefixSum(n)
-		f, err := FFT(w, FFTAlgorithm1)
+		f, err := DenseFFT(w, FFTAlgorithm1)
 		if err != nil {
 			t.Fatal(err)
 		}

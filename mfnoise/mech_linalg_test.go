@@ -22,7 +22,7 @@ func TestGramAndProductPathsMatchDense(t *testing.T) {
 	}
 	w100, _ := PrefixSum(100)
 	tree, _ := BinaryTree(w100, TreeOptions{Decoder: TreeFull})
-	fft, _ := FFT(w100, FFTAlgorithm1)
+	fft, _ := DenseFFT(w100, FFTAlgorithm1)
 	var block mat.Dense // 5 stamps of a dense 40 x 20 block
 	block.Kronecker(mat.NewDiagDense(5, []float64{1, 1, 1, 1, 1}), random(40, 20))
 	banded := mat.NewDense(100, 100, nil)

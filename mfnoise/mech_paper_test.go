@@ -56,10 +56,7 @@ func TestMultiEpochTable1(t *testing.T) {
 	w, _ := PrefixSum(2000)
 	s, _ := KBParticipation(20, 100)
 	for name, published := range want {
-		spec, err := ParseMechanism(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		spec := named(t, name)[0]
 		rows, err := Compare(context.Background(), w, s, []Mechanism{spec}, BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +72,11 @@ func TestMultiEpochTable1(t *testing.T) {
 		// the sensitivity is exact. The paper used the bound throughout;
 		// the exact values still round to its numbers.
 		wantMethod := NonnegativeGram
-		if (spec.Kind == KindFFT || spec.Kind == KindFFTOpt) && spec.Stamps <= 2 {
+		stamps := 1
+		if st, ok := spec.(Stamped); ok {
+			spec, stamps = st.Inner, st.Stamps
+		}
+		if _, fft := spec.(FFT); fft && stamps <= 2 {
 			wantMethod = SpectralBound
 		}
 		if r.SensitivityMethod != wantMethod {
@@ -96,10 +97,7 @@ func TestMultiEpochTable1MFSingle(t *testing.T) {
 	}
 	w, _ := PrefixSum(2000)
 	sc, _ := KBParticipation(20, 100)
-	specs, err := parseList("mf-single,mf-single/s2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	specs := named(t, "mf-single,mf-single/s2")
 	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &OptimizeSettings{Gap: 1e-8}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ func TestStampEncoderAndOptimalDecoder(t *testing.T) {
 	for _, w := range []Workload{pre, mom} {
 		for _, inner := range []func(Workload) (*Factorization, error){
 			treeBuilder(TreeOptions{Decoder: TreeFull}),
-			func(w Workload) (*Factorization, error) { return FFT(w, FFTOptimal) },
+			func(w Workload) (*Factorization, error) { return DenseFFT(w, FFTOptimal) },
 		} {
 			f, err := Stamp(w, 3, inner, StampOptimal)
 			if err != nil {
@@ -114,7 +114,7 @@ func TestStampRejectsBadInput(t *testing.T) {
 		t.Fatalf("unknown decoder: %v", err)
 	}
 	// A block mechanism that returns the wrong size is refused.
-	wrong := func(Workload) (*Factorization, error) { return DPSGD(Workload{Kind: PrefixSumKind, N: 3}) }
+	wrong := func(Workload) (*Factorization, error) { return DenseDPSGD(Workload{Kind: PrefixSumKind, N: 3}) }
 	if _, err := Stamp(w, 2, wrong, StampOptimal); err == nil {
 		t.Fatal("block of the wrong size accepted")
 	}

@@ -96,7 +96,7 @@ func SqrtToeplitz(n int) (*Toeplitz, error) {
 		c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindSqrt, N: n, Coef: c, inv: g}, nil
+	return &Toeplitz{Name: "sqrt", N: n, Coef: c, inv: g}, nil
 }
 
 // BandedInverseSqrt is the BISR mechanism with p bands over n steps: C^-1
@@ -115,7 +115,7 @@ func BandedInverseSqrt(n, p int) (*Toeplitz, error) {
 	for j := 1; j < p; j++ {
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: KindBISR + ":" + strconv.Itoa(p), N: n, InvCoef: g}, nil
+	return &Toeplitz{Name: "bisr:" + strconv.Itoa(p), N: n, InvCoef: g}, nil
 }
 
 // MaxStructuredSteps is the largest n for which structured mechanisms are
@@ -424,10 +424,10 @@ func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
 
 // Loss is sens^2(C) ||A C^-1||_F^2 under the schema (SPEC 4) with the
 // sensitivity it used.
-func (t *Toeplitz) Loss(w Workload, s Schema) (float64, SensitivityResult, error) {
+func (t *Toeplitz) Loss(w Workload, s Schema) (float64, dpcore.SensitivityResult, error) {
 	sens, err := t.Sensitivity(s)
 	if err != nil {
-		return 0, SensitivityResult{}, err
+		return 0, dpcore.SensitivityResult{}, err
 	}
 	loss, err := t.LossAt(w, sens.Value)
 	return loss, sens, err
@@ -455,7 +455,7 @@ const (
 	// (McMahan, Xu and Zhang 2024, the BLT min-sep sensitivity theorem:
 	// the worst min-sep pattern participates as early and as often as
 	// allowed).
-	ToeplitzPacked SensitivityMethod = "toeplitz-packed"
+	ToeplitzPacked dpcore.SensitivityMethod = "toeplitz-packed"
 	// ToeplitzEnvelopeBound: coefficients of mixed sign (or increasing
 	// ones under min-sep): the same formula for the envelope e_t =
 	// max_{s >= t} |c_s| >= |c_t|, which is non-negative and
@@ -463,26 +463,26 @@ const (
 	// sum_{i,j in pi} |X_ij| (banded-MF Thm 3) <= max_pi ||E 1_pi||^2, E
 	// the Toeplitz matrix of e, whose worst pattern is the packed one by
 	// the theorem above.
-	ToeplitzEnvelopeBound SensitivityMethod = "toeplitz-envelope-bound"
+	ToeplitzEnvelopeBound dpcore.SensitivityMethod = "toeplitz-envelope-bound"
 )
 
 // Sensitivity is sens(C) under the schema for clipping norm 1 in O(n) time
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
-func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
+func (t *Toeplitz) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 	if err := t.Validate(); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if err := checkSteps(t.N); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if err := s.Validate(t.N); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	c := t.Column()
 	k, b := s.K, s.B
 	if s.Kind == Single || k == 1 {
-		return SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
 	for i, v := range c {
@@ -511,12 +511,12 @@ func (t *Toeplitz) Sensitivity(s Schema) (SensitivityResult, error) {
 	}
 	v := math.Sqrt(packedSens2(c, k, b))
 	if !finiteFloat(v) {
-		return SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
+		return dpcore.SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
 	}
 	if exact {
-		return SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
+		return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
 	}
-	return SensitivityResult{Value: v, Exact: false, Method: ToeplitzEnvelopeBound}, nil
+	return dpcore.SensitivityResult{Value: v, Exact: false, Method: ToeplitzEnvelopeBound}, nil
 }
 
 // packedSens2 is ||C 1_pi||^2 for pi = {0, b, ..., (k-1) b} cut at n =

@@ -407,11 +407,10 @@ func TestDenseRefusedWithMemory(t *testing.T) {
 		t.Fatalf("Matrix at n = 1e8: %v", err)
 	}
 	w, _ = PrefixSum(50_000)
-	spec, _ := ParseMechanism("tree-full")
-	if _, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
+	if _, err := (Tree{Decoder: TreeFull}).Build(context.Background(), w, SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
 		t.Fatalf("tree-full at n = 50000: %v", err)
 	}
-	specs, _ := parseList("dpsgd,sqrt")
+	specs := named(t, "dpsgd,sqrt")
 	rows, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
 	if err != nil || len(rows) != 2 || rows[0].Mechanism != "sqrt" {
 		t.Fatalf("structured compare at n = 50000: %v %v", rows, err)
@@ -447,24 +446,10 @@ func TestBLTStreamSensitivity(t *testing.T) {
 	}
 }
 
-// TestParseToeplitzMechanisms: stamps and malformed Toeplitz names are
-// refused.
-func TestParseToeplitzMechanisms(t *testing.T) {
-	if _, err := ParseMechanism("blt:4/s2"); err == nil {
-		t.Fatal("stamped blt accepted")
-	}
-	for _, bad := range []string{"blt", "blt:0", "toeplitz:x", "sqrt:3", "blt:33", "bisr", "bisr:-1"} {
-		if _, err := ParseMechanism(bad); err == nil {
-			t.Fatalf("%q accepted", bad)
-		}
-	}
-}
-
 func TestNoiseMemoryPerCoord(t *testing.T) {
 	w, _ := PrefixSum(50)
 	for name, want := range map[string]float64{"dpsgd": 1, "sqrt": 50, "bisr:7": 7, "toeplitz:9": 9, "blt:3": 4} {
-		spec, _ := ParseMechanism(name)
-		rows, err := Compare(context.Background(), w, SingleParticipation(), []Mechanism{spec}, BuildOptions{})
+		rows, err := Compare(context.Background(), w, SingleParticipation(), named(t, name), BuildOptions{})
 		if err != nil || rows[0].NoiseMemoryPerCoord != want {
 			t.Fatalf("%s: memory/coord %v, want %v (%v)", name, rows[0].NoiseMemoryPerCoord, want, err)
 		}
@@ -523,17 +508,28 @@ func TestToeplitzCache(t *testing.T) {
 	opt := BuildOptions{Cache: &Cache{Dir: dir}}
 	w, _ := PrefixSum(300)
 	s, _ := MinSepParticipation(3, 100)
-	for _, name := range []string{"blt:3", "toeplitz:7"} {
-		spec, _ := ParseMechanism(name)
-		a, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+	build := func(m Mechanism) (*Toeplitz, error) {
+		st, err := m.Build(context.Background(), w, s, opt)
+		if err != nil {
+			return nil, err
+		}
+		return st.(*ToeplitzStrategy).Toeplitz, nil
+	}
+	for _, c := range []struct {
+		spec Mechanism
+		kind string
+		size int
+	}{{BLT{Buffers: 3}, "blt", 3}, {BandedToeplitz{Bands: 7}, "toeplitz", 7}} {
+		spec, name := c.spec, c.spec.String()
+		a, err := build(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		files, _ := filepath.Glob(filepath.Join(dir, spec.Kind+"-*.json"))
+		files, _ := filepath.Glob(filepath.Join(dir, c.kind+"-*.json"))
 		if len(files) != 1 {
 			t.Fatalf("%s: %d cache files", name, len(files))
 		}
-		got, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s))
+		got, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -544,34 +540,34 @@ func TestToeplitzCache(t *testing.T) {
 		}
 		// A hit is served from the file: plant another valid mechanism
 		// under the same key.
-		planted := storedToeplitz{Key: mustKey(t, spec, w, s), Name: name, N: 300, Coef: []float64{1, 0.5}}
+		planted := storedToeplitz{Key: mustKey(t, c.kind, c.size, w, s), Name: name, N: 300, Coef: []float64{1, 0.5}}
 		payload, _ := json.Marshal(planted)
 		atomicfile.WriteSealed(files[0], toeplitzStoreMagic, toeplitzStoreVersion, payload)
-		hit, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+		hit, err := build(spec)
 		if err != nil || len(hit.Coef) != 2 || hit.Coef[1] != 0.5 {
 			t.Fatalf("%s: cache hit not served from the file: %+v %v", name, hit, err)
 		}
 		data, _ := os.ReadFile(files[0])
 		data[len(data)-3] ^= 1
 		os.WriteFile(files[0], data, 0o644)
-		if _, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s)); !errors.Is(err, ErrCorrupt) {
+		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s)); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("%s: corrupted entry read: %v", name, err)
 		}
-		b, err := BuildToeplitz(context.Background(), spec, w, s, opt)
+		b, err := build(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if lb, _, _ := b.Loss(w, s); lb != la {
 			t.Fatalf("%s: rebuilt loss %v, first %v", name, lb, la)
 		}
-		if _, err := readToeplitzEntry(files[0], mustKey(t, spec, w, s)); err != nil {
+		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s)); err != nil {
 			t.Fatalf("%s: rewritten entry: %v", name, err)
 		}
 	}
 }
 
-func mustKey(t *testing.T, spec MechanismSpec, w Workload, s Schema) string {
-	k := ProblemKey{Kind: spec.Kind, Workload: w, Schema: s, Bands: spec.Bands + spec.Buffers, Stamps: 1}
+func mustKey(t *testing.T, kind string, size int, w Workload, s Schema) string {
+	k := ProblemKey{Kind: kind, Workload: w, Schema: s, Bands: size, Stamps: 1}
 	kb, err := k.canonical()
 	if err != nil {
 		t.Fatal(err)

@@ -380,7 +380,7 @@ func (p *bandProblem) warmStart(ctx context.Context, w Workload) ([]float64, err
 // toeplitzBandCoef returns the coefficients c_0..c_{bands-1} of the banded
 // Toeplitz encoder OptimizeToeplitz finds for w under single participation
 // (for momentum at a constant rate when w's schedule varies, as
-// BuildToeplitz does).
+// BandedToeplitz.Build does).
 func toeplitzBandCoef(ctx context.Context, w Workload, bands int) ([]float64, error) {
 	ow, err := toeplitzProxyWorkload(w)
 	if err != nil {

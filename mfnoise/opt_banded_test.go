@@ -297,10 +297,10 @@ func TestBandedCacheEntryFromBeforeWarmStartsLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
-	spec, _ := ParseMechanism("bandmf:4")
+	spec := BandMF{Bands: 4}
 	built := 0
 	ctx := WithBuildTrace(context.Background(), &BuildTrace{Optimizing: func(string, int, float64) { built++ }})
-	f, err := Build(ctx, spec, w, SingleParticipation(), BuildOptions{Cache: &Cache{Dir: dir}})
+	f, err := BuildDense(ctx, spec, w, SingleParticipation(), BuildOptions{Cache: &Cache{Dir: dir}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestBandedCacheEntryFromBeforeWarmStartsLoads(t *testing.T) {
 	if built != 0 || !mat.Equal(f.Encoder, stored.Encoder) {
 		t.Fatalf("optimizer runs %d; encoder equals the stored one: %v", built, mat.Equal(f.Encoder, stored.Encoder))
 	}
-	fresh, err := Build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+	fresh, err := BuildDense(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

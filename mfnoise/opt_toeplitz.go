@@ -208,7 +208,7 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 		eval = env
 	}
 	coef := append([]float64{1}, x...)
-	t, err := NewToeplitz(KindToeplitz+":"+strconv.Itoa(p), n, coef)
+	t, err := NewToeplitz("toeplitz:"+strconv.Itoa(p), n, coef)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
 	}
@@ -342,7 +342,7 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 	p := &BLTParams{Theta: make([]float64, nbuf), Omega: make([]float64, nbuf)}
 	bltParamsOf(x, p)
 	best := eval(x, nil)
-	t, err := NewBLT(KindBLT+":"+strconv.Itoa(nbuf), n, *p)
+	t, err := NewBLT("blt:"+strconv.Itoa(nbuf), n, *p)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize blt: %w", err)
 	}

@@ -140,7 +140,7 @@ func TestCompareScaleLong(t *testing.T) {
 	}
 	w, _ := PrefixSum(100_000)
 	s, _ := MinSepParticipation(1000, 100)
-	specs, _ := parseList("sqrt,toeplitz:64,blt:4")
+	specs := named(t, "sqrt,toeplitz:64,blt:4")
 	start := time.Now()
 	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // A caller's factorization scores exactly as the same mechanism does in
@@ -13,7 +15,7 @@ import (
 func TestScoreMatchesCompare(t *testing.T) {
 	w, _ := PrefixSum(16)
 	schema, _ := KBParticipation(2, 8)
-	rows, err := Compare(context.Background(), w, schema, []Mechanism{MechanismSpec{Kind: KindTreeFull, Stamps: 1}}, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{Tree{Decoder: TreeFull}}, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,29 +35,50 @@ func TestScoreMatchesCompare(t *testing.T) {
 	}
 }
 
-// parseList parses comma-separated mechanism names with ParseMechanism
-// (command lines parse lists with privacy.ParseMechanisms).
-func parseList(list string) ([]Mechanism, error) {
+// named returns the typed mechanisms whose canonical names (String) are
+// the comma-separated list, found among this package's families with small
+// parameters (command lines parse names with privacy.ParseMechanism).
+func named(t testing.TB, list string) []Mechanism {
+	t.Helper()
+	var all []Mechanism
+	plain := []Mechanism{DPSGD{}, Tree{Decoder: TreeOnline}, Tree{Decoder: TreeFull}, FFT{Decoder: FFTAlgorithm1}, FFT{Decoder: FFTOptimal}, MFSingle{}, MFKB{}, Sqrt{}, BandMF{Auto: true}, BandedToeplitz{Auto: true}}
+	all = append(all, plain...)
+	for b := 1; b <= 64; b++ {
+		all = append(all, BandMF{Bands: b}, BandedToeplitz{Bands: b}, BLT{Buffers: b}, BISR{Bands: b})
+	}
+	for _, m := range all {
+		if inner, ok := m.(Blocked); ok && !m.Structure().AutoBands {
+			for s := 2; s <= 10; s++ {
+				all = append(all, Stamped{Inner: inner, Stamps: s})
+			}
+		}
+	}
 	var ms []Mechanism
 	for _, name := range strings.Split(list, ",") {
-		s, err := ParseMechanism(name)
-		if err != nil {
-			return nil, err
+		found := false
+		for _, m := range all {
+			if m.String() == name {
+				ms, found = append(ms, m), true
+				break
+			}
 		}
-		ms = append(ms, s)
+		if !found {
+			t.Fatalf("no mechanism named %q", name)
+		}
 	}
-	return ms, nil
+	return ms
 }
 
-// userMechanism is a caller's mechanism that is not Builtin; Factorize
-// counts its calls.
+// userMechanism is a caller's mechanism (not a Coster: costed, and refused
+// above DenseStepLimit, as dense); Build counts its calls.
 type userMechanism struct {
 	f     *Factorization
 	calls *int
 }
 
-func (m userMechanism) String() string { return "user" }
-func (m userMechanism) Factorize(context.Context, Workload, Schema, BuildOptions) (*Factorization, error) {
+func (m userMechanism) String() string       { return "user" }
+func (m userMechanism) Structure() Structure { return Structure{} }
+func (m userMechanism) Build(context.Context, Workload, Schema, BuildOptions) (dpcore.Strategy, error) {
 	*m.calls++
 	return m.f, nil
 }
@@ -71,7 +94,7 @@ func TestCompareUserMechanism(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
-	rows, err := Compare(context.Background(), w, schema, []Mechanism{userMechanism{f, &calls}, MechanismSpec{Kind: KindDPSGD}}, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, []Mechanism{userMechanism{f, &calls}, DPSGD{}}, BuildOptions{})
 	if err != nil || len(rows) != 2 || calls != 1 {
 		t.Fatalf("rows %+v, err %v, %d calls", rows, err, calls)
 	}

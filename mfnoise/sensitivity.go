@@ -4,16 +4,14 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
-// SensitivityMethod says how a sensitivity was obtained.
-type SensitivityMethod string
-
 const (
 	// MaxColumnNorm: single participation, exact.
-	MaxColumnNorm SensitivityMethod = "max-column-norm"
+	MaxColumnNorm dpcore.SensitivityMethod = "max-column-norm"
 	// NonnegativeGram: (k,b) with X = C^T C >= 0 on every pattern block
 	// X[pi_j,pi_j], exact (multi-epoch paper Cor. 2.1, Eq. 3). Only those
 	// blocks enter the sensitivity: a pattern's contribution is
@@ -21,42 +19,35 @@ const (
 	// g when the block is nonnegative. Columns that one example can join
 	// together being orthogonal (the (k,b) optimum) is the case of
 	// diagonal blocks.
-	NonnegativeGram SensitivityMethod = "nonnegative-gram"
+	NonnegativeGram dpcore.SensitivityMethod = "nonnegative-gram"
 	// SpectralBound: (k,b) with a negative entry in a pattern block; the
 	// upper bound sqrt(k) max_j ||C[:,pi_j]||_2 (multi-epoch paper Thm 2.1).
-	SpectralBound SensitivityMethod = "spectral-bound"
+	SpectralBound dpcore.SensitivityMethod = "spectral-bound"
 	// MinSepDP: the O(nk) dynamic program of banded-MF Thm 3 / Algs. 3-5;
 	// exact when X = C^T C vanishes at distance >= b (e.g. C lower
 	// triangular and b-banded), an upper bound otherwise.
-	MinSepDP SensitivityMethod = "minsep-dp"
+	MinSepDP dpcore.SensitivityMethod = "minsep-dp"
 )
-
-// SensitivityResult is sens(C) under a schema, for clipping norm 1.
-type SensitivityResult struct {
-	Value  float64           `json:"value"`
-	Exact  bool              `json:"exact"`
-	Method SensitivityMethod `json:"method"`
-}
 
 // Sensitivity returns the L2 sensitivity of the encoder C (m x n) under the
 // schema (SPEC 3), whether it is exact, and which path computed it.
-func Sensitivity(c mat.Matrix, s Schema) (SensitivityResult, error) {
+func Sensitivity(c mat.Matrix, s Schema) (dpcore.SensitivityResult, error) {
 	m, n := c.Dims()
 	if err := s.Validate(n); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if m < n {
-		return SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
+		return dpcore.SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
 	}
 	if err := checkFinite("encoder", c); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	if s.Kind == Single || s.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, floats.Norm(mat.Col(nil, j, c), 2))
 		}
-		return SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
 	}
 	return sensitivityFromGram(c, gram(c), s)
 }
@@ -64,18 +55,18 @@ func Sensitivity(c mat.Matrix, s Schema) (SensitivityResult, error) {
 // sensitivityFromGram is Sensitivity for multiple participation given
 // X = C^T C, so mechanisms with structure (trees, FFT, stamps) can supply X
 // without a dense O(m n^2) product. The caller has validated c and s.
-func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityResult, error) {
+func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (dpcore.SensitivityResult, error) {
 	n := x.SymmetricDim()
 	if s.Kind == Single || s.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, x.At(j, j))
 		}
-		return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
 	}
 	if s.Kind == MinSep {
 		v, exact := minSepSensitivitySquared(x, c, s.K, s.B)
-		return SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
 	}
 	pats := s.Patterns(n)
 	if nonnegativeBlocks(x, pats) {
@@ -89,7 +80,7 @@ func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityRe
 			}
 			best = math.Max(best, sum)
 		}
-		return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
 	}
 	// ||C[:,pi]||_2^2 is the largest eigenvalue of X[pi,pi], a k x k
 	// problem instead of an SVD of an m x k block.
@@ -103,12 +94,12 @@ func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (SensitivityRe
 		}
 		var eig mat.EigenSym
 		if !eig.Factorize(sub, false) {
-			return SensitivityResult{}, fmt.Errorf("mfnoise: sensitivity: eigendecomposition of a pattern block failed")
+			return dpcore.SensitivityResult{}, fmt.Errorf("mfnoise: sensitivity: eigendecomposition of a pattern block failed")
 		}
 		vals := eig.Values(nil)
 		best = math.Max(best, vals[len(vals)-1])
 	}
-	return SensitivityResult{Value: math.Sqrt(float64(s.K) * best), Exact: false, Method: SpectralBound}, nil
+	return dpcore.SensitivityResult{Value: math.Sqrt(float64(s.K) * best), Exact: false, Method: SpectralBound}, nil
 }
 
 // nonnegativeBlocks reports whether X[pi,pi] >= 0 for every pattern pi.

@@ -121,7 +121,7 @@ func FuzzCacheEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
 	built := 0
 	first, _, err := c.GetOrBuild(context.Background(), key, countingBuild(w, &built))
 	if err != nil {

@@ -132,13 +132,13 @@ func TestStoreFormatVersions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("version-1 file: %v", err)
 	}
-	if g.N() != 6 || g.Meta.Kind != KindMFSingle {
+	if g.N() != 6 || g.Meta.Kind != "mf-single" {
 		t.Fatalf("version-1 file: n = %d, kind %q", g.N(), g.Meta.Kind)
 	}
 
 	c := &Cache{Dir: t.TempDir()}
 	w, _ := PrefixSum(6)
-	key := ProblemKey{Kind: KindMFSingle, Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
 	path, _ := c.Path(key)
 	if err := os.WriteFile(path, v1, 0o644); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,11 @@
 package mfnoise
 
 import (
-	"context"
 	"math"
 	"math/bits"
-	"time"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"gonum.org/v1/gonum/mat"
 )
 
 // The online binary tree (tree-online: estimator from below with
@@ -91,20 +92,20 @@ func treeLevels(n int) int {
 // (k,b) participation from its Gram matrix X_il = L + 1 - bitlen(i xor l)
 // (the number of nodes covering both steps), which is non-negative: sens^2
 // = max_j sum_{i,l in pi_j} X_il, exact (multi-epoch paper Cor. 2.1).
-func treeSensitivity(n int, s Schema) (SensitivityResult, error) {
+func treeSensitivity(n int, s Schema) (dpcore.SensitivityResult, error) {
 	if err := s.Validate(n); err != nil {
-		return SensitivityResult{}, err
+		return dpcore.SensitivityResult{}, err
 	}
 	L := treeLevels(n)
 	if s.Kind == Single || s.K == 1 {
-		return SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
 	}
 	if s.Kind != KB {
-		return SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, DenseStepLimit)
+		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, DenseStepLimit)
 	}
 	k, b := s.K, min(s.B, n)
 	if float64(k)*float64(n) > maxTreeWork {
-		return SensitivityResult{}, invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
+		return dpcore.SensitivityResult{}, invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
 	}
 	best := 0.0
 	pat := make([]int, 0, k)
@@ -122,32 +123,23 @@ func treeSensitivity(n int, s Schema) (SensitivityResult, error) {
 		}
 		best = math.Max(best, float64(sum))
 	}
-	return SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
 }
 
-// compareTreeOnline scores tree-online for the prefix sum without matrices.
-func compareTreeOnline(ctx context.Context, spec MechanismSpec, w Workload, schema Schema) (CompareRow, error) {
-	start := time.Now()
-	if err := checkSteps(w.N); err != nil {
-		return CompareRow{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return CompareRow{}, err
-	}
-	sens, err := treeSensitivity(w.N, schema)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	r, err := treeOnlineRowNorms(w.N)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	row, err := rowFromNorms(spec.Name, sens, r)
-	if err != nil {
-		return CompareRow{}, err
-	}
-	row.NoiseMemoryPerCoord = float64(treeLevels(w.N) + 1)
-	row.StepTime = "O(d log n)"
-	row.BuildSeconds = time.Since(start).Seconds()
-	return row, nil
+// treeOnlineStrategy is tree-online for the prefix sum above
+// DenseStepLimit: its sensitivity and decoder norms from the tree's
+// structure, without matrices (its noise needs the dense encoder, which is
+// refused at this size).
+type treeOnlineStrategy struct{ n int }
+
+func (t treeOnlineStrategy) Steps() int { return t.n }
+
+func (t treeOnlineStrategy) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
+	return treeSensitivity(t.n, s)
+}
+
+func (t treeOnlineStrategy) DecoderRowNorms() ([]float64, error) { return treeOnlineRowNorms(t.n) }
+
+func (t treeOnlineStrategy) Matrices() (encoder, decoder *mat.Dense, err error) {
+	return nil, nil, checkDense("tree-online", t.n, denseMatrices)
 }

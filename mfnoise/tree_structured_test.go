@@ -3,6 +3,8 @@ package mfnoise
 import (
 	"context"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // TestTreeOnlineStructuredMatchesDense: the structured row norms and
@@ -14,7 +16,7 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 		ns = append(ns, n)
 	}
 	ns = append(ns, 100, 127, 128, 129, 200)
-	spec, _ := ParseMechanism("tree-online")
+	spec := Tree{Decoder: TreeOnline}
 	for _, n := range ns {
 		w, _ := PrefixSum(n)
 		schemas := []Schema{SingleParticipation()}
@@ -24,10 +26,11 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 				schemas = append(schemas, s)
 			}
 		}
-		f, x, err := build(context.Background(), spec, w, SingleParticipation(), BuildOptions{})
+		st, err := spec.Build(context.Background(), w, SingleParticipation(), BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		f := st.(*Factorization)
 		r, err := treeOnlineRowNorms(n)
 		if err != nil {
 			t.Fatal(err)
@@ -43,10 +46,11 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := scoreSensitivity(f, x, s)
+			row, err := scoreStrategy("tree-online", f, s)
 			if err != nil {
 				t.Fatal(err)
 			}
+			want := dpcore.SensitivityResult{Value: row.Sensitivity, Exact: row.SensitivityExact, Method: row.SensitivityMethod}
 			if relErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
 				t.Fatalf("n = %d %s: sens %+v, dense %+v", n, s, got, want)
 			}
@@ -58,7 +62,7 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 // 93 GiB) and refuses min-sep there with one line.
 func TestTreeOnlineLargeN(t *testing.T) {
 	w, _ := PrefixSum(50_000)
-	specs, _ := parseList("tree-online,sqrt")
+	specs := named(t, "tree-online,sqrt")
 	kb, _ := KBParticipation(50, 1000)
 	rows, err := Compare(context.Background(), w, kb, specs, BuildOptions{})
 	if err != nil || len(rows) != 2 {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
-	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -123,7 +123,7 @@ func Example_bringYourOwnModel() {
 
 	res, err := train.Run(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, Model: m, Steps: 15, Batch: 100,
-		Mechanism: privacy.DPSGD{}, Epsilon: 4, ClipNorm: 1, LearningRate: 1,
+		Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1, LearningRate: 1,
 		Seed: []byte("bring-your-own-model example"), InsecureSeed: true,
 	})
 	if err != nil {

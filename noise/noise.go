@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
@@ -143,7 +144,7 @@ func NewIndependent(n, d int, opt Options) (Source, error) {
 	return source32{s}, nil
 }
 
-// New returns a streaming source of the gradient-space noise of f
+// New returns a streaming source of the gradient-space noise of strategy st
 // for a model of dimension d, choosing the method from the structure of the
 // encoder and decoder and opt.MemoryBudget:
 //   - C = I: KindIndependent;
@@ -170,7 +171,18 @@ func NewIndependent(n, d int, opt Options) (Source, error) {
 //
 // A^-1 B is computed in O(n m) from the factored inverse of the workload.
 // Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).
-func New(f *mfnoise.Factorization, d int, opt Options) (Source, error) {
+//
+// New dispatches on the strategy: a Toeplitz strategy
+// (*mfnoise.ToeplitzStrategy) is streamed by NewToeplitz in O(n) memory at
+// any n; a dense one (*mfnoise.Factorization) as above.
+func New(st dpcore.Strategy, d int, opt Options) (Source, error) {
+	if t, ok := st.(*mfnoise.ToeplitzStrategy); ok {
+		return NewToeplitz(t.Toeplitz, d, opt)
+	}
+	f, err := mfnoise.Dense(st)
+	if err != nil {
+		return nil, fmt.Errorf("noise: %w", err)
+	}
 	s, err := newNoiseSource[float32](f, d, opt)
 	if err != nil {
 		return nil, err

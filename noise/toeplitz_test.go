@@ -92,18 +92,15 @@ func TestToeplitzNoiseExact(t *testing.T) {
 	}
 }
 
-// TestBuildToeplitzStreamsStructured: mfnoise.Build (the dense path the plan code
-// uses) keeps the structured noise source: blt:4 streams with 4 buffers,
+// TestBuildToeplitzStreamsStructured: mfnoise.BuildDense (the dense path
+// the aggregator uses) keeps the structured noise source: blt:4 streams with 4 buffers,
 // not n stored rows, and the noise matches the dense C^-1 Z.
 func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	n, d := 30, 11
 	w, _ := mfnoise.PrefixSum(n)
-	for _, name := range []string{"blt:4", "toeplitz:5", "sqrt", "bisr:4"} {
-		spec, err := mfnoise.ParseMechanism(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := mfnoise.Build(context.Background(), spec, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	for _, spec := range []mfnoise.Mechanism{mfnoise.BLT{Buffers: 4}, mfnoise.BandedToeplitz{Bands: 5}, mfnoise.Sqrt{}, mfnoise.BISR{Bands: 4}} {
+		name := spec.String()
+		f, err := mfnoise.BuildDense(context.Background(), spec, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +117,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	}
 	// Under a memory budget the square root's n-1 rows do not fit: the
 	// dense factorization falls back to regeneration, same noise.
-	spec, _ := mfnoise.ParseMechanism("sqrt")
-	f, err := mfnoise.Build(context.Background(), spec, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(context.Background(), mfnoise.Sqrt{}, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +153,7 @@ func TestToeplitzNoiseBadInput(t *testing.T) {
 // identity encoder, so the two agree bit for bit and share checkpoints.
 func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	const n, d = 6, 9
-	m, err := mfnoise.NewToeplitz(mfnoise.KindDPSGD, n, []float64{1})
+	m, err := mfnoise.NewToeplitz("dpsgd", n, []float64{1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +162,7 @@ func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dense, err := mfnoise.DPSGD(prefixW(t, n))
+	dense, err := mfnoise.DenseDPSGD(prefixW(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}

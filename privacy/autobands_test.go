@@ -21,7 +21,7 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
 	w, _ := mfnoise.MomentumWorkload(n, 0.95, mfnoise.CooldownSchedule(n, 0.25, 0.05))
-	req := Request{Mechanism: BandMF{Auto: true}, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
 	req.Build.Cache = &mfnoise.Cache{Dir: t.TempDir()}
 	p, _, err := NewPlan(ctx, req)
 	if err != nil {
@@ -84,7 +84,7 @@ func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := auto.Structure(); !st.AutoBands || st.Sampling() != SamplingBandPoisson {
+	if st := auto.Structure(); !st.AutoBands || samplingFor(st) != SamplingBandPoisson {
 		t.Fatalf("toeplitz:auto structure %+v", st)
 	}
 	req := Request{Mechanism: auto, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // BenchmarkEpsilonSpentRun is the accounting cost of reporting epsilon on
@@ -15,7 +17,7 @@ import (
 func BenchmarkEpsilonSpentRun(b *testing.B) {
 	const n = 2000
 	for range b.N {
-		p, _, err := NewPlan(context.Background(), Request{Mechanism: DPSGD{}, Examples: 50000, Batch: 500, Steps: n, ClipNorm: 1, NoiseMultiplier: 1})
+		p, _, err := NewPlan(context.Background(), Request{Mechanism: mfnoise.DPSGD{}, Examples: 50000, Batch: 500, Steps: n, ClipNorm: 1, NoiseMultiplier: 1})
 		if err != nil {
 			b.Fatal(err)
 		}

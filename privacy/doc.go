@@ -8,22 +8,27 @@
 //
 // # Mechanisms
 //
-// A Mechanism is a typed value: DPSGD, Tree, FFT, MFSingle, MFKB, BandMF,
-// Stamped, or a caller's own Factorization. It names itself, builds its
-// factorization A = B C (Factorize), and declares its Structure — whether
-// the noise is independent, how many bands its encoder has, whether it was
-// optimized for fixed-order (k,b)-participation. The rules read that
-// structure, never a name, so a new mechanism plugs in by implementing the
-// interface. Names are parsed (ParseMechanism, ParseMechanisms for a list)
-// on command lines only, so every command accepts the same names. Each
-// Mechanism is an mfnoise.Mechanism: mfnoise.Compare ranks any of them, a
-// caller's Factorization included, by the loss sens^2 ||B||_F^2.
-// DP-SGD and the Toeplitz mechanisms (sqrt, toeplitz:BANDS, blt:NBUF,
-// bisr:BANDS) are also ToeplitzMechanisms: their plans hold the O(n)
-// description (Plan.Toeplitz), whose sensitivity, loss and streamed noise
-// (package noise) need no n x n matrix, so those runs may have any number
-// of steps; the dense factorization is built only when asked for
-// (Plan.Factorization), up to mfnoise.DenseStepLimit steps.
+// A Mechanism is a typed value of package mfnoise, the package that owns
+// the mathematics (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
+// BandedToeplitz, BLT, BISR, Stamped), or a caller's own Factorization. It
+// names itself, builds its strategy A = B C for the run's workload
+// (Build), and declares its Structure — whether the noise is independent,
+// how many bands its encoder has, whether the planner chooses them, whether
+// it was optimized for fixed-order (k,b)-participation. The rules read
+// that structure, never a name, so a new mechanism is one type and one
+// line of ParseMechanism, the one parser of names (ParseMechanisms for a
+// list), used by every command line and the service. mfnoise.Compare ranks
+// any mechanism, a caller's Factorization included, by the loss
+// sens^2 ||B||_F^2.
+//
+// The plan holds one strategy (dpcore.Strategy, Plan.Strategy): the dense
+// factorization, or the O(n) description of the Toeplitz families (DPSGD
+// among them), whose sensitivity, loss and noise need no n x n matrix, so
+// those runs may have any number of steps. The plan hands out noise
+// sources (Plan.NoiseSource; package noise streams either kind) and the
+// sensitivity of a prefix of the releases (Plan.PrefixSensitivity); the
+// dense factorization is built only when asked for (Plan.Factorization),
+// up to dpcore.DenseStepLimit steps.
 //
 // # The plan
 //

@@ -36,9 +36,9 @@ func ExampleFactorization() {
 	}
 	mechs := []mfnoise.Mechanism{
 		privacy.Factorization{Name: "output-perturbation", F: f},
-		privacy.DPSGD{},
-		privacy.Tree{Decoder: mfnoise.TreeFull},
-		privacy.MFSingle{},
+		mfnoise.DPSGD{},
+		mfnoise.Tree{Decoder: mfnoise.TreeFull},
+		mfnoise.MFSingle{},
 	}
 	rows, err := mfnoise.Compare(context.Background(), w, mfnoise.SingleParticipation(), mechs, mfnoise.BuildOptions{})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -14,7 +15,7 @@ import (
 // (banded-MF Thm 4), and records the guarantee with its assumptions.
 func ExampleNewPlan() {
 	plan, smp, err := privacy.NewPlan(context.Background(), privacy.Request{
-		Mechanism: privacy.BandMF{Bands: 4},
+		Mechanism: mfnoise.BandMF{Bands: 4},
 		Examples:  50000, Batch: 500, Steps: 200,
 		ClipNorm: 1, Epsilon: 8, Delta: 1e-5,
 	})
@@ -27,7 +28,7 @@ func ExampleNewPlan() {
 
 	// Claiming amplification for a dense encoder is refused.
 	_, _, err = privacy.NewPlan(context.Background(), privacy.Request{
-		Mechanism: privacy.MFSingle{}, Sampling: privacy.SamplingPoisson,
+		Mechanism: mfnoise.MFSingle{}, Sampling: privacy.SamplingPoisson,
 		Examples: 50000, Batch: 500, Steps: 200, ClipNorm: 1, Epsilon: 8,
 	})
 	fmt.Println(err)
@@ -48,10 +49,10 @@ func ExampleParseMechanism() {
 		fmt.Printf("%s %T %+v\n", m, m, m.Structure())
 	}
 	// Output:
-	// dpsgd privacy.DPSGD {Independent:true Bands:1 AutoBands:false FixedOrderOnly:false}
-	// tree-full/s2 privacy.Stamped {Independent:false Bands:0 AutoBands:false FixedOrderOnly:false}
-	// bandmf:auto privacy.BandMF {Independent:false Bands:0 AutoBands:true FixedOrderOnly:false}
-	// fft-opt privacy.FFT {Independent:false Bands:0 AutoBands:false FixedOrderOnly:false}
+	// dpsgd mfnoise.DPSGD {Independent:true Bands:1 AutoBands:false FixedOrderOnly:false}
+	// tree-full/s2 mfnoise.Stamped {Independent:false Bands:0 AutoBands:false FixedOrderOnly:false}
+	// bandmf:auto mfnoise.BandMF {Independent:false Bands:0 AutoBands:true FixedOrderOnly:false}
+	// fft-opt mfnoise.FFT {Independent:false Bands:0 AutoBands:false FixedOrderOnly:false}
 }
 
 // The accounting of DP-SGD on StackOverflow (1000 of 342477 users per

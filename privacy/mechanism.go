@@ -6,61 +6,23 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
 
-// Mechanism is a correlated-noise mechanism: a factorization A = B C of the
-// workload whose encoder C shapes the noise (SPEC 5). A new mechanism plugs
-// into the planner by implementing it; the planner never inspects its name.
-//
-// A Mechanism is an mfnoise.Mechanism, so mfnoise.Compare scores any of
-// them, a caller's Factorization included, next to the built-in ones. The
-// built-in types are also mfnoise.Builtin: Compare scores those with
-// Toeplitz or tree structure without dense n x n matrices.
-type Mechanism interface {
-	// String is the mechanism's canonical name, e.g. "bandmf:8/s2", and
-	// Factorize builds the factorization for workload w; schema is the
-	// participation the sampler realizes (optimizers may read it).
-	mfnoise.Mechanism
-	// Structure is what the privacy rules rely on, known without reading
-	// the encoder.
-	Structure() Structure
-}
+// Mechanism is what the planner accepts: a correlated-noise mechanism, a
+// value that builds its strategy A = B C for the run's workload (SPEC 5)
+// and declares the Structure the privacy rules read. The families are the
+// types of package mfnoise (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF,
+// Sqrt, BandedToeplitz, BLT, BISR, Stamped); a caller's own factorization
+// is a Factorization. The planner never inspects a name.
+type Mechanism interface{ mfnoise.Mechanism }
 
-// ToeplitzMechanism is a mechanism whose encoder is lower-triangular
-// Toeplitz (DP-SGD, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS). The
-// planner works on its O(n) description: sensitivity, loss and the
-// streamed noise (noise.NewToeplitz) need no n x n matrix, so a run is
-// not limited to mfnoise.DenseStepLimit steps.
-type ToeplitzMechanism interface {
-	Mechanism
-	// BuildToeplitz builds the mechanism for workload w in O(n) memory.
-	BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error)
-}
-
-// Structure is the part of a mechanism the planner's rules read.
-type Structure struct {
-	// Independent says C = I: DP-SGD's independent noise. The encoder does
-	// not depend on the workload, so the planner factorizes prefix sums.
-	Independent bool
-	// Bands is b for an encoder that is square, lower triangular and
-	// b-banded (C[i,j] = 0 for i-j >= b; 1 for DP-SGD), 0 for a dense or
-	// tall one. Only a banded encoder can be accounted with amplification
-	// (banded-MF Thm 4), and only with at least b partitions.
-	Bands int
-	// AutoBands says the encoder is banded with a band count the planner
-	// chooses by amplified accounting (bandmf:auto).
-	AutoBands bool
-	// FixedOrderOnly says the encoder was optimized for (k,b)-participation,
-	// which only fixed-order epochs realize.
-	FixedOrderOnly bool
-}
-
-// Sampling is the sampling a mechanism is run with when the caller does
-// not choose: Poisson for independent noise, partitioned band sampling for a
-// banded encoder with more than one band, fixed-order epochs otherwise.
-func (s Structure) Sampling() Sampling {
+// samplingFor is the sampling a mechanism is run with when the caller does
+// not choose: Poisson for independent noise, partitioned band sampling for
+// a banded encoder with more than one band, fixed-order epochs otherwise.
+func samplingFor(s mfnoise.Structure) Sampling {
 	switch {
 	case s.Independent:
 		return SamplingPoisson
@@ -68,40 +30,6 @@ func (s Structure) Sampling() Sampling {
 		return SamplingBandPoisson
 	}
 	return SamplingFixedOrder
-}
-
-// DPSGD is independent noise, C = I (Abadi et al. 2016).
-type DPSGD struct{}
-
-// Tree is the binary-tree mechanism with an online (Honaker from below,
-// with completion) or the optimal (full Honaker) decoder.
-type Tree struct{ Decoder mfnoise.TreeDecoder }
-
-// FFT is the FFT mechanism with the Algorithm-1 or the optimal decoder
-// (multi-epoch paper Alg. 1, App. K).
-type FFT struct{ Decoder mfnoise.FFTDecoder }
-
-// MFSingle is the optimal single-participation factorization (Denisov et
-// al. 2022).
-type MFSingle struct{}
-
-// MFKB is the optimal factorization for the sampler's (k,b)-participation
-// (multi-epoch paper); only fixed-order epochs realize that schema.
-type MFKB struct{}
-
-// BandMF is banded matrix factorization with Bands bands (banded-MF), or
-// with Auto, the band count the planner picks by amplified accounting
-// (banded-MF App. F.4).
-type BandMF struct {
-	Bands int
-	Auto  bool
-}
-
-// Stamped runs Inner on blocks of n/Stamps steps (the stamping
-// construction, SPEC 5): a block-diagonal encoder.
-type Stamped struct {
-	Inner  Mechanism
-	Stamps int
 }
 
 // Factorization is a caller's own factorization, used as given. Bands
@@ -113,35 +41,6 @@ type Factorization struct {
 	Bands int
 }
 
-// The names of the built-in mechanisms are those ParseMechanism reads.
-
-func (DPSGD) String() string    { return mfnoise.KindDPSGD }
-func (MFSingle) String() string { return mfnoise.KindMFSingle }
-func (MFKB) String() string     { return mfnoise.KindMFKB }
-func (m Tree) String() string {
-	if m.Decoder == mfnoise.TreeFull {
-		return mfnoise.KindTreeFull
-	}
-	return mfnoise.KindTreeOnline
-}
-func (m FFT) String() string {
-	if m.Decoder == mfnoise.FFTOptimal {
-		return mfnoise.KindFFTOpt
-	}
-	return mfnoise.KindFFT
-}
-func (m BandMF) String() string {
-	if m.Auto {
-		return mfnoise.KindBandMF + ":auto"
-	}
-	return mfnoise.KindBandMF + ":" + strconv.Itoa(m.Bands)
-}
-func (m Stamped) String() string {
-	if m.Inner == nil {
-		return "<nil>/s" + strconv.Itoa(m.Stamps)
-	}
-	return m.Inner.String() + "/s" + strconv.Itoa(m.Stamps)
-}
 func (m Factorization) String() string {
 	if m.Name != "" {
 		return m.Name
@@ -149,154 +48,12 @@ func (m Factorization) String() string {
 	return "custom"
 }
 
-// The structures of the built-in mechanisms: DP-SGD is independent and
-// 1-banded, BandMF b-banded, MF-KB fixed-order only, trees, FFT and
-// single-participation MF dense or tall.
+// Structure is the declared band count.
+func (m Factorization) Structure() mfnoise.Structure { return mfnoise.Structure{Bands: m.Bands} }
 
-func (DPSGD) Structure() Structure    { return Structure{Independent: true, Bands: 1} }
-func (Tree) Structure() Structure     { return Structure{} }
-func (FFT) Structure() Structure      { return Structure{} }
-func (MFSingle) Structure() Structure { return Structure{} }
-func (MFKB) Structure() Structure     { return Structure{FixedOrderOnly: true} }
-func (m BandMF) Structure() Structure {
-	if m.Auto {
-		return Structure{AutoBands: true}
-	}
-	return Structure{Bands: m.Bands}
-}
-
-// Structure of a stamped mechanism is its inner one's: a block-diagonal
-// of b-banded blocks is b-banded.
-func (m Stamped) Structure() Structure {
-	if m.Inner == nil {
-		return Structure{}
-	}
-	return m.Inner.Structure()
-}
-func (m Factorization) Structure() Structure { return Structure{Bands: m.Bands} }
-
-// spec is the mfnoise name of a built-in mechanism, stamped stamps times.
-// bandmf:auto is kept as mfnoise's AutoBands (b bands under (k,b) and
-// min-sep, n under single participation): the band count Compare scores
-// it with, having no sampling to amplify.
-func spec(m Mechanism, stamps int) (mfnoise.MechanismSpec, error) {
-	s := mfnoise.MechanismSpec{Name: m.String(), Stamps: stamps}
-	if stamps > 1 {
-		s.Name += "/s" + strconv.Itoa(stamps)
-	}
-	switch m := m.(type) {
-	case DPSGD:
-		s.Kind = mfnoise.KindDPSGD
-	case Tree:
-		s.Kind = mfnoise.KindTreeOnline
-		if m.Decoder == mfnoise.TreeFull {
-			s.Kind = mfnoise.KindTreeFull
-		}
-	case FFT:
-		s.Kind = mfnoise.KindFFT
-		if m.Decoder == mfnoise.FFTOptimal {
-			s.Kind = mfnoise.KindFFTOpt
-		}
-	case MFSingle:
-		s.Kind = mfnoise.KindMFSingle
-	case MFKB:
-		s.Kind = mfnoise.KindMFKB
-	case BandMF:
-		if m.Auto && stamps > 1 {
-			return s, invalidf("%s: bandmf:auto cannot be stamped", s.Name)
-		}
-		s.Kind, s.Bands, s.AutoBands = mfnoise.KindBandMF, m.Bands, m.Auto
-	default:
-		return s, invalidf("mechanism %v (%T) cannot be stamped: only the built-in mechanisms can", m, m)
-	}
-	return s, nil
-}
-
-// buildBuiltin builds a built-in mechanism through mfnoise.Build.
-func buildBuiltin(ctx context.Context, m mfnoise.Builtin, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	s, err := m.BuiltinSpec()
-	if err != nil {
-		return nil, err
-	}
-	if s.AutoBands {
-		return nil, invalidf("bandmf:auto: the band count is chosen by the planner (NewPlan), not by Factorize")
-	}
-	return mfnoise.Build(ctx, s, w, schema, opt)
-}
-
-// BuiltinSpec makes DPSGD an mfnoise.Builtin.
-func (m DPSGD) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes Tree an mfnoise.Builtin.
-func (m Tree) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes FFT an mfnoise.Builtin.
-func (m FFT) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes MFSingle an mfnoise.Builtin.
-func (m MFSingle) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes MFKB an mfnoise.Builtin.
-func (m MFKB) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes BandMF an mfnoise.Builtin; with Auto, Compare uses
-// mfnoise's unamplified band count (see mfnoise.Build).
-func (m BandMF) BuiltinSpec() (mfnoise.MechanismSpec, error) { return spec(m, 1) }
-
-// BuiltinSpec makes Stamped an mfnoise.Builtin.
-func (m Stamped) BuiltinSpec() (mfnoise.MechanismSpec, error) {
-	if m.Stamps < 1 {
-		return mfnoise.MechanismSpec{}, invalidf("%v: stamps = %d must be positive", m, m.Stamps)
-	}
-	if m.Inner == nil {
-		return mfnoise.MechanismSpec{}, invalidf("stamped mechanism without an inner mechanism")
-	}
-	return spec(m.Inner, m.Stamps)
-}
-
-// Factorize builds C = I for w.
-func (m DPSGD) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// BuildToeplitz is C = I as the Toeplitz encoder with c = (1).
-func (DPSGD) BuildToeplitz(_ context.Context, w mfnoise.Workload, _ mfnoise.Schema, _ mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
-	return mfnoise.NewToeplitz(mfnoise.KindDPSGD, w.N, []float64{1})
-}
-
-// Factorize builds the tree mechanism for w.
-func (m Tree) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize builds the FFT mechanism for w.
-func (m FFT) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize optimizes for single participation.
-func (m MFSingle) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize optimizes for schema.
-func (m MFKB) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize optimizes a Bands-banded encoder.
-func (m BandMF) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize stamps the inner mechanism.
-func (m Stamped) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return buildBuiltin(ctx, m, w, schema, opt)
-}
-
-// Factorize returns the caller's factorization after checking that it
+// Build returns the caller's factorization after checking that it
 // factorizes w and that a declared band count holds.
-func (m Factorization) Factorize(_ context.Context, w mfnoise.Workload, _ mfnoise.Schema, _ mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
+func (m Factorization) Build(_ context.Context, w dpcore.Workload, _ dpcore.Schema, _ mfnoise.BuildOptions) (dpcore.Strategy, error) {
 	if m.F == nil {
 		return nil, invalidf("%v: no factorization", m)
 	}
@@ -352,16 +109,134 @@ func bandsOf(c *mat.Dense) int {
 	return b
 }
 
-// ParseMechanism turns a command-line mechanism name (mfnoise.ParseMechanism:
-// dpsgd, tree-online, tree-full, fft, fft-opt, mf-single, mf-kb,
-// bandmf:BANDS or bandmf:auto, each optionally /sS) into a Mechanism. Only
-// command lines parse names; the library passes typed values.
-func ParseMechanism(name string) (Mechanism, error) {
-	s, err := mfnoise.ParseMechanism(name)
-	if err != nil {
-		return nil, err // it names the package and the mechanism
+// family is one line of the table of names: the family's name, the
+// syntax its help shows, and how its ":N" argument (if any) makes the
+// typed value.
+type family struct {
+	name, syntax string
+	parse        func(countArg) (Mechanism, error)
+}
+
+// families is the one table of mechanism names. A new mechanism is one
+// line here.
+func families() []family {
+	return []family{
+		{"dpsgd", "dpsgd", plain(mfnoise.DPSGD{})},
+		{"tree-online", "tree-online", plain(mfnoise.Tree{Decoder: mfnoise.TreeOnline})},
+		{"tree-full", "tree-full", plain(mfnoise.Tree{Decoder: mfnoise.TreeFull})},
+		{"fft", "fft", plain(mfnoise.FFT{Decoder: mfnoise.FFTAlgorithm1})},
+		{"fft-opt", "fft-opt", plain(mfnoise.FFT{Decoder: mfnoise.FFTOptimal})},
+		{"mf-single", "mf-single", plain(mfnoise.MFSingle{})},
+		{"mf-kb", "mf-kb", plain(mfnoise.MFKB{})},
+		{"bandmf", "bandmf:BANDS or bandmf:auto", banded(func(b int, auto bool) Mechanism { return mfnoise.BandMF{Bands: b, Auto: auto} })},
+		{"sqrt", "sqrt", plain(mfnoise.Sqrt{})},
+		{"toeplitz", "toeplitz:BANDS or toeplitz:auto", banded(func(b int, auto bool) Mechanism { return mfnoise.BandedToeplitz{Bands: b, Auto: auto} })},
+		{"blt", "blt:NBUF", counted("buffer count", 32, func(b int) Mechanism { return mfnoise.BLT{Buffers: b} })},
+		{"bisr", "bisr:BANDS", counted("band count", 0, func(b int) Mechanism { return mfnoise.BISR{Bands: b} })},
+		{"bsr", "bsr:BANDS", counted("band count", 0, func(b int) Mechanism { return mfnoise.BandedSqrt{Bands: b} })},
 	}
-	return FromSpec(s)
+}
+
+// MechanismNames lists the mechanism names ParseMechanism reads, for
+// command-line help and errors.
+func MechanismNames() string {
+	var names []string
+	for _, f := range families() {
+		names = append(names, f.syntax)
+	}
+	return strings.Join(names, ", ") + "; the dense ones (dpsgd to bandmf:BANDS) optionally /sS for S stamps"
+}
+
+// ParseMechanism turns a command-line mechanism name into a Mechanism: the
+// one parser of names, used by command lines and the service (the library
+// passes typed values). A name is one of dpsgd, tree-online, tree-full,
+// fft, fft-opt, mf-single, mf-kb, bandmf:BANDS (BANDS an integer or
+// "auto"), each optionally followed by /sS for S stamps, e.g.
+// "tree-full/s5"; or one of the Toeplitz mechanisms sqrt, toeplitz:BANDS
+// (BANDS an integer or "auto"), blt:NBUF, bisr:BANDS, bsr:BANDS (not
+// stamped).
+func ParseMechanism(s string) (Mechanism, error) {
+	name := strings.TrimSpace(s)
+	base, suffix, hasStamps := strings.Cut(name, "/")
+	stamps := 1
+	if hasStamps {
+		digits, ok := strings.CutPrefix(suffix, "s")
+		v, err := strconv.Atoi(digits)
+		if !ok || err != nil || v < 1 {
+			return nil, invalidf("mechanism %q: stamp suffix %q, want /sS with S a positive integer", name, "/"+suffix)
+		}
+		stamps = v
+	}
+	kind, arg, hasArg := strings.Cut(base, ":")
+	var parse func(countArg) (Mechanism, error)
+	for _, f := range families() {
+		if f.name == kind {
+			parse = f.parse
+		}
+	}
+	if parse == nil {
+		return nil, invalidf("unknown mechanism %q (known: %s)", name, MechanismNames())
+	}
+	m, err := parse(countArg{name: name, kind: kind, arg: arg, has: hasArg})
+	if err != nil {
+		return nil, err
+	}
+	if stamps == 1 {
+		return m, nil
+	}
+	inner, ok := m.(mfnoise.Blocked)
+	switch {
+	case m.Structure().AutoBands:
+		return nil, invalidf("%s: %s cannot be stamped (the planner chooses its bands)", name, m)
+	case !ok:
+		return nil, invalidf("mechanism %q: %s is not stamped (its Toeplitz structure already streams in O(n) memory)", name, kind)
+	}
+	return mfnoise.Stamped{Inner: inner, Stamps: stamps}, nil
+}
+
+// countArg is the ":N" argument of a mechanism name.
+type countArg struct {
+	name, kind, arg string
+	has             bool
+}
+
+// plain parses a family without an argument.
+func plain(m Mechanism) func(countArg) (Mechanism, error) {
+	return func(a countArg) (Mechanism, error) {
+		if a.has {
+			return nil, invalidf("mechanism %q: %s takes no :N argument", a.name, a.kind)
+		}
+		return m, nil
+	}
+}
+
+// counted parses a family with a positive integer argument, at most limit
+// (0: no limit).
+func counted(what string, limit int, mk func(int) Mechanism) func(countArg) (Mechanism, error) {
+	return func(a countArg) (Mechanism, error) {
+		v, err := strconv.Atoi(a.arg)
+		if !a.has || err != nil || v < 1 {
+			return nil, invalidf("mechanism %q: %s needs a positive integer %s, e.g. %s:4", a.name, a.kind, what, a.kind)
+		}
+		if limit > 0 && v > limit {
+			return nil, invalidf("mechanism %q: %d buffers, at most %d", a.name, v, limit)
+		}
+		return mk(v), nil
+	}
+}
+
+// banded parses a family with a band count or "auto".
+func banded(mk func(bands int, auto bool) Mechanism) func(countArg) (Mechanism, error) {
+	return func(a countArg) (Mechanism, error) {
+		if a.arg == "auto" {
+			return mk(0, true), nil
+		}
+		v, err := strconv.Atoi(a.arg)
+		if !a.has || err != nil || v < 1 {
+			return nil, invalidf("mechanism %q: %s needs a positive integer band count or auto, e.g. %s:8 or %s:auto", a.name, a.kind, a.kind, a.kind)
+		}
+		return mk(v, false), nil
+	}
 }
 
 // ParseMechanisms parses a comma-separated list of mechanism names with
@@ -386,90 +261,6 @@ func ParseMechanisms(list string) ([]Mechanism, error) {
 	return ms, nil
 }
 
-// FromSpec is the Mechanism of a parsed mfnoise name.
-func FromSpec(s mfnoise.MechanismSpec) (Mechanism, error) {
-	var m Mechanism
-	switch s.Kind {
-	case mfnoise.KindDPSGD:
-		m = DPSGD{}
-	case mfnoise.KindTreeOnline:
-		m = Tree{Decoder: mfnoise.TreeOnline}
-	case mfnoise.KindTreeFull:
-		m = Tree{Decoder: mfnoise.TreeFull}
-	case mfnoise.KindFFT:
-		m = FFT{Decoder: mfnoise.FFTAlgorithm1}
-	case mfnoise.KindFFTOpt:
-		m = FFT{Decoder: mfnoise.FFTOptimal}
-	case mfnoise.KindMFSingle:
-		m = MFSingle{}
-	case mfnoise.KindMFKB:
-		m = MFKB{}
-	case mfnoise.KindBandMF:
-		m = BandMF{Bands: s.Bands, Auto: s.AutoBands}
-	case mfnoise.KindSqrt, mfnoise.KindToeplitz, mfnoise.KindBLT, mfnoise.KindBISR:
-		t := s
-		t.Stamps = 1
-		m = Toeplitz{Spec: t}
-	default:
-		// A kind mfnoise builds but the planner has no type for: no
-		// structure is assumed, so it is accounted without amplification.
-		m = built{spec: s}
-		s.Stamps = 1
-	}
-	if s.Stamps > 1 {
-		if _, ok := m.(BandMF); ok && s.AutoBands {
-			return nil, invalidf("%s: bandmf:auto cannot be stamped", s.Name)
-		}
-		m = Stamped{Inner: m, Stamps: s.Stamps}
-	}
-	return m, nil
-}
-
-// Toeplitz is a Toeplitz-structured mechanism of package mfnoise: the
-// square root of the prefix sum (sqrt), banded Toeplitz (toeplitz:BANDS,
-// whose encoder is banded, so band sampling and amplified accounting
-// apply; toeplitz:auto, whose band count the planner chooses as for
-// bandmf:auto), buffered linear Toeplitz (blt:NBUF) and the banded inverse square
-// root (bisr:BANDS, whose encoder's inverse is banded, not the encoder).
-type Toeplitz struct{ Spec mfnoise.MechanismSpec }
-
-func (m Toeplitz) String() string { return m.Spec.String() }
-
-// Structure: only toeplitz:BANDS declares a banded encoder; toeplitz:auto
-// one whose band count the planner chooses by amplified accounting.
-func (m Toeplitz) Structure() Structure {
-	if m.Spec.Kind == mfnoise.KindToeplitz {
-		if m.Spec.AutoBands {
-			return Structure{AutoBands: true}
-		}
-		return Structure{Bands: m.Spec.Bands}
-	}
-	return Structure{}
-}
-
-// BuildToeplitz builds the mechanism through mfnoise.BuildToeplitz.
-func (m Toeplitz) BuildToeplitz(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Toeplitz, error) {
-	return mfnoise.BuildToeplitz(ctx, m.Spec, w, schema, opt)
-}
-
-// BuiltinSpec makes Toeplitz an mfnoise.Builtin: Compare scores it from
-// its coefficients in O(n) memory.
-func (m Toeplitz) BuiltinSpec() (mfnoise.MechanismSpec, error) { return m.Spec, nil }
-
-// Factorize builds the mechanism through mfnoise.Build.
-func (m Toeplitz) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return mfnoise.Build(ctx, m.Spec, w, schema, opt)
-}
-
-// built is a mechanism mfnoise.Build knows by name and the planner has no
-// type for; it is assumed to have no exploitable structure.
-type built struct{ spec mfnoise.MechanismSpec }
-
-func (m built) String() string       { return m.spec.String() }
-func (m built) Structure() Structure { return Structure{} }
-func (m built) BuiltinSpec() (mfnoise.MechanismSpec, error) {
-	return m.spec, nil
-}
-func (m built) Factorize(ctx context.Context, w mfnoise.Workload, schema mfnoise.Schema, opt mfnoise.BuildOptions) (*mfnoise.Factorization, error) {
-	return mfnoise.Build(ctx, m.spec, w, schema, opt)
-}
+// DefaultMechanism is the mechanism of a run that names none: DP-SGD
+// (mfnoise.DPSGD), independent noise.
+func DefaultMechanism() Mechanism { return mfnoise.DPSGD{} }

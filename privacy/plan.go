@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -77,6 +79,9 @@ type Request struct {
 	PostProcessing []string
 	// Build configures factorization (cache, optimizer settings).
 	Build mfnoise.BuildOptions
+	// CacheDir, when Build has no cache, is the directory of the
+	// factorization cache (mfnoise.Cache); "" means no caching.
+	CacheDir string
 	// Unit is the unit of privacy ("": UnitExample). A user-level plan
 	// needs UserBound, or it is refused.
 	Unit      Unit
@@ -95,13 +100,13 @@ type Plan struct {
 	Mechanism string `json:"mechanism"`
 	// Unit is the unit of privacy, example or user; UserBound is a
 	// user-level plan's per-user contribution bound.
-	Unit        Unit                      `json:"unit"`
-	UserBound   *UserBound                `json:"user_bound,omitempty"`
-	Bands       int                       `json:"bands,omitempty"`
-	Workload    string                    `json:"workload"`
-	Sampling    Sampling                  `json:"sampling"`
-	Schema      mfnoise.Schema            `json:"schema"`
-	Sensitivity mfnoise.SensitivityResult `json:"sensitivity"`
+	Unit        Unit                     `json:"unit"`
+	UserBound   *UserBound               `json:"user_bound,omitempty"`
+	Bands       int                      `json:"bands,omitempty"`
+	Workload    string                   `json:"workload"`
+	Sampling    Sampling                 `json:"sampling"`
+	Schema      mfnoise.Schema           `json:"schema"`
+	Sensitivity dpcore.SensitivityResult `json:"sensitivity"`
 	// Accounting is what the sampler supports; Amplified says the plan
 	// claims amplification by sampling.
 	Accounting      sampler.Accounting `json:"accounting"`
@@ -129,13 +134,13 @@ type Plan struct {
 	// (epsilon, delta).
 	Ledger accountant.LedgerEntry `json:"ledger"`
 
-	mechanism     Mechanism
-	workload      mfnoise.Workload
-	factorization *mfnoise.Factorization // nil for a ToeplitzMechanism
-	toeplitz      *mfnoise.Toeplitz      // nil for any other
-	composition   Composition
-	acct          accountant.Accountant
-	steps         int
+	mechanism Mechanism
+	workload  mfnoise.Workload
+	// strategy is the built mechanism, dense or O(n).
+	strategy    dpcore.Strategy
+	composition Composition
+	acct        accountant.Accountant
+	steps       int
 
 	mu    sync.Mutex
 	spent map[int]float64 // epsilon after a grid point's compositions
@@ -144,20 +149,38 @@ type Plan struct {
 // Assumptions are what the guarantee rests on: the ledger's list.
 func (p *Plan) Assumptions() []string { return p.Ledger.Assumptions }
 
-// Factorization is the mechanism's dense factorization, whose encoder's
-// noise noise.New streams. A plan for a ToeplitzMechanism holds
-// its O(n) description instead (Toeplitz); its dense factorization is
-// built here on demand, and refused above mfnoise.DenseStepLimit steps.
-func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
-	if p.toeplitz != nil {
-		return p.toeplitz.Factorization(p.workload)
+// Strategy is the built mechanism: its encoder and decoder, dense or in
+// the O(n) description of a Toeplitz mechanism.
+func (p *Plan) Strategy() dpcore.Strategy { return p.strategy }
+
+// NoiseSource is a fresh unit-scale noise source of dimension d for the
+// plan's mechanism (noise.New picks how to stream it).
+func (p *Plan) NoiseSource(d int, opt noise.Options) (noise.Source, error) {
+	if p.strategy == nil {
+		return nil, invalidf("plan has no mechanism")
 	}
-	return p.factorization, nil
+	return noise.New(p.strategy, d, opt)
 }
 
-// Toeplitz is the mechanism of a plan made for a ToeplitzMechanism, whose
-// noise noise.NewToeplitz streams; nil for any other mechanism.
-func (p *Plan) Toeplitz() *mfnoise.Toeplitz { return p.toeplitz }
+// PrefixSensitivity is an upper bound on the sensitivity of the first t
+// releases alone under the plan's accounting (per participation when
+// amplified, else the schema's), nondecreasing in t and at most the
+// plan's Sensitivity (mfnoise.PrefixSensitivity; it reads the dense
+// encoder and decoder).
+func (p *Plan) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
+	schema := p.Schema
+	if p.Amplified {
+		schema = dpcore.SingleParticipation()
+	}
+	return mfnoise.PrefixSensitivity(ctx, p.strategy, schema, t, p.Sensitivity.Value)
+}
+
+// Factorization is the mechanism's dense factorization, for the code that
+// reads the encoder (the white-box audit): an O(n) mechanism's is built
+// here on demand, and refused above mfnoise.DenseStepLimit steps.
+func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
+	return mfnoise.Dense(p.strategy)
+}
 
 // Composition is the plan's accounting event as a function of sigma and the
 // steps done.
@@ -215,6 +238,9 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := r.check(); err != nil {
 		return nil, nil, err
 	}
+	if r.Build.Cache == nil && r.CacheDir != "" {
+		r.Build.Cache = &mfnoise.Cache{Dir: r.CacheDir}
+	}
 	acct, err := r.Accountant.New()
 	if err != nil {
 		return nil, nil, err
@@ -249,32 +275,31 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 
 	samp := r.Sampling
 	if samp == SamplingAuto {
-		samp = st.Sampling()
+		samp = samplingFor(st)
 	}
 	p.Sampling = samp
 
 	var prebuilt *mfnoise.Factorization
-	if auto, toeplitzOnly := autoBands(mech); auto {
+	if auto, ok := mech.(mfnoise.AutoBanded); ok && st.AutoBands {
 		if samp != SamplingBandPoisson {
 			return nil, nil, refusef("%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, samp)
 		}
 		if !(r.Epsilon > 0) {
 			return nil, nil, refusef("%s needs a target epsilon to compare band counts", mech)
 		}
-		sel, built, err := chooseBands(ctx, acct, r, delta, w, toeplitzOnly)
+		// A banded Toeplitz encoder's proxies are its own losses; any other
+		// family's finalists are built and rescored.
+		_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
+		sel, built, err := chooseBands(ctx, acct, r, delta, w, auto, toeplitzOnly)
 		if err != nil {
 			return nil, nil, err
 		}
 		p.BandTable = sel
 		bands := sel.Chosen().Bands
-		switch {
-		case bands == 1:
-			mech = DPSGD{}
-		case toeplitzOnly:
-			mech = Toeplitz{Spec: mfnoise.MechanismSpec{Name: fmt.Sprintf("%s:%d", mfnoise.KindToeplitz, bands), Kind: mfnoise.KindToeplitz, Bands: bands, Stamps: 1}}
-		default:
-			mech = BandMF{Bands: bands}
-			prebuilt = built[bands]
+		if bands == 1 {
+			mech = mfnoise.DPSGD{}
+		} else {
+			mech, prebuilt = auto.WithBands(bands), built[bands]
 		}
 		st = mech.Structure()
 	}
@@ -282,7 +307,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if st.Bands > n {
 		return nil, nil, invalidf("%s has %d bands, more than the %d steps", mech, st.Bands, n)
 	}
-	if _, ok := mech.(BandMF); ok {
+	if _, ok := mech.(mfnoise.BandMF); ok {
 		p.Bands = st.Bands
 	}
 	partitions := r.Partitions
@@ -317,20 +342,19 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := CheckCompatible(s, p.Schema, checkBands, p.Amplified); err != nil {
 		return nil, nil, err
 	}
-	sensitivity, lossAt, err := p.build(ctx, mech, w, r.Build, prebuilt)
-	if err != nil {
+	if p.strategy, err = build(ctx, mech, w, p.Schema, r.Build, prebuilt); err != nil {
 		return nil, nil, err
 	}
 	if p.Amplified {
 		// Each participation sees one column of C: the per-participation
 		// sensitivity is the largest column norm.
-		if p.Sensitivity, err = sensitivity(mfnoise.SingleParticipation()); err != nil {
+		if p.Sensitivity, err = p.strategy.Sensitivity(dpcore.SingleParticipation()); err != nil {
 			return nil, nil, fmt.Errorf("privacy: %w", err)
 		}
 		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
 		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
 	} else {
-		sens, err := sensitivity(p.Schema)
+		sens, err := p.strategy.Sensitivity(p.Schema)
 		if err != nil {
 			return nil, nil, refusef("%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
 		}
@@ -368,7 +392,7 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 		p.NoiseMultiplier, p.Epsilon, p.Calibrated = cal.Sigma, cal.Epsilon, true
 	}
 	p.NoiseStd = p.NoiseMultiplier * r.ClipNorm * p.Sensitivity.Value
-	if p.Loss, err = lossAt(p.Sensitivity.Value); err != nil {
+	if p.Loss, err = dpcore.LossAt(p.strategy, p.Sensitivity.Value); err != nil {
 		return nil, nil, fmt.Errorf("privacy: %w", err)
 	}
 	ev, err := p.composition.Event(p.NoiseMultiplier, n)
@@ -392,29 +416,17 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	return p, s, nil
 }
 
-// build makes the mechanism for workload w under the plan's schema and
-// returns its sensitivity under a schema and its loss at a sensitivity: from
-// the O(n) description of a ToeplitzMechanism, else from the dense
-// factorization.
-func (p *Plan) build(ctx context.Context, mech Mechanism, w mfnoise.Workload, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (func(mfnoise.Schema) (mfnoise.SensitivityResult, error), func(float64) (float64, error), error) {
-	if tm, ok := mech.(ToeplitzMechanism); ok {
-		t, err := tm.BuildToeplitz(ctx, w, p.Schema, opt)
-		if err != nil {
-			return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
-		}
-		p.toeplitz = t
-		return t.Sensitivity, func(sens float64) (float64, error) { return t.LossAt(w, sens) }, nil
+// build makes the mechanism's strategy for workload w under the schema,
+// or returns the one chooseBands built.
+func build(ctx context.Context, mech Mechanism, w dpcore.Workload, schema dpcore.Schema, opt mfnoise.BuildOptions, prebuilt *mfnoise.Factorization) (dpcore.Strategy, error) {
+	if prebuilt != nil {
+		return prebuilt, nil
 	}
-	f := prebuilt
-	if f == nil {
-		var err error
-		if f, err = mech.Factorize(ctx, w, p.Schema, opt); err != nil {
-			return nil, nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
-		}
+	s, err := mech.Build(ctx, w, schema, opt)
+	if err != nil {
+		return nil, fmt.Errorf("privacy: mechanism %s: %w", mech, err)
 	}
-	p.factorization = f
-	sensitivity := func(s mfnoise.Schema) (mfnoise.SensitivityResult, error) { return mfnoise.Sensitivity(f.Encoder, s) }
-	return sensitivity, func(sens float64) (float64, error) { return f.LossAt(sens), nil }, nil
+	return s, nil
 }
 
 func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {
@@ -437,19 +449,6 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sample
 		return nil, fmt.Errorf("privacy: sampler: %w", err)
 	}
 	return s, nil
-}
-
-// autoBands reports whether the planner chooses mech's band count
-// (bandmf:auto, toeplitz:auto) and whether the choice is a banded Toeplitz
-// encoder.
-func autoBands(mech Mechanism) (auto, toeplitzOnly bool) {
-	switch m := mech.(type) {
-	case BandMF:
-		return m.Auto, false
-	case Toeplitz:
-		return m.Spec.Kind == mfnoise.KindToeplitz && m.Spec.AutoBands, true
-	}
-	return false, false
 }
 
 // proxyMargin is how far below its banded Toeplitz proxy a candidate's
@@ -475,11 +474,8 @@ const proxyMargin = 0.06
 // choice is made among those. Only the finalists are built; built holds
 // them by band count. Rows scored by a proxy are marked Proxy in the
 // table.
-func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w mfnoise.Workload, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
-	what := "bandmf:auto"
-	if toeplitzOnly {
-		what = "toeplitz:auto"
-	}
+func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
+	what := auto.String()
 	single := mfnoise.SingleParticipation()
 	var cands []accountant.BandCandidate
 	limit := min(r.Steps, r.Examples/r.Batch-1)
@@ -506,7 +502,7 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		if !row.Proxy || row.Err != "" || row.Score*(1-proxyMargin) > best {
 			continue
 		}
-		f, err := BandMF{Bands: row.Bands}.Factorize(ctx, w, single, r.Build)
+		f, err := mfnoise.BuildDense(ctx, auto.WithBands(row.Bands), w, single, r.Build)
 		if err != nil {
 			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
 		}
@@ -530,13 +526,13 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 // toeplitzLoss is the loss of the optimal bands-banded Toeplitz encoder for
 // w under single participation (DP-SGD for one band), at its
 // per-participation sensitivity.
-func toeplitzLoss(ctx context.Context, w mfnoise.Workload, bands int, opt mfnoise.BuildOptions) (float64, error) {
-	spec := mfnoise.MechanismSpec{Name: fmt.Sprintf("%s:%d", mfnoise.KindToeplitz, bands), Kind: mfnoise.KindToeplitz, Bands: bands, Stamps: 1}
+func toeplitzLoss(ctx context.Context, w dpcore.Workload, bands int, opt mfnoise.BuildOptions) (float64, error) {
+	var m Mechanism = mfnoise.BandedToeplitz{Bands: bands}
 	if bands == 1 {
-		spec = mfnoise.MechanismSpec{Name: mfnoise.KindDPSGD, Kind: mfnoise.KindDPSGD, Stamps: 1}
+		m = mfnoise.DPSGD{}
 	}
-	single := mfnoise.SingleParticipation()
-	t, err := mfnoise.BuildToeplitz(ctx, spec, w, single, opt)
+	single := dpcore.SingleParticipation()
+	t, err := m.Build(ctx, w, single, opt)
 	if err != nil {
 		return 0, err
 	}
@@ -544,7 +540,7 @@ func toeplitzLoss(ctx context.Context, w mfnoise.Workload, bands int, opt mfnois
 	if err != nil {
 		return 0, err
 	}
-	return t.LossAt(w, sens.Value)
+	return dpcore.LossAt(t, sens.Value)
 }
 
 // EpsilonAfter is the epsilon spent after the first t steps. Amplified

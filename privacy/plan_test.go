@@ -15,7 +15,7 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 100, 16
 	w, _ := mfnoise.PrefixSum(n)
-	id, err := mfnoise.DPSGD(w)
+	id, err := mfnoise.DenseDPSGD(w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := req
-	ref.Mechanism = DPSGD{}
+	ref.Mechanism = mfnoise.DPSGD{}
 	q, _, err := NewPlan(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 // given sigma finds that sigma back, for each accounting.
 func TestCalibrationInvertsEpsilon(t *testing.T) {
 	ctx := context.Background()
-	for _, mech := range []Mechanism{DPSGD{}, BandMF{Bands: 2}, Tree{}} {
+	for _, mech := range []Mechanism{mfnoise.DPSGD{}, mfnoise.BandMF{Bands: 2}, mfnoise.Tree{}} {
 		req := Request{Mechanism: mech, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, NoiseMultiplier: 1.3, Accountant: RDP}
 		p, _, err := NewPlan(ctx, req)
 		if err != nil {
@@ -96,7 +96,7 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 // sampling and a target epsilon.
 func TestAutoBandsChooseAndRefuse(t *testing.T) {
 	ctx := context.Background()
-	req := Request{Mechanism: BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
 	p, s, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestAutoBandsChooseAndRefuse(t *testing.T) {
 	chosen := p.BandTable.Chosen().Bands
 	want := "dpsgd"
 	if chosen > 1 {
-		want = BandMF{Bands: chosen}.String()
+		want = mfnoise.BandMF{Bands: chosen}.String()
 	}
 	if p.Mechanism != want || !p.Amplified || s.Accounting().Bands != max(chosen, 1) || len(p.BandTable.Table) != 4 {
 		t.Fatalf("chose %d bands: plan %s, amplified %v, %d partitions, %d candidates", chosen, p.Mechanism, p.Amplified, s.Accounting().Bands, len(p.BandTable.Table))

@@ -45,13 +45,13 @@ func readmeModes(t *testing.T) string {
 		user  *UserBound
 		eps   float64 // a target epsilon instead of noise multiplier 1
 	}{
-		{"DP-SGD with Poisson sampling", DPSGD{}, SamplingAuto, nil, nil, 0},
-		{"BandMF with band sampling (banded-MF Thm 4)", BandMF{Bands: 4}, SamplingAuto, nil, nil, 0},
-		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", Toeplitz{Spec: mfnoise.MechanismSpec{Name: "toeplitz:auto", Kind: mfnoise.KindToeplitz, AutoBands: true, Stamps: 1}}, SamplingAuto, nil, nil, 8},
-		{"Matrix mechanisms with fixed-order epochs (here tree-online)", Tree{}, SamplingAuto, nil, nil, 0},
-		{"Shuffling (here DP-SGD)", DPSGD{}, SamplingShuffle, nil, nil, 0},
-		{"Any mode with a seed (here DP-SGD, a 48-character seed)", DPSGD{}, SamplingAuto, strong, nil, 0},
-		{"User level (here DP-SGD over m = 1000 users, B = 100 users a step, at most 4 examples a user a step)", DPSGD{}, SamplingAuto, nil, &UserBound{Examples: 4}, 0},
+		{"DP-SGD with Poisson sampling", mfnoise.DPSGD{}, SamplingAuto, nil, nil, 0},
+		{"BandMF with band sampling (banded-MF Thm 4)", mfnoise.BandMF{Bands: 4}, SamplingAuto, nil, nil, 0},
+		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", mfnoise.BandedToeplitz{Auto: true}, SamplingAuto, nil, nil, 8},
+		{"Matrix mechanisms with fixed-order epochs (here tree-online)", mfnoise.Tree{}, SamplingAuto, nil, nil, 0},
+		{"Shuffling (here DP-SGD)", mfnoise.DPSGD{}, SamplingShuffle, nil, nil, 0},
+		{"Any mode with a seed (here DP-SGD, a 48-character seed)", mfnoise.DPSGD{}, SamplingAuto, strong, nil, 0},
+		{"User level (here DP-SGD over m = 1000 users, B = 100 users a step, at most 4 examples a user a step)", mfnoise.DPSGD{}, SamplingAuto, nil, &UserBound{Examples: 4}, 0},
 	} {
 		req := Request{Mechanism: mode.mech, Workload: w, Examples: m, Batch: batch, Steps: n,
 			Sampling: mode.samp, ClipNorm: 1, NoiseMultiplier: 1, Seed: mode.seed}

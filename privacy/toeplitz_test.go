@@ -23,14 +23,11 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := mech.(ToeplitzMechanism); !ok {
-				t.Fatalf("%s is not a ToeplitzMechanism", name)
-			}
 			p, _, err := NewPlan(ctx, Request{Mechanism: mech, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, NoiseMultiplier: 1, Sampling: samp})
 			if err != nil {
 				t.Fatalf("%s/%s: %v", name, samp, err)
 			}
-			if p.Toeplitz() == nil {
+			if _, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok {
 				t.Fatalf("%s/%s: plan holds no Toeplitz mechanism", name, samp)
 			}
 			f, err := p.Factorization()
@@ -75,7 +72,7 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s at n = %d: %v", name, n, err)
 		}
-		if p.Toeplitz() == nil || p.Toeplitz().N != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
+		if st, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
 		if _, err := p.Factorization(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") {

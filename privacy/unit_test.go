@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // The unit of privacy is part of the claim: a user-level plan counts users,
@@ -16,7 +17,7 @@ import (
 // example-level plan over owned data says what it means per owner.
 func TestUnitOfPrivacy(t *testing.T) {
 	ctx := context.Background()
-	base := Request{Mechanism: DPSGD{}, Examples: 500, Batch: 50, Steps: 20, ClipNorm: 1, NoiseMultiplier: 1}
+	base := Request{Mechanism: mfnoise.DPSGD{}, Examples: 500, Batch: 50, Steps: 20, ClipNorm: 1, NoiseMultiplier: 1}
 	ex, _, err := NewPlan(ctx, base)
 	if err != nil {
 		t.Fatal(err)

@@ -265,7 +265,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if opt.Mode == AuditWhitebox {
 		// The white-box audit weighs the noise by its n x n precision
 		// matrix: a Toeplitz mechanism's dense factorization is built for
-		// it (refused above mfnoise.DenseStepLimit steps).
+		// it (refused above dpcore.DenseStepLimit steps).
 		f, err := p.Factorization()
 		if err != nil {
 			return nil, fmt.Errorf("train: audit: %w", err)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/data"
-	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -19,7 +19,7 @@ func ExampleAudit() {
 	}
 	cfg := train.Config{
 		Train: trainSet, Test: testSet, ModelName: "mlp", Hidden: []int{128},
-		Steps: 100, Batch: 120, Mechanism: privacy.DPSGD{}, Epsilon: 2,
+		Steps: 100, Batch: 120, Mechanism: mfnoise.DPSGD{}, Epsilon: 2,
 		// Reproducible here (a low-entropy seed, so an insecure experiment
 		// by name); nil (crypto/rand) in a real audit.
 		Seed: []byte("example"), InsecureSeed: true,

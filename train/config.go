@@ -176,14 +176,6 @@ type Config struct {
 	MetricsPath     string `json:"metrics,omitempty"`
 	// CacheDir stores optimized factorizations so they are built once.
 	CacheDir string `json:"cache_dir,omitempty"`
-	// BuildDisplay, if set, receives the progress of factorization
-	// building for a display (cmd/train draws a progress bar on a
-	// terminal) instead of progress lines on ProgressLog. The training
-	// steps and evaluations are reported through OnStep and OnEval.
-	BuildDisplay BuildDisplay `json:"-"`
-	// ProgressLog receives the progress lines of factorization building
-	// (nil: Log), so that a command can keep them apart from its results.
-	ProgressLog io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
@@ -201,7 +193,7 @@ type Config struct {
 // from the optimizer, and an evaluation every fifth of the run.
 func (c *Config) Defaults() {
 	if c.Mechanism == nil && !c.NonPrivate {
-		c.Mechanism = privacy.DPSGD{}
+		c.Mechanism = privacy.DefaultMechanism()
 	}
 	if c.ClipNorm == 0 {
 		c.ClipNorm = 1

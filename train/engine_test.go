@@ -12,6 +12,7 @@ import (
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -84,7 +85,7 @@ func TestBackendSeam(t *testing.T) {
 	// A private run adds noise: without it every coordinate would move by
 	// the same -n / expected batch.
 	fb2 := &fakeBackend{params: make([]float32, 3)}
-	priv := Config{Train: trainSet, Backend: fb2, Steps: 1, Batch: 10, Mechanism: privacy.DPSGD{}, NoiseMultiplier: 1,
+	priv := Config{Train: trainSet, Backend: fb2, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1,
 		Accountant: privacy.RDP, LearningRate: 1, Seed: []byte("backend seam"), InsecureSeed: true}
 	if _, err := Run(context.Background(), priv); err != nil {
 		t.Fatal(err)

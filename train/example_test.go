@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/dpmf-go/dpmf/data"
-	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -21,7 +21,7 @@ func ExampleRun() {
 	res, err := train.Run(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, ModelName: "logistic",
 		Steps: 40, Batch: 100,
-		Mechanism: privacy.BandMF{Bands: 4}, Epsilon: 8, Delta: 1e-5,
+		Mechanism: mfnoise.BandMF{Bands: 4}, Epsilon: 8, Delta: 1e-5,
 		Momentum: 0.9, LearningRate: 0.2, CooldownFrac: 0.25,
 		// A short seed makes the example reproducible; it is an insecure
 		// experiment, and the plan says so. Omit both for crypto/rand noise.
@@ -49,7 +49,7 @@ func ExampleTrainer() {
 	}
 	tr, err := train.New(context.Background(), train.Config{
 		Train: trainSet, Test: testSet, ModelName: "logistic",
-		Steps: 20, Batch: 50, Mechanism: privacy.DPSGD{}, NoiseMultiplier: 1.0,
+		Steps: 20, Batch: 50, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1.0,
 		Seed: []byte("example"), InsecureSeed: true,
 	})
 	if err != nil {
@@ -90,7 +90,7 @@ func ExampleConfig_userLevel() {
 		Train: trainSet, Test: testSet, ModelName: "logistic",
 		Steps: 30, Batch: 50, // 50 users a step
 		UserLevel: true, UserExamples: 4,
-		Mechanism: privacy.DPSGD{}, Epsilon: 4,
+		Mechanism: mfnoise.DPSGD{}, Epsilon: 4,
 		Seed: []byte("example"), InsecureSeed: true,
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
@@ -87,7 +86,7 @@ func sameParams(t *testing.T, a, b []float32, what string) {
 // and checkpoints every 4.
 func faultConfig(t testing.TB, dir string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = privacy.BandMF{Bands: 4}, 30, 0.9, 0.1
+	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, 30, 0.9, 0.1
 	cfg.EvalEvery, cfg.Accountant = 5, privacy.RDP // RDP plans in milliseconds
 	cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
 	cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
@@ -231,62 +230,4 @@ func TestNegativeIntervalsRejected(t *testing.T) {
 			t.Errorf("%s: want ErrInvalid, got %v", name, err)
 		}
 	}
-}
-
-// A factorization that must be optimized is announced; the next run says,
-// once, that it used the cached one. The Toeplitz optimizers
-// (toeplitz:BANDS, blt:NBUF) report through the same trace.
-func TestBuildProgressAndCachedFactorizationAreReported(t *testing.T) {
-	toeplitz, err := privacy.ParseMechanism("toeplitz:4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mech := range []privacy.Mechanism{privacy.MFSingle{}, toeplitz} {
-		kind := mech.String() // progress names toeplitz's band count, e.g. toeplitz:4
-		cache := t.TempDir()
-		cfg := baseConfig(t)
-		cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate, cfg.CacheDir = mech, 12, 0.9, 0.1, cache
-		var first, second bytes.Buffer
-		cfg.Log = &first
-		if _, err := Run(context.Background(), cfg); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(first.String(), "factorization: building "+kind+" (n = 12)") ||
-			!strings.Contains(first.String(), "factorization: building "+kind+" (n = 12): iteration 1 of at most") ||
-			strings.Contains(first.String(), "cached") {
-			t.Fatalf("%v: cold run log:\n%s", mech, first.String())
-		}
-		cfg.Log = &second
-		if _, err := Run(context.Background(), cfg); err != nil {
-			t.Fatal(err)
-		}
-		if n := strings.Count(second.String(), "factorization: cached "+kind+" for n = 12 from "+cache); n != 1 || strings.Contains(second.String(), "building") {
-			t.Fatalf("%v: warm run should say once that the cached factorization is used (%d times):\n%s", mech, n, second.String())
-		}
-	}
-}
-
-func TestBuildProgressEstimate(t *testing.T) {
-	// The gap fell from 1e-1 to 1e-2 in 10 s: 1e-4 is two more decades,
-	// about 20 s.
-	left, ok := estimateLeft(10*time.Second, 1e-1, 1e-2, 1e-4)
-	if !ok || math.Abs(left.Seconds()-20) > 1e-6 {
-		t.Fatalf("estimate %v %v, want 20s", left, ok)
-	}
-	if _, ok := estimateLeft(time.Second, 1e-2, 1e-2, 1e-4); ok {
-		t.Fatal("an estimate without any progress")
-	}
-	var log bytes.Buffer
-	b := NewBuildProgress(&log, progressEvery, nil)
-	b.every = 0
-	b.start, b.target = time.Now().Add(-10*time.Second), 1e-4
-	b.progress(mfnoiseProgress(1, 1e-1))
-	b.progress(mfnoiseProgress(2, 1e-2))
-	if !strings.Contains(log.String(), "iteration 2") || !strings.Contains(log.String(), "gap 0.01 (target 0.0001), about 20s left") {
-		t.Fatalf("progress lines:\n%s", log.String())
-	}
-}
-
-func mfnoiseProgress(iter int, gap float64) mfnoise.OptimizeProgress {
-	return mfnoise.OptimizeProgress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // buildCounter is a context whose factorization builds are counted.
@@ -28,7 +27,7 @@ func buildCounter(ctx context.Context) (context.Context, *int) {
 func TestResumeWithOtherSettingsRefusedBeforeBuilding(t *testing.T) {
 	dir := t.TempDir()
 	cfg := faultConfig(t, dir)
-	cfg.Mechanism = privacy.BandMF{Bands: 2}
+	cfg.Mechanism = mfnoise.BandMF{Bands: 2}
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

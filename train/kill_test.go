@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -34,7 +35,7 @@ const killChildEnv = "DPMF_TRAIN_KILL_CHILD"
 
 func killConfig(t testing.TB, dir string, steps int) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = privacy.BandMF{Bands: 4}, steps, 0.9, 0.1
+	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, steps, 0.9, 0.1
 	cfg.Accountant, cfg.EvalEvery = privacy.RDP, 10
 	if dir != "" {
 		cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 3

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/sampler"
 )
@@ -20,7 +20,7 @@ func deriveSeed(master []byte, label string) []byte { return privacy.DeriveSeed(
 
 // buildPlan asks the planner for the plan of a private run and the sampler
 // that realizes it. w is the optimizer's workload over cfg.Steps.
-func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload, users *userLevel) (*Plan, sampler.Sampler, error) {
+func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userLevel) (*Plan, sampler.Sampler, error) {
 	req := privacy.Request{
 		Mechanism: cfg.Mechanism,
 		Examples:  cfg.Train.Len(), Batch: cfg.Batch, Steps: cfg.Steps,
@@ -47,7 +47,7 @@ func buildPlan(ctx context.Context, cfg *Config, w mfnoise.Workload, users *user
 		req.NotCovered = append(req.NotCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate(), ", "))
 	}
 	if cfg.CacheDir != "" {
-		req.Build.Cache = &mfnoise.Cache{Dir: cfg.CacheDir}
+		req.CacheDir = cfg.CacheDir
 	}
 	return privacy.NewPlan(ctx, req)
 }

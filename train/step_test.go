@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // A step that fails while gathering its batch must leave no trace: the next
@@ -69,7 +69,7 @@ func TestCheckpointWithDriftedCountersIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = privacy.BandMF{Bands: 4}, 12, 1
+	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestFailureAfterNoiseBreaksTrainerUntilRebuilt(t *testing.T) {
 	ctx := context.Background()
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = privacy.BandMF{Bands: 4}, 12, 1
+	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
 	cfg.CheckpointPath = ckpt
 	tr, err := New(ctx, cfg)
 	if err != nil {

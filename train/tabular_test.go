@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
-	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // tabularCSV writes n rows of a table whose class is decided by a numeric
@@ -54,7 +54,7 @@ func TestTabularModelTrainsPrivatelyOnCSV(t *testing.T) {
 	}
 	cfg := Config{
 		Train: tr.Dataset, Test: te.Dataset, Model: m, ModelName: "tabular",
-		Steps: 150, Batch: 200, Mechanism: privacy.DPSGD{}, Epsilon: 4, ClipNorm: 1,
+		Steps: 150, Batch: 200, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1,
 		LearningRate: 0.5, Seed: []byte("tabular test seed"), InsecureSeed: true, EvalEvery: 1000,
 	}
 	res, err := Run(context.Background(), cfg)

@@ -4,8 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/noise"
+	"gonum.org/v1/gonum/mat"
 )
 
 // TestToeplitzRunBeyondDenseLimit: a blt:4 run of 20000 steps, past
@@ -23,8 +24,13 @@ func TestToeplitzRunBeyondDenseLimit(t *testing.T) {
 	}
 	defer tr.Close()
 	d := tr.model.NumParams()
-	if n <= mfnoise.DenseStepLimit || tr.plan.Toeplitz() == nil {
-		t.Fatalf("n = %d, limit %d, structured plan %v", n, mfnoise.DenseStepLimit, tr.plan.Toeplitz() != nil)
+	if _, ok := tr.plan.Strategy().(interface {
+		Matrices() (*mat.Dense, *mat.Dense, error)
+	}); n <= dpcore.DenseStepLimit || !ok {
+		t.Fatalf("n = %d, limit %d, plan strategy %T", n, dpcore.DenseStepLimit, tr.plan.Strategy())
+	}
+	if _, _, err := tr.plan.Strategy().Matrices(); err == nil {
+		t.Fatalf("n = %d: the plan's strategy is dense", n)
 	}
 	if k, mem := tr.noise.Kind(), tr.noise.MemoryBytes(); k != noise.KindBLTBuffers || mem != int64(4*4*d+32) {
 		t.Fatalf("noise %s holding %d bytes, want %s with 4 buffers of d = %d float32 (%d bytes)", k, mem, noise.KindBLTBuffers, d, 4*4*d+32)

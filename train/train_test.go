@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -56,7 +57,7 @@ func baseConfig(t testing.TB) Config {
 	return Config{
 		Train: blobs(t, 2000, 1), Test: blobs(t, 400, 2),
 		ModelName: "logistic", Steps: 40, Batch: 50,
-		Mechanism: privacy.DPSGD{}, Epsilon: 8, ClipNorm: 1, LearningRate: 0.5,
+		Mechanism: mfnoise.DPSGD{}, Epsilon: 8, ClipNorm: 1, LearningRate: 0.5,
 		Seed: []byte("test seed"), InsecureSeed: true, EvalEvery: 1000,
 	}
 }
@@ -114,7 +115,7 @@ func TestRejectsBadInput(t *testing.T) {
 
 func TestPlanRecordsCalibratedPrivacy(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Mechanism = privacy.BandMF{Bands: 4}
+	cfg.Mechanism = mfnoise.BandMF{Bands: 4}
 	cfg.Momentum = 0.9
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
@@ -170,7 +171,7 @@ const childEnv = "DPMF_TRAIN_CHILD_CHECKPOINT"
 
 func resumeConfig(t testing.TB, ckpt string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = privacy.BandMF{Bands: 4}, 60, 0.9, 0.1
+	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, 60, 0.9, 0.1
 	cfg.CheckpointPath, cfg.CheckpointEvery = ckpt, 5
 	return cfg
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/optim"
@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
 		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
-	sched := mfnoise.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
+	sched := dpcore.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
 	if cfg.Momentum > 0 {
 		t.opt, err = optim.NewMomentum(d, cfg.Momentum, sched, cfg.Steps, optim.MomentumOptions{})
@@ -216,7 +216,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 			return nil, err
 		}
 		nopt := noise.Options{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
-		t.noise, err = newNoise(t.plan, cfg.Steps, d, nopt)
+		t.noise, err = t.plan.NoiseSource(d, nopt)
 		if err != nil {
 			return nil, fmt.Errorf("train: noise source: %w", err)
 		}
@@ -589,12 +589,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := checkOutputs(&cfg); err != nil {
 		return nil, err
 	}
-	plog := cfg.ProgressLog
-	if plog == nil {
-		plog = cfg.Log
-	}
-	bt := NewBuildProgress(plog, progressEvery, cfg.BuildDisplay)
-	t, err := New(bt.Attach(ctx), cfg)
+	t, err := New(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("train: %w before the first step (while building the plan; nothing to save): %w", ErrInterrupted, ctx.Err())
@@ -608,8 +603,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Users = t.users.users.Len()
 	}
 	if cfg.Log != nil && t.plan != nil {
-		// The cached factorizations first: they feed the plan.
-		bt.Summary(cfg.Log)
 		fmt.Fprintln(cfg.Log, t.plan)
 	}
 	if res.Resumed > 0 {
@@ -661,21 +654,4 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// The model leaves Run holding what was evaluated: the average.
 	t.ema.install(t.engine.Params())
 	return res, nil
-}
-
-// newNoise is the plan's noise source: a Toeplitz mechanism's own O(n)
-// source (no n x n matrix, so any number of steps), else the dense
-// factorization's.
-func newNoise(p *Plan, steps, d int, opt noise.Options) (noise.Source, error) {
-	if tp := p.Toeplitz(); tp != nil {
-		return noise.NewToeplitz(tp, d, opt)
-	}
-	f, err := p.Factorization()
-	if err != nil {
-		return nil, err
-	}
-	if f == nil {
-		return noise.NewIndependent(steps, d, opt)
-	}
-	return noise.New(f, d, opt)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -57,10 +58,10 @@ func TestUserContributionBound(t *testing.T) {
 		sampling Sampling
 		mech     privacy.Mechanism
 	}{
-		{SamplingPoisson, privacy.DPSGD{}},
-		{SamplingBandPoisson, privacy.BandMF{Bands: 2}},
-		{SamplingFixedOrder, privacy.DPSGD{}},
-		{SamplingShuffle, privacy.DPSGD{}},
+		{SamplingPoisson, mfnoise.DPSGD{}},
+		{SamplingBandPoisson, mfnoise.BandMF{Bands: 2}},
+		{SamplingFixedOrder, mfnoise.DPSGD{}},
+		{SamplingShuffle, mfnoise.DPSGD{}},
 	}
 	for trial := range 3 {
 		for _, c := range cases {
@@ -136,7 +137,7 @@ func TestUserLevelResumeIsBitIdentical(t *testing.T) {
 	ds := ownedSynthetic(t, 400, 60, 5)
 	cfg := Config{
 		Train: ds, ModelName: "mlp", Hidden: []int{6}, Steps: 8, Batch: 12,
-		Mechanism: privacy.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
+		Mechanism: mfnoise.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
 		UserLevel: true, UserExamples: 3, Seed: []byte("user-level resume test"), InsecureSeed: true, EvalEvery: 100,
 	}
 	whole, err := New(ctx, cfg)

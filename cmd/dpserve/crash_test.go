@@ -22,6 +22,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // buildServer compiles this command once per test binary.
@@ -326,7 +327,7 @@ func slicesEqual(a, b []float64) bool {
 func verifyExactlyOnce(t *testing.T, store string, seed []byte, l aggregate.Ledger, releases map[int][]float64, counts map[int]float64,
 	ackStep map[int]int, durable []int) {
 	t.Helper()
-	spec, _ := mfnoise.ParseMechanism("tree-online")
+	spec, _ := privacy.ParseMechanism("tree-online")
 	w, _ := mfnoise.PrefixSum(l.Horizon)
 	schema, _ := aggregate.Schema(1, 1)
 	mech, err := aggregate.BuildMechanism(context.Background(), spec, w, schema)

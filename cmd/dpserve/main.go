@@ -66,6 +66,7 @@ import (
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -233,7 +234,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {
-	spec, err := mfnoise.ParseMechanism(o.mechanism)
+	spec, err := privacy.ParseMechanism(o.mechanism)
 	if err != nil {
 		return nil, usageError{"-mechanism: " + err.Error()}
 	}

@@ -147,9 +147,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *unsafe != 1 {
 		fmt.Fprintf(stderr, "train: WARNING: -unsafe-noise-scale %g adds %g times the planned noise; the printed claim does NOT hold for this run (auditor validation only)\n", *unsafe, *unsafe)
 	}
-	tty := terminal(stderr)
-	cfg.BuildDisplay = newBuildBar(tty)
-	finishBar := attachTrainingBar(&cfg, tty)
+	finishBar := attachTrainingBar(&cfg, terminal(stderr))
 	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Train.Len(), cfg.Test.Len(), *mode, *canaries)
 	res, err := train.Audit(ctx, cfg, opt)
 	finishBar()

@@ -18,7 +18,6 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
-	"github.com/dpmf-go/dpmf/train"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -43,7 +42,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wl := fs.String("workload", "prefix", "prefix or momentum")
 	beta := fs.Float64("momentum", 0.95, "momentum (with -workload momentum)")
 	cool := fs.Float64("cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+mfnoise.MechanismNames)
+	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+privacy.MechanismNames())
 	var factFiles []string
 	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
 		factFiles = append(factFiles, path)
@@ -128,7 +127,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Optimizers report progress on stderr (a bar on a terminal); stdout
 	// carries only the table, JSON or CSV.
-	bp := train.NewBuildProgress(stderr, time.Second, newBuildBar(terminal(stderr)))
+	bp := newBuildProgress(stderr, time.Second, terminal(stderr))
 	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
 	if err != nil {
 		return err

@@ -53,11 +53,13 @@ func TestCompareScale(t *testing.T) {
 }
 
 // TestRunToeplitzMechanisms: train run accepts blt:4 (fixed-order,
-// unamplified) and toeplitz:BANDS under band sampling (amplified).
+// unamplified), and toeplitz:BANDS and the banded square root bsr:BANDS
+// under band sampling (amplified).
 func TestRunToeplitzMechanisms(t *testing.T) {
 	for _, tc := range []struct{ mech, want string }{
 		{"blt:4", "fixed-order sampling"},
 		{"toeplitz:8", "band-poisson sampling"},
+		{"bsr:4", "band-poisson sampling"},
 	} {
 		code, out, stderr := runCLI(t, "run", "-data", "embedded", "-train-examples", "2000", "-batch", "100", "-steps", "16",
 			"-model", "logistic", "-mechanism", tc.mech, "-epsilon", "8", "-cache", "", "-seed", "1", "-insecure-seed")

@@ -22,8 +22,8 @@ func TestCompareAcceptsRunMechanismNames(t *testing.T) {
 	names := []string{
 		"dpsgd", "tree-online", "tree-full", "fft", "fft-opt", "mf-single", "mf-kb", "bandmf:4", "bandmf:auto",
 		"tree-full/s2", "fft/s2", "mf-single/s2", "bandmf:2/s2", "dpsgd/s2",
-		"sqrt", "toeplitz:4", "blt:2", "bisr:3",
-		"bandmf:auto/s2", "sqrt/s2", "blt:2/s2", "blt:40", "tree", "DPSGD", "bandmf", "bandmf:0", "fft/s0", "toeplitz", "nope",
+		"sqrt", "toeplitz:4", "blt:2", "bisr:3", "bsr:4",
+		"bsr", "bsr:0", "bsr:4/s2", "bandmf:auto/s2", "sqrt/s2", "blt:2/s2", "blt:40", "tree", "DPSGD", "bandmf", "bandmf:0", "fft/s0", "toeplitz", "nope",
 	}
 	for _, name := range names {
 		_, perr := privacy.ParseMechanism(name)

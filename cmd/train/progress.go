@@ -20,45 +20,6 @@ func terminal(w io.Writer) io.Writer {
 	return nil
 }
 
-// buildBar draws the building of a factorization (train.BuildDisplay) as
-// a progress bar of unknown length on a terminal.
-type buildBar struct {
-	w   io.Writer
-	bar *progressbar.ProgressBar
-}
-
-// newBuildBar is a progress bar on w, or nil (progress lines instead)
-// when w is nil.
-func newBuildBar(w io.Writer) train.BuildDisplay {
-	if w == nil {
-		return nil
-	}
-	return &buildBar{w: w}
-}
-
-func (b *buildBar) Start(what string) {
-	b.bar = progressbar.NewOptions(-1,
-		progressbar.OptionSetWriter(b.w),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-	)
-}
-
-func (b *buildBar) Update(line string) {
-	if b.bar != nil {
-		b.bar.Describe(line)
-		b.bar.Add(1)
-	}
-}
-
-func (b *buildBar) Done() {
-	if b.bar != nil {
-		b.bar.Finish()
-		b.bar = nil
-	}
-}
-
 // trainingBar draws the training steps as a progress bar on a terminal
 // (schollz/progressbar handles terminal width, rate and ETA), fed by the
 // run's OnStep and OnEval callbacks.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -52,7 +51,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
-	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", mfnoise.MechanismNames)
+	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", privacy.MechanismNames())
 	fs.StringVar(&r.workload, "workload", "optimizer", "factorize the optimizer's own momentum/cooldown workload (optimizer) or prefix sums (prefix)")
 	fs.StringVar(&r.sampling, "sampling", "", "poisson, band-poisson, fixed-order or shuffle (default: by mechanism)")
 	fs.IntVar(&r.bands, "bands", 0, "partitions of band sampling (default: the mechanism's bands)")
@@ -187,10 +186,13 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
 	// Progress goes to standard error, terminal or not: the factorization
 	// building lines, and one line per evaluation; standard output keeps
-	// the results.
-	cfg.ProgressLog = stderr
+	// the results, the cached factorizations among them.
 	tty := terminal(stderr)
-	cfg.BuildDisplay = newBuildBar(tty)
+	bp := newBuildProgress(stderr, progressEvery, tty)
+	if bp != nil {
+		bp.cachedLog = log
+	}
+	ctx = bp.Attach(ctx)
 	curves := &runCurves{}
 	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
 	cfg.OnStep = func(sm train.StepMetrics) {

@@ -1,4 +1,4 @@
-package train
+package main
 
 import (
 	"context"
@@ -8,54 +8,49 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/schollz/progressbar/v3"
 )
 
-// BuildProgress reports the building of factorizations (an
-// mfnoise.BuildTrace) for "train run" and "train compare": a line when an
+// buildProgress reports the building of factorizations (an
+// mfnoise.BuildTrace, which train.Run and mfnoise.Compare find in their
+// context) for "train run" and "train compare": a line when an
 // optimizer starts, a progress line at most every Every with the iteration,
 // the gap and an estimate of the time left, and a line when it is done.
-// With a display (cmd/train's progress bar on a terminal) the progress goes
-// there instead of the progress lines. Factorizations read from the cache are
-// collected and reported once by Summary. A nil *BuildProgress does
-// nothing.
-type BuildProgress struct {
+// With a bar writer (a terminal) the progress goes to a progress bar there
+// instead of the progress lines. Factorizations read from the cache are
+// collected and reported once by Summary, or at once to cachedLog when it
+// is set. A nil *buildProgress does nothing.
+type buildProgress struct {
 	log      io.Writer
-	display  BuildDisplay
+	barW     io.Writer
 	every    time.Duration
-	shown    bool // the display shows a build under way
+	bar      *progressbar.ProgressBar
 	what     string
 	start    time.Time
 	last     time.Time
 	target   float64
 	firstGap float64
 	cached   []string
+	// cachedLog, when set, receives each cached factorization's line as it
+	// is read (train run: before the plan it feeds).
+	cachedLog io.Writer
 }
 
 // progressEvery is how often "train run" writes a progress line.
 const progressEvery = 5 * time.Second
 
-// BuildDisplay shows the building of a factorization as it goes (a
-// progress bar): Start when an optimizer starts, Update with each progress
-// line (iteration, loss, gap, time left), Done when it stops. Package
-// train draws nothing itself.
-type BuildDisplay interface {
-	Start(what string)
-	Update(line string)
-	Done()
-}
-
-// NewBuildProgress reports to log (nil: no reports) at most every every,
-// or, when display is not nil, sends the progress to display.
-func NewBuildProgress(log io.Writer, every time.Duration, display BuildDisplay) *BuildProgress {
+// newBuildProgress reports to log (nil: no reports) at most every every,
+// drawing a progress bar on bar when it is not nil.
+func newBuildProgress(log io.Writer, every time.Duration, bar io.Writer) *buildProgress {
 	if log == nil {
 		return nil
 	}
-	return &BuildProgress{log: log, display: display, every: every}
+	return &buildProgress{log: log, barW: bar, every: every}
 }
 
 // Attach returns ctx carrying the reporter to mfnoise.Build and
 // mfnoise.Compare.
-func (b *BuildProgress) Attach(ctx context.Context) context.Context {
+func (b *buildProgress) Attach(ctx context.Context) context.Context {
 	if b == nil {
 		return ctx
 	}
@@ -63,19 +58,24 @@ func (b *BuildProgress) Attach(ctx context.Context) context.Context {
 		Optimizing: b.optimizing,
 		Progress:   b.progress,
 		Optimized: func(kind string, n int, elapsed time.Duration) {
-			if b.shown {
-				b.display.Done()
-				b.shown = false
+			if b.bar != nil {
+				b.bar.Finish()
+				b.bar = nil
 			}
 			fmt.Fprintf(b.log, "factorization: %s optimized in %.1fs\n", b.what, elapsed.Seconds())
 		},
 		Cached: func(kind string, n int, path string) {
-			b.cached = append(b.cached, fmt.Sprintf("%s for n = %d from %s", kind, n, path))
+			line := fmt.Sprintf("%s for n = %d from %s", kind, n, path)
+			if b.cachedLog != nil {
+				fmt.Fprintf(b.cachedLog, "factorization: cached %s\n", line)
+				return
+			}
+			b.cached = append(b.cached, line)
 		},
 	})
 }
 
-func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
+func (b *buildProgress) optimizing(kind string, n int, gap float64) {
 	b.what = fmt.Sprintf("%s (n = %d)", kind, n)
 	// The first iteration is reported at once, then at most every b.every.
 	b.start, b.last, b.target, b.firstGap = time.Now(), time.Time{}, gap, 0
@@ -83,22 +83,26 @@ func (b *BuildProgress) optimizing(kind string, n int, gap float64) {
 	if gap == 0 {
 		stop = "stops when the loss stalls"
 	}
-	if b.display == nil {
+	if b.barW == nil {
 		stop += fmt.Sprintf("; progress every %v", b.every)
 	}
 	fmt.Fprintf(b.log, "factorization: building %s, %s\n", b.what, stop)
-	if b.display != nil {
-		b.display.Start("building " + b.what)
-		b.shown = true
+	if b.barW != nil {
+		b.bar = progressbar.NewOptions(-1,
+			progressbar.OptionSetWriter(b.barW),
+			progressbar.OptionSetDescription("building "+b.what),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
 	}
 }
 
-func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
+func (b *buildProgress) progress(p mfnoise.OptimizeProgress) {
 	if p.Gap > 0 && !math.IsInf(p.Gap, 0) && b.firstGap == 0 {
 		b.firstGap = p.Gap
 	}
 	now := time.Now()
-	if !b.shown && now.Sub(b.last) < b.every {
+	if b.bar == nil && now.Sub(b.last) < b.every {
 		return
 	}
 	b.last = now
@@ -114,8 +118,9 @@ func (b *BuildProgress) progress(p mfnoise.OptimizeProgress) {
 			line += fmt.Sprintf(", about %s left", left.Round(time.Second))
 		}
 	}
-	if b.shown {
-		b.display.Update("building " + b.what + ": " + line)
+	if b.bar != nil {
+		b.bar.Describe("building " + b.what + ": " + line)
+		b.bar.Add(1)
 		return
 	}
 	fmt.Fprintf(b.log, "factorization: building %s: %s, %s elapsed\n", b.what, line, elapsed.Round(time.Second))
@@ -136,7 +141,7 @@ func estimateLeft(elapsed time.Duration, first, now, target float64) (time.Durat
 }
 
 // Summary says, once, which factorizations came from the cache.
-func (b *BuildProgress) Summary(w io.Writer) {
+func (b *buildProgress) Summary(w io.Writer) {
 	if b == nil {
 		return
 	}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise"
+)
+
+// A factorization that must be optimized is announced on stderr; the next
+// run says, once, on stdout before the plan, that it used the cached one.
+// The Toeplitz optimizers (toeplitz:BANDS, blt:NBUF) report through the
+// same trace. (The reporter is the command's: train.Run reports through
+// the BuildTrace its context carries.)
+func TestBuildProgressAndCachedFactorizationAreReported(t *testing.T) {
+	for _, kind := range []string{"mf-single", "toeplitz:4"} {
+		cache := t.TempDir()
+		args := []string{"run", "-data", "embedded", "-train-examples", "600", "-batch", "50", "-steps", "12", "-model", "logistic",
+			"-mechanism", kind, "-momentum", "0.9", "-epsilon", "8", "-cache", cache, "-seed", "1", "-insecure-seed"}
+		code, out, stderr := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", kind, code, stderr)
+		}
+		if !strings.Contains(stderr, "factorization: building "+kind+" (n = 12)") ||
+			!strings.Contains(stderr, "factorization: building "+kind+" (n = 12): iteration 1 of at most") ||
+			strings.Contains(out+stderr, "cached") {
+			t.Fatalf("%s: cold run:\n%s\n%s", kind, out, stderr)
+		}
+		code, out, stderr = runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", kind, code, stderr)
+		}
+		line := "factorization: cached " + kind + " for n = 12 from " + cache
+		if n := strings.Count(out, line); n != 1 || strings.Contains(out+stderr, "building") || strings.Index(out, line) > strings.Index(out, "mechanism "+kind) {
+			t.Fatalf("%s: warm run should say once, before the plan, that the cached factorization is used (%d times):\n%s\n%s", kind, n, out, stderr)
+		}
+	}
+}
+
+func TestBuildProgressEstimate(t *testing.T) {
+	// The gap fell from 1e-1 to 1e-2 in 10 s: 1e-4 is two more decades,
+	// about 20 s.
+	left, ok := estimateLeft(10*time.Second, 1e-1, 1e-2, 1e-4)
+	if !ok || math.Abs(left.Seconds()-20) > 1e-6 {
+		t.Fatalf("estimate %v %v, want 20s", left, ok)
+	}
+	if _, ok := estimateLeft(time.Second, 1e-2, 1e-2, 1e-4); ok {
+		t.Fatal("an estimate without any progress")
+	}
+	var log bytes.Buffer
+	b := newBuildProgress(&log, progressEvery, nil)
+	b.every = 0
+	b.start, b.target = time.Now().Add(-10*time.Second), 1e-4
+	b.progress(mfnoiseProgress(1, 1e-1))
+	b.progress(mfnoiseProgress(2, 1e-2))
+	if !strings.Contains(log.String(), "iteration 2") || !strings.Contains(log.String(), "gap 0.01 (target 0.0001), about 20s left") {
+		t.Fatalf("progress lines:\n%s", log.String())
+	}
+}
+
+func mfnoiseProgress(iter int, gap float64) mfnoise.OptimizeProgress {
+	return mfnoise.OptimizeProgress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
+}

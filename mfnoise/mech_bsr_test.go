@@ -1,0 +1,102 @@
+package mfnoise
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+)
+
+// TestBandedSqrtMatchesDense: the banded square root's O(n) strategy has
+// the encoder it claims (the square root's first b coefficients, zero
+// below the band), and its sensitivity under every schema kind and its
+// loss agree with the dense factorization's (1e-12 relative); with b = n
+// it is the square root.
+func TestBandedSqrtMatchesDense(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{1, 7, 40} {
+		prefix, _ := PrefixSum(n)
+		mom, _ := MomentumWorkload(n, 0.9, ConstantSchedule(1))
+		sq, _ := SqrtToeplitz(n)
+		for _, b := range []int{1, 3, n} {
+			if b > n {
+				continue
+			}
+			m := BandedSqrt{Bands: b}
+			if st := m.Structure(); st.Bands != b || st.Independent || st.AutoBands {
+				t.Fatalf("%v: structure %+v", m, st)
+			}
+			for _, w := range []Workload{prefix, mom} {
+				schemas := []Schema{SingleParticipation()}
+				if n >= 4 {
+					kb, _ := KBParticipation((n+3)/4, 4)
+					ms, _ := MinSepParticipation((n+3)/4, 4)
+					schemas = append(schemas, kb, ms)
+				}
+				st, err := m.Build(ctx, w, SingleParticipation(), BuildOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := Dense(st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					for j := 0; j < n; j++ {
+						want := 0.0
+						if i >= j && i-j < b {
+							want = sq.Coef[i-j]
+						}
+						if got := f.Encoder.At(i, j); got != want {
+							t.Fatalf("%v: C[%d,%d] = %v, want %v", m, i, j, got, want)
+						}
+					}
+				}
+				for _, s := range schemas {
+					got, err := st.Sensitivity(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					dense, err := Sensitivity(f.Encoder, s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if relErr(got.Value, dense.Value) > 1e-12 || !got.Exact {
+						t.Fatalf("%v, n = %d, %v: sensitivity %+v, dense %+v", m, n, s, got, dense)
+					}
+					loss, err := dpcore.LossAt(st, got.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := f.LossAt(got.Value); relErr(loss, want) > 1e-12 {
+						t.Fatalf("%v, n = %d, %v: loss %v, dense %v", m, n, s, loss, want)
+					}
+				}
+			}
+		}
+		// b = n is the square root.
+		full, _ := BandedSqrt{Bands: n}.Build(ctx, prefix, SingleParticipation(), BuildOptions{})
+		root, _ := Sqrt{}.Build(ctx, prefix, SingleParticipation(), BuildOptions{})
+		a, _ := full.Sensitivity(SingleParticipation())
+		r, _ := root.Sensitivity(SingleParticipation())
+		la, _ := dpcore.LossAt(full, a.Value)
+		lr, _ := dpcore.LossAt(root, r.Value)
+		if a.Value != r.Value || relErr(la, lr) > 1e-12 {
+			t.Fatalf("bsr:%d %v %v, sqrt %v %v", n, a.Value, la, r.Value, lr)
+		}
+	}
+	w, _ := PrefixSum(8)
+	for _, b := range []int{0, 9} {
+		if _, err := (BandedSqrt{Bands: b}).Build(ctx, w, SingleParticipation(), BuildOptions{}); err == nil {
+			t.Fatalf("bsr:%d over 8 steps built", b)
+		}
+	}
+	// Compare ranks it from its coefficients: b - 1 stored rows and the
+	// output per coordinate, at n far above DenseStepLimit.
+	big, _ := PrefixSum(50_000)
+	rows, err := Compare(ctx, big, SingleParticipation(), []Mechanism{BandedSqrt{Bands: 16}}, BuildOptions{})
+	if err != nil || rows[0].Mechanism != "bsr:16" || rows[0].NoiseMemoryPerCoord != 16 || math.IsNaN(rows[0].Loss) {
+		t.Fatalf("compare: %+v %v", rows, err)
+	}
+}

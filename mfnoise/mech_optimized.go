@@ -1,0 +1,191 @@
+package mfnoise
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"gonum.org/v1/gonum/mat"
+)
+
+// The optimized dense families: their encoders come from an optimizer
+// (opt_*.go), kept in BuildOptions.Cache under a ProblemKey whose Kind is
+// the family's name ("mf-single", "mf-kb", "bandmf": the names cache
+// files were written with).
+
+// MFSingle is the optimal single-participation factorization (Denisov et
+// al. 2022; OptimizeSingle).
+type MFSingle struct{}
+
+func (MFSingle) String() string { return "mf-single" }
+
+// Structure: a dense encoder.
+func (MFSingle) Structure() Structure { return Structure{} }
+
+// Build optimizes for w.
+func (m MFSingle) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	return BuildDense(ctx, m, w, schema, opt)
+}
+
+// BuildBlock optimizes for w0 (through the cache).
+func (m MFSingle) BuildBlock(ctx context.Context, w0 Workload, _ Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	key := ProblemKey{Kind: "mf-single", Stamps: 1}
+	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		return OptimizeSingle(ctx, w, o)
+	})
+	return f, nil, err
+}
+
+// StampDecoder: the optimal decoder.
+func (MFSingle) StampDecoder() StampDecoder { return StampOptimal }
+
+// MFKB is the optimal factorization for the sampler's (k,b)-participation
+// (multi-epoch paper; OptimizeKB); only fixed-order epochs realize that
+// schema. Stamped, it is optimized for (ceil((n/S)/b), b) within a block.
+type MFKB struct{}
+
+func (MFKB) String() string { return "mf-kb" }
+
+// Structure: dense, for fixed-order epochs only.
+func (MFKB) Structure() Structure { return Structure{FixedOrderOnly: true} }
+
+// Build optimizes for w under the schema.
+func (m MFKB) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	return BuildDense(ctx, m, w, schema, opt)
+}
+
+// BuildBlock optimizes for w0 under the schema restricted to a block.
+func (m MFKB) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	key := ProblemKey{Kind: "mf-kb", Stamps: 1, Schema: schema}
+	if schema.Kind != Single {
+		k0 := (w0.N + schema.B - 1) / schema.B
+		key.Schema = Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
+	}
+	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		return OptimizeKB(ctx, w, key.Schema, o)
+	})
+	return f, nil, err
+}
+
+// StampDecoder: the optimal decoder.
+func (MFKB) StampDecoder() StampDecoder { return StampOptimal }
+
+// BandMF is banded matrix factorization with Bands bands (banded-MF;
+// OptimizeBanded), or with Auto, the band count the planner picks by
+// amplified accounting (banded-MF App. F.4; see AutoBanded for the count
+// it is built with by itself).
+type BandMF struct {
+	Bands int
+	Auto  bool
+}
+
+func (m BandMF) String() string {
+	if m.Auto {
+		return "bandmf:auto"
+	}
+	return "bandmf:" + strconv.Itoa(m.Bands)
+}
+
+// Structure: b-banded, or banded with the planner's count.
+func (m BandMF) Structure() Structure {
+	if m.Auto {
+		return Structure{AutoBands: true}
+	}
+	return Structure{Bands: m.Bands}
+}
+
+// WithBands is BandMF with b bands.
+func (BandMF) WithBands(b int) Mechanism { return BandMF{Bands: b} }
+
+// Build optimizes a banded encoder for w.
+func (m BandMF) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	return BuildDense(ctx, m, w, schema, opt)
+}
+
+// BuildBlock optimizes a banded encoder for w0.
+func (m BandMF) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	n0 := w0.N
+	bands := m.Bands
+	if m.Auto {
+		bands = n0
+		if schema.Kind != Single {
+			bands = min(schema.B, n0)
+		}
+	}
+	if bands < 1 || bands > n0 {
+		return nil, nil, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
+	}
+	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+		return OptimizeBanded(ctx, w, bands, o)
+	})
+	return f, nil, err
+}
+
+// StampDecoder: the optimal decoder.
+func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
+
+// NoiseCost: the band count, read off the encoder (b = max_i (i - first
+// nonzero column of row i) + 1 within a block).
+func (BandMF) NoiseCost(s dpcore.Strategy, stamps int) (float64, string) {
+	return bandedCost(s, stamps)
+}
+
+func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
+	n0, _ := blockDims(s, stamps)
+	c, _, err := s.Matrices()
+	if err != nil {
+		return float64(n0), "O(n d)"
+	}
+	lo, hi, _ := rowSpans(c)
+	bands := 1
+	for i := range lo {
+		if hi[i] > lo[i] {
+			bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
+		}
+	}
+	return float64(bands), "O(b d)"
+}
+
+// optimized runs an optimizer for workload w through opt.Cache (key with
+// w) and under the context's BuildTrace (reported as label).
+func optimized(ctx context.Context, name, label string, key ProblemKey, w Workload, opt BuildOptions,
+	run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)) (*Factorization, error) {
+	if opt.Optimize != nil {
+		key.Gap = opt.Optimize.Gap
+	}
+	key.Workload = w
+	tr := buildTraceFrom(ctx)
+	produce := func(ctx context.Context) (*Factorization, error) {
+		var res *OptimizeResult
+		err := tr.optimize(label, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+			var err error
+			res, err = run(ctx, w, withProgress(opt.Optimize, progress))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if res == nil || res.Factorization == nil {
+			return nil, fmt.Errorf("mfnoise: build %s: optimizer returned no factorization", name)
+		}
+		return res.Factorization, nil
+	}
+	var f *Factorization
+	var err error
+	if opt.Cache != nil {
+		var hit bool
+		f, hit, err = opt.Cache.GetOrBuild(ctx, key, produce)
+		if hit {
+			path, _ := opt.Cache.Path(key)
+			tr.cached(label, w.N, path)
+		}
+	} else {
+		f, err = produce(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: build %s: %w", name, err)
+	}
+	return f, nil
+}

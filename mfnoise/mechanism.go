@@ -1,0 +1,150 @@
+package mfnoise
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"gonum.org/v1/gonum/mat"
+)
+
+// Mechanism is a correlated-noise mechanism: a value that builds its
+// strategy A = B C for a workload (SPEC 5). Each family is a type of this
+// package (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt, BandedToeplitz,
+// BLT, BISR, Stamped); the planner (package privacy) reads only this
+// method set, and names exist only in privacy.ParseMechanism.
+type Mechanism interface {
+	// String is the canonical name, e.g. "bandmf:8/s2".
+	String() string
+	// Structure is what the privacy rules rely on, known without building.
+	Structure() Structure
+	// Build makes the strategy for workload w; schema is the participation
+	// the sampler realizes (optimizers read it; every other family only
+	// validates it against w.N).
+	Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error)
+}
+
+// Structure is the part of a mechanism the planner's rules read.
+type Structure struct {
+	// Independent says C = I: DP-SGD's independent noise. The encoder does
+	// not depend on the workload, so the planner factorizes prefix sums.
+	Independent bool
+	// Bands is b for an encoder that is square, lower triangular and
+	// b-banded (C[i,j] = 0 for i-j >= b; 1 for DP-SGD), 0 for a dense or
+	// tall one. Only a banded encoder can be accounted with amplification
+	// (banded-MF Thm 4), and only with at least b partitions.
+	Bands int
+	// AutoBands says the encoder is banded with a band count the planner
+	// chooses by amplified accounting (bandmf:auto, toeplitz:auto; the
+	// mechanism is an AutoBanded).
+	AutoBands bool
+	// FixedOrderOnly says the encoder was optimized for (k,b)-participation,
+	// which only fixed-order epochs realize.
+	FixedOrderOnly bool
+}
+
+// AutoBanded is a banded mechanism whose band count the planner chooses
+// (bandmf:auto, toeplitz:auto). Built by itself, it uses the most bands
+// the schema's sensitivity allows without overlap: min(b, n) under (k,b)
+// and min-sep, n under single participation.
+type AutoBanded interface {
+	Mechanism
+	// WithBands is the same family with b bands.
+	WithBands(b int) Mechanism
+}
+
+// Blocked is a mechanism with a dense block builder: it can be stamped
+// (Stamped) and is built densely by BuildDense.
+type Blocked interface {
+	Mechanism
+	// BuildBlock makes the dense factorization for the block workload w0
+	// (the whole workload when not stamped) and, when its structure gives
+	// one cheaply, the Gram matrix C^T C (else nil); schema is the whole
+	// run's participation.
+	BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error)
+	// StampDecoder is the decoder that suits the family when stamped.
+	StampDecoder() StampDecoder
+}
+
+// Coster is a mechanism that knows what streaming its noise costs (SPEC
+// 6); Compare costs every other one as a dense encoder.
+type Coster interface {
+	// NoiseCost is the number of d-vectors the noise source keeps per
+	// coordinate and the complexity class of one step, for strategy s
+	// built by the mechanism with the given number of stamps.
+	NoiseCost(s dpcore.Strategy, stamps int) (perCoord float64, stepTime string)
+}
+
+// BuildOptions configures building and Compare.
+type BuildOptions struct {
+	// Cache stores optimized factorizations so an expensive optimization
+	// runs once; nil means no caching. Closed forms are never cached: they
+	// build in well under a second at n = 2000.
+	Cache *Cache
+	// Optimize tunes the optimizers (mf-single, mf-kb, bandmf); nil means
+	// their defaults.
+	Optimize *OptimizeSettings
+}
+
+// BuildDense builds m's dense factorization: a Blocked mechanism's block
+// builder over the whole workload, any other's strategy made dense
+// (refused above DenseStepLimit).
+func BuildDense(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (*Factorization, error) {
+	if b, ok := m.(Blocked); ok {
+		f, _, err := buildBlocks(ctx, b, 1, m.String(), w, schema, opt)
+		return f, err
+	}
+	s, err := m.Build(ctx, w, schema, opt)
+	if err != nil {
+		return nil, err
+	}
+	return Dense(s)
+}
+
+// buildBlocks builds m densely over w in the given number of stamps
+// (1: not stamped), with the Gram matrix when the family gives one.
+func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	if err := checkDense("build "+name, w.N, denseMatrices); err != nil {
+		return nil, nil, err
+	}
+	if err := w.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := schema.Validate(w.N); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("mfnoise: build %s: %w", name, err)
+	}
+	if stamps < 1 || w.N%stamps != 0 {
+		return nil, nil, invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
+	}
+	block := func(w0 Workload) (*Factorization, *mat.SymDense, error) {
+		return m.BuildBlock(ctx, w0, schema, opt)
+	}
+	if stamps == 1 {
+		return block(w)
+	}
+	return stamp(w, stamps, block, m.StampDecoder())
+}
+
+// buildGram is the strategy of a Blocked mechanism built unstamped: its
+// dense factorization, carrying the Gram matrix its structure gives for
+// Compare's sensitivity.
+func buildGram(ctx context.Context, m Blocked, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	f, x, err := buildBlocks(ctx, m, 1, m.String(), w, schema, opt)
+	if err != nil {
+		return nil, err
+	}
+	return withGram(f, x), nil
+}
+
+// withGram returns f carrying the structured Gram matrix x (nil: none).
+func withGram(f *Factorization, x *mat.SymDense) *Factorization {
+	if x == nil || f == nil {
+		return f
+	}
+	g := *f
+	g.gram = x
+	return &g
+}
