@@ -28,23 +28,23 @@ type Options struct {
 // before long work whose result goes to path.
 func CheckWritable(path string) error {
 	if path == "" {
-		return errors.New("atomicfile: empty path")
+		return &PathError{Path: path, Err: errors.New("empty path")}
 	}
 	if st, err := os.Stat(path); err == nil {
 		if st.IsDir() {
-			return fmt.Errorf("atomicfile: %s is a directory", path)
+			return &PathError{Path: path, Err: fmt.Errorf("%s is a directory", path)}
 		}
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
-			return fmt.Errorf("atomicfile: %w", err)
+			return &PathError{Path: path, Err: err}
 		}
 		f.Close()
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("atomicfile: %w", err)
+		return &PathError{Path: path, Err: err}
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".check-*")
 	if err != nil {
-		return fmt.Errorf("atomicfile: cannot create files next to %s: %w", path, err)
+		return &PathError{Path: path, Err: fmt.Errorf("cannot create files next to %s: %w", path, err)}
 	}
 	tmp.Close()
 	os.Remove(tmp.Name())

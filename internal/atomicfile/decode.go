@@ -2,8 +2,6 @@ package atomicfile
 
 import (
 	"encoding/binary"
-	"fmt"
-	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -21,7 +19,7 @@ func Unmarshal(data []byte, v any) error {
 		return err
 	}
 	if err := msgpack.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("atomicfile: %w: %v", ErrCorrupt, err)
+		return corruptf("%v", err)
 	}
 	return nil
 }
@@ -39,7 +37,7 @@ func valueEnd(data []byte) (int, error) {
 	i, pending := 0, 1
 	for pending > 0 {
 		if i >= len(data) {
-			return 0, fmt.Errorf("atomicfile: %w: truncated MessagePack (%d values missing)", ErrCorrupt, pending)
+			return 0, corruptf("truncated MessagePack (%d values missing)", pending)
 		}
 		pending--
 		at, c := i, data[i]
@@ -47,7 +45,7 @@ func valueEnd(data []byte) (int, error) {
 		// size reads a big-endian length of w bytes at i.
 		size := func(w int) (int, error) {
 			if i+w > len(data) {
-				return 0, fmt.Errorf("atomicfile: %w: truncated MessagePack length at byte %d", ErrCorrupt, at)
+				return 0, corruptf("truncated MessagePack length at byte %d", at)
 			}
 			var n uint64
 			switch w {
@@ -77,7 +75,7 @@ func valueEnd(data []byte) (int, error) {
 		case c <= 0xbf:
 			skip, what = int(c&0x1f), "string"
 		case c == 0xc1:
-			return 0, fmt.Errorf("atomicfile: %w: invalid MessagePack byte 0xc1 at byte %d", ErrCorrupt, at)
+			return 0, corruptf("invalid MessagePack byte 0xc1 at byte %d", at)
 		case c >= 0xc4 && c <= 0xc6:
 			skip, err = size(1 << (c - 0xc4))
 			what = "byte string"
@@ -114,11 +112,11 @@ func valueEnd(data []byte) (int, error) {
 			what = "number"
 		}
 		if skip > len(data)-i {
-			return 0, fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d bytes, %d remain", ErrCorrupt, what, at, skip, len(data)-i)
+			return 0, corruptf("a %s at byte %d declares %d bytes, %d remain", what, at, skip, len(data)-i)
 		}
 		i += skip
 		if items > len(data)-i-pending {
-			return 0, fmt.Errorf("atomicfile: %w: a %s at byte %d declares %d values, %d bytes remain", ErrCorrupt, what, at, items, len(data)-i)
+			return 0, corruptf("a %s at byte %d declares %d values, %d bytes remain", what, at, items, len(data)-i)
 		}
 		pending += items
 	}
@@ -129,5 +127,8 @@ func valueEnd(data []byte) (int, error) {
 // "atomicfile: corrupt or foreign file: " lead, for callers that wrap it in
 // a corruption error of their own.
 func Reason(err error) string {
-	return strings.TrimPrefix(err.Error(), "atomicfile: "+ErrCorrupt.Error()+": ")
+	if ce, ok := err.(*CorruptError); ok {
+		return ce.Reason
+	}
+	return err.Error()
 }

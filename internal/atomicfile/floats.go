@@ -2,7 +2,6 @@ package atomicfile
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 	"unsafe"
 )
@@ -37,7 +36,7 @@ func AppendFloats[T Float](b []byte, x []T) []byte {
 func ReadFloats[T Float](dst []T, b []byte) ([]byte, error) {
 	size := FloatSize[T]()
 	if len(b)/size < len(dst) {
-		return nil, fmt.Errorf("atomicfile: %w: %d float values need %d bytes, %d remain", ErrCorrupt, len(dst), size*len(dst), len(b))
+		return nil, corruptf("%d float values need %d bytes, %d remain", len(dst), size*len(dst), len(b))
 	}
 	if size == 4 {
 		for i := range dst {
@@ -56,7 +55,7 @@ func ReadFloats[T Float](dst []T, b []byte) ([]byte, error) {
 func DecodeFloats[T Float](b []byte, n int) ([]T, error) {
 	// By division: size*n overflows for a corrupt n.
 	if size := FloatSize[T](); n < 0 || len(b)%size != 0 || len(b)/size != n {
-		return nil, fmt.Errorf("atomicfile: %w: %d bytes for %d float values of %d bytes", ErrCorrupt, len(b), n, FloatSize[T]())
+		return nil, corruptf("%d bytes for %d float values of %d bytes", len(b), n, FloatSize[T]())
 	}
 	x := make([]T, n)
 	_, err := ReadFloats(x, b)

@@ -56,7 +56,7 @@ func OpenVersions(blob []byte, magic string, oldest, newest int) ([]byte, error)
 		if oldest != newest {
 			reads = fmt.Sprintf("versions %d to %d", oldest, newest)
 		}
-		return nil, fmt.Errorf("atomicfile: %w: %s format version %d, this build reads %s", ErrCorrupt, magic, v, reads)
+		return nil, corruptf("%s format version %d, this build reads %s", magic, v, reads)
 	}
 	return payload, nil
 }
@@ -68,22 +68,22 @@ func OpenAny(blob []byte, magic string) ([]byte, int, error) {
 	var env envelope
 	end, err := valueEnd(blob)
 	if err != nil {
-		return nil, 0, fmt.Errorf("atomicfile: %w: truncated or not a %s file (%s)", ErrCorrupt, magic, Reason(err))
+		return nil, 0, corruptf("truncated or not a %s file (%s)", magic, Reason(err))
 	}
 	if end != len(blob) {
-		return nil, 0, fmt.Errorf("atomicfile: %w: not a %s file (%d bytes after the end of its envelope)", ErrCorrupt, magic, len(blob)-end)
+		return nil, 0, corruptf("not a %s file (%d bytes after the end of its envelope)", magic, len(blob)-end)
 	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, 0, fmt.Errorf("atomicfile: %w: truncated (%v)", ErrCorrupt, err)
+			return nil, 0, corruptf("truncated (%v)", err)
 		}
-		return nil, 0, fmt.Errorf("atomicfile: %w: not a %s file (%v)", ErrCorrupt, magic, err)
+		return nil, 0, corruptf("not a %s file (%v)", magic, err)
 	}
 	if env.Magic != magic {
-		return nil, 0, fmt.Errorf("atomicfile: %w: not a %s file (kind %q)", ErrCorrupt, magic, env.Magic)
+		return nil, 0, corruptf("not a %s file (kind %q)", magic, env.Magic)
 	}
 	if sum := sha256.Sum256(env.Payload); !bytes.Equal(sum[:], env.SHA256) {
-		return nil, 0, fmt.Errorf("atomicfile: %w: SHA-256 checksum mismatch", ErrCorrupt)
+		return nil, 0, corruptf("SHA-256 checksum mismatch")
 	}
 	return env.Payload, env.Version, nil
 }
@@ -96,7 +96,7 @@ func Unseal(r io.Reader, magic string, version int, limit int64) ([]byte, error)
 		return nil, fmt.Errorf("atomicfile: %w", err)
 	}
 	if int64(len(blob)) > limit {
-		return nil, fmt.Errorf("atomicfile: %w: larger than %d bytes", ErrCorrupt, limit)
+		return nil, corruptf("larger than %d bytes", limit)
 	}
 	return Open(blob, magic, version)
 }
