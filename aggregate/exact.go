@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	bolt "go.etcd.io/bbolt"
@@ -467,7 +468,7 @@ func (e *exactPath) load(tx *bolt.Tx, released int) error {
 // seededNoise returns theta_t's noise part for steps 1..t (data units), by
 // redrawing the rows from the seed: what the releases hold beyond the
 // decoded contributions.
-func (e *exactPath) seededNoise(seed []byte, t int) ([][]float64, error) {
+func (e *exactPath) seededNoise(seed *dpcore.Seed, t int) ([][]float64, error) {
 	src, err := noise.NewExactRows(e.m, e.dim, e.variance(), seed)
 	if err != nil {
 		return nil, err

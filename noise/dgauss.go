@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/big"
 	mrand "math/rand/v2"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // DiscreteGaussian samples the discrete Gaussian N_Z(0, sigma^2) on the
@@ -210,7 +212,7 @@ type ExactRows struct {
 // NewExactRows returns a stream of m rows of dimension d of N_Z(0, sigma2);
 // seed is nil for a key from crypto/rand (required for privacy) or 32
 // bytes for reproducible tests.
-func NewExactRows(m, d int, sigma2 *big.Rat, seed []byte) (*ExactRows, error) {
+func NewExactRows(m, d int, sigma2 *big.Rat, seed *dpcore.Seed) (*ExactRows, error) {
 	if m <= 0 || d <= 0 {
 		return nil, invalidf("exact rows: m = %d and d = %d must be positive", m, d)
 	}

@@ -107,9 +107,9 @@ const (
 // workers split them without changing the noise.
 type Options struct {
 	// Seed is nil for a seed from crypto/rand (the default, required for
-	// privacy) or exactly 32 bytes for reproducible experiments. With a
-	// fixed seed the noise is public knowledge to anyone who has the seed.
-	Seed []byte
+	// privacy), or a seed for reproducible experiments. With a fixed seed
+	// the noise is public knowledge to anyone who has the seed.
+	Seed *dpcore.Seed
 	// MemoryBudget bounds MemoryBytes; 0 means no limit. When the fastest
 	// method does not fit, a slower one that regenerates noise is chosen.
 	MemoryBudget int64

@@ -7,16 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
 func seed(b byte) sampler.Options {
-	s := make([]byte, 32)
+	var s dpcore.Seed
 	for i := range s {
 		s[i] = b + byte(i)
 	}
-	return sampler.Options{Seed: s}
+	return sampler.Options{Seed: &s}
 }
 
 func TestCheckCompatible(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // AuditMode names the adversary of an audit.
@@ -349,10 +350,10 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 
 // auditRand is a generator for canary choices: from the run's seed, or
 // crypto/rand.
-func auditRand(seed []byte) (*mrand.Rand, error) {
+func auditRand(seed *dpcore.Seed) (*mrand.Rand, error) {
 	var s [32]byte
 	if seed != nil {
-		copy(s[:], seed)
+		s = *seed
 	} else if _, err := rand.Read(s[:]); err != nil {
 		return nil, fmt.Errorf("train: audit: seeding: %w", err)
 	}

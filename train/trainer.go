@@ -283,7 +283,7 @@ func buildModel(cfg *Config) (models.Model, error) {
 // from crypto/rand when the run has none.
 func seed64(master []byte, label string) (uint64, error) {
 	if s := deriveSeed(master, label); s != nil {
-		return binary.LittleEndian.Uint64(s), nil
+		return binary.LittleEndian.Uint64(s[:]), nil
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
