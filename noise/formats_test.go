@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 // formatSources builds, with the given seed, the sources whose states the
@@ -16,32 +14,12 @@ import (
 // after 5 steps): those of TestStateFormatUnchanged whose decoders do not
 // depend on the machine's BLAS kernels.
 func formatSources(t *testing.T, seed byte) map[string]Source {
-	const n, d = 12, 40
-	opt := Options{Seed: testSeed(seed), Workers: 1}
-	out := map[string]Source{}
-	add := func(name string, s Source, err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[name] = s
-	}
-	for _, nf := range testFacts(t, n) {
-		name := nf.name + "/" + string(nf.f.Workload.Kind)
+	out := testSources(t, seed)
+	for name := range out {
 		if strings.HasPrefix(name, "tall-optimal") || name == "tree-honaker-online/momentum" {
-			continue
+			delete(out, name)
 		}
-		s, err := New(nf.f, d, opt)
-		add(name, s, err)
 	}
-	sq, _ := mfnoise.SqrtToeplitz(n)
-	s, err := NewToeplitz(sq, d, opt)
-	add("sqrt", s, err)
-	blt, _ := mfnoise.NewBLT("blt:2", n, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
-	s, err = NewToeplitz(blt, d, opt)
-	add("blt:2", s, err)
-	bisr, _ := mfnoise.BandedInverseSqrt(n, 3)
-	s, err = NewToeplitz(bisr, d, opt)
-	add("bisr:3", s, err)
 	return out
 }
 

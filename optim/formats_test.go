@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// formatGrads is the gradient stream of the optimizer state files in
-// testdata/formats: d = 17, n = 24, the state saved after step 9.
+// formatGrads is the gradient stream of TestResumeBitIdentical and of the
+// optimizer state files in testdata/formats: d = 17, n = 24 (the state
+// saved after step 9).
 func formatGrads() (grads [][]float32, th0 []float32) {
 	const d, n = 17, 24
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -50,23 +51,31 @@ func TestFormatState3258d09(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			b := zeroLike(ref)
-			if err := b.UnmarshalBinary(blob); err != nil {
-				t.Fatal(err)
-			}
-			if b.StepIndex() != cut {
-				t.Fatalf("restored step %d, want %d", b.StepIndex(), cut)
-			}
-			for i := cut; i < n; i++ {
-				if err := b.Step(pa, grads[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for k := range pr {
-				if math.Float32bits(pa[k]) != math.Float32bits(pr[k]) {
-					t.Fatalf("param %d after restoring the file = %v, uninterrupted run %v", k, pa[k], pr[k])
-				}
-			}
+			resumeFrom(t, zeroLike(ref), blob, pa, pr, grads, cut)
 		})
 	}
+}
+
+// resumeFrom restores the state blob (saved after step cut) into b, runs
+// the remaining steps on pa (the parameters at cut) and requires them
+// bit-identical to pr, the uninterrupted run's; it returns b.
+func resumeFrom(t *testing.T, b Optimizer, blob []byte, pa, pr []float32, grads [][]float32, cut int) Optimizer {
+	t.Helper()
+	if err := b.UnmarshalBinary(blob); err != nil {
+		t.Fatal(err)
+	}
+	if b.StepIndex() != cut {
+		t.Fatalf("restored step %d, want %d", b.StepIndex(), cut)
+	}
+	for i := cut; i < len(grads); i++ {
+		if err := b.Step(pa, grads[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range pr {
+		if math.Float32bits(pa[k]) != math.Float32bits(pr[k]) {
+			t.Fatalf("param %d after the restore = %v, uninterrupted run %v", k, pa[k], pr[k])
+		}
+	}
+	return b
 }

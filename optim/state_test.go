@@ -3,7 +3,6 @@ package optim
 import (
 	"errors"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -45,18 +44,7 @@ func zeroLike(o Optimizer) Optimizer {
 
 func TestResumeBitIdentical(t *testing.T) {
 	const d, n, cut = 17, 24, 9
-	rng := rand.New(rand.NewPCG(5, 6))
-	grads := make([][]float32, n)
-	for i := range grads {
-		grads[i] = make([]float32, d)
-		for k := range grads[i] {
-			grads[i][k] = float32(rng.NormFloat64())
-		}
-	}
-	th0 := make([]float32, d)
-	for k := range th0 {
-		th0[k] = float32(rng.NormFloat64())
-	}
+	grads, th0 := formatGrads()
 	for name, mk := range newTestOptimizers(t, d, n) {
 		t.Run(name, func(t *testing.T) {
 			ref := mk()
@@ -77,23 +65,7 @@ func TestResumeBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := zeroLike(a)
-			if err := b.UnmarshalBinary(blob); err != nil {
-				t.Fatal(err)
-			}
-			if b.StepIndex() != cut {
-				t.Fatalf("restored step %d, want %d", b.StepIndex(), cut)
-			}
-			for i := cut; i < n; i++ {
-				if err := b.Step(pa, grads[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for k := range pr {
-				if math.Float32bits(pa[k]) != math.Float32bits(pr[k]) {
-					t.Fatalf("param %d after resume = %v, uninterrupted run %v", k, pa[k], pr[k])
-				}
-			}
+			b := resumeFrom(t, zeroLike(a), blob, pa, pr, grads, cut)
 			// The restored optimizer reports the same workload.
 			w1, e1 := ref.Workload(n)
 			w2, e2 := b.Workload(n)
