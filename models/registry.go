@@ -36,10 +36,40 @@ const (
 	wrnGroups = 16
 )
 
+// architectures is the registry: one entry per name, in the order the
+// usage gives them. build makes the model; params, for the dense models,
+// counts its parameters for an input of in features (nil: fixed size).
+var architectures = []struct {
+	name   string
+	build  func(n Named, input [3]int, classes int, seed uint64) (Model, error)
+	params func(n Named, in, classes float64) float64
+}{
+	{"logistic", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewLogistic(input, classes, seed)
+	}, func(_ Named, in, classes float64) float64 { return denseParams(in, nil, classes) }},
+	{"mlp", func(n Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewMLP(input, n.hidden(), classes, nn.Tanh, seed)
+	}, func(n Named, in, classes float64) float64 { return denseParams(in, n.hidden(), classes) }},
+	{"cnn", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewCIFARCNN(input, classes, seed)
+	}, nil},
+	{"wrn16-4", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewWRN16x4(input, classes, wrnGroups, seed)
+	}, nil},
+	{"tabular", buildTabular, tabularParams},
+	{"scatternet", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewScatterNet(input, classes, ScatterNetGroups, seed)
+	}, nil},
+}
+
 // Names lists the model names Named knows, in the order the usage gives
 // them.
 func Names() []string {
-	return []string{"logistic", "mlp", "cnn", "wrn16-4", "tabular", "scatternet"}
+	names := make([]string, len(architectures))
+	for i, a := range architectures {
+		names[i] = a.name
+	}
+	return names
 }
 
 // hidden is n.Hidden or the default of n's architecture.
@@ -64,22 +94,10 @@ func (n Named) embeddingDim() int {
 // "scatternet", the shape of the scattering features) and classes,
 // initialized from seed.
 func (n Named) Build(input [3]int, classes int, seed uint64) (Model, error) {
-	switch n.Name {
-	case "scatternet":
-		return NewScatterNet(input, classes, ScatterNetGroups, seed)
-	case "logistic":
-		return NewLogistic(input, classes, seed)
-	case "mlp":
-		return NewMLP(input, n.hidden(), classes, nn.Tanh, seed)
-	case "cnn":
-		return NewCIFARCNN(input, classes, seed)
-	case "wrn16-4":
-		return NewWRN16x4(input, classes, wrnGroups, seed)
-	case "tabular":
-		if len(n.Categorical) == 0 || len(n.Categorical) > input[0] {
-			return nil, dpcore.Invalidf("models: model tabular: %d categorical columns of %d features (want at least one)", len(n.Categorical), input[0])
+	for _, a := range architectures {
+		if a.name == n.Name {
+			return a.build(n, input, classes, seed)
 		}
-		return NewTabular(input[0]-len(n.Categorical), n.Categorical, n.embeddingDim(), n.hidden(), classes, seed)
 	}
 	names := Names()
 	return nil, dpcore.Invalidf("models: model %q: want %s or %s", n.Name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
@@ -93,23 +111,33 @@ func Known(name string) bool { return slices.Contains(Names(), name) }
 // so that absurd hidden sizes cannot overflow; the other models have
 // fixed sizes and count 0 here.
 func (n Named) EstimateParams(inputSize, classes int) float64 {
-	in, k := float64(inputSize), float64(classes)
-	switch n.Name {
-	case "logistic":
-		return denseParams(in, nil, k)
-	case "mlp":
-		return denseParams(in, n.hidden(), k)
-	case "tabular":
-		dim := float64(n.embeddingDim())
-		emb := 0.0
-		for _, v := range n.Categorical {
-			emb += float64(v) * dim
+	for _, a := range architectures {
+		if a.name == n.Name && a.params != nil {
+			return a.params(n, float64(inputSize), float64(classes))
 		}
-		// Each categorical column is replaced by its embedding.
-		in += float64(len(n.Categorical)) * (dim - 1)
-		return emb + denseParams(in, n.hidden(), k)
 	}
 	return 0
+}
+
+// buildTabular is "tabular": the last len(n.Categorical) input features
+// are categorical ids, embedded.
+func buildTabular(n Named, input [3]int, classes int, seed uint64) (Model, error) {
+	if len(n.Categorical) == 0 || len(n.Categorical) > input[0] {
+		return nil, dpcore.Invalidf("models: model tabular: %d categorical columns of %d features (want at least one)", len(n.Categorical), input[0])
+	}
+	return NewTabular(input[0]-len(n.Categorical), n.Categorical, n.embeddingDim(), n.hidden(), classes, seed)
+}
+
+// tabularParams counts "tabular"'s parameters: each categorical column is
+// replaced by its embedding, and the tables count too.
+func tabularParams(n Named, in, classes float64) float64 {
+	dim := float64(n.embeddingDim())
+	emb := 0.0
+	for _, v := range n.Categorical {
+		emb += float64(v) * dim
+	}
+	in += float64(len(n.Categorical)) * (dim - 1)
+	return emb + denseParams(in, n.hidden(), classes)
 }
 
 func denseParams(in float64, hidden []int, classes float64) float64 {
