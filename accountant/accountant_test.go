@@ -6,6 +6,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Banded-MF paper (Choquette-Choo et al. 2023), Table 4: single Gaussian
@@ -426,7 +428,7 @@ func TestCalibrateErrors(t *testing.T) {
 	if _, err := Calibrate(NewPLD(PLDOptions{}), ev, 1, 1e-16); !errors.Is(err, ErrInfeasible) {
 		t.Errorf("delta below tail mass: err = %v, want ErrInfeasible", err)
 	}
-	if _, err := Calibrate(NewRDP(nil), ev, 0, 1e-6); !errors.Is(err, ErrInvalid) {
+	if _, err := Calibrate(NewRDP(nil), ev, 0, 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("eps 0: err = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -435,7 +437,7 @@ func TestCalibrateErrors(t *testing.T) {
 		t.Errorf("cancelled: err = %v", err)
 	}
 	bad := func(s float64) (Event, error) { return BandMFEvent(s, 100, 50, 10, 10) }
-	if _, err := Calibrate(NewRDP(nil), bad, 1, 1e-6); !errors.Is(err, ErrInvalid) {
+	if _, err := Calibrate(NewRDP(nil), bad, 1, 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("q > 1 event: err = %v", err)
 	}
 }
@@ -461,17 +463,17 @@ func TestValidation(t *testing.T) {
 	}
 	for _, acct := range accountants() {
 		for _, c := range invalid {
-			if _, err := acct.Epsilon(c.e, 1e-6); !errors.Is(err, ErrInvalid) {
-				t.Errorf("%s %s: err = %v, want ErrInvalid", acct.Name(), c.name, err)
+			if _, err := acct.Epsilon(c.e, 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
+				t.Errorf("%s %s: err = %v, want dpcore.ErrInvalid", acct.Name(), c.name, err)
 			}
 		}
 		for _, d := range []float64{0, 1, -1, nan} {
-			if _, err := acct.Epsilon(Gaussian(1), d); !errors.Is(err, ErrInvalid) {
+			if _, err := acct.Epsilon(Gaussian(1), d); !errors.Is(err, dpcore.ErrInvalid) {
 				t.Errorf("%s delta %v: err = %v", acct.Name(), d, err)
 			}
 		}
 		for _, eps := range []float64{0, -1, nan, inf} {
-			if _, err := acct.Delta(Gaussian(1), eps); !errors.Is(err, ErrInvalid) {
+			if _, err := acct.Delta(Gaussian(1), eps); !errors.Is(err, dpcore.ErrInvalid) {
 				t.Errorf("%s eps %v: err = %v", acct.Name(), eps, err)
 			}
 		}
@@ -480,10 +482,10 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s: subsampled composition: err = %v, want ErrUnsupported", acct.Name(), err)
 		}
 	}
-	if _, err := NewRDP([]float64{0.5}).Epsilon(Gaussian(1), 1e-6); !errors.Is(err, ErrInvalid) {
+	if _, err := NewRDP([]float64{0.5}).Epsilon(Gaussian(1), 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("order 0.5: err = %v", err)
 	}
-	if _, err := NewPLD(PLDOptions{TailMass: 0.5}).Epsilon(Gaussian(1), 1e-6); !errors.Is(err, ErrInvalid) {
+	if _, err := NewPLD(PLDOptions{TailMass: 0.5}).Epsilon(Gaussian(1), 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("tail mass 0.5: err = %v", err)
 	}
 	for _, f := range []func() error{
@@ -498,8 +500,8 @@ func TestValidation(t *testing.T) {
 		func() error { _, err := BandMFEvent(1, 100, 11, 10, 10); return err },
 		func() error { _, err := ZCDPEpsilon(0, 1e-6); return err },
 	} {
-		if err := f(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("err = %v, want ErrInvalid", err)
+		if err := f(); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("err = %v, want dpcore.ErrInvalid", err)
 		}
 	}
 }
@@ -573,7 +575,7 @@ func TestSelectBands(t *testing.T) {
 	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{Bands: 200, Loss: 1}}); !errors.Is(err, ErrInfeasible) {
 		t.Errorf("no feasible candidate: err = %v", err)
 	}
-	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{Bands: 2, Loss: -1}}); !errors.Is(err, ErrInvalid) {
+	if _, err := SelectBands(NewRDP(nil), 8, 1e-6, 50000, 500, 2000, []BandCandidate{{Bands: 2, Loss: -1}}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("negative loss: err = %v", err)
 	}
 }
@@ -596,7 +598,7 @@ func TestEventJSONRoundTrip(t *testing.T) {
 	if string(data) != want {
 		t.Errorf("json = %s", data)
 	}
-	if _, err := UnmarshalEvent([]byte(`{"kind":"laplace"}`)); !errors.Is(err, ErrInvalid) {
+	if _, err := UnmarshalEvent([]byte(`{"kind":"laplace"}`)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown kind: err = %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Calibration is the result of Calibrate.
@@ -329,7 +331,7 @@ func SelectBands(acct Accountant, eps, delta float64, examples, batch, steps int
 		}
 		q, comps, err := bandParams(examples, batch, c.Bands, steps)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) || c.Bands <= 0 {
+			if !errors.Is(err, dpcore.ErrInvalid) || c.Bands <= 0 {
 				return BandSelection{}, fmt.Errorf("SelectBands: %w", err)
 			}
 			row.Err = err.Error()

@@ -7,11 +7,6 @@ import (
 )
 
 var (
-	// ErrInvalid reports an argument outside its domain (a non-positive or
-	// non-finite sigma, delta outside (0, 1), a sampling rate outside
-	// (0, 1], a non-positive count, ...). It is dpcore.ErrInvalid, the one
-	// bad-argument sentinel of the privacy stack.
-	ErrInvalid = dpcore.ErrInvalid
 	// ErrUnsupported reports an event an accountant cannot account for, such
 	// as Poisson subsampling of anything but a single Gaussian mechanism.
 	ErrUnsupported = errors.New("unsupported event")
@@ -21,7 +16,7 @@ var (
 )
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("accountant: "+format, args...)
+	return dpcore.Invalid("accountant", format, args...)
 }
 
 func checkSigma(sigma float64) error {

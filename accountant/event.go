@@ -10,7 +10,7 @@ import (
 // An Event describes a randomized mechanism to account for. Events are
 // built with Gaussian, PoissonSampled, SelfComposed and Composed; the set is
 // closed so that every accountant knows every kind. Constructors do not
-// validate: an invalid event is reported, with ErrInvalid, when it is
+// validate: an invalid event is reported, with dpcore.ErrInvalid, when it is
 // accounted for. Every Event marshals to JSON (see UnmarshalEvent) so that
 // a run's ledger records exactly what was accounted for.
 type Event interface {

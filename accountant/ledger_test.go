@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // A ledger entry states its adjacency once, as the caller gives it, and
@@ -27,8 +29,8 @@ func TestLedgerStatesOneAdjacencyAndNoGenerator(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewLedgerEntry(acct, e, 1e-5, "replace-one", nil); !errors.Is(err, ErrInvalid) {
-		t.Errorf("unknown adjacency: err = %v, want ErrInvalid", err)
+	if _, err := NewLedgerEntry(acct, e, 1e-5, "replace-one", nil); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("unknown adjacency: err = %v, want dpcore.ErrInvalid", err)
 	}
 }
 

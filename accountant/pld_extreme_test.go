@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // This file checks the PLD accountant far from the usual regime (issue
@@ -380,7 +382,7 @@ func TestPLDTinySigma(t *testing.T) {
 		}
 	}
 	// Errors keep their sentinel.
-	if _, err := pld.Epsilon(Gaussian(0), 1e-6); !errors.Is(err, ErrInvalid) {
+	if _, err := pld.Epsilon(Gaussian(0), 1e-6); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("sigma 0: %v", err)
 	}
 }

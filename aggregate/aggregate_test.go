@@ -11,9 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
@@ -47,7 +45,7 @@ func (s setup) config(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := Schema(s.k, s.b)
+	schema, err := privacy.Participation{K: s.k, B: s.b}.Schema()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +89,18 @@ func targetMatrix(w Workload, n int) *mat.Dense {
 
 // noiseCovariance is T A^-1 B B^T A^-T T^T: the covariance across steps of
 // one coordinate of release - true sum, per unit noise std.
-func noiseCovariance(t *testing.T, m *FactorizationMechanism, w Workload) *mat.SymDense {
-	f := m.Factorization()
-	a, err := f.Workload.Matrix()
+func noiseCovariance(t *testing.T, m Mechanism, w Workload) *mat.SymDense {
+	a, err := m.Workload().Matrix()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := f.N()
+	n := m.Strategy().Steps()
+	_, dec, err := m.Strategy().Matrices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var g mat.Dense // A^-1 B: the noise W = G Z
-	if err := g.Solve(a, f.Decoder); err != nil {
+	if err := g.Solve(a, dec); err != nil {
 		t.Fatal(err)
 	}
 	var tg mat.Dense
@@ -154,7 +155,7 @@ func TestReleaseCovariance(t *testing.T) {
 				}
 			}
 			std := a.Ledger().NoiseStd
-			want := noiseCovariance(t, cfg.Mechanism.(*FactorizationMechanism), c.workload)
+			want := noiseCovariance(t, cfg.Mechanism, c.workload)
 			want.ScaleSym(std*std, want)
 			worst := 0.0
 			for i := range n {
@@ -219,7 +220,7 @@ func TestReleaseExact(t *testing.T) {
 					}
 				}
 			}
-			src, err := cfg.Mechanism.NewNoise(dim, noise.Options{Seed: testSeed})
+			src, err := noise.New(cfg.Mechanism.Strategy(), dim, noise.Options{Seed: testSeed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,8 +380,9 @@ func TestBounding(t *testing.T) {
 	}
 }
 
-// TestBudget checks the ledger: epsilon spent grows with the prefix
-// sensitivity (DP-SGD under (2,4)-min-separation: sqrt(min(k, ceil(t/b)))),
+// TestBudget checks the ledger: epsilon spent is the planner's for the
+// same settings at every step (privacy.TestReleasePlanEpsilonSpent checks
+// it against the closed form of DP-SGD under (2,4)-min-separation), grows,
 // reaches the budget at the horizon, and the release after it is refused
 // with nothing changed.
 func TestBudget(t *testing.T) {
@@ -390,10 +392,7 @@ func TestBudget(t *testing.T) {
 	a := open(t, filepath.Join(t.TempDir(), "s.db"), cfg)
 	defer a.Close()
 	ctx := context.Background()
-	sigma, err := accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := samePlan(t, cfg)
 	if l := a.Ledger(); l.EpsilonSpent != 0 || l.Steps != 0 || !l.Covered {
 		t.Fatalf("fresh ledger %+v", l)
 	}
@@ -406,11 +405,11 @@ func TestBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := a.Ledger()
-		g := 1 << int(math.Ceil(math.Log2(float64(s))))
-		want, _ := accountant.DiscreteGaussianEpsilon(sigma*math.Sqrt2/math.Sqrt(min(2, math.Ceil(float64(g)/4))), cfg.Delta)
-		// 1e-7: the exact arithmetic's sensitivities carry a relative 1e-9
-		// of float64 slack and the encoder's rounding.
-		if math.Abs(l.EpsilonSpent-min(want, cfg.Epsilon)) > 1e-7 || l.EpsilonSpent < prev || l.Steps != s {
+		want, err := plan.EpsilonSpent(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.EpsilonSpent != want || l.EpsilonSpent < prev || l.Steps != s {
 			t.Fatalf("step %d: spent %v (prev %v), want %v", s, l.EpsilonSpent, prev, want)
 		}
 		prev = l.EpsilonSpent
@@ -528,8 +527,9 @@ func TestReopenStoresMechanism(t *testing.T) {
 	if err != nil || stored == nil {
 		t.Fatalf("StoredMechanism: %v, %v", stored, err)
 	}
-	orig := cfg.Mechanism.(*FactorizationMechanism).Factorization()
-	if stored.Name() != cfg.Mechanism.Name() || !mat.Equal(stored.Factorization().Encoder, orig.Encoder) || !mat.Equal(stored.Factorization().Decoder, orig.Decoder) {
+	origC, origB, _ := cfg.Mechanism.Strategy().Matrices()
+	gotC, gotB, err := stored.Strategy().Matrices()
+	if err != nil || stored.Name() != cfg.Mechanism.Name() || !mat.Equal(gotC, origC) || !mat.Equal(gotB, origB) || stored.Workload().String() != cfg.Mechanism.Workload().String() {
 		t.Fatalf("stored mechanism %s differs from %s", stored.Name(), cfg.Mechanism.Name())
 	}
 	if m, err := StoredMechanism(filepath.Join(dir, "none.db"), cfg.Mechanism.Schema()); m != nil || err != nil {
@@ -597,8 +597,8 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		cfg := good
 		mod(&cfg)
-		if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), cfg); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 	for _, s := range []string{"", "prefix:1", "momentum:1", "momentum", "window:0", "window:x", "sum"} {
@@ -612,8 +612,8 @@ func TestConfigErrors(t *testing.T) {
 // memory they would need, before anything is allocated.
 func TestSizeRefusals(t *testing.T) {
 	spec, _ := privacy.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(20000)
-	if _, err := BuildMechanism(context.Background(), spec, w, mfnoise.SingleParticipation()); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GiB") {
+	w, _ := dpcore.PrefixSum(20000)
+	if _, err := BuildMechanism(context.Background(), spec, w, dpcore.SingleParticipation()); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 		t.Errorf("horizon 20000: %v, want a refusal naming the GiB needed", err)
 	}
 	cfg := setup{mech: "bandmf:4", workload: Workload{Kind: PrefixSum}, n: 8, d: 1000, k: 1, b: 1}.config(t)
@@ -706,5 +706,85 @@ func TestExactReleaseDecodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// samePlan is the planner's plan for cfg, made apart from any aggregator:
+// the lattice of the exact arithmetic (a property of the mechanism and
+// the clip norm), and the request a caller would make.
+func samePlan(t *testing.T, cfg Config) *privacy.ReleasePlan {
+	t.Helper()
+	req := privacy.ReleaseRequest{Mechanism: cfg.Mechanism.Name(), Strategy: cfg.Mechanism.Strategy(),
+		Participation: privacy.Participation{K: cfg.K, B: cfg.B}, Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil}
+	if !cfg.floatNoise {
+		norm := cfg.Clip
+		if cfg.Count {
+			norm *= math.Sqrt2
+		}
+		c := cfg
+		c.NoiseMemory = DefaultNoiseMemory
+		e, err := newExactPath(c, cfg.Dim+map[bool]int{true: 1}[cfg.Count], norm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Lattice = e.lattice()
+	}
+	plan, err := privacy.PlanRelease(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// TestAggregatorAsksThePlanner: for the same settings, the aggregator's
+// noise multiplier, sensitivity, accounting, assumptions and epsilon spent
+// are the planner's (privacy.PlanRelease), on both arithmetics, and its
+// contributions are refused exactly when the planner's participation rule
+// refuses them (issue 29: the aggregator keeps no copy of the rules).
+func TestAggregatorAsksThePlanner(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range []setup{
+		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, n: 8, d: 3, k: 2, b: 3},
+		{mech: "dpsgd", workload: Workload{Kind: Window, Window: 2}, n: 8, d: 2, k: 1, b: 1, count: true, seed: testSeed},
+		{mech: "mf-single", workload: Workload{Kind: Momentum, Beta: 0.9}, n: 8, d: 2, k: 3, b: 2, float: true},
+	} {
+		cfg := s.config(t)
+		plan := samePlan(t, cfg)
+		a := open(t, filepath.Join(t.TempDir(), "a.db"), cfg)
+		claim := plan.Claim(cfg.Clip, a.norm)
+		joined := map[string][]int{}
+		for step := 1; step <= s.n; step++ {
+			for _, id := range []string{"u1", "u2", "u3"} {
+				if (step+len(id)+int(id[1]))%2 == 0 {
+					continue
+				}
+				_, err := a.Add(ctx, id, []float64{1, 0, 0}[:s.d])
+				want := plan.Admit(joined[id], step)
+				var rej *RejectError
+				switch {
+				case want == nil && err != nil, want != nil && (!errors.As(err, &rej) || rej.Detail != want.(*privacy.Refusal).Reason):
+					t.Fatalf("%s: %s at step %d: %v, the planner says %v", s.mech, id, step, err, want)
+				case want == nil:
+					joined[id] = append(joined[id], step)
+				}
+			}
+			if _, err := a.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := a.Ledger()
+			spent, err := plan.EpsilonSpent(ctx, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.NoiseMultiplier != plan.NoiseMultiplier || l.Sensitivity != plan.NoiseSensitivity || l.SensitivityMethod != string(plan.Sensitivity.Method) ||
+				l.EpsilonSpent != spent || l.EpsilonBudget != plan.Epsilon || l.Delta != plan.Delta || l.Horizon != plan.Horizon || l.Schema != plan.Schema.String() ||
+				l.Accountant != claim.Accountant || l.Arithmetic != claim.Arithmetic || l.Covered != claim.Covered || !slices.Equal(l.Assumptions, claim.Assumptions) {
+				t.Fatalf("%s step %d: ledger %+v, the planner's %+v, claim %+v, spent %v", s.mech, step, l, plan, claim, spent)
+			}
+		}
+		if l := a.Ledger(); l.Arithmetic != map[bool]string{true: "float", false: "exact"}[s.float] || l.Covered != (s.seed == nil) {
+			t.Errorf("%s: arithmetic %s, covered %v", s.mech, l.Arithmetic, l.Covered)
+		}
+		a.Close()
 	}
 }

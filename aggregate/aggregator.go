@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,10 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpmf-go/dpmf/accountant"
-	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -34,10 +31,9 @@ import (
 // state.
 type Aggregator struct {
 	cfg      Config
+	plan     *privacy.ReleasePlan
 	dim      int // D: Dim, plus the count coordinate
 	n        int // horizon
-	sens     dpcore.SensitivityResult
-	sigma    float64
 	noiseStd float64
 	norm     float64 // L2 bound of one record
 	db       *bolt.DB
@@ -51,9 +47,7 @@ type Aggregator struct {
 	mu   sync.RWMutex // guards snap
 	snap snapshot
 
-	sensMu     sync.Mutex // guards prefixSens
-	prefixSens map[int]float64
-	stopWarm   context.CancelFunc
+	stopWarm context.CancelFunc
 
 	// Owned by the writer goroutine.
 	noise        noise.Source // float path only
@@ -101,6 +95,10 @@ type opResult struct {
 // with a different configuration is refused (ErrStoreMismatch), and so is
 // a mechanism whose encoder differs from the one the stored noise state
 // was made with (an optimized mechanism must rebuild identically).
+//
+// The privacy rules are the planner's (privacy.PlanRelease): Open asks it
+// for the noise multiplier and the sensitivity, the aggregator enforces
+// its participation (ReleasePlan.Admit), and the ledger states its claim.
 func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -108,49 +106,11 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("aggregate: open: %w", err)
 	}
-	a := &Aggregator{
-		cfg:          cfg,
-		dim:          cfg.Dim,
-		n:            cfg.Mechanism.Workload().N,
-		sens:         cfg.Mechanism.Sensitivity(),
-		norm:         cfg.Clip,
-		maxBatch:     cfg.MaxBatch,
-		ops:          make(chan *op),
-		closing:      make(chan struct{}),
-		done:         make(chan struct{}),
-		contributors: map[string][]int{},
-		prefixSens:   map[int]float64{},
-	}
-	if cfg.Count {
-		a.dim++
-		a.norm *= math.Sqrt2
-	}
-	if a.maxBatch == 0 {
-		a.maxBatch = 4096
-	}
-	if a.cfg.NoiseMemory == 0 {
-		a.cfg.NoiseMemory = DefaultNoiseMemory
+	a := newAggregator(cfg)
+	if err := a.calibrate(); err != nil {
+		return nil, err
 	}
 	var err error
-	if cfg.floatNoise {
-		if a.sigma, err = accountant.GaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
-			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
-		}
-		a.noiseStd = a.sigma * a.norm * a.sens.Value
-		if a.noise, err = cfg.Mechanism.NewNoise(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
-			return nil, fmt.Errorf("aggregate: noise source: %w", err)
-		}
-		a.noiseBuf = make([]float32, a.dim)
-	} else {
-		if a.sigma, err = accountant.DiscreteGaussianSigma(cfg.Epsilon, cfg.Delta); err != nil {
-			return nil, fmt.Errorf("aggregate: calibrating the noise multiplier: %w", err)
-		}
-		if a.exact, err = newExactPath(a.cfg, a.dim, a.norm, a.sigma, a.sens.Value); err != nil {
-			return nil, err
-		}
-		a.noiseStd = a.exact.noiseStd()
-	}
-	a.state = make([]float64, a.dim)
 	if a.db, err = openBolt(path, &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType}); err != nil {
 		return nil, err
 	}
@@ -168,6 +128,70 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	go a.writer()
 	return a, nil
 }
+
+// newAggregator is the aggregator of cfg before its plan and store.
+func newAggregator(cfg Config) *Aggregator {
+	a := &Aggregator{
+		cfg:          cfg,
+		dim:          cfg.Dim,
+		n:            cfg.Mechanism.Strategy().Steps(),
+		norm:         cfg.Clip,
+		maxBatch:     cfg.MaxBatch,
+		ops:          make(chan *op),
+		closing:      make(chan struct{}),
+		done:         make(chan struct{}),
+		contributors: map[string][]int{},
+	}
+	if cfg.Count {
+		a.dim++
+		a.norm *= math.Sqrt2
+	}
+	if a.maxBatch == 0 {
+		a.maxBatch = 4096
+	}
+	if a.cfg.NoiseMemory == 0 {
+		a.cfg.NoiseMemory = DefaultNoiseMemory
+	}
+	a.state = make([]float64, a.dim)
+	return a
+}
+
+// calibrate asks the planner for the release's noise and sets up the noise
+// source: the exact path's lattice first (the planner accounts for its
+// rounding), or the float path's Gaussian noise (tests only).
+func (a *Aggregator) calibrate() error {
+	cfg := a.cfg
+	req := privacy.ReleaseRequest{
+		Mechanism: cfg.Mechanism.Name(), Strategy: cfg.Mechanism.Strategy(), Participation: cfg.participation(),
+		Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil,
+	}
+	var err error
+	if !cfg.floatNoise {
+		if a.exact, err = newExactPath(a.cfg, a.dim, a.norm); err != nil {
+			return err
+		}
+		req.Lattice = a.exact.lattice()
+	}
+	if a.plan, err = privacy.PlanRelease(req); err != nil {
+		return err
+	}
+	if a.exact != nil {
+		if err := a.exact.calibrate(a.plan, cfg.Seed); err != nil {
+			return err
+		}
+		a.noiseStd = a.exact.noiseStd()
+		return nil
+	}
+	a.noiseStd = a.plan.NoiseMultiplier * a.norm * a.plan.Sensitivity.Value
+	if a.noise, err = a.plan.NoiseSource(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
+		return fmt.Errorf("aggregate: noise source: %w", err)
+	}
+	a.noiseBuf = make([]float32, a.dim)
+	return nil
+}
+
+// Plan is the privacy plan the aggregator releases under.
+func (a *Aggregator) Plan() *privacy.ReleasePlan { return a.plan }
 
 // fingerprint is what the store remembers of the configuration.
 func (a *Aggregator) fingerprint() []byte {
@@ -188,97 +212,104 @@ func (a *Aggregator) fingerprint() []byte {
 	return b
 }
 
+// load creates the store's buckets and initial state if it is new, then
+// restores the aggregator from it.
 func (a *Aggregator) load() error {
 	fp := a.fingerprint()
-	err := a.db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketContributors, bucketReleases, bucketSteps, bucketEncoded} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		if meta.Get(keyConfig) != nil {
-			return nil
-		}
-		st, err := a.noiseState()
-		if err != nil {
-			return err
-		}
-		a.open = newOpen(0, a.dim, a.exact != nil)
-		if fm, ok := a.cfg.Mechanism.(*FactorizationMechanism); ok {
-			var buf bytes.Buffer
-			if err := mfnoise.SaveFactorization(&buf, fm.f); err != nil {
-				return err
-			}
-			if err := meta.Put(keyMech, seal(buf.Bytes())); err != nil {
-				return err
-			}
-			if err := meta.Put(keyMechName, seal([]byte(fm.name))); err != nil {
-				return err
-			}
-		}
-		for _, kv := range []struct{ k, v []byte }{
-			{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
-			{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},
-		} {
-			if err := meta.Put(kv.k, kv.v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.initStore(tx, fp) }); err != nil {
 		return fmt.Errorf("aggregate: initializing store: %w", err)
 	}
-	return a.db.View(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		stored, err := unseal("config", meta.Get(keyConfig))
+	return a.db.View(func(tx *bolt.Tx) error { return a.restore(tx, fp) })
+}
+
+// initStore creates the buckets and, in a new store, writes the
+// fingerprint fp, the mechanism, the noise state and the empty first step.
+func (a *Aggregator) initStore(tx *bolt.Tx, fp []byte) error {
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketContributors, bucketReleases, bucketSteps, bucketEncoded} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	if meta.Get(keyConfig) != nil {
+		return nil
+	}
+	st, err := a.noiseState()
+	if err != nil {
+		return err
+	}
+	a.open = newOpen(0, a.dim, a.exact != nil)
+	mb, err := privacy.EncodeStrategy(a.cfg.Mechanism.Strategy())
+	if err != nil {
+		return err
+	}
+	if err := meta.Put(keyMech, seal(mb)); err != nil {
+		return err
+	}
+	if err := meta.Put(keyMechName, seal([]byte(a.cfg.Mechanism.Name()))); err != nil {
+		return err
+	}
+	for _, kv := range []struct{ k, v []byte }{
+		{keyConfig, seal(fp)}, {keyNoise, seal(st)}, {keyOpen, a.open.encode()},
+		{keyState, encodeVec(a.state)}, {keyCounters, counters{}.encode()},
+	} {
+		if err := meta.Put(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restore reads the aggregator's state from the store, refusing a store
+// made with another configuration than fingerprint fp.
+func (a *Aggregator) restore(tx *bolt.Tx, fp []byte) error {
+	meta := tx.Bucket(bucketMeta)
+	stored, err := unseal("config", meta.Get(keyConfig))
+	if err != nil {
+		return err
+	}
+	if string(stored) != string(fp) {
+		return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
+	}
+	st, err := unseal("noise state", meta.Get(keyNoise))
+	if err != nil {
+		return err
+	}
+	if a.exact != nil {
+		err = a.exact.noise.UnmarshalBinary(st)
+	} else {
+		err = a.noise.UnmarshalBinary(st)
+	}
+	if err != nil {
+		return fmt.Errorf("aggregate: restoring noise state: %w", err)
+	}
+	if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim, a.exact != nil); err != nil {
+		return err
+	}
+	if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
+		return err
+	}
+	if a.cnt, err = decodeCounters(meta.Get(keyCounters)); err != nil {
+		return err
+	}
+	a.released = a.open.released
+	if a.exact != nil {
+		if err := a.exact.load(tx, a.released); err != nil {
+			return err
+		}
+	} else if a.noise.Step() != a.released {
+		return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
+	}
+	return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
+		s, err := decodeSteps(v)
 		if err != nil {
 			return err
 		}
-		if string(stored) != string(fp) {
-			return fmt.Errorf("aggregate: %w: %s", ErrStoreMismatch, fingerprintDiff(stored, fp))
-		}
-		st, err := unseal("noise state", meta.Get(keyNoise))
-		if err != nil {
-			return err
-		}
-		if a.exact != nil {
-			err = a.exact.noise.UnmarshalBinary(st)
-		} else {
-			err = a.noise.UnmarshalBinary(st)
-		}
-		if err != nil {
-			return fmt.Errorf("aggregate: restoring noise state: %w", err)
-		}
-		if a.open, err = decodeOpen(meta.Get(keyOpen), a.dim, a.exact != nil); err != nil {
-			return err
-		}
-		if err := decodeVec("workload state", meta.Get(keyState), a.state); err != nil {
-			return err
-		}
-		if a.cnt, err = decodeCounters(meta.Get(keyCounters)); err != nil {
-			return err
-		}
-		a.released = a.open.released
-		if a.exact != nil {
-			if err := a.exact.load(tx, a.released); err != nil {
-				return err
-			}
-		} else if a.noise.Step() != a.released {
-			return fmt.Errorf("aggregate: %w: noise state at step %d but %d releases made", errCorrupt, a.noise.Step(), a.released)
-		}
-		return tx.Bucket(bucketContributors).ForEach(func(k, v []byte) error {
-			s, err := decodeSteps(v)
-			if err != nil {
-				return err
-			}
-			a.contributors[string(k)] = s
-			return nil
-		})
+		a.contributors[string(k)] = s
+		return nil
 	})
 }
 
@@ -450,8 +481,10 @@ func (a *Aggregator) writer() {
 	}
 }
 
+// fail stops the aggregator after a storage failure: every later call
+// returns the *StoppedError.
 func (a *Aggregator) fail(err error) error {
-	a.failed = fmt.Errorf("aggregate: %w after a storage failure (reopen the store): %s", ErrClosed, strings.TrimPrefix(err.Error(), "aggregate: "))
+	a.failed = &StoppedError{Err: err}
 	return a.failed
 }
 
@@ -464,6 +497,29 @@ func (a *Aggregator) addBatch(batch []*op) {
 		}
 		return
 	}
+	results, updated, cnt := a.applyBatch(batch)
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.storeBatch(tx, updated, cnt) }); err != nil {
+		err = a.fail(err)
+		for _, o := range batch {
+			o.done <- opResult{err: err}
+		}
+		return
+	}
+	a.batches.Add(1)
+	maps.Copy(a.contributors, updated)
+	a.cnt = cnt
+	a.mu.Lock()
+	a.snap.cnt = cnt
+	a.mu.Unlock()
+	for i, o := range batch {
+		o.done <- results[i]
+	}
+}
+
+// applyBatch checks each contribution of the batch against the rules and
+// adds the admitted ones to the open step: their results, the
+// contributors' updated steps and the counters after the batch.
+func (a *Aggregator) applyBatch(batch []*op) ([]opResult, map[string][]int, counters) {
 	t := a.released + 1
 	results := make([]opResult, len(batch))
 	updated := map[string][]int{}
@@ -501,62 +557,64 @@ func (a *Aggregator) addBatch(batch []*op) {
 		}
 		results[i].step = t
 	}
-	err := a.db.Update(func(tx *bolt.Tx) error {
-		meta, cb := tx.Bucket(bucketMeta), tx.Bucket(bucketContributors)
-		if len(updated) > 0 {
-			if err := meta.Put(keyOpen, a.open.encode()); err != nil {
-				return err
-			}
-		}
-		if err := meta.Put(keyCounters, cnt.encode()); err != nil {
-			return err
-		}
-		for id, steps := range updated {
-			if err := cb.Put([]byte(id), encodeSteps(steps)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		err = a.fail(err)
-		for _, o := range batch {
-			o.done <- opResult{err: err}
-		}
-		return
-	}
-	a.batches.Add(1)
-	maps.Copy(a.contributors, updated)
-	a.cnt = cnt
-	a.mu.Lock()
-	a.snap.cnt = cnt
-	a.mu.Unlock()
-	for i, o := range batch {
-		o.done <- results[i]
-	}
+	return results, updated, cnt
 }
 
-// checkRules enforces the participation schema for a contribution to step t.
-func (a *Aggregator) checkRules(id string, t int, updated map[string][]int) *RejectError {
-	if t > a.n {
-		return &RejectError{Contributor: id, Reason: ErrBudgetExhausted, Detail: fmt.Sprintf("all %d releases of the horizon are made", a.n)}
+// storeBatch makes a batch durable in tx: the open step, the counters and
+// the contributors' steps.
+func (a *Aggregator) storeBatch(tx *bolt.Tx, updated map[string][]int, cnt counters) error {
+	meta, cb := tx.Bucket(bucketMeta), tx.Bucket(bucketContributors)
+	if len(updated) > 0 {
+		if err := meta.Put(keyOpen, a.open.encode()); err != nil {
+			return err
+		}
 	}
-	steps, ok := updated[id]
-	if !ok {
-		steps = a.contributors[id]
+	if err := meta.Put(keyCounters, cnt.encode()); err != nil {
+		return err
 	}
-	if len(steps) >= a.cfg.K {
-		return &RejectError{Contributor: id, Reason: ErrParticipationLimit, Detail: fmt.Sprintf("already joined %d steps (limit k = %d)", len(steps), a.cfg.K)}
-	}
-	if len(steps) > 0 {
-		if last := steps[len(steps)-1]; t-last < a.cfg.B {
-			return &RejectError{Contributor: id, Reason: ErrSeparation, Detail: fmt.Sprintf("joined step %d, step %d is %d steps later (need b = %d)", last, t, t-last, a.cfg.B)}
+	for id, steps := range updated {
+		if err := cb.Put([]byte(id), encodeSteps(steps)); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// commit closes the open step.
+// checkRules enforces the planner's participation rule for a contribution
+// to step t (privacy.ReleasePlan.Admit).
+func (a *Aggregator) checkRules(id string, t int, updated map[string][]int) *RejectError {
+	steps, ok := updated[id]
+	if !ok {
+		steps = a.contributors[id]
+	}
+	err := a.plan.Admit(steps, t)
+	if err == nil {
+		return nil
+	}
+	var r *privacy.Refusal
+	if !errors.As(err, &r) {
+		return &RejectError{Contributor: id, Reason: ErrRejected, Detail: err.Error()}
+	}
+	return &RejectError{Contributor: id, Reason: rejectReason(r.Rule), Detail: r.Reason}
+}
+
+// rejectReason is the reason a contribution refused by the planner's rule
+// is rejected for.
+func rejectReason(rule privacy.Rule) error {
+	switch rule {
+	case privacy.RuleHorizon:
+		return ErrBudgetExhausted
+	case privacy.RuleParticipationLimit:
+		return ErrParticipationLimit
+	case privacy.RuleSeparation:
+		return ErrSeparation
+	}
+	return ErrRejected
+}
+
+// commit closes the open step: it computes the release (exactly, or on
+// the float path), then makes the release, the noise state and the empty
+// next step durable in one transaction.
 func (a *Aggregator) commit() (*Release, error) {
 	if a.failed != nil {
 		return nil, a.failed
@@ -569,85 +627,21 @@ func (a *Aggregator) commit() (*Release, error) {
 	// sensitivity, which the calibration made <= the budget.
 	var rel []float64
 	var puts, dels []storedVec
+	var err error
 	if a.exact != nil {
-		theta, p, d, err := a.exact.commit(t, a.open.acci)
-		if err != nil {
-			return nil, a.fail(err)
-		}
-		puts, dels = p, d
-		// theta_t = (B Y)_t is the mechanism workload's value: the
-		// prefix sum, or for momentum sum_{i<=t} m_i (m_t = theta_t -
-		// theta_{t-1}); the window subtracts P_{t-W} below.
-		rel = slices.Clone(theta)
-		if a.cfg.Workload.Kind == Momentum {
-			for i := range rel {
-				rel[i] -= a.state[i]
-			}
-		}
-		copy(a.state, theta)
+		rel, puts, dels, err = a.releaseExact(t)
 	} else {
-		if err := a.noise.Next(a.noiseBuf); err != nil {
-			return nil, a.fail(err)
-		}
-		y := a.open.acc
-		for i, w := range a.noiseBuf {
-			y[i] += a.noiseStd * float64(w)
-		}
-		switch a.cfg.Workload.Kind {
-		case PrefixSum, Window:
-			for i, v := range y {
-				a.state[i] += v
-			}
-		case Momentum:
-			for i, v := range y {
-				a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
-			}
-		}
-		rel = slices.Clone(a.state)
+		rel, err = a.releaseFloat()
+	}
+	if err != nil {
+		return nil, a.fail(err)
 	}
 	noiseState, err := a.noiseState()
 	if err != nil {
 		return nil, a.fail(err)
 	}
 	open := newOpen(t, a.dim, a.exact != nil)
-	err = a.db.Update(func(tx *bolt.Tx) error {
-		meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
-		for _, p := range puts {
-			if err := tx.Bucket(p.bucket).Put(p.key, p.body); err != nil {
-				return err
-			}
-		}
-		for _, d := range dels {
-			if err := tx.Bucket(d.bucket).Delete(d.key); err != nil {
-				return err
-			}
-		}
-		if rb.Get(stepKey(t)) != nil {
-			return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
-		}
-		rec := appendFloats(nil, rel)
-		if a.cfg.Workload.Kind == Window {
-			if back := t - a.cfg.Workload.Window; back >= 1 {
-				old := make([]float64, 2*a.dim)
-				if err := decodeVec(fmt.Sprintf("release %d", back), rb.Get(stepKey(back)), old); err != nil {
-					return err
-				}
-				for i := range rel {
-					rel[i] -= old[a.dim+i]
-				}
-			}
-			rec = appendFloats(appendFloats(nil, rel), a.state)
-		}
-		for _, kv := range []struct{ k, v []byte }{
-			{keyNoise, seal(noiseState)}, {keyState, encodeVec(a.state)}, {keyOpen, open.encode()},
-		} {
-			if err := meta.Put(kv.k, kv.v); err != nil {
-				return err
-			}
-		}
-		return rb.Put(stepKey(t), seal(rec))
-	})
-	if err != nil {
+	if err := a.db.Update(func(tx *bolt.Tx) error { return a.storeRelease(tx, t, rel, noiseState, open, puts, dels) }); err != nil {
 		return nil, a.fail(err)
 	}
 	a.released, a.open = t, open
@@ -657,43 +651,95 @@ func (a *Aggregator) commit() (*Release, error) {
 	return a.newRelease(t, rel), nil
 }
 
-// epsAt is the epsilon spent by the first t releases: the Gaussian
-// mechanism's epsilon at noise multiplier sigma * sens / s_g, where s_g is
-// the prefix sensitivity at g = the smallest power of two >= t (or the
-// horizon), an upper bound on the sensitivity of the first t releases.
-func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
-	if t <= 0 {
-		return 0, nil
-	}
-	g := 1
-	for g < t {
-		g *= 2
-	}
-	g = min(g, a.n)
-	a.sensMu.Lock()
-	defer a.sensMu.Unlock()
-	s, ok := a.prefixSens[g]
-	if !ok {
-		var err error
-		if s, err = a.cfg.Mechanism.PrefixSensitivity(ctx, g); err != nil {
-			return 0, err
-		}
-		a.prefixSens[g] = s
-	}
-	if s <= 0 {
-		return 0, nil
-	}
-	var eps float64
-	var err error
-	if a.exact != nil {
-		eps, err = a.exact.exactEpsilon(a.sigma, s, a.cfg.K, a.cfg.Delta)
-	} else {
-		eps, err = accountant.GaussianEpsilon(a.sigma*a.sens.Value/s, a.cfg.Delta)
-	}
+// releaseExact computes release t from the exact encoded sums: theta_t =
+// (B Y)_t is the mechanism workload's value (the prefix sum, or for
+// momentum sum_{i<=t} m_i, m_t = theta_t - theta_{t-1}); the window's
+// difference is taken in storeRelease. puts and dels are the exact path's
+// step sums and encoded rows to store and drop.
+func (a *Aggregator) releaseExact(t int) (rel []float64, puts, dels []storedVec, err error) {
+	theta, puts, dels, err := a.exact.commit(t, a.open.acci)
 	if err != nil {
-		return 0, fmt.Errorf("aggregate: ledger: %w", err)
+		return nil, nil, nil, err
 	}
-	return min(eps, a.cfg.Epsilon), nil
+	rel = slices.Clone(theta)
+	if a.cfg.Workload.Kind == Momentum {
+		for i := range rel {
+			rel[i] -= a.state[i]
+		}
+	}
+	copy(a.state, theta)
+	return rel, puts, dels, nil
+}
+
+// releaseFloat computes the release on the float path (tests only): the
+// open step's sum plus its noise, accumulated into the workload's state.
+func (a *Aggregator) releaseFloat() ([]float64, error) {
+	if err := a.noise.Next(a.noiseBuf); err != nil {
+		return nil, err
+	}
+	y := a.open.acc
+	for i, w := range a.noiseBuf {
+		y[i] += a.noiseStd * float64(w)
+	}
+	switch a.cfg.Workload.Kind {
+	case PrefixSum, Window:
+		for i, v := range y {
+			a.state[i] += v
+		}
+	case Momentum:
+		for i, v := range y {
+			a.state[i] = a.cfg.Workload.Beta*a.state[i] + v
+		}
+	}
+	return slices.Clone(a.state), nil
+}
+
+// storeRelease writes release t in tx: the exact path's puts and dels,
+// the release (for a window, minus the prefix sum W steps back, which the
+// record keeps beside the release), the noise state, the workload's state
+// and the empty next step. rel becomes the released value.
+func (a *Aggregator) storeRelease(tx *bolt.Tx, t int, rel []float64, noiseState []byte, open openRecord, puts, dels []storedVec) error {
+	meta, rb := tx.Bucket(bucketMeta), tx.Bucket(bucketReleases)
+	for _, p := range puts {
+		if err := tx.Bucket(p.bucket).Put(p.key, p.body); err != nil {
+			return err
+		}
+	}
+	for _, d := range dels {
+		if err := tx.Bucket(d.bucket).Delete(d.key); err != nil {
+			return err
+		}
+	}
+	if rb.Get(stepKey(t)) != nil {
+		return fmt.Errorf("%w: release %d already stored", errCorrupt, t)
+	}
+	rec := appendFloats(nil, rel)
+	if a.cfg.Workload.Kind == Window {
+		if back := t - a.cfg.Workload.Window; back >= 1 {
+			old := make([]float64, 2*a.dim)
+			if err := decodeVec(fmt.Sprintf("release %d", back), rb.Get(stepKey(back)), old); err != nil {
+				return err
+			}
+			for i := range rel {
+				rel[i] -= old[a.dim+i]
+			}
+		}
+		rec = appendFloats(appendFloats(nil, rel), a.state)
+	}
+	for _, kv := range []struct{ k, v []byte }{
+		{keyNoise, seal(noiseState)}, {keyState, encodeVec(a.state)}, {keyOpen, open.encode()},
+	} {
+		if err := meta.Put(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	return rb.Put(stepKey(t), seal(rec))
+}
+
+// epsAt is the epsilon spent by the first t releases, the planner's
+// (privacy.ReleasePlan.EpsilonSpent).
+func (a *Aggregator) epsAt(ctx context.Context, t int) (float64, error) {
+	return a.plan.EpsilonSpent(ctx, t)
 }
 
 // warmLedger computes the prefix sensitivities of the grid from the

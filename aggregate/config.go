@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // WorkloadKind names what a release is: a function of the noisy per-step
@@ -76,16 +76,16 @@ func ParseWorkload(s string) (Workload, error) {
 	return Workload{}, invalidf("unknown workload %q (known: prefix, momentum:BETA, window:W)", s)
 }
 
-// MechanismWorkload is the mfnoise workload over n steps the mechanism must
+// MechanismWorkload is the workload over n steps the mechanism must
 // be built for.
-func (w Workload) MechanismWorkload(n int) (mfnoise.Workload, error) {
+func (w Workload) MechanismWorkload(n int) (dpcore.Workload, error) {
 	switch w.Kind {
 	case PrefixSum, Window:
-		return mfnoise.PrefixSum(n)
+		return dpcore.PrefixSum(n)
 	case Momentum:
-		return mfnoise.MomentumWorkload(n, w.Beta, mfnoise.ConstantSchedule(1))
+		return dpcore.MomentumWorkload(n, w.Beta, dpcore.ConstantSchedule(1))
 	}
-	return mfnoise.Workload{}, invalidf("unknown workload kind %d", int(w.Kind))
+	return dpcore.Workload{}, invalidf("unknown workload kind %d", int(w.Kind))
 }
 
 func (w Workload) validate(n int) error {
@@ -96,23 +96,6 @@ func (w Workload) validate(n int) error {
 		return invalidf("workload window %d, want >= 1", w.Window)
 	}
 	return nil
-}
-
-// Schema returns the participation schema of "at most k steps per
-// contributor, any two at least b apart": single participation for k = 1,
-// else (k,b)-min-separation.
-func Schema(k, b int) (mfnoise.Schema, error) {
-	if k < 1 || b < 1 {
-		return mfnoise.Schema{}, invalidf("participation k = %d, b = %d: both must be at least 1", k, b)
-	}
-	if k == 1 {
-		return mfnoise.SingleParticipation(), nil
-	}
-	s, err := mfnoise.MinSepParticipation(k, b)
-	if err != nil {
-		return mfnoise.Schema{}, fmt.Errorf("aggregate: %w", err)
-	}
-	return s, nil
 }
 
 // Config configures an Aggregator. The store remembers the fields that
@@ -172,7 +155,7 @@ const DefaultNoiseMemory = 1 << 30
 const noiseWorkers = 2
 
 func (c *Config) validate() error {
-	if c.Mechanism == nil {
+	if c.Mechanism == nil || c.Mechanism.Strategy() == nil {
 		return invalidf("no mechanism")
 	}
 	n := c.Mechanism.Workload().N
@@ -190,16 +173,10 @@ func (c *Config) validate() error {
 	if got.Kind != want.Kind || got.N != want.N || got.Momentum != want.Momentum {
 		return invalidf("mechanism %s is built for workload %s, want %s", c.Mechanism.Name(), got, want)
 	}
-	if !(c.Epsilon > 0) || math.IsInf(c.Epsilon, 0) {
-		return invalidf("epsilon %v, want a positive finite number", c.Epsilon)
-	}
-	if !(c.Delta > 0 && c.Delta < 1) {
-		return invalidf("delta %v, want in (0,1)", c.Delta)
-	}
 	if !(c.Clip > 0) || math.IsInf(c.Clip, 0) {
 		return invalidf("clip norm %v, want a positive finite number", c.Clip)
 	}
-	s, err := Schema(c.K, c.B)
+	s, err := c.participation().Schema()
 	if err != nil {
 		return err
 	}
@@ -211,6 +188,9 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// participation is the rule the aggregator enforces, the planner's.
+func (c *Config) participation() privacy.Participation { return privacy.Participation{K: c.K, B: c.B} }
 
 // maxDim bounds d: a release of 2^24 float64 is 128 MiB.
 const maxDim = 1 << 24

@@ -20,10 +20,13 @@
 // released floats decoded from those integers only, so that no
 // floating-point rounding reveals a contribution (Mironov's attack on
 // textbook float noise, which TestFloatingPointAttack runs). This needs
-// the mechanism's encoder and decoder (a FactorizationMechanism) and a
+// the mechanism's dense encoder and decoder (Strategy.Matrices) and a
 // causal decoder: tree-full, fft and fft-opt are refused.
 //
-// The noise mechanism is a value of the small Mechanism interface (its
-// workload, schema and sensitivity, plus the factorization the exact
-// release reads through a Factorization method).
+// The noise mechanism is a value of the small Mechanism interface: a
+// named dpcore.Strategy with the workload it decodes and the schema it was
+// built for. Every privacy rule is the planner's (privacy.PlanRelease): the
+// noise multiplier, the sensitivity under the enforced participation, the
+// participation rule each contribution obeys, the epsilon spent and the
+// ledger's claim. The aggregator computes and stores; it keeps no rule.
 package aggregate

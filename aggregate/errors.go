@@ -3,13 +3,15 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Errors callers branch on (errors.Is). Contribution rejections wrap
-// ErrRejected and one of the specific reasons.
+// ErrRejected and one of the specific reasons. A configuration that cannot
+// be used matches dpcore.ErrInvalid; one the planner refuses is also a
+// *privacy.Refusal.
 var (
-	// ErrInvalidConfig: the configuration cannot be used.
-	ErrInvalidConfig = errors.New("invalid configuration")
 	// ErrRejected is wrapped by every rejected contribution.
 	ErrRejected = errors.New("contribution rejected")
 	// ErrDimension: the vector does not have length Dim.
@@ -38,7 +40,7 @@ var (
 )
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("aggregate: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	return dpcore.Invalid("aggregate", format, args...)
 }
 
 // RejectError is the error of a rejected contribution.
@@ -55,3 +57,15 @@ func (e *RejectError) Error() string {
 
 // Unwrap returns ErrRejected and the reason.
 func (e *RejectError) Unwrap() []error { return []error{ErrRejected, e.Reason} }
+
+// StoppedError is the error of an aggregator stopped by a storage failure
+// Err (reopen the store to continue from its durable state). It matches
+// ErrClosed.
+type StoppedError struct{ Err error }
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("aggregate: %v after a storage failure (reopen the store): %v", ErrClosed, e.Err)
+}
+
+// Unwrap returns ErrClosed and the failure.
+func (e *StoppedError) Unwrap() []error { return []error{ErrClosed, e.Err} }

@@ -8,11 +8,11 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
+	"gonum.org/v1/gonum/mat"
 )
 
 // The exact release (docs/math.md, "Exact arithmetic of the release").
@@ -33,7 +33,7 @@ import (
 //     noise's exact sampler), where sigmaZ = sigma * sensQ * normGrid *
 //     2^encBits, sensQ >= sens(c~ / 2^encBits) and normGrid >= the
 //     record's norm on the grid: the discrete Gaussian mechanism on the
-//     integer-valued query c~ X~, accounted by accountant.DiscreteGaussian*;
+//     integer-valued query c~ X~, accounted by the planner (privacy.PlanRelease);
 //   - the release is computed from the exact Y_r only: theta_t = sum_r
 //     B[t,r] Y_r / (2^encBits * scale) in float64, then the workload's
 //     difference (momentum, window). Row r is computed at the step of its
@@ -84,27 +84,45 @@ type exactPath struct {
 	dim      int
 }
 
-// factored is what the exact path needs of a mechanism: its matrices.
-type factored interface {
-	Factorization() *mfnoise.Factorization
+// newExactPath lays the mechanism's encoder, decoder and the records of
+// norm at most norm on their integer grids. Its noise is set by calibrate,
+// once the planner has accounted for the rounding (lattice).
+func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
+	name := cfg.Mechanism.Name()
+	c, b, err := cfg.Mechanism.Strategy().Matrices()
+	if err != nil {
+		return nil, fmt.Errorf("aggregate: mechanism %s: %w", name, err)
+	}
+	m, _ := c.Dims()
+	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
+	if err := e.quantizeEncoder(c, name); err != nil {
+		return nil, err
+	}
+	if err := e.readDecoder(b, name); err != nil {
+		return nil, err
+	}
+	if peak := e.livePeak(); int64(peak)*int64(dim)*8 > cfg.NoiseMemory {
+		need := int64(peak) * int64(dim) * 8
+		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
+			name, peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
+	}
+	e.setGrid(cfg, norm)
+	return e, nil
 }
 
-func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exactPath, error) {
-	fm, ok := cfg.Mechanism.(factored)
-	if !ok {
-		return nil, invalidf("mechanism %s exposes no factorization: the exact release needs its encoder and decoder", cfg.Mechanism.Name())
-	}
-	f := fm.Factorization()
-	c, b := f.Encoder, f.Decoder
+// quantizeEncoder puts C on the coarsest scale 2^-encBits on which every
+// entry is an integer (0 for 0/1 encoders such as trees and DP-SGD),
+// unless that needs entries above 2^40: then it rounds to max|c~| < 2^40.
+// Each entry moves by at most maxErr (at most half a unit; 0 when C is on
+// the scale): the planner bounds the sensitivity of the rounded encoder
+// with it (privacy.ReleasePlan.NoiseSensitivity). Row r is computed at
+// the step of its last nonzero column.
+func (e *exactPath) quantizeEncoder(c *mat.Dense, name string) error {
 	m, n := c.Dims()
-	e := &exactPath{m: m, dim: dim, xs: map[int][]int64{}, ys: map[int][]float64{}}
 	maxC := maxAbsDense(c.RawMatrix().Data)
 	if !(maxC > 0) || math.IsInf(maxC, 0) {
-		return nil, invalidf("mechanism %s: encoder has no finite nonzero entry", cfg.Mechanism.Name())
+		return invalidf("mechanism %s: encoder has no finite nonzero entry", name)
 	}
-	// The coarsest scale 2^-encBits on which every entry of C is an
-	// integer (0 for 0/1 encoders such as trees and DP-SGD), unless that
-	// needs entries above 2^40: then round to max|c~| < 2^40.
 	_, exp := math.Frexp(maxC) // maxC < 2^exp
 	e.encBits = math.MinInt
 	for _, v := range c.RawMatrix().Data {
@@ -132,30 +150,43 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 		e.rowStep[r] = max(last, 1)
 		e.rowsAt[e.rowStep[r]-1] = append(e.rowsAt[e.rowStep[r]-1], r)
 	}
-	maxB := maxAbsDense(b.RawMatrix().Data)
-	e.dec = make([][]dentry, n)
-	e.yLast = make([]int, m)
-	for t := range n {
-		for r, v := range b.RawRowView(t) {
-			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
-				continue
-			}
-			if e.rowStep[r] > t+1 {
-				return nil, invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
-					cfg.Mechanism.Name(), t+1, r+1, e.rowStep[r])
-			}
-			e.dec[t] = append(e.dec[t], dentry{r, v})
-			e.yLast[r] = t + 1
-		}
-	}
+	e.maxErr = maxErr
 	e.xLast = make([]int, n)
 	for r, row := range e.enc {
 		for _, ce := range row {
 			e.xLast[ce.col] = max(e.xLast[ce.col], e.rowStep[r])
 		}
 	}
-	// Peak of the live step sums and encoded rows, each D values of 8
-	// bytes (16 on disk for Y).
+	return nil
+}
+
+// readDecoder keeps the decoder's structural nonzeros by row, refusing a
+// decoder that reads an encoder row before it is computed (not causal).
+func (e *exactPath) readDecoder(b *mat.Dense, name string) error {
+	n, _ := b.Dims()
+	maxB := maxAbsDense(b.RawMatrix().Data)
+	e.dec = make([][]dentry, n)
+	e.yLast = make([]int, e.m)
+	for t := range n {
+		for r, v := range b.RawRowView(t) {
+			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
+				continue
+			}
+			if e.rowStep[r] > t+1 {
+				return invalidf("mechanism %s: its decoder reads at step %d the encoder row %d, which depends on step %d: the exact release needs a causal mechanism (tree-online rather than tree-full; mf-single, bandmf or blt rather than fft or fft-opt)",
+					name, t+1, r+1, e.rowStep[r])
+			}
+			e.dec[t] = append(e.dec[t], dentry{r, v})
+			e.yLast[r] = t + 1
+		}
+	}
+	return nil
+}
+
+// livePeak is the peak number of live step sums and encoded rows, each D
+// values of 8 bytes (16 on disk for Y).
+func (e *exactPath) livePeak() int {
+	n := len(e.rowsAt)
 	live, peak := 0, 0
 	xEnd, yEnd := make([]int, n+2), make([]int, n+2)
 	for t := 1; t <= n; t++ {
@@ -168,32 +199,39 @@ func newExactPath(cfg Config, dim int, norm, sigma float64, sens float64) (*exac
 		peak = max(peak, live)
 		live -= xEnd[t] + yEnd[t]
 	}
-	if need := int64(peak) * int64(dim) * 8; need > cfg.NoiseMemory {
-		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
-			cfg.Mechanism.Name(), peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
-	}
+	return peak
+}
 
-	// The grid: rounding a coordinate moves it by at most 1/2 grid unit,
-	// so the norm grows by at most sqrt(Dim)/2 units, at most 2^-15 of the
-	// record norm's 2^gridBits units with this choice.
+// setGrid lays records of norm at most norm on the grid: rounding a
+// coordinate moves it by at most 1/2 grid unit, so the norm grows by at
+// most sqrt(Dim)/2 units, at most 2^-15 of the record norm's 2^gridBits
+// units with this choice.
+func (e *exactPath) setGrid(cfg Config, norm float64) {
 	e.gridBits = min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(cfg.Dim)))))+14))
 	e.scale = math.Ldexp(1/cfg.Clip, e.gridBits)
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
 	e.normGrid = math.Sqrt(float64(e.norm2Max)) * (1 + 0x1p-40)
-	// sens(c~/2^encBits) <= sens(C) + K sqrt(m) maxErr: each entry moved
-	// by at most maxErr (at most half a unit; 0 when C is on the scale),
-	// and at most K columns of records of norm <= 1 differ. 1e-9 covers
-	// the float64 evaluation of sens(C).
-	e.maxErr = maxErr
-	e.sensQ = sens*(1+1e-9) + float64(cfg.K)*math.Sqrt(float64(m))*maxErr
-	e.sigmaZ = sigma * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
 	e.unit = 1 / (math.Ldexp(1, e.encBits) * e.scale)
+}
+
+// lattice is the rounding of the exact path, for the planner.
+func (e *exactPath) lattice() *privacy.Lattice {
+	return &privacy.Lattice{EncoderBits: e.encBits, EncoderError: e.maxErr, GridBits: e.gridBits, NormGrid: e.normGrid}
+}
+
+// calibrate sets the noise of the exact path from the plan: the discrete
+// Gaussian's sigma_Z = sigma * sensQ * normGrid * 2^encBits on the integer
+// encoded sums, sensQ the plan's bound on the rounded encoder's
+// sensitivity.
+func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed *dpcore.Seed) error {
+	e.sensQ = plan.NoiseSensitivity
+	e.sigmaZ = plan.NoiseMultiplier * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
 	var err error
-	if e.noise, err = noise.NewExactRows(m, dim, e.variance(), cfg.Seed); err != nil {
-		return nil, fmt.Errorf("aggregate: exact noise: %w", err)
+	if e.noise, err = noise.NewExactRows(e.m, e.dim, e.variance(), seed); err != nil {
+		return fmt.Errorf("aggregate: exact noise: %w", err)
 	}
-	return e, nil
+	return nil
 }
 
 // variance is sigmaZ^2 as an exact rational.
@@ -371,7 +409,7 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 		y := make([]float64, e.dim)
 		for i := range sum {
 			if !sum[i].addBig(z[i]) {
-				return nil, nil, nil, fmt.Errorf("aggregate: encoded row %d coordinate %d exceeds 128 bits", r+1, i)
+				return nil, nil, nil, fmt.Errorf("encoded row %d coordinate %d exceeds 128 bits", r+1, i)
 			}
 			body = appendInt128(body, sum[i])
 			y[i] = int128Float(body[16*i:]) * e.unit
@@ -496,12 +534,4 @@ func (e *exactPath) seededNoise(seed *dpcore.Seed, t int) ([][]float64, error) {
 		}
 	}
 	return out, nil
-}
-
-// exactEpsilon is the epsilon of the exact path's releases at noise
-// multiplier sigma over a prefix whose encoder rows have sensitivity at
-// most s (float64 bound for C, turned into one for c~ as sensQ is).
-func (e *exactPath) exactEpsilon(sigma, s float64, k int, delta float64) (float64, error) {
-	sq := s*(1+1e-9) + float64(k)*math.Sqrt(float64(e.m))*e.maxErr
-	return accountant.DiscreteGaussianEpsilon(sigma*e.sensQ/math.Min(sq, e.sensQ), delta)
 }

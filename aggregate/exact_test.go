@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // TestInt128 checks the 128-bit arithmetic of the encoded sums against
@@ -60,8 +62,8 @@ func TestExactRefusesNonCausal(t *testing.T) {
 	for _, mech := range []string{"tree-full", "fft-opt"} {
 		cfg := setup{mech: mech, workload: Workload{Kind: PrefixSum}, n: 8, d: 2, k: 1, b: 1}.config(t)
 		_, err := Open(t.Context(), filepath.Join(t.TempDir(), "s.db"), cfg)
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "causal") {
-			t.Errorf("%s: %v, want ErrInvalidConfig naming a causal mechanism", mech, err)
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "causal") {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid naming a causal mechanism", mech, err)
 		}
 	}
 }

@@ -29,7 +29,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	schema, err := aggregate.Schema(k, b)
+	schema, err := privacy.Participation{K: k, B: b}.Schema()
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,10 +2,7 @@ package aggregate
 
 import (
 	"context"
-	"fmt"
 	"math"
-
-	"github.com/dpmf-go/dpmf/accountant"
 )
 
 // Ledger is the live privacy record of an aggregator.
@@ -60,62 +57,47 @@ type Ledger struct {
 	Assumptions []string `json:"assumptions"`
 }
 
-// Ledger returns the current ledger.
+// Ledger returns the current ledger: the counters, and the planner's
+// claim (privacy.ReleasePlan.Claim) with the epsilon spent so far.
 func (a *Aggregator) Ledger() Ledger {
 	a.mu.RLock()
 	s := a.snap
 	a.mu.RUnlock()
+	p := a.plan
 	spent, err := a.epsAt(context.Background(), s.released)
 	if err != nil {
 		// No prefix bound: charge the whole horizon's epsilon.
-		spent = a.cfg.Epsilon
+		spent = p.Epsilon
 	}
+	claim := p.Claim(a.cfg.Clip, a.norm)
 	l := Ledger{
 		EpsilonSpent:          spent,
-		EpsilonBudget:         a.cfg.Epsilon,
-		EpsilonRemaining:      max(0, a.cfg.Epsilon-spent),
-		Delta:                 a.cfg.Delta,
+		EpsilonBudget:         p.Epsilon,
+		EpsilonRemaining:      max(0, p.Epsilon-spent),
+		Delta:                 p.Delta,
 		Steps:                 s.released,
-		Horizon:               a.n,
+		Horizon:               p.Horizon,
 		ContributionsAccepted: s.cnt.accepted,
 		ContributionsRejected: s.cnt.rejected,
 		ContributionsClipped:  s.cnt.clipped,
-		Mechanism:             a.cfg.Mechanism.Name(),
+		Mechanism:             p.Mechanism,
 		Workload:              a.cfg.Workload.String(),
-		Schema:                a.cfg.Mechanism.Schema().String(),
+		Schema:                p.Schema.String(),
 		Clip:                  a.cfg.Clip,
 		RecordNorm:            a.norm,
-		Sensitivity:           a.sens.Value,
-		SensitivityMethod:     string(a.sens.Method),
-		SensitivityExact:      a.sens.Exact,
-		NoiseMultiplier:       a.sigma,
+		Sensitivity:           p.NoiseSensitivity,
+		SensitivityMethod:     string(p.Sensitivity.Method),
+		SensitivityExact:      p.Sensitivity.Exact,
+		NoiseMultiplier:       p.NoiseMultiplier,
 		NoiseStd:              a.noiseStd,
-		Accountant:            "gaussian-exact (Balle & Wang 2018): one Gaussian mechanism with sensitivity 1 at noise multiplier sigma",
-		Arithmetic:            "float",
-		Covered:               a.cfg.Seed == nil,
+		Accountant:            claim.Accountant,
+		Arithmetic:            claim.Arithmetic,
+		Covered:               claim.Covered,
+		Assumptions:           claim.Assumptions,
 	}
-	mechAssumption := fmt.Sprintf("unamplified accounting: one Gaussian mechanism with sensitivity %.6g (%s) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two", a.sens.Value, a.sens.Method, a.n)
 	if e := a.exact; e != nil {
-		l.Accountant = accountant.DiscreteGaussianAccounting
-		l.Arithmetic = "exact"
 		l.Grid = 1 / e.scale
 		l.EncoderGrid = math.Ldexp(1, -e.encBits)
-		l.Sensitivity = e.sensQ
-		mechAssumption = fmt.Sprintf("unamplified accounting: one multivariate discrete Gaussian mechanism on the integer encoded sums c~ X~ (encoder on a grid of 2^-%d, sensitivity %.6g >= that of the mechanism's encoder, %.6g (%s), plus the encoder's rounding; records on a grid of clip/2^%d with L2 norm at most %.6g grid units, enforced exactly) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two",
-			e.encBits, e.sensQ, a.sens.Value, a.sens.Method, e.gridBits, e.normGrid, a.n)
-	}
-	l.Assumptions = []string{
-		"adjacency: " + string(accountant.ZeroOut) + ": all contributions of one contributor id replaced by zero; the unit of privacy is one contributor id",
-		fmt.Sprintf("participation: each contributor id joins at most k = %d steps, any two at least b = %d apart (%s), enforced by the aggregator", a.cfg.K, a.cfg.B, l.Schema),
-		fmt.Sprintf("contributions clipped to L2 norm %g (record norm %g with the count coordinate)", a.cfg.Clip, a.norm),
-		mechAssumption,
-		"decoding and the workload (prefix, momentum-weighted or windowed sums, count, mean) are post-processing (Denisov et al. 2022, Thm 2.1)",
-		"contributions_accepted, contributions_rejected and contributions_clipped are exact operational counters, not covered by the guarantee",
-	}
-	if a.cfg.Seed != nil {
-		l.Assumptions = append(l.Assumptions, "noise: NOT private: a fixed seed was given (for tests only); anyone with the seed can remove the noise, so the releases are not covered by the guarantee")
-	} else {
-		l.Assumptions = append(l.Assumptions, accountant.AssumeNoise+" (seeded from crypto/rand)")
 	}
 	return l
 }

@@ -32,7 +32,7 @@ func openSmall(path string, noSync bool) (*aggregate.Aggregator, error) {
 	if err != nil {
 		return nil, err
 	}
-	schema, err := aggregate.Schema(2, 2)
+	schema, err := privacy.Participation{K: 2, B: 2}.Schema()
 	if err != nil {
 		return nil, err
 	}

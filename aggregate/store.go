@@ -26,7 +26,7 @@ import (
 //	meta/state         the workload state after step t (D float64: the
 //	                   noisy prefix sum, or the momentum sum)
 //	meta/counters      accepted, rejected, clipped (uint64 each)
-//	meta/mechanism     the factorization (mfnoise.SaveFactorization) and
+//	meta/mechanism     the mechanism (privacy.EncodeStrategy, the factorization file format) and
 //	meta/mechanism-name   its name, when the mechanism is one, so a restart
 //	                   reuses it instead of re-optimizing (StoredMechanism)
 //	contributors/<id>  the steps the contributor joined (uint32 each)

@@ -6,7 +6,7 @@ import (
 	mrand "math/rand/v2"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // BenchmarkIdealGaussian reports the lower bound (eps_lb, mean over 10
@@ -19,7 +19,7 @@ func BenchmarkIdealGaussian(b *testing.B) {
 	for _, eps := range []float64{2, 4, 8} {
 		for _, search := range []Search{Bonferroni, Uncorrected} {
 			b.Run(fmt.Sprintf("eps=%g/%v", eps, search), func(b *testing.B) {
-				sigma, err := accountant.GaussianSigma(eps, delta)
+				sigma, err := privacy.GaussianSigma(eps, delta)
 				if err != nil {
 					b.Fatal(err)
 				}

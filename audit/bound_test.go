@@ -6,6 +6,8 @@ import (
 	"math/big"
 	mrand "math/rand/v2"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // exactPMF is P[Binomial(r, 3/4) = k] as an exact rational.
@@ -176,8 +178,8 @@ func TestBoundRejectsBadInput(t *testing.T) {
 		func() error { _, err := FromScores(nil, nil, 0, 0.95, Bonferroni); return err },
 	}
 	for i, f := range bad {
-		if err := f(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("case %d: %v, want ErrInvalid", i, err)
+		if err := f(); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("case %d: %v, want dpcore.ErrInvalid", i, err)
 		}
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // A service releases a noisy sum of d-dimensional contributions every step,
@@ -23,9 +23,9 @@ func ExampleWhitebox() {
 		every                = 10 // each user joins steps 1, 11, 21, 31
 	)
 	// Claim: one Gaussian mechanism with sensitivity zeta*sqrt(4).
-	sigmaStep, _ := accountant.GaussianSigma(2, delta)
+	sigmaStep, _ := privacy.GaussianSigma(2, delta)
 	sigma := sigmaStep * math.Sqrt(steps/every)
-	claimed, _ := accountant.GaussianEpsilon(sigma/math.Sqrt(steps/every), delta)
+	claimed, _ := privacy.GaussianEpsilon(sigma/math.Sqrt(steps/every), delta)
 
 	run := func(noiseScale float64) audit.Result {
 		seed := sha256.Sum256([]byte("example"))

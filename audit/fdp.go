@@ -3,7 +3,7 @@ package audit
 import (
 	"math"
 
-	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -132,7 +132,7 @@ func GDPFromScores(scores []float64, in []bool, delta, confidence float64, searc
 		}
 	}
 	if res.MuLowerBound > 0 && delta > 0 {
-		eps, err := accountant.GaussianEpsilon(1/res.MuLowerBound, delta)
+		eps, err := privacy.GaussianEpsilon(1/res.MuLowerBound, delta)
 		if err != nil {
 			return res, err
 		}

@@ -5,7 +5,7 @@ import (
 	mrand "math/rand/v2"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // idealGame draws m canaries of an exactly mu-GDP mechanism observed
@@ -30,7 +30,7 @@ func idealGame(m int, mu float64, seed uint64) ([]float64, []bool) {
 // none because Bonferroni is conservative.
 func TestGDPAuditRejectsTheTrueMuRarely(t *testing.T) {
 	for _, eps := range []float64{1, 4, 8} {
-		sigma, err := accountant.GaussianSigma(eps, 1e-5)
+		sigma, err := privacy.GaussianSigma(eps, 1e-5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestGDPAuditRejectsTheTrueMuRarely(t *testing.T) {
 func TestGDPAuditIsTighterOnGaussianNoise(t *testing.T) {
 	prev := 0.0
 	for _, eps := range []float64{2, 4, 8} {
-		sigma, _ := accountant.GaussianSigma(eps, 1e-5)
+		sigma, _ := privacy.GaussianSigma(eps, 1e-5)
 		var gdp, sj float64
 		for s := range 10 {
 			scores, in := idealGame(1000, 1/sigma, uint64(100+s))

@@ -6,7 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
@@ -14,13 +13,13 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise.Factorization {
+func buildMech(t *testing.T, name string, n int, schema dpcore.Schema) *mfnoise.Factorization {
 	t.Helper()
 	spec, err := privacy.ParseMechanism(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := mfnoise.PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	f, err := mfnoise.BuildDense(context.Background(), spec, w, schema, mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +31,7 @@ func buildMech(t *testing.T, name string, n int, schema mfnoise.Schema) *mfnoise
 // precision computed from G G^T must be C^T C, the encoder's whitening.
 func TestPrecisionOfOptimalDecoderIsEncoderGram(t *testing.T) {
 	const n = 32
-	f := buildMech(t, "tree-full", n, mfnoise.SingleParticipation())
+	f := buildMech(t, "tree-full", n, dpcore.SingleParticipation())
 	p, err := precision(f, n)
 	if err != nil {
 		t.Fatal(err)
@@ -63,18 +62,18 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	t.Helper()
 	const n, k, b, delta = 64, 4, 16, 1e-5
 	m := a.canaries
-	schema, _ := mfnoise.KBParticipation(k, b)
+	schema, _ := dpcore.KBParticipation(k, b)
 	f := buildMech(t, mech, n, schema)
 	calib := schema
 	if a.singleSens {
-		calib = mfnoise.SingleParticipation()
+		calib = dpcore.SingleParticipation()
 	}
 	sens, err := mfnoise.Sensitivity(f.Encoder, calib)
 	if err != nil {
 		t.Fatal(err)
 	}
 	claimed = 2
-	sigma, err := accountant.GaussianSigma(claimed, delta)
+	sigma, err := privacy.GaussianSigma(claimed, delta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +153,7 @@ func TestAuditCatchesSensitivityForTheWrongParticipation(t *testing.T) {
 	for _, mech := range []string{"tree-online", "tree-full", "mf-single"} {
 		claimed, ok, okGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1})
 		_, bug, bugGDP := whiteboxTree(t, mech, treeAudit{canaries: 10000, noiseScale: 1, singleSens: true})
-		sigma, _ := accountant.GaussianSigma(claimed, 1e-5)
+		sigma, _ := privacy.GaussianSigma(claimed, 1e-5)
 		mu := 1 / sigma
 		t.Logf("%s: correct: eps >= %.3f, mu >= %.3f; single-participation sensitivity: eps >= %.3f, mu >= %.3f (claims eps %.2f, mu %.3f)",
 			mech, ok.EpsilonLowerBound, okGDP.MuLowerBound, bug.EpsilonLowerBound, bugGDP.MuLowerBound, claimed, mu)

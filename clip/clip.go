@@ -39,11 +39,6 @@ import (
 	"github.com/dpmf-go/dpmf/nn"
 )
 
-// ErrInvalid is matched by errors for invalid options or inputs. It is
-// nn.ErrInvalid (dpcore.ErrInvalid), so that the executor's own checks
-// match it too.
-var ErrInvalid = nn.ErrInvalid
-
 // ErrNonFiniteParams is returned (wrapped) when the model's parameters
 // contain NaN or Inf.
 var ErrNonFiniteParams = errors.New("non-finite model parameters")

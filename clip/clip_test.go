@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 	"gonum.org/v1/gonum/blas"
@@ -392,8 +393,8 @@ func TestErrors(t *testing.T) {
 		{PerLayer: []float64{1, -1}, MaxBatch: 2},
 		{Norm: 1, LInfZero: -1, MaxBatch: 2},
 	} {
-		if _, err := New(m, opt); !errors.Is(err, ErrInvalid) {
-			t.Errorf("New(%+v) error %v, want ErrInvalid", opt, err)
+		if _, err := New(m, opt); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("New(%+v) error %v, want dpcore.ErrInvalid", opt, err)
 		}
 	}
 	e, err := New(m, Options{Norm: 1, MaxBatch: 2})
@@ -413,14 +414,14 @@ func TestErrors(t *testing.T) {
 		{make([]float32, 12), []int{0, 1, 1}, dst},
 		{nil, nil, dst},
 	} {
-		if _, err := e.ClippedSum(c.x, c.y, c.dst); !errors.Is(err, ErrInvalid) {
-			t.Errorf("case %d: error %v, want ErrInvalid", i, err)
+		if _, err := e.ClippedSum(c.x, c.y, c.dst); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("case %d: error %v, want dpcore.ErrInvalid", i, err)
 		}
 	}
-	if _, _, err := e.Evaluate(make([]float32, 5), []int{0}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := e.Evaluate(make([]float32, 5), []int{0}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("Evaluate: error %v", err)
 	}
-	if _, err := e.Predict(make([]float32, 3)); !errors.Is(err, ErrInvalid) {
+	if _, err := e.Predict(make([]float32, 3)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("Predict: error %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -429,7 +430,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("EvaluateContext(cancelled): error %v", err)
 	}
 	nan := []float32{0, float32(math.NaN()), 0, 0}
-	if _, _, err := e.Evaluate(nan, []int{0}); !errors.Is(err, ErrInvalid) {
+	if _, _, err := e.Evaluate(nan, []int{0}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("Evaluate(NaN): error %v", err)
 	}
 	m.Params()[2] = float32(math.Inf(1))

@@ -8,16 +8,12 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is matched by every error caused by bad arguments. It is
-// dpcore.ErrInvalid, the one bad-argument sentinel of the module.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ErrFormat is wrapped by every error caused by a malformed file: wrong
 // magic, truncated or oversized data, labels out of range.
 var ErrFormat = errors.New("malformed dataset file")
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("data: "+format, args...)
+	return dpcore.Invalid("data", format, args...)
 }
 
 func formatf(format string, args ...any) error {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 func TestNewDatasetValidates(t *testing.T) {
@@ -24,8 +26,8 @@ func TestNewDatasetValidates(t *testing.T) {
 			return err
 		},
 	} {
-		if err := f(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: error %v, want ErrInvalid", name, err)
+		if err := f(); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: error %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 	d, err := NewDataset(ok, []int{1, 0}, sh, 2)
@@ -62,10 +64,10 @@ func TestBatch(t *testing.T) {
 	if a := testing.AllocsPerRun(10, func() { _ = tr.Batch(idx, x, y) }); a != 0 {
 		t.Fatalf("Batch allocates %v times", a)
 	}
-	if err := tr.Batch([]int{20}, x, y); !errors.Is(err, ErrInvalid) {
+	if err := tr.Batch([]int{20}, x, y); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("index out of range: %v", err)
 	}
-	if err := tr.Batch(idx, x[:len(x)-1], y); !errors.Is(err, ErrInvalid) {
+	if err := tr.Batch(idx, x[:len(x)-1], y); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("short buffer: %v", err)
 	}
 	sub, err := tr.Subset(idx)
@@ -111,7 +113,7 @@ func TestNormalizeTrainTest(t *testing.T) {
 			t.Fatalf("test feature %d = %v, want %v", i, v, want)
 		}
 	}
-	if err := tr.Normalize([]float64{0, 0, 0}, []float64{1, 0, 1}); !errors.Is(err, ErrInvalid) {
+	if err := tr.Normalize([]float64{0, 0, 0}, []float64{1, 0, 1}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("std 0: %v", err)
 	}
 }
@@ -213,7 +215,7 @@ func TestAugmenter(t *testing.T) {
 			t.Fatal("zero Augmenter changed the example")
 		}
 	}
-	if err := (Augmenter{Pad: 6}).Apply(dst, src, sh, 0, 0); !errors.Is(err, ErrInvalid) {
+	if err := (Augmenter{Pad: 6}).Apply(dst, src, sh, 0, 0); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("pad >= height: %v", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 func gz(t testing.TB, b []byte) []byte {
@@ -294,7 +296,7 @@ func TestMalformedFiles(t *testing.T) {
 	if _, _, err := LoadDir(t.TempDir()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("empty directory: %v", err)
 	}
-	if _, _, err := LoadDir(filepath.Join(dir, "t10k-labels-idx1-ubyte")); !errors.Is(err, ErrInvalid) {
+	if _, _, err := LoadDir(filepath.Join(dir, "t10k-labels-idx1-ubyte")); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("file as directory: %v", err)
 	}
 }

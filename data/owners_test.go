@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 func TestDealOwners(t *testing.T) {
@@ -55,8 +57,8 @@ func TestDealOwners(t *testing.T) {
 		}
 	}
 	for _, bad := range [][3]float64{{10, 0, 1}, {10, 11, 1}, {10, 5, -1}, {10, 5, 11}} {
-		if _, err := DealOwners(int(bad[0]), int(bad[1]), bad[2], 1); !errors.Is(err, ErrInvalid) {
-			t.Errorf("DealOwners%v: %v, want ErrInvalid", bad, err)
+		if _, err := DealOwners(int(bad[0]), int(bad[1]), bad[2], 1); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("DealOwners%v: %v, want dpcore.ErrInvalid", bad, err)
 		}
 	}
 }
@@ -66,10 +68,10 @@ func TestOwnersAttachAndSubset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Users(); !errors.Is(err, ErrInvalid) {
+	if _, err := d.Users(); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("users of a dataset without owners: %v", err)
 	}
-	if err := d.SetOwners([]int64{5, 5}); !errors.Is(err, ErrInvalid) {
+	if err := d.SetOwners([]int64{5, 5}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("2 owners for 4 examples: %v", err)
 	}
 	if err := d.SetOwners([]int64{9, -3, 9, 7}); err != nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // TabularSpec says how to read the columns of a CSV file with a header row.
@@ -119,7 +121,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	}
 	ds, err := NewDataset(x, y, Shape{C: lay.features(), H: 1, W: 1}, len(v.Classes))
 	if err != nil {
-		return nil, invalidf("csv: %s", strings.TrimPrefix(err.Error(), "data: "))
+		return nil, invalidf("csv: %s", dpcore.Within("data", err))
 	}
 	ds.Name = "csv"
 	ds.Owners = rows.owners

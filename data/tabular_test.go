@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 const tinyCSV = `age, city ,income,id,label
@@ -78,13 +80,13 @@ func TestReadCSVErrors(t *testing.T) {
 		{"inf", "x,c,y\n1e400,a,0\n2,b,1\n", spec, ErrFormat, "not a finite number"},
 		{"float32 overflow", "x,c,y\n1e39,a,0\n2,b,1\n", spec, ErrFormat, "not a finite number"},
 		{"empty label", "x,c,y\n1,a,\n2,b,1\n", spec, ErrFormat, "empty label"},
-		{"one class", "x,c,y\n1,a,0\n2,b,0\n", spec, ErrInvalid, "1 classes"},
-		{"missing label column", "x,c,z\n1,a,0\n", spec, ErrInvalid, `label column "y" is not in the header`},
-		{"missing categorical", "x,d,y\n1,a,0\n", spec, ErrInvalid, `categorical column "c"`},
+		{"one class", "x,c,y\n1,a,0\n2,b,0\n", spec, dpcore.ErrInvalid, "1 classes"},
+		{"missing label column", "x,c,z\n1,a,0\n", spec, dpcore.ErrInvalid, `label column "y" is not in the header`},
+		{"missing categorical", "x,d,y\n1,a,0\n", spec, dpcore.ErrInvalid, `categorical column "c"`},
 		{"duplicate header", "x,x,y\n1,2,0\n", TabularSpec{Label: "y"}, ErrFormat, `names column "x" twice`},
-		{"two roles", "x,c,y\n1,a,0\n", TabularSpec{Label: "y", Categorical: []string{"y"}}, ErrInvalid, "two roles"},
-		{"no label named", "x,y\n1,0\n", TabularSpec{}, ErrInvalid, "no label column"},
-		{"no features", "y\n1\n0\n", TabularSpec{Label: "y"}, ErrInvalid, "no feature columns"},
+		{"two roles", "x,c,y\n1,a,0\n", TabularSpec{Label: "y", Categorical: []string{"y"}}, dpcore.ErrInvalid, "two roles"},
+		{"no label named", "x,y\n1,0\n", TabularSpec{}, dpcore.ErrInvalid, "no label column"},
+		{"no features", "y\n1\n0\n", TabularSpec{Label: "y"}, dpcore.ErrInvalid, "no feature columns"},
 		{"bad quote", "x,c,y\n1,\"a,0\n", spec, ErrFormat, "line"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +108,7 @@ func FuzzReadCSV(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in string) {
 		tab, err := ReadCSV(strings.NewReader(in), TabularSpec{Label: "y", Categorical: []string{"c"}}, nil)
 		if err != nil {
-			if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, ErrFormat) && !errors.Is(err, dpcore.ErrInvalid) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return
@@ -144,10 +146,10 @@ func TestReadCSVModelColumns(t *testing.T) {
 	if !slices.Equal(in.X, tab.X[6:]) || in.Y[0] != 0 || in.Classes != 2 {
 		t.Fatalf("unlabeled: X %v Y %v classes %d", in.X, in.Y, in.Classes)
 	}
-	if _, err := ReadCSV(strings.NewReader("age,city\n25,paris\n"), model, &tab.Vocab); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `numeric column "income" is not in the header`) {
+	if _, err := ReadCSV(strings.NewReader("age,city\n25,paris\n"), model, &tab.Vocab); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), `numeric column "income" is not in the header`) {
 		t.Fatalf("missing numeric column: %v", err)
 	}
-	if _, err := ReadCSV(strings.NewReader("age,city,income\n25,paris,0.25\n"), model, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "need the vocabulary") {
+	if _, err := ReadCSV(strings.NewReader("age,city,income\n25,paris,0.25\n"), model, nil); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "need the vocabulary") {
 		t.Fatalf("unlabeled without a vocabulary: %v", err)
 	}
 }

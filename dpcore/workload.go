@@ -8,7 +8,7 @@ import (
 )
 
 func invalidf(format string, args ...any) error {
-	return Invalidf("dpcore: "+format, args...)
+	return Invalid("dpcore", format, args...)
 }
 
 // Schedule describes a learning-rate schedule fixed before training, as plain

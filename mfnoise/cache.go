@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
@@ -19,12 +20,12 @@ import (
 // its parameters (n, momentum, schedule), the participation schema, the band
 // and stamp counts, and the requested gap.
 type ProblemKey struct {
-	Kind     string   `json:"kind"`
-	Workload Workload `json:"workload"`
-	Schema   Schema   `json:"schema"`
-	Bands    int      `json:"bands"`
-	Stamps   int      `json:"stamps"`
-	Gap      float64  `json:"gap"`
+	Kind     string          `json:"kind"`
+	Workload dpcore.Workload `json:"workload"`
+	Schema   dpcore.Schema   `json:"schema"`
+	Bands    int             `json:"bands"`
+	Stamps   int             `json:"stamps"`
+	Gap      float64         `json:"gap"`
 }
 
 // canonical is the byte string the key is hashed from and stored with.
@@ -130,7 +131,7 @@ func (c *Cache) write(path, magic string, version int, payload []byte) error {
 	return nil
 }
 
-func sameWorkload(a, b Workload) bool {
+func sameWorkload(a, b dpcore.Workload) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -47,15 +46,15 @@ type CompareRow struct {
 // Toeplitz families (DPSGD, Sqrt, BandedToeplitz, BLT, BISR) from their
 // coefficients in O(n) memory at any n up to MaxStructuredSteps, and
 // tree-online for the prefix sum under single or (k,b) participation above
-// DenseStepLimit from its tree. A mechanism that is not a Coster, a
+// dpcore.DenseStepLimit from its tree. A mechanism that is not a Coster, a
 // caller's own factorization for one, is costed as a dense encoder and
-// refused above DenseStepLimit steps with the memory it would need before
+// refused above dpcore.DenseStepLimit steps with the memory it would need before
 // it is built. A mechanism that fails to build
 // or score fails the comparison with an error naming it.
 //
 // Optimizers report their progress, and the cache its hits, to the
 // BuildTrace the context carries (WithBuildTrace).
-func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
+func Compare(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
 	if len(mechs) == 0 {
 		return nil, invalidf("compare: no mechanisms")
 	}
@@ -74,10 +73,10 @@ func Compare(ctx context.Context, w Workload, schema Schema, mechs []Mechanism, 
 	return rows, nil
 }
 
-func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (CompareRow, error) {
+func compareOne(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (CompareRow, error) {
 	coster, structured := m.(Coster)
 	if !structured {
-		// Costed as dense: refused above DenseStepLimit before it builds.
+		// Costed as dense: refused above dpcore.DenseStepLimit before it builds.
 		if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
 			return CompareRow{}, err
 		}
@@ -108,7 +107,7 @@ func compareOne(ctx context.Context, m Mechanism, w Workload, schema Schema, opt
 
 // scoreStrategy is the loss profile of strategy s under the schema (the
 // sensitivity from the closed-form Gram matrix a dense family carries).
-func scoreStrategy(name string, s dpcore.Strategy, schema Schema) (CompareRow, error) {
+func scoreStrategy(name string, s dpcore.Strategy, schema dpcore.Schema) (CompareRow, error) {
 	var sens dpcore.SensitivityResult
 	var err error
 	if f, ok := s.(*Factorization); ok && f.gram != nil {
@@ -132,7 +131,7 @@ func scoreStrategy(name string, s dpcore.Strategy, schema Schema) (CompareRow, e
 // Score scores a caller's own factorization under schema as Compare scores
 // the built-in mechanisms, so the two can be ranked together; its noise
 // cost is that of a dense encoder unless Meta.Bands declares it banded.
-func Score(name string, f *Factorization, schema Schema) (CompareRow, error) {
+func Score(name string, f *Factorization, schema dpcore.Schema) (CompareRow, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
 		return CompareRow{}, invalidf("score %s: nil factorization", name)
 	}
@@ -177,18 +176,20 @@ func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
 	return float64(n0), "O(n d)"
 }
 
-// prefixedError adds context to an error of this package keeping a single
-// "mfnoise: " prefix: "mfnoise: compare x: invalid argument: ...", not
-// "mfnoise: compare x: mfnoise: invalid argument: ...". errors.Is and As
-// see the wrapped error.
+// prefixedError adds context to an error keeping a single "mfnoise: "
+// prefix: "mfnoise: compare x: ...", not "mfnoise: compare x: mfnoise:
+// ...", by reading the reason of this package's structured errors
+// (dpcore.Within). errors.Is and As see the wrapped error.
 type prefixedError struct {
-	msg string
-	err error
+	context string
+	err     error
 }
 
-func (e *prefixedError) Error() string { return e.msg }
-func (e *prefixedError) Unwrap() error { return e.err }
+func (e *prefixedError) Error() string   { return "mfnoise: " + e.Reason() }
+func (e *prefixedError) Reason() string  { return e.context + ": " + dpcore.Within("mfnoise", e.err) }
+func (e *prefixedError) Package() string { return "mfnoise" }
+func (e *prefixedError) Unwrap() error   { return e.err }
 
 func prefixf(err error, format string, args ...any) error {
-	return &prefixedError{msg: "mfnoise: " + fmt.Sprintf(format, args...) + ": " + strings.TrimPrefix(err.Error(), "mfnoise: "), err: err}
+	return &prefixedError{context: fmt.Sprintf(format, args...), err: err}
 }

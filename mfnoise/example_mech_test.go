@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -12,7 +13,7 @@ import (
 // parent, leaves 3, 4, their parent, the root). Each step is covered by 3
 // nodes, so its single-participation sensitivity is sqrt(3).
 func ExampleBinaryTree() {
-	w, err := mfnoise.PrefixSum(4)
+	w, err := dpcore.PrefixSum(4)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -25,8 +26,8 @@ func ExampleBinaryTree() {
 	for i := 0; i < m; i++ {
 		fmt.Println(f.Encoder.RawRowView(i))
 	}
-	sens, _ := f.Sensitivity(mfnoise.SingleParticipation())
-	loss, _ := f.Loss(mfnoise.SingleParticipation())
+	sens, _ := f.Sensitivity(dpcore.SingleParticipation())
+	loss, _ := f.Loss(dpcore.SingleParticipation())
 	fmt.Printf("sensitivity %.4f (exact %v), loss %.4f\n", sens.Value, sens.Exact, loss)
 	// Output:
 	// encoder 7 x 4
@@ -43,11 +44,11 @@ func ExampleBinaryTree() {
 // Ranking closed-form mechanisms for 64 steps of SGD under
 // (k,b) = (4,16)-participation (4 epochs of 16 batches).
 func ExampleCompare() {
-	w, err := mfnoise.PrefixSum(64)
+	w, err := dpcore.PrefixSum(64)
 	if err != nil {
 		log.Fatal(err)
 	}
-	schema, err := mfnoise.KBParticipation(4, 16)
+	schema, err := dpcore.KBParticipation(4, 16)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,11 +81,11 @@ func ExampleCompare() {
 // Stamping: five copies of a 4-step full tree serve 20 steps; the encoder
 // is block diagonal and the decoder is the optimal one for it.
 func ExampleStamp() {
-	w, err := mfnoise.PrefixSum(20)
+	w, err := dpcore.PrefixSum(20)
 	if err != nil {
 		log.Fatal(err)
 	}
-	tree := func(w mfnoise.Workload) (*mfnoise.Factorization, error) {
+	tree := func(w dpcore.Workload) (*mfnoise.Factorization, error) {
 		return mfnoise.BinaryTree(w, mfnoise.TreeOptions{Decoder: mfnoise.TreeFull})
 	}
 	f, err := mfnoise.Stamp(w, 5, tree, mfnoise.StampOptimal)
@@ -92,7 +93,7 @@ func ExampleStamp() {
 		log.Fatal(err)
 	}
 	m, n := f.Encoder.Dims()
-	schema, _ := mfnoise.KBParticipation(4, 5)
+	schema, _ := dpcore.KBParticipation(4, 5)
 	sens, _ := f.Sensitivity(schema)
 	fmt.Printf("encoder %d x %d, stamps %d, sensitivity under (4,5): %.4f (%s)\n", m, n, f.Meta.Stamps, sens.Value, sens.Method)
 	// Output:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -14,9 +15,9 @@ import (
 // streams its noise with 2 buffers (noise.NewToeplitz).
 func ExampleOptimizeBLT() {
 	ctx := context.Background()
-	w, _ := mfnoise.PrefixSum(1000)
-	s, _ := mfnoise.MinSepParticipation(5, 100)
-	res, err := mfnoise.OptimizeBLT(ctx, w, s, 2, nil)
+	w, _ := dpcore.PrefixSum(1000)
+	s, _ := dpcore.MinSepParticipation(5, 100)
+	res, err := mfnoise.OptimizeBLT(ctx, w, s, 2, mfnoise.ToeplitzProblem{}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

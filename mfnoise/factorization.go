@@ -17,7 +17,7 @@ type Metadata struct {
 	Kind string `msgpack:"kind" json:"kind"`
 	// Schema is the participation the encoder was optimized for (zero value
 	// if none).
-	Schema Schema `msgpack:"schema" json:"schema"`
+	Schema dpcore.Schema `msgpack:"schema" json:"schema"`
 	// Bands is the band count of a banded encoder (0 if not banded).
 	Bands int `msgpack:"bands" json:"bands,omitempty"`
 	// Stamps is the number of stamped copies (0 or 1 means not stamped).
@@ -36,7 +36,7 @@ type Metadata struct {
 // the workload A they factor. Build it with NewFactorization, which checks
 // the product.
 type Factorization struct {
-	Workload Workload
+	Workload dpcore.Workload
 	Encoder  *mat.Dense // C
 	Decoder  *mat.Dense // B
 	Meta     Metadata
@@ -64,7 +64,7 @@ const FactorizationTolerance = 1e-9
 // NewFactorization checks shapes, finiteness and ||A - BC||_F <= 1e-9 ||A||_F
 // and returns the factorization. It refuses anything else: a wrong
 // factorization would release a different workload than the optimizer uses.
-func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorization, error) {
+func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Factorization, error) {
 	a, err := w.Matrix()
 	if err != nil {
 		return nil, err
@@ -102,13 +102,13 @@ func NewFactorization(w Workload, c, b *mat.Dense, meta Metadata) (*Factorizatio
 func (f *Factorization) N() int { return f.Workload.N }
 
 // Sensitivity is Sensitivity(f.Encoder, s).
-func (f *Factorization) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
+func (f *Factorization) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	return Sensitivity(f.Encoder, s)
 }
 
 // Loss is sens^2(C) ||B||_F^2 under s: the total squared error of the
 // released workload for unit noise multiplier (SPEC 4).
-func (f *Factorization) Loss(s Schema) (float64, error) {
+func (f *Factorization) Loss(s dpcore.Schema) (float64, error) {
 	sens, err := f.Sensitivity(s)
 	if err != nil {
 		return 0, err
@@ -151,7 +151,7 @@ func rowNorms2(b *mat.Dense) []float64 {
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise
 // multiplier.
-func (f *Factorization) RMSE(s Schema) (float64, error) {
+func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
 	l, err := f.Loss(s)
 	if err != nil {
 		return 0, err
@@ -161,7 +161,7 @@ func (f *Factorization) RMSE(s Schema) (float64, error) {
 
 // StepVariance returns sens^2 ||B[i,:]||^2 for each step: the variance of the
 // error on step i's output for unit noise multiplier.
-func (f *Factorization) StepVariance(s Schema) ([]float64, error) {
+func (f *Factorization) StepVariance(s dpcore.Schema) ([]float64, error) {
 	sens, err := f.Sensitivity(s)
 	if err != nil {
 		return nil, err

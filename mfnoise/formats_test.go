@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Files written by the release at commit 3258d09 (testdata/formats): a
@@ -16,15 +18,15 @@ import (
 // cache entry of a BLT under formatToeplitzKey.
 
 func formatCacheKey(t *testing.T) ProblemKey {
-	w, err := PrefixSum(6)
+	w, err := dpcore.PrefixSum(6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	return ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Stamps: 1}
 }
 
 func formatToeplitzKey(t *testing.T) (ProblemKey, *Toeplitz) {
-	w, err := PrefixSum(12)
+	w, err := dpcore.PrefixSum(12)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +34,7 @@ func formatToeplitzKey(t *testing.T) (ProblemKey, *Toeplitz) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ProblemKey{Kind: "blt", Workload: w, Schema: SingleParticipation(), Stamps: 1}, blt
+	return ProblemKey{Kind: "blt", Workload: w, Schema: dpcore.SingleParticipation(), Stamps: 1}, blt
 }
 
 // closeDense fails unless a and b (row-major) agree to 1e-9 relative to

@@ -5,11 +5,12 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
 func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
-	s, err := KBParticipation(3, 2)
+	s, err := dpcore.KBParticipation(3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,17 +29,17 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 	// Prefix-sum encoder S: X = S^T S has X_ij = n - max(i,j); pattern
 	// {1,3,5} (0-based 0,2,4) sums to 6+4+2 + 2*(4+2+2) = 28, {2,4,6} to
 	// 5+3+1 + 2*(3+1+1) = 19.
-	sm, _ := PrefixSum(6)
+	sm, _ := dpcore.PrefixSum(6)
 	a, _ := sm.Matrix()
 	r, _ = Sensitivity(a, s)
 	if math.Abs(r.Value-math.Sqrt(28)) > 1e-12 {
 		t.Fatalf("sens(S) = %v, want sqrt(28)", r.Value)
 	}
-	if _, err := KBParticipation(2, 2); err != nil {
+	if _, err := dpcore.KBParticipation(2, 2); err != nil {
 		t.Fatal(err)
 	}
-	bad, _ := KBParticipation(2, 2)
-	if _, err := Sensitivity(eye, bad); !errors.Is(err, ErrInvalid) {
+	bad, _ := dpcore.KBParticipation(2, 2)
+	if _, err := Sensitivity(eye, bad); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("k*b < n accepted: %v", err)
 	}
 }
@@ -57,7 +58,7 @@ func TestMinSepDPOnBandedEncoderIsExact(t *testing.T) {
 		c.Set(i, i-1, 0.6)
 	}
 	// Column norms: col j<n-1 has 0.8^2 + 0.6^2 = 1 except col 0: 1 + 0.36.
-	s, _ := MinSepParticipation(3, 2)
+	s, _ := dpcore.MinSepParticipation(3, 2)
 	r, err := Sensitivity(c, s)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestMinSepDPOnBandedEncoderIsExact(t *testing.T) {
 }
 
 func TestNewFactorizationRefusesWrongProduct(t *testing.T) {
-	w, _ := PrefixSum(4)
+	w, _ := dpcore.PrefixSum(4)
 	a, _ := w.Matrix()
 	eye := mat.NewDense(4, 4, []float64{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1})
 	if _, err := NewFactorization(w, eye, a, Metadata{Kind: "dpsgd"}); err != nil {

@@ -5,14 +5,15 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
 // BenchmarkMechanism builds and scores each closed-form mechanism at the
 // multi-epoch paper's scale: prefix sum, n = 2000, (k,b) = (20,100).
 func BenchmarkMechanism(b *testing.B) {
-	w, _ := PrefixSum(2000)
-	s, _ := KBParticipation(20, 100)
+	w, _ := dpcore.PrefixSum(2000)
+	s, _ := dpcore.KBParticipation(20, 100)
 	for _, spec := range named(b, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-online/s10,tree-full/s5,fft/s5,fft-opt/s5") {
 		b.Run(spec.String(), func(b *testing.B) {
 			cpu := processCPUSeconds()
@@ -48,7 +49,7 @@ func minSepEncoders() (banded, dense *mat.Dense) {
 // at n = 2000: Gram matrix plus the O(n^2 k) dynamic program.
 func BenchmarkMinSepSensitivity(b *testing.B) {
 	banded, dense := minSepEncoders()
-	s, _ := MinSepParticipation(20, 100)
+	s, _ := dpcore.MinSepParticipation(20, 100)
 	for _, c := range []struct {
 		name string
 		c    *mat.Dense

@@ -172,7 +172,7 @@ func bltUnboundedSens2(p *BLTParams, k, b int) float64 {
 // every Omega_i >= 0 and sum_i Omega_i <= 1 (then c_0 = 1 >= c_1 >= c_2 >=
 // ... >= 0 at every t, which the parameters prove without looking at
 // coefficients); other BLTs are refused.
-func (t *Toeplitz) StreamSensitivity(s Schema) (dpcore.SensitivityResult, error) {
+func (t *Toeplitz) StreamSensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if t.BLT == nil {
 		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
 	}
@@ -182,7 +182,7 @@ func (t *Toeplitz) StreamSensitivity(s Schema) (dpcore.SensitivityResult, error)
 	if err := s.Check(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if s.Kind == KB {
+	if s.Kind == dpcore.KB {
 		return dpcore.SensitivityResult{}, invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
 	}
 	sum := 0.0
@@ -196,7 +196,7 @@ func (t *Toeplitz) StreamSensitivity(s Schema) (dpcore.SensitivityResult, error)
 		return dpcore.SensitivityResult{}, invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
 	}
 	k, b := s.K, s.B
-	if s.Kind == Single {
+	if s.Kind == dpcore.Single {
 		k, b = 1, 1
 	}
 	if _, err := unboundedHorizon(k, b); err != nil {

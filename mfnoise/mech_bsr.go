@@ -21,23 +21,18 @@ func (m BandedSqrt) String() string { return "bsr:" + strconv.Itoa(m.Bands) }
 func (m BandedSqrt) Structure() Structure { return Structure{Bands: m.Bands} }
 
 // Build is the closed form, in O(b) memory for the encoder.
-func (m BandedSqrt) Build(ctx context.Context, w Workload, schema Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
-		return nil, err
-	}
-	if m.Bands < 1 || m.Bands > w.N {
-		return nil, invalidf("build %s: %d bands, need 1..n = %d", m, m.Bands, w.N)
-	}
-	c := make([]float64, m.Bands)
-	c[0] = 1
-	for j := 1; j < m.Bands; j++ {
-		c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
-	}
-	t, err := NewToeplitz(m.String(), w.N, c)
-	if err != nil {
-		return nil, err
-	}
-	return t.For(w)
+func (m BandedSqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
+	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) {
+		if m.Bands < 1 || m.Bands > w.N {
+			return nil, invalidf("build %s: %d bands, need 1..n = %d", m, m.Bands, w.N)
+		}
+		c := make([]float64, m.Bands)
+		c[0] = 1
+		for j := 1; j < m.Bands; j++ {
+			c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
+		}
+		return NewToeplitz(m.String(), w.N, c)
+	})
 }
 
 // NoiseCost: b - 1 stored rows and the output.

@@ -16,8 +16,8 @@ import (
 func TestBandedSqrtMatchesDense(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int{1, 7, 40} {
-		prefix, _ := PrefixSum(n)
-		mom, _ := MomentumWorkload(n, 0.9, ConstantSchedule(1))
+		prefix, _ := dpcore.PrefixSum(n)
+		mom, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.ConstantSchedule(1))
 		sq, _ := SqrtToeplitz(n)
 		for _, b := range []int{1, 3, n} {
 			if b > n {
@@ -27,14 +27,14 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 			if st := m.Structure(); st.Bands != b || st.Independent || st.AutoBands {
 				t.Fatalf("%v: structure %+v", m, st)
 			}
-			for _, w := range []Workload{prefix, mom} {
-				schemas := []Schema{SingleParticipation()}
+			for _, w := range []dpcore.Workload{prefix, mom} {
+				schemas := []dpcore.Schema{dpcore.SingleParticipation()}
 				if n >= 4 {
-					kb, _ := KBParticipation((n+3)/4, 4)
-					ms, _ := MinSepParticipation((n+3)/4, 4)
+					kb, _ := dpcore.KBParticipation((n+3)/4, 4)
+					ms, _ := dpcore.MinSepParticipation((n+3)/4, 4)
 					schemas = append(schemas, kb, ms)
 				}
-				st, err := m.Build(ctx, w, SingleParticipation(), BuildOptions{})
+				st, err := m.Build(ctx, w, dpcore.SingleParticipation(), BuildOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -76,26 +76,26 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 			}
 		}
 		// b = n is the square root.
-		full, _ := BandedSqrt{Bands: n}.Build(ctx, prefix, SingleParticipation(), BuildOptions{})
-		root, _ := Sqrt{}.Build(ctx, prefix, SingleParticipation(), BuildOptions{})
-		a, _ := full.Sensitivity(SingleParticipation())
-		r, _ := root.Sensitivity(SingleParticipation())
+		full, _ := BandedSqrt{Bands: n}.Build(ctx, prefix, dpcore.SingleParticipation(), BuildOptions{})
+		root, _ := Sqrt{}.Build(ctx, prefix, dpcore.SingleParticipation(), BuildOptions{})
+		a, _ := full.Sensitivity(dpcore.SingleParticipation())
+		r, _ := root.Sensitivity(dpcore.SingleParticipation())
 		la, _ := dpcore.LossAt(full, a.Value)
 		lr, _ := dpcore.LossAt(root, r.Value)
 		if a.Value != r.Value || relErr(la, lr) > 1e-12 {
 			t.Fatalf("bsr:%d %v %v, sqrt %v %v", n, a.Value, la, r.Value, lr)
 		}
 	}
-	w, _ := PrefixSum(8)
+	w, _ := dpcore.PrefixSum(8)
 	for _, b := range []int{0, 9} {
-		if _, err := (BandedSqrt{Bands: b}).Build(ctx, w, SingleParticipation(), BuildOptions{}); err == nil {
+		if _, err := (BandedSqrt{Bands: b}).Build(ctx, w, dpcore.SingleParticipation(), BuildOptions{}); err == nil {
 			t.Fatalf("bsr:%d over 8 steps built", b)
 		}
 	}
 	// Compare ranks it from its coefficients: b - 1 stored rows and the
-	// output per coordinate, at n far above DenseStepLimit.
-	big, _ := PrefixSum(50_000)
-	rows, err := Compare(ctx, big, SingleParticipation(), []Mechanism{BandedSqrt{Bands: 16}}, BuildOptions{})
+	// output per coordinate, at n far above dpcore.DenseStepLimit.
+	big, _ := dpcore.PrefixSum(50_000)
+	rows, err := Compare(ctx, big, dpcore.SingleParticipation(), []Mechanism{BandedSqrt{Bands: 16}}, BuildOptions{})
 	if err != nil || rows[0].Mechanism != "bsr:16" || rows[0].NoiseMemoryPerCoord != 16 || math.IsNaN(rows[0].Loss) {
 		t.Fatalf("compare: %+v %v", rows, err)
 	}

@@ -8,16 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
 // The structured Gram matrices each mechanism hands to Compare must give
 // exactly the sensitivity of the dense path, for every schema kind.
 func TestStructuredSensitivityMatchesDense(t *testing.T) {
-	w, _ := PrefixSum(12)
-	kb, _ := KBParticipation(3, 4)
-	ms, _ := MinSepParticipation(3, 4)
-	schemas := []Schema{SingleParticipation(), kb, ms}
+	w, _ := dpcore.PrefixSum(12)
+	kb, _ := dpcore.KBParticipation(3, 4)
+	ms, _ := dpcore.MinSepParticipation(3, 4)
+	schemas := []dpcore.Schema{dpcore.SingleParticipation(), kb, ms}
 	for _, spec := range named(t, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s3,fft/s2,tree-online/s4") {
 		name := spec.String()
 		if d, ok := spec.(DPSGD); ok {
@@ -50,8 +51,8 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 }
 
 func TestCompareRanksAndScores(t *testing.T) {
-	w, _ := PrefixSum(16)
-	s, _ := KBParticipation(4, 4)
+	w, _ := dpcore.PrefixSum(16)
+	s, _ := dpcore.KBParticipation(4, 4)
 	specs := named(t, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s2")
 	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
 	if err != nil {
@@ -120,65 +121,65 @@ func TestCompareRanksAndScores(t *testing.T) {
 }
 
 func TestCompareNamesFailingMechanism(t *testing.T) {
-	w, _ := PrefixSum(8)
+	w, _ := dpcore.PrefixSum(8)
 	// 9 bands over 8 steps cannot be built.
 	specs := named(t, "dpsgd,bandmf:9")
-	_, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
+	_, err := Compare(context.Background(), w, dpcore.SingleParticipation(), specs, BuildOptions{})
 	if err == nil || !strings.Contains(err.Error(), "bandmf:9") {
 		t.Fatalf("error %v does not name the failing mechanism", err)
 	}
 	specs = named(t, "tree-full/s3")
-	if _, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
+	if _, err := Compare(context.Background(), w, dpcore.SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "tree-full/s3") {
 		t.Fatalf("3 stamps of 8 steps: %v", err)
 	}
-	if _, err := Compare(context.Background(), w, SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, dpcore.SingleParticipation(), nil, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("empty list: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	specs = named(t, "dpsgd")
-	if _, err := Compare(ctx, w, SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, context.Canceled) {
+	if _, err := Compare(ctx, w, dpcore.SingleParticipation(), specs, BuildOptions{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v", err)
 	}
 }
 
 func TestBadInput(t *testing.T) {
 	ctx := context.Background()
-	bad := []Workload{{Kind: PrefixSumKind, N: 0}, {Kind: PrefixSumKind, N: -3}, {Kind: "nope", N: 4},
-		{Kind: MomentumKind, N: 4, Momentum: 0.9, Schedule: Schedule{Explicit: []float64{1, math.NaN(), 1, 1}}}}
+	bad := []dpcore.Workload{{Kind: dpcore.PrefixSumKind, N: 0}, {Kind: dpcore.PrefixSumKind, N: -3}, {Kind: "nope", N: 4},
+		{Kind: dpcore.MomentumKind, N: 4, Momentum: 0.9, Schedule: dpcore.Schedule{Explicit: []float64{1, math.NaN(), 1, 1}}}}
 	for _, w := range bad {
-		if _, err := DenseDPSGD(w); !errors.Is(err, ErrInvalid) {
+		if _, err := DenseDPSGD(w); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("DenseDPSGD(%v): %v", w, err)
 		}
-		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := BinaryTree(w, TreeOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("BinaryTree(%v): %v", w, err)
 		}
-		if _, err := DenseFFT(w, FFTOptimal); !errors.Is(err, ErrInvalid) {
+		if _, err := DenseFFT(w, FFTOptimal); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("DenseFFT(%v): %v", w, err)
 		}
-		if _, err := BuildDense(ctx, DPSGD{}, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+		if _, err := BuildDense(ctx, DPSGD{}, w, dpcore.SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("BuildDense(%v): %v", w, err)
 		}
 	}
-	w, _ := PrefixSum(10)
-	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, ErrInvalid) {
+	w, _ := dpcore.PrefixSum(10)
+	if _, err := BinaryTree(w, TreeOptions{Decoder: 9}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown tree decoder: %v", err)
 	}
-	if _, err := DenseFFT(w, 9); !errors.Is(err, ErrInvalid) {
+	if _, err := DenseFFT(w, 9); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("unknown FFT decoder: %v", err)
 	}
 	// k*b < n.
-	kb, _ := KBParticipation(2, 4)
+	kb, _ := dpcore.KBParticipation(2, 4)
 	specs := named(t, "tree-full")
-	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(ctx, w, kb, specs, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n accepted: %v", err)
 	}
-	if _, err := (BandMF{Bands: 11}).Build(ctx, w, SingleParticipation(), BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := (BandMF{Bands: 11}).Build(ctx, w, dpcore.SingleParticipation(), BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("more bands than steps: %v", err)
 	}
 	// A singular block encoder (a zero column) is refused by the stamped
 	// optimal decoder; a non-finite one by NewFactorization.
-	singular := func(w0 Workload) (*Factorization, error) {
+	singular := func(w0 dpcore.Workload) (*Factorization, error) {
 		a, _ := w0.Matrix()
 		c := mat.NewDense(w0.N, w0.N, nil)
 		for i := 1; i < w0.N; i++ {
@@ -186,10 +187,10 @@ func TestBadInput(t *testing.T) {
 		}
 		return &Factorization{Workload: w0, Encoder: c, Decoder: a}, nil
 	}
-	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rank") {
+	if _, err := Stamp(w, 2, singular, StampOptimal); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "rank") {
 		t.Errorf("singular encoder: %v", err)
 	}
-	nonFinite := func(w0 Workload) (*Factorization, error) {
+	nonFinite := func(w0 dpcore.Workload) (*Factorization, error) {
 		f, err := DenseDPSGD(w0)
 		if err != nil {
 			return nil, err
@@ -197,7 +198,7 @@ func TestBadInput(t *testing.T) {
 		f.Encoder.Set(1, 1, math.Inf(1))
 		return f, nil
 	}
-	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, ErrInvalid) {
+	if _, err := Stamp(w, 2, nonFinite, StampRestartedOnline); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("non-finite encoder: %v", err)
 	}
 }

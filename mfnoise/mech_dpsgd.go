@@ -9,12 +9,12 @@ import (
 )
 
 // DenseDPSGD is independent noise as a dense factorization: C = I, B = A (SPEC 5.1).
-func DenseDPSGD(w Workload) (*Factorization, error) {
+func DenseDPSGD(w dpcore.Workload) (*Factorization, error) {
 	f, _, err := dpsgd(w)
 	return f, err
 }
 
-func dpsgd(w Workload) (*Factorization, *mat.SymDense, error) {
+func dpsgd(w dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 	a, err := w.Matrix()
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: dpsgd: %w", err)
@@ -44,7 +44,7 @@ func (DPSGD) String() string { return "dpsgd" }
 func (DPSGD) Structure() Structure { return Structure{Independent: true, Bands: 1} }
 
 // Build is the Toeplitz strategy c = (1) for w.
-func (DPSGD) Build(ctx context.Context, w Workload, _ Schema, _ BuildOptions) (dpcore.Strategy, error) {
+func (DPSGD) Build(ctx context.Context, w dpcore.Workload, _ dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mfnoise: build dpsgd: %w", err)
 	}
@@ -56,7 +56,7 @@ func (DPSGD) Build(ctx context.Context, w Workload, _ Schema, _ BuildOptions) (d
 }
 
 // BuildBlock is the dense C = I for w0, with its Gram matrix I.
-func (DPSGD) BuildBlock(_ context.Context, w0 Workload, _ Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (DPSGD) BuildBlock(_ context.Context, w0 dpcore.Workload, _ dpcore.Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
 	return dpsgd(w0)
 }
 

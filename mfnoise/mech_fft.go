@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/cmplx"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/mat"
 )
@@ -84,12 +85,12 @@ func fftGenerator(n int) (y, r []float64, spec []complex128) {
 // participation the Algorithm-1 MSE, Loss/n, is exactly a quarter of the
 // paper's Cor. J.1 value (with rho = 1/2): that corollary accounts for Alg.
 // 1's complex-valued noise, this factorization is its real-valued version.
-func DenseFFT(w Workload, decoder FFTDecoder) (*Factorization, error) {
+func DenseFFT(w dpcore.Workload, decoder FFTDecoder) (*Factorization, error) {
 	f, _, err := fftMechanism(w, decoder)
 	return f, err
 }
 
-func fftMechanism(w Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense, error) {
+func fftMechanism(w dpcore.Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: fft: %w", err)
 	}
@@ -140,7 +141,7 @@ func fftMechanism(w Workload, decoder FFTDecoder) (*Factorization, *mat.SymDense
 // Toeplitz matrix with first column t. X^-1 comes from the Gohberg-Semencul
 // structure in O(n^2), and each row of (A X^-1) C_F^T is a circular
 // convolution with y, done by FFT: O(n^2 log n) instead of O(n^3).
-func fftOptimalDecoder(w Workload, t []float64, spec []complex128) (*mat.Dense, error) {
+func fftOptimalDecoder(w dpcore.Workload, t []float64, spec []complex128) (*mat.Dense, error) {
 	n := len(t)
 	m := 2 * n
 	g, err := toeplitzInverse(t)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -22,7 +23,7 @@ func denseCirculant(v []float64) *mat.Dense {
 func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 	for _, n := range []int{1, 2, 5, 8, 13} {
 		m := 2 * n
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, x, err := fftMechanism(w, FFTAlgorithm1)
 		if err != nil {
 			t.Fatalf("n=%d: %v", n, err)
@@ -52,8 +53,8 @@ func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 }
 
 func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
-	mom, _ := MomentumWorkload(9, 0.95, CooldownSchedule(9, 0.25, 0.05))
-	for _, w := range []Workload{{Kind: PrefixSumKind, N: 1}, {Kind: PrefixSumKind, N: 7}, {Kind: PrefixSumKind, N: 32}, mom} {
+	mom, _ := dpcore.MomentumWorkload(9, 0.95, dpcore.CooldownSchedule(9, 0.25, 0.05))
+	for _, w := range []dpcore.Workload{{Kind: dpcore.PrefixSumKind, N: 1}, {Kind: dpcore.PrefixSumKind, N: 7}, {Kind: dpcore.PrefixSumKind, N: 32}, mom} {
 		f, err := DenseFFT(w, FFTOptimal)
 		if err != nil {
 			t.Fatalf("%v: %v", w, err)
@@ -72,7 +73,7 @@ func TestFFTOptimalDecoderIsPseudoinverse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := PrefixSum(9)
+	s, _ := dpcore.PrefixSum(9)
 	fs, _ := DenseFFT(s, FFTAlgorithm1)
 	a, _ := mom.Matrix()
 	sm, _ := s.Matrix()
@@ -123,12 +124,12 @@ func abs(i int) int {
 // for its complex-valued noise; the real factorization's Loss/n is a quarter.
 func TestFFTClosedFormMSE(t *testing.T) {
 	for _, n := range []int{1, 10, 100, 257} {
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, err := DenseFFT(w, FFTAlgorithm1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		loss, err := f.Loss(SingleParticipation())
+		loss, err := f.Loss(dpcore.SingleParticipation())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 // encoder has a negative entry in every pattern block of X (C[i+8,i] =
 // -0.5 makes X[i,i+8] = -0.5), so the exact nonnegative path does not apply.
 func TestSpectralBoundMatchesSVD(t *testing.T) {
-	w, _ := PrefixSum(24)
+	w, _ := dpcore.PrefixSum(24)
 	c := mat.NewDense(24, 24, nil)
 	for i := 0; i < 24; i++ {
 		c.Set(i, i, 1+0.1*float64(i%5))
@@ -202,7 +203,7 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := KBParticipation(3, 8)
+	s, _ := dpcore.KBParticipation(3, 8)
 	got, err := f.Sensitivity(s)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package mfnoise
 import (
 	"math"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -281,8 +282,8 @@ func prefixDiff(a *mat.Dense) *mat.Dense {
 }
 
 // postProcess returns A S^-1 B_S, or B_S itself for the prefix-sum workload.
-func postProcess(w Workload, bs *mat.Dense) (*mat.Dense, error) {
-	if w.Kind == PrefixSumKind {
+func postProcess(w dpcore.Workload, bs *mat.Dense) (*mat.Dense, error) {
+	if w.Kind == dpcore.PrefixSumKind {
 		return bs, nil
 	}
 	a, err := w.Matrix()
@@ -312,8 +313,8 @@ func cumulativeRows(p *mat.Dense) *mat.Dense {
 }
 
 // applyWorkload returns A P, using prefix sums when A = S.
-func applyWorkload(w Workload, p *mat.Dense) (*mat.Dense, error) {
-	if w.Kind == PrefixSumKind {
+func applyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
+	if w.Kind == dpcore.PrefixSumKind {
 		return cumulativeRows(p), nil
 	}
 	a, err := w.Matrix()

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -20,7 +21,7 @@ func TestGramAndProductPathsMatchDense(t *testing.T) {
 		}
 		return d
 	}
-	w100, _ := PrefixSum(100)
+	w100, _ := dpcore.PrefixSum(100)
 	tree, _ := BinaryTree(w100, TreeOptions{Decoder: TreeFull})
 	fft, _ := DenseFFT(w100, FFTAlgorithm1)
 	var block mat.Dense // 5 stamps of a dense 40 x 20 block

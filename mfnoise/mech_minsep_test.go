@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -83,7 +84,7 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 			}
 			want = math.Max(want, sum)
 		}
-		s, _ := MinSepParticipation(k, b)
+		s, _ := dpcore.MinSepParticipation(k, b)
 		r, err := Sensitivity(c, s)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -24,14 +25,14 @@ func (MFSingle) String() string { return "mf-single" }
 func (MFSingle) Structure() Structure { return Structure{} }
 
 // Build optimizes for w.
-func (m MFSingle) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m MFSingle) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	return BuildDense(ctx, m, w, schema, opt)
 }
 
 // BuildBlock optimizes for w0 (through the cache).
-func (m MFSingle) BuildBlock(ctx context.Context, w0 Workload, _ Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (m MFSingle) BuildBlock(ctx context.Context, w0 dpcore.Workload, _ dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	key := ProblemKey{Kind: "mf-single", Stamps: 1}
-	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeSingle(ctx, w, o)
 	})
 	return f, nil, err
@@ -51,18 +52,18 @@ func (MFKB) String() string { return "mf-kb" }
 func (MFKB) Structure() Structure { return Structure{FixedOrderOnly: true} }
 
 // Build optimizes for w under the schema.
-func (m MFKB) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m MFKB) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	return BuildDense(ctx, m, w, schema, opt)
 }
 
 // BuildBlock optimizes for w0 under the schema restricted to a block.
-func (m MFKB) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (m MFKB) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	key := ProblemKey{Kind: "mf-kb", Stamps: 1, Schema: schema}
-	if schema.Kind != Single {
+	if schema.Kind != dpcore.Single {
 		k0 := (w0.N + schema.B - 1) / schema.B
-		key.Schema = Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
+		key.Schema = dpcore.Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
 	}
-	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeKB(ctx, w, key.Schema, o)
 	})
 	return f, nil, err
@@ -80,36 +81,26 @@ type BandMF struct {
 	Auto  bool
 }
 
-func (m BandMF) String() string {
-	if m.Auto {
-		return "bandmf:auto"
-	}
-	return "bandmf:" + strconv.Itoa(m.Bands)
-}
+func (m BandMF) String() string { return bandsName("bandmf", m.Bands, m.Auto) }
 
 // Structure: b-banded, or banded with the planner's count.
-func (m BandMF) Structure() Structure {
-	if m.Auto {
-		return Structure{AutoBands: true}
-	}
-	return Structure{Bands: m.Bands}
-}
+func (m BandMF) Structure() Structure { return bandsStructure(m.Bands, m.Auto) }
 
 // WithBands is BandMF with b bands.
 func (BandMF) WithBands(b int) Mechanism { return BandMF{Bands: b} }
 
 // Build optimizes a banded encoder for w.
-func (m BandMF) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m BandMF) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	return BuildDense(ctx, m, w, schema, opt)
 }
 
 // BuildBlock optimizes a banded encoder for w0.
-func (m BandMF) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	n0 := w0.N
 	bands := m.Bands
 	if m.Auto {
 		bands = n0
-		if schema.Kind != Single {
+		if schema.Kind != dpcore.Single {
 			bands = min(schema.B, n0)
 		}
 	}
@@ -117,7 +108,7 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt 
 		return nil, nil, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error) {
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, bandedStopGap(opt.Optimize), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
 		return OptimizeBanded(ctx, w, bands, o)
 	})
 	return f, nil, err
@@ -125,6 +116,23 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt 
 
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
+
+// bandsName is the name of a banded family: family:BANDS, or family:auto.
+func bandsName(family string, bands int, auto bool) string {
+	if auto {
+		return family + ":auto"
+	}
+	return family + ":" + strconv.Itoa(bands)
+}
+
+// bandsStructure is a banded encoder's structure: b bands, or the
+// planner's count.
+func bandsStructure(bands int, auto bool) Structure {
+	if auto {
+		return Structure{AutoBands: true}
+	}
+	return Structure{Bands: bands}
+}
 
 // NoiseCost: the band count, read off the encoder (b = max_i (i - first
 // nonzero column of row i) + 1 within a block).
@@ -149,9 +157,10 @@ func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
 }
 
 // optimized runs an optimizer for workload w through opt.Cache (key with
-// w) and under the context's BuildTrace (reported as label).
-func optimized(ctx context.Context, name, label string, key ProblemKey, w Workload, opt BuildOptions,
-	run func(ctx context.Context, w Workload, o *OptimizeSettings) (*OptimizeResult, error)) (*Factorization, error) {
+// w) and under the context's BuildTrace (reported as label, stopping at the
+// relative gap stop).
+func optimized(ctx context.Context, name, label string, key ProblemKey, w dpcore.Workload, opt BuildOptions, stop float64,
+	run func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error)) (*Factorization, error) {
 	if opt.Optimize != nil {
 		key.Gap = opt.Optimize.Gap
 	}
@@ -159,7 +168,7 @@ func optimized(ctx context.Context, name, label string, key ProblemKey, w Worklo
 	tr := buildTraceFrom(ctx)
 	produce := func(ctx context.Context) (*Factorization, error) {
 		var res *OptimizeResult
-		err := tr.optimize(label, w.N, opt.Optimize.gap(), func(progress func(OptimizeProgress)) error {
+		err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) error {
 			var err error
 			res, err = run(ctx, w, withProgress(opt.Optimize, progress))
 			return err

@@ -5,6 +5,9 @@ import (
 	"math"
 	"strconv"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // roundSig rounds v to d significant digits.
@@ -22,12 +25,12 @@ func TestDenisovTable2BinaryTree(t *testing.T) {
 		if testing.Short() && n > 256 {
 			continue
 		}
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, err := BinaryTree(w, TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		loss, err := f.Loss(SingleParticipation())
+		loss, err := f.Loss(dpcore.SingleParticipation())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +56,8 @@ func TestMultiEpochTable1(t *testing.T) {
 		"fft": 2.3e6, "fft/s2": 1.8e6, "fft/s5": 1.6e6, "fft/s10": 1.9e6, "fft/s20": 2.5e6,
 		"fft-opt": 2.2e6, "fft-opt/s2": 1.5e6, "fft-opt/s5": 1.1e6, "fft-opt/s10": 1.2e6, "fft-opt/s20": 1.7e6,
 	}
-	w, _ := PrefixSum(2000)
-	s, _ := KBParticipation(20, 100)
+	w, _ := dpcore.PrefixSum(2000)
+	s, _ := dpcore.KBParticipation(20, 100)
 	for name, published := range want {
 		spec := named(t, name)[0]
 		rows, err := Compare(context.Background(), w, s, []Mechanism{spec}, BuildOptions{})
@@ -95,10 +98,10 @@ func TestMultiEpochTable1MFSingle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("paper scale (n = 2000): run without -short")
 	}
-	w, _ := PrefixSum(2000)
-	sc, _ := KBParticipation(20, 100)
+	w, _ := dpcore.PrefixSum(2000)
+	sc, _ := dpcore.KBParticipation(20, 100)
 	specs := named(t, "mf-single,mf-single/s2")
-	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &OptimizeSettings{Gap: 1e-8}})
+	rows, err := Compare(context.Background(), w, sc, specs, BuildOptions{Optimize: &optimize.Settings{Gap: 1e-8}})
 	if err != nil {
 		t.Fatal(err)
 	}

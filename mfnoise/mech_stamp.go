@@ -49,8 +49,8 @@ func (d StampDecoder) String() string {
 // FFTAlgorithm1) and online Honaker (n=200)x10 2.0e6 (StampRestartedOnline
 // over TreeOnline with completion and zeroed virtual steps; 4.0e6 without
 // completion). TestMultiEpochTable1 checks all twenty Honaker and FFT rows.
-func Stamp(w Workload, stamps int, build func(Workload) (*Factorization, error), decoder StampDecoder) (*Factorization, error) {
-	f, _, err := stamp(w, stamps, func(w0 Workload) (*Factorization, *mat.SymDense, error) {
+func Stamp(w dpcore.Workload, stamps int, build func(dpcore.Workload) (*Factorization, error), decoder StampDecoder) (*Factorization, error) {
+	f, _, err := stamp(w, stamps, func(w0 dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 		f, err := build(w0)
 		return f, nil, err
 	}, decoder)
@@ -59,9 +59,9 @@ func Stamp(w Workload, stamps int, build func(Workload) (*Factorization, error),
 
 // builder makes a factorization and optionally its Gram matrix C^T C (nil
 // when it has no structure to exploit).
-type builder func(Workload) (*Factorization, *mat.SymDense, error)
+type builder func(dpcore.Workload) (*Factorization, *mat.SymDense, error)
 
-func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorization, *mat.SymDense, error) {
+func stamp(w dpcore.Workload, s int, build builder, decoder StampDecoder) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: stamp: %w", err)
 	}
@@ -77,8 +77,8 @@ func stamp(w Workload, s int, build builder, decoder StampDecoder) (*Factorizati
 	}
 	n0 := n / s
 	w0 := w.WithN(n0)
-	if w.Kind == PrefixSumKind || decoder == StampRestartedOnline {
-		w0 = Workload{Kind: PrefixSumKind, N: n0}
+	if w.Kind == dpcore.PrefixSumKind || decoder == StampRestartedOnline {
+		w0 = dpcore.Workload{Kind: dpcore.PrefixSumKind, N: n0}
 	}
 	if err := w0.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: stamp: block workload over %d steps: %w", n0, err)
@@ -147,7 +147,7 @@ func restartedDecoder(b0 *mat.Dense, s int) *mat.Dense {
 
 // stampedOptimalDecoder is A (I_s (x) C0)^+ = A (I_s (x) C0^+), with
 // C0^+ = X0^-1 C0^T.
-func stampedOptimalDecoder(w Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (*mat.Dense, error) {
+func stampedOptimalDecoder(w dpcore.Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (*mat.Dense, error) {
 	m0, n0 := c0.Dims()
 	var ch mat.Cholesky
 	if !ch.Factorize(x0) {
@@ -160,7 +160,7 @@ func stampedOptimalDecoder(w Workload, c0 *mat.Dense, x0 *mat.SymDense, s int) (
 	if err := ch.SolveTo(&pinv0, c0.T()); err != nil {
 		return nil, err
 	}
-	if w.Kind == PrefixSumKind {
+	if w.Kind == dpcore.PrefixSumKind {
 		// S (I (x) C0^+) is the restarted construction over S0 C0^+.
 		return restartedDecoder(cumulativeRows(&pinv0), s), nil
 	}
@@ -202,7 +202,7 @@ func (m Stamped) Structure() Structure {
 }
 
 // Build stamps the inner mechanism over w.
-func (m Stamped) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m Stamped) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	if m.Inner == nil {
 		return nil, invalidf("stamped mechanism without an inner mechanism")
 	}

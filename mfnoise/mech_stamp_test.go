@@ -5,26 +5,27 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
-func treeBuilder(opt TreeOptions) func(Workload) (*Factorization, error) {
-	return func(w Workload) (*Factorization, error) { return BinaryTree(w, opt) }
+func treeBuilder(opt TreeOptions) func(dpcore.Workload) (*Factorization, error) {
+	return func(w dpcore.Workload) (*Factorization, error) { return BinaryTree(w, opt) }
 }
 
 func TestStampEncoderAndOptimalDecoder(t *testing.T) {
-	mom, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
-	pre, _ := PrefixSum(12)
-	for _, w := range []Workload{pre, mom} {
-		for _, inner := range []func(Workload) (*Factorization, error){
+	mom, _ := dpcore.MomentumWorkload(12, 0.9, dpcore.CooldownSchedule(12, 0.25, 0.05))
+	pre, _ := dpcore.PrefixSum(12)
+	for _, w := range []dpcore.Workload{pre, mom} {
+		for _, inner := range []func(dpcore.Workload) (*Factorization, error){
 			treeBuilder(TreeOptions{Decoder: TreeFull}),
-			func(w Workload) (*Factorization, error) { return DenseFFT(w, FFTOptimal) },
+			func(w dpcore.Workload) (*Factorization, error) { return DenseFFT(w, FFTOptimal) },
 		} {
 			f, err := Stamp(w, 3, inner, StampOptimal)
 			if err != nil {
 				t.Fatalf("%v: %v", w, err)
 			}
-			f0, _ := inner(Workload{Kind: PrefixSumKind, N: 4})
+			f0, _ := inner(dpcore.Workload{Kind: dpcore.PrefixSumKind, N: 4})
 			var kron mat.Dense
 			kron.Kronecker(mat.NewDiagDense(3, []float64{1, 1, 1}), f0.Encoder)
 			if !mat.Equal(f.Encoder, &kron) {
@@ -45,7 +46,7 @@ func TestStampEncoderAndOptimalDecoder(t *testing.T) {
 // SPEC 5.2: for the prefix sum the restarted decoder coincides with the
 // optimal one when the block decoder is S C^+ (the full tree decoder).
 func TestStampRestartedOverFullTreeIsOptimal(t *testing.T) {
-	w, _ := PrefixSum(15)
+	w, _ := dpcore.PrefixSum(15)
 	full := treeBuilder(TreeOptions{Decoder: TreeFull})
 	r, err := Stamp(w, 3, full, StampRestartedOnline)
 	if err != nil {
@@ -66,7 +67,7 @@ func TestStampRestartedOverFullTreeIsOptimal(t *testing.T) {
 // current block.
 func TestStampRestartedOnlineMatchesRestartedTrees(t *testing.T) {
 	const n0, s = 4, 3
-	w, _ := PrefixSum(n0 * s)
+	w, _ := dpcore.PrefixSum(n0 * s)
 	f, err := Stamp(w, s, treeBuilder(TreeOptions{Decoder: TreeOnline}), StampRestartedOnline)
 	if err != nil {
 		t.Fatal(err)
@@ -103,26 +104,28 @@ func TestStampRestartedOnlineMatchesRestartedTrees(t *testing.T) {
 }
 
 func TestStampRejectsBadInput(t *testing.T) {
-	w, _ := PrefixSum(10)
+	w, _ := dpcore.PrefixSum(10)
 	full := treeBuilder(TreeOptions{Decoder: TreeFull})
 	for _, s := range []int{0, -1, 3, 4} {
-		if _, err := Stamp(w, s, full, StampOptimal); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("%d stamps of 10 steps: err = %v, want ErrInvalid", s, err)
+		if _, err := Stamp(w, s, full, StampOptimal); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Fatalf("%d stamps of 10 steps: err = %v, want dpcore.ErrInvalid", s, err)
 		}
 	}
-	if _, err := Stamp(w, 2, full, StampDecoder(7)); !errors.Is(err, ErrInvalid) {
+	if _, err := Stamp(w, 2, full, StampDecoder(7)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("unknown decoder: %v", err)
 	}
 	// A block mechanism that returns the wrong size is refused.
-	wrong := func(Workload) (*Factorization, error) { return DenseDPSGD(Workload{Kind: PrefixSumKind, N: 3}) }
+	wrong := func(dpcore.Workload) (*Factorization, error) {
+		return DenseDPSGD(dpcore.Workload{Kind: dpcore.PrefixSumKind, N: 3})
+	}
 	if _, err := Stamp(w, 2, wrong, StampOptimal); err == nil {
 		t.Fatal("block of the wrong size accepted")
 	}
 }
 
 func TestStampRestartedMomentumIsPostProcessed(t *testing.T) {
-	mom, _ := MomentumWorkload(12, 0.9, CooldownSchedule(12, 0.25, 0.05))
-	pre, _ := PrefixSum(12)
+	mom, _ := dpcore.MomentumWorkload(12, 0.9, dpcore.CooldownSchedule(12, 0.25, 0.05))
+	pre, _ := dpcore.PrefixSum(12)
 	online := treeBuilder(TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true})
 	fm, err := Stamp(mom, 4, online, StampRestartedOnline)
 	if err != nil {

@@ -272,7 +272,7 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 }
 
 // ApplyDecoder sets dst = B x = A C^-1 x for the workload w over N steps.
-func (t *Toeplitz) ApplyDecoder(w Workload, dst, x []float64) error {
+func (t *Toeplitz) ApplyDecoder(w dpcore.Workload, dst, x []float64) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -325,14 +325,14 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 
 // workloadRates returns the learning rates of a momentum workload (nil for
 // the prefix sum) after validating w.
-func workloadRates(w Workload) ([]float64, error) {
+func workloadRates(w dpcore.Workload) ([]float64, error) {
 	switch w.Kind {
-	case PrefixSumKind:
+	case dpcore.PrefixSumKind:
 		if w.N <= 0 {
 			return nil, invalidf("prefix sum: n = %d must be positive", w.N)
 		}
 		return nil, nil
-	case MomentumKind:
+	case dpcore.MomentumKind:
 		if err := w.Validate(); err != nil {
 			return nil, err
 		}
@@ -343,8 +343,8 @@ func workloadRates(w Workload) ([]float64, error) {
 
 // applyWorkloadVec overwrites y with A y: for momentum A = S diag(eta)
 // M_beta (SPEC 2), for the prefix sum A = S.
-func applyWorkloadVec(w Workload, eta, y []float64) {
-	if w.Kind == MomentumKind {
+func applyWorkloadVec(w dpcore.Workload, eta, y []float64) {
+	if w.Kind == dpcore.MomentumKind {
 		for i := 1; i < len(y); i++ {
 			y[i] += w.Momentum * y[i-1]
 		}
@@ -377,7 +377,7 @@ const MaxGeneralWorkloadSteps = 1 << 15
 // Toeplitz with first column b = A g (g the first column of C^-1) and the
 // norms are prefix sums of b_k^2: O(n) after g. Other schedules cost O(n^2)
 // time and are refused above MaxGeneralWorkloadSteps.
-func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
+func (t *Toeplitz) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -424,7 +424,7 @@ func (t *Toeplitz) DecoderRowNorms(w Workload) ([]float64, error) {
 
 // Loss is sens^2(C) ||A C^-1||_F^2 under the schema (SPEC 4) with the
 // sensitivity it used.
-func (t *Toeplitz) Loss(w Workload, s Schema) (float64, dpcore.SensitivityResult, error) {
+func (t *Toeplitz) Loss(w dpcore.Workload, s dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
 	sens, err := t.Sensitivity(s)
 	if err != nil {
 		return 0, dpcore.SensitivityResult{}, err
@@ -436,7 +436,7 @@ func (t *Toeplitz) Loss(w Workload, s Schema) (float64, dpcore.SensitivityResult
 // LossAt is sens^2 ||A C^-1||_F^2 for a sensitivity computed elsewhere
 // (the per-participation sensitivity of amplified accounting, for one), in
 // O(n) memory: Factorization.LossAt without the dense decoder.
-func (t *Toeplitz) LossAt(w Workload, sens float64) (float64, error) {
+func (t *Toeplitz) LossAt(w dpcore.Workload, sens float64) (float64, error) {
 	r, err := t.DecoderRowNorms(w)
 	if err != nil {
 		return 0, err
@@ -469,7 +469,7 @@ const (
 // Sensitivity is sens(C) under the schema for clipping norm 1 in O(n) time
 // (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
-func (t *Toeplitz) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
+func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if err := t.Validate(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
@@ -481,7 +481,7 @@ func (t *Toeplitz) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 	}
 	c := t.Column()
 	k, b := s.K, s.B
-	if s.Kind == Single || k == 1 {
+	if s.Kind == dpcore.Single || k == 1 {
 		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
@@ -493,7 +493,7 @@ func (t *Toeplitz) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 			nonincr = false
 		}
 	}
-	exact := nonneg && (s.Kind == KB || nonincr)
+	exact := nonneg && (s.Kind == dpcore.KB || nonincr)
 	if !exact {
 		e := make([]float64, len(c))
 		run := 0.0
@@ -501,7 +501,7 @@ func (t *Toeplitz) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
 			run = math.Max(run, math.Abs(c[i]))
 			e[i] = run
 		}
-		if s.Kind == KB {
+		if s.Kind == dpcore.KB {
 			// |c| suffices for (k,b): pi_0 dominates entrywise.
 			for i, v := range c {
 				e[i] = math.Abs(v)
@@ -527,10 +527,10 @@ func packedSens2(c []float64, k, b int) float64 {
 }
 
 // Factorization returns the dense factorization (C, B = A C^-1) for
-// cross-checks and the dense plan code; refused above DenseStepLimit.
+// cross-checks and the dense plan code; refused above dpcore.DenseStepLimit.
 // noise.New streams its noise with the mechanism's own buffers (Nbuf
 // d-vectors for a BLT, not the n of a dense encoder).
-func (t *Toeplitz) Factorization(w Workload) (*Factorization, error) {
+func (t *Toeplitz) Factorization(w dpcore.Workload) (*Factorization, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -6,26 +6,18 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
-
-// DenseStepLimit is the largest n for which mechanisms without Toeplitz
-// structure (trees, FFT, optimal and banded MF) are built: they hold
-// several dense n x n float64 matrices (A, C, B, C^T C), 2.5 GiB at this
-// limit. Larger n is refused with the memory it would need; the Toeplitz
-// mechanisms (dpsgd, sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) and
-// tree-online for the prefix sum under single or (k,b) participation are
-// scored from their structure up to MaxStructuredSteps.
-const DenseStepLimit = dpcore.DenseStepLimit
 
 // denseMatrices is how many n x n float64 matrices a dense build holds at
 // its peak (workload, encoder, decoder, Gram matrix, product check).
 const denseMatrices = 5
 
-// checkDense refuses a dense build of n steps above DenseStepLimit.
+// checkDense refuses a dense build of n steps above dpcore.DenseStepLimit.
 func checkDense(name string, n, matrices int) error {
-	if n > DenseStepLimit {
+	if n > dpcore.DenseStepLimit {
 		return invalidf("%s: n = %d steps needs dense n x n matrices, about %s (%d x 8 n^2 bytes); the limit is n = %d (the Toeplitz mechanisms dpsgd, sqrt, toeplitz:BANDS, blt:NBUF and bisr:BANDS have none)",
-			name, n, humanBytes(float64(matrices)*8*float64(n)*float64(n)), matrices, DenseStepLimit)
+			name, n, humanBytes(float64(matrices)*8*float64(n)*float64(n)), matrices, dpcore.DenseStepLimit)
 	}
 	return nil
 }
@@ -36,23 +28,23 @@ func checkDense(name string, n, matrices int) error {
 // optimize for: w itself, or under a time-varying schedule (cooldown) the
 // same momentum at a constant rate, since the optimizers need a Toeplitz
 // workload (the mechanism still serves, and is scored on, w itself).
-func toeplitzPrelude(ctx context.Context, name string, w Workload, schema Schema) (Workload, error) {
+func toeplitzPrelude(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema) (dpcore.Workload, error) {
 	if err := checkSteps(w.N); err != nil {
-		return Workload{}, err
+		return dpcore.Workload{}, err
 	}
 	eta, err := workloadRates(w)
 	if err != nil {
-		return Workload{}, err
+		return dpcore.Workload{}, err
 	}
 	ow := w
 	if eta != nil && !constantRates(eta) {
-		ow = Workload{Kind: MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: ConstantSchedule(1)}
+		ow = dpcore.Workload{Kind: dpcore.MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: dpcore.ConstantSchedule(1)}
 	}
 	if err := schema.Validate(w.N); err != nil {
-		return Workload{}, err
+		return dpcore.Workload{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Workload{}, fmt.Errorf("mfnoise: build %s: %w", name, err)
+		return dpcore.Workload{}, fmt.Errorf("mfnoise: build %s: %w", name, err)
 	}
 	return ow, nil
 }
@@ -73,15 +65,8 @@ func (Sqrt) String() string { return "sqrt" }
 func (Sqrt) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
-func (m Sqrt) Build(ctx context.Context, w Workload, schema Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
-		return nil, err
-	}
-	t, err := SqrtToeplitz(w.N)
-	if err != nil {
-		return nil, err
-	}
-	return t.For(w)
+func (m Sqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
+	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return SqrtToeplitz(w.N) })
 }
 
 // NoiseCost of the square root: n rows.
@@ -96,26 +81,16 @@ type BandedToeplitz struct {
 	Auto  bool
 }
 
-func (m BandedToeplitz) String() string {
-	if m.Auto {
-		return "toeplitz:auto"
-	}
-	return "toeplitz:" + strconv.Itoa(m.Bands)
-}
+func (m BandedToeplitz) String() string { return bandsName("toeplitz", m.Bands, m.Auto) }
 
 // Structure: b-banded, or banded with the planner's count.
-func (m BandedToeplitz) Structure() Structure {
-	if m.Auto {
-		return Structure{AutoBands: true}
-	}
-	return Structure{Bands: m.Bands}
-}
+func (m BandedToeplitz) Structure() Structure { return bandsStructure(m.Bands, m.Auto) }
 
 // WithBands is BandedToeplitz with b bands.
 func (BandedToeplitz) WithBands(b int) Mechanism { return BandedToeplitz{Bands: b} }
 
 // Build optimizes the coefficients (through the cache).
-func (m BandedToeplitz) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m BandedToeplitz) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	ow, err := toeplitzPrelude(ctx, m.String(), w, schema)
 	if err != nil {
 		return nil, err
@@ -126,7 +101,7 @@ func (m BandedToeplitz) Build(ctx context.Context, w Workload, schema Schema, op
 		// without overlap (the planner chooses by amplified accounting
 		// instead).
 		bands = w.N
-		if schema.Kind != Single {
+		if schema.Kind != dpcore.Single {
 			bands = min(schema.B, w.N)
 		}
 	}
@@ -153,7 +128,7 @@ func (m BLT) String() string { return "blt:" + strconv.Itoa(m.Buffers) }
 func (BLT) Structure() Structure { return Structure{} }
 
 // Build optimizes the BLT parameters (through the cache).
-func (m BLT) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m BLT) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	ow, err := toeplitzPrelude(ctx, m.String(), w, schema)
 	if err != nil {
 		return nil, err
@@ -179,19 +154,25 @@ func (m BISR) String() string { return "bisr:" + strconv.Itoa(m.Bands) }
 func (BISR) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
-func (m BISR) Build(ctx context.Context, w Workload, schema Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	if _, err := toeplitzPrelude(ctx, m.String(), w, schema); err != nil {
+func (m BISR) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
+	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return BandedInverseSqrt(w.N, m.Bands) })
+}
+
+// NoiseCost: the bands of the inverse.
+func (BISR) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
+
+// closedForm is the strategy of a closed-form Toeplitz family: the
+// prelude's checks, then the encoder mk makes, bound to w.
+func closedForm(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema, mk func() (*Toeplitz, error)) (dpcore.Strategy, error) {
+	if _, err := toeplitzPrelude(ctx, name, w, schema); err != nil {
 		return nil, err
 	}
-	t, err := BandedInverseSqrt(w.N, m.Bands)
+	t, err := mk()
 	if err != nil {
 		return nil, err
 	}
 	return t.For(w)
 }
-
-// NoiseCost: the bands of the inverse.
-func (BISR) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
 
 // toeplitzCost is what streaming a Toeplitz strategy's noise costs.
 func toeplitzCost(s dpcore.Strategy) (float64, string) {
@@ -205,21 +186,21 @@ func toeplitzCost(s dpcore.Strategy) (float64, string) {
 	return float64(t.Toeplitz.NoiseMemoryPerCoord()), "O(b d)"
 }
 
-// optimizedToeplitz runs optimize (OptimizeToeplitz with size bands,
+// optimizedToeplitz runs run (OptimizeToeplitz with size bands,
 // OptimizeBLT with size buffers) for workload ow under the schema, through
 // opt.Cache and under the context's BuildTrace, and checks that the result
 // serves n steps.
 func optimizedToeplitz(ctx context.Context, name, kind string, size int,
-	optimize func(context.Context, Workload, Schema, int, *ToeplitzSettings) (*ToeplitzResult, error),
-	ow Workload, n int, schema Schema, opt BuildOptions) (*Toeplitz, error) {
+	run func(context.Context, dpcore.Workload, dpcore.Schema, int, ToeplitzProblem, *optimize.Settings) (*ToeplitzResult, error),
+	ow dpcore.Workload, n int, schema dpcore.Schema, opt BuildOptions) (*Toeplitz, error) {
 	key := ProblemKey{Kind: kind, Workload: ow, Schema: schema, Bands: size, Stamps: 1}
 	tr := buildTraceFrom(ctx)
 	label := kind + ":" + strconv.Itoa(size) // e.g. toeplitz:8, blt:4
 	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
 		var res *ToeplitzResult
-		err := tr.optimize(label, ow.N, 0, func(progress func(OptimizeProgress)) error {
+		err := tr.optimize(label, ow.N, 0, func(progress func(optimize.Progress)) error {
 			var err error
-			res, err = optimize(ctx, ow, schema, size, &ToeplitzSettings{Progress: progress})
+			res, err = run(ctx, ow, schema, size, ToeplitzProblem{}, &optimize.Settings{Progress: progress})
 			return err
 		})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"gonum.org/v1/gonum/mat"
 )
@@ -84,7 +85,7 @@ func TestSqrtSquaresToPrefixSum(t *testing.T) {
 		c := toeplitzDense(m.Column())
 		var sq mat.Dense
 		sq.Mul(c, c)
-		s, _ := PrefixSum(n)
+		s, _ := dpcore.PrefixSum(n)
 		a, _ := s.Matrix()
 		sq.Sub(&sq, a)
 		if e := mat.Norm(&sq, math.Inf(1)); e > 1e-12 {
@@ -122,13 +123,13 @@ func TestToeplitzAgainstDense(t *testing.T) {
 
 func toeplitzAgainstDense(t *testing.T, n int) {
 	rng := mrand.New(mrand.NewPCG(3, 4))
-	prefix, _ := PrefixSum(n)
-	mom, _ := MomentumWorkload(n, 0.9, ConstantSchedule(0.5))
-	cool, _ := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.25, 0.05))
-	kb, _ := KBParticipation(4, n/4)
-	kb2, _ := KBParticipation(6, (n+5)/6)
+	prefix, _ := dpcore.PrefixSum(n)
+	mom, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.ConstantSchedule(0.5))
+	cool, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	kb, _ := dpcore.KBParticipation(4, n/4)
+	kb2, _ := dpcore.KBParticipation(6, (n+5)/6)
 	for _, m := range testToeplitzMechs(t, n) {
-		for _, w := range []Workload{prefix, mom, cool} {
+		for _, w := range []dpcore.Workload{prefix, mom, cool} {
 			name := m.Name + "/" + w.String()
 			f, err := m.Factorization(w)
 			if err != nil {
@@ -168,7 +169,7 @@ func toeplitzAgainstDense(t *testing.T, n int) {
 					t.Fatalf("%s: ||B[%d,:]||^2 = %v, dense %v", name, i, v, dot(r, r))
 				}
 			}
-			for _, s := range []Schema{SingleParticipation(), kb, kb2} {
+			for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), kb, kb2} {
 				got, err := m.Sensitivity(s)
 				if err != nil {
 					t.Fatal(err)
@@ -208,7 +209,7 @@ func toeplitzAgainstDense(t *testing.T, n int) {
 
 // signedPatternLower is max over (k,b) patterns and sign choices of ||C
 // sum_{i in pi} s_i e_i||: a lower bound on the sensitivity (g_i = s_i u).
-func signedPatternLower(c *mat.Dense, s Schema) float64 {
+func signedPatternLower(c *mat.Dense, s dpcore.Schema) float64 {
 	_, n := c.Dims()
 	best := 0.0
 	for _, p := range s.Patterns(n) {
@@ -234,7 +235,7 @@ func signedPatternLower(c *mat.Dense, s Schema) float64 {
 // |X_ij| otherwise.
 func TestToeplitzMinSepBruteForce(t *testing.T) {
 	for _, tc := range []struct{ n, k, b int }{{14, 3, 3}, {16, 4, 2}, {13, 2, 5}} {
-		s, _ := MinSepParticipation(tc.k, tc.b)
+		s, _ := dpcore.MinSepParticipation(tc.k, tc.b)
 		pats := minSepPatterns(tc.n, tc.k, tc.b)
 		for _, m := range testToeplitzMechs(t, tc.n) {
 			x := gram(toeplitzDense(m.Column()))
@@ -288,9 +289,9 @@ func TestBLTUnboundedSensitivity(t *testing.T) {
 
 func TestToeplitzObjectiveGradients(t *testing.T) {
 	n := 40
-	prefix, _ := PrefixSum(n)
-	mom, _ := MomentumWorkload(n, 0.8, ConstantSchedule(1))
-	for _, w := range []Workload{prefix, mom} {
+	prefix, _ := dpcore.PrefixSum(n)
+	mom, _ := dpcore.MomentumWorkload(n, 0.8, dpcore.ConstantSchedule(1))
+	for _, w := range []dpcore.Workload{prefix, mom} {
 		for _, obj := range []ToeplitzObjective{TotalLoss, MaxError} {
 			tw, err := newToeplitzWorkload("test", w, obj)
 			if err != nil {
@@ -307,12 +308,12 @@ func TestToeplitzObjectiveGradients(t *testing.T) {
 					})
 					// The objective's sensitivity is the one reported.
 					m, _ := NewToeplitz("x", n, append([]float64{1}, x...))
-					s := Schema{Kind: KB, K: kb[0], B: kb[1]}
+					s := dpcore.Schema{Kind: dpcore.KB, K: kb[0], B: kb[1]}
 					if minsep {
-						s.Kind = MinSep
+						s.Kind = dpcore.MinSep
 					}
 					if kb[0] == 1 {
-						s = SingleParticipation()
+						s = dpcore.SingleParticipation()
 					}
 					if s.Validate(n) != nil {
 						continue // (k,b) with k b < n
@@ -362,32 +363,32 @@ func TestToeplitzBadInput(t *testing.T) {
 		{"huge n", func() error { _, err := SqrtToeplitz(100_000_000); return err }()},
 		{"zero n", func() error { _, err := SqrtToeplitz(0); return err }()},
 		{"blt 0", func() error {
-			w, _ := PrefixSum(10)
-			_, err := OptimizeBLT(context.Background(), w, SingleParticipation(), 0, nil)
+			w, _ := dpcore.PrefixSum(10)
+			_, err := OptimizeBLT(context.Background(), w, dpcore.SingleParticipation(), 0, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"cooldown", func() error {
-			w, _ := MomentumWorkload(10, 0.9, CooldownSchedule(10, 0.5, 0.05))
-			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 3, nil)
+			w, _ := dpcore.MomentumWorkload(10, 0.9, dpcore.CooldownSchedule(10, 0.5, 0.05))
+			_, err := OptimizeToeplitz(context.Background(), w, dpcore.SingleParticipation(), 3, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"toeplitz work", func() error {
-			w, _ := PrefixSum(1 << 22)
-			_, err := OptimizeToeplitz(context.Background(), w, SingleParticipation(), 1<<12, nil)
+			w, _ := dpcore.PrefixSum(1 << 22)
+			_, err := OptimizeToeplitz(context.Background(), w, dpcore.SingleParticipation(), 1<<12, ToeplitzProblem{}, nil)
 			return err
 		}()},
 		{"unbounded horizon", func() error {
 			m, _ := NewBLT("x", 10, BLTParams{Theta: []float64{0.5}, Omega: []float64{0.5}})
-			s, _ := MinSepParticipation(1<<20, 1<<20)
+			s, _ := dpcore.MinSepParticipation(1<<20, 1<<20)
 			_, err := m.StreamSensitivity(s)
 			return err
 		}()},
 		{"empty sens", func() error {
-			_, err := (&Toeplitz{Name: "x", N: 5}).Sensitivity(SingleParticipation())
+			_, err := (&Toeplitz{Name: "x", N: 5}).Sensitivity(dpcore.SingleParticipation())
 			return err
 		}()},
 		{"empty norms", func() error {
-			w, _ := PrefixSum(5)
+			w, _ := dpcore.PrefixSum(5)
 			_, err := (&Toeplitz{Name: "x", N: 5}).DecoderRowNorms(w)
 			return err
 		}()},
@@ -402,16 +403,16 @@ func TestToeplitzBadInput(t *testing.T) {
 // that cannot fit with the memory they need (n = 1e8 used to panic in
 // makeslice, n = 50000 to die out of memory).
 func TestDenseRefusedWithMemory(t *testing.T) {
-	w, _ := PrefixSum(100_000_000)
+	w, _ := dpcore.PrefixSum(100_000_000)
 	if _, err := w.Matrix(); err == nil || !strings.Contains(err.Error(), "TiB") {
 		t.Fatalf("Matrix at n = 1e8: %v", err)
 	}
-	w, _ = PrefixSum(50_000)
-	if _, err := (Tree{Decoder: TreeFull}).Build(context.Background(), w, SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
+	w, _ = dpcore.PrefixSum(50_000)
+	if _, err := (Tree{Decoder: TreeFull}).Build(context.Background(), w, dpcore.SingleParticipation(), BuildOptions{}); err == nil || !strings.Contains(err.Error(), "93.1 GiB") {
 		t.Fatalf("tree-full at n = 50000: %v", err)
 	}
 	specs := named(t, "dpsgd,sqrt")
-	rows, err := Compare(context.Background(), w, SingleParticipation(), specs, BuildOptions{})
+	rows, err := Compare(context.Background(), w, dpcore.SingleParticipation(), specs, BuildOptions{})
 	if err != nil || len(rows) != 2 || rows[0].Mechanism != "sqrt" {
 		t.Fatalf("structured compare at n = 50000: %v %v", rows, err)
 	}
@@ -421,7 +422,7 @@ func TestDenseRefusedWithMemory(t *testing.T) {
 // finite horizon and is refused where its conditions fail.
 func TestBLTStreamSensitivity(t *testing.T) {
 	m, _ := NewBLT("b", 1<<40, BLTParams{Theta: []float64{0.99, 0.5}, Omega: []float64{0.3, 0.2}})
-	ms, _ := MinSepParticipation(6, 40)
+	ms, _ := dpcore.MinSepParticipation(6, 40)
 	inf, err := m.StreamSensitivity(ms)
 	if err != nil || !inf.Exact {
 		t.Fatal(inf, err)
@@ -440,16 +441,16 @@ func TestBLTStreamSensitivity(t *testing.T) {
 	if _, err := bad.StreamSensitivity(ms); err == nil {
 		t.Fatal("scales summing above 1 accepted")
 	}
-	kb, _ := KBParticipation(2, 5)
+	kb, _ := dpcore.KBParticipation(2, 5)
 	if _, err := m.StreamSensitivity(kb); err == nil {
 		t.Fatal("(k,b) on an unbounded stream accepted")
 	}
 }
 
 func TestNoiseMemoryPerCoord(t *testing.T) {
-	w, _ := PrefixSum(50)
+	w, _ := dpcore.PrefixSum(50)
 	for name, want := range map[string]float64{"dpsgd": 1, "sqrt": 50, "bisr:7": 7, "toeplitz:9": 9, "blt:3": 4} {
-		rows, err := Compare(context.Background(), w, SingleParticipation(), named(t, name), BuildOptions{})
+		rows, err := Compare(context.Background(), w, dpcore.SingleParticipation(), named(t, name), BuildOptions{})
 		if err != nil || rows[0].NoiseMemoryPerCoord != want {
 			t.Fatalf("%s: memory/coord %v, want %v (%v)", name, rows[0].NoiseMemoryPerCoord, want, err)
 		}
@@ -478,7 +479,7 @@ func TestMinSepPackedRandom(t *testing.T) {
 			}
 		}
 		m, _ := NewToeplitz("r", n, c)
-		s, _ := MinSepParticipation(k, b)
+		s, _ := dpcore.MinSepParticipation(k, b)
 		got, err := m.Sensitivity(s)
 		if err != nil || !got.Exact {
 			t.Fatal(got, err)
@@ -506,8 +507,8 @@ func TestMinSepPackedRandom(t *testing.T) {
 func TestToeplitzCache(t *testing.T) {
 	dir := t.TempDir()
 	opt := BuildOptions{Cache: &Cache{Dir: dir}}
-	w, _ := PrefixSum(300)
-	s, _ := MinSepParticipation(3, 100)
+	w, _ := dpcore.PrefixSum(300)
+	s, _ := dpcore.MinSepParticipation(3, 100)
 	build := func(m Mechanism) (*Toeplitz, error) {
 		st, err := m.Build(context.Background(), w, s, opt)
 		if err != nil {
@@ -566,7 +567,7 @@ func TestToeplitzCache(t *testing.T) {
 	}
 }
 
-func mustKey(t *testing.T, kind string, size int, w Workload, s Schema) string {
+func mustKey(t *testing.T, kind string, size int, w dpcore.Workload, s dpcore.Schema) string {
 	k := ProblemKey{Kind: kind, Workload: w, Schema: s, Bands: size, Stamps: 1}
 	kb, err := k.canonical()
 	if err != nil {

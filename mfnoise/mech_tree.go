@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -297,12 +298,12 @@ func (t *treeLayout) pinv(n int) *mat.Dense {
 // is TreeOnline (5.776e6 without completion, 5.774e6 with Completion and
 // ZeroVirtual, which that paper used), "Optimal Decoder Honaker" 2.4e6 is
 // TreeFull (2.431e6).
-func BinaryTree(w Workload, opt TreeOptions) (*Factorization, error) {
+func BinaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, error) {
 	f, _, err := binaryTree(w, opt)
 	return f, err
 }
 
-func binaryTree(w Workload, opt TreeOptions) (*Factorization, *mat.SymDense, error) {
+func binaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, *mat.SymDense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: binary tree: %w", err)
 	}

@@ -31,10 +31,10 @@ func (m Tree) options() TreeOptions {
 }
 
 // Build is the dense factorization; tree-online for the prefix sum above
-// DenseStepLimit (steps up to MaxStructuredSteps) is scored from the
+// dpcore.DenseStepLimit (steps up to MaxStructuredSteps) is scored from the
 // tree's structure instead.
-func (m Tree) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
-	if m.Decoder == TreeOnline && w.N > DenseStepLimit && w.Kind == PrefixSumKind {
+func (m Tree) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
+	if m.Decoder == TreeOnline && w.N > dpcore.DenseStepLimit && w.Kind == dpcore.PrefixSumKind {
 		if err := checkSteps(w.N); err != nil {
 			return nil, err
 		}
@@ -47,7 +47,7 @@ func (m Tree) Build(ctx context.Context, w Workload, schema Schema, opt BuildOpt
 }
 
 // BuildBlock builds the tree for w0 with its Gram matrix.
-func (m Tree) BuildBlock(_ context.Context, w0 Workload, _ Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (m Tree) BuildBlock(_ context.Context, w0 dpcore.Workload, _ dpcore.Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
 	return binaryTree(w0, m.options())
 }
 
@@ -90,12 +90,12 @@ func (m FFT) String() string {
 func (FFT) Structure() Structure { return Structure{} }
 
 // Build is the dense factorization.
-func (m FFT) Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func (m FFT) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	return buildGram(ctx, m, w, schema, opt)
 }
 
 // BuildBlock builds the FFT mechanism for w0 with its Gram matrix.
-func (m FFT) BuildBlock(_ context.Context, w0 Workload, _ Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
+func (m FFT) BuildBlock(_ context.Context, w0 dpcore.Workload, _ dpcore.Schema, _ BuildOptions) (*Factorization, *mat.SymDense, error) {
 	return fftMechanism(w0, m.Decoder)
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -36,7 +37,7 @@ func denseTree(n int) *mat.Dense {
 
 func TestTreeEncoderMatchesRecursiveDefinition(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 13, 16} {
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, x, err := binaryTree(w, TreeOptions{Decoder: TreeFull})
 		if err != nil {
 			t.Fatalf("n=%d: %v", n, err)
@@ -52,8 +53,8 @@ func TestTreeEncoderMatchesRecursiveDefinition(t *testing.T) {
 }
 
 func TestTreeFullDecoderIsPseudoinverse(t *testing.T) {
-	mom, _ := MomentumWorkload(11, 0.9, CooldownSchedule(11, 0.25, 0.05))
-	for _, w := range []Workload{{Kind: PrefixSumKind, N: 1}, {Kind: PrefixSumKind, N: 6}, {Kind: PrefixSumKind, N: 8}, {Kind: PrefixSumKind, N: 13}, mom} {
+	mom, _ := dpcore.MomentumWorkload(11, 0.9, dpcore.CooldownSchedule(11, 0.25, 0.05))
+	for _, w := range []dpcore.Workload{{Kind: dpcore.PrefixSumKind, N: 1}, {Kind: dpcore.PrefixSumKind, N: 6}, {Kind: dpcore.PrefixSumKind, N: 8}, {Kind: dpcore.PrefixSumKind, N: 13}, mom} {
 		f, err := BinaryTree(w, TreeOptions{Decoder: TreeFull})
 		if err != nil {
 			t.Fatalf("%v: %v", w, err)
@@ -97,7 +98,7 @@ func honakerBelow(layout *treeLayout, z []float64) [][]float64 {
 
 func TestTreeOnlineDecoderMatchesRecursiveEstimator(t *testing.T) {
 	for _, n := range []int{1, 5, 8, 12} {
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		f, err := BinaryTree(w, TreeOptions{Decoder: TreeOnline})
 		if err != nil {
 			t.Fatal(err)
@@ -127,18 +128,18 @@ func TestTreeOnlineDecoderMatchesRecursiveEstimator(t *testing.T) {
 
 func TestTreeSensitivityHandChecked(t *testing.T) {
 	// 4 leaves: each leaf is covered by itself, its parent and the root.
-	w, _ := PrefixSum(4)
+	w, _ := dpcore.PrefixSum(4)
 	f, err := BinaryTree(w, TreeOptions{Decoder: TreeFull})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.Sensitivity(SingleParticipation())
+	r, err := f.Sensitivity(dpcore.SingleParticipation())
 	if err != nil || math.Abs(r.Value-math.Sqrt(3)) > 1e-12 || !r.Exact {
 		t.Fatalf("single-participation sens = %+v %v, want sqrt(3)", r, err)
 	}
 	// (k=2,b=2): pattern {0,2}: X_00 + X_22 + 2 X_02 = 3 + 3 + 2*1 = 8;
 	// {1,3} likewise 8.
-	s, _ := KBParticipation(2, 2)
+	s, _ := dpcore.KBParticipation(2, 2)
 	r, _ = f.Sensitivity(s)
 	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != NonnegativeGram {
 		t.Fatalf("(2,2) sens = %+v, want sqrt(8)", r)
@@ -146,9 +147,9 @@ func TestTreeSensitivityHandChecked(t *testing.T) {
 	// n = 6 under (k=3,b=2): 8 leaves, L = 3, X_ij = 4 - bitlen(i^j).
 	// {0,2,4}: 3*4 + 2*(X02 + X04 + X24) = 12 + 2*(2+1+1) = 20;
 	// {1,3,5}: 12 + 2*(X13 + X15 + X35) = 12 + 2*(2+1+1) = 20.
-	w6, _ := PrefixSum(6)
+	w6, _ := dpcore.PrefixSum(6)
 	f6, _ := BinaryTree(w6, TreeOptions{Decoder: TreeFull})
-	s32, _ := KBParticipation(3, 2)
+	s32, _ := dpcore.KBParticipation(3, 2)
 	r, _ = f6.Sensitivity(s32)
 	if math.Abs(r.Value-math.Sqrt(20)) > 1e-12 || !r.Exact {
 		t.Fatalf("(3,2) sens of 6-step tree = %+v, want sqrt(20)", r)
@@ -188,8 +189,8 @@ func TestTreeRowOrderIsCompletionOrder(t *testing.T) {
 // decoder: B = A S^-1 B_S.
 func TestTreeOnlineMomentumIsPostProcessed(t *testing.T) {
 	const n = 10
-	mom, _ := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.3, 0.05))
-	pre, _ := PrefixSum(n)
+	mom, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.3, 0.05))
+	pre, _ := dpcore.PrefixSum(n)
 	opt := TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true}
 	fm, err := BinaryTree(mom, opt)
 	if err != nil {
@@ -230,7 +231,7 @@ func floatsEqual(a, b []float64) bool {
 
 func TestTreeZeroVirtualColumns(t *testing.T) {
 	const n = 10 // 16 leaves: nodes starting at step >= 10 cover only padding
-	w, _ := PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	zero, _ := BinaryTree(w, TreeOptions{Decoder: TreeOnline, Completion: true, ZeroVirtual: true})
 	kept, _ := BinaryTree(w, TreeOptions{Decoder: TreeOnline, Completion: true})
 	layout := newTreeLayout(n)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -21,7 +22,7 @@ type Mechanism interface {
 	// Build makes the strategy for workload w; schema is the participation
 	// the sampler realizes (optimizers read it; every other family only
 	// validates it against w.N).
-	Build(ctx context.Context, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error)
+	Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error)
 }
 
 // Structure is the part of a mechanism the planner's rules read.
@@ -61,7 +62,7 @@ type Blocked interface {
 	// (the whole workload when not stamped) and, when its structure gives
 	// one cheaply, the Gram matrix C^T C (else nil); schema is the whole
 	// run's participation.
-	BuildBlock(ctx context.Context, w0 Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error)
+	BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error)
 	// StampDecoder is the decoder that suits the family when stamped.
 	StampDecoder() StampDecoder
 }
@@ -83,13 +84,13 @@ type BuildOptions struct {
 	Cache *Cache
 	// Optimize tunes the optimizers (mf-single, mf-kb, bandmf); nil means
 	// their defaults.
-	Optimize *OptimizeSettings
+	Optimize *optimize.Settings
 }
 
 // BuildDense builds m's dense factorization: a Blocked mechanism's block
 // builder over the whole workload, any other's strategy made dense
-// (refused above DenseStepLimit).
-func BuildDense(ctx context.Context, m Mechanism, w Workload, schema Schema, opt BuildOptions) (*Factorization, error) {
+// (refused above dpcore.DenseStepLimit).
+func BuildDense(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, error) {
 	if b, ok := m.(Blocked); ok {
 		f, _, err := buildBlocks(ctx, b, 1, m.String(), w, schema, opt)
 		return f, err
@@ -103,7 +104,7 @@ func BuildDense(ctx context.Context, m Mechanism, w Workload, schema Schema, opt
 
 // buildBlocks builds m densely over w in the given number of stamps
 // (1: not stamped), with the Gram matrix when the family gives one.
-func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w Workload, schema Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	if err := checkDense("build "+name, w.N, denseMatrices); err != nil {
 		return nil, nil, err
 	}
@@ -119,7 +120,7 @@ func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w Work
 	if stamps < 1 || w.N%stamps != 0 {
 		return nil, nil, invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
 	}
-	block := func(w0 Workload) (*Factorization, *mat.SymDense, error) {
+	block := func(w0 dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 		return m.BuildBlock(ctx, w0, schema, opt)
 	}
 	if stamps == 1 {
@@ -131,7 +132,7 @@ func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w Work
 // buildGram is the strategy of a Blocked mechanism built unstamped: its
 // dense factorization, carrying the Gram matrix its structure gives for
 // Compare's sensitivity.
-func buildGram(ctx context.Context, m Blocked, w Workload, schema Schema, opt BuildOptions) (dpcore.Strategy, error) {
+func buildGram(ctx context.Context, m Blocked, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	f, x, err := buildBlocks(ctx, m, 1, m.String(), w, schema, opt)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // The dense, blocked and banded-solve evaluations of tr(A X^-1 A^T) and its
@@ -13,7 +15,7 @@ import (
 func TestBandProblemEvaluationPathsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range []struct{ n, bands int }{{9, 2}, {30, 5}, {64, 64}, {50, 17}, {200, 3}, {300, 70}, {161, 80}} {
-		w, _ := MomentumWorkload(tc.n, 0.9, CooldownSchedule(tc.n, 0.25, 0.05))
+		w, _ := dpcore.MomentumWorkload(tc.n, 0.9, dpcore.CooldownSchedule(tc.n, 0.25, 0.05))
 		a, _ := w.Matrix()
 		banded, dense, blocked := newBandProblem(a, tc.bands), newBandProblem(a, tc.bands), newBandProblem(a, tc.bands)
 		banded.path, dense.path, blocked.path = pathSolves, pathDense, pathBlocked

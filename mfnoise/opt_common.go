@@ -1,10 +1,19 @@
 package mfnoise
 
 import (
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+
 	"context"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -12,83 +21,24 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// OptimizeSettings tunes the factorization optimizers. The zero value (and a
-// nil pointer) means defaults.
-type OptimizeSettings struct {
-	// Gap is the relative optimality gap (Loss - LowerBound) / Loss at which
-	// an optimizer stops; 0 means 1e-4. Methods without a lower bound
-	// (OptimizeBanded) use it as a relative decrease tolerance instead.
-	Gap float64
-	// MaxIter bounds the iterations; 0 means the method's default.
-	MaxIter int
-	// Progress, if not nil, is called after each iteration.
-	Progress func(OptimizeProgress)
-}
-
-// OptimizeProgress reports one iteration of an optimizer.
-type OptimizeProgress struct {
-	Iter int
-	// Loss is the loss sens^2 ||B||_F^2 of the current iterate (sens
-	// normalized to 1; +Inf while no feasible point is known); LowerBound
-	// the best proven lower bound on the optimum; Gap = (best Loss so far -
-	// LowerBound) / best Loss. Methods without a bound (OptimizeBanded)
-	// report LowerBound = Gap = 0.
-	Loss, LowerBound, Gap float64
-	// MaxIter is the iteration bound; most runs stop earlier, at the gap
-	// or when the loss stalls.
-	MaxIter int
-}
-
-// OptimizeResult is what an optimizer returns: the factorization (encoder
-// normalized to sensitivity 1 under the schema it was optimized for), its
-// loss, the lower bound and relative gap when the method proves one, the
-// iterations used and the wall time.
+// OptimizeResult is what a factorization optimizer returns: the
+// factorization (encoder normalized to sensitivity 1 under the schema it
+// was optimized for), its loss, the lower bound and relative gap when the
+// method proves one, the iterations used, why the optimizer stopped
+// (optimize.Converged when the gap was reached, optimize.Stalled when the
+// loss stopped decreasing for a method without a bound) and the wall time.
 type OptimizeResult struct {
 	Factorization         *Factorization
 	Loss, LowerBound, Gap float64
 	Iterations            int
+	Status                optimize.Status
 	Elapsed               time.Duration
-}
-
-const defaultGap = 1e-4
-
-func (s *OptimizeSettings) gap() float64 {
-	if s == nil || s.Gap == 0 {
-		return defaultGap
-	}
-	return s.Gap
-}
-
-func (s *OptimizeSettings) maxIter(def int) int {
-	if s == nil || s.MaxIter <= 0 {
-		return def
-	}
-	return s.MaxIter
-}
-
-func (s *OptimizeSettings) report(p OptimizeProgress) {
-	if s != nil && s.Progress != nil {
-		s.Progress(p)
-	}
-}
-
-func (s *OptimizeSettings) validate() error {
-	if s == nil {
-		return nil
-	}
-	if math.IsNaN(s.Gap) || s.Gap < 0 {
-		return invalidf("optimize: gap %v must be >= 0", s.Gap)
-	}
-	if s.MaxIter < 0 {
-		return invalidf("optimize: max iterations %d must be >= 0", s.MaxIter)
-	}
-	return nil
 }
 
 // optimizerWorkload validates the settings and returns the workload
 // matrix, with errors prefixed "mfnoise: optimize <what>".
-func optimizerWorkload(what string, w Workload, s *OptimizeSettings) (*mat.Dense, error) {
-	if err := s.validate(); err != nil {
+func optimizerWorkload(what string, w dpcore.Workload, s *optimize.Settings) (*mat.Dense, error) {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	a, err := w.Matrix()
@@ -186,9 +136,46 @@ func checkCtx(ctx context.Context, what string) error {
 	return nil
 }
 
-func relGap(loss, lb float64) float64 {
-	if loss <= 0 {
-		return 0
+// Dense work matrices (n x n float64) each optimizer holds at its peak,
+// measured as peak heap / (8 n^2): OptimizeSingle 17.3 at n = 2048
+// (552 MiB), OptimizeKB 42 at n = 2000 (1293 MiB), OptimizeBanded's
+// preconditioner and lower bound about 10.
+const (
+	singleMatrices = 18
+	kbMatrices     = 44
+	bandedMatrices = 11
+)
+
+// checkDenseMemory refuses, before anything is allocated, an optimizer
+// whose matrices dense n x n work matrices need more than the memory this
+// process may use (GOMEMLIMIT when set, else the machine's physical
+// memory), saying what it would need.
+func checkDenseMemory(what string, n, matrices int) error {
+	need := float64(matrices) * 8 * float64(n) * float64(n)
+	limit := processMemoryLimit()
+	if limit <= 0 || need <= float64(limit) {
+		return nil
 	}
-	return math.Max(0, (loss-lb)/loss)
+	return invalidf("optimize %s: n = %d steps would need about %s of memory (%d dense n x n matrices), more than the %s available (physical memory, or GOMEMLIMIT when set)",
+		what, n, dpcore.HumanBytes(need), matrices, dpcore.HumanBytes(float64(limit)))
+}
+
+// processMemoryLimit is the least of GOMEMLIMIT (when set) and MemTotal
+// of /proc/meminfo; 0 when neither is known.
+func processMemoryLimit() int64 {
+	limit := int64(0)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 {
+					limit = kb << 10
+				}
+			}
+		}
+	}
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 && (limit == 0 || l < limit) {
+		limit = l
+	}
+	return limit
 }

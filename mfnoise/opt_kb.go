@@ -6,6 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/floats"
@@ -59,14 +62,17 @@ const (
 // Sensitivity(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
 // schema. n need not equal k*b: patterns with fewer steps get the same
 // unit budget.
-func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSettings) (*OptimizeResult, error) {
+func OptimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
+	if err := checkDenseMemory("kb", w.N, kbMatrices); err != nil {
+		return nil, err
+	}
 	a, err := optimizerWorkload("kb", w, s)
 	if err != nil {
 		return nil, err
 	}
 	n := w.N
-	if schema.Kind != KB {
+	if schema.Kind != dpcore.KB {
 		return nil, invalidf("optimize kb: schema %v is not (k,b)-participation (use OptimizeSingle or OptimizeBanded)", schema)
 	}
 	if err := schema.Validate(n); err != nil {
@@ -76,97 +82,40 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 		return nil, err
 	}
 	p := newKBPrimal(a, schema)
-	target, maxIter := s.gap(), s.maxIter(defaultKBIter)
-
 	x := p.start()
 	g := make([]float64, len(x))
-	loss, ok := p.eval(x, g)
-	if !ok {
+	if _, ok := p.eval(x, g); !ok {
 		return nil, fmt.Errorf("mfnoise: optimize kb: workload gives a non-finite loss at the start")
 	}
-	lb := math.Inf(-1)
 	p.updatePreconditioner(x)
-	lbfgs := newLBFGSMemory(kbMemory, len(x), p.precondition, p.prec)
-	xt := make([]float64, len(x))
-	gt := make([]float64, len(x))
-	d := make([]float64, len(x))
-	iter := 0
-	gap := math.Inf(1)
-	for {
-		if cerr := checkCtx(ctx, "optimize kb"); cerr != nil {
-			return nil, cerr
-		}
-		if iter%kbBoundEvery == 0 || iter == maxIter {
-			bound, berr := p.lowerBound(ctx)
-			if berr != nil {
-				if cerr := checkCtx(ctx, "optimize kb"); cerr != nil {
-					return nil, cerr
-				}
-			} else {
-				lb = math.Max(lb, bound)
+	prob := optimize.Problem{
+		Func: func(x, g []float64) float64 {
+			loss, ok := p.eval(x, g)
+			if !ok {
+				return math.Inf(1)
 			}
-			gap = relGap(loss, lb)
-			if gap <= target || iter == maxIter {
-				break
-			}
-		}
-		iter++
-		lbfgs.direction(d, g)
-		slope := parallelDot(g, d)
-		if !(slope < 0) {
-			lbfgs.reset()
-			lbfgs.direction(d, g)
-			slope = parallelDot(g, d)
-		}
-		step := 1.0
-		if lbfgs.len() == 0 {
-			step = p.firstStep(x, d)
-		}
-		accepted := false
-		for try := 0; try < 60; try++ {
-			parallelRange(len(x), func(_, lo, hi int) { floats.AddScaledTo(xt[lo:hi], x[lo:hi], step, d[lo:hi]) })
-			lt, ok := p.eval(xt, gt)
-			if ok && lt <= loss+1e-4*step*slope {
-				accepted = true
-				loss = lt
-				break
-			}
-			step *= 0.5
-		}
-		if !accepted {
-			if lbfgs.len() > 0 {
-				// A stale curvature model can point nowhere useful; retry
-				// from steepest descent once before giving up.
-				lbfgs.reset()
-				if _, ok := p.eval(x, g); !ok {
-					return nil, fmt.Errorf("mfnoise: optimize kb: iterate lost positive definiteness")
-				}
-				continue
-			}
-			// No descent is possible at working precision: the bound at
-			// this point is the best certificate there will be.
-			if _, ok := p.eval(x, g); ok {
-				if bound, berr := p.lowerBound(ctx); berr == nil {
-					lb = math.Max(lb, bound)
-				}
-			}
-			gap = relGap(loss, lb)
-			break
-		}
-		parallelRange(len(x), func(_, lo, hi int) {
-			floats.SubTo(d[lo:hi], xt[lo:hi], x[lo:hi]) // d becomes s = x_new - x
-			floats.SubTo(g[lo:hi], gt[lo:hi], g[lo:hi]) // g becomes y = g_new - g
-		})
-		lbfgs.push(d, g)
-		x, xt = xt, x
-		g, gt = gt, g
-		p.updatePreconditioner(x)
-		gap = relGap(loss, lb)
-		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: lb, Gap: gap, MaxIter: maxIter})
+			return loss
+		},
+		Precondition: p.precondition,
+		Weight:       p.prec,
+		Accepted:     p.updatePreconditioner,
+		Bound:        p.lowerBound,
+		BoundEvery:   kbBoundEvery,
+		FirstStep:    p.firstStep,
 	}
-	if gap > target {
-		return nil, fmt.Errorf("mfnoise: optimize kb: gap %.3g > %.3g after %d iterations (loss %.6g, lower bound %.6g)", gap, target, iter, loss, lb)
+	set := optimize.Settings{Gap: s.GapOrDefault(), MaxIter: s.MaxIterOr(defaultKBIter)}
+	if s != nil {
+		set.Progress = s.Progress
 	}
+	res, err := optimize.Minimize(ctx, prob, x, &set, &optimize.LBFGS{Store: kbMemory})
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
+	}
+	lb, iter := res.LowerBound, res.Iterations
+	if res.Status != optimize.Converged {
+		return nil, fmt.Errorf("mfnoise: optimize kb: gap %.3g > %.3g after %d iterations (%v; loss %.6g, lower bound %.6g)", res.Gap, set.Gap, iter, res.Status, res.Loss, lb)
+	}
+	x = res.X
 	xs := p.symmetric(x)
 	c, err := lowerFactor(xs)
 	if err != nil {
@@ -183,12 +132,12 @@ func OptimizeKB(ctx context.Context, w Workload, schema Schema, s *OptimizeSetti
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	gap = relGap(loss, lb)
+	gap := optimize.RelGap(loss, lb)
 	f, err := NewFactorization(w, c, b, Metadata{Kind: "mf-kb", Schema: schema, Loss: loss, LowerBnd: lb, Gap: gap})
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: gap, Iterations: iter, Elapsed: time.Since(start)}, nil
+	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
 }
 
 // kbPrimal evaluates tr(A^T A X^-1) and its projected gradient for the
@@ -215,7 +164,7 @@ type kbPrimal struct {
 	prec []float64 // diagonal preconditioner, packed like x
 }
 
-func newKBPrimal(a *mat.Dense, sc Schema) *kbPrimal {
+func newKBPrimal(a *mat.Dense, sc dpcore.Schema) *kbPrimal {
 	n, _ := a.Dims()
 	p := &kbPrimal{n: n, a: a, pat: make([]int, n), members: sc.Patterns(n)}
 	for j, m := range p.members {
@@ -437,83 +386,6 @@ func (p *kbPrimal) lowerBound(ctx context.Context) (float64, error) {
 		return 0, fmt.Errorf("degenerate multipliers (trace %v, pattern sum %v)", t, v)
 	}
 	return t * t / v, nil
-}
-
-// lbfgsMemory is the limited-memory inverse-Hessian model of L-BFGS
-// (Nocedal and Wright, Alg. 7.4). Its vectors are large (n^2/2 at
-// dimension n), so every operation is split across GOMAXPROCS goroutines.
-type lbfgsMemory struct {
-	s, y      [][]float64
-	rho       []float64
-	head, cnt int
-	alpha     []float64
-	// precond applies the initial inverse Hessian P (a diagonal, then a
-	// projection) in place; weight holds P's diagonal for the scaling
-	// s^T y / y^T P y.
-	precond func(d []float64)
-	weight  []float64
-}
-
-func newLBFGSMemory(m, dim int, precond func(d []float64), weight []float64) *lbfgsMemory {
-	l := &lbfgsMemory{s: make([][]float64, m), y: make([][]float64, m), rho: make([]float64, m), alpha: make([]float64, m), precond: precond, weight: weight}
-	for i := range l.s {
-		l.s[i] = make([]float64, dim)
-		l.y[i] = make([]float64, dim)
-	}
-	return l
-}
-
-func (l *lbfgsMemory) len() int { return l.cnt }
-func (l *lbfgsMemory) reset()   { l.cnt = 0 }
-
-// push adds the pair (s, y) if it has positive curvature (always, for a
-// convex objective, up to round-off).
-func (l *lbfgsMemory) push(s, y []float64) {
-	sy := parallelDot(s, y)
-	if !(sy > 1e-12*math.Sqrt(parallelDot(s, s)*parallelDot(y, y))) {
-		return
-	}
-	m := len(l.s)
-	l.head = (l.head + 1) % m
-	copy(l.s[l.head], s)
-	copy(l.y[l.head], y)
-	l.rho[l.head] = 1 / sy
-	l.cnt = min(l.cnt+1, m)
-}
-
-// direction writes -H g to d.
-func (l *lbfgsMemory) direction(d, g []float64) {
-	copy(d, g)
-	m := len(l.s)
-	for c := 0; c < l.cnt; c++ {
-		i := (l.head - c + m) % m
-		l.alpha[i] = l.rho[i] * parallelDot(l.s[i], d)
-		parallelAxpy(d, -l.alpha[i], l.y[i])
-	}
-	l.precond(d)
-	if l.cnt > 0 {
-		h := l.head
-		parallelScale(d, 1/(l.rho[h]*weightedSquares(l.weight, l.y[h])))
-	}
-	for c := l.cnt - 1; c >= 0; c-- {
-		i := (l.head - c + m) % m
-		beta := l.rho[i] * parallelDot(l.y[i], d)
-		parallelAxpy(d, l.alpha[i]-beta, l.s[i])
-	}
-	parallelScale(d, -1)
-}
-
-// weightedSquares returns sum_i w_i y_i^2.
-func weightedSquares(w, y []float64) float64 {
-	parts := make([]float64, parallelChunks(len(y)))
-	parallelRange(len(y), func(c, lo, hi int) {
-		sum := 0.0
-		for i, v := range y[lo:hi] {
-			sum += w[lo+i] * v * v
-		}
-		parts[c] = sum
-	})
-	return floats.Sum(parts)
 }
 
 // updatePreconditioner sets the diagonal preconditioner from the current

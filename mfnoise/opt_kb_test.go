@@ -7,6 +7,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -16,9 +18,9 @@ import (
 // keeps the constraints: zero on within-pattern entries, zero sum over each
 // pattern's diagonal.
 func TestKBPrimalGradient(t *testing.T) {
-	w, _ := PrefixSum(12)
+	w, _ := dpcore.PrefixSum(12)
 	a, _ := w.Matrix()
-	sc, _ := KBParticipation(3, 4)
+	sc, _ := dpcore.KBParticipation(3, 4)
 	p := newKBPrimal(a, sc)
 	x := p.start()
 	for i := range x {
@@ -73,9 +75,9 @@ func TestKBPrimalGradient(t *testing.T) {
 // subspace into itself and is symmetric positive definite there, so that
 // L-BFGS with it still descends and keeps X feasible.
 func TestKBPreconditioner(t *testing.T) {
-	w, _ := MomentumWorkload(24, 0.9, CooldownSchedule(24, 0.25, 0.05))
+	w, _ := dpcore.MomentumWorkload(24, 0.9, dpcore.CooldownSchedule(24, 0.25, 0.05))
 	a, _ := w.Matrix()
-	sc, _ := KBParticipation(3, 8)
+	sc, _ := dpcore.KBParticipation(3, 8)
 	p := newKBPrimal(a, sc)
 	x := p.start()
 	y := append([]float64(nil), x...)
@@ -118,10 +120,10 @@ func TestKBPreconditioner(t *testing.T) {
 // tight (within the gap) at the optimum.
 func TestKBLowerBoundIsValid(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(60)
+	w, _ := dpcore.PrefixSum(60)
 	a, _ := w.Matrix()
-	sc, _ := KBParticipation(6, 10)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Gap: 1e-7})
+	sc, _ := dpcore.KBParticipation(6, 10)
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestKBLowerBoundIsValid(t *testing.T) {
 }
 
 // checkKB checks the properties every (k,b) optimum must have.
-func checkKB(t *testing.T, r *OptimizeResult, sc Schema) {
+func checkKB(t *testing.T, r *OptimizeResult, sc dpcore.Schema) {
 	t.Helper()
 	f := r.Factorization
 	sens, err := f.Sensitivity(sc)
@@ -178,8 +180,8 @@ func TestOptimizeKBSmall(t *testing.T) {
 			continue
 		}
 		t.Run(fmt.Sprintf("n=%d,k=%d,b=%d", c.n, c.k, c.b), func(t *testing.T) {
-			w, _ := PrefixSum(c.n)
-			sc, _ := KBParticipation(c.k, c.b)
+			w, _ := dpcore.PrefixSum(c.n)
+			sc, _ := dpcore.KBParticipation(c.k, c.b)
 			r, err := OptimizeKB(ctx, w, sc, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -190,7 +192,7 @@ func TestOptimizeKBSmall(t *testing.T) {
 			}
 			// The single-participation optimum is feasible under (k,b) once
 			// rescaled by its sensitivity there, so it cannot do better.
-			rs, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-8})
+			rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,9 +220,9 @@ func TestOptimizeKBSmall(t *testing.T) {
 func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 	const n = 60
 	ctx := context.Background()
-	mw, _ := MomentumWorkload(n, 0.95, CooldownSchedule(n, 0.25, 0.05))
-	pw, _ := PrefixSum(n)
-	sc, _ := KBParticipation(6, 10)
+	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	pw, _ := dpcore.PrefixSum(n)
+	sc, _ := dpcore.KBParticipation(6, 10)
 	rm, err := OptimizeKB(ctx, mw, sc, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +242,8 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 // With n < k*b the last patterns have k-1 steps; each still gets the unit
 // budget, and the result is a valid, certified optimum.
 func TestOptimizeKBUnevenPatterns(t *testing.T) {
-	w, _ := PrefixSum(55)
-	sc, _ := KBParticipation(6, 10)
+	w, _ := dpcore.PrefixSum(55)
+	sc, _ := dpcore.KBParticipation(6, 10)
 	r, err := OptimizeKB(context.Background(), w, sc, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -266,13 +268,13 @@ func TestOptimizeKBUnevenPatterns(t *testing.T) {
 
 func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(32)
-	sc, _ := KBParticipation(1, 32)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Gap: 1e-7})
+	w, _ := dpcore.PrefixSum(32)
+	sc, _ := dpcore.KBParticipation(1, 32)
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-7})
+	rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,15 +285,15 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 
 func TestOptimizeKBErrors(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(12)
-	if _, err := OptimizeKB(ctx, w, SingleParticipation(), nil); !errors.Is(err, ErrInvalid) {
+	w, _ := dpcore.PrefixSum(12)
+	if _, err := OptimizeKB(ctx, w, dpcore.SingleParticipation(), nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("single schema: %v", err)
 	}
-	sc, _ := KBParticipation(2, 5)
-	if _, err := OptimizeKB(ctx, w, sc, nil); !errors.Is(err, ErrInvalid) {
+	sc, _ := dpcore.KBParticipation(2, 5)
+	if _, err := OptimizeKB(ctx, w, sc, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n: %v", err)
 	}
-	sc, _ = KBParticipation(3, 4)
+	sc, _ = dpcore.KBParticipation(3, 4)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := OptimizeKB(cctx, w, sc, nil); !errors.Is(err, context.Canceled) {
@@ -308,9 +310,9 @@ func TestOptimizeKBPaper(t *testing.T) {
 		t.Skip("short mode: paper-scale optimization takes minutes")
 	}
 	ctx := context.Background()
-	w, _ := PrefixSum(2000)
-	sc, _ := KBParticipation(20, 100)
-	r, err := OptimizeKB(ctx, w, sc, &OptimizeSettings{Progress: func(p OptimizeProgress) {
+	w, _ := dpcore.PrefixSum(2000)
+	sc, _ := dpcore.KBParticipation(20, 100)
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Progress: func(p optimize.Progress) {
 		if p.Iter%100 == 0 {
 			t.Logf("iter %d loss %.7g lower bound %.7g gap %.2e", p.Iter, p.Loss, p.LowerBound, p.Gap)
 		}
@@ -327,8 +329,8 @@ func TestOptimizeKBPaper(t *testing.T) {
 }
 
 func BenchmarkOptimizeKB(b *testing.B) {
-	w, _ := PrefixSum(2000)
-	sc, _ := KBParticipation(20, 100)
+	w, _ := dpcore.PrefixSum(2000)
+	sc, _ := dpcore.KBParticipation(20, 100)
 	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
 		return OptimizeKB(context.Background(), w, sc, nil)
 	})

@@ -6,6 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/lapack/lapack64"
@@ -42,15 +45,16 @@ const defaultSingleIter = 1000
 // scaled Newton polar iteration: matrix inverses and products only, which in
 // gonum run many times faster than a symmetric eigendecomposition (see
 // BENCHMARKS.md).
-func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*OptimizeResult, error) {
+func OptimizeSingle(ctx context.Context, w dpcore.Workload, s *optimize.Settings) (*OptimizeResult, error) {
 	start := time.Now()
+	if err := checkDenseMemory("single", w.N, singleMatrices); err != nil {
+		return nil, err
+	}
 	a, err := optimizerWorkload("single", w, s)
 	if err != nil {
 		return nil, err
 	}
 	n := w.N
-	target, maxIter := s.gap(), s.maxIter(defaultSingleIter)
-
 	v := make([]float64, n)
 	for i := range v {
 		v[i] = 1
@@ -58,41 +62,39 @@ func OptimizeSingle(ctx context.Context, w Workload, s *OptimizeSettings) (*Opti
 	var ph polarPhi
 	acc := newAnderson(n, andersonMemory)
 	var bestC, bestB *mat.Dense
-	bestLoss, bestLB := math.Inf(1), math.Inf(-1)
-	iter := 0
-	gap := math.Inf(1)
-	for iter < maxIter && gap > target {
-		if err := checkCtx(ctx, "optimize single"); err != nil {
-			return nil, err
-		}
-		iter++
+	bestLoss := math.Inf(1)
+	step := func(iter int) (float64, float64, error) {
 		if err := ph.compute(ctx, a, v); err != nil {
-			return nil, fmt.Errorf("mfnoise: optimize single: iteration %d: %w", iter, err)
+			return 0, 0, fmt.Errorf("iteration %d: %w", iter, err)
 		}
 		sumV := 0.0
 		for _, x := range v {
 			sumV += x
 		}
-		bestLB = math.Max(bestLB, 2*ph.tr-sumV) // Eq. 8
+		bound := 2*ph.tr - sumV // Eq. 8
 		c, b, loss, err := ph.primal(a)
 		if err != nil {
-			return nil, fmt.Errorf("mfnoise: optimize single: iteration %d: %w", iter, err)
+			return 0, 0, fmt.Errorf("iteration %d: %w", iter, err)
 		}
 		if loss < bestLoss {
 			bestLoss, bestC, bestB = loss, c, b
 		}
-		gap = relGap(bestLoss, bestLB)
-		s.report(OptimizeProgress{Iter: iter, Loss: loss, LowerBound: bestLB, Gap: gap, MaxIter: maxIter})
 		acc.next(v, ph.diag) // phi(v), accelerated
+		return loss, bound, nil
 	}
-	if gap > target {
-		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, target, iter)
-	}
-	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
+	res, err := optimize.Iterate(ctx, optimize.Iteration{MaxIter: defaultSingleIter, Bounded: true, Step: step}, s)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
 	}
-	return &OptimizeResult{Factorization: f, Loss: bestLoss, LowerBound: bestLB, Gap: gap, Iterations: iter, Elapsed: time.Since(start)}, nil
+	bestLB, gap, iter := res.LowerBound, res.Gap, res.Iterations
+	if res.Status != optimize.Converged {
+		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, s.GapOrDefault(), iter)
+	}
+	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: dpcore.SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
+	}
+	return &OptimizeResult{Factorization: f, Loss: bestLoss, LowerBound: bestLB, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
 }
 
 // polarPhi evaluates phi(v) through the polar decomposition K = U H of

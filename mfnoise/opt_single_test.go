@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -44,9 +49,9 @@ func phiEig(g *mat.SymDense, v []float64) (diag []float64, tr float64) {
 }
 
 func TestPolarPhiMatchesEigen(t *testing.T) {
-	for _, w := range []Workload{
-		{Kind: PrefixSumKind, N: 40},
-		{Kind: MomentumKind, N: 40, Momentum: 0.9, Schedule: CooldownSchedule(40, 0.25, 0.05)},
+	for _, w := range []dpcore.Workload{
+		{Kind: dpcore.PrefixSumKind, N: 40},
+		{Kind: dpcore.MomentumKind, N: 40, Momentum: 0.9, Schedule: dpcore.CooldownSchedule(40, 0.25, 0.05)},
 	} {
 		a, _ := w.Matrix()
 		g := gramOf(a)
@@ -72,7 +77,7 @@ func TestPolarPhiMatchesEigen(t *testing.T) {
 
 // checkLowerUnitColumns checks that C is lower triangular with unit column
 // norms and that the stored loss is the dense recomputation sens^2 ||B||_F^2.
-func checkOptimum(t *testing.T, r *OptimizeResult, s Schema) {
+func checkOptimum(t *testing.T, r *OptimizeResult, s dpcore.Schema) {
 	t.Helper()
 	f := r.Factorization
 	n := f.N()
@@ -120,9 +125,9 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 			continue
 		}
 		t.Run(fmt.Sprint(c.n), func(t *testing.T) {
-			w, _ := PrefixSum(c.n)
+			w, _ := dpcore.PrefixSum(c.n)
 			iters := 0
-			r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Progress: func(p OptimizeProgress) { iters = p.Iter }})
+			r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Progress: func(p optimize.Progress) { iters = p.Iter }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,8 +142,8 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 			if iters != r.Iterations {
 				t.Errorf("progress saw %d iterations, result says %d", iters, r.Iterations)
 			}
-			checkOptimum(t, r, SingleParticipation())
-			sens, _ := r.Factorization.Sensitivity(SingleParticipation())
+			checkOptimum(t, r, dpcore.SingleParticipation())
+			sens, _ := r.Factorization.Sensitivity(dpcore.SingleParticipation())
 			if math.Abs(sens.Value-1) > 1e-12 {
 				t.Errorf("sensitivity %v, want 1", sens.Value)
 			}
@@ -158,8 +163,8 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
 	// At a tight gap the unit-diagonal X satisfies the optimality condition
 	// X^-1 G X^-1 = D diagonal (Denisov et al. Thm 3.2).
-	w, _ := PrefixSum(48)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-10})
+	w, _ := dpcore.PrefixSum(48)
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +198,7 @@ func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
 
 func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 	const n = 64
-	mw, err := MomentumWorkload(n, 0.95, CooldownSchedule(n, 0.25, 0.05))
+	mw, err := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +206,13 @@ func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOptimum(t, rm, SingleParticipation())
-	pw, _ := PrefixSum(n)
+	checkOptimum(t, rm, dpcore.SingleParticipation())
+	pw, _ := dpcore.PrefixSum(n)
 	rp, err := OptimizeSingle(context.Background(), pw, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := postProcessLoss(t, mw, rp.Factorization, SingleParticipation())
+	post := postProcessLoss(t, mw, rp.Factorization, dpcore.SingleParticipation())
 	t.Logf("momentum-optimized %.4f, prefix optimum post-processed %.4f", rm.Loss, post)
 	if !(rm.Loss < post) {
 		t.Errorf("optimized for momentum %v, not below post-processed prefix optimum %v", rm.Loss, post)
@@ -216,7 +221,7 @@ func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 
 // postProcessLoss is the loss on workload mw of the prefix-sum factorization
 // f post-processed with B' = M S^-1 B (same encoder, sens 1 single).
-func postProcessLoss(t *testing.T, mw Workload, f *Factorization, sc Schema) float64 {
+func postProcessLoss(t *testing.T, mw dpcore.Workload, f *Factorization, sc dpcore.Schema) float64 {
 	t.Helper()
 	m, _ := mw.Matrix()
 	s, _ := f.Workload.Matrix()
@@ -235,26 +240,26 @@ func postProcessLoss(t *testing.T, mw Workload, f *Factorization, sc Schema) flo
 
 func TestOptimizeSingleErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := OptimizeSingle(ctx, Workload{Kind: PrefixSumKind}, nil); !errors.Is(err, ErrInvalid) {
-		t.Errorf("n = 0: %v, want ErrInvalid", err)
+	if _, err := OptimizeSingle(ctx, dpcore.Workload{Kind: dpcore.PrefixSumKind}, nil); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("n = 0: %v, want dpcore.ErrInvalid", err)
 	}
-	w, _ := PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: -1}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("negative gap: %v, want ErrInvalid", err)
+	w, _ := dpcore.PrefixSum(16)
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("negative gap: %v, want dpcore.ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := OptimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
-	if _, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-15, MaxIter: 2}); err == nil {
+	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-15, MaxIter: 2}); err == nil {
 		t.Errorf("gap 1e-15 in 2 iterations: no error")
 	}
 }
 
 func ExampleOptimizeSingle() {
-	w, _ := PrefixSum(256)
-	r, err := OptimizeSingle(context.Background(), w, &OptimizeSettings{Gap: 1e-4})
+	w, _ := dpcore.PrefixSum(256)
+	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-4})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -311,7 +316,7 @@ func peakHeap(f func()) float64 {
 func BenchmarkOptimizeSingle(b *testing.B) {
 	for _, n := range []int{256, 512, 1024, 2048} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			w, _ := PrefixSum(n)
+			w, _ := dpcore.PrefixSum(n)
 			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
 				return OptimizeSingle(context.Background(), w, nil)
 			})
@@ -322,7 +327,7 @@ func BenchmarkOptimizeSingle(b *testing.B) {
 // BenchmarkPhi compares the two routes to one fixed-point step phi(v).
 func BenchmarkPhi(b *testing.B) {
 	for _, n := range []int{256, 512, 1024} {
-		w, _ := PrefixSum(n)
+		w, _ := dpcore.PrefixSum(n)
 		a, _ := w.Matrix()
 		g := gramOf(a)
 		v := make([]float64, n)
@@ -394,4 +399,39 @@ func eye(n int) *mat.Dense {
 		d.Set(i, i, 1)
 	}
 	return d
+}
+
+// BenchmarkOptimizeSingleLarge is issue 26's n = 8192 target: the optimal
+// single-participation factorization of the prefix sum at the default gap,
+// with each iteration's loss, bound and gap written to stderr as it runs.
+// It needs about 9 GiB (see BENCHMARKS.md); run it alone with -benchtime 1x.
+func BenchmarkOptimizeSingleLarge(b *testing.B) {
+	w, _ := dpcore.PrefixSum(8192)
+	start := time.Now()
+	s := &optimize.Settings{Progress: func(p optimize.Progress) {
+		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
+			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
+	}}
+	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+		return OptimizeSingle(context.Background(), w, s)
+	})
+}
+
+// An optimizer whose dense work matrices cannot fit in the memory the
+// process may use is refused before it allocates, with the memory it
+// would need (here a 64 MiB GOMEMLIMIT against about 576 MiB).
+func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(64 << 20))
+	w, _ := dpcore.PrefixSum(2048)
+	sc, _ := dpcore.KBParticipation(2, 1024)
+	for name, run := range map[string]func() (*OptimizeResult, error){
+		"single": func() (*OptimizeResult, error) { return OptimizeSingle(context.Background(), w, nil) },
+		"kb":     func() (*OptimizeResult, error) { return OptimizeKB(context.Background(), w, sc, nil) },
+		"banded": func() (*OptimizeResult, error) { return OptimizeBanded(context.Background(), w, 8, nil) },
+	} {
+		_, err := run()
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
+			t.Errorf("%s: %v, want a refusal with the memory needed", name, err)
+		}
+	}
 }

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"gonum.org/v1/gonum/optimize"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // ToeplitzObjective is what OptimizeToeplitz and OptimizeBLT minimize.
@@ -23,9 +24,9 @@ const (
 	MaxError
 )
 
-// ToeplitzSettings tunes OptimizeToeplitz and OptimizeBLT; nil means
-// defaults.
-type ToeplitzSettings struct {
+// ToeplitzProblem says what OptimizeToeplitz and OptimizeBLT minimize; the
+// zero value is the total loss under the schema over the workload's steps.
+type ToeplitzProblem struct {
 	// Objective is TotalLoss (default) or MaxError.
 	Objective ToeplitzObjective
 	// Unbounded (BLT only) optimizes and reports the sensitivity of the
@@ -33,34 +34,38 @@ type ToeplitzSettings struct {
 	// infinite stream. The mechanism then keeps its guarantee however long
 	// it runs; the error objective is still evaluated over N steps.
 	Unbounded bool
-	// Rel is the relative loss decrease over 10 iterations at which L-BFGS
-	// stops; 0 means 1e-7.
-	Rel float64
-	// MaxIter bounds the L-BFGS iterations; 0 means 2000.
-	MaxIter int
-	// Progress, if not nil, is called after each iteration.
-	Progress func(OptimizeProgress)
 }
+
+// Defaults of the Toeplitz optimizers' settings: L-BFGS stops when the
+// objective decreased by less than toeplitzRel (relative) over 10
+// iterations, or fails after toeplitzMaxIter iterations.
+const (
+	toeplitzRel     = 1e-7
+	toeplitzMaxIter = 2000
+)
 
 // ToeplitzResult is an optimized Toeplitz mechanism with its objective value
 // (for unit-sensitivity noise multiplier, the Loss under the schema it was
-// optimized for), iterations and wall time.
+// optimized for), iterations, why L-BFGS stopped (optimize.Stalled when
+// the objective stopped decreasing, optimize.NoDescent when no step
+// decreased it) and wall time.
 type ToeplitzResult struct {
 	Mechanism  *Toeplitz
 	Objective  float64
 	Iterations int
+	Status     optimize.Status
 	Elapsed    time.Duration
 }
 
 // toeplitzWorkload is the first column a of a Toeplitz workload A and the
 // weights of the objective on b = A g: sum_k weight_k b_k^2.
 type toeplitzWorkload struct {
-	w      Workload
+	w      dpcore.Workload
 	eta    []float64
 	weight []float64
 }
 
-func newToeplitzWorkload(what string, w Workload, obj ToeplitzObjective) (*toeplitzWorkload, error) {
+func newToeplitzWorkload(what string, w dpcore.Workload, obj ToeplitzObjective) (*toeplitzWorkload, error) {
 	eta, err := workloadRates(w)
 	if err != nil {
 		return nil, err
@@ -99,7 +104,7 @@ func (tw *toeplitzWorkload) errorAndAdjoint(g, gamma []float64) float64 {
 	for i := n - 2; i >= 0; i-- {
 		b[i] += b[i+1]
 	}
-	if tw.w.Kind == MomentumKind {
+	if tw.w.Kind == dpcore.MomentumKind {
 		for i := range b {
 			b[i] *= tw.eta[i]
 		}
@@ -148,8 +153,8 @@ func packedComb(c []float64, k, b int) ([]float64, float64) {
 	return u, sum
 }
 
-func schemaKB(s Schema, n int) (int, int) {
-	if s.Kind == Single || s.K <= 1 {
+func schemaKB(s dpcore.Schema, n int) (int, int) {
+	if s.Kind == dpcore.Single || s.K <= 1 {
 		return 1, n
 	}
 	return s.K, s.B
@@ -166,12 +171,9 @@ func schemaKB(s Schema, n int) (int, int) {
 // objective is the one Toeplitz.Sensitivity reports for the iterate: exact
 // for non-negative (and, under min-sep, non-increasing) coefficients, the
 // proven |c| or envelope bound otherwise (see toeplitzEval).
-func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *ToeplitzSettings) (*ToeplitzResult, error) {
+func OptimizeToeplitz(ctx context.Context, w dpcore.Workload, s dpcore.Schema, p int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
 	start := time.Now()
-	if set == nil {
-		set = &ToeplitzSettings{}
-	}
-	tw, err := newToeplitzWorkload("optimize toeplitz", w, set.Objective)
+	tw, err := newToeplitzWorkload("optimize toeplitz", w, prob.Objective)
 	if err != nil {
 		return nil, err
 	}
@@ -192,18 +194,18 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 	// min-sep, if its optimum is not non-increasing (so the envelope bound
 	// applies), continue on the envelope objective that is then reported.
 	eval := toeplitzEval(tw, p, k, b, false)
-	x, iters, err := minimizeLBFGS(ctx, "optimize toeplitz", len(x0), x0, eval, set)
+	x, iters, status, err := minimizeLBFGS(ctx, "optimize toeplitz", x0, eval, set)
 	if err != nil {
 		return nil, err
 	}
-	if s.Kind == MinSep && k > 1 {
+	if s.Kind == dpcore.MinSep && k > 1 {
 		env := toeplitzEval(tw, p, k, b, true)
 		if env(x, nil) > eval(x, nil)*(1+1e-12) {
-			x2, it2, err := minimizeLBFGS(ctx, "optimize toeplitz", len(x), x, env, set)
+			x2, it2, st2, err := minimizeLBFGS(ctx, "optimize toeplitz", x, env, set)
 			if err != nil {
 				return nil, err
 			}
-			x, iters = x2, iters+it2
+			x, iters, status = x2, iters+it2, st2
 		}
 		eval = env
 	}
@@ -212,7 +214,7 @@ func OptimizeToeplitz(ctx context.Context, w Workload, s Schema, p int, set *Toe
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
 	}
-	return &ToeplitzResult{Mechanism: t, Objective: eval(x, nil), Iterations: iters, Elapsed: time.Since(start)}, nil
+	return &ToeplitzResult{Mechanism: t, Objective: eval(x, nil), Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
 }
 
 // maxToeplitzWork bounds n p, the cost of one evaluation of the banded
@@ -231,36 +233,31 @@ func unboundedHorizon(k, b int) (int, error) {
 	return (k-1)*b + 1, nil
 }
 
-// minimizeLBFGS runs gonum's L-BFGS on eval from x0 and returns the best
-// point, stopping on a relative decrease below set.Rel over 10 iterations.
-func minimizeLBFGS(ctx context.Context, what string, dim int, x0 []float64, eval func(x, grad []float64) float64, set *ToeplitzSettings) ([]float64, int, error) {
-	if dim == 0 {
-		return x0, 0, nil
+// minimizeLBFGS runs L-BFGS (optimize.Minimize) on eval from x0 and
+// returns the best point, its iterations and why it stopped, by default
+// on a relative decrease below toeplitzRel over 10 iterations.
+func minimizeLBFGS(ctx context.Context, what string, x0 []float64, eval func(x, grad []float64) float64, set *optimize.Settings) ([]float64, int, optimize.Status, error) {
+	s := optimize.Settings{Rel: toeplitzRel, MaxIter: toeplitzMaxIter}
+	if set != nil {
+		s = *set
+		if s.Rel == 0 && s.Gap == 0 {
+			s.Rel = toeplitzRel
+		}
+		if s.MaxIter == 0 {
+			s.MaxIter = toeplitzMaxIter
+		}
 	}
-	rel := set.Rel
-	if rel <= 0 {
-		rel = 1e-7
+	res, err := optimize.Minimize(ctx, optimize.Problem{Func: eval}, x0, &s, &optimize.LBFGS{Store: 20})
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("mfnoise: %s: %w", what, err)
 	}
-	maxIter := set.MaxIter
-	if maxIter <= 0 {
-		maxIter = 2000
+	if !finiteFloat(res.Loss) {
+		return nil, 0, 0, fmt.Errorf("mfnoise: %s: no finite solution", what)
 	}
-	conv := &bandConverger{ctx: ctx, s: &OptimizeSettings{Progress: set.Progress}, window: 10, rel: rel, maxIter: maxIter}
-	settings := &optimize.Settings{Converger: conv, MajorIterations: maxIter}
-	prob := optimize.Problem{
-		Func: func(x []float64) float64 { return eval(x, nil) },
-		Grad: func(g, x []float64) { eval(x, g) },
-	}
-	res, err := optimize.Minimize(prob, x0, settings, &optimize.LBFGS{Store: 20})
-	if cerr := checkCtx(ctx, what); cerr != nil {
-		return nil, 0, cerr
-	}
-	if res == nil || !finiteFloat(res.F) {
-		return nil, 0, fmt.Errorf("mfnoise: %s: no finite solution (%v)", what, err)
-	}
-	// A line-search failure after progress leaves a valid, improved point:
-	// every point is a valid mechanism, only its quality differs.
-	return res.X, res.Stats.MajorIterations, nil
+	// Every point is a valid mechanism, only its quality differs: a run
+	// that stopped at the iteration cap or found no descent still returns
+	// its best point.
+	return res.X, res.Iterations, res.Status, nil
 }
 
 // bltParamsOf maps the unconstrained optimizer variables to a BLT:
@@ -292,18 +289,15 @@ func bltParamsOf(x []float64, p *BLTParams) {
 
 // OptimizeBLT returns the BLT encoder with nbuf buffers that minimizes the
 // objective for the Toeplitz workload w over n = w.N steps under the schema
-// (with set.Unbounded, for the sensitivity of an infinite stream). The loss
+// (with prob.Unbounded, for the sensitivity of an infinite stream). The loss
 // and its exact gradient cost O(n Nbuf) per evaluation through the buffer
 // recursions (the adjoint lambda = C^-T dF/dg runs the recursion backwards),
 // so n = 10^6 takes seconds. Starting point: decays spread geometrically
 // in (1 - 1/n, 1/2) and equal scales summing to 1/2, the square root's c_1
 // (Dvijotham et al. 2024 fit BLTs to the square root).
-func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *ToeplitzSettings) (*ToeplitzResult, error) {
+func OptimizeBLT(ctx context.Context, w dpcore.Workload, s dpcore.Schema, nbuf int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
 	start := time.Now()
-	if set == nil {
-		set = &ToeplitzSettings{}
-	}
-	tw, err := newToeplitzWorkload("optimize blt", w, set.Objective)
+	tw, err := newToeplitzWorkload("optimize blt", w, prob.Objective)
 	if err != nil {
 		return nil, err
 	}
@@ -315,10 +309,10 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 		return nil, invalidf("optimize blt: %d buffers, need 1..32", nbuf)
 	}
 	k, b := schemaKB(s, n)
-	if set.Unbounded && s.Kind == KB {
+	if prob.Unbounded && s.Kind == dpcore.KB {
 		return nil, invalidf("optimize blt: an unbounded stream has no (k,b)-participation (k b covers only k b steps); use min-sep")
 	}
-	if set.Unbounded {
+	if prob.Unbounded {
 		if _, err := unboundedHorizon(k, b); err != nil {
 			return nil, err
 		}
@@ -334,8 +328,8 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 		x0[i] = math.Log(th / (1 - th))
 		x0[nbuf+i] = 0
 	}
-	eval := bltEval(tw, nbuf, k, b, set.Unbounded)
-	x, iters, err := minimizeLBFGS(ctx, "optimize blt", len(x0), x0, eval, set)
+	eval := bltEval(tw, nbuf, k, b, prob.Unbounded)
+	x, iters, status, err := minimizeLBFGS(ctx, "optimize blt", x0, eval, set)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +340,7 @@ func OptimizeBLT(ctx context.Context, w Workload, s Schema, nbuf int, set *Toepl
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize blt: %w", err)
 	}
-	return &ToeplitzResult{Mechanism: t, Objective: best, Iterations: iters, Elapsed: time.Since(start)}, nil
+	return &ToeplitzResult{Mechanism: t, Objective: best, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
 }
 
 // toeplitzEval is the objective of OptimizeToeplitz over x = c_1..c_{p-1}

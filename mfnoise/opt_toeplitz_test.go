@@ -6,6 +6,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // TestToeplitzQualitySmall is issue 18's n = 64 single-participation
@@ -13,17 +16,17 @@ import (
 // (non-Toeplitz) mf-single, and a 3-buffer BLT is within 2% of it.
 func TestToeplitzQualitySmall(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(64)
-	s := SingleParticipation()
-	opt, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: 1e-8})
+	w, _ := dpcore.PrefixSum(64)
+	s := dpcore.SingleParticipation()
+	opt, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := OptimizeToeplitz(ctx, w, s, 64, nil)
+	tp, err := OptimizeToeplitz(ctx, w, s, 64, ToeplitzProblem{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blt, err := OptimizeBLT(ctx, w, s, 3, nil)
+	blt, err := OptimizeBLT(ctx, w, s, 3, ToeplitzProblem{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +61,10 @@ func TestToeplitzQualitySmall(t *testing.T) {
 func TestNoMechanismBelowKBBound(t *testing.T) {
 	ctx := context.Background()
 	n, k, b := 48, 4, 12
-	w, _ := PrefixSum(n)
-	kb, _ := KBParticipation(k, b)
-	ms, _ := MinSepParticipation(k, b)
-	opt, err := OptimizeKB(ctx, w, kb, &OptimizeSettings{Gap: 1e-6})
+	w, _ := dpcore.PrefixSum(n)
+	kb, _ := dpcore.KBParticipation(k, b)
+	ms, _ := dpcore.MinSepParticipation(k, b)
+	opt, err := OptimizeKB(ctx, w, kb, &optimize.Settings{Gap: 1e-6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,16 +73,16 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 		t.Fatalf("mf-kb bound %v, loss %v", lb, opt.Loss)
 	}
 	var mechs []*Toeplitz
-	for _, s := range []Schema{SingleParticipation(), kb, ms} {
+	for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), kb, ms} {
 		for _, p := range []int{1, 6, 12, 24, 48} {
-			r, err := OptimizeToeplitz(ctx, w, s, p, nil)
+			r, err := OptimizeToeplitz(ctx, w, s, p, ToeplitzProblem{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			mechs = append(mechs, r.Mechanism)
 		}
 		for nb := 1; nb <= 4; nb++ {
-			r, err := OptimizeBLT(ctx, w, s, nb, nil)
+			r, err := OptimizeBLT(ctx, w, s, nb, ToeplitzProblem{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +94,7 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 	mechs = append(mechs, testToeplitzMechs(t, n)...)
 	best := math.Inf(1)
 	for _, m := range mechs {
-		for _, s := range []Schema{kb, ms} {
+		for _, s := range []dpcore.Schema{kb, ms} {
 			loss, sens, err := m.Loss(w, s)
 			if err != nil {
 				t.Fatal(err)
@@ -109,9 +112,9 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 // valid for every horizon, at least the finite-horizon one.
 func TestOptimizeBLTUnbounded(t *testing.T) {
 	ctx := context.Background()
-	w, _ := PrefixSum(500)
-	ms, _ := MinSepParticipation(5, 50)
-	r, err := OptimizeBLT(ctx, w, ms, 3, &ToeplitzSettings{Objective: MaxError, Unbounded: true})
+	w, _ := dpcore.PrefixSum(500)
+	ms, _ := dpcore.MinSepParticipation(5, 50)
+	r, err := OptimizeBLT(ctx, w, ms, 3, ToeplitzProblem{Objective: MaxError, Unbounded: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +128,8 @@ func TestOptimizeBLTUnbounded(t *testing.T) {
 	if got := inf * rows[len(rows)-1]; relErr(got, r.Objective) > 1e-9 {
 		t.Fatalf("max-error objective %v, recomputed %v", r.Objective, got)
 	}
-	kb, _ := KBParticipation(10, 50)
-	if _, err := OptimizeBLT(ctx, w, kb, 2, &ToeplitzSettings{Unbounded: true}); err == nil {
+	kb, _ := dpcore.KBParticipation(10, 50)
+	if _, err := OptimizeBLT(ctx, w, kb, 2, ToeplitzProblem{Unbounded: true}, nil); err == nil {
 		t.Fatal("unbounded (k,b) accepted")
 	}
 }
@@ -138,8 +141,8 @@ func TestCompareScaleLong(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long mode only (-short given): the n = 1e5 compare takes a minute")
 	}
-	w, _ := PrefixSum(100_000)
-	s, _ := MinSepParticipation(1000, 100)
+	w, _ := dpcore.PrefixSum(100_000)
+	s, _ := dpcore.MinSepParticipation(1000, 100)
 	specs := named(t, "sqrt,toeplitz:64,blt:4")
 	start := time.Now()
 	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})

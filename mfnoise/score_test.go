@@ -13,8 +13,8 @@ import (
 // A caller's factorization scores exactly as the same mechanism does in
 // Compare.
 func TestScoreMatchesCompare(t *testing.T) {
-	w, _ := PrefixSum(16)
-	schema, _ := KBParticipation(2, 8)
+	w, _ := dpcore.PrefixSum(16)
+	schema, _ := dpcore.KBParticipation(2, 8)
 	rows, err := Compare(context.Background(), w, schema, []Mechanism{Tree{Decoder: TreeFull}}, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func named(t testing.TB, list string) []Mechanism {
 }
 
 // userMechanism is a caller's mechanism (not a Coster: costed, and refused
-// above DenseStepLimit, as dense); Build counts its calls.
+// above dpcore.DenseStepLimit, as dense); Build counts its calls.
 type userMechanism struct {
 	f     *Factorization
 	calls *int
@@ -78,17 +78,17 @@ type userMechanism struct {
 
 func (m userMechanism) String() string       { return "user" }
 func (m userMechanism) Structure() Structure { return Structure{} }
-func (m userMechanism) Build(context.Context, Workload, Schema, BuildOptions) (dpcore.Strategy, error) {
+func (m userMechanism) Build(context.Context, dpcore.Workload, dpcore.Schema, BuildOptions) (dpcore.Strategy, error) {
 	*m.calls++
 	return m.f, nil
 }
 
 // Compare scores a caller's Mechanism from the factorization it builds,
-// exactly as Score does; above DenseStepLimit it refuses with the memory a
+// exactly as Score does; above dpcore.DenseStepLimit it refuses with the memory a
 // dense score needs before asking the mechanism to build anything.
 func TestCompareUserMechanism(t *testing.T) {
-	w, _ := PrefixSum(16)
-	schema, _ := KBParticipation(2, 8)
+	w, _ := dpcore.PrefixSum(16)
+	schema, _ := dpcore.KBParticipation(2, 8)
 	f, err := BinaryTree(w, TreeOptions{Decoder: TreeFull})
 	if err != nil {
 		t.Fatal(err)
@@ -111,17 +111,17 @@ func TestCompareUserMechanism(t *testing.T) {
 		t.Fatalf("compare %+v, score %+v", got, want)
 	}
 	// Another number of steps than the workload's is refused.
-	w32, _ := PrefixSum(32)
-	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
+	w32, _ := dpcore.PrefixSum(32)
+	if _, err := Compare(context.Background(), w32, schema, []Mechanism{userMechanism{f, &calls}}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "16 steps, not n = 32") {
 		t.Fatalf("16-step factorization for 32 steps: %v", err)
 	}
 	calls = 0
-	big, _ := PrefixSum(DenseStepLimit + 1)
-	_, err = Compare(context.Background(), big, SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
+	big, _ := dpcore.PrefixSum(dpcore.DenseStepLimit + 1)
+	_, err = Compare(context.Background(), big, dpcore.SingleParticipation(), []Mechanism{userMechanism{f, &calls}}, BuildOptions{})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") || calls != 0 {
 		t.Fatalf("n = %d: err %v after %d Factorize calls", big.N, err, calls)
 	}
-	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, ErrInvalid) {
+	if _, err := Compare(context.Background(), w, schema, []Mechanism{nil}, BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("nil mechanism: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ const (
 
 // Sensitivity returns the L2 sensitivity of the encoder C (m x n) under the
 // schema (SPEC 3), whether it is exact, and which path computed it.
-func Sensitivity(c mat.Matrix, s Schema) (dpcore.SensitivityResult, error) {
+func Sensitivity(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	m, n := c.Dims()
 	if err := s.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
@@ -42,7 +42,7 @@ func Sensitivity(c mat.Matrix, s Schema) (dpcore.SensitivityResult, error) {
 	if err := checkFinite("encoder", c); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if s.Kind == Single || s.K == 1 {
+	if s.Kind == dpcore.Single || s.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, floats.Norm(mat.Col(nil, j, c), 2))
@@ -55,16 +55,16 @@ func Sensitivity(c mat.Matrix, s Schema) (dpcore.SensitivityResult, error) {
 // sensitivityFromGram is Sensitivity for multiple participation given
 // X = C^T C, so mechanisms with structure (trees, FFT, stamps) can supply X
 // without a dense O(m n^2) product. The caller has validated c and s.
-func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s Schema) (dpcore.SensitivityResult, error) {
+func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	n := x.SymmetricDim()
-	if s.Kind == Single || s.K == 1 {
+	if s.Kind == dpcore.Single || s.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, x.At(j, j))
 		}
 		return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
 	}
-	if s.Kind == MinSep {
+	if s.Kind == dpcore.MinSep {
 		v, exact := minSepSensitivitySquared(x, c, s.K, s.B)
 		return dpcore.SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
@@ -36,15 +37,15 @@ const (
 type storedFactorization struct {
 	// Key is the canonical encoding of the ProblemKey the entry was stored
 	// under by Cache (empty when written by SaveFactorization).
-	Key      []byte   `msgpack:"key,omitempty"`
-	Workload Workload `msgpack:"workload"`
-	Meta     Metadata `msgpack:"meta"`
-	EncRows  int      `msgpack:"enc_rows"`
-	EncCols  int      `msgpack:"enc_cols"`
-	Encoder  []byte   `msgpack:"encoder"`
-	DecRows  int      `msgpack:"dec_rows"`
-	DecCols  int      `msgpack:"dec_cols"`
-	Decoder  []byte   `msgpack:"decoder"`
+	Key      []byte          `msgpack:"key,omitempty"`
+	Workload dpcore.Workload `msgpack:"workload"`
+	Meta     Metadata        `msgpack:"meta"`
+	EncRows  int             `msgpack:"enc_rows"`
+	EncCols  int             `msgpack:"enc_cols"`
+	Encoder  []byte          `msgpack:"encoder"`
+	DecRows  int             `msgpack:"dec_rows"`
+	DecCols  int             `msgpack:"dec_cols"`
+	Decoder  []byte          `msgpack:"decoder"`
 }
 
 // SaveFactorization writes f as msgpack: its workload, metadata (kind,

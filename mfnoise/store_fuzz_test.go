@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -117,11 +118,11 @@ func FuzzLoadFactorization(f *testing.F) {
 func FuzzCacheEntry(f *testing.F) {
 	dir := f.TempDir()
 	c := &Cache{Dir: dir}
-	w, err := PrefixSum(6)
+	w, err := dpcore.PrefixSum(6)
 	if err != nil {
 		f.Fatal(err)
 	}
-	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Stamps: 1}
 	built := 0
 	first, _, err := c.GetOrBuild(context.Background(), key, countingBuild(w, &built))
 	if err != nil {

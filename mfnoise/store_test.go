@@ -11,14 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
 
 func smallOptimum(t testing.TB, n int) *Factorization {
 	t.Helper()
-	w, err := MomentumWorkload(n, 0.9, CooldownSchedule(n, 0.25, 0.05))
+	w, err := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func smallOptimum(t testing.TB, n int) *Factorization {
 
 // countingBuild is a Cache build function that optimizes w for single
 // participation and counts its calls in *builds.
-func countingBuild(w Workload, builds *int) func(context.Context) (*Factorization, error) {
+func countingBuild(w dpcore.Workload, builds *int) func(context.Context) (*Factorization, error) {
 	return func(ctx context.Context) (*Factorization, error) {
 		*builds++
 		r, err := OptimizeSingle(ctx, w, nil)
@@ -137,8 +139,8 @@ func TestStoreFormatVersions(t *testing.T) {
 	}
 
 	c := &Cache{Dir: t.TempDir()}
-	w, _ := PrefixSum(6)
-	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Stamps: 1}
+	w, _ := dpcore.PrefixSum(6)
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Stamps: 1}
 	path, _ := c.Path(key)
 	if err := os.WriteFile(path, v1, 0o644); err != nil {
 		t.Fatal(err)
@@ -166,8 +168,8 @@ func TestStoreFormatVersions(t *testing.T) {
 func TestCacheGetOrBuild(t *testing.T) {
 	dir := t.TempDir()
 	c := &Cache{Dir: filepath.Join(dir, "sub")}
-	w, _ := PrefixSum(20)
-	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
+	w, _ := dpcore.PrefixSum(20)
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Gap: 1e-4}
 	builds := 0
 	build := countingBuild(w, &builds)
 	ctx := context.Background()
@@ -224,7 +226,7 @@ func TestCacheGetOrBuild(t *testing.T) {
 		t.Errorf("build error: %v", err)
 	}
 	key4 := key
-	key4.Workload, _ = PrefixSum(21)
+	key4.Workload, _ = dpcore.PrefixSum(21)
 	if _, _, err := c.GetOrBuild(ctx, key4, build); err == nil {
 		t.Error("factorization of another workload was stored")
 	}
@@ -246,7 +248,7 @@ func TestNilCacheJustBuilds(t *testing.T) {
 	if builds != 2 {
 		t.Errorf("builds = %d", builds)
 	}
-	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, ErrInvalid) {
+	if _, _, err := (&Cache{}).GetOrBuild(context.Background(), ProblemKey{}, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("nil build: %v", err)
 	}
 }
@@ -259,10 +261,10 @@ func ExampleCache_GetOrBuild() {
 	}
 	defer os.RemoveAll(dir)
 	cache := &Cache{Dir: dir}
-	w, _ := PrefixSum(128)
-	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: SingleParticipation(), Gap: 1e-4}
+	w, _ := dpcore.PrefixSum(128)
+	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Gap: 1e-4}
 	build := func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeSingle(ctx, w, &OptimizeSettings{Gap: key.Gap})
+		r, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
 		if err != nil {
 			return nil, err
 		}

@@ -28,11 +28,11 @@ func (f *Factorization) Dense() (*Factorization, error) { return f, nil }
 // sensitivity, loss and noise need no n x n matrix.
 type ToeplitzStrategy struct {
 	Toeplitz *Toeplitz
-	Workload Workload
+	Workload dpcore.Workload
 }
 
 // For binds t to workload w, which must have t.N steps.
-func (t *Toeplitz) For(w Workload) (*ToeplitzStrategy, error) {
+func (t *Toeplitz) For(w dpcore.Workload) (*ToeplitzStrategy, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func (s *ToeplitzStrategy) DecoderRowNorms() ([]float64, error) {
 	return s.Toeplitz.DecoderRowNorms(s.Workload)
 }
 
-// Dense is the dense factorization, refused above DenseStepLimit steps.
+// Dense is the dense factorization, refused above dpcore.DenseStepLimit steps.
 func (s *ToeplitzStrategy) Dense() (*Factorization, error) {
 	return s.Toeplitz.Factorization(s.Workload)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Benchmarks for BENCHMARKS.md (issue 18). Run with
@@ -14,14 +16,14 @@ import (
 // single and min-sep (k = n/1000 participations, b = 1000 apart).
 func BenchmarkOptimizeBLT(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
-		w, _ := PrefixSum(n)
-		ms, _ := MinSepParticipation(n/1000, 1000)
-		for _, s := range []Schema{SingleParticipation(), ms} {
+		w, _ := dpcore.PrefixSum(n)
+		ms, _ := dpcore.MinSepParticipation(n/1000, 1000)
+		for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), ms} {
 			b.Run(fmt.Sprintf("n=%d/%s", n, s.Kind), func(b *testing.B) {
 				var r *ToeplitzResult
 				for b.Loop() {
 					var err error
-					r, err = OptimizeBLT(context.Background(), w, s, 4, nil)
+					r, err = OptimizeBLT(context.Background(), w, s, 4, ToeplitzProblem{}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -36,12 +38,12 @@ func BenchmarkOptimizeBLT(b *testing.B) {
 // BenchmarkOptimizeToeplitz is toeplitz:64 at n = 1e5 under min-sep.
 func BenchmarkOptimizeToeplitz(b *testing.B) {
 	n := 100_000
-	w, _ := PrefixSum(n)
-	ms, _ := MinSepParticipation(1000, 100)
+	w, _ := dpcore.PrefixSum(n)
+	ms, _ := dpcore.MinSepParticipation(1000, 100)
 	var r *ToeplitzResult
 	for b.Loop() {
 		var err error
-		r, err = OptimizeToeplitz(context.Background(), w, ms, 64, nil)
+		r, err = OptimizeToeplitz(context.Background(), w, ms, 64, ToeplitzProblem{}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package mfnoise
 import (
 	"context"
 	"time"
+
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // BuildTrace observes Build and Compare through the context, as
@@ -18,7 +20,7 @@ type BuildTrace struct {
 	// number of steps and the relative gap it stops at.
 	Optimizing func(kind string, n int, gap float64)
 	// Progress is called after each optimizer iteration.
-	Progress func(OptimizeProgress)
+	Progress func(optimize.Progress)
 	// Optimized is called when the optimizer has finished.
 	Optimized func(kind string, n int, elapsed time.Duration)
 	// Cached is called when a factorization is read from the cache, with
@@ -40,16 +42,16 @@ func buildTraceFrom(ctx context.Context) *BuildTrace {
 
 // withProgress returns s with p chained after s's own Progress (s itself
 // when p is nil).
-func withProgress(s *OptimizeSettings, p func(OptimizeProgress)) *OptimizeSettings {
+func withProgress(s *optimize.Settings, p func(optimize.Progress)) *optimize.Settings {
 	if p == nil {
 		return s
 	}
-	var c OptimizeSettings
+	var c optimize.Settings
 	if s != nil {
 		c = *s
 	}
 	own := c.Progress
-	c.Progress = func(q OptimizeProgress) {
+	c.Progress = func(q optimize.Progress) {
 		if own != nil {
 			own(q)
 		}
@@ -63,7 +65,7 @@ func withProgress(s *OptimizeSettings, p func(OptimizeProgress)) *OptimizeSettin
 // through the progress function run receives. kind and n name the problem,
 // gap is the relative gap the optimizer stops at (0: it stops when the
 // loss stalls). A nil trace runs the optimizer alone.
-func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress func(OptimizeProgress)) error) error {
+func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress func(optimize.Progress)) error) error {
 	if t == nil {
 		return run(nil)
 	}

@@ -10,7 +10,7 @@ import (
 
 // The online binary tree (tree-online: estimator from below with
 // completion and virtual-node zeroing) scored from its structure, so
-// compare can rank it at n far above DenseStepLimit without the (2N-1) x n
+// compare can rank it at n far above dpcore.DenseStepLimit without the (2N-1) x n
 // encoder or the n x (2N-1) decoder. Prefix-sum workload only (the decoder
 // of another workload is A S^-1 B_S, which has no such structure), and
 // single or (k,b) participation (min-sep needs the O(n^2 k) DP bound on
@@ -92,16 +92,16 @@ func treeLevels(n int) int {
 // (k,b) participation from its Gram matrix X_il = L + 1 - bitlen(i xor l)
 // (the number of nodes covering both steps), which is non-negative: sens^2
 // = max_j sum_{i,l in pi_j} X_il, exact (multi-epoch paper Cor. 2.1).
-func treeSensitivity(n int, s Schema) (dpcore.SensitivityResult, error) {
+func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if err := s.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	L := treeLevels(n)
-	if s.Kind == Single || s.K == 1 {
+	if s.Kind == dpcore.Single || s.K == 1 {
 		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
 	}
-	if s.Kind != KB {
-		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, DenseStepLimit)
+	if s.Kind != dpcore.KB {
+		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, dpcore.DenseStepLimit)
 	}
 	k, b := s.K, min(s.B, n)
 	if float64(k)*float64(n) > maxTreeWork {
@@ -127,14 +127,14 @@ func treeSensitivity(n int, s Schema) (dpcore.SensitivityResult, error) {
 }
 
 // treeOnlineStrategy is tree-online for the prefix sum above
-// DenseStepLimit: its sensitivity and decoder norms from the tree's
+// dpcore.DenseStepLimit: its sensitivity and decoder norms from the tree's
 // structure, without matrices (its noise needs the dense encoder, which is
 // refused at this size).
 type treeOnlineStrategy struct{ n int }
 
 func (t treeOnlineStrategy) Steps() int { return t.n }
 
-func (t treeOnlineStrategy) Sensitivity(s Schema) (dpcore.SensitivityResult, error) {
+func (t treeOnlineStrategy) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	return treeSensitivity(t.n, s)
 }
 

@@ -18,15 +18,15 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 	ns = append(ns, 100, 127, 128, 129, 200)
 	spec := Tree{Decoder: TreeOnline}
 	for _, n := range ns {
-		w, _ := PrefixSum(n)
-		schemas := []Schema{SingleParticipation()}
+		w, _ := dpcore.PrefixSum(n)
+		schemas := []dpcore.Schema{dpcore.SingleParticipation()}
 		for _, b := range []int{1, 3, 7} {
 			if k := (n + b - 1) / b; b <= n {
-				s, _ := KBParticipation(k, b)
+				s, _ := dpcore.KBParticipation(k, b)
 				schemas = append(schemas, s)
 			}
 		}
-		st, err := spec.Build(context.Background(), w, SingleParticipation(), BuildOptions{})
+		st, err := spec.Build(context.Background(), w, dpcore.SingleParticipation(), BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,14 +61,14 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 // TestTreeOnlineLargeN: compare ranks tree-online at n = 50000 (dense:
 // 93 GiB) and refuses min-sep there with one line.
 func TestTreeOnlineLargeN(t *testing.T) {
-	w, _ := PrefixSum(50_000)
+	w, _ := dpcore.PrefixSum(50_000)
 	specs := named(t, "tree-online,sqrt")
-	kb, _ := KBParticipation(50, 1000)
+	kb, _ := dpcore.KBParticipation(50, 1000)
 	rows, err := Compare(context.Background(), w, kb, specs, BuildOptions{})
 	if err != nil || len(rows) != 2 {
 		t.Fatal(rows, err)
 	}
-	ms, _ := MinSepParticipation(50, 1000)
+	ms, _ := dpcore.MinSepParticipation(50, 1000)
 	if _, err := Compare(context.Background(), w, ms, specs, BuildOptions{}); err == nil {
 		t.Fatal("min-sep tree at n = 50000 accepted")
 	}

@@ -261,10 +261,10 @@ func (b *Builder) Residual(body, shortcut func(*Builder)) *Builder {
 func (b *Builder) Model() (Model, error) {
 	r := b.root
 	if r.err != nil {
-		return nil, fmt.Errorf("models: %s: %w", r.name, r.err)
+		return nil, dpcore.Invalid("models", "%s: %w", r.name, r.err)
 	}
 	if b.shape.H != 1 || b.shape.W != 1 || b.shape.C < 2 {
-		return nil, dpcore.Invalidf("models: %s: output %dx%dx%d is not a vector of at least 2 logits", r.name, b.shape.C, b.shape.H, b.shape.W)
+		return nil, dpcore.Invalid("models", "%s: output %dx%dx%d is not a vector of at least 2 logits", r.name, b.shape.C, b.shape.H, b.shape.W)
 	}
 	m := &seq{name: r.name, in: r.in, classes: b.shape.C, layers: b.layers, layout: r.layout, spec: b.specs, zero: r.zero}
 	n := 0

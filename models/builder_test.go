@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -23,7 +24,7 @@ func TestBuilderErrors(t *testing.T) {
 		{"bad input", NewBuilder("m", [3]int{0, 4, 4}, 1).Dense("", 2, nn.Identity), "input shape"},
 	} {
 		_, err := c.b.Model()
-		if !errors.Is(err, ErrInvalid) && !errors.Is(err, nn.ErrInvalid) {
+		if !errors.Is(err, dpcore.ErrInvalid) && !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("%s: error %v, want invalid argument", c.name, err)
 			continue
 		}
@@ -72,7 +73,7 @@ func TestWRN16x4(t *testing.T) {
 			t.Errorf("loss %v", l)
 		}
 	}
-	if _, err := NewWRN16x4([3]int{3, 32, 32}, 10, 5, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewWRN16x4([3]int{3, 32, 32}, 10, 5, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("5 groups: error %v", err)
 	}
 }

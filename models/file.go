@@ -121,16 +121,16 @@ type filePayload struct {
 // with SHA-256. Load reads it back bit for bit.
 func Save(w io.Writer, m Model, meta Metadata) error {
 	if m == nil {
-		return dpcore.Invalidf("models: save: nil model")
+		return dpcore.Invalid("models", "save: nil model")
 	}
 	a, ok := m.(Architected)
 	if !ok {
-		return dpcore.Invalidf("models: save: model %s (%T) cannot describe its architecture", m.Name(), m)
+		return dpcore.Invalid("models", "save: model %s (%T) cannot describe its architecture", m.Name(), m)
 	}
 	params := m.Params()
 	for i, v := range params {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return dpcore.Invalidf("models: save: parameter %d is %v", i, v)
+			return dpcore.Invalid("models", "save: parameter %d is %v", i, v)
 		}
 	}
 	b, err := atomicfile.MarshalState(fileMagic, fileVersion, &filePayload{Arch: a.Architecture(), Meta: meta, Params: atomicfile.AppendFloats(nil, params)})
@@ -186,7 +186,7 @@ func Load(r io.Reader) (*Trained, error) {
 	}
 	m, err := p.Arch.build(0, true, len(p.Params)/4)
 	if err != nil {
-		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
+		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, dpcore.Within("models", err))
 	}
 	return fill(m, p.Meta, p.Params)
 }

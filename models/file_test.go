@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/nn"
 	"github.com/vmihailenco/msgpack/v5"
@@ -214,7 +215,7 @@ func TestPredictRefuses(t *testing.T) {
 		{x[:17], "17 floats"},
 		{x, "example 1, feature 2 is NaN"},
 	} {
-		if _, _, err := tr.Predict(c.x); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := tr.Predict(c.x); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Predict(%d floats): %v, want %q", len(c.x), err, c.want)
 		}
 	}
@@ -224,10 +225,10 @@ func TestSaveRefuses(t *testing.T) {
 	m := fileTestModels(t)[0]
 	m.Params()[3] = float32(math.Inf(1))
 	var b bytes.Buffer
-	if err := Save(&b, m, Metadata{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "parameter 3 is +Inf") {
+	if err := Save(&b, m, Metadata{}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "parameter 3 is +Inf") {
 		t.Fatalf("Save with an infinite parameter: %v", err)
 	}
-	if err := Save(&b, nil, Metadata{}); !errors.Is(err, ErrInvalid) {
+	if err := Save(&b, nil, Metadata{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("Save(nil): %v", err)
 	}
 }

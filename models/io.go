@@ -64,17 +64,17 @@ func (m *seq) Load(r io.Reader) error {
 		return fmt.Errorf("models: %s: load: %w", m.name, err)
 	}
 	if int64(len(blob)) > limit {
-		return dpcore.Invalidf("models: %s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
+		return dpcore.Invalid("models", "%s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
 	}
 	st, err := decodeState(blob)
 	if err != nil {
-		return dpcore.Invalidf("models: %s: load: %s", m.name, err)
+		return dpcore.Invalid("models", "%s: load: %s", m.name, err)
 	}
 	if st.Name != m.name || st.Input != m.in || st.Classes != m.classes || !sameLayout(st.Layout, m.layout) {
-		return dpcore.Invalidf("models: %s: load: checkpoint is for another architecture (%s %v)", m.name, st.Name, st.Input)
+		return dpcore.Invalid("models", "%s: load: checkpoint is for another architecture (%s %v)", m.name, st.Name, st.Input)
 	}
 	if len(st.Params) != 4*len(m.params) {
-		return dpcore.Invalidf("models: %s: load: %d parameter bytes, want %d", m.name, len(st.Params), 4*len(m.params))
+		return dpcore.Invalid("models", "%s: load: %d parameter bytes, want %d", m.name, len(st.Params), 4*len(m.params))
 	}
 	_, err = atomicfile.ReadFloats(m.params, st.Params)
 	return err

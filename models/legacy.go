@@ -2,8 +2,8 @@ package models
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/nn"
 )
@@ -56,7 +56,7 @@ func loadV1(payload []byte) (*Trained, error) {
 		m, err = NewCIFARCNN(a.Input, a.Classes, 0)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("models: load: %w: %v", ErrCorruptFile, strings.TrimPrefix(err.Error(), "models: "))
+		return nil, fmt.Errorf("models: load: %w: %v", ErrCorruptFile, dpcore.Within("models", err))
 	}
 	return fill(m, p.Meta, p.Params)
 }

@@ -21,11 +21,6 @@ import (
 	"github.com/dpmf-go/dpmf/nn"
 )
 
-// ErrInvalid is matched (errors.Is) by errors caused by invalid model
-// arguments or model files; it is dpcore.ErrInvalid, the module's one
-// bad-argument sentinel.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ParamInfo describes one named parameter tensor inside the flat buffer.
 type ParamInfo struct {
 	Name   string
@@ -137,7 +132,7 @@ func NewMLP(inputShape [3]int, hidden []int, classes int, a nn.Activation, seed 
 	b := NewBuilder("mlp", inputShape, seed)
 	for _, h := range hidden {
 		if h <= 0 {
-			return nil, dpcore.Invalidf("models: mlp: hidden width %d", h)
+			return nil, dpcore.Invalid("models", "mlp: hidden width %d", h)
 		}
 		b.Dense("", h, a)
 	}
@@ -155,7 +150,7 @@ func NewCIFARCNN(inputShape [3]int, classes int, seed uint64) (Model, error) {
 		return nil, fmt.Errorf("models: cifarcnn: %w", err)
 	}
 	if inputShape[1] < 8 || inputShape[2] < 8 {
-		return nil, dpcore.Invalidf("models: cifarcnn: input %v too small for three 2x2 pools", inputShape)
+		return nil, dpcore.Invalid("models", "cifarcnn: input %v too small for three 2x2 pools", inputShape)
 	}
 	b := NewBuilder("cifarcnn", inputShape, seed)
 	for _, out := range []int{32, 64, 128} {
@@ -180,7 +175,7 @@ func seedBytes(seed uint64) [32]byte {
 // (numeric + len(vocab), 1, 1).
 func NewTabular(numeric int, vocab []int, dim int, hidden []int, classes int, seed uint64) (Model, error) {
 	if numeric < 0 || len(vocab) == 0 || dim <= 0 {
-		return nil, dpcore.Invalidf("models: tabular: %d numeric columns, %d categorical, dimension %d", numeric, len(vocab), dim)
+		return nil, dpcore.Invalid("models", "tabular: %d numeric columns, %d categorical, dimension %d", numeric, len(vocab), dim)
 	}
 	in := [3]int{numeric + len(vocab), 1, 1}
 	if err := checkCommon(in, classes); err != nil {

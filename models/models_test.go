@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -39,22 +40,22 @@ func TestCIFARCNNLayout(t *testing.T) {
 			off += p.Len
 		}
 	}
-	if _, err := NewCIFARCNN([3]int{3, 4, 4}, 10, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewCIFARCNN([3]int{3, 4, 4}, 10, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("4x4 input: error %v", err)
 	}
 }
 
 func TestConstructorErrors(t *testing.T) {
-	if _, err := NewLogistic([3]int{0, 2, 2}, 3, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewLogistic([3]int{0, 2, 2}, 3, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 1, nn.Tanh, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 1, nn.Tanh, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 3, nn.Activation(99), 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 3, nn.Activation(99), 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{0}, 3, nn.ReLU, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{0}, 3, nn.ReLU, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
 }
@@ -82,14 +83,14 @@ func TestSaveLoad(t *testing.T) {
 	bad[len(bad)-20] ^= 1
 	c, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, nn.Tanh, 3)
 	before := append([]float32(nil), c.Params()...)
-	if err := c.Load(bytes.NewReader(bad)); !errors.Is(err, ErrInvalid) {
+	if err := c.Load(bytes.NewReader(bad)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("corrupted checkpoint: error %v", err)
 	}
 	if !slices.Equal(before, c.Params()) {
 		t.Error("failed load changed parameters")
 	}
 	other, _ := NewMLP([3]int{1, 3, 3}, []int{5}, 3, nn.Tanh, 1)
-	if err := other.Load(bytes.NewReader(saved)); !errors.Is(err, ErrInvalid) {
+	if err := other.Load(bytes.NewReader(saved)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("other architecture: error %v", err)
 	}
 	if err := other.Load(bytes.NewReader(saved[:10])); err == nil {

@@ -38,11 +38,11 @@ func (t *Trained) Predict(batch []float32) (classes []int, probs []float32, err 
 	per, k := in[0]*in[1]*in[2], t.Architecture.Classes
 	n := len(batch) / per
 	if n == 0 || len(batch) != n*per {
-		return nil, nil, dpcore.Invalidf("models: predict: %d floats is not a positive multiple of one example's %d (%dx%dx%d)", len(batch), per, in[0], in[1], in[2])
+		return nil, nil, dpcore.Invalid("models", "predict: %d floats is not a positive multiple of one example's %d (%dx%dx%d)", len(batch), per, in[0], in[1], in[2])
 	}
 	for i, v := range batch {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, nil, dpcore.Invalidf("models: predict: example %d, feature %d is %v", i/per, i%per, v)
+			return nil, nil, dpcore.Invalid("models", "predict: example %d, feature %d is %v", i/per, i%per, v)
 		}
 	}
 	t.mu.Lock()

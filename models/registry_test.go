@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // The registry builds every name it lists, for a 1x4x4 input with one
@@ -33,7 +35,7 @@ func TestNamedRegistry(t *testing.T) {
 		}
 	}
 	_, err := Named{Name: "resnet"}.Build([3]int{1, 4, 4}, 3, 1)
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want logistic, mlp, cnn, wrn16-4, tabular or scatternet") {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "want logistic, mlp, cnn, wrn16-4, tabular or scatternet") {
 		t.Fatalf("unknown name: %v", err)
 	}
 }

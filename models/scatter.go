@@ -60,16 +60,16 @@ type Scattering struct {
 // at least 1x1.
 func NewScattering(h, w, J, L int) (*Scattering, error) {
 	if J < 1 || J > 4 || L < 1 || L > 16 {
-		return nil, dpcore.Invalidf("models: scattering: J = %d, L = %d: want 1 <= J <= 4 and 1 <= L <= 16", J, L)
+		return nil, dpcore.Invalid("models", "scattering: J = %d, L = %d: want 1 <= J <= 4 and 1 <= L <= 16", J, L)
 	}
 	if h>>J < 1 || w>>J < 1 || h > 1024 || w > 1024 {
-		return nil, dpcore.Invalidf("models: scattering: a %dx%d input with J = %d: want sides of 2^J to 1024 pixels", h, w, J)
+		return nil, dpcore.Invalid("models", "scattering: a %dx%d input with J = %d: want sides of 2^J to 1024 pixels", h, w, J)
 	}
 	s := &Scattering{J: J, L: L, H: h, W: w, oh: h >> J, ow: w >> J}
 	s.ph, s.pw = pow2(h+1<<J), pow2(w+1<<J)
 	s.top, s.left = (s.ph-h)/2, (s.pw-w)/2
 	if s.top >= h || s.left >= w || s.ph-h-s.top >= h || s.pw-w-s.left >= w {
-		return nil, dpcore.Invalidf("models: scattering: a %dx%d input is too small to reflect-pad to %dx%d", h, w, s.ph, s.pw)
+		return nil, dpcore.Invalid("models", "scattering: a %dx%d input is too small to reflect-pad to %dx%d", h, w, s.ph, s.pw)
 	}
 	f := 1 << J
 	s.row0, s.col0 = (s.top+f-1)/f, (s.left+f-1)/f
@@ -165,7 +165,7 @@ func (s *Scattering) newScratch() *scatterScratch {
 // order, c*H*W values) to dst (c*Channels()*oh*ow values, CHW order).
 func (s *Scattering) Transform(dst, src []float32, c int) error {
 	if c < 1 || len(src) != c*s.H*s.W || len(dst) != c*s.Channels()*s.oh*s.ow {
-		return dpcore.Invalidf("models: scattering: %d input and %d output values for %d channels of %dx%d", len(src), len(dst), c, s.H, s.W)
+		return dpcore.Invalid("models", "scattering: %d input and %d output values for %d channels of %dx%d", len(src), len(dst), c, s.H, s.W)
 	}
 	s.transform1(dst, src, c, s.newScratch())
 	return nil
@@ -177,7 +177,7 @@ func (s *Scattering) Transform(dst, src []float32, c int) error {
 func (s *Scattering) TransformBatch(ctx context.Context, dst, src []float32, n, c, workers int) error {
 	in, out := c*s.H*s.W, c*s.Channels()*s.oh*s.ow
 	if c < 1 || n < 0 || len(src) != n*in || len(dst) != n*out {
-		return dpcore.Invalidf("models: scattering: %d input and %d output values for %d examples of %d channels of %dx%d", len(src), len(dst), n, c, s.H, s.W)
+		return dpcore.Invalid("models", "scattering: %d input and %d output values for %d examples of %d channels of %dx%d", len(src), len(dst), n, c, s.H, s.W)
 	}
 	workers = max(1, min(workers, n))
 	var wg sync.WaitGroup
@@ -399,7 +399,7 @@ func NewScatterNet(inputShape [3]int, classes, groups int, seed uint64) (Model, 
 		return nil, fmt.Errorf("models: scatternet: %w", err)
 	}
 	if groups <= 0 || inputShape[0]%groups != 0 {
-		return nil, dpcore.Invalidf("models: scatternet: %d groups must divide %d channels", groups, inputShape[0])
+		return nil, dpcore.Invalid("models", "scatternet: %d groups must divide %d channels", groups, inputShape[0])
 	}
 	return NewBuilder("scatternet", inputShape, seed).GroupNorm("norm", groups).Dense("classifier", classes, nn.Identity).Model()
 }

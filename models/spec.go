@@ -42,7 +42,7 @@ func (k LayerKind) String() string {
 // MarshalText writes the kind's name.
 func (k LayerKind) MarshalText() ([]byte, error) {
 	if k == 0 || int(k) >= len(layerKindNames) {
-		return nil, dpcore.Invalidf("models: %v", k)
+		return nil, dpcore.Invalid("models", "%v", k)
 	}
 	return []byte(k.String()), nil
 }
@@ -55,7 +55,7 @@ func (k *LayerKind) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return dpcore.Invalidf("models: layer kind %q is not known to this build", b)
+	return dpcore.Invalid("models", "layer kind %q is not known to this build", b)
 }
 
 // LayerSpec describes one layer as a Builder added it: its kind, its name
@@ -171,7 +171,7 @@ func (a Architecture) build(seed uint64, zero bool, limit int) (Model, error) {
 		size *= float64(d)
 	}
 	if size > maxSpecInput {
-		return nil, dpcore.Invalidf("models: %s: input shape %v has more than %d features", a.Name, a.Input, maxSpecInput)
+		return nil, dpcore.Invalid("models", "%s: input shape %v has more than %d features", a.Name, a.Input, maxSpecInput)
 	}
 	b := NewBuilder(a.Name, a.Input, seed)
 	b.root.zero = a.ZeroInit || zero
@@ -185,21 +185,21 @@ func (a Architecture) build(seed uint64, zero bool, limit int) (Model, error) {
 	s := m.(*seq)
 	s.zero = a.ZeroInit
 	if s.classes != a.Classes {
-		return nil, dpcore.Invalidf("models: %s: the layers end in %d logits, the architecture says %d classes", a.Name, s.classes, a.Classes)
+		return nil, dpcore.Invalid("models", "%s: the layers end in %d logits, the architecture says %d classes", a.Name, s.classes, a.Classes)
 	}
 	if a.Params == nil {
 		return s, nil
 	}
 	for i, p := range s.layout {
 		if i >= len(a.Params) {
-			return nil, dpcore.Invalidf("models: %s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
+			return nil, dpcore.Invalid("models", "%s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
 		}
 		if q := a.Params[i]; q.Name != p.Name || !slices.Equal(q.Shape, p.Shape) {
-			return nil, dpcore.Invalidf("models: %s: parameter tensor %d is %s %v, the architecture lists %s %v", a.Name, i, p.Name, p.Shape, q.Name, q.Shape)
+			return nil, dpcore.Invalid("models", "%s: parameter tensor %d is %s %v, the architecture lists %s %v", a.Name, i, p.Name, p.Shape, q.Name, q.Shape)
 		}
 	}
 	if len(a.Params) != len(s.layout) {
-		return nil, dpcore.Invalidf("models: %s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
+		return nil, dpcore.Invalid("models", "%s: the layers make %d parameter tensors, the architecture lists %d", a.Name, len(s.layout), len(a.Params))
 	}
 	return s, nil
 }

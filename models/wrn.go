@@ -22,7 +22,7 @@ func NewWRN16x4(inputShape [3]int, classes, groups int, seed uint64) (Model, err
 		return nil, fmt.Errorf("models: wrn16-4: %w", err)
 	}
 	if groups <= 0 || 16%groups != 0 {
-		return nil, dpcore.Invalidf("models: wrn16-4: %d groups must divide 16 channels", groups)
+		return nil, dpcore.Invalid("models", "wrn16-4: %d groups must divide 16 channels", groups)
 	}
 	b := NewBuilder("wrn16-4", inputShape, seed)
 	b.Conv2D("stem", 16, 3, 1, 1, nn.Identity)
@@ -48,7 +48,7 @@ func NewWRN16x4(inputShape [3]int, classes, groups int, seed uint64) (Model, err
 	}
 	sh := b.Shape()
 	if sh.H != sh.W {
-		return nil, dpcore.Invalidf("models: wrn16-4: input %v gives a %dx%d final map; want a square input", inputShape, sh.H, sh.W)
+		return nil, dpcore.Invalid("models", "wrn16-4: input %v gives a %dx%d final map; want a square input", inputShape, sh.H, sh.W)
 	}
 	return b.GroupNormAct("final.norm", groups, nn.ReLU).AvgPool(sh.H).Dense("classifier", classes, nn.Identity).Model()
 }

@@ -34,10 +34,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is matched by errors for invalid networks, options or inputs.
-// It is dpcore.ErrInvalid, the one bad-argument sentinel of the module.
-var ErrInvalid = dpcore.ErrInvalid
-
 // Shape is the (channels, height, width) of one example's activation; a
 // flat vector of n features is {n, 1, 1}.
 type Shape struct{ C, H, W int }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // refLoss is an independent float64 forward pass of net on one example x
@@ -332,7 +334,7 @@ func testNets() map[string]*builder {
 func TestBatchNormRefused(t *testing.T) {
 	net := Network{Input: Shape{3, 4, 4}, Layers: []Layer{BatchNorm{}, Flatten{}}}
 	_, err := NewPlan(net, nil, Options{MaxBatch: 1})
-	if !errors.Is(err, ErrBatchNorm) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GroupNorm") {
+	if !errors.Is(err, ErrBatchNorm) || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GroupNorm") {
 		t.Errorf("error %v, want ErrBatchNorm naming GroupNorm", err)
 	}
 }
@@ -758,7 +760,7 @@ func TestDropout(t *testing.T) {
 	if relDiff(l1, l2) > 1e-6 { // chunks of 1 and of 4: other GEMM paths
 		t.Errorf("dropout changed evaluation logits: %v vs %v", l1, l2)
 	}
-	if _, err := NewPlan(Network{Input: Shape{1, 1, 2}, Layers: []Layer{Dropout{Rate: 1}, Flatten{}}}, nil, Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewPlan(Network{Input: Shape{1, 1, 2}, Layers: []Layer{Dropout{Rate: 1}, Flatten{}}}, nil, Options{MaxBatch: 1}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("rate 1: error %v", err)
 	}
 }
@@ -775,13 +777,13 @@ func TestEmbeddingIDErrors(t *testing.T) {
 	g := make([]float32, b.n)
 	for _, x := range [][]float32{{0.5, 1, 4}, {0, 1.5, 0}, {0, -2, 0}} {
 		_, err := p.Step(x, []int{0}, g, nil)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is not an integer in [0, 4)") {
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "is not an integer in [0, 4)") {
 			t.Errorf("ids %v: error %v", x, err)
 		}
 	}
 	// Not first: refused.
 	bad := Network{Input: Shape{3, 1, 1}, Layers: []Layer{Dense{Out: 3, Weight: Param{0, 9}, Bias: Param{9, 3}}, Embedding{Tables: []EmbeddingTable{{Vocab: 2, Dim: 1, Weight: Param{12, 2}}}}}}
-	if _, err := NewPlan(bad, make([]float32, 20), Options{MaxBatch: 1}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewPlan(bad, make([]float32, 20), Options{MaxBatch: 1}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("embedding after a dense layer: error %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package noise
 
 import (
-	"fmt"
 	"math"
 
 	"gonum.org/v1/gonum/mat"
@@ -12,7 +11,7 @@ import (
 // invalidf is a bad-argument error of this package: it wraps
 // dpcore.ErrInvalid, the one sentinel of the privacy stack.
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("noise: %w: %s", dpcore.ErrInvalid, fmt.Sprintf(format, args...))
+	return dpcore.Invalid("noise", format, args...)
 }
 
 func finiteFloat(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

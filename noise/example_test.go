@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"gonum.org/v1/gonum/mat"
@@ -12,7 +13,7 @@ import (
 // A 2-banded encoder for 4 steps of SGD, streamed with one buffered row.
 func ExampleNew() {
 	const n, d = 4, 10
-	w, err := mfnoise.PrefixSum(n)
+	w, err := dpcore.PrefixSum(n)
 	if err != nil {
 		log.Fatal(err)
 	}

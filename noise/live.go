@@ -337,6 +337,12 @@ func (lc *liveCols) peakSlots(threshold int) int {
 	return peak
 }
 
+// newLive streams W_i = sum_j G[i,j] z_j (square: G = C^-1) in four
+// steps: the memory plan (a fixed part per worker and one d-vector per
+// held row of Z), the choice of method (a block of steps at a time for
+// dense G, merged rows when they fit, else every row whose lifetime is at
+// most the largest threshold that fits, regenerating the others), the
+// kind that choice is reported as, and the source's assembly.
 func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[T], error) {
 	lc, mech, err := newLiveCols(g)
 	if err != nil {
@@ -349,34 +355,10 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[
 	if err != nil {
 		return nil, err
 	}
-	shard := min(d, shardLen)
-	fixed := int64(c.workers)*int64(shard)*int64(c.elem+8) + int64(m)*32
-	perSlot := int64(d) * int64(c.elem)
-	if opt.MemoryBudget > 0 && fixed > opt.MemoryBudget {
-		return nil, invalidf("memory budget %d bytes is below the minimum %d for d = %d with %d workers", opt.MemoryBudget, fixed, d, c.workers)
+	fits, err := liveBudget(c, d, m, opt.MemoryBudget)
+	if err != nil {
+		return nil, err
 	}
-	fits := func(slots int) bool { return opt.MemoryBudget == 0 || fixed+int64(slots)*perSlot <= opt.MemoryBudget }
-
-	multi, allFirst := 0, true
-	for j := range m {
-		if lc.first[j] > 0 {
-			allFirst = false
-		}
-		if lc.last[j] > lc.first[j] {
-			multi++
-		}
-	}
-	storeAll := make([]bool, m)
-	for j := range m {
-		storeAll[j] = lc.last[j] > lc.first[j]
-	}
-	var (
-		prog    []stepProg
-		eraseAt [][]int
-		nslots  int
-		merged  bool
-		plan    any = "all"
-	)
 	blocked := func() (streamer[T], bool, error) {
 		tb := planBlock(lc, c, opt.MemoryBudget)
 		if tb < 2 {
@@ -397,72 +379,141 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[
 			return s, err
 		}
 	}
+	var lp livePlan
 	if lc.mergeWorthwhile() {
-		prog, eraseAt, nslots = lc.compile(storeAll, true)
-		merged = fits(nslots)
+		lp.prog, lp.eraseAt, lp.nslots = lc.compile(lc.multiUse(), true)
+		lp.merged = fits(lp.nslots)
 	}
-	if lc.dense() && square && !merged && !fits(lc.peakSlots(n)) {
+	if lc.dense() && square && !lp.merged && !fits(lc.peakSlots(n)) {
 		// C^-1 whose back substitution did not fit either.
 		if s, ok, err := blocked(); ok || err != nil {
 			return s, err
 		}
 	}
-	stored := multi
-	if !merged {
-		// Store the rows with lifetime <= threshold, the largest threshold
-		// that fits (the peak grows with it).
-		var lens []int
-		for j := range m {
-			if lc.last[j] > lc.first[j] {
-				lens = append(lens, lc.last[j]-lc.first[j])
-			}
-		}
-		slices.Sort(lens)
-		lens = slices.Compact(lens)
-		lo, hi := 0, len(lens) // lens[:lo] fit, lens[hi:] do not
-		for lo < hi {
-			mid := (lo + hi) / 2
-			if fits(lc.peakSlots(lens[mid])) {
-				lo = mid + 1
-			} else {
-				hi = mid
-			}
-		}
-		threshold := -1
-		if lo > 0 {
-			threshold = lens[lo-1]
-		}
-		store := make([]bool, m)
-		stored = 0
-		for j := range m {
-			if lc.last[j] > lc.first[j] && lc.last[j]-lc.first[j] <= threshold {
-				store[j] = true
-				stored++
-			}
-		}
-		prog, eraseAt, nslots = lc.compile(store, false)
-		plan = threshold
+	multi, allFirst := lc.lifetimes()
+	lp.stored, lp.plan = multi, "all"
+	if !lp.merged {
+		lp.thresholded(lc, fits)
 	}
-	switch {
-	case stored < multi && stored == 0 && square:
-		c.kind = KindDenseRegenerate
-	case stored < multi && stored == 0:
-		c.kind = KindTallRegenerate
-	case stored < multi:
-		c.kind = KindLiveRegenerate
-	case allFirst && multi > 0:
-		c.kind = KindTallPregenerated
-	default:
-		c.kind = KindSparseLive
-	}
+	c.kind = liveKind(lp.stored, multi, allFirst, square)
 	seed, err := newSeed(opt.Seed)
 	if err != nil {
 		return nil, err
 	}
 	c.mech = mech
-	c.plan = fingerprint(c.kind, plan)
-	s := &liveSource[T]{common: c, prog: prog, eraseAt: eraseAt, nslots: nslots, merged: merged, nnz: lc.nnz}
-	s.keys, _ = rowKeys(seed, m)
+	c.plan = fingerprint(c.kind, lp.plan)
+	return newLiveSource[T](lc, c, lp, seed), nil
+}
+
+// liveBudget is the memory plan of a live source: a fixed part (a shard
+// of scratch per worker, 32 bytes of key per row of Z) and one d-vector
+// per held row. fits says whether slots held rows fit opt.MemoryBudget (0:
+// no budget); a budget below the fixed part is refused.
+func liveBudget(c *common, d, m int, budget int64) (fits func(slots int) bool, err error) {
+	shard := min(d, shardLen)
+	fixed := int64(c.workers)*int64(shard)*int64(c.elem+8) + int64(m)*32
+	perSlot := int64(d) * int64(c.elem)
+	if budget > 0 && fixed > budget {
+		return nil, invalidf("memory budget %d bytes is below the minimum %d for d = %d with %d workers", budget, fixed, d, c.workers)
+	}
+	return func(slots int) bool { return budget == 0 || fixed+int64(slots)*perSlot <= budget }, nil
+}
+
+// lifetimes counts the rows of Z used at more than one step (multi) and
+// says whether every row is first used at step 0 (allFirst).
+func (lc *liveCols) lifetimes() (multi int, allFirst bool) {
+	allFirst = true
+	for j := range lc.m {
+		if lc.first[j] > 0 {
+			allFirst = false
+		}
+		if lc.last[j] > lc.first[j] {
+			multi++
+		}
+	}
+	return multi, allFirst
+}
+
+// multiUse marks the rows of Z used at more than one step.
+func (lc *liveCols) multiUse() []bool {
+	store := make([]bool, lc.m)
+	for j := range lc.m {
+		store[j] = lc.last[j] > lc.first[j]
+	}
+	return store
+}
+
+// livePlan is the compiled method of a live source: the step programs,
+// the keys to erase after each step, the slots held, whether rows were
+// merged, how many rows are stored, and the plan's description for the
+// state fingerprint ("all", or the lifetime threshold).
+type livePlan struct {
+	prog    []stepProg
+	eraseAt [][]int
+	nslots  int
+	merged  bool
+	stored  int
+	plan    any
+}
+
+// thresholded stores the rows with lifetime <= threshold, the largest
+// threshold that fits (the peak grows with it), and regenerates the rest.
+func (lp *livePlan) thresholded(lc *liveCols, fits func(int) bool) {
+	var lens []int
+	for j := range lc.m {
+		if lc.last[j] > lc.first[j] {
+			lens = append(lens, lc.last[j]-lc.first[j])
+		}
+	}
+	slices.Sort(lens)
+	lens = slices.Compact(lens)
+	lo, hi := 0, len(lens) // lens[:lo] fit, lens[hi:] do not
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if fits(lc.peakSlots(lens[mid])) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	threshold := -1
+	if lo > 0 {
+		threshold = lens[lo-1]
+	}
+	store := make([]bool, lc.m)
+	lp.stored = 0
+	for j := range lc.m {
+		if lc.last[j] > lc.first[j] && lc.last[j]-lc.first[j] <= threshold {
+			store[j] = true
+			lp.stored++
+		}
+	}
+	lp.prog, lp.eraseAt, lp.nslots = lc.compile(store, false)
+	lp.plan = threshold
+}
+
+// liveKind is the kind a live source reports: regeneration when rows used
+// more than once are not all stored, else pregenerated (every row first
+// used at step 0) or sparse live.
+func liveKind(stored, multi int, allFirst, square bool) string {
+	switch {
+	case stored < multi && stored == 0 && square:
+		return KindDenseRegenerate
+	case stored < multi && stored == 0:
+		return KindTallRegenerate
+	case stored < multi:
+		return KindLiveRegenerate
+	case allFirst && multi > 0:
+		return KindTallPregenerated
+	}
+	return KindSparseLive
+}
+
+// newLiveSource assembles the source of plan lp with the row keys of seed.
+func newLiveSource[T floatT](lc *liveCols, c *common, lp livePlan, seed key) *liveSource[T] {
+	shard := min(c.d, shardLen)
+	s := &liveSource[T]{common: c, prog: lp.prog, eraseAt: lp.eraseAt, nslots: lp.nslots, merged: lp.merged, nnz: lc.nnz}
+	s.keys, _ = rowKeys(seed, lc.m)
 	s.scratch = make([][]T, c.workers)
 	s.acc = make([][]float64, c.workers)
 	for w := range c.workers {
@@ -470,12 +521,12 @@ func newLive[T floatT](g *mat.Dense, square bool, d int, opt Options) (streamer[
 		s.acc[w] = make([]float64, shard)
 	}
 	s.eraseBefore(0)
-	for j := range m {
+	for j := range lc.m {
 		if lc.first[j] < 0 {
 			s.keys[j] = key{}
 		}
 	}
-	return s, nil
+	return s
 }
 
 // eraseBefore zeroes the keys no longer needed once step steps are done.

@@ -353,7 +353,7 @@ func newNoiseSource[T floatT](f *mfnoise.Factorization, d int, opt Options) (str
 // workload (SPEC 2): S^-1 is the first difference, and for momentum
 // A = M_eta M_beta = S diag(eta) M_beta, so A^-1 = M_beta^-1 diag(1/eta)
 // S^-1 with M_beta^-1 = I - beta * (shift down by one).
-func workloadSolve(w mfnoise.Workload, b *mat.Dense) (*mat.Dense, error) {
+func workloadSolve(w dpcore.Workload, b *mat.Dense) (*mat.Dense, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err // already says what is wrong with the workload
 	}
@@ -369,8 +369,8 @@ func workloadSolve(w mfnoise.Workload, b *mat.Dense) (*mat.Dense, error) {
 	}
 	diffRows(1)
 	switch w.Kind {
-	case mfnoise.PrefixSumKind:
-	case mfnoise.MomentumKind:
+	case dpcore.PrefixSumKind:
+	case dpcore.MomentumKind:
 		eta, err := w.Schedule.Rates(n)
 		if err != nil {
 			return nil, err

@@ -24,16 +24,16 @@ func testSeed(b byte) *dpcore.Seed {
 	return &s
 }
 
-func prefixW(t testing.TB, n int) mfnoise.Workload {
-	w, err := mfnoise.PrefixSum(n)
+func prefixW(t testing.TB, n int) dpcore.Workload {
+	w, err := dpcore.PrefixSum(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
 }
 
-func momentumW(t testing.TB, n int) mfnoise.Workload {
-	w, err := mfnoise.MomentumWorkload(n, 0.9, mfnoise.CooldownSchedule(n, 0.25, 0.05))
+func momentumW(t testing.TB, n int) dpcore.Workload {
+	w, err := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func momentumW(t testing.TB, n int) mfnoise.Workload {
 
 // squareFact returns the factorization with square invertible encoder c and
 // decoder B = A C^-1.
-func squareFact(t testing.TB, w mfnoise.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
+func squareFact(t testing.TB, w dpcore.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
 	a, err := w.Matrix()
 	if err != nil {
 		t.Fatal(err)
@@ -193,11 +193,11 @@ func treeHonakerDecoder(n int, ranges [][2]int) *mat.Dense {
 
 // onlineTreeFact is the tree with the online decoder for workload w
 // (post-processed from the prefix sum: B = A S^-1 B_S).
-func onlineTreeFact(t testing.TB, w mfnoise.Workload) *mfnoise.Factorization {
+func onlineTreeFact(t testing.TB, w dpcore.Workload) *mfnoise.Factorization {
 	return treeFact(t, w, false)
 }
 
-func treeFact(t testing.TB, w mfnoise.Workload, honaker bool) *mfnoise.Factorization {
+func treeFact(t testing.TB, w dpcore.Workload, honaker bool) *mfnoise.Factorization {
 	n := w.N
 	c, ranges := treeEncoder(n)
 	bs := treeOnlineDecoder(n, ranges)
@@ -222,7 +222,7 @@ func treeFact(t testing.TB, w mfnoise.Workload, honaker bool) *mfnoise.Factoriza
 	return f
 }
 
-func optimalFact(t testing.TB, w mfnoise.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
+func optimalFact(t testing.TB, w dpcore.Workload, c *mat.Dense, meta mfnoise.Metadata) *mfnoise.Factorization {
 	a, _ := w.Matrix()
 	b, err := mfnoise.OptimalDecoder(a, c)
 	if err != nil {
@@ -255,7 +255,7 @@ type namedFact struct {
 func testFacts(t testing.TB, n int) []namedFact {
 	rng := mrand.New(mrand.NewPCG(uint64(n), 1))
 	var out []namedFact
-	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []dpcore.Workload{prefixW(t, n), momentumW(t, n)} {
 		eye := mat.NewDense(n, n, nil)
 		for i := range n {
 			eye.Set(i, i, 1)
@@ -290,7 +290,7 @@ func testFacts(t testing.TB, n int) []namedFact {
 			// structural zero test (depending on n) and make G count as
 			// dense: blocked is then chosen (and equally exact).
 			stampKind := KindSparseLive
-			if w.Kind == mfnoise.MomentumKind {
+			if w.Kind == dpcore.MomentumKind {
 				stampKind = KindSparseLive + "|" + KindTallBlocked
 			}
 			out = append(out, namedFact{"stamped-tree-optimal", optimalFact(t, w, blockDiag(tc, tc), mfnoise.Metadata{Stamps: 2, Decoder: "optimal"}), stampKind})
@@ -482,7 +482,7 @@ func TestTreeOnlineMemoryIsLogarithmic(t *testing.T) {
 	// Online Honaker: a leaf is used until the root completes, but all of
 	// a complete subtree's nodes have proportional futures (level weights
 	// 2^-j), so one slot per subtree of the decomposition suffices.
-	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []dpcore.Workload{prefixW(t, n), momentumW(t, n)} {
 		s, err := newNoiseSource[float32](treeFact(t, w, true), d, Options{Seed: testSeed(1), Workers: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -660,7 +660,7 @@ func TestNoiseErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Next(make([]float32, 9)); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := s.Next(make([]float32, 9)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("wrong length: %v", err)
 	}
 	buf := make([]float32, 10)
@@ -683,7 +683,7 @@ func TestNoiseErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.UnmarshalBinary(state); !errors.Is(err, mfnoise.ErrInvalid) {
+		if err := o.UnmarshalBinary(state); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Fatalf("restore into %s: %v, want ErrInvalid", name, err)
 		}
 		if o.Step() != 0 {
@@ -698,32 +698,32 @@ func TestNoiseErrors(t *testing.T) {
 		t.Fatalf("budget 15000: %v %v", slow, err)
 	}
 	fstate, _ := fast.MarshalBinary()
-	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := slow.UnmarshalBinary(fstate); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("restore into another plan: %v", err)
 	}
 	o, _ := New(f1, 10, opt)
-	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := o.UnmarshalBinary(state[:len(state)-1]); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("truncated state: %v", err)
 	}
-	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, mfnoise.ErrInvalid) {
+	if err := o.UnmarshalBinary([]byte("garbage")); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("garbage state: %v", err)
 	}
-	if _, err := New(f1, 0, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(f1, 0, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("d = 0: %v", err)
 	}
-	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := NewIndependent(0, 5, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("n = 0: %v", err)
 	}
-	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(ft, 1<<20, Options{MemoryBudget: 1000}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("budget below scratch: %v", err)
 	}
 	bad := *f1
 	bad.Encoder = mat.DenseCopyOf(f1.Encoder)
 	bad.Encoder.Set(3, 1, math.NaN())
-	if _, err := New(&bad, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(&bad, 10, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("NaN in the encoder: %v", err)
 	}
-	if _, err := New(nil, 10, opt); !errors.Is(err, mfnoise.ErrInvalid) {
+	if _, err := New(nil, 10, opt); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("nil factorization: %v", err)
 	}
 }
@@ -749,7 +749,7 @@ func TestDefaultSeedIsFresh(t *testing.T) {
 // rankOneFact has encoder [I; I] and G = A^-1 B = [I - R, R] with R strictly
 // lower triangular of rank one (R[i,j] = a_i b_j, i > j): after every step
 // all past noise rows have proportional futures, so one slot suffices.
-func rankOneFact(t testing.TB, w mfnoise.Workload, rng *mrand.Rand) *mfnoise.Factorization {
+func rankOneFact(t testing.TB, w dpcore.Workload, rng *mrand.Rand) *mfnoise.Factorization {
 	n := w.N
 	a := make([]float64, n)
 	bv := make([]float64, n)
@@ -780,7 +780,7 @@ func rankOneFact(t testing.TB, w mfnoise.Workload, rng *mrand.Rand) *mfnoise.Fac
 func TestMergedFuturesExactAndSmall(t *testing.T) {
 	const n, d = 50, 40
 	seed := testSeed(8)
-	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []dpcore.Workload{prefixW(t, n), momentumW(t, n)} {
 		f := rankOneFact(t, w, mrand.New(mrand.NewPCG(3, 4)))
 		s, err := newNoiseSource[float64](f, d, Options{Seed: seed})
 		if err != nil {
@@ -789,7 +789,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 		ls := s.(*liveSource[float64])
 		// For momentum, A^-1 B carries rounding residue of B (~1e-11 here)
 		// above the merge tolerance: no merging then, still exact.
-		if w.Kind == mfnoise.PrefixSumKind && (!ls.merged || ls.nslots > 2 || ls.kind != KindSparseLive) {
+		if w.Kind == dpcore.PrefixSumKind && (!ls.merged || ls.nslots > 2 || ls.kind != KindSparseLive) {
 			t.Fatalf("%s: kind %s merged %v with %d slots, want merged into <= 2", w, ls.kind, ls.merged, ls.nslots)
 		}
 		g := refG(t, f)
@@ -812,7 +812,7 @@ func TestMergedFuturesExactAndSmall(t *testing.T) {
 func TestWorkloadSolve(t *testing.T) {
 	rng := mrand.New(mrand.NewPCG(9, 9))
 	const n = 30
-	for _, w := range []mfnoise.Workload{prefixW(t, n), momentumW(t, n)} {
+	for _, w := range []dpcore.Workload{prefixW(t, n), momentumW(t, n)} {
 		b := randTall(n, 2*n, rng)
 		g, err := workloadSolve(w, b)
 		if err != nil {
@@ -826,8 +826,8 @@ func TestWorkloadSolve(t *testing.T) {
 			t.Fatalf("%s: ||A G - B|| / ||B|| = %v", w, r)
 		}
 	}
-	w := mfnoise.Workload{Kind: mfnoise.MomentumKind, N: 3, Momentum: 0.5, Schedule: mfnoise.Schedule{Explicit: []float64{1, 0, 1}}}
-	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, mfnoise.ErrInvalid) {
+	w := dpcore.Workload{Kind: dpcore.MomentumKind, N: 3, Momentum: 0.5, Schedule: dpcore.Schedule{Explicit: []float64{1, 0, 1}}}
+	if _, err := workloadSolve(w, mat.NewDense(3, 3, nil)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("zero learning rate: %v", err)
 	}
 }

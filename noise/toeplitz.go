@@ -1,8 +1,6 @@
 package noise
 
 import (
-	"fmt"
-
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
@@ -76,7 +74,7 @@ func newToeplitzSource[T floatT](t *mfnoise.Toeplitz, d int, opt Options) (*toep
 		return nil, err
 	}
 	if mem := int64(rows)*int64(d)*int64(c.elem) + 32; opt.MemoryBudget > 0 && mem > opt.MemoryBudget {
-		return nil, fmt.Errorf("noise: %w: %s needs %s of noise buffers (%d rows of d = %d), over the budget of %s (%w)", dpcore.ErrInvalid, t.Name, dpcore.HumanBytes(float64(mem)), rows, d, dpcore.HumanBytes(float64(opt.MemoryBudget)), errOverBudget)
+		return nil, invalidf("%s needs %s of noise buffers (%d rows of d = %d), over the budget of %s (%w)", t.Name, dpcore.HumanBytes(float64(mem)), rows, d, dpcore.HumanBytes(float64(opt.MemoryBudget)), errOverBudget)
 	}
 	seed, err := newSeed(opt.Seed)
 	if err != nil {

@@ -97,10 +97,10 @@ func TestToeplitzNoiseExact(t *testing.T) {
 // not n stored rows, and the noise matches the dense C^-1 Z.
 func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	n, d := 30, 11
-	w, _ := mfnoise.PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	for _, spec := range []mfnoise.Mechanism{mfnoise.BLT{Buffers: 4}, mfnoise.BandedToeplitz{Bands: 5}, mfnoise.Sqrt{}, mfnoise.BISR{Bands: 4}} {
 		name := spec.String()
-		f, err := mfnoise.BuildDense(context.Background(), spec, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+		f, err := mfnoise.BuildDense(context.Background(), spec, w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 	}
 	// Under a memory budget the square root's n-1 rows do not fit: the
 	// dense factorization falls back to regeneration, same noise.
-	f, err := mfnoise.BuildDense(context.Background(), mfnoise.Sqrt{}, w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	f, err := mfnoise.BuildDense(context.Background(), mfnoise.Sqrt{}, w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments. It is the
-// same sentinel as dpcore.ErrInvalid so one errors.Is check covers both
-// packages.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ErrUnsupportedWorkload is wrapped by Workload when the optimizer's update
 // is linear in the gradient stream but is not one of the mfnoise workload
 // families (Nesterov momentum, weight decay). Matrix still gives its A.
@@ -43,7 +38,7 @@ type Optimizer interface {
 }
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("optim: "+format, args...)
+	return dpcore.Invalid("optim", format, args...)
 }
 
 // precision records which float type an optimizer's buffers hold.

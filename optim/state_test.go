@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
@@ -73,7 +74,7 @@ func TestResumeBitIdentical(t *testing.T) {
 				t.Fatalf("workload after restore %v (%v), before %v (%v)", w2, e2, w1, e1)
 			}
 			// One more step than scheduled fails.
-			if err := b.Step(pa, grads[0]); !errors.Is(err, ErrInvalid) {
+			if err := b.Step(pa, grads[0]); !errors.Is(err, dpcore.ErrInvalid) {
 				t.Fatalf("step past the schedule: %v", err)
 			}
 		})
@@ -97,7 +98,7 @@ func TestResumeFloat64(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Precision is part of the state.
-			if err := o.Step(make([]float32, d), make([]float32, d)); !errors.Is(err, ErrInvalid) {
+			if err := o.Step(make([]float32, d), make([]float32, d)); !errors.Is(err, dpcore.ErrInvalid) {
 				t.Fatalf("float32 step on a float64 optimizer: %v", err)
 			}
 		}
@@ -134,8 +135,8 @@ func TestBadInput(t *testing.T) {
 		{"adam dim 0", func() error { _, err := NewAdam(0, s, 5, AdamOptions{}); return err }()},
 		{"zero optimizer step", new(Momentum).Step(nil, nil)},
 	} {
-		if !errors.Is(c.err, ErrInvalid) {
-			t.Errorf("%s: error %v, want ErrInvalid", c.name, c.err)
+		if !errors.Is(c.err, dpcore.ErrInvalid) {
+			t.Errorf("%s: error %v, want dpcore.ErrInvalid", c.name, c.err)
 		}
 	}
 
@@ -159,8 +160,8 @@ func TestBadInput(t *testing.T) {
 			{"NaN grad", p, []float32{0, float32(math.NaN()), 0, 0}},
 			{"Inf grad", p, []float32{0, 0, 0, -inf}},
 		} {
-			if err := o.Step(bad.p, bad.grad); !errors.Is(err, ErrInvalid) {
-				t.Errorf("%s: %s: error %v, want ErrInvalid", name, bad.what, err)
+			if err := o.Step(bad.p, bad.grad); !errors.Is(err, dpcore.ErrInvalid) {
+				t.Errorf("%s: %s: error %v, want dpcore.ErrInvalid", name, bad.what, err)
 			}
 		}
 		for k := range p {
@@ -197,11 +198,11 @@ func TestCorruptState(t *testing.T) {
 		}
 	}
 	var s SGD
-	if err := s.UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) {
+	if err := s.UnmarshalBinary(blob); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("momentum state restored into SGD: %v", err)
 	}
 	var a Adam
-	if err := a.UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) {
+	if err := a.UnmarshalBinary(blob); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("momentum state restored into Adam: %v", err)
 	}
 }
@@ -240,7 +241,7 @@ func TestStateDimOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "bytes for 4611686018427387905") {
+	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "bytes for 4611686018427387905") {
 		t.Fatalf("overflowing dimension: %v", err)
 	}
 }

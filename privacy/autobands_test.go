@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -20,14 +21,14 @@ import (
 func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
-	w, _ := mfnoise.MomentumWorkload(n, 0.95, mfnoise.CooldownSchedule(n, 0.25, 0.05))
+	w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
 	req.Build.Cache = &mfnoise.Cache{Dir: t.TempDir()}
 	p, _, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	single := mfnoise.SingleParticipation()
+	single := dpcore.SingleParticipation()
 	var cold []accountant.BandCandidate
 	for b := 1; b < m/batch && b <= n; b *= 2 {
 		r, err := mfnoise.OptimizeBanded(ctx, w, b, nil)
@@ -79,7 +80,7 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
-	w, _ := mfnoise.MomentumWorkload(n, 0.95, mfnoise.CooldownSchedule(n, 0.25, 0.05))
+	w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	auto, err := ParseMechanism("toeplitz:auto")
 	if err != nil {
 		t.Fatal(err)

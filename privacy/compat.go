@@ -1,20 +1,15 @@
 package privacy
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
-// ErrIncompatible is wrapped by every refusal of CheckCompatible; such
-// errors also wrap ErrRefused.
-var ErrIncompatible = errors.New("incompatible sampler and mechanism")
-
 // CheckCompatible refuses a mechanism or accounting that sampler s does not
-// support; the error wraps ErrIncompatible (or ErrInvalid for bad arguments)
+// support; the error wraps ErrIncompatible (or dpcore.ErrInvalid for bad arguments)
 // and says why. The planner calls it before the first step.
 //
 // mechanismSchema is the schema the mechanism's sensitivity was computed for
@@ -35,7 +30,7 @@ var ErrIncompatible = errors.New("incompatible sampler and mechanism")
 // containment is not needed then: amplified accounting uses the per-step
 // sensitivity (the largest column norm), which every schema's sensitivity
 // bounds from above.
-func CheckCompatible(s sampler.Sampler, mechanismSchema mfnoise.Schema, bands int, amplified bool) error {
+func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int, amplified bool) error {
 	if s == nil {
 		return invalidf("compatible: nil sampler")
 	}
@@ -86,7 +81,7 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema mfnoise.Schema, bands in
 }
 
 func incompatiblef(format string, args ...any) error {
-	return fmt.Errorf("privacy: %w: %w: %s", ErrRefused, ErrIncompatible, fmt.Sprintf(format, args...))
+	return refuse(RuleCompatible, format, args...)
 }
 
 // describe names a sampler by its kind and parameters.
@@ -116,16 +111,16 @@ func bandsText(bands int) string {
 }
 
 // effectiveK is the most participations schema sc allows in n steps.
-func effectiveK(sc mfnoise.Schema, n int) int {
-	if sc.Kind == mfnoise.Single {
+func effectiveK(sc dpcore.Schema, n int) int {
+	if sc.Kind == dpcore.Single {
 		return 1
 	}
 	return min(sc.K, (n+sc.B-1)/sc.B)
 }
 
 // separation is the fewest steps between two participations sc allows.
-func separation(sc mfnoise.Schema) int {
-	if sc.Kind == mfnoise.Single {
+func separation(sc dpcore.Schema) int {
+	if sc.Kind == dpcore.Single {
 		return 1
 	}
 	return sc.B
@@ -135,18 +130,18 @@ func separation(sc mfnoise.Schema) int {
 // subset of a pattern of t; t is valid for n. Sensitivity is a supremum over
 // patterns and subsets of a pattern (an example whose gradient is zero on
 // some steps), so containment is what makes t's sensitivity cover s.
-func contains(t, s mfnoise.Schema, n int) bool {
+func contains(t, s dpcore.Schema, n int) bool {
 	ks := effectiveK(s, n)
 	if ks <= 1 {
 		// Singletons are in every valid schema (kb needs k*b >= n).
 		return true
 	}
 	switch t.Kind {
-	case mfnoise.KB:
+	case dpcore.KB:
 		// s's patterns must stay in one residue class mod t.B; t.K*t.B >= n
 		// makes t's pattern cover the whole class.
-		return s.Kind == mfnoise.KB && s.B%t.B == 0
-	case mfnoise.MinSep:
+		return s.Kind == dpcore.KB && s.B%t.B == 0
+	case dpcore.MinSep:
 		// kb patterns are min-sep patterns with separation s.B.
 		return s.B >= t.B && ks <= t.K
 	}

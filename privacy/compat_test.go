@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -28,9 +27,9 @@ func TestCheckCompatible(t *testing.T) {
 		}
 		return s
 	}
-	kb := func(k, b int) mfnoise.Schema { return mfnoise.Schema{Kind: mfnoise.KB, K: k, B: b} }
-	ms := func(k, b int) mfnoise.Schema { return mfnoise.Schema{Kind: mfnoise.MinSep, K: k, B: b} }
-	single := mfnoise.SingleParticipation()
+	kb := func(k, b int) dpcore.Schema { return dpcore.Schema{Kind: dpcore.KB, K: k, B: b} }
+	ms := func(k, b int) dpcore.Schema { return dpcore.Schema{Kind: dpcore.MinSep, K: k, B: b} }
+	single := dpcore.SingleParticipation()
 	// m = 1000, B = 10: fixed order b = 100 steps per epoch, n = 400: k = 4.
 	fixed := must(sampler.NewFixedOrder(1000, 10, 400, seed(0)))
 	fixedOne := must(sampler.NewFixedOrder(1000, 10, 100, seed(0)))
@@ -43,7 +42,7 @@ func TestCheckCompatible(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		s         sampler.Sampler
-		sc        mfnoise.Schema
+		sc        dpcore.Schema
 		bands     int
 		amplified bool
 		refuse    string // "" accepts; else a substring of the reason
@@ -94,14 +93,14 @@ func TestCheckCompatible(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrIncompatible mentioning %q", tc.name, err, tc.refuse)
 		}
 	}
-	if err := CheckCompatible(fixed, kb(2, 100), 0, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("kb(2,100) over 400 steps: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(fixed, kb(2, 100), 0, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("kb(2,100) over 400 steps: err = %v, want dpcore.ErrInvalid", err)
 	}
-	if err := CheckCompatible(fixed, kb(4, 100), -1, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("bands = -1: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(fixed, kb(4, 100), -1, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("bands = -1: err = %v, want dpcore.ErrInvalid", err)
 	}
-	if err := CheckCompatible(nil, kb(4, 100), 0, false); !errors.Is(err, ErrInvalid) {
-		t.Errorf("nil sampler: err = %v, want ErrInvalid", err)
+	if err := CheckCompatible(nil, kb(4, 100), 0, false); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("nil sampler: err = %v, want dpcore.ErrInvalid", err)
 	}
 }
 
@@ -110,19 +109,19 @@ func TestCheckCompatible(t *testing.T) {
 // pattern of t.
 func TestContainsAgainstPatterns(t *testing.T) {
 	const n = 12
-	var schemas []mfnoise.Schema
-	schemas = append(schemas, mfnoise.SingleParticipation())
+	var schemas []dpcore.Schema
+	schemas = append(schemas, dpcore.SingleParticipation())
 	for k := 1; k <= 4; k++ {
 		for b := 1; b <= 6; b++ {
 			if k*b >= n {
-				schemas = append(schemas, mfnoise.Schema{Kind: mfnoise.KB, K: k, B: b})
+				schemas = append(schemas, dpcore.Schema{Kind: dpcore.KB, K: k, B: b})
 			}
-			schemas = append(schemas, mfnoise.Schema{Kind: mfnoise.MinSep, K: k, B: b})
+			schemas = append(schemas, dpcore.Schema{Kind: dpcore.MinSep, K: k, B: b})
 		}
 	}
-	pats := func(sc mfnoise.Schema) [][]int {
+	pats := func(sc dpcore.Schema) [][]int {
 		var out [][]int
-		if sc.Kind == mfnoise.KB {
+		if sc.Kind == dpcore.KB {
 			for _, q := range sc.Patterns(n) {
 				for mask := 1; mask < 1<<len(q); mask++ {
 					var p []int
@@ -181,7 +180,7 @@ func TestContainsAgainstPatterns(t *testing.T) {
 
 func ExampleCheckCompatible() {
 	fixed, _ := sampler.NewFixedOrder(50000, 500, 2000, sampler.Options{})
-	kb, _ := mfnoise.KBParticipation(20, 100)
+	kb, _ := dpcore.KBParticipation(20, 100)
 
 	// A mechanism optimized for (k=20, b=100) matches fixed-order epochs,
 	// accounted unamplified.
@@ -195,7 +194,7 @@ func ExampleCheckCompatible() {
 
 	// Amplified banded MF needs no more bands than partitions.
 	band, _ := sampler.NewBandPoisson(50000, 500, 10, 2000, false, sampler.Options{})
-	ms, _ := mfnoise.MinSepParticipation(200, 10)
+	ms, _ := dpcore.MinSepParticipation(200, 10)
 	fmt.Println(CheckCompatible(band, ms, 10, true))
 	fmt.Println(CheckCompatible(band, ms, 16, true))
 	// Output:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
@@ -17,7 +18,7 @@ import (
 // so its loss is 16 * ||I||_F^2 = 256, worse than DP-SGD's n(n+1)/2 = 136.
 func ExampleFactorization() {
 	const n = 16
-	w, err := mfnoise.PrefixSum(n)
+	w, err := dpcore.PrefixSum(n)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func ExampleFactorization() {
 		mfnoise.Tree{Decoder: mfnoise.TreeFull},
 		mfnoise.MFSingle{},
 	}
-	rows, err := mfnoise.Compare(context.Background(), w, mfnoise.SingleParticipation(), mechs, mfnoise.BuildOptions{})
+	rows, err := mfnoise.Compare(context.Background(), w, dpcore.SingleParticipation(), mechs, mfnoise.BuildOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

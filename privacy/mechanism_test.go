@@ -24,14 +24,14 @@ func TestParseMechanismNamesTheMechanism(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"nope", "dpsgd:2", "bandmf", "bandmf:0", "toeplitz:x", "blt:33", "bisr", "sqrt/s2", "blt:2/s2", "toeplitz:auto/s2", "bandmf:auto/s2", "fft/s0", "fft/x"} {
-		if _, err := ParseMechanism(in); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseMechanism(%q) err = %v, want ErrInvalid", in, err)
+		if _, err := ParseMechanism(in); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("ParseMechanism(%q) err = %v, want dpcore.ErrInvalid", in, err)
 		}
 	}
 	w, _ := dpcore.PrefixSum(4)
 	for _, m := range []mfnoise.Mechanism{mfnoise.Stamped{Inner: mfnoise.BandMF{Auto: true}, Stamps: 2}, mfnoise.Stamped{Inner: mfnoise.DPSGD{}}, mfnoise.Stamped{Stamps: 2}} {
-		if _, err := m.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%v: err = %v, want ErrInvalid", m, err)
+		if _, err := m.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{}); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%v: err = %v, want dpcore.ErrInvalid", m, err)
 		}
 	}
 }
@@ -45,7 +45,7 @@ func TestParseMechanisms(t *testing.T) {
 		t.Fatalf("ParseMechanisms = %#v", list)
 	}
 	for _, in := range []string{"", " ", "dpsgd,,fft", "dpsgd,", "dpsgd,nope", "dpsgd,bandmf:auto/s2"} {
-		if _, err := ParseMechanisms(in); !errors.Is(err, ErrInvalid) {
+		if _, err := ParseMechanisms(in); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("ParseMechanisms(%q) err = %v", in, err)
 		}
 	}
@@ -57,19 +57,19 @@ func TestParseMechanisms(t *testing.T) {
 // A caller's factorization for another number of steps is refused before
 // either workload matrix is built (n = 50000 would need 20 GB).
 func TestFactorizationChecksStepsFirst(t *testing.T) {
-	w, _ := mfnoise.PrefixSum(16)
+	w, _ := dpcore.PrefixSum(16)
 	f, err := mfnoise.DenseDPSGD(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, _ := mfnoise.PrefixSum(50000)
-	_, err = Factorization{Name: "mine", F: f}.Build(context.Background(), big, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
+	big, _ := dpcore.PrefixSum(50000)
+	_, err = Factorization{Name: "mine", F: f}.Build(context.Background(), big, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
 		t.Fatalf("err = %v", err)
 	}
 	// A verified band declaration travels with the factorization (Compare
 	// costs its noise as banded); the caller's value is not changed.
-	st, err := Factorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, mfnoise.SingleParticipation(), mfnoise.BuildOptions{})
+	st, err := Factorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	got, _ := st.(*mfnoise.Factorization)
 	if err != nil || got == nil || got.Meta.Bands != 1 || f.Meta.Bands != 0 {
 		t.Fatalf("bands %d (caller's %d), %v", got.Meta.Bands, f.Meta.Bands, err)

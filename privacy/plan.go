@@ -42,7 +42,7 @@ type Request struct {
 	// Workload is the map the optimizer applies to the gradient stream over
 	// Steps steps (optim.Optimizer.Workload). The zero value is prefix
 	// sums, which independent noise always uses.
-	Workload mfnoise.Workload
+	Workload dpcore.Workload
 	// Examples is m, the number of units sampled from: examples, or
 	// users when Unit is UnitUser.
 	Examples int
@@ -104,7 +104,7 @@ type Plan struct {
 	Bands       int                      `json:"bands,omitempty"`
 	Workload    string                   `json:"workload"`
 	Sampling    Sampling                 `json:"sampling"`
-	Schema      mfnoise.Schema           `json:"schema"`
+	Schema      dpcore.Schema            `json:"schema"`
 	Sensitivity dpcore.SensitivityResult `json:"sensitivity"`
 	// Accounting is what the sampler supports; Amplified says the plan
 	// claims amplification by sampling.
@@ -134,7 +134,7 @@ type Plan struct {
 	Ledger accountant.LedgerEntry `json:"ledger"`
 
 	mechanism Mechanism
-	workload  mfnoise.Workload
+	workload  dpcore.Workload
 	// strategy is the built mechanism, dense or O(n).
 	strategy    dpcore.Strategy
 	composition Composition
@@ -176,7 +176,7 @@ func (p *Plan) PrefixSensitivity(ctx context.Context, t int) (float64, error) {
 
 // Factorization is the mechanism's dense factorization, for the code that
 // reads the encoder (the white-box audit): an O(n) mechanism's is built
-// here on demand, and refused above mfnoise.DenseStepLimit steps.
+// here on demand, and refused above dpcore.DenseStepLimit steps.
 func (p *Plan) Factorization() (*mfnoise.Factorization, error) {
 	return mfnoise.Dense(p.strategy)
 }
@@ -227,74 +227,131 @@ func (r *Request) check() error {
 // the sampler's whole schema; sigma is given or calibrated; the seed is
 // stated and a weak one refused.
 func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
-	if err := r.check(); err != nil {
+	p, pre, err := r.start()
+	if err != nil {
 		return nil, nil, err
+	}
+	mech, prebuilt, err := p.resolveBands(ctx, r, r.Mechanism)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, as, err := p.bindSampler(r, mech)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.strategy, err = build(ctx, mech, p.workload, p.Schema, r.Build, prebuilt); err != nil {
+		return nil, nil, err
+	}
+	sensNote, err := p.sensitivity(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	as = append(append(pre.unitNotes, as...), sensNote)
+	as = append(as, r.processingAssumptions()...)
+	p.Seeded = r.Seed != nil
+	as = append(as, pre.noiseOrigin...)
+	if len(r.NotCovered) > 0 {
+		p.NotCovered = r.NotCovered
+		as = append(as, "not covered by the guarantee (computed from private data without noise; keep them as private as the data): "+strings.Join(r.NotCovered, "; "))
+	}
+	if err := p.calibrate(ctx, r); err != nil {
+		return nil, nil, err
+	}
+	if err := p.writeLedger(r, as); err != nil {
+		return nil, nil, err
+	}
+	return p, s, nil
+}
+
+// preamble is what the plan's first step finds about the request besides
+// the plan itself: the assumptions of the unit of privacy and of the
+// noise's origin.
+type preamble struct{ unitNotes, noiseOrigin []string }
+
+// start checks the request and begins the plan: accountant, delta, unit,
+// the workload (prefix sums for independent noise) and the sampling (the
+// mechanism's structure unless chosen).
+func (r *Request) start() (*Plan, preamble, error) {
+	var pre preamble
+	if err := r.check(); err != nil {
+		return nil, pre, err
 	}
 	if r.Build.Cache == nil && r.CacheDir != "" {
 		r.Build.Cache = &mfnoise.Cache{Dir: r.CacheDir}
 	}
 	acct, err := r.Accountant.New()
 	if err != nil {
-		return nil, nil, err
+		return nil, pre, err
 	}
-	noiseOrigin, err := NoiseAssumptions(r.Seed, r.InsecureSeed)
-	if err != nil {
-		return nil, nil, err
+	if pre.noiseOrigin, err = NoiseAssumptions(r.Seed, r.InsecureSeed); err != nil {
+		return nil, pre, err
 	}
-	unitNotes, err := r.unitAssumptions()
-	if err != nil {
-		return nil, nil, err
+	if pre.unitNotes, err = r.unitAssumptions(); err != nil {
+		return nil, pre, err
 	}
-	n, m, batch := r.Steps, r.Examples, r.Batch
+	n := r.Steps
 	delta := r.Delta
 	if delta == 0 {
-		delta = DefaultDelta(m)
+		delta = DefaultDelta(r.Examples)
 	}
-	mech := r.Mechanism
-	st := mech.Structure()
+	st := r.Mechanism.Structure()
 	w := r.Workload
 	if w.N == 0 || st.Independent {
-		w, _ = mfnoise.PrefixSum(n)
+		w, _ = dpcore.PrefixSum(n)
 	}
 	if w.N != n {
-		return nil, nil, invalidf("workload over %d steps for a run of %d", w.N, n)
+		return nil, pre, invalidf("workload over %d steps for a run of %d", w.N, n)
 	}
 	p := &Plan{Workload: w.String(), workload: w, Delta: delta, Accountant: AccountantKind(acct.Name()), ClipNorm: r.ClipNorm, acct: acct, steps: n, Unit: UnitExample}
 	if r.Unit == UnitUser {
 		b := *r.UserBound
 		p.Unit, p.UserBound = UnitUser, &b
 	}
-
-	samp := r.Sampling
-	if samp == SamplingAuto {
-		samp = samplingFor(st)
+	p.Sampling = r.Sampling
+	if p.Sampling == SamplingAuto {
+		p.Sampling = samplingFor(st)
 	}
-	p.Sampling = samp
+	return p, pre, nil
+}
 
-	var prebuilt *mfnoise.Factorization
-	if auto, ok := mech.(mfnoise.AutoBanded); ok && st.AutoBands {
-		if samp != SamplingBandPoisson {
-			return nil, nil, refusef("%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, samp)
-		}
-		if !(r.Epsilon > 0) {
-			return nil, nil, refusef("%s needs a target epsilon to compare band counts", mech)
-		}
-		// A banded Toeplitz encoder's proxies are its own losses; any other
-		// family's finalists are built and rescored.
-		_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
-		sel, built, err := chooseBands(ctx, acct, r, delta, w, auto, toeplitzOnly)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.BandTable = sel
-		bands := sel.Chosen().Bands
-		if bands == 1 {
-			mech = mfnoise.DPSGD{}
-		} else {
-			mech, prebuilt = auto.WithBands(bands), built[bands]
-		}
-		st = mech.Structure()
+// resolveBands returns the mechanism to plan: mech itself, or for an
+// AutoBanded one (bandmf:auto, toeplitz:auto) the band count chosen by
+// amplified accounting (chooseBands; DP-SGD for one band), with the
+// factorization chooseBands built for it if any.
+func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mechanism, *mfnoise.Factorization, error) {
+	auto, ok := mech.(mfnoise.AutoBanded)
+	if !ok || !mech.Structure().AutoBands {
+		return mech, nil, nil
 	}
+	if p.Sampling != SamplingBandPoisson {
+		return nil, nil, refuse(RuleBands, "%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, p.Sampling)
+	}
+	if !(r.Epsilon > 0) {
+		return nil, nil, refuse(RuleBands, "%s needs a target epsilon to compare band counts", mech)
+	}
+	// A banded Toeplitz encoder's proxies are its own losses; any other
+	// family's finalists are built and rescored.
+	_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
+	sel, built, err := chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.BandTable = sel
+	if bands := sel.Chosen().Bands; bands > 1 {
+		return auto.WithBands(bands), built[bands], nil
+	}
+	return mfnoise.DPSGD{}, nil, nil
+}
+
+// bindSampler makes the sampler that realizes the plan's sampling for
+// mech and applies the rules that bind them: amplification only by
+// Poisson or band sampling and only for a banded encoder with no more
+// bands than the sampler separates participations (banded-MF Thm 4), and
+// an optimizer's (k,b) schema only under fixed-order sampling. It returns
+// the sampler and the accounting's assumptions.
+func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string, error) {
+	st := mech.Structure()
+	n := r.Steps
 	p.mechanism, p.Mechanism = mech, mech.String()
 	if st.Bands > n {
 		return nil, nil, invalidf("%s has %d bands, more than the %d steps", mech, st.Bands, n)
@@ -306,23 +363,18 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if partitions == 0 {
 		partitions = max(st.Bands, 1)
 	}
-
-	s, err := newSampler(samp, m, batch, partitions, n, DeriveSeed(r.Seed, "sampler"))
+	s, err := newSampler(p.Sampling, r.Examples, r.Batch, partitions, n, DeriveSeed(r.Seed, "sampler"))
 	if err != nil {
 		return nil, nil, err
 	}
 	p.Schema = s.Schema()
 	p.Accounting = s.Accounting()
 	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
-	var as []string
-	as = append(as, unitNotes...)
-	as = append(as, p.Accounting.Assumptions...)
-
-	if st.FixedOrderOnly && samp != SamplingFixedOrder {
-		return nil, nil, refusef("%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, samp, p.Schema)
+	if st.FixedOrderOnly && p.Sampling != SamplingFixedOrder {
+		return nil, nil, refuse(RuleSampling, "%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, p.Sampling, p.Schema)
 	}
 	if p.Amplified && st.Bands == 0 {
-		return nil, nil, refusef("%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, samp, mech)
+		return nil, nil, refuse(RuleAmplification, "%s with %s sampling: only banded encoders (dpsgd, bandmf) have amplified accounting; %s's encoder is not banded — use fixed-order sampling (unamplified)", mech, p.Sampling, mech)
 	}
 	// Unamplified sensitivity is computed for the sampler's own schema
 	// without relying on banding (bands 0); amplified accounting relies on
@@ -334,78 +386,95 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if err := CheckCompatible(s, p.Schema, checkBands, p.Amplified); err != nil {
 		return nil, nil, err
 	}
-	if p.strategy, err = build(ctx, mech, w, p.Schema, r.Build, prebuilt); err != nil {
-		return nil, nil, err
-	}
+	return s, p.Accounting.Assumptions, nil
+}
+
+// sensitivity sets the plan's sensitivity and accounting event: per
+// participation (the largest column norm of C) when amplified, else under
+// the sampler's whole schema. It returns the assumption that states it.
+func (p *Plan) sensitivity(r Request) (string, error) {
 	if p.Amplified {
 		// Each participation sees one column of C: the per-participation
 		// sensitivity is the largest column norm.
-		if p.Sensitivity, err = p.strategy.Sensitivity(dpcore.SingleParticipation()); err != nil {
-			return nil, nil, fmt.Errorf("privacy: %w", err)
-		}
-		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: m, Batch: batch, Partitions: max(p.Accounting.Bands, 1)}
-		as = append(as, fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", p.Sensitivity.Value))
-	} else {
-		sens, err := p.strategy.Sensitivity(p.Schema)
+		sens, err := p.strategy.Sensitivity(dpcore.SingleParticipation())
 		if err != nil {
-			return nil, nil, refusef("%s: sensitivity under %s cannot be computed: %v", mech, p.Schema, err)
+			return "", fmt.Errorf("privacy: %w", err)
 		}
 		p.Sensitivity = sens
-		method := "exact"
-		if !sens.Exact {
-			method = "an upper bound"
-		}
-		as = append(as, fmt.Sprintf("sensitivity: %.6g under %s (%s, %s), the noise's unit", sens.Value, p.Schema, sens.Method, method))
+		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: r.Examples, Batch: r.Batch, Partitions: max(p.Accounting.Bands, 1)}
+		return fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", sens.Value), nil
 	}
-	as = append(as, "decoder and optimizer are post-processing (Denisov et al. Thm 2.1)")
+	sens, err := p.strategy.Sensitivity(p.Schema)
+	if err != nil {
+		return "", refuse(RuleSensitivity, "%s: sensitivity under %s cannot be computed: %v", p.mechanism, p.Schema, err)
+	}
+	p.Sensitivity = sens
+	method := "exact"
+	if !sens.Exact {
+		method = "an upper bound"
+	}
+	return fmt.Sprintf("sensitivity: %.6g under %s (%s, %s), the noise's unit", sens.Value, p.Schema, sens.Method, method), nil
+}
+
+// processingAssumptions state what is post-processing and what per-example
+// preprocessing the run did.
+func (r *Request) processingAssumptions() []string {
+	as := []string{"decoder and optimizer are post-processing (Denisov et al. Thm 2.1)"}
 	if len(r.PostProcessing) > 0 {
 		as = append(as, "also post-processing (functions of the released noisy sums only): "+strings.Join(r.PostProcessing, "; "))
 	}
 	if len(r.Preprocessing) > 0 {
 		as = append(as, "per-example preprocessing fixed in advance (no statistic of the data set; adjacency unchanged): "+strings.Join(r.Preprocessing, "; "))
 	}
-	p.Seeded = r.Seed != nil
-	as = append(as, noiseOrigin...)
-	if len(r.NotCovered) > 0 {
-		p.NotCovered = r.NotCovered
-		as = append(as, "not covered by the guarantee (computed from private data without noise; keep them as private as the data): "+strings.Join(r.NotCovered, "; "))
-	}
+	return as
+}
 
+// calibrate sets sigma (given, or calibrated to the target epsilon), the
+// epsilon, the noise's standard deviation and the loss at the plan's
+// sensitivity.
+func (p *Plan) calibrate(ctx context.Context, r Request) error {
+	var err error
 	if r.NoiseMultiplier > 0 {
 		p.NoiseMultiplier = r.NoiseMultiplier
-		if p.Epsilon, err = p.composition.Epsilon(acct, p.NoiseMultiplier, n, delta); err != nil {
-			return nil, nil, err
+		if p.Epsilon, err = p.composition.Epsilon(p.acct, p.NoiseMultiplier, p.steps, p.Delta); err != nil {
+			return err
 		}
 	} else {
-		cal, err := p.composition.Calibrate(ctx, acct, n, r.Epsilon, delta)
+		cal, err := p.composition.Calibrate(ctx, p.acct, p.steps, r.Epsilon, p.Delta)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		p.NoiseMultiplier, p.Epsilon, p.Calibrated = cal.Sigma, cal.Epsilon, true
 	}
 	p.NoiseStd = p.NoiseMultiplier * r.ClipNorm * p.Sensitivity.Value
 	if p.Loss, err = dpcore.LossAt(p.strategy, p.Sensitivity.Value); err != nil {
-		return nil, nil, fmt.Errorf("privacy: %w", err)
+		return fmt.Errorf("privacy: %w", err)
 	}
-	ev, err := p.composition.Event(p.NoiseMultiplier, n)
+	return nil
+}
+
+// writeLedger records the accounting event, its parameters and the
+// assumptions as.
+func (p *Plan) writeLedger(r Request, as []string) error {
+	ev, err := p.composition.Event(p.NoiseMultiplier, p.steps)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: accounting: %w", err)
+		return accountingError("accounting", err)
 	}
 	params := map[string]any{
 		"mechanism": p.Mechanism, "workload": p.Workload, "sampling": string(p.Sampling), "schema": p.Schema.String(),
 		"sensitivity": p.Sensitivity.Value, "sensitivity_method": string(p.Sensitivity.Method), "sensitivity_exact": p.Sensitivity.Exact,
 		"noise_multiplier": p.NoiseMultiplier, "clip_norm": r.ClipNorm, "noise_std": p.NoiseStd,
-		"steps": n, "expected_batch": batch, "examples": m, "unit": string(p.Unit),
+		"steps": p.steps, "expected_batch": r.Batch, "examples": r.Examples, "unit": string(p.Unit),
 	}
 	if p.Unit == UnitUser {
 		delete(params, "examples")
-		params["users"], params["examples_per_user_per_step"], params["user_mean"] = m, p.UserBound.Examples, p.UserBound.Mean
+		params["users"], params["examples_per_user_per_step"], params["user_mean"] = r.Examples, p.UserBound.Examples, p.UserBound.Mean
 	}
-	if p.Ledger, err = accountant.NewLedgerEntry(acct, ev, delta, accountant.ZeroOut, params, as...); err != nil {
-		return nil, nil, fmt.Errorf("privacy: ledger: %w", err)
+	if p.Ledger, err = accountant.NewLedgerEntry(p.acct, ev, p.Delta, accountant.ZeroOut, params, as...); err != nil {
+		return accountingError("ledger", err)
 	}
 	p.Ledger.Unit = string(p.Unit)
-	return p, s, nil
+	return nil
 }
 
 // build makes the mechanism's strategy for workload w under the schema,
@@ -468,7 +537,7 @@ const proxyMargin = 0.06
 // table.
 func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
 	what := auto.String()
-	single := mfnoise.SingleParticipation()
+	single := dpcore.SingleParticipation()
 	var cands []accountant.BandCandidate
 	limit := min(r.Steps, r.Examples/r.Batch-1)
 	for b := 1; b <= limit; b *= 2 {
@@ -479,11 +548,11 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		cands = append(cands, accountant.BandCandidate{Bands: b, Loss: loss, Proxy: b > 1 && !toeplitzOnly})
 	}
 	if len(cands) == 0 {
-		return nil, nil, refusef("%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
+		return nil, nil, refuse(RuleBands, "%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
 	}
 	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
 	if err != nil {
-		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+		return nil, nil, calibrationError(what, r.Epsilon, err)
 	}
 	if toeplitzOnly {
 		return &sel, nil, nil

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestOwnFactorizationPlugsIn(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 100, 16
-	w, _ := mfnoise.PrefixSum(n)
+	w, _ := dpcore.PrefixSum(n)
 	id, err := mfnoise.DenseDPSGD(w)
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +41,8 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Mechanism = Factorization{Name: "tall", F: tree, Bands: 1}
-	if _, _, err := NewPlan(ctx, req); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("a tall encoder declared 1-banded: want ErrInvalid, got %v", err)
+	if _, _, err := NewPlan(ctx, req); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Fatalf("a tall encoder declared 1-banded: want dpcore.ErrInvalid, got %v", err)
 	}
 	req.Mechanism = Factorization{Name: "tall", F: tree}
 	if _, _, err := NewPlan(ctx, req); !errors.Is(err, ErrRefused) {
@@ -85,8 +86,8 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"laplace", "bandmf", "bandmf:0", "dpsgd:3", "bandmf:auto/s2", "toeplitz:auto/s2", "toeplitz:0", "toeplitz:autos", ""} {
-		if _, err := ParseMechanism(bad); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q: err = %v, want ErrInvalid", bad, err)
+		if _, err := ParseMechanism(bad); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%q: err = %v, want dpcore.ErrInvalid", bad, err)
 		}
 	}
 }

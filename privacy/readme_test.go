@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/optim"
 )
@@ -26,7 +27,7 @@ func readmeModes(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	const m, batch, n = 1000, 100, 20
-	opt, err := optim.NewMomentum(1, 0.9, mfnoise.ConstantSchedule(1), n, optim.MomentumOptions{})
+	opt, err := optim.NewMomentum(1, 0.9, dpcore.ConstantSchedule(1), n, optim.MomentumOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package privacy
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
@@ -62,11 +61,6 @@ func SeedBits(seed []byte) float64 {
 	return float64(len(seed)) * per
 }
 
-// ErrWeakSeed is wrapped, with ErrRefused, when a private run is given a
-// seed of fewer than MinSeedBits bits without asking for an insecure
-// experiment.
-var ErrWeakSeed = errors.New("seed too weak for a private run")
-
 // Noise-origin assumptions: exactly one of them is recorded for a run.
 const (
 	AssumeCSPRNG = "noise generator: ChaCha8 seeded from crypto/rand, a secret no one holds"
@@ -86,7 +80,7 @@ func NoiseAssumptions(seed []byte, insecure bool) ([]string, error) {
 		return []string{AssumeSeeded}, nil
 	}
 	if !insecure {
-		return nil, fmt.Errorf("privacy: %w: %w: the seed carries at most %.0f bits, fewer than %d, so anyone who guesses it can reproduce the noise: omit it for crypto/rand noise, use 32 random bytes, or ask for an insecure experiment (InsecureSeed, -insecure-seed)", ErrRefused, ErrWeakSeed, bits, MinSeedBits)
+		return nil, refuse(RuleSeed, "the seed carries at most %.0f bits, fewer than %d, so anyone who guesses it can reproduce the noise: omit it for crypto/rand noise, use 32 random bytes, or ask for an insecure experiment (InsecureSeed, -insecure-seed)", bits, MinSeedBits)
 	}
 	return []string{AssumeSeeded, fmt.Sprintf("INSECURE experiment: the seed carries at most %.0f bits (< %d); the guarantee does not hold against anyone who can guess it", bits, MinSeedBits)}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -36,7 +37,7 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			}
 			schema := p.Schema
 			if p.Amplified {
-				schema = mfnoise.SingleParticipation()
+				schema = dpcore.SingleParticipation()
 			}
 			dense, err := mfnoise.Sensitivity(f.Encoder, schema)
 			if err != nil {
@@ -54,14 +55,14 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 }
 
 // TestToeplitzPlanBeyondDenseLimit: Toeplitz mechanisms plan at n = 20000
-// steps, past mfnoise.DenseStepLimit, without an n x n matrix (before,
+// steps, past dpcore.DenseStepLimit, without an n x n matrix (before,
 // every one was refused by the dense limit); only asking for the dense
 // factorization is refused, with the memory it would need.
 func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 20000, 100, 20000
-	if n <= mfnoise.DenseStepLimit {
-		t.Fatalf("n = %d is within the dense limit %d", n, mfnoise.DenseStepLimit)
+	if n <= dpcore.DenseStepLimit {
+		t.Fatalf("n = %d is within the dense limit %d", n, dpcore.DenseStepLimit)
 	}
 	for _, name := range []string{"dpsgd", "sqrt", "toeplitz:4", "blt:4", "bisr:4"} {
 		mech, err := ParseMechanism(name)
@@ -75,7 +76,7 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if st, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
-		if _, err := p.Factorization(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
+		if _, err := p.Factorization(); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {
 			t.Fatalf("%s: dense factorization at n = %d: %v, want a refusal with the memory", name, n, err)
 		}
 	}

@@ -42,7 +42,7 @@ func (r *Request) unitAssumptions() ([]string, error) {
 	case UnitUser:
 		b := r.UserBound
 		if b == nil || b.Examples < 1 {
-			return nil, refusef("a user-level claim needs per-user contribution bounding (at most k >= 1 examples per user per step, the user's gradient clipped as a whole): none given")
+			return nil, refuse(RuleUnit, "a user-level claim needs per-user contribution bounding (at most k >= 1 examples per user per step, the user's gradient clipped as a whole): none given")
 		}
 		how := "sum"
 		if b.Mean {

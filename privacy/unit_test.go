@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -47,13 +48,13 @@ func TestUnitOfPrivacy(t *testing.T) {
 	}
 	bad := base
 	bad.UserBound = &UserBound{Examples: 2}
-	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrInvalid) {
-		t.Errorf("example level with a user bound: %v, want ErrInvalid", err)
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("example level with a user bound: %v, want dpcore.ErrInvalid", err)
 	}
 	bad = base
 	bad.Unit = "person"
-	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrInvalid) {
-		t.Errorf("unit %q: %v, want ErrInvalid", bad.Unit, err)
+	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("unit %q: %v, want dpcore.ErrInvalid", bad.Unit, err)
 	}
 	owned := base
 	owned.MaxOwnerExamples = 40

@@ -28,15 +28,11 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 )
 
-// ErrInvalid is wrapped by every error caused by bad arguments. It is the
-// same sentinel as dpcore.ErrInvalid, so callers test one value.
-var ErrInvalid = dpcore.ErrInvalid
-
 // ErrExhausted is wrapped by the error Next returns once all steps are done.
 var ErrExhausted = errors.New("all steps done")
 
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("sampler: "+format, args...)
+	return dpcore.Invalid("sampler", format, args...)
 }
 
 // Sampler yields the examples of each step of a fixed-length run. A Sampler

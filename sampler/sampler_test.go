@@ -12,7 +12,6 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
 func seed(b byte) Options {
@@ -59,7 +58,7 @@ func participations(m int, batches [][]int) [][]int {
 }
 
 // checkSchema asserts every realized pattern belongs to the schema.
-func checkSchema(t *testing.T, sc mfnoise.Schema, n int, parts [][]int) {
+func checkSchema(t *testing.T, sc dpcore.Schema, n int, parts [][]int) {
 	t.Helper()
 	if err := sc.Validate(n); err != nil {
 		t.Fatalf("schema %v invalid for n = %d: %v", sc, n, err)
@@ -71,11 +70,11 @@ func checkSchema(t *testing.T, sc mfnoise.Schema, n int, parts [][]int) {
 		for i := 1; i < len(steps); i++ {
 			gap := steps[i] - steps[i-1]
 			switch sc.Kind {
-			case mfnoise.KB:
+			case dpcore.KB:
 				if gap%sc.B != 0 {
 					t.Fatalf("example %d steps %v leave its kb pattern (b = %d)", e, steps, sc.B)
 				}
-			case mfnoise.MinSep:
+			case dpcore.MinSep:
 				if gap < sc.B {
 					t.Fatalf("example %d steps %v closer than b = %d", e, steps, sc.B)
 				}
@@ -143,7 +142,7 @@ func TestFixedOrder(t *testing.T) {
 	}
 	batches := run(t, s)
 	b := m / B
-	if got, want := s.Schema(), (mfnoise.Schema{Kind: mfnoise.KB, K: 4, B: b}); got != want {
+	if got, want := s.Schema(), (dpcore.Schema{Kind: dpcore.KB, K: 4, B: b}); got != want {
 		t.Fatalf("schema %v, want %v", got, want)
 	}
 	if a := s.Accounting(); a.Kind != AccountingUnamplified || len(a.Assumptions) == 0 {
@@ -322,7 +321,7 @@ func TestBandPoisson(t *testing.T) {
 	if pv := chiSquareBinomial(t, sizes, size, q); pv < 1e-3 {
 		t.Fatalf("batch sizes vs Binomial(%d, %g): p = %g < 1e-3", size, q, pv)
 	}
-	want := mfnoise.Schema{Kind: mfnoise.MinSep, K: n / bands, B: bands}
+	want := dpcore.Schema{Kind: dpcore.MinSep, K: n / bands, B: bands}
 	if s.Schema() != want {
 		t.Fatalf("schema %v, want %v", s.Schema(), want)
 	}
@@ -454,7 +453,7 @@ func TestShuffle(t *testing.T) {
 	}
 	parts := participations(m, batches)
 	sc := s.Schema()
-	if sc != (mfnoise.Schema{Kind: mfnoise.MinSep, K: n / epoch, B: 1}) {
+	if sc != (dpcore.Schema{Kind: dpcore.MinSep, K: n / epoch, B: 1}) {
 		t.Fatalf("schema %v", sc)
 	}
 	checkSchema(t, sc, n, parts)
@@ -540,12 +539,12 @@ func TestSaveRestore(t *testing.T) {
 					continue
 				}
 				x, _ := d.mk(seed(8))
-				if err := x.UnmarshalBinary(data); !errors.Is(err, ErrInvalid) {
-					t.Fatalf("%s state into %s: err = %v, want ErrInvalid", c.name, d.name, err)
+				if err := x.UnmarshalBinary(data); !errors.Is(err, dpcore.ErrInvalid) {
+					t.Fatalf("%s state into %s: err = %v, want dpcore.ErrInvalid", c.name, d.name, err)
 				}
 			}
 			for _, bad := range [][]byte{nil, data[:len(data)-1], append(slices.Clone(data), 0), bytes.Replace(data, []byte("dpmf-sampler"), []byte("xxxxxxxxxxxx"), 1)} {
-				if _, err := Restore(bad); !errors.Is(err, ErrInvalid) {
+				if _, err := Restore(bad); !errors.Is(err, dpcore.ErrInvalid) {
 					t.Fatalf("%s: corrupt state: err = %v", c.name, err)
 				}
 			}
@@ -600,8 +599,8 @@ func TestBadInput(t *testing.T) {
 	}
 	for name, mk := range cases {
 		s, err := mk()
-		if !errors.Is(err, ErrInvalid) || s != nil {
-			t.Errorf("%s: got (%v, %v), want nil and ErrInvalid", name, s, err)
+		if !errors.Is(err, dpcore.ErrInvalid) || s != nil {
+			t.Errorf("%s: got (%v, %v), want nil and dpcore.ErrInvalid", name, s, err)
 		}
 	}
 	// The limit itself is accepted: bands = m/B gives q = 1.
@@ -732,8 +731,8 @@ func TestEdgeSizes(t *testing.T) {
 }
 
 // effectiveK is the most participations schema sc allows in n steps.
-func effectiveK(sc mfnoise.Schema, n int) int {
-	if sc.Kind == mfnoise.Single {
+func effectiveK(sc dpcore.Schema, n int) int {
+	if sc.Kind == dpcore.Single {
 		return 1
 	}
 	return min(sc.K, ceilDiv(n, sc.B))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -93,8 +94,8 @@ func TestAuditRejectsBadInput(t *testing.T) {
 			t.Errorf("%s: no error", c.name)
 			continue
 		}
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v does not wrap ErrInvalid", c.name, err)
+		if !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v does not wrap dpcore.ErrInvalid", c.name, err)
 		}
 	}
 }

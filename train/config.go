@@ -12,24 +12,14 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// ErrInvalid is matched by errors caused by a configuration that cannot
-// run. It is dpcore.ErrInvalid, the one bad-argument sentinel of the
-// module, so one errors.Is check covers this package and the libraries.
-var ErrInvalid = dpcore.ErrInvalid
-
 func invalidf(format string, args ...any) error {
-	return dpcore.Invalidf("train: "+format, args...)
+	return dpcore.Invalid("train", format, args...)
 }
 
 // ErrInterrupted is wrapped by the error Run returns when its context is
 // cancelled (SIGINT, SIGTERM) between steps; the error says whether a
 // checkpoint was saved at the interrupt and from which step the run resumes.
 var ErrInterrupted = errors.New("interrupted")
-
-// ErrRefused is wrapped when the privacy plan refuses a combination of
-// sampler, mechanism and accounting whose guarantee does not hold
-// (privacy.ErrRefused).
-var ErrRefused = privacy.ErrRefused
 
 // Sampling names how batches are drawn (privacy.Sampling).
 type Sampling = privacy.Sampling

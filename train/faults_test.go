@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -213,8 +214,8 @@ func TestOutputPathsCheckedBeforeFirstStep(t *testing.T) {
 		steps := 0
 		cfg.OnStep = func(StepMetrics) { steps++ }
 		_, err := Run(context.Background(), cfg)
-		if !errors.Is(err, ErrInvalid) || steps != 0 {
-			t.Fatalf("after %d steps: want ErrInvalid before the first step, got %v", steps, err)
+		if !errors.Is(err, dpcore.ErrInvalid) || steps != 0 {
+			t.Fatalf("after %d steps: want dpcore.ErrInvalid before the first step, got %v", steps, err)
 		}
 	}
 }
@@ -226,8 +227,8 @@ func TestNegativeIntervalsRejected(t *testing.T) {
 	} {
 		cfg := baseConfig(t)
 		edit(&cfg)
-		if _, err := New(context.Background(), cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: want ErrInvalid, got %v", name, err)
+		if _, err := New(context.Background(), cfg); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: want dpcore.ErrInvalid, got %v", name, err)
 		}
 	}
 }

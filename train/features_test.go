@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // quadrants is a 4-class problem on 1x8x8 inputs: class c has mean +1 on
@@ -83,8 +84,8 @@ func TestFeaturesRefusals(t *testing.T) {
 		cfg := baseConfig(t)
 		edit(&cfg)
 		_, err := New(context.Background(), cfg)
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		if !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: got %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 )
 
@@ -69,8 +70,8 @@ func TestBandsAndPerLayerClipRefusedBeforeBuilding(t *testing.T) {
 		edit(&cfg)
 		ctx, builds := buildCounter(context.Background())
 		_, err := New(ctx, cfg)
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		if !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid", name, err)
 		}
 		if *builds != 0 {
 			t.Errorf("%s: %d factorizations built before the refusal (%v)", name, *builds, err)
@@ -91,14 +92,14 @@ func TestSizesThatCannotFitRefused(t *testing.T) {
 	wide.ModelName, wide.Hidden = "mlp", []int{1_000_000_000, 1_000_000_000}
 	for name, cfg := range map[string]Config{"steps": steps, "hidden": wide} {
 		_, err := Run(ctx, cfg)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need") || !strings.Contains(err.Error(), "iB") {
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need") || !strings.Contains(err.Error(), "iB") {
 			t.Errorf("%s: %v, want a refusal stating the memory", name, err)
 		}
 	}
 	cfg := auditConfig(t, "dpsgd", 2, 0, "")
 	cfg.Steps = 10
 	_, err := Audit(ctx, cfg, AuditOptions{Canaries: 1_000_000_000, Mode: AuditWhitebox})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need") {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need") {
 		t.Errorf("a billion canaries: %v, want a refusal stating the memory", err)
 	}
 }
@@ -186,7 +187,7 @@ func TestMemoryLimitHonoursGOMEMLIMIT(t *testing.T) {
 	old := debug.SetMemoryLimit(256 << 20)
 	defer debug.SetMemoryLimit(old)
 	err := cfg.checkSizes()
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "would need 672.0 MiB") || !strings.Contains(err.Error(), "256.0 MiB available") {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need 672.0 MiB") || !strings.Contains(err.Error(), "256.0 MiB available") {
 		t.Fatalf("%v: want a refusal at the 256 MiB limit", err)
 	}
 	debug.SetMemoryLimit(old)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/optim"
 	"gonum.org/v1/gonum/mat"
@@ -96,7 +97,7 @@ func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 			// its sensitivity is that of a single participation.
 			schema := tr.plan.Schema
 			if tr.plan.Amplified {
-				schema = mfnoise.SingleParticipation()
+				schema = dpcore.SingleParticipation()
 			}
 			sens, exact := bruteSensitivity(t, f.Encoder, schema, n)
 			if !exact {
@@ -160,7 +161,7 @@ func noiseMap(t *testing.T, f *mfnoise.Factorization, n int) *mat.Dense {
 // checking that C^T C is non-negative on every pattern's entries (then the
 // worst contribution under a pattern is the all-ones one, clipped at norm
 // 1). exact is false when it is not.
-func bruteSensitivity(t *testing.T, c *mat.Dense, s mfnoise.Schema, n int) (sens float64, exact bool) {
+func bruteSensitivity(t *testing.T, c *mat.Dense, s dpcore.Schema, n int) (sens float64, exact bool) {
 	t.Helper()
 	var gram mat.Dense
 	gram.Mul(c.T(), c)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // TestClipPerLayer: per-layer bounds reach the clipping engine (a count
@@ -35,7 +37,7 @@ func TestClipPerLayer(t *testing.T) {
 		t.Fatalf("3 bounds for 2 layers: %v", err)
 	}
 	cfg.ClipPerLayer = []float64{0.3, 0}
-	if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "per-layer clip bound 1 = 0 must be positive") {
+	if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "per-layer clip bound 1 = 0 must be positive") {
 		t.Fatalf("zero bound: %v", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // claims are every statement a private run records.
@@ -35,7 +37,7 @@ func TestSeededNoiseIsStatedAndWeakSeedsRefused(t *testing.T) {
 	cfg := baseConfig(t)
 	cfg.Steps, cfg.NoiseMultiplier = 5, 1
 	cfg.InsecureSeed = false
-	if _, err := New(ctx, cfg); !errors.Is(err, ErrRefused) {
+	if _, err := New(ctx, cfg); !errors.Is(err, privacy.ErrRefused) {
 		t.Fatalf(`seed "test seed" without InsecureSeed: want a refusal, got %v`, err)
 	} else {
 		t.Logf("refused: %v", err)

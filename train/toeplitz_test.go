@@ -10,7 +10,7 @@ import (
 )
 
 // TestToeplitzRunBeyondDenseLimit: a blt:4 run of 20000 steps, past
-// mfnoise.DenseStepLimit, is planned and steps without an n x n matrix
+// dpcore.DenseStepLimit, is planned and steps without an n x n matrix
 // (before, the planner refused it: the dense factorization would need
 // 14.9 GiB). Its noise source keeps the mechanism's 4 buffers of d float32
 // and nothing that grows with n; a few steps are taken, not the run.

@@ -82,7 +82,7 @@ func TestRefusesCombinationsWhoseGuaranteeDoesNotHold(t *testing.T) {
 			cfg := baseConfig(t)
 			tc.edit(&cfg)
 			_, err := New(ctx, cfg)
-			if !errors.Is(err, ErrRefused) {
+			if !errors.Is(err, privacy.ErrRefused) {
 				t.Fatalf("want a refusal, got %v", err)
 			}
 			t.Logf("refused: %v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
@@ -210,8 +211,8 @@ func TestUserLevelConfigRefused(t *testing.T) {
 	} {
 		cfg := base
 		edit(&cfg)
-		if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%s: %v, want dpcore.ErrInvalid", name, err)
 		}
 	}
 	if _, err := New(ctx, base); err != nil {
@@ -257,7 +258,7 @@ func TestUserLevelNeedsUserEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{Train: ds, Backend: hidingBackend{nnBackend{m}}, Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true, UserExamples: 2}
-	if _, err := New(ctx, cfg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
+	if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
 		t.Fatalf("k = 2 on an engine without UserClippedSum: %v", err)
 	}
 	cfg.UserExamples = 1

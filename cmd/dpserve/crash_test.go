@@ -22,7 +22,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
@@ -329,8 +328,8 @@ func verifyExactlyOnce(t *testing.T, store string, seed []byte, l aggregate.Ledg
 	ackStep map[int]int, durable []int) {
 	t.Helper()
 	spec, _ := privacy.ParseMechanism("tree-online")
-	w, _ := mfnoise.PrefixSum(l.Horizon)
-	schema, _ := aggregate.Schema(1, 1)
+	w, _ := dpcore.PrefixSum(l.Horizon)
+	schema, _ := privacy.Participation{K: 1, B: 1}.Schema()
 	mech, err := aggregate.BuildMechanism(context.Background(), spec, w, schema)
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
@@ -108,8 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // failures.
 func exitStatus(err error) int {
 	var ue usageError
+	var refused *privacy.Refusal
 	switch {
-	case errors.As(err, &ue), errors.Is(err, aggregate.ErrInvalidConfig), errors.Is(err, mfnoise.ErrInvalid),
+	case errors.As(err, &ue), errors.As(err, &refused), errors.Is(err, dpcore.ErrInvalid),
 		errors.Is(err, aggregate.ErrStoreMismatch), errors.Is(err, aggregate.ErrStoreCorrupt),
 		errors.Is(err, bolt.ErrTimeout), errors.Is(err, fs.ErrPermission):
 		return 2
@@ -255,7 +255,7 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	if err != nil {
 		return nil, err
 	}
-	schema, err := aggregate.Schema(o.k, o.b)
+	schema, err := privacy.Participation{K: o.k, B: o.b}.Schema()
 	if err != nil {
 		return nil, err
 	}

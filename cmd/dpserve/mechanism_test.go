@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -29,8 +30,8 @@ func TestMechanismFlagTakesEveryName(t *testing.T) {
 		l := agg.Ledger()
 		agg.Close()
 		m, _ := privacy.ParseMechanism(name)
-		w, _ := mfnoise.PrefixSum(16)
-		schema, _ := mfnoise.MinSepParticipation(2, 8)
+		w, _ := dpcore.PrefixSum(16)
+		schema, _ := dpcore.MinSepParticipation(2, 8)
 		f, err := mfnoise.BuildDense(context.Background(), m, w, schema, mfnoise.BuildOptions{})
 		if err != nil {
 			t.Fatal(err)

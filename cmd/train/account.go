@@ -7,19 +7,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
-	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 )
 
+// isInvalid reports whether err is input the user can fix: a bad argument
+// (dpcore.ErrInvalid), a plan the planner refused (a *privacy.Refusal,
+// whatever its rule) or a corrupt checkpoint.
 func isInvalid(err error) bool {
-	return errors.Is(err, accountant.ErrInvalid) || errors.Is(err, mfnoise.ErrInvalid) || errors.Is(err, train.ErrInvalid) || errors.Is(err, privacy.ErrRefused) ||
-		errors.Is(err, accountant.ErrInfeasible) || errors.Is(err, train.ErrCorruptCheckpoint)
+	var refused *privacy.Refusal
+	return errors.Is(err, dpcore.ErrInvalid) || errors.As(err, &refused) || errors.Is(err, train.ErrCorruptCheckpoint)
 }
 
 // accountResult is the JSON of "train account"; keys are stable and always
@@ -51,123 +53,139 @@ func accountFlags(mech string) ([]string, bool) {
 	return nil, false
 }
 
+// runAccount answers "train account": it parses and checks the flags,
+// asks the planner (privacy.Account) and writes the answer as JSON or a
+// table line.
 func runAccount(args []string, stdout, stderr io.Writer) error {
+	req, format, err := parseAccountFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	ans, err := privacy.Account(context.Background(), req)
+	var refused *privacy.Refusal
+	if errors.As(err, &refused) && refused.Rule == privacy.RuleBands {
+		return usagef("account: -bands: %s", refused.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	res := accountResult{Mechanism: string(req.Kind), Delta: req.Delta, Accountant: ans.Accountant, Sigma: ans.Sigma,
+		Epsilon: dpcore.Epsilon(ans.Epsilon), Calibrated: ans.Calibrated, Compositions: ans.Compositions}
+	if ans.Composition.Amplified {
+		rate := ans.Composition.Rate()
+		res.Q = &rate
+	}
+	if req.Kind == privacy.AccountBandMF {
+		res.Bands = &req.Bands
+	}
+	if format == "json" {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	writeAccountLine(stdout, res)
+	return nil
+}
+
+// parseAccountFlags parses the flags of "train account" into the request
+// to the planner and the output format, refusing flags the mechanism does
+// not read.
+func parseAccountFlags(args []string, stderr io.Writer) (privacy.AccountRequest, string, error) {
+	var req privacy.AccountRequest
 	fs := newFlags("account", stderr)
 	mech := fs.String("mechanism", "gaussian", "gaussian (one Gaussian mechanism, e.g. an unamplified MF mechanism with sensitivity 1), dpsgd (Poisson-subsampled), or bandmf (amplified banded MF)")
-	sigma := fs.Float64("sigma", 0, "noise multiplier: report epsilon")
-	eps := fs.Float64("epsilon", 0, "target epsilon: report the noise multiplier")
-	delta := fs.Float64("delta", privacy.DefaultDelta(0), "delta")
-	q := fs.Float64("q", 0, "sampling rate (dpsgd); or give -examples and -batch")
-	examples := fs.Int("examples", 0, "number of training examples M (dpsgd, bandmf)")
-	batch := fs.Int("batch", 0, "expected batch size B (dpsgd, bandmf)")
-	steps := fs.Int("steps", 1, "number of steps T (dpsgd, bandmf)")
-	bands := fs.Int("bands", 1, "number of bands (bandmf)")
+	fs.Float64Var(&req.Sigma, "sigma", 0, "noise multiplier: report epsilon")
+	fs.Float64Var(&req.Epsilon, "epsilon", 0, "target epsilon: report the noise multiplier")
+	fs.Float64Var(&req.Delta, "delta", privacy.DefaultDelta(0), "delta")
+	fs.Float64Var(&req.Q, "q", 0, "sampling rate (dpsgd); or give -examples and -batch")
+	fs.IntVar(&req.Examples, "examples", 0, "number of training examples M (dpsgd, bandmf)")
+	fs.IntVar(&req.Batch, "batch", 0, "expected batch size B (dpsgd, bandmf)")
+	fs.IntVar(&req.Steps, "steps", 1, "number of steps T (dpsgd, bandmf)")
+	fs.IntVar(&req.Bands, "bands", 1, "number of bands (bandmf)")
 	acctName := fs.String("accountant", "pld", "pld or rdp")
 	format := fs.String("format", "json", "json or table")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return req, "", err
 	}
 	if err := refuseExplicitZero(fs, map[string]string{"q": "want a sampling rate in (0,1] (omit -q to derive it from -examples and -batch)"}); err != nil {
-		return err
+		return req, "", err
 	}
-	reads, ok := accountFlags(*mech)
+	req.Kind = privacy.AccountKind(*mech)
+	if err := checkAccountFlagsRead(fs, *mech); err != nil {
+		return req, "", err
+	}
+	if *format != "json" && *format != "table" {
+		return req, "", usagef("account: -format %q: want json or table", *format)
+	}
+	if (req.Sigma > 0) == (req.Epsilon > 0) {
+		return req, "", usagef("account: give exactly one of -sigma > 0 or -epsilon > 0")
+	}
+	if !(req.Delta > 0 && req.Delta < 1) {
+		return req, "", usagef("account: -delta %v must lie in (0,1)", req.Delta)
+	}
+	if req.Steps <= 0 {
+		return req, "", usagef("account: -steps %d must be positive", req.Steps)
+	}
+	kind, err := privacy.ParseAccountant(*acctName)
+	if err != nil {
+		return req, "", usagef("account: -accountant %q: want pld or rdp", *acctName)
+	}
+	req.Accountant = kind
+	return req, *format, checkAccountData(req)
+}
+
+// checkAccountFlagsRead refuses a -mechanism other than gaussian, dpsgd
+// and bandmf, and the flags given that it does not read.
+func checkAccountFlagsRead(fs *flag.FlagSet, mech string) error {
+	reads, ok := accountFlags(mech)
 	if !ok {
-		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", *mech)
+		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", mech)
 	}
 	var ignored []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "q", "examples", "batch", "steps", "bands":
-			for _, r := range reads {
-				if r == f.Name {
-					return
-				}
+			if !slices.Contains(reads, f.Name) {
+				ignored = append(ignored, "-"+f.Name)
 			}
-			ignored = append(ignored, "-"+f.Name)
 		}
 	})
 	if len(ignored) > 0 {
 		sort.Strings(ignored)
-		return usagef("account: -mechanism %s does not use %s (gaussian is one Gaussian mechanism; dpsgd reads -q or -examples and -batch, and -steps; bandmf reads -examples, -batch, -bands and -steps)", *mech, strings.Join(ignored, ", "))
-	}
-	if *format != "json" && *format != "table" {
-		return usagef("account: -format %q: want json or table", *format)
-	}
-	if (*sigma > 0) == (*eps > 0) {
-		return usagef("account: give exactly one of -sigma > 0 or -epsilon > 0")
-	}
-	if !(*delta > 0 && *delta < 1) {
-		return usagef("account: -delta %v must lie in (0,1)", *delta)
-	}
-	if *steps <= 0 {
-		return usagef("account: -steps %d must be positive", *steps)
-	}
-	kind, err := privacy.ParseAccountant(*acctName)
-	if err != nil {
-		return usagef("account: -accountant %q: want pld or rdp", *acctName)
-	}
-	acct, _ := kind.New()
-	var comp privacy.Composition
-	res := accountResult{Mechanism: *mech, Delta: *delta, Accountant: acct.Name()}
-	switch *mech {
-	case "dpsgd":
-		rate := *q
-		if rate == 0 {
-			if *examples <= 0 || *batch <= 0 {
-				return usagef("account: dpsgd needs -q or -examples and -batch")
-			}
-			rate = float64(*batch) / float64(*examples)
-		} else if *examples != 0 || *batch != 0 {
-			return usagef("account: dpsgd takes -q or -examples and -batch, not both")
-		}
-		if !(rate > 0 && rate <= 1) {
-			return usagef("account: sampling rate %v must lie in (0,1]", rate)
-		}
-		comp = privacy.Composition{Amplified: true, Q: rate, Partitions: 1}
-	case "bandmf":
-		if *examples <= 0 || *batch <= 0 {
-			return usagef("account: bandmf needs -examples and -batch")
-		}
-		if *bands <= 0 || *bands > *examples / *batch {
-			return usagef("account: -bands %d must lie in [1, examples/batch = %d]", *bands, *examples / *batch)
-		}
-		comp = privacy.BandSampling(*examples, *batch, *bands)
-		res.Bands = bands
-	}
-	if comp.Amplified {
-		rate := comp.Rate()
-		res.Q = &rate
-	}
-	res.Compositions = comp.Compositions(*steps)
-	if *sigma > 0 {
-		e, err := comp.Epsilon(acct, *sigma, *steps, *delta)
-		if err != nil {
-			return err
-		}
-		res.Sigma, res.Epsilon = *sigma, dpcore.Epsilon(e)
-	} else {
-		cal, err := comp.Calibrate(context.Background(), acct, *steps, *eps, *delta)
-		if err != nil {
-			return err
-		}
-		res.Sigma, res.Epsilon, res.Calibrated = cal.Sigma, dpcore.Epsilon(cal.Epsilon), true
-	}
-	switch *format {
-	case "json":
-		return json.NewEncoder(stdout).Encode(res)
-	default:
-		epsText := fmt.Sprintf("epsilon %.6g", float64(res.Epsilon))
-		if res.Epsilon.Infinite() {
-			epsText = "epsilon = " + res.Epsilon.String()
-		}
-		fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  %s  delta %.3g  accountant %s  compositions %d", res.Mechanism, res.Sigma, epsText, res.Delta, res.Accountant, res.Compositions)
-		if res.Q != nil {
-			fmt.Fprintf(stdout, "  q %.6g", *res.Q)
-		}
-		if res.Bands != nil {
-			fmt.Fprintf(stdout, "  bands %d", *res.Bands)
-		}
-		fmt.Fprintln(stdout)
+		return usagef("account: -mechanism %s does not use %s (gaussian is one Gaussian mechanism; dpsgd reads -q or -examples and -batch, and -steps; bandmf reads -examples, -batch, -bands and -steps)", mech, strings.Join(ignored, ", "))
 	}
 	return nil
+}
+
+// checkAccountData refuses a request that lacks the data sizes its
+// mechanism is accounted with, or gives both a rate and sizes.
+func checkAccountData(req privacy.AccountRequest) error {
+	switch req.Kind {
+	case privacy.AccountDPSGD:
+		if req.Q == 0 && (req.Examples <= 0 || req.Batch <= 0) {
+			return usagef("account: dpsgd needs -q or -examples and -batch")
+		}
+		if req.Q != 0 && (req.Examples != 0 || req.Batch != 0) {
+			return usagef("account: dpsgd takes -q or -examples and -batch, not both")
+		}
+	case privacy.AccountBandMF:
+		if req.Examples <= 0 || req.Batch <= 0 {
+			return usagef("account: bandmf needs -examples and -batch")
+		}
+	}
+	return nil
+}
+
+// writeAccountLine writes the answer as one table line.
+func writeAccountLine(stdout io.Writer, res accountResult) {
+	epsText := fmt.Sprintf("epsilon %.6g", float64(res.Epsilon))
+	if res.Epsilon.Infinite() {
+		epsText = "epsilon = " + res.Epsilon.String()
+	}
+	fmt.Fprintf(stdout, "mechanism %s  sigma %.6g  %s  delta %.3g  accountant %s  compositions %d", res.Mechanism, res.Sigma, epsText, res.Delta, res.Accountant, res.Compositions)
+	if res.Q != nil {
+		fmt.Fprintf(stdout, "  q %.6g", *res.Q)
+	}
+	if res.Bands != nil {
+		fmt.Fprintf(stdout, "  bands %d", *res.Bands)
+	}
+	fmt.Fprintln(stdout)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -97,7 +98,7 @@ func (b *buildProgress) optimizing(kind string, n int, gap float64) {
 	}
 }
 
-func (b *buildProgress) progress(p mfnoise.OptimizeProgress) {
+func (b *buildProgress) progress(p optimize.Progress) {
 	if p.Gap > 0 && !math.IsInf(p.Gap, 0) && b.firstGap == 0 {
 		b.firstGap = p.Gap
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
 // A factorization that must be optimized is announced on stderr; the next
@@ -61,6 +61,6 @@ func TestBuildProgressEstimate(t *testing.T) {
 	}
 }
 
-func mfnoiseProgress(iter int, gap float64) mfnoise.OptimizeProgress {
-	return mfnoise.OptimizeProgress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
+func mfnoiseProgress(iter int, gap float64) optimize.Progress {
+	return optimize.Progress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
 }

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/plot"
@@ -33,111 +33,52 @@ type compareRow struct {
 	NoiseRMSE float64 `json:"noise_rmse,omitempty"`
 }
 
+// compareOptions are the flags of "train compare".
+type compareOptions struct {
+	n, k, b          int
+	part, wl         string
+	beta, cool       float64
+	mechs            string
+	factFiles        []string
+	format, plotFile string
+	eps, delta       float64
+	cache            string
+}
+
+// runCompare scores mechanisms on one workload and schema: it parses and
+// checks the flags, builds the schema, the workload and the list of
+// mechanisms, scores them (mfnoise.Compare), asks the planner for the
+// noise multiplier at -epsilon, draws the plot and writes the table, JSON
+// or CSV.
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("compare", stderr)
-	n := fs.Int("n", 0, "number of steps")
-	part := fs.String("participation", "single", "single, kb or minsep")
-	k := fs.Int("k", 1, "maximum participations (kb, minsep)")
-	b := fs.Int("b", 1, "separation between participations (kb, minsep)")
-	wl := fs.String("workload", "prefix", "prefix or momentum")
-	beta := fs.Float64("momentum", 0.95, "momentum (with -workload momentum)")
-	cool := fs.Float64("cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
-	mechs := fs.String("mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+privacy.MechanismNames())
-	var factFiles []string
-	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
-		factFiles = append(factFiles, path)
-		return nil
-	})
-	format := fs.String("format", "table", "table, json or csv")
-	plotFile := fs.String("plot", "", "draw per-step RMSE to this .png or .svg file")
-	eps := fs.Float64("epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
-	delta := fs.Float64("delta", 1e-6, "delta for -epsilon")
-	cache := fs.String("cache", "", "directory caching optimized factorizations")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *n <= 0 {
-		return usagef("compare: -n %d must be positive", *n)
-	}
-	// -epsilon 0 (the default) means no calibration; anything else must be
-	// a usable epsilon.
-	if *eps != 0 && !(*eps > 0 && !math.IsInf(*eps, 0)) {
-		return usagef("compare: -epsilon %v must be positive and finite (or 0 for none)", *eps)
-	}
-	if *eps != 0 && !(*delta > 0 && *delta < 1) {
-		return usagef("compare: -delta %v must lie in (0,1)", *delta)
-	}
-	if *plotFile != "" {
-		if err := checkPlotPath("plot", *plotFile); err != nil {
-			return err
-		}
-	}
-	var schema mfnoise.Schema
-	var err error
-	switch *part {
-	case "single":
-		schema = mfnoise.SingleParticipation()
-	case "kb":
-		schema, err = mfnoise.KBParticipation(*k, *b)
-	case "minsep":
-		schema, err = mfnoise.MinSepParticipation(*k, *b)
-	default:
-		return usagef("compare: -participation %q: want single, kb or minsep", *part)
-	}
+	o, err := parseCompareFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	var w mfnoise.Workload
-	switch *wl {
-	case "prefix":
-		w, err = mfnoise.PrefixSum(*n)
-	case "momentum":
-		w, err = mfnoise.MomentumWorkload(*n, *beta, mfnoise.CooldownSchedule(*n, *cool, 0.05))
-	default:
-		return usagef("compare: -workload %q: want prefix or momentum", *wl)
-	}
+	schema, err := o.schema()
 	if err != nil {
 		return err
 	}
-	var list []mfnoise.Mechanism
-	if *mechs != "" || len(factFiles) == 0 {
-		ms, err := privacy.ParseMechanisms(*mechs)
-		if err != nil {
-			return err
-		}
-		for _, m := range ms {
-			list = append(list, m)
-		}
+	w, err := o.workload()
+	if err != nil {
+		return err
 	}
-	for _, path := range factFiles {
-		m, err := loadFactorization(path)
-		if err != nil {
-			return err
-		}
-		list = append(list, m)
+	list, err := o.mechanisms()
+	if err != nil {
+		return err
 	}
-	switch *format {
+	switch o.format {
 	case "table", "json", "csv":
 	default:
-		return usagef("compare: -format %q: want table, json or csv", *format)
+		return usagef("compare: -format %q: want table, json or csv", o.format)
 	}
-	var bopt mfnoise.BuildOptions
-	if *cache != "" {
-		bopt.Cache = &mfnoise.Cache{Dir: *cache}
-	}
-	// Optimizers report progress on stderr (a bar on a terminal); stdout
-	// carries only the table, JSON or CSV.
-	bp := newBuildProgress(stderr, time.Second, terminal(stderr))
-	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
+	rows, err := o.score(ctx, w, schema, list, stderr)
 	if err != nil {
 		return err
 	}
-	bp.Summary(stderr)
-	var sigma float64
-	if *eps > 0 {
-		if sigma, err = accountant.GaussianSigma(*eps, *delta); err != nil {
-			return err
-		}
+	sigma, err := o.noiseMultiplier()
+	if err != nil {
+		return err
 	}
 	out := make([]compareRow, len(rows))
 	for i, r := range rows {
@@ -146,38 +87,170 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			out[i].Sigma, out[i].NoiseRMSE = sigma, sigma*r.RMSE
 		}
 	}
-	if *plotFile != "" {
-		if err := plotRMSE(*plotFile, out, w, schema); err != nil {
+	if o.plotFile != "" {
+		if err := plotRMSE(o.plotFile, out, w, schema); err != nil {
 			return err
 		}
 	}
-	switch *format {
+	switch o.format {
 	case "json":
-		for i := range out {
-			out[i].StepRMSE = nil
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeCompareJSON(stdout, out)
 	case "csv":
-		// sigma and noise_rmse are columns only with -epsilon (README).
-		cw := csv.NewWriter(stdout)
-		head := []string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time"}
-		if sigma > 0 {
-			head = append(head, "sigma", "noise_rmse")
-		}
-		cw.Write(append(head, "build_seconds"))
-		for _, r := range out {
-			rec := []string{r.Mechanism, fmtF(r.Sensitivity), strconv.FormatBool(r.SensitivityExact), string(r.SensitivityMethod),
-				fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime}
-			if sigma > 0 {
-				rec = append(rec, fmtF(r.Sigma), fmtF(r.NoiseRMSE))
-			}
-			cw.Write(append(rec, fmtF(r.BuildSeconds)))
-		}
-		cw.Flush()
-		return cw.Error()
+		return writeCompareCSV(stdout, out, sigma)
 	}
+	return o.writeTable(stdout, out, w, schema, sigma)
+}
+
+// parseCompareFlags parses and checks the flags of "train compare".
+func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error) {
+	o := &compareOptions{}
+	fs := newFlags("compare", stderr)
+	fs.IntVar(&o.n, "n", 0, "number of steps")
+	fs.StringVar(&o.part, "participation", "single", "single, kb or minsep")
+	fs.IntVar(&o.k, "k", 1, "maximum participations (kb, minsep)")
+	fs.IntVar(&o.b, "b", 1, "separation between participations (kb, minsep)")
+	fs.StringVar(&o.wl, "workload", "prefix", "prefix or momentum")
+	fs.Float64Var(&o.beta, "momentum", 0.95, "momentum (with -workload momentum)")
+	fs.Float64Var(&o.cool, "cooldown", 0, "fraction of steps cooled down linearly to 0.05x (with -workload momentum)")
+	fs.StringVar(&o.mechs, "mechanisms", "dpsgd,tree-online,tree-full,fft,fft-opt,mf-single", "comma-separated mechanisms (the names of train run -mechanism): "+privacy.MechanismNames())
+	fs.Func("factorization", "also score your own factorization from `FILE` (mfnoise.SaveFactorization format), named by its base name; repeatable", func(path string) error {
+		o.factFiles = append(o.factFiles, path)
+		return nil
+	})
+	fs.StringVar(&o.format, "format", "table", "table, json or csv")
+	fs.StringVar(&o.plotFile, "plot", "", "draw per-step RMSE to this .png or .svg file")
+	fs.Float64Var(&o.eps, "epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
+	fs.Float64Var(&o.delta, "delta", 1e-6, "delta for -epsilon")
+	fs.StringVar(&o.cache, "cache", "", "directory caching optimized factorizations")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if o.n <= 0 {
+		return nil, usagef("compare: -n %d must be positive", o.n)
+	}
+	// -epsilon 0 (the default) means no calibration; anything else must be
+	// a usable epsilon.
+	if o.eps != 0 && !(o.eps > 0 && !math.IsInf(o.eps, 0)) {
+		return nil, usagef("compare: -epsilon %v must be positive and finite (or 0 for none)", o.eps)
+	}
+	if o.eps != 0 && !(o.delta > 0 && o.delta < 1) {
+		return nil, usagef("compare: -delta %v must lie in (0,1)", o.delta)
+	}
+	if o.plotFile != "" {
+		if err := checkPlotPath("plot", o.plotFile); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// schema is the participation schema of -participation, -k and -b.
+func (o *compareOptions) schema() (dpcore.Schema, error) {
+	switch o.part {
+	case "single":
+		return dpcore.SingleParticipation(), nil
+	case "kb":
+		return dpcore.KBParticipation(o.k, o.b)
+	case "minsep":
+		return dpcore.MinSepParticipation(o.k, o.b)
+	}
+	return dpcore.Schema{}, usagef("compare: -participation %q: want single, kb or minsep", o.part)
+}
+
+// workload is the workload of -workload over -n steps.
+func (o *compareOptions) workload() (dpcore.Workload, error) {
+	switch o.wl {
+	case "prefix":
+		return dpcore.PrefixSum(o.n)
+	case "momentum":
+		return dpcore.MomentumWorkload(o.n, o.beta, dpcore.CooldownSchedule(o.n, o.cool, 0.05))
+	}
+	return dpcore.Workload{}, usagef("compare: -workload %q: want prefix or momentum", o.wl)
+}
+
+// mechanisms are the mechanisms of -mechanisms (parsed by the planner)
+// and the factorizations of -factorization.
+func (o *compareOptions) mechanisms() ([]mfnoise.Mechanism, error) {
+	var list []mfnoise.Mechanism
+	if o.mechs != "" || len(o.factFiles) == 0 {
+		ms, err := privacy.ParseMechanisms(o.mechs)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			list = append(list, m)
+		}
+	}
+	for _, path := range o.factFiles {
+		m, err := loadFactorization(path)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, m)
+	}
+	return list, nil
+}
+
+// score builds and scores the mechanisms. Optimizers report progress on
+// stderr (a bar on a terminal); stdout carries only the table, JSON or
+// CSV.
+func (o *compareOptions) score(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, list []mfnoise.Mechanism, stderr io.Writer) ([]mfnoise.CompareRow, error) {
+	var bopt mfnoise.BuildOptions
+	if o.cache != "" {
+		bopt.Cache = &mfnoise.Cache{Dir: o.cache}
+	}
+	bp := newBuildProgress(stderr, time.Second, terminal(stderr))
+	rows, err := mfnoise.Compare(bp.Attach(ctx), w, schema, list, bopt)
+	if err != nil {
+		return nil, err
+	}
+	bp.Summary(stderr)
+	return rows, nil
+}
+
+// noiseMultiplier is the planner's noise multiplier of one Gaussian
+// mechanism of sensitivity 1 at (-epsilon, -delta), or 0 without
+// -epsilon.
+func (o *compareOptions) noiseMultiplier() (float64, error) {
+	if !(o.eps > 0) {
+		return 0, nil
+	}
+	return privacy.GaussianSigma(o.eps, o.delta)
+}
+
+func writeCompareJSON(stdout io.Writer, out []compareRow) error {
+	for i := range out {
+		out[i].StepRMSE = nil
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// writeCompareCSV writes the rows as CSV; sigma and noise_rmse are
+// columns only with -epsilon (README).
+func writeCompareCSV(stdout io.Writer, out []compareRow, sigma float64) error {
+	cw := csv.NewWriter(stdout)
+	head := []string{"mechanism", "sensitivity", "sensitivity_exact", "sensitivity_method", "loss", "rmse", "noise_memory_per_coord", "step_time"}
+	if sigma > 0 {
+		head = append(head, "sigma", "noise_rmse")
+	}
+	cw.Write(append(head, "build_seconds"))
+	for _, r := range out {
+		rec := []string{r.Mechanism, fmtF(r.Sensitivity), strconv.FormatBool(r.SensitivityExact), string(r.SensitivityMethod),
+			fmtF(r.Loss), fmtF(r.RMSE), fmtF(r.NoiseMemoryPerCoord), r.StepTime}
+		if sigma > 0 {
+			rec = append(rec, fmtF(r.Sigma), fmtF(r.NoiseRMSE))
+		}
+		cw.Write(append(rec, fmtF(r.BuildSeconds)))
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writeTable writes the rows as an aligned table with a footer naming the
+// workload, the realized schema and the noise multiplier.
+func (o *compareOptions) writeTable(stdout io.Writer, out []compareRow, w dpcore.Workload, schema dpcore.Schema, sigma float64) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "mechanism\tsensitivity\texact\tloss\trmse\tmemory/coord\tstep time\tbuild s\t"
 	if sigma > 0 {
@@ -191,7 +264,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintln(tw, line)
 	}
-	fmt.Fprintf(tw, "\n%s, %s, unit noise multiplier%s\n", w, realizedSchema(schema, *n), map[bool]string{true: fmt.Sprintf("; noise rmse at sigma %.4g (epsilon %g, delta %g)", sigma, *eps, *delta), false: ""}[sigma > 0])
+	noise := ""
+	if sigma > 0 {
+		noise = fmt.Sprintf("; noise rmse at sigma %.4g (epsilon %g, delta %g)", sigma, o.eps, o.delta)
+	}
+	fmt.Fprintf(tw, "\n%s, %s, unit noise multiplier%s\n", w, realizedSchema(schema, o.n), noise)
 	return tw.Flush()
 }
 
@@ -215,8 +292,8 @@ func loadFactorization(path string) (privacy.Factorization, error) {
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep
 // schema allows at most ceil(n/b) participations, so a larger k is reported
 // as the k that is realized, with the requested one in parentheses.
-func realizedSchema(s mfnoise.Schema, n int) string {
-	if s.Kind == mfnoise.Single || s.B <= 0 {
+func realizedSchema(s dpcore.Schema, n int) string {
+	if s.Kind == dpcore.Single || s.B <= 0 {
 		return s.String()
 	}
 	k := min(s.K, (n+s.B-1)/s.B)
@@ -231,7 +308,7 @@ func realizedSchema(s mfnoise.Schema, n int) string {
 func fmtF(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
 
 // plotRMSE draws each mechanism's per-step error standard deviation.
-func plotRMSE(path string, rows []compareRow, w mfnoise.Workload, s mfnoise.Schema) error {
+func plotRMSE(path string, rows []compareRow, w dpcore.Workload, s dpcore.Schema) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".png" && ext != ".svg" {
 		return usagef("compare: -plot %q: want a .png or .svg file", path)

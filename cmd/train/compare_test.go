@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -116,7 +117,7 @@ func withoutBuildSeconds(t *testing.T, out string) string {
 // -factorization scores a user's saved factorization next to the built-in
 // mechanisms: the full tree saved to a file scores as tree-full does.
 func TestCompareUserFactorization(t *testing.T) {
-	w, _ := mfnoise.PrefixSum(16)
+	w, _ := dpcore.PrefixSum(16)
 	f, err := mfnoise.BinaryTree(w, mfnoise.TreeOptions{Decoder: mfnoise.TreeFull})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -86,7 +86,7 @@ func TestAccountJSONContract(t *testing.T) {
 	if s := res["sigma"].(float64); math.Abs(s-0.65294)/0.65294 > 1e-4 {
 		t.Fatalf("sigma %v, want 0.65294", s)
 	}
-	want, _ := accountant.GaussianSigma(8, 1e-6)
+	want, _ := privacy.GaussianSigma(8, 1e-6)
 	if s := res["sigma"].(float64); math.Abs(s-want) > 1e-4*want {
 		t.Fatalf("sigma %v, exact Gaussian gives %v", s, want)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
@@ -104,119 +105,40 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func runTrainWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer) (err error) {
-	fs := newFlags(name, stderr)
-	var r runFlags
-	r.register(fs)
-	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
-	saveModelPath := fs.String("save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
-	plotPath := fs.String("plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
-	var csvf csvFlags
-	csvf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if r.config != "" {
-		if err := applyConfigFile(fs, r.config); err != nil {
-			return err
-		}
-	}
-	dirGiven := false
-	fs.Visit(func(f *flag.Flag) { dirGiven = dirGiven || f.Name == "dir" })
-	if err := r.validate(dirGiven); err != nil {
-		return err
-	}
-	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
-		return err
-	}
-	if *saveModelPath != "" {
-		if err := checkOutput("save-model", *saveModelPath); err != nil {
-			return err
-		}
-	}
-	if *plotPath != "" {
-		if err := checkPlotPath("plot", *plotPath); err != nil {
-			return err
-		}
-	}
-	if err := csvf.validate(fs, r.dataset, r.dir, r.model); err != nil {
+	inv, err := parseRunInvocation(name, args, stderr)
+	if err != nil {
 		return err
 	}
 	// With -json - standard output carries only the JSON; the log goes to
 	// standard error.
 	log := stdout
-	if r.jsonOut == "-" {
+	if inv.r.jsonOut == "-" {
 		log = stderr
 	}
-	var (
-		trainSet, testSet *data.Dataset
-		table             *data.Tabular
-		source            string
-	)
-	if r.dataset == "csv" {
-		trainSet, testSet, table, source, err = csvf.load(r.dir)
-	} else {
-		trainSet, testSet, source, err = loadData(r.dataset, r.dir, !dirGiven)
-	}
+	cfg, columns, source, err := inv.config(log, stderr)
 	if err != nil {
 		return err
 	}
-	cfg, err := r.trainConfig(trainSet, testSet)
-	if err != nil {
-		return err
-	}
-	var columns *models.Columns
-	if table != nil {
-		cfg.Categorical = table.Cardinalities()
-		columns = columnsOf(table, csvf.label)
-	}
-	if *clipPerLayer != "" {
-		clipSet := false
-		fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
-		if clipSet {
-			return usagef("-clip and -clip-per-layer exclude each other")
-		}
-		for _, f := range strings.Split(*clipPerLayer, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || !(v > 0) || math.IsInf(v, 0) {
-				return usagef("-clip-per-layer %q: want positive numbers", *clipPerLayer)
-			}
-			cfg.ClipPerLayer = append(cfg.ClipPerLayer, v)
-		}
-	}
-	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
-	// Progress goes to standard error, terminal or not: the factorization
-	// building lines, and one line per evaluation; standard output keeps
-	// the results, the cached factorizations among them.
 	tty := terminal(stderr)
+	curves, finishBar := inv.attachProgress(&cfg, stderr, tty)
+	// The factorization building lines go to stderr; the cached
+	// factorizations to the log, before the plan they feed.
 	bp := newBuildProgress(stderr, progressEvery, tty)
-	if bp != nil {
-		bp.cachedLog = log
-	}
+	bp.cachedLog = log
 	ctx = bp.Attach(ctx)
-	curves := &runCurves{}
-	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
-	cfg.OnStep = func(sm train.StepMetrics) {
-		curves.addStep(sm)
-		evalLines.step(sm)
-	}
-	cfg.OnEval = func(em train.EvalMetrics) {
-		curves.addEval(em)
-		evalLines.eval(em)
-	}
 	testLen, testName := 0, "test"
 	if cfg.Test != nil {
 		testLen = cfg.Test.Len()
 	}
-	if r.validation > 0 {
+	if inv.r.validation > 0 {
 		testName = "validation (held out of training; the test split is not read)"
 	}
 	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Train.Len(), testLen, testName)
-	if *saveModelPath != "" {
+	if inv.saveModel != "" {
 		if cfg.Model, err = train.NewModel(cfg); err != nil {
 			return err
 		}
 	}
-	finishBar := attachTrainingBar(&cfg, tty)
 	res, err := train.Run(ctx, cfg)
 	finishBar()
 	if err != nil {
@@ -229,44 +151,165 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	} else {
 		fmt.Fprintln(log, "privacy: none (non-private run)")
 	}
+	if saveErr := inv.saveOutputs(log, cfg, res, curves, source, columns); saveErr != nil {
+		defer func() { err = errors.Join(err, saveErr) }()
+	}
+	return inv.writeJSON(stdout, res)
+}
+
+// runInvocation is a parsed and checked "train run" command line.
+type runInvocation struct {
+	fs                            *flag.FlagSet
+	r                             runFlags
+	csvf                          csvFlags
+	clipPerLayer, saveModel, plot string
+	dirGiven                      bool
+}
+
+// parseRunInvocation parses the flags (and -config file) of "train run"
+// and checks them and the output paths before any work is done.
+func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvocation, error) {
+	inv := &runInvocation{fs: newFlags(name, stderr)}
+	fs := inv.fs
+	inv.r.register(fs)
+	fs.StringVar(&inv.clipPerLayer, "clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
+	fs.StringVar(&inv.saveModel, "save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
+	fs.StringVar(&inv.plot, "plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
+	inv.csvf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if inv.r.config != "" {
+		if err := applyConfigFile(fs, inv.r.config); err != nil {
+			return nil, err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) { inv.dirGiven = inv.dirGiven || f.Name == "dir" })
+	if err := inv.r.validate(inv.dirGiven); err != nil {
+		return nil, err
+	}
+	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
+		return nil, err
+	}
+	if inv.saveModel != "" {
+		if err := checkOutput("save-model", inv.saveModel); err != nil {
+			return nil, err
+		}
+	}
+	if inv.plot != "" {
+		if err := checkPlotPath("plot", inv.plot); err != nil {
+			return nil, err
+		}
+	}
+	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// config loads the data and makes the run's train.Config, with the
+// columns of a CSV table and where the data came from.
+func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, columns *models.Columns, source string, err error) {
+	r := &inv.r
+	var (
+		trainSet, testSet *data.Dataset
+		table             *data.Tabular
+	)
+	if r.dataset == "csv" {
+		trainSet, testSet, table, source, err = inv.csvf.load(r.dir)
+	} else {
+		trainSet, testSet, source, err = loadData(r.dataset, r.dir, !inv.dirGiven)
+	}
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	if cfg, err = r.trainConfig(trainSet, testSet); err != nil {
+		return cfg, nil, "", err
+	}
+	if table != nil {
+		cfg.Categorical = table.Cardinalities()
+		columns = columnsOf(table, inv.csvf.label)
+	}
+	if inv.clipPerLayer != "" {
+		clipSet := false
+		inv.fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
+		if clipSet {
+			return cfg, nil, "", usagef("-clip and -clip-per-layer exclude each other")
+		}
+		for _, f := range strings.Split(inv.clipPerLayer, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
+				return cfg, nil, "", usagef("-clip-per-layer %q: want positive numbers", inv.clipPerLayer)
+			}
+			cfg.ClipPerLayer = append(cfg.ClipPerLayer, v)
+		}
+	}
+	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
+	return cfg, columns, source, nil
+}
+
+// attachProgress reports the run's progress on stderr, terminal or not:
+// the factorization building lines, and one line per evaluation; standard
+// output keeps the results; on a terminal a progress bar too. It returns
+// the curves it records for -plot, and what finishes the bar.
+func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Writer) (*runCurves, func()) {
+	curves := &runCurves{}
+	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
+	cfg.OnStep = func(sm train.StepMetrics) {
+		curves.addStep(sm)
+		evalLines.step(sm)
+	}
+	cfg.OnEval = func(em train.EvalMetrics) {
+		curves.addEval(em)
+		evalLines.eval(em)
+	}
+	return curves, attachTrainingBar(cfg, tty)
+}
+
+// saveOutputs writes -save-model and -plot after the run; their errors
+// are joined to the run's, after the JSON is written.
+func (inv *runInvocation) saveOutputs(log io.Writer, cfg train.Config, res *train.Result, curves *runCurves, source string, columns *models.Columns) error {
 	var saveErr error
-	if *saveModelPath != "" {
-		saveErr = saveModelOrFallback(*saveModelPath, r.ckpt, func(path string) error {
-			return saveModel(path, cfg, res, r.seed != "", columns)
+	if inv.saveModel != "" {
+		saveErr = saveModelOrFallback(inv.saveModel, inv.r.ckpt, func(path string) error {
+			return saveModel(path, cfg, res, inv.r.seed != "", columns)
 		})
 		if saveErr == nil && columns != nil && res.Plan != nil {
 			fmt.Fprintf(log, "note: %s\n", vocabularyNote)
 		}
 	}
-	if *plotPath != "" {
+	if inv.plot != "" {
 		c := curves
-		if r.metrics != "" {
+		if inv.r.metrics != "" {
 			// The metrics file also holds the steps before a resume.
-			if fc, err := readCurves(r.metrics); err == nil {
+			if fc, err := readCurves(inv.r.metrics); err == nil {
 				c = fc
 			}
 		}
-		if err := writeRunPlot(*plotPath, fmt.Sprintf("%s, %s", cfg.ModelName, source), c); err != nil {
+		if err := writeRunPlot(inv.plot, fmt.Sprintf("%s, %s", cfg.ModelName, source), c); err != nil {
 			saveErr = errors.Join(saveErr, err)
 		} else {
-			fmt.Fprintf(log, "plot: %s\n", *plotPath)
+			fmt.Fprintf(log, "plot: %s\n", inv.plot)
 		}
 	}
-	if saveErr != nil {
-		defer func() { err = errors.Join(err, saveErr) }()
+	return saveErr
+}
+
+// writeJSON writes the result to -json (standard output for -).
+func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
+	if inv.r.jsonOut == "" {
+		return nil
 	}
-	if r.jsonOut != "" {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		if r.jsonOut == "-" {
-			_, err = stdout.Write(append(b, '\n'))
-			return err
-		}
-		if err := atomicfile.WriteFile(r.jsonOut, append(b, '\n')); err != nil {
-			return fmt.Errorf("-json: %w", err)
-		}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if inv.r.jsonOut == "-" {
+		_, err = stdout.Write(append(b, '\n'))
+		return err
+	}
+	if err := atomicfile.WriteFile(inv.r.jsonOut, append(b, '\n')); err != nil {
+		return fmt.Errorf("-json: %w", err)
 	}
 	return nil
 }
@@ -351,10 +394,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	}
 	cfg.Momentum = r.momentum.v
 	if !r.momentum.set {
-		cfg.Momentum = 0.95
-		if strings.HasPrefix(r.mechanism, "dpsgd") || r.nonPrivate {
-			cfg.Momentum = 0
-		}
+		cfg.Momentum = defaultMomentum(mech)
 	}
 	if r.seed != "" {
 		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
@@ -397,7 +437,7 @@ func (r *runFlags) validate(dirGiven bool) error {
 // work is done.
 func checkOutput(flagName, path string) error {
 	if err := atomicfile.CheckWritable(path); err != nil {
-		return usagef("-%s %s: cannot write there: %v", flagName, path, strings.TrimPrefix(err.Error(), "atomicfile: "))
+		return usagef("-%s %s: cannot write there: %v", flagName, path, dpcore.Within("atomicfile", err))
 	}
 	return nil
 }
@@ -408,7 +448,7 @@ func checkOutput(flagName, path string) error {
 // is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	trainSet, testSet, source, err = loadDataset(name, dir, fallback)
-	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, data.ErrInvalid)) {
+	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
 		// A missing, unreadable, empty, truncated or corrupt dataset is
 		// fixed by giving another -dir: bad input.
 		err = inputError{err}
@@ -460,4 +500,16 @@ func mismatchHint(name string, err error) error {
 		msg += "; use -data " + me.FoundName
 	}
 	return usagef("%s", msg)
+}
+
+// defaultMomentum is the momentum when -momentum is not given: 0 for
+// independent noise (DP-SGD, stamped or not) and for a non-private run
+// (mech nil), 0.95 for a correlated-noise mechanism, whose encoder is
+// factorized for the optimizer's momentum workload. It reads the
+// mechanism's structure, not its name.
+func defaultMomentum(mech privacy.Mechanism) float64 {
+	if mech == nil || mech.Structure().Independent {
+		return 0
+	}
+	return 0.95
 }

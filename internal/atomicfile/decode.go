@@ -148,7 +148,7 @@ func readHeader(data []byte, at int) (header, error) {
 // a corruption error of their own.
 func Reason(err error) string {
 	if ce, ok := err.(*CorruptError); ok {
-		return ce.Reason
+		return ce.detail()
 	}
 	return err.Error()
 }

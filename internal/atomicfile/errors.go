@@ -3,14 +3,26 @@ package atomicfile
 import "fmt"
 
 // CorruptError is the error of data that is not a valid file of the kind
-// asked for: "atomicfile: corrupt or foreign file: REASON". It matches
-// ErrCorrupt; callers that wrap it in a corruption error of their own read
-// Reason (or call the function Reason) instead of cutting its text apart.
+// asked for: "atomicfile: corrupt or foreign file: REASON (PATH)". It
+// matches ErrCorrupt; callers that wrap it in a corruption error of their
+// own call the function Reason instead of cutting its text apart.
 type CorruptError struct {
 	Reason string
+	// Path is the file, when one was read (ReadSealed).
+	Path string
 }
 
-func (e *CorruptError) Error() string { return "atomicfile: " + ErrCorrupt.Error() + ": " + e.Reason }
+func (e *CorruptError) Error() string {
+	return "atomicfile: " + ErrCorrupt.Error() + ": " + e.detail()
+}
+
+// detail is the reason with the path.
+func (e *CorruptError) detail() string {
+	if e.Path == "" {
+		return e.Reason
+	}
+	return e.Reason + " (" + e.Path + ")"
+}
 
 // Is reports whether target is ErrCorrupt.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }

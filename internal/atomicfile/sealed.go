@@ -125,6 +125,9 @@ func ReadSealed(path, magic string, version int) ([]byte, error) {
 		return nil, err
 	}
 	p, err := Open(blob, magic, version)
+	if ce, ok := err.(*CorruptError); ok {
+		return nil, &CorruptError{Reason: ce.Reason, Path: path}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, path)
 	}

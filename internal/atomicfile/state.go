@@ -53,7 +53,10 @@ func ReadState(path, magic string, version int, v any) error {
 		return err
 	}
 	if err := Unmarshal(payload, v); err != nil {
-		return fmt.Errorf("%w (%s)", err, path)
+		if ce, ok := err.(*CorruptError); ok {
+			return &CorruptError{Reason: ce.Reason, Path: path}
+		}
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,24 @@
+package mfnoise
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+)
+
+// BenchmarkOptimizeBandedDefaultJob is the factorization bandmf:auto picks
+// for the default job's workload (momentum 0.95, a 25% cooldown to 0.05x)
+// at its n = 500 and at the papers' n = 2000: 128 bands at the default
+// settings, the build issue 26 times.
+func BenchmarkOptimizeBandedDefaultJob(b *testing.B) {
+	for _, n := range []int{500, 2000} {
+		b.Run(fmt.Sprintf("n=%d/bands=128", n), func(b *testing.B) {
+			w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
+			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
+				return OptimizeBanded(context.Background(), w, 128, nil)
+			})
+		})
+	}
+}
