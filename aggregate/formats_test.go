@@ -16,7 +16,9 @@ import (
 // formatSetups are the stores the release at commit 3258d09 wrote to
 // testdata/formats: each after releases 1-3 and two of step 4's three
 // contributions (contributor "p<s><j>" adds (j, 0.5, s/10) at step s).
-// A snapshot (Aggregator.Snapshot) is a copy of such a store.
+// A snapshot (Aggregator.Snapshot) is a copy of such a store. Each store
+// is reopened with the mechanism it holds (StoredMechanism), as dpserve
+// reopens it.
 var formatSetups = []setup{
 	{mech: "mf-single", workload: Workload{Kind: PrefixSum}, k: 1, b: 1},
 	{mech: "bandmf:3", workload: Workload{Kind: Momentum, Beta: 0.7}, k: 2, b: 3},
@@ -82,10 +84,6 @@ func TestFormatStore3258d09(t *testing.T) {
 	for _, c := range formatSetups {
 		c.n, c.d, c.seed = 8, 3, testSeed
 		cfg := c.config(t)
-		ref := open(t, filepath.Join(t.TempDir(), "ref.db"), cfg)
-		want := formatRun(t, ref, 1, []int{0, 1, 2})
-		ref.Close()
-
 		path := filepath.Join(t.TempDir(), "r.db")
 		b, err := readGzip(filepath.Join("testdata", "formats", formatStoreName(c)))
 		if err != nil {
@@ -94,6 +92,18 @@ func TestFormatStore3258d09(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// As dpserve does, a store's own mechanism is reused (an optimized
+		// one may come out otherwise from a newer optimizer).
+		stored, err := StoredMechanism(path, cfg.Mechanism.Schema())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored != nil {
+			cfg.Mechanism = stored
+		}
+		ref := open(t, filepath.Join(t.TempDir(), "ref.db"), cfg)
+		want := formatRun(t, ref, 1, []int{0, 1, 2})
+		ref.Close()
 		a := open(t, path, cfg)
 		for s := 1; s <= 3; s++ {
 			r, err := a.Release(s)

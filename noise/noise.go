@@ -554,8 +554,10 @@ func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	switch {
 	case len(st.Mech) != 32 || len(st.Plan) != 32:
 		return invalidf("restore: corrupt state")
-	case st.N != c.n || st.M != c.m || [32]byte(st.Mech) != c.mech:
+	case st.N != c.n || st.M != c.m:
 		return invalidf("restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", st.Kind, st.N, st.M, c.kind, c.n, c.m)
+	case [32]byte(st.Mech) != c.mech:
+		return invalidf("restore: state was made with another encoder of the same shape (%s, n = %d, m = %d): the mechanism was built otherwise, e.g. optimized by another build; resume with the factorization cache that holds the original", st.Kind, st.N, st.M)
 	case st.D != c.d:
 		return invalidf("restore: state has d = %d, this source d = %d", st.D, c.d)
 	case st.Elem != c.elem:
