@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -138,4 +139,58 @@ func checkResultFile(t *testing.T, res *Result) {
 			t.Errorf("result %s: file %v, now %v", k, v, now[k])
 		}
 	}
+}
+
+// TestFormatCheckpointWithCache3258d09: a checkpoint of an optimized
+// mechanism (faultConfig's bandmf:4, interrupted after step 13) resumes
+// with the factorization cache it was built with (testdata/formats/
+// bandmf-cache-3258d09, written at commit 3258d09): the cache entry is
+// found under the same key and read, not rebuilt, so the noise continues;
+// without it a newer optimizer may build another encoder, whose noise
+// would not continue the checkpoint's. The run ends bit for bit where an
+// uninterrupted run with that cache ends.
+func TestFormatCheckpointWithCache3258d09(t *testing.T) {
+	src := filepath.Join("testdata", "formats", "bandmf-cache-3258d09")
+	dir := t.TempDir()
+	cfg := faultConfig(t, dir)
+	cfg.CacheDir = filepath.Join(dir, "cache")
+	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := filepath.Glob(filepath.Join(src, "cache", "*"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("cache fixture: %v %v", entries, err)
+	}
+	for _, f := range []string{"run.ckpt", "metrics.jsonl", filepath.Join("cache", filepath.Base(entries[0]))} {
+		copyFixture(t, filepath.Join("bandmf-cache-3258d09", f), filepath.Join(dir, f))
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Resumed != 13 {
+		t.Fatalf("resumed from step %d, want 13", res.Resumed)
+	}
+	// Read, not rebuilt: a rebuild would have replaced the entry.
+	was, _ := os.ReadFile(entries[0])
+	now, err := os.ReadFile(filepath.Join(cfg.CacheDir, filepath.Base(entries[0])))
+	if err != nil || !bytes.Equal(now, was) {
+		t.Fatalf("the cache entry was rewritten (%v)", err)
+	}
+	tr, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := faultConfig(t, t.TempDir())
+	whole.CheckpointPath, whole.MetricsPath, whole.CacheDir = "", "", cfg.CacheDir
+	straight, err := New(context.Background(), whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !straight.Done() {
+		if _, err := straight.TrainStep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameParams(t, tr.Model().Params(), straight.Model().Params(), "resumed from the 3258d09 checkpoint with its cache")
 }
