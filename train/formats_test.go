@@ -64,16 +64,7 @@ func TestFormatCheckpointAndMetrics3258d09(t *testing.T) {
 	}
 	whole := formatRunConfig(t, t.TempDir())
 	whole.CheckpointPath, whole.MetricsPath = "", ""
-	straight, err := New(context.Background(), whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for !straight.Done() {
-		if _, err := straight.TrainStep(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sameParams(t, tr.Model().Params(), straight.Model().Params(), "resumed from the 3258d09 checkpoint")
+	sameParams(t, tr.Model().Params(), trainToEnd(t, whole), "resumed from the 3258d09 checkpoint")
 }
 
 // TestFormatFeatures3258d09: the cached scattering features are used (not
@@ -183,14 +174,5 @@ func TestFormatCheckpointWithCache3258d09(t *testing.T) {
 	}
 	whole := faultConfig(t, t.TempDir())
 	whole.CheckpointPath, whole.MetricsPath, whole.CacheDir = "", "", cfg.CacheDir
-	straight, err := New(context.Background(), whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for !straight.Done() {
-		if _, err := straight.TrainStep(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sameParams(t, tr.Model().Params(), straight.Model().Params(), "resumed from the 3258d09 checkpoint with its cache")
+	sameParams(t, tr.Model().Params(), trainToEnd(t, whole), "resumed from the 3258d09 checkpoint with its cache")
 }
