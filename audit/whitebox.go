@@ -214,52 +214,65 @@ func (w *Whitebox) Scores() ([]float64, error) {
 	} else {
 		py.CloneFrom(y)
 	}
+	if !w.cfg.Participation.Amplified {
+		return w.knownStepScores(&py, prec)
+	}
+	return w.amplifiedScores(&py, prec), nil
+}
+
+// knownStepScores are the scores without amplification: one Gaussian test
+// per canary on its known steps S: t = 1_S' P y / (s sqrt(1_S' P 1_S)),
+// mu = zeta sqrt(1_S' P 1_S) / s, the score mu t - mu^2/2. prec nil is
+// the identity.
+func (w *Whitebox) knownStepScores(py *mat.Dense, prec *mat.SymDense) ([]float64, error) {
+	s, zeta := w.cfg.NoiseStd, w.cfg.ClipNorm
+	scores := make([]float64, len(w.in))
+	for j := range scores {
+		st := w.steps[j]
+		if len(st) == 0 {
+			continue // never sampled: no information, score 0
+		}
+		var num, quad float64
+		for _, a := range st {
+			num += py.At(int(a), j)
+			for _, b := range st {
+				if prec == nil {
+					if a == b {
+						quad++
+					}
+				} else {
+					quad += prec.At(int(a), int(b))
+				}
+			}
+		}
+		if !(quad > 0) {
+			return nil, fmt.Errorf("audit: whitebox: noise precision is not positive definite on the steps of canary %d", j)
+		}
+		mu := zeta * math.Sqrt(quad) / s
+		t := num / (s * math.Sqrt(quad))
+		scores[j] = mu*t - mu*mu/2
+	}
+	return scores, nil
+}
+
+// amplifiedScores are the scores with amplification: step i is a chance
+// with probability q; its whitened statistic t_i = (P y)_i / (s
+// sqrt(P_ii)) is N(mu_i, 1) if the canary joined it, N(0, 1) otherwise,
+// mu_i = zeta sqrt(P_ii) / s. For a banded encoder with bands <= b,
+// chances of one partition use disjoint rows of C, so their statistics
+// are independent; the score mixes over the unknown partition, uniform.
+func (w *Whitebox) amplifiedScores(py *mat.Dense, prec *mat.SymDense) []float64 {
+	n := w.cfg.Steps
+	s, zeta := w.cfg.NoiseStd, w.cfg.ClipNorm
+	q, b := w.cfg.Participation.Q, w.cfg.Participation.Partitions
 	pdiag := func(i int) float64 {
 		if prec == nil {
 			return 1
 		}
 		return prec.At(i, i)
 	}
-	s, zeta := w.cfg.NoiseStd, w.cfg.ClipNorm
-	scores := make([]float64, m)
-	part := w.cfg.Participation
-	if !part.Amplified {
-		// One Gaussian test per canary on its known steps S:
-		// t = 1_S' P y / (s sqrt(1_S' P 1_S)), mu = zeta sqrt(1_S' P 1_S) / s.
-		for j := range scores {
-			st := w.steps[j]
-			if len(st) == 0 {
-				continue // never sampled: no information, score 0
-			}
-			var num, quad float64
-			for _, a := range st {
-				num += py.At(int(a), j)
-				for _, b := range st {
-					if prec == nil {
-						if a == b {
-							quad++
-						}
-					} else {
-						quad += prec.At(int(a), int(b))
-					}
-				}
-			}
-			if !(quad > 0) {
-				return nil, fmt.Errorf("audit: whitebox: noise precision is not positive definite on the steps of canary %d", j)
-			}
-			mu := zeta * math.Sqrt(quad) / s
-			t := num / (s * math.Sqrt(quad))
-			scores[j] = mu*t - mu*mu/2
-		}
-		return scores, nil
-	}
-	// Amplified: step i is a chance with probability q; its whitened
-	// statistic t_i = (P y)_i / (s sqrt(P_ii)) is N(mu_i, 1) if the canary
-	// joined it, N(0, 1) otherwise, mu_i = zeta sqrt(P_ii) / s. For a
-	// banded encoder with bands <= b, chances of one partition use
-	// disjoint rows of C, so their statistics are independent.
-	q, b := part.Q, part.Partitions
 	l1q, lq := math.Log1p(-q), math.Log(q)
+	scores := make([]float64, len(w.in))
 	perPart := make([]float64, b)
 	for j := range scores {
 		clear(perPart)
@@ -269,7 +282,6 @@ func (w *Whitebox) Scores() ([]float64, error) {
 			t := py.At(i, j) / (s * math.Sqrt(pii))
 			perPart[i%b] += logAddExp(l1q, lq+mu*t-mu*mu/2)
 		}
-		// Mixture over the unknown partition, uniform.
 		mx := math.Inf(-1)
 		for _, v := range perPart {
 			mx = math.Max(mx, v)
@@ -280,7 +292,7 @@ func (w *Whitebox) Scores() ([]float64, error) {
 		}
 		scores[j] = mx + math.Log(acc/float64(b))
 	}
-	return scores, nil
+	return scores
 }
 
 func logAddExp(a, b float64) float64 {

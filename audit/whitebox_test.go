@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"gonum.org/v1/gonum/mat"
@@ -68,7 +69,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	if a.singleSens {
 		calib = dpcore.SingleParticipation()
 	}
-	sens, err := mfnoise.Sensitivity(f.Encoder, calib)
+	sens, err := sensitivity.Of(f.Encoder, calib)
 	if err != nil {
 		t.Fatal(err)
 	}

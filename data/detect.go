@@ -16,8 +16,12 @@ type MismatchError struct {
 	FoundName string
 }
 
-func (e *MismatchError) Error() string {
-	return fmt.Sprintf("data: %s: %s holds %s, not %s", e.Name, e.Dir, e.Found, displayName(e.Name))
+func (e *MismatchError) Error() string { return "data: " + e.Name + ": " + e.Reason() }
+
+// Reason is what is wrong, without the package and the name asked for:
+// "DIR holds FOUND, not NAME".
+func (e *MismatchError) Reason() string {
+	return fmt.Sprintf("%s holds %s, not %s", e.Dir, e.Found, displayName(e.Name))
 }
 
 // Is makes errors.Is(err, ErrFormat) hold.

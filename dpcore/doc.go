@@ -2,8 +2,10 @@
 // workload an optimizer applies to the gradient stream (Workload, with its
 // learning-rate Schedule), the participation schema that bounds how often
 // one example joins a step (Schema), the ErrInvalid sentinel matched by
-// every bad-argument error (made with Invalidf, whose text is the message
-// alone), and Epsilon, an epsilon as written in JSON ("+Inf" when there is
+// every bad-argument error of the module under this one name (made with
+// Invalid as an *InvalidError that names its package and reason, so
+// callers add context with Within instead of cutting text apart), and
+// Epsilon, an epsilon as written in JSON ("+Inf" when there is
 // no finite guarantee).
 //
 // These are plain data, defined once here so that package sampler (which

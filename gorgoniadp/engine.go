@@ -28,19 +28,19 @@ type Engine struct {
 
 func newEngine(m *Model, opt clip.Options) (*Engine, error) {
 	if opt.MaxBatch <= 0 {
-		return nil, dpcore.Invalidf("gorgoniadp: engine: MaxBatch %d", opt.MaxBatch)
+		return nil, dpcore.Invalid("gorgoniadp", "engine: MaxBatch %d", opt.MaxBatch)
 	}
 	if opt.NonPrivate {
 		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
 	}
 	if len(opt.PerLayer) > 0 {
-		return nil, dpcore.Invalidf("gorgoniadp: engine: per-layer clipping is not supported (the graph has no layers, only parameters): give one clip norm")
+		return nil, dpcore.Invalid("gorgoniadp", "engine: per-layer clipping is not supported (the graph has no layers, only parameters): give one clip norm")
 	}
 	if !opt.NonPrivate && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
-		return nil, dpcore.Invalidf("gorgoniadp: engine: clipping norm %v must be positive and finite", opt.Norm)
+		return nil, dpcore.Invalid("gorgoniadp", "engine: clipping norm %v must be positive and finite", opt.Norm)
 	}
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
-		return nil, dpcore.Invalidf("gorgoniadp: engine: LInfZero %v", opt.LInfZero)
+		return nil, dpcore.Invalid("gorgoniadp", "engine: LInfZero %v", opt.LInfZero)
 	}
 	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch)}, nil
 }
@@ -121,7 +121,7 @@ func run(vm gorgonia.VM) (err error) {
 // the loss.
 func (e *Engine) Gradient(x []float32, y int, dst []float32) (float64, error) {
 	if len(dst) != len(e.m.flat) {
-		return 0, dpcore.Invalidf("gorgoniadp: gradient: len(dst) = %d, want %d", len(dst), len(e.m.flat))
+		return 0, dpcore.Invalid("gorgoniadp", "gradient: len(dst) = %d, want %d", len(dst), len(e.m.flat))
 	}
 	if err := e.m.checkExample(x, y); err != nil {
 		return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
@@ -159,17 +159,17 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	m := e.m
 	n, chw := len(y), len(m.x)
 	if len(dst) != len(m.flat) {
-		return st, dpcore.Invalidf("gorgoniadp: clipped sum: len(dst) = %d, want %d", len(dst), len(m.flat))
+		return st, dpcore.Invalid("gorgoniadp", "clipped sum: len(dst) = %d, want %d", len(dst), len(m.flat))
 	}
 	if n == 0 || n > e.opt.MaxBatch {
-		return st, dpcore.Invalidf("gorgoniadp: clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
+		return st, dpcore.Invalid("gorgoniadp", "clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
 	}
 	if len(x) != n*chw {
-		return st, dpcore.Invalidf("gorgoniadp: clipped sum: %d floats for %d examples of %d", len(x), n, chw)
+		return st, dpcore.Invalid("gorgoniadp", "clipped sum: %d floats for %d examples of %d", len(x), n, chw)
 	}
 	for i, c := range y {
 		if c < 0 || c >= m.classes {
-			return st, dpcore.Invalidf("gorgoniadp: clipped sum: label %d of example %d not in [0,%d)", c, i, m.classes)
+			return st, dpcore.Invalid("gorgoniadp", "clipped sum: label %d of example %d not in [0,%d)", c, i, m.classes)
 		}
 	}
 	if err := e.checkParams(); err != nil {
@@ -243,7 +243,7 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 // next call).
 func (e *Engine) Logits(x []float32) ([]float32, error) {
 	if len(x) != len(e.m.x) {
-		return nil, dpcore.Invalidf("gorgoniadp: logits: an example has %d values, the input node %d", len(x), len(e.m.x))
+		return nil, dpcore.Invalid("gorgoniadp", "logits: an example has %d values, the input node %d", len(x), len(e.m.x))
 	}
 	return e.m.logits(x)
 }
@@ -269,7 +269,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 	m := e.m
 	chw := len(m.x)
 	if len(y) == 0 || len(x) != len(y)*chw {
-		return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: %d floats for %d examples of %d", len(x), len(y), chw)
+		return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: %d floats for %d examples of %d", len(x), len(y), chw)
 	}
 	if err := e.checkParams(); err != nil {
 		return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
@@ -277,7 +277,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 	sum, correct := 0.0, 0
 	for i, c := range y {
 		if c < 0 || c >= m.classes {
-			return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: label %d of example %d not in [0,%d)", c, i, m.classes)
+			return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: label %d of example %d not in [0,%d)", c, i, m.classes)
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
@@ -285,7 +285,7 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 		xi := x[i*chw : (i+1)*chw]
 		for _, v := range xi {
 			if v-v != 0 {
-				return 0, 0, dpcore.Invalidf("gorgoniadp: evaluate: example %d has a non-finite input", i)
+				return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: example %d has a non-finite input", i)
 			}
 		}
 		lg, err := m.logits(xi)

@@ -323,7 +323,7 @@ func (m *Model) Tensors() []*tensor.Dense { return slices.Clone(m.views) }
 // flat vector serves as the gradient tensors of every parameter.
 func (m *Model) Views(v []float32) ([]*tensor.Dense, error) {
 	if len(v) != len(m.flat) {
-		return nil, dpcore.Invalidf("gorgoniadp: views: %d values for %d parameters", len(v), len(m.flat))
+		return nil, dpcore.Invalid("gorgoniadp", "views: %d values for %d parameters", len(v), len(m.flat))
 	}
 	out := make([]*tensor.Dense, len(m.views))
 	for i, s := range m.shapes {
@@ -436,18 +436,18 @@ func (m *Model) Load(r io.Reader) error {
 	}
 	payload, err := atomicfile.Unseal(r, fileMagic, fileVersion, limit)
 	if err != nil {
-		return dpcore.Invalidf("gorgoniadp: load: %s", atomicfile.Reason(err))
+		return dpcore.Invalid("gorgoniadp", "load: %s", atomicfile.Reason(err))
 	}
 	var f paramsFile
 	if err := atomicfile.Unmarshal(payload, &f); err != nil {
-		return dpcore.Invalidf("gorgoniadp: load: %s", atomicfile.Reason(err))
+		return dpcore.Invalid("gorgoniadp", "load: %s", atomicfile.Reason(err))
 	}
 	if !slices.Equal(f.Names, m.names) || len(f.Shapes) != len(m.shapes) || len(f.Values) != len(m.flat) {
-		return dpcore.Invalidf("gorgoniadp: load: the file holds parameters %v (%d values), the graph %v (%d values)", f.Names, len(f.Values), m.names, len(m.flat))
+		return dpcore.Invalid("gorgoniadp", "load: the file holds parameters %v (%d values), the graph %v (%d values)", f.Names, len(f.Values), m.names, len(m.flat))
 	}
 	for i, s := range f.Shapes {
 		if !slices.Equal(s, m.shapes[i]) {
-			return dpcore.Invalidf("gorgoniadp: load: parameter %s has shape %v in the file, %v in the graph", m.names[i], s, m.shapes[i])
+			return dpcore.Invalid("gorgoniadp", "load: parameter %s has shape %v in the file, %v in the graph", m.names[i], s, m.shapes[i])
 		}
 	}
 	copy(m.flat, f.Values)

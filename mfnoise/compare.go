@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // CompareRow scores one mechanism for a workload and schema (SPEC 4): the
@@ -114,7 +116,7 @@ func scoreStrategy(name string, s dpcore.Strategy, schema dpcore.Schema) (Compar
 		if err := schema.Validate(f.N()); err != nil {
 			return CompareRow{}, err
 		}
-		sens, err = sensitivityFromGram(f.Encoder, f.gram, schema)
+		sens, err = sensitivity.FromGram(f.Encoder, f.gram, schema)
 	} else {
 		sens, err = s.Sensitivity(schema)
 	}
@@ -158,7 +160,7 @@ func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (Comp
 		row.StepRMSE[i] = math.Sqrt(v)
 	}
 	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
-	if !finiteFloat(row.Loss) {
+	if !linalg.Finite(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
 	return row, nil

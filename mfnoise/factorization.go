@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -77,16 +79,16 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 	if br, bc := b.Dims(); br != n || bc != m {
 		return nil, invalidf("factorization: decoder is %d x %d, want %d x %d", br, bc, n, m)
 	}
-	if err := checkFinite("encoder", c); err != nil {
+	if err := sensitivity.CheckFinite("encoder", c); err != nil {
 		return nil, err
 	}
-	if err := checkFinite("decoder", b); err != nil {
+	if err := sensitivity.CheckFinite("decoder", b); err != nil {
 		return nil, err
 	}
 	// mulFactors exploits the structure of tree, banded, stamped and FFT
 	// encoders: a dense product costs O(n m n) and dominated building those
 	// mechanisms at n = 2000.
-	bc := mulFactors(b, c)
+	bc := linalg.MulFactors(b, c)
 	bc.Sub(a, bc)
 	res, norm := mat.Norm(bc, 2), mat.Norm(a, 2)
 	if !(res <= FactorizationTolerance*norm) {
@@ -101,9 +103,9 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 // N is the number of steps.
 func (f *Factorization) N() int { return f.Workload.N }
 
-// Sensitivity is Sensitivity(f.Encoder, s).
+// Sensitivity is sensitivity.Of(f.Encoder, s).
 func (f *Factorization) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return Sensitivity(f.Encoder, s)
+	return sensitivity.Of(f.Encoder, s)
 }
 
 // Loss is sens^2(C) ||B||_F^2 under s: the total squared error of the

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -19,11 +20,11 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 		t.Fatalf("patterns %v, want {1,3,5},{2,4,6} (1-based)", p)
 	}
 	eye := mat.NewDiagDense(6, []float64{1, 1, 1, 1, 1, 1})
-	r, err := Sensitivity(eye, s)
+	r, err := sensitivity.Of(eye, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Exact || math.Abs(r.Value-math.Sqrt(3)) > 1e-12 || r.Method != NonnegativeGram {
+	if !r.Exact || math.Abs(r.Value-math.Sqrt(3)) > 1e-12 || r.Method != sensitivity.NonnegativeGram {
 		t.Fatalf("identity sensitivity under (3,2) = %+v, want exact sqrt(3)", r)
 	}
 	// Prefix-sum encoder S: X = S^T S has X_ij = n - max(i,j); pattern
@@ -31,7 +32,7 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 	// 5+3+1 + 2*(3+1+1) = 19.
 	sm, _ := dpcore.PrefixSum(6)
 	a, _ := sm.Matrix()
-	r, _ = Sensitivity(a, s)
+	r, _ = sensitivity.Of(a, s)
 	if math.Abs(r.Value-math.Sqrt(28)) > 1e-12 {
 		t.Fatalf("sens(S) = %v, want sqrt(28)", r.Value)
 	}
@@ -39,7 +40,7 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad, _ := dpcore.KBParticipation(2, 2)
-	if _, err := Sensitivity(eye, bad); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := sensitivity.Of(eye, bad); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("k*b < n accepted: %v", err)
 	}
 }
@@ -59,7 +60,7 @@ func TestMinSepDPOnBandedEncoderIsExact(t *testing.T) {
 	}
 	// Column norms: col j<n-1 has 0.8^2 + 0.6^2 = 1 except col 0: 1 + 0.36.
 	s, _ := dpcore.MinSepParticipation(3, 2)
-	r, err := Sensitivity(c, s)
+	r, err := sensitivity.Of(c, s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/dsp/fourier"
 )
 
@@ -42,7 +43,7 @@ func (p *BLTParams) validate() error {
 		return invalidf("blt: %d decays and %d scales, need the same positive number", len(p.Theta), len(p.Omega))
 	}
 	for i := range p.Theta {
-		if !(p.Theta[i] >= 0 && p.Theta[i] < 1) || !finiteFloat(p.Omega[i]) {
+		if !(p.Theta[i] >= 0 && p.Theta[i] < 1) || !linalg.Finite(p.Omega[i]) {
 			return invalidf("blt: buffer %d has decay %v (need [0,1)) and scale %v", i, p.Theta[i], p.Omega[i])
 		}
 	}
@@ -203,7 +204,7 @@ func (t *Toeplitz) StreamSensitivity(s dpcore.Schema) (dpcore.SensitivityResult,
 		return dpcore.SensitivityResult{}, err
 	}
 	v := math.Sqrt(bltUnboundedSens2(t.BLT, k, b))
-	if !finiteFloat(v) {
+	if !linalg.Finite(v) {
 		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is %v", t.Name, v)
 	}
 	return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // TestBandedSqrtMatchesDense: the banded square root's O(n) strategy has
@@ -58,7 +59,7 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					dense, err := Sensitivity(f.Encoder, s)
+					dense, err := sensitivity.Of(f.Encoder, s)
 					if err != nil {
 						t.Fatal(err)
 					}

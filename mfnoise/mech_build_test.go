@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -39,7 +40,7 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dense, err := Sensitivity(mat.DenseCopyOf(f.Encoder), s)
+			dense, err := sensitivity.Of(mat.DenseCopyOf(f.Encoder), s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +103,7 @@ func TestCompareRanksAndScores(t *testing.T) {
 	// At n = 64, (4,16) the FFT Gram matrix is nonnegative on every pattern
 	// block (its negative entries fall between patterns), so the
 	// sensitivity is exact rather than the Thm 2.1 bound.
-	if r := byName["fft"]; r.SensitivityMethod != NonnegativeGram || !r.SensitivityExact {
+	if r := byName["fft"]; r.SensitivityMethod != sensitivity.NonnegativeGram || !r.SensitivityExact {
 		t.Fatalf("fft row %+v", r)
 	}
 	// The optimal decoder never loses to another decoder of the same encoder.

@@ -6,6 +6,7 @@ import (
 	"math/cmplx"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/mat"
 )
@@ -121,7 +122,7 @@ func fftMechanism(w dpcore.Workload, decoder FFTDecoder) (*Factorization, *mat.S
 				row[j] = y[(i-j+m)%m]
 			}
 		}
-		b, err = postProcess(w, bf)
+		b, err = linalg.PostProcess(w, bf)
 	case FFTOptimal:
 		b, err = fftOptimalDecoder(w, r[:n], spec)
 	default:
@@ -148,7 +149,7 @@ func fftOptimalDecoder(w dpcore.Workload, t []float64, spec []complex128) (*mat.
 	if err != nil {
 		return nil, err
 	}
-	p, err := applyWorkload(w, g)
+	p, err := linalg.ApplyWorkload(w, g)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func fftOptimalDecoder(w dpcore.Workload, t []float64, spec []complex128) (*mat.
 // recurrence G[i+1][j+1] = G[i][j] + (a_{i+1} a_{j+1} - a_{n-1-i} a_{n-1-j}) / a_0.
 func toeplitzInverse(t []float64) (*mat.Dense, error) {
 	n := len(t)
-	if t[0] <= 0 || !finiteFloat(t[0]) {
+	if t[0] <= 0 || !linalg.Finite(t[0]) {
 		return nil, fmt.Errorf("mfnoise: toeplitz inverse: diagonal %v is not positive", t[0])
 	}
 	rr := make([]float64, n)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -46,7 +48,7 @@ func TestFFTEncoderMatchesDenseCirculant(t *testing.T) {
 		if !mat.EqualApprox(f.Decoder, circY.Slice(0, n, 0, m), 0) {
 			t.Fatalf("n=%d: Algorithm-1 decoder is not circ(y)[:n, :]", n)
 		}
-		if !mat.EqualApprox(x, gram(f.Encoder), 1e-12) {
+		if !mat.EqualApprox(x, linalg.Gram(f.Encoder), 1e-12) {
 			t.Fatalf("n=%d: Toeplitz Gram differs from C^T C", n)
 		}
 	}
@@ -163,7 +165,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 			b.Set(i, q, math.Cos(float64(3*i+q*q)))
 		}
 	}
-	got := mulToeplitz(b, c)
+	got := linalg.MulToeplitz(b, c)
 	if got == nil {
 		t.Fatal("Toeplitz matrix not detected")
 	}
@@ -173,7 +175,7 @@ func TestMulToeplitzMatchesDense(t *testing.T) {
 		t.Fatal("FFT product differs from dense product")
 	}
 	c.Set(5, 3, 0.5)
-	if mulToeplitz(b, c) != nil {
+	if linalg.MulToeplitz(b, c) != nil {
 		t.Fatal("non-Toeplitz matrix taken for Toeplitz")
 	}
 }
@@ -224,7 +226,7 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 		best = math.Max(best, svd.Values(nil)[0])
 	}
 	want := math.Sqrt(3) * best
-	if got.Method != SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
+	if got.Method != sensitivity.SpectralBound || got.Exact || math.Abs(got.Value-want) > 1e-12*want {
 		t.Fatalf("spectral bound %+v, SVD definition %v", got, want)
 	}
 }

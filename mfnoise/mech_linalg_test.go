@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -44,14 +45,14 @@ func TestGramAndProductPathsMatchDense(t *testing.T) {
 		m, n := c.Dims()
 		var want mat.SymDense
 		want.SymOuterK(1, c.T())
-		if got := gram(c); !mat.EqualApprox(got, &want, 1e-10) {
+		if got := linalg.Gram(c); !mat.EqualApprox(got, &want, 1e-10) {
 			t.Errorf("%s: gram differs from SymOuterK", name)
 		}
-		lo, hi, _ := rowSpans(c)
+		lo, hi, _ := linalg.RowSpans(c)
 		for path, fill := range map[string]func(x *mat.SymDense){
-			"spans":   func(x *mat.SymDense) { gramSpans(x, c, lo, hi) },
-			"blocked": func(x *mat.SymDense) { gramBlocked(x, c, lo, hi, 16) },
-			"dense":   func(x *mat.SymDense) { gramDense(x, c) },
+			"spans":   func(x *mat.SymDense) { linalg.GramSpans(x, c, lo, hi) },
+			"blocked": func(x *mat.SymDense) { linalg.GramBlocked(x, c, lo, hi, 16) },
+			"dense":   func(x *mat.SymDense) { linalg.GramDense(x, c) },
 		} {
 			x := mat.NewSymDense(n, nil)
 			fill(x)
@@ -62,7 +63,7 @@ func TestGramAndProductPathsMatchDense(t *testing.T) {
 		b := random(n, m)
 		var prod mat.Dense
 		prod.Mul(b, c)
-		if got := mulFactors(b, c); !mat.EqualApprox(got, &prod, 1e-10) {
+		if got := linalg.MulFactors(b, c); !mat.EqualApprox(got, &prod, 1e-10) {
 			t.Errorf("%s: mulFactors differs from Mul", name)
 		}
 	}

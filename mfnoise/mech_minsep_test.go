@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -29,35 +31,6 @@ func minSepPatterns(n, k, b int) [][]int {
 	return out
 }
 
-func TestVecSensContainingMatchesEnumeration(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	const n, k, b = 11, 3, 3
-	pats := minSepPatterns(n, k, b)
-	sc := newVecSensScratch(n, k)
-	for trial := 0; trial < 20; trial++ {
-		v := make([]float64, n)
-		for i := range v {
-			v[i] = rng.Float64()
-		}
-		for i := 0; i < n; i++ {
-			want := 0.0
-			for _, p := range pats {
-				has, sum := false, 0.0
-				for _, j := range p {
-					has = has || j == i
-					sum += v[j]
-				}
-				if has {
-					want = math.Max(want, sum)
-				}
-			}
-			if got := sc.containing(v, i, k, b); math.Abs(got-want) > 1e-12 {
-				t.Fatalf("containing(i=%d) = %v, enumeration %v", i, got, want)
-			}
-		}
-	}
-}
-
 // The min-sep bound must dominate the true max over patterns of
 // sum_{i,j in pi} |X_ij| for any C, and equal it for a banded C.
 func TestMinSepBoundAgainstEnumeration(t *testing.T) {
@@ -73,7 +46,7 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 				}
 			}
 		}
-		x := gram(c)
+		x := linalg.Gram(c)
 		want := 0.0
 		for _, p := range pats {
 			sum := 0.0
@@ -85,7 +58,7 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 			want = math.Max(want, sum)
 		}
 		s, _ := dpcore.MinSepParticipation(k, b)
-		r, err := Sensitivity(c, s)
+		r, err := sensitivity.Of(c, s)
 		if err != nil {
 			t.Fatal(err)
 		}

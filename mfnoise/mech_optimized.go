@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -146,7 +147,7 @@ func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
 	if err != nil {
 		return float64(n0), "O(n d)"
 	}
-	lo, hi, _ := rowSpans(c)
+	lo, hi, _ := linalg.RowSpans(c)
 	bands := 1
 	for i := range lo {
 		if hi[i] > lo[i] {

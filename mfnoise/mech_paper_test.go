@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // roundSig rounds v to d significant digits.
@@ -74,13 +75,13 @@ func TestMultiEpochTable1(t *testing.T) {
 		// applies); with 5 or more stamps the blocks are nonnegative and
 		// the sensitivity is exact. The paper used the bound throughout;
 		// the exact values still round to its numbers.
-		wantMethod := NonnegativeGram
+		wantMethod := sensitivity.NonnegativeGram
 		stamps := 1
 		if st, ok := spec.(Stamped); ok {
 			spec, stamps = st.Inner, st.Stamps
 		}
 		if _, fft := spec.(FFT); fft && stamps <= 2 {
-			wantMethod = SpectralBound
+			wantMethod = sensitivity.SpectralBound
 		}
 		if r.SensitivityMethod != wantMethod {
 			t.Errorf("%s: sensitivity by %s, want %s", name, r.SensitivityMethod, wantMethod)

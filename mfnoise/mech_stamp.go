@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -93,7 +94,7 @@ func stamp(w dpcore.Workload, s int, build builder, decoder StampDecoder) (*Fact
 	c0 := f0.Encoder
 	m0, _ := c0.Dims()
 	if x0 == nil {
-		x0 = gram(c0)
+		x0 = linalg.Gram(c0)
 	}
 	c := mat.NewDense(s*m0, n, nil)
 	x := mat.NewSymDense(n, nil)
@@ -112,7 +113,7 @@ func stamp(w dpcore.Workload, s int, build builder, decoder StampDecoder) (*Fact
 	switch decoder {
 	case StampRestartedOnline:
 		meta.Decoder = "restarted-" + f0.Meta.Decoder
-		b, err = postProcess(w, restartedDecoder(f0.Decoder, s))
+		b, err = linalg.PostProcess(w, restartedDecoder(f0.Decoder, s))
 	case StampOptimal:
 		meta.Decoder = "optimal"
 		b, err = stampedOptimalDecoder(w, c0, x0, s)
@@ -162,7 +163,7 @@ func stampedOptimalDecoder(w dpcore.Workload, c0 *mat.Dense, x0 *mat.SymDense, s
 	}
 	if w.Kind == dpcore.PrefixSumKind {
 		// S (I (x) C0^+) is the restarted construction over S0 C0^+.
-		return restartedDecoder(cumulativeRows(&pinv0), s), nil
+		return restartedDecoder(linalg.CumulativeRows(&pinv0), s), nil
 	}
 	a, err := w.Matrix()
 	if err != nil {

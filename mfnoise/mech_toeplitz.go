@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -70,7 +72,7 @@ func NewToeplitz(name string, n int, coef []float64) (*Toeplitz, error) {
 		return nil, invalidf("toeplitz %s: %d coefficients for n = %d steps, need 1..n", name, len(coef), n)
 	}
 	for j, v := range coef {
-		if !finiteFloat(v) {
+		if !linalg.Finite(v) {
 			return nil, invalidf("toeplitz %s: coefficient %d is %v", name, j, v)
 		}
 	}
@@ -145,10 +147,10 @@ func (t *Toeplitz) Validate() error {
 	case t.BLT != nil:
 		return t.BLT.validate()
 	case t.InvCoef != nil:
-		if t.InvCoef[0] == 0 || !finiteFloat(t.InvCoef[0]) || len(t.InvCoef) > t.N {
+		if t.InvCoef[0] == 0 || !linalg.Finite(t.InvCoef[0]) || len(t.InvCoef) > t.N {
 			return invalidf("toeplitz %s: singular or oversized inverse coefficients", t.Name)
 		}
-	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !finiteFloat(t.Coef[0]):
+	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !linalg.Finite(t.Coef[0]):
 		return invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with NewToeplitz", t.Name, len(t.Coef), t.N)
 	}
 	return nil
@@ -482,7 +484,7 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 	c := t.Column()
 	k, b := s.K, s.B
 	if s.Kind == dpcore.Single || k == 1 {
-		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
 	for i, v := range c {
@@ -510,7 +512,7 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 		c = e
 	}
 	v := math.Sqrt(packedSens2(c, k, b))
-	if !finiteFloat(v) {
+	if !linalg.Finite(v) {
 		return dpcore.SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
 	}
 	if exact {

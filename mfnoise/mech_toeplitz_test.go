@@ -14,6 +14,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -238,7 +239,7 @@ func TestToeplitzMinSepBruteForce(t *testing.T) {
 		s, _ := dpcore.MinSepParticipation(tc.k, tc.b)
 		pats := minSepPatterns(tc.n, tc.k, tc.b)
 		for _, m := range testToeplitzMechs(t, tc.n) {
-			x := gram(toeplitzDense(m.Column()))
+			x := linalg.Gram(toeplitzDense(m.Column()))
 			exact, abs := 0.0, 0.0
 			for _, p := range pats {
 				e, a := 0.0, 0.0
@@ -484,7 +485,7 @@ func TestMinSepPackedRandom(t *testing.T) {
 		if err != nil || !got.Exact {
 			t.Fatal(got, err)
 		}
-		x := gram(toeplitzDense(c))
+		x := linalg.Gram(toeplitzDense(c))
 		exact := 0.0
 		for _, p := range minSepPatterns(n, k, b) {
 			e := 0.0

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -315,7 +316,7 @@ func binaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, *mat.SymDen
 	meta := Metadata{Kind: "tree", Decoder: opt.Decoder.String()}
 	switch opt.Decoder {
 	case TreeOnline:
-		b, err = postProcess(w, t.onlinePrefixDecoder(n, opt))
+		b, err = linalg.PostProcess(w, t.onlinePrefixDecoder(n, opt))
 		if opt.Completion {
 			meta.Decoder += "+completion"
 		}
@@ -323,7 +324,7 @@ func binaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, *mat.SymDen
 			meta.Decoder += "+zero-virtual"
 		}
 	case TreeFull:
-		b, err = applyWorkload(w, t.pinv(n))
+		b, err = linalg.ApplyWorkload(w, t.pinv(n))
 	default:
 		return nil, nil, invalidf("binary tree: unknown decoder %d", int(opt.Decoder))
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -46,7 +48,7 @@ func TestTreeEncoderMatchesRecursiveDefinition(t *testing.T) {
 		if !mat.Equal(f.Encoder, want) {
 			t.Fatalf("n=%d: encoder\n%v\nwant\n%v", n, mat.Formatted(f.Encoder), mat.Formatted(want))
 		}
-		if g := gram(want); !mat.Equal(x, g) {
+		if g := linalg.Gram(want); !mat.Equal(x, g) {
 			t.Fatalf("n=%d: structured Gram differs from C^T C", n)
 		}
 	}
@@ -141,7 +143,7 @@ func TestTreeSensitivityHandChecked(t *testing.T) {
 	// {1,3} likewise 8.
 	s, _ := dpcore.KBParticipation(2, 2)
 	r, _ = f.Sensitivity(s)
-	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != NonnegativeGram {
+	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != sensitivity.NonnegativeGram {
 		t.Fatalf("(2,2) sens = %+v, want sqrt(8)", r)
 	}
 	// n = 6 under (k=3,b=2): 8 leaves, L = 3, X_ij = 4 - bitlen(i^j).

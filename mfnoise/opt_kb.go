@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -59,7 +60,7 @@ const (
 // 1e-4), fails after s.MaxIter iterations, and honours ctx.
 //
 // The encoder is the lower-triangular C with C^T C = X, normalized so
-// Sensitivity(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
+// sensitivity.Of(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
 // schema. n need not equal k*b: patterns with fewer steps get the same
 // unit budget.
 func OptimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s *optimize.Settings) (*OptimizeResult, error) {
@@ -121,7 +122,7 @@ func OptimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s 
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	sens, err := Sensitivity(c, schema)
+	sens, err := sensitivity.Of(c, schema)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -156,7 +158,7 @@ func checkKB(t *testing.T, r *OptimizeResult, sc dpcore.Schema) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sens.Exact || sens.Method != NonnegativeGram || math.Abs(sens.Value-1) > 1e-9 {
+	if !sens.Exact || sens.Method != sensitivity.NonnegativeGram || math.Abs(sens.Value-1) > 1e-9 {
 		t.Errorf("sensitivity %+v, want exact 1 via the nonnegative Gram path", sens)
 	}
 	if f.Meta.Kind != "mf-kb" || f.Meta.Schema != sc {
@@ -254,7 +256,7 @@ func TestOptimizeKBUnevenPatterns(t *testing.T) {
 	}
 	// Every pattern's budget is used: sum of the diagonal of X over each
 	// pattern is 1 (sensitivity 1 is attained by all of them).
-	x := gram(r.Factorization.Encoder)
+	x := linalg.Gram(r.Factorization.Encoder)
 	for _, p := range sc.Patterns(55) {
 		sum := 0.0
 		for _, i := range p {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
@@ -251,7 +252,7 @@ func minimizeLBFGS(ctx context.Context, what string, x0 []float64, eval func(x, 
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("mfnoise: %s: %w", what, err)
 	}
-	if !finiteFloat(res.Loss) {
+	if !linalg.Finite(res.Loss) {
 		return nil, 0, 0, fmt.Errorf("mfnoise: %s: no finite solution", what)
 	}
 	// Every point is a valid mechanism, only its quality differs: a run

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -70,7 +71,7 @@ func PrefixSensitivity(ctx context.Context, s dpcore.Strategy, schema dpcore.Sch
 	for i, j := range r {
 		copy(sub.RawRowView(i), c.RawRowView(j)[:last])
 	}
-	v, err := Sensitivity(sub, schema)
+	v, err := sensitivity.Of(sub, schema)
 	if err != nil {
 		return 0, fmt.Errorf("mfnoise: prefix sensitivity at t = %d: %w", t, err)
 	}

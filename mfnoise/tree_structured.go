@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -98,7 +99,7 @@ func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	}
 	L := treeLevels(n)
 	if s.Kind == dpcore.Single || s.K == 1 {
-		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: MaxColumnNorm}, nil
+		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	if s.Kind != dpcore.KB {
 		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, dpcore.DenseStepLimit)
@@ -123,7 +124,7 @@ func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 		}
 		best = math.Max(best, float64(sum))
 	}
-	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: sensitivity.NonnegativeGram}, nil
 }
 
 // treeOnlineStrategy is tree-online for the prefix sum above

@@ -135,7 +135,7 @@ func (e *Embedding) checkIDs(x []float32, n, cols int) error {
 				continue
 			}
 			if v != float32(math.Trunc(float64(v))) || v < 0 || int(v) >= t.Vocab {
-				return dpcore.Invalidf("nn: example %d column %d: id %v is not an integer in [0, %d) or -1", i, e.Numeric+c, v, t.Vocab)
+				return dpcore.Invalid("nn", "example %d column %d: id %v is not an integer in [0, %d) or -1", i, e.Numeric+c, v, t.Vocab)
 			}
 		}
 	}

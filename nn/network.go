@@ -189,16 +189,16 @@ type Network struct {
 // whose input does not fit.
 func (n Network) Shapes() ([]Shape, error) {
 	if n.Input.C <= 0 || n.Input.H <= 0 || n.Input.W <= 0 {
-		return nil, dpcore.Invalidf("nn: input shape %+v", n.Input)
+		return nil, dpcore.Invalid("nn", "input shape %+v", n.Input)
 	}
 	if len(n.Layers) == 0 {
-		return nil, dpcore.Invalidf("nn: no layers")
+		return nil, dpcore.Invalid("nn", "no layers")
 	}
 	out := []Shape{n.Input}
 	cur := n.Input
 	for i, l := range n.Layers {
 		if l == nil {
-			return nil, dpcore.Invalidf("nn: layer %d is nil", i)
+			return nil, dpcore.Invalid("nn", "layer %d is nil", i)
 		}
 		next, err := l.out(cur)
 		if err != nil {
@@ -208,7 +208,7 @@ func (n Network) Shapes() ([]Shape, error) {
 		cur = next
 	}
 	if !cur.flat() {
-		return nil, dpcore.Invalidf("nn: the last layer's output %+v is not flat", cur)
+		return nil, dpcore.Invalid("nn", "the last layer's output %+v is not flat", cur)
 	}
 	return out, nil
 }

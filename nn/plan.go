@@ -169,10 +169,10 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	if opt.MaxBatch <= 0 {
-		return nil, dpcore.Invalidf("nn: plan: MaxBatch %d", opt.MaxBatch)
+		return nil, dpcore.Invalid("nn", "plan: MaxBatch %d", opt.MaxBatch)
 	}
 	if opt.Workers < 0 || opt.Chunk < 0 {
-		return nil, dpcore.Invalidf("nn: plan: %d workers, chunk %d", opt.Workers, opt.Chunk)
+		return nil, dpcore.Invalid("nn", "plan: %d workers, chunk %d", opt.Workers, opt.Chunk)
 	}
 	if opt.Workers == 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
@@ -184,7 +184,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.markGradWrites()
 	if p.naff == 0 {
-		return nil, dpcore.Invalidf("nn: plan: no layer has parameters")
+		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
 	p.segments()
 	// Size the chunk (automatic: 16 examples, fewer while one worker's
@@ -200,7 +200,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
 	if need := p.bufferBytes(opt.Chunk, opt.Workers); need > maxPlanBytes {
-		return nil, dpcore.Invalidf("nn: plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB)",
+		return nil, dpcore.Invalid("nn", "plan: buffers need %.1f GiB for %d workers of %d examples (limit %d GiB)",
 			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
@@ -219,7 +219,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		name := fmt.Sprintf("%s%d", path, li)
 		if r, ok := l.(Residual); ok {
 			if len(r.Body) == 0 {
-				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual block with an empty body", name)
+				return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: residual block with an empty body", name)
 			}
 			bo, bi, err := p.compile(r.Body, in, src, name+".body.")
 			if err != nil {
@@ -232,7 +232,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 				}
 			}
 			if bo != so {
-				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: residual body gives %+v, shortcut %+v", name, bo, so)
+				return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: residual body gives %+v, shortcut %+v", name, bo, so)
 			}
 			p.stages = append(p.stages, stage{kind: kJoin, in: bo, out: bo, P: 1, src: bi, skip: si})
 			p.actShape = append(p.actShape, bo)
@@ -273,14 +273,14 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.rate, s.seed = kDrop, l.Rate, l.Seed
 		case Embedding:
 			if src != 0 || len(p.stages) != 0 {
-				return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: an embedding must be the first layer (its input is the example's columns)", name)
+				return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: an embedding must be the first layer (its input is the example's columns)", name)
 			}
 			e := l
 			e.Tables = append([]EmbeddingTable(nil), l.Tables...)
 			s.kind, s.emb = kEmbed, &e
 			for _, t := range e.Tables {
 				if t.Weight.Offset+t.Weight.Len > len(p.params) {
-					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params))
+					return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, t.Weight.Offset, t.Weight.Offset+t.Weight.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -290,7 +290,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
 		default:
-			return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: unsupported type %T", name, l)
+			return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: unsupported type %T", name, l)
 		}
 		if s.kind == kNorm {
 			if s.eps == 0 {
@@ -302,7 +302,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
 				if q.Offset+q.Len > len(p.params) {
-					return Shape{}, 0, dpcore.Invalidf("nn: plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, q.Offset, q.Offset+q.Len, len(p.params))
+					return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: parameters [%d, %d) outside the buffer of %d", name, q.Offset, q.Offset+q.Len, len(p.params))
 				}
 			}
 			s.aff = p.naff
@@ -488,7 +488,7 @@ func (p *Plan) Affine() int { return p.naff }
 func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {
-		return dpcore.Invalidf("nn: %d floats for %d examples of %d", len(x), n, in)
+		return dpcore.Invalid("nn", "%d floats for %d examples of %d", len(x), n, in)
 	}
 	if len(p.stages) > 0 && p.stages[0].kind == kEmbed {
 		if err := p.stages[0].emb.checkIDs(x, n, in); err != nil {
@@ -497,14 +497,14 @@ func (p *Plan) check(x []float32, y []int, n int) error {
 	}
 	if y != nil {
 		if n > p.opt.MaxBatch {
-			return dpcore.Invalidf("nn: batch %d > MaxBatch %d", n, p.opt.MaxBatch)
+			return dpcore.Invalid("nn", "batch %d > MaxBatch %d", n, p.opt.MaxBatch)
 		}
 		if len(y) != n {
-			return dpcore.Invalidf("nn: %d labels for %d examples", len(y), n)
+			return dpcore.Invalid("nn", "%d labels for %d examples", len(y), n)
 		}
 		for i, c := range y {
 			if c < 0 || c >= p.classes {
-				return dpcore.Invalidf("nn: label %d of example %d not in [0,%d)", c, i, p.classes)
+				return dpcore.Invalid("nn", "label %d of example %d not in [0,%d)", c, i, p.classes)
 			}
 		}
 	}
@@ -528,13 +528,13 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 // minutes; this is what lets SIGTERM stop it within seconds.
 func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
 	if y == nil {
-		return nil, dpcore.Invalidf("nn: step: no labels")
+		return nil, dpcore.Invalid("nn", "step: no labels")
 	}
 	if err := p.check(x, y, len(y)); err != nil {
 		return nil, err
 	}
 	if len(dst) != len(p.params) {
-		return nil, dpcore.Invalidf("nn: step: len(dst) = %d, want %d", len(dst), len(p.params))
+		return nil, dpcore.Invalid("nn", "step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
 	p.permute()
@@ -554,11 +554,11 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		return nil, err
 	}
 	if len(out) != len(y) {
-		return nil, dpcore.Invalidf("nn: gradients: %d outputs for %d examples", len(out), len(y))
+		return nil, dpcore.Invalid("nn", "gradients: %d outputs for %d examples", len(out), len(y))
 	}
 	for _, o := range out {
 		if len(o) != len(p.params) {
-			return nil, dpcore.Invalidf("nn: gradients: output of %d, want %d", len(o), len(p.params))
+			return nil, dpcore.Invalid("nn", "gradients: output of %d, want %d", len(o), len(p.params))
 		}
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
@@ -590,7 +590,7 @@ func (p *Plan) ForwardContext(ctx context.Context, x []float32, logits []float32
 		return err
 	}
 	if len(logits) != n*p.classes {
-		return dpcore.Invalidf("nn: forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
+		return dpcore.Invalid("nn", "forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
 	p.x, p.y, p.n, p.logits, p.ctx = x, nil, n, logits, ctx
 	p.permute()

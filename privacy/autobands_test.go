@@ -10,6 +10,7 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -57,7 +58,7 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sens, _ := mfnoise.Sensitivity(f1.Encoder, single)
+	sens, _ := sensitivity.Of(f1.Encoder, single)
 	if math.Abs(sens.Value-1) > 1e-12 {
 		t.Errorf("chosen encoder's column norm %v, want 1", sens.Value)
 	}

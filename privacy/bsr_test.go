@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // TestBandedSqrtPlanned: the proof mechanism bsr:BANDS, added as one file
@@ -33,7 +34,7 @@ func TestBandedSqrtPlanned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	single, err := mfnoise.Sensitivity(f.Encoder, dpcore.SingleParticipation())
+	single, err := sensitivity.Of(f.Encoder, dpcore.SingleParticipation())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestBandedSqrtPlanned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dense, err := mfnoise.Sensitivity(f.Encoder, p.Schema)
+	dense, err := sensitivity.Of(f.Encoder, p.Schema)
 	if err != nil {
 		t.Fatal(err)
 	}

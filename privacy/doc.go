@@ -34,8 +34,8 @@
 //
 // NewPlan takes a Request (mechanism, workload, examples, batch, steps,
 // sampling, clip norm, sigma or a target epsilon, delta, accountant, seed)
-// and returns the Plan and the sampler that realizes it, or a refusal
-// wrapping ErrRefused. In order: the sampling follows the structure unless
+// and returns the Plan and the sampler that realizes it, or a refusal. In
+// order: the sampling follows the structure unless
 // chosen (Poisson for DP-SGD, band sampling for a banded encoder, fixed-order
 // epochs otherwise); bandmf:auto chooses its bands by amplified accounting
 // (banded-MF App. F.4); CheckCompatible binds sampler, schema, bands and
@@ -53,4 +53,33 @@
 // relation under which fixed-order and shuffled batches have the
 // sensitivity package mfnoise computes, and which Poisson sampling's
 // accounting covers.
+//
+// # Refusals
+//
+// Every refusal is a *Refusal: the Rule that refused (RuleCompatible,
+// RuleAmplification, RuleBands, RuleBudget, RuleSeed, RuleSeparation, ...)
+// and the Reason. It matches ErrRefused (and ErrIncompatible or
+// ErrWeakSeed for those rules), so command lines and services branch with
+// errors.As on the type and the rule, never on the text; bad arguments
+// match dpcore.ErrInvalid instead.
+//
+// # Continual releases
+//
+// PlanRelease is the plan of a service that releases a workload of a
+// vector sum at every step (package aggregate): from the mechanism's
+// strategy, the horizon, the Participation it enforces (at most K steps,
+// any two B apart), epsilon and delta, it computes the sensitivity under
+// the participation's schema, the noise multiplier of one Gaussian
+// mechanism (discrete on a Lattice, the exact arithmetic), the rule each
+// contribution obeys (ReleasePlan.Admit), the epsilon spent after t
+// releases (EpsilonSpent, from the prefix sensitivities) and the ledger's
+// claim (Claim). The aggregator computes and stores; it holds no rule.
+//
+// # Questions without a run
+//
+// Account answers "train account": the epsilon at a noise multiplier, or
+// the noise multiplier at an epsilon, of one Gaussian mechanism, DP-SGD or
+// amplified BandMF (PoissonSampling, NewBandSampling with its band rule).
+// GaussianSigma and GaussianEpsilon are the exact Gaussian rule that
+// "train compare" and package audit use.
 package privacy

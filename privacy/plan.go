@@ -10,6 +10,7 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
@@ -567,7 +568,7 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		if err != nil {
 			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
 		}
-		sens, err := mfnoise.Sensitivity(f.Encoder, single)
+		sens, err := sensitivity.Of(f.Encoder, single)
 		if err != nil {
 			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
 		}

@@ -45,9 +45,6 @@ const (
 	RuleUnit Rule = "unit"
 	// RuleSeed: a guessable seed for a private run (also ErrWeakSeed).
 	RuleSeed Rule = "seed"
-	// RuleParticipation: a contributor would join more steps than the
-	// participation allows, or too soon after its previous step.
-	RuleParticipation Rule = "participation"
 	// RuleHorizon: a release past the horizon the budget covers.
 	RuleHorizon Rule = "horizon"
 	// RuleBudget: no noise multiplier meets the target (epsilon, delta)

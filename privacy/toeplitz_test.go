@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
 // TestToeplitzPlanMatchesDense: for every Toeplitz mechanism and sampling
@@ -39,7 +40,7 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			if p.Amplified {
 				schema = dpcore.SingleParticipation()
 			}
-			dense, err := mfnoise.Sensitivity(f.Encoder, schema)
+			dense, err := sensitivity.Of(f.Encoder, schema)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -123,8 +123,8 @@ func ledgerView(l aggregate.Ledger, p principal) (any, error) {
 // newHandler serves the API; at most inflight contributions are read and
 // decoded at once (the others wait), which bounds their memory.
 func newHandler(agg engine, hc handlerConfig) http.Handler {
+	s := &routes{agg: agg, hc: hc, sem: make(chan struct{}, hc.inflight), maxPage: max(1, min(1000, (1<<20)/agg.Dim()))}
 	mux := http.NewServeMux()
-	sem := make(chan struct{}, hc.inflight)
 	// handle wraps a route: the caller is identified first, and a bad
 	// credential is answered before anything else is read.
 	handle := func(pattern string, f func(w http.ResponseWriter, r *http.Request, p principal)) {
@@ -137,120 +137,12 @@ func newHandler(agg engine, hc handlerConfig) http.Handler {
 			f(w, r, p)
 		})
 	}
-	handle("POST /v1/contributions", func(w http.ResponseWriter, r *http.Request, p principal) {
-		if hc.access.key != nil {
-			if err := require(p, authtoken.Contributor, "contributing"); err != nil {
-				writeError(w, err)
-				return
-			}
-		}
-		select {
-		case sem <- struct{}{}:
-			defer func() { <-sem }()
-		case <-r.Context().Done():
-			return
-		}
-		c, err := readContribution(w, r, hc.maxBody)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		if c.Vector == nil {
-			writeError(w, badRequest("missing \"vector\""))
-			return
-		}
-		if p.role == authtoken.Contributor {
-			// A contributor contributes under its own id only; the
-			// body may leave the id out.
-			if c.Contributor == "" {
-				c.Contributor = p.id
-			} else if c.Contributor != p.id {
-				writeError(w, httpError{status: http.StatusForbidden, msg: "this credential is bound to another contributor id"})
-				return
-			}
-		}
-		ctx := r.Context()
-		if k := r.Header.Get("Idempotency-Key"); k != "" {
-			ctx = context.WithValue(ctx, idempotencyKey{}, k)
-		}
-		step, err := agg.Add(ctx, c.Contributor, c.Vector)
-		var lg *loggedError
-		if errors.As(err, &lg) {
-			writeJSON(w, http.StatusAccepted, map[string]any{"sequence": lg.seq, "status": "logged: the aggregator applies it in log order"})
-			return
-		}
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]int{"step": step})
-	})
-	handle("POST /v1/commit", func(w http.ResponseWriter, r *http.Request, p principal) {
-		if err := require(p, authtoken.Operator, "committing"); err != nil {
-			writeError(w, err)
-			return
-		}
-		ctx := r.Context()
-		if k := r.Header.Get("Idempotency-Key"); k != "" {
-			ctx = context.WithValue(ctx, idempotencyKey{}, k)
-		}
-		rel, err := agg.Commit(ctx)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toJSON(rel))
-	})
-	handle("GET /v1/releases/{t}", func(w http.ResponseWriter, r *http.Request, p principal) {
-		t, err := strconv.Atoi(r.PathValue("t"))
-		if err != nil || t < 1 {
-			writeError(w, badRequest(fmt.Sprintf("step %q: want a positive integer", r.PathValue("t"))))
-			return
-		}
-		rel, err := agg.Release(t)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, toJSON(rel))
-	})
-	maxPage := max(1, min(1000, (1<<20)/agg.Dim()))
-	handle("GET /v1/releases", func(w http.ResponseWriter, r *http.Request, p principal) {
-		from, limit, err := pageParams(r, maxPage)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		steps := agg.Ledger().Steps
-		page := releasePage{Releases: []releaseJSON{}, Steps: steps}
-		for t := from; t <= steps && t < from+limit; t++ {
-			rel, err := agg.Release(t)
-			if err != nil {
-				writeError(w, err)
-				return
-			}
-			page.Releases = append(page.Releases, toJSON(rel))
-		}
-		if next := from + limit; next <= steps {
-			page.NextFrom = next
-		}
-		writeJSON(w, http.StatusOK, page)
-	})
-	handle("GET /v1/ledger", func(w http.ResponseWriter, r *http.Request, p principal) {
-		v, err := ledgerView(agg.Ledger(), p)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	})
-	handle("GET /v1/config", func(w http.ResponseWriter, r *http.Request, p principal) {
-		if err := require(p, authtoken.Operator, "reading the configuration"); err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, hc.config)
-	})
+	handle("POST /v1/contributions", s.contribute)
+	handle("POST /v1/commit", s.commit)
+	handle("GET /v1/releases/{t}", s.release)
+	handle("GET /v1/releases", s.releases)
+	handle("GET /v1/ledger", s.ledger)
+	handle("GET /v1/config", s.config)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "steps": agg.Ledger().Steps})
 	})
@@ -259,15 +151,157 @@ func newHandler(agg engine, hc handlerConfig) http.Handler {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		// No route: the mux answers 404 or 405 in plain text; answer
-		// JSON with the same status (and Allow header).
-		rec := &statusRecorder{header: http.Header{}}
-		mux.ServeHTTP(rec, r)
-		if allow := rec.header.Get("Allow"); allow != "" {
-			w.Header().Set("Allow", allow)
-		}
-		writeJSON(w, rec.status, map[string]string{"error": fmt.Sprintf("no route %s %s (%s)", r.Method, r.URL.Path, http.StatusText(rec.status))})
+		noRoute(mux, w, r)
 	})
+}
+
+// routes holds what the routes share: the engine, the configuration, the
+// semaphore bounding the contributions decoded at once and the largest
+// page of releases.
+type routes struct {
+	agg     engine
+	hc      handlerConfig
+	sem     chan struct{}
+	maxPage int
+}
+
+// noRoute answers a request no route matches: the mux answers 404 or 405
+// in plain text; this answers JSON with the same status (and Allow
+// header).
+func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{header: http.Header{}}
+	mux.ServeHTTP(rec, r)
+	if allow := rec.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	writeJSON(w, rec.status, map[string]string{"error": fmt.Sprintf("no route %s %s (%s)", r.Method, r.URL.Path, http.StatusText(rec.status))})
+}
+
+// withIdempotencyKey carries the request's Idempotency-Key, if any, in
+// its context to the engine.
+func withIdempotencyKey(r *http.Request) context.Context {
+	ctx := r.Context()
+	if k := r.Header.Get("Idempotency-Key"); k != "" {
+		ctx = context.WithValue(ctx, idempotencyKey{}, k)
+	}
+	return ctx
+}
+
+// contribute is POST /v1/contributions.
+func (s *routes) contribute(w http.ResponseWriter, r *http.Request, p principal) {
+	if s.hc.access.key != nil {
+		if err := require(p, authtoken.Contributor, "contributing"); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	case <-r.Context().Done():
+		return
+	}
+	c, err := readContribution(w, r, s.hc.maxBody)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if c.Vector == nil {
+		writeError(w, badRequest("missing \"vector\""))
+		return
+	}
+	if p.role == authtoken.Contributor {
+		// A contributor contributes under its own id only; the body may
+		// leave the id out.
+		if c.Contributor == "" {
+			c.Contributor = p.id
+		} else if c.Contributor != p.id {
+			writeError(w, httpError{status: http.StatusForbidden, msg: "this credential is bound to another contributor id"})
+			return
+		}
+	}
+	step, err := s.agg.Add(withIdempotencyKey(r), c.Contributor, c.Vector)
+	var lg *loggedError
+	if errors.As(err, &lg) {
+		writeJSON(w, http.StatusAccepted, map[string]any{"sequence": lg.seq, "status": "logged: the aggregator applies it in log order"})
+		return
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"step": step})
+}
+
+// commit is POST /v1/commit.
+func (s *routes) commit(w http.ResponseWriter, r *http.Request, p principal) {
+	if err := require(p, authtoken.Operator, "committing"); err != nil {
+		writeError(w, err)
+		return
+	}
+	rel, err := s.agg.Commit(withIdempotencyKey(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(rel))
+}
+
+// release is GET /v1/releases/{t}.
+func (s *routes) release(w http.ResponseWriter, r *http.Request, p principal) {
+	t, err := strconv.Atoi(r.PathValue("t"))
+	if err != nil || t < 1 {
+		writeError(w, badRequest(fmt.Sprintf("step %q: want a positive integer", r.PathValue("t"))))
+		return
+	}
+	rel, err := s.agg.Release(t)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(rel))
+}
+
+// releases is GET /v1/releases?from=T&limit=N.
+func (s *routes) releases(w http.ResponseWriter, r *http.Request, p principal) {
+	from, limit, err := pageParams(r, s.maxPage)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	steps := s.agg.Ledger().Steps
+	page := releasePage{Releases: []releaseJSON{}, Steps: steps}
+	for t := from; t <= steps && t < from+limit; t++ {
+		rel, err := s.agg.Release(t)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		page.Releases = append(page.Releases, toJSON(rel))
+	}
+	if next := from + limit; next <= steps {
+		page.NextFrom = next
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// ledger is GET /v1/ledger.
+func (s *routes) ledger(w http.ResponseWriter, r *http.Request, p principal) {
+	v, err := ledgerView(s.agg.Ledger(), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// config is GET /v1/config.
+func (s *routes) config(w http.ResponseWriter, r *http.Request, p principal) {
+	if err := require(p, authtoken.Operator, "reading the configuration"); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.hc.config)
 }
 
 // releasePage is a page of GET /v1/releases: releases from..from+limit-1

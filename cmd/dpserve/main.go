@@ -142,6 +142,35 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("dpserve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version {
+		return o, nil
+	}
+	if err := o.check(); err != nil {
+		return o, err
+	}
+	if o.inflight == 0 {
+		// A contribution in flight holds its body (up to 32 d bytes) and
+		// its vector and clipped copy (16 d bytes).
+		o.inflight = int(max(4, min(1024, (1<<30)/(48*int64(o.dim)))))
+	}
+	if o.maxBody == 0 {
+		o.maxBody = 1024 + 32*int64(o.dim)
+	}
+	return o, nil
+}
+
+// register defines the flags of dpserve on fs.
+func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8377", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.StringVar(&o.store, "store", "", "bbolt file holding all state (created if absent; reopened to resume)")
 	fs.IntVar(&o.dim, "dim", 0, "dimension d of a contribution vector")
@@ -177,61 +206,45 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.natsKey, "nats-key", "", "replicated mode: PEM private key of -nats-cert")
 	fs.StringVar(&o.workDir, "work-dir", "", "replicated mode: directory for the aggregator's local cache (default: the system's temporary directory)")
 	fs.BoolVar(&o.version, "version", false, "print the module version and commit, and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return o, usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if o.version {
-		return o, nil
-	}
+}
+
+// check refuses flags that cannot run, with the one-line reason.
+func (o *options) check() error {
 	switch {
 	case o.store == "" && o.nats == "":
-		return o, usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
+		return usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
 	case o.store != "" && o.nats != "":
-		return o, usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
+		return usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
 	case o.nats != "" && !validService(o.service):
-		return o, usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
+		return usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
 	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
-		return o, usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+		return usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
 	case (o.natsCert == "") != (o.natsKey == ""):
-		return o, usagef("-nats-cert and -nats-key go together")
+		return usagef("-nats-cert and -nats-key go together")
 	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
-		return o, usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
+		return usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
-		return o, usagef("-dim %d: want a positive dimension", o.dim)
+		return usagef("-dim %d: want a positive dimension", o.dim)
 	case o.horizon < 1:
-		return o, usagef("-horizon %d: want a positive number of releases", o.horizon)
+		return usagef("-horizon %d: want a positive number of releases", o.horizon)
 	case !(o.epsilon > 0):
-		return o, usagef("-epsilon %v: want a positive budget", o.epsilon)
+		return usagef("-epsilon %v: want a positive budget", o.epsilon)
 	case !(o.delta > 0 && o.delta < 1):
-		return o, usagef("-delta %v: want a value in (0,1)", o.delta)
+		return usagef("-delta %v: want a value in (0,1)", o.delta)
 	case !(o.clip > 0):
-		return o, usagef("-clip %v: want a positive clip norm", o.clip)
+		return usagef("-clip %v: want a positive clip norm", o.clip)
 	case o.k < 1 || o.b < 1:
-		return o, usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
+		return usagef("-k %d -b %d: both must be at least 1", o.k, o.b)
 	case o.commitEvery < 0:
-		return o, usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
+		return usagef("-commit-every %v: want a non-negative interval", o.commitEvery)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
-		return o, usagef("-tls-cert and -tls-key go together")
+		return usagef("-tls-cert and -tls-key go together")
 	case !(o.rate >= 0) || math.IsInf(o.rate, 0) || o.burst < 1:
-		return o, usagef("-rate %v -burst %d: want a finite rate >= 0 and a burst >= 1", o.rate, o.burst)
+		return usagef("-rate %v -burst %d: want a finite rate >= 0 and a burst >= 1", o.rate, o.burst)
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
-		return o, usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
+		return usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
-	if o.inflight == 0 {
-		// A contribution in flight holds its body (up to 32 d bytes) and
-		// its vector and clipped copy (16 d bytes).
-		o.inflight = int(max(4, min(1024, (1<<30)/(48*int64(o.dim)))))
-	}
-	if o.maxBody == 0 {
-		o.maxBody = 1024 + 32*int64(o.dim)
-	}
-	return o, nil
+	return nil
 }
 
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {
@@ -343,36 +356,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.nats != "" {
 		return serveReplicated(ctx, o, tlsCfg, acc, stdout, stderr)
 	}
-	if fi, err := os.Stat(filepath.Dir(o.store)); err != nil || !fi.IsDir() {
-		return usagef("-store %s: directory %s does not exist", o.store, filepath.Dir(o.store))
-	}
-	if fi, err := os.Stat(o.store); err == nil && fi.IsDir() {
-		return usagef("-store %s is a directory, want a file", o.store)
+	if err := checkStorePath(o.store); err != nil {
+		return err
 	}
 	ln, err := listener(o, tlsCfg != nil, acc.key != nil)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if err := aggregate.CheckStore(o.store); err != nil {
-		return fmt.Errorf("%w; %s", err, restoreHint)
-	}
-	agg, err := openAggregator(ctx, o)
-	if errors.Is(err, aggregate.ErrStoreCorrupt) {
-		return fmt.Errorf("store %s: %w; %s", o.store, err, restoreHint)
-	}
+	agg, err := openStore(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer agg.Close()
-	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{
-		"addr": ln.Addr().String(), "tls": tlsCfg != nil, "credentials": acc.key != nil,
-		"rate_per_contributor": o.rate, "burst": o.burst, "store": o.store, "dim": o.dim, "mechanism": o.mechanism,
-		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
-		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
-		"max_batch": o.maxBatch, "max_body": o.maxBody, "max_inflight": o.inflight, "noise_memory": o.noiseMemory,
-		"version": buildinfo.Read().String(),
-	}}
+	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: configView(o, ln.Addr().String(), tlsCfg != nil, acc.key != nil)}
 	srv := &http.Server{
 		Handler:           newHandler(agg, hc),
 		TLSConfig:         tlsCfg,
@@ -387,9 +384,53 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "dpserve: no -auth-key: every caller that reaches this loopback port acts as the operator")
 	}
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
+	return runServer(ctx, srv, ln, agg, o, stdout, stderr)
+}
+
+// checkStorePath refuses a -store whose directory does not exist or that
+// is a directory.
+func checkStorePath(store string) error {
+	if fi, err := os.Stat(filepath.Dir(store)); err != nil || !fi.IsDir() {
+		return usagef("-store %s: directory %s does not exist", store, filepath.Dir(store))
+	}
+	if fi, err := os.Stat(store); err == nil && fi.IsDir() {
+		return usagef("-store %s is a directory, want a file", store)
+	}
+	return nil
+}
+
+// openStore checks the store's format and opens the aggregator on it; a
+// corrupt store's error says how to restore it.
+func openStore(ctx context.Context, o options) (*aggregate.Aggregator, error) {
+	if err := aggregate.CheckStore(o.store); err != nil {
+		return nil, fmt.Errorf("%w; %s", err, restoreHint)
+	}
+	agg, err := openAggregator(ctx, o)
+	if errors.Is(err, aggregate.ErrStoreCorrupt) {
+		return nil, fmt.Errorf("store %s: %w; %s", o.store, err, restoreHint)
+	}
+	return agg, err
+}
+
+// configView is GET /v1/config: the flags in force.
+func configView(o options, addr string, tlsOn, authOn bool) map[string]any {
+	return map[string]any{
+		"addr": addr, "tls": tlsOn, "credentials": authOn,
+		"rate_per_contributor": o.rate, "burst": o.burst, "store": o.store, "dim": o.dim, "mechanism": o.mechanism,
+		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
+		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
+		"max_batch": o.maxBatch, "max_body": o.maxBody, "max_inflight": o.inflight, "noise_memory": o.noiseMemory,
+		"version": buildinfo.Read().String(),
+	}
+}
+
+// runServer serves until ctx ends (SIGTERM or SIGINT), committing every
+// -commit-every, then stops accepting, finishes the requests in flight and
+// closes the store.
+func runServer(ctx context.Context, srv *http.Server, ln net.Listener, agg *aggregate.Aggregator, o options, stdout, stderr io.Writer) error {
 	errc := make(chan error, 1)
 	go func() {
-		if tlsCfg != nil {
+		if srv.TLSConfig != nil {
 			errc <- srv.ServeTLS(ln, "", "")
 		} else {
 			errc <- srv.Serve(ln)

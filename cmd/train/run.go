@@ -314,13 +314,14 @@ func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
 	return nil
 }
 
-// trainConfig is the train.Config of the run flags; "train run" and
-// "train audit" both build theirs here.
-func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
+// splits are the training and evaluation sets of -validation (the last
+// examples of the training split held out, the test split unread) and
+// -train-examples (the first examples of the training split).
+func (r *runFlags) splits(trainSet, testSet *data.Dataset) (*data.Dataset, *data.Dataset, error) {
 	var err error
 	if r.validation > 0 {
 		if r.validation >= trainSet.Len() {
-			return train.Config{}, usagef("-validation %d: the training split has only %d examples", r.validation, trainSet.Len())
+			return nil, nil, usagef("-validation %d: the training split has only %d examples", r.validation, trainSet.Len())
 		}
 		keep := trainSet.Len() - r.validation
 		idx := make([]int, trainSet.Len())
@@ -329,11 +330,11 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		}
 		name := trainSet.Name
 		if testSet, err = trainSet.Subset(idx[keep:]); err != nil {
-			return train.Config{}, err
+			return nil, nil, err
 		}
 		testSet.Name = name + " (validation: last " + strconv.Itoa(r.validation) + ")"
 		if trainSet, err = trainSet.Subset(idx[:keep]); err != nil {
-			return train.Config{}, err
+			return nil, nil, err
 		}
 		trainSet.Name = name
 	}
@@ -343,8 +344,18 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 			idx[i] = i
 		}
 		if trainSet, err = trainSet.Subset(idx); err != nil {
-			return train.Config{}, err
+			return nil, nil, err
 		}
+	}
+	return trainSet, testSet, nil
+}
+
+// trainConfig is the train.Config of the run flags; "train run" and
+// "train audit" both build theirs here.
+func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, error) {
+	trainSet, testSet, err := r.splits(trainSet, testSet)
+	if err != nil {
+		return train.Config{}, err
 	}
 	var mech privacy.Mechanism
 	if !r.nonPrivate {
@@ -495,7 +506,7 @@ func mismatchHint(name string, err error) error {
 	if !errors.As(err, &me) {
 		return err
 	}
-	msg := "-data " + name + ": " + strings.TrimPrefix(me.Error(), "data: "+me.Name+": ")
+	msg := "-data " + name + ": " + me.Reason()
 	if me.FoundName != "" {
 		msg += "; use -data " + me.FoundName
 	}

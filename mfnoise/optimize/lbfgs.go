@@ -36,9 +36,10 @@ type Problem struct {
 	// BoundStall, when positive, is for a Bound that costs many
 	// iterations: a bound is then computed only once the loss decreased
 	// by at most BoundStall (relative) over the last BoundEvery
-	// iterations, and at most every BoundEvery iterations (besides the
-	// final one). The schedule depends on the iterates alone, so a run is
-	// as deterministic as its objective.
+	// iterations, and each later one only after a further max(BoundEvery,
+	// i/2) iterations (i: the iteration of the last bound), so the bounds
+	// of a run are few (besides the final one). The schedule depends on
+	// the iterates alone, so a run is as deterministic as its objective.
 	BoundStall float64
 	// FirstStep, if not nil, is the trial step along the first direction
 	// d from x (and after a reset of the memory); nil means 1/||d||.
@@ -194,14 +195,14 @@ func Minimize(ctx context.Context, p Problem, x0 []float64, s *Settings, method 
 
 // boundDue says whether Minimize computes a bound at this iteration: every
 // every iterations, or with stall > 0 once the loss decreased by at most
-// stall (relative) over the last every iterations and every iterations
-// have passed since the last bound.
+// stall (relative) over the last every iterations and max(every, i/2)
+// iterations have passed since the last bound (at iteration i).
 func boundDue(m *monitor, every int, stall float64) bool {
 	if stall <= 0 {
 		return m.iter%every == 0
 	}
 	h := m.hist
-	if len(h) <= every || m.iter-m.lastBound < every {
+	if len(h) <= every || m.iter-m.lastBound < max(every, m.lastBound/2) {
 		return false
 	}
 	last := h[len(h)-1]

@@ -114,16 +114,16 @@ func (s *Settings) Validate() error {
 		return nil
 	}
 	if math.IsNaN(s.Gap) || s.Gap < 0 {
-		return dpcore.Invalidf("optimize: gap %v must be >= 0", s.Gap)
+		return dpcore.Invalid("optimize", "gap %v must be >= 0", s.Gap)
 	}
 	if math.IsNaN(s.Rel) || s.Rel < 0 {
-		return dpcore.Invalidf("optimize: relative tolerance %v must be >= 0", s.Rel)
+		return dpcore.Invalid("optimize", "relative tolerance %v must be >= 0", s.Rel)
 	}
 	if s.Window < 0 {
-		return dpcore.Invalidf("optimize: window %d must be >= 0", s.Window)
+		return dpcore.Invalid("optimize", "window %d must be >= 0", s.Window)
 	}
 	if s.MaxIter < 0 {
-		return dpcore.Invalidf("optimize: max iterations %d must be >= 0", s.MaxIter)
+		return dpcore.Invalid("optimize", "max iterations %d must be >= 0", s.MaxIter)
 	}
 	return nil
 }

@@ -1,4 +1,8 @@
-package mfnoise
+// Package linalg holds the dense linear algebra the mechanisms of package
+// mfnoise share: Gram matrices and products over the short row spans of
+// tree, banded and stamped encoders, and the application of a workload
+// to a prefix-sum decoder (SPEC 2).
+package linalg
 
 import (
 	"math"
@@ -9,11 +13,11 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// rowSpans returns, for each row of c, the half-open column range [lo, hi)
+// RowSpans returns, for each row of c, the half-open column range [lo, hi)
 // holding its nonzeros (lo = hi for a zero row) and the total span. Tree,
 // banded and stamped (block-diagonal) encoders have short spans, so products
 // over the spans with vectorized axpy beat dense BLAS by a wide margin.
-func rowSpans(c *mat.Dense) (lo, hi []int, total int) {
+func RowSpans(c *mat.Dense) (lo, hi []int, total int) {
 	m, _ := c.Dims()
 	lo = make([]int, m)
 	hi = make([]int, m)
@@ -52,16 +56,16 @@ func asDense(a mat.Matrix) *mat.Dense {
 	return mat.DenseCopyOf(a)
 }
 
-// gram returns X = C^T C. Encoders with short row spans (trees, bands)
+// Gram returns X = C^T C. Encoders with short row spans (trees, bands)
 // accumulate the outer products of their rows over the spans; encoders whose
 // row blocks have narrow column ranges (lower-triangular, stamped) take one
 // GEMM per block of rows; the rest one dense GEMM, which in gonum is several
 // times faster than SymOuterK.
-func gram(cm mat.Matrix) *mat.SymDense {
+func Gram(cm mat.Matrix) *mat.SymDense {
 	c := asDense(cm)
 	m, n := c.Dims()
 	x := mat.NewSymDense(n, nil)
-	lo, hi, _ := rowSpans(c)
+	lo, hi, _ := RowSpans(c)
 	work := 0.0
 	for r := range lo {
 		l := float64(hi[r] - lo[r])
@@ -76,17 +80,17 @@ func gram(cm mat.Matrix) *mat.SymDense {
 	dense := float64(m) * float64(n) * float64(n)
 	switch {
 	case spanWorthIt(work, min(blocked, dense)):
-		gramSpans(x, c, lo, hi)
+		GramSpans(x, c, lo, hi)
 	case blocked < dense/2:
-		gramBlocked(x, c, lo, hi, rowBlock)
+		GramBlocked(x, c, lo, hi, rowBlock)
 	default:
-		gramDense(x, c)
+		GramDense(x, c)
 	}
 	return x
 }
 
-// gramSpans adds the outer products of the rows of c over their spans.
-func gramSpans(x *mat.SymDense, c *mat.Dense, lo, hi []int) {
+// GramSpans adds the outer products of the rows of c over their spans.
+func GramSpans(x *mat.SymDense, c *mat.Dense, lo, hi []int) {
 	m, _ := c.Dims()
 	raw := x.RawSymmetric()
 	for r := 0; r < m; r++ {
@@ -99,9 +103,9 @@ func gramSpans(x *mat.SymDense, c *mat.Dense, lo, hi []int) {
 	}
 }
 
-// gramBlocked adds R^T R for each block R of rowBlock rows restricted to the
+// GramBlocked adds R^T R for each block R of rowBlock rows restricted to the
 // union of its row spans.
-func gramBlocked(x *mat.SymDense, c *mat.Dense, lo, hi []int, rowBlock int) {
+func GramBlocked(x *mat.SymDense, c *mat.Dense, lo, hi []int, rowBlock int) {
 	m, n := c.Dims()
 	raw := x.RawSymmetric()
 	buf := make([]float64, n*n)
@@ -120,8 +124,8 @@ func gramBlocked(x *mat.SymDense, c *mat.Dense, lo, hi []int, rowBlock int) {
 	}
 }
 
-// gramDense sets x = C^T C by one GEMM.
-func gramDense(x *mat.SymDense, c *mat.Dense) {
+// GramDense sets x = C^T C by one GEMM.
+func GramDense(x *mat.SymDense, c *mat.Dense) {
 	_, n := c.Dims()
 	var d mat.Dense
 	d.Mul(c.T(), c)
@@ -144,15 +148,15 @@ func blockSpan(lo, hi []int, r0, r1 int) (l, h int) {
 	return l, h
 }
 
-// mulFactors returns B C, exploiting short row spans of C (tree, banded and
+// MulFactors returns B C, exploiting short row spans of C (tree, banded and
 // stamped encoders) or a Toeplitz C (the FFT encoder, a slice of a
 // circulant).
-func mulFactors(b, c *mat.Dense) *mat.Dense {
+func MulFactors(b, c *mat.Dense) *mat.Dense {
 	n, _ := b.Dims()
 	m, nc := c.Dims()
-	lo, hi, total := rowSpans(c)
+	lo, hi, total := RowSpans(c)
 	if !spanWorthIt(float64(n)*float64(total), float64(n)*float64(m)*float64(nc)) {
-		if out := mulToeplitz(b, c); out != nil {
+		if out := MulToeplitz(b, c); out != nil {
 			return out
 		}
 		var out mat.Dense
@@ -193,11 +197,11 @@ func mulFactors(b, c *mat.Dense) *mat.Dense {
 	return out
 }
 
-// mulToeplitz returns B C by FFT correlation when C (m x n) is Toeplitz
+// MulToeplitz returns B C by FFT correlation when C (m x n) is Toeplitz
 // (C[i,j] depends only on i-j) and large enough to gain, else nil. Row i of
 // B C is (B C)[i,j] = sum_q B[i,q] g(q-j), O(m log m) per row instead of
 // O(m n).
-func mulToeplitz(b, c *mat.Dense) *mat.Dense {
+func MulToeplitz(b, c *mat.Dense) *mat.Dense {
 	m, n := c.Dims()
 	if n < 64 {
 		return nil
@@ -281,8 +285,8 @@ func prefixDiff(a *mat.Dense) *mat.Dense {
 	return out
 }
 
-// postProcess returns A S^-1 B_S, or B_S itself for the prefix-sum workload.
-func postProcess(w dpcore.Workload, bs *mat.Dense) (*mat.Dense, error) {
+// PostProcess returns A S^-1 B_S, or B_S itself for the prefix-sum workload.
+func PostProcess(w dpcore.Workload, bs *mat.Dense) (*mat.Dense, error) {
 	if w.Kind == dpcore.PrefixSumKind {
 		return bs, nil
 	}
@@ -295,8 +299,8 @@ func postProcess(w dpcore.Workload, bs *mat.Dense) (*mat.Dense, error) {
 	return &b, nil
 }
 
-// cumulativeRows returns S P: row i is the sum of rows 0..i of P.
-func cumulativeRows(p *mat.Dense) *mat.Dense {
+// CumulativeRows returns S P: row i is the sum of rows 0..i of P.
+func CumulativeRows(p *mat.Dense) *mat.Dense {
 	r, c := p.Dims()
 	out := mat.NewDense(r, c, nil)
 	for i := 0; i < r; i++ {
@@ -312,10 +316,10 @@ func cumulativeRows(p *mat.Dense) *mat.Dense {
 	return out
 }
 
-// applyWorkload returns A P, using prefix sums when A = S.
-func applyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
+// ApplyWorkload returns A P, using prefix sums when A = S.
+func ApplyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
 	if w.Kind == dpcore.PrefixSumKind {
-		return cumulativeRows(p), nil
+		return CumulativeRows(p), nil
 	}
 	a, err := w.Matrix()
 	if err != nil {
@@ -326,4 +330,4 @@ func applyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
 	return &b, nil
 }
 
-func finiteFloat(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+func Finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

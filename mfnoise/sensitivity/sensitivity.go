@@ -1,10 +1,15 @@
-package mfnoise
+// Package sensitivity computes the L2 sensitivity of a dense encoder C
+// under a participation schema (SPEC 3): exactly for single participation
+// and for (k,b) participation with a nonnegative Gram matrix, by the
+// min-separation dynamic program of banded-MF Thm 3, or as an upper bound.
+package sensitivity
 
 import (
 	"fmt"
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
@@ -29,9 +34,9 @@ const (
 	MinSepDP dpcore.SensitivityMethod = "minsep-dp"
 )
 
-// Sensitivity returns the L2 sensitivity of the encoder C (m x n) under the
+// Of returns the L2 sensitivity of the encoder C (m x n) under the
 // schema (SPEC 3), whether it is exact, and which path computed it.
-func Sensitivity(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func Of(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	m, n := c.Dims()
 	if err := s.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
@@ -39,7 +44,7 @@ func Sensitivity(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error
 	if m < n {
 		return dpcore.SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
 	}
-	if err := checkFinite("encoder", c); err != nil {
+	if err := CheckFinite("encoder", c); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	if s.Kind == dpcore.Single || s.K == 1 {
@@ -49,13 +54,13 @@ func Sensitivity(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error
 		}
 		return dpcore.SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
 	}
-	return sensitivityFromGram(c, gram(c), s)
+	return FromGram(c, linalg.Gram(c), s)
 }
 
-// sensitivityFromGram is Sensitivity for multiple participation given
+// FromGram is Of for multiple participation given
 // X = C^T C, so mechanisms with structure (trees, FFT, stamps) can supply X
 // without a dense O(m n^2) product. The caller has validated c and s.
-func sensitivityFromGram(c mat.Matrix, x *mat.SymDense, s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func FromGram(c mat.Matrix, x *mat.SymDense, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	n := x.SymmetricDim()
 	if s.Kind == dpcore.Single || s.K == 1 {
 		best := 0.0
@@ -283,7 +288,7 @@ func isLowerBanded(c mat.Matrix, b int) bool {
 	return true
 }
 
-func checkFinite(what string, a mat.Matrix) error {
+func CheckFinite(what string, a mat.Matrix) error {
 	r, c := a.Dims()
 	for i := 0; i < r; i++ {
 		for j := 0; j < c; j++ {
@@ -293,4 +298,8 @@ func checkFinite(what string, a mat.Matrix) error {
 		}
 	}
 	return nil
+}
+
+func invalidf(format string, args ...any) error {
+	return dpcore.Invalid("mfnoise/sensitivity", format, args...)
 }
