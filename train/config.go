@@ -108,8 +108,8 @@ type Config struct {
 
 	// Privacy.
 	NonPrivate bool `json:"non_private"`
-	// Mechanism is the noise mechanism, e.g. privacy.BandMF{Bands: 8}
-	// (nil: privacy.DPSGD{}); a command line parses names with
+	// Mechanism is the noise mechanism, e.g. mfnoise.BandMF{Bands: 8}
+	// (nil: mfnoise.DPSGD{}); a command line parses names with
 	// privacy.ParseMechanism.
 	Mechanism privacy.Mechanism `json:"-"`
 	Workload  WorkloadChoice    `json:"workload"`

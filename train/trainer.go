@@ -397,6 +397,9 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		}
 		return sm, nil
 	}
+	if ie, ok := t.engine.(IndexEngine); ok {
+		return t.clipByIndex(ctx, ie, step, sm)
+	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
 	// additive, so larger batches run in chunks.
 	maxBatch := len(t.yb)

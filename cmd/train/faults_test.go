@@ -266,6 +266,12 @@ func TestCompareFooterGivesRealizedSchema(t *testing.T) {
 const cliChildEnv = "DPMF_CLI_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
+	// The worker processes of train run -workers are os.Executable: this
+	// binary, run as the program (workers_test.go).
+	if os.Getenv(cliAsMainEnv) != "" {
+		main()
+		return
+	}
 	if a := os.Getenv(cliChildEnv); a != "" {
 		var childArgs []string
 		json.Unmarshal([]byte(a), &childArgs)

@@ -80,12 +80,13 @@ const commandsUsage = `Usage of train:
   train eval [flags]      test loss and accuracy of a model saved by train run -save-model
   train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
   train plot [flags]      loss and accuracy plot of a run's metrics file (PNG or SVG)
+  train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.
 `
 
 // commandNames lists every command, for the unknown-command message.
-const commandNames = "run, compare, account, audit, eval, predict, plot or version"
+const commandNames = "run, compare, account, audit, eval, predict, plot, worker or version"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAccount(args, stdout, stderr)
 	case "plot":
 		err = runPlot(args, stdout, stderr)
+	case "worker":
+		err = runWorker(ctx, args, stdout, stderr)
 	case "version":
 		if len(args) > 0 {
 			err = usagef("version takes no arguments")

@@ -139,7 +139,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
-	res, err := train.Run(ctx, cfg)
+	res, err := inv.wf.train(ctx, cfg, inv.fs, log, stderr)
 	finishBar()
 	if err != nil {
 		return err
@@ -162,6 +162,7 @@ type runInvocation struct {
 	fs                            *flag.FlagSet
 	r                             runFlags
 	csvf                          csvFlags
+	wf                            workerFlags
 	clipPerLayer, saveModel, plot string
 	dirGiven                      bool
 }
@@ -176,6 +177,7 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	fs.StringVar(&inv.saveModel, "save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	fs.StringVar(&inv.plot, "plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
 	inv.csvf.register(fs)
+	inv.wf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}

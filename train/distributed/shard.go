@@ -1,0 +1,136 @@
+package distributed
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/train"
+)
+
+// Shard is worker Index of Count: it holds the training examples
+// [Index*m/Count, (Index+1)*m/Count) of a data set of m examples.
+type Shard struct {
+	Index, Count int
+}
+
+// ParseShard reads "i/W" (0 <= i < W).
+func ParseShard(s string) (Shard, error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	w, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || w < 1 || i < 0 || i >= w {
+		return Shard{}, dpcore.Invalidf("distributed: shard %q: want i/W with 0 <= i < W", s)
+	}
+	return Shard{i, w}, nil
+}
+
+func (s Shard) String() string { return fmt.Sprintf("%d/%d", s.Index, s.Count) }
+
+// Range is the shard's examples [lo, hi) of m.
+func (s Shard) Range(m int) (lo, hi int) {
+	return int(int64(s.Index) * int64(m) / int64(s.Count)), int(int64(s.Index+1) * int64(m) / int64(s.Count))
+}
+
+// Options are the settings coordinator and workers share.
+type Options struct {
+	// Run names the run: its subjects are dpmf.train.<Run>.shard.<i> and
+	// dpmf.train.<Run>.done. Letters, digits, '-' and '_'.
+	Run string
+	// Workers is W, the number of shards.
+	Workers int
+	// RequestTimeout is how long the coordinator waits for a word from
+	// a worker working on a request (a computing worker sends a heartbeat
+	// four times a second) before asking again: a worker killed in the
+	// middle of a step is noticed within it (0: 10 s; at least 1 s).
+	RequestTimeout time.Duration
+	// Wait bounds how long one step keeps asking a worker that does not
+	// answer (lost, restarting) before the run stops (0: 60 s).
+	Wait time.Duration
+	// OnReady, when set, is called by Serve once the worker listens.
+	OnReady func()
+}
+
+func (o *Options) defaults() {
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	if o.Wait == 0 {
+		o.Wait = 60 * time.Second
+	}
+}
+
+func (o Options) validate() error {
+	if len(o.Run) < 1 || len(o.Run) > 64 {
+		return dpcore.Invalidf("distributed: run name %q: want 1 to 64 letters, digits, '-' or '_'", o.Run)
+	}
+	for _, c := range o.Run {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return dpcore.Invalidf("distributed: run name %q: want letters, digits, '-' or '_'", o.Run)
+		}
+	}
+	if o.Workers < 1 || o.Workers > maxWorkers {
+		return dpcore.Invalidf("distributed: %d workers: want 1 to %d", o.Workers, maxWorkers)
+	}
+	if o.RequestTimeout < time.Second || o.Wait < 0 {
+		return dpcore.Invalidf("distributed: request timeout %v (want at least 1 s) or wait %v (want positive)", o.RequestTimeout, o.Wait)
+	}
+	return nil
+}
+
+const maxWorkers = 1024
+
+func (o Options) subject(i int) string { return "dpmf.train." + o.Run + ".shard." + strconv.Itoa(i) }
+func (o Options) doneSubject() string  { return "dpmf.train." + o.Run + ".done" }
+
+// checkConfig refuses what the workers cannot compute exactly as one
+// process would.
+func checkConfig(cfg *train.Config) error {
+	switch {
+	case cfg.Train == nil || cfg.Train.Len() == 0:
+		return dpcore.Invalidf("distributed: no training data")
+	case cfg.UserLevel:
+		return dpcore.Invalidf("distributed: user-level runs are not supported across workers (a user's examples would have to live on one worker)")
+	case cfg.Augment:
+		return dpcore.Invalidf("distributed: augmentation is not supported across workers (its randomness is the trainer's)")
+	case cfg.Backend != nil:
+		return dpcore.Invalidf("distributed: Config.Backend is set: the workers build the model from the named model settings")
+	}
+	return nil
+}
+
+// shardDigest identifies what a worker must compute with: the model and
+// clipping settings, the data set's size, and the shard's examples and
+// labels (before any feature transform). A worker refuses requests whose
+// digest is not its own, so a worker started with other data or flags
+// never contributes.
+func shardDigest(cfg *train.Config, model models.Model, s Shard) [32]byte {
+	h := sha256.New()
+	m := cfg.Train.Len()
+	lo, hi := s.Range(m)
+	fmt.Fprintf(h, "dpmf distributed v1\nmodel=%s layout=%v input=%v classes=%d features=%s params=%d\n",
+		model.Name(), model.Layout(), model.InputShape(), model.Classes(), cfg.Features, model.NumParams())
+	fmt.Fprintf(h, "clip=%g perlayer=%v nonprivate=%v batch=%d examples=%d shape=%v classes=%d shard=%s range=%d-%d\n",
+		cfg.ClipNorm, cfg.ClipPerLayer, cfg.NonPrivate, cfg.Batch, m, cfg.Train.Shape, cfg.Train.Classes, s, lo, hi)
+	per := cfg.Train.Shape.Size()
+	var b [8]byte
+	buf := make([]byte, 0, 4*per)
+	for i := lo; i < hi; i++ {
+		buf = buf[:0]
+		for _, v := range cfg.Train.X[i*per : (i+1)*per] {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+		h.Write(buf)
+		binary.LittleEndian.PutUint64(b[:], uint64(cfg.Train.Y[i]))
+		h.Write(b[:])
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
