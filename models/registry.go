@@ -100,7 +100,7 @@ func (n Named) Build(input [3]int, classes int, seed uint64) (Model, error) {
 		}
 	}
 	names := Names()
-	return nil, dpcore.Invalidf("models: model %q: want %s or %s", n.Name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	return nil, dpcore.Invalid("models", "model %q: want %s or %s", n.Name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
 // Known reports whether name is one of Names().
@@ -123,7 +123,7 @@ func (n Named) EstimateParams(inputSize, classes int) float64 {
 // are categorical ids, embedded.
 func buildTabular(n Named, input [3]int, classes int, seed uint64) (Model, error) {
 	if len(n.Categorical) == 0 || len(n.Categorical) > input[0] {
-		return nil, dpcore.Invalidf("models: model tabular: %d categorical columns of %d features (want at least one)", len(n.Categorical), input[0])
+		return nil, dpcore.Invalid("models", "model tabular: %d categorical columns of %d features (want at least one)", len(n.Categorical), input[0])
 	}
 	return NewTabular(input[0]-len(n.Categorical), n.Categorical, n.embeddingDim(), n.hidden(), classes, seed)
 }
