@@ -17,12 +17,12 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-var testSeed = func() []byte {
-	s := make([]byte, 32)
+var testSeed = func() *dpcore.Seed {
+	var s dpcore.Seed
 	for i := range s {
 		s[i] = byte(7*i + 3)
 	}
-	return s
+	return &s
 }()
 
 type setup struct {
@@ -31,7 +31,7 @@ type setup struct {
 	n, d     int
 	k, b     int
 	count    bool
-	seed     []byte
+	seed     *dpcore.Seed
 	float    bool // the float path (before the exact arithmetic)
 }
 
@@ -592,7 +592,6 @@ func TestConfigErrors(t *testing.T) {
 		"delta":    func(c *Config) { c.Delta = 1 },
 		"clip":     func(c *Config) { c.Clip = -1 },
 		"schema":   func(c *Config) { c.K = 3 },
-		"seed":     func(c *Config) { c.Seed = []byte{1} },
 		"workload": func(c *Config) { c.Workload = Workload{Kind: Momentum, Beta: 0.5} },
 		"nil":      func(c *Config) { c.Mechanism = nil },
 	} {

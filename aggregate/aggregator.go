@@ -205,7 +205,7 @@ func (a *Aggregator) fingerprint() []byte {
 		fp["arithmetic"] = arithmeticExact
 	}
 	if a.cfg.Seed != nil {
-		h := sha256.Sum256(a.cfg.Seed)
+		h := sha256.Sum256(a.cfg.Seed[:])
 		fp["seed_sha256"] = hex.EncodeToString(h[:])
 	}
 	b, _ := json.Marshal(fp) // map keys are sorted: the encoding is canonical

@@ -123,9 +123,9 @@ type Config struct {
 	// has L2 norm at most Clip*sqrt(2) and all noise is that much larger.
 	Count bool
 	// Seed is nil for noise seeded from crypto/rand (required for
-	// privacy) or 32 bytes for reproducible tests; the ledger then states
+	// privacy) or a seed for reproducible tests; the ledger then states
 	// that its releases are not covered by the guarantee.
-	Seed []byte
+	Seed *dpcore.Seed
 	// MaxBatch bounds the contributions made durable by one transaction
 	// (group commit); 0 means 4096.
 	MaxBatch int
@@ -182,9 +182,6 @@ func (c *Config) validate() error {
 	}
 	if ms := c.Mechanism.Schema(); ms != s {
 		return invalidf("mechanism sensitivity is for %s, but the aggregator enforces %s (k=%d, b=%d)", ms, s, c.K, c.B)
-	}
-	if c.Seed != nil && len(c.Seed) != 32 {
-		return invalidf("seed has %d bytes, want 32", len(c.Seed))
 	}
 	if c.MaxBatch < 0 || c.NoiseMemory < 0 {
 		return invalidf("max batch %d and noise memory %d must be >= 0", c.MaxBatch, c.NoiseMemory)

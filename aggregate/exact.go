@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
@@ -223,7 +224,7 @@ func (e *exactPath) lattice() *privacy.Lattice {
 // Gaussian's sigma_Z = sigma * sensQ * normGrid * 2^encBits on the integer
 // encoded sums, sensQ the plan's bound on the rounded encoder's
 // sensitivity.
-func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed []byte) error {
+func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed *dpcore.Seed) error {
 	e.sensQ = plan.NoiseSensitivity
 	e.sigmaZ = plan.NoiseMultiplier * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
 	var err error
@@ -505,7 +506,7 @@ func (e *exactPath) load(tx *bolt.Tx, released int) error {
 // seededNoise returns theta_t's noise part for steps 1..t (data units), by
 // redrawing the rows from the seed: what the releases hold beyond the
 // decoded contributions.
-func (e *exactPath) seededNoise(seed []byte, t int) ([][]float64, error) {
+func (e *exactPath) seededNoise(seed *dpcore.Seed, t int) ([][]float64, error) {
 	src, err := noise.NewExactRows(e.m, e.dim, e.variance(), seed)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"math"
+
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // Store layout (one bbolt file). Every value is followed by a CRC-32C of
@@ -70,18 +71,12 @@ func unseal(what string, b []byte) ([]byte, error) {
 	return body, nil
 }
 
-func appendFloats(b []byte, x []float64) []byte {
-	for _, v := range x {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
-}
+func appendFloats(b []byte, x []float64) []byte { return atomicfile.AppendFloats(b, x) }
 
+// readFloats fills dst from b, whose length the caller has checked.
 func readFloats(dst []float64, b []byte) []byte {
-	for i := range dst {
-		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return b[8*len(dst):]
+	rest, _ := atomicfile.ReadFloats(dst, b)
+	return rest
 }
 
 func stepKey(t int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t)) }

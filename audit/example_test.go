@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/audit"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 )
@@ -30,12 +31,12 @@ func ExampleWhitebox() {
 		seed := sha256.Sum256([]byte("example"))
 		wb, err := audit.NewWhitebox(audit.WhiteboxConfig{
 			Canaries: canaries, Dim: dim, Steps: steps, ClipNorm: zeta, NoiseStd: sigma * zeta,
-			Seed: seed[:], // reproducible here; nil (crypto/rand) in a real audit
+			Seed: (*dpcore.Seed)(&seed), // reproducible here; nil (crypto/rand) in a real audit
 		})
 		if err != nil {
 			panic(err)
 		}
-		noise, _ := noise.NewIndependent(steps, dim, noise.Options{Seed: seed[:]})
+		noise, _ := noise.NewIndependent(steps, dim, noise.Options{Seed: (*dpcore.Seed)(&seed)})
 		sum, z := make([]float32, dim), make([]float32, dim)
 		all := make([]int, canaries)
 		for j := range all {

@@ -7,6 +7,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -45,9 +46,9 @@ type WhiteboxConfig struct {
 	// for independent noise (DP-SGD).
 	Factorization *mfnoise.Factorization
 	Participation Participation
-	// Seed (32 bytes) fixes membership and coordinates for a reproducible
-	// audit; nil draws them from crypto/rand.
-	Seed []byte
+	// Seed fixes membership and coordinates for a reproducible audit; nil
+	// draws them from crypto/rand.
+	Seed *dpcore.Seed
 }
 
 // maxObservations bounds m * n (the float64 observations kept): 2 GiB.
@@ -106,10 +107,7 @@ func NewWhitebox(cfg WhiteboxConfig) (*Whitebox, error) {
 	}
 	var seed [32]byte
 	if cfg.Seed != nil {
-		if len(cfg.Seed) != 32 {
-			return nil, invalidf("whitebox: seed of %d bytes, want 32", len(cfg.Seed))
-		}
-		seed = sha256.Sum256(append([]byte("audit/whitebox/"), cfg.Seed...))
+		seed = sha256.Sum256(append([]byte("audit/whitebox/"), cfg.Seed[:]...))
 	} else if _, err := rand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("audit: seeding: %w", err)
 	}

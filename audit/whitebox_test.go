@@ -79,7 +79,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 		t.Fatal(err)
 	}
 	seed := sha256.Sum256([]byte("tree audit " + mech))
-	cfg := WhiteboxConfig{Canaries: m, Dim: m, Steps: n, ClipNorm: 1, NoiseStd: sigma * sens.Value, Factorization: f, Seed: seed[:]}
+	cfg := WhiteboxConfig{Canaries: m, Dim: m, Steps: n, ClipNorm: 1, NoiseStd: sigma * sens.Value, Factorization: f, Seed: (*dpcore.Seed)(&seed)}
 	if a.noWhiten {
 		cfg.Factorization = nil
 	}
@@ -87,7 +87,7 @@ func whiteboxTree(t *testing.T, mech string, a treeAudit) (claimed float64, res 
 	if err != nil {
 		t.Fatal(err)
 	}
-	noise, err := noise.New(f, m, noise.Options{Seed: seed[:]})
+	noise, err := noise.New(f, m, noise.Options{Seed: (*dpcore.Seed)(&seed)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,6 @@ func TestWhiteboxRejectsBadInput(t *testing.T) {
 		func(c *WhiteboxConfig) { c.Steps = 0 },
 		func(c *WhiteboxConfig) { c.NoiseStd = 0 },
 		func(c *WhiteboxConfig) { c.ClipNorm = math.Inf(1) },
-		func(c *WhiteboxConfig) { c.Seed = []byte("short") },
 		func(c *WhiteboxConfig) { c.Participation = Participation{Amplified: true, Q: 1.5, Partitions: 1} },
 		func(c *WhiteboxConfig) { c.Participation = Participation{Amplified: true, Q: 0.5, Partitions: 0} },
 		func(c *WhiteboxConfig) { c.Canaries, c.Dim, c.Steps = 1<<20, 1<<20, 1<<10 },

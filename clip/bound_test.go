@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // TestClippedNormBound checks that every single example's clipped
@@ -19,7 +20,7 @@ func TestClippedNormBound(t *testing.T) {
 	worst := 0.0
 	for _, mk := range []func() (models.Model, error){
 		func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) },
-		func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, "relu", 3) },
+		func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, nn.ReLU, 3) },
 	} {
 		m, err := mk()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )
@@ -23,8 +24,8 @@ type testModel struct {
 func testModels() []testModel {
 	return []testModel{
 		{"logistic", "", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 1) }, false},
-		{"mlp-tanh", "tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) }, false},
-		{"mlp-relu", "relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) }, false},
+		{"mlp-tanh", "tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, nn.Tanh, 2) }, false},
+		{"mlp-relu", "relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, nn.ReLU, 3) }, false},
 		// 8x8 inputs: convolutions on 8x8, 4x4, 2x2 with pooling between,
 		// so both the materialized and the ghost norm paths run.
 		{"cnn", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }, false},
@@ -380,7 +381,7 @@ func TestNonFinite(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestEvaluatePredict(t *testing.T) {
-	m, err := models.NewMLP([3]int{1, 2, 3}, []int{4}, 3, "relu", 5)
+	m, err := models.NewMLP([3]int{1, 2, 3}, []int{4}, 3, nn.ReLU, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +501,7 @@ func (c countingBLAS) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a
 }
 
 func TestUseBLAS32(t *testing.T) {
-	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,11 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 func ExampleEngine_ClippedSum() {
-	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, "relu", 1)
+	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, nn.ReLU, 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func ExampleEngine_ClippedSum() {
 }
 
 func ExampleEngine_UserClippedSum() {
-	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, "relu", 1)
+	m, err := models.NewMLP([3]int{1, 4, 4}, []int{8}, 3, nn.ReLU, 1)
 	if err != nil {
 		log.Fatal(err)
 	}

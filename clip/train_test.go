@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 const fashionDir = "/usr/share/datasets/fashion-mnist"
@@ -99,7 +100,7 @@ func TestTrainFashionMNIST(t *testing.T) {
 		{Options{Norm: 3, MaxBatch: batch}, 0.3},
 	} {
 		opt, lr := c.opt, c.lr
-		m, err := models.NewMLP([3]int{1, 28, 28}, []int{100}, 10, "tanh", 1)
+		m, err := models.NewMLP([3]int{1, 28, 28}, []int{100}, 10, nn.Tanh, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // BenchmarkUserClippedSum is one step of the Fashion-MNIST MLP (784-128-10)
@@ -14,7 +15,7 @@ import (
 // clipping.
 func BenchmarkUserClippedSum(b *testing.B) {
 	installBLAS()
-	m, err := models.NewMLP([3]int{1, 28, 28}, []int{128}, 10, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 28, 28}, []int{128}, 10, nn.Tanh, 1)
 	if err != nil {
 		b.Fatal(err)
 	}

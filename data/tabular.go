@@ -89,6 +89,9 @@ const maxTabularCells = 1 << 28
 // unknown label is an error. Ragged rows, empty or non-numeric values in
 // numeric columns, non-finite numbers, duplicate or missing columns are
 // errors that name the line and column.
+//
+// The steps: read the header, give every column its role, read the rows,
+// fix the vocabulary, encode the rows as features and labels.
 func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error) {
 	cr := csv.NewReader(r)
 	if spec.Comma != 0 {
@@ -96,6 +99,37 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	}
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = -1 // ragged rows get our own message
+	header, err := readHeader(cr)
+	if err != nil {
+		return nil, err
+	}
+	lay, err := layoutColumns(header, spec, vocab)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := lay.readRows(cr, spec)
+	if err != nil {
+		return nil, err
+	}
+	v, ids, err := lay.vocabulary(rows.cats, spec, vocab)
+	if err != nil {
+		return nil, err
+	}
+	x, y, err := lay.encode(rows, ids, len(v.Classes))
+	if err != nil {
+		return nil, err
+	}
+	ds, err := NewDataset(x, y, Shape{C: lay.features(), H: 1, W: 1}, len(v.Classes))
+	if err != nil {
+		return nil, invalidf("csv: %s", dpcore.Within("data", err))
+	}
+	ds.Name = "csv"
+	ds.Owners = rows.owners
+	return &Tabular{Dataset: ds, Numeric: lay.numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}, nil
+}
+
+// readHeader reads the header row: trimmed names, none empty or repeated.
+func readHeader(cr *csv.Reader) ([]string, error) {
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, formatf("csv: empty file, want a header row")
@@ -104,103 +138,147 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 		return nil, formatf("csv: header: %v", csvErr(err))
 	}
 	header = slices.Clone(header)
-	col := make(map[string]int, len(header))
+	seen := make(map[string]bool, len(header))
 	for i, h := range header {
 		h = strings.TrimSpace(h)
 		header[i] = h
 		if h == "" {
 			return nil, formatf("csv: header column %d has no name", i+1)
 		}
-		if _, dup := col[h]; dup {
+		if seen[h] {
 			return nil, formatf("csv: header names column %q twice", h)
 		}
-		col[h] = i
+		seen[h] = true
 	}
-	find := func(role, name string) (int, error) {
-		i, ok := col[name]
-		if !ok {
-			return 0, invalidf("csv: %s column %q is not in the header %q", role, name, header)
+	return header, nil
+}
+
+// csvLayout is what each column of a table is: the label, the
+// categorical and numeric features, the user id, or ignored.
+type csvLayout struct {
+	header   []string
+	labelCol int // -1: no label read
+	userCol  int // -1: no user column
+	catCols  []int
+	numCols  []int
+	numNames []string
+}
+
+func (l *csvLayout) features() int { return len(l.numCols) + len(l.catCols) }
+
+// columnRoles names the role of every column: 'n'umeric (the default),
+// 'N'umeric by name, 'c'ategorical, 'l'abel, 'i'gnored, 'u'ser.
+type columnRoles struct {
+	header []string
+	col    map[string]int
+	role   []byte
+}
+
+func newColumnRoles(header []string) *columnRoles {
+	t := &columnRoles{header: header, col: make(map[string]int, len(header)), role: make([]byte, len(header))}
+	for i, h := range header {
+		t.col[h] = i
+		t.role[i] = 'n'
+	}
+	return t
+}
+
+// find is the index of the column name has the role what.
+func (t *columnRoles) find(what, name string) (int, error) {
+	i, ok := t.col[name]
+	if !ok {
+		return 0, invalidf("csv: %s column %q is not in the header %q", what, name, t.header)
+	}
+	return i, nil
+}
+
+// assign gives the named columns the role r and returns their indices.
+func (t *columnRoles) assign(what string, names []string, r byte) ([]int, error) {
+	cols := make([]int, len(names))
+	for j, name := range names {
+		i, err := t.find(what, name)
+		if err != nil {
+			return nil, err
 		}
-		return i, nil
+		if t.role[i] != 'n' {
+			return nil, invalidf("csv: column %q given two roles", name)
+		}
+		t.role[i], cols[j] = r, i
 	}
-	role := make([]byte, len(header)) // 'n'umeric, 'c'ategorical, 'l'abel, 'i'gnore, 'u'ser
-	for i := range role {
-		role[i] = 'n'
-	}
-	labelCol := -1
+	return cols, nil
+}
+
+// layoutColumns gives every column of header its role from spec.
+func layoutColumns(header []string, spec TabularSpec, vocab *Vocabulary) (*csvLayout, error) {
+	t := newColumnRoles(header)
+	lay := &csvLayout{header: header, labelCol: -1, userCol: -1}
 	switch {
 	case spec.NoLabel:
 		if vocab == nil {
 			return nil, invalidf("csv: rows without labels need the vocabulary of the model's training data")
 		}
-		if i, ok := col[spec.Label]; ok {
-			role[i] = 'i'
+		if i, ok := t.col[spec.Label]; ok {
+			t.role[i] = 'i'
 		}
 	case spec.Label == "":
 		return nil, invalidf("csv: no label column named")
 	default:
-		if labelCol, err = find("label", spec.Label); err != nil {
-			return nil, err
-		}
-		role[labelCol] = 'l'
-	}
-	// assign gives the named columns a role and returns their indices.
-	assign := func(what string, names []string, r byte) ([]int, error) {
-		cols := make([]int, len(names))
-		for j, name := range names {
-			i, err := find(what, name)
-			if err != nil {
-				return nil, err
-			}
-			if role[i] != 'n' {
-				return nil, invalidf("csv: column %q given two roles", name)
-			}
-			role[i], cols[j] = r, i
-		}
-		return cols, nil
-	}
-	catCols, err := assign("categorical", spec.Categorical, 'c')
-	if err != nil {
-		return nil, err
-	}
-	if _, err := assign("ignored", spec.Ignore, 'i'); err != nil {
-		return nil, err
-	}
-	userCol := -1
-	if spec.User != "" {
-		uc, err := assign("user", []string{spec.User}, 'u')
+		cols, err := t.assign("label", []string{spec.Label}, 'l')
 		if err != nil {
 			return nil, err
 		}
-		userCol = uc[0]
+		lay.labelCol = cols[0]
 	}
-	var owners []int64
-	ownerID := map[string]int64{}
-	var numCols []int
-	var numNames []string
-	if spec.Numeric != nil {
-		if numCols, err = assign("numeric", spec.Numeric, 'N'); err != nil {
+	var err error
+	if lay.catCols, err = t.assign("categorical", spec.Categorical, 'c'); err != nil {
+		return nil, err
+	}
+	if _, err := t.assign("ignored", spec.Ignore, 'i'); err != nil {
+		return nil, err
+	}
+	if spec.User != "" {
+		uc, err := t.assign("user", []string{spec.User}, 'u')
+		if err != nil {
 			return nil, err
 		}
-		numNames = slices.Clone(spec.Numeric)
+		lay.userCol = uc[0]
+	}
+	if spec.Numeric != nil {
+		if lay.numCols, err = t.assign("numeric", spec.Numeric, 'N'); err != nil {
+			return nil, err
+		}
+		lay.numNames = slices.Clone(spec.Numeric)
 	} else {
-		for i, r := range role {
+		for i, r := range t.role {
 			if r == 'n' {
-				numCols = append(numCols, i)
-				numNames = append(numNames, header[i])
+				lay.numCols = append(lay.numCols, i)
+				lay.numNames = append(lay.numNames, header[i])
 			}
 		}
 	}
-	if vocab != nil && len(vocab.Levels) != len(catCols) {
-		return nil, invalidf("csv: vocabulary has %d categorical columns, spec names %d", len(vocab.Levels), len(catCols))
+	if vocab != nil && len(vocab.Levels) != len(lay.catCols) {
+		return nil, invalidf("csv: vocabulary has %d categorical columns, spec names %d", len(vocab.Levels), len(lay.catCols))
 	}
-	F := len(numCols) + len(catCols)
-	if F == 0 {
+	if lay.features() == 0 {
 		return nil, invalidf("csv: no feature columns besides the label")
 	}
+	return lay, nil
+}
 
-	var nums []float32
-	var cats [][]string // per row, raw categorical values then the label
+// csvRows are a table's rows as read: the numeric features, the raw
+// categorical values and label of each row, and each row's owner.
+type csvRows struct {
+	nums   []float32
+	cats   [][]string // per row, raw categorical values then the label
+	owners []int64
+}
+
+// readRows reads the rows after the header, checking each against the
+// layout (field count, finite numbers, labels and user ids present).
+func (l *csvLayout) readRows(cr *csv.Reader, spec TabularSpec) (*csvRows, error) {
+	rows := &csvRows{}
+	ownerID := map[string]int64{}
+	F := l.features()
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -210,33 +288,33 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 			return nil, formatf("csv: %v", csvErr(err))
 		}
 		line, _ := cr.FieldPos(0)
-		if len(rec) != len(header) {
-			return nil, formatf("csv: line %d has %d fields, the header has %d", line, len(rec), len(header))
+		if len(rec) != len(l.header) {
+			return nil, formatf("csv: line %d has %d fields, the header has %d", line, len(rec), len(l.header))
 		}
-		if (len(cats)+1)*F > maxTabularCells {
+		if (len(rows.cats)+1)*F > maxTabularCells {
 			return nil, invalidf("csv: more than %d feature values (%d MiB as float32): too large to hold in memory", maxTabularCells, maxTabularCells*4>>20)
 		}
-		for _, i := range numCols {
+		for _, i := range l.numCols {
 			s := strings.TrimSpace(rec[i])
 			v, perr := strconv.ParseFloat(s, 64)
 			if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > math.MaxFloat32 {
-				return nil, formatf("csv: line %d column %q: %q is not a finite number", line, header[i], s)
+				return nil, formatf("csv: line %d column %q: %q is not a finite number", line, l.header[i], s)
 			}
-			nums = append(nums, float32(v))
+			rows.nums = append(rows.nums, float32(v))
 		}
-		row := make([]string, len(catCols)+1)
-		for j, i := range catCols {
+		row := make([]string, len(l.catCols)+1)
+		for j, i := range l.catCols {
 			row[j] = strings.TrimSpace(rec[i])
 		}
-		if labelCol >= 0 {
-			row[len(catCols)] = strings.TrimSpace(rec[labelCol])
-			if row[len(catCols)] == "" {
+		if l.labelCol >= 0 {
+			row[len(l.catCols)] = strings.TrimSpace(rec[l.labelCol])
+			if row[len(l.catCols)] == "" {
 				return nil, formatf("csv: line %d: empty label", line)
 			}
 		}
-		cats = append(cats, row)
-		if userCol >= 0 {
-			u := strings.TrimSpace(rec[userCol])
+		rows.cats = append(rows.cats, row)
+		if l.userCol >= 0 {
+			u := strings.TrimSpace(rec[l.userCol])
 			if u == "" {
 				return nil, formatf("csv: line %d: empty user id in column %q", line, spec.User)
 			}
@@ -245,14 +323,19 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 				id = int64(len(ownerID))
 				ownerID[u] = id
 			}
-			owners = append(owners, id)
+			rows.owners = append(rows.owners, id)
 		}
 	}
-	n := len(cats)
-	if n == 0 {
+	if len(rows.cats) == 0 {
 		return nil, formatf("csv: no rows after the header")
 	}
+	return rows, nil
+}
 
+// vocabulary is vocab (copied) or the levels and classes found in cats,
+// with the id of every level and class: ids[j] for categorical column j,
+// ids[len(catCols)] for the label.
+func (l *csvLayout) vocabulary(cats [][]string, spec TabularSpec, vocab *Vocabulary) (Vocabulary, []map[string]int, error) {
 	var v Vocabulary
 	if vocab != nil {
 		v = Vocabulary{Levels: make([][]string, len(vocab.Levels)), Classes: slices.Clone(vocab.Classes)}
@@ -260,58 +343,58 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 			v.Levels[j] = slices.Clone(vocab.Levels[j])
 		}
 	} else {
-		v.Levels = make([][]string, len(catCols))
-		for j := range catCols {
+		v.Levels = make([][]string, len(l.catCols))
+		for j := range l.catCols {
 			v.Levels[j] = levels(cats, j)
 		}
-		v.Classes = levels(cats, len(catCols))
+		v.Classes = levels(cats, len(l.catCols))
 	}
 	if len(v.Classes) < 2 {
-		return nil, invalidf("csv: label column %q has %d classes, want at least 2", spec.Label, len(v.Classes))
+		return v, nil, invalidf("csv: label column %q has %d classes, want at least 2", spec.Label, len(v.Classes))
 	}
 	if len(v.Classes) > 1<<24 {
-		return nil, invalidf("csv: label column %q has %d classes, too many", spec.Label, len(v.Classes))
+		return v, nil, invalidf("csv: label column %q has %d classes, too many", spec.Label, len(v.Classes))
 	}
 	ids := make([]map[string]int, len(v.Levels)+1)
-	for j, l := range append(slices.Clone(v.Levels), v.Classes) {
-		ids[j] = make(map[string]int, len(l))
-		for k, s := range l {
+	for j, lv := range append(slices.Clone(v.Levels), v.Classes) {
+		ids[j] = make(map[string]int, len(lv))
+		for k, s := range lv {
 			if _, dup := ids[j][s]; dup {
-				return nil, invalidf("csv: vocabulary repeats level %q", s)
+				return v, nil, invalidf("csv: vocabulary repeats level %q", s)
 			}
 			ids[j][s] = k
 		}
-		if j < len(v.Levels) && len(l)+1 > 1<<24 {
-			return nil, invalidf("csv: categorical column %q has %d levels, more than float32 ids hold exactly", spec.Categorical[j], len(l))
+		if j < len(v.Levels) && len(lv)+1 > 1<<24 {
+			return v, nil, invalidf("csv: categorical column %q has %d levels, more than float32 ids hold exactly", spec.Categorical[j], len(lv))
 		}
 	}
+	return v, ids, nil
+}
 
+// encode lays the rows out as features (numeric, then categorical ids:
+// 0 unknown, l+1 for level l) and labels (class ids).
+func (l *csvLayout) encode(rows *csvRows, ids []map[string]int, classes int) ([]float32, []int, error) {
+	n, F, nn := len(rows.cats), l.features(), len(l.numCols)
 	x := make([]float32, n*F)
 	y := make([]int, n)
-	nn := len(numCols)
 	for r := 0; r < n; r++ {
-		copy(x[r*F:r*F+nn], nums[r*nn:(r+1)*nn])
-		for j := range catCols {
-			if k, ok := ids[j][cats[r][j]]; ok {
+		copy(x[r*F:r*F+nn], rows.nums[r*nn:(r+1)*nn])
+		for j := range l.catCols {
+			if k, ok := ids[j][rows.cats[r][j]]; ok {
 				x[r*F+nn+j] = float32(k + 1)
 			}
 		}
-		if labelCol < 0 {
+		if l.labelCol < 0 {
 			continue
 		}
-		k, ok := ids[len(catCols)][cats[r][len(catCols)]]
+		label := rows.cats[r][len(l.catCols)]
+		k, ok := ids[len(l.catCols)][label]
 		if !ok {
-			return nil, formatf("csv: row %d: label %q is not one of the vocabulary's %d classes", r+1, cats[r][len(catCols)], len(v.Classes))
+			return nil, nil, formatf("csv: row %d: label %q is not one of the vocabulary's %d classes", r+1, label, classes)
 		}
 		y[r] = k
 	}
-	ds, err := NewDataset(x, y, Shape{C: F, H: 1, W: 1}, len(v.Classes))
-	if err != nil {
-		return nil, invalidf("csv: %s", dpcore.Within("data", err))
-	}
-	ds.Name = "csv"
-	ds.Owners = owners
-	return &Tabular{Dataset: ds, Numeric: numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}, nil
+	return x, y, nil
 }
 
 // levels returns the distinct values of column j of rows, sorted

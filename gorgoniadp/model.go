@@ -102,15 +102,42 @@ func newModel(name string, g Graph) (*Model, error) {
 	if (g.Loss == nil) != (g.Label == nil) {
 		return nil, dpcore.Invalidf("give both Loss and Label, or neither (then the cross-entropy of Logits is added)")
 	}
+	m := &Model{name: name, g: g, shape: g.Shape}
+	if err := m.checkInputOutput(); err != nil {
+		return nil, err
+	}
+	seen, err := checkParams(g)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkLoss(seen); err != nil {
+		return nil, err
+	}
+	if err := m.bind(); err != nil {
+		return nil, err
+	}
+	if m.grads, err = grad(m.g.Loss, g.Params); err != nil {
+		return nil, err
+	}
 	eg := g.Input.Graph()
+	roots := append(gorgonia.Nodes{m.g.Loss, g.Logits}, m.grads...)
+	m.train = gorgonia.NewTapeMachine(eg.SubgraphRoots(roots...))
+	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
+	return m, nil
+}
+
+// checkInputOutput checks the input node (one example, float32) and the
+// logits, and sets the data shape (Graph.Shape, or the input's) and the
+// classes.
+func (m *Model) checkInputOutput() error {
+	g := m.g
 	in := g.Input.Shape()
 	if g.Input.Dtype() != tensor.Float32 || len(in) < 2 || in[0] != 1 {
-		return nil, dpcore.Invalidf("input node %s: %v of shape %v: want float32 of shape (1, C, H, W) or (1, D), the graph of one example", g.Input.Name(), g.Input.Dtype(), in)
+		return dpcore.Invalidf("input node %s: %v of shape %v: want float32 of shape (1, C, H, W) or (1, D), the graph of one example", g.Input.Name(), g.Input.Dtype(), in)
 	}
 	if g.Input.Op() != nil {
-		return nil, dpcore.Invalidf("input node %s is computed by %v: want an input node", g.Input.Name(), g.Input.Op())
+		return dpcore.Invalidf("input node %s is computed by %v: want an input node", g.Input.Name(), g.Input.Op())
 	}
-	m := &Model{name: name, g: g, shape: g.Shape}
 	if m.shape == ([3]int{}) {
 		switch len(in) {
 		case 4:
@@ -118,21 +145,29 @@ func newModel(name string, g Graph) (*Model, error) {
 		case 2:
 			m.shape = [3]int{in[1], 1, 1}
 		default:
-			return nil, dpcore.Invalidf("input node %s has shape %v: give Graph.Shape", g.Input.Name(), in)
+			return dpcore.Invalidf("input node %s has shape %v: give Graph.Shape", g.Input.Name(), in)
 		}
 	}
 	if s := m.shape; s[0]*s[1]*s[2] != in.TotalSize() || s[0] <= 0 || s[1] <= 0 || s[2] <= 0 {
-		return nil, dpcore.Invalidf("data shape %v does not fit input node %s of shape %v", m.shape, g.Input.Name(), in)
+		return dpcore.Invalidf("data shape %v does not fit input node %s of shape %v", m.shape, g.Input.Name(), in)
 	}
 	ls := g.Logits.Shape()
 	if g.Logits.Dtype() != tensor.Float32 || !(len(ls) == 1 || len(ls) == 2 && ls[0] == 1) || ls.TotalSize() < 2 {
-		return nil, dpcore.Invalidf("logits node %s: %v of shape %v: want float32 of shape (1, K) or (K), K >= 2 classes", g.Logits.Name(), g.Logits.Dtype(), ls)
+		return dpcore.Invalidf("logits node %s: %v of shape %v: want float32 of shape (1, K) or (K), K >= 2 classes", g.Logits.Name(), g.Logits.Dtype(), ls)
 	}
 	m.classes = ls.TotalSize()
-	if g.Logits.Graph() != eg {
-		return nil, dpcore.Invalidf("logits node %s belongs to another graph than the input", g.Logits.Name())
+	if g.Logits.Graph() != g.Input.Graph() {
+		return dpcore.Invalidf("logits node %s belongs to another graph than the input", g.Logits.Name())
 	}
-	seen := map[*gorgonia.Node]bool{g.Input: true}
+	return nil
+}
+
+// checkParams checks that the parameters are distinct float32 input nodes
+// of the input's graph with values, and that the forward graph uses only
+// supported ops; seen holds the input and the parameters.
+func checkParams(g Graph) (seen map[*gorgonia.Node]bool, err error) {
+	eg := g.Input.Graph()
+	seen = map[*gorgonia.Node]bool{g.Input: true}
 	for _, p := range g.Params {
 		if p == nil || p.Graph() != eg {
 			return nil, dpcore.Invalidf("parameter %v is nil or belongs to another graph", p)
@@ -154,40 +189,55 @@ func newModel(name string, g Graph) (*Model, error) {
 	if err := checkOps(eg.SubgraphRoots(g.Logits).AllNodes()); err != nil {
 		return nil, err
 	}
+	return seen, nil
+}
+
+// checkLoss checks the user's loss and label nodes, or adds the
+// cross-entropy of the logits, and requires a value of every other input
+// node the loss reads (a constant).
+func (m *Model) checkLoss(seen map[*gorgonia.Node]bool) error {
+	g := m.g
+	eg := g.Input.Graph()
 	if g.Loss != nil {
 		if g.Loss.Graph() != eg || g.Label.Graph() != eg {
-			return nil, dpcore.Invalidf("loss node %s or label node %s belongs to another graph than the input", g.Loss.Name(), g.Label.Name())
+			return dpcore.Invalidf("loss node %s or label node %s belongs to another graph than the input", g.Loss.Name(), g.Label.Name())
 		}
 		if err := checkOps(eg.SubgraphRoots(g.Loss).AllNodes()); err != nil {
-			return nil, err
+			return err
 		}
 		if !g.Loss.IsScalar() || g.Loss.Dtype() != tensor.Float32 {
-			return nil, dpcore.Invalidf("loss node %s: want a float32 scalar, got %v %v", g.Loss.Name(), g.Loss.Dtype(), g.Loss.Shape())
+			return dpcore.Invalidf("loss node %s: want a float32 scalar, got %v %v", g.Loss.Name(), g.Loss.Dtype(), g.Loss.Shape())
 		}
 		if g.Label.Op() != nil || g.Label.Dtype() != tensor.Float32 || g.Label.Shape().TotalSize() != m.classes {
-			return nil, dpcore.Invalidf("label node %s: want a float32 input node of %d values (one-hot), got %v %v", g.Label.Name(), m.classes, g.Label.Dtype(), g.Label.Shape())
+			return dpcore.Invalidf("label node %s: want a float32 input node of %d values (one-hot), got %v %v", g.Label.Name(), m.classes, g.Label.Dtype(), g.Label.Shape())
 		}
 	} else {
 		var err error
 		if m.g.Label, m.g.Loss, err = crossEntropy(g.Logits); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	// Every other input node the loss reads is a constant and needs a
-	// value now.
 	for _, n := range eg.SubgraphRoots(m.g.Loss).AllNodes() {
 		if n.Op() == nil && !seen[n] && n != m.g.Label && n.Value() == nil {
-			return nil, dpcore.Invalidf("input node %s has no value: list it in Params to train it, or give it a value", n.Name())
+			return dpcore.Invalidf("input node %s has no value: list it in Params to train it, or give it a value", n.Name())
 		}
 	}
-	// Inputs and parameters: one flat buffer the nodes view.
+	return nil
+}
+
+// bind gives the input, the label and the parameters buffers of their
+// own that the nodes view: the parameters one flat buffer, copied from
+// their initial values.
+func (m *Model) bind() error {
+	g := m.g
+	in := g.Input.Shape()
 	m.x = make([]float32, in.TotalSize())
 	if err := gorgonia.Let(g.Input, tensor.New(tensor.WithShape(in...), tensor.WithBacking(m.x))); err != nil {
-		return nil, fmt.Errorf("binding the input: %w", err)
+		return fmt.Errorf("binding the input: %w", err)
 	}
 	m.y = make([]float32, m.classes)
 	if err := gorgonia.Let(m.g.Label, tensor.New(tensor.WithShape(m.g.Label.Shape()...), tensor.WithBacking(m.y))); err != nil {
-		return nil, fmt.Errorf("binding the label: %w", err)
+		return fmt.Errorf("binding the label: %w", err)
 	}
 	total := 0
 	for _, p := range g.Params {
@@ -201,20 +251,13 @@ func newModel(name string, g Graph) (*Model, error) {
 		copy(m.flat[off:off+n], p.Value().(*tensor.Dense).Data().([]float32))
 		v := tensor.New(tensor.WithShape(p.Shape()...), tensor.WithBacking(m.flat[off:off+n:off+n]))
 		if err := gorgonia.Let(p, v); err != nil {
-			return nil, fmt.Errorf("binding parameter %s: %w", p.Name(), err)
+			return fmt.Errorf("binding parameter %s: %w", p.Name(), err)
 		}
 		m.views = append(m.views, v)
 		m.names = append(m.names, p.Name())
 		m.shapes = append(m.shapes, []int(p.Shape().Clone()))
 	}
-	var err error
-	if m.grads, err = grad(m.g.Loss, g.Params); err != nil {
-		return nil, err
-	}
-	roots := append(gorgonia.Nodes{m.g.Loss, g.Logits}, m.grads...)
-	m.train = gorgonia.NewTapeMachine(eg.SubgraphRoots(roots...))
-	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
-	return m, nil
+	return nil
 }
 
 // grad is gorgonia.Grad, with gorgonia's panics (ops without a

@@ -1,11 +1,9 @@
 package mfnoise
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
@@ -150,9 +148,7 @@ func denseBytes(m *mat.Dense) []byte {
 	r, c := m.Dims()
 	out := make([]byte, 0, 8*r*c)
 	for i := 0; i < r; i++ {
-		for _, v := range m.RawRowView(i) {
-			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(v))
-		}
+		out = atomicfile.AppendFloats(out, m.RawRowView(i))
 	}
 	return out
 }
@@ -164,9 +160,9 @@ func bytesDense(r, c int, data []byte) (*mat.Dense, error) {
 	if len(data) != 8*r*c {
 		return nil, fmt.Errorf("%d bytes for a %d x %d matrix", len(data), r, c)
 	}
-	v := make([]float64, r*c)
-	for i := range v {
-		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*i:]))
+	v, err := atomicfile.DecodeFloats[float64](data, r*c)
+	if err != nil {
+		return nil, err
 	}
 	return mat.NewDense(r, c, v), nil
 }

@@ -18,7 +18,7 @@ import (
 
 func ExampleNewMLP() {
 	// A 784-100-10 tanh network for 28x28 grey-scale images.
-	m, err := models.NewMLP([3]int{1, 28, 28}, []int{100}, 10, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 28, 28}, []int{100}, 10, nn.Tanh, 1)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package models
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // ErrCorruptFile is wrapped by Load for data that is not an intact model
@@ -135,15 +133,7 @@ func Save(w io.Writer, m Model, meta Metadata) error {
 			return dpcore.Invalid("models", "save: parameter %d is %v", i, v)
 		}
 	}
-	buf := make([]byte, 4*len(params))
-	for i, v := range params {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
-	}
-	payload, err := msgpack.Marshal(&filePayload{Arch: a.Architecture(), Meta: meta, Params: buf})
-	if err != nil {
-		return fmt.Errorf("models: save: %w", err)
-	}
-	b, err := atomicfile.Seal(fileMagic, fileVersion, payload)
+	b, err := atomicfile.MarshalState(fileMagic, fileVersion, &filePayload{Arch: a.Architecture(), Meta: meta, Params: atomicfile.AppendFloats(nil, params)})
 	if err != nil {
 		return fmt.Errorf("models: save: %w", err)
 	}
@@ -207,12 +197,13 @@ func fill(m Model, meta Metadata, raw []byte) (*Trained, error) {
 	if len(raw) != 4*len(params) {
 		return nil, fmt.Errorf("models: load: %w: %d parameters for a %s of %d", ErrCorruptFile, len(raw)/4, m.Name(), len(params))
 	}
-	for i := range params {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	if _, err := atomicfile.ReadFloats(params, raw); err != nil {
+		return nil, fmt.Errorf("models: load: %w: %s", ErrCorruptFile, atomicfile.Reason(err))
+	}
+	for i, v := range params {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return nil, fmt.Errorf("models: load: %w: parameter %d is %v", ErrCorruptFile, i, v)
 		}
-		params[i] = v
 	}
 	return &Trained{Model: m, Architecture: m.(Architected).Architecture(), Metadata: meta}, nil
 }

@@ -6,13 +6,14 @@ import (
 	"log"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // ExampleLoad saves a model with the privacy claim of the run that trained
 // it, loads it back with no training dependencies, and predicts class
 // probabilities for two examples.
 func ExampleLoad() {
-	m, err := models.NewMLP([3]int{1, 2, 2}, []int{8}, 3, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{8}, 3, nn.Tanh, 1)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -22,8 +22,8 @@ func fileTestModels(t testing.TB) []Model {
 	t.Helper()
 	mk := []func() (Model, error){
 		func() (Model, error) { return NewLogistic([3]int{1, 4, 4}, 3, 1) },
-		func() (Model, error) { return NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, "tanh", 2) },
-		func() (Model, error) { return NewMLP([3]int{1, 4, 4}, []int{6}, 3, "relu", 3) },
+		func() (Model, error) { return NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, nn.Tanh, 2) },
+		func() (Model, error) { return NewMLP([3]int{1, 4, 4}, []int{6}, 3, nn.ReLU, 3) },
 		func() (Model, error) { return NewCIFARCNN([3]int{3, 10, 10}, 5, 4) },
 		// Builder-made models: WRN-16-4 on small images, the tabular
 		// classifier, and users' own stacks.
@@ -355,7 +355,7 @@ func TestLoadVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 5)
+	m, err := NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 5)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,21 +1,34 @@
 package models
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
+	"slices"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
-// checkpoint is the on-disk form written by Save: a msgpack record whose
-// Params are little-endian float32 bytes guarded by a CRC-32 (Castagnoli).
-type checkpoint struct {
+// state is what Save writes: the state codec of package atomicfile (kind
+// stateMagic), a msgpack record whose Params are little-endian float32.
+type state struct {
+	Name    string      `msgpack:"name"`
+	Input   [3]int      `msgpack:"input"`
+	Classes int         `msgpack:"classes"`
+	Layout  []ParamInfo `msgpack:"layout"`
+	Params  []byte      `msgpack:"params"`
+}
+
+const (
+	stateMagic   = "dpmf-model-state"
+	stateVersion = 1
+)
+
+// legacyState is what Save wrote before the state codec (format
+// "dpmf-models-v1", a bare msgpack record whose parameters a CRC-32C
+// guards). Such states, inside checkpoints of earlier builds, still load.
+type legacyState struct {
 	Format  string `msgpack:"format"`
 	Name    string `msgpack:"name"`
 	Input   [3]int `msgpack:"input"`
@@ -25,29 +38,26 @@ type checkpoint struct {
 	CRC     uint32 `msgpack:"crc32c"`
 }
 
-const checkpointFormat = "dpmf-models-v1"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+const legacyFormat = "dpmf-models-v1"
 
 // Save implements Model.
 func (m *seq) Save(w io.Writer) error {
-	buf := make([]byte, 4*len(m.params))
-	for i, v := range m.params {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	b, err := atomicfile.MarshalState(stateMagic, stateVersion, &state{Name: m.name, Input: m.in, Classes: m.classes,
+		Layout: m.layout, Params: atomicfile.AppendFloats(nil, m.params)})
+	if err == nil {
+		_, err = w.Write(b)
 	}
-	ck := checkpoint{Format: checkpointFormat, Name: m.name, Input: m.in, Classes: m.classes,
-		Layout: m.layout, Params: buf, CRC: crc32.Checksum(buf, castagnoli)}
-	if err := msgpack.NewEncoder(w).Encode(&ck); err != nil {
+	if err != nil {
 		return fmt.Errorf("models: %s: save: %w", m.name, err)
 	}
 	return nil
 }
 
-// Load implements Model. It rejects checkpoints of another architecture or
+// Load implements Model. It rejects states of another architecture or
 // with a bad checksum, leaving the parameters unchanged.
 func (m *seq) Load(r io.Reader) error {
-	// The checkpoint holds 4 bytes per parameter and a small header; a
-	// longer input is another file.
+	// The state holds 4 bytes per parameter and a small header; a longer
+	// input is another file.
 	limit := int64(4*len(m.params)) + 1<<16
 	blob, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
@@ -56,45 +66,40 @@ func (m *seq) Load(r io.Reader) error {
 	if int64(len(blob)) > limit {
 		return dpcore.Invalid("models", "%s: load: larger than the %d bytes of a checkpoint of this model", m.name, limit)
 	}
-	var ck checkpoint
-	if err := atomicfile.Unmarshal(blob, &ck); err != nil {
-		return dpcore.Invalid("models", "%s: load: %s", m.name, atomicfile.Reason(err))
+	st, err := decodeState(blob)
+	if err != nil {
+		return dpcore.Invalid("models", "%s: load: %s", m.name, err)
 	}
-	if ck.Format != checkpointFormat {
-		return dpcore.Invalid("models", "%s: load: format %q", m.name, ck.Format)
+	if st.Name != m.name || st.Input != m.in || st.Classes != m.classes || !sameLayout(st.Layout, m.layout) {
+		return dpcore.Invalid("models", "%s: load: checkpoint is for another architecture (%s %v)", m.name, st.Name, st.Input)
 	}
-	if ck.Name != m.name || ck.Input != m.in || ck.Classes != m.classes || !sameLayout(ck.Layout, m.layout) {
-		return dpcore.Invalid("models", "%s: load: checkpoint is for another architecture (%s %v)", m.name, ck.Name, ck.Input)
+	if len(st.Params) != 4*len(m.params) {
+		return dpcore.Invalid("models", "%s: load: %d parameter bytes, want %d", m.name, len(st.Params), 4*len(m.params))
 	}
-	if len(ck.Params) != 4*len(m.params) {
-		return dpcore.Invalid("models", "%s: load: %d parameter bytes, want %d", m.name, len(ck.Params), 4*len(m.params))
+	_, err = atomicfile.ReadFloats(m.params, st.Params)
+	return err
+}
+
+// decodeState reads a state written by Save, or by the builds before the
+// state codec (legacyState); the error is the reason alone.
+func decodeState(blob []byte) (state, error) {
+	var st state
+	err := atomicfile.UnmarshalState(blob, stateMagic, stateVersion, &st)
+	if err == nil {
+		return st, nil
 	}
-	if crc32.Checksum(ck.Params, castagnoli) != ck.CRC {
-		return dpcore.Invalid("models", "%s: load: checksum mismatch", m.name)
+	var old legacyState
+	if atomicfile.Unmarshal(blob, &old) != nil || old.Format != legacyFormat {
+		return st, fmt.Errorf("%s", atomicfile.Reason(err))
 	}
-	for i := range m.params {
-		m.params[i] = math.Float32frombits(binary.LittleEndian.Uint32(ck.Params[4*i:]))
+	if crc32.Checksum(old.Params, crc32.MakeTable(crc32.Castagnoli)) != old.CRC {
+		return st, fmt.Errorf("checksum mismatch")
 	}
-	return nil
+	return state{Name: old.Name, Input: old.Input, Classes: old.Classes, Layout: old.Layout, Params: old.Params}, nil
 }
 
 func sameLayout(a, b []ParamInfo) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Offset != b[i].Offset || a[i].Len != b[i].Len ||
-			!bytes.Equal(intsBytes(a[i].Shape), intsBytes(b[i].Shape)) {
-			return false
-		}
-	}
-	return true
-}
-
-func intsBytes(s []int) []byte {
-	var b []byte
-	for _, v := range s {
-		b = binary.AppendVarint(b, int64(v))
-	}
-	return b
+	return slices.EqualFunc(a, b, func(x, y ParamInfo) bool {
+		return x.Name == y.Name && x.Offset == y.Offset && x.Len == y.Len && slices.Equal(x.Shape, y.Shape)
+	})
 }

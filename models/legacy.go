@@ -5,6 +5,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // Format version 1 of the model file named one of three constructors
@@ -47,7 +48,10 @@ func loadV1(payload []byte) (*Trained, error) {
 	case "logistic":
 		m, err = NewLogistic(a.Input, a.Classes, 0)
 	case "mlp":
-		m, err = NewMLP(a.Input, a.Hidden, a.Classes, a.Activation, 0)
+		var act nn.Activation
+		if act, err = activation(a.Activation); err == nil {
+			m, err = NewMLP(a.Input, a.Hidden, a.Classes, act, 0)
+		}
 	case "cifarcnn":
 		m, err = NewCIFARCNN(a.Input, a.Classes, 0)
 	}

@@ -97,6 +97,7 @@ func checkCommon(inputShape [3]int, classes int) error {
 	return nil
 }
 
+// activation parses the activation of a version-1 model file.
 func activation(act string) (nn.Activation, error) {
 	switch act {
 	case "tanh":
@@ -119,14 +120,13 @@ func NewLogistic(inputShape [3]int, classes int, seed uint64) (Model, error) {
 }
 
 // NewMLP returns a fully connected network with the given hidden widths and
-// activation ("tanh" or "relu"), Glorot-uniform weights drawn from a
+// activation (nn.Tanh, nn.ReLU, ...), Glorot-uniform weights drawn from a
 // generator seeded with seed, and zero biases.
-func NewMLP(inputShape [3]int, hidden []int, classes int, act string, seed uint64) (Model, error) {
+func NewMLP(inputShape [3]int, hidden []int, classes int, a nn.Activation, seed uint64) (Model, error) {
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: mlp: %w", err)
 	}
-	a, err := activation(act)
-	if err != nil {
+	if _, err := a.MarshalText(); err != nil {
 		return nil, fmt.Errorf("models: mlp: %w", err)
 	}
 	b := NewBuilder("mlp", inputShape, seed)

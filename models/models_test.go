@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 func TestCIFARCNNLayout(t *testing.T) {
@@ -48,20 +49,20 @@ func TestConstructorErrors(t *testing.T) {
 	if _, err := NewLogistic([3]int{0, 2, 2}, 3, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 1, "tanh", 1); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 1, nn.Tanh, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 3, "sigmoid", 1); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{3}, 3, nn.Activation(99), 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
-	if _, err := NewMLP([3]int{1, 2, 2}, []int{0}, 3, "relu", 1); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := NewMLP([3]int{1, 2, 2}, []int{0}, 3, nn.ReLU, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)
 	}
 }
 
 func TestSaveLoad(t *testing.T) {
-	a, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, "tanh", 1)
-	b, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, "tanh", 2)
+	a, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, nn.Tanh, 1)
+	b, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, nn.Tanh, 2)
 	if slices.Equal(a.Params(), b.Params()) {
 		t.Fatal("different seeds gave equal parameters")
 	}
@@ -80,7 +81,7 @@ func TestSaveLoad(t *testing.T) {
 	// the model unchanged.
 	bad := append([]byte(nil), saved...)
 	bad[len(bad)-20] ^= 1
-	c, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, "tanh", 3)
+	c, _ := NewMLP([3]int{1, 3, 3}, []int{4}, 3, nn.Tanh, 3)
 	before := append([]float32(nil), c.Params()...)
 	if err := c.Load(bytes.NewReader(bad)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("corrupted checkpoint: error %v", err)
@@ -88,7 +89,7 @@ func TestSaveLoad(t *testing.T) {
 	if !slices.Equal(before, c.Params()) {
 		t.Error("failed load changed parameters")
 	}
-	other, _ := NewMLP([3]int{1, 3, 3}, []int{5}, 3, "tanh", 1)
+	other, _ := NewMLP([3]int{1, 3, 3}, []int{5}, 3, nn.Tanh, 1)
 	if err := other.Load(bytes.NewReader(saved)); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("other architecture: error %v", err)
 	}

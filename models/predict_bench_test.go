@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // BenchmarkPredict times inference on the planned executor (Predict) for
@@ -12,7 +14,7 @@ import (
 func BenchmarkPredict(b *testing.B) {
 	const batch = 256
 	cnn, _ := NewCIFARCNN([3]int{3, 32, 32}, 10, 1)
-	mlp, _ := NewMLP([3]int{1, 28, 28}, []int{128}, 10, "tanh", 1)
+	mlp, _ := NewMLP([3]int{1, 28, 28}, []int{128}, 10, nn.Tanh, 1)
 	for _, m := range []Model{cnn, mlp} {
 		x := randInputs(m, batch, 1)
 		b.Run(fmt.Sprintf("%s/nn", m.Name()), func(b *testing.B) {

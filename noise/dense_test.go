@@ -13,7 +13,7 @@ import (
 // not contiguous float32 of Dim values are refused without advancing.
 func TestNextDense(t *testing.T) {
 	const n, d = 3, 12
-	seed := []byte("next dense test seed 0123456789a")
+	seed := (*dpcore.Seed)([]byte("next dense test seed 0123456789a"))
 	a, err := NewIndependent(n, d, Options{Seed: seed})
 	if err != nil {
 		t.Fatal(err)

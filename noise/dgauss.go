@@ -1,9 +1,13 @@
 package noise
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/big"
 	mrand "math/rand/v2"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // DiscreteGaussian samples the discrete Gaussian N_Z(0, sigma^2) on the
@@ -210,7 +214,7 @@ type ExactRows struct {
 // NewExactRows returns a stream of m rows of dimension d of N_Z(0, sigma2);
 // seed is nil for a key from crypto/rand (required for privacy) or 32
 // bytes for reproducible tests.
-func NewExactRows(m, d int, sigma2 *big.Rat, seed []byte) (*ExactRows, error) {
+func NewExactRows(m, d int, sigma2 *big.Rat, seed *dpcore.Seed) (*ExactRows, error) {
 	if m <= 0 || d <= 0 {
 		return nil, invalidf("exact rows: m = %d and d = %d must be positive", m, d)
 	}
@@ -243,40 +247,56 @@ func (s *ExactRows) Next(dst []*big.Int) error {
 // Step is the number of rows drawn.
 func (s *ExactRows) Step() int { return s.step }
 
-const exactMagic = "dpmf-exact-rows\x00\x01"
+// The state of an ExactRows stream is an exactState in the state codec of
+// package atomicfile (kind exactMagic); the builds before it wrote the same
+// fields as hand-made binary after legacyExactMagic, which still restores.
+const (
+	exactMagic       = "dpmf-exact-rows"
+	exactVersion     = 2
+	legacyExactMagic = "dpmf-exact-rows\x00\x01"
+)
+
+type exactState struct {
+	M        int    `msgpack:"m"`
+	D        int    `msgpack:"d"`
+	Step     int    `msgpack:"step"`
+	Variance string `msgpack:"variance"` // big.Rat's RatString
+	Chain    []byte `msgpack:"chain"`
+}
 
 // MarshalBinary returns the state: m, d, the variance, the rows drawn and
 // the chain value of the next row (secret: it determines all future noise).
 func (s *ExactRows) MarshalBinary() ([]byte, error) {
-	b := []byte(exactMagic)
-	for _, v := range []int{s.m, s.d, s.step} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(v))
-	}
-	b = appendString(b, s.sigma2.RatString())
-	return append(b, s.chain[:]...), nil
+	return atomicfile.MarshalState(exactMagic, exactVersion, &exactState{M: s.m, D: s.d, Step: s.step,
+		Variance: s.sigma2.RatString(), Chain: s.chain[:]})
 }
 
 // UnmarshalBinary restores a state of a stream with the same m, d and
 // variance.
 func (s *ExactRows) UnmarshalBinary(data []byte) error {
-	r := &reader{b: data}
-	if string(r.bytes(len(exactMagic))) != exactMagic {
-		return invalidf("exact rows: restore: not an exact-rows state (bad header)")
-	}
-	m, d, step := int(r.uint64()), int(r.uint64()), int(r.uint64())
-	v := r.string()
-	k := r.key()
-	if r.err != nil {
-		return r.err
+	var st exactState
+	if bytes.HasPrefix(data, []byte(legacyExactMagic)) {
+		r := &reader{b: data[len(legacyExactMagic):]}
+		st.M, st.D, st.Step = int(r.uint64()), int(r.uint64()), int(r.uint64())
+		st.Variance = r.string()
+		st.Chain = r.bytes(32)
+		if r.err == nil && len(r.b) != 0 {
+			return invalidf("exact rows: restore: corrupt state")
+		}
+		if r.err != nil {
+			return r.err
+		}
+	} else if err := atomicfile.UnmarshalState(data, exactMagic, exactVersion, &st); err != nil {
+		return invalidf("exact rows: restore: not an exact-rows state: %s", atomicfile.Reason(err))
 	}
 	switch {
-	case m != s.m || d != s.d:
-		return invalidf("exact rows: restore: state has m = %d, d = %d; this stream m = %d, d = %d", m, d, s.m, s.d)
-	case v != s.sigma2.RatString():
-		return invalidf("exact rows: restore: state has variance %s, this stream %s", v, s.sigma2.RatString())
-	case step < 0 || step > m || len(r.b) != 0:
+	case st.M != s.m || st.D != s.d:
+		return invalidf("exact rows: restore: state has m = %d, d = %d; this stream m = %d, d = %d", st.M, st.D, s.m, s.d)
+	case st.Variance != s.sigma2.RatString():
+		return invalidf("exact rows: restore: state has variance %s, this stream %s", st.Variance, s.sigma2.RatString())
+	case st.Step < 0 || st.Step > st.M || len(st.Chain) != 32:
 		return invalidf("exact rows: restore: corrupt state")
 	}
-	s.step, s.chain = step, k
+	s.step, s.chain = st.Step, key(st.Chain)
 	return nil
 }

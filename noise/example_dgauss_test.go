@@ -5,13 +5,14 @@ import (
 	"log"
 	"math/big"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/noise"
 )
 
 // Exact integer noise for an integer release: rows of N_Z(0, 10^6), drawn
 // from a fixed seed here (reproducible, not private: use nil).
 func ExampleNewExactRows() {
-	seed := make([]byte, 32)
+	seed := new(dpcore.Seed)
 	rows, err := noise.NewExactRows(3, 4, big.NewRat(1000000, 1), seed)
 	if err != nil {
 		log.Fatal(err)

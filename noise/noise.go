@@ -1,6 +1,7 @@
 package noise
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -106,9 +108,9 @@ const (
 // workers split them without changing the noise.
 type Options struct {
 	// Seed is nil for a seed from crypto/rand (the default, required for
-	// privacy) or exactly 32 bytes for reproducible experiments. With a
-	// fixed seed the noise is public knowledge to anyone who has the seed.
-	Seed []byte
+	// privacy), or a seed for reproducible experiments. With a fixed seed
+	// the noise is public knowledge to anyone who has the seed.
+	Seed *dpcore.Seed
 	// MemoryBudget bounds MemoryBytes; 0 means no limit. When the fastest
 	// method does not fit, a slower one that regenerates noise is chosen.
 	MemoryBudget int64
@@ -492,58 +494,83 @@ func (h *hasher) sum() [32]byte {
 	return out
 }
 
-// Checkpoint format: magic, version, kind, n, m, d, element size, step,
-// mechanism and plan fingerprints, then the kind's own state. The magic
-// keeps the name of the package the sources came from (mfnoise), so
-// checkpoints written before the move still load.
-const stateMagic = "mfnoise-source\x00\x01"
+// A source's state is a sourceState in the state codec of package
+// atomicfile (kind stateMagic, format stateVersion). The builds before it
+// wrote the same fields as hand-made binary after legacyStateMagic (whose
+// name keeps the package the sources came from, mfnoise); such states, in
+// older checkpoints, still restore.
+const (
+	stateMagic       = "dpmf-noise-source"
+	stateVersion     = 2
+	legacyStateMagic = "mfnoise-source\x00\x01"
+)
+
+// sourceState is the header of a source's state (kind, n, m, d, element
+// size, step, fingerprints of the mechanism and of the memory plan) and
+// the kind's buffers and generator keys (appendState).
+type sourceState struct {
+	Kind    string `msgpack:"kind"`
+	N       int    `msgpack:"n"`
+	M       int    `msgpack:"m"`
+	D       int    `msgpack:"d"`
+	Elem    int    `msgpack:"elem"`
+	Step    int    `msgpack:"step"`
+	Mech    []byte `msgpack:"mech"`
+	Plan    []byte `msgpack:"plan"`
+	Buffers []byte `msgpack:"buffers"`
+}
 
 func marshalStreamer[T floatT](s streamer[T]) ([]byte, error) {
 	c := s.base()
-	b := []byte(stateMagic)
-	b = appendString(b, c.kind)
-	for _, v := range []int{c.n, c.m, c.d, c.elem, c.step} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	return atomicfile.MarshalState(stateMagic, stateVersion, &sourceState{
+		Kind: c.kind, N: c.n, M: c.m, D: c.d, Elem: c.elem, Step: c.step,
+		Mech: c.mech[:], Plan: c.plan[:], Buffers: s.appendState(nil)})
+}
+
+// readLegacyState decodes a state written before the state codec.
+func readLegacyState(data []byte) (sourceState, error) {
+	r := &reader{b: data[len(legacyStateMagic):]}
+	st := sourceState{Kind: r.string()}
+	for _, v := range []*int{&st.N, &st.M, &st.D, &st.Elem, &st.Step} {
+		*v = int(r.uint64())
 	}
-	b = append(b, c.mech[:]...)
-	b = append(b, c.plan[:]...)
-	return s.appendState(b), nil
+	st.Mech = r.bytes(32)
+	st.Plan = r.bytes(32)
+	st.Buffers = r.b
+	return st, r.err
 }
 
 func unmarshalStreamer[T floatT](s streamer[T], data []byte) error {
 	c := s.base()
-	r := &reader{b: data}
-	if string(r.bytes(len(stateMagic))) != stateMagic {
-		return invalidf("restore: not a noise-source state (bad header)")
+	var st sourceState
+	if bytes.HasPrefix(data, []byte(legacyStateMagic)) {
+		var err error
+		if st, err = readLegacyState(data); err != nil {
+			return err
+		}
+	} else if err := atomicfile.UnmarshalState(data, stateMagic, stateVersion, &st); err != nil {
+		return invalidf("restore: not a noise-source state: %s", atomicfile.Reason(err))
 	}
-	kind := r.string()
-	var hdr [5]int
-	for i := range hdr {
-		hdr[i] = int(r.uint64())
-	}
-	var mech, plan [32]byte
-	copy(mech[:], r.bytes(32))
-	copy(plan[:], r.bytes(32))
-	if r.err != nil {
-		return r.err
-	}
-	n, m, d, elem, step := hdr[0], hdr[1], hdr[2], hdr[3], hdr[4]
 	switch {
-	case n != c.n || m != c.m || mech != c.mech:
-		return invalidf("restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", kind, n, m, c.kind, c.n, c.m)
-	case d != c.d:
-		return invalidf("restore: state has d = %d, this source d = %d", d, c.d)
-	case elem != c.elem:
-		return invalidf("restore: state has %d-byte elements, this source %d", elem, c.elem)
-	case kind != c.kind || plan != c.plan:
-		return invalidf("restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", kind, c.kind)
-	case step < 0 || step > c.n:
-		return invalidf("restore: step %d out of range [0, %d]", step, c.n)
-	case len(r.b) != s.stateSize(step):
-		return invalidf("restore: state has %d bytes of buffers, want %d", len(r.b), s.stateSize(step))
+	case len(st.Mech) != 32 || len(st.Plan) != 32:
+		return invalidf("restore: corrupt state")
+	case st.N != c.n || st.M != c.m:
+		return invalidf("restore: state is for a different mechanism (%s, n = %d, m = %d) than this source (%s, n = %d, m = %d)", st.Kind, st.N, st.M, c.kind, c.n, c.m)
+	case [32]byte(st.Mech) != c.mech:
+		return invalidf("restore: state was made with another encoder of the same shape (%s, n = %d, m = %d): the mechanism was built otherwise, e.g. optimized by another build; resume with the factorization cache that holds the original", st.Kind, st.N, st.M)
+	case st.D != c.d:
+		return invalidf("restore: state has d = %d, this source d = %d", st.D, c.d)
+	case st.Elem != c.elem:
+		return invalidf("restore: state has %d-byte elements, this source %d", st.Elem, c.elem)
+	case st.Kind != c.kind || [32]byte(st.Plan) != c.plan:
+		return invalidf("restore: state uses method %q with another memory plan; this source uses %q (build it with the same MemoryBudget and Workers)", st.Kind, c.kind)
+	case st.Step < 0 || st.Step > c.n:
+		return invalidf("restore: step %d out of range [0, %d]", st.Step, c.n)
+	case len(st.Buffers) != s.stateSize(st.Step):
+		return invalidf("restore: state has %d bytes of buffers, want %d", len(st.Buffers), s.stateSize(st.Step))
 	}
-	c.step = step
-	return s.restoreState(r)
+	c.step = st.Step
+	return s.restoreState(&reader{b: st.Buffers})
 }
 
 func appendString(b []byte, s string) []byte {
@@ -551,19 +578,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendFloats[T floatT](b []byte, x []T) []byte {
-	switch v := any(x).(type) {
-	case []float32:
-		for _, f := range v {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
-		}
-	case []float64:
-		for _, f := range v {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
-		}
-	}
-	return b
-}
+func appendFloats[T floatT](b []byte, x []T) []byte { return atomicfile.AppendFloats(b, x) }
 
 // reader decodes a checkpoint, remembering the first error.
 type reader struct {
@@ -609,22 +624,7 @@ func (r *reader) key() key {
 }
 
 func readFloats[T floatT](r *reader, dst []T) {
-	switch v := any(dst).(type) {
-	case []float32:
-		p := r.bytes(4 * len(v))
-		if p == nil {
-			return
-		}
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
-		}
-	case []float64:
-		p := r.bytes(8 * len(v))
-		if p == nil {
-			return
-		}
-		for i := range v {
-			v[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
-		}
+	if p := r.bytes(elemSize[T]() * len(dst)); p != nil {
+		atomicfile.ReadFloats(dst, p)
 	}
 }

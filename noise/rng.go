@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // Randomness layout of the noise sources.
@@ -29,9 +31,6 @@ import (
 // shardLen is the number of coordinates drawn from one ChaCha8 stream. It is
 // part of the noise definition: changing it changes every z.
 const shardLen = 1 << 15
-
-// seedLen is the length of an explicit Options.Seed.
-const seedLen = 32
 
 type key [32]byte
 
@@ -57,7 +56,7 @@ func rowKeyOf(c key) key { return hashKey("mfnoise/v1/row", c, 0) }
 func shardSeed(rk key, s int) [32]byte { return hashKey("mfnoise/v1/shard", rk, uint64(s)) }
 
 // newSeed returns opt's explicit seed or 32 bytes from crypto/rand.
-func newSeed(explicit []byte) (key, error) {
+func newSeed(explicit *dpcore.Seed) (key, error) {
 	var k key
 	if explicit == nil {
 		if _, err := rand.Read(k[:]); err != nil {
@@ -65,11 +64,7 @@ func newSeed(explicit []byte) (key, error) {
 		}
 		return k, nil
 	}
-	if len(explicit) != seedLen {
-		return k, invalidf("seed has %d bytes, want %d (or nil for a crypto/rand seed)", len(explicit), seedLen)
-	}
-	copy(k[:], explicit)
-	return k, nil
+	return key(*explicit), nil
 }
 
 // rowKeys returns the keys of noise rows 1..m for seed, and the chain value

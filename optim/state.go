@@ -1,23 +1,28 @@
 package optim
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
-const stateVersion = 1
+// An optimizer's state is a savedState in the state codec of package
+// atomicfile (kind stateMagic, format stateVersion). Before it, the state
+// was the bare msgpack record with Version 1 (legacyStateVersion), which
+// still restores.
+const (
+	stateMagic         = "dpmf-optimizer"
+	stateVersion       = 2
+	legacyStateVersion = 1
+)
 
 // maxStateSteps bounds the schedule length a saved state may declare.
 const maxStateSteps = 1 << 26
 
 // savedState is the checkpoint format of every optimizer. Buffers are raw
-// little-endian IEEE bits, so a restore is bit-identical.
+// little-endian IEEE bits (atomicfile.AppendFloats), so a restore is
+// bit-identical.
 type savedState struct {
 	Version   int             `msgpack:"version"`
 	Kind      string          `msgpack:"kind"`
@@ -33,51 +38,29 @@ type savedState struct {
 	Buffers   [][]byte        `msgpack:"buffers"`
 }
 
-func encode32(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func encode64(v []float64) []byte {
-	b := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
-	}
-	return b
-}
-
-func decode32(b []byte, dim int) ([]float32, error) {
-	// Compare by division: 4*dim can overflow for a corrupt dim.
-	if len(b)%4 != 0 || len(b)/4 != dim {
-		return nil, invalidf("state: float32 buffer has %d bytes for dimension %d", len(b), dim)
-	}
-	v := make([]float32, dim)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+// decodeBuffer decodes a state buffer of dimension dim.
+func decodeBuffer[T float32 | float64](b []byte, dim int) ([]T, error) {
+	v, err := atomicfile.DecodeFloats[T](b, dim)
+	if err != nil {
+		return nil, invalidf("state: %s", atomicfile.Reason(err))
 	}
 	return v, nil
 }
 
-func decode64(b []byte, dim int) ([]float64, error) {
-	if len(b)%8 != 0 || len(b)/8 != dim {
-		return nil, invalidf("state: float64 buffer has %d bytes for dimension %d", len(b), dim)
-	}
-	v := make([]float64, dim)
-	for i := range v {
-		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return v, nil
+func marshalState(s *savedState) ([]byte, error) {
+	s.Version = stateVersion
+	return atomicfile.MarshalState(stateMagic, stateVersion, s)
 }
 
 func unmarshalState(data []byte, kind string) (savedState, error) {
 	var s savedState
-	if err := atomicfile.Unmarshal(data, &s); err != nil {
-		return s, invalidf("%s: state: %s", kind, atomicfile.Reason(err))
-	}
-	if s.Version != stateVersion {
+	if err := atomicfile.UnmarshalState(data, stateMagic, stateVersion, &s); err != nil {
+		// A state of the builds before the state codec?
+		s = savedState{}
+		if lerr := atomicfile.Unmarshal(data, &s); lerr != nil || s.Version != legacyStateVersion {
+			return s, invalidf("%s: state: %s", kind, atomicfile.Reason(err))
+		}
+	} else if s.Version != stateVersion {
 		return s, invalidf("%s: state version %d, this build reads %d", kind, s.Version, stateVersion)
 	}
 	if s.Kind != kind {
@@ -108,11 +91,11 @@ func (h *heavyBall) marshal(kind string) ([]byte, error) {
 	}
 	switch {
 	case h.m32 != nil:
-		s.Buffers = [][]byte{encode32(h.m32)}
+		s.Buffers = [][]byte{atomicfile.AppendFloats(nil, h.m32)}
 	case h.m64 != nil:
-		s.Buffers = [][]byte{encode64(h.m64)}
+		s.Buffers = [][]byte{atomicfile.AppendFloats(nil, h.m64)}
 	}
-	return msgpack.Marshal(&s)
+	return marshalState(&s)
 }
 
 func (h *heavyBall) unmarshal(data []byte, kind string) error {
@@ -131,9 +114,9 @@ func (h *heavyBall) unmarshal(data []byte, kind string) error {
 	}
 	if wantBuf {
 		if g.prec == prec32 {
-			g.m32, err = decode32(s.Buffers[0], g.dim)
+			g.m32, err = decodeBuffer[float32](s.Buffers[0], g.dim)
 		} else {
-			g.m64, err = decode64(s.Buffers[0], g.dim)
+			g.m64, err = decodeBuffer[float64](s.Buffers[0], g.dim)
 		}
 		if err != nil {
 			return fmt.Errorf("optim: %s: %w", kind, err)
@@ -168,11 +151,11 @@ func (o *Adam) MarshalBinary() ([]byte, error) {
 	}
 	switch o.prec {
 	case prec32:
-		s.Buffers = [][]byte{encode32(o.m32), encode32(o.v32)}
+		s.Buffers = [][]byte{atomicfile.AppendFloats(nil, o.m32), atomicfile.AppendFloats(nil, o.v32)}
 	case prec64:
-		s.Buffers = [][]byte{encode64(o.m64), encode64(o.v64)}
+		s.Buffers = [][]byte{atomicfile.AppendFloats(nil, o.m64), atomicfile.AppendFloats(nil, o.v64)}
 	}
-	return msgpack.Marshal(&s)
+	return marshalState(&s)
 }
 
 // UnmarshalBinary replaces o's configuration and state by the saved ones.
@@ -196,12 +179,12 @@ func (o *Adam) UnmarshalBinary(data []byte) error {
 	}
 	switch a.prec {
 	case prec32:
-		if a.m32, err = decode32(s.Buffers[0], a.dim); err == nil {
-			a.v32, err = decode32(s.Buffers[1], a.dim)
+		if a.m32, err = decodeBuffer[float32](s.Buffers[0], a.dim); err == nil {
+			a.v32, err = decodeBuffer[float32](s.Buffers[1], a.dim)
 		}
 	case prec64:
-		if a.m64, err = decode64(s.Buffers[0], a.dim); err == nil {
-			a.v64, err = decode64(s.Buffers[1], a.dim)
+		if a.m64, err = decodeBuffer[float64](s.Buffers[0], a.dim); err == nil {
+			a.v64, err = decodeBuffer[float64](s.Buffers[1], a.dim)
 		}
 	}
 	if err != nil {

@@ -3,11 +3,11 @@ package optim
 import (
 	"errors"
 	"math"
-	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // newTestOptimizers builds one of each optimizer (and variants) over d.
@@ -45,18 +45,7 @@ func zeroLike(o Optimizer) Optimizer {
 
 func TestResumeBitIdentical(t *testing.T) {
 	const d, n, cut = 17, 24, 9
-	rng := rand.New(rand.NewPCG(5, 6))
-	grads := make([][]float32, n)
-	for i := range grads {
-		grads[i] = make([]float32, d)
-		for k := range grads[i] {
-			grads[i][k] = float32(rng.NormFloat64())
-		}
-	}
-	th0 := make([]float32, d)
-	for k := range th0 {
-		th0[k] = float32(rng.NormFloat64())
-	}
+	grads, th0 := formatGrads()
 	for name, mk := range newTestOptimizers(t, d, n) {
 		t.Run(name, func(t *testing.T) {
 			ref := mk()
@@ -77,23 +66,7 @@ func TestResumeBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := zeroLike(a)
-			if err := b.UnmarshalBinary(blob); err != nil {
-				t.Fatal(err)
-			}
-			if b.StepIndex() != cut {
-				t.Fatalf("restored step %d, want %d", b.StepIndex(), cut)
-			}
-			for i := cut; i < n; i++ {
-				if err := b.Step(pa, grads[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for k := range pr {
-				if math.Float32bits(pa[k]) != math.Float32bits(pr[k]) {
-					t.Fatalf("param %d after resume = %v, uninterrupted run %v", k, pa[k], pr[k])
-				}
-			}
+			b := resumeFrom(t, zeroLike(a), blob, pa, pr, grads, cut)
 			// The restored optimizer reports the same workload.
 			w1, e1 := ref.Workload(n)
 			w2, e2 := b.Workload(n)
@@ -264,11 +237,11 @@ func TestStateDimOverflow(t *testing.T) {
 		Version: stateVersion, Kind: "momentum", Dim: 1<<62 + 1, Steps: 2, Step: 1,
 		Beta: 0.5, Schedule: Constant(1), Precision: uint8(prec32), Buffers: [][]byte{{0, 0, 0, 0}},
 	}
-	blob, err := msgpack.Marshal(&s)
+	blob, err := atomicfile.MarshalState(stateMagic, stateVersion, &s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, dpcore.ErrInvalid) {
+	if err := new(Momentum).UnmarshalBinary(blob); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "bytes for 4611686018427387905") {
 		t.Fatalf("overflowing dimension: %v", err)
 	}
 }

@@ -12,11 +12,11 @@ import (
 )
 
 func seed(b byte) sampler.Options {
-	s := make([]byte, 32)
+	var s dpcore.Seed
 	for i := range s {
 		s[i] = b + byte(i)
 	}
-	return sampler.Options{Seed: s}
+	return sampler.Options{Seed: &s}
 }
 
 func TestCheckCompatible(t *testing.T) {

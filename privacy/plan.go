@@ -2,7 +2,6 @@ package privacy
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"math"
 	"strings"
@@ -199,15 +198,8 @@ func (p *Plan) Composition() Composition { return p.composition }
 // DeriveSeed gives each consumer of a run's randomness (sampler, noise,
 // model initialization, augmentation) its own 32-byte seed from the run's
 // seed, or nil (crypto/rand) when the run has none.
-func DeriveSeed(master []byte, label string) []byte {
-	if master == nil {
-		return nil
-	}
-	h := sha256.New()
-	h.Write(master)
-	h.Write([]byte{0})
-	h.Write([]byte(label))
-	return h.Sum(nil)
+func DeriveSeed(master []byte, label string) *dpcore.Seed {
+	return dpcore.DeriveSeed(master, label)
 }
 
 func (r *Request) check() error {
@@ -515,7 +507,7 @@ func build(ctx context.Context, mech Mechanism, w dpcore.Workload, schema dpcore
 	return s, nil
 }
 
-func newSampler(samp Sampling, m, batch, partitions, n int, seed []byte) (sampler.Sampler, error) {
+func newSampler(samp Sampling, m, batch, partitions, n int, seed *dpcore.Seed) (sampler.Sampler, error) {
 	opt := sampler.Options{Seed: seed}
 	var s sampler.Sampler
 	var err error

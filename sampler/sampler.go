@@ -119,10 +119,10 @@ type Accounting struct {
 
 // Options configures a sampler. The zero value is the safe default.
 type Options struct {
-	// Seed, if non-nil, must be 32 bytes and makes the sampler
-	// deterministic (tests, reproductions). Nil seeds from crypto/rand: the
-	// amplification theorems need sampling the adversary cannot predict.
-	Seed []byte
+	// Seed, if non-nil, makes the sampler deterministic (tests,
+	// reproductions). Nil seeds from crypto/rand: the amplification
+	// theorems need sampling the adversary cannot predict.
+	Seed *dpcore.Seed
 }
 
 // kind tags a sampler in its saved state.
@@ -212,10 +212,8 @@ func seeds(opt Options) (perm, step [32]byte, err error) {
 		if _, err := rand.Read(master[:]); err != nil {
 			return perm, step, fmt.Errorf("sampler: seeding from crypto/rand: %w", err)
 		}
-	case len(opt.Seed) != 32:
-		return perm, step, invalidf("seed has %d bytes, want 32 (or nil for crypto/rand)", len(opt.Seed))
 	default:
-		copy(master[:], opt.Seed)
+		master = *opt.Seed
 	}
 	return derive(master, "perm", 0), derive(master, "step", 0), nil
 }

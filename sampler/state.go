@@ -5,10 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-)
 
-// stateMagic starts every saved state; the last byte is the format version.
-const stateMagic = "dpmfsmp\x01"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
+)
 
 // impl is what every concrete sampler provides beyond Sampler, for saving
 // and restoring.
@@ -39,34 +38,54 @@ func build(p params, permSeed, stepSeed [32]byte) (impl, error) {
 	return nil, invalidf("unknown sampler kind %d", uint8(p.kind))
 }
 
+// A sampler's state is a savedState in the state codec of package
+// atomicfile (kind stateMagic, format stateVersion). The builds before it
+// wrote a hand-made binary record starting with legacyMagic, which still
+// restores (readLegacy).
+const (
+	stateMagic   = "dpmf-sampler"
+	stateVersion = 2
+	legacyMagic  = "dpmfsmp\x01"
+)
+
+// savedState is a sampler's complete state: its constructor arguments,
+// the step, the permutation seed, the generator's state and the kind's
+// own extra state (appendExtra).
+type savedState struct {
+	Kind      uint8   `msgpack:"kind"`
+	M         int     `msgpack:"m"`
+	N         int     `msgpack:"n"`
+	Batch     int     `msgpack:"batch"`
+	Bands     int     `msgpack:"bands"`
+	K         int     `msgpack:"k"`
+	B         int     `msgpack:"b"`
+	Fixed     bool    `msgpack:"fixed_size"`
+	Q         float64 `msgpack:"q"`
+	Avail     float64 `msgpack:"availability"`
+	Step      int     `msgpack:"step"`
+	PermSeed  []byte  `msgpack:"perm_seed"`
+	Generator []byte  `msgpack:"generator"`
+	Extra     []byte  `msgpack:"extra"`
+}
+
+func (st *savedState) params() params {
+	return params{kind: kind(st.Kind), m: st.M, n: st.N, batch: st.Batch, bands: st.Bands, k: st.K, b: st.B,
+		fixed: st.Fixed, q: st.Q, avail: st.Avail}
+}
+
 func marshal(s impl) ([]byte, error) {
 	c := s.base()
 	rs, err := c.src.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("sampler: saving generator: %w", err)
 	}
-	b := []byte(stateMagic)
-	b = append(b, byte(c.p.kind))
-	fixed := 0
-	if c.p.fixed {
-		fixed = 1
-	}
-	for _, v := range []int{c.p.m, c.p.n, c.p.batch, c.p.bands, c.p.k, c.p.b, fixed} {
-		b = binary.AppendUvarint(b, uint64(v))
-	}
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.p.q))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.p.avail))
-	b = binary.AppendUvarint(b, uint64(c.step))
-	b = append(b, c.permSeed[:]...)
-	b = binary.AppendUvarint(b, uint64(len(rs)))
-	b = append(b, rs...)
-	extra := s.appendExtra(nil)
-	b = binary.AppendUvarint(b, uint64(len(extra)))
-	b = append(b, extra...)
-	return b, nil
+	p := c.p
+	return atomicfile.MarshalState(stateMagic, stateVersion, &savedState{
+		Kind: uint8(p.kind), M: p.m, N: p.n, Batch: p.batch, Bands: p.bands, K: p.k, B: p.b, Fixed: p.fixed,
+		Q: p.q, Avail: p.avail, Step: c.step, PermSeed: c.permSeed[:], Generator: rs, Extra: s.appendExtra(nil)})
 }
 
-// reader decodes a saved state, remembering the first error.
+// reader decodes a legacy state, remembering the first error.
 type reader struct {
 	b   []byte
 	err error
@@ -114,11 +133,43 @@ func (r *reader) bytes(n int, what string) []byte {
 }
 
 func (r *reader) float(what string) float64 {
-	v := r.bytes(8, what)
-	if v == nil {
-		return 0
+	var v [1]float64
+	if _, err := atomicfile.ReadFloats(v[:], r.bytes(8, what)); err != nil {
+		r.fail(what)
 	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(v))
+	return v[0]
+}
+
+// readLegacy decodes a state written before the state codec: the magic,
+// the kind, the parameters as uvarints and float64s, the step, the seed,
+// then the generator's and the kind's state, each after its length.
+func readLegacy(data []byte) (savedState, error) {
+	r := &reader{b: data[len(legacyMagic):]}
+	var st savedState
+	if k := r.bytes(1, "kind"); k != nil {
+		st.Kind = k[0]
+	}
+	st.M = r.int("m")
+	st.N = r.int("n")
+	st.Batch = r.int("batch")
+	st.Bands = r.int("bands")
+	st.K = r.int("k")
+	st.B = r.int("b")
+	fixed := r.uvarint("fixedSize")
+	st.Fixed = fixed == 1
+	if fixed > 1 {
+		r.fail("fixedSize")
+	}
+	st.Q = r.float("q")
+	st.Avail = r.float("availability")
+	st.Step = r.int("step")
+	st.PermSeed = r.bytes(32, "seed")
+	st.Generator = r.bytes(r.int("generator length"), "generator")
+	st.Extra = r.bytes(r.int("extra length"), "extra")
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	return st, r.err
 }
 
 // Restore builds a sampler from a state saved by MarshalBinary, with the
@@ -128,55 +179,36 @@ func Restore(data []byte) (Sampler, error) {
 }
 
 func restore(data []byte) (impl, error) {
-	if !bytes.HasPrefix(data, []byte(stateMagic)) {
-		return nil, invalidf("not a sampler state (bad header)")
+	var st savedState
+	if bytes.HasPrefix(data, []byte(legacyMagic)) {
+		var err error
+		if st, err = readLegacy(data); err != nil {
+			return nil, err
+		}
+	} else if err := atomicfile.UnmarshalState(data, stateMagic, stateVersion, &st); err != nil {
+		return nil, invalidf("not a sampler state: %s", atomicfile.Reason(err))
 	}
-	r := &reader{b: data[len(stateMagic):]}
-	var p params
-	if k := r.bytes(1, "kind"); k != nil {
-		p.kind = kind(k[0])
+	p := st.params()
+	if len(st.PermSeed) != 32 {
+		return nil, invalidf("corrupt sampler state: seed of %d bytes", len(st.PermSeed))
 	}
-	p.m = r.int("m")
-	p.n = r.int("n")
-	p.batch = r.int("batch")
-	p.bands = r.int("bands")
-	p.k = r.int("k")
-	p.b = r.int("b")
-	fixed := r.uvarint("fixedSize")
-	p.fixed = fixed == 1
-	if fixed > 1 {
-		r.fail("fixedSize")
-	}
-	p.q = r.float("q")
-	p.avail = r.float("availability")
-	step := r.int("step")
-	var permSeed [32]byte
-	copy(permSeed[:], r.bytes(32, "seed"))
-	rs := r.bytes(r.int("generator length"), "generator")
-	extra := r.bytes(r.int("extra length"), "extra")
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("trailing bytes")
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	if p.kind == kindMinSep && len(extra) < 2*p.m {
+	if p.kind == kindMinSep && len(st.Extra) < 2*p.m {
 		// Check before allocating O(m) records for a corrupt m.
-		return nil, invalidf("corrupt sampler state: %d bytes of participation records for m = %d", len(extra), p.m)
+		return nil, invalidf("corrupt sampler state: %d bytes of participation records for m = %d", len(st.Extra), p.m)
 	}
-	s, err := build(p, permSeed, [32]byte{})
+	s, err := build(p, [32]byte(st.PermSeed), [32]byte{})
 	if err != nil {
 		return nil, fmt.Errorf("sampler: restoring: %w", err)
 	}
 	c := s.base()
-	if err := c.src.UnmarshalBinary(rs); err != nil {
+	if err := c.src.UnmarshalBinary(st.Generator); err != nil {
 		return nil, invalidf("corrupt sampler state: generator: %v", err)
 	}
-	if step > p.n {
-		return nil, invalidf("corrupt sampler state: step %d > n = %d", step, p.n)
+	if st.Step < 0 || st.Step > p.n {
+		return nil, invalidf("corrupt sampler state: step %d > n = %d", st.Step, p.n)
 	}
-	c.step = step
-	if err := s.setExtra(extra); err != nil {
+	c.step = st.Step
+	if err := s.setExtra(st.Extra); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -89,7 +89,7 @@ func newAdaptiveClip(cfg *Config, p *Plan, eng Engine, expected float64) (*adapt
 	}
 	var seed [32]byte
 	if s := deriveSeed(cfg.Seed, "clip-quantile"); s != nil {
-		copy(seed[:], s)
+		seed = *s
 	} else if _, err := rand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("train: seeding the clip quantile's noise: %w", err)
 	}

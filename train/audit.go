@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // AuditMode names the adversary of an audit.
@@ -145,24 +146,100 @@ func (h *auditHook) released(step int, sum []float32) error {
 // held-out test examples get a wrong label; the IN ones join the training
 // set, and after training each is scored by its loss. Both use the run's
 // real plan: sampler, sensitivity, calibration and noise source.
+//
+// The steps: check the options, place the canaries (placeWhitebox,
+// placeBlackbox), build the run and attach the white-box observer, train,
+// score the canaries and bound epsilon from the scores.
 func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, error) {
 	start := time.Now()
 	cfg.Defaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkAudit(&cfg, &opt); err != nil {
+		return nil, err
+	}
+	// group is the number of examples of one canary: k at user level
+	// (canary users), else 1.
+	can := &canaries{group: 1, train: cfg.Train}
+	if cfg.UserLevel {
+		can.group = cfg.UserExamples
+	}
+	seed := deriveSeed(cfg.Seed, "audit")
+	rng, err := auditRand(seed)
+	if err != nil {
+		return nil, err
+	}
+	hook := &auditHook{scale: opt.UnsafeNoiseScale}
+	switch opt.Mode {
+	case AuditWhitebox:
+		err = can.placeWhitebox(&cfg, opt, hook)
+	case AuditBlackbox:
+		err = can.placeBlackbox(&cfg, opt, rng)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	p := t.plan
+	if opt.Mode == AuditWhitebox {
+		if hook.wb, err = newWhitebox(t, opt, seed); err != nil {
+			return nil, err
+		}
+	}
+	t.audit = hook
+	if cfg.Log != nil {
+		fmt.Fprintln(cfg.Log, p)
+		if s := hook.noiseScale(); s != 1 {
+			fmt.Fprintf(cfg.Log, "WARNING: -unsafe-noise-scale %g: the noise added is %g times the planned noise; the claim (epsilon %.4g) does NOT hold for this run\n", s, s, p.Epsilon)
+		}
+	}
+	for !t.Done() {
+		if _, err := t.TrainStep(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res := &AuditResult{
+		Mechanism: p.Mechanism, Audit: opt.Mode.String(), Epsilon: p.Epsilon, Delta: p.Delta,
+		Confidence: opt.Confidence, Canaries: opt.Canaries, Plan: p,
+		Unit: string(p.Unit), CanaryExamples: can.group,
+	}
+	if s := hook.noiseScale(); s != 1 {
+		res.UnsafeNoiseScale = s
+	}
+	if res.Final, err = t.Evaluate(); err != nil {
+		return nil, err
+	}
+	scores, in, err := can.scores(ctx, t, opt, hook)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.bound(scores, in, opt); err != nil {
+		return nil, err
+	}
+	res.Elapsed = time.Since(start).Seconds()
+	return res, nil
+}
+
+// checkAudit refuses options and runs an audit cannot make, and sets the
+// default confidence.
+func checkAudit(cfg *Config, opt *AuditOptions) error {
 	bad := func(format string, args ...any) error { return invalidf("audit: "+format, args...) }
 	switch {
 	case cfg.NonPrivate:
-		return nil, bad("a non-private run has no claim to audit")
+		return bad("a non-private run has no claim to audit")
 	case cfg.CheckpointPath != "":
-		return nil, bad("an audit is one uninterrupted run: no checkpoint")
+		return bad("an audit is one uninterrupted run: no checkpoint")
 	case opt.Canaries < 2:
-		return nil, bad("%d canaries, want at least 2", opt.Canaries)
+		return bad("%d canaries, want at least 2", opt.Canaries)
 	case opt.Mode != AuditWhitebox && opt.Mode != AuditBlackbox:
-		return nil, bad("mode %v: want whitebox or blackbox", opt.Mode)
+		return bad("mode %v: want whitebox or blackbox", opt.Mode)
 	case opt.UnsafeNoiseScale < 0 || math.IsNaN(opt.UnsafeNoiseScale) || math.IsInf(opt.UnsafeNoiseScale, 0):
-		return nil, bad("unsafe noise scale %v", opt.UnsafeNoiseScale)
+		return bad("unsafe noise scale %v", opt.UnsafeNoiseScale)
 	}
 	// The canaries' arrays: white-box, an input slot (the training set is
 	// copied with them) and one observation per step each; black-box, a
@@ -173,190 +250,176 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 		need += float64(opt.Canaries) * 8 * float64(cfg.Steps)
 	}
 	if err := checkMemory(fmt.Sprintf("audit with %d canaries", opt.Canaries), need); err != nil {
-		return nil, err
+		return err
 	}
 	if opt.Confidence == 0 {
 		opt.Confidence = 0.95
 	}
 	if !(opt.Confidence > 0 && opt.Confidence < 1) {
-		return nil, bad("confidence %v, want (0, 1)", opt.Confidence)
+		return bad("confidence %v, want (0, 1)", opt.Confidence)
 	}
-	// group is the number of examples of one canary: k at user level
-	// (canary users), else 1.
-	group := 1
+	return nil
+}
+
+// canaries are an audit's canaries: group examples each; black-box, their
+// examples (canX, canY) and which joined the training set (in). train is
+// the training set without them.
+type canaries struct {
+	group int
+	train *data.Dataset
+	canX  []float32
+	canY  []int
+	in    []bool
+}
+
+// placeWhitebox appends the canaries' slots to cfg.Train. Slots that are
+// never gathered: any valid example will do. At user level each canary is
+// a user of group slots, sampled as a user; a sampled IN canary user
+// contributes its whole clipped bound.
+func (c *canaries) placeWhitebox(cfg *Config, opt AuditOptions, hook *auditHook) error {
+	train := c.train
+	slots := opt.Canaries * c.group
+	per := train.Shape.Size()
+	x := append(append([]float32(nil), train.X...), make([]float32, slots*per)...)
+	y := append(append([]int(nil), train.Y...), make([]int, slots)...)
+	var err error
+	if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
+		return fmt.Errorf("train: audit: %w", err)
+	}
+	hook.start = train.Len()
 	if cfg.UserLevel {
-		group = cfg.UserExamples
-	}
-	seed := deriveSeed(cfg.Seed, "audit")
-	rng, err := auditRand(seed)
-	if err != nil {
-		return nil, err
-	}
-	hook := &auditHook{scale: opt.UnsafeNoiseScale}
-	var canX []float32
-	var canY []int
-	var in []bool
-	train := cfg.Train
-	switch opt.Mode {
-	case AuditWhitebox:
-		// Slots that are never gathered: any valid example will do. At
-		// user level each canary is a user of k slots, sampled as a user;
-		// a sampled IN canary user contributes its whole clipped bound.
-		slots := opt.Canaries * group
-		per := train.Shape.Size()
-		x := append(append([]float32(nil), train.X...), make([]float32, slots*per)...)
-		y := append(append([]int(nil), train.Y...), make([]int, slots)...)
-		if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
-			return nil, fmt.Errorf("train: audit: %w", err)
-		}
-		hook.start = train.Len()
-		if cfg.UserLevel {
-			if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, nil); err != nil {
-				return nil, err
-			}
-		}
-	case AuditBlackbox:
-		if cfg.Test == nil || cfg.Test.Len() < opt.Canaries*group+1 {
-			return nil, bad("black-box canaries are held-out test examples: %d canaries of %d examples need a test set of more than %d", opt.Canaries, group, opt.Canaries*group)
-		}
-		if train.Classes < 2 {
-			return nil, bad("mislabelled canaries need at least 2 classes")
-		}
-		perm := rng.Perm(cfg.Test.Len())
-		nc := opt.Canaries * group
-		cidx, rest := perm[:nc], perm[nc:]
-		per := train.Shape.Size()
-		canX, canY = make([]float32, nc*per), make([]int, nc)
-		if err := cfg.Test.Batch(cidx, canX, canY); err != nil {
-			return nil, fmt.Errorf("train: audit: %w", err)
-		}
-		in = make([]bool, opt.Canaries)
-		x := append([]float32(nil), train.X...)
-		y := append([]int(nil), train.Y...)
-		for j := range canY {
-			canY[j] = (canY[j] + 1 + rng.IntN(train.Classes-1)) % train.Classes // a wrong label
-		}
-		// Canary j is examples j*group to (j+1)*group-1: one example, or
-		// one canary user's examples at user level.
-		for j := range in {
-			if in[j] = rng.Uint64()&1 == 1; in[j] {
-				x = append(x, canX[j*group*per:(j+1)*group*per]...)
-				y = append(y, canY[j*group:(j+1)*group]...)
-			}
-		}
-		if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
-			return nil, fmt.Errorf("train: audit: %w", err)
-		}
-		if cfg.UserLevel {
-			if _, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, in); err != nil {
-				return nil, err
-			}
-		}
-		if cfg.Test, err = cfg.Test.Subset(rest); err != nil {
-			return nil, fmt.Errorf("train: audit: %w", err)
+		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, c.group, nil); err != nil {
+			return err
 		}
 	}
-	t, err := New(ctx, cfg)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// placeBlackbox draws the canaries from cfg.Test (which keeps the rest),
+// gives each a wrong label, and adds the IN ones to cfg.Train. Canary j
+// is examples j*group to (j+1)*group-1: one example, or one canary user's
+// examples at user level.
+func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand) error {
+	train, group := c.train, c.group
+	if cfg.Test == nil || cfg.Test.Len() < opt.Canaries*group+1 {
+		return invalidf("audit: black-box canaries are held-out test examples: %d canaries of %d examples need a test set of more than %d", opt.Canaries, group, opt.Canaries*group)
 	}
-	defer t.Close()
+	if train.Classes < 2 {
+		return invalidf("audit: mislabelled canaries need at least 2 classes")
+	}
+	perm := rng.Perm(cfg.Test.Len())
+	nc := opt.Canaries * group
+	cidx, rest := perm[:nc], perm[nc:]
+	per := train.Shape.Size()
+	c.canX, c.canY = make([]float32, nc*per), make([]int, nc)
+	if err := cfg.Test.Batch(cidx, c.canX, c.canY); err != nil {
+		return fmt.Errorf("train: audit: %w", err)
+	}
+	c.in = make([]bool, opt.Canaries)
+	x := append([]float32(nil), train.X...)
+	y := append([]int(nil), train.Y...)
+	for j := range c.canY {
+		c.canY[j] = (c.canY[j] + 1 + rng.IntN(train.Classes-1)) % train.Classes // a wrong label
+	}
+	for j := range c.in {
+		if c.in[j] = rng.Uint64()&1 == 1; c.in[j] {
+			x = append(x, c.canX[j*group*per:(j+1)*group*per]...)
+			y = append(y, c.canY[j*group:(j+1)*group]...)
+		}
+	}
+	var err error
+	if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
+		return fmt.Errorf("train: audit: %w", err)
+	}
+	if cfg.UserLevel {
+		if _, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, c.in); err != nil {
+			return err
+		}
+	}
+	if cfg.Test, err = cfg.Test.Subset(rest); err != nil {
+		return fmt.Errorf("train: audit: %w", err)
+	}
+	return nil
+}
+
+// newWhitebox is the white-box observer of t's run. It weighs the noise by
+// its n x n precision matrix: a Toeplitz mechanism's dense factorization
+// is built for it (refused above dpcore.DenseStepLimit steps).
+func newWhitebox(t *Trainer, opt AuditOptions, seed *dpcore.Seed) (*audit.Whitebox, error) {
 	p := t.plan
+	f, err := p.Factorization()
+	if err != nil {
+		return nil, fmt.Errorf("train: audit: %w", err)
+	}
+	part := audit.Participation{Amplified: p.Amplified}
+	if p.Amplified {
+		part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
+	}
+	wb, err := audit.NewWhitebox(audit.WhiteboxConfig{
+		Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: t.cfg.Steps,
+		ClipNorm: t.cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
+		Participation: part, Seed: seed,
+	})
+	if err != nil {
+		return nil, invalidf("%w", err)
+	}
+	return wb, nil
+}
+
+// scores are the canaries' scores after training, and which were IN:
+// white-box, the observer's; black-box, minus each canary's loss.
+func (c *canaries) scores(ctx context.Context, t *Trainer, opt AuditOptions, hook *auditHook) ([]float64, []bool, error) {
 	if opt.Mode == AuditWhitebox {
-		// The white-box audit weighs the noise by its n x n precision
-		// matrix: a Toeplitz mechanism's dense factorization is built for
-		// it (refused above dpcore.DenseStepLimit steps).
-		f, err := p.Factorization()
+		scores, err := hook.wb.Scores()
 		if err != nil {
-			return nil, fmt.Errorf("train: audit: %w", err)
+			return nil, nil, fmt.Errorf("train: %w", err)
 		}
-		part := audit.Participation{Amplified: p.Amplified}
-		if p.Amplified {
-			part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
+		return scores, hook.wb.Membership(), nil
+	}
+	scores := make([]float64, opt.Canaries)
+	per, group := c.train.Shape.Size(), c.group
+	for j := range scores {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
 		}
-		hook.wb, err = audit.NewWhitebox(audit.WhiteboxConfig{
-			Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: cfg.Steps,
-			ClipNorm: cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
-			Participation: part, Seed: seed,
-		})
+		loss, _, err := t.engine.EvaluateContext(ctx, c.canX[j*group*per:(j+1)*group*per], c.canY[j*group:(j+1)*group])
 		if err != nil {
-			return nil, invalidf("%w", err)
+			return nil, nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
 		}
+		scores[j] = -loss
 	}
-	t.audit = hook
-	if cfg.Log != nil {
-		fmt.Fprintln(cfg.Log, p)
-		if s := hook.noiseScale(); s != 1 {
-			fmt.Fprintf(cfg.Log, "WARNING: -unsafe-noise-scale %g: the noise added is %g times the planned noise; the claim (epsilon %.4g) does NOT hold for this run\n", s, s, p.Epsilon)
-		}
-	}
-	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
-	for !t.Done() {
-		sm, err := t.TrainStep(ctx)
-		if err != nil {
-			return nil, err
-		}
-		bar.step(sm)
-	}
-	bar.finish()
-	res := &AuditResult{
-		Mechanism: p.Mechanism, Audit: opt.Mode.String(), Epsilon: p.Epsilon, Delta: p.Delta,
-		Confidence: opt.Confidence, Canaries: opt.Canaries, Plan: p,
-		Unit: string(p.Unit), CanaryExamples: group,
-	}
-	if s := hook.noiseScale(); s != 1 {
-		res.UnsafeNoiseScale = s
-	}
-	if res.Final, err = t.Evaluate(); err != nil {
-		return nil, err
-	}
-	var scores []float64
-	switch opt.Mode {
-	case AuditWhitebox:
-		if scores, err = hook.wb.Scores(); err != nil {
-			return nil, fmt.Errorf("train: %w", err)
-		}
-		in = hook.wb.Membership()
-	case AuditBlackbox:
-		scores = make([]float64, opt.Canaries)
-		per := train.Shape.Size()
-		for j := range scores {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			loss, _, err := t.engine.EvaluateContext(ctx, canX[j*group*per:(j+1)*group*per], canY[j*group:(j+1)*group])
-			if err != nil {
-				return nil, fmt.Errorf("train: audit: scoring canary %d: %w", j, err)
-			}
-			scores[j] = -loss
-		}
-	}
+	return scores, c.in, nil
+}
+
+// bound fills res's lower bounds from the canaries' scores: epsilon at
+// the plan's delta, and for an unamplified plan, which claims one Gaussian
+// mechanism with noise multiplier sigma, (1/sigma)-GDP, which the f-DP
+// reading tests directly.
+func (res *AuditResult) bound(scores []float64, in []bool, opt AuditOptions) error {
+	p := res.Plan
+	var err error
 	if res.Bound, err = audit.FromScores(scores, in, p.Delta, opt.Confidence, opt.Search); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+		return fmt.Errorf("train: %w", err)
 	}
 	if !p.Amplified {
-		// An unamplified plan claims one Gaussian mechanism with noise
-		// multiplier sigma: (1/sigma)-GDP, which the f-DP reading tests
-		// directly.
 		gdp, err := audit.GDPFromScores(scores, in, p.Delta, opt.Confidence, opt.Search)
 		if err != nil {
-			return nil, fmt.Errorf("train: %w", err)
+			return fmt.Errorf("train: %w", err)
 		}
 		res.GDP, res.MuClaimed = &gdp, 1/p.NoiseMultiplier
 		res.GDPViolated = gdp.MuLowerBound > res.MuClaimed
 	}
 	res.EpsilonLowerBound = res.Bound.EpsilonLowerBound
 	res.Violated = res.EpsilonLowerBound > res.Epsilon
-	res.Elapsed = time.Since(start).Seconds()
-	return res, nil
+	return nil
 }
 
 // auditRand is a generator for canary choices: from the run's seed, or
 // crypto/rand.
-func auditRand(seed []byte) (*mrand.Rand, error) {
+func auditRand(seed *dpcore.Seed) (*mrand.Rand, error) {
 	var s [32]byte
 	if seed != nil {
-		copy(s[:], seed)
+		s = *seed
 	} else if _, err := rand.Read(s[:]); err != nil {
 		return nil, fmt.Errorf("train: audit: seeding: %w", err)
 	}

@@ -111,7 +111,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
-	if err := atomicfile.WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
+	if err := (atomicfile.Options{Pause: t.cfg.slowWrite}).WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"time"
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -172,13 +173,16 @@ type Config struct {
 	MetricsPath     string `json:"metrics,omitempty"`
 	// CacheDir stores optimized factorizations so they are built once.
 	CacheDir string `json:"cache_dir,omitempty"`
-	// Progress receives a progress bar (nil: none).
-	Progress io.Writer `json:"-"`
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
 	// Log receives human-readable plan and summary lines (nil: none).
 	Log io.Writer `json:"-"`
+
+	// slowWrite, set only by this package's crash tests, pauses every
+	// checkpoint write before its rename, and every metrics record (a
+	// quarter of it) halfway, so that kills land inside those writes.
+	slowWrite time.Duration
 }
 
 // Defaults fills unset knobs: clip norm 1, PLD accounting, learning rate
@@ -267,7 +271,7 @@ func (c *Config) validateRest() error {
 		return err
 	}
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
-		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, tabularDim)
+		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, models.DefaultEmbeddingDim)
 	}
 	if c.EmbeddingDim != 0 && c.Model == nil && c.Backend == nil && c.ModelName != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", c.EmbeddingDim, c.ModelName)

@@ -98,6 +98,13 @@ func uninterrupted(t *testing.T) (*Result, []float32) {
 	t.Helper()
 	cfg := faultConfig(t, t.TempDir())
 	cfg.CheckpointPath, cfg.MetricsPath = "", ""
+	return nil, trainToEnd(t, cfg)
+}
+
+// trainToEnd runs cfg's steps uninterrupted (New, then TrainStep until
+// done) and returns a copy of the parameters.
+func trainToEnd(t *testing.T, cfg Config) []float32 {
+	t.Helper()
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +114,7 @@ func uninterrupted(t *testing.T) (*Result, []float32) {
 			t.Fatal(err)
 		}
 	}
-	return nil, append([]float32(nil), tr.Model().Params()...)
+	return append([]float32(nil), tr.Model().Params()...)
 }
 
 // An interrupt (the context cancelled during step 13) saves a checkpoint

@@ -3,11 +3,9 @@ package train
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,8 +36,6 @@ const (
 const (
 	scatterJ = 2
 	scatterL = 8
-	// scatterGroups is the GroupNorm groups of the "scatternet" model.
-	scatterGroups = 27
 )
 
 func (f Features) valid() bool { return f == FeaturesPixels || f == FeaturesScatter }
@@ -140,20 +136,19 @@ func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *d
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "scatter J=%d L=%d shape=%v n=%d;", sc.J, sc.L, d.Shape, d.Len())
-	var b [4]byte
-	for _, v := range d.X {
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-		h.Write(b[:])
+	var buf []byte
+	for x := d.X; len(x) > 0; {
+		k := min(len(x), 1<<14)
+		buf = atomicfile.AppendFloats(buf[:0], x[:k])
+		h.Write(buf)
+		x = x[k:]
 	}
 	path := filepath.Join(dir, fmt.Sprintf("features-scatter-%x.bin", h.Sum(nil)[:16]))
 	out := sc.OutShape(d.Shape.C)
 	per := out[0] * out[1] * out[2]
 	payload, err := atomicfile.ReadSealed(path, featuresMagic, featuresVersion)
 	if err == nil && len(payload) == 4*per*d.Len() {
-		x := make([]float32, per*d.Len())
-		for i := range x {
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:]))
-		}
+		x, _ := atomicfile.DecodeFloats[float32](payload, per*d.Len())
 		f, err := data.NewDataset(x, d.Y, data.Shape{C: out[0], H: out[1], W: out[2]}, d.Classes)
 		if err == nil {
 			f.Name = d.Name + " (scattering features, cached)"
@@ -166,10 +161,7 @@ func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *d
 	if err != nil {
 		return nil, err
 	}
-	payload = make([]byte, 4*len(f.X))
-	for i, v := range f.X {
-		binary.LittleEndian.PutUint32(payload[4*i:], math.Float32bits(v))
-	}
+	payload = atomicfile.AppendFloats(make([]byte, 0, 4*len(f.X)), f.X)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("train: features cache: %w", err)
 	}

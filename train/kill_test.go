@@ -25,8 +25,8 @@ import (
 // The kill harness tests crash consistency like a database's: a child
 // process (this test binary, re-executed) trains with checkpoints and a
 // metrics file and is killed with SIGKILL at random points, many of them
-// inside checkpoint and metrics writes (atomicfile.SlowWriteEnv widens
-// those windows); each kill is followed by a resume. After every kill the
+// inside checkpoint and metrics writes (Config.slowWrite, set by the
+// child, widens those windows); each kill is followed by a resume. After every kill the
 // checkpoint must be intact and every complete metrics line must parse and
 // continue the sequence of steps; at the end the parameters must be
 // bit-identical to an uninterrupted run and the metrics file must hold
@@ -52,6 +52,7 @@ func TestKillHarnessChild(t *testing.T) {
 	dir, stepsText, _ := strings.Cut(spec, "|")
 	steps, _ := strconv.Atoi(stepsText)
 	cfg := killConfig(t, dir, steps)
+	cfg.slowWrite = 8 * time.Millisecond
 	out := bufio.NewWriter(os.Stdout)
 	cfg.OnStep = func(sm StepMetrics) {
 		fmt.Fprintf(out, "killharness step %d\n", sm.Step)
@@ -142,7 +143,7 @@ func TestKillAtRandomPointsAndResume(t *testing.T) {
 			t.Fatalf("no progress after %d rounds (killed at %v)", round, killedAt)
 		}
 		child := exec.Command(os.Args[0], "-test.run=^TestKillHarnessChild$")
-		child.Env = append(os.Environ(), killChildEnv+"="+dir+"|"+strconv.Itoa(steps), atomicfile.SlowWriteEnv+"=8")
+		child.Env = append(os.Environ(), killChildEnv+"="+dir+"|"+strconv.Itoa(steps))
 		stdout, err := child.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

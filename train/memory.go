@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/models"
 )
 
 // MaxSteps is the largest number of steps a run takes: per-step arrays
@@ -83,46 +84,12 @@ func (c *Config) checkSizes() error {
 }
 
 // estimateParams is the parameter count of a dense model named by the
-// configuration (mlp, logistic, tabular), computed in float64 so that
-// absurd hidden sizes cannot overflow; other models have fixed sizes and
-// count 0 here.
+// configuration (models.Named.EstimateParams).
 func (c *Config) estimateParams() float64 {
-	in := float64(c.Train.Shape.Size())
-	classes := float64(c.Train.Classes)
-	var hidden []int
-	switch c.ModelName {
-	case "logistic":
-	case "mlp":
-		hidden = c.Hidden
-		if len(hidden) == 0 {
-			hidden = []int{128}
-		}
-	case "tabular":
-		hidden = c.Hidden
-		if len(hidden) == 0 {
-			hidden = []int{64}
-		}
-		dim := c.EmbeddingDim
-		if dim == 0 {
-			dim = tabularDim
-		}
-		emb := 0.0
-		for _, k := range c.Categorical {
-			emb += float64(k) * float64(dim)
-		}
-		in += float64(len(c.Categorical)) * float64(dim)
-		return emb + denseParams(in, hidden, classes)
-	default:
-		return 0
-	}
-	return denseParams(in, hidden, classes)
+	return c.namedModel().EstimateParams(c.Train.Shape.Size(), c.Train.Classes)
 }
 
-func denseParams(in float64, hidden []int, classes float64) float64 {
-	d := 0.0
-	for _, h := range hidden {
-		d += (in + 1) * float64(h)
-		in = float64(h)
-	}
-	return d + (in+1)*classes
+// namedModel is the model c.ModelName names, with its settings.
+func (c *Config) namedModel() models.Named {
+	return models.Named{Name: c.ModelName, Hidden: c.Hidden, Categorical: c.Categorical, EmbeddingDim: c.EmbeddingDim}
 }

@@ -8,10 +8,6 @@ import (
 	"io"
 	"os"
 	"time"
-
-	"github.com/dpmf-go/dpmf/internal/atomicfile"
-
-	"github.com/schollz/progressbar/v3"
 )
 
 // metricsWriter appends one JSON object per line: {"kind":"step",...} or
@@ -30,12 +26,13 @@ type metricsWriter struct {
 	// pending: opened to resume, not yet truncated to the resume point.
 	pending bool
 	// slow widens the window of a torn line for crash tests
-	// (atomicfile.SlowWriteEnv).
+	// (Config.slowWrite).
 	slow time.Duration
 }
 
 // openMetrics creates (or, to resume a run, opens) the metrics file.
-func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
+// slow is zero outside crash tests.
+func openMetrics(path string, appendTo bool, slow time.Duration) (*metricsWriter, error) {
 	flag := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if appendTo {
 		flag = os.O_CREATE | os.O_RDWR
@@ -44,7 +41,7 @@ func openMetrics(path string, appendTo bool) (*metricsWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: metrics: %w", err)
 	}
-	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: atomicfile.SlowWriteDelay() / 4}, nil
+	return &metricsWriter{path: path, f: f, buf: bufio.NewWriter(f), pending: appendTo, slow: slow}, nil
 }
 
 // metricsRecord is the part of a metrics line that resuming reads.
@@ -200,45 +197,4 @@ func (m *metricsWriter) close() error {
 		return fmt.Errorf("train: metrics: %w", m.err)
 	}
 	return nil
-}
-
-// progress draws a terminal progress bar (schollz/progressbar handles
-// terminal width, rate and ETA) or does nothing when w is nil.
-type progress struct{ bar *progressbar.ProgressBar }
-
-func newProgress(w io.Writer, steps, done int) *progress {
-	if w == nil {
-		return &progress{}
-	}
-	bar := progressbar.NewOptions(steps,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("training"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100_000_000),
-		progressbar.OptionClearOnFinish(),
-	)
-	bar.Set(done)
-	return &progress{bar: bar}
-}
-
-func (p *progress) step(sm StepMetrics) {
-	if p.bar == nil {
-		return
-	}
-	p.bar.Describe(fmt.Sprintf("loss %.3f eps %.2f", sm.Loss, sm.Epsilon))
-	p.bar.Add(1)
-}
-
-func (p *progress) eval(em EvalMetrics) {
-	if p.bar == nil {
-		return
-	}
-	p.bar.Describe(fmt.Sprintf("%s acc %.3f eps %.2f", em.Split, em.Accuracy, em.Epsilon))
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		p.bar.Finish()
-	}
 }

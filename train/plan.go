@@ -16,7 +16,7 @@ type Plan = privacy.Plan
 
 // deriveSeed gives each consumer its own 32-byte seed from the run's seed,
 // or nil (crypto/rand) when the run has none.
-func deriveSeed(master []byte, label string) []byte { return privacy.DeriveSeed(master, label) }
+func deriveSeed(master []byte, label string) *dpcore.Seed { return privacy.DeriveSeed(master, label) }
 
 // buildPlan asks the planner for the plan of a private run and the sampler
 // that realizes it. w is the optimizer's workload over cfg.Steps.

@@ -262,19 +262,15 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		}
 	}
 	if cfg.MetricsPath != "" {
-		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0); err != nil {
+		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0, cfg.slowWrite/4); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
 }
 
-// tabularDim is the default embedding dimension of the "tabular" model;
 // maxEmbeddingDim bounds Config.EmbeddingDim.
-const (
-	tabularDim      = 8
-	maxEmbeddingDim = 4096
-)
+const maxEmbeddingDim = 4096
 
 func buildModel(cfg *Config) (models.Model, error) {
 	if cfg.Model != nil {
@@ -288,42 +284,10 @@ func buildModel(cfg *Config) (models.Model, error) {
 	if shape, err = featureShape(cfg); err != nil {
 		return nil, err
 	}
-	classes := cfg.Train.Classes
-	var m models.Model
-	switch cfg.ModelName {
-	case "scatternet":
-		if cfg.Features != FeaturesScatter {
-			return nil, invalidf("model scatternet reads scattering features, not %q", cfg.Features)
-		}
-		m, err = models.NewScatterNet(shape, classes, scatterGroups, seed)
-	case "logistic":
-		m, err = models.NewLogistic(shape, classes, seed)
-	case "mlp":
-		hidden := cfg.Hidden
-		if len(hidden) == 0 {
-			hidden = []int{128}
-		}
-		m, err = models.NewMLP(shape, hidden, classes, "tanh", seed)
-	case "cnn":
-		m, err = models.NewCIFARCNN(shape, classes, seed)
-	case "wrn16-4":
-		m, err = models.NewWRN16x4(shape, classes, 16, seed)
-	case "tabular":
-		hidden := cfg.Hidden
-		if len(hidden) == 0 {
-			hidden = []int{64}
-		}
-		if len(cfg.Categorical) == 0 || len(cfg.Categorical) > shape[0] {
-			return nil, invalidf("model tabular: %d categorical columns of %d features (want at least one)", len(cfg.Categorical), shape[0])
-		}
-		dim := cfg.EmbeddingDim
-		if dim == 0 {
-			dim = tabularDim
-		}
-		m, err = models.NewTabular(shape[0]-len(cfg.Categorical), cfg.Categorical, dim, hidden, classes, seed)
-	default:
-		return nil, invalidf("model %q: want logistic, mlp, cnn, wrn16-4, tabular or scatternet", cfg.ModelName)
+	if cfg.ModelName == "scatternet" && cfg.Features != FeaturesScatter {
+		return nil, invalidf("model scatternet reads scattering features, not %q", cfg.Features)
 	}
+	m, err := cfg.namedModel().Build(shape, cfg.Train.Classes, seed)
 	if err != nil {
 		return nil, fmt.Errorf("train: model: %w", err)
 	}
@@ -334,7 +298,7 @@ func buildModel(cfg *Config) (models.Model, error) {
 // from crypto/rand when the run has none.
 func seed64(master []byte, label string) (uint64, error) {
 	if s := deriveSeed(master, label); s != nil {
-		return binary.LittleEndian.Uint64(s), nil
+		return binary.LittleEndian.Uint64(s[:]), nil
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -667,32 +631,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return res, err
 		}
 	}
-	bar := newProgress(cfg.Progress, cfg.Steps, t.Step())
 	for !t.Done() {
 		if ctx.Err() != nil {
-			bar.finish()
 			return res, t.interrupted(ctx)
 		}
 		sm, err := t.TrainStep(ctx)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				bar.finish()
 				return res, t.interrupted(ctx)
 			}
 			return res, err
 		}
-		bar.step(sm)
 		if sm.Step%cfg.EvalEvery == 0 && sm.Step < cfg.Steps {
 			em, err := t.EvaluateContext(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
-					bar.finish()
 					return res, t.interrupted(ctx)
 				}
 				return res, err
 			}
 			res.Evals = append(res.Evals, em)
-			bar.eval(em)
 		}
 		if cfg.CheckpointPath != "" && cfg.CheckpointEvery > 0 && sm.Step%cfg.CheckpointEvery == 0 {
 			if err := t.checkpoint(); err != nil {
@@ -700,7 +658,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		}
 	}
-	bar.finish()
 	em, err := t.EvaluateContext(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

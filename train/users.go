@@ -44,7 +44,7 @@ func newUserLevel(cfg *Config) (*userLevel, error) {
 	}
 	u := &userLevel{users: us, k: cfg.UserExamples, mean: cfg.UserMean}
 	if s := deriveSeed(cfg.Seed, "users"); s != nil {
-		copy(u.secret[:], s)
+		u.secret = *s
 	} else if _, err := rand.Read(u.secret[:]); err != nil {
 		return nil, fmt.Errorf("train: seeding the per-user example choice: %w", err)
 	}

@@ -335,7 +335,7 @@ func verifyExactlyOnce(t *testing.T, store string, seed []byte, l aggregate.Ledg
 		t.Fatal(err)
 	}
 	agg, err := aggregate.Open(context.Background(), store, aggregate.Config{Dim: crashDim, Workload: aggregate.Workload{Kind: aggregate.PrefixSum},
-		Mechanism: mech, Epsilon: 8, Delta: 1e-6, Clip: crashClip, K: 1, B: 1, Count: true, Seed: seed})
+		Mechanism: mech, Epsilon: 8, Delta: 1e-6, Clip: crashClip, K: 1, B: 1, Count: true, Seed: (*dpcore.Seed)(seed)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,9 +256,11 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	if err != nil {
 		return nil, usageError{"-workload: " + err.Error()}
 	}
-	var seed []byte
+	var seed *dpcore.Seed
 	if o.seed != "" {
-		if seed, err = hex.DecodeString(o.seed); err != nil || len(seed) != 32 {
+		b, err := hex.DecodeString(o.seed)
+		var ok bool
+		if seed, ok = dpcore.SeedOf(b); err != nil || !ok {
 			return nil, usagef("-seed: want 64 hex digits (32 bytes)")
 		}
 	}

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -345,11 +346,7 @@ func validateContribution(contributor string, vec []float64, dim int) error {
 // id, the vector (float64 little-endian).
 func encodeEntry(contributor string, vec []float64) []byte {
 	b := binary.LittleEndian.AppendUint16(make([]byte, 0, 2+len(contributor)+8*len(vec)), uint16(len(contributor)))
-	b = append(b, contributor...)
-	for _, v := range vec {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
+	return atomicfile.AppendFloats(append(b, contributor...), vec)
 }
 
 func decodeEntry(b []byte) (string, []float64, error) {
@@ -361,11 +358,8 @@ func decodeEntry(b []byte) (string, []float64, error) {
 		return "", nil, errors.New("malformed log entry")
 	}
 	id, rest := string(b[2:2+n]), b[2+n:]
-	vec := make([]float64, len(rest)/8)
-	for i := range vec {
-		vec[i] = math.Float64frombits(binary.LittleEndian.Uint64(rest[8*i:]))
-	}
-	return id, vec, nil
+	vec, err := atomicfile.DecodeFloats[float64](rest, len(rest)/8)
+	return id, vec, err
 }
 
 // Commit logs a commit and returns the release the aggregator made for it.

@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/train"
-	"golang.org/x/term"
 )
 
 // auditOnlyFlags are the flags of "train audit" that "train run" refuses
@@ -98,34 +96,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
 		return err
 	}
-	opt := train.AuditOptions{Canaries: *canaries, Confidence: *confidence, UnsafeNoiseScale: *unsafe}
-	switch *mode {
-	case "whitebox":
-		opt.Mode = train.AuditWhitebox
-	case "blackbox":
-		opt.Mode = train.AuditBlackbox
-	default:
-		return usagef("-audit %q: want whitebox or blackbox", *mode)
-	}
-	switch *search {
-	case "bonferroni":
-		opt.Search = audit.Bonferroni
-	case "uncorrected":
-		opt.Search = audit.Uncorrected
-	default:
-		return usagef("-search %q: want bonferroni or uncorrected", *search)
+	opt, err := auditOptions(*canaries, *mode, *confidence, *search, *unsafe)
+	if err != nil {
+		return err
 	}
 	if *format != "text" && *format != "json" {
 		return usagef("-format %q: want text or json", *format)
-	}
-	if *canaries < 2 {
-		return usagef("-canaries %d: want at least 2", *canaries)
-	}
-	if !(*confidence > 0 && *confidence < 1) {
-		return usagef("-confidence %v: want a value in (0, 1)", *confidence)
-	}
-	if !(*unsafe > 0) {
-		return usagef("-unsafe-noise-scale %v: want a positive factor", *unsafe)
 	}
 	if r.nonPrivate {
 		return usagef("-non-private: a non-private run has no claim to audit")
@@ -149,14 +125,57 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *unsafe != 1 {
 		fmt.Fprintf(stderr, "train: WARNING: -unsafe-noise-scale %g adds %g times the planned noise; the printed claim does NOT hold for this run (auditor validation only)\n", *unsafe, *unsafe)
 	}
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Progress = stderr
-	}
+	finishBar := attachTrainingBar(&cfg, terminal(stderr))
 	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Train.Len(), cfg.Test.Len(), *mode, *canaries)
 	res, err := train.Audit(ctx, cfg, opt)
+	finishBar()
 	if err != nil {
 		return err
 	}
+	if *format == "json" {
+		b, err := json.MarshalIndent(newAuditJSON(res), "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(b, '\n'))
+		return err
+	}
+	printAudit(stdout, res)
+	return nil
+}
+
+// auditOptions parses the audit's flags into train.AuditOptions.
+func auditOptions(canaries int, mode string, confidence float64, search string, unsafe float64) (train.AuditOptions, error) {
+	opt := train.AuditOptions{Canaries: canaries, Confidence: confidence, UnsafeNoiseScale: unsafe}
+	switch mode {
+	case "whitebox":
+		opt.Mode = train.AuditWhitebox
+	case "blackbox":
+		opt.Mode = train.AuditBlackbox
+	default:
+		return opt, usagef("-audit %q: want whitebox or blackbox", mode)
+	}
+	switch search {
+	case "bonferroni":
+		opt.Search = audit.Bonferroni
+	case "uncorrected":
+		opt.Search = audit.Uncorrected
+	default:
+		return opt, usagef("-search %q: want bonferroni or uncorrected", search)
+	}
+	switch {
+	case canaries < 2:
+		return opt, usagef("-canaries %d: want at least 2", canaries)
+	case !(confidence > 0 && confidence < 1):
+		return opt, usagef("-confidence %v: want a value in (0, 1)", confidence)
+	case !(unsafe > 0):
+		return opt, usagef("-unsafe-noise-scale %v: want a positive factor", unsafe)
+	}
+	return opt, nil
+}
+
+// newAuditJSON is the JSON of an audit's result.
+func newAuditJSON(res *train.AuditResult) auditJSON {
 	out := auditJSON{
 		Epsilon: dpcore.Epsilon(res.Epsilon), Delta: res.Delta, EpsilonLowerBound: dpcore.Epsilon(res.EpsilonLowerBound), Confidence: res.Confidence,
 		Canaries: res.Canaries, Mechanism: res.Mechanism, Bands: res.Plan.Bands, Audit: res.Audit, UnsafeNoiseScale: res.UnsafeNoiseScale,
@@ -169,14 +188,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		out.MuClaimed, out.MuLowerBound = res.MuClaimed, res.GDP.MuLowerBound
 		out.GDPEpsilonLowerBound, out.GDPClaimViolated = dpcore.Epsilon(res.GDP.EpsilonLowerBound), res.GDPViolated
 	}
-	if *format == "json" {
-		b, err := json.MarshalIndent(out, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = stdout.Write(append(b, '\n'))
-		return err
-	}
+	return out
+}
+
+// printAudit writes an audit's result as text.
+func printAudit(stdout io.Writer, res *train.AuditResult) {
 	fmt.Fprintf(stdout, "audit (%s, %s, per %s): epsilon >= %.4g at %.0f%% confidence (delta %.3g); claimed epsilon %.4g\n",
 		res.Audit, res.Mechanism, res.Unit, res.EpsilonLowerBound, 100*res.Confidence, res.Delta, res.Epsilon)
 	if res.Unit == "user" {
@@ -200,5 +216,4 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintln(stdout)
 	}
-	return nil
 }

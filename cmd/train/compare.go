@@ -18,7 +18,6 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
-	"golang.org/x/term"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -288,14 +287,6 @@ func loadFactorization(path string) (privacy.Factorization, error) {
 	}
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
-}
-
-// terminal is w when it is a terminal (for progress bars), else nil.
-func terminal(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return w
-	}
-	return nil
 }
 
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep

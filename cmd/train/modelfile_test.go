@@ -14,6 +14,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -134,7 +135,7 @@ func checkProbs(t *testing.T, i, class int, probs []float64) {
 // malformed inputs exit with status 2 and one line naming the problem.
 func TestModelFileBadInput(t *testing.T) {
 	dir := t.TempDir()
-	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,80 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/train"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
+
+// terminal returns w if it is a terminal, else nil.
+func terminal(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return w
+	}
+	return nil
+}
+
+// trainingBar draws the training steps as a progress bar on a terminal
+// (schollz/progressbar handles terminal width, rate and ETA), fed by the
+// run's OnStep and OnEval callbacks.
+type trainingBar struct {
+	w     io.Writer
+	steps int
+	bar   *progressbar.ProgressBar
+}
+
+// attachTrainingBar draws cfg's steps on w (nothing when w is nil),
+// chaining cfg.OnStep and cfg.OnEval; call the returned function when the
+// run returns.
+func attachTrainingBar(cfg *train.Config, w io.Writer) (finish func()) {
+	if w == nil {
+		return func() {}
+	}
+	p := &trainingBar{w: w, steps: cfg.Steps}
+	onStep, onEval := cfg.OnStep, cfg.OnEval
+	cfg.OnStep = func(sm train.StepMetrics) {
+		if onStep != nil {
+			onStep(sm)
+		}
+		p.step(sm)
+	}
+	cfg.OnEval = func(em train.EvalMetrics) {
+		if onEval != nil {
+			onEval(em)
+		}
+		p.eval(em)
+	}
+	return p.finish
+}
+
+func (p *trainingBar) step(sm train.StepMetrics) {
+	if p.bar == nil {
+		// The first step of this process: a resumed run starts part way.
+		p.bar = progressbar.NewOptions(p.steps,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription("training"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+		p.bar.Set(sm.Step - 1)
+	}
+	p.bar.Describe(fmt.Sprintf("loss %.3f eps %.2f", sm.Loss, sm.Epsilon))
+	p.bar.Add(1)
+}
+
+func (p *trainingBar) eval(em train.EvalMetrics) {
+	if p.bar != nil {
+		p.bar.Describe(fmt.Sprintf("%s acc %.3f eps %.2f", em.Split, em.Accuracy, em.Epsilon))
+	}
+}
+
+func (p *trainingBar) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+		p.bar = nil
+	}
+}
 
 // evalProgress writes one progress line per evaluation (and one after the
 // first step, so that a slow run says its speed early) to standard error,

@@ -19,7 +19,6 @@ import (
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
-	"golang.org/x/term"
 )
 
 // runFlags are the flags of "train run" (and the defaults of plain "train").
@@ -121,10 +120,11 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	curves := inv.attachProgress(&cfg, stderr)
+	tty := terminal(stderr)
+	curves, finishBar := inv.attachProgress(&cfg, stderr, tty)
 	// The factorization building lines go to stderr; the cached
 	// factorizations to the log, before the plan they feed.
-	bp := newBuildProgress(stderr, progressEvery, cfg.Progress)
+	bp := newBuildProgress(stderr, progressEvery, tty)
 	bp.cachedLog = log
 	ctx = bp.Attach(ctx)
 	testLen, testName := 0, "test"
@@ -141,6 +141,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		}
 	}
 	res, err := inv.wf.train(ctx, cfg, inv.fs, log, stderr)
+	finishBar()
 	if err != nil {
 		return err
 	}
@@ -252,13 +253,11 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 
 // attachProgress reports the run's progress on stderr, terminal or not:
 // the factorization building lines, and one line per evaluation; standard
-// output keeps the results. It returns the curves it records for -plot.
-func (inv *runInvocation) attachProgress(cfg *train.Config, stderr io.Writer) *runCurves {
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		cfg.Progress = stderr
-	}
+// output keeps the results; on a terminal a progress bar too. It returns
+// the curves it records for -plot, and what finishes the bar.
+func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Writer) (*runCurves, func()) {
 	curves := &runCurves{}
-	evalLines := newEvalProgress(stderr, cfg.Steps, cfg.Progress != nil)
+	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
 	cfg.OnStep = func(sm train.StepMetrics) {
 		curves.addStep(sm)
 		evalLines.step(sm)
@@ -267,7 +266,7 @@ func (inv *runInvocation) attachProgress(cfg *train.Config, stderr io.Writer) *r
 		curves.addEval(em)
 		evalLines.eval(em)
 	}
-	return curves
+	return curves, attachTrainingBar(cfg, tty)
 }
 
 // saveOutputs writes -save-model and -plot after the run; their errors

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // writeTable writes n rows of a table whose label is "high" when
@@ -197,7 +198,7 @@ func TestTabularCLIBadInput(t *testing.T) {
 	writeTable(t, good, 50, 4)
 	ragged := file("ragged.csv", "x,c,y\n1,a,0\n2,b\n")
 	text := file("text.csv", "x,c,y\n1,a,0\nabc,b,1\n")
-	img, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, "tanh", 1)
+	img, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,22 +10,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 )
 
-// SlowWriteEnv names a test-only environment variable: a duration in
-// milliseconds for which Write pauses between writing the temporary file
-// and renaming it, so crash tests can land kills inside a write.
-const SlowWriteEnv = "DPMF_TEST_SLOW_WRITE_MS"
-
-// SlowWriteDelay is the pause SlowWriteEnv asks for (0 when unset).
-func SlowWriteDelay() time.Duration {
-	ms, err := strconv.Atoi(os.Getenv(SlowWriteEnv))
-	if err != nil || ms <= 0 {
-		return 0
-	}
-	return time.Duration(ms) * time.Millisecond
+// Options adjust Write; the zero value is the default, which the
+// package-level functions use.
+type Options struct {
+	// Pause, if positive, is slept between writing the temporary file and
+	// syncing and renaming it: crash tests set it to land kills inside a
+	// write. Production code leaves it zero.
+	Pause time.Duration
 }
 
 // CheckWritable reports, without changing anything, whether path can be
@@ -58,7 +52,12 @@ func CheckWritable(path string) error {
 }
 
 // Write creates or replaces path with what write produces.
-func Write(path string, write func(io.Writer) error) (err error) {
+func Write(path string, write func(io.Writer) error) error {
+	return Options{}.Write(path, write)
+}
+
+// Write creates or replaces path with what write produces.
+func (o Options) Write(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -73,8 +72,8 @@ func Write(path string, write func(io.Writer) error) (err error) {
 	if err = write(tmp); err != nil {
 		return fmt.Errorf("atomicfile: writing %s: %w", path, err)
 	}
-	if d := SlowWriteDelay(); d > 0 {
-		time.Sleep(d)
+	if o.Pause > 0 {
+		time.Sleep(o.Pause)
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("atomicfile: %w", err)
@@ -95,8 +94,11 @@ func Write(path string, write func(io.Writer) error) (err error) {
 }
 
 // WriteFile is Write for a byte slice.
-func WriteFile(path string, data []byte) error {
-	return Write(path, func(w io.Writer) error {
+func WriteFile(path string, data []byte) error { return Options{}.WriteFile(path, data) }
+
+// WriteFile is Write for a byte slice.
+func (o Options) WriteFile(path string, data []byte) error {
+	return o.Write(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

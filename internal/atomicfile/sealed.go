@@ -40,26 +40,52 @@ func Seal(magic string, version int, payload []byte) ([]byte, error) {
 // kind of file, another format version, a checksum mismatch) and carries
 // no package prefix of its own beyond "atomicfile: ".
 func Open(blob []byte, magic string, version int) ([]byte, error) {
+	return OpenVersions(blob, magic, version, version)
+}
+
+// OpenVersions is Open for a reader of several format versions: it
+// accepts an envelope of kind magic with a version in [oldest, newest],
+// and the version comes back with the payload (OpenAny).
+func OpenVersions(blob []byte, magic string, oldest, newest int) ([]byte, error) {
+	payload, v, err := OpenAny(blob, magic)
+	if err != nil {
+		return nil, err
+	}
+	if v < oldest || v > newest {
+		reads := fmt.Sprintf("version %d", newest)
+		if oldest != newest {
+			reads = fmt.Sprintf("versions %d to %d", oldest, newest)
+		}
+		return nil, corruptf("%s format version %d, this build reads %s", magic, v, reads)
+	}
+	return payload, nil
+}
+
+// OpenAny checks an envelope of kind magic, whatever its version, and
+// returns its payload and format version: the reader of a format with
+// several versions dispatches on it.
+func OpenAny(blob []byte, magic string) ([]byte, int, error) {
 	var env envelope
-	if err := checkLengths(blob); err != nil {
-		return nil, corruptf("truncated or not a %s file (%s)", magic, Reason(err))
+	end, err := valueEnd(blob)
+	if err != nil {
+		return nil, 0, corruptf("truncated or not a %s file (%s)", magic, Reason(err))
+	}
+	if end != len(blob) {
+		return nil, 0, corruptf("not a %s file (%d bytes after the end of its envelope)", magic, len(blob)-end)
 	}
 	if err := msgpack.Unmarshal(blob, &env); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, corruptf("truncated (%v)", err)
+			return nil, 0, corruptf("truncated (%v)", err)
 		}
-		return nil, corruptf("not a %s file (%v)", magic, err)
+		return nil, 0, corruptf("not a %s file (%v)", magic, err)
 	}
 	if env.Magic != magic {
-		return nil, corruptf("not a %s file (kind %q)", magic, env.Magic)
-	}
-	if env.Version != version {
-		return nil, corruptf("%s format version %d, this build reads version %d", magic, env.Version, version)
+		return nil, 0, corruptf("not a %s file (kind %q)", magic, env.Magic)
 	}
 	if sum := sha256.Sum256(env.Payload); !bytes.Equal(sum[:], env.SHA256) {
-		return nil, corruptf("SHA-256 checksum mismatch")
+		return nil, 0, corruptf("SHA-256 checksum mismatch")
 	}
-	return env.Payload, nil
+	return env.Payload, env.Version, nil
 }
 
 // Unseal reads at most limit bytes from r and opens them as an envelope
@@ -78,11 +104,17 @@ func Unseal(r io.Reader, magic string, version int, limit int64) ([]byte, error)
 // WriteSealed atomically replaces path with payload in a checksummed
 // envelope (Seal, WriteFile).
 func WriteSealed(path, magic string, version int, payload []byte) error {
+	return Options{}.WriteSealed(path, magic, version, payload)
+}
+
+// WriteSealed atomically replaces path with payload in a checksummed
+// envelope (Seal, WriteFile).
+func (o Options) WriteSealed(path, magic string, version int, payload []byte) error {
 	b, err := Seal(magic, version, payload)
 	if err != nil {
 		return err
 	}
-	return WriteFile(path, b)
+	return o.WriteFile(path, b)
 }
 
 // ReadSealed reads a file written by WriteSealed and returns its payload.
