@@ -42,12 +42,12 @@ type accountResult struct {
 // accountFlags are the flags a -mechanism reads; giving another is an
 // error rather than silently ignored.
 func accountFlags(mech string) ([]string, bool) {
-	switch mech {
-	case "gaussian":
+	switch privacy.AccountKind(mech) {
+	case privacy.AccountGaussian:
 		return nil, true
-	case "dpsgd":
+	case privacy.AccountDPSGD:
 		return []string{"q", "examples", "batch", "steps"}, true
-	case "bandmf":
+	case privacy.AccountBandMF:
 		return []string{"examples", "batch", "steps", "bands"}, true
 	}
 	return nil, false
