@@ -247,7 +247,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 // (default 1e-3; or, when the loss stalls first, at the gap it proved,
 // at most 0.5% here) with a lower bound below the cold optimizer's loss
 // (X = I, unscaled L-BFGS: the method before warm starts, at the same
-// stopping rule), and its loss is within 1e-3 of the cold one. It is
+// stopping rule), and its loss is within that gap of the cold one. It is
 // deterministic (the same encoder bit for bit on a second run), and it
 // ends no worse than the banded Toeplitz proxy it starts from.
 func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {

@@ -179,6 +179,12 @@ func Minimize(ctx context.Context, p Problem, x0 []float64, s *Settings, method 
 		}
 		m.observe(loss, math.Inf(-1))
 		m.report(loss)
+		// The last bound still holds and the loss went down: the gap it
+		// certifies may have reached the target between bounds.
+		if m.bounded && m.gap() <= m.target {
+			m.status = Converged
+			break
+		}
 		if m.checkStall(); m.status != NotTerminated {
 			if m.bounded {
 				// The certificate of the point returned.

@@ -215,3 +215,22 @@ func TestSettingsValidate(t *testing.T) {
 		t.Error("a start with an infinite objective was accepted")
 	}
 }
+
+// A bound computed once (BoundEvery far away) certifies the gap as soon
+// as the loss falls within it: the run stops there, not at the next
+// bound.
+func TestMinimizeConvergesBetweenBounds(t *testing.T) {
+	q := quadratic(30)
+	p := Problem{
+		Func:       func(x, g []float64) float64 { return q.Func(x, g) + 1 },
+		Bound:      func(context.Context) (float64, error) { return 1, nil },
+		BoundEvery: 1000,
+	}
+	res, err := Minimize(context.Background(), p, make([]float64, 30), &Settings{Gap: 1e-6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != Converged || res.Gap > 1e-6 || res.Iterations >= 1000 {
+		t.Fatalf("%v at gap %g after %d iterations, want converged before the next bound", res.Status, res.Gap, res.Iterations)
+	}
+}
