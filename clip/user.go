@@ -43,34 +43,82 @@ type UserOptions struct {
 func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOptions, dst []float32) (Stats, error) {
 	var st Stats
 	d := e.m.NumParams()
+	largest, err := e.checkUserBatch(x, y, groups, dst)
+	if err != nil {
+		return st, err
+	}
+	chunk := max(largest, min(len(y), captureBytes/(4*d)))
+	e.ensureUserCapture(chunk, d)
+	clear(dst)
+	st.Examples = len(y)
+	e.sorted = e.sorted[:0]
+	var tl userTally
+	workers := max(1, min(runtime.GOMAXPROCS(0), d/4096))
+	for lo, g0 := 0, 0; g0 < len(groups); {
+		hi, g1 := userChunk(groups, lo, g0, chunk)
+		out := e.capture[:hi-lo]
+		losses, err := e.plan.Gradients(x[lo*e.chw:hi*e.chw], y[lo:hi], out)
+		if err != nil {
+			return st, err
+		}
+		ok := e.finiteExamples(losses, &st, &tl)
+		users := groups[g0:g1]
+		sq := e.combineUsers(out, ok, users, workers, opt.Mean)
+		factors := e.userFactors(users, sq, workers, &st, &tl)
+		addClippedUsers(dst, out, users, factors, workers)
+		lo, g0 = hi, g1
+	}
+	st.Clipped = float64(tl.clipped) / float64(len(groups))
+	if tl.finite > 0 {
+		st.Loss = tl.lossSum / float64(tl.finite)
+	}
+	st.NormQuantiles = quantiles(e.sorted)
+	return st, nil
+}
+
+// userTally is what UserClippedSum counts over the chunks of a batch.
+type userTally struct {
+	finite, clipped int
+	lossSum         float64
+}
+
+// checkUserBatch refuses what UserClippedSum cannot do and returns the
+// largest user's example count.
+func (e *Engine) checkUserBatch(x []float32, y []int, groups []int, dst []float32) (largest int, err error) {
+	d := e.m.NumParams()
 	switch {
 	case e.opt.NonPrivate || len(e.opt.PerLayer) > 0 || e.opt.LInfZero > 0:
-		return st, dpcore.Invalid("clip", "user clipped sum: only flat clipping (Options.Norm) is supported")
+		return 0, dpcore.Invalid("clip", "user clipped sum: only flat clipping (Options.Norm) is supported")
 	case len(dst) != d:
-		return st, dpcore.Invalid("clip", "user clipped sum: len(dst) = %d, want %d", len(dst), d)
+		return 0, dpcore.Invalid("clip", "user clipped sum: len(dst) = %d, want %d", len(dst), d)
 	case len(y) == 0 || len(y) > e.opt.MaxBatch:
-		return st, dpcore.Invalid("clip", "user clipped sum: batch of %d not in [1, MaxBatch=%d]", len(y), e.opt.MaxBatch)
+		return 0, dpcore.Invalid("clip", "user clipped sum: batch of %d not in [1, MaxBatch=%d]", len(y), e.opt.MaxBatch)
 	case len(x) != len(y)*e.chw:
-		return st, dpcore.Invalid("clip", "user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
+		return 0, dpcore.Invalid("clip", "user clipped sum: %d floats for %d examples of %d", len(x), len(y), e.chw)
 	}
-	tot, largest := 0, 0
+	tot := 0
 	for k, g := range groups {
 		if g <= 0 {
-			return st, dpcore.Invalid("clip", "user clipped sum: user %d has %d examples", k, g)
+			return 0, dpcore.Invalid("clip", "user clipped sum: user %d has %d examples", k, g)
 		}
 		tot += g
 		largest = max(largest, g)
 	}
 	if tot != len(y) {
-		return st, dpcore.Invalid("clip", "user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
+		return 0, dpcore.Invalid("clip", "user clipped sum: groups hold %d examples, the batch %d", tot, len(y))
 	}
 	if need := int64(largest) * int64(d) * 4; need > maxUserCapture {
-		return st, dpcore.Invalid("clip", "user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
+		return 0, dpcore.Invalid("clip", "user clipped sum: a user of %d examples needs %d MiB of per-example gradients (limit %d MiB): bound the examples per user", largest, need>>20, maxUserCapture>>20)
 	}
 	if err := e.checkParams(); err != nil {
-		return st, err
+		return 0, err
 	}
-	chunk := max(largest, min(len(y), captureBytes/(4*d)))
+	return largest, nil
+}
+
+// ensureUserCapture sizes the per-example gradient buffers for chunk
+// examples of d parameters (kept across calls).
+func (e *Engine) ensureUserCapture(chunk, d int) {
 	if len(e.capture) < chunk || len(e.capture[0]) != d {
 		e.capture = make([][]float32, chunk)
 		for i := range e.capture {
@@ -78,113 +126,118 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 		}
 		e.userAcc = make([]float64, d)
 	}
-	clear(dst)
-	st.Examples = len(y)
-	e.sorted = e.sorted[:0]
-	finite, clipped, lossSum := 0, 0, 0.0
-	workers := max(1, min(runtime.GOMAXPROCS(0), d/4096))
-	for lo, g0 := 0, 0; g0 < len(groups); {
-		// The chunk: whole users, at most chunk examples.
-		hi, g1 := lo, g0
-		for g1 < len(groups) && hi+groups[g1]-lo <= chunk {
-			hi += groups[g1]
-			g1++
+}
+
+// userChunk is the chunk starting at example lo, user g0: whole users, at
+// most chunk examples. It ends before example hi, user g1.
+func userChunk(groups []int, lo, g0, chunk int) (hi, g1 int) {
+	hi, g1 = lo, g0
+	for g1 < len(groups) && hi+groups[g1]-lo <= chunk {
+		hi += groups[g1]
+		g1++
+	}
+	return hi, g1
+}
+
+// finiteExamples marks the chunk's examples to keep. A non-finite loss
+// marks an example whose input, loss or gradient norm is not finite
+// (nn.Plan.Step): it is left out.
+func (e *Engine) finiteExamples(losses []float64, st *Stats, tl *userTally) []bool {
+	ok := e.userOK[:0]
+	for _, l := range losses {
+		good := !math.IsNaN(l)
+		ok = append(ok, good)
+		if good {
+			tl.finite++
+			tl.lossSum += l
+		} else {
+			st.NonFinite++
 		}
-		out := e.capture[:hi-lo]
-		losses, err := e.plan.Gradients(x[lo*e.chw:hi*e.chw], y[lo:hi], out)
-		if err != nil {
-			return st, err
-		}
-		// A non-finite loss marks an example whose input, loss or
-		// gradient norm is not finite (nn.Plan.Step): it is left out.
-		ok := e.userOK[:0]
-		for _, l := range losses {
-			good := !math.IsNaN(l)
-			ok = append(ok, good)
-			if good {
-				finite++
-				lossSum += l
-			} else {
-				st.NonFinite++
+	}
+	e.userOK = ok
+	return ok
+}
+
+// combineUsers is pass 1: each user's gradient, coordinate by coordinate,
+// into its first example's slot of out; it returns the partial squared
+// norms, sq[u*workers+w] for user u on worker w's coordinates.
+func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
+	if cap(e.userSq) < len(users)*workers {
+		e.userSq = make([]float64, len(users)*workers)
+	}
+	sq := e.userSq[:len(users)*workers]
+	clear(sq)
+	acc := e.userAcc
+	parallelRanges(len(acc), workers, func(w, a, b int) {
+		first := 0
+		sum := acc[a:b]
+		for u, g := range users {
+			clear(sum)
+			for j := first; j < first+g; j++ {
+				if !ok[j] {
+					continue
+				}
+				for i, v := range out[j][a:b] {
+					sum[i] += float64(v)
+				}
 			}
-		}
-		e.userOK = ok
-		users := groups[g0:g1]
-		if cap(e.userSq) < len(users)*workers {
-			e.userSq = make([]float64, len(users)*workers)
-		}
-		sq := e.userSq[:len(users)*workers]
-		clear(sq)
-		// Pass 1: each user's gradient, coordinate by coordinate, into
-		// its first example's slot; partial squared norms per worker.
-		acc := e.userAcc
-		parallelRanges(d, workers, func(w, a, b int) {
-			first := 0
-			sum := acc[a:b]
-			for u, g := range users {
-				clear(sum)
-				for j := first; j < first+g; j++ {
-					if !ok[j] {
-						continue
-					}
-					for i, v := range out[j][a:b] {
-						sum[i] += float64(v)
-					}
-				}
-				scale := 1.0
-				if opt.Mean {
-					scale = 1 / float64(g)
-				}
-				dstv := out[first][a:b]
-				s := 0.0
-				for i, a := range sum {
-					v := float32(a * scale)
-					dstv[i] = v
-					s += float64(v) * float64(v)
-				}
-				sq[u*workers+w] = s
-				first += g
+			scale := 1.0
+			if mean {
+				scale = 1 / float64(g)
 			}
-		})
-		factors := e.userF[:0]
-		for u := range users {
+			dstv := out[first][a:b]
 			s := 0.0
-			for w := range workers {
-				s += sq[u*workers+w]
+			for i, a := range sum {
+				v := float32(a * scale)
+				dstv[i] = v
+				s += float64(v) * float64(v)
 			}
-			nrm := math.Sqrt(s)
-			f := float32(1)
-			if nrm > e.opt.Norm {
-				f = float32(e.opt.Norm / nrm * shrink)
-				clipped++
-			} else if !math.IsNaN(nrm) {
-				st.WithinNorm++
-			}
-			e.sorted = append(e.sorted, nrm)
-			factors = append(factors, f)
+			sq[u*workers+w] = s
+			first += g
 		}
-		e.userF = factors
-		// Pass 2: add the clipped users' gradients.
-		parallelRanges(d, workers, func(_, a, b int) {
-			first := 0
-			for u, g := range users {
-				f := factors[u]
-				v := out[first][a:b]
-				acc := dst[a:b]
-				for i, x := range v {
-					acc[i] += f * x
-				}
-				first += g
+	})
+	return sq
+}
+
+// userFactors turns the partial squared norms into each user's clip
+// factor, recording the norms and the clipped and within-norm counts.
+func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float32 {
+	factors := e.userF[:0]
+	for u := range users {
+		s := 0.0
+		for w := range workers {
+			s += sq[u*workers+w]
+		}
+		nrm := math.Sqrt(s)
+		f := float32(1)
+		if nrm > e.opt.Norm {
+			f = float32(e.opt.Norm / nrm * shrink)
+			tl.clipped++
+		} else if !math.IsNaN(nrm) {
+			st.WithinNorm++
+		}
+		e.sorted = append(e.sorted, nrm)
+		factors = append(factors, f)
+	}
+	e.userF = factors
+	return factors
+}
+
+// addClippedUsers is pass 2: add the clipped users' gradients (each in its
+// first example's slot of out) to dst.
+func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float32, workers int) {
+	parallelRanges(len(dst), workers, func(_, a, b int) {
+		first := 0
+		for u, g := range users {
+			f := factors[u]
+			v := out[first][a:b]
+			acc := dst[a:b]
+			for i, x := range v {
+				acc[i] += f * x
 			}
-		})
-		lo, g0 = hi, g1
-	}
-	st.Clipped = float64(clipped) / float64(len(groups))
-	if finite > 0 {
-		st.Loss = lossSum / float64(finite)
-	}
-	st.NormQuantiles = quantiles(e.sorted)
-	return st, nil
+			first += g
+		}
+	})
 }
 
 // maxUserCapture bounds the per-example gradients one user may need at

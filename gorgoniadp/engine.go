@@ -156,25 +156,11 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, er
 // examples when ctx is done (dst is then incomplete).
 func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
 	var st clip.Stats
+	if err := e.checkBatch(x, y, dst); err != nil {
+		return st, err
+	}
 	m := e.m
 	n, chw := len(y), len(m.x)
-	if len(dst) != len(m.flat) {
-		return st, dpcore.Invalid("gorgoniadp", "clipped sum: len(dst) = %d, want %d", len(dst), len(m.flat))
-	}
-	if n == 0 || n > e.opt.MaxBatch {
-		return st, dpcore.Invalid("gorgoniadp", "clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
-	}
-	if len(x) != n*chw {
-		return st, dpcore.Invalid("gorgoniadp", "clipped sum: %d floats for %d examples of %d", len(x), n, chw)
-	}
-	for i, c := range y {
-		if c < 0 || c >= m.classes {
-			return st, dpcore.Invalid("gorgoniadp", "clipped sum: label %d of example %d not in [0,%d)", c, i, m.classes)
-		}
-	}
-	if err := e.checkParams(); err != nil {
-		return st, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
-	}
 	clear(dst)
 	st.Examples = n
 	e.norms = e.norms[:0]
@@ -188,55 +174,100 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 		if err != nil {
 			return st, fmt.Errorf("gorgoniadp: clipped sum: example %d: %w", i, err)
 		}
-		g := m.gbuf
-		sq, linf := 0.0, 0.0
-		for _, v := range g {
-			f := float64(v)
-			sq += f * f
-			linf = max(linf, math.Abs(f))
-		}
-		nrm := math.Sqrt(sq)
+		nrm, linf := norms(m.gbuf)
 		if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(nrm) || math.IsInf(nrm, 0) {
 			st.NonFinite++
 			continue
 		}
 		finite++
 		lossSum += loss
-		if e.opt.NonPrivate {
-			for j, v := range g {
-				dst[j] += v
-			}
-			continue
-		}
-		e.norms = append(e.norms, nrm)
-		if e.opt.LInfZero > 0 && !(linf <= e.opt.LInfZero) {
-			st.Zeroed++
-			continue
-		}
-		if nrm > e.opt.Norm {
+		if e.add(m.gbuf, nrm, linf, dst, &st) {
 			clipped++
-			c := float32(e.opt.Norm / nrm * shrink)
-			for j, v := range g {
-				dst[j] += c * v
-			}
-			continue
-		}
-		for j, v := range g {
-			dst[j] += v
 		}
 	}
 	st.Clipped = float64(clipped) / float64(n)
 	if finite > 0 {
 		st.Loss = lossSum / float64(finite)
 	}
-	slices.Sort(e.norms)
-	if k := len(e.norms); k > 0 {
-		for j, q := range []float64{0.5, 0.9, 0.99} {
-			st.NormQuantiles[j] = e.norms[min(k-1, int(math.Ceil(q*float64(k)))-1)]
-		}
-		st.NormQuantiles[3] = e.norms[k-1]
-	}
+	st.NormQuantiles = normQuantiles(e.norms)
 	return st, nil
+}
+
+// checkBatch refuses a batch ClippedSum cannot take.
+func (e *Engine) checkBatch(x []float32, y []int, dst []float32) error {
+	m := e.m
+	n, chw := len(y), len(m.x)
+	if len(dst) != len(m.flat) {
+		return dpcore.Invalid("gorgoniadp", "clipped sum: len(dst) = %d, want %d", len(dst), len(m.flat))
+	}
+	if n == 0 || n > e.opt.MaxBatch {
+		return dpcore.Invalid("gorgoniadp", "clipped sum: batch of %d not in [1, MaxBatch=%d]", n, e.opt.MaxBatch)
+	}
+	if len(x) != n*chw {
+		return dpcore.Invalid("gorgoniadp", "clipped sum: %d floats for %d examples of %d", len(x), n, chw)
+	}
+	for i, c := range y {
+		if c < 0 || c >= m.classes {
+			return dpcore.Invalid("gorgoniadp", "clipped sum: label %d of example %d not in [0,%d)", c, i, m.classes)
+		}
+	}
+	if err := e.checkParams(); err != nil {
+		return fmt.Errorf("gorgoniadp: clipped sum: %w", err)
+	}
+	return nil
+}
+
+// norms is the L2 and L-inf norms of g, taken in float64.
+func norms(g []float32) (l2, linf float64) {
+	sq := 0.0
+	for _, v := range g {
+		f := float64(v)
+		sq += f * f
+		linf = max(linf, math.Abs(f))
+	}
+	return math.Sqrt(sq), linf
+}
+
+// add adds one finite example's gradient g (norms nrm, linf) to dst:
+// as is without privacy, else nothing if its L-inf norm exceeds LInfZero,
+// else clipped to Norm. It records the norm and reports whether g was
+// clipped.
+func (e *Engine) add(g []float32, nrm, linf float64, dst []float32, st *clip.Stats) (clipped bool) {
+	if e.opt.NonPrivate {
+		for j, v := range g {
+			dst[j] += v
+		}
+		return false
+	}
+	e.norms = append(e.norms, nrm)
+	if e.opt.LInfZero > 0 && !(linf <= e.opt.LInfZero) {
+		st.Zeroed++
+		return false
+	}
+	if nrm > e.opt.Norm {
+		c := float32(e.opt.Norm / nrm * shrink)
+		for j, v := range g {
+			dst[j] += c * v
+		}
+		return true
+	}
+	for j, v := range g {
+		dst[j] += v
+	}
+	return false
+}
+
+// normQuantiles sorts norms and returns their 0.5, 0.9 and 0.99 quantiles
+// and maximum (zeros when there are none).
+func normQuantiles(norms []float64) (q [4]float64) {
+	slices.Sort(norms)
+	if k := len(norms); k > 0 {
+		for j, p := range []float64{0.5, 0.9, 0.99} {
+			q[j] = norms[min(k-1, int(math.Ceil(p*float64(k)))-1)]
+		}
+		q[3] = norms[k-1]
+	}
+	return q
 }
 
 // Logits runs example x forward and returns its logits (valid until the

@@ -144,14 +144,64 @@ func (lc *liveCols) mergeWorthwhile() bool {
 // compile builds the step programs. store[j] says whether noise row j is
 // held in a slot; merge enables merging of proportional futures.
 func (lc *liveCols) compile(store []bool, merge bool) (prog []stepProg, eraseAt [][]int, nslots int) {
-	n, m := lc.n, lc.m
-	prog = make([]stepProg, n)
-	eraseAt = make([][]int, n)
-	ptr := make([]int, m)     // colRow[j][ptr[j]] is the first use at or after the current step
-	rep := map[int]int{}      // live slot -> representative noise row
-	inSlot := make([]bool, m) // drawn into (or merged into) a live slot
-	var free []int
-	for j := range m {
+	c := compiler{lc: lc, store: store, merge: merge,
+		prog:   make([]stepProg, lc.n),
+		ptr:    make([]int, lc.m),
+		rep:    map[int]int{},
+		inSlot: make([]bool, lc.m)}
+	eraseAt = lc.eraseSchedule(store)
+	for t := range lc.n {
+		p := &c.prog[t]
+		c.outputs(p, t)
+		newStored := c.draws(p, t)
+		// Boundary t -> t+1: group the live slots and the new stored rows
+		// by proportional futures.
+		items, dead := c.futures(t, newStored)
+		c.group(p, items, dead)
+	}
+	return c.prog, eraseAt, c.nslots
+}
+
+// compiler is the state of compile from one step to the next.
+type compiler struct {
+	lc         *liveCols
+	store      []bool
+	merge      bool
+	prog       []stepProg
+	nslots     int
+	ptr        []int       // colRow[j][ptr[j]] is the first use at or after the current step
+	rep        map[int]int // live slot -> representative noise row
+	inSlot     []bool      // drawn into (or merged into) a live slot
+	free       []int
+	slotsInUse []int
+	// Scratch of one boundary, reused from step to step.
+	items    []liveItem
+	founders []liveFounder
+	joins    []genTerm
+}
+
+// liveItem is a live slot or a new stored row with its future (the rows
+// after the boundary of its column of G).
+type liveItem struct {
+	slot int // existing slot, or -1 for a new row
+	tm   term
+	rows []int
+	vals []float64
+}
+
+// liveFounder is the first item of a group of proportional futures and the
+// slot the group shares.
+type liveFounder struct {
+	it   liveItem
+	slot int
+}
+
+// eraseSchedule lists, for each step, the noise rows whose key can be
+// erased after it: a stored row's on its first use, the others' on their
+// last.
+func (lc *liveCols) eraseSchedule(store []bool) [][]int {
+	eraseAt := make([][]int, lc.n)
+	for j := range lc.m {
 		switch {
 		case lc.first[j] < 0:
 		case store[j]:
@@ -160,126 +210,144 @@ func (lc *liveCols) compile(store []bool, merge bool) (prog []stepProg, eraseAt 
 			eraseAt[lc.last[j]] = append(eraseAt[lc.last[j]], j)
 		}
 	}
-	coef := func(j, t int) float64 { // G[t, j], advancing ptr[j] past t
-		for ptr[j] < len(lc.colRow[j]) && lc.colRow[j][ptr[j]] < t {
-			ptr[j]++
-		}
-		if ptr[j] < len(lc.colRow[j]) && lc.colRow[j][ptr[j]] == t {
-			return lc.colVal[j][ptr[j]]
-		}
-		return 0
+	return eraseAt
+}
+
+// coef is G[t, j], advancing ptr[j] past t.
+func (c *compiler) coef(j, t int) float64 {
+	lc := c.lc
+	for c.ptr[j] < len(lc.colRow[j]) && lc.colRow[j][c.ptr[j]] < t {
+		c.ptr[j]++
 	}
-	future := func(j, t int) ([]int, []float64) { // rows > t of column j
-		coef(j, t+1)
-		return lc.colRow[j][ptr[j]:], lc.colVal[j][ptr[j]:]
+	if c.ptr[j] < len(lc.colRow[j]) && lc.colRow[j][c.ptr[j]] == t {
+		return lc.colVal[j][c.ptr[j]]
 	}
-	var slotsInUse []int
-	for t := range n {
-		p := &prog[t]
-		slices.Sort(slotsInUse)
-		for _, s := range slotsInUse {
-			if c := coef(rep[s], t); c != 0 {
-				p.out = append(p.out, slotTerm{s, c})
-			}
+	return 0
+}
+
+// future is the rows > t of column j.
+func (c *compiler) future(j, t int) ([]int, []float64) {
+	c.coef(j, t+1)
+	return c.lc.colRow[j][c.ptr[j]:], c.lc.colVal[j][c.ptr[j]:]
+}
+
+// outputs adds step t's output terms of the live slots.
+func (c *compiler) outputs(p *stepProg, t int) {
+	slices.Sort(c.slotsInUse)
+	for _, s := range c.slotsInUse {
+		if v := c.coef(c.rep[s], t); v != 0 {
+			p.out = append(p.out, slotTerm{s, v})
 		}
-		var newStored []term
-		for _, tm := range lc.rows[t] {
-			switch {
-			case inSlot[tm.j]:
-				// Covered by its slot's output term.
-			case lc.first[tm.j] == t && store[tm.j]:
-				newStored = append(newStored, tm)
-			default:
-				p.gen = append(p.gen, genTerm{j: tm.j, g: tm.g, slot: -1, into: -1})
-			}
+	}
+}
+
+// draws adds step t's draws that are not kept and returns the rows first
+// used at t that are to be stored.
+func (c *compiler) draws(p *stepProg, t int) (newStored []term) {
+	for _, tm := range c.lc.rows[t] {
+		switch {
+		case c.inSlot[tm.j]:
+			// Covered by its slot's output term.
+		case c.lc.first[tm.j] == t && c.store[tm.j]:
+			newStored = append(newStored, tm)
+		default:
+			p.gen = append(p.gen, genTerm{j: tm.j, g: tm.g, slot: -1, into: -1})
 		}
-		// Boundary t -> t+1: group the live slots and the new stored rows
-		// by proportional futures. Existing slots come first so they found
-		// the groups and new rows need no slot of their own.
-		type item struct {
-			slot int // existing slot, or -1 for a new row
-			tm   term
-			rows []int
-			vals []float64
+	}
+	return newStored
+}
+
+// futures lists the items to group at the boundary t -> t+1, existing
+// slots first so they found the groups and new rows need no slot of their
+// own; slots with no future are dead.
+func (c *compiler) futures(t int, newStored []term) (items []liveItem, dead []int) {
+	items = c.items[:0]
+	for _, s := range c.slotsInUse {
+		r, v := c.future(c.rep[s], t)
+		if len(r) == 0 {
+			dead = append(dead, s)
+			continue
 		}
-		var items []item
-		var dead []int
-		for _, s := range slotsInUse {
-			r, v := future(rep[s], t)
-			if len(r) == 0 {
-				dead = append(dead, s)
-				continue
-			}
-			items = append(items, item{slot: s, rows: r, vals: v})
-		}
-		for _, tm := range newStored {
-			r, v := future(tm.j, t)
-			items = append(items, item{slot: -1, tm: tm, rows: r, vals: v})
-		}
-		type founder struct {
-			it   item
-			slot int
-		}
-		var founders []founder
-		var buckets map[string][]int // signature -> founder indices
-		if merge {
-			buckets = map[string][]int{}
-		}
-		var joins []genTerm
-		for _, it := range items {
-			fi := -1
-			var sig string
-			if merge {
-				sig = signature(it.rows, it.vals)
-				for _, k := range buckets[sig] {
-					if proportional(founders[k].it.rows, founders[k].it.vals, it.rows, it.vals) {
-						fi = k
-						break
-					}
+		items = append(items, liveItem{slot: s, rows: r, vals: v})
+	}
+	for _, tm := range newStored {
+		r, v := c.future(tm.j, t)
+		items = append(items, liveItem{slot: -1, tm: tm, rows: r, vals: v})
+	}
+	c.items = items
+	return items, dead
+}
+
+// group groups the items by proportional futures: a founder keeps (or
+// draws into) its slot, a slot joining a group is merged into the
+// founder's, a new row joining one is added to it. The slots released
+// become reusable from the next step on, so a slot is never overwritten on
+// the step that still reads it.
+func (c *compiler) group(p *stepProg, items []liveItem, dead []int) {
+	founders := c.founders[:0]
+	var buckets map[string][]int // signature -> founder indices
+	if c.merge {
+		buckets = map[string][]int{}
+	}
+	joins := c.joins[:0]
+	for _, it := range items {
+		fi := -1
+		var sig string
+		if c.merge {
+			sig = signature(it.rows, it.vals)
+			for _, k := range buckets[sig] {
+				if proportional(founders[k].it.rows, founders[k].it.vals, it.rows, it.vals) {
+					fi = k
+					break
 				}
 			}
-			if fi < 0 {
-				f := founder{it: it, slot: it.slot}
-				if it.slot < 0 {
-					if len(free) > 0 {
-						f.slot, free = free[len(free)-1], free[:len(free)-1]
-					} else {
-						f.slot = nslots
-						nslots++
-					}
-					rep[f.slot] = it.tm.j
-					p.alloc = append(p.alloc, f.slot)
-					p.gen = append(p.gen, genTerm{j: it.tm.j, g: it.tm.g, slot: f.slot, into: -1})
-					inSlot[it.tm.j] = true
-				}
-				founders = append(founders, f)
-				if merge {
-					buckets[sig] = append(buckets[sig], len(founders)-1)
-				}
-				continue
-			}
-			f := founders[fi]
-			c := it.vals[0] / f.it.vals[0]
-			if it.slot >= 0 {
-				p.merges = append(p.merges, mergeOp{dst: f.slot, src: it.slot, c: c})
-				dead = append(dead, it.slot)
-			} else {
-				joins = append(joins, genTerm{j: it.tm.j, g: it.tm.g, slot: -1, into: f.slot, c: c})
-				inSlot[it.tm.j] = true
-			}
 		}
-		p.gen = append(p.gen, joins...)
-		slotsInUse = slotsInUse[:0]
-		for _, f := range founders {
-			slotsInUse = append(slotsInUse, f.slot)
+		if fi < 0 {
+			founders = append(founders, c.found(p, it))
+			if c.merge {
+				buckets[sig] = append(buckets[sig], len(founders)-1)
+			}
+			continue
 		}
-		// Released slots become reusable from the next step on, so a slot
-		// is never overwritten on the step that still reads it.
-		slices.Sort(dead)
-		p.free = dead
-		free = append(free, dead...)
+		f := founders[fi]
+		v := it.vals[0] / f.it.vals[0]
+		if it.slot >= 0 {
+			p.merges = append(p.merges, mergeOp{dst: f.slot, src: it.slot, c: v})
+			dead = append(dead, it.slot)
+		} else {
+			joins = append(joins, genTerm{j: it.tm.j, g: it.tm.g, slot: -1, into: f.slot, c: v})
+			c.inSlot[it.tm.j] = true
+		}
 	}
-	return prog, eraseAt, nslots
+	p.gen = append(p.gen, joins...)
+	c.founders, c.joins = founders, joins
+	c.slotsInUse = c.slotsInUse[:0]
+	for _, f := range founders {
+		c.slotsInUse = append(c.slotsInUse, f.slot)
+	}
+	slices.Sort(dead)
+	p.free = dead
+	c.free = append(c.free, dead...)
+}
+
+// found makes item it the founder of a new group; a new row gets a slot
+// (a released one if any) and is drawn into it.
+func (c *compiler) found(p *stepProg, it liveItem) liveFounder {
+	f := liveFounder{it: it, slot: it.slot}
+	if it.slot >= 0 {
+		return f
+	}
+	if len(c.free) > 0 {
+		f.slot, c.free = c.free[len(c.free)-1], c.free[:len(c.free)-1]
+	} else {
+		f.slot = c.nslots
+		c.nslots++
+	}
+	c.rep[f.slot] = it.tm.j
+	p.alloc = append(p.alloc, f.slot)
+	p.gen = append(p.gen, genTerm{j: it.tm.j, g: it.tm.g, slot: f.slot, into: -1})
+	c.inSlot[it.tm.j] = true
+	return f
 }
 
 // signature buckets a future column by its sparsity pattern and its values

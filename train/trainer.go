@@ -139,40 +139,12 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		return nil, err
 	}
 	t := &Trainer{}
-	var err error
-	if t.backend = cfg.Backend; t.backend == nil {
-		if t.model, err = buildModel(&cfg); err != nil {
-			return nil, err
-		}
-		t.backend = nnBackend{t.model}
-	}
-	// The model is built for the shape the features will have, and
-	// checked against it, before the features are computed.
-	if fshape, err := featureShape(&cfg); err != nil {
+	if err := t.newBackend(&cfg); err != nil {
 		return nil, err
-	} else if t.backend.InputShape() != fshape {
-		return nil, invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.backend.InputShape())
 	}
-	// The clipping engine checks the per-layer bounds against the model's
-	// layers: before the plan is built.
-	maxBatch := cfg.Batch
-	if cfg.UserLevel {
-		// Batch counts users: a chunk holds up to Batch users' k examples
-		// (at least one user's k, at most 4096 examples beyond that).
-		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
-	}
-	maxBatch = max(maxBatch, cfg.multiplicity())
-	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	maxBatch, err := t.newEngine(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	if _, ok := t.engine.(UserEngine); !ok && cfg.multiplicity() > 1 {
-		return nil, invalidf("augment multiplicity %d needs an engine that averages an example's copies before clipping (UserEngine); the %s backend's does not", cfg.multiplicity(), t.backend.Name())
-	}
-	if cfg.UserLevel && cfg.UserExamples > 1 {
-		if _, ok := t.engine.(UserEngine); !ok {
-			return nil, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
-		}
+		return nil, err
 	}
 	d := len(t.engine.Params())
 	t.settings = cfg.settings(sized{t.backend.Name(), d})
@@ -189,53 +161,139 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		return nil, err
 	}
 	t.cfg = cfg
+	if err := t.checkData(&cfg); err != nil {
+		return nil, err
+	}
+	if err := t.newOptimizer(&cfg, d); err != nil {
+		return nil, err
+	}
+	if err := t.newSampling(ctx, &cfg, d); err != nil {
+		return nil, err
+	}
+	if err := t.allocate(&cfg, maxBatch, d); err != nil {
+		return nil, err
+	}
+	if err := t.resume(&cfg); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// newBackend builds the model (unless cfg.Backend is given) for the shape
+// the features will have, and checks it against that shape, before the
+// features are computed.
+func (t *Trainer) newBackend(cfg *Config) error {
+	if t.backend = cfg.Backend; t.backend == nil {
+		var err error
+		if t.model, err = buildModel(cfg); err != nil {
+			return err
+		}
+		t.backend = nnBackend{t.model}
+	}
+	if fshape, err := featureShape(cfg); err != nil {
+		return err
+	} else if t.backend.InputShape() != fshape {
+		return invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.backend.InputShape())
+	}
+	return nil
+}
+
+// newEngine builds the clipping engine, which checks the per-layer bounds
+// against the model's layers (before the plan is built), and returns the
+// largest batch of examples it takes.
+func (t *Trainer) newEngine(cfg *Config) (maxBatch int, err error) {
+	maxBatch = cfg.Batch
+	if cfg.UserLevel {
+		// Batch counts users: a chunk holds up to Batch users' k examples
+		// (at least one user's k, at most 4096 examples beyond that).
+		maxBatch = max(cfg.Batch, cfg.UserExamples, min(cfg.Batch*cfg.UserExamples, 4096))
+	}
+	maxBatch = max(maxBatch, cfg.multiplicity())
+	t.engine, err = t.backend.NewEngine(clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: maxBatch})
+	if err != nil {
+		return 0, fmt.Errorf("train: %w", err)
+	}
+	if _, ok := t.engine.(UserEngine); !ok && cfg.multiplicity() > 1 {
+		return 0, invalidf("augment multiplicity %d needs an engine that averages an example's copies before clipping (UserEngine); the %s backend's does not", cfg.multiplicity(), t.backend.Name())
+	}
+	if cfg.UserLevel && cfg.UserExamples > 1 {
+		if _, ok := t.engine.(UserEngine); !ok {
+			return 0, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
+		}
+	}
+	return maxBatch, nil
+}
+
+// checkData checks the shapes of the (featurized) training and test data
+// against the model's input.
+func (t *Trainer) checkData(cfg *Config) error {
 	if shapeOf(cfg.Train) != t.backend.InputShape() {
-		return nil, invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
+		return invalidf("data shape %v does not match model input %v", shapeOf(cfg.Train), t.backend.InputShape())
 	}
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
-		return nil, invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
+		return invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
+	return nil
+}
+
+// newOptimizer builds SGD or momentum on the cooldown schedule.
+func (t *Trainer) newOptimizer(cfg *Config, d int) error {
 	sched := dpcore.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
+	var err error
 	if cfg.Momentum > 0 {
 		t.opt, err = optim.NewMomentum(d, cfg.Momentum, sched, cfg.Steps, optim.MomentumOptions{})
 	} else {
 		t.opt, err = optim.NewSGD(d, sched, cfg.Steps)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("train: optimizer: %w", err)
+		return fmt.Errorf("train: optimizer: %w", err)
 	}
+	return nil
+}
+
+// newSampling builds the users of user-level training, then the sampler:
+// a fixed order without privacy, else the privacy plan's sampler with its
+// noise source and adaptive clipping.
+func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
+	var err error
 	if cfg.UserLevel {
-		if t.users, err = newUserLevel(&cfg); err != nil {
-			return nil, err
+		if t.users, err = newUserLevel(cfg); err != nil {
+			return err
 		}
 		if cfg.Batch > t.users.users.Len() {
-			return nil, invalidf("batch = %d users must lie in [1, %d users]", cfg.Batch, t.users.users.Len())
+			return invalidf("batch = %d users must lie in [1, %d users]", cfg.Batch, t.users.users.Len())
 		}
 	}
 	if cfg.NonPrivate {
 		t.sampler, err = sampler.NewFixedOrder(cfg.Train.Len(), cfg.Batch, cfg.Steps, sampler.Options{Seed: deriveSeed(cfg.Seed, "sampler")})
 		if err != nil {
-			return nil, fmt.Errorf("train: sampler: %w", err)
+			return fmt.Errorf("train: sampler: %w", err)
 		}
-	} else {
-		w, err := t.opt.Workload(cfg.Steps)
-		if err != nil {
-			return nil, fmt.Errorf("train: optimizer workload: %w", err)
-		}
-		t.plan, t.sampler, err = buildPlan(ctx, &cfg, w, t.users)
-		if err != nil {
-			return nil, err
-		}
-		nopt := noise.Options{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
-		t.noise, err = t.plan.NoiseSource(d, nopt)
-		if err != nil {
-			return nil, fmt.Errorf("train: noise source: %w", err)
-		}
-		if t.adaptive, err = newAdaptiveClip(&cfg, t.plan, t.engine, t.sampler.ExpectedBatch()); err != nil {
-			return nil, err
-		}
+		return nil
 	}
+	w, err := t.opt.Workload(cfg.Steps)
+	if err != nil {
+		return fmt.Errorf("train: optimizer workload: %w", err)
+	}
+	t.plan, t.sampler, err = buildPlan(ctx, cfg, w, t.users)
+	if err != nil {
+		return err
+	}
+	nopt := noise.Options{Seed: deriveSeed(cfg.Seed, "noise"), MemoryBudget: cfg.NoiseMemoryBudget}
+	t.noise, err = t.plan.NoiseSource(d, nopt)
+	if err != nil {
+		return fmt.Errorf("train: noise source: %w", err)
+	}
+	if t.adaptive, err = newAdaptiveClip(cfg, t.plan, t.engine, t.sampler.ExpectedBatch()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// allocate makes the step's buffers, the parameter average and the
+// augmenter.
+func (t *Trainer) allocate(cfg *Config, maxBatch, d int) error {
 	shape := t.backend.InputShape()
 	per := shape[0] * shape[1] * shape[2]
 	t.xb = make([]float32, maxBatch*per)
@@ -251,22 +309,29 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if cfg.Augment {
 		as, err := seed64(cfg.Seed, "augment")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		t.augment = data.Augmenter{Seed: as, Pad: 4, Flip: true}
 	}
+	return nil
+}
+
+// resume loads the checkpoint, if there is one, and opens the metrics log
+// (appending after a resume).
+func (t *Trainer) resume(cfg *Config) error {
 	if cfg.CheckpointPath != "" {
 		err := t.loadCheckpoint(cfg.CheckpointPath)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
+			return err
 		}
 	}
 	if cfg.MetricsPath != "" {
+		var err error
 		if t.metrics, err = openMetrics(cfg.MetricsPath, t.Step() > 0, cfg.slowWrite/4); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // maxEmbeddingDim bounds Config.EmbeddingDim.

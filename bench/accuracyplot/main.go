@@ -61,26 +61,9 @@ func run(out string, files []string) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no result files")
 	}
-	// accs[mechanism][rounded epsilon] are the runs' accuracies.
-	accs := map[string]map[float64][]float64{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var r result
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %v", f, err)
-		}
-		if r.Plan == nil || r.Final.Split != "test" {
-			return fmt.Errorf("%s: not a private run evaluated on the test split", f)
-		}
-		eps := math.Round(r.Plan.Epsilon*100) / 100
-		mech := lineName(r.Plan.Mechanism, r.Plan.BandSelection != nil)
-		if accs[mech] == nil {
-			accs[mech] = map[float64][]float64{}
-		}
-		accs[mech][eps] = append(accs[mech][eps], 100*r.Final.Accuracy)
+	accs, err := readAccuracies(files)
+	if err != nil {
+		return err
 	}
 	p := plot.New()
 	p.Title.Text = "Fashion-MNIST, delta = 1e-5: test accuracy against epsilon"
@@ -94,40 +77,97 @@ func run(out string, files []string) error {
 	}
 	sort.Strings(mechs)
 	for i, m := range mechs {
-		var epss []float64
-		for e := range accs[m] {
-			epss = append(epss, e)
-		}
-		sort.Float64s(epss)
-		pts := make(plotter.XYs, len(epss))
-		errs := make(plotter.YErrors, len(epss))
-		for k, e := range epss {
-			v := accs[m][e]
-			lo, hi, sum := v[0], v[0], 0.0
-			for _, a := range v {
-				lo, hi, sum = math.Min(lo, a), math.Max(hi, a), sum+a
-			}
-			mean := sum / float64(len(v))
-			pts[k] = plotter.XY{X: e, Y: mean}
-			errs[k] = struct{ Low, High float64 }{mean - lo, hi - mean}
-		}
-		line, points, err := plotter.NewLinePoints(pts)
-		if err != nil {
+		if err := addMechanism(p, i, m, accs[m]); err != nil {
 			return err
 		}
-		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
-		points.Shape = plotutil.Shape(i)
-		bars, err := plotter.NewYErrorBars(struct {
-			plotter.XYer
-			plotter.YErrorer
-		}{pts, errs})
-		if err != nil {
-			return err
-		}
-		bars.Color = plotutil.Color(i)
-		p.Add(line, points, bars)
-		p.Legend.Add(m+" (mean over runs, bar min to max)", line, points)
 	}
+	if err := addPublished(p); err != nil {
+		return err
+	}
+	p.Add(plotter.NewGrid())
+	p.X.Min, p.X.Max = 0, 9
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(8*vg.Inch, 5.5*vg.Inch, out+ext); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readAccuracies reads the result files: accs[mechanism][rounded epsilon]
+// are the runs' test accuracies in percent.
+func readAccuracies(files []string) (map[string]map[float64][]float64, error) {
+	accs := map[string]map[float64][]float64{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %v", f, err)
+		}
+		if r.Plan == nil || r.Final.Split != "test" {
+			return nil, fmt.Errorf("%s: not a private run evaluated on the test split", f)
+		}
+		eps := math.Round(r.Plan.Epsilon*100) / 100
+		mech := lineName(r.Plan.Mechanism, r.Plan.BandSelection != nil)
+		if accs[mech] == nil {
+			accs[mech] = map[float64][]float64{}
+		}
+		accs[mech][eps] = append(accs[mech][eps], 100*r.Final.Accuracy)
+	}
+	return accs, nil
+}
+
+// addMechanism adds mechanism m's line (the i-th): the mean accuracy over
+// runs at each epsilon, with bars from the min to the max.
+func addMechanism(p *plot.Plot, i int, m string, byEps map[float64][]float64) error {
+	pts, errs := meanMinMax(byEps)
+	line, points, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return err
+	}
+	line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+	points.Shape = plotutil.Shape(i)
+	bars, err := plotter.NewYErrorBars(struct {
+		plotter.XYer
+		plotter.YErrorer
+	}{pts, errs})
+	if err != nil {
+		return err
+	}
+	bars.Color = plotutil.Color(i)
+	p.Add(line, points, bars)
+	p.Legend.Add(m+" (mean over runs, bar min to max)", line, points)
+	return nil
+}
+
+// meanMinMax is, by increasing epsilon, the mean of the runs' accuracies
+// and its distances to their min and max.
+func meanMinMax(byEps map[float64][]float64) (plotter.XYs, plotter.YErrors) {
+	var epss []float64
+	for e := range byEps {
+		epss = append(epss, e)
+	}
+	sort.Float64s(epss)
+	pts := make(plotter.XYs, len(epss))
+	errs := make(plotter.YErrors, len(epss))
+	for k, e := range epss {
+		v := byEps[e]
+		lo, hi, sum := v[0], v[0], 0.0
+		for _, a := range v {
+			lo, hi, sum = math.Min(lo, a), math.Max(hi, a), sum+a
+		}
+		mean := sum / float64(len(v))
+		pts[k] = plotter.XY{X: e, Y: mean}
+		errs[k] = struct{ Low, High float64 }{mean - lo, hi - mean}
+	}
+	return pts, errs
+}
+
+// addPublished marks the published accuracies.
+func addPublished(p *plot.Plot) error {
 	for i, pub := range published {
 		s, err := plotter.NewScatter(plotter.XYs{{X: pub.eps, Y: 100 * pub.acc}})
 		if err != nil {
@@ -138,13 +178,6 @@ func run(out string, files []string) error {
 		s.Radius = vg.Points(4)
 		p.Add(s)
 		p.Legend.Add(pub.label+fmt.Sprintf(" (eps %g)", pub.eps), s)
-	}
-	p.Add(plotter.NewGrid())
-	p.X.Min, p.X.Max = 0, 9
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(8*vg.Inch, 5.5*vg.Inch, out+ext); err != nil {
-			return err
-		}
 	}
 	return nil
 }

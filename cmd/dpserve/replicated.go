@@ -621,9 +621,23 @@ func (r *replicated) lead(ctx context.Context) error {
 	ctx, cancelLead := context.WithCancelCause(ctx)
 	defer cancelLead(nil)
 	pipe := &pipeline{jobs: make(chan *checkpointJob, 2)}
-	stored := make(chan struct{})
+	stored := r.storeReleases(ctx, cancelLead, pipe)
 	defer func() { <-stored }()
 	defer close(pipe.jobs)
+	it, msgs, err := r.readLog(ctx, seq)
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	return r.applyLog(ctx, agg, seq, pipe, msgs)
+}
+
+// storeReleases stores the releases sent on pipe.jobs in order and
+// publishes each decision once its release is stored; the first failure
+// cancels leading (later jobs are skipped). The channel returned is closed
+// when pipe.jobs is closed and drained.
+func (r *replicated) storeReleases(ctx context.Context, cancelLead context.CancelCauseFunc, pipe *pipeline) <-chan struct{} {
+	stored := make(chan struct{})
 	go func() {
 		defer close(stored)
 		for j := range pipe.jobs {
@@ -641,31 +655,39 @@ func (r *replicated) lead(ctx context.Context) error {
 			r.publish([]decision{j.dec})
 		}
 	}()
+	return stored
+}
+
+// logMsg is the next message of the log, or the error that ends reading.
+type logMsg struct {
+	m   jetstream.Msg
+	err error
+}
+
+// readLog reads the log from position seq+1 on into the channel returned,
+// until an error (sent too) or the end of ctx; the caller stops it.
+func (r *replicated) readLog(ctx context.Context, seq uint64) (jetstream.MessagesContext, <-chan logMsg, error) {
 	cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{r.o.service + ".log.>"},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1,
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	// Short heartbeats: a consumer whose server died is noticed (and the
 	// ordered consumer recreated from the next position) within seconds.
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	type next struct {
-		m   jetstream.Msg
-		err error
-	}
-	msgs := make(chan next, 64)
+	msgs := make(chan logMsg, 64)
 	go func() {
 		// Next without a timeout: its heartbeat check runs only while
 		// it waits long enough.
 		for {
 			m, err := it.Next()
 			select {
-			case msgs <- next{m, err}:
+			case msgs <- logMsg{m, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -674,14 +696,19 @@ func (r *replicated) lead(ctx context.Context) error {
 			}
 		}
 	}()
-	defer it.Stop()
+	return it, msgs, nil
+}
+
+// applyLog applies the log's messages to agg while ctx lasts, writing the
+// ledger and publishing commit ticks as they fall due.
+func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, seq uint64, pipe *pipeline, msgs <-chan logMsg) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastLedger := time.Time{}
 	ledgerDirty := false
 	nextTick := time.Now().Add(r.o.commitEvery)
 	for ctx.Err() == nil {
-		var n next
+		var n logMsg
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -710,16 +737,21 @@ func (r *replicated) lead(ctx context.Context) error {
 			lastLedger, ledgerDirty = time.Now(), false
 		}
 		if r.o.commitEvery > 0 && time.Now().After(nextTick) {
-			// The same id for the same step: two aggregators' ticks
-			// for one step are de-duplicated by the log.
-			next := agg.Ledger().Steps + 1
-			if next <= r.o.horizon {
-				r.js.PublishMsg(ctx, nats.NewMsg(r.subjCmt), jetstream.WithMsgID("tick:"+strconv.Itoa(next)))
-			}
+			r.publishTick(ctx, agg)
 			nextTick = time.Now().Add(r.o.commitEvery)
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// publishTick asks the log for a commit of the next step. The same id for
+// the same step: two aggregators' ticks for one step are de-duplicated by
+// the log.
+func (r *replicated) publishTick(ctx context.Context, agg *aggregate.Aggregator) {
+	next := agg.Ledger().Steps + 1
+	if next <= r.o.horizon {
+		r.js.PublishMsg(ctx, nats.NewMsg(r.subjCmt), jetstream.WithMsgID("tick:"+strconv.Itoa(next)))
+	}
 }
 
 // apply applies one log entry and returns the decision to publish (nil

@@ -338,73 +338,103 @@ func (p *localWorkers) stop() {
 // run coordinated by train run -workers W -nats URL.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("worker", stderr)
-	var r runFlags
-	r.register(fs)
-	clipPerLayer := fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (as given to the coordinator)")
-	var csvf csvFlags
-	csvf.register(fs)
-	var nf natsFlags
-	nf.register(fs)
-	shardText := fs.String("shard", "", "this worker's shard i/W (0 <= i < W): it holds the training examples [i*m/W, (i+1)*m/W)")
-	exitOnDisconnect := fs.Bool("exit-on-disconnect", false, "exit when the connection to NATS is lost (the workers train run -workers starts)")
+	var wf workerCmdFlags
+	wf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if wf.r.config != "" {
+		if err := applyConfigFile(fs, wf.r.config); err != nil {
+			return err
+		}
+	}
+	if *wf.shard == "" {
+		return usagef("-shard i/W is required")
+	}
+	shard, err := distributed.ParseShard(*wf.shard)
+	if err != nil {
+		return usagef("-shard %q: want i/W with 0 <= i < W", *wf.shard)
+	}
+	if err := wf.nf.validate(); err != nil {
+		return err
+	}
+	cfg, err := wf.trainConfig(fs)
+	if err != nil {
+		return err
+	}
+	return wf.serve(ctx, cfg, shard, stdout)
+}
+
+// workerCmdFlags are train worker's flags.
+type workerCmdFlags struct {
+	r                runFlags
+	clipPerLayer     *string
+	csvf             csvFlags
+	nf               natsFlags
+	shard            *string
+	exitOnDisconnect *bool
+}
+
+func (wf *workerCmdFlags) register(fs *flag.FlagSet) {
+	wf.r.register(fs)
+	wf.clipPerLayer = fs.String("clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (as given to the coordinator)")
+	wf.csvf.register(fs)
+	wf.nf.register(fs)
+	wf.shard = fs.String("shard", "", "this worker's shard i/W (0 <= i < W): it holds the training examples [i*m/W, (i+1)*m/W)")
+	wf.exitOnDisconnect = fs.Bool("exit-on-disconnect", false, "exit when the connection to NATS is lost (the workers train run -workers starts)")
 	// A -config file shared with the coordinator may name its own flags.
 	fs.Int("workers", 0, "the coordinator's (ignored here)")
 	fs.String("save-model", "", "the coordinator's (ignored here)")
 	fs.String("plot", "", "the coordinator's (ignored here)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if r.config != "" {
-		if err := applyConfigFile(fs, r.config); err != nil {
-			return err
-		}
-	}
-	if *shardText == "" {
-		return usagef("-shard i/W is required")
-	}
-	shard, err := distributed.ParseShard(*shardText)
-	if err != nil {
-		return usagef("-shard %q: want i/W with 0 <= i < W", *shardText)
-	}
-	if err := nf.validate(); err != nil {
-		return err
-	}
+}
+
+// trainConfig loads the data and builds the training configuration, as
+// the coordinator does.
+func (wf *workerCmdFlags) trainConfig(fs *flag.FlagSet) (train.Config, error) {
+	r := &wf.r
 	dirGiven := false
 	fs.Visit(func(f *flag.Flag) { dirGiven = dirGiven || f.Name == "dir" })
 	var (
 		trainSet, testSet *data.Dataset
 		table             *data.Tabular
+		err               error
 	)
 	if r.dataset == "csv" {
-		trainSet, testSet, table, _, err = csvf.load(r.dir)
+		trainSet, testSet, table, _, err = wf.csvf.load(r.dir)
 	} else {
 		trainSet, testSet, _, err = loadData(r.dataset, r.dir, !dirGiven)
 	}
 	if err != nil {
-		return err
+		return train.Config{}, err
 	}
 	cfg, err := r.trainConfig(trainSet, testSet)
 	if err != nil {
-		return err
+		return train.Config{}, err
 	}
 	if table != nil {
 		cfg.Categorical = table.Cardinalities()
 	}
-	if cfg.ClipPerLayer, err = parseClipPerLayer(*clipPerLayer); err != nil {
-		return err
+	if cfg.ClipPerLayer, err = parseClipPerLayer(*wf.clipPerLayer); err != nil {
+		return train.Config{}, err
 	}
+	return cfg, nil
+}
+
+// serve connects to NATS and serves the shard's clipped gradient sums
+// until ctx ends (or, with -exit-on-disconnect, the connection is lost).
+func (wf *workerCmdFlags) serve(ctx context.Context, cfg train.Config, shard distributed.Shard, stdout io.Writer) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var extra []nats.Option
-	if *exitOnDisconnect {
+	if *wf.exitOnDisconnect {
 		extra = append(extra, nats.MaxReconnects(0), nats.ClosedHandler(func(*nats.Conn) { cancel() }))
 	}
-	nc, err := nf.connect(fmt.Sprintf("dpmf train worker %s", shard), extra...)
+	nc, err := wf.nf.connect(fmt.Sprintf("dpmf train worker %s", shard), extra...)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	opt := nf.options(shard.Count)
+	opt := wf.nf.options(shard.Count)
 	lo, hi := shard.Range(cfg.Train.Len())
 	opt.OnReady = func() {
 		fmt.Fprintf(stdout, "worker %s ready: training examples [%d, %d) of %d\n", shard, lo, hi, cfg.Train.Len())

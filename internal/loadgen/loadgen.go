@@ -138,156 +138,209 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer cancel()
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers + 1, MaxConnsPerHost: cfg.Workers + 1, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	var (
-		sent     atomic.Int64
-		mu       sync.Mutex
-		res      Result
-		lat      []time.Duration
-		wg       sync.WaitGroup
-		firstErr string
-	)
-	note := func(s string) {
-		if firstErr == "" {
-			firstErr = s
-		}
-	}
+	r := &run{cfg: cfg, ctx: ctx, client: &http.Client{Transport: tr}}
 	start := time.Now()
+	var wg sync.WaitGroup
 	for w := range cfg.Workers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
-			// The vector part is encoded once per worker; ids vary.
-			vec := []byte(`,"vector":[`)
-			for i := range cfg.Dim {
-				if i > 0 {
-					vec = append(vec, ',')
-				}
-				vec = strconv.AppendFloat(vec, rng.NormFloat64()*0.1, 'g', 8, 64)
-			}
-			vec = append(vec, "]}"...)
-			var body, ack []byte
-			var local []time.Duration
-			var acc, rej, fail int
-			var pause time.Duration // the current backoff; 0 after a success
-			backoff := func() {
-				pause = min(cfg.MaxBackoff, max(cfg.MinBackoff, 2*pause))
-				select {
-				case <-ctx.Done():
-				case <-time.After(pause):
-				}
-			}
-			for ctx.Err() == nil {
-				i := sent.Add(1)
-				if i > int64(cfg.Requests) {
-					break
-				}
-				id := cfg.IDPrefix + strconv.FormatInt(i, 10)
-				body = append(body[:0], `{"contributor":"`...)
-				body = append(body, id...)
-				body = append(body, '"')
-				body = append(body, vec...)
-				tok := ""
-				if cfg.ContributorToken != nil {
-					tok = cfg.ContributorToken(id)
-				}
-				t0 := time.Now()
-				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/contributions", tok, body)
-				d := time.Since(t0)
-				switch {
-				case err != nil:
-					if ctx.Err() != nil {
-						break
-					}
-					fail++
-					mu.Lock()
-					note(err.Error())
-					mu.Unlock()
-					backoff()
-				case code == http.StatusOK:
-					acc++
-					local = append(local, d)
-					pause = 0
-					if cfg.Acks != nil {
-						var r struct {
-							Step int `json:"step"`
-						}
-						json.Unmarshal([]byte(msg), &r)
-						ack = fmt.Appendf(ack[:0], "{\"contributor\":%q,\"step\":%d}\n", id, r.Step)
-						mu.Lock()
-						cfg.Acks.Write(ack)
-						mu.Unlock()
-					}
-				default:
-					rej++
-					mu.Lock()
-					note(fmt.Sprintf("status %d: %s", code, msg))
-					mu.Unlock()
-					if code >= 500 || code == http.StatusTooManyRequests {
-						backoff()
-					}
-				}
-			}
-			mu.Lock()
-			res.Accepted += acc
-			res.Rejected += rej
-			res.Failed += fail
-			lat = append(lat, local...)
-			mu.Unlock()
-		})
+		wg.Go(func() { r.worker(w) })
 	}
 	if cfg.CommitEvery > 0 {
-		wg.Go(func() {
-			tick := time.NewTicker(cfg.CommitEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				code, msg, err := post(ctx, client, cfg.BaseURL+"/v1/commit", cfg.OperatorToken, nil)
-				mu.Lock()
-				if err == nil && code == http.StatusOK {
-					res.Commits++
-				} else if err == nil {
-					note(fmt.Sprintf("commit: status %d: %s", code, msg))
-				}
-				mu.Unlock()
-			}
-		})
+		wg.Go(r.committer)
 	}
 	// Commits stop with the contributions.
-	go func() {
-		for ctx.Err() == nil && sent.Load() < int64(cfg.Requests) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		// Let the last contributions finish, then stop the committer.
-		for ctx.Err() == nil {
-			mu.Lock()
-			done := res.Accepted+res.Rejected+res.Failed >= cfg.Requests
-			mu.Unlock()
-			if done {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel()
-	}()
+	go r.stopWhenDone(cancel)
 	wg.Wait()
-	res.Elapsed = time.Since(start)
+	return r.result(time.Since(start))
+}
+
+// run is the state one Run shares between its workers and its committer;
+// mu guards res, lat and firstErr.
+type run struct {
+	cfg    Config
+	ctx    context.Context
+	client *http.Client
+	sent   atomic.Int64
+
+	mu       sync.Mutex
+	res      Result
+	lat      []time.Duration
+	firstErr string
+}
+
+// note keeps the first error seen; the caller holds mu.
+func (r *run) note(s string) {
+	if r.firstErr == "" {
+		r.firstErr = s
+	}
+}
+
+// worker is a contributor's state: its buffers, counts and backoff.
+type worker struct {
+	vec, body, ack []byte
+	local          []time.Duration
+	acc, rej, fail int
+	pause          time.Duration // the current backoff; 0 after a success
+}
+
+// worker sends contributions until the requests are all sent or the run
+// ends, then adds its counts and latencies to the result.
+func (r *run) worker(w int) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(w)))
+	// The vector part is encoded once per worker; ids vary.
+	wk := &worker{vec: vectorJSON(rng, r.cfg.Dim)}
+	for r.ctx.Err() == nil {
+		i := r.sent.Add(1)
+		if i > int64(r.cfg.Requests) {
+			break
+		}
+		r.contribute(wk, r.cfg.IDPrefix+strconv.FormatInt(i, 10))
+	}
+	r.mu.Lock()
+	r.res.Accepted += wk.acc
+	r.res.Rejected += wk.rej
+	r.res.Failed += wk.fail
+	r.lat = append(r.lat, wk.local...)
+	r.mu.Unlock()
+}
+
+// vectorJSON is the vector part of a contribution's body: dim Gaussians of
+// standard deviation 0.1.
+func vectorJSON(rng *rand.Rand, dim int) []byte {
+	vec := []byte(`,"vector":[`)
+	for i := range dim {
+		if i > 0 {
+			vec = append(vec, ',')
+		}
+		vec = strconv.AppendFloat(vec, rng.NormFloat64()*0.1, 'g', 8, 64)
+	}
+	return append(vec, "]}"...)
+}
+
+// contribute posts one contribution of contributor id and counts the
+// outcome: an accepted one is timed (and acknowledged to cfg.Acks), a
+// failure or an overloaded server backs off.
+func (r *run) contribute(wk *worker, id string) {
+	wk.body = append(wk.body[:0], `{"contributor":"`...)
+	wk.body = append(wk.body, id...)
+	wk.body = append(wk.body, '"')
+	wk.body = append(wk.body, wk.vec...)
+	tok := ""
+	if r.cfg.ContributorToken != nil {
+		tok = r.cfg.ContributorToken(id)
+	}
+	t0 := time.Now()
+	code, msg, err := post(r.ctx, r.client, r.cfg.BaseURL+"/v1/contributions", tok, wk.body)
+	d := time.Since(t0)
+	switch {
+	case err != nil:
+		if r.ctx.Err() != nil {
+			break
+		}
+		wk.fail++
+		r.mu.Lock()
+		r.note(err.Error())
+		r.mu.Unlock()
+		r.backoff(wk)
+	case code == http.StatusOK:
+		wk.acc++
+		wk.local = append(wk.local, d)
+		wk.pause = 0
+		if r.cfg.Acks != nil {
+			r.acknowledge(wk, id, msg)
+		}
+	default:
+		wk.rej++
+		r.mu.Lock()
+		r.note(fmt.Sprintf("status %d: %s", code, msg))
+		r.mu.Unlock()
+		if code >= 500 || code == http.StatusTooManyRequests {
+			r.backoff(wk)
+		}
+	}
+}
+
+// acknowledge writes the step the server acknowledged for contributor id
+// to cfg.Acks.
+func (r *run) acknowledge(wk *worker, id, msg string) {
+	var a struct {
+		Step int `json:"step"`
+	}
+	json.Unmarshal([]byte(msg), &a)
+	wk.ack = fmt.Appendf(wk.ack[:0], "{\"contributor\":%q,\"step\":%d}\n", id, a.Step)
+	r.mu.Lock()
+	r.cfg.Acks.Write(wk.ack)
+	r.mu.Unlock()
+}
+
+// backoff doubles the worker's pause within [MinBackoff, MaxBackoff] and
+// waits it out (or the end of the run).
+func (r *run) backoff(wk *worker) {
+	wk.pause = min(r.cfg.MaxBackoff, max(r.cfg.MinBackoff, 2*wk.pause))
+	select {
+	case <-r.ctx.Done():
+	case <-time.After(wk.pause):
+	}
+}
+
+// committer asks the server to commit every cfg.CommitEvery until the run
+// ends.
+func (r *run) committer() {
+	tick := time.NewTicker(r.cfg.CommitEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		code, msg, err := post(r.ctx, r.client, r.cfg.BaseURL+"/v1/commit", r.cfg.OperatorToken, nil)
+		r.mu.Lock()
+		if err == nil && code == http.StatusOK {
+			r.res.Commits++
+		} else if err == nil {
+			r.note(fmt.Sprintf("commit: status %d: %s", code, msg))
+		}
+		r.mu.Unlock()
+	}
+}
+
+// stopWhenDone ends the run (cancel) once every request is sent and
+// answered, which stops the committer.
+func (r *run) stopWhenDone(cancel context.CancelFunc) {
+	for r.ctx.Err() == nil && r.sent.Load() < int64(r.cfg.Requests) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Let the last contributions finish, then stop the committer.
+	for r.ctx.Err() == nil {
+		r.mu.Lock()
+		done := r.res.Accepted+r.res.Rejected+r.res.Failed >= r.cfg.Requests
+		r.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+}
+
+// result completes the counts with the elapsed time, the rate and the
+// latency quantiles; a run with nothing accepted is an error.
+func (r *run) result(elapsed time.Duration) (Result, error) {
+	res := r.res
+	res.Elapsed = elapsed
 	res.Sent = res.Accepted + res.Rejected + res.Failed
-	res.FirstError = firstErr
+	res.FirstError = r.firstErr
 	if res.Elapsed > 0 {
 		res.PerSecond = float64(res.Accepted) / res.Elapsed.Seconds()
 	}
-	if len(lat) > 0 {
+	if lat := r.lat; len(lat) > 0 {
 		slices.Sort(lat)
 		res.P50 = lat[len(lat)/2]
 		res.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
 		res.Max = lat[len(lat)-1]
 	}
 	if res.Accepted == 0 {
-		return res, errors.New("loadgen: no contribution accepted: " + firstErr)
+		return res, errors.New("loadgen: no contribution accepted: " + r.firstErr)
 	}
 	return res, nil
 }
