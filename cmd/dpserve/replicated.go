@@ -50,6 +50,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dpmf-go/dpmf/internal/natsconn"
+
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
@@ -141,15 +143,7 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	}
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
-	if o.natsCreds != "" {
-		opts = append(opts, nats.UserCredentials(o.natsCreds))
-	}
-	if o.natsCA != "" {
-		opts = append(opts, nats.RootCAs(o.natsCA))
-	}
-	if o.natsCert != "" {
-		opts = append(opts, nats.ClientCert(o.natsCert, o.natsKey))
-	}
+	opts = append(opts, natsconn.Security{Creds: o.natsCreds, CA: o.natsCA, Cert: o.natsCert, Key: o.natsKey}.Options()...)
 	nc, err := nats.Connect(o.nats, opts...)
 	if err != nil {
 		return nil, usagef("-nats %s: %v", o.nats, err)

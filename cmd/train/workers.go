@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dpmf-go/dpmf/internal/natsconn"
+
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/train"
 	"github.com/dpmf-go/dpmf/train/distributed"
@@ -86,15 +88,7 @@ func (n *natsFlags) connect(name string, extra ...nats.Option) (*nats.Conn, erro
 		}
 		opts = append(opts, nats.Token(tok))
 	}
-	if n.creds != "" {
-		opts = append(opts, nats.UserCredentials(n.creds))
-	}
-	if n.ca != "" {
-		opts = append(opts, nats.RootCAs(n.ca))
-	}
-	if n.cert != "" {
-		opts = append(opts, nats.ClientCert(n.cert, n.key))
-	}
+	opts = append(opts, natsconn.Security{Creds: n.creds, CA: n.ca, Cert: n.cert, Key: n.key}.Options()...)
 	nc, err := nats.Connect(n.url, opts...)
 	if err != nil {
 		return nil, usagef("-nats %s: %v", n.url, err)

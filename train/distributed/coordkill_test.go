@@ -66,7 +66,7 @@ func TestCoordinatorChild(t *testing.T) {
 // in the metrics once.
 func TestCoordinatorKilledResumes(t *testing.T) {
 	if os.Getenv(coordChildEnv) != "" || os.Getenv(workerChildEnv) != "" {
-		t.Skip("skipped inside a child process")
+		t.Skip("skipped because this process is the child the test started")
 	}
 	cfg := testConfig(t, killSteps)
 	cfg.EvalEvery = 10

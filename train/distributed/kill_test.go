@@ -175,7 +175,7 @@ func sameParams(t *testing.T, want, got []float32) {
 // every step in the metrics exactly once: no step was half applied.
 func TestWorkerKilledMidRun(t *testing.T) {
 	if testing.Short() && os.Getenv(workerChildEnv) != "" {
-		t.Skip("skipped inside a worker process")
+		t.Skip("skipped because this process is a worker the test started")
 	}
 	cfg := testConfig(t, killSteps)
 	cfg.EvalEvery = 10
