@@ -309,6 +309,9 @@ type gemmOp[T float32 | float64] struct {
 	beta           T
 	c              []T
 	ldc            int
+	// packed, when set, is alpha*op(B) already packed for a product
+	// over the whole of B (see PackB64); b and alpha are then unused.
+	packed []T
 }
 
 // run computes the block C[i0:i1, j0:j1] with the five loops of the Goto
@@ -354,12 +357,20 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 	if !zeroBeta {
 		scaleC(op.beta, c, ldc, i0, i1, j0, j1)
 	}
+	boff := 0
 	for jc := j0; jc < j1; jc += ncMax {
 		nc := min(ncMax, j1-jc)
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			overwrite := zeroBeta && pc == 0
-			packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
+			if op.packed != nil {
+				// Prepacked (PackB64): the blocks lie in this loop's order.
+				size := roundUp(nc, nr) * kc
+				bp = op.packed[boff : boff+size]
+				boff += size
+			} else {
+				packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
+			}
 			panels := (nc + nr - 1) / nr
 			pack := panels >= kern.packMin && (op.aTrans || panels >= 4*kern.packMin)
 			for ic := i0; ic < i1; ic += mcMax {

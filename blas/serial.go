@@ -11,7 +11,7 @@ import (
 // not allocate per call. The zero value is ready to use; a Serial32 is not
 // safe for concurrent use.
 type Serial32 struct {
-	buf []float32
+	s serial[float32]
 }
 
 // Sgemm is the package-level Sgemm without its goroutines: same arguments,
@@ -27,13 +27,111 @@ func (s *Serial32) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a [
 		gonum.Implementation{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	s.s.gemm(kernel32(), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Serial64 is Serial32 for float64: products on the calling goroutine
+// only, with its own packing buffers. Each element of C is summed in the
+// same order whatever the number of cores, so callers that share
+// independent products out over goroutines get results that do not depend
+// on GOMAXPROCS. The zero value is ready to use; a Serial64 is not safe
+// for concurrent use.
+type Serial64 struct {
+	s serial[float64]
+}
+
+// Dgemm is the package-level Dgemm without its goroutines: same arguments,
+// semantics and panics.
+func (s *Serial64) Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if m*n*k <= smallWork {
+		gonum.Implementation{}.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	s.s.gemm(kernel64(), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// serial is the packed product on the calling goroutine with a buffer it
+// keeps between calls.
+type serial[T float32 | float64] struct {
+	buf []T
+}
+
+func (s *serial[T]) gemm(kern kernel[T], tA, tB gblas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	if alpha == 0 || k == 0 {
 		scaleC(beta, c, ldc, 0, m, 0, n)
 		return
 	}
-	op := gemmOp[float32]{kern: kernel32(), aTrans: isTrans(tA), bTrans: isTrans(tB), k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+	op := gemmOp[T]{kern: kern, aTrans: isTrans(tA), bTrans: isTrans(tB), k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
 	if need := op.bufLen(0, m, 0, n); len(s.buf) < need {
-		s.buf = make([]float32, need)
+		s.buf = make([]T, need)
 	}
 	op.runBuf(s.buf, 0, m, 0, n)
+}
+
+// PackedB64 is alpha*op(B), a k×n matrix, packed once in the layout the
+// products of Serial64.DgemmPacked read: for a right operand used in many
+// products (the same small matrix against many panels), whose packing
+// would otherwise be repeated by every call. Its storage is reused by
+// later calls of PackB64 on it.
+type PackedB64 struct {
+	k, n int
+	kern kernel[float64]
+	data []float64
+}
+
+// PackB64 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
+// row-major with leading dimension ldb), into dst.
+func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, dst *PackedB64) {
+	kern := kernel64()
+	dst.k, dst.n, dst.kern, dst.data = k, n, kern, dst.data[:0]
+	if !checkGemm(gblas.NoTrans, tB, 1, n, k, k, max(1, k), len(b), ldb, n, max(1, n)) || k == 0 {
+		return
+	}
+	nr := kern.nr
+	kcMax := min(kern.kc, k)
+	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
+	size := 0
+	for jc := 0; jc < n; jc += ncMax {
+		for pc := 0; pc < k; pc += kcMax {
+			size += roundUp(min(ncMax, n-jc), nr) * min(kcMax, k-pc)
+		}
+	}
+	if cap(dst.data) < size {
+		dst.data = make([]float64, size)
+	}
+	dst.data = dst.data[:size]
+	off := 0
+	for jc := 0; jc < n; jc += ncMax {
+		nc := min(ncMax, n-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			packB(dst.data[off:], b, ldb, isTrans(tB), pc, jc, kc, nc, nr, alpha)
+			off += roundUp(nc, nr) * kc
+		}
+	}
+}
+
+// DgemmPacked computes C = op(A) * P + beta * C for the packed P =
+// alpha*op(B) (k×n), op(A) m×k and C m×n, on the calling goroutine, with
+// the same summation order as Dgemm.
+func (s *Serial64) DgemmPacked(tA gblas.Transpose, m int, a []float64, lda int, b *PackedB64, beta float64, c []float64, ldc int) {
+	n, k := b.n, b.k
+	if !checkGemm(tA, gblas.NoTrans, m, n, k, len(a), lda, k*n, max(1, n), len(c), ldc) {
+		return
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		scaleC(beta, c, ldc, 0, m, 0, n)
+		return
+	}
+	op := gemmOp[float64]{kern: b.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.data}
+	if need := op.bufLen(0, m, 0, n); len(s.s.buf) < need {
+		s.s.buf = make([]float64, need)
+	}
+	op.runBuf(s.s.buf, 0, m, 0, n)
 }

@@ -57,10 +57,12 @@ const bandedMemory = 30
 // curvature of the entries spans the diagonal of A^T A (n to 1 for prefix
 // sums), and unscaled L-BFGS needed about five times the iterations.
 //
-// The band is exploited throughout (evalBlocked): X is factored by a
-// banded Cholesky (O(n bands^2)) and A X^-1 by blocked banded solves and
-// only the band of the gradient is formed, all at GEMM speed, so an
-// evaluation costs O(n^2 bands) instead of O(n^3).
+// The band is exploited throughout (evalPanels): X is factored by a
+// banded Cholesky (O(n bands^2)), A X^-1 is formed by blocked banded
+// solves on panels of rows of A that stay in cache, and only the band of
+// the gradient is formed, all at GEMM speed, so an evaluation costs
+// O(n^2 bands) instead of O(n^3), with the same bits on any number of
+// cores.
 //
 // The encoder C is lower triangular and b-banded with C^T C = X (exchange-
 // matrix Cholesky, banded-MF Prop. 4.1); its columns have unit norm, so its
@@ -216,9 +218,9 @@ type bandProblem struct {
 	// dense holds the work matrices of the GEMM-bound evaluation used
 	// for wide bands (opt_banded_dense.go).
 	dense *denseBandEval
-	// blocked holds the work of the blocked banded evaluation
-	// (opt_banded_blocked.go).
-	blocked *blockedBandEval
+	// panels holds the work of the panel evaluation
+	// (opt_banded_panels.go).
+	panels *panelEval
 	// path forces the evaluation in tests (0: by cost).
 	path evalPath
 }
@@ -281,10 +283,11 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 	if path := p.evalPath(); path != pathSolves {
 		var f float64
 		var ok bool
-		if path == pathDense {
+		switch path {
+		case pathDense:
 			f, ok = p.evalDense(p.lastG)
-		} else {
-			f, ok = p.evalBlocked(p.lastG)
+		default:
+			f, ok = p.evalPanels(x, p.lastG)
 		}
 		if !ok {
 			f = math.Inf(1)

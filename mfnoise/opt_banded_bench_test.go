@@ -22,3 +22,28 @@ func BenchmarkOptimizeBandedDefaultJob(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBandEval times one evaluation of the banded loss and its
+// gradient, the unit of OptimizeBanded's cost, at bandmf:auto's n = 2000,
+// 128-band build, from its deterministic warm start.
+func BenchmarkBandEval(b *testing.B) {
+	for _, tc := range []struct{ n, bands int }{{500, 128}, {2000, 128}, {2000, 32}} {
+		w, _ := dpcore.MomentumWorkload(tc.n, 0.95, dpcore.CooldownSchedule(tc.n, 0.25, 0.05))
+		a, _ := w.Matrix()
+		p := newBandProblem(a, tc.bands)
+		x, err := p.warmStart(context.Background(), w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := make([]float64, len(x))
+		for _, path := range []evalPath{pathPanels} {
+			p.path = path
+			b.Run(fmt.Sprintf("n=%d/bands=%d/path=%d", tc.n, tc.bands, path), func(b *testing.B) {
+				for b.Loop() {
+					p.ok = false
+					p.eval(x, g)
+				}
+			})
+		}
+	}
+}

@@ -23,23 +23,23 @@ type evalPath int
 const (
 	pathAuto    evalPath = iota // by cost (bandProblem.evalPath)
 	pathSolves                  // n banded solves, one row of A at a time
-	pathBlocked                 // blocked banded solves at GEMM speed
 	pathDense                   // dense Cholesky and triangular solves
+	pathPanels                  // panels of rows of A, in cache
 )
 
-// evalPath returns the evaluation OptimizeBanded uses: the blocked one.
-// The banded solves cost about 4 n^2 bands flops at BLAS-1/2 speed, the
-// blocked ones about 10 n^2 max(bands, minBandBlock) at GEMM speed, the
-// dense path about 3.3 n^3 at GEMM speed. Measured with the fast GEMM on
-// 2 cores (BENCHMARKS.md, OptimizeBanded), the blocked evaluation was the
-// fastest at every band count from 4 to 256 at n = 500 and n = 2000 (2.5 to
-// 65 times the banded solves, 1.3 to 40 times the dense path); the others
-// remain as references for the tests.
+// evalPath returns the evaluation OptimizeBanded uses: by panels. The
+// banded solves cost about 4 n^2 bands flops at BLAS-1/2 speed and the
+// dense path about 3.3 n^3 at GEMM speed; the panels about 5 n^2 (bands +
+// panelBlock) at GEMM speed, each panel in cache. One evaluation at the
+// default job's workload, 128 bands, on 2 cores (BenchmarkBandEval): 2.3 ms
+// at n = 500 and 24 ms at n = 2000 (32 bands: 8.5 ms), where the blocked
+// solves over whole rows that came before took 6.0, 73 and 40 ms. The
+// others remain as references for the tests.
 func (p *bandProblem) evalPath() evalPath {
 	if p.path != pathAuto {
 		return p.path
 	}
-	return pathBlocked
+	return pathPanels
 }
 
 // evalDense computes f = tr(A X^-1 A^T) and the gradient over the free band

@@ -1,0 +1,354 @@
+package mfnoise
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dpmf-go/dpmf/blas"
+
+	gblas "gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
+)
+
+// The panel evaluation computes f = tr(A X^-1 A^T) and the band of its
+// gradient one panel of rows of A at a time, in the reversed order of
+// indices (X' = J X J and A' = A J, J the exchange matrix), where the
+// Cholesky factor X' = L L^T is lower triangular and banded:
+//
+//   - W = A' L^-T, so f = ||W||_F^2; for a lower-triangular (causal) A the
+//     row r of A' is zero before column n-1-r and so is the row r of W, so
+//     the forward solve of a panel starts where its rows do;
+//   - Y = W L^-1 = A' X'^-1, and the gradient of f over X' is -Y^T Y =
+//     -sum over the rows r of y_r^T y_r, of which only the band is formed.
+//
+// The rows of A are independent, so the panels are dealt out to the cores
+// with nothing shared but the factor; a panel (panelRows x n, twice) stays
+// in cache through its forward solve, backward solve and gradient, where
+// blocks of n rows streamed from memory and were packed again for every
+// product. Each block step of a solve is two products with small matrices
+// prepared once per evaluation (the diagonal block's inverse and the
+// coupling block multiplied by it), so no triangular solve runs per panel.
+//
+// Panels are summed within panelGroups fixed groups (panel p in group p mod
+// panelGroups, in order) and the groups in order, so the result is the same
+// bits whatever the number of cores.
+
+const (
+	// panelRows is the number of rows of A per panel: a multiple of the
+	// GEMM tile height; 2 x panelRows x n floats stay in L2/L3 at n = 2000.
+	panelRows = 96
+	// panelGroups is the number of fixed groups the panels are summed in:
+	// at most this many cores share an evaluation.
+	panelGroups = 4
+	// panelBlock is the width of a block step of the solves. The products
+	// per block cost about (block + half bandwidth) per row and column, so
+	// narrow blocks do less work; below 32 the products run slower.
+	panelBlock = 16
+)
+
+type panelEval struct {
+	n, k, s int
+	// ar is A' = A J (A with its columns reversed), row-major; first[p]
+	// the first column where panel p's rows of A' are not all zero,
+	// rounded down to a block.
+	ar    []float64
+	first []int
+	band  blas64.SymmetricBand
+	// Per block I = [i0, i1): inv = L_II^-1 (lower, row-major), and
+	// packed for the products of the block steps L_II^-T, L_II^-1,
+	// -(L_II^-1 L_IJ)^T for the k columns J before I and -L_J+I L_II^-1
+	// for the k rows J+ after I.
+	inv                 [][]float64
+	pInvT, pInv, pM, pN []blas.PackedB64
+	// Per group: the sum of f and of Y^T Y over the block rows of the band
+	// (block I, transposed: min(n, i1+k)-i0 rows by i1-i0 columns, at
+	// off[I]).
+	gf  []float64
+	gyy [][]float64
+	off []int
+	// Per worker: W and Y of one panel and a serial GEMM.
+	work []panelWork
+}
+
+type panelWork struct {
+	w, y []float64
+	t, u []float64 // scratch of prepareBlock
+	gemm blas.Serial64
+}
+
+func newPanelEval(a []float64, n, k int) *panelEval {
+	s := max(1, min(panelBlock, n))
+	d := &panelEval{n: n, k: k, s: s, ar: make([]float64, n*n)}
+	for r := 0; r < n; r++ {
+		row := a[r*n : r*n+n]
+		dst := d.ar[r*n : r*n+n]
+		for c, v := range row {
+			dst[n-1-c] = v
+		}
+	}
+	for r0 := 0; r0 < n; r0 += panelRows {
+		first := n
+		for r := r0; r < min(r0+panelRows, n); r++ {
+			for c, v := range d.ar[r*n : r*n+n] {
+				if v != 0 {
+					first = min(first, c)
+					break
+				}
+			}
+		}
+		d.first = append(d.first, first/s*s)
+	}
+	d.band = blas64.SymmetricBand{Uplo: gblas.Upper, N: n, K: k, Stride: k + 1, Data: make([]float64, n*(k+1))}
+	blocks := (n + s - 1) / s
+	d.inv = make([][]float64, blocks)
+	d.pInvT, d.pInv, d.pM, d.pN = make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks)
+	size := 0
+	for b := range blocks {
+		i0 := b * s
+		i1 := min(i0+s, n)
+		sz := i1 - i0
+		j1 := min(n, i1+k)
+		d.inv[b] = make([]float64, sz*sz)
+		d.off = append(d.off, size)
+		size += sz * (j1 - i0)
+	}
+	d.gf = make([]float64, panelGroups)
+	d.gyy = make([][]float64, panelGroups)
+	for g := range d.gyy {
+		d.gyy[g] = make([]float64, size)
+	}
+	return d
+}
+
+// factor fills the band of X' from the free entries x (unit diagonal),
+// factors it and prepares the block matrices, the blocks in parallel. It
+// returns false when X is not positive definite.
+func (d *panelEval) factor(x []float64) bool {
+	n, k := d.n, d.k
+	st := d.band.Stride
+	for i := 0; i < n; i++ {
+		row := d.band.Data[i*st : i*st+st]
+		clear(row)
+		row[0] = 1
+	}
+	// Free entry (o, i) is X[i, i-o] = X'[n-1-i, n-1-i+o].
+	idx := 0
+	for o := 1; o <= k; o++ {
+		for i := o; i < n; i++ {
+			d.band.Data[(n-1-i)*st+o] = x[idx]
+			idx++
+		}
+	}
+	if _, ok := lapack64.Pbtrf(d.band); !ok {
+		return false
+	}
+	var failed atomic.Bool
+	d.parallel(len(d.inv), func(wk *panelWork, b int) {
+		if !d.prepareBlock(wk, b) {
+			failed.Store(true)
+		}
+	})
+	return !failed.Load()
+}
+
+// parallel runs f(worker, i) for i in [0, count) over the cores.
+func (d *panelEval) parallel(count int, f func(wk *panelWork, i int)) {
+	workers := min(runtime.GOMAXPROCS(0), panelGroups, count)
+	for len(d.work) < workers {
+		d.work = append(d.work, panelWork{w: make([]float64, panelRows*d.n), y: make([]float64, panelRows*d.n)})
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for wk := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= count {
+					return
+				}
+				f(&d.work[wk], i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// prepareBlock inverts the diagonal block b of L and packs the four
+// products of a block step; false when the block is singular.
+func (d *panelEval) prepareBlock(wk *panelWork, b int) bool {
+	n, k, s, st := d.n, d.k, d.s, d.band.Stride
+	// L[j, i] = U[i, j] for the upper factor U = L^T in band storage.
+	l := func(j, i int) float64 {
+		if i > j || j-i > k {
+			return 0
+		}
+		return d.band.Data[i*st+j-i]
+	}
+	i0 := b * s
+	i1 := min(i0+s, n)
+	sz := i1 - i0
+	inv := d.inv[b]
+	for r := 0; r < sz; r++ {
+		for c := 0; c < sz; c++ {
+			inv[r*sz+c] = l(i0+r, i0+c)
+		}
+	}
+	if ok := lapack64.Trtri(blas64.Triangular{Uplo: gblas.Lower, Diag: gblas.NonUnit, N: sz, Stride: sz, Data: inv}); !ok {
+		return false
+	}
+	blas.PackB64(gblas.Trans, sz, sz, 1, inv, sz, &d.pInvT[b])
+	blas.PackB64(gblas.NoTrans, sz, sz, 1, inv, sz, &d.pInv[b])
+	// -(L_II^-1 L_IJ)^T = -L_IJ^T L_II^-T, |J| x sz.
+	if j0 := max(0, i0-k); j0 < i0 {
+		nj := i0 - j0
+		lij := grow(&wk.t, nj*sz) // L_IJ^T, nj x sz
+		for r := 0; r < sz; r++ {
+			for c := 0; c < nj; c++ {
+				lij[c*sz+r] = l(i0+r, j0+c)
+			}
+		}
+		m := grow(&wk.u, nj*sz)
+		wk.gemm.Dgemm(gblas.NoTrans, gblas.Trans, nj, sz, sz, 1, lij, sz, inv, sz, 0, m, sz)
+		blas.PackB64(gblas.NoTrans, nj, sz, -1, m, sz, &d.pM[b])
+	}
+	// -L_J+I L_II^-1, |J+| x sz.
+	if j1 := min(n, i1+k); i1 < j1 {
+		nj := j1 - i1
+		lji := grow(&wk.t, nj*sz)
+		for r := 0; r < nj; r++ {
+			for c := 0; c < sz; c++ {
+				lji[r*sz+c] = l(i1+r, i0+c)
+			}
+		}
+		m := grow(&wk.u, nj*sz)
+		wk.gemm.Dgemm(gblas.NoTrans, gblas.NoTrans, nj, sz, sz, 1, lji, sz, inv, sz, 0, m, sz)
+		blas.PackB64(gblas.NoTrans, nj, sz, -1, m, sz, &d.pN[b])
+	}
+	return true
+}
+
+// grow returns (*buf)[:n], reallocating when it is shorter.
+func grow(buf *[]float64, n int) []float64 {
+	if cap(*buf) < n {
+		*buf = make([]float64, n)
+	}
+	return (*buf)[:n]
+}
+
+// evalPanels computes f = tr(A X^-1 A^T) and the gradient over the free
+// band entries by panels of rows (see panelEval). It returns false when X
+// is not positive definite.
+func (p *bandProblem) evalPanels(x, g []float64) (float64, bool) {
+	d := p.panels
+	if d == nil {
+		ar := p.a.RawMatrix()
+		a := ar.Data
+		if ar.Stride != p.n {
+			a = make([]float64, p.n*p.n)
+			for r := 0; r < p.n; r++ {
+				copy(a[r*p.n:], ar.Data[r*ar.Stride:r*ar.Stride+p.n])
+			}
+		}
+		d = newPanelEval(a, p.n, p.k)
+		p.panels = d
+	}
+	if !d.factor(x) {
+		return 0, false
+	}
+	for gi := range d.gyy {
+		clear(d.gyy[gi])
+		d.gf[gi] = 0
+	}
+	d.parallel(panelGroups, func(wk *panelWork, gi int) {
+		for pi := gi; pi < len(d.first); pi += panelGroups {
+			d.gf[gi] += d.panel(wk, pi, d.gyy[gi])
+		}
+	})
+	f := 0.0
+	for gi := range d.gf {
+		f += d.gf[gi]
+	}
+	// The band of Y^T Y over X' = J X J, summed over the groups in order,
+	// into the free entries (o, i) = X[i, i-o] = X'[n-1-i, n-1-i+o].
+	n, k, s := d.n, d.k, d.s
+	base := make([]int, k+1)
+	for o := 2; o <= k; o++ {
+		base[o] = base[o-1] + n - (o - 1)
+	}
+	d.parallel(len(d.off), func(_ *panelWork, b int) {
+		i0 := b * s
+		i1 := min(i0+s, n)
+		sz := i1 - i0
+		for o := 1; o <= k; o++ {
+			for r := i0; r < min(i1, n-o); r++ {
+				// (Y^T Y)[r, r+o], stored transposed: row r+o-i0, column r-i0.
+				at := d.off[b] + (r+o-i0)*sz + r - i0
+				sum := 0.0
+				for gi := range d.gyy {
+					sum += d.gyy[gi][at]
+				}
+				g[base[o]+n-1-r-o] = -2 * sum
+			}
+		}
+	})
+	return f, true
+}
+
+// panel runs panel pi: its W and Y, ||W||_F^2 (returned) and Y^T Y over
+// the band, added into yy.
+func (d *panelEval) panel(wk *panelWork, pi int, yy []float64) float64 {
+	n, k, s := d.n, d.k, d.s
+	r0 := pi * panelRows
+	h := min(panelRows, n-r0)
+	w, y, a := wk.w, wk.y, d.ar[r0*n:]
+	gm := &wk.gemm
+	first := d.first[pi]
+	// Forward: W_I = A'_I L_II^-T - W_J (L_II^-1 L_IJ)^T, from the first
+	// block where the panel's rows of A' are not zero.
+	for r := 0; r < h; r++ {
+		clear(w[r*n : r*n+first])
+	}
+	for i0 := first; i0 < n; i0 += s {
+		b := i0 / s
+		gm.DgemmPacked(gblas.NoTrans, h, a[i0:], n, &d.pInvT[b], 0, w[i0:], n)
+		if j0 := max(0, i0-k); j0 < i0 {
+			gm.DgemmPacked(gblas.NoTrans, h, w[j0:], n, &d.pM[b], 1, w[i0:], n)
+		}
+	}
+	f := 0.0
+	for r := 0; r < h; r++ {
+		for _, v := range w[r*n+first : r*n+n] {
+			f += v * v
+		}
+	}
+	// Backward: Y_I = W_I L_II^-1 - Y_J+ (L_J+I L_II^-1), last block first.
+	for i0 := (n - 1) / s * s; i0 >= 0; i0 -= s {
+		b := i0 / s
+		i1 := min(i0+s, n)
+		beta := 0.0
+		if i0 >= first {
+			gm.DgemmPacked(gblas.NoTrans, h, w[i0:], n, &d.pInv[b], 0, y[i0:], n)
+			beta = 1
+		}
+		if i1 < n {
+			gm.DgemmPacked(gblas.NoTrans, h, y[i1:], n, &d.pN[b], beta, y[i0:], n)
+		} else if beta == 0 {
+			for r := 0; r < h; r++ {
+				clear(y[r*n+i0 : r*n+i1])
+			}
+		}
+	}
+	// Gradient: (Y_I^T Y_[i0, i1+k))^T = Y_[i0, i1+k)^T Y_I for every
+	// block, so the operand packed per product is the narrow Y_I.
+	for b, off := range d.off {
+		i0 := b * s
+		i1 := min(i0+s, n)
+		ld := min(n, i1+k) - i0
+		gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, y[i0:], n, 1, yy[off:], i1-i0)
+	}
+	return f
+}
