@@ -21,10 +21,10 @@ type denseBandEval struct {
 type evalPath int
 
 const (
-	pathAuto    evalPath = iota // by cost (bandProblem.evalPath)
-	pathSolves                  // n banded solves, one row of A at a time
-	pathDense                   // dense Cholesky and triangular solves
-	pathPanels                  // panels of rows of A, in cache
+	pathAuto   evalPath = iota // by cost (bandProblem.evalPath)
+	pathSolves                 // n banded solves, one row of A at a time
+	pathDense                  // dense Cholesky and triangular solves
+	pathPanels                 // panels of rows of A, in cache
 )
 
 // evalPath returns the evaluation OptimizeBanded uses: by panels. The
