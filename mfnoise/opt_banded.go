@@ -273,7 +273,6 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		}
 		return p.lastF
 	}
-	p.fill(x)
 	p.ok = false
 	if p.lastX == nil {
 		p.lastX = make([]float64, len(x))
@@ -285,6 +284,7 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		var ok bool
 		switch path {
 		case pathDense:
+			p.fill(x)
 			f, ok = p.evalDense(p.lastG)
 		default:
 			f, ok = p.evalPanels(x, p.lastG)
@@ -303,6 +303,7 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		}
 		return f
 	}
+	p.fill(x)
 	if !p.ch.Factorize(p.xb) {
 		p.lastF = math.Inf(1)
 		for i := range p.lastG {

@@ -37,9 +37,13 @@ type Problem struct {
 	// iterations: a bound is then computed only once the loss decreased
 	// by at most BoundStall (relative) over the last BoundEvery
 	// iterations, and each later one only after a further max(BoundEvery,
-	// i/2) iterations (i: the iteration of the last bound), so the bounds
-	// of a run are few (besides the final one). The schedule depends on
-	// the iterates alone, so a run is as deterministic as its objective.
+	// i c) iterations (i: the iteration of the last bound), so the bounds
+	// of a run are few (besides the final one). The fraction c is
+	// (gap/Gap)^(1/4) - 1 for the gap certified so far, within [1/20,
+	// 1/2]: a far miss waits half again the iterations, a near miss is
+	// retried soon (the banded bound's gap fell as i^-5 to i^-8, so c is
+	// long enough to certify the target). The schedule depends on the
+	// iterates alone, so a run is as deterministic as its objective.
 	BoundStall float64
 	// FirstStep, if not nil, is the trial step along the first direction
 	// d from x (and after a reset of the memory); nil means 1/||d||.
@@ -201,14 +205,15 @@ func Minimize(ctx context.Context, p Problem, x0 []float64, s *Settings, method 
 
 // boundDue says whether Minimize computes a bound at this iteration: every
 // every iterations, or with stall > 0 once the loss decreased by at most
-// stall (relative) over the last every iterations and max(every, i/2)
-// iterations have passed since the last bound (at iteration i).
+// stall (relative) over the last every iterations and max(every, i c)
+// iterations have passed since the last bound (at iteration i; c from
+// boundSpacing).
 func boundDue(m *monitor, every int, stall float64) bool {
 	if stall <= 0 {
 		return m.iter%every == 0
 	}
 	h := m.hist
-	if len(h) <= every || m.iter-m.lastBound < max(every, m.lastBound/2) {
+	if len(h) <= every || m.iter-m.lastBound < max(every, int(float64(m.lastBound)*boundSpacing(m.gap(), m.target))) {
 		return false
 	}
 	last := h[len(h)-1]
@@ -217,6 +222,16 @@ func boundDue(m *monitor, every int, stall float64) bool {
 	}
 	m.lastBound = m.iter
 	return true
+}
+
+// boundSpacing is the fraction of the iterations so far that Minimize
+// waits after a bound that certified gap when it aims at target:
+// (gap/target)^(1/4) - 1 within [1/20, 1/2] (1/2 without a bound).
+func boundSpacing(gap, target float64) float64 {
+	if !(gap < math.Inf(1)) || !(target > 0) {
+		return 0.5
+	}
+	return min(0.5, max(0.05, math.Pow(gap/target, 0.25)-1))
 }
 
 func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }

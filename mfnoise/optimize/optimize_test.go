@@ -234,3 +234,21 @@ func TestMinimizeConvergesBetweenBounds(t *testing.T) {
 		t.Fatalf("%v at gap %g after %d iterations, want converged before the next bound", res.Status, res.Gap, res.Iterations)
 	}
 }
+
+// The wait after a bound shrinks with the gap it left: half again the
+// iterations for a far miss (and before any bound), a twentieth for a
+// near one.
+func TestBoundSpacing(t *testing.T) {
+	for _, tc := range []struct{ gap, target, want float64 }{
+		{math.Inf(1), 1e-3, 0.5},
+		{0.137, 1e-3, 0.5},
+		{7.4e-3, 1e-3, 0.5},
+		{2e-3, 1e-3, math.Pow(2, 0.25) - 1},
+		{1.08e-3, 1e-3, 0.05},
+		{1e-3, 0, 0.5},
+	} {
+		if got := boundSpacing(tc.gap, tc.target); math.Abs(got-tc.want) > 1e-15 {
+			t.Errorf("boundSpacing(%v, %v) = %v, want %v", tc.gap, tc.target, got, tc.want)
+		}
+	}
+}
