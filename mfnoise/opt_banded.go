@@ -41,7 +41,13 @@ func bandedStopGap(s *optimize.Settings) float64 {
 const bandedBoundEvery = 50
 
 // bandedMemory is the number of L-BFGS correction pairs of OptimizeBanded.
-const bandedMemory = 30
+// Each pair is two vectors of n bands entries that every iteration reads
+// twice: at n = 2000 and 128 bands, 30 pairs cost about a third of an
+// iteration, and 10 pairs reached the same losses in as many iterations
+// (default-job workload, 128 bands: n = 500, 442 iterations against 413,
+// loss 607175 against 607169; n = 2000, 1305 against 1346, both certified
+// within 1e-3) at 2.0 against 2.9 s and 57 against 71 s.
+const bandedMemory = 10
 
 // OptimizeBanded computes the banded matrix factorization of the workload
 // (banded-MF paper, Problem 2; SPEC 5.5): it minimizes tr(A^T A X^-1) over
