@@ -481,25 +481,20 @@ func (p *bandProblem) preconditioner(x0 []float64) []float64 {
 	return scale
 }
 
-// multipliers returns W = X^-1 and M = X^-1 A^T A X^-1 at the banded X of
-// x (dense, O(n^3)), or false when X is not positive definite. M is the
-// negated gradient of tr(A^T A X^-1) over all entries of X.
-func (p *bandProblem) multipliers(x []float64) (wi, m *mat.SymDense, ok bool) {
-	var ch mat.Cholesky
-	if !ch.Factorize(p.band(x)) {
-		return nil, nil, false
+// multipliers returns M = X^-1 A^T A X^-1 at the banded X of x, or false
+// when X is not positive definite: M = Y^T Y for Y = A X^-1, which the
+// panel evaluation forms from the band Cholesky factor (O(n^2 bands)), so
+// only the product is dense (O(n^3)). M is the negated gradient of
+// tr(A^T A X^-1) over all entries of X.
+func (p *bandProblem) multipliers(x []float64) (*mat.SymDense, bool) {
+	n := p.n
+	y := mat.NewDense(n, n, nil)
+	if !p.panelEval().run(x, y.RawMatrix().Data) {
+		return nil, false
 	}
-	wi = &mat.SymDense{}
-	if err := ch.InverseTo(wi); err != nil {
-		return nil, nil, false
-	}
-	// A dense copy of W so the product runs on Dgemm (the installed fast
-	// GEMM) rather than gonum's Dsymm: 5 s of a 7.5 s bound at n = 2000.
-	var t mat.Dense
-	t.Mul(p.a, mat.DenseCopyOf(wi))
-	m = &mat.SymDense{}
-	m.SymOuterK(1, t.T())
-	return wi, m, true
+	m := &mat.SymDense{}
+	m.SymOuterK(1, y.T())
+	return m, true
 }
 
 // lowerBound returns a proven lower bound on the banded optimum from the
@@ -521,7 +516,7 @@ func (p *bandProblem) multipliers(x []float64) (wi, m *mat.SymDense, ok bool) {
 // 2 sqrt(alpha) T - alpha tr(Lambda), is largest at T^2 / tr(Lambda).
 func (p *bandProblem) lowerBound(ctx context.Context, x []float64) (float64, error) {
 	n := p.n
-	_, m, ok := p.multipliers(x)
+	m, ok := p.multipliers(x)
 	if !ok {
 		return 0, fmt.Errorf("banded bound: X is not positive definite")
 	}

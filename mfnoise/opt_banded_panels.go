@@ -243,31 +243,10 @@ func grow(buf *[]float64, n int) []float64 {
 // band entries by panels of rows (see panelEval). It returns false when X
 // is not positive definite.
 func (p *bandProblem) evalPanels(x, g []float64) (float64, bool) {
-	d := p.panels
-	if d == nil {
-		ar := p.a.RawMatrix()
-		a := ar.Data
-		if ar.Stride != p.n {
-			a = make([]float64, p.n*p.n)
-			for r := 0; r < p.n; r++ {
-				copy(a[r*p.n:], ar.Data[r*ar.Stride:r*ar.Stride+p.n])
-			}
-		}
-		d = newPanelEval(a, p.n, p.k)
-		p.panels = d
-	}
-	if !d.factor(x) {
+	d := p.panelEval()
+	if !d.run(x, nil) {
 		return 0, false
 	}
-	for gi := range d.gyy {
-		clear(d.gyy[gi])
-		d.gf[gi] = 0
-	}
-	d.parallel(panelGroups, func(wk *panelWork, gi int) {
-		for pi := gi; pi < len(d.first); pi += panelGroups {
-			d.gf[gi] += d.panel(wk, pi, d.gyy[gi])
-		}
-	})
 	f := 0.0
 	for gi := range d.gf {
 		f += d.gf[gi]
@@ -296,6 +275,52 @@ func (p *bandProblem) evalPanels(x, g []float64) (float64, bool) {
 		}
 	})
 	return f, true
+}
+
+// panelEval returns the panel evaluation of p, made on first use.
+func (p *bandProblem) panelEval() *panelEval {
+	if p.panels == nil {
+		ar := p.a.RawMatrix()
+		a := ar.Data
+		if ar.Stride != p.n {
+			a = make([]float64, p.n*p.n)
+			for r := 0; r < p.n; r++ {
+				copy(a[r*p.n:], ar.Data[r*ar.Stride:r*ar.Stride+p.n])
+			}
+		}
+		p.panels = newPanelEval(a, p.n, p.k)
+	}
+	return p.panels
+}
+
+// run factors X for the free entries x and runs every panel, leaving the
+// groups' sums in gf and gyy; with y not nil (n x n) it also stores
+// Y = A X^-1 there (in the original order of indices). It returns false
+// when X is not positive definite.
+func (d *panelEval) run(x, y []float64) bool {
+	if !d.factor(x) {
+		return false
+	}
+	for gi := range d.gyy {
+		clear(d.gyy[gi])
+		d.gf[gi] = 0
+	}
+	d.parallel(panelGroups, func(wk *panelWork, gi int) {
+		for pi := gi; pi < len(d.first); pi += panelGroups {
+			d.gf[gi] += d.panel(wk, pi, d.gyy[gi])
+			if y != nil {
+				// A X^-1 = A' X'^-1 J: the columns reversed.
+				n, r0 := d.n, pi*panelRows
+				for r := 0; r < min(panelRows, n-r0); r++ {
+					src, dst := wk.y[r*n:r*n+n], y[(r0+r)*n:(r0+r)*n+n]
+					for c, v := range src {
+						dst[n-1-c] = v
+					}
+				}
+			}
+		}
+	})
+	return true
 }
 
 // panel runs panel pi: its W and Y, ||W||_F^2 (returned) and Y^T Y over
