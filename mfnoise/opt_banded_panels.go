@@ -1,6 +1,7 @@
 package mfnoise
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,12 @@ type panelEval struct {
 	// rounded down to a block.
 	ar    []float64
 	first []int
-	band  blas64.SymmetricBand
+	// xl holds X' (the band of its lower triangle, n x n row-major) and
+	// then, in place, its Cholesky factor L (cholesky).
+	xl []float64
+	// chol is the scratch of cholesky: the inverse of a diagonal block and
+	// the panel below it.
+	chol cholWork
 	// Per block I = [i0, i1): inv = L_II^-1 (lower, row-major), and
 	// packed for the products of the block steps L_II^-T, L_II^-1,
 	// -(L_II^-1 L_IJ)^T for the k columns J before I and -L_J+I L_II^-1
@@ -100,7 +106,7 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 		}
 		d.first = append(d.first, first/s*s)
 	}
-	d.band = blas64.SymmetricBand{Uplo: gblas.Upper, N: n, K: k, Stride: k + 1, Data: make([]float64, n*(k+1))}
+	d.xl = make([]float64, n*n)
 	blocks := (n + s - 1) / s
 	d.inv = make([][]float64, blocks)
 	d.pInvT, d.pInv, d.pM, d.pN = make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks)
@@ -126,22 +132,23 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 // factors it and prepares the block matrices, the blocks in parallel. It
 // returns false when X is not positive definite.
 func (d *panelEval) factor(x []float64) bool {
-	n, k := d.n, d.k
-	st := d.band.Stride
+	n, k, xl := d.n, d.k, d.xl
 	for i := 0; i < n; i++ {
-		row := d.band.Data[i*st : i*st+st]
-		clear(row)
-		row[0] = 1
+		xl[i*n+i] = 1
 	}
-	// Free entry (o, i) is X[i, i-o] = X'[n-1-i, n-1-i+o].
+	// Free entry (o, i) is X[i, i-o] = X'[n-1-i, n-1-i+o]; both triangles
+	// are written, so what the factorization leaves above the diagonal
+	// does not carry over.
 	idx := 0
 	for o := 1; o <= k; o++ {
 		for i := o; i < n; i++ {
-			d.band.Data[(n-1-i)*st+o] = x[idx]
+			r := n - 1 - i
+			xl[(r+o)*n+r] = x[idx]
+			xl[r*n+r+o] = x[idx]
 			idx++
 		}
 	}
-	if _, ok := lapack64.Pbtrf(d.band); !ok {
+	if !d.chol.factor(xl, n, k) {
 		return false
 	}
 	var failed atomic.Bool
@@ -151,6 +158,78 @@ func (d *panelEval) factor(x []float64) bool {
 		}
 	})
 	return !failed.Load()
+}
+
+// cholBlock is the block size of cholesky.
+const cholBlock = 32
+
+// cholWork is the scratch of a blocked band Cholesky factorization.
+type cholWork struct {
+	inv, p []float64
+	gemm   blas.Serial64
+}
+
+// factor overwrites the lower triangle of the symmetric positive definite
+// n x n matrix a (row-major), zero outside the half bandwidth k, with its
+// Cholesky factor L (a = L L^T), by blocks of cholBlock columns: the
+// diagonal block by the unblocked algorithm, the k rows below it by the
+// inverse of its transpose (one product), and the trailing k x k window by
+// one product, so the O(n k^2) work runs at GEMM speed and the entries
+// outside the band stay zero. Entries above the diagonal are left
+// undefined. It returns false when a is not positive definite.
+func (c *cholWork) factor(a []float64, n, k int) bool {
+	for j0 := 0; j0 < n; j0 += cholBlock {
+		j1 := min(j0+cholBlock, n)
+		sz := j1 - j0
+		for j := j0; j < j1; j++ {
+			rj := a[j*n+j0 : j*n+j]
+			v := a[j*n+j]
+			for _, l := range rj {
+				v -= l * l
+			}
+			if !(v > 0) {
+				return false
+			}
+			v = math.Sqrt(v)
+			a[j*n+j] = v
+			for r := j + 1; r < j1; r++ {
+				rr := a[r*n+j0 : r*n+j]
+				w := a[r*n+j]
+				for m, l := range rj {
+					w -= rr[m] * l
+				}
+				a[r*n+j] = w / v
+			}
+		}
+		r1 := min(n, j1+k)
+		if j1 == r1 {
+			continue
+		}
+		nr := r1 - j1
+		// inv = L_JJ^-1 (lower), then L_RJ = A_RJ inv^T.
+		inv := grow(&c.inv, sz*sz)
+		for r := 0; r < sz; r++ {
+			row := inv[r*sz : r*sz+sz]
+			copy(row[:r+1], a[(j0+r)*n+j0:(j0+r)*n+j0+r+1])
+			clear(row[r+1:])
+		}
+		if ok := lapack64.Trtri(blas64.Triangular{Uplo: gblas.Lower, Diag: gblas.NonUnit, N: sz, Stride: sz, Data: inv}); !ok {
+			return false
+		}
+		p := grow(&c.p, nr*sz)
+		c.gemm.Dgemm(gblas.NoTrans, gblas.Trans, nr, sz, sz, 1, a[j1*n+j0:], n, inv, sz, 0, p, sz)
+		for r := 0; r < nr; r++ {
+			copy(a[(j1+r)*n+j0:(j1+r)*n+j1], p[r*sz:r*sz+sz])
+		}
+		// A_RR -= L_RJ L_RJ^T (the whole window: it lies inside the band).
+		// Only the lower triangle is needed: strips of cholBlock columns,
+		// each from its diagonal down.
+		for c0 := 0; c0 < nr; c0 += cholBlock {
+			w := min(cholBlock, nr-c0)
+			c.gemm.Dgemm(gblas.NoTrans, gblas.Trans, nr-c0, w, sz, -1, p[c0*sz:], sz, p[c0*sz:], sz, 1, a[(j1+c0)*n+j1+c0:], n)
+		}
+	}
+	return true
 }
 
 // parallel runs f(worker, i) for i in [0, count) over the cores.
@@ -180,13 +259,12 @@ func (d *panelEval) parallel(count int, f func(wk *panelWork, i int)) {
 // prepareBlock inverts the diagonal block b of L and packs the four
 // products of a block step; false when the block is singular.
 func (d *panelEval) prepareBlock(wk *panelWork, b int) bool {
-	n, k, s, st := d.n, d.k, d.s, d.band.Stride
-	// L[j, i] = U[i, j] for the upper factor U = L^T in band storage.
+	n, k, s := d.n, d.k, d.s
 	l := func(j, i int) float64 {
 		if i > j || j-i > k {
 			return 0
 		}
-		return d.band.Data[i*st+j-i]
+		return d.xl[j*n+i]
 	}
 	i0 := b * s
 	i1 := min(i0+s, n)
