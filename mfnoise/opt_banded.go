@@ -113,61 +113,13 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
 	}
-	iters, status := 0, optimize.Converged
 	maxIter := s.MaxIterOr(defaultBandedIter)
-	// The certified gap to stop at, and the stall rule of the method
-	// before it had a bound (a relative decrease below gap/100 over 10
-	// iterations, 1e-6 by default), which still ends a run whose bound
-	// lags.
-	gap, rel := defaultBandedGap, optimize.DefaultGap/100
-	if s != nil && s.Gap > 0 {
-		gap, rel = s.Gap, s.Gap/100
-	}
-	if s != nil && s.Rel > 0 {
-		rel = s.Rel
-	}
-	lb := math.Inf(-1)
+	iters, status, lb := 0, optimize.Converged, math.Inf(-1)
 	if p.dim() > 0 {
-		scale := make([]float64, len(x0))
-		for i := range scale {
-			scale[i] = 1
-		}
-		if !cold {
-			scale = p.preconditioner(x0)
-		}
-		xs := make([]float64, len(x0))
-		toX := func(y []float64) []float64 {
-			for i := range y {
-				xs[i] = x0[i] + scale[i]*y[i]
-			}
-			return xs
-		}
-		prob := optimize.Problem{
-			Func: func(y, g []float64) float64 {
-				f := p.eval(toX(y), g)
-				for i := range g {
-					g[i] *= scale[i]
-				}
-				return f
-			},
-			Bound:      func(ctx context.Context) (float64, error) { return p.lowerBound(ctx, xs) },
-			BoundEvery: bandedBoundEvery,
-			BoundStall: gap / 4,
-		}
-		set := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
-		if s != nil {
-			set.Progress = s.Progress
-		}
-		res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &set, &optimize.LBFGS{Store: bandedMemory})
+		res, err := p.minimize(ctx, x0, s, maxIter, cold)
 		if err != nil {
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
-		if res.Status == optimize.IterationLimit {
-			return nil, fmt.Errorf("mfnoise: optimize banded: no convergence in %d iterations", maxIter)
-		}
-		// A run that found no further descent still leaves a feasible,
-		// improved X.
-		copy(x0, toX(res.X))
 		iters, status, lb = res.Iterations, res.Status, res.LowerBound
 	}
 	x := p.band(x0)
@@ -206,6 +158,64 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 	}
 	s.Report(optimize.Progress{Iter: iters, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
 	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
+}
+
+// minimize runs L-BFGS from x0 (overwritten with the result) to the
+// certified gap of s, on variables scaled by the preconditioner at x0
+// (not when cold), with the bound scheduled as OptimizeBanded says.
+func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
+	// The certified gap to stop at, and the stall rule of the method
+	// before it had a bound (a relative decrease below gap/100 over 10
+	// iterations, 1e-6 by default), which still ends a run whose bound
+	// lags.
+	gap, rel := defaultBandedGap, optimize.DefaultGap/100
+	if s != nil && s.Gap > 0 {
+		gap, rel = s.Gap, s.Gap/100
+	}
+	if s != nil && s.Rel > 0 {
+		rel = s.Rel
+	}
+	scale := make([]float64, len(x0))
+	for i := range scale {
+		scale[i] = 1
+	}
+	if !cold {
+		scale = p.preconditioner(x0)
+	}
+	xs := make([]float64, len(x0))
+	toX := func(y []float64) []float64 {
+		for i := range y {
+			xs[i] = x0[i] + scale[i]*y[i]
+		}
+		return xs
+	}
+	prob := optimize.Problem{
+		Func: func(y, g []float64) float64 {
+			f := p.eval(toX(y), g)
+			for i := range g {
+				g[i] *= scale[i]
+			}
+			return f
+		},
+		Bound:      func(ctx context.Context) (float64, error) { return p.lowerBound(ctx, xs) },
+		BoundEvery: bandedBoundEvery,
+		BoundStall: gap / 4,
+	}
+	set := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
+	if s != nil {
+		set.Progress = s.Progress
+	}
+	res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &set, &optimize.LBFGS{Store: bandedMemory})
+	if err != nil {
+		return nil, err
+	}
+	if res.Status == optimize.IterationLimit {
+		return nil, fmt.Errorf("no convergence in %d iterations", maxIter)
+	}
+	// A run that found no further descent still leaves a feasible,
+	// improved X.
+	copy(x0, toX(res.X))
+	return res, nil
 }
 
 // bandProblem evaluates tr(A^T A X^-1) and its gradient over the free
@@ -285,41 +295,37 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		p.lastG = make([]float64, len(x))
 	}
 	copy(p.lastX, x)
-	if path := p.evalPath(); path != pathSolves {
-		var f float64
-		var ok bool
-		switch path {
-		case pathDense:
-			p.fill(x)
-			f, ok = p.evalDense(p.lastG)
-		default:
-			f, ok = p.evalPanels(x, p.lastG)
-		}
-		if !ok {
-			f = math.Inf(1)
-		}
-		if !ok {
-			for i := range p.lastG {
-				p.lastG[i] = math.NaN()
-			}
-		}
-		p.lastF, p.ok = f, true
-		if g != nil {
-			copy(g, p.lastG)
-		}
-		return f
+	var f float64
+	var ok bool
+	switch p.evalPath() {
+	case pathDense:
+		p.fill(x)
+		f, ok = p.evalDense(p.lastG)
+	case pathSolves:
+		f, ok = p.evalSolves(x, p.lastG)
+	default:
+		f, ok = p.evalPanels(x, p.lastG)
 	}
-	p.fill(x)
-	if !p.ch.Factorize(p.xb) {
-		p.lastF = math.Inf(1)
+	if !ok {
+		f = math.Inf(1)
 		for i := range p.lastG {
 			p.lastG[i] = math.NaN()
 		}
-		p.ok = true
-		if g != nil {
-			copy(g, p.lastG)
-		}
-		return p.lastF
+	}
+	p.lastF, p.ok = f, true
+	if g != nil {
+		copy(g, p.lastG)
+	}
+	return f
+}
+
+// evalSolves computes f = tr(A X^-1 A^T) and the gradient over the free
+// band entries by n banded solves, one row of A at a time (the reference
+// of the tests). It returns false when X is not positive definite.
+func (p *bandProblem) evalSolves(x, grad []float64) (float64, bool) {
+	p.fill(x)
+	if !p.ch.Factorize(p.xb) {
+		return 0, false
 	}
 	// Row r of Z = A X^-1 solves X z_r = a_r: contiguous banded solves,
 	// split over goroutines. tr(A X^-1 A^T) = sum_r a_r . z_r and
@@ -329,7 +335,7 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 	gs := make([][]float64, workers)
 	var wg sync.WaitGroup
 	for wk := 0; wk < workers; wk++ {
-		gs[wk] = make([]float64, len(p.lastG))
+		gs[wk] = make([]float64, len(grad))
 		wg.Add(1)
 		go func(wk int) {
 			defer wg.Done()
@@ -354,20 +360,14 @@ func (p *bandProblem) eval(x, g []float64) float64 {
 		}(wk)
 	}
 	wg.Wait()
-	f := floats.Sum(fs)
-	for i := range p.lastG {
+	for i := range grad {
 		sum := 0.0
 		for wk := range gs {
 			sum += gs[wk][i]
 		}
-		p.lastG[i] = -2 * sum
+		grad[i] = -2 * sum
 	}
-	p.lastF = f
-	p.ok = true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
+	return floats.Sum(fs), true
 }
 
 // warmStart is the deterministic starting point of OptimizeBanded: the
@@ -546,50 +546,9 @@ func (p *bandProblem) lowerBound(ctx context.Context, x []float64) (float64, err
 	var ch mat.Cholesky
 	shift := 0.0 // tr(D)
 	if !ch.Factorize(lam) {
-		rows := make([]float64, n)
-		hi, gersh := 0.0, 0.0
-		for i := 0; i < n; i++ {
-			row, scaled := 0.0, 0.0
-			for j := max(0, i-p.k); j <= min(n-1, i+p.k); j++ {
-				if j != i {
-					row += math.Abs(m.At(i, j))
-					scaled += math.Abs(m.At(i, j)) / math.Sqrt(m.At(i, i)*m.At(j, j))
-				}
-			}
-			rows[i] = row*(1+1e-9) + 1e-15*m.At(i, i)
-			gersh += rows[i]
-			hi = math.Max(hi, scaled)
-		}
-		hi = hi*(1+1e-9) + 1e-12
-		try := func(d func(i int) float64) bool {
-			for i := 0; i < n; i++ {
-				lam.SetSym(i, i, m.At(i, i)+d(i))
-			}
-			return ch.Factorize(lam)
-		}
-		scaled := func(mu float64) func(int) float64 { return func(i int) float64 { return mu * m.At(i, i) } }
-		for k := 0; !try(scaled(hi)); k++ {
-			if k == 10 {
-				return 0, fmt.Errorf("banded bound: multipliers not positive definite after a shift of %g", hi)
-			}
-			hi *= 2
-		}
-		lo := hi * 1e-8
-		for k := 0; k < 8; k++ {
-			mid := math.Sqrt(lo * hi)
-			if try(scaled(mid)) {
-				hi = mid
-			} else {
-				lo = mid
-			}
-		}
-		switch {
-		case gersh < hi*tr && try(func(i int) float64 { return rows[i] }):
-			shift = gersh
-		case try(scaled(hi)):
-			shift = hi * tr
-		default:
-			return 0, fmt.Errorf("banded bound: multipliers not positive definite after a shift of %g", hi)
+		var err error
+		if shift, err = p.shiftToPSD(lam, m, tr, &ch); err != nil {
+			return 0, err
 		}
 	}
 	var l mat.TriDense
@@ -608,4 +567,56 @@ func (p *bandProblem) lowerBound(ctx context.Context, x []float64) (float64, err
 		return 0, fmt.Errorf("banded bound: degenerate multipliers (trace %v)", t)
 	}
 	return t * t / v, nil
+}
+
+// shiftToPSD makes Lambda = lam (the multipliers m with their band part
+// removed) positive definite by adding a diagonal D >= 0 to it, factors it
+// into ch and returns tr(D); tr is tr(m). See lowerBound.
+func (p *bandProblem) shiftToPSD(lam, m *mat.SymDense, tr float64, ch *mat.Cholesky) (float64, error) {
+	n := p.n
+	rows := make([]float64, n)
+	hi, gersh := 0.0, 0.0
+	for i := 0; i < n; i++ {
+		row, scaled := 0.0, 0.0
+		for j := max(0, i-p.k); j <= min(n-1, i+p.k); j++ {
+			if j != i {
+				row += math.Abs(m.At(i, j))
+				scaled += math.Abs(m.At(i, j)) / math.Sqrt(m.At(i, i)*m.At(j, j))
+			}
+		}
+		rows[i] = row*(1+1e-9) + 1e-15*m.At(i, i)
+		gersh += rows[i]
+		hi = math.Max(hi, scaled)
+	}
+	hi = hi*(1+1e-9) + 1e-12
+	try := func(d func(i int) float64) bool {
+		for i := 0; i < n; i++ {
+			lam.SetSym(i, i, m.At(i, i)+d(i))
+		}
+		return ch.Factorize(lam)
+	}
+	scaled := func(mu float64) func(int) float64 { return func(i int) float64 { return mu * m.At(i, i) } }
+	for k := 0; !try(scaled(hi)); k++ {
+		if k == 10 {
+			return 0, fmt.Errorf("banded bound: multipliers not positive definite after a shift of %g", hi)
+		}
+		hi *= 2
+	}
+	lo := hi * 1e-8
+	for k := 0; k < 8; k++ {
+		mid := math.Sqrt(lo * hi)
+		if try(scaled(mid)) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	switch {
+	case gersh < hi*tr && try(func(i int) float64 { return rows[i] }):
+		return gersh, nil
+	case try(scaled(hi)):
+		return hi * tr, nil
+	default:
+		return 0, fmt.Errorf("banded bound: multipliers not positive definite after a shift of %g", hi)
+	}
 }
