@@ -3,7 +3,6 @@ package mfnoise
 import (
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/dpmf-go/dpmf/blas"
@@ -239,21 +238,15 @@ func (d *panelEval) parallel(count int, f func(wk *panelWork, i int)) {
 		d.work = append(d.work, panelWork{w: make([]float64, panelRows*d.n), y: make([]float64, panelRows*d.n)})
 	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for wk := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= count {
-					return
-				}
-				f(&d.work[wk], i)
+	parallelDo(workers, func(wk int) {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= count {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			f(&d.work[wk], i)
+		}
+	})
 }
 
 // prepareBlock inverts the diagonal block b of L and packs the four
