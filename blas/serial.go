@@ -19,15 +19,7 @@ type Serial32 struct {
 // packed path, where the package-level Sgemm hands them to gonum, whose
 // large products start goroutines of their own.
 func (s *Serial32) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
-		return
-	}
-	if m*n*k <= smallWork {
-		// gonum's loops, serial at this size.
-		gonum.Implementation{}.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	s.s.gemm(kernel32(), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	s.s.gemm(kernel32(), gonum.Implementation{}.Sgemm, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // Serial64 is Serial32 for float64: products on the calling goroutine
@@ -43,14 +35,7 @@ type Serial64 struct {
 // Dgemm is the package-level Dgemm without its goroutines: same arguments,
 // semantics and panics.
 func (s *Serial64) Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
-		return
-	}
-	if m*n*k <= smallWork {
-		gonum.Implementation{}.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	s.s.gemm(kernel64(), tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	s.s.gemm(kernel64(), gonum.Implementation{}.Dgemm, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // serial is the packed product on the calling goroutine with a buffer it
@@ -59,7 +44,17 @@ type serial[T float32 | float64] struct {
 	buf []T
 }
 
-func (s *serial[T]) gemm(kern kernel[T], tA, tB gblas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+// gemm validates the arguments as gonum does, hands products too small
+// for packing to pay to native (gonum's loops, serial at that size) and
+// runs the others with kern on the calling goroutine.
+func (s *serial[T]) gemm(kern kernel[T], native gemmFunc[T], tA, tB gblas.Transpose, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if !checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		return
+	}
+	if m*n*k <= smallWork {
+		native(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	if alpha == 0 || k == 0 {
 		scaleC(beta, c, ldc, 0, m, 0, n)
 		return

@@ -9,64 +9,27 @@ import (
 )
 
 func TestSerial32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
 	var s Serial32
-	for _, d := range [][3]int{{1, 300, 200}, {200, 1, 300}, {3, 4, 5}, {64, 128, 1152}, {1024, 32, 27}, {288, 32, 1024}, {7, 129, 33}} {
-		m, n, k := d[0], d[1], d[2]
-		for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.Trans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}} {
-			a := make([]float32, m*k)
-			b := make([]float32, k*n)
-			c := make([]float32, m*n)
-			for i := range a {
-				a[i] = float32(rng.NormFloat64())
-			}
-			for i := range b {
-				b[i] = float32(rng.NormFloat64())
-			}
-			for i := range c {
-				c[i] = float32(rng.NormFloat64())
-			}
-			lda, ldb := k, n
-			if tr[0] == gblas.Trans {
-				lda = m
-			}
-			if tr[1] == gblas.Trans {
-				ldb = k
-			}
-			want := append([]float32(nil), c...)
-			gonum.Implementation{}.Sgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, want, n)
-			s.Sgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
-			for i := range c {
-				if d := c[i] - want[i]; d > 1e-3 || d < -1e-3 {
-					t.Fatalf("%v %v: c[%d] = %v, want %v", d, tr, i, c[i], want[i])
-				}
-			}
-			if al := testing.AllocsPerRun(3, func() {
-				s.Sgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
-			}); al != 0 {
-				t.Errorf("%v %v: %v allocations per call", d, tr, al)
-			}
-		}
-	}
+	testSerial(t, s.Sgemm, gonum.Implementation{}.Sgemm, 1e-3)
 }
 
 func TestSerial64(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
 	var s Serial64
+	testSerial(t, s.Dgemm, gonum.Implementation{}.Dgemm, 1e-10)
+}
+
+// testSerial checks a serial GEMM against gonum's on shapes from vectors
+// to edge tiles and each transpose, and that it does not allocate.
+func testSerial[T float32 | float64](t *testing.T, gemm, ref gemmFunc[T], tol float64) {
+	rng := rand.New(rand.NewPCG(3, 4))
 	for _, d := range [][3]int{{1, 300, 200}, {200, 1, 300}, {3, 4, 5}, {64, 128, 1152}, {1024, 32, 27}, {288, 32, 1024}, {7, 129, 33}} {
 		m, n, k := d[0], d[1], d[2]
 		for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.Trans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}} {
-			a := make([]float64, m*k)
-			b := make([]float64, k*n)
-			c := make([]float64, m*n)
-			for i := range a {
-				a[i] = rng.NormFloat64()
-			}
-			for i := range b {
-				b[i] = rng.NormFloat64()
-			}
-			for i := range c {
-				c[i] = rng.NormFloat64()
+			a, b, c := make([]T, m*k), make([]T, k*n), make([]T, m*n)
+			for _, x := range [][]T{a, b, c} {
+				for i := range x {
+					x[i] = T(rng.NormFloat64())
+				}
 			}
 			lda, ldb := k, n
 			if tr[0] == gblas.Trans {
@@ -75,16 +38,16 @@ func TestSerial64(t *testing.T) {
 			if tr[1] == gblas.Trans {
 				ldb = k
 			}
-			want := append([]float64(nil), c...)
-			gonum.Implementation{}.Dgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, want, n)
-			s.Dgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
+			want := append([]T(nil), c...)
+			ref(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, want, n)
+			gemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
 			for i := range c {
-				if d := c[i] - want[i]; d > 1e-10 || d < -1e-10 {
+				if diff := float64(c[i] - want[i]); diff > tol || diff < -tol {
 					t.Fatalf("%v %v: c[%d] = %v, want %v", d, tr, i, c[i], want[i])
 				}
 			}
 			if al := testing.AllocsPerRun(3, func() {
-				s.Dgemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
+				gemm(tr[0], tr[1], m, n, k, 0.5, a, lda, b, ldb, 2, c, n)
 			}); al != 0 {
 				t.Errorf("%v %v: %v allocations per call", d, tr, al)
 			}
@@ -122,8 +85,10 @@ func TestDgemmPackedMatchesDgemm(t *testing.T) {
 				ldb = max(1, k)
 			}
 			want := append([]float64(nil), c...)
-			var ref Serial64
-			ref.s.gemm(kernel64(), tr[0], tr[1], m, n, k, -0.5, a, lda, b, ldb, 2, want, n)
+			// The packed algorithm at every size (Dgemm hands the
+			// smallest to gonum's loops).
+			ref := gemmOp[float64]{kern: kernel64(), aTrans: tr[0] == gblas.Trans, bTrans: tr[1] == gblas.Trans, k: k, alpha: -0.5, a: a, lda: lda, b: b, ldb: ldb, beta: 2, c: want, ldc: n}
+			ref.run(0, m, 0, n)
 			PackB64(tr[1], k, n, -0.5, b, ldb, &pb)
 			s.DgemmPacked(tr[0], m, a, lda, &pb, 2, c, n)
 			for i := range c {
