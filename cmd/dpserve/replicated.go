@@ -876,7 +876,12 @@ func (r *replicated) prepare(agg *aggregate.Aggregator, rel *aggregate.Release, 
 		return nil, err
 	}
 	h := sha256.Sum256(buf.Bytes())
-	name := fmt.Sprintf("snap.%d.%s", rel.Step, r.id)
+	// One name per attempt: a record whose write landed unseen may name
+	// an earlier attempt's snapshot, which a retry must neither
+	// overwrite nor delete.
+	var nonce [6]byte
+	rand.Read(nonce[:])
+	name := fmt.Sprintf("snap.%d.%s.%x", rel.Step, r.id, nonce)
 	return &checkpointJob{rel: rel, snap: buf.Bytes(), rec: releaseRecord{Step: rel.Step, Seq: seq, Sum: rel.Sum,
 		HasCount: rel.HasCount, Count: rel.Count, Snapshot: name, SnapSHA: hex.EncodeToString(h[:]), Ledger: agg.Ledger(), Leader: r.id}}, nil
 }
@@ -892,12 +897,9 @@ func (r *replicated) store(ctx context.Context, j *checkpointJob) error {
 		return err
 	}
 	if _, err := r.state.Create(ctx, relKey(rel.Step), b); err != nil {
-		r.snaps.Delete(context.WithoutCancel(ctx), name)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("release %d: %w", rel.Step, errDeposed)
+		if err := r.createFailed(ctx, rel.Step, name, err); err != nil {
+			return err
 		}
-		// Unknown whether it was written: start again from the stored state.
-		return fmt.Errorf("release %d: %w", rel.Step, err)
 	}
 	// The head only moves forward (expected revision); a reader also
 	// probes past it, so a head left behind is harmless.
@@ -909,6 +911,30 @@ func (r *replicated) store(ctx context.Context, j *checkpointJob) error {
 		}
 	}
 	return nil
+}
+
+// createFailed settles a failed Create of release t's record, which
+// named the snapshot name: nil when the record stored names it (the
+// write landed and only its reply was lost), errDeposed when it names
+// another (the snapshot, never referenced, is deleted), and otherwise the
+// error, keeping the snapshot: the write may still land, and a record
+// must never name a deleted snapshot (every later leader would fail to
+// restore from it).
+func (r *replicated) createFailed(ctx context.Context, t int, name string, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rec, _, rerr := r.record(rctx, t)
+	switch {
+	case rerr == nil && rec.Snapshot == name:
+		return nil
+	case rerr == nil || errors.Is(err, jetstream.ErrKeyExists):
+		r.snaps.Delete(rctx, name)
+		return fmt.Errorf("release %d: %w", t, errDeposed)
+	default:
+		// Unknown whether it was written: start again from the stored
+		// state.
+		return fmt.Errorf("release %d: %w", t, err)
+	}
 }
 
 func (r *replicated) advanceHead(ctx context.Context, t int) {

@@ -787,3 +787,106 @@ func TestServeReplicated(t *testing.T) {
 		t.Fatalf("lease not given up: %v", err)
 	}
 }
+
+// lostReplyKV is a state bucket whose Create of a release record is
+// applied by the server but answered with a timeout, as when a NATS node
+// dies between applying a write and replying.
+type lostReplyKV struct {
+	jetstream.KeyValue
+	lost *atomic.Int64
+}
+
+func (k lostReplyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := k.KeyValue.Create(ctx, key, value, opts...)
+	if err == nil && strings.HasPrefix(key, "rel.") {
+		k.lost.Add(1)
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+// A release record whose write was applied but whose reply was lost still
+// names a snapshot that exists: the aggregator reads the record back and
+// finds its own snapshot named, instead of deleting the snapshot on an
+// error, so the next leader restores the state after that release
+// (TestReplicatedFailover hit this as "snapshot snap.18...: object not
+// found", with every later leader stuck). A rival attempt at the same
+// release is deposed without touching the stored snapshot, and an unknown
+// outcome with no record keeps its snapshot.
+func TestReplicatedLostReplyKeepsSnapshot(t *testing.T) {
+	url := startJetStream(t)
+	o := replicatedOptions(t, url, "-replicas", "1")
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.decisionWait = time.Millisecond
+	t.Cleanup(r.close)
+	var lost atomic.Int64
+	r.state = lostReplyKV{r.state, &lost}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := r.Add(ctx, fmt.Sprintf("c%d", i), []float64{0.5, 0.5}); err == nil {
+			t.Fatal("Add returned a step with no aggregator running")
+		}
+	}
+	if _, err := r.js.PublishMsg(ctx, natsMsg(r.subjCmt), jetstream.WithMsgID("commit:1")); err != nil {
+		t.Fatal(err)
+	}
+	apply := func() error {
+		agg, _, seq, err := r.restore(ctx, t.TempDir())
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		defer agg.Close()
+		cons, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1})
+		if err != nil {
+			return err
+		}
+		b, err := cons.Fetch(4, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return err
+		}
+		var last error
+		for m := range b.Messages() {
+			if _, err := r.apply(ctx, agg, m, &seq, nil); err != nil {
+				last = err
+			}
+		}
+		return last
+	}
+	// The first leader: its write lands, its reply is lost.
+	if err := apply(); err != nil {
+		t.Fatalf("the aggregator whose record landed: %v", err)
+	}
+	if lost.Load() != 1 {
+		t.Fatalf("%d replies lost, want 1: the test tests nothing", lost.Load())
+	}
+	stored, err := r.Release(1)
+	if err != nil {
+		t.Fatalf("release 1 not stored: %v", err)
+	}
+	// The next leader restores from release 1.
+	agg, released, _, err := r.restore(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("the next leader cannot restore: %v", err)
+	}
+	agg.Close()
+	if released != 1 {
+		t.Fatalf("restored after release %d, want 1", released)
+	}
+	if again, err := r.Release(1); err != nil || !slices.Equal(again.Sum, stored.Sum) {
+		t.Fatalf("release 1 changed: %v (%v)", again, err)
+	}
+	if err := r.createFailed(ctx, 1, "snap.1.rival", jetstream.ErrKeyExists); !errors.Is(err, errDeposed) {
+		t.Fatalf("a rival's attempt at release 1: %v, want %v", err, errDeposed)
+	}
+	if err := r.createFailed(ctx, 2, "snap.2.unknown", context.DeadlineExceeded); err == nil || errors.Is(err, errDeposed) {
+		t.Fatalf("an unknown outcome with no record: %v, want the timeout", err)
+	}
+	if agg, _, _, err := r.restore(ctx, t.TempDir()); err != nil {
+		t.Fatalf("after the rival: %v", err)
+	} else {
+		agg.Close()
+	}
+}
