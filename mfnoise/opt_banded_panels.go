@@ -66,11 +66,9 @@ type panelEval struct {
 	// chol is the scratch of the factorization: the inverse of a diagonal
 	// block and the panel below it.
 	chol cholWork
-	// Per block I = [i0, i1): inv = L_II^-1 (lower, row-major), and
-	// packed for the products of the block steps L_II^-T, L_II^-1,
-	// -(L_II^-1 L_IJ)^T for the k columns J before I and -L_J+I L_II^-1
-	// for the k rows J+ after I.
-	inv                 [][]float64
+	// Per block I = [i0, i1), packed for the products of the block steps:
+	// L_II^-T, L_II^-1, -(L_II^-1 L_IJ)^T for the k columns J before I and
+	// -L_J+I L_II^-1 for the k rows J+ after I.
 	pInvT, pInv, pM, pN []blas.PackedB64
 	// Per group: the sum of f and of Y^T Y over the block rows of the band
 	// (block I, transposed: min(n, i1+k)-i0 rows by i1-i0 columns, at
@@ -83,9 +81,9 @@ type panelEval struct {
 }
 
 type panelWork struct {
-	w, y []float64
-	t, u []float64 // scratch of prepareBlock
-	gemm blas.Serial64
+	w, y    []float64
+	t, u, v []float64 // scratch of prepareBlock
+	gemm    blas.Serial64
 }
 
 func newPanelEval(a []float64, n, k int) *panelEval {
@@ -112,7 +110,6 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 	}
 	d.xl = make([]float64, n*n)
 	blocks := (n + s - 1) / s
-	d.inv = make([][]float64, blocks)
 	d.pInvT, d.pInv, d.pM, d.pN = make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks)
 	size := 0
 	for b := range blocks {
@@ -120,7 +117,6 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 		i1 := min(i0+s, n)
 		sz := i1 - i0
 		j1 := min(n, i1+k)
-		d.inv[b] = make([]float64, sz*sz)
 		d.off = append(d.off, size)
 		size += sz * (j1 - i0)
 	}
@@ -156,7 +152,7 @@ func (d *panelEval) factor(x []float64) bool {
 		return false
 	}
 	var failed atomic.Bool
-	d.parallel(len(d.inv), func(wk *panelWork, b int) {
+	d.parallel(len(d.pInv), func(wk *panelWork, b int) {
 		if !d.prepareBlock(wk, b) {
 			failed.Store(true)
 		}
@@ -267,7 +263,7 @@ func (d *panelEval) prepareBlock(wk *panelWork, b int) bool {
 	i0 := b * s
 	i1 := min(i0+s, n)
 	sz := i1 - i0
-	inv := d.inv[b]
+	inv := grow(&wk.v, sz*sz) // L_II^-1, lower, row-major
 	for r := 0; r < sz; r++ {
 		for c := 0; c < sz; c++ {
 			inv[r*sz+c] = l(i0+r, i0+c)
