@@ -164,53 +164,84 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	return r, nil
 }
 
+// setup creates (or checks) the log, the buckets and the configuration
+// every node must share. A request sent while JetStream elects a meta or
+// stream leader (a node starting or restarting) gets no answer, so each
+// step is retried in attempts of 5 s for up to 60 s in all; only a
+// configuration that differs from the cluster's is final at once.
 func (r *replicated) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	var err, last error
-	// JetStream may still be electing its meta leader: retry.
-	for {
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = r.js.CreateOrUpdateStream(actx, jetstream.StreamConfig{
-			Name: r.stream, Subjects: []string{r.o.service + ".log.>"}, Storage: jetstream.FileStorage,
-			Replicas: r.o.replicas, Duplicates: 10 * time.Minute, Retention: jetstream.LimitsPolicy, MaxAge: r.o.logMaxAge,
-		})
-		acancel()
-		if err == nil || ctx.Err() != nil {
-			break
+	kv := func(dst *jetstream.KeyValue, cfg jetstream.KeyValueConfig) func(context.Context) error {
+		return func(ctx context.Context) (err error) {
+			*dst, err = r.js.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
 		}
-		last = err
-		time.Sleep(250 * time.Millisecond)
 	}
-	if err != nil {
-		return fmt.Errorf("replicated log %s: %w (%v)", r.stream, err, last)
+	steps := []struct {
+		what string
+		do   func(context.Context) error
+	}{
+		{"replicated log " + r.stream, func(ctx context.Context) error {
+			_, err := r.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name: r.stream, Subjects: []string{r.o.service + ".log.>"}, Storage: jetstream.FileStorage,
+				Replicas: r.o.replicas, Duplicates: 10 * time.Minute, Retention: jetstream.LimitsPolicy, MaxAge: r.o.logMaxAge,
+			})
+			return err
+		}},
+		{"state bucket", kv(&r.state, jetstream.KeyValueConfig{Bucket: r.o.service + "_state",
+			Replicas: r.o.replicas, Storage: jetstream.FileStorage, History: 1})},
+		{"lease bucket", kv(&r.lease, jetstream.KeyValueConfig{Bucket: r.o.service + "_lease",
+			Replicas: r.o.replicas, Storage: jetstream.FileStorage, TTL: r.o.leaseTTL})},
+		{"snapshot store", func(ctx context.Context) (err error) {
+			r.snaps, err = r.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: r.o.service + "_snap",
+				Replicas: r.o.replicas, Storage: jetstream.FileStorage})
+			return err
+		}},
+		{"state bucket", r.checkConfig},
 	}
-	if r.state, err = r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: r.o.service + "_state",
-		Replicas: r.o.replicas, Storage: jetstream.FileStorage, History: 1}); err != nil {
-		return fmt.Errorf("state bucket: %w", err)
+	for _, st := range steps {
+		var last error
+		for {
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			err := st.do(actx)
+			acancel()
+			if err == nil {
+				break
+			}
+			if errors.Is(err, aggregate.ErrStoreMismatch) {
+				return err
+			}
+			if ctx.Err() != nil {
+				if last == nil {
+					last = err
+				}
+				return fmt.Errorf("%s: %w (%v)", st.what, err, last)
+			}
+			last = err
+			time.Sleep(250 * time.Millisecond)
+		}
 	}
-	if r.lease, err = r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: r.o.service + "_lease",
-		Replicas: r.o.replicas, Storage: jetstream.FileStorage, TTL: r.o.leaseTTL}); err != nil {
-		return fmt.Errorf("lease bucket: %w", err)
-	}
-	if r.snaps, err = r.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: r.o.service + "_snap",
-		Replicas: r.o.replicas, Storage: jetstream.FileStorage}); err != nil {
-		return fmt.Errorf("snapshot store: %w", err)
-	}
-	// Every node must run with the same release-determining flags.
+	return nil
+}
+
+// checkConfig stores this node's release-determining flags, or checks
+// them against those stored by the first node: every node must run with
+// the same.
+func (r *replicated) checkConfig(ctx context.Context) error {
 	fp, _ := json.Marshal(map[string]any{"dim": r.o.dim, "mechanism": r.o.mechanism, "workload": r.o.workload,
 		"horizon": r.o.horizon, "epsilon": r.o.epsilon, "delta": r.o.delta, "clip": r.o.clip, "k": r.o.k, "b": r.o.b,
 		"count": r.o.count, "seed_sha256": seedHash(r.o.seed), "noise_memory": r.o.noiseMemory})
-	if _, err := r.state.Create(ctx, "config", fp); errors.Is(err, jetstream.ErrKeyExists) {
-		e, err := r.state.Get(ctx, "config")
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(e.Value(), fp) {
-			return fmt.Errorf("%w: service %s on the cluster has %s, this node %s", aggregate.ErrStoreMismatch, r.o.service, e.Value(), fp)
-		}
-	} else if err != nil {
-		return fmt.Errorf("state bucket: %w", err)
+	_, err := r.state.Create(ctx, "config", fp)
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	e, err := r.stateGet(ctx, "config")
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(e.value, fp) {
+		return fmt.Errorf("%w: service %s on the cluster has %s, this node %s", aggregate.ErrStoreMismatch, r.o.service, e.value, fp)
 	}
 	return nil
 }
@@ -393,7 +424,7 @@ func (r *replicated) Commit(ctx context.Context) (*aggregate.Release, error) {
 }
 
 func (r *replicated) record(ctx context.Context, t int) (*releaseRecord, uint64, error) {
-	e, err := r.state.Get(ctx, relKey(t))
+	e, err := r.stateGet(ctx, relKey(t))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("aggregate: %w: step %d", aggregate.ErrNotReleased, t)
 	}
@@ -401,10 +432,10 @@ func (r *replicated) record(ctx context.Context, t int) (*releaseRecord, uint64,
 		return nil, 0, httpError{status: http.StatusServiceUnavailable, retryAfter: 1, msg: "reading release " + strconv.Itoa(t) + ": " + err.Error()}
 	}
 	var rec releaseRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Step != t || len(rec.Sum) != r.o.dim {
+	if err := json.Unmarshal(e.value, &rec); err != nil || rec.Step != t || len(rec.Sum) != r.o.dim {
 		return nil, 0, fmt.Errorf("release record %d: corrupt (%v)", t, err)
 	}
-	return &rec, e.Revision(), nil
+	return &rec, e.rev, nil
 }
 
 // Release returns release t from the replicated state.
@@ -426,11 +457,11 @@ func (r *replicated) Ledger() aggregate.Ledger {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var l aggregate.Ledger
-	e, err := r.state.Get(ctx, "ledger")
-	if err == nil && json.Unmarshal(e.Value(), &l) == nil {
-		// A read served by a lagging replica, or a ledger from an
-		// aggregator replaying the log, may be older than one this
-		// front-end served: never serve fewer steps than before.
+	e, err := r.stateGet(ctx, "ledger")
+	if err == nil && json.Unmarshal(e.value, &l) == nil {
+		// A ledger written by an aggregator replaying the log may be
+		// older than one this front-end served: never serve fewer steps
+		// than before.
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if l.Steps < r.ledger.Steps {
@@ -452,17 +483,17 @@ func (r *replicated) Ledger() aggregate.Ledger {
 // after it (an aggregator that stopped between the two writes).
 func (r *replicated) head(ctx context.Context) (int, error) {
 	t := 0
-	e, err := r.state.Get(ctx, "head")
+	e, err := r.stateGet(ctx, "head")
 	switch {
 	case err == nil:
-		if t, err = strconv.Atoi(string(e.Value())); err != nil {
+		if t, err = strconv.Atoi(string(e.value)); err != nil {
 			return 0, fmt.Errorf("head: %w", err)
 		}
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return 0, err
 	}
 	for {
-		_, err := r.state.Get(ctx, relKey(t+1))
+		_, err := r.stateGet(ctx, relKey(t+1))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return t, nil
 		}
@@ -940,14 +971,14 @@ func (r *replicated) createFailed(ctx context.Context, t int, name string, err e
 func (r *replicated) advanceHead(ctx context.Context, t int) {
 	v := []byte(strconv.Itoa(t))
 	for range 5 {
-		e, err := r.state.Get(ctx, "head")
+		e, err := r.stateGet(ctx, "head")
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			_, err = r.state.Create(ctx, "head", v)
 		} else if err == nil {
-			if h, _ := strconv.Atoi(string(e.Value())); h >= t {
+			if h, _ := strconv.Atoi(string(e.value)); h >= t {
 				return
 			}
-			_, err = r.state.Update(ctx, "head", v, e.Revision())
+			_, err = r.state.Update(ctx, "head", v, e.rev)
 		}
 		if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
 			return
@@ -963,16 +994,16 @@ func (r *replicated) writeLedger(ctx context.Context, l aggregate.Ledger) error 
 		return err
 	}
 	for range 5 {
-		e, err := r.state.Get(ctx, "ledger")
+		e, err := r.stateGet(ctx, "ledger")
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			_, err = r.state.Create(ctx, "ledger", b)
 		case err == nil:
 			var old aggregate.Ledger
-			if json.Unmarshal(e.Value(), &old) == nil && old.Steps > l.Steps {
+			if json.Unmarshal(e.value, &old) == nil && old.Steps > l.Steps {
 				return nil
 			}
-			_, err = r.state.Update(ctx, "ledger", b, e.Revision())
+			_, err = r.state.Update(ctx, "ledger", b, e.rev)
 		}
 		if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil // best effort: the next batch writes it again
