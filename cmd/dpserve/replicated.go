@@ -26,6 +26,8 @@ package main
 //     covers: it continues with the noise state stored with the last
 //     release, never drawing a step's noise again for publication nor
 //     reusing it.
+//   - Every read of <service>_state goes to its stream's leader
+//     (stateGet), so it sees every write acknowledged before it.
 
 import (
 	"bytes"
