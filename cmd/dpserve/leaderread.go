@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,6 +34,13 @@ func (r *replicated) stateGet(ctx context.Context, key string) (stateEntry, erro
 	}{"$KV." + bucket + "." + key})
 	if err != nil {
 		return stateEntry{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A request sent while the stream elects a leader gets no reply:
+		// bound it as jetstream bounds its own requests.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
 	m, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {

@@ -589,12 +589,9 @@ func (r *replicated) restore(ctx context.Context, dir string) (*aggregate.Aggreg
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		data, err := r.snaps.GetBytes(ctx, rec.Snapshot)
+		data, err := r.snapshot(ctx, rec)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("snapshot %s: %w", rec.Snapshot, err)
-		}
-		if h := sha256.Sum256(data); hex.EncodeToString(h[:]) != rec.SnapSHA {
-			return nil, 0, 0, fmt.Errorf("snapshot %s: checksum mismatch", rec.Snapshot)
+			return nil, 0, 0, err
 		}
 		if err := gunzipFile(path, data); err != nil {
 			return nil, 0, 0, fmt.Errorf("snapshot %s: %w", rec.Snapshot, err)
@@ -612,6 +609,27 @@ func (r *replicated) restore(ctx context.Context, dir string) (*aggregate.Aggreg
 		return nil, 0, 0, fmt.Errorf("snapshot of release %d holds %d releases", t, got)
 	}
 	return agg, t, seq, nil
+}
+
+// snapshot reads the snapshot rec names and checks its checksum. The
+// object store's reads may be answered by a replica that is catching up
+// and does not hold it yet (it was stored before the record was
+// created), so a failed read is retried for up to 10 s.
+func (r *replicated) snapshot(ctx context.Context, rec *releaseRecord) ([]byte, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := r.snaps.GetBytes(ctx, rec.Snapshot)
+		if err == nil {
+			if h := sha256.Sum256(data); hex.EncodeToString(h[:]) == rec.SnapSHA {
+				return data, nil
+			}
+			err = errors.New("checksum mismatch")
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return nil, fmt.Errorf("snapshot %s: %w", rec.Snapshot, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func gunzipFile(path string, data []byte) error {

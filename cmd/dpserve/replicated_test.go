@@ -924,6 +924,67 @@ func TestReplicatedLostReplyKeepsSnapshot(t *testing.T) {
 	} else {
 		agg.Close()
 	}
+	// A leader whose first reads of the snapshot reach a replica that
+	// does not hold it yet (catching up after a restart: "object not
+	// found" in TestReplicatedFailover) restores once it is there.
+	ms := &missingSnaps{ObjectStore: r.snaps}
+	ms.misses.Store(3)
+	r.snaps = ms
+	if agg, _, _, err := r.restore(ctx, t.TempDir()); err != nil {
+		t.Fatalf("a snapshot missing from the first 3 reads: %v", err)
+	} else {
+		agg.Close()
+	}
+}
+
+// missingSnaps answers the first reads of a snapshot "object not found".
+type missingSnaps struct {
+	jetstream.ObjectStore
+	misses atomic.Int32
+}
+
+func (m *missingSnaps) GetBytes(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) ([]byte, error) {
+	if m.misses.Add(-1) >= 0 {
+		return nil, jetstream.ErrObjectNotFound
+	}
+	return m.ObjectStore.GetBytes(ctx, name, opts...)
+}
+
+// TestStateGetUnanswered: a state read that nobody answers (the stream
+// electing its leader) fails after a bounded wait; with no deadline of
+// its own it blocked a leader's log loop for good, and no commit
+// succeeded again.
+func TestStateGetUnanswered(t *testing.T) {
+	// A server without JetStream, where a subscriber takes the message
+	// get and never answers.
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	r := &replicated{nc: nc, o: options{service: "dpserve"}}
+	done := make(chan error, 1)
+	go func() { _, err := r.stateGet(context.Background(), "head"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("an unanswered read: %v, want a timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("an unanswered state read still waits after 30 s")
+	}
 }
 
 // TestReplicatedReadsSeeAcknowledgedWrites: on a 3-node cluster where a
