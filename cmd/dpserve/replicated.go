@@ -200,7 +200,7 @@ func (r *replicated) setup(ctx context.Context) error {
 				Replicas: r.o.replicas, Storage: jetstream.FileStorage})
 			return err
 		}},
-		{"state bucket", r.checkConfig},
+		{"stored configuration", r.checkConfig},
 	}
 	for _, st := range steps {
 		var last error
@@ -215,10 +215,10 @@ func (r *replicated) setup(ctx context.Context) error {
 				return err
 			}
 			if ctx.Err() != nil {
-				if last == nil {
-					last = err
+				if last == nil || last.Error() == err.Error() {
+					return fmt.Errorf("%s: %w", st.what, err)
 				}
-				return fmt.Errorf("%s: %w (%v)", st.what, err, last)
+				return fmt.Errorf("%s: %w (before: %v)", st.what, err, last)
 			}
 			last = err
 			time.Sleep(250 * time.Millisecond)

@@ -520,8 +520,14 @@ func (r *releaseJSONMean) mean() []float64 {
 // startJetStream is one JetStream server on loopback.
 func startJetStream(t *testing.T) string {
 	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
+	return startNATS(t, &natsserver.Options{JetStream: true, StoreDir: t.TempDir()})
+}
+
+// startNATS is one NATS server on loopback with the options o.
+func startNATS(t *testing.T, o *natsserver.Options) string {
+	t.Helper()
+	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
+	s, err := natsserver.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -957,16 +963,8 @@ func (m *missingSnaps) GetBytes(ctx context.Context, name string, opts ...jetstr
 func TestStateGetUnanswered(t *testing.T) {
 	// A server without JetStream, where a subscriber takes the message
 	// get and never answers.
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
+	url := startNATS(t, &natsserver.Options{})
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
