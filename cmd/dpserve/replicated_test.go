@@ -517,6 +517,19 @@ func (r *releaseJSONMean) mean() []float64 {
 	return m
 }
 
+// dialTest connects a node with the test options plus extra to the
+// cluster at urls, closed when the test ends.
+func dialTest(t *testing.T, urls string, extra ...string) (*replicated, options) {
+	t.Helper()
+	o := replicatedOptions(t, urls, extra...)
+	r, err := dialReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	return r, o
+}
+
 // startJetStream is one JetStream server on loopback.
 func startJetStream(t *testing.T) string {
 	t.Helper()
@@ -683,14 +696,9 @@ func TestLoadModes(t *testing.T) {
 // Idempotency-Key is counted once (without de-duplication the retry would
 // be a second participation: 409, and two contributions in the ledger).
 func TestReplicatedContract(t *testing.T) {
-	url := startJetStream(t)
-	o := replicatedOptions(t, url, "-replicas", "1")
-	r, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
 	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 4, access: access{now: time.Now}}))
-	t.Cleanup(func() { srv.Close(); r.close() })
+	t.Cleanup(srv.Close)
 	a := startAggregator(t, o)
 	t.Cleanup(a.kill)
 	post := func(path, body, key string) (int, string) {
@@ -855,14 +863,8 @@ func (k lostReplyKV) Create(ctx context.Context, key string, value []byte, opts 
 // release is deposed without touching the stored snapshot, and an unknown
 // outcome with no record keeps its snapshot.
 func TestReplicatedLostReplyKeepsSnapshot(t *testing.T) {
-	url := startJetStream(t)
-	o := replicatedOptions(t, url, "-replicas", "1")
-	r, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := dialTest(t, startJetStream(t), "-replicas", "1")
 	r.decisionWait = time.Millisecond
-	t.Cleanup(r.close)
 	var lost atomic.Int64
 	r.state = lostReplyKV{r.state, &lost}
 	ctx := context.Background()
@@ -994,12 +996,7 @@ func TestStateGetUnanswered(t *testing.T) {
 // verification read head 24 after clients had been served release 25.
 func TestReplicatedReadsSeeAcknowledgedWrites(t *testing.T) {
 	cl := startCluster(t, 3)
-	o := replicatedOptions(t, cl.urls())
-	r, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.close)
+	r, o := dialTest(t, cl.urls())
 	ctx := context.Background()
 	rounds := 3
 	if testing.Short() {
@@ -1087,12 +1084,7 @@ func (s *stallingJS) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstrea
 // differ from the cluster's is refused at once, naming both.
 func TestReplicatedSetupRetries(t *testing.T) {
 	url := startJetStream(t)
-	o := replicatedOptions(t, url, "-replicas", "1")
-	r, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.close)
+	r, _ := dialTest(t, url, "-replicas", "1")
 	sj := &stallingJS{JetStream: r.js}
 	sj.stalls.Store(3)
 	r.js = sj
@@ -1106,7 +1098,7 @@ func TestReplicatedSetupRetries(t *testing.T) {
 
 	o2 := replicatedOptions(t, url, "-replicas", "1", "-epsilon", "2")
 	t0 = time.Now()
-	_, err = dialReplicated(context.Background(), o2)
+	_, err := dialReplicated(context.Background(), o2)
 	if !errors.Is(err, aggregate.ErrStoreMismatch) || !strings.Contains(err.Error(), `"epsilon":1`) || !strings.Contains(err.Error(), `"epsilon":2`) {
 		t.Fatalf("a node with -epsilon 2 on a cluster with 1: %v", err)
 	}
