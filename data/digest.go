@@ -9,7 +9,7 @@ import (
 
 // HashExamples writes examples [lo, hi) of d to h in one fixed encoding:
 // each example's features as little-endian float32 bits (the one float
-// codec, atomicfile.AppendFloats), then its label as a little-endian
+// codec, atomicfile.FloatBytes), then its label as a little-endian
 // uint64, then, when d has owners, its owner id as a little-endian uint64. Two sets hash alike exactly when those examples,
 // labels and owners are bit-identical and in the same order: it is what a
 // digest of training data hashes (a distributed worker's shard, the
@@ -22,11 +22,10 @@ import (
 // hash with a secret the data's holder keeps.
 func (d *Dataset) HashExamples(h hash.Hash, lo, hi int) {
 	per := d.Shape.Size()
-	buf := make([]byte, 0, 4*per+16)
+	var buf []byte
 	for i := lo; i < hi; i++ {
-		buf = buf[:0]
-		buf = atomicfile.AppendFloats(buf, d.X[i*per:(i+1)*per])
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(d.Y[i]))
+		h.Write(atomicfile.FloatBytes(d.X[i*per : (i+1)*per]))
+		buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(d.Y[i]))
 		if d.Owners != nil {
 			buf = binary.LittleEndian.AppendUint64(buf, uint64(d.Owners[i]))
 		}
