@@ -92,6 +92,11 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if t.ema != nil {
 		ck.EMA, ck.EMASteps = t.ema.avg, t.ema.steps
 	}
+	if t.dataDigest == nil {
+		// A run without Config.CheckpointPath on pixels: its data are
+		// still as given (trainer.go, New).
+		t.recordData(t.cfg.Train)
+	}
 	ck.Settings, ck.SeedFingerprint, ck.DataSalt, ck.DataDigest = t.settings, t.seedFP, t.dataSalt, t.dataDigest
 	var mb bytes.Buffer
 	if err := t.backend.Save(&mb); err != nil {

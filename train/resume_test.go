@@ -152,3 +152,39 @@ func TestValidationMetricsNotCovered(t *testing.T) {
 		t.Errorf("test-set evaluation marked not private: %q, %q", em.NotPrivate, tr.Plan().NotCovered)
 	}
 }
+
+// A checkpoint written by SaveCheckpoint from a trainer built without
+// Config.CheckpointPath binds its data and seed too.
+func TestSavedCheckpointBindsDataAndSeed(t *testing.T) {
+	ctx := context.Background()
+	cfg := shortResumeConfig(t, t.TempDir())
+	path := cfg.CheckpointPath
+	cfg.CheckpointPath = ""
+	tr, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.TrainStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SaveCheckpoint(path); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CheckpointPath = path
+	other := cfg
+	d := *cfg.Train
+	d.Y = slices.Clone(cfg.Train.Y)
+	d.Y[7] = 1 - d.Y[7]
+	other.Train = &d
+	if _, err := New(ctx, other); !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "training data differs") {
+		t.Errorf("other data: %v", err)
+	}
+	other = cfg
+	other.Seed = []byte("a different test seed")
+	if _, err := New(ctx, other); !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "another seed") {
+		t.Errorf("another seed: %v", err)
+	}
+	if tr, err := New(ctx, cfg); err != nil || tr.Step() != 1 {
+		t.Fatalf("resume: %v", err)
+	}
+}

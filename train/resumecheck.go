@@ -138,9 +138,11 @@ const dataSaltBytes = 32
 // checkResume compares the checkpoint at path (if there is one) with the
 // run, before the plan is built: a resume with other settings, another
 // seed (or none where it had one, or the reverse) or other training data
-// is refused at once, naming each difference. It also sets the record
-// the run's checkpoints will carry (the seed fingerprint and the data
-// digest, under the checkpoint's salt when resuming).
+// is refused at once, naming each difference. It also sets the data
+// digest the run's checkpoints will carry, under the checkpoint's salt
+// when resuming. (A run without Config.CheckpointPath records it in New
+// when its data go through a feature transform, else at its first
+// SaveCheckpoint: it is always the digest of the data as given.)
 //
 // A checkpoint written by an older version lacks parts of the record:
 // without its settings they are left to the full check when it is loaded;
@@ -149,23 +151,16 @@ const dataSaltBytes = 32
 // digest the data are not checked. A non-private checkpoint of an older
 // version has no plan, so its seed is not checked either.
 func (t *Trainer) checkResume(path string, cfg *Config) error {
-	t.seedFP = seedFingerprint(cfg.Seed)
 	ck, err := readCheckpoint(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		t.dataSalt = make([]byte, dataSaltBytes)
-		rand.Read(t.dataSalt)
-		t.dataDigest = dataDigest(t.dataSalt, cfg.Train)
+		t.recordData(cfg.Train)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	t.dataSalt = ck.DataSalt
-	if len(t.dataSalt) == 0 {
-		t.dataSalt = make([]byte, dataSaltBytes)
-		rand.Read(t.dataSalt)
-	}
-	t.dataDigest = dataDigest(t.dataSalt, cfg.Train)
+	t.recordData(cfg.Train)
 
 	have, want := legacySeed(ck, t.settings)
 	var diffs []string
@@ -186,6 +181,16 @@ func (t *Trainer) checkResume(path string, cfg *Config) error {
 	}
 	return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration (%s); resume with the flags and data it was written with, or use another -checkpoint path",
 		path, ErrCorruptCheckpoint, strings.Join(diffs, "; "))
+}
+
+// recordData sets the data digest a checkpoint records, under the salt
+// read from the checkpoint or, without one, a new random salt.
+func (t *Trainer) recordData(d *data.Dataset) {
+	if len(t.dataSalt) == 0 {
+		t.dataSalt = make([]byte, dataSaltBytes)
+		rand.Read(t.dataSalt)
+	}
+	t.dataDigest = dataDigest(t.dataSalt, d)
 }
 
 // readCheckpoint reads and decodes the checkpoint at path.

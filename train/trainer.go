@@ -157,12 +157,18 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	d := len(t.engine.Params())
 	t.settings = cfg.settings(sized{t.backend.Name(), d})
-	if cfg.CheckpointPath != "" {
+	t.seedFP = seedFingerprint(cfg.Seed)
+	switch {
+	case cfg.CheckpointPath != "":
 		// A resume with other settings is refused before the plan (and
 		// its factorization, minutes for long runs) is built.
 		if err := t.checkResume(cfg.CheckpointPath, &cfg); err != nil {
 			return nil, err
 		}
+	case cfg.Features != FeaturesPixels:
+		// Recorded now, for a checkpoint saved by SaveCheckpoint: the
+		// training data are replaced by their features below.
+		t.recordData(cfg.Train)
 	}
 	// The features (a minute or more for 60,000 images, unless cached)
 	// after every cheap refusal.
