@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/data"
-
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
