@@ -109,6 +109,10 @@ func (d *Dataset) Batch(indices []int, x []float32, y []int) error {
 }
 
 // ClassCounts returns how many examples each class has.
+//
+// Not private: the counts are exact functions of the labels, not covered
+// by any privacy guarantee (adding or removing one example changes one of
+// them by one). Do not publish those of a private training set.
 func (d *Dataset) ClassCounts() []int {
 	c := make([]int, d.Classes)
 	for _, l := range d.Y {
@@ -144,6 +148,13 @@ func (d *Dataset) Subset(indices []int) (*Dataset, error) {
 
 // ChannelStats returns the per-channel mean and (population) standard
 // deviation of the features, accumulated in float64.
+//
+// Not private: the result is an exact function of every example in d,
+// not covered by any privacy guarantee (a mean moves with each example,
+// and anyone who knows the others can read the last one off it). Do not
+// compute it on a private training set for a private run, nor publish it:
+// use fixed published constants (MNIST's mean 0.1307 and std 0.3081, for
+// example) or statistics of public data, and pass them to Normalize.
 func (d *Dataset) ChannelStats() (mean, std []float64, err error) {
 	if d.Len() == 0 {
 		return nil, nil, invalidf("channel stats: empty dataset")
@@ -215,6 +226,16 @@ func (d *Dataset) Normalize(mean, std []float64) error {
 // NormalizeTrainTest computes the per-channel statistics on train and
 // applies them to train and test (test may be nil). Channels with zero
 // variance get std 1.
+//
+// Not private: the statistics it computes and returns are exact functions
+// of every example in train, not covered by any privacy guarantee (a mean
+// moves with each example, and anyone who knows the others can read the
+// last one off it), and a model trained on data normalized with them
+// depends on every example through them, outside the accounting. Do not
+// use it on a private training set for a private run, nor publish what it
+// returns: use fixed published constants (MNIST's mean 0.1307 and std
+// 0.3081, for example) or statistics of public data, and pass them to
+// Normalize.
 func NormalizeTrainTest(train, test *Dataset) (mean, std []float64, err error) {
 	if train == nil {
 		return nil, nil, invalidf("normalize: nil training set")

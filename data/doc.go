@@ -10,9 +10,11 @@
 // only on (seed, step, example index), so a resumed run sees the same
 // augmented batches as an uninterrupted one.
 //
-// Privacy note: per-channel normalization statistics computed on the
-// training set are themselves a function of the private data. They are
-// conventionally treated as public (the papers and Opacus do), but a strict
-// analysis should use published constants or a public dataset's statistics;
-// Normalize accepts any mean and std.
+// Privacy note: statistics computed on the training set (ChannelStats,
+// NormalizeTrainTest, ClassCounts, DetectIDXContent's figures, a
+// vocabulary read by ReadCSV) are exact functions of the private data and
+// not covered by any guarantee. Normalization statistics are
+// conventionally treated as public (the papers and Opacus do), but for the
+// guarantee to hold use published constants or a public dataset's
+// statistics; Normalize accepts any mean and std.
 package data

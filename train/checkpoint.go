@@ -43,6 +43,13 @@ type checkpoint struct {
 	// Settings are the configuration as given, compared before the plan
 	// is built when the run resumes (absent from older checkpoints).
 	Settings []setting `msgpack:"settings,omitempty"`
+	// SeedFingerprint tells a caller's seed from another (nil for
+	// crypto/rand; seedFingerprint), and DataDigest binds the training
+	// set, keyed by DataSalt (dataDigest): both absent from older
+	// checkpoints.
+	SeedFingerprint []byte `msgpack:"seed_fingerprint,omitempty"`
+	DataSalt        []byte `msgpack:"data_salt,omitempty"`
+	DataDigest      []byte `msgpack:"data_digest,omitempty"`
 }
 
 // runID fingerprints what must not change across a resume: the plan's
@@ -85,7 +92,12 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if t.ema != nil {
 		ck.EMA, ck.EMASteps = t.ema.avg, t.ema.steps
 	}
-	ck.Settings = t.settings
+	if t.dataDigest == nil {
+		// A run without Config.CheckpointPath on pixels: its data are
+		// still as given (trainer.go, New).
+		t.recordData(t.cfg.Train)
+	}
+	ck.Settings, ck.SeedFingerprint, ck.DataSalt, ck.DataDigest = t.settings, t.seedFP, t.dataSalt, t.dataDigest
 	var mb bytes.Buffer
 	if err := t.backend.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)

@@ -50,7 +50,9 @@ type Config struct {
 	// Data.
 	Train, Test *data.Dataset `json:"-"`
 	// Validation says Test was held out of the training data to choose
-	// hyperparameters: evaluations are labelled SplitValidation.
+	// hyperparameters: evaluations are labelled SplitValidation, and
+	// listed as not covered by the guarantee (the held-out examples are
+	// private data).
 	Validation bool `json:"validation,omitempty"`
 	// Augment applies random crop (pad 4) and horizontal flip to training
 	// examples, deterministically from the seed, step and example.

@@ -54,7 +54,7 @@ func FuzzLoadCheckpoint(f *testing.F) {
 		}
 		// The early comparison of the recorded settings reads the same
 		// bytes first: it too must refuse, never panic.
-		if err := checkResumeSettings(path, tr.settings); err != nil && errors.Is(err, os.ErrNotExist) {
+		if err := tr.checkResume(path, &tr.cfg); err != nil && errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("settings check: error %v claims a missing file", err)
 		}
 		err := tr.loadCheckpoint(path)

@@ -44,8 +44,11 @@ func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userL
 	if cfg.Workload == WorkloadOptimizer {
 		req.Workload = w
 	}
-	if cfg.Test == nil {
+	switch {
+	case cfg.Test == nil:
 		req.NotCovered = append(req.NotCovered, "evaluations on the training set (no test set): "+strings.Join(evalTrainNotPrivate(), ", "))
+	case cfg.Validation:
+		req.NotCovered = append(req.NotCovered, "evaluations on the validation set (held out of the private training data): "+strings.Join(evalValidationNotPrivate(), ", "))
 	}
 	if cfg.CacheDir != "" {
 		req.CacheDir = cfg.CacheDir

@@ -52,10 +52,12 @@ type StepMetrics struct {
 // training set when the run has none.
 type EvalMetrics struct {
 	Step int `json:"step"`
-	// Split is SplitTest or SplitTrain. A training-set evaluation is
-	// written with the keys train_loss and train_accuracy (never test_*)
-	// and lists them under not_private: it reads the private data without
-	// noise, outside the guarantee.
+	// Split is SplitTest, SplitValidation or SplitTrain. A training-set
+	// evaluation is written with the keys train_loss and train_accuracy
+	// (never test_*) and lists them under not_private: it reads the
+	// private data without noise, outside the guarantee. A validation
+	// evaluation (examples held out of the private training data) lists
+	// its test_loss and test_accuracy there too.
 	Split    string  `json:"split"`
 	Loss     float64 `json:"test_loss"`
 	Accuracy float64 `json:"test_accuracy"`
@@ -94,6 +96,10 @@ func (em EvalMetrics) MarshalJSON() ([]byte, error) {
 // evalTrainNotPrivate lists the keys of a training-set evaluation.
 func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accuracy"} }
 
+// evalValidationNotPrivate lists the keys of a validation evaluation: a
+// split held out of the private training data is private data too.
+func evalValidationNotPrivate() []string { return []string{"test_loss", "test_accuracy"} }
+
 // Trainer runs a configured training loop one step at a time, for services
 // that drive training themselves. Build it with New.
 type Trainer struct {
@@ -122,6 +128,9 @@ type Trainer struct {
 	users      *userLevel // nil except at user level (users.go)
 	exIdx      []int      // a user-level step's examples
 	settings   []setting  // the configuration as given, recorded in checkpoints
+	// seedFP, dataSalt and dataDigest are recorded in checkpoints too
+	// (resumecheck.go).
+	seedFP, dataSalt, dataDigest []byte
 
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
 	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
@@ -148,12 +157,18 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	d := len(t.engine.Params())
 	t.settings = cfg.settings(sized{t.backend.Name(), d})
-	if cfg.CheckpointPath != "" {
+	t.seedFP = seedFingerprint(cfg.Seed)
+	switch {
+	case cfg.CheckpointPath != "":
 		// A resume with other settings is refused before the plan (and
 		// its factorization, minutes for long runs) is built.
-		if err := checkResumeSettings(cfg.CheckpointPath, t.settings); err != nil {
+		if err := t.checkResume(cfg.CheckpointPath, &cfg); err != nil {
 			return nil, err
 		}
+	case cfg.Features != FeaturesPixels:
+		// Recorded now, for a checkpoint saved by SaveCheckpoint: the
+		// training data are replaced by their features below.
+		t.recordData(cfg.Train)
 	}
 	// The features (a minute or more for 60,000 images, unless cached)
 	// after every cheap refusal.
@@ -599,7 +614,7 @@ func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 	ds := t.cfg.Test
 	em := EvalMetrics{Step: t.Step(), Split: SplitTest}
 	if t.cfg.Validation {
-		em.Split = SplitValidation
+		em.Split, em.NotPrivate = SplitValidation, evalValidationNotPrivate()
 	}
 	if ds == nil {
 		ds = t.cfg.Train

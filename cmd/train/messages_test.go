@@ -158,7 +158,7 @@ func TestDataNameCheckedAgainstContent(t *testing.T) {
 	fashion := idxDir(t)
 	code, stdout, stderr := runCLI(t, "run", "-data", "mnist", "-dir", fashion, "-steps", "2")
 	checkOneLine(t, "mnist on Fashion-MNIST", code, stderr)
-	want := "train: -data mnist: " + fashion + " holds Fashion-MNIST (50.2% of pixels exactly zero, mean intensity 0.287 over 7000 images; MNIST has about 81% and 0.13), not MNIST; use -data fashion-mnist\n"
+	want := "train: -data mnist: " + fashion + " holds Fashion-MNIST (its pixel statistics fall in Fashion-MNIST's range, about 50% of pixels exactly zero and mean intensity 0.29, far from MNIST's, about 81% of pixels exactly zero and mean intensity 0.13), not MNIST; use -data fashion-mnist\n"
 	if stderr != want || code != exitUsage || strings.Contains(stdout, "data:") {
 		t.Errorf("exit %d, stderr\n%q, want\n%q", code, stderr, want)
 	}

@@ -114,13 +114,22 @@ func (p *evalProgress) step(sm train.StepMetrics) {
 
 func (p *evalProgress) eval(em train.EvalMetrics) {
 	msg := fmt.Sprintf("step %d of %d: %s loss %.4f, %s accuracy %.4f", em.Step, p.steps, em.Split, em.Loss, em.Split, em.Accuracy)
-	if len(em.NotPrivate) > 0 {
-		msg += " (not private: measured on the training data)"
-	}
+	msg += notPrivateNote(em)
 	if em.Delta > 0 {
 		msg += fmt.Sprintf(", epsilon %.4g", em.Epsilon)
 	}
 	p.line(msg)
+}
+
+// notPrivateNote marks an evaluation the guarantee does not cover.
+func notPrivateNote(em train.EvalMetrics) string {
+	switch {
+	case len(em.NotPrivate) == 0:
+		return ""
+	case em.Split == train.SplitValidation:
+		return " (not private: measured on examples held out of the training data)"
+	}
+	return " (not private: measured on the training data)"
 }
 
 func (p *evalProgress) line(msg string) {

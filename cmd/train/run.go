@@ -145,7 +145,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
+	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)%s\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds(), notPrivateNote(res.Final))
 	if res.Plan != nil {
 		fmt.Fprintf(log, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)

@@ -101,4 +101,15 @@ func TestFloatsCodec(t *testing.T) {
 	if _, err := DecodeFloats[float32](make([]byte, 4), 1<<62+1); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("overflowing count: %v", err)
 	}
+	// FloatBytes gives AppendFloats's bytes, for either width.
+	if got := FloatBytes(x32); !slices.Equal(got, AppendFloats(nil, x32)) {
+		t.Fatalf("FloatBytes float32: % x", got)
+	}
+	x64 := []float64{1, -0.0, math.Inf(-1)}
+	if got := FloatBytes(x64); !slices.Equal(got, AppendFloats(nil, x64)) {
+		t.Fatalf("FloatBytes float64: % x", got)
+	}
+	if got := FloatBytes([]float32{}); len(got) != 0 {
+		t.Fatalf("FloatBytes of nothing: % x", got)
+	}
 }

@@ -2,9 +2,7 @@ package distributed
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -111,7 +109,8 @@ func checkConfig(cfg *train.Config) error {
 
 // shardDigest identifies what a worker must compute with: the model and
 // clipping settings, the data set's size, and the shard's examples and
-// labels (before any feature transform). A worker refuses requests whose
+// labels (before any feature transform; data.Dataset.HashExamples, as the
+// training data a checkpoint records). A worker refuses requests whose
 // digest is not its own, so a worker started with other data or flags
 // never contributes.
 func shardDigest(cfg *train.Config, model models.Model, s Shard) [32]byte {
@@ -122,18 +121,7 @@ func shardDigest(cfg *train.Config, model models.Model, s Shard) [32]byte {
 		model.Name(), model.Layout(), model.InputShape(), model.Classes(), cfg.Features, model.NumParams())
 	fmt.Fprintf(h, "clip=%g perlayer=%v nonprivate=%v batch=%d examples=%d shape=%v classes=%d shard=%s range=%d-%d\n",
 		cfg.ClipNorm, cfg.ClipPerLayer, cfg.NonPrivate, cfg.Batch, m, cfg.Train.Shape, cfg.Train.Classes, s, lo, hi)
-	per := cfg.Train.Shape.Size()
-	var b [8]byte
-	buf := make([]byte, 0, 4*per)
-	for i := lo; i < hi; i++ {
-		buf = buf[:0]
-		for _, v := range cfg.Train.X[i*per : (i+1)*per] {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		}
-		h.Write(buf)
-		binary.LittleEndian.PutUint64(b[:], uint64(cfg.Train.Y[i]))
-		h.Write(b[:])
-	}
+	cfg.Train.HashExamples(h, lo, hi)
 	var out [32]byte
 	h.Sum(out[:0])
 	return out
