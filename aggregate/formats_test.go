@@ -116,6 +116,9 @@ func TestFormatStore3258d09(t *testing.T) {
 		if v1, _ := accountant.DiscreteGaussianSigmaV1(cfg.Epsilon, cfg.Delta); !c.float && a.Plan().NoiseMultiplier != v1 {
 			t.Fatalf("%s: reopened with sigma %v, want the store's %v", c.mech, a.Plan().NoiseMultiplier, v1)
 		}
+		if claim := strings.Join(a.Ledger().Assumptions, "\n"); !c.float && !strings.Contains(claim, "calibrated before issue 43") {
+			t.Errorf("%s: the claim does not say the store keeps its earlier calibration: %s", c.mech, claim)
+		}
 		for s := 1; s <= 3; s++ {
 			r, err := a.Release(s)
 			if err != nil {
