@@ -30,17 +30,18 @@ import (
 // wrapping ErrClosed); reopening the store continues from the last durable
 // state.
 type Aggregator struct {
-	cfg  Config
-	plan *privacy.ReleasePlan
+	cfg      Config
+	plan     *privacy.ReleasePlan
+	dim      int // D: Dim, plus the count coordinate
+	n        int // horizon
+	noiseStd float64
+	norm     float64 // L2 bound of one record
+	db       *bolt.DB
+	maxBatch int
+
 	// calibrationV1: the store's exact noise was calibrated before issue
 	// 43 (arithmeticExactV1), and keeps that multiplier.
 	calibrationV1 bool
-	dim           int // D: Dim, plus the count coordinate
-	n             int // horizon
-	noiseStd      float64
-	norm          float64 // L2 bound of one record
-	db            *bolt.DB
-	maxBatch      int
 
 	ops     chan *op
 	closing chan struct{}
