@@ -71,13 +71,19 @@ func ExampleSelectBands() {
 }
 
 // The noise multiplier of the discrete Gaussian mechanism (exact integer
-// releases) for the same target: zCDP, a few percent above the
-// continuous Gaussian's.
+// releases) for the same target. At integer sensitivity 1 (noise of a few
+// units) only zCDP holds, a few percent above the continuous Gaussian's;
+// at the service's scale (sensitivity 2^20 and more) smoothing makes it
+// the continuous Gaussian's.
 func ExampleDiscreteGaussianSigma() {
-	sigma, err := accountant.DiscreteGaussianSigma(8, 1e-6)
-	if err != nil {
-		log.Fatal(err)
+	for _, sens := range []float64{1, 1 << 20} {
+		sigma, err := accountant.DiscreteGaussianSigma(8, 1e-6, sens)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("sensitivity %g: sigma = %.5f\n", sens, sigma)
 	}
-	fmt.Printf("sigma = %.4f\n", sigma)
-	// Output: sigma = 0.6893
+	// Output:
+	// sensitivity 1: sigma = 0.68929
+	// sensitivity 1.048576e+06: sigma = 0.65294
 }

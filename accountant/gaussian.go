@@ -107,9 +107,58 @@ func GaussianSigma(eps, delta float64) (float64, error) {
 // the Gaussian mechanism with sensitivity 1 and noise multiplier sigma.
 func ZCDPRho(sigma float64) float64 { return 1 / (2 * sigma * sigma) }
 
+// The zCDP conversion (Canonne, Kamath & Steinke 2020, Prop. 12): rho-zCDP
+// bounds the Rényi divergence of every order a = 1 + u > 1 by a rho, and
+// an order-a bound converts to (eps, delta) with
+//
+//	log delta = g(u) = u ((1+u) rho - eps) + u log(u/(1+u)) - log(1+u),
+//	eps = e(u) = (1+u) rho + log(u/(1+u)) - (log delta + log(1+u))/u.
+//
+// The bound is the best over the order: g is strictly convex in u (g'' =
+// 2 rho + 1/(u(1+u)) > 0), so its minimum is the one root of
+//
+//	g'(u) = (1+2u) rho - eps + log(u/(1+u)) = 0,
+//
+// and e has one stationary point, the root of rho u^2 + log(1+u) = log
+// (1/delta) (e' has the sign of that difference). Both roots are found by
+// bisection on a monotone function, so the optimum is global (a golden
+// section search over the order found a local one). With it, the
+// divergence of order 1 (KL <= rho) gives delta <= sqrt(1 - e^-rho)
+// (Bretagnolle-Huber), used when smaller.
+
+// logRatio returns log(u/(1+u)) for u > 0 without cancellation.
+func logRatio(u float64) float64 {
+	if u < 1 {
+		return math.Log(u) - math.Log1p(u)
+	}
+	return -math.Log1p(1 / u)
+}
+
+// rootIncreasing returns the root of the increasing function f of u > 0
+// (f(0+) < 0 < f(inf)), to a relative 1e-15, by bisection in log u.
+func rootIncreasing(f func(u float64) float64) float64 {
+	lo, hi := -1.0, 1.0 // log u
+	for f(math.Exp(lo)) > 0 && lo > -745 {
+		lo *= 2
+	}
+	for f(math.Exp(hi)) < 0 && hi < 709 {
+		hi *= 2
+	}
+	for i := 0; i < 400 && hi-lo > 1e-15*math.Max(1, math.Abs(lo)); i++ {
+		mid := 0.5 * (lo + hi)
+		if f(math.Exp(mid)) < 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Exp(0.5 * (lo + hi))
+}
+
 // ZCDPEpsilon converts rho-zCDP to (eps, delta)-DP with the conversion of
-// Canonne, Kamath & Steinke (2020, Prop. 12), optimized over the Rényi
-// order; it is never larger than the classic rho + 2 sqrt(rho log(1/delta)).
+// Canonne, Kamath & Steinke (2020, Prop. 12) at its optimal Rényi order,
+// or 0 when the KL bound already gives delta (Bretagnolle-Huber). It is
+// never larger than the classic rho + 2 sqrt(rho log(1/delta)).
 func ZCDPEpsilon(rho, delta float64) (float64, error) {
 	if !(rho > 0) || isInf(rho) {
 		return 0, invalidf("ZCDPEpsilon: rho = %v, want finite and > 0", rho)
@@ -117,18 +166,19 @@ func ZCDPEpsilon(rho, delta float64) (float64, error) {
 	if err := checkDelta(delta); err != nil {
 		return 0, fmt.Errorf("ZCDPEpsilon: %w", err)
 	}
-	f := func(a float64) float64 { return rdpToEps(a*rho, a, delta) }
-	// The bound is unimodal in the order; search log(a-1) by golden section
-	// around the classic optimum a = 1 + sqrt(log(1/delta)/rho).
-	a0 := 1 + math.Sqrt(math.Log(1/delta)/rho)
-	best := goldenMin(func(t float64) float64 { return f(1 + math.Exp(t)) },
-		math.Log(a0-1)-8, math.Log(a0-1)+8)
-	classic := rho + 2*math.Sqrt(rho*math.Log(1/delta))
-	return math.Max(0, math.Min(f(1+math.Exp(best)), classic)), nil
+	if delta*delta >= -math.Expm1(-rho) {
+		return 0, nil
+	}
+	ld := math.Log(delta)
+	u := rootIncreasing(func(u float64) float64 { return rho*u*u + math.Log1p(u) + ld })
+	eps := (1+u)*rho + logRatio(u) - (ld+math.Log1p(u))/u
+	classic := rho + 2*math.Sqrt(-rho*ld)
+	return math.Max(0, math.Min(eps, classic)), nil
 }
 
 // ZCDPDelta returns the delta at which rho-zCDP implies (eps, delta)-DP,
-// by the same conversion as ZCDPEpsilon.
+// by the same conversion as ZCDPEpsilon: the smaller of Prop. 12 at its
+// optimal order and sqrt(1 - e^-rho).
 func ZCDPDelta(rho, eps float64) (float64, error) {
 	if !(rho > 0) || isInf(rho) {
 		return 0, invalidf("ZCDPDelta: rho = %v, want finite and > 0", rho)
@@ -136,27 +186,8 @@ func ZCDPDelta(rho, eps float64) (float64, error) {
 	if err := checkEps(eps); err != nil {
 		return 0, fmt.Errorf("ZCDPDelta: %w", err)
 	}
-	f := func(t float64) float64 { a := 1 + math.Exp(t); return rdpToLogDelta(a*rho, a, eps) }
-	a0 := math.Max(1.01, (eps+rho)/(2*rho))
-	best := goldenMin(f, math.Log(a0-1)-8, math.Log(a0-1)+8)
-	return math.Min(1, math.Exp(f(best))), nil
-}
-
-// goldenMin returns an approximate minimizer of a unimodal f on [a, b].
-func goldenMin(f func(float64) float64, a, b float64) float64 {
-	const g = 0.6180339887498949
-	c, d := b-g*(b-a), a+g*(b-a)
-	fc, fd := f(c), f(d)
-	for i := 0; i < 100 && b-a > 1e-10; i++ {
-		if fc < fd {
-			b, d, fd = d, c, fc
-			c = b - g*(b-a)
-			fc = f(c)
-		} else {
-			a, c, fc = c, d, fd
-			d = a + g*(b-a)
-			fd = f(d)
-		}
-	}
-	return 0.5 * (a + b)
+	u := rootIncreasing(func(u float64) float64 { return (1+2*u)*rho - eps + logRatio(u) })
+	g := u*((1+u)*rho-eps) + u*logRatio(u) - math.Log1p(u)
+	bh := math.Sqrt(-math.Expm1(-rho))
+	return math.Min(1, math.Min(bh, math.Exp(g))), nil
 }

@@ -39,6 +39,10 @@ type Aggregator struct {
 	db       *bolt.DB
 	maxBatch int
 
+	// calibrationV1: the store's exact noise was calibrated before issue
+	// 43 (arithmeticExactV1), and keeps that multiplier.
+	calibrationV1 bool
+
 	ops     chan *op
 	closing chan struct{}
 	done    chan struct{}
@@ -100,6 +104,12 @@ type opResult struct {
 // for the noise multiplier and the sensitivity, the aggregator enforces
 // its participation (ReleasePlan.Admit), and the ledger states its claim.
 func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
+	return openCalibrated(ctx, path, cfg, false)
+}
+
+// openCalibrated is Open, with the multiplier of before issue 43 for a new
+// store if calibrationV1 (tests of stores made then).
+func openCalibrated(ctx context.Context, path string, cfg Config, calibrationV1 bool) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -107,6 +117,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 		return nil, fmt.Errorf("aggregate: open: %w", err)
 	}
 	a := newAggregator(cfg)
+	a.calibrationV1 = calibrationV1
 	if err := a.calibrate(); err != nil {
 		return nil, err
 	}
@@ -163,7 +174,7 @@ func (a *Aggregator) calibrate() error {
 	cfg := a.cfg
 	req := privacy.ReleaseRequest{
 		Mechanism: cfg.Mechanism.Name(), Strategy: cfg.Mechanism.Strategy(), Participation: cfg.participation(),
-		Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil,
+		Epsilon: cfg.Epsilon, Delta: cfg.Delta, Seeded: cfg.Seed != nil, CalibrationV1: a.calibrationV1,
 	}
 	var err error
 	if !cfg.floatNoise {
@@ -203,6 +214,9 @@ func (a *Aggregator) fingerprint() []byte {
 	}
 	if a.exact != nil {
 		fp["arithmetic"] = arithmeticExact
+		if a.calibrationV1 {
+			fp["arithmetic"] = arithmeticExactV1
+		}
 	}
 	if a.cfg.Seed != nil {
 		h := sha256.Sum256(a.cfg.Seed[:])
@@ -215,11 +229,41 @@ func (a *Aggregator) fingerprint() []byte {
 // load creates the store's buckets and initial state if it is new, then
 // restores the aggregator from it.
 func (a *Aggregator) load() error {
+	if err := a.keepCalibrationV1(); err != nil {
+		return err
+	}
 	fp := a.fingerprint()
 	if err := a.db.Update(func(tx *bolt.Tx) error { return a.initStore(tx, fp) }); err != nil {
 		return fmt.Errorf("aggregate: initializing store: %w", err)
 	}
 	return a.db.View(func(tx *bolt.Tx) error { return a.restore(tx, fp) })
+}
+
+// keepCalibrationV1 recalibrates with the noise multiplier of before
+// issue 43 when the store is an exact one made then (its fingerprint is
+// this configuration's with arithmeticExactV1), so that it reopens with
+// the noise it drew.
+func (a *Aggregator) keepCalibrationV1() error {
+	if a.exact == nil {
+		return nil
+	}
+	var stored []byte
+	if err := a.db.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil && meta.Get(keyConfig) != nil {
+			var err error
+			stored, err = unseal("config", meta.Get(keyConfig))
+			return err
+		}
+		return nil
+	}); err != nil || stored == nil {
+		return err
+	}
+	a.calibrationV1 = true
+	if string(stored) != string(a.fingerprint()) {
+		a.calibrationV1 = false
+		return nil
+	}
+	return a.calibrate()
 }
 
 // initStore creates the buckets and, in a new store, writes the

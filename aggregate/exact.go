@@ -48,8 +48,13 @@ var (
 	bucketEncoded = []byte("encoded")
 )
 
-// arithmeticExact is the fingerprint value of stores made by this path.
-const arithmeticExact = "exact-discrete-gaussian-v1"
+// arithmeticExact is the fingerprint value of stores made by this path;
+// arithmeticExactV1 that of stores made before issue 43, whose noise
+// multiplier was calibrated by zCDP alone (privacy.ReleaseRequest.CalibrationV1).
+const (
+	arithmeticExact   = "exact-discrete-gaussian-v2"
+	arithmeticExactV1 = "exact-discrete-gaussian-v1"
+)
 
 type centry struct {
 	col int

@@ -69,5 +69,5 @@ func Example() {
 	// user-1 joined step 1 <nil>
 	// again in the same step: true
 	// release 1 has 2 values and a count: true
-	// steps 1 of 8, epsilon spent 0.293 of 1
+	// steps 1 of 8, epsilon spent 0.291 of 1
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/accountant"
 )
 
 // formatSetups are the stores the release at commit 3258d09 wrote to
@@ -101,10 +103,22 @@ func TestFormatStore3258d09(t *testing.T) {
 		if stored != nil {
 			cfg.Mechanism = stored
 		}
-		ref := open(t, filepath.Join(t.TempDir(), "ref.db"), cfg)
+		// The exact stores were calibrated before issue 43: they reopen
+		// with that multiplier (and so the noise they drew), which the
+		// uninterrupted reference run uses too.
+		ref, err := openCalibrated(context.Background(), filepath.Join(t.TempDir(), "ref.db"), cfg, true)
+		if err != nil {
+			t.Fatal(err)
+		}
 		want := formatRun(t, ref, 1, []int{0, 1, 2})
 		ref.Close()
 		a := open(t, path, cfg)
+		if v1, _ := accountant.DiscreteGaussianSigmaV1(cfg.Epsilon, cfg.Delta); !c.float && a.Plan().NoiseMultiplier != v1 {
+			t.Fatalf("%s: reopened with sigma %v, want the store's %v", c.mech, a.Plan().NoiseMultiplier, v1)
+		}
+		if claim := strings.Join(a.Ledger().Assumptions, "\n"); !c.float && !strings.Contains(claim, "calibrated before issue 43") {
+			t.Errorf("%s: the claim does not say the store keeps its earlier calibration: %s", c.mech, claim)
+		}
 		for s := 1; s <= 3; s++ {
 			r, err := a.Release(s)
 			if err != nil {

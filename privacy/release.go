@@ -97,6 +97,11 @@ type ReleaseRequest struct {
 	// Seeded says the noise comes from a fixed seed (tests only): the
 	// claim then says the releases are not covered.
 	Seeded bool
+	// CalibrationV1 asks, with a Lattice, for the noise multiplier of
+	// stores made before issue 43 (accountant.DiscreteGaussianSigmaV1,
+	// zCDP alone), so that such a store reopens with the noise it drew.
+	// The accounting of the releases is today's either way.
+	CalibrationV1 bool
 }
 
 // ReleasePlan is the privacy claim of a continual release, fixed before
@@ -124,10 +129,11 @@ type ReleasePlan struct {
 	Lattice    *Lattice
 	Seeded     bool
 
-	s          dpcore.Strategy
-	rows       int        // m, the encoder's rows, with a Lattice
-	mu         sync.Mutex // guards prefixSens
-	prefixSens map[int]float64
+	s             dpcore.Strategy
+	calibrationV1 bool       // ReleaseRequest.CalibrationV1
+	rows          int        // m, the encoder's rows, with a Lattice
+	mu            sync.Mutex // guards prefixSens
+	prefixSens    map[int]float64
 }
 
 // GaussianAccounting names the float release's accounting in ledgers.
@@ -158,8 +164,12 @@ func PlanRelease(r ReleaseRequest) (*ReleasePlan, error) {
 		return nil, err
 	}
 	p := &ReleasePlan{Mechanism: r.Mechanism, Horizon: n, Participation: r.Participation, Schema: schema,
-		Epsilon: r.Epsilon, Delta: r.Delta, Lattice: r.Lattice, Seeded: r.Seeded, s: s, prefixSens: map[int]float64{}}
+		Epsilon: r.Epsilon, Delta: r.Delta, Lattice: r.Lattice, Seeded: r.Seeded, s: s, prefixSens: map[int]float64{},
+		calibrationV1: r.CalibrationV1 && r.Lattice != nil}
 	if r.Lattice != nil {
+		if g := r.Lattice.NormGrid; !(g >= 1) || math.IsInf(g, 0) {
+			return nil, invalidf("release %s: lattice norm %v grid units, want finite and >= 1", r.Mechanism, g)
+		}
 		c, _, err := s.Matrices()
 		if err != nil {
 			return nil, fmt.Errorf("privacy: release %s: %w", r.Mechanism, err)
@@ -178,7 +188,11 @@ func PlanRelease(r ReleaseRequest) (*ReleasePlan, error) {
 		p.NoiseMultiplier, err = accountant.GaussianSigma(r.Epsilon, r.Delta)
 	} else {
 		p.Accountant = accountant.DiscreteGaussianAccounting
-		p.NoiseMultiplier, err = accountant.DiscreteGaussianSigma(r.Epsilon, r.Delta)
+		if r.CalibrationV1 {
+			p.NoiseMultiplier, err = accountant.DiscreteGaussianSigmaV1(r.Epsilon, r.Delta)
+		} else {
+			p.NoiseMultiplier, err = accountant.DiscreteGaussianSigma(r.Epsilon, r.Delta, p.integerSensitivity(p.NoiseSensitivity))
+		}
 	}
 	if err != nil {
 		return nil, calibrationError("calibrating sigma", r.Epsilon, err)
@@ -197,6 +211,15 @@ func (p *ReleasePlan) noiseSensitivity(s float64) float64 {
 		return s
 	}
 	return s*(1+1e-9) + float64(p.Participation.K)*math.Sqrt(float64(p.rows))*p.Lattice.EncoderError
+}
+
+// integerSensitivity is the L2 sensitivity, in units of the lattice, of
+// the integer encoded sums c~ X~ whose rounded encoder has sensitivity at
+// most s (NoiseSensitivity): s 2^EncoderBits NormGrid. The discrete
+// Gaussian's noise is N_Z(0, (sigma s 2^EncoderBits NormGrid)^2), and its
+// accounting depends on that scale, not only on sigma.
+func (p *ReleasePlan) integerSensitivity(s float64) float64 {
+	return s * math.Ldexp(p.Lattice.NormGrid, p.Lattice.EncoderBits)
 }
 
 // Admit checks a contribution to step t by a contributor that joined the
@@ -233,8 +256,8 @@ func (p *ReleasePlan) EpsilonSpent(ctx context.Context, t int) (float64, error) 
 	}
 	var eps float64
 	if p.Lattice != nil {
-		sq := p.noiseSensitivity(s)
-		eps, err = accountant.DiscreteGaussianEpsilon(p.NoiseMultiplier*p.NoiseSensitivity/math.Min(sq, p.NoiseSensitivity), p.Delta)
+		sq := math.Min(p.noiseSensitivity(s), p.NoiseSensitivity)
+		eps, err = accountant.DiscreteGaussianEpsilon(p.NoiseMultiplier*p.NoiseSensitivity/sq, p.Delta, p.integerSensitivity(sq))
 	} else {
 		eps, err = accountant.GaussianEpsilon(p.NoiseMultiplier*p.Sensitivity.Value/s, p.Delta)
 	}
@@ -300,6 +323,15 @@ func (p *ReleasePlan) Claim(clip, recordNorm float64) ReleaseClaim {
 		c.Arithmetic = "exact"
 		mech = fmt.Sprintf("unamplified accounting: one multivariate discrete Gaussian mechanism on the integer encoded sums c~ X~ (encoder on a grid of 2^-%d, sensitivity %.6g >= that of the mechanism's encoder, %.6g (%s), plus the encoder's rounding; records on a grid of clip/2^%d with L2 norm at most %.6g grid units, enforced exactly) over the horizon of %d releases; epsilon spent after t releases uses the sensitivity of the first g releases, g the next power of two",
 			l.EncoderBits, p.NoiseSensitivity, p.Sensitivity.Value, p.Sensitivity.Method, l.GridBits, l.NormGrid, p.Horizon)
+		sens := p.integerSensitivity(p.NoiseSensitivity)
+		rule := "zCDP (Canonne, Kamath & Steinke 2020, Prop. 12 at its optimal order)"
+		zc, _ := accountant.ZCDPEpsilon(accountant.ZCDPRho(p.NoiseMultiplier), p.Delta)
+		if p.calibrationV1 {
+			rule = "zCDP as calibrated before issue 43 (the store was made then and keeps its noise; epsilon spent is today's accounting)"
+		} else if e, err := accountant.DiscreteGaussianEpsilon(p.NoiseMultiplier, p.Delta, sens); err == nil && e < zc {
+			rule = "the continuous Gaussian's exact curve at the smoothed multiplier sqrt(s^2 - 16)/Delta (the discrete Gaussian is, to a factor e^(+-1e-116), a post-processing of that continuous one)"
+		}
+		mech += fmt.Sprintf("; noise N_Z(0, s^2) on every coordinate, s = sigma Delta with the encoded sums' integer L2 sensitivity Delta = %.6g, for every integer shift of norm at most Delta, whatever its direction; the accounting that gives sigma: %s", sens, rule)
 	}
 	c.Assumptions = []string{
 		"adjacency: " + string(accountant.ZeroOut) + ": all contributions of one contributor id replaced by zero; the unit of privacy is one contributor id",

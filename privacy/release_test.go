@@ -49,17 +49,39 @@ func TestReleasePlanEpsilonSpent(t *testing.T) {
 	for _, exact := range []bool{true, false} {
 		req := ReleaseRequest{Mechanism: "dpsgd", Strategy: f, Participation: p, Epsilon: eps, Delta: delta}
 		sigma, epsOf := accountant.GaussianSigma, accountant.GaussianEpsilon
+		var wantSigma float64
 		if exact {
 			req.Lattice = &Lattice{EncoderBits: 0, GridBits: 20, NormGrid: 1 << 20}
-			sigma, epsOf = accountant.DiscreteGaussianSigma, accountant.DiscreteGaussianEpsilon
+			// The integer encoded sums' sensitivity: sqrt(2) (1 + 1e-9)
+			// on a grid of 2^20 (the discrete Gaussian's accounting
+			// depends on the noise's scale in lattice units).
+			ns := math.Sqrt2 * (1 + 1e-9)
+			sigma = func(eps, delta float64) (float64, error) {
+				return accountant.DiscreteGaussianSigma(eps, delta, ns*(1<<20))
+			}
+			epsOf = func(s, delta float64) (float64, error) {
+				// s = sigma sqrt(2) / S_g: the prefix's integer
+				// sensitivity is S_g 2^20 = sigma sqrt(2) 2^20 / s.
+				return accountant.DiscreteGaussianEpsilon(s, delta, wantSigma*math.Sqrt2*(1<<20)/s)
+			}
 		}
 		plan, err := PlanRelease(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantSigma, _ := sigma(eps, delta)
+		wantSigma, _ = sigma(eps, delta)
 		if plan.NoiseMultiplier != wantSigma || math.Abs(plan.Sensitivity.Value-math.Sqrt2) > 1e-12 || plan.Horizon != n || plan.Schema != schema {
 			t.Fatalf("exact %v: plan %+v, want sigma %v, sensitivity sqrt(2), horizon %d, %s", exact, plan, wantSigma, n, schema)
+		}
+		// Issue 43: the exact release's noise is the continuous
+		// Gaussian's (to 1e-9; zCDP needed 7% more here), and the claim
+		// says which accounting gave it.
+		cont, _ := accountant.GaussianSigma(eps, delta)
+		if r := plan.NoiseMultiplier / cont; r < 1 || r > 1+1e-9 {
+			t.Errorf("exact %v: sigma %.12g is %.12g times the continuous Gaussian's %.12g", exact, plan.NoiseMultiplier, r, cont)
+		}
+		if c := plan.Claim(1, 1); exact && !strings.Contains(strings.Join(c.Assumptions, "\n"), "the accounting that gives sigma: the continuous Gaussian's exact curve at the smoothed multiplier") {
+			t.Errorf("claim does not name the smoothing bound: %q", c.Assumptions)
 		}
 		for s := 0; s <= n; s++ {
 			got, err := plan.EpsilonSpent(ctx, s)
@@ -92,7 +114,7 @@ func TestReleasePlanLatticeSensitivity(t *testing.T) {
 	f := buildFactorization(t, "tree-online", 8, schema)
 	m, _ := f.Encoder.Dims()
 	plan, err := PlanRelease(ReleaseRequest{Mechanism: "tree-online", Strategy: f, Participation: p, Epsilon: 1, Delta: 1e-6,
-		Lattice: &Lattice{EncoderError: 0x1p-30}})
+		Lattice: &Lattice{EncoderError: 0x1p-30, NormGrid: 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
