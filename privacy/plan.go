@@ -690,7 +690,11 @@ func gridUp(c, total int) int {
 func (p *Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
-	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
+	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier)
+	if p.Quantile != nil {
+		fmt.Fprintf(&sb, " (jointly with the clip-norm count; the gradient's %.6g)", p.GradientNoiseMultiplier)
+	}
+	fmt.Fprintf(&sb, ", noise std %.6g\n", p.NoiseStd)
 	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) per %s under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Unit, p.Ledger.Adjacency, p.Accountant)
 	for _, a := range p.Ledger.Assumptions {
 		fmt.Fprintf(&sb, "\n  assumes: %s", a)
