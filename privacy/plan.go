@@ -252,6 +252,9 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if p.strategy, err = build(ctx, mech, p.workload, p.Schema, r.Build, prebuilt); err != nil {
 		return nil, nil, err
 	}
+	if err := p.checkEncoderBands(mech); err != nil {
+		return nil, nil, err
+	}
 	sensNote, err := p.sensitivity(r)
 	if err != nil {
 		return nil, nil, err
@@ -403,6 +406,30 @@ func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string
 		return nil, nil, err
 	}
 	return s, p.Accounting.Assumptions, nil
+}
+
+// checkEncoderBands verifies, for an amplified plan, the band count the
+// accounting relies on (banded-MF Thm 4: at most as many bands as the
+// sampler's partitions, which bindSampler checked for the declared count)
+// against the encoder actually built or read from the cache: its nonzero
+// structure (mfnoise.EncoderBands) must be lower triangular with at most
+// the declared bands.
+func (p *Plan) checkEncoderBands(mech Mechanism) error {
+	if !p.Amplified {
+		return nil
+	}
+	declared := mech.Structure().Bands
+	got, err := mfnoise.EncoderBands(p.strategy)
+	if err != nil {
+		return refuse(RuleAmplification, "%s: the encoder's band structure cannot be read (%v), and amplified accounting relies on it", mech, err)
+	}
+	switch {
+	case got == 0:
+		return refuse(RuleAmplification, "%s declares %d bands, but its encoder is not lower triangular: amplified accounting does not hold", mech, declared)
+	case got > declared:
+		return refuse(RuleAmplification, "%s declares %d bands, but its encoder (built or cached) has %d: amplified accounting with %d partitions does not hold for it", mech, declared, got, max(p.Accounting.Bands, 1))
+	}
+	return nil
 }
 
 // sensitivity sets the plan's sensitivity and accounting event: per
