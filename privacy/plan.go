@@ -578,7 +578,8 @@ const proxyMargin = 0.06
 // settings, through its cache) and scored by its actual loss, and the
 // choice is made among those. Only the finalists are built; built holds
 // them by band count. Rows scored by a proxy are marked Proxy in the
-// table.
+// table. With adaptive clipping (r.Quantile) a row's score uses the
+// gradient's own noise multiplier, GradientSigma(sigma_b), not sigma_b.
 func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
 	what := auto.String()
 	single := dpcore.SingleParticipation()
@@ -597,6 +598,27 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
 	if err != nil {
 		return nil, nil, calibrationError(what, r.Epsilon, err)
+	}
+	// The score is the gradient's noise: with adaptive clipping, the
+	// multiplier the joint rule leaves it (QuantileRelease.GradientSigma;
+	// a candidate whose sigma the count noise leaves nothing is out).
+	score := func(row *accountant.BandChoice, loss float64) {
+		gs, err := r.Quantile.GradientSigma(row.Sigma)
+		if err != nil {
+			row.Err, row.Score = err.Error(), 0
+			return
+		}
+		row.Score = gs * gs * loss
+	}
+	if r.Quantile != nil {
+		for i := range sel.Table {
+			if sel.Table[i].Err == "" {
+				score(&sel.Table[i], sel.Table[i].Loss)
+			}
+		}
+		if err := pickBest(&sel); err != nil {
+			return nil, nil, refuse(RuleBudget, "%s with adaptive clipping: %v", what, err)
+		}
 	}
 	if toeplitzOnly {
 		return &sel, nil, nil
@@ -618,14 +640,27 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		built[row.Bands] = f
 		// sigma_b depends on b alone: rescore without recalibrating.
 		loss := f.LossAt(sens.Value)
-		sel.Table[i].Loss, sel.Table[i].Proxy, sel.Table[i].Score = loss, false, row.Sigma*row.Sigma*loss
+		sel.Table[i].Loss, sel.Table[i].Proxy = loss, false
+		score(&sel.Table[i], loss)
 	}
+	if err := pickBest(&sel); err != nil {
+		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+	}
+	return &sel, built, nil
+}
+
+// pickBest points sel.Best at the least score among the rows scored.
+func pickBest(sel *accountant.BandSelection) error {
+	sel.Best = -1
 	for i, row := range sel.Table {
-		if row.Err == "" && row.Score < sel.Table[sel.Best].Score {
+		if row.Err == "" && (sel.Best < 0 || row.Score < sel.Table[sel.Best].Score) {
 			sel.Best = i
 		}
 	}
-	return &sel, built, nil
+	if sel.Best < 0 {
+		return fmt.Errorf("no band count is left: %w", accountant.ErrInfeasible)
+	}
+	return nil
 }
 
 // toeplitzLoss is the loss of the optimal bands-banded Toeplitz encoder for

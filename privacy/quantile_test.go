@@ -162,3 +162,32 @@ func TestQuantileJointWithinBudget(t *testing.T) {
 		}
 	}
 }
+
+// bandmf:auto and toeplitz:auto choose bands by the noise the gradient
+// gets: with adaptive clipping, the joint rule's GradientSigma(sigma_b).
+func TestQuantileAutoBandsScoreTheGradient(t *testing.T) {
+	ctx := context.Background()
+	q := &QuantileRelease{Target: 0.5, NoiseStd: 1, LearningRate: 0.2}
+	p, _, err := NewPlan(ctx, Request{Examples: 6000, Batch: 200, Steps: 60, ClipNorm: 1, Epsilon: 3,
+		Mechanism: mfnoise.BandedToeplitz{Auto: true}, Accountant: RDP, Quantile: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := math.Inf(1)
+	for _, row := range p.BandTable.Table {
+		if row.Err != "" {
+			continue
+		}
+		gs, err := q.GradientSigma(row.Sigma)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Score != gs*gs*row.Loss {
+			t.Errorf("%d bands: score %v, want the gradient's %v^2 times loss %v", row.Bands, row.Score, gs, row.Loss)
+		}
+		best = math.Min(best, row.Score)
+	}
+	if c := p.BandTable.Chosen(); c.Score != best || c.Bands != p.mechanism.Structure().Bands && c.Bands > 1 {
+		t.Errorf("chose %d bands (score %v), best score %v, planned %s", c.Bands, c.Score, best, p.Mechanism)
+	}
+}
