@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
@@ -169,12 +170,12 @@ func (e *exactPath) quantizeEncoder(c *mat.Dense, name string) error {
 // decoder that reads an encoder row before it is computed (not causal).
 func (e *exactPath) readDecoder(b *mat.Dense, name string) error {
 	n, _ := b.Dims()
-	maxB := maxAbsDense(b.RawMatrix().Data)
+	cut := mfnoise.StructuralZeroCutoff(b)
 	e.dec = make([][]dentry, n)
 	e.yLast = make([]int, e.m)
 	for t := range n {
 		for r, v := range b.RawRowView(t) {
-			if math.Abs(v) <= noise.StructuralZeroTol*maxB {
+			if math.Abs(v) <= cut {
 				continue
 			}
 			if e.rowStep[r] > t+1 {

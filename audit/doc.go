@@ -25,7 +25,16 @@
 //     every released noisy update — the strongest adversary the guarantee
 //     covers. Coordinates are distinct, so canaries do not interfere.
 //   - black-box input canaries: mislabelled examples, scored by their loss
-//     under the final model only (FromScores on those scores).
+//     under the final model only (FromScores on those scores). They are
+//     zero-out canaries, as the claim's adjacency is: every canary is in
+//     the data set and an OUT one contributes zero when sampled, so the
+//     number of examples, the sampling rate and delta do not depend on
+//     which canaries are IN.
+//
+// One flag. Check tests a claim at the stated confidence: when it has two
+// readings (epsilon, and for a Gaussian-shaped claim mu-GDP) each is made
+// at half the error probability, so that the one flag, their union, holds
+// at the confidence.
 //
 // Correlated noise. A matrix mechanism adds W = G Z to the gradient stream
 // (G = A^-1 B; C^-1 for a square encoder, C^+ for a tall encoder with the

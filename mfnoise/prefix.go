@@ -16,10 +16,12 @@ import (
 // releases step by step has spent so far.
 //
 // The first t releases are B[:t,:] (C X + Z) = (A X)[:t] + (B Z)[:t]:
-// post-processing of the rows R of C X + Z that B[:t,:] reads. Their
-// sensitivity is that of C[R,:] under the schema (columns past the last
-// nonzero dropped, which changes nothing), at most sens(C); R grows with
-// t, so the bound is nondecreasing. For an optimal (non-causal) decoder R
+// post-processing of the rows R of C X + Z that B[:t,:] reads: the rows
+// with an entry above the structural-zero cut-off (StructuralZeroCutoff,
+// the rule the exact release's decoder reads rows by). Their sensitivity
+// is that of C[R,:] under the schema (columns past the last nonzero entry
+// dropped, which changes nothing), at most sens(C); R grows with t, so
+// the bound is nondecreasing. For an optimal (non-causal) decoder R
 // is every row and the bound is sens(C). It reads the dense encoder and
 // decoder (s.Matrices).
 func PrefixSensitivity(ctx context.Context, s dpcore.Strategy, schema dpcore.Schema, t int, full float64) (float64, error) {
@@ -38,25 +40,24 @@ func PrefixSensitivity(ctx context.Context, s dpcore.Strategy, schema dpcore.Sch
 		return 0, err
 	}
 	rows, cols := c.Dims()
-	maxB := mat.Norm(b, math.Inf(1))
+	cut := StructuralZeroCutoff(b)
 	used := make([]bool, rows)
 	for i := 0; i < t; i++ {
 		for j, v := range b.RawRowView(i) {
-			if math.Abs(v) > 1e-13*maxB {
+			if math.Abs(v) > cut {
 				used[j] = true
 			}
 		}
 	}
 	var r []int
 	last := 0
-	maxC := mat.Norm(c, math.Inf(1))
 	for j, u := range used {
 		if !u {
 			continue
 		}
 		r = append(r, j)
 		for k := cols - 1; k >= last; k-- {
-			if math.Abs(c.At(j, k)) > 1e-13*maxC {
+			if c.At(j, k) != 0 {
 				last = k + 1
 				break
 			}

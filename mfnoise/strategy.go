@@ -81,3 +81,50 @@ func Dense(s dpcore.Strategy) (*Factorization, error) {
 	}
 	return d.Dense()
 }
+
+// EncoderBands is the band count of s's encoder read off its nonzero
+// entries, whatever the mechanism declares: the least b with C[i,j] = 0
+// whenever j > i or i-j >= b (1 for C = I and for an all-zero C), or 0
+// when C is tall or not lower triangular. A Toeplitz encoder is read from
+// its first column in O(n); any other from its dense encoder.
+func EncoderBands(s dpcore.Strategy) (int, error) {
+	if t, ok := s.(*ToeplitzStrategy); ok {
+		return lastNonzero(t.Toeplitz.Column()) + 1, nil
+	}
+	c, _, err := s.Matrices()
+	if err != nil {
+		return 0, err
+	}
+	return denseBands(c), nil
+}
+
+// lastNonzero is the index of v's last nonzero entry, 0 if there is none.
+func lastNonzero(v []float64) int {
+	for i := len(v) - 1; i > 0; i-- {
+		if v[i] != 0 {
+			return i
+		}
+	}
+	return 0
+}
+
+// denseBands is EncoderBands of a dense encoder.
+func denseBands(c *mat.Dense) int {
+	r, n := c.Dims()
+	if r != n {
+		return 0
+	}
+	b := 1
+	for i := 0; i < n; i++ {
+		for j, v := range c.RawRowView(i) {
+			if v == 0 {
+				continue
+			}
+			if j > i {
+				return 0
+			}
+			b = max(b, i-j+1)
+		}
+	}
+	return b
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -88,7 +89,7 @@ func newLiveCols(g *mat.Dense) (*liveCols, [32]byte, error) {
 	if gmax == 0 || math.IsNaN(gmax) || math.IsInf(gmax, 0) {
 		return nil, [32]byte{}, invalidf("A^-1 B has max entry %v", gmax)
 	}
-	tol := StructuralZeroTol * gmax
+	tol := mfnoise.StructuralZeroCutoff(g)
 	lc := &liveCols{n: n, m: m, rows: make([][]term, n), colRow: make([][]int, m), colVal: make([][]float64, m),
 		first: make([]int, m), last: make([]int, m)}
 	for j := range m {

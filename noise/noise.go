@@ -121,20 +121,6 @@ type Options struct {
 	Workers int
 }
 
-// StructuralZeroTol is the relative threshold below which an entry of C or
-// of G = A^-1 B is treated as a structural zero: |x| <= StructuralZeroTol *
-// max|x|. Dropping entries of G changes W_i by sum over the dropped j of
-// G[i,j] z_j, a Gaussian with standard deviation at most sqrt(m) *
-// StructuralZeroTol * max|G| (below 1e-11 max|G| for m = 4096): far below
-// float32 resolution (6e-8) and below FactorizationTolerance (1e-9), the
-// slack NewFactorization already allows in A = BC. The noise added is thus
-// the mechanism's to within the accuracy the project already accepts.
-// Entries that are zero in exact arithmetic (trees, stamps, bands) come out
-// of A^-1 B as rounding residue, measured at or below about 1e-13 max|G| for
-// tree decoders under prefix and momentum workloads up to n = 2048, and are
-// caught by it; a residue entry that survives costs memory, not accuracy.
-const StructuralZeroTol = 1e-13
-
 // NewIndependent returns DP-SGD noise: n steps of i.i.d. N(0,1) vectors
 // of length d.
 func NewIndependent(n, d int, opt Options) (Source, error) {
@@ -418,7 +404,7 @@ func maxAbs(a mat.Matrix) float64 {
 
 func isLowerTriangular(c *mat.Dense) bool {
 	n, _ := c.Dims()
-	tol := StructuralZeroTol * maxAbs(c)
+	tol := mfnoise.StructuralZeroCutoff(c)
 	for i := range n {
 		for j := i + 1; j < n; j++ {
 			if math.Abs(c.At(i, j)) > tol {

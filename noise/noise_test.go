@@ -356,7 +356,7 @@ func streamAll[T floatT](t testing.TB, s streamer[T]) [][]T {
 // checkAgainstRef compares streamed rows with W = G Z, entry by entry, to
 // tol times the natural scale of the dot product, sum_j |G_ij| |z_jk|, plus
 // the standard deviation ||G_i||_2 of W_ik (the scale of the entries of G
-// dropped as structural zeros, StructuralZeroTol max|G|, is below it).
+// dropped as structural zeros, mfnoise.StructuralZeroTol max|G|, is below it).
 func checkAgainstRef[T floatT](t *testing.T, got [][]T, g *mat.Dense, z [][]float64, tol float64) {
 	t.Helper()
 	n, m := g.Dims()

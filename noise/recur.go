@@ -3,6 +3,7 @@ package noise
 import (
 	"math"
 
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -45,7 +46,7 @@ func newIndependent[T floatT](n, d int, opt Options) (*recurSource[T], error) {
 
 func newRecursion[T floatT](cm *mat.Dense, d int, opt Options) (*recurSource[T], error) {
 	n, _ := cm.Dims()
-	tol := StructuralZeroTol * maxAbs(cm)
+	tol := mfnoise.StructuralZeroCutoff(cm)
 	lags := make([][]lag, n)
 	inv := make([]float64, n)
 	b := 1

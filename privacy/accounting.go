@@ -64,9 +64,6 @@ type Composition struct {
 	Examples   int     // m, for band sampling
 	Batch      int     // B, for band sampling
 	Partitions int     // 1 for DP-SGD, b for band sampling
-	// Quantile, when set, is adaptive clipping's count release, composed
-	// into every event (QuantileRelease.Event).
-	Quantile *QuantileRelease
 }
 
 // BandSampling is the composition of band sampling of batch expected
@@ -85,18 +82,6 @@ func BandSampling(examples, batch, bands int) Composition {
 // Event is the accounting event after steps steps at noise multiplier
 // sigma.
 func (c Composition) Event(sigma float64, steps int) (accountant.Event, error) {
-	ev, err := c.gradientEvent(sigma, steps)
-	if err != nil || c.Quantile == nil {
-		return ev, err
-	}
-	qe, err := c.Quantile.Event(c, steps)
-	if err != nil || qe == nil {
-		return ev, err
-	}
-	return accountant.Composed(ev, qe), nil
-}
-
-func (c Composition) gradientEvent(sigma float64, steps int) (accountant.Event, error) {
 	switch {
 	case !c.Amplified:
 		return accountant.UnamplifiedMFEvent(sigma)

@@ -73,7 +73,7 @@ func (m Factorization) Build(_ context.Context, w dpcore.Workload, _ dpcore.Sche
 		return nil, invalidf("%v factorizes %v, but the run's workload is %v", m, m.F.Workload, w)
 	}
 	if m.Bands > 0 {
-		if got := bandsOf(m.F.Encoder); got == 0 || got > m.Bands {
+		if got, err := mfnoise.EncoderBands(m.F); err != nil || got == 0 || got > m.Bands {
 			return nil, invalidf("%v declares %d bands, but its encoder is not %d-banded", m, m.Bands, m.Bands)
 		}
 		if m.F.Meta.Bands == 0 {
@@ -85,28 +85,6 @@ func (m Factorization) Build(_ context.Context, w dpcore.Workload, _ dpcore.Sche
 		}
 	}
 	return m.F, nil
-}
-
-// bandsOf is the band count of a square lower-triangular encoder, 0 if C
-// is tall or not lower triangular. It verifies a caller's declaration.
-func bandsOf(c *mat.Dense) int {
-	r, n := c.Dims()
-	if r != n {
-		return 0
-	}
-	b := 1
-	for i := 0; i < n; i++ {
-		for j, v := range c.RawRowView(i) {
-			if v == 0 {
-				continue
-			}
-			if j > i {
-				return 0
-			}
-			b = max(b, i-j+1)
-		}
-	}
-	return b
 }
 
 // family is one line of the table of names: the family's name, the

@@ -252,6 +252,9 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	if p.strategy, err = build(ctx, mech, p.workload, p.Schema, r.Build, prebuilt); err != nil {
 		return nil, nil, err
 	}
+	if err := p.checkEncoderBands(mech); err != nil {
+		return nil, nil, err
+	}
 	sensNote, err := p.sensitivity(r)
 	if err != nil {
 		return nil, nil, err
@@ -405,6 +408,30 @@ func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string
 	return s, p.Accounting.Assumptions, nil
 }
 
+// checkEncoderBands verifies, for an amplified plan, the band count the
+// accounting relies on (banded-MF Thm 4: at most as many bands as the
+// sampler's partitions, which bindSampler checked for the declared count)
+// against the encoder actually built or read from the cache: its nonzero
+// structure (mfnoise.EncoderBands) must be lower triangular with at most
+// the declared bands.
+func (p *Plan) checkEncoderBands(mech Mechanism) error {
+	if !p.Amplified {
+		return nil
+	}
+	declared := mech.Structure().Bands
+	got, err := mfnoise.EncoderBands(p.strategy)
+	if err != nil {
+		return refuse(RuleAmplification, "%s: the encoder's band structure cannot be read (%v), and amplified accounting relies on it", mech, err)
+	}
+	switch {
+	case got == 0:
+		return refuse(RuleAmplification, "%s declares %d bands, but its encoder is not lower triangular: amplified accounting does not hold", mech, declared)
+	case got > declared:
+		return refuse(RuleAmplification, "%s declares %d bands, but its encoder (built or cached) has %d: amplified accounting with %d partitions does not hold for it", mech, declared, got, max(p.Accounting.Bands, 1))
+	}
+	return nil
+}
+
 // sensitivity sets the plan's sensitivity and accounting event: per
 // participation (the largest column norm of C) when amplified, else under
 // the sampler's whole schema. It returns the assumption that states it.
@@ -551,7 +578,8 @@ const proxyMargin = 0.06
 // settings, through its cache) and scored by its actual loss, and the
 // choice is made among those. Only the finalists are built; built holds
 // them by band count. Rows scored by a proxy are marked Proxy in the
-// table.
+// table. With adaptive clipping (r.Quantile) a row's score uses the
+// gradient's own noise multiplier, GradientSigma(sigma_b), not sigma_b.
 func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
 	what := auto.String()
 	single := dpcore.SingleParticipation()
@@ -570,6 +598,27 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
 	if err != nil {
 		return nil, nil, calibrationError(what, r.Epsilon, err)
+	}
+	// The score is the gradient's noise: with adaptive clipping, the
+	// multiplier the joint rule leaves it (QuantileRelease.GradientSigma;
+	// a candidate whose sigma the count noise leaves nothing is out).
+	score := func(row *accountant.BandChoice, loss float64) {
+		gs, err := r.Quantile.GradientSigma(row.Sigma)
+		if err != nil {
+			row.Err, row.Score = err.Error(), 0
+			return
+		}
+		row.Score = gs * gs * loss
+	}
+	if r.Quantile != nil {
+		for i := range sel.Table {
+			if sel.Table[i].Err == "" {
+				score(&sel.Table[i], sel.Table[i].Loss)
+			}
+		}
+		if err := pickBest(&sel); err != nil {
+			return nil, nil, refuse(RuleBudget, "%s with adaptive clipping: %v", what, err)
+		}
 	}
 	if toeplitzOnly {
 		return &sel, nil, nil
@@ -591,14 +640,27 @@ func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, del
 		built[row.Bands] = f
 		// sigma_b depends on b alone: rescore without recalibrating.
 		loss := f.LossAt(sens.Value)
-		sel.Table[i].Loss, sel.Table[i].Proxy, sel.Table[i].Score = loss, false, row.Sigma*row.Sigma*loss
+		sel.Table[i].Loss, sel.Table[i].Proxy = loss, false
+		score(&sel.Table[i], loss)
 	}
+	if err := pickBest(&sel); err != nil {
+		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
+	}
+	return &sel, built, nil
+}
+
+// pickBest points sel.Best at the least score among the rows scored.
+func pickBest(sel *accountant.BandSelection) error {
+	sel.Best = -1
 	for i, row := range sel.Table {
-		if row.Err == "" && row.Score < sel.Table[sel.Best].Score {
+		if row.Err == "" && (sel.Best < 0 || row.Score < sel.Table[sel.Best].Score) {
 			sel.Best = i
 		}
 	}
-	return &sel, built, nil
+	if sel.Best < 0 {
+		return fmt.Errorf("no band count is left: %w", accountant.ErrInfeasible)
+	}
+	return nil
 }
 
 // toeplitzLoss is the loss of the optimal bands-banded Toeplitz encoder for
@@ -690,7 +752,11 @@ func gridUp(c, total int) int {
 func (p *Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
-	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g, noise std %.6g\n", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier, p.NoiseStd)
+	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier)
+	if p.Quantile != nil {
+		fmt.Fprintf(&sb, " (jointly with the clip-norm count; the gradient's %.6g)", p.GradientNoiseMultiplier)
+	}
+	fmt.Fprintf(&sb, ", noise std %.6g\n", p.NoiseStd)
 	fmt.Fprintf(&sb, "(epsilon %.4g, delta %.3g) per %s under %s adjacency by %s accounting", p.Epsilon, p.Delta, p.Unit, p.Ledger.Adjacency, p.Accountant)
 	for _, a := range p.Ledger.Assumptions {
 		fmt.Fprintf(&sb, "\n  assumes: %s", a)

@@ -3,8 +3,6 @@ package privacy
 import (
 	"fmt"
 	"math"
-
-	"github.com/dpmf-go/dpmf/accountant"
 )
 
 // QuantileRelease is the private quantile estimate of adaptive clipping
@@ -21,16 +19,21 @@ import (
 // one release is a Gaussian mechanism with noise multiplier
 // 2 NoiseStd, run on the step's (sampled) batch.
 //
-// Its cost enters the plan one of two ways. For DP-SGD (amplified, one
-// partition) the count and the clipped sum of a step are one Gaussian
-// mechanism on the concatenated vector (Andrew et al. Thm. 1): the plan's
-// event is unchanged, and the gradient noise multiplier becomes
-// sigma_Delta = (sigma^-2 - (2 NoiseStd)^-2)^(-1/2), so that the pair
-// spends what sigma alone would. For a correlated-noise mechanism with
-// band sampling the releases are composed as their own sampled Gaussian
-// mechanism, one composition for each of the mechanism's (ceil(n/b), rate
-// B/floor(m/b)), with the plan's accountant; sigma is calibrated for the
-// composition. Unamplified plans are refused.
+// Its cost enters the plan by one rule, for every amplified plan (DP-SGD,
+// and a b-banded encoder under band sampling): r_t is computed on the
+// step's own sampled batch, so an example's participation is one draw of
+// the sampler that enters both the gradient and the count, and the pair,
+// each part scaled to unit noise, is one Gaussian mechanism on the
+// concatenated vector (Andrew et al. Thm. 1). Its sensitivity is
+// (sigma_g^-2 + (2 NoiseStd)^-2)^(1/2) for a gradient of noise multiplier
+// sigma_g per unit of the mechanism's per-participation sensitivity, so
+// the plan's event at the joint multiplier sigma is unchanged, and the
+// gradient gets sigma_g = (sigma^-2 - (2 NoiseStd)^-2)^(-1/2)
+// (GradientSigma; docs/math.md §9.3 says why the rows of a banded
+// encoder a participation reaches and its count form one block).
+// Accounting the count as a second, independently sampled mechanism would
+// undercount: both parts are present or absent together. Unamplified
+// plans are refused.
 type QuantileRelease struct {
 	// Target is the quantile gamma of the per-example gradient norms the
 	// clip norm tracks, in (0, 1).
@@ -55,52 +58,53 @@ func (q *QuantileRelease) Check() error {
 	return nil
 }
 
-// joint reports whether c's releases are accounted jointly with the
-// gradient (Andrew et al. Thm. 1): DP-SGD.
-func (q *QuantileRelease) joint(c Composition) bool {
-	return c.Amplified && c.Partitions <= 1
-}
-
-// Event is the accounting event of the first steps releases under
-// composition c, to compose with the gradient's: nil when c accounts them
-// jointly with the gradient (DP-SGD).
-func (q *QuantileRelease) Event(c Composition, steps int) (accountant.Event, error) {
-	if q == nil || q.joint(c) {
-		return nil, nil
-	}
-	if !c.Amplified {
-		return nil, refuse(RuleAmplification, "adaptive clipping needs amplified accounting (Poisson or band sampling)")
-	}
-	return accountant.SelfComposed(accountant.PoissonSampled(c.Rate(), accountant.Gaussian(2*q.NoiseStd)), c.Compositions(steps)), nil
-}
-
 // GradientSigma is the noise multiplier the gradient gets when the plan's
-// budget is sigma: sigma itself when the releases are composed on their
-// own, sigma_Delta = (sigma^-2 - (2 sigma_b)^-2)^(-1/2) for DP-SGD. It
+// joint noise multiplier is sigma: sigma_g = (sigma^-2 - (2
+// sigma_b)^-2)^(-1/2), so that gradient and count together are the
+// Gaussian mechanism of multiplier sigma (JointSigma(sigma_g) = sigma). It
 // refuses a count noise too small to leave the gradient any budget
-// (2 sigma_b <= sigma).
-func (q *QuantileRelease) GradientSigma(c Composition, sigma float64) (float64, error) {
-	if q == nil || !q.joint(c) {
+// (2 sigma_b <= sigma) and rounds sigma_g up so that the joint multiplier
+// is at least sigma in float64 too.
+func (q *QuantileRelease) GradientSigma(sigma float64) (float64, error) {
+	if q == nil {
 		return sigma, nil
 	}
 	rest := 1/(sigma*sigma) - 1/(4*q.NoiseStd*q.NoiseStd)
-	if !(rest > 0) {
-		return 0, refuse(RuleBudget, "adaptive clipping: count noise %g leaves no budget for the gradient at noise multiplier %g (DP-SGD needs count noise above %g, half of it)", q.NoiseStd, sigma, sigma/2)
+	if !(rest > 0) || math.IsInf(1/math.Sqrt(rest), 0) {
+		return 0, refuse(RuleBudget, "adaptive clipping: count noise %g leaves no budget for the gradient at noise multiplier %.6g: the count and the gradient are one Gaussian mechanism, so the count noise must exceed %.6g, half the noise multiplier (raise -clip-quantile-noise or the noise multiplier)", q.NoiseStd, sigma, sigma/2)
 	}
-	return 1 / math.Sqrt(rest), nil
+	// Rounded up until the joint multiplier is at least sigma in the
+	// arithmetic done, so the plan's event holds for the noise added.
+	gs := 1 / math.Sqrt(rest)
+	for q.JointSigma(gs) < sigma {
+		gs = math.Nextafter(gs, math.Inf(1))
+	}
+	return gs, nil
+}
+
+// JointSigma is the noise multiplier of the one Gaussian mechanism that a
+// gradient of noise multiplier gradSigma and the count release form,
+// (gradSigma^-2 + (2 sigma_b)^-2)^(-1/2): the inverse of GradientSigma.
+func (q *QuantileRelease) JointSigma(gradSigma float64) float64 {
+	if q == nil {
+		return gradSigma
+	}
+	return 1 / math.Hypot(1/gradSigma, 1/(2*q.NoiseStd))
 }
 
 // note is the ledger's line for the release under c.
 func (q *QuantileRelease) note(c Composition, sigma, gradSigma float64) string {
 	head := fmt.Sprintf("adaptive clipping (Andrew et al. 2021): each step releases the count of examples with gradient norm <= C_t, centred (sensitivity 1/2) with noise std %g, and moves C_t geometrically (rate %g) towards the %g quantile; the clip norm is a function of released values only", q.NoiseStd, q.LearningRate, q.Target)
-	if q.joint(c) {
-		return head + fmt.Sprintf("; count and clipped sum are one Gaussian mechanism with noise multiplier %.6g (Thm. 1): the gradient's noise multiplier is %.6g", sigma, gradSigma)
+	block := "per step"
+	if c.Partitions > 1 {
+		block = "per participation (the encoder's rows it reaches and its step's count)"
 	}
-	return head + fmt.Sprintf("; composed as its own sampled Gaussian mechanism (noise multiplier %g, rate %.6g, one release per composition) with the gradient's", 2*q.NoiseStd, c.Rate())
+	return head + fmt.Sprintf("; count and clipped sum use the same sample, so %s they are one Gaussian mechanism (Thm. 1) with noise multiplier %.6g, the plan's: the gradient's noise multiplier is %.6g = (%.6g^-2 - (2*%g)^-2)^-1/2", block, sigma, gradSigma, sigma, q.NoiseStd)
 }
 
 // setQuantile is the plan's hook for r.Quantile, before sigma is
-// calibrated: the composition then includes the releases.
+// calibrated: it checks the release and refuses an unamplified plan. The
+// plan's event is unchanged (the joint mechanism's, at sigma).
 func (p *Plan) setQuantile(q *QuantileRelease) error {
 	if q == nil {
 		return nil
@@ -113,7 +117,6 @@ func (p *Plan) setQuantile(q *QuantileRelease) error {
 	}
 	c := *q
 	p.Quantile = &c
-	p.composition.Quantile = &c
 	return nil
 }
 
@@ -123,7 +126,7 @@ func (p *Plan) quantileNoise(as []string) ([]string, error) {
 	if p.Quantile == nil {
 		return as, nil
 	}
-	gs, err := p.Quantile.GradientSigma(p.composition, p.NoiseMultiplier)
+	gs, err := p.Quantile.GradientSigma(p.NoiseMultiplier)
 	if err != nil {
 		return nil, err
 	}

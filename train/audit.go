@@ -69,12 +69,16 @@ type AuditResult struct {
 	CanaryExamples int    `json:"canary_examples"`
 	// UnsafeNoiseScale is set when the noise was scaled: the claim does
 	// not hold for this run.
-	UnsafeNoiseScale float64      `json:"unsafe_noise_scale,omitempty"`
-	Violated         bool         `json:"claim_violated"`
-	Bound            audit.Result `json:"bound"`
+	UnsafeNoiseScale float64 `json:"unsafe_noise_scale,omitempty"`
+	// Violated is the audit's one flag (audit.Check): at Confidence, the
+	// run does not satisfy its claim. Bound is the epsilon reading.
+	Violated bool         `json:"claim_violated"`
+	Bound    audit.Result `json:"bound"`
 	// GDP is the f-DP reading (audit.GDPFromScores), for unamplified plans
-	// only: they claim (1/sigma)-GDP, MuClaimed. GDPViolated: the run is
-	// shown not to be MuClaimed-GDP at the confidence.
+	// only: they claim (1/sigma)-GDP, MuClaimed. With it, each reading is
+	// made at half the error probability (Bound.Confidence and
+	// GDP.Confidence), so that Violated holds at Confidence. GDPViolated
+	// says the GDP reading is what found the violation.
 	GDP         *audit.GDPResult `json:"gdp,omitempty"`
 	MuClaimed   float64          `json:"mu_claimed,omitempty"`
 	GDPViolated bool             `json:"gdp_claim_violated,omitempty"`
@@ -88,24 +92,35 @@ type AuditResult struct {
 // under UnsafeNoiseScale and records what the adversary sees. Its methods
 // are no-ops on a nil hook, so an ordinary run pays one nil check.
 type auditHook struct {
-	start   int // dataset indices >= start are white-box canary slots
-	wb      *audit.Whitebox
+	// start: the sampler's indices (examples, or users at user level)
+	// from start on are the canaries, canary j at start+j.
+	start int
+	wb    *audit.Whitebox
+	// out marks the black-box canaries that are OUT: zero-out canaries,
+	// in the data set (so m, q and delta do not depend on the draw) but
+	// dropped from every batch that samples them, contributing zero.
+	out     []bool
 	scale   float64
 	sampled []int
 	clean   []float32
 }
 
-// split removes the canary slots from a batch, remembering them.
+// split removes the canary slots from a batch: white-box, all of them,
+// remembering which were sampled; black-box, the OUT canaries (an IN one
+// trains as the example it is).
 func (h *auditHook) split(idx []int) []int {
-	if h == nil || h.wb == nil {
+	if h == nil || (h.wb == nil && h.out == nil) {
 		return idx
 	}
 	h.sampled = h.sampled[:0]
 	out := idx[:0]
 	for _, i := range idx {
-		if i >= h.start {
+		switch {
+		case i < h.start:
+			out = append(out, i)
+		case h.wb != nil:
 			h.sampled = append(h.sampled, i-h.start)
-		} else {
+		case !h.out[i-h.start]:
 			out = append(out, i)
 		}
 	}
@@ -143,9 +158,14 @@ func (h *auditHook) released(step int, sum []float32) error {
 // contributes clip-norm times a coordinate vector of its own instead of a
 // model gradient, and the adversary sees every released noisy sum (minus
 // the other examples' clipped gradients, which it may know). Black-box: m
-// held-out test examples get a wrong label; the IN ones join the training
-// set, and after training each is scored by its loss. Both use the run's
-// real plan: sampler, sensitivity, calibration and noise source.
+// held-out test examples get a wrong label and are all appended to the
+// training set; an OUT canary is a zero-out canary, dropped from every
+// batch that samples it (it contributes zero, the adjacency the claim is
+// for), so the number of examples, the sampling rate and delta are those
+// of every membership draw; after training each is scored by its loss.
+// Both use the run's real plan: sampler, sensitivity, calibration and
+// noise source, and report one flag at the stated confidence
+// (audit.Check).
 //
 // The steps: check the options, place the canaries (placeWhitebox,
 // placeBlackbox), build the run and attach the white-box observer, train,
@@ -175,7 +195,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	case AuditWhitebox:
 		err = can.placeWhitebox(&cfg, opt, hook)
 	case AuditBlackbox:
-		err = can.placeBlackbox(&cfg, opt, rng)
+		err = can.placeBlackbox(&cfg, opt, rng, hook)
 	}
 	if err != nil {
 		return nil, err
@@ -288,7 +308,7 @@ func (c *canaries) placeWhitebox(cfg *Config, opt AuditOptions, hook *auditHook)
 	}
 	hook.start = train.Len()
 	if cfg.UserLevel {
-		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, c.group, nil); err != nil {
+		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, c.group); err != nil {
 			return err
 		}
 	}
@@ -296,10 +316,11 @@ func (c *canaries) placeWhitebox(cfg *Config, opt AuditOptions, hook *auditHook)
 }
 
 // placeBlackbox draws the canaries from cfg.Test (which keeps the rest),
-// gives each a wrong label, and adds the IN ones to cfg.Train. Canary j
+// gives each a wrong label, appends all of them to cfg.Train and marks the
+// OUT ones in hook, which drops them from every batch (zero-out). Canary j
 // is examples j*group to (j+1)*group-1: one example, or one canary user's
 // examples at user level.
-func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand) error {
+func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand, hook *auditHook) error {
 	train, group := c.train, c.group
 	if cfg.Test == nil || cfg.Test.Len() < opt.Canaries*group+1 {
 		return invalidf("audit: black-box canaries are held-out test examples: %d canaries of %d examples need a test set of more than %d", opt.Canaries, group, opt.Canaries*group)
@@ -321,18 +342,20 @@ func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand)
 	for j := range c.canY {
 		c.canY[j] = (c.canY[j] + 1 + rng.IntN(train.Classes-1)) % train.Classes // a wrong label
 	}
+	hook.out = make([]bool, opt.Canaries)
 	for j := range c.in {
-		if c.in[j] = rng.Uint64()&1 == 1; c.in[j] {
-			x = append(x, c.canX[j*group*per:(j+1)*group*per]...)
-			y = append(y, c.canY[j*group:(j+1)*group]...)
-		}
+		c.in[j] = rng.Uint64()&1 == 1
+		hook.out[j] = !c.in[j]
 	}
+	x = append(x, c.canX...)
+	y = append(y, c.canY...)
 	var err error
 	if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
 		return fmt.Errorf("train: audit: %w", err)
 	}
+	hook.start = train.Len()
 	if cfg.UserLevel {
-		if _, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group, c.in); err != nil {
+		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group); err != nil {
 			return err
 		}
 	}
@@ -391,26 +414,25 @@ func (c *canaries) scores(ctx context.Context, t *Trainer, opt AuditOptions, hoo
 	return scores, c.in, nil
 }
 
-// bound fills res's lower bounds from the canaries' scores: epsilon at
-// the plan's delta, and for an unamplified plan, which claims one Gaussian
-// mechanism with noise multiplier sigma, (1/sigma)-GDP, which the f-DP
-// reading tests directly.
+// bound fills res's lower bounds and its one flag from the canaries'
+// scores (audit.Check): epsilon at the plan's delta, and for an
+// unamplified plan, which claims one Gaussian mechanism with noise
+// multiplier sigma, also (1/sigma)-GDP, which the f-DP reading tests
+// directly; with two readings each is made at half the error probability,
+// so that Violated holds at the stated confidence.
 func (res *AuditResult) bound(scores []float64, in []bool, opt AuditOptions) error {
 	p := res.Plan
-	var err error
-	if res.Bound, err = audit.FromScores(scores, in, p.Delta, opt.Confidence, opt.Search); err != nil {
+	claim := audit.Claim{Epsilon: p.Epsilon, Delta: p.Delta}
+	if !p.Amplified {
+		claim.Mu = 1 / p.NoiseMultiplier
+	}
+	v, err := audit.Check(scores, in, claim, opt.Confidence, opt.Search)
+	if err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if !p.Amplified {
-		gdp, err := audit.GDPFromScores(scores, in, p.Delta, opt.Confidence, opt.Search)
-		if err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-		res.GDP, res.MuClaimed = &gdp, 1/p.NoiseMultiplier
-		res.GDPViolated = gdp.MuLowerBound > res.MuClaimed
-	}
-	res.EpsilonLowerBound = res.Bound.EpsilonLowerBound
-	res.Violated = res.EpsilonLowerBound > res.Epsilon
+	res.Bound, res.GDP, res.MuClaimed = v.Bound, v.GDP, claim.Mu
+	res.EpsilonLowerBound = v.Bound.EpsilonLowerBound
+	res.Violated, res.GDPViolated = v.Violated, v.GDPViolated
 	return nil
 }
 
@@ -427,11 +449,11 @@ func auditRand(seed *dpcore.Seed) (*mrand.Rand, error) {
 	return mrand.New(mrand.NewChaCha8(s)), nil
 }
 
-// addCanaryOwners gives ds (train's examples, then the canaries' examples,
-// group each: all canaries, or only those marked in when in is not nil)
-// train's owners followed by one new owner id per canary, and returns the
-// number of train's users: the canary users are numbered from there.
-func addCanaryOwners(ds, train *data.Dataset, canaries, group int, in []bool) (int, error) {
+// addCanaryOwners gives ds (train's examples, then every canary's
+// examples, group each) train's owners followed by one new owner id per
+// canary, and returns the number of train's users: the canary users are
+// numbered from there.
+func addCanaryOwners(ds, train *data.Dataset, canaries, group int) (int, error) {
 	us, err := train.Users()
 	if err != nil {
 		return 0, invalidf("audit: %v", err)
@@ -441,10 +463,7 @@ func addCanaryOwners(ds, train *data.Dataset, canaries, group int, in []bool) (i
 		next = max(next, o)
 	}
 	owners := append(make([]int64, 0, ds.Len()), train.Owners...)
-	for j := range canaries {
-		if in != nil && !in[j] {
-			continue
-		}
+	for range canaries {
 		next++
 		for range group {
 			owners = append(owners, next)

@@ -64,7 +64,8 @@ type auditJSON struct {
 	Search           string        `json:"search"`
 	Thresholds       int           `json:"thresholds"`
 	NoiseMultiplier  float64       `json:"noise_multiplier"`
-	// The f-DP (Gaussian) reading, unamplified plans only.
+	// The f-DP (Gaussian) reading, unamplified plans only; claim_violated
+	// is the one verdict, gdp_claim_violated says this reading found it.
 	MuClaimed            float64        `json:"mu_claimed,omitempty"`
 	MuLowerBound         float64        `json:"mu_lower_bound,omitempty"`
 	GDPEpsilonLowerBound dpcore.Epsilon `json:"gdp_epsilon_lower_bound,omitempty"`
@@ -204,9 +205,10 @@ func printAudit(stdout io.Writer, res *train.AuditResult) {
 	if res.GDP != nil {
 		fmt.Fprintf(stdout, "  f-DP reading (the plan claims %.4g-GDP): mu >= %.4g, i.e. epsilon >= %.4g for a Gaussian-shaped run\n",
 			res.MuClaimed, res.GDP.MuLowerBound, res.GDP.EpsilonLowerBound)
+		fmt.Fprintf(stdout, "  two readings, each at %.4g%% confidence, so that the one verdict holds at %.0f%%\n", 100*res.GDP.Confidence, 100*res.Confidence)
 	}
-	if res.Violated || res.GDPViolated {
-		if res.Violated {
+	if res.Violated {
+		if res.EpsilonLowerBound > res.Epsilon {
 			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run leaks more than epsilon %.4g", res.Epsilon)
 		} else {
 			fmt.Fprintf(stdout, "  CLAIM VIOLATED: the run is not %.4g-GDP, which its accounting assumes", res.MuClaimed)

@@ -147,8 +147,12 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	}
 	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)%s\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds(), notPrivateNote(res.Final))
 	if res.Plan != nil {
-		fmt.Fprintf(log, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
-			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
+		joint := ""
+		if res.Plan.Quantile != nil {
+			joint = fmt.Sprintf(" (gradient and clip-norm count jointly; the gradient's own is %.5g, the count's noise std %g)", res.Plan.GradientNoiseMultiplier, res.Plan.Quantile.NoiseStd)
+		}
+		fmt.Fprintf(log, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g%s\n",
+			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier, joint)
 	} else {
 		fmt.Fprintln(log, "privacy: none (non-private run)")
 	}
