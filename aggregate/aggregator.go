@@ -129,6 +129,16 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 	return a, nil
 }
 
+// CheckConfig refuses cfg as Open would, without a store: an invalid
+// field, a release the planner refuses, or scales of the arithmetic that
+// are not finite (dpcore.ErrInvalid, *privacy.Refusal).
+func CheckConfig(cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return newAggregator(cfg).calibrate()
+}
+
 // newAggregator is the aggregator of cfg before its plan and store.
 func newAggregator(cfg Config) *Aggregator {
 	a := &Aggregator{
@@ -183,6 +193,9 @@ func (a *Aggregator) calibrate() error {
 		return nil
 	}
 	a.noiseStd = a.plan.NoiseMultiplier * a.norm * a.plan.Sensitivity.Value
+	if !(a.noiseStd > 0) || math.IsInf(a.noiseStd, 0) {
+		return invalidf("noise scale %g (clip norm %g): want a positive finite scale", a.noiseStd, a.cfg.Clip)
+	}
 	if a.noise, err = a.plan.NoiseSource(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
 		return fmt.Errorf("aggregate: noise source: %w", err)
 	}

@@ -106,8 +106,47 @@ func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
 		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
 			name, peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
 	}
+	if err := e.checkClip(cfg); err != nil {
+		return nil, err
+	}
 	e.setGrid(cfg, norm)
 	return e, nil
+}
+
+// checkClip refuses a clip norm for which the arithmetic of the release is
+// not finite: the grid's scale 2^gridBits / Clip and the data unit of one
+// unit of Y, Clip / 2^(gridBits+encBits), must be normal float64 numbers,
+// and so must the largest release the 128-bit encoded sums can produce
+// (|Y_r| < 2^127 units, times the largest sum of |B| over a decoder row,
+// times 2 for the workload's difference), which grows with Clip. Outside
+// that range the noise scale, the ledger or the releases overflow (a
+// release of +Inf cannot be served) or lose their precision.
+func (e *exactPath) checkClip(cfg Config) error {
+	g := gridBits(cfg.Dim)
+	rowSum := 0.0
+	for _, row := range e.dec {
+		s := 0.0
+		for _, de := range row {
+			s += math.Abs(de.b)
+		}
+		rowSum = max(rowSum, s)
+	}
+	lo := math.Ldexp(1, e.encBits+g-1021)
+	hi := math.MaxFloat64 / math.Sqrt2 // the record norm with the count coordinate
+	if rowSum > 0 {
+		hi = min(hi, math.Ldexp(math.MaxFloat64/rowSum, e.encBits+g-128))
+	}
+	if !(cfg.Clip >= lo && cfg.Clip <= hi) {
+		return invalidf("clip norm %g is out of range: with %s and dimension %d the noise scale and the releases are finite float64 numbers only for a clip norm in [%.3g, %.3g]",
+			cfg.Clip, cfg.Mechanism.Name(), cfg.Dim, lo, hi)
+	}
+	return nil
+}
+
+// gridBits is the contribution grid's resolution: 2^gridBits units per
+// clip norm (setGrid).
+func gridBits(dim int) int {
+	return min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(dim)))))+14))
 }
 
 // quantizeEncoder puts C on the coarsest scale 2^-encBits on which every
@@ -207,7 +246,7 @@ func (e *exactPath) livePeak() int {
 // most sqrt(Dim)/2 units, at most 2^-15 of the record norm's 2^gridBits
 // units with this choice.
 func (e *exactPath) setGrid(cfg Config, norm float64) {
-	e.gridBits = min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(cfg.Dim)))))+14))
+	e.gridBits = gridBits(cfg.Dim)
 	e.scale = math.Ldexp(1/cfg.Clip, e.gridBits)
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
@@ -227,6 +266,12 @@ func (e *exactPath) lattice() *privacy.Lattice {
 func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed *dpcore.Seed) error {
 	e.sensQ = plan.NoiseSensitivity
 	e.sigmaZ = plan.NoiseMultiplier * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
+	// The draws must fit the 128-bit encoded sums: |z| > 64 sigma_Z has
+	// probability below e^-2048.
+	if !(e.sigmaZ > 0 && e.sigmaZ <= 0x1p120) || !(e.noiseStd() > 0) || math.IsInf(e.noiseStd(), 0) {
+		return invalidf("noise scale sigma_Z = %g grid units (%g in data units, noise multiplier %g, sensitivity %g): want a positive finite scale of at most 2^120 units",
+			e.sigmaZ, e.noiseStd(), plan.NoiseMultiplier, e.sensQ)
+	}
 	var err error
 	if e.noise, err = noise.NewExactRows(e.m, e.dim, e.variance(), seed); err != nil {
 		return fmt.Errorf("aggregate: exact noise: %w", err)

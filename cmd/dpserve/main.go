@@ -136,6 +136,9 @@ type options struct {
 	replicas               int
 	leaseTTL, logMaxAge    time.Duration
 	noSync                 bool // the store is a cache of the replicated log
+	// built is the mechanism checkRelease built at start (replicated
+	// mode), used by a store that holds none.
+	built *aggregate.StrategyMechanism
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -248,27 +251,7 @@ func (o *options) check() error {
 }
 
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {
-	spec, err := privacy.ParseMechanism(o.mechanism)
-	if err != nil {
-		return nil, usageError{"-mechanism: " + err.Error()}
-	}
-	wl, err := aggregate.ParseWorkload(o.workload)
-	if err != nil {
-		return nil, usageError{"-workload: " + err.Error()}
-	}
-	var seed *dpcore.Seed
-	if o.seed != "" {
-		b, err := hex.DecodeString(o.seed)
-		var ok bool
-		if seed, ok = dpcore.SeedOf(b); err != nil || !ok {
-			return nil, usagef("-seed: want 64 hex digits (32 bytes)")
-		}
-	}
-	w, err := wl.MechanismWorkload(o.horizon)
-	if err != nil {
-		return nil, err
-	}
-	schema, err := privacy.Participation{K: o.k, B: o.b}.Schema()
+	spec, wl, w, schema, err := releaseFlags(o)
 	if err != nil {
 		return nil, err
 	}
@@ -279,6 +262,8 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 		return nil, err
 	}
 	switch {
+	case mech == nil && o.built != nil:
+		mech = o.built
 	case mech == nil:
 		if mech, err = aggregate.BuildMechanism(ctx, spec, w, schema); err != nil {
 			return nil, err
@@ -288,11 +273,72 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	case mech.Workload().String() != w.String():
 		return nil, fmt.Errorf("%w: -horizon %d -workload %s, but the store was created for %s", aggregate.ErrStoreMismatch, o.horizon, wl, mech.Workload())
 	}
-	return aggregate.Open(ctx, o.store, aggregate.Config{
+	cfg, err := aggregateConfig(o, wl, mech)
+	if err != nil {
+		return nil, err
+	}
+	return aggregate.Open(ctx, o.store, cfg)
+}
+
+// releaseFlags parses the flags that determine the releases.
+func releaseFlags(o options) (privacy.Mechanism, aggregate.Workload, dpcore.Workload, dpcore.Schema, error) {
+	spec, err := privacy.ParseMechanism(o.mechanism)
+	if err != nil {
+		return spec, aggregate.Workload{}, dpcore.Workload{}, dpcore.Schema{}, usageError{"-mechanism: " + err.Error()}
+	}
+	wl, err := aggregate.ParseWorkload(o.workload)
+	if err != nil {
+		return spec, wl, dpcore.Workload{}, dpcore.Schema{}, usageError{"-workload: " + err.Error()}
+	}
+	w, err := wl.MechanismWorkload(o.horizon)
+	if err != nil {
+		return spec, wl, w, dpcore.Schema{}, err
+	}
+	schema, err := privacy.Participation{K: o.k, B: o.b}.Schema()
+	return spec, wl, w, schema, err
+}
+
+// aggregateConfig is the engine's configuration under the flags, with the
+// mechanism mech.
+func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.Mechanism) (aggregate.Config, error) {
+	var seed *dpcore.Seed
+	if o.seed != "" {
+		b, err := hex.DecodeString(o.seed)
+		var ok bool
+		if seed, ok = dpcore.SeedOf(b); err != nil || !ok {
+			return aggregate.Config{}, usagef("-seed: want 64 hex digits (32 bytes)")
+		}
+	}
+	return aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
 		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
 		NoSync: o.noSync,
-	})
+	}, nil
+}
+
+// checkRelease builds the mechanism the flags name and checks the whole
+// configuration as opening a store would (the planner's calibration, the
+// scales of the exact arithmetic), without a store: the replicated mode
+// refuses a configuration at start rather than when a node first leads.
+// The mechanism is kept in o.built for that node's aggregator.
+func checkRelease(ctx context.Context, o *options) error {
+	spec, wl, w, schema, err := releaseFlags(*o)
+	if err != nil {
+		return err
+	}
+	mech, err := aggregate.BuildMechanism(ctx, spec, w, schema)
+	if err != nil {
+		return err
+	}
+	cfg, err := aggregateConfig(*o, wl, mech)
+	if err != nil {
+		return err
+	}
+	if err := aggregate.CheckConfig(cfg); err != nil {
+		return err
+	}
+	o.built = mech
+	return nil
 }
 
 // listener checks the access policy and binds -addr: a non-loopback

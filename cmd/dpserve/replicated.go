@@ -1034,6 +1034,9 @@ func (r *replicated) writeLedger(ctx context.Context, l aggregate.Ledger) error 
 
 // serveReplicated is serve for -nats.
 func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc access, stdout, stderr io.Writer) error {
+	if err := checkRelease(ctx, &o); err != nil {
+		return err
+	}
 	ln, err := listener(o, tlsCfg != nil, acc.key != nil)
 	if err != nil {
 		return err
