@@ -454,26 +454,38 @@ func (r *replicated) Release(t int) (*aggregate.Release, error) {
 	return &aggregate.Release{Step: rec.Step, Sum: rec.Sum, HasCount: rec.HasCount, Count: rec.Count}, nil
 }
 
-// Ledger is the ledger the aggregator last wrote (steps never decrease).
+// Ledger is the ledger the aggregator last wrote, or the one stored with
+// the last release when that is newer: every release made before the call
+// (so every release this node served) is counted, even when the
+// aggregator stopped between storing a release and writing the ledger.
+// Steps never decrease.
 func (r *replicated) Ledger() aggregate.Ledger {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var l aggregate.Ledger
-	e, err := r.stateGet(ctx, "ledger")
-	if err == nil && json.Unmarshal(e.value, &l) == nil {
+	ok := false
+	if e, err := r.stateGet(ctx, "ledger"); err == nil && json.Unmarshal(e.value, &l) == nil {
+		ok = true
+	}
+	if t, err := r.head(ctx); err == nil && t > 0 && (!ok || t > l.Steps) {
+		rec, _, err := r.record(ctx, t)
+		ok = err == nil
+		if ok {
+			l = rec.Ledger
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
 		// A ledger written by an aggregator replaying the log may be
 		// older than one this front-end served: never serve fewer steps
 		// than before.
-		r.mu.Lock()
-		defer r.mu.Unlock()
 		if l.Steps < r.ledger.Steps {
 			return r.ledger
 		}
 		r.ledger = l
 		return l
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.ledger.Horizon > 0 {
 		return r.ledger
 	}
@@ -770,8 +782,10 @@ func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, se
 			}
 			if d != nil {
 				r.publish([]decision{*d})
-				ledgerDirty = true
 			}
+			// A commit's decision is published once its release is
+			// stored (d is nil), but the ledger changed all the same.
+			ledgerDirty = true
 		}
 		// The ledger is written when every release made is stored: it
 		// never counts a release that cannot be read yet.

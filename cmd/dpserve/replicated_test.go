@@ -1106,3 +1106,53 @@ func TestReplicatedSetupRetries(t *testing.T) {
 		t.Errorf("the mismatch took %v to report", d)
 	}
 }
+
+// TestReplicatedLedgerCoversReleases: right after each commit returned
+// its release, and still after the service has been quiet for a while,
+// the ledger, /healthz and GET /v1/releases served by a front-end count
+// every release made. (The aggregator wrote the ledger only when a later
+// contribution arrived: after four quiet commits the ledger stayed at the
+// first release for good, under-reporting the epsilon spent.)
+func TestReplicatedLedgerCoversReleases(t *testing.T) {
+	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 4, access: access{now: time.Now}}))
+	t.Cleanup(srv.Close)
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	r.decisionWait = time.Minute
+	ctx := context.Background()
+	if _, err := r.Add(ctx, "u0", []float64{0.5, 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, out any) {
+		t.Helper()
+		if code, err := call("GET", srv.URL+path, nil, out); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+	}
+	check := func(want int) {
+		t.Helper()
+		var l aggregate.Ledger
+		var h struct{ Steps int }
+		var page releasePage
+		get("/v1/ledger", &l)
+		get("/healthz", &h)
+		get("/v1/releases", &page)
+		if l.Steps != want || h.Steps != want || page.Steps != want || len(page.Releases) != want {
+			t.Fatalf("%d releases made; ledger %d steps (epsilon spent %g), /healthz %d, /v1/releases %d steps and %d releases",
+				want, l.Steps, l.EpsilonSpent, h.Steps, page.Steps, len(page.Releases))
+		}
+		if want > 0 && !(l.EpsilonSpent > 0) {
+			t.Fatalf("ledger after %d releases spends epsilon %g", want, l.EpsilonSpent)
+		}
+	}
+	for s := 1; s <= 4; s++ {
+		rel, err := r.Commit(ctx)
+		if err != nil || rel.Step != s {
+			t.Fatalf("commit %d: %v %v", s, rel, err)
+		}
+		check(s)
+	}
+	time.Sleep(time.Second)
+	check(4)
+}
