@@ -294,16 +294,54 @@ func (r *replicated) unwait(id string) {
 	r.mu.Unlock()
 }
 
-// msgID is the log's de-duplication id of a request: the request's
-// Idempotency-Key within the contributor's namespace (a contributor
-// cannot suppress another's contribution), or a fresh random id.
+// msgID is the log's de-duplication id (Nats-Msg-Id) of a request: with
+// an Idempotency-Key, one id per kind, contributor and key, so that a
+// retry is counted once and a contributor cannot suppress or probe
+// another's request; without one, a fresh random id (kind:32 hex digits).
 func msgID(ctx context.Context, kind, contributor string) string {
 	if k, ok := ctx.Value(idempotencyKey{}).(string); ok && k != "" {
-		return kind + ":" + contributor + ":" + k
+		return keyedID(kind, contributor, k)
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	return kind + ":" + hex.EncodeToString(b)
+}
+
+// keyedID is the id of a request with an Idempotency-Key: distinct for
+// distinct (kind, contributor, key). The releases before wrote
+// kind:contributor:key, which is ambiguous when the contributor id holds
+// a ':' (a with key b:1 and a:b with key 1 collide) and which a header
+// value alters when an id holds a line break. That form is kept where it
+// is unambiguous, a contributor id of printable ASCII without ':' and a
+// key of printable ASCII, so that a retry across an upgrade (the log
+// de-duplicates for 10 minutes) is still counted once; every other
+// request gets kind#SHA-256(length-prefixed contributor, length-prefixed
+// key) in hex. The forms cannot meet: an old-form id has ':' right after
+// the kind, a hashed one '#'; the random ids have one ':', keyed ones
+// two or more. The log's ids are only compared, never parsed, so a
+// replay of a log written before reads the same.
+func keyedID(kind, contributor, key string) string {
+	if printable(contributor) && !strings.Contains(contributor, ":") && printable(key) {
+		return kind + ":" + contributor + ":" + key
+	}
+	h := sha256.New()
+	for _, s := range []string{contributor, key} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	return kind + "#" + hex.EncodeToString(h.Sum(nil))
+}
+
+// printable reports whether s is printable ASCII (a header value carries
+// it unchanged) and neither starts nor ends with a space (which a header
+// value loses).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return !strings.HasPrefix(s, " ") && !strings.HasSuffix(s, " ")
 }
 
 // Dim is the dimension of a contribution.

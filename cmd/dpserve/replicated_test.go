@@ -1156,3 +1156,66 @@ func TestReplicatedLedgerCoversReleases(t *testing.T) {
 	time.Sleep(time.Second)
 	check(4)
 }
+
+// TestMsgIDUnambiguous: distinct (kind, contributor, Idempotency-Key)
+// give distinct de-duplication ids, printable ASCII only, among them the
+// pair that collided (contributor a with key b:retry-1, contributor a:b
+// with key retry-1: both were add:a:b:retry-1); an id whose old form was
+// unambiguous is unchanged (a retry across an upgrade is still counted
+// once).
+func TestMsgIDUnambiguous(t *testing.T) {
+	id := func(kind, c, k string) string {
+		return msgID(context.WithValue(context.Background(), idempotencyKey{}, k), kind, c)
+	}
+	if a, b := id("add", "a", "b:retry-1"), id("add", "a:b", "retry-1"); a == b {
+		t.Fatalf("contributor a key b:retry-1 and contributor a:b key retry-1 share the id %q", a)
+	}
+	if got := id("add", "u1", "k:2"); got != "add:u1:k:2" {
+		t.Errorf("id of u1 with key k:2 is %q, want the old form add:u1:k:2", got)
+	}
+	parts := []string{"a", "b", ":", "a:b", "b:", ":b", "#", "a#", "x y", " x", "x ", "a\nb", "a b", "é", "\x00", "1", "2", "1:2", "1#2"}
+	seen := map[string][3]string{}
+	for _, kind := range []string{"add", "commit"} {
+		for _, c := range append(parts, "") {
+			for _, k := range parts {
+				got := id(kind, c, k)
+				if prev, ok := seen[got]; ok {
+					t.Fatalf("%q and %q share the id %q", prev, [3]string{kind, c, k}, got)
+				}
+				seen[got] = [3]string{kind, c, k}
+				if !printable(got) || strings.Count(got, ":") < 1 && !strings.Contains(got, "#") {
+					t.Fatalf("id %q of %q", got, [3]string{kind, c, k})
+				}
+			}
+		}
+	}
+	// Random ids (no key) have one ':', keyed ones more or a '#'.
+	if r := msgID(context.Background(), "add", "a:b"); strings.Count(r, ":") != 1 || len(r) != len("add:")+32 {
+		t.Errorf("random id %q", r)
+	}
+}
+
+// TestReplicatedIdempotencyKeyPerContributor: contributor a with the key
+// b:retry-1 and contributor a:b with the key retry-1 are two
+// contributions, each counted (the second was taken for a retry of the
+// first and never counted).
+func TestReplicatedIdempotencyKeyPerContributor(t *testing.T) {
+	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	r.decisionWait = time.Minute
+	withKey := func(k string) context.Context {
+		return context.WithValue(context.Background(), idempotencyKey{}, k)
+	}
+	for _, c := range []struct{ contributor, key string }{{"a", "b:retry-1"}, {"a:b", "retry-1"}} {
+		if step, err := r.Add(withKey(c.key), c.contributor, []float64{0.5, 0.5}); err != nil || step != 1 {
+			t.Fatalf("contributor %q key %q: step %d, %v", c.contributor, c.key, step, err)
+		}
+	}
+	if _, err := r.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := r.Ledger(); l.ContributionsAccepted != 2 {
+		t.Fatalf("ledger counts %d contributions, want 2", l.ContributionsAccepted)
+	}
+}
