@@ -66,6 +66,7 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
+	"github.com/dpmf-go/dpmf/internal/natsconn"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
@@ -224,6 +225,8 @@ func (o *options) check() error {
 		return usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
 	case (o.natsCert == "") != (o.natsKey == ""):
 		return usagef("-nats-cert and -nats-key go together")
+	case o.nats != "" && !o.natsSecurity().Authenticates(o.nats):
+		return usagef("-nats needs credentials (-nats-creds, -nats-cert and -nats-key, or user:password@ or token@ in every URL): the log holds the raw contributions and the snapshots the noise state, which predicts future noise")
 	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
 		return usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
@@ -248,6 +251,11 @@ func (o *options) check() error {
 		return usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
 	return nil
+}
+
+// natsSecurity is the replicated mode's NATS credentials.
+func (o *options) natsSecurity() natsconn.Security {
+	return natsconn.Security{Creds: o.natsCreds, CA: o.natsCA, Cert: o.natsCert, Key: o.natsKey}
 }
 
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {

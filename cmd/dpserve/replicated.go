@@ -52,11 +52,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpmf-go/dpmf/internal/natsconn"
-
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
+	"github.com/dpmf-go/dpmf/internal/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -145,10 +144,23 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	}
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
-	opts = append(opts, natsconn.Security{Creds: o.natsCreds, CA: o.natsCA, Cert: o.natsCert, Key: o.natsKey}.Options()...)
-	nc, err := nats.Connect(o.nats, opts...)
+	sec, err := o.natsSecurity().Options()
 	if err != nil {
-		return nil, usagef("-nats %s: %v", o.nats, err)
+		return nil, usageError{err.Error()}
+	}
+	opts = append(opts, sec...)
+	if !natsconn.Loopback(o.nats) {
+		// Off this machine the log's raw contributions and the noise
+		// state travel over the network: TLS, the servers' certificates
+		// checked (-nats-ca, or the system's roots).
+		opts = append(opts, nats.Secure())
+	}
+	nc, err := nats.Connect(o.nats, opts...)
+	if errors.Is(err, nats.ErrSecureConnWanted) {
+		return nil, usagef("-nats %s: the servers offer no TLS, which a NATS server off this machine needs (its traffic holds the raw contributions and the noise state): configure tls on the servers", natsconn.Redact(o.nats))
+	}
+	if err != nil {
+		return nil, usagef("-nats %s: %v", natsconn.Redact(o.nats), err)
 	}
 	r.nc = nc
 	if r.js, err = jetstream.New(nc); err != nil {
@@ -1109,7 +1121,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 	}
 	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{
 		"addr": ln.Addr().String(), "tls": tlsCfg != nil, "credentials": acc.key != nil,
-		"rate_per_contributor": o.rate, "burst": o.burst, "nats": o.nats, "service": o.service, "replicas": o.replicas,
+		"rate_per_contributor": o.rate, "burst": o.burst, "nats": natsconn.Redact(o.nats), "service": o.service, "replicas": o.replicas,
 		"aggregator": o.aggregator, "lease_ttl_seconds": o.leaseTTL.Seconds(), "dim": o.dim, "mechanism": o.mechanism,
 		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
 		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
@@ -1124,7 +1136,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 	if acc.key == nil {
 		fmt.Fprintln(stderr, "dpserve: no -auth-key: every caller that reaches this loopback port acts as the operator")
 	}
-	fmt.Fprintf(stdout, "dpserve: listening on %s (replicated: %s, service %s)\n", ln.Addr(), o.nats, o.service)
+	fmt.Fprintf(stdout, "dpserve: listening on %s (replicated: %s, service %s)\n", ln.Addr(), natsconn.Redact(o.nats), o.service)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsCfg != nil {

@@ -76,7 +76,7 @@ func (c *natsCluster) start(i int) {
 	}
 	s, err := natsserver.NewServer(&natsserver.Options{
 		ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: c.ports[i], NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: c.dirs[i],
+		JetStream: true, StoreDir: c.dirs[i], Username: testNATSUser, Password: testNATSPassword,
 		Cluster: natsserver.ClusterOpts{Name: "dpserve-test", Host: "127.0.0.1", Port: c.route[i]},
 		Routes:  natsserver.RoutesFromStr(strings.Join(routes, ",")),
 	})
@@ -107,7 +107,7 @@ func (c *natsCluster) kill(i int) {
 func (c *natsCluster) urls() string {
 	var u []string
 	for _, p := range c.ports {
-		u = append(u, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		u = append(u, fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testNATSUser, testNATSPassword, p))
 	}
 	return strings.Join(u, ",")
 }
@@ -536,10 +536,15 @@ func startJetStream(t *testing.T) string {
 	return startNATS(t, &natsserver.Options{JetStream: true, StoreDir: t.TempDir()})
 }
 
-// startNATS is one NATS server on loopback with the options o.
+// The test servers' client credentials (dpserve needs credentials).
+const testNATSUser, testNATSPassword = "dpserve", "test-password"
+
+// startNATS is one NATS server on loopback with the options o and the
+// test credentials; the URL returned carries them.
 func startNATS(t *testing.T, o *natsserver.Options) string {
 	t.Helper()
 	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
+	o.Username, o.Password = testNATSUser, testNATSPassword
 	s, err := natsserver.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +554,7 @@ func startNATS(t *testing.T, o *natsserver.Options) string {
 		t.Fatal("nats server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return strings.Replace(s.ClientURL(), "nats://", "nats://"+testNATSUser+":"+testNATSPassword+"@", 1)
 }
 
 // TestReplicatedFencing: two aggregators that both believe they lead
