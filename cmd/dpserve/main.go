@@ -9,7 +9,7 @@
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
-//	dpserve -nats nats://n1:4222,nats://n2:4222,nats://n3:4222 [-service dpserve] [-replicas 3]
+//	dpserve -nats tls://n1:4222,tls://n2:4222,tls://n3:4222 -nats-creds FILE [-nats-ca ca.pem] [-service dpserve] [-replicas 3]
 //	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
