@@ -120,6 +120,9 @@ func Open(ctx context.Context, path string, cfg Config) (*Aggregator, error) {
 		return nil, err
 	}
 	a.snap = snapshot{released: a.released, cnt: a.cnt}
+	if a.exact != nil {
+		a.exact.drawAhead(a.released + 1)
+	}
 	// The ledger's prefix sensitivities cost up to a Gram matrix each:
 	// compute them in the background, off the path of Add and Commit.
 	var warm context.Context
@@ -186,7 +189,7 @@ func (a *Aggregator) calibrate() error {
 		return err
 	}
 	if a.exact != nil {
-		if err := a.exact.calibrate(a.plan, cfg.Seed); err != nil {
+		if err := a.exact.calibrate(a.plan, cfg.Seed, cfg.wrapRows); err != nil {
 			return err
 		}
 		a.noiseStd = a.exact.noiseStd()
@@ -431,7 +434,8 @@ func (a *Aggregator) submit(ctx context.Context, o *op) (opResult, error) {
 	}
 }
 
-// Commit closes the open step t: it draws step t's noise, releases the
+// Commit closes the open step t: it adds step t's noise (drawn ahead,
+// when step t-1 was released or the store opened), releases the
 // workload's value, and makes the release, the noise state and the empty
 // step t+1 durable in one transaction. It refuses (ErrBudgetExhausted)
 // when the release would exceed the privacy budget.
@@ -451,6 +455,9 @@ func (a *Aggregator) Close() error {
 		a.stopWarm()
 		close(a.closing)
 		<-a.done
+		if a.exact != nil {
+			a.exact.waitAhead()
+		}
 		err = a.db.Close()
 	})
 	return err
@@ -658,6 +665,9 @@ func (a *Aggregator) commit() (*Release, error) {
 		return nil, a.fail(err)
 	}
 	a.released, a.open = t, open
+	if a.exact != nil {
+		a.exact.drawAhead(t + 1)
+	}
 	a.mu.Lock()
 	a.snap.released = t
 	a.mu.Unlock()
