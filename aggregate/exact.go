@@ -105,7 +105,7 @@ type exactPath struct {
 	sigmaZ   float64
 	unit     float64 // data units of one unit of Y
 	noise    rowSource
-	ahead    *aheadRows // the noise of the next step, drawn off the release path
+	ahead    *aheadRows        // the noise of the next step, drawn off the release path
 	xs       map[int][]int64   // live step sums by step
 	ys       map[int][]float64 // live Y_r in data units by row
 	dim      int
