@@ -501,6 +501,13 @@ func (r *replicated) Release(t int) (*aggregate.Release, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ledger this node serves from now on counts the release it
+	// serves, even when the state cannot be read then.
+	r.mu.Lock()
+	if rec.Ledger.Steps > r.ledger.Steps {
+		r.ledger = rec.Ledger
+	}
+	r.mu.Unlock()
 	return &aggregate.Release{Step: rec.Step, Sum: rec.Sum, HasCount: rec.HasCount, Count: rec.Count}, nil
 }
 
