@@ -158,7 +158,7 @@ func (e *exactPath) checkClip(cfg Config) error {
 		}
 		rowSum = max(rowSum, s)
 	}
-	lo := math.Ldexp(1, e.encBits+g-1021)
+	lo := math.Ldexp(1, max(e.encBits, 0)+g-1021)
 	hi := math.MaxFloat64 / math.Sqrt2 // the record norm with the count coordinate
 	if rowSum > 0 {
 		hi = min(hi, math.Ldexp(math.MaxFloat64/rowSum, e.encBits+g-128))
