@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -784,6 +785,56 @@ func TestAggregatorAsksThePlanner(t *testing.T) {
 		}
 		if l := a.Ledger(); l.Arithmetic != map[bool]string{true: "float", false: "exact"}[s.float] || l.Covered != (s.seed == nil) {
 			t.Errorf("%s: arithmetic %s, covered %v", s.mech, l.Arithmetic, l.Covered)
+		}
+		a.Close()
+	}
+}
+
+// TestClipRange: a clip norm whose noise scale or releases overflow float64
+// (or whose grid loses its precision) is refused at Open with
+// dpcore.ErrInvalid; a clip norm near the top of the accepted range
+// serves finite releases and a ledger that encodes as JSON. (-clip 1e308
+// used to open: the noise scale was +Inf, every commit spent budget and
+// failed, and the ledger could not be encoded.)
+func TestClipRange(t *testing.T) {
+	for _, c := range []setup{
+		{mech: "tree-online", workload: Workload{Kind: PrefixSum}, n: 8, d: 2, k: 1, b: 1},
+		{mech: "bandmf:2", workload: Workload{Kind: Window, Window: 2}, n: 8, d: 3, k: 1, b: 1, count: true},
+	} {
+		good := c.config(t)
+		for _, clip := range []float64{1e308, math.MaxFloat64, 1e290, 1e-308, 5e-324, math.Inf(1)} {
+			cfg := good
+			cfg.Clip = clip
+			a, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), cfg)
+			if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "clip norm") {
+				t.Errorf("%s clip %g: %v, want a refusal naming the clip norm", c.mech, clip, err)
+			}
+			if a != nil {
+				a.Close()
+			}
+		}
+		cfg := good
+		cfg.Clip = 1e270
+		a := open(t, filepath.Join(t.TempDir(), "ok.db"), cfg)
+		ctx := context.Background()
+		for s := 1; s <= 3; s++ {
+			v := make([]float64, cfg.Dim)
+			v[0] = -1e270
+			if _, err := a.Add(ctx, fmt.Sprint("u", s), v); err != nil {
+				t.Fatal(err)
+			}
+			r, err := a.Commit(ctx)
+			if err != nil {
+				t.Fatalf("%s clip 1e270: commit %d: %v", c.mech, s, err)
+			}
+			for _, x := range append(slices.Clone(r.Sum), r.Mean()...) {
+				if math.IsInf(x, 0) || math.IsNaN(x) {
+					t.Fatalf("%s clip 1e270: release %d holds %v", c.mech, s, r.Sum)
+				}
+			}
+		}
+		if _, err := json.Marshal(a.Ledger()); err != nil {
+			t.Errorf("%s clip 1e270: ledger: %v", c.mech, err)
 		}
 		a.Close()
 	}

@@ -131,6 +131,9 @@ func openCalibrated(ctx context.Context, path string, cfg Config, calibrationV1 
 		return nil, err
 	}
 	a.snap = snapshot{released: a.released, cnt: a.cnt}
+	if a.exact != nil {
+		a.exact.drawAhead(a.released + 1)
+	}
 	// The ledger's prefix sensitivities cost up to a Gram matrix each:
 	// compute them in the background, off the path of Add and Commit.
 	var warm context.Context
@@ -138,6 +141,16 @@ func openCalibrated(ctx context.Context, path string, cfg Config, calibrationV1 
 	go a.warmLedger(warm)
 	go a.writer()
 	return a, nil
+}
+
+// CheckConfig refuses cfg as Open would, without a store: an invalid
+// field, a release the planner refuses, or scales of the arithmetic that
+// are not finite (dpcore.ErrInvalid, *privacy.Refusal).
+func CheckConfig(cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return newAggregator(cfg).calibrate()
 }
 
 // newAggregator is the aggregator of cfg before its plan and store.
@@ -187,13 +200,16 @@ func (a *Aggregator) calibrate() error {
 		return err
 	}
 	if a.exact != nil {
-		if err := a.exact.calibrate(a.plan, cfg.Seed); err != nil {
+		if err := a.exact.calibrate(a.plan, cfg.Seed, cfg.wrapRows); err != nil {
 			return err
 		}
 		a.noiseStd = a.exact.noiseStd()
 		return nil
 	}
 	a.noiseStd = a.plan.NoiseMultiplier * a.norm * a.plan.Sensitivity.Value
+	if !(a.noiseStd > 0) || math.IsInf(a.noiseStd, 0) {
+		return invalidf("noise scale %g (clip norm %g): want a positive finite scale", a.noiseStd, a.cfg.Clip)
+	}
 	if a.noise, err = a.plan.NoiseSource(a.dim, noise.Options{Seed: cfg.Seed, MemoryBudget: a.cfg.NoiseMemory, Workers: noiseWorkers}); err != nil {
 		return fmt.Errorf("aggregate: noise source: %w", err)
 	}
@@ -462,7 +478,8 @@ func (a *Aggregator) submit(ctx context.Context, o *op) (opResult, error) {
 	}
 }
 
-// Commit closes the open step t: it draws step t's noise, releases the
+// Commit closes the open step t: it adds step t's noise (drawn ahead,
+// when step t-1 was released or the store opened), releases the
 // workload's value, and makes the release, the noise state and the empty
 // step t+1 durable in one transaction. It refuses (ErrBudgetExhausted)
 // when the release would exceed the privacy budget.
@@ -482,6 +499,9 @@ func (a *Aggregator) Close() error {
 		a.stopWarm()
 		close(a.closing)
 		<-a.done
+		if a.exact != nil {
+			a.exact.waitAhead()
+		}
 		err = a.db.Close()
 	})
 	return err
@@ -689,6 +709,9 @@ func (a *Aggregator) commit() (*Release, error) {
 		return nil, a.fail(err)
 	}
 	a.released, a.open = t, open
+	if a.exact != nil {
+		a.exact.drawAhead(t + 1)
+	}
 	a.mu.Lock()
 	a.snap.released = t
 	a.mu.Unlock()

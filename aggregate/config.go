@@ -133,7 +133,9 @@ type Config struct {
 	// written to the store at every release); 0 means 1 GiB. Mechanisms
 	// whose fastest streaming method needs more regenerate noise instead,
 	// or are refused with the memory they need. The store remembers it:
-	// the noise state restores only under the same plan.
+	// the noise state restores only under the same plan. With the exact
+	// arithmetic, the next step's noise rows, drawn ahead of its release,
+	// are held beside it (8 bytes per coordinate of each row).
 	NoiseMemory int64
 	// NoSync skips the fsync of each transaction. Only for a store that is
 	// a cache rebuilt from a durable replicated log and snapshots (dpserve
@@ -145,6 +147,9 @@ type Config struct {
 	// Mironov's floating-point attack. Tests and benchmarks only (the
 	// attack must succeed against it).
 	floatNoise bool
+	// wrapRows wraps the exact noise stream (tests: count or hold its
+	// draws).
+	wrapRows func(rowSource) rowSource
 }
 
 // DefaultNoiseMemory is the noise memory budget when Config.NoiseMemory is 0.

@@ -57,6 +57,32 @@ const (
 	arithmeticExactV1 = "exact-discrete-gaussian-v1"
 )
 
+// rowSource is the exact noise stream, noise.ExactRows (tests wrap it to
+// watch or hold its draws: Config.wrapRows).
+type rowSource interface {
+	Next(dst []*big.Int) error
+	Step() int
+	MarshalBinary() ([]byte, error)
+	UnmarshalBinary(data []byte) error
+}
+
+// aheadRows is the noise of the encoder rows computed at step, drawn by
+// drawAhead before the step's release (off its path).
+type aheadRows struct {
+	step int
+	rows []noiseRow
+	err  error
+	done chan struct{} // closed when rows (or err) are set
+}
+
+// noiseRow is one row of integer noise: the coordinates that fit in 64
+// bits in small (almost all of them: |z| < 2^63 for sigma_Z <= 2^56 but
+// with probability e^-2^13), the others in large.
+type noiseRow struct {
+	small []int64
+	large map[int]*big.Int
+}
+
 type centry struct {
 	col int
 	c   int64
@@ -84,7 +110,8 @@ type exactPath struct {
 	maxErr   float64 // max |c~ 2^-encBits - C|
 	sigmaZ   float64
 	unit     float64 // data units of one unit of Y
-	noise    *noise.ExactRows
+	noise    rowSource
+	ahead    *aheadRows        // the noise of the next step, drawn off the release path
 	xs       map[int][]int64   // live step sums by step
 	ys       map[int][]float64 // live Y_r in data units by row
 	dim      int
@@ -112,8 +139,47 @@ func newExactPath(cfg Config, dim int, norm float64) (*exactPath, error) {
 		return nil, invalidf("the exact release of %s keeps up to %d step sums and encoded rows of dimension %d: %d bytes (%.1f MiB), over the noise memory of %d bytes",
 			name, peak, dim, need, float64(need)/(1<<20), cfg.NoiseMemory)
 	}
+	if err := e.checkClip(cfg); err != nil {
+		return nil, err
+	}
 	e.setGrid(cfg, norm)
 	return e, nil
+}
+
+// checkClip refuses a clip norm for which the arithmetic of the release is
+// not finite: the grid's scale 2^gridBits / Clip and the data unit of one
+// unit of Y, Clip / 2^(gridBits+encBits), must be normal float64 numbers,
+// and so must the largest release the 128-bit encoded sums can produce
+// (|Y_r| < 2^127 units, times the largest sum of |B| over a decoder row,
+// times 2 for the workload's difference), which grows with Clip. Outside
+// that range the noise scale, the ledger or the releases overflow (a
+// release of +Inf cannot be served) or lose their precision.
+func (e *exactPath) checkClip(cfg Config) error {
+	g := gridBits(cfg.Dim)
+	rowSum := 0.0
+	for _, row := range e.dec {
+		s := 0.0
+		for _, de := range row {
+			s += math.Abs(de.b)
+		}
+		rowSum = max(rowSum, s)
+	}
+	lo := math.Ldexp(1, max(e.encBits, 0)+g-1021)
+	hi := math.MaxFloat64 / math.Sqrt2 // the record norm with the count coordinate
+	if rowSum > 0 {
+		hi = min(hi, math.Ldexp(math.MaxFloat64/rowSum, e.encBits+g-128))
+	}
+	if !(cfg.Clip >= lo && cfg.Clip <= hi) {
+		return invalidf("clip norm %g is out of range: with %s and dimension %d the noise scale and the releases are finite float64 numbers only for a clip norm in [%.3g, %.3g]",
+			cfg.Clip, cfg.Mechanism.Name(), cfg.Dim, lo, hi)
+	}
+	return nil
+}
+
+// gridBits is the contribution grid's resolution: 2^gridBits units per
+// clip norm (setGrid).
+func gridBits(dim int) int {
+	return min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(dim)))))+14))
 }
 
 // quantizeEncoder puts C on the coarsest scale 2^-encBits on which every
@@ -213,7 +279,7 @@ func (e *exactPath) livePeak() int {
 // most sqrt(Dim)/2 units, at most 2^-15 of the record norm's 2^gridBits
 // units with this choice.
 func (e *exactPath) setGrid(cfg Config, norm float64) {
-	e.gridBits = min(30, max(20, int(math.Ceil(math.Log2(math.Sqrt(float64(cfg.Dim)))))+14))
+	e.gridBits = gridBits(cfg.Dim)
 	e.scale = math.Ldexp(1/cfg.Clip, e.gridBits)
 	r := (norm*e.scale + 0.5*math.Sqrt(float64(cfg.Dim))) * (1 + 0x1p-40)
 	e.norm2Max = uint64(math.Floor(r * r))
@@ -230,12 +296,22 @@ func (e *exactPath) lattice() *privacy.Lattice {
 // Gaussian's sigma_Z = sigma * sensQ * normGrid * 2^encBits on the integer
 // encoded sums, sensQ the plan's bound on the rounded encoder's
 // sensitivity.
-func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed *dpcore.Seed) error {
+func (e *exactPath) calibrate(plan *privacy.ReleasePlan, seed *dpcore.Seed, wrap func(rowSource) rowSource) error {
 	e.sensQ = plan.NoiseSensitivity
 	e.sigmaZ = plan.NoiseMultiplier * e.sensQ * e.normGrid * math.Ldexp(1, e.encBits) * (1 + 0x1p-40)
-	var err error
-	if e.noise, err = noise.NewExactRows(e.m, e.dim, e.variance(), seed); err != nil {
+	// The draws must fit the 128-bit encoded sums: |z| > 64 sigma_Z has
+	// probability below e^-2048.
+	if !(e.sigmaZ > 0 && e.sigmaZ <= 0x1p120) || !(e.noiseStd() > 0) || math.IsInf(e.noiseStd(), 0) {
+		return invalidf("noise scale sigma_Z = %g grid units (%g in data units, noise multiplier %g, sensitivity %g): want a positive finite scale of at most 2^120 units",
+			e.sigmaZ, e.noiseStd(), plan.NoiseMultiplier, e.sensQ)
+	}
+	src, err := noise.NewExactRows(e.m, e.dim, e.variance(), seed)
+	if err != nil {
 		return fmt.Errorf("aggregate: exact noise: %w", err)
+	}
+	e.noise = src
+	if wrap != nil {
+		e.noise = wrap(src)
 	}
 	return nil
 }
@@ -334,6 +410,21 @@ func (a *int128) mulAdd(x, y int64) {
 	a.hi += int64(h) + int64(c)
 }
 
+// add64 adds z to a, reporting false on overflow of 128 bits.
+func (a *int128) add64(z int64) bool {
+	h := int64(0)
+	if z < 0 {
+		h = -1
+	}
+	lo, c := bits.Add64(a.lo, uint64(z), 0)
+	hi := a.hi + h + int64(c)
+	if (a.hi >= 0) == (h >= 0) && (hi >= 0) != (a.hi >= 0) {
+		return false
+	}
+	a.hi, a.lo = hi, lo
+	return true
+}
+
 // addBig adds z to a, reporting false if z or the sum does not fit in
 // 128 bits.
 func (a *int128) addBig(z *big.Int) bool {
@@ -398,9 +489,12 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 	if e.xLast[t-1] > t {
 		puts = append(puts, storedVec{bucketSteps, stepKey(t), seal(appendInts(nil, acc))})
 	}
-	z := make([]*big.Int, e.dim)
+	rows, err := e.takeAhead(t)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	sum := make([]int128, e.dim)
-	for _, r := range e.rowsAt[t-1] {
+	for k, r := range e.rowsAt[t-1] {
 		clear(sum)
 		for _, ce := range e.enc[r] {
 			x := e.xs[ce.col+1]
@@ -408,13 +502,17 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 				sum[i].mulAdd(ce.c, v)
 			}
 		}
-		if err := e.noise.Next(z); err != nil {
-			return nil, nil, nil, err
-		}
+		nz := rows[k]
 		body := make([]byte, 0, 16*e.dim+4)
 		y := make([]float64, e.dim)
 		for i := range sum {
-			if !sum[i].addBig(z[i]) {
+			ok := true
+			if zi, isLarge := nz.large[i]; isLarge {
+				ok = sum[i].addBig(zi)
+			} else {
+				ok = sum[i].add64(nz.small[i])
+			}
+			if !ok {
 				return nil, nil, nil, fmt.Errorf("encoded row %d coordinate %d exceeds 128 bits", r+1, i)
 			}
 			body = appendInt128(body, sum[i])
@@ -448,6 +546,68 @@ func (e *exactPath) commit(t int, acc []int64) ([]float64, []storedVec, []stored
 		}
 	}
 	return theta, puts, dels, nil
+}
+
+// drawAhead starts drawing the noise rows of step t (none past the
+// horizon) in the background. It is called when step t-1 has been released
+// and stored, or when the store opens at t-1 releases, so the rows are
+// drawn before any of step t's contributions arrive and off the path of
+// its release: the exact sampler's time depends on |z|, and a release
+// minus its data is the noise (docs/math.md). The store's noise state is
+// the stream's before these rows: a reopened store draws them again, the
+// same.
+func (e *exactPath) drawAhead(t int) {
+	if t > len(e.rowsAt) {
+		e.ahead = nil
+		return
+	}
+	p := &aheadRows{step: t, done: make(chan struct{})}
+	e.ahead = p
+	n := len(e.rowsAt[t-1])
+	go func() {
+		defer close(p.done)
+		z := make([]*big.Int, e.dim)
+		rows := make([]noiseRow, n)
+		for k := range rows {
+			if err := e.noise.Next(z); err != nil {
+				p.err = fmt.Errorf("aggregate: exact noise of step %d: %w", t, err)
+				return
+			}
+			rows[k].small = make([]int64, e.dim)
+			for i, v := range z {
+				if v.IsInt64() {
+					rows[k].small[i] = v.Int64()
+				} else {
+					if rows[k].large == nil {
+						rows[k].large = map[int]*big.Int{}
+					}
+					rows[k].large[i] = new(big.Int).Set(v)
+				}
+			}
+		}
+		p.rows = rows
+	}()
+}
+
+// takeAhead returns the noise rows of step t drawn ahead, waiting for
+// the draw only if it has not finished yet (a commit right after the
+// previous one).
+func (e *exactPath) takeAhead(t int) ([]noiseRow, error) {
+	p := e.ahead
+	if p == nil || p.step != t {
+		return nil, fmt.Errorf("aggregate: no noise drawn ahead for step %d", t)
+	}
+	<-p.done
+	e.ahead = nil
+	return p.rows, p.err
+}
+
+// waitAhead waits for a draw in progress (the noise stream is not to be
+// read or closed while it runs).
+func (e *exactPath) waitAhead() {
+	if e.ahead != nil {
+		<-e.ahead.done
+	}
 }
 
 func appendInts(b []byte, x []int64) []byte {

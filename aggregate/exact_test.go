@@ -56,6 +56,42 @@ func TestInt128(t *testing.T) {
 	}
 }
 
+// TestInt128Add64 checks add64 against math/big, near the 128-bit limits
+// too: it adds exactly and refuses exactly the sums that overflow.
+func TestInt128Add64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	lim := new(big.Int).Lsh(big.NewInt(1), 127)
+	for i := range 4000 {
+		a := int128{hi: rng.Int64() >> rng.IntN(64), lo: rng.Uint64()}
+		switch i % 4 {
+		case 0:
+			a = int128{hi: math.MaxInt64, lo: math.MaxUint64 - uint64(rng.IntN(4))}
+		case 1:
+			a = int128{hi: math.MinInt64, lo: uint64(rng.IntN(4))}
+		}
+		z := rng.Int64() >> rng.IntN(64)
+		if rng.IntN(2) == 0 {
+			z = -z
+		}
+		av := new(big.Int).Add(new(big.Int).SetUint64(a.lo), new(big.Int).Lsh(big.NewInt(a.hi), 64))
+		sum := new(big.Int).Add(av, big.NewInt(z))
+		fits := sum.Cmp(lim) < 0 && sum.Cmp(new(big.Int).Neg(lim)) >= 0
+		b := a
+		if ok := b.add64(z); ok != fits {
+			t.Fatalf("%v + %v: add64 says fits = %v, want %v", av, z, ok, fits)
+		} else if !ok {
+			if b != a {
+				t.Fatal("a refused add64 changed the sum")
+			}
+			continue
+		}
+		got := new(big.Int).Add(new(big.Int).SetUint64(b.lo), new(big.Int).Lsh(big.NewInt(b.hi), 64))
+		if got.Cmp(sum) != 0 {
+			t.Fatalf("%v + %v = %v, want %v", av, z, got, sum)
+		}
+	}
+}
+
 // TestExactRefusesNonCausal: a decoder that reads encoder rows of later
 // steps cannot be released from exact encoded sums; Open says so.
 func TestExactRefusesNonCausal(t *testing.T) {

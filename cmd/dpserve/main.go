@@ -9,7 +9,7 @@
 //	dpserve -store sums.db -dim 100 -mechanism tree-online -epsilon 1 -delta 1e-6 \
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
-//	dpserve -nats nats://n1:4222,nats://n2:4222,nats://n3:4222 [-service dpserve] [-replicas 3]
+//	dpserve -nats tls://n1:4222,tls://n2:4222,tls://n3:4222 -nats-creds FILE [-nats-ca ca.pem] [-service dpserve] [-replicas 3]
 //	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
@@ -66,6 +66,7 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
+	"github.com/dpmf-go/dpmf/internal/natsconn"
 	"github.com/dpmf-go/dpmf/privacy"
 	bolt "go.etcd.io/bbolt"
 )
@@ -136,6 +137,9 @@ type options struct {
 	replicas               int
 	leaseTTL, logMaxAge    time.Duration
 	noSync                 bool // the store is a cache of the replicated log
+	// built is the mechanism checkRelease built at start (replicated
+	// mode), used by a store that holds none.
+	built *aggregate.StrategyMechanism
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -221,6 +225,8 @@ func (o *options) check() error {
 		return usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
 	case (o.natsCert == "") != (o.natsKey == ""):
 		return usagef("-nats-cert and -nats-key go together")
+	case o.nats != "" && !o.natsSecurity().Authenticates(o.nats):
+		return usagef("-nats needs credentials (-nats-creds, -nats-cert and -nats-key, or user:password@ or token@ in every URL): the log holds the raw contributions and the snapshots the noise state, which predicts future noise")
 	case o.logMaxAge != 0 && o.logMaxAge < time.Hour:
 		return usagef("-log-max-age %v: want 0 (keep) or at least 1h", o.logMaxAge)
 	case o.dim < 1:
@@ -247,28 +253,13 @@ func (o *options) check() error {
 	return nil
 }
 
+// natsSecurity is the replicated mode's NATS credentials.
+func (o *options) natsSecurity() natsconn.Security {
+	return natsconn.Security{Creds: o.natsCreds, CA: o.natsCA, Cert: o.natsCert, Key: o.natsKey}
+}
+
 func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, error) {
-	spec, err := privacy.ParseMechanism(o.mechanism)
-	if err != nil {
-		return nil, usageError{"-mechanism: " + err.Error()}
-	}
-	wl, err := aggregate.ParseWorkload(o.workload)
-	if err != nil {
-		return nil, usageError{"-workload: " + err.Error()}
-	}
-	var seed *dpcore.Seed
-	if o.seed != "" {
-		b, err := hex.DecodeString(o.seed)
-		var ok bool
-		if seed, ok = dpcore.SeedOf(b); err != nil || !ok {
-			return nil, usagef("-seed: want 64 hex digits (32 bytes)")
-		}
-	}
-	w, err := wl.MechanismWorkload(o.horizon)
-	if err != nil {
-		return nil, err
-	}
-	schema, err := privacy.Participation{K: o.k, B: o.b}.Schema()
+	spec, wl, w, schema, err := releaseFlags(o)
 	if err != nil {
 		return nil, err
 	}
@@ -279,6 +270,8 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 		return nil, err
 	}
 	switch {
+	case mech == nil && o.built != nil:
+		mech = o.built
 	case mech == nil:
 		if mech, err = aggregate.BuildMechanism(ctx, spec, w, schema); err != nil {
 			return nil, err
@@ -288,11 +281,72 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	case mech.Workload().String() != w.String():
 		return nil, fmt.Errorf("%w: -horizon %d -workload %s, but the store was created for %s", aggregate.ErrStoreMismatch, o.horizon, wl, mech.Workload())
 	}
-	return aggregate.Open(ctx, o.store, aggregate.Config{
+	cfg, err := aggregateConfig(o, wl, mech)
+	if err != nil {
+		return nil, err
+	}
+	return aggregate.Open(ctx, o.store, cfg)
+}
+
+// releaseFlags parses the flags that determine the releases.
+func releaseFlags(o options) (privacy.Mechanism, aggregate.Workload, dpcore.Workload, dpcore.Schema, error) {
+	spec, err := privacy.ParseMechanism(o.mechanism)
+	if err != nil {
+		return spec, aggregate.Workload{}, dpcore.Workload{}, dpcore.Schema{}, usageError{"-mechanism: " + err.Error()}
+	}
+	wl, err := aggregate.ParseWorkload(o.workload)
+	if err != nil {
+		return spec, wl, dpcore.Workload{}, dpcore.Schema{}, usageError{"-workload: " + err.Error()}
+	}
+	w, err := wl.MechanismWorkload(o.horizon)
+	if err != nil {
+		return spec, wl, w, dpcore.Schema{}, err
+	}
+	schema, err := privacy.Participation{K: o.k, B: o.b}.Schema()
+	return spec, wl, w, schema, err
+}
+
+// aggregateConfig is the engine's configuration under the flags, with the
+// mechanism mech.
+func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.Mechanism) (aggregate.Config, error) {
+	var seed *dpcore.Seed
+	if o.seed != "" {
+		b, err := hex.DecodeString(o.seed)
+		var ok bool
+		if seed, ok = dpcore.SeedOf(b); err != nil || !ok {
+			return aggregate.Config{}, usagef("-seed: want 64 hex digits (32 bytes)")
+		}
+	}
+	return aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
 		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
 		NoSync: o.noSync,
-	})
+	}, nil
+}
+
+// checkRelease builds the mechanism the flags name and checks the whole
+// configuration as opening a store would (the planner's calibration, the
+// scales of the exact arithmetic), without a store: the replicated mode
+// refuses a configuration at start rather than when a node first leads.
+// The mechanism is kept in o.built for that node's aggregator.
+func checkRelease(ctx context.Context, o *options) error {
+	spec, wl, w, schema, err := releaseFlags(*o)
+	if err != nil {
+		return err
+	}
+	mech, err := aggregate.BuildMechanism(ctx, spec, w, schema)
+	if err != nil {
+		return err
+	}
+	cfg, err := aggregateConfig(*o, wl, mech)
+	if err != nil {
+		return err
+	}
+	if err := aggregate.CheckConfig(cfg); err != nil {
+		return err
+	}
+	o.built = mech
+	return nil
 }
 
 // listener checks the access policy and binds -addr: a non-loopback

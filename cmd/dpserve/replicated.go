@@ -52,11 +52,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpmf-go/dpmf/internal/natsconn"
-
 	"github.com/dpmf-go/dpmf/aggregate"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
+	"github.com/dpmf-go/dpmf/internal/natsconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -145,10 +144,23 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	}
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
-	opts = append(opts, natsconn.Security{Creds: o.natsCreds, CA: o.natsCA, Cert: o.natsCert, Key: o.natsKey}.Options()...)
-	nc, err := nats.Connect(o.nats, opts...)
+	sec, err := o.natsSecurity().Options()
 	if err != nil {
-		return nil, usagef("-nats %s: %v", o.nats, err)
+		return nil, usageError{err.Error()}
+	}
+	opts = append(opts, sec...)
+	if !natsconn.Loopback(o.nats) {
+		// Off this machine the log's raw contributions and the noise
+		// state travel over the network: TLS, the servers' certificates
+		// checked (-nats-ca, or the system's roots).
+		opts = append(opts, nats.Secure())
+	}
+	nc, err := nats.Connect(o.nats, opts...)
+	if errors.Is(err, nats.ErrSecureConnWanted) {
+		return nil, usagef("-nats %s: the servers offer no TLS, which a NATS server off this machine needs (its traffic holds the raw contributions and the noise state): configure tls on the servers", natsconn.Redact(o.nats))
+	}
+	if err != nil {
+		return nil, usagef("-nats %s: %v", natsconn.Redact(o.nats), err)
 	}
 	r.nc = nc
 	if r.js, err = jetstream.New(nc); err != nil {
@@ -294,16 +306,54 @@ func (r *replicated) unwait(id string) {
 	r.mu.Unlock()
 }
 
-// msgID is the log's de-duplication id of a request: the request's
-// Idempotency-Key within the contributor's namespace (a contributor
-// cannot suppress another's contribution), or a fresh random id.
+// msgID is the log's de-duplication id (Nats-Msg-Id) of a request: with
+// an Idempotency-Key, one id per kind, contributor and key, so that a
+// retry is counted once and a contributor cannot suppress or probe
+// another's request; without one, a fresh random id (kind:32 hex digits).
 func msgID(ctx context.Context, kind, contributor string) string {
 	if k, ok := ctx.Value(idempotencyKey{}).(string); ok && k != "" {
-		return kind + ":" + contributor + ":" + k
+		return keyedID(kind, contributor, k)
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	return kind + ":" + hex.EncodeToString(b)
+}
+
+// keyedID is the id of a request with an Idempotency-Key: distinct for
+// distinct (kind, contributor, key). The releases before wrote
+// kind:contributor:key, which is ambiguous when the contributor id holds
+// a ':' (a with key b:1 and a:b with key 1 collide) and which a header
+// value alters when an id holds a line break. That form is kept where it
+// is unambiguous, a contributor id of printable ASCII without ':' and a
+// key of printable ASCII, so that a retry across an upgrade (the log
+// de-duplicates for 10 minutes) is still counted once; every other
+// request gets kind#SHA-256(length-prefixed contributor, length-prefixed
+// key) in hex. The forms cannot meet: an old-form id has ':' right after
+// the kind, a hashed one '#'; the random ids have one ':', keyed ones
+// two or more. The log's ids are only compared, never parsed, so a
+// replay of a log written before reads the same.
+func keyedID(kind, contributor, key string) string {
+	if printable(contributor) && !strings.Contains(contributor, ":") && printable(key) {
+		return kind + ":" + contributor + ":" + key
+	}
+	h := sha256.New()
+	for _, s := range []string{contributor, key} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	return kind + "#" + hex.EncodeToString(h.Sum(nil))
+}
+
+// printable reports whether s is printable ASCII (a header value carries
+// it unchanged) and neither starts nor ends with a space (which a header
+// value loses).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return !strings.HasPrefix(s, " ") && !strings.HasSuffix(s, " ")
 }
 
 // Dim is the dimension of a contribution.
@@ -451,29 +501,48 @@ func (r *replicated) Release(t int) (*aggregate.Release, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ledger this node serves from now on counts the release it
+	// serves, even when the state cannot be read then.
+	r.mu.Lock()
+	if rec.Ledger.Steps > r.ledger.Steps {
+		r.ledger = rec.Ledger
+	}
+	r.mu.Unlock()
 	return &aggregate.Release{Step: rec.Step, Sum: rec.Sum, HasCount: rec.HasCount, Count: rec.Count}, nil
 }
 
-// Ledger is the ledger the aggregator last wrote (steps never decrease).
+// Ledger is the ledger the aggregator last wrote, or the one stored with
+// the last release when that is newer: every release made before the call
+// (so every release this node served) is counted, even when the
+// aggregator stopped between storing a release and writing the ledger.
+// Steps never decrease.
 func (r *replicated) Ledger() aggregate.Ledger {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var l aggregate.Ledger
-	e, err := r.stateGet(ctx, "ledger")
-	if err == nil && json.Unmarshal(e.value, &l) == nil {
+	ok := false
+	if e, err := r.stateGet(ctx, "ledger"); err == nil && json.Unmarshal(e.value, &l) == nil {
+		ok = true
+	}
+	if t, err := r.head(ctx); err == nil && t > 0 && (!ok || t > l.Steps) {
+		rec, _, err := r.record(ctx, t)
+		ok = err == nil
+		if ok {
+			l = rec.Ledger
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
 		// A ledger written by an aggregator replaying the log may be
 		// older than one this front-end served: never serve fewer steps
 		// than before.
-		r.mu.Lock()
-		defer r.mu.Unlock()
 		if l.Steps < r.ledger.Steps {
 			return r.ledger
 		}
 		r.ledger = l
 		return l
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.ledger.Horizon > 0 {
 		return r.ledger
 	}
@@ -770,8 +839,10 @@ func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, se
 			}
 			if d != nil {
 				r.publish([]decision{*d})
-				ledgerDirty = true
 			}
+			// A commit's decision is published once its release is
+			// stored (d is nil), but the ledger changed all the same.
+			ledgerDirty = true
 		}
 		// The ledger is written when every release made is stored: it
 		// never counts a release that cannot be read yet.
@@ -1034,6 +1105,9 @@ func (r *replicated) writeLedger(ctx context.Context, l aggregate.Ledger) error 
 
 // serveReplicated is serve for -nats.
 func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc access, stdout, stderr io.Writer) error {
+	if err := checkRelease(ctx, &o); err != nil {
+		return err
+	}
 	ln, err := listener(o, tlsCfg != nil, acc.key != nil)
 	if err != nil {
 		return err
@@ -1054,7 +1128,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 	}
 	hc := handlerConfig{maxBody: o.maxBody, inflight: o.inflight, access: acc, config: map[string]any{
 		"addr": ln.Addr().String(), "tls": tlsCfg != nil, "credentials": acc.key != nil,
-		"rate_per_contributor": o.rate, "burst": o.burst, "nats": o.nats, "service": o.service, "replicas": o.replicas,
+		"rate_per_contributor": o.rate, "burst": o.burst, "nats": natsconn.Redact(o.nats), "service": o.service, "replicas": o.replicas,
 		"aggregator": o.aggregator, "lease_ttl_seconds": o.leaseTTL.Seconds(), "dim": o.dim, "mechanism": o.mechanism,
 		"workload": o.workload, "horizon": o.horizon, "epsilon": o.epsilon, "delta": o.delta, "clip": o.clip,
 		"k": o.k, "b": o.b, "count": o.count, "seeded": o.seed != "", "commit_every_seconds": o.commitEvery.Seconds(),
@@ -1069,7 +1143,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 	if acc.key == nil {
 		fmt.Fprintln(stderr, "dpserve: no -auth-key: every caller that reaches this loopback port acts as the operator")
 	}
-	fmt.Fprintf(stdout, "dpserve: listening on %s (replicated: %s, service %s)\n", ln.Addr(), o.nats, o.service)
+	fmt.Fprintf(stdout, "dpserve: listening on %s (replicated: %s, service %s)\n", ln.Addr(), natsconn.Redact(o.nats), o.service)
 	errc := make(chan error, 1)
 	go func() {
 		if tlsCfg != nil {

@@ -76,7 +76,7 @@ func (c *natsCluster) start(i int) {
 	}
 	s, err := natsserver.NewServer(&natsserver.Options{
 		ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: c.ports[i], NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: c.dirs[i],
+		JetStream: true, StoreDir: c.dirs[i], Username: testNATSUser, Password: testNATSPassword,
 		Cluster: natsserver.ClusterOpts{Name: "dpserve-test", Host: "127.0.0.1", Port: c.route[i]},
 		Routes:  natsserver.RoutesFromStr(strings.Join(routes, ",")),
 	})
@@ -107,7 +107,7 @@ func (c *natsCluster) kill(i int) {
 func (c *natsCluster) urls() string {
 	var u []string
 	for _, p := range c.ports {
-		u = append(u, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		u = append(u, fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testNATSUser, testNATSPassword, p))
 	}
 	return strings.Join(u, ",")
 }
@@ -536,10 +536,15 @@ func startJetStream(t *testing.T) string {
 	return startNATS(t, &natsserver.Options{JetStream: true, StoreDir: t.TempDir()})
 }
 
-// startNATS is one NATS server on loopback with the options o.
+// The test servers' client credentials (dpserve needs credentials).
+const testNATSUser, testNATSPassword = "dpserve", "test-password"
+
+// startNATS is one NATS server on loopback with the options o and the
+// test credentials; the URL returned carries them.
 func startNATS(t *testing.T, o *natsserver.Options) string {
 	t.Helper()
 	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
+	o.Username, o.Password = testNATSUser, testNATSPassword
 	s, err := natsserver.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +554,7 @@ func startNATS(t *testing.T, o *natsserver.Options) string {
 		t.Fatal("nats server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return strings.Replace(s.ClientURL(), "nats://", "nats://"+testNATSUser+":"+testNATSPassword+"@", 1)
 }
 
 // TestReplicatedFencing: two aggregators that both believe they lead
@@ -1104,5 +1109,118 @@ func TestReplicatedSetupRetries(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 10*time.Second {
 		t.Errorf("the mismatch took %v to report", d)
+	}
+}
+
+// TestReplicatedLedgerCoversReleases: right after each commit returned
+// its release, and still after the service has been quiet for a while,
+// the ledger, /healthz and GET /v1/releases served by a front-end count
+// every release made. (The aggregator wrote the ledger only when a later
+// contribution arrived: after four quiet commits the ledger stayed at the
+// first release for good, under-reporting the epsilon spent.)
+func TestReplicatedLedgerCoversReleases(t *testing.T) {
+	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
+	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 4, access: access{now: time.Now}}))
+	t.Cleanup(srv.Close)
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	r.decisionWait = time.Minute
+	ctx := context.Background()
+	if _, err := r.Add(ctx, "u0", []float64{0.5, 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, out any) {
+		t.Helper()
+		if code, err := call("GET", srv.URL+path, nil, out); code != 200 || err != nil {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+	}
+	check := func(want int) {
+		t.Helper()
+		var l aggregate.Ledger
+		var h struct{ Steps int }
+		var page releasePage
+		get("/v1/ledger", &l)
+		get("/healthz", &h)
+		get("/v1/releases", &page)
+		if l.Steps != want || h.Steps != want || page.Steps != want || len(page.Releases) != want {
+			t.Fatalf("%d releases made; ledger %d steps (epsilon spent %g), /healthz %d, /v1/releases %d steps and %d releases",
+				want, l.Steps, l.EpsilonSpent, h.Steps, page.Steps, len(page.Releases))
+		}
+		if want > 0 && !(l.EpsilonSpent > 0) {
+			t.Fatalf("ledger after %d releases spends epsilon %g", want, l.EpsilonSpent)
+		}
+	}
+	for s := 1; s <= 4; s++ {
+		rel, err := r.Commit(ctx)
+		if err != nil || rel.Step != s {
+			t.Fatalf("commit %d: %v %v", s, rel, err)
+		}
+		check(s)
+	}
+	time.Sleep(time.Second)
+	check(4)
+}
+
+// TestMsgIDUnambiguous: distinct (kind, contributor, Idempotency-Key)
+// give distinct de-duplication ids, printable ASCII only, among them the
+// pair that collided (contributor a with key b:retry-1, contributor a:b
+// with key retry-1: both were add:a:b:retry-1); an id whose old form was
+// unambiguous is unchanged (a retry across an upgrade is still counted
+// once).
+func TestMsgIDUnambiguous(t *testing.T) {
+	id := func(kind, c, k string) string {
+		return msgID(context.WithValue(context.Background(), idempotencyKey{}, k), kind, c)
+	}
+	if a, b := id("add", "a", "b:retry-1"), id("add", "a:b", "retry-1"); a == b {
+		t.Fatalf("contributor a key b:retry-1 and contributor a:b key retry-1 share the id %q", a)
+	}
+	if got := id("add", "u1", "k:2"); got != "add:u1:k:2" {
+		t.Errorf("id of u1 with key k:2 is %q, want the old form add:u1:k:2", got)
+	}
+	parts := []string{"a", "b", ":", "a:b", "b:", ":b", "#", "a#", "x y", " x", "x ", "a\nb", "a b", "é", "\x00", "1", "2", "1:2", "1#2"}
+	seen := map[string][3]string{}
+	for _, kind := range []string{"add", "commit"} {
+		for _, c := range append(parts, "") {
+			for _, k := range parts {
+				got := id(kind, c, k)
+				if prev, ok := seen[got]; ok {
+					t.Fatalf("%q and %q share the id %q", prev, [3]string{kind, c, k}, got)
+				}
+				seen[got] = [3]string{kind, c, k}
+				if !printable(got) || strings.Count(got, ":") < 1 && !strings.Contains(got, "#") {
+					t.Fatalf("id %q of %q", got, [3]string{kind, c, k})
+				}
+			}
+		}
+	}
+	// Random ids (no key) have one ':', keyed ones more or a '#'.
+	if r := msgID(context.Background(), "add", "a:b"); strings.Count(r, ":") != 1 || len(r) != len("add:")+32 {
+		t.Errorf("random id %q", r)
+	}
+}
+
+// TestReplicatedIdempotencyKeyPerContributor: contributor a with the key
+// b:retry-1 and contributor a:b with the key retry-1 are two
+// contributions, each counted (the second was taken for a retry of the
+// first and never counted).
+func TestReplicatedIdempotencyKeyPerContributor(t *testing.T) {
+	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
+	a := startAggregator(t, o)
+	t.Cleanup(a.kill)
+	r.decisionWait = time.Minute
+	withKey := func(k string) context.Context {
+		return context.WithValue(context.Background(), idempotencyKey{}, k)
+	}
+	for _, c := range []struct{ contributor, key string }{{"a", "b:retry-1"}, {"a:b", "retry-1"}} {
+		if step, err := r.Add(withKey(c.key), c.contributor, []float64{0.5, 0.5}); err != nil || step != 1 {
+			t.Fatalf("contributor %q key %q: step %d, %v", c.contributor, c.key, step, err)
+		}
+	}
+	if _, err := r.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := r.Ledger(); l.ContributionsAccepted != 2 {
+		t.Fatalf("ledger counts %d contributions, want 2", l.ContributionsAccepted)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +58,7 @@ func (n *natsFlags) validate() error {
 	if n.url == "" {
 		return usagef("-nats URL is required")
 	}
-	if n.tokenFile == "" && n.creds == "" && n.cert == "" && !urlHasUser(n.url) {
+	if !n.security().Authenticates(n.url) {
 		return usagef("-nats needs credentials (-nats-token-file, -nats-creds, -nats-cert or user:password@ in the URL): the workers send clipped gradient sums, which are derived from the private data without noise")
 	}
 	if (n.cert == "") != (n.key == "") {
@@ -71,27 +70,25 @@ func (n *natsFlags) validate() error {
 	return nil
 }
 
+// security is the connection's credentials.
+func (n *natsFlags) security() natsconn.Security {
+	return natsconn.Security{TokenFile: n.tokenFile, Creds: n.creds, CA: n.ca, Cert: n.cert, Key: n.key}
+}
+
 func (n *natsFlags) options(workers int) distributed.Options {
 	return distributed.Options{Run: n.run, Workers: workers, RequestTimeout: n.requestTimeout, Wait: n.wait}
 }
 
 func (n *natsFlags) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.Timeout(5 * time.Second)}, extra...)
-	if n.tokenFile != "" {
-		b, err := os.ReadFile(n.tokenFile)
-		if err != nil {
-			return nil, usagef("-nats-token-file: %v", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return nil, usagef("-nats-token-file %s is empty", n.tokenFile)
-		}
-		opts = append(opts, nats.Token(tok))
+	sec, err := n.security().Options()
+	if err != nil {
+		return nil, usagef("-nats-token-file: %v", err)
 	}
-	opts = append(opts, natsconn.Security{Creds: n.creds, CA: n.ca, Cert: n.cert, Key: n.key}.Options()...)
+	opts = append(opts, sec...)
 	nc, err := nats.Connect(n.url, opts...)
 	if err != nil {
-		return nil, usagef("-nats %s: %v", n.url, err)
+		return nil, usagef("-nats %s: %v", natsconn.Redact(n.url), err)
 	}
 	return nc, nil
 }
@@ -131,7 +128,7 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 			return nil, err
 		}
 		defer nc.Close()
-		fmt.Fprintf(log, "workers: %d (train worker -shard i/%d, run %q on %s)\n", w.workers, w.workers, w.nats.run, w.nats.url)
+		fmt.Fprintf(log, "workers: %d (train worker -shard i/%d, run %q on %s)\n", w.workers, w.workers, w.nats.run, natsconn.Redact(w.nats.url))
 		fmt.Fprintln(log, workersAssume)
 		return distributed.Run(ctx, nc, cfg, w.nats.options(w.workers))
 	}
@@ -457,15 +454,4 @@ func parseClipPerLayer(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-// urlHasUser reports whether every URL of a -nats list carries a user.
-func urlHasUser(list string) bool {
-	for _, u := range strings.Split(list, ",") {
-		p, err := url.Parse(strings.TrimSpace(u))
-		if err != nil || p.User == nil {
-			return false
-		}
-	}
-	return true
 }
