@@ -41,7 +41,7 @@ func TestLoad(t *testing.T) {
 			} else {
 				srvURL = testServerDim(t, 100, 1000).URL
 			}
-			cfg.BaseURL = srvURL
+			cfg.URLs = []string{srvURL}
 			res, err := loadgen.Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,8 @@
 //	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
+//	dpserve cert -dir D         (testing only: a certificate for -tls-cert)
+//	dpserve cluster -dir D      (testing only: NATS with JetStream on loopback)
 //	dpserve -version
 //
 // API (JSON; errors are 4xx/5xx with {"error": "..."}):
@@ -90,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = tokenCmd(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "key":
 		err = keyCmd(args[1:], stderr)
+	case len(args) > 0 && args[0] == "cert":
+		err = certCmd(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "cluster":
+		err = clusterCmd(ctx, args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "version":
 		fmt.Fprintln(stdout, "dpserve "+buildinfo.Read().String())
 	default:

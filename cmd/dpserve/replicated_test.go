@@ -669,7 +669,7 @@ func TestLoadModes(t *testing.T) {
 		CommitEvery: 100 * time.Millisecond, Seed: 1}
 	run := func(name, url string) {
 		c := cfg
-		c.BaseURL = url
+		c.URLs = []string{url}
 		res, err := loadgen.Run(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)

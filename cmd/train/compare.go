@@ -41,6 +41,7 @@ type compareOptions struct {
 	mechs            string
 	factFiles        []string
 	format, plotFile string
+	plotScale        axisScale
 	eps, delta       float64
 	cache            string
 }
@@ -88,7 +89,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	if o.plotFile != "" {
-		if err := plotRMSE(o.plotFile, out, w, schema); err != nil {
+		if err := plotRMSE(o.plotFile, out, w, schema, o.plotScale); err != nil {
 			return err
 		}
 	}
@@ -119,6 +120,10 @@ func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error)
 	})
 	fs.StringVar(&o.format, "format", "table", "table, json or csv")
 	fs.StringVar(&o.plotFile, "plot", "", "draw per-step RMSE to this .png or .svg file")
+	fs.Func("plot-scale", "y axis of -plot: auto (logarithmic when the RMSEs span more than 1.5 decades), linear or log", func(v string) (err error) {
+		o.plotScale, err = parseAxisScale(v)
+		return err
+	})
 	fs.Float64Var(&o.eps, "epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
 	fs.Float64Var(&o.delta, "delta", 1e-6, "delta for -epsilon")
 	fs.StringVar(&o.cache, "cache", "", "directory caching optimized factorizations")
@@ -308,18 +313,36 @@ func realizedSchema(s dpcore.Schema, n int) string {
 func fmtF(v float64) string { return strconv.FormatFloat(v, 'g', 8, 64) }
 
 // plotRMSE draws each mechanism's per-step error standard deviation.
-func plotRMSE(path string, rows []compareRow, w dpcore.Workload, s dpcore.Schema) error {
+func plotRMSE(path string, rows []compareRow, w dpcore.Workload, s dpcore.Schema, scale axisScale) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".png" && ext != ".svg" {
 		return usagef("compare: -plot %q: want a .png or .svg file", path)
 	}
+	p, err := rmsePlot(rows, w, s, scale)
+	if err != nil {
+		return err
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("compare: plot: %w", err)
+	}
+	return nil
+}
+
+// rmsePlot is the plot of plotRMSE: linear steps, the RMSE on a
+// logarithmic axis when scale says so (DP-SGD's error grows like the
+// square root of the step and flattens the factorizations' curves on a
+// linear one); a log axis leaves out steps of zero error.
+func rmsePlot(rows []compareRow, w dpcore.Workload, s dpcore.Schema, scale axisScale) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("per-step error, %s, %s", w, s)
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = "RMSE (unit noise multiplier)"
 	p.Legend.Top = true
 	p.Legend.Left = true
-	var lines []any
+	p.X.Tick.Marker = niceTicks{}
+	p.Y.Tick.Marker = niceTicks{}
+	var names []string
+	var series []plotter.XYs
 	for _, r := range rows {
 		if len(r.StepRMSE) == 0 {
 			continue
@@ -331,13 +354,36 @@ func plotRMSE(path string, rows []compareRow, w dpcore.Workload, s dpcore.Schema
 				pts[i].Y = 0
 			}
 		}
-		lines = append(lines, r.Mechanism, pts)
+		names, series = append(names, r.Mechanism), append(series, pts)
+	}
+	logY := logScaled(scale, series)
+	var lines []any
+	for i, pts := range series {
+		if logY {
+			pts = positive(pts)
+			if len(pts) == 0 {
+				continue
+			}
+		}
+		lines = append(lines, names[i], pts)
 	}
 	if err := plotutil.AddLines(p, lines...); err != nil {
-		return fmt.Errorf("compare: plot: %w", err)
+		return nil, fmt.Errorf("compare: plot: %w", err)
 	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("compare: plot: %w", err)
+	if logY {
+		p.Y.Label.Text += ", log scale"
+		setLogY(p)
 	}
-	return nil
+	return p, nil
+}
+
+// positive is the points of pts with a positive finite y.
+func positive(pts plotter.XYs) plotter.XYs {
+	var out plotter.XYs
+	for _, q := range pts {
+		if q.Y > 0 && !math.IsInf(q.Y, 0) {
+			out = append(out, q)
+		}
+	}
+	return out
 }

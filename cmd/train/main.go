@@ -10,7 +10,7 @@
 //	train eval [flags]        test loss and accuracy of a model saved by train run -save-model
 //	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
 //	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
-//	train plot [flags]        loss and accuracy plot of a run's metrics file
+//	train plot [flags]        loss, accuracy and epsilon plot of a run's metrics file
 //	train version             module version and commit of this binary (also train -version)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
@@ -79,7 +79,7 @@ const commandsUsage = `Usage of train:
   train audit [flags]     lower-bound the epsilon of a run empirically (the flags of train run, plus canaries)
   train eval [flags]      test loss and accuracy of a model saved by train run -save-model
   train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
-  train plot [flags]      loss and accuracy plot of a run's metrics file (PNG or SVG)
+  train plot [flags]      loss, accuracy and epsilon plot of a run's metrics file (PNG or SVG)
   train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.

@@ -24,15 +24,20 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// runCurves are the loss and accuracy of a run by step: the training loss
-// of every step and the loss and accuracy of every evaluation.
+// runCurves are the loss, accuracy and privacy spent of a run by step:
+// the training loss and the epsilon bound of every step (the bound where
+// the run records one) and the loss and accuracy of every evaluation.
 type runCurves struct {
 	stepLoss, evalLoss, evalAcc plotter.XYs
+	eps                         plotter.XYs
 	split                       string // "test" or "train" (the evaluations' split)
 }
 
 func (c *runCurves) addStep(sm train.StepMetrics) {
 	c.stepLoss = append(c.stepLoss, plotter.XY{X: float64(sm.Step), Y: finiteOr0(sm.Loss)})
+	if sm.Epsilon > 0 && !math.IsInf(sm.Epsilon, 0) {
+		c.eps = append(c.eps, plotter.XY{X: float64(sm.Step), Y: sm.Epsilon})
+	}
 }
 
 func (c *runCurves) addEval(em train.EvalMetrics) {
@@ -48,8 +53,8 @@ func finiteOr0(v float64) float64 {
 	return v
 }
 
-// runPlot is "train plot": the loss and accuracy of a run from its
-// metrics file.
+// runPlot is "train plot": the loss, accuracy and epsilon spent of a run
+// from its metrics file.
 func runPlot(args []string, stdout, stderr io.Writer) error {
 	fset := newFlags("plot", stderr)
 	metrics := fset.String("metrics", "", "metrics file written by train run -metrics (required)")
@@ -139,9 +144,43 @@ func readCurves(path string) (*runCurves, error) {
 	return c, nil
 }
 
-// writeRunPlot draws the loss (top) and the accuracy (bottom) against the
-// step and writes them, PNG or SVG by the extension, atomically.
+// writeRunPlot draws the loss (top), the accuracy and, where the run
+// records it, the epsilon spent (bottom) against the step and writes
+// them, PNG or SVG by the extension, atomically.
 func writeRunPlot(path, title string, c *runCurves) error {
+	plots, err := runPlots(title, c)
+	if err != nil {
+		return err
+	}
+	w, h := 8*vg.Inch, vg.Length(len(plots))*3.5*vg.Inch
+	var canvas vg.CanvasWriterTo
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		canvas = vgsvg.New(w, h)
+	} else {
+		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	}
+	rows := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 4 * vg.Millimeter, PadY: 2 * vg.Millimeter}
+	cs := plot.Align(rows, tiles, draw.New(canvas))
+	for i, p := range plots {
+		p.Draw(cs[i][0])
+	}
+	var buf bytes.Buffer
+	if _, err := canvas.WriteTo(&buf); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, buf.Bytes()); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+// runPlots are the panels of writeRunPlot, top to bottom, on one step
+// axis with nice ticks.
+func runPlots(title string, c *runCurves) ([]*plot.Plot, error) {
 	split := c.split
 	if split == "" {
 		split = train.SplitTest
@@ -158,7 +197,7 @@ func writeRunPlot(path, title string, c *runCurves) error {
 		lines = append(lines, split+" loss", c.evalLoss)
 	}
 	if err := plotutil.AddLines(loss, lines...); err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return nil, fmt.Errorf("plot: %w", err)
 	}
 	acc := plot.New()
 	acc.X.Label.Text = "step"
@@ -166,29 +205,26 @@ func writeRunPlot(path, title string, c *runCurves) error {
 	acc.Y.Min, acc.Y.Max = 0, 1
 	if len(c.evalAcc) > 0 {
 		if err := plotutil.AddLinePoints(acc, c.evalAcc); err != nil {
-			return fmt.Errorf("plot: %w", err)
+			return nil, fmt.Errorf("plot: %w", err)
 		}
 	}
 	acc.Y.Min, acc.Y.Max = 0, 1
-	acc.X.Min, acc.X.Max = loss.X.Min, loss.X.Max
-	const w, h = 8 * vg.Inch, 7 * vg.Inch
-	var canvas vg.CanvasWriterTo
-	if strings.EqualFold(filepath.Ext(path), ".svg") {
-		canvas = vgsvg.New(w, h)
-	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	plots := []*plot.Plot{loss, acc}
+	if len(c.eps) > 0 {
+		eps := plot.New()
+		eps.Y.Label.Text = "epsilon spent (bound)"
+		if err := plotutil.AddLines(eps, c.eps); err != nil {
+			return nil, fmt.Errorf("plot: %w", err)
+		}
+		eps.Y.Min = 0
+		acc.X.Label.Text = ""
+		eps.X.Label.Text = "step"
+		plots = append(plots, eps)
 	}
-	plots := [][]*plot.Plot{{loss}, {acc}}
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 4 * vg.Millimeter, PadY: 2 * vg.Millimeter}
-	cs := plot.Align(plots, tiles, draw.New(canvas))
-	loss.Draw(cs[0][0])
-	acc.Draw(cs[1][0])
-	var buf bytes.Buffer
-	if _, err := canvas.WriteTo(&buf); err != nil {
-		return fmt.Errorf("plot: %w", err)
+	for _, p := range plots {
+		p.X.Min, p.X.Max = loss.X.Min, loss.X.Max
+		p.X.Tick.Marker = niceTicks{}
+		p.Y.Tick.Marker = niceTicks{}
 	}
-	if err := atomicfile.WriteFile(path, buf.Bytes()); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	return nil
+	return plots, nil
 }

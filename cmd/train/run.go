@@ -180,7 +180,7 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	inv.r.register(fs)
 	fs.StringVar(&inv.clipPerLayer, "clip-per-layer", "", "comma-separated clip bounds, one per layer with parameters (replaces -clip; the sensitivity is their L2 norm)")
 	fs.StringVar(&inv.saveModel, "save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
-	fs.StringVar(&inv.plot, "plot", "", "draw the loss and accuracy of the run to this .png or .svg file at the end (see also train plot)")
+	fs.StringVar(&inv.plot, "plot", "", "draw the loss, accuracy and epsilon spent of the run to this .png or .svg file at the end (see also train plot)")
 	inv.csvf.register(fs)
 	inv.wf.register(fs)
 	if err := parseFlags(fs, args); err != nil {

@@ -1,8 +1,15 @@
 // Package loadgen drives a dpserve instance on a loopback address with
 // concurrent contributions (and optional periodic commits), bounded in
 // request count and time, and reports sustained throughput and latency.
-// A client whose request fails (no connection, a 5xx, a 429) backs off
-// exponentially before its next one, so a dead server is not hammered.
+//
+// A contribution whose request fails (no connection, no answer, a 5xx, a
+// 429) is sent again with the same Idempotency-Key to the next of the
+// configured URLs after a pause that doubles with each failure in a row,
+// so a dead server is not hammered and a replicated service (which
+// de-duplicates by the key) counts it once. When the time is up no new
+// contribution is started, and the ones in flight are waited for (and
+// retried) for at most Config.Drain, so that what the server stored and
+// what the run counted agree.
 package loadgen
 
 import (
@@ -26,32 +33,41 @@ import (
 
 // Config bounds and shapes a load run.
 type Config struct {
-	// BaseURL is the server, e.g. "http://127.0.0.1:8377"; only loopback
-	// hosts are accepted.
-	BaseURL string
+	// URLs are the server's base URLs, e.g. "http://127.0.0.1:8377": one
+	// for the single-node mode, the front-ends of the replicated mode
+	// (clients start spread over them and move to the next after a
+	// failure). Only loopback hosts are accepted.
+	URLs []string
 	// Dim is the vector dimension the server expects.
 	Dim int
 	// Workers is the number of concurrent clients (each one request at a
 	// time).
 	Workers int
-	// Requests bounds the contributions sent; Duration bounds the time.
-	// Both must be positive.
+	// Requests bounds the contributions sent; Duration bounds the time in
+	// which new ones are started. Both must be positive.
 	Requests int
 	Duration time.Duration
+	// Drain bounds the wait, after Duration, for the answers to the
+	// contributions in flight (retries included); 0 means 10 s. A
+	// contribution still unanswered then counts as failed.
+	Drain time.Duration
 	// CommitEvery commits a step at this interval; 0 never commits.
 	CommitEvery time.Duration
 	// IDPrefix makes contributor ids unique across runs on one store.
 	IDPrefix string
 	// Seed drives the vector values.
 	Seed uint64
-	// Acks, if set, receives one JSON line {"contributor": ID, "step": T}
-	// per acknowledged contribution, as acknowledgements arrive.
+	// Acks, if set, receives one JSON line per acknowledged contribution,
+	// as acknowledgements arrive: {"contributor": ID, "step": T} for an
+	// applied one (200), {"contributor": ID, "sequence": N} for one the
+	// replicated log holds at position N with its step not yet decided
+	// (202).
 	Acks io.Writer
 	// ContributorToken, if set, gives the bearer token of a contributor id
 	// (for a server with -auth-key); OperatorToken is sent with commits.
 	ContributorToken func(id string) string
 	OperatorToken    string
-	// TLS configures an https BaseURL (its RootCAs, for a self-signed
+	// TLS configures https URLs (their RootCAs, for a self-signed
 	// certificate); nil uses the system's roots.
 	TLS *tls.Config
 	// MinBackoff and MaxBackoff bound the pause of a client after a
@@ -61,14 +77,21 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
-// Result is what a run measured. Latencies are of accepted contributions,
-// from sending the request to reading the durable acknowledgement. Its
-// JSON has snake_case keys and durations in seconds, like the rest of the
-// project's JSON.
+// Result is what a run measured. Sent counts contributions (distinct
+// contributor ids), not requests: Sent = Accepted + Rejected + Failed.
+// Accepted counts the durable acknowledgements: 200 with a step, and 202
+// (replicated mode: in the log, step not yet decided), of which Logged
+// counts the 202s. Rejected counts final refusals (4xx other than 429);
+// Failed the contributions without a final answer at the end of the
+// drain, which the server may or may not hold; Retries the requests sent
+// again after a failure. Latencies are of accepted contributions, from
+// the first request to the acknowledgement. Its JSON has snake_case keys
+// and durations in seconds, like the rest of the project's JSON.
 type Result struct {
-	Sent, Accepted, Rejected, Failed int
-	Commits                          int
-	Elapsed                          time.Duration
+	Sent, Accepted, Logged, Rejected, Failed int
+	Retries                                  int
+	Commits                                  int
+	Elapsed                                  time.Duration
 	// PerSecond is Accepted / Elapsed.
 	PerSecond     float64
 	P50, P99, Max time.Duration
@@ -81,8 +104,10 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Sent           int     `json:"sent"`
 		Accepted       int     `json:"accepted"`
+		Logged         int     `json:"accepted_logged"`
 		Rejected       int     `json:"rejected"`
 		Failed         int     `json:"failed"`
+		Retries        int     `json:"retries"`
 		Commits        int     `json:"commits"`
 		ElapsedSeconds float64 `json:"elapsed_seconds"`
 		PerSecond      float64 `json:"contributions_per_second"`
@@ -90,13 +115,13 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		P99Seconds     float64 `json:"latency_p99_seconds"`
 		MaxSeconds     float64 `json:"latency_max_seconds"`
 		FirstError     string  `json:"first_error,omitempty"`
-	}{r.Sent, r.Accepted, r.Rejected, r.Failed, r.Commits, r.Elapsed.Seconds(), r.PerSecond,
+	}{r.Sent, r.Accepted, r.Logged, r.Rejected, r.Failed, r.Retries, r.Commits, r.Elapsed.Seconds(), r.PerSecond,
 		r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), r.FirstError})
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d accepted (%d rejected, %d failed) in %.2fs: %.0f contributions/s, latency p50 %.2fms p99 %.2fms max %.2fms, %d commits",
-		r.Accepted, r.Rejected, r.Failed, r.Elapsed.Seconds(), r.PerSecond,
+	return fmt.Sprintf("%d accepted (%d of them logged, step pending; %d rejected, %d failed, %d retries) in %.2fs: %.0f contributions/s, latency p50 %.2fms p99 %.2fms max %.2fms, %d commits",
+		r.Accepted, r.Logged, r.Rejected, r.Failed, r.Retries, r.Elapsed.Seconds(), r.PerSecond,
 		ms(r.P50), ms(r.P99), ms(r.Max), r.Commits)
 }
 
@@ -120,13 +145,22 @@ func checkLoopback(base string) error {
 }
 
 // Run sends contributions until cfg.Requests are sent, cfg.Duration has
-// passed or ctx ends.
+// passed or ctx ends, then waits (at most cfg.Drain) for the answers to
+// those in flight.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if err := checkLoopback(cfg.BaseURL); err != nil {
-		return Result{}, err
+	if len(cfg.URLs) == 0 {
+		return Result{}, errors.New("loadgen: no server URL")
 	}
-	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 {
-		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration)
+	for _, u := range cfg.URLs {
+		if err := checkLoopback(u); err != nil {
+			return Result{}, err
+		}
+	}
+	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 || cfg.Drain < 0 {
+		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive, drain %v not negative", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration, cfg.Drain)
+	}
+	if cfg.Drain == 0 {
+		cfg.Drain = 10 * time.Second
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 10 * time.Millisecond
@@ -134,32 +168,37 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
+	// send ends the starting of new contributions (and commits); req,
+	// Drain later, the requests themselves.
+	req, cancelReq := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
+	defer cancelReq()
+	send, cancelSend := context.WithTimeout(req, cfg.Duration)
+	defer cancelSend()
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers + 1, MaxConnsPerHost: cfg.Workers + 1, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
-	r := &run{cfg: cfg, ctx: ctx, client: &http.Client{Transport: tr}}
+	r := &run{cfg: cfg, send: send, req: req, client: &http.Client{Transport: tr}}
 	start := time.Now()
-	var wg sync.WaitGroup
+	var workers, committer sync.WaitGroup
 	for w := range cfg.Workers {
-		wg.Go(func() { r.worker(w) })
+		workers.Go(func() { r.worker(w) })
 	}
 	if cfg.CommitEvery > 0 {
-		wg.Go(r.committer)
+		committer.Go(r.committer)
 	}
 	// Commits stop with the contributions.
-	go r.stopWhenDone(cancel)
-	wg.Wait()
+	workers.Wait()
+	cancelSend()
+	committer.Wait()
 	return r.result(time.Since(start))
 }
 
 // run is the state one Run shares between its workers and its committer;
 // mu guards res, lat and firstErr.
 type run struct {
-	cfg    Config
-	ctx    context.Context
-	client *http.Client
-	sent   atomic.Int64
+	cfg       Config
+	send, req context.Context
+	client    *http.Client
+	sent      atomic.Int64
 
 	mu       sync.Mutex
 	res      Result
@@ -167,28 +206,32 @@ type run struct {
 	firstErr string
 }
 
-// note keeps the first error seen; the caller holds mu.
+// note keeps the first error seen.
 func (r *run) note(s string) {
+	r.mu.Lock()
 	if r.firstErr == "" {
 		r.firstErr = s
 	}
+	r.mu.Unlock()
 }
 
-// worker is a contributor's state: its buffers, counts and backoff.
+// worker is a contributor's state: its buffers, counts, backoff and the
+// URL it sends to.
 type worker struct {
 	vec, body, ack []byte
 	local          []time.Duration
-	acc, rej, fail int
+	res            Result
 	pause          time.Duration // the current backoff; 0 after a success
+	url            int           // index into cfg.URLs
 }
 
-// worker sends contributions until the requests are all sent or the run
-// ends, then adds its counts and latencies to the result.
+// worker sends contributions until the requests are all sent or the time
+// is up, then adds its counts and latencies to the result.
 func (r *run) worker(w int) {
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(w)))
 	// The vector part is encoded once per worker; ids vary.
-	wk := &worker{vec: vectorJSON(rng, r.cfg.Dim)}
-	for r.ctx.Err() == nil {
+	wk := &worker{vec: vectorJSON(rng, r.cfg.Dim), url: w % len(r.cfg.URLs)}
+	for r.send.Err() == nil {
 		i := r.sent.Add(1)
 		if i > int64(r.cfg.Requests) {
 			break
@@ -196,9 +239,11 @@ func (r *run) worker(w int) {
 		r.contribute(wk, r.cfg.IDPrefix+strconv.FormatInt(i, 10))
 	}
 	r.mu.Lock()
-	r.res.Accepted += wk.acc
-	r.res.Rejected += wk.rej
-	r.res.Failed += wk.fail
+	r.res.Accepted += wk.res.Accepted
+	r.res.Logged += wk.res.Logged
+	r.res.Rejected += wk.res.Rejected
+	r.res.Failed += wk.res.Failed
+	r.res.Retries += wk.res.Retries
 	r.lat = append(r.lat, wk.local...)
 	r.mu.Unlock()
 }
@@ -216,9 +261,11 @@ func vectorJSON(rng *rand.Rand, dim int) []byte {
 	return append(vec, "]}"...)
 }
 
-// contribute posts one contribution of contributor id and counts the
-// outcome: an accepted one is timed (and acknowledged to cfg.Acks), a
-// failure or an overloaded server backs off.
+// contribute posts one contribution of contributor id until it has a
+// final answer or the drain ends, and counts the outcome: an accepted
+// one is timed (and acknowledged to cfg.Acks); after a failure or an
+// overloaded server the client backs off, moves to the next URL and
+// sends it again with the same Idempotency-Key (the id: unique per run).
 func (r *run) contribute(wk *worker, id string) {
 	wk.body = append(wk.body[:0], `{"contributor":"`...)
 	wk.body = append(wk.body, id...)
@@ -229,98 +276,102 @@ func (r *run) contribute(wk *worker, id string) {
 		tok = r.cfg.ContributorToken(id)
 	}
 	t0 := time.Now()
-	code, msg, err := post(r.ctx, r.client, r.cfg.BaseURL+"/v1/contributions", tok, wk.body)
-	d := time.Since(t0)
-	switch {
-	case err != nil:
-		if r.ctx.Err() != nil {
-			break
+	for try := 0; ; try++ {
+		if try > 0 {
+			wk.res.Retries++
 		}
-		wk.fail++
-		r.mu.Lock()
-		r.note(err.Error())
-		r.mu.Unlock()
-		r.backoff(wk)
-	case code == http.StatusOK:
-		wk.acc++
-		wk.local = append(wk.local, d)
-		wk.pause = 0
-		if r.cfg.Acks != nil {
-			r.acknowledge(wk, id, msg)
+		code, msg, err := post(r.req, r.client, r.cfg.URLs[wk.url]+"/v1/contributions", tok, id, wk.body)
+		switch {
+		case code == http.StatusOK || code == http.StatusAccepted:
+			wk.res.Accepted++
+			if code == http.StatusAccepted {
+				wk.res.Logged++
+			}
+			wk.local = append(wk.local, time.Since(t0))
+			wk.pause = 0
+			if r.cfg.Acks != nil {
+				r.acknowledge(wk, id, msg)
+			}
+			return
+		case err == nil && code < 500 && code != http.StatusTooManyRequests:
+			wk.res.Rejected++
+			r.note(fmt.Sprintf("status %d: %s", code, msg))
+			return
+		case err != nil:
+			if r.req.Err() == nil {
+				r.note(err.Error())
+			}
+		default:
+			r.note(fmt.Sprintf("status %d: %s", code, msg))
 		}
-	default:
-		wk.rej++
-		r.mu.Lock()
-		r.note(fmt.Sprintf("status %d: %s", code, msg))
-		r.mu.Unlock()
-		if code >= 500 || code == http.StatusTooManyRequests {
-			r.backoff(wk)
+		if r.req.Err() != nil || !r.backoff(wk) {
+			wk.res.Failed++
+			return
 		}
+		wk.url = (wk.url + 1) % len(r.cfg.URLs)
 	}
 }
 
-// acknowledge writes the step the server acknowledged for contributor id
-// to cfg.Acks.
+// acknowledge writes the step (or the log position) the server
+// acknowledged for contributor id to cfg.Acks.
 func (r *run) acknowledge(wk *worker, id, msg string) {
 	var a struct {
-		Step int `json:"step"`
+		Step     int    `json:"step"`
+		Sequence uint64 `json:"sequence"`
 	}
 	json.Unmarshal([]byte(msg), &a)
-	wk.ack = fmt.Appendf(wk.ack[:0], "{\"contributor\":%q,\"step\":%d}\n", id, a.Step)
+	if a.Step == 0 && a.Sequence > 0 {
+		wk.ack = fmt.Appendf(wk.ack[:0], "{\"contributor\":%q,\"sequence\":%d}\n", id, a.Sequence)
+	} else {
+		wk.ack = fmt.Appendf(wk.ack[:0], "{\"contributor\":%q,\"step\":%d}\n", id, a.Step)
+	}
 	r.mu.Lock()
 	r.cfg.Acks.Write(wk.ack)
 	r.mu.Unlock()
 }
 
 // backoff doubles the worker's pause within [MinBackoff, MaxBackoff] and
-// waits it out (or the end of the run).
-func (r *run) backoff(wk *worker) {
+// waits it out; false if the drain ended first.
+func (r *run) backoff(wk *worker) bool {
 	wk.pause = min(r.cfg.MaxBackoff, max(r.cfg.MinBackoff, 2*wk.pause))
 	select {
-	case <-r.ctx.Done():
+	case <-r.req.Done():
+		return false
 	case <-time.After(wk.pause):
+		return true
 	}
 }
 
-// committer asks the server to commit every cfg.CommitEvery until the run
-// ends.
+// committer asks the server to commit every cfg.CommitEvery until the
+// contributions end, moving to the next URL after a failed commit. A
+// commit is not retried (a retry of a commit whose answer was lost is a
+// second commit, unless the server de-duplicates it): the next tick
+// commits again.
 func (r *run) committer() {
 	tick := time.NewTicker(r.cfg.CommitEvery)
 	defer tick.Stop()
+	u := 0
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-r.send.Done():
 			return
 		case <-tick.C:
 		}
-		code, msg, err := post(r.ctx, r.client, r.cfg.BaseURL+"/v1/commit", r.cfg.OperatorToken, nil)
-		r.mu.Lock()
+		if r.send.Err() != nil {
+			return
+		}
+		code, msg, err := post(r.req, r.client, r.cfg.URLs[u]+"/v1/commit", r.cfg.OperatorToken, "", nil)
 		if err == nil && code == http.StatusOK {
+			r.mu.Lock()
 			r.res.Commits++
-		} else if err == nil {
+			r.mu.Unlock()
+			continue
+		}
+		if err == nil {
 			r.note(fmt.Sprintf("commit: status %d: %s", code, msg))
 		}
-		r.mu.Unlock()
+		u = (u + 1) % len(r.cfg.URLs)
 	}
-}
-
-// stopWhenDone ends the run (cancel) once every request is sent and
-// answered, which stops the committer.
-func (r *run) stopWhenDone(cancel context.CancelFunc) {
-	for r.ctx.Err() == nil && r.sent.Load() < int64(r.cfg.Requests) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	// Let the last contributions finish, then stop the committer.
-	for r.ctx.Err() == nil {
-		r.mu.Lock()
-		done := r.res.Accepted+r.res.Rejected+r.res.Failed >= r.cfg.Requests
-		r.mu.Unlock()
-		if done {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
 }
 
 // result completes the counts with the elapsed time, the rate and the
@@ -345,9 +396,9 @@ func (r *run) result(elapsed time.Duration) (Result, error) {
 	return res, nil
 }
 
-// post sends a request and returns the status and the answer (the body of
-// a 200, trimmed).
-func post(ctx context.Context, c *http.Client, url, token string, body []byte) (int, string, error) {
+// post sends a request (with the Idempotency-Key key, if not empty) and
+// returns the status and the answer, trimmed.
+func post(ctx context.Context, c *http.Client, url, token, key string, body []byte) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
@@ -355,6 +406,9 @@ func post(ctx context.Context, c *http.Client, url, token string, body []byte) (
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 func TestRefusesNonLoopback(t *testing.T) {
 	for _, u := range []string{"http://10.0.0.1:80", "http://example.com", "http://0.0.0.0:1", "::"} {
-		_, err := Run(context.Background(), Config{BaseURL: u, Dim: 1, Workers: 1, Requests: 1, Duration: time.Second})
+		_, err := Run(context.Background(), Config{URLs: []string{u}, Dim: 1, Workers: 1, Requests: 1, Duration: time.Second})
 		if err == nil || !strings.Contains(err.Error(), "loopback") && !strings.Contains(err.Error(), "URL") {
 			t.Errorf("%s: %v, want a refusal", u, err)
 		}
@@ -42,11 +42,11 @@ func TestBackoff(t *testing.T) {
 	}))
 	defer unavailable.Close()
 	for _, u := range []string{dead, unavailable.URL} {
-		res, err := Run(context.Background(), Config{BaseURL: u, Dim: 2, Workers: 4, Requests: 1 << 30, Duration: time.Second})
+		res, err := Run(context.Background(), Config{URLs: []string{u}, Dim: 2, Workers: 4, Requests: 1 << 30, Duration: 900 * time.Millisecond, Drain: 100 * time.Millisecond})
 		if err == nil {
 			t.Errorf("%s: no error", u)
 		}
-		if n := res.Failed + res.Rejected; n < 4 || n > 60 {
+		if n := res.Failed + res.Retries; n < 4 || n > 60 {
 			t.Errorf("%s: %d failed requests in 1 s from 4 clients, want 4..60 (backoff)", u, n)
 		}
 	}

@@ -4,11 +4,21 @@
 //
 //	go run ./cmd/dpserve/loadgen -url http://127.0.0.1:8377 -dim 100 -workers 64 -n 20000 -duration 20s
 //
+// -url takes several front-ends of a replicated service, separated by
+// commas: clients start spread over them and move to the next after a
+// failure. A contribution whose request fails (no connection or answer,
+// 5xx, 429) is sent again with the same Idempotency-Key, which the
+// replicated mode counts once. At the end of -duration no new one is
+// started and those in flight are waited for (and retried) for at most
+// -drain. A 202 answer (replicated mode: logged, step not yet decided)
+// is accepted, and reported as "logged".
+//
 // Against a server with -tls-cert and -auth-key, give -url https://...,
 // -ca CERT.pem (the certificate to trust) and -auth-key KEY (loadgen mints
 // a contributor token for each id it sends and an operator token for its
 // commits). -acks FILE writes one JSON line {"contributor": ID, "step": T}
-// per acknowledged contribution; -json prints the result with snake_case
+// per acknowledged contribution ({"contributor": ID, "sequence": N} for
+// a 202, the log position); -json prints the result with snake_case
 // keys and durations in seconds. A client backs off (10 ms doubling to
 // 1 s) after a failed request.
 package main
@@ -23,6 +33,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/internal/authtoken"
@@ -31,11 +42,12 @@ import (
 
 func main() {
 	var cfg loadgen.Config
-	flag.StringVar(&cfg.BaseURL, "url", "http://127.0.0.1:8377", "dpserve base URL (loopback only)")
+	urls := flag.String("url", "http://127.0.0.1:8377", "dpserve base `URL,...` (loopback only; several front-ends of a replicated service: failover)")
 	flag.IntVar(&cfg.Dim, "dim", 100, "vector dimension (the server's -dim)")
 	flag.IntVar(&cfg.Workers, "workers", 64, "concurrent clients")
 	flag.IntVar(&cfg.Requests, "n", 20000, "most contributions to send")
-	flag.DurationVar(&cfg.Duration, "duration", 20*time.Second, "most time to run")
+	flag.DurationVar(&cfg.Duration, "duration", 20*time.Second, "most time to start contributions in")
+	flag.DurationVar(&cfg.Drain, "drain", 10*time.Second, "most time to wait after -duration for the answers to those in flight")
 	flag.DurationVar(&cfg.CommitEvery, "commit-every", 0, "commit a step at this interval (0: never)")
 	flag.StringVar(&cfg.IDPrefix, "id-prefix", fmt.Sprintf("load-%d-", time.Now().UnixNano()), "contributor id prefix")
 	asJSON := flag.Bool("json", false, "print the result as JSON")
@@ -49,6 +61,17 @@ func main() {
 	}
 	if flag.NArg() > 0 {
 		fail(2, "unexpected argument %q", flag.Arg(0))
+	}
+	for _, u := range strings.Split(*urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			cfg.URLs = append(cfg.URLs, strings.TrimRight(u, "/"))
+		}
+	}
+	if len(cfg.URLs) == 0 {
+		fail(2, "-url: no URL")
+	}
+	if cfg.Drain <= 0 {
+		fail(2, "-drain %v: want a positive duration", cfg.Drain)
 	}
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
