@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // captureBytes bounds the per-example gradients UserClippedSum holds at
@@ -29,12 +30,17 @@ type UserOptions struct {
 //
 // The per-example gradients come from the same single forward and backward
 // pass as ClippedSum (nn.Plan.Gradients, in chunks of whole users that hold
-// at least 64 MiB of gradients, more when one user needs it); each
-// coordinate of a user's gradient is added in float64 and rounded once to
-// float32, its norm is taken in float64 from exactly those float32 values,
-// and the clip factor carries ClippedSum's margin, so each user's
-// contribution has norm at most Norm in the float arithmetic done. The
-// combination runs on GOMAXPROCS goroutines over coordinate ranges. A
+// at least 64 MiB of gradients, more when one user needs it). A user's
+// gradient is combined and clipped in float64 before anything is rounded:
+// each coordinate is added (and averaged) in float64, the norm is taken in
+// float64 from exactly those float64 values, and the clipped coordinates
+// Factor(Norm, norm) * g_k are rounded toward zero to float32 (the sum is
+// formed twice, once for the norm and once for the contribution, the same
+// additions in the same order), so each user's contribution has norm at
+// most Norm in the float arithmetic done, however large its examples'
+// gradients: rows near the float32 maximum (a CSV missing-value sentinel)
+// cannot overflow a user's sum to Inf, and no user can make the sum NaN.
+// The combination runs on GOMAXPROCS goroutines over coordinate ranges. A
 // non-finite example contributes nothing (its user's other examples still
 // do) and is counted in Stats.NonFinite. Stats count users: Clipped is the
 // fraction of users clipped and NormQuantiles are over users' unclipped
@@ -63,9 +69,9 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 		}
 		ok := e.finiteExamples(losses, &st, &tl)
 		users := groups[g0:g1]
-		sq := e.combineUsers(out, ok, users, workers, opt.Mean)
+		sq := e.userNorms(out, ok, users, workers, opt.Mean)
 		factors := e.userFactors(users, sq, workers, &st, &tl)
-		addClippedUsers(dst, out, users, factors, workers)
+		e.addClippedUsers(dst, out, ok, users, factors, workers, opt.Mean)
 		lo, g0 = hi, g1
 	}
 	st.Clipped = float64(tl.clipped) / float64(len(groups))
@@ -158,10 +164,31 @@ func (e *Engine) finiteExamples(losses []float64, st *Stats, tl *userTally) []bo
 	return ok
 }
 
-// combineUsers is pass 1: each user's gradient, coordinate by coordinate,
-// into its first example's slot of out; it returns the partial squared
-// norms, sq[u*workers+w] for user u on worker w's coordinates.
-func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
+// userSum writes into sum the coordinates [a, b) of the user whose g
+// examples start at out[first]: the float64 sum of its finite examples'
+// gradients, times 1/g when mean.
+func userSum(sum []float64, out [][]float32, ok []bool, first, g, a, b int, mean bool) {
+	clear(sum)
+	for j := first; j < first+g; j++ {
+		if !ok[j] {
+			continue
+		}
+		for i, v := range out[j][a:b] {
+			sum[i] += float64(v)
+		}
+	}
+	if mean {
+		scale := 1 / float64(g)
+		for i := range sum {
+			sum[i] *= scale
+		}
+	}
+}
+
+// userNorms is pass 1: each user's gradient, coordinate by coordinate in
+// float64; it returns the partial squared norms, sq[u*workers+w] for user
+// u on worker w's coordinates.
+func (e *Engine) userNorms(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
 	if cap(e.userSq) < len(users)*workers {
 		e.userSq = make([]float64, len(users)*workers)
 	}
@@ -172,25 +199,10 @@ func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers i
 		first := 0
 		sum := acc[a:b]
 		for u, g := range users {
-			clear(sum)
-			for j := first; j < first+g; j++ {
-				if !ok[j] {
-					continue
-				}
-				for i, v := range out[j][a:b] {
-					sum[i] += float64(v)
-				}
-			}
-			scale := 1.0
-			if mean {
-				scale = 1 / float64(g)
-			}
-			dstv := out[first][a:b]
+			userSum(sum, out, ok, first, g, a, b, mean)
 			s := 0.0
-			for i, a := range sum {
-				v := float32(a * scale)
-				dstv[i] = v
-				s += float64(v) * float64(v)
+			for _, v := range sum {
+				s += v * v
 			}
 			sq[u*workers+w] = s
 			first += g
@@ -200,8 +212,10 @@ func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers i
 }
 
 // userFactors turns the partial squared norms into each user's clip
-// factor, recording the norms and the clipped and within-norm counts.
-func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float32 {
+// factor, recording the norms and the clipped and within-norm counts. A
+// user whose norm is not finite (which float64 sums of finite float32
+// gradients cannot produce) gets factor 0 and is counted non-finite.
+func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float64 {
 	factors := e.userF[:0]
 	for u := range users {
 		s := 0.0
@@ -209,31 +223,38 @@ func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, 
 			s += sq[u*workers+w]
 		}
 		nrm := math.Sqrt(s)
-		f := float32(1)
-		if nrm > e.opt.Norm {
-			f = float32(e.opt.Norm / nrm * shrink)
+		f := Factor(e.opt.Norm, nrm)
+		switch {
+		case f == 0:
+			st.NonFinite++
+		case nrm > e.opt.Norm:
 			tl.clipped++
-		} else if !math.IsNaN(nrm) {
+			e.sorted = append(e.sorted, nrm)
+		default:
 			st.WithinNorm++
+			e.sorted = append(e.sorted, nrm)
 		}
-		e.sorted = append(e.sorted, nrm)
 		factors = append(factors, f)
 	}
 	e.userF = factors
 	return factors
 }
 
-// addClippedUsers is pass 2: add the clipped users' gradients (each in its
-// first example's slot of out) to dst.
-func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float32, workers int) {
+// addClippedUsers is pass 2: each user's float64 gradient again (the same
+// additions as pass 1), scaled by its factor and rounded toward zero to
+// float32, added to dst.
+func (e *Engine) addClippedUsers(dst []float32, out [][]float32, ok []bool, users []int, factors []float64, workers int, mean bool) {
+	acc := e.userAcc
 	parallelRanges(len(dst), workers, func(_, a, b int) {
 		first := 0
+		sum := acc[a:b]
+		d := dst[a:b]
 		for u, g := range users {
-			f := factors[u]
-			v := out[first][a:b]
-			acc := dst[a:b]
-			for i, x := range v {
-				acc[i] += f * x
+			if f := factors[u]; f != 0 {
+				userSum(sum, out, ok, first, g, a, b, mean)
+				for i, v := range sum {
+					d[i] += nn.TowardZero32(f * v)
+				}
 			}
 			first += g
 		}

@@ -12,12 +12,6 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// shrink scales clip factors down by 2^-20 relative: an example's clipped
-// contribution is fl(fl(c) * g) per entry, two float32 roundings (2^-23
-// relative together) plus the float64 norm's own error, so with this
-// margin it cannot exceed the clip norm (as in package clip).
-const shrink = 1 - 1.0/(1<<20)
-
 // Engine computes clipped per-example gradient sums of a Model. It
 // implements train.Engine and is not safe for concurrent use.
 type Engine struct {
@@ -145,9 +139,12 @@ func (e *Engine) checkParams() error {
 
 // ClippedSum computes the clipped sum of a batch: each example runs alone through the
 // graph, its gradient's L2 norm over all parameters is taken in float64,
-// and the gradient scaled by min(1, Norm/norm) (shrunk by 2^-20) is added
-// to dst, which is overwritten. Examples whose loss or gradient is not
-// finite, or whose L-inf norm exceeds LInfZero, contribute nothing.
+// and the gradient scaled by clip.Factor(Norm, norm) is added to dst
+// (clip.AddScaled: each entry rounded toward zero, so the contribution's
+// norm is at most Norm exactly), which is overwritten. Examples whose
+// loss or gradient is not finite contribute nothing and are counted in
+// Stats.NonFinite; examples whose L-inf norm exceeds LInfZero contribute
+// nothing. Nothing about one example's data stops the call.
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error) {
 	return e.ClippedSumContext(context.Background(), x, y, dst)
 }
@@ -244,17 +241,8 @@ func (e *Engine) add(g []float32, nrm, linf float64, dst []float32, st *clip.Sta
 		st.Zeroed++
 		return false
 	}
-	if nrm > e.opt.Norm {
-		c := float32(e.opt.Norm / nrm * shrink)
-		for j, v := range g {
-			dst[j] += c * v
-		}
-		return true
-	}
-	for j, v := range g {
-		dst[j] += v
-	}
-	return false
+	clip.AddScaled(dst, g, clip.Factor(e.opt.Norm, nrm))
+	return nrm > e.opt.Norm
 }
 
 // normQuantiles sorts norms and returns their 0.5, 0.9 and 0.99 quantiles

@@ -9,9 +9,12 @@
 // and backward through the user's graph alone (gorgonia's own reverse-mode
 // differentiation on a graph of batch one), so no op can mix examples. Its
 // gradient's L2 norm over all parameters is accumulated in float64 from
-// the float32 values, and the gradient scaled by min(1, zeta/norm) (shrunk
-// by 2^-20 relative so that float32 rounding cannot lift a clipped
-// contribution above zeta) is added to the sum. Only ops whose per-example
+// the float32 values, and the gradient scaled by clip.Factor(zeta, norm)
+// (package clip's margin, each entry rounded toward zero, so that no float32
+// rounding can lift a clipped contribution above zeta) is added to the sum;
+// an example whose loss or gradient is not finite adds exactly zero and is
+// counted in Stats.NonFinite, and nothing about one example's data stops
+// the sum (docs/math.md, no data-dependent control flow). Only ops whose per-example
 // gradients are tested against an independent reference are accepted (see
 // Supported); New refuses any other op, and ops that mix the examples of a
 // batch (gorgonia.BatchNorm) or draw random numbers (gorgonia.Dropout),

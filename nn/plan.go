@@ -22,7 +22,14 @@ type Clipper interface {
 	// the example's input, loss or gradient is not finite; linf is the
 	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
 	// one factor per affine layer into c: 0 drops the layer's gradient,
-	// 1 keeps it. Factors must be finite and non-negative.
+	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f
+	// strictly between 0 and 1 scales the layer's gradient entry by entry
+	// in float64 with each product rounded toward zero to float32
+	// (TowardZero32), so the scaled gradient that enters the sum (the
+	// dense layers' scaled output-gradient rows, whose outer products with
+	// the layer's inputs the accumulating GEMM forms) has norm at most f
+	// times the exact norm whose square sq holds, however small the
+	// products (subnormal ones included).
 	Scale(i int, sq []float64, linf float64, c []float64)
 }
 
@@ -1099,10 +1106,19 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				clear(U)
 				clear(G)
 			default:
-				f32 := float32(f)
-				for k := range G {
-					G[k] *= f32
-				}
+				scaleDown(f, G)
+			}
+		}
+		// Per-example gradients (convolutions, norms) are scaled in
+		// place here, so that accumulate adds exactly the vector whose
+		// norm bound holds.
+		for i := range p.stages {
+			s := &p.stages[i]
+			if s.kind != kConv && s.kind != kNorm {
+				continue
+			}
+			if f := c[s.aff]; f != 1 && f != 0 && !w.bad[j] {
+				scaleDown(f, p.exGrad(w, s, j))
 			}
 		}
 	}
@@ -1116,12 +1132,12 @@ func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
 
 // factor is example j's clipping factor for affine layer aff (1 on the
 // non-private path) and whether its gradient enters the sum at all.
-func (p *Plan) factor(w *worker, j, aff int) (float32, bool) {
+func (p *Plan) factor(w *worker, j, aff int) (float64, bool) {
 	f := 1.0
 	if p.private {
 		f = w.c[j*p.naff+aff]
 	}
-	return float32(f), f != 0 && !w.bad[j]
+	return f, f != 0 && !w.bad[j]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1178,7 +1194,10 @@ func (p *Plan) accumulate(w *worker, m int) {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					axpy(f, vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+					if f != 1 {
+						scaleDown(f, vec)
+					}
+					add(w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 				})
 			}
 			continue
@@ -1193,13 +1212,13 @@ func (p *Plan) accumulate(w *worker, m int) {
 			// small, 2 per channel or feature) or by perExample
 			// (convolutions on the private path).
 			for j := range m {
-				f, ok := p.factor(w, j, s.aff)
-				if !ok {
+				if _, ok := p.factor(w, j, s.aff); !ok {
 					continue
 				}
+				// perExample has scaled M by its factor.
 				M := p.exGrad(w, s, j)
-				axpy(f, M[:s.w.Len], accW)
-				axpy(f, M[s.w.Len:], accB)
+				add(accW, M[:s.w.Len])
+				add(accB, M[s.w.Len:])
 			}
 			continue
 		}
