@@ -83,4 +83,3 @@ func TestSentinelUserDoesNotStopTheRun(t *testing.T) {
 		}
 	}
 }
-
