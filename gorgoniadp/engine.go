@@ -69,8 +69,23 @@ func (m *Model) checkExample(x []float32, y int) error {
 }
 
 // gradient runs example x with label y forward and backward and leaves
-// its gradient in m.gbuf; it returns the loss.
+// its gradient in m.gbuf; it returns the loss. An example with a
+// non-finite input, or whose max-pooling windows overflow (poolsOK), is
+// never run through the training graph (gorgonia's max pooling indexes
+// out of range, and kills the process, on a window of NaNs): its loss is
+// NaN and its gradient zero.
 func (m *Model) gradient(x []float32, y int) (float64, error) {
+	ok := allFinite(x)
+	if ok {
+		var err error
+		if ok, err = m.poolsOK(x); err != nil {
+			return 0, err
+		}
+	}
+	if !ok {
+		clear(m.gbuf)
+		return math.NaN(), nil
+	}
 	copy(m.x, x)
 	clear(m.y)
 	m.y[y] = 1
@@ -112,7 +127,8 @@ func run(vm gorgonia.VM) (err error) {
 
 // Gradient writes into dst (len NumParams) the unclipped gradient of the
 // loss of one example x with label y, in the order of Params, and returns
-// the loss.
+// the loss (NaN, with a zero gradient, for an example whose input is not
+// finite or whose max pooling overflows).
 func (e *Engine) Gradient(x []float32, y int, dst []float32) (float64, error) {
 	if len(dst) != len(e.m.flat) {
 		return 0, dpcore.Invalid("gorgoniadp", "gradient: len(dst) = %d, want %d", len(dst), len(e.m.flat))
@@ -214,6 +230,16 @@ func (e *Engine) checkBatch(x []float32, y []int, dst []float32) error {
 	return nil
 }
 
+// finite reports whether every value of v is finite.
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if x-x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // norms is the L2 and L-inf norms of g, taken in float64.
 func norms(g []float32) (l2, linf float64) {
 	sq := 0.0
@@ -302,10 +328,8 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 			return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
 		}
 		xi := x[i*chw : (i+1)*chw]
-		for _, v := range xi {
-			if v-v != 0 {
-				return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: example %d has a non-finite input", i)
-			}
+		if !allFinite(xi) {
+			return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: example %d has a non-finite input", i)
 		}
 		lg, err := m.logits(xi)
 		if err != nil {
