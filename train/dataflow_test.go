@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -81,5 +82,63 @@ func TestSentinelUserDoesNotStopTheRun(t *testing.T) {
 		if v-v != 0 {
 			t.Fatalf("non-finite parameter %v after the run", v)
 		}
+	}
+}
+
+// TestAugmentMultiplicityExtremeExample is the rule of docs/math.md (no
+// data-dependent control flow) for augmentation multiplicity, whose
+// engine call clips the mean of each example's K augmented copies: an
+// example with one pixel of magnitude 10^30 to 3.4e38, or with every
+// pixel at +-3.4e38, never stops a step, and contributes at most the clip
+// norm exactly. Whole steps over such data complete. (Failed before the
+// fix: the logistic model's contributions reached 1.0024 clip norms.)
+func TestAugmentMultiplicityExtremeExample(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(36, 3))
+	worst := 0.0
+	for trial := range 6 {
+		ds := images(t, 32, 1, uint64(trial))
+		for i := range 16 {
+			x := ds.X[i*64 : (i+1)*64]
+			if i%2 == 0 {
+				x[rng.IntN(64)] = float32(math.Min(math.Pow(10, 30+8.6*rng.Float64()), math.MaxFloat32))
+				continue
+			}
+			for j := range x {
+				x[j] = float32(math.MaxFloat32 * float64(1-2*rng.IntN(2)))
+			}
+		}
+		model, hidden := "logistic", []int(nil)
+		if trial%3 == 2 {
+			model, hidden = "mlp", []int{8}
+		}
+		cfg := Config{
+			Train: ds, ModelName: model, Hidden: hidden, Steps: 4, Batch: 8, NoiseMultiplier: 1,
+			ClipNorm: math.Pow(10, -float64(trial%6)), LearningRate: 0.1, Augment: true, AugmentMultiplicity: 4,
+			Seed: []byte(fmt.Sprint("augment multiplicity extreme ", trial)), InsecureSeed: true,
+		}
+		tr, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 16 {
+			st, err := tr.clipChunk(ctx, []int{i}, 1)
+			if err != nil {
+				t.Fatalf("trial %d, example %d: %v", trial, i, err)
+			}
+			n := math.Sqrt(sqNorm(tr.chunk))
+			if n-n != 0 || n > cfg.ClipNorm {
+				t.Errorf("trial %d (%s), example %d: contribution norm %.12g > clip norm %g (%.10g clip norms; non-finite %d)", trial, model, i, n, cfg.ClipNorm, n/cfg.ClipNorm, st.NonFinite)
+			}
+			worst = max(worst, n/cfg.ClipNorm)
+		}
+		for range 3 {
+			if _, err := tr.TrainStep(ctx); err != nil {
+				t.Fatalf("trial %d: extreme examples stopped a step: %v", trial, err)
+			}
+		}
+	}
+	if worst < 0.99 {
+		t.Errorf("largest contribution %g clip norms: no extreme example was clipped", worst)
 	}
 }
