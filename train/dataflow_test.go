@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 )
@@ -140,5 +142,20 @@ func TestAugmentMultiplicityExtremeExample(t *testing.T) {
 	}
 	if worst < 0.99 {
 		t.Errorf("largest contribution %g clip norms: no extreme example was clipped", worst)
+	}
+}
+
+// A clip norm so large that a step's clipped sum could overflow float32
+// (and stop the step for some data but not other) is refused at start
+// with one line. (Failed before: clip norm 1e36 over 300 examples was
+// accepted.)
+func TestClipNormThatCouldOverflowTheSumRefused(t *testing.T) {
+	ds := images(t, 300, 1, 1)
+	_, err := New(context.Background(), Config{
+		Train: ds, ModelName: "logistic", Steps: 2, Batch: 10, NoiseMultiplier: 1, ClipNorm: 1e36,
+		LearningRate: 0.1, Seed: []byte("huge clip norm"), InsecureSeed: true,
+	})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "overflow float32") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v, want a one-line refusal of the clip norm", err)
 	}
 }

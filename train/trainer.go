@@ -478,10 +478,7 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		if err := t.clipUsers(ctx, step, &sm); err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
-		if i := nonFinite(t.sum); i >= 0 {
-			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
-		}
-		return sm, nil
+		return sm, checkClippedSum(step, t.sum)
 	}
 	if ie, ok := t.engine.(IndexEngine); ok {
 		return t.clipByIndex(ctx, ie, step, sm)
@@ -519,10 +516,20 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		sm.ClippedFrac /= float64(sm.BatchSize)
 	}
 	sm.Loss = lossSum
-	if i := nonFinite(t.sum); i >= 0 {
-		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+	return sm, checkClippedSum(step, t.sum)
+}
+
+// checkClippedSum refuses a clipped sum that is not finite. No data can
+// make one: every engine scales each unit into the clip norm and drops a
+// non-finite unit (docs/math.md, no data-dependent control flow), and the
+// clip norm times the examples stays far inside the float32 range
+// (maxClippedSum). An error here is an engine's defect; the step is not
+// applied.
+func checkClippedSum(step int, sum []float32) error {
+	if i := nonFinite(sum); i >= 0 {
+		return fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d: the engine let a unit's data through unclipped (a defect; the step was not applied)", step, i)
 	}
-	return sm, nil
+	return nil
 }
 
 // applyUpdate adds the drawn noise to the clipped sum, divides by the batch
