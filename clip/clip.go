@@ -18,11 +18,12 @@
 //     ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||).
 //
 // Each factor is Factor(zeta, ||g_i||): the threshold carries a 2^-20
-// relative margin for the float64 norm's own rounding, and every scaled
-// entry is formed in float64 and rounded toward zero to float32
-// (nn.TowardZero32), so that no rounding, not even one to a subnormal
-// float32, can lift a contribution above zeta: the bound holds exactly,
-// not up to a tolerance.
+// relative margin for the float64 norm's and the scaling's rounding, and
+// every scaled entry is formed by nn.MulDown (the factor rounded toward
+// zero, products that would be subnormal flushed to zero), so that no
+// rounding, not even one into the subnormal range, can lift a
+// contribution above zeta: the bound holds exactly, not up to a
+// tolerance.
 //
 // No data-dependent control flow (docs/math.md): nothing about one
 // example's (or user's) data stops, retries or slows a call. An example
@@ -188,14 +189,17 @@ const margin = 1.0 / (1 << 20)
 // Bound. Let g have n <= 2^32 entries, exact norm ||g||. The float64 sum
 // of squares is within n*2^-53 relative of ||g||^2, so ||g|| <= nrm(1 +
 // (n+2)2^-53). Unscaled (f = 1), ||g|| <= c(1-2^-20)(1 + (n+3)2^-53) <= c.
-// Scaled, each entry f*g_k is formed in float64 (within 2^-53) and rounded
-// toward zero to float32 (nn.TowardZero32, which never increases a
-// magnitude, subnormal results included), so the contribution v has
-// ||v|| <= f||g||(1+2^-53) <= c(1-2^-20)(1+(n+6)2^-53) <= c. A dense
-// layer's contribution is the outer product of its input u and its
-// scaled output gradient v (and v for the bias), whose norm is
-// sqrt(||u||^2+1)||v||: the same bound, with nrm^2 computed as
-// (||u||^2+1)||g||^2.
+// Scaled with nn.MulDown (AddScaled; the executor of package nn does the
+// same), each entry is the float32 factor TowardZero32(f) <= f times g_k,
+// rounded to nearest (within 2^-24 relative) or flushed to zero when the
+// product is subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)
+// <= c(1-2^-20)(1+2^-24)(1+(n+4)2^-53) <= c. A float64 gradient (a user's
+// sum) is scaled in float64 and rounded toward zero (nn.TowardZero32):
+// ||v|| <= f||g||(1+2^-53), the same bound. A dense layer's contribution
+// is the outer product of its input u and its scaled output gradient v
+// (and v for the bias), whose norm is sqrt(||u||^2+1)||v||: the same
+// bound, with nrm^2 computed as (||u||^2+1)||g||^2. No rounding, not even
+// one into the subnormal range, can lift a contribution above c.
 func Factor(c, nrm float64) float64 {
 	if math.IsNaN(nrm) || math.IsInf(nrm, 0) {
 		return 0
@@ -207,21 +211,20 @@ func Factor(c, nrm float64) float64 {
 	return t / nrm
 }
 
-// AddScaled adds f*g to dst entry by entry (len(dst) = len(g)), each
-// product formed in float64 and rounded toward zero to float32, so that
-// the vector added has norm at most f||g|| exactly: the scaling an engine
-// applies with a Factor. f = 1 adds g as is; f = 0 adds nothing.
+// AddScaled adds f*g to dst entry by entry (len(dst) = len(g)) with
+// nn.MulDown (the factor rounded toward zero to float32, each product
+// rounded to nearest and flushed to zero when subnormal), so that the
+// vector added has norm at most f||g||(1+2^-24): the scaling an engine
+// applies with a Factor, whose margin covers the 2^-24. f = 1 adds g as is, with the same work as any
+// other factor (clipped or not, an example costs the same); f = 0 adds
+// nothing.
 func AddScaled(dst, g []float32, f float64) {
-	switch {
-	case f == 0:
-	case f == 1:
-		for j, v := range g {
-			dst[j] += v
-		}
-	default:
-		for j, v := range g {
-			dst[j] += nn.TowardZero32(f * float64(v))
-		}
+	if f == 0 {
+		return
+	}
+	f32 := nn.TowardZero32(f)
+	for j, v := range g {
+		dst[j] += nn.MulDown(f32, v)
 	}
 }
 

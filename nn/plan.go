@@ -22,14 +22,15 @@ type Clipper interface {
 	// the example's input, loss or gradient is not finite; linf is the
 	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
 	// one factor per affine layer into c: 0 drops the layer's gradient,
-	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f
-	// strictly between 0 and 1 scales the layer's gradient entry by entry
-	// in float64 with each product rounded toward zero to float32
-	// (TowardZero32), so the scaled gradient that enters the sum (the
-	// dense layers' scaled output-gradient rows, whose outer products with
-	// the layer's inputs the accumulating GEMM forms) has norm at most f
-	// times the exact norm whose square sq holds, however small the
-	// products (subnormal ones included).
+	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f > 0
+	// scales the layer's gradient entry by entry with MulDown (f rounded
+	// toward zero to float32, products rounded to nearest, subnormal ones
+	// flushed to zero), so the scaled gradient that enters the sum (for a
+	// dense layer, the scaled output-gradient rows, whose outer products
+	// with the layer's inputs the accumulating GEMM forms) has norm at
+	// most f(1+2^-24) times the exact norm whose square sq holds, however
+	// small the products. Every kept example is scaled, f = 1 included,
+	// so the work does not depend on the factor.
 	Scale(i int, sq []float64, linf float64, c []float64)
 }
 
@@ -1100,12 +1101,13 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				continue
 			}
 			U, G := w.affineIO(s, i, j)
-			switch f := c[s.aff]; {
-			case f == 1:
-			case f == 0 || w.bad[j]:
+			// Every kept example is scaled, clipped or not (a factor of 1
+			// leaves each entry as it is), so that the work does not
+			// depend on whether the example was clipped.
+			if f := c[s.aff]; f == 0 || w.bad[j] {
 				clear(U)
 				clear(G)
-			default:
+			} else {
 				scaleDown(f, G)
 			}
 		}
@@ -1117,7 +1119,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			if s.kind != kConv && s.kind != kNorm {
 				continue
 			}
-			if f := c[s.aff]; f != 1 && f != 0 && !w.bad[j] {
+			if f := c[s.aff]; f != 0 && !w.bad[j] {
 				scaleDown(f, p.exGrad(w, s, j))
 			}
 		}
@@ -1194,9 +1196,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					if f != 1 {
-						scaleDown(f, vec)
-					}
+					scaleDown(f, vec)
 					add(w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 				})
 			}

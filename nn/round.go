@@ -5,22 +5,41 @@ import "math"
 // TowardZero32 is v rounded to float32 toward zero: |TowardZero32(v)| <=
 // |v| for every float64 v (subnormal and overflowing results included: a
 // finite v beyond the float32 range gives the largest finite float32 of
-// its sign). A clipped contribution scaled entry by entry with it has norm
-// at most the exact scaled norm, so no rounding, not even one to a
-// subnormal float32, can lift it above the clip norm.
+// its sign).
 func TowardZero32(v float64) float32 {
-	r := float32(v)
-	if math.Abs(float64(r)) > math.Abs(v) {
-		r = math.Nextafter32(r, 0)
+	// Clearing the 29 low bits of the float64 significand truncates it
+	// to float32's 24 bits, toward zero; in float32's normal range the
+	// result converts exactly.
+	t := math.Float64frombits(math.Float64bits(v) &^ (1<<29 - 1))
+	if a := math.Abs(t); a < 0x1p-126 && a != 0 || a > math.MaxFloat32 {
+		r := float32(v)
+		if math.Abs(float64(r)) > math.Abs(v) {
+			r = math.Nextafter32(r, 0)
+		}
+		return r
 	}
-	return r
+	return float32(t)
 }
 
-// scaleDown multiplies v in place by f (0 < f < 1), each product formed in
-// float64 (exact for a float32 times a float32, within 2^-53 relative
-// otherwise) and rounded toward zero.
-func scaleDown(f float64, v []float32) {
+// MulDown is f*x for a factor f = TowardZero32(c), c in [0, 1], rounded to
+// nearest in float32 and flushed to zero when the product is subnormal:
+// |MulDown(f, x)| <= c|x|(1+2^-24) for every float32 x. (A subnormal
+// product has an absolute rounding error of up to 2^-150, which no
+// relative margin covers; flushing it only shrinks the entry.) It is the
+// scaling every clipped contribution is formed with.
+func MulDown(f, x float32) float32 {
+	p := f * x
+	if math.Float32bits(p)&0x7fffffff < 0x00800000 {
+		return 0
+	}
+	return p
+}
+
+// scaleDown multiplies v in place by c in [0, 1] with MulDown; c = 1
+// leaves v as it is but for subnormal entries, which become zero.
+func scaleDown(c float64, v []float32) {
+	f := TowardZero32(c)
 	for k, x := range v {
-		v[k] = TowardZero32(f * float64(x))
+		v[k] = MulDown(f, x)
 	}
 }
