@@ -31,15 +31,17 @@ type UserOptions struct {
 // The per-example gradients come from the same single forward and backward
 // pass as ClippedSum (nn.Plan.Gradients, in chunks of whole users that hold
 // at least 64 MiB of gradients, more when one user needs it). A user's
-// gradient is combined and clipped in float64 before anything is rounded:
-// each coordinate is added (and averaged) in float64, the norm is taken in
-// float64 from exactly those float64 values, and the clipped coordinates
-// Factor(Norm, norm) * g_k are rounded toward zero to float32 (the sum is
-// formed twice, once for the norm and once for the contribution, the same
-// additions in the same order), so each user's contribution has norm at
-// most Norm in the float arithmetic done, however large its examples'
-// gradients: rows near the float32 maximum (a CSV missing-value sentinel)
-// cannot overflow a user's sum to Inf, and no user can make the sum NaN.
+// gradient g is combined and its norm taken in float64 before anything is
+// rounded: each coordinate is added (and averaged) in float64, the norm is
+// taken in float64 from exactly those float64 values, and the coordinates
+// are then rounded toward zero to float32 (nn.TowardZero32, which clamps
+// a coordinate beyond the float32 range to the largest float32), so the
+// stored w has |w_k| <= |g_k|, and the contribution is w scaled by
+// Factor(Norm, norm) with nn.MulDown: its norm is at most Factor * ||g||
+// (1+2^-24) <= Norm in the float arithmetic done, however large the
+// examples' gradients. Rows near the float32 maximum (a CSV missing-value
+// sentinel) can no longer overflow a user's sum to Inf, and no user can
+// make the sum NaN.
 // The combination runs on GOMAXPROCS goroutines over coordinate ranges. A
 // non-finite example contributes nothing (its user's other examples still
 // do) and is counted in Stats.NonFinite. Stats count users: Clipped is the
@@ -69,9 +71,9 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 		}
 		ok := e.finiteExamples(losses, &st, &tl)
 		users := groups[g0:g1]
-		sq := e.userNorms(out, ok, users, workers, opt.Mean)
+		sq := e.combineUsers(out, ok, users, workers, opt.Mean)
 		factors := e.userFactors(users, sq, workers, &st, &tl)
-		e.addClippedUsers(dst, out, ok, users, factors, workers, opt.Mean)
+		addClippedUsers(dst, out, users, factors, workers)
 		lo, g0 = hi, g1
 	}
 	st.Clipped = float64(tl.clipped) / float64(len(groups))
@@ -164,31 +166,11 @@ func (e *Engine) finiteExamples(losses []float64, st *Stats, tl *userTally) []bo
 	return ok
 }
 
-// userSum writes into sum the coordinates [a, b) of the user whose g
-// examples start at out[first]: the float64 sum of its finite examples'
-// gradients, times 1/g when mean.
-func userSum(sum []float64, out [][]float32, ok []bool, first, g, a, b int, mean bool) {
-	clear(sum)
-	for j := first; j < first+g; j++ {
-		if !ok[j] {
-			continue
-		}
-		for i, v := range out[j][a:b] {
-			sum[i] += float64(v)
-		}
-	}
-	if mean {
-		scale := 1 / float64(g)
-		for i := range sum {
-			sum[i] *= scale
-		}
-	}
-}
-
-// userNorms is pass 1: each user's gradient, coordinate by coordinate in
-// float64; it returns the partial squared norms, sq[u*workers+w] for user
-// u on worker w's coordinates.
-func (e *Engine) userNorms(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
+// combineUsers is pass 1: each user's gradient, coordinate by coordinate
+// in float64, rounded toward zero into its first example's slot of out; it
+// returns the partial squared norms of the float64 gradients,
+// sq[u*workers+w] for user u on worker w's coordinates.
+func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
 	if cap(e.userSq) < len(users)*workers {
 		e.userSq = make([]float64, len(users)*workers)
 	}
@@ -199,9 +181,24 @@ func (e *Engine) userNorms(out [][]float32, ok []bool, users []int, workers int,
 		first := 0
 		sum := acc[a:b]
 		for u, g := range users {
-			userSum(sum, out, ok, first, g, a, b, mean)
+			clear(sum)
+			for j := first; j < first+g; j++ {
+				if !ok[j] {
+					continue
+				}
+				for i, v := range out[j][a:b] {
+					sum[i] += float64(v)
+				}
+			}
+			scale := 1.0
+			if mean {
+				scale = 1 / float64(g)
+			}
+			dstv := out[first][a:b]
 			s := 0.0
-			for _, v := range sum {
+			for i, a := range sum {
+				v := a * scale
+				dstv[i] = nn.TowardZero32(v)
 				s += v * v
 			}
 			sq[u*workers+w] = s
@@ -240,20 +237,18 @@ func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, 
 	return factors
 }
 
-// addClippedUsers is pass 2: each user's float64 gradient again (the same
-// additions as pass 1), scaled by its factor and rounded toward zero to
-// float32, added to dst.
-func (e *Engine) addClippedUsers(dst []float32, out [][]float32, ok []bool, users []int, factors []float64, workers int, mean bool) {
-	acc := e.userAcc
+// addClippedUsers is pass 2: add the clipped users' gradients (each in its
+// first example's slot of out) to dst, scaled with nn.MulDown.
+func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float64, workers int) {
 	parallelRanges(len(dst), workers, func(_, a, b int) {
 		first := 0
-		sum := acc[a:b]
-		d := dst[a:b]
 		for u, g := range users {
 			if f := factors[u]; f != 0 {
-				userSum(sum, out, ok, first, g, a, b, mean)
-				for i, v := range sum {
-					d[i] += nn.TowardZero32(f * v)
+				f32 := nn.TowardZero32(f)
+				v := out[first][a:b]
+				acc := dst[a:b]
+				for i, x := range v {
+					acc[i] += nn.MulDown(f32, x)
 				}
 			}
 			first += g

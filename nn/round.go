@@ -8,17 +8,24 @@ import "math"
 // its sign).
 func TowardZero32(v float64) float32 {
 	// Clearing the 29 low bits of the float64 significand truncates it
-	// to float32's 24 bits, toward zero; in float32's normal range the
-	// result converts exactly.
-	t := math.Float64frombits(math.Float64bits(v) &^ (1<<29 - 1))
-	if a := math.Abs(t); a < 0x1p-126 && a != 0 || a > math.MaxFloat32 {
-		r := float32(v)
-		if math.Abs(float64(r)) > math.Abs(v) {
-			r = math.Nextafter32(r, 0)
-		}
-		return r
+	// to float32's 24 bits, toward zero; when the exponent is in
+	// float32's normal range (2^-126 to 2^127, biased 897 to 1150) the
+	// result converts exactly. Zero converts exactly too.
+	b := math.Float64bits(v) &^ (1<<29 - 1)
+	if e := b >> 52 & 0x7ff; e-897 > 1150-897 && b<<1 != 0 {
+		return towardZeroOutside(v)
 	}
-	return float32(t)
+	return float32(math.Float64frombits(b))
+}
+
+// towardZeroOutside is TowardZero32 outside float32's normal range (kept
+// out of line so that TowardZero32 inlines).
+func towardZeroOutside(v float64) float32 {
+	r := float32(v)
+	if math.Abs(float64(r)) > math.Abs(v) {
+		r = math.Nextafter32(r, 0)
+	}
+	return r
 }
 
 // MulDown is f*x for a factor f = TowardZero32(c), c in [0, 1], rounded to
