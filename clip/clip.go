@@ -194,8 +194,10 @@ const margin = 1.0 / (1 << 20)
 // rounded to nearest (within 2^-24 relative) or flushed to zero when the
 // product is subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)
 // <= c(1-2^-20)(1+2^-24)(1+(n+4)2^-53) <= c. A float64 gradient (a user's
-// sum) is scaled in float64 and rounded toward zero (nn.TowardZero32):
-// ||v|| <= f||g||(1+2^-53), the same bound. A dense layer's contribution
+// sum, whose norm is taken in float64) is first rounded toward zero to
+// float32 (nn.TowardZero32, clamping at the float32 maximum), which only
+// shrinks each entry, then scaled the same way: the same bound. A dense
+// layer's contribution
 // is the outer product of its input u and its scaled output gradient v
 // (and v for the bias), whose norm is sqrt(||u||^2+1)||v||: the same
 // bound, with nrm^2 computed as (||u||^2+1)||g||^2. No rounding, not even
