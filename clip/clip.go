@@ -286,6 +286,17 @@ func (e *Engine) SetNorm(norm float64) error {
 	return nil
 }
 
+// CheckInputs checks examples x (CHW each, any number) as ClippedSum
+// would (nn.Plan.CheckInputs: an embedding's ids): train.New checks the
+// whole training set with it, so that no step fails on one example's
+// values.
+func (e *Engine) CheckInputs(x []float32) error {
+	if err := e.plan.CheckInputs(x); err != nil {
+		return fmt.Errorf("clip: %w", err)
+	}
+	return nil
+}
+
 // Norm is the flat clipping threshold of the next call.
 func (e *Engine) Norm() float64 { return e.opt.Norm }
 

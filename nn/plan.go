@@ -493,6 +493,21 @@ func (p *Plan) InputSize() int { return p.net.Input.Size() }
 // len(sq)).
 func (p *Plan) Affine() int { return p.naff }
 
+// CheckInputs checks examples x (CHW each, any number) as Step would
+// before running them: the length, and an embedding's ids (integers in
+// range, or -1). A training loop checks its whole training set with it
+// before the first step, so that no step fails on one example's values.
+func (p *Plan) CheckInputs(x []float32) error {
+	in := p.net.Input.Size()
+	if len(x)%in != 0 {
+		return dpcore.Invalid("nn", "%d floats are not whole examples of %d", len(x), in)
+	}
+	if len(x) == 0 {
+		return nil
+	}
+	return p.check(x, nil, len(x)/in)
+}
+
 func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
 	if n <= 0 || len(x) != n*in {

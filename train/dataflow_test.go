@@ -159,3 +159,30 @@ func TestClipNormThatCouldOverflowTheSumRefused(t *testing.T) {
 		t.Fatalf("got %v, want a one-line refusal of the clip norm", err)
 	}
 }
+
+// A training example that the engine would refuse when a step samples it
+// (an embedding id out of range) is refused before the first step, with
+// one line naming it: a step that failed on the example it sampled would
+// reveal that the example was sampled. (Failed before: New accepted it,
+// and nn.Plan refuses the row in the step that samples it.)
+func TestBadEmbeddingIDRefusedBeforeTheRun(t *testing.T) {
+	spec := data.TabularSpec{Label: "label", Categorical: []string{"city"}}
+	tr, err := data.ReadCSV(strings.NewReader(tabularCSV(400, 1)), spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := tr.Dataset.Shape.Size()
+	tr.Dataset.X[123*cols+len(tr.Numeric)] = 7 // city has 3 levels
+	m, err := models.NewTabular(len(tr.Numeric), tr.Cardinalities(), 4, []int{8}, tr.Classes, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(context.Background(), Config{
+		Train: tr.Dataset, Model: m, ModelName: "tabular", Steps: 20, Batch: 50,
+		Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, LearningRate: 0.1,
+		Seed: []byte("bad id"), InsecureSeed: true,
+	})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "example 123") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v, want the bad id of example 123 refused in one line", err)
+	}
+}

@@ -233,8 +233,30 @@ func (t *Trainer) checkData(cfg *Config) error {
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
 		return invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
+	// Whatever the engine would refuse in an example (an embedding id out
+	// of range) is refused now for the whole set: a step that failed on
+	// the example it sampled would reveal that it was sampled (docs/math.md,
+	// no data-dependent control flow).
+	if ic, ok := t.engine.(inputChecker); ok {
+		if err := ic.CheckInputs(cfg.Train.X); err != nil {
+			return invalidf("training data: %v", err)
+		}
+		if cfg.Test != nil {
+			if err := ic.CheckInputs(cfg.Test.X); err != nil {
+				return invalidf("test data: %v", err)
+			}
+		}
+	}
 	return nil
 }
+
+// inputChecker is an engine that checks a whole data set's inputs before
+// the run (clip.Engine.CheckInputs).
+type inputChecker interface {
+	CheckInputs(x []float32) error
+}
+
+var _ inputChecker = (*clip.Engine)(nil)
 
 // newOptimizer builds SGD or momentum on the cooldown schedule.
 func (t *Trainer) newOptimizer(cfg *Config, d int) error {
