@@ -260,6 +260,14 @@ func addClippedUsers(dst []float32, out [][]float32, users []int, factors []floa
 // once (1 GiB).
 const maxUserCapture = 1 << 30
 
+// MaxUserExamples is the most examples one user (or one example's
+// augmented copies) may have in a UserClippedSum call: their per-example
+// gradients must fit in 1 GiB. A training loop refuses a larger bound
+// before the first step, so that no step fails on the user it sampled.
+func (e *Engine) MaxUserExamples() int {
+	return maxUserCapture / (4 * e.m.NumParams())
+}
+
 // parallelRanges splits [0, n) into workers contiguous ranges and runs
 // f(worker, lo, hi) on each concurrently.
 func parallelRanges(n, workers int, f func(w, lo, hi int)) {

@@ -186,3 +186,18 @@ func TestBadEmbeddingIDRefusedBeforeTheRun(t *testing.T) {
 		t.Fatalf("got %v, want the bad id of example 123 refused in one line", err)
 	}
 }
+
+// A per-user example bound whose per-example gradients cannot fit in the
+// engine's 1 GiB is refused before the first step, not at the step that
+// samples a user with that many examples. (Failed before: New accepted
+// 65536 examples a user for a model of 7,803 parameters.)
+func TestUserExamplesBeyondTheEngineRefused(t *testing.T) {
+	_, err := New(context.Background(), Config{
+		Train: ownedSynthetic(t, 300, 40, 1), ModelName: "mlp", Hidden: []int{600}, Steps: 4, Batch: 10,
+		Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, LearningRate: 0.1,
+		UserLevel: true, UserExamples: 65536, Seed: []byte("k too large"), InsecureSeed: true,
+	})
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "1 GiB") {
+		t.Fatalf("got %v, want the per-user bound refused", err)
+	}
+}

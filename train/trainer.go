@@ -221,6 +221,17 @@ func (t *Trainer) newEngine(cfg *Config) (maxBatch int, err error) {
 			return 0, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
 		}
 	}
+	// The engine's limit on one user's examples, checked now rather than
+	// at the step that samples a user that large.
+	if uc, ok := t.engine.(interface{ MaxUserExamples() int }); ok {
+		k := cfg.multiplicity()
+		if cfg.UserLevel {
+			k = cfg.UserExamples
+		}
+		if k > 1 && k > uc.MaxUserExamples() {
+			return 0, invalidf("%d examples a user (or copies an example) need more than 1 GiB of per-example gradients for this model of %d parameters: use at most %d", k, len(t.engine.Params()), uc.MaxUserExamples())
+		}
+	}
 	return maxBatch, nil
 }
 
