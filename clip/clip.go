@@ -19,8 +19,8 @@
 //
 // Each factor is Factor(zeta, ||g_i||): the threshold carries a 2^-20
 // relative margin for the float64 norm's and the scaling's rounding, and
-// every scaled entry is formed by nn.MulDown (the factor rounded toward
-// zero, products that would be subnormal flushed to zero), so that no
+// every scaled entry is formed by nn.MulDown (factors and products that
+// would be subnormal flushed to zero), so that no
 // rounding, not even one into the subnormal range, can lift a
 // contribution above zeta: the bound holds exactly, not up to a
 // tolerance.
@@ -183,17 +183,18 @@ const margin = 1.0 / (1 << 20)
 // clip norm c (finite, > 0), given nrm, the gradient's L2 norm computed in
 // float64 from exactly the values that are scaled: 0 when nrm is not
 // finite (the unit is dropped and counted as non-finite), 1 when nrm <=
-// c(1-2^-20), else c(1-2^-20)/nrm, in (0, 1). It depends on nothing
+// c(1-2^-20), else c/nrm*(1-2^-20), in (0, 1). It depends on nothing
 // but its two arguments.
 //
 // Bound. Let g have n <= 2^32 entries, exact norm ||g||. The float64 sum
 // of squares is within n*2^-53 relative of ||g||^2, so ||g|| <= nrm(1 +
 // (n+2)2^-53). Unscaled (f = 1), ||g|| <= c(1-2^-20)(1 + (n+3)2^-53) <= c.
 // Scaled with nn.MulDown (AddScaled; the executor of package nn does the
-// same), each entry is the float32 factor TowardZero32(f) <= f times g_k,
-// rounded to nearest (within 2^-24 relative) or flushed to zero when the
-// product is subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)
-// <= c(1-2^-20)(1+2^-24)(1+(n+4)2^-53) <= c. A float64 gradient (a user's
+// same), each entry is the float32 factor Factor32(f) <= f(1+2^-24) (0
+// when f is below the float32 normal range) times g_k, rounded to nearest
+// (within 2^-24 relative) or flushed to zero when the product is
+// subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)^2 <=
+// c(1-2^-20)(1+2^-24)^2(1+(n+5)2^-53) <= c. A float64 gradient (a user's
 // sum, whose norm is taken in float64) is first rounded toward zero to
 // float32 (nn.TowardZero32, clamping at the float32 maximum), which only
 // shrinks each entry, then scaled the same way: the same bound. A dense
@@ -206,25 +207,24 @@ func Factor(c, nrm float64) float64 {
 	if math.IsNaN(nrm) || math.IsInf(nrm, 0) {
 		return 0
 	}
-	t := c * (1 - margin)
-	if nrm <= t {
+	if nrm <= c*(1-margin) {
 		return 1
 	}
-	return t / nrm
+	return c / nrm * (1 - margin)
 }
 
 // AddScaled adds f*g to dst entry by entry (len(dst) = len(g)) with
-// nn.MulDown (the factor rounded toward zero to float32, each product
-// rounded to nearest and flushed to zero when subnormal), so that the
-// vector added has norm at most f||g||(1+2^-24): the scaling an engine
-// applies with a Factor, whose margin covers the 2^-24. f = 1 adds g as is, with the same work as any
+// nn.MulDown (the factor as nn.Factor32, each product rounded to nearest,
+// subnormal factors and products flushed to zero), so that the vector
+// added has norm at most f||g||(1+2^-24)^2: the scaling an engine applies
+// with a Factor, whose margin covers it. f = 1 adds g as is, with the same work as any
 // other factor (clipped or not, an example costs the same); f = 0 adds
 // nothing.
 func AddScaled(dst, g []float32, f float64) {
 	if f == 0 {
 		return
 	}
-	f32 := nn.TowardZero32(f)
+	f32 := nn.Factor32(f)
 	for j, v := range g {
 		dst[j] += nn.MulDown(f32, v)
 	}

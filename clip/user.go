@@ -38,7 +38,7 @@ type UserOptions struct {
 // a coordinate beyond the float32 range to the largest float32), so the
 // stored w has |w_k| <= |g_k|, and the contribution is w scaled by
 // Factor(Norm, norm) with nn.MulDown: its norm is at most Factor * ||g||
-// (1+2^-24) <= Norm in the float arithmetic done, however large the
+// (1+2^-24)^2 <= Norm in the float arithmetic done, however large the
 // examples' gradients. Rows near the float32 maximum (a CSV missing-value
 // sentinel) can no longer overflow a user's sum to Inf, and no user can
 // make the sum NaN.
@@ -244,7 +244,7 @@ func addClippedUsers(dst []float32, out [][]float32, users []int, factors []floa
 		first := 0
 		for u, g := range users {
 			if f := factors[u]; f != 0 {
-				f32 := nn.TowardZero32(f)
+				f32 := nn.Factor32(f)
 				v := out[first][a:b]
 				acc := dst[a:b]
 				for i, x := range v {

@@ -156,7 +156,7 @@ func (e *Engine) checkParams() error {
 // ClippedSum computes the clipped sum of a batch: each example runs alone through the
 // graph, its gradient's L2 norm over all parameters is taken in float64,
 // and the gradient scaled by clip.Factor(Norm, norm) is added to dst
-// (clip.AddScaled: each entry rounded toward zero, so the contribution's
+// (clip.AddScaled: subnormal factors and products flushed to zero, so the contribution's
 // norm is at most Norm exactly), which is overwritten. Examples whose
 // loss or gradient is not finite contribute nothing and are counted in
 // Stats.NonFinite; examples whose L-inf norm exceeds LInfZero contribute

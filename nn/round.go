@@ -28,12 +28,25 @@ func towardZeroOutside(v float64) float32 {
 	return r
 }
 
-// MulDown is f*x for a factor f = TowardZero32(c), c in [0, 1], rounded to
-// nearest in float32 and flushed to zero when the product is subnormal:
-// |MulDown(f, x)| <= c|x|(1+2^-24) for every float32 x. (A subnormal
-// product has an absolute rounding error of up to 2^-150, which no
-// relative margin covers; flushing it only shrinks the entry.) It is the
-// scaling every clipped contribution is formed with.
+// Factor32 is a clip factor c in [0, 1] as the float32 that scales with
+// MulDown: c rounded to nearest (within 2^-24 relative), or 0 when that
+// would be subnormal (a subnormal float32 carries up to 2^-150 of absolute
+// error, which no relative margin covers; the unit's gradient norm is
+// then above 2^126 clip norms).
+func Factor32(c float64) float32 {
+	f := float32(c)
+	if f < 0x1p-126 {
+		return 0
+	}
+	return f
+}
+
+// MulDown is f*x for a factor f = Factor32(c), rounded to nearest in
+// float32 and flushed to zero when the product is subnormal: |MulDown(f,
+// x)| <= c|x|(1+2^-24)^2 for every float32 x. (A subnormal product has an
+// absolute rounding error of up to 2^-150, which no relative margin
+// covers; flushing it only shrinks the entry.) It is the scaling every
+// clipped contribution is formed with.
 func MulDown(f, x float32) float32 {
 	p := f * x
 	if math.Float32bits(p)&0x7fffffff < 0x00800000 {
@@ -45,7 +58,7 @@ func MulDown(f, x float32) float32 {
 // scaleDown multiplies v in place by c in [0, 1] with MulDown; c = 1
 // leaves v as it is but for subnormal entries, which become zero.
 func scaleDown(c float64, v []float32) {
-	f := TowardZero32(c)
+	f := Factor32(c)
 	for k, x := range v {
 		v[k] = MulDown(f, x)
 	}
