@@ -17,10 +17,19 @@
 //     the clipped sum over a chunk is one GEMM U^T diag(c) G
 //     ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||).
 //
-// Each factor c_i is shrunk by 2^-20 relative so that the float32
-// roundings of the scaled entries (at most three, each 2^-24 relative)
-// cannot lift a clipped contribution above zeta: the bound holds exactly,
-// not up to a tolerance.
+// Each factor is Factor(zeta, ||g_i||): the threshold carries a 2^-20
+// relative margin for the float64 norm's and the scaling's rounding, and
+// every scaled entry is formed by nn.MulDown (factors and products that
+// would be subnormal flushed to zero), so that no
+// rounding, not even one into the subnormal range, can lift a
+// contribution above zeta: the bound holds exactly, not up to a
+// tolerance.
+//
+// No data-dependent control flow (docs/math.md): nothing about one
+// example's (or user's) data stops, retries or slows a call. An example
+// whose input, loss, gradient or norm is not finite contributes exactly
+// zero and is counted in Stats.NonFinite; every finite one is scaled into
+// the clip norm, however large its entries.
 //
 // Batches of any size up to Options.MaxBatch are accepted (Poisson
 // sampling) with no padding and no re-planning: the executor's buffers are
@@ -118,7 +127,7 @@ type Engine struct {
 	userAcc []float64
 	userOK  []bool
 	userSq  []float64
-	userF   []float32
+	userF   []float64
 }
 
 // New plans the executor for m. The model's parameter buffer is shared,
@@ -164,14 +173,62 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	return e, nil
 }
 
-// shrink scales clip factors down by 2^-20 relative. The contribution of a
-// clipped layer is fl(fl(c)*v) per entry (convolutions: v the
-// materialized float32 gradient whose float64 norm was taken) or
-// fl(u*fl(fl(c)*g)) (dense book-keeping: the norm is that of the exact
-// outer product): at most three float32 roundings, a relative 3*2^-24,
-// plus the float64 norm's own error (below 2^-27 for up to 2^26 entries),
-// so with this margin the clipped norm cannot exceed the threshold.
-const shrink = 1 - 1.0/(1<<20)
+// margin is the relative margin of Factor's threshold: 2^-20, which
+// covers the float64 rounding of a norm of up to 2^32 terms and of the
+// factor itself (a few 2^-53 each) with room to spare.
+const margin = 1.0 / (1 << 20)
+
+// Factor is the number by which a unit's gradient (one example's, one
+// layer's, one user's) is multiplied before it enters a clipped sum under
+// clip norm c (finite, > 0), given nrm, the gradient's L2 norm computed in
+// float64 from exactly the values that are scaled: 0 when nrm is not
+// finite (the unit is dropped and counted as non-finite), 1 when nrm <=
+// c(1-2^-20), else c/nrm*(1-2^-20), in (0, 1). It depends on nothing
+// but its two arguments.
+//
+// Bound. Let g have n <= 2^32 entries, exact norm ||g||. The float64 sum
+// of squares is within n*2^-53 relative of ||g||^2, so ||g|| <= nrm(1 +
+// (n+2)2^-53). Unscaled (f = 1), ||g|| <= c(1-2^-20)(1 + (n+3)2^-53) <= c.
+// Scaled with nn.MulDown (AddScaled; the executor of package nn does the
+// same), each entry is the float32 factor Factor32(f) <= f(1+2^-24) (0
+// when f is below the float32 normal range) times g_k, rounded to nearest
+// (within 2^-24 relative) or flushed to zero when the product is
+// subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)^2 <=
+// c(1-2^-20)(1+2^-24)^2(1+(n+5)2^-53) <= c. A float64 gradient (a user's
+// sum, whose norm is taken in float64) is first rounded toward zero to
+// float32 (nn.TowardZero32, clamping at the float32 maximum), which only
+// shrinks each entry, then scaled the same way: the same bound. A dense
+// layer's contribution
+// is the outer product of its input u and its scaled output gradient v
+// (and v for the bias), whose norm is sqrt(||u||^2+1)||v||: the same
+// bound, with nrm^2 computed as (||u||^2+1)||g||^2. No rounding, not even
+// one into the subnormal range, can lift a contribution above c.
+func Factor(c, nrm float64) float64 {
+	if math.IsNaN(nrm) || math.IsInf(nrm, 0) {
+		return 0
+	}
+	if nrm <= c*(1-margin) {
+		return 1
+	}
+	return c / nrm * (1 - margin)
+}
+
+// AddScaled adds f*g to dst entry by entry (len(dst) = len(g)) with
+// nn.MulDown (the factor as nn.Factor32, each product rounded to nearest,
+// subnormal factors and products flushed to zero), so that the vector
+// added has norm at most f||g||(1+2^-24)^2: the scaling an engine applies
+// with a Factor, whose margin covers it. f = 1 adds g as is, with the same work as any
+// other factor (clipped or not, an example costs the same); f = 0 adds
+// nothing.
+func AddScaled(dst, g []float32, f float64) {
+	if f == 0 {
+		return
+	}
+	f32 := nn.Factor32(f)
+	for j, v := range g {
+		dst[j] += nn.MulDown(f32, v)
+	}
+}
 
 // clipper implements nn.Clipper with the Engine's options.
 type clipper Engine
@@ -200,19 +257,19 @@ func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	}
 	if len(e.opt.PerLayer) > 0 {
 		for l, v := range sq {
-			if ln := math.Sqrt(v); ln > e.opt.PerLayer[l] {
-				f[l] = e.opt.PerLayer[l] / ln * shrink
+			ln := math.Sqrt(v)
+			f[l] = Factor(e.opt.PerLayer[l], ln)
+			if ln > e.opt.PerLayer[l] {
 				e.clipped[i] = true
 			}
 		}
 		return
 	}
-	if nrm > e.opt.Norm {
-		for l := range f {
-			f[l] = e.opt.Norm / nrm * shrink
-		}
-		e.clipped[i] = true
+	k := Factor(e.opt.Norm, nrm)
+	for l := range f {
+		f[l] = k
 	}
+	e.clipped[i] = nrm > e.opt.Norm
 }
 
 // SetNorm changes the flat clipping threshold for the following calls
@@ -226,6 +283,17 @@ func (e *Engine) SetNorm(norm float64) error {
 		return dpcore.Invalid("clip", "set norm: clipping norm %v must be positive and finite", norm)
 	}
 	e.opt.Norm = norm
+	return nil
+}
+
+// CheckInputs checks examples x (CHW each, any number) as ClippedSum
+// would (nn.Plan.CheckInputs: an embedding's ids): train.New checks the
+// whole training set with it, so that no step fails on one example's
+// values.
+func (e *Engine) CheckInputs(x []float32) error {
+	if err := e.plan.CheckInputs(x); err != nil {
+		return fmt.Errorf("clip: %w", err)
+	}
 	return nil
 }
 

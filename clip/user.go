@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // captureBytes bounds the per-example gradients UserClippedSum holds at
@@ -29,12 +30,19 @@ type UserOptions struct {
 //
 // The per-example gradients come from the same single forward and backward
 // pass as ClippedSum (nn.Plan.Gradients, in chunks of whole users that hold
-// at least 64 MiB of gradients, more when one user needs it); each
-// coordinate of a user's gradient is added in float64 and rounded once to
-// float32, its norm is taken in float64 from exactly those float32 values,
-// and the clip factor carries ClippedSum's margin, so each user's
-// contribution has norm at most Norm in the float arithmetic done. The
-// combination runs on GOMAXPROCS goroutines over coordinate ranges. A
+// at least 64 MiB of gradients, more when one user needs it). A user's
+// gradient g is combined and its norm taken in float64 before anything is
+// rounded: each coordinate is added (and averaged) in float64, the norm is
+// taken in float64 from exactly those float64 values, and the coordinates
+// are then rounded toward zero to float32 (nn.TowardZero32, which clamps
+// a coordinate beyond the float32 range to the largest float32), so the
+// stored w has |w_k| <= |g_k|, and the contribution is w scaled by
+// Factor(Norm, norm) with nn.MulDown: its norm is at most Factor * ||g||
+// (1+2^-24)^2 <= Norm in the float arithmetic done, however large the
+// examples' gradients. Rows near the float32 maximum (a CSV missing-value
+// sentinel) can no longer overflow a user's sum to Inf, and no user can
+// make the sum NaN.
+// The combination runs on GOMAXPROCS goroutines over coordinate ranges. A
 // non-finite example contributes nothing (its user's other examples still
 // do) and is counted in Stats.NonFinite. Stats count users: Clipped is the
 // fraction of users clipped and NormQuantiles are over users' unclipped
@@ -158,9 +166,10 @@ func (e *Engine) finiteExamples(losses []float64, st *Stats, tl *userTally) []bo
 	return ok
 }
 
-// combineUsers is pass 1: each user's gradient, coordinate by coordinate,
-// into its first example's slot of out; it returns the partial squared
-// norms, sq[u*workers+w] for user u on worker w's coordinates.
+// combineUsers is pass 1: each user's gradient, coordinate by coordinate
+// in float64, rounded toward zero into its first example's slot of out; it
+// returns the partial squared norms of the float64 gradients,
+// sq[u*workers+w] for user u on worker w's coordinates.
 func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers int, mean bool) []float64 {
 	if cap(e.userSq) < len(users)*workers {
 		e.userSq = make([]float64, len(users)*workers)
@@ -188,9 +197,9 @@ func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers i
 			dstv := out[first][a:b]
 			s := 0.0
 			for i, a := range sum {
-				v := float32(a * scale)
-				dstv[i] = v
-				s += float64(v) * float64(v)
+				v := a * scale
+				dstv[i] = nn.TowardZero32(v)
+				s += v * v
 			}
 			sq[u*workers+w] = s
 			first += g
@@ -200,8 +209,10 @@ func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers i
 }
 
 // userFactors turns the partial squared norms into each user's clip
-// factor, recording the norms and the clipped and within-norm counts.
-func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float32 {
+// factor, recording the norms and the clipped and within-norm counts. A
+// user whose norm is not finite (which float64 sums of finite float32
+// gradients cannot produce) gets factor 0 and is counted non-finite.
+func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float64 {
 	factors := e.userF[:0]
 	for u := range users {
 		s := 0.0
@@ -209,14 +220,17 @@ func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, 
 			s += sq[u*workers+w]
 		}
 		nrm := math.Sqrt(s)
-		f := float32(1)
-		if nrm > e.opt.Norm {
-			f = float32(e.opt.Norm / nrm * shrink)
+		f := Factor(e.opt.Norm, nrm)
+		switch {
+		case f == 0:
+			st.NonFinite++
+		case nrm > e.opt.Norm:
 			tl.clipped++
-		} else if !math.IsNaN(nrm) {
+			e.sorted = append(e.sorted, nrm)
+		default:
 			st.WithinNorm++
+			e.sorted = append(e.sorted, nrm)
 		}
-		e.sorted = append(e.sorted, nrm)
 		factors = append(factors, f)
 	}
 	e.userF = factors
@@ -224,16 +238,18 @@ func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, 
 }
 
 // addClippedUsers is pass 2: add the clipped users' gradients (each in its
-// first example's slot of out) to dst.
-func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float32, workers int) {
+// first example's slot of out) to dst, scaled with nn.MulDown.
+func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float64, workers int) {
 	parallelRanges(len(dst), workers, func(_, a, b int) {
 		first := 0
 		for u, g := range users {
-			f := factors[u]
-			v := out[first][a:b]
-			acc := dst[a:b]
-			for i, x := range v {
-				acc[i] += f * x
+			if f := factors[u]; f != 0 {
+				f32 := nn.Factor32(f)
+				v := out[first][a:b]
+				acc := dst[a:b]
+				for i, x := range v {
+					acc[i] += nn.MulDown(f32, x)
+				}
 			}
 			first += g
 		}
@@ -243,6 +259,14 @@ func addClippedUsers(dst []float32, out [][]float32, users []int, factors []floa
 // maxUserCapture bounds the per-example gradients one user may need at
 // once (1 GiB).
 const maxUserCapture = 1 << 30
+
+// MaxUserExamples is the most examples one user (or one example's
+// augmented copies) may have in a UserClippedSum call: their per-example
+// gradients must fit in 1 GiB. A training loop refuses a larger bound
+// before the first step, so that no step fails on the user it sampled.
+func (e *Engine) MaxUserExamples() int {
+	return maxUserCapture / (4 * e.m.NumParams())
+}
 
 // parallelRanges splits [0, n) into workers contiguous ranges and runs
 // f(worker, lo, hi) on each concurrently.

@@ -12,12 +12,6 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// shrink scales clip factors down by 2^-20 relative: an example's clipped
-// contribution is fl(fl(c) * g) per entry, two float32 roundings (2^-23
-// relative together) plus the float64 norm's own error, so with this
-// margin it cannot exceed the clip norm (as in package clip).
-const shrink = 1 - 1.0/(1<<20)
-
 // Engine computes clipped per-example gradient sums of a Model. It
 // implements train.Engine and is not safe for concurrent use.
 type Engine struct {
@@ -75,8 +69,23 @@ func (m *Model) checkExample(x []float32, y int) error {
 }
 
 // gradient runs example x with label y forward and backward and leaves
-// its gradient in m.gbuf; it returns the loss.
+// its gradient in m.gbuf; it returns the loss. An example with a
+// non-finite input, or whose max-pooling windows overflow (poolsOK), is
+// never run through the training graph (gorgonia's max pooling indexes
+// out of range, and kills the process, on a window of NaNs): its loss is
+// NaN and its gradient zero.
 func (m *Model) gradient(x []float32, y int) (float64, error) {
+	ok := allFinite(x)
+	if ok {
+		var err error
+		if ok, err = m.poolsOK(x); err != nil {
+			return 0, err
+		}
+	}
+	if !ok {
+		clear(m.gbuf)
+		return math.NaN(), nil
+	}
 	copy(m.x, x)
 	clear(m.y)
 	m.y[y] = 1
@@ -118,7 +127,8 @@ func run(vm gorgonia.VM) (err error) {
 
 // Gradient writes into dst (len NumParams) the unclipped gradient of the
 // loss of one example x with label y, in the order of Params, and returns
-// the loss.
+// the loss (NaN, with a zero gradient, for an example whose input is not
+// finite or whose max pooling overflows).
 func (e *Engine) Gradient(x []float32, y int, dst []float32) (float64, error) {
 	if len(dst) != len(e.m.flat) {
 		return 0, dpcore.Invalid("gorgoniadp", "gradient: len(dst) = %d, want %d", len(dst), len(e.m.flat))
@@ -145,9 +155,12 @@ func (e *Engine) checkParams() error {
 
 // ClippedSum computes the clipped sum of a batch: each example runs alone through the
 // graph, its gradient's L2 norm over all parameters is taken in float64,
-// and the gradient scaled by min(1, Norm/norm) (shrunk by 2^-20) is added
-// to dst, which is overwritten. Examples whose loss or gradient is not
-// finite, or whose L-inf norm exceeds LInfZero, contribute nothing.
+// and the gradient scaled by clip.Factor(Norm, norm) is added to dst
+// (clip.AddScaled: subnormal factors and products flushed to zero, so the contribution's
+// norm is at most Norm exactly), which is overwritten. Examples whose
+// loss or gradient is not finite contribute nothing and are counted in
+// Stats.NonFinite; examples whose L-inf norm exceeds LInfZero contribute
+// nothing. Nothing about one example's data stops the call.
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error) {
 	return e.ClippedSumContext(context.Background(), x, y, dst)
 }
@@ -217,6 +230,16 @@ func (e *Engine) checkBatch(x []float32, y []int, dst []float32) error {
 	return nil
 }
 
+// finite reports whether every value of v is finite.
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if x-x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // norms is the L2 and L-inf norms of g, taken in float64.
 func norms(g []float32) (l2, linf float64) {
 	sq := 0.0
@@ -244,17 +267,8 @@ func (e *Engine) add(g []float32, nrm, linf float64, dst []float32, st *clip.Sta
 		st.Zeroed++
 		return false
 	}
-	if nrm > e.opt.Norm {
-		c := float32(e.opt.Norm / nrm * shrink)
-		for j, v := range g {
-			dst[j] += c * v
-		}
-		return true
-	}
-	for j, v := range g {
-		dst[j] += v
-	}
-	return false
+	clip.AddScaled(dst, g, clip.Factor(e.opt.Norm, nrm))
+	return nrm > e.opt.Norm
 }
 
 // normQuantiles sorts norms and returns their 0.5, 0.9 and 0.99 quantiles
@@ -314,10 +328,8 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 			return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
 		}
 		xi := x[i*chw : (i+1)*chw]
-		for _, v := range xi {
-			if v-v != 0 {
-				return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: example %d has a non-finite input", i)
-			}
+		if !allFinite(xi) {
+			return 0, 0, dpcore.Invalid("gorgoniadp", "evaluate: example %d has a non-finite input", i)
 		}
 		lg, err := m.logits(xi)
 		if err != nil {

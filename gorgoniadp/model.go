@@ -9,9 +9,12 @@
 // and backward through the user's graph alone (gorgonia's own reverse-mode
 // differentiation on a graph of batch one), so no op can mix examples. Its
 // gradient's L2 norm over all parameters is accumulated in float64 from
-// the float32 values, and the gradient scaled by min(1, zeta/norm) (shrunk
-// by 2^-20 relative so that float32 rounding cannot lift a clipped
-// contribution above zeta) is added to the sum. Only ops whose per-example
+// the float32 values, and the gradient scaled by clip.Factor(zeta, norm)
+// (package clip's margin, each entry rounded toward zero, so that no float32
+// rounding can lift a clipped contribution above zeta) is added to the sum;
+// an example whose loss or gradient is not finite adds exactly zero and is
+// counted in Stats.NonFinite, and nothing about one example's data stops
+// the sum (docs/math.md, no data-dependent control flow). Only ops whose per-example
 // gradients are tested against an independent reference are accepted (see
 // Supported); New refuses any other op, and ops that mix the examples of a
 // batch (gorgonia.BatchNorm) or draw random numbers (gorgonia.Dropout),
@@ -27,6 +30,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 
@@ -79,6 +83,11 @@ type Model struct {
 	train   gorgonia.VM
 	eval    gorgonia.VM
 	gbuf    []float32 // the last example's gradient
+
+	// pools are the graph's max-pooling nodes and guard the forward
+	// pass up to them (nil without max pooling): see poolsOK.
+	pools gorgonia.Nodes
+	guard gorgonia.VM
 }
 
 // New prepares g for private training under the name name: it checks
@@ -123,7 +132,44 @@ func newModel(name string, g Graph) (*Model, error) {
 	roots := append(gorgonia.Nodes{m.g.Loss, g.Logits}, m.grads...)
 	m.train = gorgonia.NewTapeMachine(eg.SubgraphRoots(roots...))
 	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
+	for _, n := range eg.SubgraphRoots(m.g.Loss).AllNodes() {
+		if n.Op() != nil && opType(n.Op()) == "maxPoolOp" {
+			m.pools = append(m.pools, n)
+		}
+	}
+	if len(m.pools) > 0 {
+		m.guard = gorgonia.NewTapeMachine(eg.SubgraphRoots(m.pools...))
+	}
 	return m, nil
+}
+
+// poolsOK runs example x forward up to the max-pooling nodes and reports
+// whether every pooling window has a maximum. gorgonia's max pooling
+// starts each window at -MaxFloat32 with no argmax and keeps it when no
+// value is larger (a window of NaNs, or of -Inf: finite inputs near the
+// float32 maximum overflow to both), and its backward pass then indexes
+// out of range in a goroutine of its own, which kills the process: such
+// an example must never reach the training graph.
+func (m *Model) poolsOK(x []float32) (bool, error) {
+	if m.guard == nil {
+		return true, nil
+	}
+	copy(m.x, x)
+	if err := run(m.guard); err != nil {
+		return false, err
+	}
+	for _, n := range m.pools {
+		v, err := float32s(n.Value())
+		if err != nil {
+			return false, fmt.Errorf("max pooling %s: %w", n.Name(), err)
+		}
+		for _, p := range v {
+			if !(p > -math.MaxFloat32) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
 }
 
 // checkInputOutput checks the input node (one example, float32) and the

@@ -22,7 +22,15 @@ type Clipper interface {
 	// the example's input, loss or gradient is not finite; linf is the
 	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
 	// one factor per affine layer into c: 0 drops the layer's gradient,
-	// 1 keeps it. Factors must be finite and non-negative.
+	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f > 0
+	// scales the layer's gradient entry by entry with MulDown (f as
+	// Factor32, products rounded to nearest, subnormal factors and
+	// products flushed to zero), so the scaled gradient that enters the
+	// sum (for a dense layer, the scaled output-gradient rows, whose outer
+	// products with the layer's inputs the accumulating GEMM forms) has
+	// norm at most f(1+2^-24)^2 times the exact norm whose square sq
+	// holds, however small the products. Every kept example is scaled,
+	// f = 1 included, so the work does not depend on the factor.
 	Scale(i int, sq []float64, linf float64, c []float64)
 }
 
@@ -484,6 +492,21 @@ func (p *Plan) InputSize() int { return p.net.Input.Size() }
 // Affine is the number of layers with parameters (Clipper.Scale's
 // len(sq)).
 func (p *Plan) Affine() int { return p.naff }
+
+// CheckInputs checks examples x (CHW each, any number) as Step would
+// before running them: the length, and an embedding's ids (integers in
+// range, or -1). A training loop checks its whole training set with it
+// before the first step, so that no step fails on one example's values.
+func (p *Plan) CheckInputs(x []float32) error {
+	in := p.net.Input.Size()
+	if len(x)%in != 0 {
+		return dpcore.Invalid("nn", "%d floats are not whole examples of %d", len(x), in)
+	}
+	if len(x) == 0 {
+		return nil
+	}
+	return p.check(x, nil, len(x)/in)
+}
 
 func (p *Plan) check(x []float32, y []int, n int) error {
 	in := p.net.Input.Size()
@@ -1093,16 +1116,26 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				continue
 			}
 			U, G := w.affineIO(s, i, j)
-			switch f := c[s.aff]; {
-			case f == 1:
-			case f == 0 || w.bad[j]:
+			// Every kept example is scaled, clipped or not (a factor of 1
+			// leaves each entry as it is), so that the work does not
+			// depend on whether the example was clipped.
+			if f := c[s.aff]; f == 0 || w.bad[j] {
 				clear(U)
 				clear(G)
-			default:
-				f32 := float32(f)
-				for k := range G {
-					G[k] *= f32
-				}
+			} else {
+				scaleDown(f, G)
+			}
+		}
+		// Per-example gradients (convolutions, norms) are scaled in
+		// place here, so that accumulate adds exactly the vector whose
+		// norm bound holds.
+		for i := range p.stages {
+			s := &p.stages[i]
+			if s.kind != kConv && s.kind != kNorm {
+				continue
+			}
+			if f := c[s.aff]; f != 0 && !w.bad[j] {
+				scaleDown(f, p.exGrad(w, s, j))
 			}
 		}
 	}
@@ -1116,12 +1149,12 @@ func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
 
 // factor is example j's clipping factor for affine layer aff (1 on the
 // non-private path) and whether its gradient enters the sum at all.
-func (p *Plan) factor(w *worker, j, aff int) (float32, bool) {
+func (p *Plan) factor(w *worker, j, aff int) (float64, bool) {
 	f := 1.0
 	if p.private {
 		f = w.c[j*p.naff+aff]
 	}
-	return float32(f), f != 0 && !w.bad[j]
+	return f, f != 0 && !w.bad[j]
 }
 
 // captureExample writes example j's gradient into out.
@@ -1178,7 +1211,8 @@ func (p *Plan) accumulate(w *worker, m int) {
 					continue
 				}
 				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(t EmbeddingTable, id int, vec []float32) {
-					axpy(f, vec, w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim])
+					scaleDown(f, vec)
+					add(w.acc[t.Weight.Offset+id*t.Dim:t.Weight.Offset+(id+1)*t.Dim], vec)
 				})
 			}
 			continue
@@ -1193,13 +1227,13 @@ func (p *Plan) accumulate(w *worker, m int) {
 			// small, 2 per channel or feature) or by perExample
 			// (convolutions on the private path).
 			for j := range m {
-				f, ok := p.factor(w, j, s.aff)
-				if !ok {
+				if _, ok := p.factor(w, j, s.aff); !ok {
 					continue
 				}
+				// perExample has scaled M by its factor.
 				M := p.exGrad(w, s, j)
-				axpy(f, M[:s.w.Len], accW)
-				axpy(f, M[s.w.Len:], accB)
+				add(accW, M[:s.w.Len])
+				add(accB, M[s.w.Len:])
 			}
 			continue
 		}

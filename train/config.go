@@ -267,6 +267,11 @@ func (c *Config) validate() error {
 // maxUserExamples bounds Config.UserExamples.
 const maxUserExamples = 1 << 16
 
+// maxClippedSum bounds the clip norm times the training examples: a
+// step's clipped sum then stays far inside the float32 range (3.4e38),
+// with room for the noise.
+const maxClippedSum = 1e30
+
 func (c *Config) validateRest() error {
 	bad := invalidf
 	if err := c.checkSizes(); err != nil {
@@ -291,6 +296,12 @@ func (c *Config) validateRest() error {
 	}
 	if !(c.ClipNorm > 0) || math.IsInf(c.ClipNorm, 0) {
 		return bad("clip norm %v must be positive and finite", c.ClipNorm)
+	}
+	if c.Train != nil && c.ClipNorm*float64(c.Train.Len()) > maxClippedSum {
+		// Each unit adds at most the clip norm, so the float32 sum of a
+		// step cannot overflow, whatever the data (docs/math.md, no
+		// data-dependent control flow).
+		return bad("clip norm %v times %d training examples exceeds %g: a step's clipped sum could overflow float32 for some data; use a smaller clip norm", c.ClipNorm, c.Train.Len(), maxClippedSum)
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
 		return bad("learning rate %v must be positive and finite", c.LearningRate)

@@ -20,8 +20,12 @@ import (
 // framework's model, exposes the parameters as one flat float32 vector the
 // framework's tensors share (or copies them in before each call), and
 // implements ClippedSumContext by computing each example's gradient, its L2 norm
-// over all parameters, and adding the gradient scaled by
-// min(1, clip norm / norm) to dst (clip.Options says how).
+// over all parameters in float64, and adding it to dst with
+// clip.AddScaled(dst, g, clip.Factor(clip norm, norm)) (docs/engines.md).
+// Nothing about one example's data may stop, retry or slow the call
+// (docs/math.md, no data-dependent control flow): an example whose input,
+// loss, gradient or norm is not finite contributes zero and is counted in
+// clip.Stats.NonFinite, and errors are for what the caller can fix.
 type Engine interface {
 	// Params is the parameter vector, one flat float32 slice in a fixed
 	// order. The optimizer writes it in place between calls; the engine
@@ -31,8 +35,9 @@ type Engine interface {
 	// examples x (len(y) examples of C*H*W floats each, CHW order) with
 	// labels y of their cross-entropy gradients, each clipped as the
 	// engine's clip.Options say, and returns the batch's statistics.
-	// Examples with a non-finite loss or gradient contribute nothing and
-	// are counted. It stops with ctx's error when ctx is done.
+	// Examples with a non-finite input, loss or gradient contribute
+	// nothing and are counted; no example's values make it fail. It stops
+	// with ctx's error when ctx is done.
 	ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error)
 	// EvaluateContext returns the mean cross-entropy and the accuracy on
 	// x, y, stopping with ctx's error when ctx is done.

@@ -35,8 +35,5 @@ func (t *Trainer) clipByIndex(ctx context.Context, ie IndexEngine, step int, sm 
 		return sm, fmt.Errorf("train: step %d: %w", step, err)
 	}
 	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
-	if i := nonFinite(t.sum); i >= 0 {
-		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
-	}
-	return sm, nil
+	return sm, checkClippedSum(step, t.sum)
 }

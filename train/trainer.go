@@ -236,6 +236,17 @@ func (t *Trainer) newEngine(cfg *Config) (maxBatch int, err error) {
 			return 0, invalidf("user level with %d examples a user needs an engine that combines a user's examples before clipping (UserEngine); the %s backend's does not: use 1 example a user", cfg.UserExamples, t.backend.Name())
 		}
 	}
+	// The engine's limit on one user's examples, checked now rather than
+	// at the step that samples a user that large.
+	if uc, ok := t.engine.(interface{ MaxUserExamples() int }); ok {
+		k := cfg.multiplicity()
+		if cfg.UserLevel {
+			k = cfg.UserExamples
+		}
+		if k > 1 && k > uc.MaxUserExamples() {
+			return 0, invalidf("%d examples a user (or copies an example) need more than 1 GiB of per-example gradients for this model of %d parameters: use at most %d", k, len(t.engine.Params()), uc.MaxUserExamples())
+		}
+	}
 	return maxBatch, nil
 }
 
@@ -248,8 +259,30 @@ func (t *Trainer) checkData(cfg *Config) error {
 	if cfg.Test != nil && shapeOf(cfg.Test) != t.backend.InputShape() {
 		return invalidf("test data shape %v does not match model input %v", shapeOf(cfg.Test), t.backend.InputShape())
 	}
+	// Whatever the engine would refuse in an example (an embedding id out
+	// of range) is refused now for the whole set: a step that failed on
+	// the example it sampled would reveal that it was sampled (docs/math.md,
+	// no data-dependent control flow).
+	if ic, ok := t.engine.(inputChecker); ok {
+		if err := ic.CheckInputs(cfg.Train.X); err != nil {
+			return invalidf("training data: %v", err)
+		}
+		if cfg.Test != nil {
+			if err := ic.CheckInputs(cfg.Test.X); err != nil {
+				return invalidf("test data: %v", err)
+			}
+		}
+	}
 	return nil
 }
+
+// inputChecker is an engine that checks a whole data set's inputs before
+// the run (clip.Engine.CheckInputs).
+type inputChecker interface {
+	CheckInputs(x []float32) error
+}
+
+var _ inputChecker = (*clip.Engine)(nil)
 
 // newOptimizer builds SGD or momentum on the cooldown schedule.
 func (t *Trainer) newOptimizer(cfg *Config, d int) error {
@@ -493,10 +526,7 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		if err := t.clipUsers(ctx, step, &sm); err != nil {
 			return sm, fmt.Errorf("train: step %d: %w", step, err)
 		}
-		if i := nonFinite(t.sum); i >= 0 {
-			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
-		}
-		return sm, nil
+		return sm, checkClippedSum(step, t.sum)
 	}
 	if ie, ok := t.engine.(IndexEngine); ok {
 		return t.clipByIndex(ctx, ie, step, sm)
@@ -534,10 +564,20 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		sm.ClippedFrac /= float64(sm.BatchSize)
 	}
 	sm.Loss = lossSum
-	if i := nonFinite(t.sum); i >= 0 {
-		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+	return sm, checkClippedSum(step, t.sum)
+}
+
+// checkClippedSum refuses a clipped sum that is not finite. No data can
+// make one: every engine scales each unit into the clip norm and drops a
+// non-finite unit (docs/math.md, no data-dependent control flow), and the
+// clip norm times the examples stays far inside the float32 range
+// (maxClippedSum). An error here is an engine's defect; the step is not
+// applied.
+func checkClippedSum(step int, sum []float32) error {
+	if i := nonFinite(sum); i >= 0 {
+		return fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d: the engine let a unit's data through unclipped (a defect; the step was not applied)", step, i)
 	}
-	return sm, nil
+	return nil
 }
 
 // applyUpdate adds the drawn noise to the clipped sum, divides by the batch

@@ -109,6 +109,10 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 	if err != nil {
 		return nil, fmt.Errorf("distributed: worker %s: %w", shard, err)
 	}
+	// As train.New does: nothing in the shard may make a step fail later.
+	if err := w.engine.CheckInputs(w.data.X); err != nil {
+		return nil, fmt.Errorf("distributed: worker %s: training data: %w", shard, err)
+	}
 	w.x = make([]float32, cfg.Batch*w.data.Shape.Size())
 	w.y = make([]int, cfg.Batch)
 	w.chunk = make([]float32, m.NumParams())
