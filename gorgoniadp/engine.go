@@ -24,6 +24,7 @@ type Engine struct {
 	m     *Model
 	opt   clip.Options
 	norms []float64
+	fast  *clip.Engine // the batched executor of a compiled graph, or nil
 }
 
 func newEngine(m *Model, opt clip.Options) (*Engine, error) {
@@ -42,7 +43,11 @@ func newEngine(m *Model, opt clip.Options) (*Engine, error) {
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
 		return nil, dpcore.Invalid("gorgoniadp", "engine: LInfZero %v", opt.LInfZero)
 	}
-	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch)}, nil
+	fast, err := m.newFast(opt)
+	if err != nil {
+		return nil, fmt.Errorf("gorgoniadp: engine: %w", err)
+	}
+	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch), fast: fast}, nil
 }
 
 // Params is the model's flat parameter buffer (Model.Params).
@@ -158,6 +163,9 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	var st clip.Stats
 	if err := e.checkBatch(x, y, dst); err != nil {
 		return st, err
+	}
+	if e.fast != nil {
+		return e.fastClippedSum(ctx, x, y, dst)
 	}
 	m := e.m
 	n, chw := len(y), len(m.x)
@@ -304,6 +312,9 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 	}
 	if err := e.checkParams(); err != nil {
 		return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
+	}
+	if e.fast != nil {
+		return e.fastEvaluate(ctx, x, y)
 	}
 	sum, correct := 0.0, 0
 	for i, c := range y {

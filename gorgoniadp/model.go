@@ -79,6 +79,8 @@ type Model struct {
 	train   gorgonia.VM
 	eval    gorgonia.VM
 	gbuf    []float32 // the last example's gradient
+	fast    *compiled // the graph as built-in layers (compile.go), or nil
+	why     string    // why fast is nil
 }
 
 // New prepares g for private training under the name name: it checks
@@ -123,6 +125,7 @@ func newModel(name string, g Graph) (*Model, error) {
 	roots := append(gorgonia.Nodes{m.g.Loss, g.Logits}, m.grads...)
 	m.train = gorgonia.NewTapeMachine(eg.SubgraphRoots(roots...))
 	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
+	m.compile(g.Loss != nil)
 	return m, nil
 }
 

@@ -1,0 +1,314 @@
+package gorgoniadp
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// im2colConv is a convolution in the built-in layer's layout: W of shape
+// (c*k*k, out) over gorgonia's Im2Col, bias b, activation act (nil:
+// none), on x of shape (1, c, h, w); the output is (1, out, h', w').
+func im2colConv(x, w, b *G.Node, k, stride, pad int, act func(*G.Node) (*G.Node, error)) *G.Node {
+	s := x.Shape()
+	h := (s[2]+2*pad-k)/stride + 1
+	wd := (s[3]+2*pad-k)/stride + 1
+	col := G.Must(G.Im2Col(x, tensor.Shape{k, k}, tensor.Shape{pad, pad}, tensor.Shape{stride, stride}, tensor.Shape{1, 1}))
+	u := G.Must(G.Reshape(col, tensor.Shape{h * wd, s[1] * k * k}))
+	z := dense(u, w, b)
+	if act != nil {
+		z = G.Must(act(z))
+	}
+	out := w.Shape()[1]
+	return G.Must(G.Transpose(G.Must(G.Reshape(z, tensor.Shape{1, h, wd, out})), 0, 3, 1, 2))
+}
+
+// compileCases are graphs the compiler reads as built-in layers; every
+// recognized pattern appears in at least one.
+var compileCases = []opCase{
+	{"mlp-tanh", [3]int{12, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 12), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 12, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 4), param(g, rng, "b2", 0.3, 4)
+		h := G.Must(G.Tanh(dense(x, w1, b1)))
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}},
+	// Rectify; a (1, out) bias added without a broadcast; a spatial input
+	// flattened by Reshape; LogSoftMax of the logits.
+	{"flatten-relu-add-logsoftmax", [3]int{2, 3, 3}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 3, 3), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 18, 7), param(g, rng, "b1", 0.3, 1, 7)
+		w2, b2 := param(g, rng, "w2", 0.6, 7, 3), param(g, rng, "b2", 0.3, 3)
+		f := G.Must(G.Reshape(x, tensor.Shape{1, 18}))
+		h := G.Must(G.Rectify(G.Must(G.Add(G.Must(G.Mul(f, w1)), b1))))
+		return Graph{Input: x, Logits: G.Must(G.LogSoftMax(dense(h, w2, b2))), Params: []*G.Node{w1, b1, w2, b2}}
+	}},
+	// The graph's own cross-entropy loss.
+	{"user-cross-entropy", [3]int{6, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 6), G.WithName("x"))
+		w, b := param(g, rng, "w", 0.8, 6, 3), param(g, rng, "b", 0.3, 3)
+		logits := dense(x, w, b)
+		label := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 3), G.WithName("label"))
+		loss := G.Must(G.Neg(G.Must(G.Sum(G.Must(G.HadamardProd(label, G.Must(G.LogSoftMax(logits))))))))
+		return Graph{Input: x, Logits: logits, Label: label, Loss: loss, Params: []*G.Node{w, b}}
+	}},
+	// Convolutions (stride 1 pad 1 with Tanh; stride 2 pad 0 with
+	// Rectify), MaxPool2D, on a flat input node reshaped to the data's
+	// shape (Graph.Shape).
+	{"conv-tanh-maxpool-conv-relu", [3]int{2, 8, 8}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 128), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.4, 18, 3), param(g, rng, "b1", 0.2, 3)
+		w2, b2 := param(g, rng, "w2", 0.4, 12, 4), param(g, rng, "b2", 0.2, 4)
+		w3, b3 := param(g, rng, "w3", 0.5, 4, 3), param(g, rng, "b3", 0.2, 3)
+		im := G.Must(G.Reshape(x, tensor.Shape{1, 2, 8, 8}))
+		c := im2colConv(im, w1, b1, 3, 1, 1, G.Tanh)
+		p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		c2 := im2colConv(p, w2, b2, 2, 2, 0, G.Rectify)
+		p2 := G.Must(G.MaxPool2D(c2, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		f := G.Must(G.Reshape(p2, tensor.Shape{1, 4}))
+		return Graph{Input: x, Logits: dense(f, w3, b3), Params: []*G.Node{w1, b1, w2, b2, w3, b3}, Shape: [3]int{2, 8, 8}}
+	}},
+}
+
+// perExample returns an engine of m on the per-example path (one gorgonia
+// pass per example), the reference the compiled path must equal.
+func perExample(t *testing.T, m *Model, opt clip.Options) *Engine {
+	t.Helper()
+	e, err := m.Engine(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fast = nil
+	return e
+}
+
+// TestCompiledEqualsPerExample checks, for every compiled pattern, that
+// the batched executor's per-example gradients (batches of one, not
+// clipped), clipped sums, statistics and evaluation equal the
+// per-example path's and a fresh graph's per example, to float32
+// rounding: 1e-5 relative to the vector's largest entry (close32); norm
+// quantiles and losses to 1e-5 relative.
+func TestCompiledEqualsPerExample(t *testing.T) {
+	for ci, oc := range compileCases {
+		t.Run(oc.name, func(t *testing.T) {
+			seed := uint64(50 + ci)
+			m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, why := m.Compiled(); !ok {
+				t.Fatalf("not compiled: %s", why)
+			}
+			const n = 24
+			chw := oc.shape[0] * oc.shape[1] * oc.shape[2]
+			k := m.Classes()
+			x, y := randomBatch(rand.New(rand.NewPCG(seed, 2)), n, chw, k)
+			// Per-example gradients: the compiled path without clipping on
+			// batches of one.
+			one, err := m.Engine(clip.Options{NonPrivate: true, MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if one.fast == nil {
+				t.Fatal("the engine of a compiled model is not batched")
+			}
+			slow := perExample(t, m, clip.Options{NonPrivate: true, MaxBatch: 1})
+			got := make([]float32, m.NumParams())
+			want := make([]float32, m.NumParams())
+			norms := make([]float64, n)
+			for i := range 6 {
+				xi := x[i*chw : (i+1)*chw]
+				st, err := one.ClippedSum(xi, y[i:i+1], got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := slow.Gradient(xi, y[i], want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j, ok := close32(got, want); !ok {
+					t.Fatalf("example %d: gradient entry %d: compiled %v, per-example %v", i, j, got[max(j, 0)], want[max(j, 0)])
+				}
+				rl, ref := reference(t, oc, seed, xi, y[i])
+				if j, ok := close32(got, ref); !ok {
+					t.Fatalf("example %d: gradient entry %d: compiled %v, fresh graph %v", i, j, got[max(j, 0)], ref[max(j, 0)])
+				}
+				if math.Abs(st.Loss-l) > 1e-5*(1+l) || math.Abs(st.Loss-rl) > 1e-5*(1+rl) {
+					t.Fatalf("example %d: loss compiled %v, per-example %v, fresh graph %v", i, st.Loss, l, rl)
+				}
+			}
+			for i := range n {
+				if _, err := slow.Gradient(x[i*chw:(i+1)*chw], y[i], want); err != nil {
+					t.Fatal(err)
+				}
+				norms[i], _ = norms2(want)
+			}
+			// A clip norm between the middle two norms: half the examples
+			// clipped, none at the boundary.
+			zeta := midNorm(norms)
+			opt := clip.Options{Norm: zeta, MaxBatch: n}
+			fe, err := m.Engine(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			se := perExample(t, m, opt)
+			fst, err := fe.ClippedSum(x, y, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sst, err := se.ClippedSum(x, y, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, ok := close32(got, want); !ok {
+				t.Fatalf("clipped sum entry %d: compiled %v, per-example %v", j, got[max(j, 0)], want[max(j, 0)])
+			}
+			if fst.Clipped != sst.Clipped || fst.Clipped == 0 || fst.Clipped == 1 || fst.NonFinite != 0 || sst.NonFinite != 0 {
+				t.Fatalf("stats: compiled %+v, per-example %+v (want the same clipped fraction strictly between 0 and 1)", fst, sst)
+			}
+			for q := range fst.NormQuantiles {
+				if math.Abs(fst.NormQuantiles[q]-sst.NormQuantiles[q]) > 1e-5*sst.NormQuantiles[q] {
+					t.Fatalf("norm quantile %d: compiled %v, per-example %v", q, fst.NormQuantiles[q], sst.NormQuantiles[q])
+				}
+			}
+			if math.Abs(fst.Loss-sst.Loss) > 1e-5*(1+sst.Loss) {
+				t.Fatalf("loss: compiled %v, per-example %v", fst.Loss, sst.Loss)
+			}
+			fl, fa, err := fe.Evaluate(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sl, sa, err := se.Evaluate(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fa != sa || math.Abs(fl-sl) > 1e-5*(1+sl) {
+				t.Fatalf("evaluation: compiled (%v, %v), per-example (%v, %v)", fl, fa, sl, sa)
+			}
+		})
+	}
+}
+
+func norms2(g []float32) (float64, float64) { return norms(g) }
+
+func midNorm(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestCompiledTrajectory trains each compiled graph and the same graph on
+// the per-example path through train.Run from the same seed (same
+// batches, same noise): the parameters agree to float32 rounding after
+// every run of 1, 3 and 6 steps, and the user's parameter tensors view
+// the trained buffer.
+func TestCompiledTrajectory(t *testing.T) {
+	for ci, oc := range compileCases {
+		t.Run(oc.name, func(t *testing.T) {
+			seed := uint64(80 + ci)
+			chw := oc.shape[0] * oc.shape[1] * oc.shape[2]
+			probe, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := probe.Classes()
+			set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(seed, 3)), 120, chw), randomLabels(rand.New(rand.NewPCG(seed, 4)), 120, k),
+				data.Shape{C: oc.shape[0], H: oc.shape[1], W: oc.shape[2]}, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, steps := range []int{1, 3, 6} {
+				fast, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				slow, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				slow.fast = nil // the per-example path
+				cfg := train.Config{
+					Train: set, Steps: steps, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 0.5, Accountant: privacy.RDP,
+					LearningRate: 0.5, ClipNorm: 0.5, Seed: []byte("gorgoniadp compiled trajectory"), InsecureSeed: true,
+				}
+				a, b := cfg, cfg
+				a.Backend, b.Backend = fast, slow
+				if _, err := train.Run(context.Background(), a); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := train.Run(context.Background(), b); err != nil {
+					t.Fatal(err)
+				}
+				if j, ok := close32(fast.Params(), slow.Params()); !ok {
+					t.Fatalf("%d steps: parameter %d: compiled %v, per-example %v", steps, j, fast.Params()[max(j, 0)], slow.Params()[max(j, 0)])
+				}
+				if &fast.Tensors()[0].Data().([]float32)[0] != &fast.Params()[0] {
+					t.Fatal("parameter tensor does not view the trained buffer")
+				}
+			}
+		})
+	}
+}
+
+// TestNotCompiled checks that a graph the compiler cannot read stays on
+// the per-example path, still trains, and that Compiled names the op
+// that kept it there in gorgonia's API words.
+func TestNotCompiled(t *testing.T) {
+	cases := []struct {
+		name, op string
+		build    func(g *G.ExprGraph, rng *rand.Rand) Graph
+	}{
+		{"sigmoid", "Sigmoid", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
+			w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
+			w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
+			h := G.Must(G.Sigmoid(dense(x, w1, b1)))
+			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+		}},
+		{"conv2d", "Conv2d", opCases[1].build},
+		{"mul-without-bias", "Mul", opCases[2].build},
+		{"mean-loss", "Loss", opCases[3].build},
+		{"shared-weight", "used twice", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
+			w, b1, b2 := param(g, rng, "w", 0.5, 4, 4), param(g, rng, "b1", 0.1, 4), param(g, rng, "b2", 0.1, 4)
+			return Graph{Input: x, Logits: dense(G.Must(G.Tanh(dense(x, w, b1))), w, b2), Params: []*G.Node{w, b1, b2}}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gr := c.build(G.NewGraph(), rand.New(rand.NewPCG(3, 1)))
+			m, err := New(c.name, gr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, why := m.Compiled()
+			if ok || !strings.Contains(why, c.op) || strings.Contains(why, "\n") {
+				t.Fatalf("Compiled() = %v, %q: want false, one line naming %s", ok, why, c.op)
+			}
+			t.Log(why)
+			e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.fast != nil {
+				t.Fatal("batched engine for a graph that was not compiled")
+			}
+			in := m.InputShape()
+			x, y := randomBatch(rand.New(rand.NewPCG(3, 2)), 4, in[0]*in[1]*in[2], m.Classes())
+			if _, err := e.ClippedSum(x, y, make([]float32, m.NumParams())); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
