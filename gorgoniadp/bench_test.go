@@ -1,12 +1,20 @@
 package gorgoniadp
 
 import (
+	"context"
+	"flag"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -76,4 +84,100 @@ func BenchmarkPrivateStep(b *testing.B) {
 			}
 		}
 	})
+}
+
+// mlpGraph is the 784-128-10 tanh MLP of issue 40 as a user writes it in
+// gorgonia, with the built-in "mlp" model's initial parameters.
+func mlpGraph(tb testing.TB, mm models.Model) *Model {
+	tb.Helper()
+	g := G.NewGraph()
+	var ps []*G.Node
+	for _, p := range mm.Layout() {
+		v := append([]float32(nil), mm.Params()[p.Offset:p.Offset+p.Len]...)
+		ps = append(ps, G.NewTensor(g, tensor.Float32, len(p.Shape), G.WithShape(p.Shape...), G.WithName(p.Name),
+			G.WithValue(tensor.New(tensor.WithShape(p.Shape...), tensor.WithBacking(v)))))
+	}
+	x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 784), G.WithName("x"))
+	h := G.Must(G.Tanh(dense(x, ps[0], ps[1])))
+	m, err := New("gorgonia-mlp", Graph{Input: x, Logits: dense(h, ps[2], ps[3]), Params: ps, Shape: [3]int{1, 28, 28}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkMLPSideBySide times private steps (Poisson batches of 250
+// expected, DP-SGD noise, the update: train.Trainer.TrainStep) of the
+// built-in "mlp" (784-128-10 tanh) and of the same MLP written in
+// gorgonia, compiled, alternating one step of each so that both see the
+// same machine load, and reports the median step times and their ratio
+// (-benchtime=Nx: N steps of each). With -perexample it also times the
+// per-example path (a few steps; it is slow).
+func BenchmarkMLPSideBySide(b *testing.B) {
+	trainSet, _, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		b.Fatal(err)
+	}
+	mm, err := models.NewMLP([3]int{1, 28, 28}, []int{128}, 10, nn.Tanh, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gm := mlpGraph(b, mm)
+	if ok, why := gm.Compiled(); !ok {
+		b.Fatal(why)
+	}
+	cfg := train.Config{
+		Train: trainSet, Steps: 1 << 20, Batch: 250, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.5, ClipNorm: 1, Seed: []byte("gorgoniadp side by side"), InsecureSeed: true,
+	}
+	trainer := func(c train.Config) *train.Trainer {
+		t, err := train.New(context.Background(), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { t.Close() })
+		return t
+	}
+	a, c := cfg, cfg
+	a.Model, c.Backend = mm, gm
+	builtin, compiled := trainer(a), trainer(c)
+	step := func(t *train.Trainer) float64 {
+		start := time.Now()
+		if _, err := t.TrainStep(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		return float64(time.Since(start).Microseconds()) / 1000
+	}
+	var tb, tc []float64
+	for b.Loop() {
+		tb = append(tb, step(builtin))
+		tc = append(tc, step(compiled))
+	}
+	mb, mc := medianOf(tb), medianOf(tc)
+	b.ReportMetric(mb, "builtin-ms/step")
+	b.ReportMetric(mc, "compiled-ms/step")
+	b.ReportMetric(mc/mb, "ratio")
+	if *perExampleBench {
+		slow := mlpGraph(b, mm)
+		slow.fast = nil
+		s := cfg
+		s.Backend = slow
+		st := trainer(s)
+		var ts []float64
+		for range 5 {
+			ts = append(ts, step(st))
+		}
+		b.ReportMetric(medianOf(ts), "perexample-ms/step")
+	}
+}
+
+var perExampleBench = flag.Bool("perexample", false, "BenchmarkMLPSideBySide: also time the per-example path")
+
+func medianOf(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
