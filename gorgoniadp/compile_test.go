@@ -309,6 +309,43 @@ func TestNotCompiled(t *testing.T) {
 			if _, err := e.ClippedSum(x, y, make([]float32, m.NumParams())); err != nil {
 				t.Fatal(err)
 			}
+			// A run says it once, in one line, on its log.
+			if log := runLog(t, m); strings.Count(log, why+"\n") != 1 {
+				t.Fatalf("run log %q does not say %q once", log, why)
+			}
 		})
+	}
+}
+
+// runLog trains m for one step through train.Run and returns its log.
+func runLog(t *testing.T, m *Model) string {
+	t.Helper()
+	in := m.InputShape()
+	chw := in[0] * in[1] * in[2]
+	set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, chw), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, m.Classes()),
+		data.Shape{C: in[0], H: in[1], W: in[2]}, m.Classes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	_, err = train.Run(context.Background(), train.Config{
+		Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp run log"), InsecureSeed: true, Log: &log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log.String()
+}
+
+// TestCompiledRunSilent checks that the run of a compiled graph says
+// nothing of a slow path.
+func TestCompiledRunSilent(t *testing.T) {
+	m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log := runLog(t, m); strings.Contains(log, "gorgoniadp") || log == "" {
+		t.Fatalf("run log %q", log)
 	}
 }

@@ -706,6 +706,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
 	}
+	if why := slowPath(t.backend); cfg.Log != nil && why != "" {
+		fmt.Fprintln(cfg.Log, why)
+	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {
 			return res, err
