@@ -48,10 +48,55 @@ import (
 type compiled struct {
 	m   *Model
 	net nn.Network
+	// With kernels of gorgonia's Conv2d (trans), the executor's parameters
+	// are buf: the flat buffer with those kernels transposed, copied in
+	// before each call (pull), the gradient transposed back (push).
+	trans   []transposition
+	buf     []float32
+	scratch []float32
 }
 
-func (c *compiled) Name() string       { return c.m.name }
-func (c *compiled) Params() []float32  { return c.m.flat }
+// transposition is a rows x cols parameter (row-major at off in the flat
+// buffer) that the executor holds as its cols x rows transpose.
+type transposition struct{ off, rows, cols int }
+
+// pull copies the model's parameters into the executor's buffer.
+func (c *compiled) pull() {
+	if c.buf == nil {
+		return
+	}
+	copy(c.buf, c.m.flat)
+	for _, t := range c.trans {
+		transpose32(c.buf[t.off:t.off+t.rows*t.cols], c.m.flat[t.off:t.off+t.rows*t.cols], t.rows, t.cols)
+	}
+}
+
+// push turns a gradient in the executor's layout (dst) into the model's.
+func (c *compiled) push(dst []float32) {
+	for _, t := range c.trans {
+		n := t.rows * t.cols
+		copy(c.scratch[:n], dst[t.off:t.off+n])
+		transpose32(dst[t.off:t.off+n], c.scratch[:n], t.cols, t.rows)
+	}
+}
+
+// transpose32 writes the transpose of src (rows x cols, row-major) into
+// dst (cols x rows).
+func transpose32(dst, src []float32, rows, cols int) {
+	for i := range rows {
+		for j := range cols {
+			dst[j*rows+i] = src[i*cols+j]
+		}
+	}
+}
+
+func (c *compiled) Name() string { return c.m.name }
+func (c *compiled) Params() []float32 {
+	if c.buf != nil {
+		return c.buf
+	}
+	return c.m.flat
+}
 func (c *compiled) NumParams() int     { return len(c.m.flat) }
 func (c *compiled) InputShape() [3]int { return c.m.shape }
 func (c *compiled) Classes() int       { return c.m.classes }
@@ -102,6 +147,7 @@ type value struct {
 // compiler holds the state of one compilation.
 type compiler struct {
 	m     *Model
+	trans []transposition
 	index map[*gorgonia.Node]int // parameter node -> its index in Params
 	used  []bool
 }
@@ -138,7 +184,16 @@ func compileGraph(m *Model, userLoss bool) (*compiled, *notCompiled) {
 	if err != nil || shapes[len(shapes)-1].C != m.classes {
 		return nil, &notCompiled{op: "Logits", node: logits.Name(), why: fmt.Sprintf("the built-in layers do not fit: %v", err)}
 	}
-	return &compiled{m: m, net: net}, nil
+	cm := &compiled{m: m, net: net, trans: c.trans}
+	if len(c.trans) > 0 {
+		cm.buf = make([]float32, len(m.flat))
+		n := 0
+		for _, t := range c.trans {
+			n = max(n, t.rows*t.cols)
+		}
+		cm.scratch = make([]float32, n)
+	}
+	return cm, nil
 }
 
 // flat says whether s is a vector (C features).
@@ -168,6 +223,15 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 		return value{}, c.refuse(n, "without a bias: the built-in dense layer is Add(Mul(x, W), b)")
 	case t == "elemUnaryOp" && description(t, op) == "tanh",
 		t == "elemBinOp" && (description(t, op) == "+" || description(t, op) == "⊙"):
+		if a, act, nc := c.peel(n); nc == nil && isBinary(a.Op(), "+") {
+			ch := children(a)
+			if isConv2d(ch[0]) {
+				return c.conv2d(n, ch[0], ch[1], act)
+			}
+			if isConv2d(ch[1]) {
+				return c.conv2d(n, ch[1], ch[0], act)
+			}
+		}
 		return c.dense(n)
 	}
 	return value{}, c.refuse(n, "")
@@ -203,16 +267,9 @@ func (c *compiler) reshape(n *gorgonia.Node) (value, *notCompiled) {
 // affine reads n as act(Add(Mul(x, W), b)), act Tanh, Rectify or none,
 // and marks W and b used.
 func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.Activation, nc *notCompiled) {
-	a := n
-	switch op := n.Op(); {
-	case isUnary(op, "tanh"):
-		act, a = nn.Tanh, children(n)[0]
-	case isBinary(op, "⊙"):
-		r, ok := rectified(n)
-		if !ok {
-			return nil, 0, 0, 0, c.refuse(n, "other than in Rectify")
-		}
-		act, a = nn.ReLU, r
+	a, act, nc := c.peel(n)
+	if nc != nil {
+		return nil, 0, 0, 0, nc
 	}
 	if isConv2d(a) {
 		return nil, 0, 0, 0, conv2dRefusal(a)
@@ -240,6 +297,113 @@ func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.
 		return nil, 0, 0, 0, nc
 	}
 	return x, w, b, act, nil
+}
+
+// peel reads n as Tanh(a), Rectify(a) or a.
+func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act nn.Activation, nc *notCompiled) {
+	switch op := n.Op(); {
+	case isUnary(op, "tanh"):
+		return children(n)[0], nn.Tanh, nil
+	case isBinary(op, "⊙"):
+		r, ok := rectified(n)
+		if !ok {
+			return nil, 0, c.refuse(n, "other than in Rectify")
+		}
+		return r, nn.ReLU, nil
+	}
+	return n, nn.Identity, nil
+}
+
+// conv2d reads act(Add(Conv2d(x, K), b)): gorgonia's Conv2d, kernel K
+// of shape (out, C, k, k), plus a bias b of out values broadcast over
+// the example and the pixels. The built-in layer's weight is K's
+// transpose (C*k*k, out): the compiled model keeps it transposed in a
+// buffer of its own (compiled.pull, compiled.push).
+func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, *notCompiled) {
+	r := children(t)[0]
+	prod := children(r)[0]
+	pc := children(prod)
+	patch, flat := pc[0], pc[1]
+	odd := &notCompiled{op: "Conv2d", node: oneLine(t.Name()), why: "not as gorgonia.Conv2d builds it"}
+	if t.Op().String() != "Aᵀ{0, 3, 1, 2}" || patch.Op() == nil || opType(patch.Op()) != "reshapeOp" || flat.Op() == nil || opType(flat.Op()) != "reshapeOp" {
+		return value{}, odd
+	}
+	col, kn := children(patch)[0], children(flat)[0]
+	if col.Op() == nil || opType(col.Op()) != "im2colOp" {
+		return value{}, odd
+	}
+	k, nc := c.param(kn, t)
+	if nc != nil {
+		return value{}, nc
+	}
+	ks := kn.Shape()
+	if len(ks) != 4 {
+		return value{}, odd
+	}
+	out := ks[0]
+	b, nc := c.channelBias(bias, out)
+	if nc != nil {
+		return value{}, nc
+	}
+	v, l, nc := c.unfold(t, col, out, act, k, b)
+	if nc != nil {
+		return v, nc
+	}
+	c.trans = append(c.trans, transposition{off: c.m.offsets[k], rows: out, cols: ks[1] * ks[2] * ks[3]})
+	v.layers = append(slices.Clone(v.layers), l)
+	return v, nil
+}
+
+// unfold reads the Im2Col node col of a convolution with out channels
+// whose output is node t, and returns the value of its input and the
+// layer (the output shape in v.shape).
+func (c *compiler) unfold(t, col *gorgonia.Node, out int, act nn.Activation, w, b int) (value, nn.Conv2D, *notCompiled) {
+	var kh, kw, ph, pw, sh, sw, dh, dw int
+	if _, err := fmt.Sscanf(col.Op().String(), "im2col<(%d,%d), (%d, %d), (%d,%d) (%d, %d)>", &kh, &kw, &ph, &pw, &sh, &sw, &dh, &dw); err != nil {
+		return value{}, nn.Conv2D{}, c.refuse(col, "")
+	}
+	if kh != kw || ph != pw || sh != sw || dh != 1 || dw != 1 {
+		return value{}, nn.Conv2D{}, c.refuse(col, fmt.Sprintf("with kernel (%d, %d), pad (%d, %d), stride (%d, %d), dilation (%d, %d): the built-in convolution has a square kernel, equal pads and strides, no dilation", kh, kw, ph, pw, sh, sw, dh, dw))
+	}
+	v, nc := c.node(children(col)[0])
+	if nc != nil {
+		return v, nn.Conv2D{}, nc
+	}
+	l := nn.Conv2D{Out: out, Kernel: kh, Stride: sh, Pad: ph, Act: act, Weight: c.span(w), Bias: c.span(b)}
+	os, err := nn.OutShape(l, v.shape)
+	s := t.Shape()
+	if err != nil || len(s) != 4 || s[0] != 1 || s[1] != os.C || s[2] != os.H || s[3] != os.W {
+		return value{}, nn.Conv2D{}, c.refuse(t, fmt.Sprintf("of shape %v on a %dx%dx%d activation", s, v.shape.C, v.shape.H, v.shape.W))
+	}
+	v.shape = os
+	return v, l, nil
+}
+
+// channelBias reads n, of shape (1, out, H, W), as a parameter of out
+// values, one per channel: repeats along axes 0, 2 and 3 of a (1, out,
+// 1, 1) reshape of it.
+func (c *compiler) channelBias(n *gorgonia.Node, out int) (int, *notCompiled) {
+	top := n
+	refuse := c.refuse(top, fmt.Sprintf("of a convolution and a bias that is not one parameter of %d values broadcast over the pixels (shape (1, %d, 1, 1))", out, out))
+	for n.Op() != nil && opType(n.Op()) == "repeatOp" {
+		if a := n.Op().String(); a != "Repeat0" && a != "Repeat2" && a != "Repeat3" {
+			return 0, refuse
+		}
+		n = children(n)[0]
+	}
+	if s := n.Shape(); len(s) != 4 || s[0] != 1 || s[1] != out || s[2] != 1 || s[3] != 1 {
+		return 0, refuse
+	}
+	for n.Op() != nil {
+		if opType(n.Op()) != "reshapeOp" {
+			return 0, refuse
+		}
+		n = children(n)[0]
+	}
+	if n.Shape().TotalSize() != out {
+		return 0, refuse
+	}
+	return c.param(n, top)
 }
 
 // param marks parameter node p (read by node n) used and returns its
@@ -327,26 +491,15 @@ func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 	if col.Op() == nil || opType(col.Op()) != "im2colOp" {
 		return value{}, c.refuse(n, why)
 	}
-	var kh, kw, ph, pw, sh, sw, dh, dw int
-	if _, err := fmt.Sscanf(col.Op().String(), "im2col<(%d,%d), (%d, %d), (%d,%d) (%d, %d)>", &kh, &kw, &ph, &pw, &sh, &sw, &dh, &dw); err != nil {
-		return value{}, c.refuse(col, why)
-	}
-	if kh != kw || ph != pw || sh != sw || dh != 1 || dw != 1 {
-		return value{}, c.refuse(col, fmt.Sprintf("with kernel (%d, %d), pad (%d, %d), stride (%d, %d), dilation (%d, %d): the built-in convolution has a square kernel, equal pads and strides, no dilation", kh, kw, ph, pw, sh, sw, dh, dw))
-	}
-	v, nc := c.node(children(col)[0])
+	wn := c.m.g.Params[w]
+	v, l, nc := c.unfold(n, col, wn.Shape()[1], act, w, b)
 	if nc != nil {
 		return v, nc
 	}
-	wn := c.m.g.Params[w]
-	l := nn.Conv2D{Out: wn.Shape()[1], Kernel: kh, Stride: sh, Pad: ph, Act: act, Weight: c.span(w), Bias: c.span(b)}
-	out, err := nn.OutShape(l, v.shape)
-	s := n.Shape()
-	if err != nil || len(s) != 4 || s[0] != 1 || s[1] != out.C || s[2] != out.H || s[3] != out.W || u.Shape()[0] != out.H*out.W {
+	if u.Shape()[0] != v.shape.H*v.shape.W {
 		return value{}, c.refuse(n, why)
 	}
 	v.layers = append(slices.Clone(v.layers), l)
-	v.shape = out
 	return v, nil
 }
 
@@ -425,7 +578,7 @@ func isConv2d(n *gorgonia.Node) bool {
 
 func conv2dRefusal(n *gorgonia.Node) *notCompiled {
 	return &notCompiled{op: "Conv2d", node: oneLine(n.Name()),
-		why: "its kernel (out, C, kh, kw) is the transpose of the built-in convolution's weight; Mul(Reshape(Im2Col(x)), W) by W of shape (C*kh*kw, out), plus a bias, compiles"}
+		why: "without a bias: the built-in convolution is Add(Conv2d(x, K), b) with b one parameter of a value per channel, shape (1, out, 1, 1) broadcast (BroadcastAdd with pattern 0, 2, 3)"}
 }
 
 // isLogSoftMax says whether n is LogSoftMax along its last axis.
@@ -575,15 +728,18 @@ func (m *Model) newFast(opt clip.Options) (*clip.Engine, error) {
 // checked batch: package clip's clipping rule, the same as the
 // per-example path's.
 func (e *Engine) fastClippedSum(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
+	e.m.fast.pull()
 	st, err := e.fast.ClippedSumContext(ctx, x, y, dst)
 	if err != nil {
 		return st, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
 	}
+	e.m.fast.push(dst)
 	return st, nil
 }
 
 // fastEvaluate is EvaluateContext on the batched executor.
 func (e *Engine) fastEvaluate(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
+	e.m.fast.pull()
 	loss, acc, err = e.fast.EvaluateContext(ctx, x, y)
 	if err != nil {
 		return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)

@@ -79,6 +79,21 @@ var compileCases = []opCase{
 		f := G.Must(G.Reshape(p2, tensor.Shape{1, 4}))
 		return Graph{Input: x, Logits: dense(f, w3, b3), Params: []*G.Node{w1, b1, w2, b2, w3, b3}, Shape: [3]int{2, 8, 8}}
 	}},
+	// gorgonia's Conv2d with a channel bias: a (1, out, 1, 1) parameter
+	// with Tanh, a (out) vector reshaped with Rectify.
+	{"conv2d-bias", [3]int{2, 7, 7}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 7, 7), G.WithName("x"))
+		k1, b1 := param(g, rng, "k1", 0.4, 3, 2, 3, 3), param(g, rng, "b1", 0.2, 1, 3, 1, 1)
+		k2, b2 := param(g, rng, "k2", 0.4, 4, 3, 2, 2), param(g, rng, "b2", 0.2, 4)
+		w, b := param(g, rng, "w", 0.5, 36, 3), param(g, rng, "b", 0.2, 3)
+		c1 := G.Must(G.Conv2d(x, k1, tensor.Shape{3, 3}, []int{1, 1}, []int{2, 2}, []int{1, 1})) // (1, 3, 4, 4)
+		h1 := G.Must(G.Tanh(G.Must(G.BroadcastAdd(c1, b1, nil, []byte{0, 2, 3}))))
+		c2 := G.Must(G.Conv2d(h1, k2, tensor.Shape{2, 2}, []int{0, 0}, []int{1, 1}, []int{1, 1})) // (1, 4, 3, 3)
+		b2r := G.Must(G.Reshape(b2, tensor.Shape{1, 4, 1, 1}))
+		h2 := G.Must(G.Rectify(G.Must(G.BroadcastAdd(b2r, c2, []byte{0, 2, 3}, nil))))
+		h3 := G.Must(G.Reshape(h2, tensor.Shape{1, 36}))
+		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{k1, b1, k2, b2, w, b}}
+	}},
 }
 
 // perExample returns an engine of m on the per-example path (one gorgonia
