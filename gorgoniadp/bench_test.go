@@ -106,23 +106,64 @@ func mlpGraph(tb testing.TB, mm models.Model) *Model {
 	return m
 }
 
-// BenchmarkMLPSideBySide times private steps (Poisson batches of 250
-// expected, DP-SGD noise, the update: train.Trainer.TrainStep) of the
-// built-in "mlp" (784-128-10 tanh) and of the same MLP written in
-// gorgonia, compiled, alternating one step of each so that both see the
-// same machine load, and reports the median step times and their ratio
-// (-benchtime=Nx: N steps of each). With -perexample it also times the
-// per-example path (a few steps; it is slow).
-func BenchmarkMLPSideBySide(b *testing.B) {
+// cnnGraph is the package example's CNN (gorgonia's Conv2d of 8 3x3
+// kernels, stride 2, pad 1, plus a channel bias, Tanh, MaxPool2D 2x2, a
+// dense layer of 10) over the parameters of mm, the same network from
+// models.NewBuilder (fashionTwin): the kernel is the transpose of mm's
+// convolution weight.
+func cnnGraph(tb testing.TB, mm models.Model) *Model {
+	tb.Helper()
+	l := mm.Layout()
+	at := func(i int) []float32 { return append([]float32(nil), mm.Params()[l[i].Offset:l[i].Offset+l[i].Len]...) }
+	g := G.NewGraph()
+	kv := make([]float32, 8*9)
+	transpose32(kv, at(0), 9, 8)
+	k := G.NewTensor(g, tensor.Float32, 4, G.WithShape(8, 1, 3, 3), G.WithName("conv"), G.WithValue(tensor.New(tensor.WithShape(8, 1, 3, 3), tensor.WithBacking(kv))))
+	cb := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 8, 1, 1), G.WithName("conv-bias"), G.WithValue(tensor.New(tensor.WithShape(1, 8, 1, 1), tensor.WithBacking(at(1)))))
+	w := G.NewMatrix(g, tensor.Float32, G.WithShape(392, 10), G.WithName("w"), G.WithValue(tensor.New(tensor.WithShape(392, 10), tensor.WithBacking(at(2)))))
+	b := G.NewVector(g, tensor.Float32, G.WithShape(10), G.WithName("b"), G.WithValue(tensor.New(tensor.WithShape(10), tensor.WithBacking(at(3)))))
+	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 1, 28, 28), G.WithName("x"))
+	c := G.Must(G.Conv2d(x, k, tensor.Shape{3, 3}, []int{1, 1}, []int{2, 2}, []int{1, 1}))
+	h := G.Must(G.Tanh(G.Must(G.BroadcastAdd(c, cb, nil, []byte{0, 2, 3}))))
+	p := G.Must(G.MaxPool2D(h, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+	f := G.Must(G.Reshape(p, tensor.Shape{1, 392}))
+	m, err := New("gorgonia-cnn", Graph{Input: x, Logits: dense(f, w, b), Params: []*G.Node{k, cb, w, b}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkSideBySide times private steps (Poisson batches of 250
+// expected, DP-SGD noise, the update: train.Trainer.TrainStep) of a
+// built-in model and of the same network written in gorgonia, compiled,
+// alternating one step of each (and which goes first) so that both see
+// the same machine load,
+// and reports the median step times and their ratio (-benchtime=Nx: N
+// steps of each). mlp: the built-in "mlp" (784-128-10 tanh); cnn: the
+// package example's CNN (with a convolution bias). With -perexample it
+// also times the per-example path (5 steps; it is slow).
+func BenchmarkSideBySide(b *testing.B) {
 	trainSet, _, err := data.LoadEmbeddedFashionMNIST()
 	if err != nil {
 		b.Fatal(err)
 	}
-	mm, err := models.NewMLP([3]int{1, 28, 28}, []int{128}, 10, nn.Tanh, 1)
+	mlp, err := models.NewMLP([3]int{1, 28, 28}, []int{128}, 10, nn.Tanh, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	gm := mlpGraph(b, mm)
+	cnn, _ := fashionTwin(b)
+	for _, c := range []struct {
+		name  string
+		mm    models.Model
+		graph func(testing.TB, models.Model) *Model
+	}{{"mlp", mlp, mlpGraph}, {"cnn", cnn, cnnGraph}} {
+		b.Run(c.name, func(b *testing.B) { sideBySide(b, trainSet, c.mm, c.graph) })
+	}
+}
+
+func sideBySide(b *testing.B, trainSet *data.Dataset, mm models.Model, graph func(testing.TB, models.Model) *Model) {
+	gm := graph(b, mm)
 	if ok, why := gm.Compiled(); !ok {
 		b.Fatal(why)
 	}
@@ -149,16 +190,21 @@ func BenchmarkMLPSideBySide(b *testing.B) {
 		return float64(time.Since(start).Microseconds()) / 1000
 	}
 	var tb, tc []float64
-	for b.Loop() {
-		tb = append(tb, step(builtin))
-		tc = append(tc, step(compiled))
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 { // alternate which goes first
+			tb = append(tb, step(builtin))
+			tc = append(tc, step(compiled))
+		} else {
+			tc = append(tc, step(compiled))
+			tb = append(tb, step(builtin))
+		}
 	}
 	mb, mc := medianOf(tb), medianOf(tc)
 	b.ReportMetric(mb, "builtin-ms/step")
 	b.ReportMetric(mc, "compiled-ms/step")
 	b.ReportMetric(mc/mb, "ratio")
 	if *perExampleBench {
-		slow := mlpGraph(b, mm)
+		slow := graph(b, mm)
 		slow.fast = nil
 		s := cfg
 		s.Backend = slow
