@@ -5,6 +5,12 @@
 // train.Run trains through train.Config.Backend, or an Engine for a
 // training loop of the user's own.
 //
+// A graph made of dense layers, convolutions, Tanh, Rectify, MaxPool2D,
+// flattening reshapes and the log-softmax cross-entropy is compiled to
+// the built-in layers of package nn and runs on package clip's batched
+// executor over the same parameter buffer (compile.go; Model.Compiled).
+// Any other graph runs one example at a time:
+//
 // Per-example gradients are exact: each example of a batch runs forward
 // and backward through the user's graph alone (gorgonia's own reverse-mode
 // differentiation on a graph of batch one), so no op can mix examples. Its
