@@ -239,7 +239,7 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 
 // refuse is the notCompiled of node n.
 func (c *compiler) refuse(n *gorgonia.Node, why string) *notCompiled {
-	return &notCompiled{op: apiName(n.Op()), node: oneLine(n.Name()), why: why}
+	return &notCompiled{op: userOp(n), node: oneLine(n.Name()), why: why}
 }
 
 // reshape reads a Reshape: to (1, D) or (D) it flattens (CHW order, as
@@ -628,34 +628,69 @@ func rectified(n *gorgonia.Node) (*gorgonia.Node, bool) {
 
 // apiNames are the gorgonia functions that make each op.
 var apiNames = map[string]string{
-	"linAlgBinOp":    "Mul",
-	"im2colOp":       "Im2Col",
-	"maxPoolOp":      "MaxPool2D",
-	"avgPoolOp":      "AveragePool2D",
-	"reshapeOp":      "Reshape",
-	"transposeOp":    "Transpose",
-	"repeatOp":       "Broadcast",
-	"sizeOp":         "SizeOf (Mean)",
-	"sumOp":          "Sum",
-	"concatOp":       "Concat",
-	"sliceOp":        "Slice",
-	"constantScalar": "a constant",
-	"BatchNormOp":    "BatchNorm",
-	"dropoutOp":      "Dropout",
-	"+":              "Add",
-	"-":              "Sub",
-	"⊙":              "HadamardProd",
-	"÷":              "HadamardDiv",
-	">=":             "Gte",
-	"tanh":           "Tanh",
-	"sigmoid":        "Sigmoid",
-	"abs":            "Abs",
-	"sqrt":           "Sqrt",
-	"ln":             "Log",
-	"exp":            "Exp",
-	"square":         "Square",
-	"neg":            "Neg",
-	"softplus":       "SoftPlus",
+	"linAlgBinOp":         "Mul",
+	"im2colOp":            "Im2Col",
+	"maxPoolOp":           "MaxPool2D",
+	"avgPoolOp":           "AveragePool2D",
+	"reshapeOp":           "Reshape",
+	"transposeOp":         "Transpose",
+	"repeatOp":            "Broadcast",
+	"sizeOp":              "SizeOf (Mean)",
+	"sumOp":               "Sum",
+	"concatOp":            "Concat",
+	"sliceOp":             "Slice",
+	"constantScalar":      "a constant",
+	"BatchNormOp":         "BatchNorm",
+	"dropoutOp":           "Dropout",
+	"batchnormDiffOp":     "BatchNorm",
+	"randomOp":            "a random node (UniformRandomNode, GaussianRandomNode)",
+	"maxOp":               "Max",
+	"globalAveragePoolOp": "GlobalAveragePool2D",
+	"argmaxOp":            "Argmax",
+	"^":                   "Pow",
+	"<":                   "Lt",
+	">":                   "Gt",
+	"<=":                  "Lte",
+	"==":                  "Eq",
+	"!=":                  "Ne",
+	"sign":                "Sign",
+	"ceil":                "Ceil",
+	"floor":               "Floor",
+	"sin":                 "Sin",
+	"cos":                 "Cos",
+	"log2":                "Log2",
+	"inv":                 "Inverse",
+	"invSqrt":             "InverseSqrt",
+	"cube":                "Cube",
+	"log1p":               "Log1p",
+	"expm1":               "Expm1",
+	"+":                   "Add",
+	"-":                   "Sub",
+	"⊙":                   "HadamardProd",
+	"÷":                   "HadamardDiv",
+	">=":                  "Gte",
+	"tanh":                "Tanh",
+	"sigmoid":             "Sigmoid",
+	"abs":                 "Abs",
+	"sqrt":                "Sqrt",
+	"ln":                  "Log",
+	"exp":                 "Exp",
+	"square":              "Square",
+	"neg":                 "Neg",
+	"softplus":            "SoftPlus",
+}
+
+// userOp names node n's op as the user wrote it: the gorgonia function,
+// with LeakyRelu recognized by its comparison x < 0.
+func userOp(n *gorgonia.Node) string {
+	if isBinary(n.Op(), "<") {
+		if ch := children(n); len(ch) == 2 && ch[1].IsScalar() {
+			if z, err := float32s(ch[1].Value()); err == nil && len(z) == 1 && z[0] == 0 {
+				return "LeakyRelu (its x < 0)"
+			}
+		}
+	}
+	return apiName(n.Op())
 }
 
 // apiName is the name of the gorgonia function that makes op, as a user

@@ -2,6 +2,7 @@ package gorgoniadp
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -362,5 +364,57 @@ func TestCompiledRunSilent(t *testing.T) {
 	}
 	if log := runLog(t, m); strings.Contains(log, "gorgoniadp") || log == "" {
 		t.Fatalf("run log %q", log)
+	}
+}
+
+// TestSupportedNames checks that Supported names every accepted op by a
+// gorgonia function, not an internal type.
+func TestSupportedNames(t *testing.T) {
+	got := Supported()
+	for _, want := range []string{"Mul", "Add", "HadamardProd", "Tanh", "Sigmoid", "Gte (as in Rectify)", "Im2Col (and Conv2d)", "MaxPool2D", "AveragePool2D", "Reshape", "LogSoftMax", "Sum"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("Supported() = %q lacks %q", got, want)
+		}
+	}
+	for _, s := range got {
+		if s == "" || strings.Contains(s, "Op") || strings.ContainsAny(s, "⊙×÷") {
+			t.Errorf("Supported() = %q has an internal name %q", got, s)
+		}
+	}
+}
+
+// TestGivenTwice checks that a graph given to New a second time is
+// refused with one line saying so (it used to fail inside gorgonia's
+// differentiation with "softmax operator only supports one input").
+func TestGivenTwice(t *testing.T) {
+	gr := compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1)))
+	if _, err := New("first", gr); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New("second", gr)
+	if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "given to New already") {
+		t.Fatalf("second New: %v", err)
+	}
+}
+
+// TestClassesMismatch checks that a run refuses a graph with more logits
+// than the data has classes (it used to train silently), or fewer.
+func TestClassesMismatch(t *testing.T) {
+	for _, classes := range []int{3, 6} {
+		m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1)))) // 4 logits
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, 12), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, classes), data.Shape{C: 12, H: 1, W: 1}, classes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = train.Run(context.Background(), train.Config{
+			Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+			LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp classes"), InsecureSeed: true,
+		})
+		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "has 4 logits") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("%d classes: %v", classes, err)
+		}
 	}
 }

@@ -111,6 +111,9 @@ func newModel(name string, g Graph) (*Model, error) {
 		return nil, dpcore.Invalidf("give both Loss and Label, or neither (then the cross-entropy of Logits is added)")
 	}
 	m := &Model{name: name, g: g, shape: g.Shape}
+	if given(g.Input.Graph()) {
+		return nil, dpcore.Invalidf("the graph was given to New already (New adds its loss and gradient nodes to it): build a fresh graph for each model")
+	}
 	if err := m.checkInputOutput(); err != nil {
 		return nil, err
 	}
@@ -133,6 +136,17 @@ func newModel(name string, g Graph) (*Model, error) {
 	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
 	m.compile(g.Loss != nil)
 	return m, nil
+}
+
+// given says whether New already differentiated a loss on eg (a node
+// is some node's gradient).
+func given(eg *gorgonia.ExprGraph) bool {
+	for _, n := range eg.AllNodes() {
+		if len(n.DerivOf()) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkInputOutput checks the input node (one example, float32) and the
@@ -158,7 +172,7 @@ func (m *Model) checkInputOutput() error {
 		}
 	}
 	if s := m.shape; s[0]*s[1]*s[2] != in.TotalSize() || s[0] <= 0 || s[1] <= 0 || s[2] <= 0 {
-		return dpcore.Invalidf("data shape %v does not fit input node %s of shape %v", m.shape, g.Input.Name(), in)
+		return dpcore.Invalidf("Graph.Shape %v holds %d values, input node %s of shape %v holds %d: set Graph.Shape to the (channels, height, width) of one example, or zero for the input node's", m.shape, s[0]*s[1]*s[2], g.Input.Name(), in, in.TotalSize())
 	}
 	ls := g.Logits.Shape()
 	if g.Logits.Dtype() != tensor.Float32 || !(len(ls) == 1 || len(ls) == 2 && ls[0] == 1) || ls.TotalSize() < 2 {
