@@ -1,10 +1,12 @@
 package gorgoniadp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -416,5 +418,72 @@ func TestClassesMismatch(t *testing.T) {
 		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "has 4 logits") || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("%d classes: %v", classes, err)
 		}
+	}
+}
+
+// mlpAct is compileCases[0] with activation act: the same parameter
+// names and shapes, another architecture unless act is Tanh.
+func mlpAct(act func(*G.Node) (*G.Node, error)) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 12), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 12, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 4), param(g, rng, "b2", 0.3, 4)
+		h := G.Must(act(dense(x, w1, b1)))
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}
+}
+
+// TestDigest checks that the graph digest depends on the architecture,
+// not on the parameters' values, that a parameter file of another
+// architecture with the same parameter names and shapes is refused
+// naming the difference (it loaded before), and that a checkpoint does
+// not resume into a changed architecture.
+func TestDigest(t *testing.T) {
+	build := func(act func(*G.Node) (*G.Node, error), seed uint64) *Model {
+		m, err := New("mlp", mlpAct(act)(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, a2, r := build(G.Tanh, 1), build(G.Tanh, 2), build(G.Rectify, 1)
+	if a.Digest() != a2.Digest() || len(a.Digest()) != 64 {
+		t.Fatalf("digests of one architecture differ: %s, %s", a.Digest(), a2.Digest())
+	}
+	if a.Digest() == r.Digest() {
+		t.Fatal("Tanh and Rectify graphs have one digest")
+	}
+	var buf bytes.Buffer
+	if err := a.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Load(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Load(bytes.NewReader(buf.Bytes()))
+	if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "another architecture") || !strings.Contains(err.Error(), "Tanh") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("loading a Tanh graph's file into a Rectify graph: %v", err)
+	}
+	t.Log(err)
+
+	// A checkpoint of the Tanh graph does not resume into the Rectify one.
+	set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, 12), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, 4), data.Shape{C: 12, H: 1, W: 1}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := train.Config{
+		Train: set, Backend: build(G.Tanh, 3), Steps: 2, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp digest"), InsecureSeed: true, CheckpointPath: filepath.Join(t.TempDir(), "ck"),
+	}
+	if _, err := train.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = build(G.Rectify, 3)
+	if _, err := train.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "another architecture") {
+		t.Fatalf("resuming into another architecture: %v", err)
+	}
+	cfg.Backend = build(G.Tanh, 4)
+	if res, err := train.Run(context.Background(), cfg); err != nil || res.Resumed != 2 {
+		t.Fatalf("resuming into the same architecture: %v", err)
 	}
 }

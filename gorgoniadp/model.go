@@ -87,6 +87,8 @@ type Model struct {
 	gbuf    []float32 // the last example's gradient
 	fast    *compiled // the graph as built-in layers (compile.go), or nil
 	why     string    // why fast is nil
+	arch    []string  // the architecture's description (digest.go)
+	digest  string    // its SHA-256
 }
 
 // New prepares g for private training under the name name: it checks
@@ -124,6 +126,8 @@ func newModel(name string, g Graph) (*Model, error) {
 	if err := m.checkLoss(seen); err != nil {
 		return nil, err
 	}
+	m.arch = m.architecture()
+	m.digest = digestOf(m.arch)
 	if err := m.bind(); err != nil {
 		return nil, err
 	}
@@ -414,6 +418,10 @@ type paramsFile struct {
 	Names  []string  `msgpack:"names"`
 	Shapes [][]int   `msgpack:"shapes"`
 	Values []float32 `msgpack:"values"`
+	// Arch and Digest describe the graph (Model.Digest); files written
+	// before them have neither, and load without the check.
+	Arch   []string `msgpack:"arch,omitempty"`
+	Digest string   `msgpack:"digest,omitempty"`
 }
 
 // Save writes the parameters with their names and shapes in a checksummed
@@ -430,7 +438,7 @@ func (m *Model) Save(w io.Writer) error {
 }
 
 func (m *Model) sealed() ([]byte, error) {
-	payload, err := msgpack.Marshal(&paramsFile{Name: m.name, Names: m.names, Shapes: m.shapes, Values: m.flat})
+	payload, err := msgpack.Marshal(&paramsFile{Name: m.name, Names: m.names, Shapes: m.shapes, Values: m.flat, Arch: m.arch, Digest: m.digest})
 	if err != nil {
 		return nil, fmt.Errorf("gorgoniadp: save: %w", err)
 	}
@@ -457,6 +465,9 @@ func (m *Model) Load(r io.Reader) error {
 	for _, n := range m.names {
 		limit += int64(len(n)) + 64
 	}
+	for _, l := range m.arch {
+		limit += 2*int64(len(l)) + 64 // another architecture may say more
+	}
 	payload, err := atomicfile.Unseal(r, fileMagic, fileVersion, limit)
 	if err != nil {
 		return dpcore.Invalid("gorgoniadp", "load: %s", atomicfile.Reason(err))
@@ -472,6 +483,9 @@ func (m *Model) Load(r io.Reader) error {
 		if !slices.Equal(s, m.shapes[i]) {
 			return dpcore.Invalid("gorgoniadp", "load: parameter %s has shape %v in the file, %v in the graph", m.names[i], s, m.shapes[i])
 		}
+	}
+	if f.Digest != "" && f.Digest != m.digest {
+		return dpcore.Invalid("gorgoniadp", "load: the file holds model %q of another architecture than %q (graph digest %.12s, this graph %.12s): %s", f.Name, m.name, f.Digest, m.digest, archDifference(f.Arch, m.arch))
 	}
 	copy(m.flat, f.Values)
 	return nil
