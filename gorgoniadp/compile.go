@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 
@@ -31,8 +32,9 @@ import (
 //     W of shape (C*k*k, out), square kernel, equal pads and strides,
 //     dilation 1;
 //   - Tanh or Rectify directly after a dense or convolution layer;
-//   - MaxPool2D with a square window, stride equal to the window and no
-//     padding;
+//   - MaxPool2D and AveragePool2D with a square window, stride equal to
+//     the window and no padding (AveragePool2D: windows that tile the
+//     activation);
 //   - LogSoftMax of the logits (cross-entropy of log-softmax outputs is
 //     that of the logits) and, when the graph has its own Loss, the
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
@@ -217,8 +219,8 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 		return c.reshape(n)
 	case t == "transposeOp":
 		return c.conv(n)
-	case t == "maxPoolOp":
-		return c.maxPool(n)
+	case t == "maxPoolOp" || t == "avgPoolOp":
+		return c.pool(n)
 	case t == "linAlgBinOp" && op.String() == "A × B":
 		return value{}, c.refuse(n, "without a bias: the built-in dense layer is Add(Mul(x, W), b)")
 	case t == "elemUnaryOp" && description(t, op) == "tanh",
@@ -503,21 +505,33 @@ func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 	return v, nil
 }
 
-// maxPool reads a MaxPool2D with a square window, stride equal to the
-// window and no padding.
-func (c *compiler) maxPool(n *gorgonia.Node) (value, *notCompiled) {
+// pool reads a MaxPool2D or AveragePool2D with a square window, stride
+// equal to the window and no padding.
+func (c *compiler) pool(n *gorgonia.Node) (value, *notCompiled) {
+	kind := "MaxPool"
+	if opType(n.Op()) == "avgPoolOp" {
+		kind = "AvgPool"
+	}
 	var b, ch, h, w, kh, kw, ph, pw, sh, sw int
-	if _, err := fmt.Sscanf(n.Op().String(), "MaxPool{%d, %d, %d, %d}(kernel: (%d, %d), pad: (%d, %d), stride: (%d, %d))", &b, &ch, &h, &w, &kh, &kw, &ph, &pw, &sh, &sw); err != nil {
+	if _, err := fmt.Sscanf(n.Op().String(), kind+"{%d, %d, %d, %d}(kernel: (%d, %d), pad: (%d, %d), stride: (%d, %d))", &b, &ch, &h, &w, &kh, &kw, &ph, &pw, &sh, &sw); err != nil {
 		return value{}, c.refuse(n, "")
 	}
 	if kh != kw || sh != kh || sw != kw || ph != 0 || pw != 0 {
-		return value{}, c.refuse(n, fmt.Sprintf("with kernel (%d, %d), pad (%d, %d), stride (%d, %d): the built-in max pooling has a square window, stride equal to the window, no padding", kh, kw, ph, pw, sh, sw))
+		return value{}, c.refuse(n, fmt.Sprintf("with kernel (%d, %d), pad (%d, %d), stride (%d, %d): the built-in pooling has a square window, stride equal to the window, no padding", kh, kw, ph, pw, sh, sw))
 	}
 	v, nc := c.node(children(n)[0])
 	if nc != nil {
 		return v, nc
 	}
-	l := nn.MaxPool{Size: kh}
+	var l nn.Layer = nn.MaxPool{Size: kh}
+	if kind == "AvgPool" {
+		// gorgonia averages otherwise than over the whole windows when
+		// they do not tile the activation (the losses differ).
+		if v.shape.H%kh != 0 || v.shape.W%kh != 0 {
+			return value{}, c.refuse(n, fmt.Sprintf("of %dx%d windows on a %dx%d activation: the built-in average pooling needs windows that tile it", kh, kh, v.shape.H, v.shape.W))
+		}
+		l = nn.AvgPool{Size: kh}
+	}
 	out, err := nn.OutShape(l, v.shape)
 	if s := n.Shape(); err != nil || len(s) != 4 || s[1] != out.C || s[2] != out.H || s[3] != out.W {
 		return value{}, c.refuse(n, fmt.Sprintf("on a %dx%dx%d activation", v.shape.C, v.shape.H, v.shape.W))
@@ -729,14 +743,23 @@ func children(n *gorgonia.Node) []*gorgonia.Node {
 }
 
 // compile sets m.fast to the graph read as built-in layers, or m.why to
-// the reason it cannot be.
-func (m *Model) compile(userLoss bool) {
+// the reason it cannot be. It refuses a graph with AveragePool2D that
+// does not compile: gorgonia v0.9.18 computes AveragePool2D's gradient
+// wrongly (it disagrees with central differences in most entries,
+// TestAveragePool2D), so the per-example path cannot train it.
+func (m *Model) compile(userLoss bool) error {
 	c, nc := compileGraph(m, userLoss)
-	if nc != nil {
-		m.why = nc.Error()
-		return
+	if nc == nil {
+		m.fast = c
+		return nil
 	}
-	m.fast = c
+	m.why = nc.Error()
+	for _, n := range m.g.Input.Graph().SubgraphRoots(m.g.Loss).AllNodes() {
+		if n.Op() != nil && opType(n.Op()) == "avgPoolOp" {
+			return &OpError{Node: oneLine(n.Name()), Op: "AveragePool2D", Reason: "has a wrong gradient in gorgonia (it disagrees with finite differences), so it trains only in a graph that compiles to the built-in layers, and this one does not: " + nc.Error()}
+		}
+	}
+	return nil
 }
 
 // Compiled reports whether the model's engines run the graph on the
@@ -750,13 +773,23 @@ func (m *Model) Compiled() (ok bool, why string) {
 	return false, "gorgoniadp: " + m.name + " runs one gorgonia pass per example, not the batched executor: " + m.why
 }
 
+// fastEngine is an Engine's batched executor: sum computes clipped sums
+// and evaluations, one (built on first use) single gradients.
+type fastEngine struct {
+	sum, one *clip.Engine
+}
+
 // newFast builds the batched engine of a compiled model (nil if it is not
 // compiled).
-func (m *Model) newFast(opt clip.Options) (*clip.Engine, error) {
+func (m *Model) newFast(opt clip.Options) (*fastEngine, error) {
 	if m.fast == nil {
 		return nil, nil
 	}
-	return clip.New(m.fast, opt)
+	e, err := clip.New(m.fast, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &fastEngine{sum: e}, nil
 }
 
 // fastClippedSum is ClippedSumContext on the batched executor, for a
@@ -764,7 +797,7 @@ func (m *Model) newFast(opt clip.Options) (*clip.Engine, error) {
 // per-example path's.
 func (e *Engine) fastClippedSum(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
 	e.m.fast.pull()
-	st, err := e.fast.ClippedSumContext(ctx, x, y, dst)
+	st, err := e.fast.sum.ClippedSumContext(ctx, x, y, dst)
 	if err != nil {
 		return st, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
 	}
@@ -772,10 +805,33 @@ func (e *Engine) fastClippedSum(ctx context.Context, x []float32, y []int, dst [
 	return st, nil
 }
 
+// fastGradient is Gradient on the batched executor: the unclipped sum of
+// a batch of one. An example whose loss or gradient is not finite gets a
+// NaN loss and a zero gradient.
+func (e *Engine) fastGradient(x []float32, y int, dst []float32) (float64, error) {
+	if e.fast.one == nil {
+		one, err := clip.New(e.m.fast, clip.Options{NonPrivate: true, MaxBatch: 1})
+		if err != nil {
+			return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
+		}
+		e.fast.one = one
+	}
+	e.m.fast.pull()
+	st, err := e.fast.one.ClippedSum(x, []int{y}, dst)
+	if err != nil {
+		return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
+	}
+	e.m.fast.push(dst)
+	if st.NonFinite > 0 {
+		return math.NaN(), nil
+	}
+	return st.Loss, nil
+}
+
 // fastEvaluate is EvaluateContext on the batched executor.
 func (e *Engine) fastEvaluate(ctx context.Context, x []float32, y []int) (loss, acc float64, err error) {
 	e.m.fast.pull()
-	loss, acc, err = e.fast.EvaluateContext(ctx, x, y)
+	loss, acc, err = e.fast.sum.EvaluateContext(ctx, x, y)
 	if err != nil {
 		return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
 	}

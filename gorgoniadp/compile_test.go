@@ -487,3 +487,89 @@ func TestDigest(t *testing.T) {
 		t.Fatalf("resuming into the same architecture: %v", err)
 	}
 }
+
+// avgPoolGraph is a convolution plus bias, Tanh, AveragePool2D and a
+// dense layer (compiled), or with Sigmoid in place of Tanh (not).
+// (on an hw x hw input; hw odd: the windows do not tile the activation).
+func avgPoolGraph(act func(*G.Node) (*G.Node, error), hw int) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, hw, hw), G.WithName("x"))
+		k, kb := param(g, rng, "k", 0.5, 3, 2, 3, 3), param(g, rng, "kb", 0.2, 1, 3, 1, 1)
+		f := 3 * (hw / 2) * (hw / 2)
+		w, b := param(g, rng, "w", 0.5, f, 3), param(g, rng, "b", 0.2, 3)
+		c := G.Must(G.Conv2d(x, k, tensor.Shape{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1})) // (1, 3, hw, hw)
+		h := G.Must(act(G.Must(G.BroadcastAdd(c, kb, nil, []byte{0, 2, 3}))))
+		a := G.Must(G.AveragePool2D(h, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		return Graph{Input: x, Logits: dense(G.Must(G.Reshape(a, tensor.Shape{1, f})), w, b), Params: []*G.Node{k, kb, w, b}}
+	}
+}
+
+// TestAveragePool2D checks a compiled AveragePool2D against central
+// differences of the loss in float64 (the forward pass is gorgonia's, on
+// the per-example path): every gradient entry within 1e-3 absolute plus
+// 1e-2 relative (h = 1e-2 on float32 parameters). gorgonia's own
+// gradient of AveragePool2D is wrong (most entries disagree; the
+// per-example path trained with it before), so a graph with
+// AveragePool2D that does not compile is refused.
+func TestAveragePool2D(t *testing.T) {
+	m, err := New("avgpool", avgPoolGraph(G.Tanh, 4)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := m.Compiled(); !ok {
+		t.Fatal(why)
+	}
+	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := perExample(t, m, clip.Options{Norm: 1, MaxBatch: 1})
+	x, y := randomBatch(rand.New(rand.NewPCG(3, 2)), 2, 32, 3)
+	got := make([]float32, m.NumParams())
+	wrong := 0
+	for i := range 2 {
+		xi := x[i*32 : (i+1)*32]
+		if _, err := e.Gradient(xi, y[i], got); err != nil {
+			t.Fatal(err)
+		}
+		slow := make([]float32, m.NumParams())
+		if _, err := m.gradient(xi, y[i]); err != nil {
+			t.Fatal(err)
+		}
+		copy(slow, m.gbuf)
+		for j := range m.flat {
+			old := m.flat[j]
+			const h = 1e-2
+			m.flat[j] = old + h
+			lp, _, err := fwd.Evaluate(xi, y[i:i+1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.flat[j] = old - h
+			lm, _, _ := fwd.Evaluate(xi, y[i:i+1])
+			m.flat[j] = old
+			num := (lp - lm) / (float64(m.flat[j]+h) - float64(m.flat[j]-h))
+			if d := math.Abs(num - float64(got[j])); d > 1e-3+1e-2*math.Abs(num) {
+				t.Fatalf("example %d, parameter %d: compiled %v, central difference %v", i, j, got[j], num)
+			}
+			if d := math.Abs(num - float64(slow[j])); d > 1e-3+1e-2*math.Abs(num) {
+				wrong++
+			}
+		}
+	}
+	t.Logf("gorgonia's own gradient: %d of %d entries wrong", wrong, 2*m.NumParams())
+	if wrong == 0 {
+		t.Fatal("gorgonia's AveragePool2D gradient is right now: the per-example path may accept AveragePool2D again")
+	}
+	for _, c := range []struct {
+		name, why string
+		act       func(*G.Node) (*G.Node, error)
+		hw        int
+	}{{"sigmoid", "Sigmoid", G.Sigmoid, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
+		_, err = New("avgpool-"+c.name, avgPoolGraph(c.act, c.hw)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
+		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "AveragePool2D has a wrong gradient") || !strings.Contains(err.Error(), c.why) {
+			t.Fatalf("an AveragePool2D graph that does not compile (%s): %v", c.name, err)
+		}
+		t.Log(err)
+	}
+}

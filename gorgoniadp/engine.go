@@ -24,7 +24,7 @@ type Engine struct {
 	m     *Model
 	opt   clip.Options
 	norms []float64
-	fast  *clip.Engine // the batched executor of a compiled graph, or nil
+	fast  *fastEngine // the batched executor of a compiled graph, or nil
 }
 
 func newEngine(m *Model, opt clip.Options) (*Engine, error) {
@@ -130,6 +130,9 @@ func (e *Engine) Gradient(x []float32, y int, dst []float32) (float64, error) {
 	}
 	if err := e.m.checkExample(x, y); err != nil {
 		return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
+	}
+	if e.fast != nil {
+		return e.fastGradient(x, y, dst)
 	}
 	l, err := e.m.gradient(x, y)
 	if err != nil {

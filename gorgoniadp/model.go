@@ -138,7 +138,9 @@ func newModel(name string, g Graph) (*Model, error) {
 	roots := append(gorgonia.Nodes{m.g.Loss, g.Logits}, m.grads...)
 	m.train = gorgonia.NewTapeMachine(eg.SubgraphRoots(roots...))
 	m.eval = gorgonia.NewTapeMachine(eg.SubgraphRoots(g.Logits))
-	m.compile(g.Loss != nil)
+	if err := m.compile(g.Loss != nil); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
