@@ -204,6 +204,29 @@ func TestCompiledEqualsPerExample(t *testing.T) {
 			if math.Abs(fst.Loss-sst.Loss) > 1e-5*(1+sst.Loss) {
 				t.Fatalf("loss: compiled %v, per-example %v", fst.Loss, sst.Loss)
 			}
+			// A non-finite example contributes nothing on both paths, and
+			// the L-inf rule zeroes the same examples.
+			bad := slices.Clone(x)
+			bad[3*chw+1] = float32(math.NaN())
+			linf := clip.Options{Norm: zeta, MaxBatch: n, LInfZero: linfMid(t, slow, bad, y, chw)}
+			fe2, err := m.Engine(linf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fst, err = fe2.ClippedSum(bad, y, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sst, err = perExample(t, m, linf).ClippedSum(bad, y, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, ok := close32(got, want); !ok {
+				t.Fatalf("clipped sum with a NaN example and LInfZero, entry %d: compiled %v, per-example %v", j, got[max(j, 0)], want[max(j, 0)])
+			}
+			if fst.NonFinite != 1 || sst.NonFinite != 1 || fst.Zeroed != sst.Zeroed || fst.Zeroed == 0 || fst.Clipped != sst.Clipped {
+				t.Fatalf("stats with a NaN example and LInfZero: compiled %+v, per-example %+v", fst, sst)
+			}
 			fl, fa, err := fe.Evaluate(x, y)
 			if err != nil {
 				t.Fatal(err)
@@ -217,6 +240,24 @@ func TestCompiledEqualsPerExample(t *testing.T) {
 			}
 		})
 	}
+}
+
+// linfMid is an L-inf threshold between the middle two finite examples'
+// gradient L-inf norms of the batch (so that about half are zeroed).
+func linfMid(t *testing.T, e *Engine, x []float32, y []int, chw int) float64 {
+	t.Helper()
+	g := make([]float32, len(e.m.flat))
+	var v []float64
+	for i := range y {
+		l, err := e.Gradient(x[i*chw:(i+1)*chw], y[i], g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, li := norms(g); !math.IsNaN(l) && !math.IsNaN(l2) {
+			v = append(v, li)
+		}
+	}
+	return midNorm(v)
 }
 
 func norms2(g []float32) (float64, float64) { return norms(g) }
@@ -571,5 +612,36 @@ func TestAveragePool2D(t *testing.T) {
 			t.Fatalf("an AveragePool2D graph that does not compile (%s): %v", c.name, err)
 		}
 		t.Log(err)
+	}
+}
+
+// TestNaNInputPerExample checks that an example with a NaN input counts as
+// non-finite on the per-example path through MaxPool2D (gorgonia's
+// MaxPool2D gradient indexed out of range on it, in a goroutine, which
+// ended the program).
+func TestNaNInputPerExample(t *testing.T) {
+	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D: per example
+	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := m.Compiled(); ok {
+		t.Fatal("compiled")
+	}
+	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chw := 2 * 6 * 6
+	x, y := randomBatch(rand.New(rand.NewPCG(1, 2)), 4, chw, 4)
+	x[chw+5] = float32(math.NaN())
+	x[2*chw+7] = float32(math.Inf(1))
+	st, err := e.ClippedSum(x, y, make([]float32, m.NumParams()))
+	if err != nil || st.NonFinite != 2 {
+		t.Fatalf("stats %+v, error %v: want 2 non-finite examples", st, err)
+	}
+	g := make([]float32, m.NumParams())
+	if l, err := e.Gradient(x[chw:2*chw], y[1], g); err != nil || !math.IsNaN(l) || !math.IsNaN(float64(g[0])) {
+		t.Fatalf("gradient of a NaN example: loss %v, g[0] %v, error %v", l, g[0], err)
 	}
 }

@@ -82,6 +82,9 @@ func (m *Model) checkExample(x []float32, y int) error {
 // gradient runs example x with label y forward and backward and leaves
 // its gradient in m.gbuf; it returns the loss.
 func (m *Model) gradient(x []float32, y int) (float64, error) {
+	if !finite(x) {
+		return m.nanGradient(), nil
+	}
 	copy(m.x, x)
 	clear(m.y)
 	m.y[y] = 1

@@ -33,6 +33,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 
@@ -500,4 +501,25 @@ func (m *Model) LoadFile(path string) error {
 		return fmt.Errorf("gorgoniadp: load: %w", err)
 	}
 	return m.Load(bytes.NewReader(b))
+}
+
+// finite says whether every value of x is finite.
+func finite(x []float32) bool {
+	for _, v := range x {
+		if v-v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// nanGradient sets the last gradient to NaN and returns a NaN loss: the
+// result for an input that is not finite, which is not run through the
+// graph (gorgonia's MaxPool2D gradient indexes out of range on NaN, in a
+// goroutine of its tape machine, which ends the program).
+func (m *Model) nanGradient() float64 {
+	for i := range m.gbuf {
+		m.gbuf[i] = float32(math.NaN())
+	}
+	return math.NaN()
 }
