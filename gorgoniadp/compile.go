@@ -263,7 +263,11 @@ func (c *compiler) reshape(n *gorgonia.Node) (value, *notCompiled) {
 	case len(s) == 4 && s[0] == 1 && s[1] == v.shape.C && s[2] == v.shape.H && s[3] == v.shape.W:
 		return v, nil
 	}
-	return value{}, c.refuse(n, fmt.Sprintf("to %v from a %dx%dx%d activation", s, v.shape.C, v.shape.H, v.shape.W))
+	why := fmt.Sprintf("to %v from a %dx%dx%d activation", s, v.shape.C, v.shape.H, v.shape.W)
+	if children(n)[0] == c.m.g.Input && len(s) == 4 && s[0] == 1 {
+		why += fmt.Sprintf(": give Graph.Shape {%d, %d, %d}, the data's shape, to read the input so", s[1], s[2], s[3])
+	}
+	return value{}, c.refuse(n, why)
 }
 
 // affine reads n as act(Add(Mul(x, W), b)), act Tanh, Rectify or none,

@@ -339,6 +339,14 @@ func TestNotCompiled(t *testing.T) {
 		{"conv2d", "Conv2d", opCases[1].build},
 		{"mul-without-bias", "Mul", opCases[2].build},
 		{"mean-loss", "Loss", opCases[3].build},
+		{"flat-input-reshaped", "give Graph.Shape {1, 4, 4}", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 16), G.WithName("x"))
+			w, b := param(g, rng, "w", 0.4, 9, 2), param(g, rng, "b", 0.1, 2)
+			w2, b2 := param(g, rng, "w2", 0.4, 8, 3), param(g, rng, "b2", 0.1, 3)
+			c := im2colConv(G.Must(G.Reshape(x, tensor.Shape{1, 1, 4, 4})), w, b, 3, 1, 1, G.Tanh)
+			p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+			return Graph{Input: x, Logits: dense(G.Must(G.Reshape(p, tensor.Shape{1, 8})), w2, b2), Params: []*G.Node{w, b, w2, b2}}
+		}},
 		{"shared-weight", "used twice", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w, b1, b2 := param(g, rng, "w", 0.5, 4, 4), param(g, rng, "b1", 0.1, 4), param(g, rng, "b2", 0.1, 4)
