@@ -54,7 +54,8 @@ func fashionTwin(tb testing.TB) (models.Model, *Model) {
 // BenchmarkPrivateStep times the clipped sum of a batch of 64 (the
 // private step's work; the noise and the update cost the same for both)
 // for the package example's model, on the nn executor and through the
-// gorgonia adapter.
+// gorgonia adapter: compiled (gorgonia) and one example at a time
+// (gorgonia-per-example).
 func BenchmarkPrivateStep(b *testing.B) {
 	const batch = 64
 	mm, gm := fashionTwin(b)
@@ -77,6 +78,19 @@ func BenchmarkPrivateStep(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		dst := make([]float32, gm.NumParams())
+		for b.Loop() {
+			if _, err := e.ClippedSum(x, y, dst); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("gorgonia-per-example", func(b *testing.B) {
+		e, err := gm.Engine(opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.fast = nil
 		dst := make([]float32, gm.NumParams())
 		for b.Loop() {
 			if _, err := e.ClippedSum(x, y, dst); err != nil {
