@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -754,6 +755,9 @@ func children(n *gorgonia.Node) []*gorgonia.Node {
 func (m *Model) compile(userLoss bool) error {
 	c, nc := compileGraph(m, userLoss)
 	if nc == nil {
+		nc = m.probe(c)
+	}
+	if nc == nil {
 		m.fast = c
 		return nil
 	}
@@ -761,6 +765,40 @@ func (m *Model) compile(userLoss bool) error {
 	for _, n := range m.g.Input.Graph().SubgraphRoots(m.g.Loss).AllNodes() {
 		if n.Op() != nil && opType(n.Op()) == "avgPoolOp" {
 			return &OpError{Node: oneLine(n.Name()), Op: "AveragePool2D", Reason: "has a wrong gradient in gorgonia (it disagrees with finite differences), so it trains only in a graph that compiles to the built-in layers, and this one does not: " + nc.Error()}
+		}
+	}
+	return nil
+}
+
+// probe checks the compiled layers against the graph on one example
+// drawn from a fixed seed: the cross-entropy for up to 16 labels, from
+// gorgonia's forward pass and from the executor's, must agree to 1e-3
+// relative. A misread pattern (which the tests of every pattern should
+// have caught) then leaves the graph on the per-example path.
+func (m *Model) probe(c *compiled) *notCompiled {
+	rng := rand.New(rand.NewPCG(0x6764706d66, uint64(len(m.flat))))
+	x := make([]float32, len(m.x))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	lg, err := m.logits(x)
+	if err != nil {
+		return &notCompiled{op: "the graph", why: "running it on a probe example: " + err.Error()}
+	}
+	want := slices.Clone(lg)
+	e, err := clip.New(c, clip.Options{NonPrivate: true, MaxBatch: 1})
+	if err != nil {
+		return &notCompiled{op: "the built-in layers", why: err.Error()}
+	}
+	c.pull()
+	for k := range min(m.classes, 16) {
+		got, _, err := e.Evaluate(x, []int{k})
+		if err != nil {
+			return &notCompiled{op: "the built-in layers", why: err.Error()}
+		}
+		w, _ := crossEntropyOf(want, k)
+		if !(math.Abs(got-w) <= 1e-3*(1+math.Abs(w))) {
+			return &notCompiled{op: "the built-in layers", why: fmt.Sprintf("disagree with the graph on a probe example (cross-entropy %v, the graph's %v): please report the graph", got, w)}
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/nn"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
 	G "gorgonia.org/gorgonia"
@@ -651,5 +652,26 @@ func TestNaNInputPerExample(t *testing.T) {
 	g := make([]float32, m.NumParams())
 	if l, err := e.Gradient(x[chw:2*chw], y[1], g); err != nil || !math.IsNaN(l) || !math.IsNaN(float64(g[0])) {
 		t.Fatalf("gradient of a NaN example: loss %v, g[0] %v, error %v", l, g[0], err)
+	}
+}
+
+// TestProbe checks that New's probe example catches compiled layers that
+// compute another function than the graph (here Rectify read as Tanh),
+// and passes the right ones.
+func TestProbe(t *testing.T) {
+	m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc := m.probe(m.fast); nc != nil {
+		t.Fatalf("the right layers: %v", nc)
+	}
+	wrong := *m.fast
+	wrong.net.Layers = slices.Clone(wrong.net.Layers)
+	d := wrong.net.Layers[0].(nn.Dense)
+	d.Act = nn.ReLU
+	wrong.net.Layers[0] = d
+	if nc := m.probe(&wrong); nc == nil || !strings.Contains(nc.Error(), "disagree with the graph") {
+		t.Fatalf("layers with ReLU for Tanh: %v", nc)
 	}
 }
