@@ -18,6 +18,7 @@ type Engine struct {
 	m     *Model
 	opt   clip.Options
 	norms []float64
+	fast  *fastEngine // the batched executor of a compiled graph, or nil
 }
 
 func newEngine(m *Model, opt clip.Options) (*Engine, error) {
@@ -36,7 +37,11 @@ func newEngine(m *Model, opt clip.Options) (*Engine, error) {
 	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
 		return nil, dpcore.Invalid("gorgoniadp", "engine: LInfZero %v", opt.LInfZero)
 	}
-	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch)}, nil
+	fast, err := m.newFast(opt)
+	if err != nil {
+		return nil, fmt.Errorf("gorgoniadp: engine: %w", err)
+	}
+	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch), fast: fast}, nil
 }
 
 // Params is the model's flat parameter buffer (Model.Params).
@@ -73,7 +78,7 @@ func (m *Model) checkExample(x []float32, y int) error {
 // non-finite input, or whose max-pooling windows overflow (poolsOK), is
 // never run through the training graph (gorgonia's max pooling indexes
 // out of range, and kills the process, on a window of NaNs): its loss is
-// NaN and its gradient zero.
+// NaN and so is its gradient (the engine counts it as non-finite).
 func (m *Model) gradient(x []float32, y int) (float64, error) {
 	ok := allFinite(x)
 	if ok {
@@ -83,7 +88,10 @@ func (m *Model) gradient(x []float32, y int) (float64, error) {
 		}
 	}
 	if !ok {
-		clear(m.gbuf)
+		nan := float32(math.NaN())
+		for i := range m.gbuf {
+			m.gbuf[i] = nan
+		}
 		return math.NaN(), nil
 	}
 	copy(m.x, x)
@@ -136,6 +144,9 @@ func (e *Engine) Gradient(x []float32, y int, dst []float32) (float64, error) {
 	if err := e.m.checkExample(x, y); err != nil {
 		return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
 	}
+	if e.fast != nil {
+		return e.fastGradient(x, y, dst)
+	}
 	l, err := e.m.gradient(x, y)
 	if err != nil {
 		return 0, fmt.Errorf("gorgoniadp: gradient: %w", err)
@@ -171,6 +182,9 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	var st clip.Stats
 	if err := e.checkBatch(x, y, dst); err != nil {
 		return st, err
+	}
+	if e.fast != nil {
+		return e.fastClippedSum(ctx, x, y, dst)
 	}
 	m := e.m
 	n, chw := len(y), len(m.x)
@@ -318,6 +332,9 @@ func (e *Engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 	}
 	if err := e.checkParams(); err != nil {
 		return 0, 0, fmt.Errorf("gorgoniadp: evaluate: %w", err)
+	}
+	if e.fast != nil {
+		return e.fastEvaluate(ctx, x, y)
 	}
 	sum, correct := 0.0, 0
 	for i, c := range y {

@@ -5,6 +5,12 @@
 // train.Run trains through train.Config.Backend, or an Engine for a
 // training loop of the user's own.
 //
+// A graph made of dense layers, convolutions, Tanh, Rectify, MaxPool2D,
+// flattening reshapes and the log-softmax cross-entropy is compiled to
+// the built-in layers of package nn and runs on package clip's batched
+// executor over the same parameter buffer (compile.go; Model.Compiled).
+// Any other graph runs one example at a time:
+//
 // Per-example gradients are exact: each example of a batch runs forward
 // and backward through the user's graph alone (gorgonia's own reverse-mode
 // differentiation on a graph of batch one), so no op can mix examples. Its
@@ -86,8 +92,12 @@ type Model struct {
 
 	// pools are the graph's max-pooling nodes and guard the forward
 	// pass up to them (nil without max pooling): see poolsOK.
-	pools gorgonia.Nodes
-	guard gorgonia.VM
+	pools  gorgonia.Nodes
+	guard  gorgonia.VM
+	fast   *compiled // the graph as built-in layers (compile.go), or nil
+	why    string    // why fast is nil
+	arch   []string  // the architecture's description (digest.go)
+	digest string    // its SHA-256
 }
 
 // New prepares g for private training under the name name: it checks
@@ -112,6 +122,9 @@ func newModel(name string, g Graph) (*Model, error) {
 		return nil, dpcore.Invalidf("give both Loss and Label, or neither (then the cross-entropy of Logits is added)")
 	}
 	m := &Model{name: name, g: g, shape: g.Shape}
+	if given(g.Input.Graph()) {
+		return nil, dpcore.Invalidf("the graph was given to New already (New adds its loss and gradient nodes to it): build a fresh graph for each model")
+	}
 	if err := m.checkInputOutput(); err != nil {
 		return nil, err
 	}
@@ -122,6 +135,8 @@ func newModel(name string, g Graph) (*Model, error) {
 	if err := m.checkLoss(seen); err != nil {
 		return nil, err
 	}
+	m.arch = m.architecture()
+	m.digest = digestOf(m.arch)
 	if err := m.bind(); err != nil {
 		return nil, err
 	}
@@ -139,6 +154,9 @@ func newModel(name string, g Graph) (*Model, error) {
 	}
 	if len(m.pools) > 0 {
 		m.guard = gorgonia.NewTapeMachine(eg.SubgraphRoots(m.pools...))
+	}
+	if err := m.compile(g.Loss != nil); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -170,6 +188,18 @@ func (m *Model) poolsOK(x []float32) (bool, error) {
 		}
 	}
 	return true, nil
+
+}
+
+// given says whether New already differentiated a loss on eg (a node
+// is some node's gradient).
+func given(eg *gorgonia.ExprGraph) bool {
+	for _, n := range eg.AllNodes() {
+		if len(n.DerivOf()) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkInputOutput checks the input node (one example, float32) and the
@@ -195,7 +225,7 @@ func (m *Model) checkInputOutput() error {
 		}
 	}
 	if s := m.shape; s[0]*s[1]*s[2] != in.TotalSize() || s[0] <= 0 || s[1] <= 0 || s[2] <= 0 {
-		return dpcore.Invalidf("data shape %v does not fit input node %s of shape %v", m.shape, g.Input.Name(), in)
+		return dpcore.Invalidf("Graph.Shape %v holds %d values, input node %s of shape %v holds %d: set Graph.Shape to the (channels, height, width) of one example, or zero for the input node's", m.shape, s[0]*s[1]*s[2], g.Input.Name(), in, in.TotalSize())
 	}
 	ls := g.Logits.Shape()
 	if g.Logits.Dtype() != tensor.Float32 || !(len(ls) == 1 || len(ls) == 2 && ls[0] == 1) || ls.TotalSize() < 2 {
@@ -437,6 +467,10 @@ type paramsFile struct {
 	Names  []string  `msgpack:"names"`
 	Shapes [][]int   `msgpack:"shapes"`
 	Values []float32 `msgpack:"values"`
+	// Arch and Digest describe the graph (Model.Digest); files written
+	// before them have neither, and load without the check.
+	Arch   []string `msgpack:"arch,omitempty"`
+	Digest string   `msgpack:"digest,omitempty"`
 }
 
 // Save writes the parameters with their names and shapes in a checksummed
@@ -453,7 +487,7 @@ func (m *Model) Save(w io.Writer) error {
 }
 
 func (m *Model) sealed() ([]byte, error) {
-	payload, err := msgpack.Marshal(&paramsFile{Name: m.name, Names: m.names, Shapes: m.shapes, Values: m.flat})
+	payload, err := msgpack.Marshal(&paramsFile{Name: m.name, Names: m.names, Shapes: m.shapes, Values: m.flat, Arch: m.arch, Digest: m.digest})
 	if err != nil {
 		return nil, fmt.Errorf("gorgoniadp: save: %w", err)
 	}
@@ -480,6 +514,9 @@ func (m *Model) Load(r io.Reader) error {
 	for _, n := range m.names {
 		limit += int64(len(n)) + 64
 	}
+	for _, l := range m.arch {
+		limit += 2*int64(len(l)) + 64 // another architecture may say more
+	}
 	payload, err := atomicfile.Unseal(r, fileMagic, fileVersion, limit)
 	if err != nil {
 		return dpcore.Invalid("gorgoniadp", "load: %s", atomicfile.Reason(err))
@@ -495,6 +532,9 @@ func (m *Model) Load(r io.Reader) error {
 		if !slices.Equal(s, m.shapes[i]) {
 			return dpcore.Invalid("gorgoniadp", "load: parameter %s has shape %v in the file, %v in the graph", m.names[i], s, m.shapes[i])
 		}
+	}
+	if f.Digest != "" && f.Digest != m.digest {
+		return dpcore.Invalid("gorgoniadp", "load: the file holds model %q of another architecture than %q (graph digest %.12s, this graph %.12s): %s", f.Name, m.name, f.Digest, m.digest, archDifference(f.Arch, m.arch))
 	}
 	copy(m.flat, f.Values)
 	return nil

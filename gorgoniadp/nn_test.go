@@ -63,11 +63,23 @@ func nnTwin(t *testing.T) (models.Model, *Model) {
 }
 
 // TestMatchesNN checks that the adapter's clipped sum, statistics and
-// evaluation equal the nn executor's (clip.Engine) on the same
-// architecture and parameters, to float32 rounding, with about half the
-// examples clipped.
+// evaluation, on the per-example path and compiled, equal the nn
+// executor's (clip.Engine) on the same architecture and parameters, to
+// float32 rounding, with about half the examples clipped.
 func TestMatchesNN(t *testing.T) {
-	mm, gm := nnTwin(t)
+	for _, compiled := range []bool{false, true} {
+		mm, gm := nnTwin(t)
+		if ok, why := gm.Compiled(); !ok {
+			t.Fatalf("the twin is not compiled: %s", why)
+		}
+		if !compiled {
+			gm.fast = nil
+		}
+		matchesNN(t, mm, gm)
+	}
+}
+
+func matchesNN(t *testing.T, mm models.Model, gm *Model) {
 	const n, zeta = 16, 4.0
 	ne, err := clip.New(mm, clip.Options{Norm: zeta, MaxBatch: n})
 	if err != nil {
@@ -76,6 +88,9 @@ func TestMatchesNN(t *testing.T) {
 	ge, err := gm.Engine(clip.Options{Norm: zeta, MaxBatch: n})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if (ge.fast != nil) != (gm.fast != nil) {
+		t.Fatal("engine path differs from the model's")
 	}
 	x, y := randomBatch(rand.New(rand.NewPCG(9, 9)), n, 2*6*6, 4)
 	want := make([]float32, mm.NumParams())

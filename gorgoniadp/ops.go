@@ -61,19 +61,38 @@ var refusedOps = map[string]string{
 	"randomOp":        "draws random numbers, which this adapter does not key per example",
 }
 
-// Supported lists the gorgonia op types New accepts, with the accepted
-// descriptions of the matrix-product and element-wise types
-// ("elemUnaryOp: tanh").
+// Supported lists the gorgonia functions whose ops New accepts, named as
+// in gorgonia's API ("Mul", "Tanh", "Gte (as in Rectify)", ...).
 func Supported() []string {
 	var out []string
-	for _, t := range supportedOps {
-		if ds, ok := named[t]; ok {
-			for _, d := range ds {
-				out = append(out, t+": "+d)
-			}
-			continue
+	add := func(s string) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
 		}
-		out = append(out, t)
+	}
+	for _, t := range supportedOps {
+		switch ds, ok := named[t]; {
+		case ok:
+			for _, d := range ds {
+				switch {
+				case t == "linAlgBinOp" && d == "A × B":
+					add("Mul")
+				case t == "linAlgBinOp":
+					add("Mul with a transposed operand (as in Conv2d)")
+				case d == ">=":
+					add("Gte (as in Rectify)")
+				default:
+					add(apiNames[d])
+				}
+			}
+		case t == "softmaxOp":
+			add("SoftMax")
+			add("LogSoftMax")
+		case t == "im2colOp":
+			add("Im2Col (and Conv2d)")
+		default:
+			add(apiNames[t])
+		}
 	}
 	return out
 }
@@ -82,12 +101,17 @@ func Supported() []string {
 // dpcore.ErrInvalid.
 type OpError struct {
 	Node   string // the node's name
-	Op     string // the op's type and description
+	Op     string // the gorgonia function that makes the op (Pow, LeakyRelu, ...)
 	Reason string
 }
 
 func (e *OpError) Error() string {
-	return fmt.Sprintf("node %s: op %s %s", e.Node, e.Op, e.Reason)
+	// gorgonia names unnamed nodes by their op and arguments ("tanh(%3)"):
+	// only a name the user gave helps.
+	if e.Node == "" || strings.Contains(e.Node, "%") {
+		return fmt.Sprintf("%s %s", e.Op, e.Reason)
+	}
+	return fmt.Sprintf("%s (node %s) %s", e.Op, e.Node, e.Reason)
 }
 
 func (e *OpError) Unwrap() error { return dpcore.ErrInvalid }
@@ -116,7 +140,7 @@ func checkOps(nodes gorgonia.Nodes) error {
 			continue
 		}
 		t := opType(op)
-		desc := oneLine(fmt.Sprintf("%s (%s)", t, op))
+		desc := userOp(n)
 		name := oneLine(n.Name())
 		if why, ok := refusedOps[t]; ok {
 			return &OpError{Node: name, Op: desc, Reason: why}

@@ -46,7 +46,10 @@ type Engine interface {
 
 // Backend is a model that builds its own Engine for a run: set it as
 // Config.Backend to train a model that is not a models.Model, e.g. a
-// gorgonia graph (gorgoniadp.Model).
+// gorgonia graph (gorgoniadp.Model). A Backend that also has a method
+// Compiled() (ok bool, why string) and reports !ok (it runs on a slow
+// path) has why printed as one line on Config.Log when Run starts; one
+// with a method Classes() int must have as many as the training data.
 type Backend interface {
 	// Name identifies the model in results and checkpoints.
 	Name() string
@@ -83,3 +86,13 @@ type sized struct {
 
 func (s sized) Name() string   { return s.name }
 func (s sized) NumParams() int { return s.d }
+
+// slowPath is the line a Backend on a slow path asks Run to print, or "".
+func slowPath(b Backend) string {
+	if c, ok := b.(interface{ Compiled() (bool, string) }); ok {
+		if ok, why := c.Compiled(); !ok {
+			return why
+		}
+	}
+	return ""
+}

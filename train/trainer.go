@@ -210,6 +210,9 @@ func (t *Trainer) newBackend(cfg *Config) error {
 	} else if t.backend.InputShape() != fshape {
 		return invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Features, t.backend.InputShape())
 	}
+	if c, ok := t.backend.(interface{ Classes() int }); ok && cfg.Train != nil && c.Classes() != cfg.Train.Classes {
+		return invalidf("model %s has %d logits, the training data %d classes: give the model one logit per class", t.backend.Name(), c.Classes(), cfg.Train.Classes)
+	}
 	return nil
 }
 
@@ -745,6 +748,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Log != nil && t.plan != nil {
 		fmt.Fprintln(cfg.Log, t.plan)
+	}
+	if why := slowPath(t.backend); cfg.Log != nil && why != "" {
+		fmt.Fprintln(cfg.Log, why)
 	}
 	if res.Resumed > 0 {
 		if err := resumeLog(t, res); err != nil {

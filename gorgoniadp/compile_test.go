@@ -1,0 +1,677 @@
+package gorgoniadp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/nn"
+	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/train"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// im2colConv is a convolution in the built-in layer's layout: W of shape
+// (c*k*k, out) over gorgonia's Im2Col, bias b, activation act (nil:
+// none), on x of shape (1, c, h, w); the output is (1, out, h', w').
+func im2colConv(x, w, b *G.Node, k, stride, pad int, act func(*G.Node) (*G.Node, error)) *G.Node {
+	s := x.Shape()
+	h := (s[2]+2*pad-k)/stride + 1
+	wd := (s[3]+2*pad-k)/stride + 1
+	col := G.Must(G.Im2Col(x, tensor.Shape{k, k}, tensor.Shape{pad, pad}, tensor.Shape{stride, stride}, tensor.Shape{1, 1}))
+	u := G.Must(G.Reshape(col, tensor.Shape{h * wd, s[1] * k * k}))
+	z := dense(u, w, b)
+	if act != nil {
+		z = G.Must(act(z))
+	}
+	out := w.Shape()[1]
+	return G.Must(G.Transpose(G.Must(G.Reshape(z, tensor.Shape{1, h, wd, out})), 0, 3, 1, 2))
+}
+
+// compileCases are graphs the compiler reads as built-in layers; every
+// recognized pattern appears in at least one.
+var compileCases = []opCase{
+	{"mlp-tanh", [3]int{12, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 12), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 12, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 4), param(g, rng, "b2", 0.3, 4)
+		h := G.Must(G.Tanh(dense(x, w1, b1)))
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}},
+	// Rectify; a (1, out) bias added without a broadcast; a spatial input
+	// flattened by Reshape; LogSoftMax of the logits.
+	{"flatten-relu-add-logsoftmax", [3]int{2, 3, 3}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 3, 3), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 18, 7), param(g, rng, "b1", 0.3, 1, 7)
+		w2, b2 := param(g, rng, "w2", 0.6, 7, 3), param(g, rng, "b2", 0.3, 3)
+		f := G.Must(G.Reshape(x, tensor.Shape{1, 18}))
+		h := G.Must(G.Rectify(G.Must(G.Add(G.Must(G.Mul(f, w1)), b1))))
+		return Graph{Input: x, Logits: G.Must(G.LogSoftMax(dense(h, w2, b2))), Params: []*G.Node{w1, b1, w2, b2}}
+	}},
+	// The graph's own cross-entropy loss.
+	{"user-cross-entropy", [3]int{6, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 6), G.WithName("x"))
+		w, b := param(g, rng, "w", 0.8, 6, 3), param(g, rng, "b", 0.3, 3)
+		logits := dense(x, w, b)
+		label := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 3), G.WithName("label"))
+		loss := G.Must(G.Neg(G.Must(G.Sum(G.Must(G.HadamardProd(label, G.Must(G.LogSoftMax(logits))))))))
+		return Graph{Input: x, Logits: logits, Label: label, Loss: loss, Params: []*G.Node{w, b}}
+	}},
+	// Convolutions (stride 1 pad 1 with Tanh; stride 2 pad 0 with
+	// Rectify), MaxPool2D, on a flat input node reshaped to the data's
+	// shape (Graph.Shape).
+	{"conv-tanh-maxpool-conv-relu", [3]int{2, 8, 8}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 128), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.4, 18, 3), param(g, rng, "b1", 0.2, 3)
+		w2, b2 := param(g, rng, "w2", 0.4, 12, 4), param(g, rng, "b2", 0.2, 4)
+		w3, b3 := param(g, rng, "w3", 0.5, 4, 3), param(g, rng, "b3", 0.2, 3)
+		im := G.Must(G.Reshape(x, tensor.Shape{1, 2, 8, 8}))
+		c := im2colConv(im, w1, b1, 3, 1, 1, G.Tanh)
+		p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		c2 := im2colConv(p, w2, b2, 2, 2, 0, G.Rectify)
+		p2 := G.Must(G.MaxPool2D(c2, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		f := G.Must(G.Reshape(p2, tensor.Shape{1, 4}))
+		return Graph{Input: x, Logits: dense(f, w3, b3), Params: []*G.Node{w1, b1, w2, b2, w3, b3}, Shape: [3]int{2, 8, 8}}
+	}},
+	// gorgonia's Conv2d with a channel bias: a (1, out, 1, 1) parameter
+	// with Tanh, a (out) vector reshaped with Rectify.
+	{"conv2d-bias", [3]int{2, 7, 7}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 7, 7), G.WithName("x"))
+		k1, b1 := param(g, rng, "k1", 0.4, 3, 2, 3, 3), param(g, rng, "b1", 0.2, 1, 3, 1, 1)
+		k2, b2 := param(g, rng, "k2", 0.4, 4, 3, 2, 2), param(g, rng, "b2", 0.2, 4)
+		w, b := param(g, rng, "w", 0.5, 36, 3), param(g, rng, "b", 0.2, 3)
+		c1 := G.Must(G.Conv2d(x, k1, tensor.Shape{3, 3}, []int{1, 1}, []int{2, 2}, []int{1, 1})) // (1, 3, 4, 4)
+		h1 := G.Must(G.Tanh(G.Must(G.BroadcastAdd(c1, b1, nil, []byte{0, 2, 3}))))
+		c2 := G.Must(G.Conv2d(h1, k2, tensor.Shape{2, 2}, []int{0, 0}, []int{1, 1}, []int{1, 1})) // (1, 4, 3, 3)
+		b2r := G.Must(G.Reshape(b2, tensor.Shape{1, 4, 1, 1}))
+		h2 := G.Must(G.Rectify(G.Must(G.BroadcastAdd(b2r, c2, []byte{0, 2, 3}, nil))))
+		h3 := G.Must(G.Reshape(h2, tensor.Shape{1, 36}))
+		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{k1, b1, k2, b2, w, b}}
+	}},
+}
+
+// perExample returns an engine of m on the per-example path (one gorgonia
+// pass per example), the reference the compiled path must equal.
+func perExample(t *testing.T, m *Model, opt clip.Options) *Engine {
+	t.Helper()
+	e, err := m.Engine(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fast = nil
+	return e
+}
+
+// TestCompiledEqualsPerExample checks, for every compiled pattern, that
+// the batched executor's per-example gradients (batches of one, not
+// clipped), clipped sums, statistics and evaluation equal the
+// per-example path's and a fresh graph's per example, to float32
+// rounding: 1e-5 relative to the vector's largest entry (close32); norm
+// quantiles and losses to 1e-5 relative.
+func TestCompiledEqualsPerExample(t *testing.T) {
+	for ci, oc := range compileCases {
+		t.Run(oc.name, func(t *testing.T) {
+			seed := uint64(50 + ci)
+			m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, why := m.Compiled(); !ok {
+				t.Fatalf("not compiled: %s", why)
+			}
+			const n = 24
+			chw := oc.shape[0] * oc.shape[1] * oc.shape[2]
+			k := m.Classes()
+			x, y := randomBatch(rand.New(rand.NewPCG(seed, 2)), n, chw, k)
+			// Per-example gradients: the compiled path without clipping on
+			// batches of one.
+			one, err := m.Engine(clip.Options{NonPrivate: true, MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if one.fast == nil {
+				t.Fatal("the engine of a compiled model is not batched")
+			}
+			slow := perExample(t, m, clip.Options{NonPrivate: true, MaxBatch: 1})
+			got := make([]float32, m.NumParams())
+			want := make([]float32, m.NumParams())
+			norms := make([]float64, n)
+			for i := range 6 {
+				xi := x[i*chw : (i+1)*chw]
+				st, err := one.ClippedSum(xi, y[i:i+1], got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := slow.Gradient(xi, y[i], want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if j, ok := close32(got, want); !ok {
+					t.Fatalf("example %d: gradient entry %d: compiled %v, per-example %v", i, j, got[max(j, 0)], want[max(j, 0)])
+				}
+				rl, ref := reference(t, oc, seed, xi, y[i])
+				if j, ok := close32(got, ref); !ok {
+					t.Fatalf("example %d: gradient entry %d: compiled %v, fresh graph %v", i, j, got[max(j, 0)], ref[max(j, 0)])
+				}
+				if math.Abs(st.Loss-l) > 1e-5*(1+l) || math.Abs(st.Loss-rl) > 1e-5*(1+rl) {
+					t.Fatalf("example %d: loss compiled %v, per-example %v, fresh graph %v", i, st.Loss, l, rl)
+				}
+			}
+			for i := range n {
+				if _, err := slow.Gradient(x[i*chw:(i+1)*chw], y[i], want); err != nil {
+					t.Fatal(err)
+				}
+				norms[i], _ = norms2(want)
+			}
+			// A clip norm between the middle two norms: half the examples
+			// clipped, none at the boundary.
+			zeta := midNorm(norms)
+			opt := clip.Options{Norm: zeta, MaxBatch: n}
+			fe, err := m.Engine(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			se := perExample(t, m, opt)
+			fst, err := fe.ClippedSum(x, y, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sst, err := se.ClippedSum(x, y, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, ok := close32(got, want); !ok {
+				t.Fatalf("clipped sum entry %d: compiled %v, per-example %v", j, got[max(j, 0)], want[max(j, 0)])
+			}
+			if fst.Clipped != sst.Clipped || fst.Clipped == 0 || fst.Clipped == 1 || fst.NonFinite != 0 || sst.NonFinite != 0 {
+				t.Fatalf("stats: compiled %+v, per-example %+v (want the same clipped fraction strictly between 0 and 1)", fst, sst)
+			}
+			for q := range fst.NormQuantiles {
+				if math.Abs(fst.NormQuantiles[q]-sst.NormQuantiles[q]) > 1e-5*sst.NormQuantiles[q] {
+					t.Fatalf("norm quantile %d: compiled %v, per-example %v", q, fst.NormQuantiles[q], sst.NormQuantiles[q])
+				}
+			}
+			if math.Abs(fst.Loss-sst.Loss) > 1e-5*(1+sst.Loss) {
+				t.Fatalf("loss: compiled %v, per-example %v", fst.Loss, sst.Loss)
+			}
+			// A non-finite example contributes nothing on both paths, and
+			// the L-inf rule zeroes the same examples.
+			bad := slices.Clone(x)
+			bad[3*chw+1] = float32(math.NaN())
+			linf := clip.Options{Norm: zeta, MaxBatch: n, LInfZero: linfMid(t, slow, bad, y, chw)}
+			fe2, err := m.Engine(linf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fst, err = fe2.ClippedSum(bad, y, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sst, err = perExample(t, m, linf).ClippedSum(bad, y, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, ok := close32(got, want); !ok {
+				t.Fatalf("clipped sum with a NaN example and LInfZero, entry %d: compiled %v, per-example %v", j, got[max(j, 0)], want[max(j, 0)])
+			}
+			if fst.NonFinite != 1 || sst.NonFinite != 1 || fst.Zeroed != sst.Zeroed || fst.Zeroed == 0 || fst.Clipped != sst.Clipped {
+				t.Fatalf("stats with a NaN example and LInfZero: compiled %+v, per-example %+v", fst, sst)
+			}
+			fl, fa, err := fe.Evaluate(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sl, sa, err := se.Evaluate(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fa != sa || math.Abs(fl-sl) > 1e-5*(1+sl) {
+				t.Fatalf("evaluation: compiled (%v, %v), per-example (%v, %v)", fl, fa, sl, sa)
+			}
+		})
+	}
+}
+
+// linfMid is an L-inf threshold between the middle two finite examples'
+// gradient L-inf norms of the batch (so that about half are zeroed).
+func linfMid(t *testing.T, e *Engine, x []float32, y []int, chw int) float64 {
+	t.Helper()
+	g := make([]float32, len(e.m.flat))
+	var v []float64
+	for i := range y {
+		l, err := e.Gradient(x[i*chw:(i+1)*chw], y[i], g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, li := norms(g); !math.IsNaN(l) && !math.IsNaN(l2) {
+			v = append(v, li)
+		}
+	}
+	return midNorm(v)
+}
+
+func norms2(g []float32) (float64, float64) { return norms(g) }
+
+func midNorm(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestCompiledTrajectory trains each compiled graph and the same graph on
+// the per-example path through train.Run from the same seed (same
+// batches, same noise): the parameters agree to float32 rounding after
+// every run of 1, 3 and 6 steps, and the user's parameter tensors view
+// the trained buffer.
+func TestCompiledTrajectory(t *testing.T) {
+	for ci, oc := range compileCases {
+		t.Run(oc.name, func(t *testing.T) {
+			seed := uint64(80 + ci)
+			chw := oc.shape[0] * oc.shape[1] * oc.shape[2]
+			probe, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := probe.Classes()
+			set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(seed, 3)), 120, chw), randomLabels(rand.New(rand.NewPCG(seed, 4)), 120, k),
+				data.Shape{C: oc.shape[0], H: oc.shape[1], W: oc.shape[2]}, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, steps := range []int{1, 3, 6} {
+				fast, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				slow, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				slow.fast = nil // the per-example path
+				cfg := train.Config{
+					Train: set, Steps: steps, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 0.5, Accountant: privacy.RDP,
+					LearningRate: 0.5, ClipNorm: 0.5, Seed: []byte("gorgoniadp compiled trajectory"), InsecureSeed: true,
+				}
+				a, b := cfg, cfg
+				a.Backend, b.Backend = fast, slow
+				if _, err := train.Run(context.Background(), a); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := train.Run(context.Background(), b); err != nil {
+					t.Fatal(err)
+				}
+				if j, ok := close32(fast.Params(), slow.Params()); !ok {
+					t.Fatalf("%d steps: parameter %d: compiled %v, per-example %v", steps, j, fast.Params()[max(j, 0)], slow.Params()[max(j, 0)])
+				}
+				if &fast.Tensors()[0].Data().([]float32)[0] != &fast.Params()[0] {
+					t.Fatal("parameter tensor does not view the trained buffer")
+				}
+			}
+		})
+	}
+}
+
+// TestNotCompiled checks that a graph the compiler cannot read stays on
+// the per-example path, still trains, and that Compiled names the op
+// that kept it there in gorgonia's API words.
+func TestNotCompiled(t *testing.T) {
+	cases := []struct {
+		name, op string
+		build    func(g *G.ExprGraph, rng *rand.Rand) Graph
+	}{
+		{"sigmoid", "Sigmoid", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
+			w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
+			w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
+			h := G.Must(G.Sigmoid(dense(x, w1, b1)))
+			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+		}},
+		{"conv2d", "Conv2d", opCases[1].build},
+		{"mul-without-bias", "Mul", opCases[2].build},
+		{"mean-loss", "Loss", opCases[3].build},
+		{"flat-input-reshaped", "give Graph.Shape {1, 4, 4}", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 16), G.WithName("x"))
+			w, b := param(g, rng, "w", 0.4, 9, 2), param(g, rng, "b", 0.1, 2)
+			w2, b2 := param(g, rng, "w2", 0.4, 8, 3), param(g, rng, "b2", 0.1, 3)
+			c := im2colConv(G.Must(G.Reshape(x, tensor.Shape{1, 1, 4, 4})), w, b, 3, 1, 1, G.Tanh)
+			p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+			return Graph{Input: x, Logits: dense(G.Must(G.Reshape(p, tensor.Shape{1, 8})), w2, b2), Params: []*G.Node{w, b, w2, b2}}
+		}},
+		{"shared-weight", "used twice", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
+			w, b1, b2 := param(g, rng, "w", 0.5, 4, 4), param(g, rng, "b1", 0.1, 4), param(g, rng, "b2", 0.1, 4)
+			return Graph{Input: x, Logits: dense(G.Must(G.Tanh(dense(x, w, b1))), w, b2), Params: []*G.Node{w, b1, b2}}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gr := c.build(G.NewGraph(), rand.New(rand.NewPCG(3, 1)))
+			m, err := New(c.name, gr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, why := m.Compiled()
+			if ok || !strings.Contains(why, c.op) || strings.Contains(why, "\n") {
+				t.Fatalf("Compiled() = %v, %q: want false, one line naming %s", ok, why, c.op)
+			}
+			t.Log(why)
+			e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.fast != nil {
+				t.Fatal("batched engine for a graph that was not compiled")
+			}
+			in := m.InputShape()
+			x, y := randomBatch(rand.New(rand.NewPCG(3, 2)), 4, in[0]*in[1]*in[2], m.Classes())
+			if _, err := e.ClippedSum(x, y, make([]float32, m.NumParams())); err != nil {
+				t.Fatal(err)
+			}
+			// A run says it once, in one line, on its log.
+			if log := runLog(t, m); strings.Count(log, why+"\n") != 1 {
+				t.Fatalf("run log %q does not say %q once", log, why)
+			}
+		})
+	}
+}
+
+// runLog trains m for one step through train.Run and returns its log.
+func runLog(t *testing.T, m *Model) string {
+	t.Helper()
+	in := m.InputShape()
+	chw := in[0] * in[1] * in[2]
+	set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, chw), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, m.Classes()),
+		data.Shape{C: in[0], H: in[1], W: in[2]}, m.Classes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	_, err = train.Run(context.Background(), train.Config{
+		Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp run log"), InsecureSeed: true, Log: &log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log.String()
+}
+
+// TestCompiledRunSilent checks that the run of a compiled graph says
+// nothing of a slow path.
+func TestCompiledRunSilent(t *testing.T) {
+	m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log := runLog(t, m); strings.Contains(log, "gorgoniadp") || log == "" {
+		t.Fatalf("run log %q", log)
+	}
+}
+
+// TestSupportedNames checks that Supported names every accepted op by a
+// gorgonia function, not an internal type.
+func TestSupportedNames(t *testing.T) {
+	got := Supported()
+	for _, want := range []string{"Mul", "Add", "HadamardProd", "Tanh", "Sigmoid", "Gte (as in Rectify)", "Im2Col (and Conv2d)", "MaxPool2D", "AveragePool2D", "Reshape", "LogSoftMax", "Sum"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("Supported() = %q lacks %q", got, want)
+		}
+	}
+	for _, s := range got {
+		if s == "" || strings.Contains(s, "Op") || strings.ContainsAny(s, "⊙×÷") {
+			t.Errorf("Supported() = %q has an internal name %q", got, s)
+		}
+	}
+}
+
+// TestGivenTwice checks that a graph given to New a second time is
+// refused with one line saying so (it used to fail inside gorgonia's
+// differentiation with "softmax operator only supports one input").
+func TestGivenTwice(t *testing.T) {
+	gr := compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1)))
+	if _, err := New("first", gr); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New("second", gr)
+	if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "given to New already") {
+		t.Fatalf("second New: %v", err)
+	}
+}
+
+// TestClassesMismatch checks that a run refuses a graph with more logits
+// than the data has classes (it used to train silently), or fewer.
+func TestClassesMismatch(t *testing.T) {
+	for _, classes := range []int{3, 6} {
+		m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1)))) // 4 logits
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, 12), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, classes), data.Shape{C: 12, H: 1, W: 1}, classes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = train.Run(context.Background(), train.Config{
+			Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+			LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp classes"), InsecureSeed: true,
+		})
+		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "has 4 logits") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("%d classes: %v", classes, err)
+		}
+	}
+}
+
+// mlpAct is compileCases[0] with activation act: the same parameter
+// names and shapes, another architecture unless act is Tanh.
+func mlpAct(act func(*G.Node) (*G.Node, error)) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 12), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 12, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 4), param(g, rng, "b2", 0.3, 4)
+		h := G.Must(act(dense(x, w1, b1)))
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}
+}
+
+// TestDigest checks that the graph digest depends on the architecture,
+// not on the parameters' values, that a parameter file of another
+// architecture with the same parameter names and shapes is refused
+// naming the difference (it loaded before), and that a checkpoint does
+// not resume into a changed architecture.
+func TestDigest(t *testing.T) {
+	build := func(act func(*G.Node) (*G.Node, error), seed uint64) *Model {
+		m, err := New("mlp", mlpAct(act)(G.NewGraph(), rand.New(rand.NewPCG(seed, 1))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, a2, r := build(G.Tanh, 1), build(G.Tanh, 2), build(G.Rectify, 1)
+	if a.Digest() != a2.Digest() || len(a.Digest()) != 64 {
+		t.Fatalf("digests of one architecture differ: %s, %s", a.Digest(), a2.Digest())
+	}
+	if a.Digest() == r.Digest() {
+		t.Fatal("Tanh and Rectify graphs have one digest")
+	}
+	var buf bytes.Buffer
+	if err := a.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Load(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Load(bytes.NewReader(buf.Bytes()))
+	if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "another architecture") || !strings.Contains(err.Error(), "Tanh") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("loading a Tanh graph's file into a Rectify graph: %v", err)
+	}
+	t.Log(err)
+
+	// A checkpoint of the Tanh graph does not resume into the Rectify one.
+	set, err := data.NewDataset(randomData(rand.New(rand.NewPCG(5, 1)), 40, 12), randomLabels(rand.New(rand.NewPCG(5, 2)), 40, 4), data.Shape{C: 12, H: 1, W: 1}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := train.Config{
+		Train: set, Backend: build(G.Tanh, 3), Steps: 2, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
+		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp digest"), InsecureSeed: true, CheckpointPath: filepath.Join(t.TempDir(), "ck"),
+	}
+	if _, err := train.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = build(G.Rectify, 3)
+	if _, err := train.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "another architecture") {
+		t.Fatalf("resuming into another architecture: %v", err)
+	}
+	cfg.Backend = build(G.Tanh, 4)
+	if res, err := train.Run(context.Background(), cfg); err != nil || res.Resumed != 2 {
+		t.Fatalf("resuming into the same architecture: %v", err)
+	}
+}
+
+// avgPoolGraph is a convolution plus bias, Tanh, AveragePool2D and a
+// dense layer (compiled), or with Sigmoid in place of Tanh (not).
+// (on an hw x hw input; hw odd: the windows do not tile the activation).
+func avgPoolGraph(act func(*G.Node) (*G.Node, error), hw int) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, hw, hw), G.WithName("x"))
+		k, kb := param(g, rng, "k", 0.5, 3, 2, 3, 3), param(g, rng, "kb", 0.2, 1, 3, 1, 1)
+		f := 3 * (hw / 2) * (hw / 2)
+		w, b := param(g, rng, "w", 0.5, f, 3), param(g, rng, "b", 0.2, 3)
+		c := G.Must(G.Conv2d(x, k, tensor.Shape{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1})) // (1, 3, hw, hw)
+		h := G.Must(act(G.Must(G.BroadcastAdd(c, kb, nil, []byte{0, 2, 3}))))
+		a := G.Must(G.AveragePool2D(h, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		return Graph{Input: x, Logits: dense(G.Must(G.Reshape(a, tensor.Shape{1, f})), w, b), Params: []*G.Node{k, kb, w, b}}
+	}
+}
+
+// TestAveragePool2D checks a compiled AveragePool2D against central
+// differences of the loss in float64 (the forward pass is gorgonia's, on
+// the per-example path): every gradient entry within 1e-3 absolute plus
+// 1e-2 relative (h = 1e-2 on float32 parameters). gorgonia's own
+// gradient of AveragePool2D is wrong (most entries disagree; the
+// per-example path trained with it before), so a graph with
+// AveragePool2D that does not compile is refused.
+func TestAveragePool2D(t *testing.T) {
+	m, err := New("avgpool", avgPoolGraph(G.Tanh, 4)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := m.Compiled(); !ok {
+		t.Fatal(why)
+	}
+	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := perExample(t, m, clip.Options{Norm: 1, MaxBatch: 1})
+	x, y := randomBatch(rand.New(rand.NewPCG(3, 2)), 2, 32, 3)
+	got := make([]float32, m.NumParams())
+	wrong := 0
+	for i := range 2 {
+		xi := x[i*32 : (i+1)*32]
+		if _, err := e.Gradient(xi, y[i], got); err != nil {
+			t.Fatal(err)
+		}
+		slow := make([]float32, m.NumParams())
+		if _, err := m.gradient(xi, y[i]); err != nil {
+			t.Fatal(err)
+		}
+		copy(slow, m.gbuf)
+		for j := range m.flat {
+			old := m.flat[j]
+			const h = 1e-2
+			m.flat[j] = old + h
+			lp, _, err := fwd.Evaluate(xi, y[i:i+1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.flat[j] = old - h
+			lm, _, _ := fwd.Evaluate(xi, y[i:i+1])
+			m.flat[j] = old
+			num := (lp - lm) / (float64(m.flat[j]+h) - float64(m.flat[j]-h))
+			if d := math.Abs(num - float64(got[j])); d > 1e-3+1e-2*math.Abs(num) {
+				t.Fatalf("example %d, parameter %d: compiled %v, central difference %v", i, j, got[j], num)
+			}
+			if d := math.Abs(num - float64(slow[j])); d > 1e-3+1e-2*math.Abs(num) {
+				wrong++
+			}
+		}
+	}
+	t.Logf("gorgonia's own gradient: %d of %d entries wrong", wrong, 2*m.NumParams())
+	if wrong == 0 {
+		t.Fatal("gorgonia's AveragePool2D gradient is right now: the per-example path may accept AveragePool2D again")
+	}
+	for _, c := range []struct {
+		name, why string
+		act       func(*G.Node) (*G.Node, error)
+		hw        int
+	}{{"sigmoid", "Sigmoid", G.Sigmoid, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
+		_, err = New("avgpool-"+c.name, avgPoolGraph(c.act, c.hw)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
+		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "AveragePool2D has a wrong gradient") || !strings.Contains(err.Error(), c.why) {
+			t.Fatalf("an AveragePool2D graph that does not compile (%s): %v", c.name, err)
+		}
+		t.Log(err)
+	}
+}
+
+// TestNaNInputPerExample checks that an example with a NaN input counts as
+// non-finite on the per-example path through MaxPool2D (gorgonia's
+// MaxPool2D gradient indexed out of range on it, in a goroutine, which
+// ended the program).
+func TestNaNInputPerExample(t *testing.T) {
+	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D: per example
+	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := m.Compiled(); ok {
+		t.Fatal("compiled")
+	}
+	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chw := 2 * 6 * 6
+	x, y := randomBatch(rand.New(rand.NewPCG(1, 2)), 4, chw, 4)
+	x[chw+5] = float32(math.NaN())
+	x[2*chw+7] = float32(math.Inf(1))
+	st, err := e.ClippedSum(x, y, make([]float32, m.NumParams()))
+	if err != nil || st.NonFinite != 2 {
+		t.Fatalf("stats %+v, error %v: want 2 non-finite examples", st, err)
+	}
+	g := make([]float32, m.NumParams())
+	if l, err := e.Gradient(x[chw:2*chw], y[1], g); err != nil || !math.IsNaN(l) || !math.IsNaN(float64(g[0])) {
+		t.Fatalf("gradient of a NaN example: loss %v, g[0] %v, error %v", l, g[0], err)
+	}
+}
+
+// TestProbe checks that New's probe example catches compiled layers that
+// compute another function than the graph (here Rectify read as Tanh),
+// and passes the right ones.
+func TestProbe(t *testing.T) {
+	m, err := New("mlp", compileCases[0].build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc := m.probe(m.fast); nc != nil {
+		t.Fatalf("the right layers: %v", nc)
+	}
+	wrong := *m.fast
+	wrong.net.Layers = slices.Clone(wrong.net.Layers)
+	d := wrong.net.Layers[0].(nn.Dense)
+	d.Act = nn.ReLU
+	wrong.net.Layers[0] = d
+	if nc := m.probe(&wrong); nc == nil || !strings.Contains(nc.Error(), "disagree with the graph") {
+		t.Fatalf("layers with ReLU for Tanh: %v", nc)
+	}
+}
