@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/dpmf-go/dpmf/dpcore"
 )
 
 // ErrFormat is wrapped by every error for a file that is not valid
@@ -41,8 +43,9 @@ func (e *FormatError) Error() string {
 	return "safetensors: " + e.Reason
 }
 
-// Is reports whether target is ErrFormat.
-func (e *FormatError) Is(target error) bool { return target == ErrFormat }
+// Is reports whether target is ErrFormat or dpcore.ErrInvalid (the
+// module's mark of bad input).
+func (e *FormatError) Is(target error) bool { return target == ErrFormat || target == dpcore.ErrInvalid }
 
 func formatErr(tensor, format string, args ...any) error {
 	return &FormatError{Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
