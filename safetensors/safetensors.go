@@ -45,7 +45,9 @@ func (e *FormatError) Error() string {
 
 // Is reports whether target is ErrFormat or dpcore.ErrInvalid (the
 // module's mark of bad input).
-func (e *FormatError) Is(target error) bool { return target == ErrFormat || target == dpcore.ErrInvalid }
+func (e *FormatError) Is(target error) bool {
+	return target == ErrFormat || target == dpcore.ErrInvalid
+}
 
 func formatErr(tensor, format string, args ...any) error {
 	return &FormatError{Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
