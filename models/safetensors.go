@@ -28,7 +28,7 @@ const (
 // "<layer>.bias", and an embedding's "<layer>/table<k>" is
 // "<layer>.tables.<k>.weight".
 func ExportName(param string) string {
-	layer, p, ok := strings.Cut(param, "/")
+	layer, p, ok := splitParam(param)
 	switch {
 	case !ok:
 		return param
@@ -42,6 +42,16 @@ func ExportName(param string) string {
 		}
 	}
 	return layer + "." + p
+}
+
+// splitParam splits a parameter's name into its layer's name and its
+// own, at the last "/" (a layer's name may hold one).
+func splitParam(param string) (layer, p string, ok bool) {
+	i := strings.LastIndex(param, "/")
+	if i < 0 {
+		return param, "", false
+	}
+	return param[:i], param[i+1:], true
 }
 
 // exported is a parameter tensor as it is exported: its name, its shape
@@ -78,7 +88,7 @@ func exportLayout(a Architecture, layout []ParamInfo) []exported {
 	out := make([]exported, len(layout))
 	for i, p := range layout {
 		e := exported{name: ExportName(p.Name), shape: slices.Clone(p.Shape), info: p}
-		layer, suffix, _ := strings.Cut(p.Name, "/")
+		layer, suffix, _ := splitParam(p.Name)
 		if l, ok := kinds[layer]; ok && suffix == "w" && len(p.Shape) == 2 {
 			switch l.Kind {
 			case DenseLayer:

@@ -88,7 +88,7 @@ func TestSafetensorsHalf(t *testing.T) {
 func TestSafetensorsPyTorchLayout(t *testing.T) {
 	const C, H, K, S, P, O, N = 2, 5, 3, 2, 1, 3, 4
 	b := NewBuilder("layout", [3]int{C, H, H}, 3)
-	m, err := b.Conv2D("conv", O, K, S, P, nn.Identity).Dense("fc", N, nn.Identity).Model()
+	m, err := b.Conv2D("conv", O, K, S, P, nn.Identity).Dense("f/c", N, nn.Identity).Model()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestSafetensorsPyTorchLayout(t *testing.T) {
 	}
 	const HO = (H+2*P-K)/S + 1
 	cw, cb := get("conv.weight", O, C, K, K), get("conv.bias", O)
-	fw, fb := get("fc.weight", N, O*HO*HO), get("fc.bias", N)
+	fw, fb := get("f/c.weight", N, O*HO*HO), get("f/c.bias", N)
 	x := randInputs(m, 1, 5)
 	feat := make([]float64, O*HO*HO)
 	for o := range O {
@@ -154,7 +154,7 @@ func TestSafetensorsPyTorchLayout(t *testing.T) {
 }
 
 func TestExportName(t *testing.T) {
-	for in, want := range map[string]string{"dense0/w": "dense0.weight", "conv1/b": "conv1.bias", "emb/table2": "emb.tables.2.weight", "inner.norm/w": "inner.norm.weight", "x": "x"} {
+	for in, want := range map[string]string{"dense0/w": "dense0.weight", "conv1/b": "conv1.bias", "emb/table2": "emb.tables.2.weight", "inner.norm/w": "inner.norm.weight", "a/b/w": "a/b.weight", "x": "x"} {
 		if got := ExportName(in); got != want {
 			t.Errorf("ExportName(%q) = %q, want %q", in, got, want)
 		}
