@@ -11,6 +11,8 @@
 //	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
 //	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
 //	train plot [flags]        loss, accuracy and epsilon plot of a run's metrics file
+//	train export [flags]      a model file's parameters as safetensors (PyTorch names and layout)
+//	train import [flags]      a model file from a safetensors file written by train export
 //	train version             module version and commit of this binary (also train -version)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
@@ -80,13 +82,15 @@ const commandsUsage = `Usage of train:
   train eval [flags]      test loss and accuracy of a model saved by train run -save-model
   train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
   train plot [flags]      loss, accuracy and epsilon plot of a run's metrics file (PNG or SVG)
+  train export [flags]    a model file's parameters as safetensors (PyTorch names and layout)
+  train import [flags]    a model file from a safetensors file written by train export
   train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.
 `
 
 // commandNames lists every command, for the unknown-command message.
-const commandNames = "run, compare, account, audit, eval, predict, plot, worker or version"
+const commandNames = "run, compare, account, audit, eval, predict, plot, export, import, worker or version"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
@@ -114,6 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAccount(args, stdout, stderr)
 	case "plot":
 		err = runPlot(args, stdout, stderr)
+	case "export":
+		err = runExport(args, stdout, stderr)
+	case "import":
+		err = runImport(args, stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, args, stdout, stderr)
 	case "version":
