@@ -152,7 +152,7 @@ func (r Repetitions) Draw(uniform func() float64) (int, error) {
 // does for a RepeatAndSelectDpEvent:
 //
 //   - truncated negative binomial (PS22 Thm. 2): rdp[i] + log(E[K])/(a_i - 1)
-//   - (1+eta) min_j ((1 - 1/a_j) rdp[j] + log(1/gamma)/a_j), then made
+//     plus (1+eta) min_j ((1 - 1/a_j) rdp[j] + log(1/gamma)/a_j), then made
 //     nondecreasing in the order from above (Rényi divergences are);
 //   - Poisson (PS22 Thm. 6): rdp[i] + E[K] deltahat_i + log(E[K])/(a_i - 1),
 //     with deltahat_i the delta of one run at epsilon log(1 + 1/(a_i - 1)),
