@@ -11,6 +11,7 @@
 //	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
 //	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
 //	train plot [flags]        loss and accuracy plot of a run's metrics file
+//	train sweep [flags]       a grid of mechanisms x samplings x epsilons x seeds over one recipe, resumable; or a private selection
 //	train version             module version and commit of this binary (also train -version)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
@@ -80,13 +81,14 @@ const commandsUsage = `Usage of train:
   train eval [flags]      test loss and accuracy of a model saved by train run -save-model
   train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
   train plot [flags]      loss and accuracy plot of a run's metrics file (PNG or SVG)
+  train sweep [flags]     a grid of mechanisms x samplings x epsilons x seeds over one recipe (resumable), or a private selection (-select)
   train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.
 `
 
 // commandNames lists every command, for the unknown-command message.
-const commandNames = "run, compare, account, audit, eval, predict, plot, worker or version"
+const commandNames = "run, compare, account, audit, eval, predict, plot, sweep, worker or version"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
@@ -114,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAccount(args, stdout, stderr)
 	case "plot":
 		err = runPlot(args, stdout, stderr)
+	case "sweep":
+		err = runSweep(ctx, args, stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, args, stdout, stderr)
 	case "version":

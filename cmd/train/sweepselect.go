@@ -1,0 +1,350 @@
+package main
+
+// Private selection in train sweep (-select): at each target epsilon, K
+// runs (K drawn once, from a law of mean -select), each of a (mechanism,
+// sampling) drawn uniformly from the grid, each scored by its validation
+// accuracy with Gaussian noise; the best score wins and the selection
+// carries one (epsilon, delta), accounted as dp_accounting accounts a
+// RepeatAndSelectDpEvent (accountant.SelectionEpsilon; docs/math.md §8).
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+
+	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/train"
+)
+
+// selectFlags are the flags of private selection.
+type selectFlags struct {
+	mean       float64
+	law        string
+	scoreNoise float64
+}
+
+func (f *selectFlags) register(fs *flag.FlagSet) {
+	fs.Float64Var(&f.mean, "select", 0, "tune privately with this mean number of runs K at each -epsilons: each run's (mechanism, sampling) is drawn from the grid, the best noisy validation score wins, and the selection carries one (epsilon, delta) (Papernot & Steinke 2022; needs -validation; 0: a plain grid)")
+	fs.StringVar(&f.law, "select-law", "geometric", "law of the number of runs K of -select: geometric, logarithmic, poisson (K may be 0), or a truncated negative binomial shape >= 0")
+	fs.Float64Var(&f.scoreNoise, "select-noise", 10, "-select: standard deviation of the Gaussian noise added to the count of correctly classified validation examples (the score's sensitivity is 1)")
+}
+
+// repetitions is the law of K.
+func (f *selectFlags) repetitions() (accountant.Repetitions, error) {
+	r := accountant.Repetitions{Mean: f.mean}
+	switch f.law {
+	case "geometric":
+		r.Shape = 1
+	case "logarithmic":
+		r.Shape = 0
+	case "poisson":
+		r.Shape = math.Inf(1)
+	default:
+		v, err := strconv.ParseFloat(f.law, 64)
+		if err != nil || !(v >= 0) {
+			return r, usagef("sweep: -select-law %q: want geometric, logarithmic, poisson or a shape >= 0", f.law)
+		}
+		r.Shape = v
+	}
+	if err := r.Check(); err != nil {
+		return r, usagef("sweep: -select %g: %v", f.mean, dpcore.Within("accountant", err))
+	}
+	return r, nil
+}
+
+func (f *selectFlags) check(r runFlags, seedsGiven bool) error {
+	if r.validation <= 0 {
+		return usagef("sweep: -select needs -validation N: the selection scores runs on examples held out of training, never on the test split")
+	}
+	if seedsGiven {
+		return usagef("sweep: -select draws its runs; -seeds is for a plain grid")
+	}
+	if r.users.level || r.users.users > 0 {
+		return usagef("sweep: -select is for example-level runs (a user's examples may fall on both sides of -validation)")
+	}
+	if !(f.scoreNoise > 0) || math.IsInf(f.scoreNoise, 0) {
+		return usagef("sweep: -select-noise %v: want a positive finite standard deviation", f.scoreNoise)
+	}
+	_, err := f.repetitions()
+	return err
+}
+
+// selectionRNG is a ChaCha8 generator for the selection's draws: seeded
+// from the sweep's -seed and label, or from crypto/rand.
+func (s *sweep) selectionRNG(label string) (*rand.Rand, error) {
+	var seed [32]byte
+	if s.r.seed != "" {
+		seed = *dpcore.DeriveSeed([]byte(s.r.seed), label)
+	} else if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("sweep: %w", err)
+	}
+	return rand.New(rand.NewChaCha8(seed)), nil
+}
+
+// candidates are the grid's (mechanism, sampling) pairs at eps.
+func (s *sweep) candidates(eps float64) []sweepCell {
+	var cs []sweepCell
+	for _, m := range s.grid.mechanisms {
+		for _, samp := range s.grid.samplings {
+			cs = append(cs, sweepCell{Mechanism: m, Sampling: samp, Epsilon: eps})
+		}
+	}
+	return cs
+}
+
+// drawSelection plans every candidate at eps (their events bound the
+// selection's cost), draws K and each run's candidate, and records them
+// before any run, so that a resumed sweep runs the same selection.
+func (s *sweep) drawSelection(ctx context.Context, eps float64) (*selectionDraws, error) {
+	reps, err := s.sel.repetitions()
+	if err != nil {
+		return nil, err
+	}
+	d := &selectionDraws{Epsilon: eps, Repetitions: reps, Candidates: s.candidates(eps), ScoreNoise: s.sel.scoreNoise, Validation: s.r.validation}
+	for _, c := range d.Candidates {
+		cfg, err := s.cellConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		t, err := train.New(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("sweep: -select: candidate %s, %s at epsilon %g: %w", c.Mechanism, c.samplingLabel(), eps, err)
+		}
+		p := t.Plan()
+		t.Close()
+		if p == nil {
+			return nil, usagef("sweep: -select: candidate %s is not private", c.Mechanism)
+		}
+		if d.Delta == 0 {
+			d.Delta = p.Delta
+		} else if p.Delta != d.Delta {
+			return nil, usagef("sweep: -select: the candidates' deltas differ (%g, %g)", d.Delta, p.Delta)
+		}
+		d.Events = append(d.Events, p.Ledger.Event)
+	}
+	rng, err := s.selectionRNG(fmt.Sprintf("sweep-select/%g", eps))
+	if err != nil {
+		return nil, err
+	}
+	if d.K, err = reps.Draw(rng.Float64); err != nil {
+		return nil, err
+	}
+	for range d.K {
+		d.Draws = append(d.Draws, rng.IntN(len(d.Candidates)))
+	}
+	if err := s.log.append(sweepRecord{Kind: "selection", Selection: d}); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// recordedSelection is the selection at eps recorded in the results file
+// (nil: none yet); one over other candidates or another law is refused.
+func (s *sweep) recordedSelection(eps float64) (*selectionDraws, error) {
+	for _, r := range s.log.records {
+		d := r.Selection
+		if r.Kind != "selection" || d == nil || d.Epsilon != eps {
+			continue
+		}
+		reps, err := s.sel.repetitions()
+		if err != nil {
+			return nil, err
+		}
+		same := d.Repetitions == reps && d.ScoreNoise == s.sel.scoreNoise && d.Validation == s.r.validation &&
+			len(d.Candidates) == len(s.candidates(eps)) && len(d.Events) == len(d.Candidates) && len(d.Draws) == d.K
+		for i, c := range s.candidates(eps) {
+			same = same && i < len(d.Candidates) && d.Candidates[i].key() == c.key()
+		}
+		if !same {
+			return nil, usagef("sweep: %s holds a selection at epsilon %g with other candidates or settings; use another -out", s.log.path, eps)
+		}
+		return d, nil
+	}
+	return nil, nil
+}
+
+// selectionResult is one selection's outcome: what train sweep releases.
+type selectionResult struct {
+	Epsilon     float64                `json:"target_epsilon"`
+	Repetitions accountant.Repetitions `json:"repetitions"`
+	K           int                    `json:"runs"`
+	Candidates  []sweepCell            `json:"candidates"`
+	// Selected is the best run's cell (nil when K = 0), Mechanism the
+	// mechanism its plan built, Score its noisy validation accuracy.
+	Selected  *sweepCell `json:"selected,omitempty"`
+	Mechanism string     `json:"mechanism,omitempty"`
+	Score     float64    `json:"score"`
+	// Claim is the selection's guarantee: it covers Selected, Mechanism,
+	// Score and the selected run's model, not the other runs.
+	Claim selectionClaim `json:"claim"`
+}
+
+type selectionClaim struct {
+	Epsilon     float64              `json:"epsilon"`
+	Delta       float64              `json:"delta"`
+	Accountant  string               `json:"accountant"`
+	Adjacency   accountant.Adjacency `json:"adjacency"`
+	Rule        string               `json:"rule"`
+	Assumptions []string             `json:"assumptions"`
+}
+
+// runSelections runs the selection at every target epsilon.
+func (s *sweep) runSelections(ctx context.Context) error {
+	var results []selectionResult
+	for _, eps := range s.grid.epsilons {
+		d, err := s.recordedSelection(eps)
+		if err != nil {
+			return err
+		}
+		if d == nil {
+			fmt.Fprintf(s.stderr, "sweep: -select at epsilon %g: planning the %d candidates\n", eps, len(s.candidates(eps)))
+			if d, err = s.drawSelection(ctx, eps); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(s.stdout, "sweep: selection at epsilon %g: %d runs drawn (K ~ %s) over %d candidates\n", eps, d.K, d.Repetitions, len(d.Candidates))
+		have := s.log.runs()
+		var todo []int
+		for k := 1; k <= d.K; k++ {
+			if _, ok := have[d.cell(k).key()]; !ok {
+				todo = append(todo, k)
+			}
+		}
+		for i, k := range todo {
+			c := d.cell(k)
+			rec, err := s.runCell(ctx, c)
+			if err != nil {
+				return err
+			}
+			if rec.Error == "" {
+				if err := s.score(&rec, d, k); err != nil {
+					return err
+				}
+			}
+			if err := s.log.append(rec); err != nil {
+				return err
+			}
+			s.removeCheckpoint(c)
+			s.progress(rec, len(todo)-i-1, fmt.Sprintf("selection at epsilon %g, run %d of %d", eps, k, d.K))
+		}
+		res, err := s.selectBest(d)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, "selection.json")
+	if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for _, r := range results {
+		if r.Selected == nil {
+			fmt.Fprintf(s.stdout, "selection at epsilon %g: no run drawn (K = 0), nothing selected; privacy (epsilon %.4g, delta %.3g)\n", r.Epsilon, r.Claim.Epsilon, r.Claim.Delta)
+			continue
+		}
+		fmt.Fprintf(s.stdout, "selection at epsilon %g: %s, %s (plan: %s), noisy validation accuracy %.4f; privacy of the selection (epsilon %.4g, delta %.3g), %s\n",
+			r.Epsilon, r.Selected.Mechanism, r.Selected.samplingLabel(), r.Mechanism, r.Score, r.Claim.Epsilon, r.Claim.Delta, r.Claim.Rule)
+	}
+	fmt.Fprintf(s.stdout, "selection: %s\n", path)
+	return nil
+}
+
+// cell is the k-th run of the selection (k from 1).
+func (d *selectionDraws) cell(k int) sweepCell {
+	c := d.Candidates[d.Draws[k-1]]
+	c.Draw = k
+	return c
+}
+
+// score adds the noisy validation score to a selection run's record,
+// after checking that its plan accounts exactly the event the selection
+// was charged for.
+func (s *sweep) score(rec *sweepRecord, d *selectionDraws, k int) error {
+	res := rec.Result
+	if res.Plan == nil || !bytes.Equal(compactJSON(res.Plan.Ledger.Event), compactJSON(d.Events[d.Draws[k-1]])) {
+		return fmt.Errorf("sweep: selection run %d at epsilon %g: its plan's accounting event differs from the one planned for the candidate", k, d.Epsilon)
+	}
+	if res.Final.Split != train.SplitValidation {
+		return fmt.Errorf("sweep: selection run %d was evaluated on the %s split, not the validation split", k, res.Final.Split)
+	}
+	m := float64(d.Validation)
+	count := math.Round(res.Final.Accuracy * m)
+	rng, err := s.selectionRNG("sweep-score/" + rec.Cell.key())
+	if err != nil {
+		return err
+	}
+	v := (count + d.ScoreNoise*rng.NormFloat64()) / m
+	rec.Score = &v
+	return nil
+}
+
+func compactJSON(b []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// selectBest picks the run of best score and states the selection's
+// guarantee: K ~ d.Repetitions runs of a mechanism whose Rényi bound is
+// the worst of the candidates' and of the score's Gaussian noise (an
+// example is in the training split or in the validation split, never in
+// both, under zero-out adjacency; docs/math.md §8).
+func (s *sweep) selectBest(d *selectionDraws) (selectionResult, error) {
+	res := selectionResult{Epsilon: d.Epsilon, Repetitions: d.Repetitions, K: d.K, Candidates: d.Candidates, Score: math.NaN()}
+	events := []accountant.Event{accountant.Gaussian(d.ScoreNoise)}
+	for _, raw := range d.Events {
+		e, err := accountant.UnmarshalEvent(raw)
+		if err != nil {
+			return res, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+		}
+		events = append(events, e)
+	}
+	eps, err := accountant.SelectionEpsilon(events, d.Repetitions, d.Delta, nil)
+	if err != nil {
+		return res, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+	}
+	res.Claim = selectionClaim{Epsilon: eps, Delta: d.Delta, Accountant: "rdp", Adjacency: accountant.ZeroOut,
+		Rule: fmt.Sprintf("private selection, K ~ %s runs, best noisy validation score (Papernot & Steinke 2022)", d.Repetitions),
+		Assumptions: []string{
+			"the grid, the law of K and the score noise were fixed before any run; K and each run's candidate were drawn once, independently of the data, and recorded before the first run",
+			"only the selected run's candidate, score and model are released; the other runs and runs.jsonl (which holds every run's non-private validation accuracy) are not",
+			fmt.Sprintf("score: the count of correctly classified examples among the last %d training examples (held out of training) plus Gaussian noise of standard deviation %g", d.Validation, d.ScoreNoise),
+		}}
+	runs := s.log.runs()
+	var runAssumptions []string
+	for k := 1; k <= d.K; k++ {
+		rec, ok := runs[d.cell(k).key()]
+		if !ok || rec.Score == nil || rec.Result == nil {
+			continue // refused
+		}
+		if res.Selected == nil || *rec.Score > res.Score {
+			c := d.cell(k)
+			res.Selected, res.Score = &c, *rec.Score
+			res.Mechanism = rec.Result.Plan.Mechanism
+			runAssumptions = rec.Result.Plan.Ledger.Assumptions
+		}
+	}
+	if res.Selected == nil {
+		res.Score = 0
+	}
+	// The selected run's own assumptions (sampling, noise, seed) hold too.
+	for _, a := range runAssumptions {
+		res.Claim.Assumptions = appendNew(res.Claim.Assumptions, a)
+	}
+	return res, nil
+}
