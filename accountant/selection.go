@@ -1,6 +1,7 @@
 package accountant
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -20,8 +21,41 @@ import (
 // for Shape = +Inf, a Poisson law (K may be 0: nothing is released). Mean
 // is E[K], at least 1.
 type Repetitions struct {
-	Mean  float64 `json:"mean"`
-	Shape float64 `json:"shape"`
+	Mean  float64
+	Shape float64
+}
+
+// repetitionsJSON is the wire form: a Poisson law has law "poisson" and
+// no shape (JSON has no infinity).
+type repetitionsJSON struct {
+	Law   string   `json:"law"`
+	Mean  float64  `json:"mean"`
+	Shape *float64 `json:"shape,omitempty"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (r Repetitions) MarshalJSON() ([]byte, error) {
+	if r.Poisson() {
+		return json.Marshal(repetitionsJSON{Law: "poisson", Mean: r.Mean})
+	}
+	return json.Marshal(repetitionsJSON{Law: "truncated-negative-binomial", Mean: r.Mean, Shape: &r.Shape})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *Repetitions) UnmarshalJSON(b []byte) error {
+	var w repetitionsJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	switch {
+	case w.Law == "poisson" && w.Shape == nil:
+		*r = PoissonRepetitions(w.Mean)
+	case w.Law == "truncated-negative-binomial" && w.Shape != nil:
+		*r = Repetitions{Mean: w.Mean, Shape: *w.Shape}
+	default:
+		return invalidf("selection: repetitions %s: want law poisson, or truncated-negative-binomial with a shape", b)
+	}
+	return nil
 }
 
 // PoissonRepetitions is K ~ Poisson(mean).

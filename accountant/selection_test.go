@@ -1,6 +1,7 @@
 package accountant
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -219,5 +220,23 @@ func TestRepetitionsDraw(t *testing.T) {
 				t.Errorf("geometric: P[K=1] %v, want 0.25", p)
 			}
 		}
+	}
+}
+
+// TestRepetitionsJSON: a Poisson law (shape +Inf) survives JSON.
+func TestRepetitionsJSON(t *testing.T) {
+	for _, r := range []Repetitions{PoissonRepetitions(3), {Mean: 2, Shape: 0}, {Mean: 5, Shape: 1}} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Repetitions
+		if err := json.Unmarshal(b, &got); err != nil || got != r {
+			t.Errorf("%v: %s decodes to %v, %v", r, b, got, err)
+		}
+	}
+	var r Repetitions
+	if err := json.Unmarshal([]byte(`{"law":"poisson","mean":2,"shape":1}`), &r); err == nil {
+		t.Error("a Poisson law with a shape decoded")
 	}
 }

@@ -97,8 +97,10 @@ type sweep struct {
 	stdout, stderr    io.Writer
 	tty               io.Writer
 	seedWeak          bool // the -seed has fewer than privacy.MinSeedBits bits
-	// ran counts the runs this process trained (tests read it).
-	ran int
+	// ran counts the runs this process trained; configure, if set,
+	// adjusts each run's configuration (tests: to cancel mid-run).
+	ran       int
+	configure func(*train.Config)
 	// done, elapsed: runs finished by this process and their time, for
 	// the estimate of the time left.
 	done    int
@@ -110,6 +112,11 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	return s.run(ctx)
+}
+
+// run runs the grid (or the selections) and writes the summary.
+func (s *sweep) run(ctx context.Context) (err error) {
 	defer s.log.close()
 	if s.sel != nil {
 		err = s.runSelections(ctx)
@@ -395,6 +402,9 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 			return rec, fmt.Errorf("sweep: %w", err)
 		}
 		cfg.CheckpointPath, cfg.CheckpointEvery = s.checkpointPath(c), s.r.ckptEvery
+		if s.configure != nil {
+			s.configure(&cfg)
+		}
 		finish := attachTrainingBar(&cfg, s.tty)
 		s.ran++
 		rec.Result, err = train.Run(ctx, cfg)
