@@ -279,9 +279,26 @@ func SelectionEpsilon(candidates []Event, r Repetitions, delta float64, orders [
 	if err != nil {
 		return 0, err
 	}
+	return RDPEpsilon(orders, sel, delta)
+}
+
+// RDPEpsilon converts Rényi bounds rdp at orders to epsilon at delta as
+// NewRDP does (the best order). Bounds of mechanisms run on the same data
+// add up at each order (composition), so the sum of several selections'
+// SelectionRDP converts to the epsilon of releasing them all.
+func RDPEpsilon(orders, rdp []float64, delta float64) (float64, error) {
+	if err := checkDelta(delta); err != nil {
+		return 0, err
+	}
+	if len(orders) != len(rdp) || len(orders) == 0 {
+		return 0, invalidf("rdp: %d orders and %d bounds", len(orders), len(rdp))
+	}
 	best := math.Inf(1)
 	for i, a := range orders {
-		best = math.Min(best, rdpToEps(sel[i], a, delta))
+		if !(a > 1) || isInf(a) || !(rdp[i] >= 0) {
+			return 0, invalidf("rdp: bound %v at order %v", rdp[i], a)
+		}
+		best = math.Min(best, rdpToEps(rdp[i], a, delta))
 	}
 	return best, nil
 }

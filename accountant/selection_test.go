@@ -240,3 +240,32 @@ func TestRepetitionsJSON(t *testing.T) {
 		t.Error("a Poisson law with a shape decoded")
 	}
 }
+
+// TestRDPEpsilon: the conversion is NewRDP's, and two selections released
+// together cost more than either and no more than the sum.
+func TestRDPEpsilon(t *testing.T) {
+	orders := DefaultRDPOrders()
+	rdp := make([]float64, len(orders))
+	for i, a := range orders {
+		rdp[i] = a / (2 * 3.0 * 3.0)
+	}
+	got, err := RDPEpsilon(orders, rdp, 1e-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := NewRDP(orders).Epsilon(Gaussian(3), 1e-5)
+	if got != want {
+		t.Errorf("RDPEpsilon %v, NewRDP %v", got, want)
+	}
+	r := Repetitions{Mean: 3, Shape: 1}
+	one, _ := SelectionRDP([]Event{Gaussian(3)}, r, orders)
+	sum := make([]float64, len(orders))
+	for i := range sum {
+		sum[i] = 2 * one[i]
+	}
+	e1, _ := RDPEpsilon(orders, one, 1e-5)
+	e2, err := RDPEpsilon(orders, sum, 1e-5)
+	if err != nil || !(e2 > e1 && e2 <= 2*e1) {
+		t.Errorf("one selection %v, two %v (%v)", e1, e2, err)
+	}
+}

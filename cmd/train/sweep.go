@@ -91,6 +91,7 @@ type sweep struct {
 	dir               string
 	marks             []accplot.Mark
 	sel               *selectFlags // nil: no selection
+	selections        selectionOutput
 	trainSet, testSet *data.Dataset
 	source            string
 	log               *sweepLog
@@ -342,6 +343,8 @@ func (s *sweep) runGrid(ctx context.Context) error {
 		fmt.Fprintf(s.stdout, "sweep: dropped a torn last line of %s (a run killed while being recorded; it runs again)\n", s.log.path)
 	}
 	for i, c := range todo {
+		what := fmt.Sprintf("run %d of %d", len(cells)-len(todo)+i+1, len(cells))
+		fmt.Fprintf(s.stderr, "sweep: %s: %s\n", what, c.describe())
 		rec, err := s.runCell(ctx, c)
 		if err != nil {
 			return err
@@ -350,7 +353,7 @@ func (s *sweep) runGrid(ctx context.Context) error {
 			return err
 		}
 		s.removeCheckpoint(c)
-		s.progress(rec, len(todo)-i-1, fmt.Sprintf("run %d of %d", len(cells)-len(todo)+i+1, len(cells)))
+		s.progress(rec, len(todo)-i-1, what)
 	}
 	return nil
 }
@@ -402,6 +405,12 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 			return rec, fmt.Errorf("sweep: %w", err)
 		}
 		cfg.CheckpointPath, cfg.CheckpointEvery = s.checkpointPath(c), s.r.ckptEvery
+		if s.sel == nil {
+			// One line per evaluation, as train run writes; a selection's
+			// runs show no accuracy before the selection is made.
+			evalLines := newEvalProgress(s.stderr, cfg.Steps, s.tty != nil)
+			cfg.OnStep, cfg.OnEval = evalLines.step, evalLines.eval
+		}
 		if s.configure != nil {
 			s.configure(&cfg)
 		}
@@ -430,17 +439,20 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 	return rec, nil
 }
 
+// describe names the cell in progress lines.
+func (c sweepCell) describe() string {
+	msg := fmt.Sprintf("%s, %s, epsilon %g", c.Mechanism, c.samplingLabel(), c.Epsilon)
+	if c.Draw > 0 {
+		return msg + fmt.Sprintf(", selection run %d", c.Draw)
+	}
+	return msg + fmt.Sprintf(", seed %d", c.Seed)
+}
+
 // progress says a run finished and about how long the rest will take.
 func (s *sweep) progress(rec sweepRecord, left int, what string) {
 	s.done++
 	s.elapsed += time.Duration(rec.Seconds * float64(time.Second))
-	c := rec.Cell
-	msg := fmt.Sprintf("sweep: %s: %s, %s, epsilon %g", what, c.Mechanism, c.samplingLabel(), c.Epsilon)
-	if c.Draw > 0 {
-		msg += fmt.Sprintf(", selection run %d", c.Draw)
-	} else {
-		msg += fmt.Sprintf(", seed %d", c.Seed)
-	}
+	msg := fmt.Sprintf("sweep: %s: %s", what, rec.Cell.describe())
 	switch {
 	case rec.Error != "":
 		msg += ": refused: " + rec.Error

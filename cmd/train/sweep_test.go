@@ -258,11 +258,11 @@ func TestSweepSelection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res []selectionResult
-	if err := json.Unmarshal(b, &res); err != nil || len(res) != 1 {
+	var res selectionOutput
+	if err := json.Unmarshal(b, &res); err != nil || len(res.Selections) != 1 || res.All != nil {
 		t.Fatalf("selection.json: %v %s", err, b)
 	}
-	r := res[0]
+	r := res.Selections[0]
 	s, err := parseSweep(args[1:], io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -131,6 +131,10 @@ func (s *sweep) drawSelection(ctx context.Context, eps float64) (*selectionDraws
 		}
 		d.Events = append(d.Events, p.Ledger.Event)
 	}
+	// Refuse, before any run, candidates the selection cannot account.
+	if _, err := d.claimEpsilon(); err != nil {
+		return nil, err
+	}
 	rng, err := s.selectionRNG(fmt.Sprintf("sweep-select/%g", eps))
 	if err != nil {
 		return nil, err
@@ -199,7 +203,10 @@ type selectionClaim struct {
 
 // runSelections runs the selection at every target epsilon.
 func (s *sweep) runSelections(ctx context.Context) error {
-	var results []selectionResult
+	var (
+		results []selectionResult
+		draws   []*selectionDraws
+	)
 	for _, eps := range s.grid.epsilons {
 		d, err := s.recordedSelection(eps)
 		if err != nil {
@@ -221,6 +228,8 @@ func (s *sweep) runSelections(ctx context.Context) error {
 		}
 		for i, k := range todo {
 			c := d.cell(k)
+			what := fmt.Sprintf("selection at epsilon %g, run %d of %d", eps, k, d.K)
+			fmt.Fprintf(s.stderr, "sweep: %s: %s\n", what, c.describe())
 			rec, err := s.runCell(ctx, c)
 			if err != nil {
 				return err
@@ -234,15 +243,20 @@ func (s *sweep) runSelections(ctx context.Context) error {
 				return err
 			}
 			s.removeCheckpoint(c)
-			s.progress(rec, len(todo)-i-1, fmt.Sprintf("selection at epsilon %g, run %d of %d", eps, k, d.K))
+			s.progress(rec, len(todo)-i-1, what)
 		}
 		res, err := s.selectBest(d)
 		if err != nil {
 			return err
 		}
 		results = append(results, res)
+		draws = append(draws, d)
 	}
-	b, err := json.MarshalIndent(results, "", "  ")
+	out := selectionOutput{Selections: results}
+	if err := combine(draws, &out); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -258,7 +272,11 @@ func (s *sweep) runSelections(ctx context.Context) error {
 		fmt.Fprintf(s.stdout, "selection at epsilon %g: %s, %s (plan: %s), noisy validation accuracy %.4f; privacy of the selection (epsilon %.4g, delta %.3g), %s\n",
 			r.Epsilon, r.Selected.Mechanism, r.Selected.samplingLabel(), r.Mechanism, r.Score, r.Claim.Epsilon, r.Claim.Delta, r.Claim.Rule)
 	}
+	if out.All != nil {
+		fmt.Fprintf(s.stdout, "all %d selections together: privacy (epsilon %.4g, delta %.3g)\n", len(results), out.All.Epsilon, out.All.Delta)
+	}
 	fmt.Fprintf(s.stdout, "selection: %s\n", path)
+	s.selections = out
 	return nil
 }
 
@@ -299,6 +317,77 @@ func compactJSON(b []byte) []byte {
 	return buf.Bytes()
 }
 
+// claimEpsilon is the selection's epsilon at its delta: K ~ d.Repetitions
+// runs of a mechanism whose Rényi bound is the worst of the candidates'
+// and of the score's Gaussian noise.
+func (d *selectionDraws) claimEpsilon() (float64, error) {
+	rdp, err := d.rdp()
+	if err != nil {
+		return 0, err
+	}
+	eps, err := accountant.RDPEpsilon(accountant.DefaultRDPOrders(), rdp, d.Delta)
+	if err != nil {
+		return 0, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+	}
+	return eps, nil
+}
+
+// rdp is the selection's Rényi bound at accountant.DefaultRDPOrders.
+func (d *selectionDraws) rdp() ([]float64, error) {
+	events := []accountant.Event{accountant.Gaussian(d.ScoreNoise)}
+	for _, raw := range d.Events {
+		e, err := accountant.UnmarshalEvent(raw)
+		if err != nil {
+			return nil, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+		}
+		events = append(events, e)
+	}
+	rdp, err := accountant.SelectionRDP(events, d.Repetitions, accountant.DefaultRDPOrders())
+	if err != nil {
+		return nil, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+	}
+	return rdp, nil
+}
+
+// selectionOutput is selection.json: every selection, and the guarantee
+// of releasing them all (their Rényi bounds add up).
+type selectionOutput struct {
+	Selections []selectionResult `json:"selections"`
+	All        *struct {
+		Epsilon float64 `json:"epsilon"`
+		Delta   float64 `json:"delta"`
+	} `json:"all_selections,omitempty"`
+}
+
+// combine states the guarantee of releasing every selection of draws.
+func combine(draws []*selectionDraws, out *selectionOutput) error {
+	if len(draws) < 2 {
+		return nil
+	}
+	total := make([]float64, len(accountant.DefaultRDPOrders()))
+	for _, d := range draws {
+		rdp, err := d.rdp()
+		if err != nil {
+			return err
+		}
+		if d.Delta != draws[0].Delta {
+			return fmt.Errorf("sweep: the selections' deltas differ (%g, %g)", draws[0].Delta, d.Delta)
+		}
+		for i := range total {
+			total[i] += rdp[i]
+		}
+	}
+	eps, err := accountant.RDPEpsilon(accountant.DefaultRDPOrders(), total, draws[0].Delta)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	out.All = &struct {
+		Epsilon float64 `json:"epsilon"`
+		Delta   float64 `json:"delta"`
+	}{eps, draws[0].Delta}
+	return nil
+}
+
 // selectBest picks the run of best score and states the selection's
 // guarantee: K ~ d.Repetitions runs of a mechanism whose Rényi bound is
 // the worst of the candidates' and of the score's Gaussian noise (an
@@ -306,23 +395,15 @@ func compactJSON(b []byte) []byte {
 // both, under zero-out adjacency; docs/math.md §8).
 func (s *sweep) selectBest(d *selectionDraws) (selectionResult, error) {
 	res := selectionResult{Epsilon: d.Epsilon, Repetitions: d.Repetitions, K: d.K, Candidates: d.Candidates, Score: math.NaN()}
-	events := []accountant.Event{accountant.Gaussian(d.ScoreNoise)}
-	for _, raw := range d.Events {
-		e, err := accountant.UnmarshalEvent(raw)
-		if err != nil {
-			return res, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
-		}
-		events = append(events, e)
-	}
-	eps, err := accountant.SelectionEpsilon(events, d.Repetitions, d.Delta, nil)
+	eps, err := d.claimEpsilon()
 	if err != nil {
-		return res, fmt.Errorf("sweep: selection at epsilon %g: %w", d.Epsilon, err)
+		return res, err
 	}
 	res.Claim = selectionClaim{Epsilon: eps, Delta: d.Delta, Accountant: "rdp", Adjacency: accountant.ZeroOut,
 		Rule: fmt.Sprintf("private selection, K ~ %s runs, best noisy validation score (Papernot & Steinke 2022)", d.Repetitions),
 		Assumptions: []string{
 			"the grid, the law of K and the score noise were fixed before any run; K and each run's candidate were drawn once, independently of the data, and recorded before the first run",
-			"only the selected run's candidate, score and model are released; the other runs and runs.jsonl (which holds every run's non-private validation accuracy) are not",
+			"only the selection's result is released (selection.json, summary.md, summary.csv); the other runs and runs.jsonl, which holds every run's validation accuracy without noise, are not",
 			fmt.Sprintf("score: the count of correctly classified examples among the last %d training examples (held out of training) plus Gaussian noise of standard deviation %g", d.Validation, d.ScoreNoise),
 		}}
 	runs := s.log.runs()

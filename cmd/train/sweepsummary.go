@@ -116,12 +116,8 @@ func writeSummaryCSV(w io.Writer, rows []summaryRow) error {
 	return cw.Error()
 }
 
-func writeSummaryMarkdown(w io.Writer, title string, rows []summaryRow, selection bool) {
+func writeSummaryMarkdown(w io.Writer, title string, rows []summaryRow) {
 	fmt.Fprintf(w, "# %s\n\n", title)
-	if selection {
-		fmt.Fprintln(w, "These are the runs of a private selection (selection.json holds its result and its one guarantee). Their accuracies below are measured on the validation examples without noise: they are not covered by the guarantee, and not to be released.")
-		fmt.Fprintln(w)
-	}
 	fmt.Fprintln(w, "| mechanism | sampling | epsilon | runs | accuracy mean | min | max | claimed (epsilon, delta) | plan | seconds |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---|---|---:|")
 	for _, r := range rows {
@@ -149,28 +145,77 @@ func writeSummaryMarkdown(w io.Writer, title string, rows []summaryRow, selectio
 			break
 		}
 	}
-	fmt.Fprintf(w, "\nAccuracy on the %s split at the end of each run; mean, min and max over the runs of each row.\n", split)
+	fmt.Fprintf(w, "\nAccuracy on the %s split at the end of each run; mean, min and max over the runs of each row.", split)
+	if split == "validation" {
+		fmt.Fprint(w, " Not private: measured without noise on examples held out of the training data (train sweep -select tunes privately).")
+	}
+	fmt.Fprintln(w)
 }
 
-// writeSummary writes summary.csv, summary.md and the plot.
+// writeSummary writes summary.csv, summary.md and the plot; for a
+// selection, only the selections' results (the runs' accuracies are not
+// released).
 func (s *sweep) writeSummary() error {
 	rows := summarize(s.log.records)
 	title := fmt.Sprintf("train sweep: %s, model %s", s.source, s.r.model)
 	var csvBuf, mdBuf bytes.Buffer
-	if err := writeSummaryCSV(&csvBuf, rows); err != nil {
-		return err
+	if s.sel != nil {
+		if err := writeSelectionSummary(&csvBuf, &mdBuf, title, s.selections); err != nil {
+			return err
+		}
+	} else {
+		if err := writeSummaryCSV(&csvBuf, rows); err != nil {
+			return err
+		}
+		writeSummaryMarkdown(&mdBuf, title, rows)
 	}
-	writeSummaryMarkdown(&mdBuf, title, rows, s.sel != nil)
 	for name, b := range map[string][]byte{"summary.csv": csvBuf.Bytes(), "summary.md": mdBuf.Bytes()} {
 		if err := atomicfile.WriteFile(filepath.Join(s.dir, name), b); err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}
+	}
+	if s.sel != nil {
+		fmt.Fprintf(s.stdout, "sweep: %s, %s\n", filepath.Join(s.dir, "summary.md"), filepath.Join(s.dir, "summary.csv"))
+		return nil
 	}
 	if err := s.writePlot(title, rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.stdout, "sweep: %s, %s, %s\n", filepath.Join(s.dir, "summary.md"), filepath.Join(s.dir, "summary.csv"), filepath.Join(s.dir, "accuracy.png"))
 	return nil
+}
+
+// writeSelectionSummary writes the selections' results: per target
+// epsilon, the runs drawn, the selected candidate, its noisy score and
+// the selection's (epsilon, delta).
+func writeSelectionSummary(csvw, md io.Writer, title string, out selectionOutput) error {
+	sels := out.Selections
+	cw := csv.NewWriter(csvw)
+	cw.Write([]string{"target_epsilon", "runs", "law", "selected_mechanism", "selected_sampling", "plan_mechanism", "noisy_validation_accuracy", "selection_epsilon", "delta"})
+	fmt.Fprintf(md, "# %s: private selection\n\n", title)
+	fmt.Fprintln(md, "| target epsilon of each run | runs drawn | selected | noisy validation accuracy | (epsilon, delta) of the selection |")
+	fmt.Fprintln(md, "|---:|---:|---|---:|---|")
+	for _, r := range sels {
+		mech, samp, plan, score := "", "", "", ""
+		if r.Selected != nil {
+			mech, samp, plan = r.Selected.Mechanism, r.Selected.samplingLabel(), r.Mechanism
+			score = strconv.FormatFloat(r.Score, 'f', 4, 64)
+		}
+		eps, delta := strconv.FormatFloat(r.Claim.Epsilon, 'g', 4, 64), strconv.FormatFloat(r.Claim.Delta, 'g', 3, 64)
+		cw.Write([]string{strconv.FormatFloat(r.Epsilon, 'g', -1, 64), strconv.Itoa(r.K), r.Repetitions.String(), mech, samp, plan, score, eps, delta})
+		sel := "nothing (no run drawn)"
+		if r.Selected != nil {
+			sel = fmt.Sprintf("%s, %s (plan: %s)", mech, samp, plan)
+			score = fmt.Sprintf("%.2f%%", 100*r.Score)
+		}
+		fmt.Fprintf(md, "| %g | %d | %s | %s | (%s, %s) |\n", r.Epsilon, r.K, sel, score, eps, delta)
+	}
+	if out.All != nil {
+		fmt.Fprintf(md, "\nEach row's (epsilon, delta) covers that row alone; releasing all %d rows together: (%.4g, %.3g).\n", len(sels), out.All.Epsilon, out.All.Delta)
+	}
+	fmt.Fprintln(md, "\nEach selection drew its number of runs and each run's (mechanism, sampling) before any run, and compared the runs by their validation accuracy with Gaussian noise; its (epsilon, delta) covers what this table shows (selection.json states the rule and the assumptions). The runs' own accuracies in runs.jsonl are not covered: keep that file as private as the data.")
+	cw.Flush()
+	return cw.Error()
 }
 
 // writePlot draws accuracy against epsilon, one line per (mechanism,
