@@ -213,6 +213,11 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 	if s.trainSet, s.testSet, s.source, err = loadData(s.r.dataset, s.r.dir, !set["dir"]); err != nil {
 		return nil, err
 	}
+	// A recipe that cannot make a run (-validation larger than the data,
+	// bad -hidden) is refused now, not recorded against every cell.
+	if _, err := s.cellConfig(s.grid.cells()[0]); err != nil {
+		return nil, err
+	}
 	if s.log, err = openSweepLog(filepath.Join(s.dir, "runs.jsonl")); err != nil {
 		return nil, err
 	}
@@ -415,6 +420,9 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 			s.configure(&cfg)
 		}
 		finish := attachTrainingBar(&cfg, s.tty)
+		if s.sel != nil {
+			cfg.OnEval = nil // the bar would show the validation accuracy
+		}
 		s.ran++
 		rec.Result, err = train.Run(ctx, cfg)
 		finish()

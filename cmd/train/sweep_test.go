@@ -222,6 +222,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		{tinySweep(dir, "-select", "0.5", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "2", "-validation", "100", "-select-law", "x"), "-select-law"},
 		{tinySweep(dir, "-seed", "1"), "bits"},
+		{tinySweep(dir, "-validation", "100000"), "-validation"},
+		{tinySweep(dir, "-marks", filepath.Join(dir, "missing.json")), "-marks"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"sweep"}, c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
@@ -231,11 +233,16 @@ func TestSweepRefusesBadInput(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "runs.jsonl")); !os.IsNotExist(err) {
 		t.Errorf("bad input created the results file: %v", err)
 	}
+	// A candidate the planner refuses stops a selection before any run.
+	code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(t.TempDir(), "-select", "2", "-validation", "100", "-mechanisms", "bandmf:auto", "-samplings", "fixed-order")...)...)
+	if code != exitUsage || !strings.Contains(stderr, "train: sweep: -select: candidate bandmf:auto, fixed-order") {
+		t.Errorf("refused candidate: exit %d, %q", code, stderr)
+	}
 	// A resumed sweep with another recipe is refused.
 	if code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(dir, "-epsilons", "8", "-samplings", "shuffle")...)...); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(dir, "-steps", "5")...)...)
+	code, _, stderr = runCLI(t, append([]string{"sweep"}, tinySweep(dir, "-steps", "5")...)...)
 	if code != exitUsage || !strings.Contains(stderr, `-steps "5" (was "4")`) {
 		t.Errorf("other recipe: exit %d, %q", code, stderr)
 	}

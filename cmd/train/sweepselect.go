@@ -116,6 +116,9 @@ func (s *sweep) drawSelection(ctx context.Context, eps float64) (*selectionDraws
 			return nil, err
 		}
 		t, err := train.New(ctx, cfg)
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("sweep: %w while planning the selection's candidates (nothing run yet): %w", train.ErrInterrupted, ctx.Err())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("sweep: -select: candidate %s, %s at epsilon %g: %w", c.Mechanism, c.samplingLabel(), eps, err)
 		}
