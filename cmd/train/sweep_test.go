@@ -282,7 +282,7 @@ func TestSweepSelection(t *testing.T) {
 	if d.K != r.K || len(d.Draws) != d.K || len(runLines(t, dir)) != d.K {
 		t.Fatalf("K %d, %d draws, %d runs, result K %d", d.K, len(d.Draws), len(runLines(t, dir)), r.K)
 	}
-	events := []accountant.Event{accountant.Gaussian(10)}
+	events := []accountant.Event{accountant.Gaussian(scoreSigma(10))}
 	for _, raw := range d.Events {
 		e, err := accountant.UnmarshalEvent(raw)
 		if err != nil {
@@ -299,8 +299,11 @@ func TestSweepSelection(t *testing.T) {
 	}
 	best := math.Inf(-1)
 	for _, rec := range runLines(t, dir) {
-		if rec.Score == nil || rec.Result.Final.Split != train.SplitValidation {
+		if rec.Score == nil || rec.NoisyCount == nil || rec.Result.Final.Split != train.SplitValidation {
 			t.Fatalf("selection run %v: score %v, split %s", rec.Cell, rec.Score, rec.Result.Final.Split)
+		}
+		if *rec.Score != float64(*rec.NoisyCount)/500 {
+			t.Errorf("score %v is not the noisy count %d over 500", *rec.Score, *rec.NoisyCount)
 		}
 		best = math.Max(best, *rec.Score)
 	}

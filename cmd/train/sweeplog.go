@@ -54,10 +54,12 @@ type sweepRecord struct {
 	Result  *train.Result `json:"result,omitempty"`
 	Error   string        `json:"error,omitempty"`
 	Seconds float64       `json:"seconds,omitempty"`
-	// Score is a selection run's validation accuracy with Gaussian noise
-	// (what the selection compares); InsecureSeed marks a run whose
+	// NoisyCount is a selection run's count of correctly classified
+	// validation examples plus discrete Gaussian noise (what the selection
+	// compares), Score that count over the validation examples; InsecureSeed marks a run whose
 	// seed derives from a sweep -seed of fewer than 128 bits.
 	Score        *float64 `json:"score,omitempty"`
+	NoisyCount   *int64   `json:"noisy_count,omitempty"`
 	InsecureSeed bool     `json:"insecure_seed,omitempty"`
 	// kind selection
 	Selection *selectionDraws `json:"selection,omitempty"`

@@ -3,7 +3,7 @@ package main
 // Private selection in train sweep (-select): at each target epsilon, K
 // runs (K drawn once, from a law of mean -select), each of a (mechanism,
 // sampling) drawn uniformly from the grid, each scored by its validation
-// accuracy with Gaussian noise; the best score wins and the selection
+// accuracy with discrete Gaussian noise; the best score wins and the selection
 // carries one (epsilon, delta), accounted as dp_accounting accounts a
 // RepeatAndSelectDpEvent (accountant.SelectionEpsilon; docs/math.md §8).
 
@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -35,7 +37,7 @@ type selectFlags struct {
 func (f *selectFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.mean, "select", 0, "tune privately with this mean number of runs K at each -epsilons: each run's (mechanism, sampling) is drawn from the grid, the best noisy validation score wins, and the selection carries one (epsilon, delta) (Papernot & Steinke 2022; needs -validation; 0: a plain grid)")
 	fs.StringVar(&f.law, "select-law", "geometric", "law of the number of runs K of -select: geometric, logarithmic, poisson (K may be 0), or a truncated negative binomial shape >= 0")
-	fs.Float64Var(&f.scoreNoise, "select-noise", 10, "-select: standard deviation of the Gaussian noise added to the count of correctly classified validation examples (the score's sensitivity is 1)")
+	fs.Float64Var(&f.scoreNoise, "select-noise", 10, "-select: standard deviation of the discrete Gaussian noise added to the count of correctly classified validation examples (the score's sensitivity is 1)")
 }
 
 // repetitions is the law of K.
@@ -80,14 +82,14 @@ func (f *selectFlags) check(r runFlags, seedsGiven bool) error {
 
 // selectionRNG is a ChaCha8 generator for the selection's draws: seeded
 // from the sweep's -seed and label, or from crypto/rand.
-func (s *sweep) selectionRNG(label string) (*rand.Rand, error) {
+func (s *sweep) selectionRNG(label string) (*rand.ChaCha8, error) {
 	var seed [32]byte
 	if s.r.seed != "" {
 		seed = *dpcore.DeriveSeed([]byte(s.r.seed), label)
 	} else if _, err := crand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)
 	}
-	return rand.New(rand.NewChaCha8(seed)), nil
+	return rand.NewChaCha8(seed), nil
 }
 
 // candidates are the grid's (mechanism, sampling) pairs at eps.
@@ -138,10 +140,11 @@ func (s *sweep) drawSelection(ctx context.Context, eps float64) (*selectionDraws
 	if _, err := d.claimEpsilon(); err != nil {
 		return nil, err
 	}
-	rng, err := s.selectionRNG(fmt.Sprintf("sweep-select/%g", eps))
+	src, err := s.selectionRNG(fmt.Sprintf("sweep-select/%g", eps))
 	if err != nil {
 		return nil, err
 	}
+	rng := rand.New(src)
 	if d.K, err = reps.Draw(rng.Float64); err != nil {
 		return nil, err
 	}
@@ -190,6 +193,7 @@ type selectionResult struct {
 	Selected  *sweepCell `json:"selected,omitempty"`
 	Mechanism string     `json:"mechanism,omitempty"`
 	Score     float64    `json:"score"`
+	count     int64
 	// Claim is the selection's guarantee: it covers Selected, Mechanism,
 	// Score and the selected run's model, not the other runs.
 	Claim selectionClaim `json:"claim"`
@@ -237,7 +241,7 @@ func (s *sweep) runSelections(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if rec.Error == "" {
+			if rec.Error == "" && rec.Result != nil {
 				if err := s.score(&rec, d, k); err != nil {
 					return err
 				}
@@ -303,13 +307,38 @@ func (s *sweep) score(rec *sweepRecord, d *selectionDraws, k int) error {
 	}
 	m := float64(d.Validation)
 	count := math.Round(res.Final.Accuracy * m)
+	if math.Abs(count/m-res.Final.Accuracy) > 1e-9 {
+		return fmt.Errorf("sweep: selection run %d: accuracy %v is not a count of %d validation examples", k, res.Final.Accuracy, d.Validation)
+	}
 	rng, err := s.selectionRNG("sweep-score/" + rec.Cell.key())
 	if err != nil {
 		return err
 	}
-	v := (count + d.ScoreNoise*rng.NormFloat64()) / m
-	rec.Score = &v
+	// Integer count plus discrete Gaussian noise, exactly (docs/math.md
+	// §11): the score has the distribution its accounting assumes.
+	dg, err := noise.NewDiscreteGaussian(new(big.Rat).SetFloat64(scoreVariance(d.ScoreNoise)))
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	z := dg.Sample(rng)
+	if !z.IsInt64() || math.Abs(float64(z.Int64())) > 1<<52 {
+		return fmt.Errorf("sweep: selection run %d: noise out of range", k)
+	}
+	noisy := int64(count) + z.Int64()
+	v := float64(noisy) / m
+	rec.NoisyCount, rec.Score = &noisy, &v
 	return nil
+}
+
+// scoreVariance is the variance of the score's discrete Gaussian noise
+// for -select-noise s, and scoreSigma a multiplier no larger than its
+// square root, for the accounting: the Rényi bound of N_Z(0, s^2) with
+// an integer shift of 1 is at most that of N(0, s^2) (CKS Thm. 4), so
+// Gaussian(scoreSigma) never understates it.
+func scoreVariance(s float64) float64 { return s * s }
+
+func scoreSigma(s float64) float64 {
+	return math.Nextafter(math.Sqrt(scoreVariance(s)), 0)
 }
 
 func compactJSON(b []byte) []byte {
@@ -337,7 +366,7 @@ func (d *selectionDraws) claimEpsilon() (float64, error) {
 
 // rdp is the selection's Rényi bound at accountant.DefaultRDPOrders.
 func (d *selectionDraws) rdp() ([]float64, error) {
-	events := []accountant.Event{accountant.Gaussian(d.ScoreNoise)}
+	events := []accountant.Event{accountant.Gaussian(scoreSigma(d.ScoreNoise))}
 	for _, raw := range d.Events {
 		e, err := accountant.UnmarshalEvent(raw)
 		if err != nil {
@@ -407,7 +436,7 @@ func (s *sweep) selectBest(d *selectionDraws) (selectionResult, error) {
 		Assumptions: []string{
 			"the grid, the law of K and the score noise were fixed before any run; K and each run's candidate were drawn once, independently of the data, and recorded before the first run",
 			"only the selection's result is released (selection.json, summary.md, summary.csv); the other runs and runs.jsonl, which holds every run's validation accuracy without noise, are not",
-			fmt.Sprintf("score: the count of correctly classified examples among the last %d training examples (held out of training) plus Gaussian noise of standard deviation %g", d.Validation, d.ScoreNoise),
+			fmt.Sprintf("score: the count of correctly classified examples among the last %d training examples (held out of training) plus discrete Gaussian noise N_Z(0, %g^2), sampled exactly; accounted as the Gaussian mechanism of multiplier %g (CKS 2020 Thm. 4)", d.Validation, d.ScoreNoise, d.ScoreNoise),
 		}}
 	runs := s.log.runs()
 	var runAssumptions []string
@@ -416,9 +445,9 @@ func (s *sweep) selectBest(d *selectionDraws) (selectionResult, error) {
 		if !ok || rec.Score == nil || rec.Result == nil {
 			continue // refused
 		}
-		if res.Selected == nil || *rec.Score > res.Score {
+		if res.Selected == nil || *rec.NoisyCount > res.count {
 			c := d.cell(k)
-			res.Selected, res.Score = &c, *rec.Score
+			res.Selected, res.Score, res.count = &c, *rec.Score, *rec.NoisyCount
 			res.Mechanism = rec.Result.Plan.Mechanism
 			runAssumptions = rec.Result.Plan.Ledger.Assumptions
 		}
