@@ -432,6 +432,11 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 		if ctx.Err() != nil || errors.Is(err, train.ErrInterrupted) {
 			return rec, fmt.Errorf("sweep: %w; run the same command again to resume (finished runs are kept in %s)", err, s.log.path)
 		}
+		if errors.Is(err, train.ErrCorruptCheckpoint) {
+			// Not the cell's fault: its checkpoint from an earlier sweep
+			// does not fit (another -seed, other data).
+			return rec, fmt.Errorf("sweep: %s: %w; remove %s to run it afresh", c.describe(), err, s.checkpointPath(c))
+		}
 		var ue usageError
 		if !isInvalid(err) && !errors.As(err, &ue) {
 			return rec, err

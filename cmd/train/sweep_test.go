@@ -9,10 +9,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/train"
@@ -323,5 +325,62 @@ func TestSweepSelection(t *testing.T) {
 	}
 	if s2.ran != 0 {
 		t.Errorf("a finished selection ran %d runs again", s2.ran)
+	}
+}
+
+// TestSweepKill9Resumes: a sweep killed with SIGKILL (the test binary
+// re-executed as the program) resumes with exactly the runs its results
+// file does not hold, whatever line the kill landed in.
+func TestSweepKill9Resumes(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"sweep"}, tinySweep(dir, "-epsilons", "8", "-seeds", "4")...)
+	enc, _ := json.Marshal(args)
+	c := exec.Command(os.Args[0])
+	c.Env = append(os.Environ(), cliChildEnv+"="+string(enc))
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(filepath.Join(dir, "runs.jsonl"))
+		if bytes.Count(b, []byte(`"kind":"run"`)) >= 2 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.Process.Kill()
+	c.Wait()
+	b, _ := os.ReadFile(filepath.Join(dir, "runs.jsonl"))
+	kept := 0
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		var r sweepRecord
+		if bytes.HasSuffix(line, []byte("\n")) && json.Unmarshal(line, &r) == nil && r.Kind == "run" {
+			kept++
+		}
+	}
+	if kept < 2 || kept == 8 {
+		t.Fatalf("killed with %d runs recorded; want the kill mid-sweep (stderr %s)", kept, stderr.String())
+	}
+	s, err := parseSweep(args[1:], io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s.ran != 8-kept {
+		t.Errorf("resume ran %d runs; %d of 8 were recorded", s.ran, kept)
+	}
+	seen := map[string]bool{}
+	for _, r := range runLines(t, dir) {
+		if seen[r.Cell.key()] {
+			t.Errorf("cell %v recorded twice", r.Cell)
+		}
+		seen[r.Cell.key()] = true
+	}
+	if len(seen) != 8 {
+		t.Errorf("%d cells recorded, want 8", len(seen))
 	}
 }
