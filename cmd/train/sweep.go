@@ -64,7 +64,7 @@ var sweepRefused = map[string]string{
 // sweepGrid is the parsed grid.
 type sweepGrid struct {
 	mechanisms []string
-	samplings  []string // "" is the mechanism's default
+	samplings  []train.Sampling // SamplingAuto: the mechanism's default
 	epsilons   []float64
 	seeds      int
 }
@@ -252,13 +252,14 @@ func parseGrid(sf sweepFlags, r runFlags) (sweepGrid, error) {
 	if samps == "" {
 		samps = "default"
 	}
-	for _, s := range splitList(samps) {
-		switch train.Sampling(s) {
+	for _, name := range splitList(samps) {
+		s := train.Sampling(name)
+		switch s {
 		case train.SamplingPoisson, train.SamplingBandPoisson, train.SamplingFixedOrder, train.SamplingShuffle:
 		case "default":
-			s = ""
+			s = train.SamplingAuto
 		default:
-			return g, usagef("sweep: -samplings %q: want poisson, band-poisson, fixed-order, shuffle or default", s)
+			return g, usagef("sweep: -samplings %q: want poisson, band-poisson, fixed-order, shuffle or default", name)
 		}
 		g.samplings = appendNew(g.samplings, s)
 	}
@@ -387,7 +388,7 @@ func (s *sweep) removeCheckpoint(c sweepCell) {
 // cell's mechanism, sampling, epsilon and seed, as train run builds it.
 func (s *sweep) cellConfig(c sweepCell) (train.Config, error) {
 	r := s.r
-	r.mechanism, r.sampling, r.eps = c.Mechanism, c.Sampling, c.Epsilon
+	r.mechanism, r.sampling, r.eps = c.Mechanism, string(c.Sampling), c.Epsilon
 	r.seed = s.cellSeed(c)
 	r.insecureSeed = r.insecureSeed || s.seedWeak
 	cfg, err := r.trainConfig(s.trainSet, s.testSet)

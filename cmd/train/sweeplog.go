@@ -23,7 +23,7 @@ import (
 // a private selection at that epsilon (mechanism and sampling drawn).
 type sweepCell struct {
 	Mechanism string  `json:"mechanism"`
-	Sampling  string  `json:"sampling"`
+	Sampling  train.Sampling `json:"sampling"` // SamplingAuto: the mechanism's
 	Epsilon   float64 `json:"epsilon"`
 	Seed      int     `json:"seed"`
 	Draw      int     `json:"draw,omitempty"`
@@ -35,10 +35,10 @@ func (c sweepCell) key() string {
 
 // samplingLabel is the cell's sampling, "default" when the mechanism's.
 func (c sweepCell) samplingLabel() string {
-	if c.Sampling == "" {
+	if c.Sampling == train.SamplingAuto {
 		return "default"
 	}
-	return c.Sampling
+	return string(c.Sampling)
 }
 
 // sweepRecord is one line of the results file. Kind "sweep" heads the
