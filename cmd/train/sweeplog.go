@@ -22,11 +22,11 @@ import (
 // target epsilon, the Seed-th run of it; Draw > 0 is the Draw-th run of
 // a private selection at that epsilon (mechanism and sampling drawn).
 type sweepCell struct {
-	Mechanism string  `json:"mechanism"`
+	Mechanism string         `json:"mechanism"`
 	Sampling  train.Sampling `json:"sampling"` // SamplingAuto: the mechanism's
-	Epsilon   float64 `json:"epsilon"`
-	Seed      int     `json:"seed"`
-	Draw      int     `json:"draw,omitempty"`
+	Epsilon   float64        `json:"epsilon"`
+	Seed      int            `json:"seed"`
+	Draw      int            `json:"draw,omitempty"`
 }
 
 func (c sweepCell) key() string {
