@@ -127,6 +127,7 @@ func (s *sweep) run(ctx context.Context) (err error) {
 	// The per-run checkpoints are removed as runs finish; so is their
 	// directory once empty.
 	os.Remove(filepath.Join(s.dir, "checkpoints"))
+	os.Remove(filepath.Join(s.dir, "models"))
 	if err != nil {
 		return err
 	}
@@ -380,6 +381,12 @@ func (s *sweep) checkpointPath(c sweepCell) string {
 	return filepath.Join(s.dir, "checkpoints", hex.EncodeToString(h[:8])+".ckpt")
 }
 
+// modelPath is where a selection run's model waits for the selection.
+func (s *sweep) modelPath(c sweepCell) string {
+	h := sha256.Sum256([]byte(c.key()))
+	return filepath.Join(s.dir, "models", hex.EncodeToString(h[:8])+".model")
+}
+
 func (s *sweep) removeCheckpoint(c sweepCell) {
 	os.Remove(s.checkpointPath(c))
 }
@@ -416,6 +423,9 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 			// runs show no accuracy before the selection is made.
 			evalLines := newEvalProgress(s.stderr, cfg.Steps, s.tty != nil)
 			cfg.OnStep, cfg.OnEval = evalLines.step, evalLines.eval
+		} else if cfg.Model, err = train.NewModel(cfg); err != nil {
+			// (a handle on the parameters, to save the model)
+			return rec, err
 		}
 		if s.configure != nil {
 			s.configure(&cfg)
@@ -449,6 +459,17 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 		// The cell's seed is longer than the sweep's, not stronger.
 		as, _ := privacy.NoiseAssumptions([]byte(s.r.seed), true)
 		rec.Result.Plan.Ledger.Assumptions = appendNew(rec.Result.Plan.Ledger.Assumptions, as[len(as)-1])
+	}
+	if s.sel != nil {
+		// A selection run's model, kept until the selection is made (the
+		// selected one is then released under the selection's claim).
+		path := s.modelPath(c)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return rec, fmt.Errorf("sweep: %w", err)
+		}
+		if err := saveModel(path, cfg, rec.Result, s.r.seed != "", nil); err != nil {
+			return rec, fmt.Errorf("sweep: saving the model of %s: %w", c.describe(), err)
+		}
 	}
 	return rec, nil
 }

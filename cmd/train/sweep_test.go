@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -314,6 +315,20 @@ func TestSweepSelection(t *testing.T) {
 	}
 	if !strings.Contains(out, "privacy of the selection") && d.K > 0 {
 		t.Errorf("stdout does not state the selection's claim: %q", out)
+	}
+	// The selected model carries the selection's claim; the other runs'
+	// models are gone.
+	if d.K > 0 {
+		tr, err := models.ReadFile(r.ModelFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := tr.Metadata.Privacy; p.Epsilon != r.Claim.Epsilon || p.Delta != r.Claim.Delta {
+			t.Errorf("selected model claims (%v, %v), the selection (%v, %v)", p.Epsilon, p.Delta, r.Claim.Epsilon, r.Claim.Delta)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "models")); !os.IsNotExist(err) {
+		t.Errorf("the runs' models are left behind: %v", err)
 	}
 	// Run again: the same draws, no run.
 	s2, err := parseSweep(args[1:], io.Discard, io.Discard)

@@ -12,17 +12,21 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/train"
 )
@@ -192,6 +196,9 @@ type selectionResult struct {
 	// mechanism its plan built, Score its noisy validation accuracy.
 	Selected  *sweepCell `json:"selected,omitempty"`
 	Mechanism string     `json:"mechanism,omitempty"`
+	// ModelFile is the selected run's model, with the selection's claim
+	// (train eval -model-file gives its test accuracy).
+	ModelFile string `json:"model_file,omitempty"`
 	Score     float64    `json:"score"`
 	count     int64
 	// Claim is the selection's guarantee: it covers Selected, Mechanism,
@@ -256,6 +263,9 @@ func (s *sweep) runSelections(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := s.releaseModel(&res, d); err != nil {
+			return err
+		}
 		results = append(results, res)
 		draws = append(draws, d)
 	}
@@ -276,8 +286,8 @@ func (s *sweep) runSelections(ctx context.Context) error {
 			fmt.Fprintf(s.stdout, "selection at epsilon %g: no run drawn (K = 0), nothing selected; privacy (epsilon %.4g, delta %.3g)\n", r.Epsilon, r.Claim.Epsilon, r.Claim.Delta)
 			continue
 		}
-		fmt.Fprintf(s.stdout, "selection at epsilon %g: %s, %s (plan: %s), noisy validation accuracy %.4f; privacy of the selection (epsilon %.4g, delta %.3g), %s\n",
-			r.Epsilon, r.Selected.Mechanism, r.Selected.samplingLabel(), r.Mechanism, r.Score, r.Claim.Epsilon, r.Claim.Delta, r.Claim.Rule)
+		fmt.Fprintf(s.stdout, "selection at epsilon %g: %s, %s (plan: %s), noisy validation accuracy %.4f, model %s; privacy of the selection (epsilon %.4g, delta %.3g), %s\n",
+			r.Epsilon, r.Selected.Mechanism, r.Selected.samplingLabel(), r.Mechanism, r.Score, r.ModelFile, r.Claim.Epsilon, r.Claim.Delta, r.Claim.Rule)
 	}
 	if out.All != nil {
 		fmt.Fprintf(s.stdout, "all %d selections together: privacy (epsilon %.4g, delta %.3g)\n", len(results), out.All.Epsilon, out.All.Delta)
@@ -460,4 +470,38 @@ func (s *sweep) selectBest(d *selectionDraws) (selectionResult, error) {
 		res.Claim.Assumptions = appendNew(res.Claim.Assumptions, a)
 	}
 	return res, nil
+}
+
+// releaseModel writes the selected run's model to selected-epsE.model
+// with the selection's claim, and removes the models of the selection's
+// other runs, which are not released. A selection made by an earlier
+// invocation has done so already.
+func (s *sweep) releaseModel(res *selectionResult, d *selectionDraws) error {
+	if res.Selected == nil {
+		return nil
+	}
+	out := filepath.Join(s.dir, fmt.Sprintf("selected-eps%g.model", d.Epsilon))
+	src := s.modelPath(*res.Selected)
+	if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(out); err == nil {
+			res.ModelFile = out
+			return nil
+		}
+	}
+	tr, err := models.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("sweep: the selected run's model: %w", err)
+	}
+	meta := tr.Metadata
+	meta.Privacy = models.Privacy{Private: true, Epsilon: res.Claim.Epsilon, Delta: res.Claim.Delta,
+		Mechanism: res.Mechanism, Accountant: "rdp (private selection)", Unit: "example", Assumptions: res.Claim.Assumptions,
+		Notes: []string{fmt.Sprintf("selected by train sweep -select: the best of %d runs by a noisy validation score; the claim covers the selection, this model included", d.K)}}
+	if err := models.WriteFile(out, tr.Model, meta); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for k := 1; k <= d.K; k++ {
+		os.Remove(s.modelPath(d.cell(k)))
+	}
+	res.ModelFile = out
+	return nil
 }

@@ -191,10 +191,10 @@ func (s *sweep) writeSummary() error {
 func writeSelectionSummary(csvw, md io.Writer, title string, out selectionOutput) error {
 	sels := out.Selections
 	cw := csv.NewWriter(csvw)
-	cw.Write([]string{"target_epsilon", "runs", "law", "selected_mechanism", "selected_sampling", "plan_mechanism", "noisy_validation_accuracy", "selection_epsilon", "delta"})
+	cw.Write([]string{"target_epsilon", "runs", "law", "selected_mechanism", "selected_sampling", "plan_mechanism", "noisy_validation_accuracy", "selection_epsilon", "delta", "model_file"})
 	fmt.Fprintf(md, "# %s: private selection\n\n", title)
-	fmt.Fprintln(md, "| target epsilon of each run | runs drawn | selected | noisy validation accuracy | (epsilon, delta) of the selection |")
-	fmt.Fprintln(md, "|---:|---:|---|---:|---|")
+	fmt.Fprintln(md, "| target epsilon of each run | runs drawn | selected | noisy validation accuracy | (epsilon, delta) of the selection | model |")
+	fmt.Fprintln(md, "|---:|---:|---|---:|---|---|")
 	for _, r := range sels {
 		mech, samp, plan, score := "", "", "", ""
 		if r.Selected != nil {
@@ -202,18 +202,18 @@ func writeSelectionSummary(csvw, md io.Writer, title string, out selectionOutput
 			score = strconv.FormatFloat(r.Score, 'f', 4, 64)
 		}
 		eps, delta := strconv.FormatFloat(r.Claim.Epsilon, 'g', 4, 64), strconv.FormatFloat(r.Claim.Delta, 'g', 3, 64)
-		cw.Write([]string{strconv.FormatFloat(r.Epsilon, 'g', -1, 64), strconv.Itoa(r.K), r.Repetitions.String(), mech, samp, plan, score, eps, delta})
+		cw.Write([]string{strconv.FormatFloat(r.Epsilon, 'g', -1, 64), strconv.Itoa(r.K), r.Repetitions.String(), mech, samp, plan, score, eps, delta, r.ModelFile})
 		sel := "nothing (no run drawn)"
 		if r.Selected != nil {
 			sel = fmt.Sprintf("%s, %s (plan: %s)", mech, samp, plan)
 			score = fmt.Sprintf("%.2f%%", 100*r.Score)
 		}
-		fmt.Fprintf(md, "| %g | %d | %s | %s | (%s, %s) |\n", r.Epsilon, r.K, sel, score, eps, delta)
+		fmt.Fprintf(md, "| %g | %d | %s | %s | (%s, %s) | %s |\n", r.Epsilon, r.K, sel, score, eps, delta, filepath.Base(r.ModelFile))
 	}
 	if out.All != nil {
 		fmt.Fprintf(md, "\nEach row's (epsilon, delta) covers that row alone; releasing all %d rows together: (%.4g, %.3g).\n", len(sels), out.All.Epsilon, out.All.Delta)
 	}
-	fmt.Fprintln(md, "\nEach selection drew its number of runs and each run's (mechanism, sampling) before any run, and compared the runs by their validation accuracy with Gaussian noise; its (epsilon, delta) covers what this table shows (selection.json states the rule and the assumptions). The runs' own accuracies in runs.jsonl are not covered: keep that file as private as the data.")
+	fmt.Fprintln(md, "\nEach selection drew its number of runs and each run's (mechanism, sampling) before any run, and compared the runs by their validation accuracy with Gaussian noise; its (epsilon, delta) covers what this table shows and the selected model (selection.json states the rule and the assumptions; train eval -model-file gives the model's test accuracy). The runs' own accuracies in runs.jsonl are not covered: keep that file as private as the data.")
 	cw.Flush()
 	return cw.Error()
 }
