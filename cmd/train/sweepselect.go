@@ -198,8 +198,8 @@ type selectionResult struct {
 	Mechanism string     `json:"mechanism,omitempty"`
 	// ModelFile is the selected run's model, with the selection's claim
 	// (train eval -model-file gives its test accuracy).
-	ModelFile string `json:"model_file,omitempty"`
-	Score     float64    `json:"score"`
+	ModelFile string  `json:"model_file,omitempty"`
+	Score     float64 `json:"score"`
 	count     int64
 	// Claim is the selection's guarantee: it covers Selected, Mechanism,
 	// Score and the selected run's model, not the other runs.
