@@ -147,9 +147,14 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for name, why := range sweepRefused {
+	refused := make([]string, 0, len(sweepRefused))
+	for name := range sweepRefused {
+		refused = append(refused, name)
+	}
+	sort.Strings(refused) // the same message on every run
+	for _, name := range refused {
 		if given[name] {
-			return nil, usagef("sweep: -%s is not a sweep flag (%s)", name, why)
+			return nil, usagef("sweep: -%s is not a sweep flag (%s)", name, sweepRefused[name])
 		}
 	}
 	if s.r.config != "" {
@@ -169,9 +174,6 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 	}
 	if st, err := os.Stat(sf.out); err == nil && !st.IsDir() {
 		return nil, usagef("sweep: -out %s is not a directory", sf.out)
-	}
-	if err := os.MkdirAll(sf.out, 0o755); err != nil {
-		return nil, usagef("sweep: -out: %v", err)
 	}
 	s.dir = sf.out
 	if sf.marks != "" {
@@ -199,11 +201,14 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 		}
 		s.seedWeak = privacy.SeedBits([]byte(s.r.seed)) < privacy.MinSeedBits
 	}
-	if sf.sel.mean > 0 {
+	if set["select"] {
 		if err := sf.sel.check(s.r, given["seeds"]); err != nil {
 			return nil, err
 		}
 		s.sel = &sf.sel
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, usagef("sweep: -out: %v", err)
 	}
 	for _, name := range []string{"summary.csv", "summary.md", "accuracy.png", "accuracy.svg"} {
 		if err := checkOutput("out", filepath.Join(s.dir, name)); err != nil {

@@ -223,6 +223,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		{tinySweep(""), "-out"},
 		{tinySweep(dir, "-select", "3"), "needs -validation"},
 		{tinySweep(dir, "-select", "0.5", "-validation", "100"), "-select"},
+		{tinySweep(dir, "-select", "-2", "-validation", "100"), "-select"},
+		{tinySweep(dir, "-select", "0", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "2", "-validation", "100", "-select-law", "x"), "-select-law"},
 		{tinySweep(dir, "-seed", "1"), "bits"},
 		{tinySweep(dir, "-validation", "100000"), "-validation"},
@@ -235,6 +237,13 @@ func TestSweepRefusesBadInput(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "runs.jsonl")); !os.IsNotExist(err) {
 		t.Errorf("bad input created the results file: %v", err)
+	}
+	fresh := filepath.Join(dir, "fresh")
+	if code, _, _ := runCLI(t, append([]string{"sweep"}, tinySweep(fresh, "-seeds", "0")...)...); code != exitUsage {
+		t.Errorf("-seeds 0: exit %d", code)
+	}
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Errorf("bad input created -out: %v", err)
 	}
 	// A candidate the planner refuses stops a selection before any run.
 	code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(t.TempDir(), "-select", "2", "-validation", "100", "-mechanisms", "bandmf:auto", "-samplings", "fixed-order")...)...)

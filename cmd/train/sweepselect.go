@@ -39,7 +39,7 @@ type selectFlags struct {
 }
 
 func (f *selectFlags) register(fs *flag.FlagSet) {
-	fs.Float64Var(&f.mean, "select", 0, "tune privately with this mean number of runs K at each -epsilons: each run's (mechanism, sampling) is drawn from the grid, the best noisy validation score wins, and the selection carries one (epsilon, delta) (Papernot & Steinke 2022; needs -validation; 0: a plain grid)")
+	fs.Float64Var(&f.mean, "select", 0, "tune privately with this mean number of runs K (at least 1) at each -epsilons: each run's (mechanism, sampling) is drawn from the grid, the best noisy validation score wins, and the selection carries one (epsilon, delta) (Papernot & Steinke 2022; needs -validation; omitted: a plain grid)")
 	fs.StringVar(&f.law, "select-law", "geometric", "law of the number of runs K of -select: geometric, logarithmic, poisson (K may be 0), or a truncated negative binomial shape >= 0")
 	fs.Float64Var(&f.scoreNoise, "select-noise", 10, "-select: standard deviation of the discrete Gaussian noise added to the count of correctly classified validation examples (the score's sensitivity is 1)")
 }
