@@ -408,3 +408,25 @@ func TestSweepKill9Resumes(t *testing.T) {
 		t.Errorf("%d cells recorded, want 8", len(seen))
 	}
 }
+
+// TestSweepLogLocked: a second sweep on the same -out is refused while
+// the first holds its results file (two appenders lose records).
+func TestSweepLogLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs.jsonl")
+	l, err := openSweepLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2, err := openSweepLog(path); err == nil || !strings.Contains(err.Error(), "in use by another train sweep") {
+		if l2 != nil {
+			l2.close()
+		}
+		t.Fatalf("second open: %v, want refused", err)
+	}
+	l.close()
+	l3, err := openSweepLog(path)
+	if err != nil {
+		t.Fatalf("after close: %v", err)
+	}
+	l3.close()
+}

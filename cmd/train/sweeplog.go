@@ -82,7 +82,12 @@ type selectionDraws struct {
 	Ledgers     []accountant.LedgerEntry `json:"-"`
 }
 
-// sweepLog is the open results file and what it holds.
+// errLocked: another process holds the results file.
+var errLocked = errors.New("locked by another process")
+
+// sweepLog is the open results file and what it holds. It is locked
+// while open: two sweeps appending to one file would overwrite each
+// other's records.
 type sweepLog struct {
 	path    string
 	f       *os.File
@@ -98,6 +103,13 @@ func openSweepLog(path string) (*sweepLog, error) {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			return nil, usagef("sweep: results %s: %v", path, err)
+		}
+		return nil, fmt.Errorf("sweep: results %s: %w", path, err)
+	}
+	if err := lockExclusive(f); err != nil {
+		f.Close()
+		if errors.Is(err, errLocked) {
+			return nil, usagef("sweep: %s is in use by another train sweep (one sweep per -out at a time)", path)
 		}
 		return nil, fmt.Errorf("sweep: results %s: %w", path, err)
 	}
