@@ -446,7 +446,7 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 	rec.Seconds = time.Since(start).Seconds()
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, train.ErrInterrupted) {
-			return rec, fmt.Errorf("sweep: %w; run the same command again to resume (finished runs are kept in %s)", err, s.log.path)
+			return rec, fmt.Errorf("sweep: %w (the sweep too: its finished runs are kept in %s)", err, s.log.path)
 		}
 		if errors.Is(err, train.ErrCorruptCheckpoint) {
 			// Not the cell's fault: its checkpoint from an earlier sweep
