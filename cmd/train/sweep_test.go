@@ -287,6 +287,7 @@ func TestSweepSelection(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := s.recordedSelection(2)
+	s.log.close()
 	if err != nil || d == nil {
 		t.Fatalf("recorded selection: %v", err)
 	}
