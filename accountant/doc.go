@@ -27,5 +27,7 @@
 // Choquette-Choo et al. 2023, Thm. 4); Calibrate finds the smallest noise
 // multiplier meeting a target, and SelectBands chooses the number of bands
 // as in App. F.4 of that paper. A LedgerEntry records one run's guarantee
-// with the assumptions it rests on.
+// with the assumptions it rests on. SelectionEpsilon accounts private
+// selection, the best of a random number of runs (Papernot & Steinke
+// 2022), as dp_accounting accounts a RepeatAndSelectDpEvent.
 package accountant

@@ -1,7 +1,7 @@
 // Command accuracyplot draws test accuracy against epsilon, one line per
 // noise mechanism (mean over runs, bars from min to max), from the -json
-// results of train run, with published results marked. It writes OUT.png
-// and OUT.svg.
+// results of train run, with published results (-marks) marked. It writes
+// OUT.png and OUT.svg. train sweep draws the same picture of its grid.
 //
 //	go run ./bench/accuracyplot -out docs/fashion-accuracy results/*.json
 package main
@@ -10,17 +10,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"image/color"
 	"math"
 	"os"
-	"sort"
 	"strings"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
+	"github.com/dpmf-go/dpmf/internal/accplot"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // result is the part of a train run -json file the plot reads.
@@ -38,26 +33,17 @@ type result struct {
 	} `json:"final"`
 }
 
-// published are results on Fashion-MNIST at delta = 1e-5 from the papers.
-var published = []struct {
-	label    string
-	eps, acc float64
-}{
-	{"Tramèr & Boneh 2021, ScatterNet+linear", 3, 0.897},
-	{"Tramèr & Boneh 2021, end-to-end CNN", 3, 0.860},
-	{"Papernot et al. 2021, tempered sigmoid CNN", 2.93, 0.861},
-}
-
 func main() {
 	out := flag.String("out", "fashion-accuracy", "output path without extension (.png and .svg are written)")
+	marks := flag.String("marks", "configs/fashion-marks.json", "published results to mark (JSON array of {label, epsilon, accuracy}; empty: none)")
 	flag.Parse()
-	if err := run(*out, flag.Args()); err != nil {
+	if err := run(*out, *marks, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "accuracyplot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string, files []string) error {
+func run(out, marksPath string, files []string) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no result files")
 	}
@@ -65,27 +51,16 @@ func run(out string, files []string) error {
 	if err != nil {
 		return err
 	}
-	p := plot.New()
-	p.Title.Text = "Fashion-MNIST, delta = 1e-5: test accuracy against epsilon"
-	p.X.Label.Text = "epsilon"
-	p.Y.Label.Text = "test accuracy (%)"
-	p.Legend.Top = false
-	p.Legend.Left = false
-	mechs := make([]string, 0, len(accs))
-	for m := range accs {
-		mechs = append(mechs, m)
-	}
-	sort.Strings(mechs)
-	for i, m := range mechs {
-		if err := addMechanism(p, i, m, accs[m]); err != nil {
+	var marks []accplot.Mark
+	if marksPath != "" {
+		if marks, err = accplot.ReadMarks(marksPath); err != nil {
 			return err
 		}
 	}
-	if err := addPublished(p); err != nil {
+	p, err := accplot.New("Fashion-MNIST, delta = 1e-5: test accuracy against epsilon", "test accuracy (%)", accs, marks)
+	if err != nil {
 		return err
 	}
-	p.Add(plotter.NewGrid())
-	p.X.Min, p.X.Max = 0, 9
 	for _, ext := range []string{".png", ".svg"} {
 		if err := p.Save(8*vg.Inch, 5.5*vg.Inch, out+ext); err != nil {
 			return err
@@ -96,8 +71,8 @@ func run(out string, files []string) error {
 
 // readAccuracies reads the result files: accs[mechanism][rounded epsilon]
 // are the runs' test accuracies in percent.
-func readAccuracies(files []string) (map[string]map[float64][]float64, error) {
-	accs := map[string]map[float64][]float64{}
+func readAccuracies(files []string) (accplot.Lines, error) {
+	accs := accplot.Lines{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -112,74 +87,9 @@ func readAccuracies(files []string) (map[string]map[float64][]float64, error) {
 		}
 		eps := math.Round(r.Plan.Epsilon*100) / 100
 		mech := lineName(r.Plan.Mechanism, r.Plan.BandSelection != nil)
-		if accs[mech] == nil {
-			accs[mech] = map[float64][]float64{}
-		}
-		accs[mech][eps] = append(accs[mech][eps], 100*r.Final.Accuracy)
+		accs.Add(mech, eps, 100*r.Final.Accuracy)
 	}
 	return accs, nil
-}
-
-// addMechanism adds mechanism m's line (the i-th): the mean accuracy over
-// runs at each epsilon, with bars from the min to the max.
-func addMechanism(p *plot.Plot, i int, m string, byEps map[float64][]float64) error {
-	pts, errs := meanMinMax(byEps)
-	line, points, err := plotter.NewLinePoints(pts)
-	if err != nil {
-		return err
-	}
-	line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
-	points.Shape = plotutil.Shape(i)
-	bars, err := plotter.NewYErrorBars(struct {
-		plotter.XYer
-		plotter.YErrorer
-	}{pts, errs})
-	if err != nil {
-		return err
-	}
-	bars.Color = plotutil.Color(i)
-	p.Add(line, points, bars)
-	p.Legend.Add(m+" (mean over runs, bar min to max)", line, points)
-	return nil
-}
-
-// meanMinMax is, by increasing epsilon, the mean of the runs' accuracies
-// and its distances to their min and max.
-func meanMinMax(byEps map[float64][]float64) (plotter.XYs, plotter.YErrors) {
-	var epss []float64
-	for e := range byEps {
-		epss = append(epss, e)
-	}
-	sort.Float64s(epss)
-	pts := make(plotter.XYs, len(epss))
-	errs := make(plotter.YErrors, len(epss))
-	for k, e := range epss {
-		v := byEps[e]
-		lo, hi, sum := v[0], v[0], 0.0
-		for _, a := range v {
-			lo, hi, sum = math.Min(lo, a), math.Max(hi, a), sum+a
-		}
-		mean := sum / float64(len(v))
-		pts[k] = plotter.XY{X: e, Y: mean}
-		errs[k] = struct{ Low, High float64 }{mean - lo, hi - mean}
-	}
-	return pts, errs
-}
-
-// addPublished marks the published accuracies.
-func addPublished(p *plot.Plot) error {
-	for i, pub := range published {
-		s, err := plotter.NewScatter(plotter.XYs{{X: pub.eps, Y: 100 * pub.acc}})
-		if err != nil {
-			return err
-		}
-		s.Shape = []draw.GlyphDrawer{draw.CrossGlyph{}, draw.PlusGlyph{}, draw.SquareGlyph{}}[i%3]
-		s.Color = color.Black
-		s.Radius = vg.Points(4)
-		p.Add(s)
-		p.Legend.Add(pub.label+fmt.Sprintf(" (eps %g)", pub.eps), s)
-	}
-	return nil
 }
 
 // lineName is the line a run belongs to: its mechanism, or KIND:auto for a

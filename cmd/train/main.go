@@ -13,6 +13,7 @@
 //	train plot [flags]        loss, accuracy and epsilon plot of a run's metrics file
 //	train export [flags]      a model file's parameters as safetensors (PyTorch names and layout)
 //	train import [flags]      a model file from a safetensors file written by train export
+//	train sweep [flags]       a grid of mechanisms x samplings x epsilons x seeds over one recipe, resumable; or a private selection
 //	train version             module version and commit of this binary (also train -version)
 //
 // Run "train <command> -h" for the flags of each. Invalid input exits with
@@ -84,13 +85,14 @@ const commandsUsage = `Usage of train:
   train plot [flags]      loss, accuracy and epsilon plot of a run's metrics file (PNG or SVG)
   train export [flags]    a model file's parameters as safetensors (PyTorch names and layout)
   train import [flags]    a model file from a safetensors file written by train export
+  train sweep [flags]     a grid of mechanisms x samplings x epsilons x seeds over one recipe (resumable), or a private selection (-select)
   train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)
 Run "train <command> -h" for the flags of each command.
 `
 
 // commandNames lists every command, for the unknown-command message.
-const commandNames = "run, compare, account, audit, eval, predict, plot, export, import, worker or version"
+const commandNames = "run, compare, account, audit, eval, predict, plot, export, import, sweep, worker or version"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
@@ -122,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runExport(args, stdout, stderr)
 	case "import":
 		err = runImport(args, stdout, stderr)
+	case "sweep":
+		err = runSweep(ctx, args, stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, args, stdout, stderr)
 	case "version":
