@@ -73,6 +73,7 @@ type stage struct {
 	// affine layers: Z (P x fo per example) = U (P x fi) W + b.
 	fi, fo, P      int
 	act            Activation
+	slope          float32 // LeakyReLU's
 	w, b           Param
 	k, stride, pad int // conv
 	pool           int
@@ -254,7 +255,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		s := stage{in: in, out: out, P: 1, src: src}
 		switch l := l.(type) {
 		case Conv2D:
-			s.kind, s.k, s.stride, s.pad, s.act, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Weight, l.Bias
+			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
 			s.exOff = p.exLen
 			p.exLen += s.fi*s.fo + s.fo
@@ -269,7 +270,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 				}
 			}
 		case Dense:
-			s.kind, s.act, s.w, s.b = kDense, l.Act, l.Weight, l.Bias
+			s.kind, s.act, s.slope, s.w, s.b = kDense, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo = s.in.C, l.Out
 		case MaxPool:
 			s.kind, s.pool = kPool, l.Size

@@ -34,8 +34,15 @@ func refLossDrop(net Network, p []float64, x []float64, y int, drop func(l, k in
 
 // refLayers runs layers on one example (CHW) in float64.
 func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l, k int) float64) ([]float64, Shape) {
-	act := func(v float64, a Activation) float64 {
+	act := func(v float64, a Activation, slope float32) float64 {
 		switch a {
+		case Sigmoid:
+			return 1 / (1 + math.Exp(-v))
+		case LeakyReLU:
+			if v < 0 {
+				return float64(slope) * v
+			}
+			return v
 		case Tanh:
 			return math.Tanh(v)
 		case ReLU:
@@ -69,7 +76,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 				if perElem {
 					q = idx
 				}
-				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a)
+				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a, 0)
 			}
 		}
 		cur = next
@@ -139,7 +146,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 								}
 							}
 						}
-						next[o*out.H*out.W+r*out.W+c] = act(s, l.Act)
+						next[o*out.H*out.W+r*out.W+c] = act(s, l.Act, l.Slope)
 					}
 				}
 			}
@@ -173,7 +180,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 				for k := range sh.C {
 					s += cur[k] * p[l.Weight.Offset+k*l.Out+o]
 				}
-				next[o] = act(s, l.Act)
+				next[o] = act(s, l.Act, l.Slope)
 			}
 			cur, sh = next, Shape{l.Out, 1, 1}
 		}
@@ -263,6 +270,16 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
+	// Sigmoid and LeakyReLU (the activations gorgonia graphs compile to)
+	// after convolutions and dense layers.
+	b = &builder{net: Network{Input: Shape{2, 6, 6}}}
+	b.conv(2, 3, 3, 1, 1, Sigmoid)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 4, Kernel: 3, Stride: 2, Pad: 1, Act: LeakyReLU, Slope: 0.2, Weight: b.param(27 * 4), Bias: b.param(4)})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, Dense{Out: 5, Act: LeakyReLU, Slope: 0.01, Weight: b.param(36 * 5), Bias: b.param(5)})
+	b.dense(5, 4, Sigmoid)
+	b.dense(4, 3, Identity)
+	nets["sigmoid-leakyrelu"] = b
 	// The norm kernels' edges: GroupNorm as the first layer (no input
 	// gradient) over 6 channels (4 in AVX2, 2 left over), LayerNorm over a
 	// map (an affine per element), both with the fused ReLU.
@@ -817,6 +834,28 @@ func TestStepAllocs(t *testing.T) {
 			if a := testing.AllocsPerRun(5, step); a != 0 {
 				t.Errorf("%s, clipper %T: %.1f allocations per step", name, cl, a)
 			}
+		}
+	}
+}
+
+// TestLeakyReLUSlope checks that a LeakyReLU layer needs a slope in
+// (0, 1), that only LeakyReLU takes one, and that the new activations'
+// names round-trip.
+func TestLeakyReLUSlope(t *testing.T) {
+	for _, l := range []Dense{
+		{Out: 2, Act: LeakyReLU, Weight: Param{0, 6}, Bias: Param{6, 2}},
+		{Out: 2, Act: LeakyReLU, Slope: 1, Weight: Param{0, 6}, Bias: Param{6, 2}},
+		{Out: 2, Act: Sigmoid, Slope: 0.1, Weight: Param{0, 6}, Bias: Param{6, 2}},
+	} {
+		if _, err := (Network{Input: Shape{3, 1, 1}, Layers: []Layer{l}}).Shapes(); err == nil {
+			t.Errorf("%v slope %v accepted", l.Act, l.Slope)
+		}
+	}
+	for _, a := range []Activation{Sigmoid, LeakyReLU} {
+		b, err := a.MarshalText()
+		var back Activation
+		if err != nil || back.UnmarshalText(b) != nil || back != a {
+			t.Errorf("%v: %q, %v, back %v", a, b, err, back)
 		}
 	}
 }
