@@ -32,7 +32,8 @@ import (
 //     dense(Reshape(Im2Col(x)), W, b), (1, H, W, out)), 0, 3, 1, 2),
 //     W of shape (C*k*k, out), square kernel, equal pads and strides,
 //     dilation 1;
-//   - Tanh or Rectify directly after a dense or convolution layer;
+//   - Tanh, Sigmoid, Rectify or LeakyRelu (alpha between 0 and 1)
+//     directly after a dense or convolution layer;
 //   - MaxPool2D and AveragePool2D with a square window, stride equal to
 //     the window and no padding (AveragePool2D: windows that tile the
 //     activation);
@@ -40,7 +41,7 @@ import (
 //     that of the logits) and, when the graph has its own Loss, the
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
 //
-// Anything else (Sigmoid and the other element-wise functions, which the
+// Anything else (SoftPlus and the other element-wise functions, which the
 // built-in layers do not have, gorgonia's Conv2d, whose kernel layout
 // (out, C, kh, kw) is the transpose of the built-in layer's, a parameter
 // used twice, ...) leaves the model on the per-example path, and
@@ -224,7 +225,7 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 		return c.pool(n)
 	case t == "linAlgBinOp" && op.String() == "A × B":
 		return value{}, c.refuse(n, "without a bias: the built-in dense layer is Add(Mul(x, W), b)")
-	case t == "elemUnaryOp" && description(t, op) == "tanh",
+	case t == "elemUnaryOp" && (description(t, op) == "tanh" || description(t, op) == "sigmoid"),
 		t == "elemBinOp" && (description(t, op) == "+" || description(t, op) == "⊙"):
 		if a, act, nc := c.peel(n); nc == nil && isBinary(a.Op(), "+") {
 			ch := children(a)
@@ -273,16 +274,16 @@ func (c *compiler) reshape(n *gorgonia.Node) (value, *notCompiled) {
 
 // affine reads n as act(Add(Mul(x, W), b)), act Tanh, Rectify or none,
 // and marks W and b used.
-func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.Activation, nc *notCompiled) {
+func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act activation, nc *notCompiled) {
 	a, act, nc := c.peel(n)
 	if nc != nil {
-		return nil, 0, 0, 0, nc
+		return nil, 0, 0, activation{}, nc
 	}
 	if isConv2d(a) {
-		return nil, 0, 0, 0, conv2dRefusal(a)
+		return nil, 0, 0, activation{}, conv2dRefusal(a)
 	}
 	if !isBinary(a.Op(), "+") {
-		return nil, 0, 0, 0, c.refuse(n, "only directly after a dense or convolution layer (Add(Mul(x, W), b))")
+		return nil, 0, 0, activation{}, c.refuse(n, "only directly after a dense or convolution layer (Add(Mul(x, W), b))")
 	}
 	ch := children(a)
 	mul, bias := ch[0], ch[1]
@@ -290,35 +291,85 @@ func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.
 		mul, bias = bias, mul
 	}
 	if !isProduct(mul) {
-		return nil, 0, 0, 0, c.refuse(a, "of other than a product Mul(x, W) and a bias")
+		return nil, 0, 0, activation{}, c.refuse(a, "of other than a product Mul(x, W) and a bias")
 	}
 	x, wn := children(mul)[0], children(mul)[1]
 	out := wn.Shape()[len(wn.Shape())-1]
 	if w, nc = c.param(wn, mul); nc != nil {
-		return nil, 0, 0, 0, nc
+		return nil, 0, 0, activation{}, nc
 	}
 	if ws := wn.Shape(); len(ws) != 2 || len(x.Shape()) != 2 || x.Shape()[1] != ws[0] {
-		return nil, 0, 0, 0, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
+		return nil, 0, 0, activation{}, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
 	}
 	if b, nc = c.bias(bias, out); nc != nil {
-		return nil, 0, 0, 0, nc
+		return nil, 0, 0, activation{}, nc
 	}
 	return x, w, b, act, nil
 }
 
-// peel reads n as Tanh(a), Rectify(a) or a.
-func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act nn.Activation, nc *notCompiled) {
+// activation is a layer's activation and, for LeakyReLU, its slope.
+type activation struct {
+	act   nn.Activation
+	slope float32
+}
+
+// peel reads n as Tanh(a), Sigmoid(a), Rectify(a), LeakyRelu(a, alpha)
+// or a.
+func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act activation, nc *notCompiled) {
 	switch op := n.Op(); {
 	case isUnary(op, "tanh"):
-		return children(n)[0], nn.Tanh, nil
+		return children(n)[0], activation{act: nn.Tanh}, nil
+	case isUnary(op, "sigmoid"):
+		return children(n)[0], activation{act: nn.Sigmoid}, nil
 	case isBinary(op, "⊙"):
 		r, ok := rectified(n)
 		if !ok {
-			return nil, 0, c.refuse(n, "other than in Rectify")
+			return nil, activation{}, c.refuse(n, "other than in Rectify")
 		}
-		return r, nn.ReLU, nil
+		return r, activation{act: nn.ReLU}, nil
+	case isBinary(op, "+"):
+		x, alpha, ok := leaky(n)
+		if !ok {
+			break
+		}
+		if !(alpha > 0 && alpha < 1) {
+			return nil, activation{}, &notCompiled{op: "LeakyRelu", node: oneLine(n.Name()), why: fmt.Sprintf("with alpha %v: the built-in layer's slope is between 0 and 1", alpha)}
+		}
+		return x, activation{act: nn.LeakyReLU, slope: alpha}, nil
 	}
-	return n, nn.Identity, nil
+	return n, activation{}, nil
+}
+
+// leaky reads n as LeakyRelu(x, alpha) = Add(HadamardProd(x, Gte(x, 0)),
+// HadamardProd(HadamardProd(x, Lt(x, 0)), alpha)) and returns x and
+// alpha.
+func leaky(n *gorgonia.Node) (*gorgonia.Node, float32, bool) {
+	ch := children(n)
+	if len(ch) != 2 || !isBinary(ch[0].Op(), "⊙") || !isBinary(ch[1].Op(), "⊙") {
+		return nil, 0, false
+	}
+	x, ok := rectified(ch[0])
+	if !ok {
+		return nil, 0, false
+	}
+	neg, al := children(ch[1])[0], children(ch[1])[1]
+	if !isBinary(neg.Op(), "⊙") || !al.IsScalar() || al.Op() == nil || opType(al.Op()) != "constantScalar" {
+		return nil, 0, false
+	}
+	nc := children(neg)
+	if nc[0] != x || !isBinary(nc[1].Op(), "<") {
+		return nil, 0, false
+	}
+	if cc := children(nc[1]); cc[0] != x || !cc[1].IsScalar() {
+		return nil, 0, false
+	} else if z, err := float32s(cc[1].Value()); err != nil || len(z) != 1 || z[0] != 0 {
+		return nil, 0, false
+	}
+	a, err := float32s(al.Value())
+	if err != nil || len(a) != 1 {
+		return nil, 0, false
+	}
+	return x, a[0], true
 }
 
 // conv2d reads act(Add(Conv2d(x, K), b)): gorgonia's Conv2d, kernel K
@@ -326,7 +377,7 @@ func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act nn.Activation, 
 // the example and the pixels. The built-in layer's weight is K's
 // transpose (C*k*k, out): the compiled model keeps it transposed in a
 // buffer of its own (compiled.pull, compiled.push).
-func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, *notCompiled) {
+func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act activation) (value, *notCompiled) {
 	r := children(t)[0]
 	prod := children(r)[0]
 	pc := children(prod)
@@ -364,7 +415,7 @@ func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, 
 // unfold reads the Im2Col node col of a convolution with out channels
 // whose output is node t, and returns the value of its input and the
 // layer (the output shape in v.shape).
-func (c *compiler) unfold(t, col *gorgonia.Node, out int, act nn.Activation, w, b int) (value, nn.Conv2D, *notCompiled) {
+func (c *compiler) unfold(t, col *gorgonia.Node, out int, act activation, w, b int) (value, nn.Conv2D, *notCompiled) {
 	var kh, kw, ph, pw, sh, sw, dh, dw int
 	if _, err := fmt.Sscanf(col.Op().String(), "im2col<(%d,%d), (%d, %d), (%d,%d) (%d, %d)>", &kh, &kw, &ph, &pw, &sh, &sw, &dh, &dw); err != nil {
 		return value{}, nn.Conv2D{}, c.refuse(col, "")
@@ -376,7 +427,7 @@ func (c *compiler) unfold(t, col *gorgonia.Node, out int, act nn.Activation, w, 
 	if nc != nil {
 		return v, nn.Conv2D{}, nc
 	}
-	l := nn.Conv2D{Out: out, Kernel: kh, Stride: sh, Pad: ph, Act: act, Weight: c.span(w), Bias: c.span(b)}
+	l := nn.Conv2D{Out: out, Kernel: kh, Stride: sh, Pad: ph, Act: act.act, Slope: act.slope, Weight: c.span(w), Bias: c.span(b)}
 	os, err := nn.OutShape(l, v.shape)
 	s := t.Shape()
 	if err != nil || len(s) != 4 || s[0] != 1 || s[1] != os.C || s[2] != os.H || s[3] != os.W {
@@ -465,7 +516,7 @@ func (c *compiler) dense(n *gorgonia.Node) (value, *notCompiled) {
 		v.shape = nn.Shape{C: v.shape.Size(), H: 1, W: 1}
 	}
 	out := c.m.g.Params[w].Shape()[1]
-	v.layers = append(v.layers, nn.Dense{Out: out, Act: act, Weight: c.span(w), Bias: c.span(b)})
+	v.layers = append(v.layers, nn.Dense{Out: out, Act: act.act, Slope: act.slope, Weight: c.span(w), Bias: c.span(b)})
 	v.shape = nn.Shape{C: out, H: 1, W: 1}
 	return v, nil
 }
@@ -699,13 +750,16 @@ var apiNames = map[string]string{
 	"softplus":            "SoftPlus",
 }
 
+// leakyLt is userOp's name of the comparison x < 0 in LeakyRelu.
+const leakyLt = "LeakyRelu (its x < 0)"
+
 // userOp names node n's op as the user wrote it: the gorgonia function,
 // with LeakyRelu recognized by its comparison x < 0.
 func userOp(n *gorgonia.Node) string {
 	if isBinary(n.Op(), "<") {
 		if ch := children(n); len(ch) == 2 && ch[1].IsScalar() {
 			if z, err := float32s(ch[1].Value()); err == nil && len(z) == 1 && z[0] == 0 {
-				return "LeakyRelu (its x < 0)"
+				return leakyLt
 			}
 		}
 	}

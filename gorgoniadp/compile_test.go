@@ -99,6 +99,32 @@ var compileCases = []opCase{
 		h3 := G.Must(G.Reshape(h2, tensor.Shape{1, 36}))
 		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{k1, b1, k2, b2, w, b}}
 	}},
+	// Sigmoid and LeakyRelu after dense layers.
+	{"mlp-sigmoid-leakyrelu", [3]int{10, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 6), param(g, rng, "b2", 0.3, 6)
+		w3, b3 := param(g, rng, "w3", 0.6, 6, 3), param(g, rng, "b3", 0.3, 3)
+		h1 := G.Must(G.Sigmoid(dense(x, w1, b1)))
+		h2 := G.Must(G.LeakyRelu(dense(h1, w2, b2), 0.1))
+		return Graph{Input: x, Logits: dense(h2, w3, b3), Params: []*G.Node{w1, b1, w2, b2, w3, b3}}
+	}},
+	// Sigmoid and LeakyRelu after convolutions: Im2Col with LeakyRelu,
+	// gorgonia's Conv2d with a channel bias and Sigmoid.
+	{"conv-leakyrelu-conv2d-sigmoid", [3]int{2, 6, 6}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 6, 6), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.4, 18, 3), param(g, rng, "b1", 0.2, 3)
+		k2, b2 := param(g, rng, "k2", 0.4, 4, 3, 2, 2), param(g, rng, "b2", 0.2, 1, 4, 1, 1)
+		w, b := param(g, rng, "w", 0.5, 16, 3), param(g, rng, "b", 0.2, 3)
+		leaky := func(n *G.Node) (*G.Node, error) { return G.LeakyRelu(n, 0.2) }
+		c1 := im2colConv(x, w1, b1, 3, 1, 1, leaky) // (1, 3, 6, 6)
+		p1 := G.Must(G.MaxPool2D(c1, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		c2 := G.Must(G.Conv2d(p1, k2, tensor.Shape{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1})) // (1, 4, 4, 4)
+		h2 := G.Must(G.Sigmoid(G.Must(G.BroadcastAdd(c2, b2, nil, []byte{0, 2, 3}))))
+		p2 := G.Must(G.MaxPool2D(h2, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2})) // (1, 4, 2, 2)
+		h3 := G.Must(G.Reshape(p2, tensor.Shape{1, 16}))
+		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{w1, b1, k2, b2, w, b}}
+	}},
 }
 
 // perExample returns an engine of m on the per-example path (one gorgonia
@@ -330,11 +356,11 @@ func TestNotCompiled(t *testing.T) {
 		name, op string
 		build    func(g *G.ExprGraph, rng *rand.Rand) Graph
 	}{
-		{"sigmoid", "Sigmoid", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		{"softplus", "SoftPlus", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
 			w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
 			w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
-			h := G.Must(G.Sigmoid(dense(x, w1, b1)))
+			h := G.Must(G.Softplus(dense(x, w1, b1)))
 			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
 		}},
 		{"conv2d", "Conv2d", opCases[1].build},
@@ -539,7 +565,7 @@ func TestDigest(t *testing.T) {
 }
 
 // avgPoolGraph is a convolution plus bias, Tanh, AveragePool2D and a
-// dense layer (compiled), or with Sigmoid in place of Tanh (not).
+// dense layer (compiled), or with Softplus in place of Tanh (not).
 // (on an hw x hw input; hw odd: the windows do not tile the activation).
 func avgPoolGraph(act func(*G.Node) (*G.Node, error), hw int) func(g *G.ExprGraph, rng *rand.Rand) Graph {
 	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
@@ -615,7 +641,7 @@ func TestAveragePool2D(t *testing.T) {
 		name, why string
 		act       func(*G.Node) (*G.Node, error)
 		hw        int
-	}{{"sigmoid", "Sigmoid", G.Sigmoid, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
+	}{{"softplus", "SoftPlus", G.Softplus, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
 		_, err = New("avgpool-"+c.name, avgPoolGraph(c.act, c.hw)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
 		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "AveragePool2D has a wrong gradient") || !strings.Contains(err.Error(), c.why) {
 			t.Fatalf("an AveragePool2D graph that does not compile (%s): %v", c.name, err)
