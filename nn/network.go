@@ -113,7 +113,8 @@ type Layer interface {
 // Conv2D is a 2-D convolution Z = U W + b over the im2col-unfolded input U
 // (one row per output pixel) followed by Act. Weight has shape
 // (Kernel*Kernel*in channels, Out), rows ordered (channel, kernel row,
-// kernel column) as gorgonia's Im2Col orders them; Bias has Out entries.
+// kernel column) as gorgonia's Im2Col orders them; Bias has Out entries,
+// or none (Len 0: a convolution without a bias).
 // Slope is LeakyReLU's slope below zero (0 < Slope < 1; zero for the
 // other activations).
 type Conv2D struct {
@@ -124,7 +125,8 @@ type Conv2D struct {
 }
 
 // Dense is z = u W + b followed by Act; Weight has shape (in, Out)
-// row-major, Bias Out entries. Its input must be flat (see Flatten).
+// row-major, Bias Out entries or none (Len 0: no bias). Its input must be
+// flat (see Flatten).
 // Slope is LeakyReLU's slope below zero (0 < Slope < 1; zero for the
 // other activations).
 type Dense struct {
@@ -158,7 +160,7 @@ func (c Conv2D) out(in Shape) (Shape, error) {
 }
 
 func checkAffine(w, b Param, fi, fo int, act Activation, slope float32) error {
-	if w.Len != fi*fo || b.Len != fo || w.Offset < 0 || b.Offset < 0 {
+	if w.Len != fi*fo || b.Len != fo && b.Len != 0 || w.Offset < 0 || b.Offset < 0 {
 		return dpcore.Invalidf("weight %+v, bias %+v for fan-in %d, fan-out %d", w, b, fi, fo)
 	}
 	if act > lastActivation {

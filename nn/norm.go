@@ -296,6 +296,9 @@ func (s *stage) poolWindows(tap func(o, b int), begin, end func(o int)) {
 func (p *Plan) biasAct(w *worker, i int, z []float32) {
 	s := &p.stages[i]
 	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
+	if s.noBias != nil {
+		bias = s.noBias
+	}
 	if s.act <= ReLU {
 		biasAct(z, bias, s.act)
 		return

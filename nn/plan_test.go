@@ -134,7 +134,10 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 			for o := range out.C {
 				for r := range out.H {
 					for c := range out.W {
-						s := p[l.Bias.Offset+o]
+						s := 0.0
+						if l.Bias.Len > 0 {
+							s = p[l.Bias.Offset+o]
+						}
 						for ch := range sh.C {
 							for kr := range K {
 								for kc := range K {
@@ -176,7 +179,10 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 		case Dense:
 			next := make([]float64, l.Out)
 			for o := range l.Out {
-				s := p[l.Bias.Offset+o]
+				s := 0.0
+				if l.Bias.Len > 0 {
+					s = p[l.Bias.Offset+o]
+				}
 				for k := range sh.C {
 					s += cur[k] * p[l.Weight.Offset+k*l.Out+o]
 				}
@@ -280,6 +286,16 @@ func testNets() map[string]*builder {
 	b.dense(5, 4, Sigmoid)
 	b.dense(4, 3, Identity)
 	nets["sigmoid-leakyrelu"] = b
+	// Layers without a bias (Bias.Len 0): a convolution as the first
+	// layer and in the middle, dense layers with and without one.
+	b = &builder{net: Network{Input: Shape{2, 5, 5}}}
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 3, Kernel: 3, Stride: 1, Pad: 1, Act: Tanh, Weight: b.param(18 * 3)})
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 2, Kernel: 2, Stride: 2, Pad: 0, Act: ReLU, Weight: b.param(12 * 2)})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, Dense{Out: 4, Act: Sigmoid, Weight: b.param(8 * 4)})
+	b.dense(4, 3, Tanh)
+	b.net.Layers = append(b.net.Layers, Dense{Out: 3, Weight: b.param(3 * 3)})
+	nets["no-bias"] = b
 	// The norm kernels' edges: GroupNorm as the first layer (no input
 	// gradient) over 6 channels (4 in AVX2, 2 left over), LayerNorm over a
 	// map (an affine per element), both with the fused ReLU.
@@ -437,12 +453,25 @@ func TestGradients(t *testing.T) {
 			}
 			// Clipped sum with factors depending on the example and layer.
 			sum := make([]float32, b.n)
-			cl := &testClipper{}
+			cl := &testClipper{sq: make([][]float64, n)}
 			if _, err := p.Step(x, y, sum, cl); err != nil {
 				t.Fatal(err)
 			}
 			want := make([]float32, b.n)
 			layerOf := affineOf(b.net, b.n)
+			// The squared norms the clipper sees are those of each
+			// example's gradient, layer by layer.
+			for i := range n {
+				wantSq := make([]float64, len(cl.sq[i]))
+				for j, g := range grads[i] {
+					wantSq[layerOf[j]] += float64(g) * float64(g)
+				}
+				for l, v := range wantSq {
+					if math.Abs(cl.sq[i][l]-v) > 1e-5*v {
+						t.Errorf("example %d layer %d: squared norm %v, gradient's %v", i, l, cl.sq[i][l], v)
+					}
+				}
+			}
 			for i := range n {
 				for j, g := range grads[i] {
 					want[j] += float32(cl.factor(i, layerOf[j])) * g
@@ -468,11 +497,17 @@ func TestGradients(t *testing.T) {
 	}
 }
 
-type testClipper struct{}
+// testClipper scales example i's layer l by factor(i, l) and, with sq
+// set, records each example's per-layer squared norms (workers write
+// distinct entries).
+type testClipper struct{ sq [][]float64 }
 
 func (testClipper) factor(i, l int) float64 { return 0.25 + 0.5*float64((i+2*l)%3) }
 
 func (c *testClipper) Scale(i int, sq []float64, _ float64, f []float64) {
+	if c.sq != nil {
+		c.sq[i] = append([]float64(nil), sq...)
+	}
 	for l := range f {
 		f[l] = c.factor(i, l)
 	}
