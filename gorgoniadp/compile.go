@@ -224,10 +224,14 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 	case t == "maxPoolOp" || t == "avgPoolOp":
 		return c.pool(n)
 	case t == "linAlgBinOp" && op.String() == "A × B":
-		return value{}, c.refuse(n, "without a bias: the built-in dense layer is Add(Mul(x, W), b)")
+		return c.dense(n) // without a bias
 	case t == "elemUnaryOp" && (description(t, op) == "tanh" || description(t, op) == "sigmoid"),
 		t == "elemBinOp" && (description(t, op) == "+" || description(t, op) == "⊙"):
-		if a, act, nc := c.peel(n); nc == nil && isBinary(a.Op(), "+") {
+		a, act, nc := c.peel(n)
+		if nc == nil && isConv2d(a) {
+			return c.conv2d(n, a, nil, act) // without a bias
+		}
+		if nc == nil && isBinary(a.Op(), "+") {
 			ch := children(a)
 			if isConv2d(ch[0]) {
 				return c.conv2d(n, ch[0], ch[1], act)
@@ -280,7 +284,11 @@ func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act act
 		return nil, 0, 0, activation{}, nc
 	}
 	if isConv2d(a) {
-		return nil, 0, 0, activation{}, conv2dRefusal(a)
+		return nil, 0, 0, activation{}, &notCompiled{op: "Conv2d", node: oneLine(a.Name()), why: "where a dense layer's product Mul(x, W) was expected"}
+	}
+	if isProduct(a) { // without a bias
+		x, w, b, nc := c.product(a, nil)
+		return x, w, b, act, nc
 	}
 	if !isBinary(a.Op(), "+") {
 		return nil, 0, 0, activation{}, c.refuse(n, "only directly after a dense or convolution layer (Add(Mul(x, W), b))")
@@ -293,18 +301,28 @@ func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act act
 	if !isProduct(mul) {
 		return nil, 0, 0, activation{}, c.refuse(a, "of other than a product Mul(x, W) and a bias")
 	}
+	x, w, b, nc = c.product(mul, bias)
+	return x, w, b, act, nc
+}
+
+// product reads mul as Mul(x, W) and bias, unless nil, as its bias
+// (b -1: none).
+func (c *compiler) product(mul, bias *gorgonia.Node) (x *gorgonia.Node, w, b int, nc *notCompiled) {
 	x, wn := children(mul)[0], children(mul)[1]
 	out := wn.Shape()[len(wn.Shape())-1]
 	if w, nc = c.param(wn, mul); nc != nil {
-		return nil, 0, 0, activation{}, nc
+		return nil, 0, 0, nc
 	}
 	if ws := wn.Shape(); len(ws) != 2 || len(x.Shape()) != 2 || x.Shape()[1] != ws[0] {
-		return nil, 0, 0, activation{}, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
+		return nil, 0, 0, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
 	}
-	if b, nc = c.bias(bias, out); nc != nil {
-		return nil, 0, 0, activation{}, nc
+	b = -1
+	if bias != nil {
+		if b, nc = c.bias(bias, out); nc != nil {
+			return nil, 0, 0, nc
+		}
 	}
-	return x, w, b, act, nil
+	return x, w, b, nil
 }
 
 // activation is a layer's activation and, for LeakyReLU, its slope.
@@ -372,9 +390,9 @@ func leaky(n *gorgonia.Node) (*gorgonia.Node, float32, bool) {
 	return x, a[0], true
 }
 
-// conv2d reads act(Add(Conv2d(x, K), b)): gorgonia's Conv2d, kernel K
-// of shape (out, C, k, k), plus a bias b of out values broadcast over
-// the example and the pixels. The built-in layer's weight is K's
+// conv2d reads act(Add(Conv2d(x, K), b)) or, bias nil, act(Conv2d(x,
+// K)): gorgonia's Conv2d, kernel K of shape (out, C, k, k), plus a bias b
+// of out values broadcast over the example and the pixels. The built-in layer's weight is K's
 // transpose (C*k*k, out): the compiled model keeps it transposed in a
 // buffer of its own (compiled.pull, compiled.push).
 func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act activation) (value, *notCompiled) {
@@ -399,9 +417,11 @@ func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act activation) (value, *no
 		return value{}, odd
 	}
 	out := ks[0]
-	b, nc := c.channelBias(bias, out)
-	if nc != nil {
-		return value{}, nc
+	b := -1 // without a bias
+	if bias != nil {
+		if b, nc = c.channelBias(bias, out); nc != nil {
+			return value{}, nc
+		}
 	}
 	v, l, nc := c.unfold(t, col, out, act, k, b)
 	if nc != nil {
@@ -523,6 +543,9 @@ func (c *compiler) dense(n *gorgonia.Node) (value, *notCompiled) {
 
 // span is parameter i's range of the flat buffer.
 func (c *compiler) span(i int) nn.Param {
+	if i < 0 {
+		return nn.Param{} // no bias
+	}
 	return nn.Param{Offset: c.m.offsets[i], Len: c.m.views[i].Size()}
 }
 
@@ -532,7 +555,7 @@ func (c *compiler) span(i int) nn.Param {
 func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 	why := "other than after a convolution in the built-in layout (Transpose(Reshape(Add(Mul(Reshape(Im2Col(x)), W), b)), 0, 3, 1, 2))"
 	if isConv2d(n) {
-		return value{}, conv2dRefusal(n)
+		return c.conv2d(n, n, nil, activation{}) // without a bias or activation
 	}
 	r := children(n)[0]
 	if n.Op().String() != "Aᵀ{0, 3, 1, 2}" || r.Op() == nil || opType(r.Op()) != "reshapeOp" {
@@ -644,11 +667,6 @@ func isConv2d(n *gorgonia.Node) bool {
 	}
 	p := children(r)[0]
 	return p.Op() != nil && opType(p.Op()) == "linAlgBinOp" && p.Op().String() == "A × Bᵀ"
-}
-
-func conv2dRefusal(n *gorgonia.Node) *notCompiled {
-	return &notCompiled{op: "Conv2d", node: oneLine(n.Name()),
-		why: "without a bias: the built-in convolution is Add(Conv2d(x, K), b) with b one parameter of a value per channel, shape (1, out, 1, 1) broadcast (BroadcastAdd with pattern 0, 2, 3)"}
 }
 
 // isLogSoftMax says whether n is LogSoftMax along its last axis.

@@ -99,6 +99,20 @@ var compileCases = []opCase{
 		h3 := G.Must(G.Reshape(h2, tensor.Shape{1, 36}))
 		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{k1, b1, k2, b2, w, b}}
 	}},
+	// Layers without a bias: gorgonia's Conv2d with Tanh and bare, a
+	// convolution in the built-in layout, a dense layer Mul(x, W).
+	{"no-bias", [3]int{2, 6, 6}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 6, 6), G.WithName("x"))
+		k1, w2 := param(g, rng, "k1", 0.4, 3, 2, 3, 3), param(g, rng, "w2", 0.4, 12, 4)
+		k3, w4 := param(g, rng, "k3", 0.5, 2, 4, 1, 1), param(g, rng, "w4", 0.5, 8, 3)
+		c1 := G.Must(G.Tanh(G.Must(G.Conv2d(x, k1, tensor.Shape{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1})))) // (1, 3, 6, 6)
+		p1 := G.Must(G.MaxPool2D(c1, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))                              // (1, 3, 3, 3)
+		col := G.Must(G.Im2Col(p1, tensor.Shape{2, 2}, tensor.Shape{0, 0}, tensor.Shape{1, 1}, tensor.Shape{1, 1}))
+		z := G.Must(G.Mul(G.Must(G.Reshape(col, tensor.Shape{4, 12})), w2))
+		c2 := G.Must(G.Transpose(G.Must(G.Reshape(z, tensor.Shape{1, 2, 2, 4})), 0, 3, 1, 2))     // (1, 4, 2, 2)
+		c3 := G.Must(G.Conv2d(c2, k3, tensor.Shape{1, 1}, []int{0, 0}, []int{1, 1}, []int{1, 1})) // (1, 2, 2, 2)
+		return Graph{Input: x, Logits: G.Must(G.Mul(G.Must(G.Reshape(c3, tensor.Shape{1, 8})), w4)), Params: []*G.Node{k1, w2, k3, w4}}
+	}},
 	// Sigmoid and LeakyRelu after dense layers.
 	{"mlp-sigmoid-leakyrelu", [3]int{10, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
 		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
@@ -363,8 +377,6 @@ func TestNotCompiled(t *testing.T) {
 			h := G.Must(G.Softplus(dense(x, w1, b1)))
 			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
 		}},
-		{"conv2d", "Conv2d", opCases[1].build},
-		{"mul-without-bias", "Mul", opCases[2].build},
 		{"mean-loss", "Loss", opCases[3].build},
 		{"flat-input-reshaped", "give Graph.Shape {1, 4, 4}", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 16), G.WithName("x"))
@@ -655,18 +667,12 @@ func TestAveragePool2D(t *testing.T) {
 // MaxPool2D gradient indexed out of range on it, in a goroutine, which
 // ended the program).
 func TestNaNInputPerExample(t *testing.T) {
-	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D: per example
+	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D
 	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := m.Compiled(); ok {
-		t.Fatal("compiled")
-	}
-	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := perExample(t, m, clip.Options{Norm: 1, MaxBatch: 4})
 	chw := 2 * 6 * 6
 	x, y := randomBatch(rand.New(rand.NewPCG(1, 2)), 4, chw, 4)
 	x[chw+5] = float32(math.NaN())
