@@ -25,13 +25,15 @@ import (
 //
 // The recognized patterns (x the layer's input, W and b parameter nodes):
 //
-//   - dense: Add(Mul(x, W), b), also through BroadcastAdd, x of shape
-//     (1, in) (a Reshape of a spatial activation flattens it in CHW
-//     order), W of shape (in, out), b of out values;
+//   - dense: Add(Mul(x, W), b), also through BroadcastAdd, or Mul(x, W)
+//     without a bias, x of shape (1, in) (a Reshape of a spatial
+//     activation flattens it in CHW order), W of shape (in, out), b of
+//     out values;
 //   - convolution in the built-in layer's layout: Transpose(Reshape(
 //     dense(Reshape(Im2Col(x)), W, b), (1, H, W, out)), 0, 3, 1, 2),
 //     W of shape (C*k*k, out), square kernel, equal pads and strides,
-//     dilation 1;
+//     dilation 1; or gorgonia's Conv2d(x, K), with or without a channel
+//     bias (its kernel (out, C, kh, kw) kept transposed, compiled.trans);
 //   - Tanh, Sigmoid, Rectify or LeakyRelu (alpha between 0 and 1)
 //     directly after a dense or convolution layer;
 //   - MaxPool2D and AveragePool2D with a square window, stride equal to
@@ -42,10 +44,9 @@ import (
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
 //
 // Anything else (SoftPlus and the other element-wise functions, which the
-// built-in layers do not have, gorgonia's Conv2d, whose kernel layout
-// (out, C, kh, kw) is the transpose of the built-in layer's, a parameter
-// used twice, ...) leaves the model on the per-example path, and
-// Model.Compiled names the op.
+// built-in layers do not have, an activation not right after a layer, a
+// parameter used twice, a Mean loss, ...) leaves the model on the
+// per-example path, and Model.Compiled names the op.
 
 // compiled is the model the batched executor runs: the built-in layers
 // over the gorgonia model's flat parameter buffer.
@@ -123,7 +124,7 @@ var _ models.Model = (*compiled)(nil)
 // notCompiled says which node kept a graph off the batched executor, in
 // gorgonia's API names.
 type notCompiled struct {
-	op   string // gorgonia's API name of the op, e.g. "Sigmoid"
+	op   string // gorgonia's API name of the op, e.g. "SoftPlus"
 	node string
 	why  string
 }
@@ -878,7 +879,7 @@ func (m *Model) probe(c *compiled) *notCompiled {
 
 // Compiled reports whether the model's engines run the graph on the
 // batched executor of the built-in layers (package clip), and if not,
-// why: the op (by the gorgonia function that makes it, e.g. Sigmoid) that
+// why: the op (by the gorgonia function that makes it, e.g. SoftPlus) that
 // keeps it on the per-example path, one gorgonia VM pass per example.
 func (m *Model) Compiled() (ok bool, why string) {
 	if m.fast != nil {
