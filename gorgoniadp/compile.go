@@ -3,9 +3,11 @@ package gorgoniadp
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -39,6 +41,7 @@ import (
 //   - MaxPool2D and AveragePool2D with a square window, stride equal to
 //     the window and no padding (AveragePool2D: windows that tile the
 //     activation);
+//   - Dropout(x, p), as the built-in nn.Dropout of rate p;
 //   - LogSoftMax of the logits (cross-entropy of log-softmax outputs is
 //     that of the logits) and, when the graph has its own Loss, the
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
@@ -224,6 +227,8 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 		return c.conv(n)
 	case t == "maxPoolOp" || t == "avgPoolOp":
 		return c.pool(n)
+	case t == "dropoutOp":
+		return c.dropout(n)
 	case t == "linAlgBinOp" && op.String() == "A × B":
 		return c.dense(n) // without a bias
 	case t == "elemUnaryOp" && (description(t, op) == "tanh" || description(t, op) == "sigmoid"),
@@ -585,6 +590,44 @@ func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 	return v, nil
 }
 
+// dropout reads gorgonia's Dropout(x, p) as the built-in layer
+// nn.Dropout of rate p: inverted dropout whose mask is keyed by the
+// model's seed (from its name), the step, the example's position in the
+// batch, the layer and the element, so each example's gradient depends
+// on its own mask only. gorgonia keeps p unexported: it is read by
+// reflection.
+func (c *compiler) dropout(n *gorgonia.Node) (value, *notCompiled) {
+	v, nc := c.node(children(n)[0])
+	if nc != nil {
+		return v, nc
+	}
+	f := reflect.ValueOf(n.Op())
+	if f.Kind() == reflect.Pointer {
+		f = f.Elem()
+	}
+	if f.Kind() != reflect.Struct {
+		return value{}, c.refuse(n, "of an unknown layout")
+	}
+	pf := f.FieldByName("probability")
+	if !pf.IsValid() || pf.Kind() != reflect.Float64 {
+		return value{}, c.refuse(n, "of an unknown layout")
+	}
+	rate := pf.Float()
+	if !(rate >= 0 && rate < 1) {
+		return value{}, c.refuse(n, fmt.Sprintf("with probability %v: the built-in layer's rate is in [0, 1)", rate))
+	}
+	if d, ok := n.Op().(interface{ SetTraining(bool) error }); ok && !slices.Contains(c.m.drops, d) {
+		c.m.drops = append(c.m.drops, d)
+	}
+	if rate == 0 {
+		return v, nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte("gorgoniadp dropout " + c.m.name))
+	v.layers = append(slices.Clone(v.layers), nn.Dropout{Rate: rate, Seed: h.Sum64()})
+	return v, nil
+}
+
 // pool reads a MaxPool2D or AveragePool2D with a square window, stride
 // equal to the window and no padding.
 func (c *compiler) pool(n *gorgonia.Node) (value, *notCompiled) {
@@ -838,6 +881,9 @@ func (m *Model) compile(userLoss bool) error {
 	for _, n := range m.g.Input.Graph().SubgraphRoots(m.g.Loss).AllNodes() {
 		if n.Op() != nil && opType(n.Op()) == "avgPoolOp" {
 			return &OpError{Node: oneLine(n.Name()), Op: "AveragePool2D", Reason: "has a wrong gradient in gorgonia (it disagrees with finite differences), so it trains only in a graph that compiles to the built-in layers, and this one does not: " + nc.Error()}
+		}
+		if n.Op() != nil && opType(n.Op()) == "dropoutOp" {
+			return &OpError{Node: oneLine(n.Name()), Op: "Dropout", Reason: "draws random numbers in gorgonia that are not keyed per example, so it trains only in a graph that compiles to the built-in layers (whose dropout is), and this one does not: " + nc.Error()}
 		}
 	}
 	return nil

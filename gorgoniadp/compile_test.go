@@ -707,3 +707,99 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("layers with ReLU for Tanh: %v", nc)
 	}
 }
+
+// dropoutGraph is dense, Tanh, Dropout(rate) (none for rate < 0), dense,
+// act after the first layer (Tanh compiles, Softplus does not).
+func dropoutGraph(rate float64, act func(*G.Node) (*G.Node, error)) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 16), param(g, rng, "b1", 0.3, 16)
+		w2, b2 := param(g, rng, "w2", 0.6, 16, 3), param(g, rng, "b2", 0.3, 3)
+		h := G.Must(act(dense(x, w1, b1)))
+		if rate >= 0 {
+			h = G.Must(G.Dropout(h, rate))
+		}
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}
+}
+
+// TestDropout checks that gorgonia's Dropout compiles to the built-in
+// layer (nn.Dropout of the same rate; its per-example keyed masks are
+// tested in package nn, TestDropout there): evaluation and the probe pass
+// activations through (equal to the graph without Dropout), training
+// steps drop (the clipped sum differs from the graph's without Dropout,
+// and equals the built-in executor's on the same layers), rate 0 adds no
+// layer, and a graph with Dropout that does not compile is refused.
+func TestDropout(t *testing.T) {
+	build := func(rate float64, act func(*G.Node) (*G.Node, error)) (*Model, error) {
+		return New("dropout", dropoutGraph(rate, act)(G.NewGraph(), rand.New(rand.NewPCG(4, 1))))
+	}
+	m, err := build(0.3, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := m.Compiled(); !ok {
+		t.Fatal(why)
+	}
+	var drop nn.Dropout
+	for _, l := range m.fast.net.Layers {
+		if d, ok := l.(nn.Dropout); ok {
+			drop = d
+		}
+	}
+	if drop.Rate != 0.3 || drop.Seed == 0 {
+		t.Fatalf("dropout layer %+v, want rate 0.3 and a seed", drop)
+	}
+	plain, err := build(-1, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero, err := build(0, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zero.fast.net.Layers) != len(plain.fast.net.Layers) {
+		t.Fatalf("rate 0: layers %v, want those without Dropout %v", zero.fast.net.Layers, plain.fast.net.Layers)
+	}
+	const n = 16
+	x, y := randomBatch(rand.New(rand.NewPCG(4, 2)), n, 10, 3)
+	opt := clip.Options{Norm: 0.5, MaxBatch: n}
+	sum := func(m *Model) ([]float32, float64) {
+		e, err := m.Engine(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, m.NumParams())
+		if _, err := e.ClippedSum(x, y, out); err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := e.Evaluate(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, l
+	}
+	got, gl := sum(m)
+	want, wl := sum(plain)
+	if _, same := close32(got, want); same {
+		t.Fatal("training step with Dropout equals the one without")
+	}
+	if math.Abs(gl-wl) > 1e-5*(1+wl) {
+		t.Fatalf("evaluation loss with Dropout %v, without %v: want equal (no dropping)", gl, wl)
+	}
+	// The built-in executor on the same layers and parameters.
+	ne, err := clip.New(m.fast, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := make([]float32, m.NumParams())
+	if _, err := ne.ClippedSum(x, y, ref); err != nil {
+		t.Fatal(err)
+	}
+	if j, ok := close32(got, ref); !ok {
+		t.Fatalf("clipped sum entry %d: %v, the executor's %v", j, got[max(j, 0)], ref[max(j, 0)])
+	}
+	if _, err := build(0.3, G.Softplus); err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "Dropout") || !strings.Contains(err.Error(), "SoftPlus") {
+		t.Fatalf("Dropout in a graph that does not compile: %v", err)
+	}
+}

@@ -309,9 +309,10 @@ func TestRefused(t *testing.T) {
 			return Graph{Input: x, Logits: G.Must(G.Mul(G.Must(G.Reshape(bn, tensor.Shape{1, 32})), w)), Params: []*G.Node{k, w}}
 		}},
 		{"dropout", "Dropout draws", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			// (Dropout compiles, TestDropout; not after Softplus.)
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w := param(g, rng, "w", 0.5, 4, 3)
-			return Graph{Input: x, Logits: G.Must(G.Dropout(G.Must(G.Mul(x, w)), 0.5)), Params: []*G.Node{w}}
+			return Graph{Input: x, Logits: G.Must(G.Dropout(G.Must(G.Softplus(G.Must(G.Mul(x, w)))), 0.5)), Params: []*G.Node{w}}
 		}},
 		{"max", "Max has no", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))

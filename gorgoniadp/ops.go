@@ -19,7 +19,8 @@ var supportedOps = []string{
 	"elemUnaryOp",    // see named
 	"im2colOp",       // Im2Col, Conv2d
 	"maxPoolOp",      // MaxPool2D
-	"avgPoolOp",      // AveragePool2D
+	"avgPoolOp",      // AveragePool2D (only compiled)
+	"dropoutOp",      // Dropout (only compiled)
 	"reshapeOp",      // Reshape
 	"transposeOp",    // Transpose
 	"repeatOp",       // BroadcastAdd and the other broadcasts
@@ -57,7 +58,6 @@ func description(t string, op gorgonia.Op) string {
 var refusedOps = map[string]string{
 	"BatchNormOp":     "mixes the examples of a batch (batch statistics), so one example's gradient depends on the others",
 	"batchnormDiffOp": "mixes the examples of a batch (batch statistics), so one example's gradient depends on the others",
-	"dropoutOp":       "draws random numbers, which this adapter does not key per example; drop it or apply it outside the private gradient",
 	"randomOp":        "draws random numbers, which this adapter does not key per example",
 }
 
