@@ -1,6 +1,7 @@
 // Package blas provides fast pure-Go (no cgo) general matrix products,
-// Sgemm and Dgemm, for the dense linear algebra under gorgonia models and
-// the mfnoise factorization optimizers.
+// Sgemm and Dgemm, for the engine's layers (package nn), the dense linear
+// algebra of the mfnoise factorization optimizers and, through
+// gorgoniadp.InstallBLAS, gorgonia graphs.
 //
 // The products are built the way optimized BLAS libraries build them
 // (Goto and van de Geijn, "Anatomy of high-performance matrix
@@ -20,6 +21,7 @@
 // arguments, so that Implementation can stand in for gonum's native BLAS.
 // Implementation also routes the bulk of Ssyrk/Dsyrk and Strsm/Dtrsm
 // through the fast products. Install registers it with gonum's
-// blas32/blas64 packages (and hence mat and lapack64) and with gorgonia
-// and gorgonia's tensor package.
+// blas32/blas64 packages (and hence mat and lapack64);
+// gorgoniadp.InstallBLAS also registers it with gorgonia and gorgonia's
+// tensor package (this package does not import gorgonia).
 package blas

@@ -27,8 +27,7 @@ func ExampleSgemm() {
 	// Output: [58 64 139 154]
 }
 
-// Install makes gonum's mat package (and gorgonia) use this package's
-// matrix products.
+// Install makes gonum's mat package use this package's matrix products.
 func ExampleInstall() {
 	blas.Install()
 	a := mat.NewDense(2, 2, []float64{1, 2, 3, 4})

@@ -5,8 +5,6 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/blas/gonum"
-	"gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
 )
 
 // Implementation is gonum's native BLAS with the matrix products replaced
@@ -23,8 +21,6 @@ type Implementation struct {
 var (
 	_ gblas.Float32   = Implementation{}
 	_ gblas.Float64   = Implementation{}
-	_ tensor.BLAS     = Implementation{}
-	_ gorgonia.BLAS   = Implementation{}
 	_ gblas.Complex64 = Implementation{}
 )
 
@@ -39,12 +35,13 @@ func (Implementation) Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, 
 }
 
 // Install makes Implementation the BLAS used by gonum (blas32, blas64 and
-// therefore mat and lapack64), by gorgonia and by gorgonia's tensor
-// package. It replaces process-wide settings, so call it once from main
-// (or a test's setup) before any concurrent linear algebra starts.
+// therefore mat and lapack64). It replaces process-wide settings, so call
+// it once from main (or a test's setup) before any concurrent linear
+// algebra starts. A program that runs gorgonia graphs calls
+// gorgoniadp.InstallBLAS instead, which also hands Implementation to
+// gorgonia and its tensor package.
 func Install() {
 	var impl Implementation
 	blas32.Use(impl)
 	blas64.Use(impl)
-	gorgonia.Use(impl) // also calls tensor.Use
 }

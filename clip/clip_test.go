@@ -11,6 +11,7 @@ import (
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/gonum"
 )
 
@@ -500,7 +501,9 @@ func (c countingBLAS) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a
 	c.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
 }
 
-func TestUseBLAS32(t *testing.T) {
+// TestRegisteredBLASUnused checks that the executor does not go through
+// the float32 BLAS registered with gonum (blas32.Use).
+func TestRegisteredBLASUnused(t *testing.T) {
 	m, err := models.NewMLP([3]int{1, 2, 2}, []int{3}, 2, nn.Tanh, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -510,13 +513,13 @@ func TestUseBLAS32(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
-	UseBLAS32(countingBLAS{n: &calls})
-	defer UseBLAS32(gonum.Implementation{})
+	blas32.Use(countingBLAS{n: &calls})
+	defer blas32.Use(gonum.Implementation{})
 	if _, err := e.ClippedSum(make([]float32, 8), []int{0, 1}, make([]float32, m.NumParams())); err != nil {
 		t.Fatal(err)
 	}
 	// The executor calls package blas directly: nothing goes through
-	// the BLAS registered for gonum and gorgonia.
+	// the BLAS registered for gonum.
 	if calls != 0 {
 		t.Errorf("%d float32 GEMM calls through the registered BLAS, want 0", calls)
 	}

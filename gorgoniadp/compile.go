@@ -3,9 +3,11 @@ package gorgoniadp
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -25,26 +27,29 @@ import (
 //
 // The recognized patterns (x the layer's input, W and b parameter nodes):
 //
-//   - dense: Add(Mul(x, W), b), also through BroadcastAdd, x of shape
-//     (1, in) (a Reshape of a spatial activation flattens it in CHW
-//     order), W of shape (in, out), b of out values;
+//   - dense: Add(Mul(x, W), b), also through BroadcastAdd, or Mul(x, W)
+//     without a bias, x of shape (1, in) (a Reshape of a spatial
+//     activation flattens it in CHW order), W of shape (in, out), b of
+//     out values;
 //   - convolution in the built-in layer's layout: Transpose(Reshape(
 //     dense(Reshape(Im2Col(x)), W, b), (1, H, W, out)), 0, 3, 1, 2),
 //     W of shape (C*k*k, out), square kernel, equal pads and strides,
-//     dilation 1;
-//   - Tanh or Rectify directly after a dense or convolution layer;
+//     dilation 1; or gorgonia's Conv2d(x, K), with or without a channel
+//     bias (its kernel (out, C, kh, kw) kept transposed, compiled.trans);
+//   - Tanh, Sigmoid, Rectify or LeakyRelu (alpha between 0 and 1)
+//     directly after a dense or convolution layer;
 //   - MaxPool2D and AveragePool2D with a square window, stride equal to
 //     the window and no padding (AveragePool2D: windows that tile the
 //     activation);
+//   - Dropout(x, p), as the built-in nn.Dropout of rate p;
 //   - LogSoftMax of the logits (cross-entropy of log-softmax outputs is
 //     that of the logits) and, when the graph has its own Loss, the
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
 //
-// Anything else (Sigmoid and the other element-wise functions, which the
-// built-in layers do not have, gorgonia's Conv2d, whose kernel layout
-// (out, C, kh, kw) is the transpose of the built-in layer's, a parameter
-// used twice, ...) leaves the model on the per-example path, and
-// Model.Compiled names the op.
+// Anything else (SoftPlus and the other element-wise functions, which the
+// built-in layers do not have, an activation not right after a layer, a
+// parameter used twice, a Mean loss, ...) leaves the model on the
+// per-example path, and Model.Compiled names the op.
 
 // compiled is the model the batched executor runs: the built-in layers
 // over the gorgonia model's flat parameter buffer.
@@ -122,7 +127,7 @@ var _ models.Model = (*compiled)(nil)
 // notCompiled says which node kept a graph off the batched executor, in
 // gorgonia's API names.
 type notCompiled struct {
-	op   string // gorgonia's API name of the op, e.g. "Sigmoid"
+	op   string // gorgonia's API name of the op, e.g. "SoftPlus"
 	node string
 	why  string
 }
@@ -222,11 +227,17 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 		return c.conv(n)
 	case t == "maxPoolOp" || t == "avgPoolOp":
 		return c.pool(n)
+	case t == "dropoutOp":
+		return c.dropout(n)
 	case t == "linAlgBinOp" && op.String() == "A × B":
-		return value{}, c.refuse(n, "without a bias: the built-in dense layer is Add(Mul(x, W), b)")
-	case t == "elemUnaryOp" && description(t, op) == "tanh",
+		return c.dense(n) // without a bias
+	case t == "elemUnaryOp" && (description(t, op) == "tanh" || description(t, op) == "sigmoid"),
 		t == "elemBinOp" && (description(t, op) == "+" || description(t, op) == "⊙"):
-		if a, act, nc := c.peel(n); nc == nil && isBinary(a.Op(), "+") {
+		a, act, nc := c.peel(n)
+		if nc == nil && isConv2d(a) {
+			return c.conv2d(n, a, nil, act) // without a bias
+		}
+		if nc == nil && isBinary(a.Op(), "+") {
 			ch := children(a)
 			if isConv2d(ch[0]) {
 				return c.conv2d(n, ch[0], ch[1], act)
@@ -273,16 +284,20 @@ func (c *compiler) reshape(n *gorgonia.Node) (value, *notCompiled) {
 
 // affine reads n as act(Add(Mul(x, W), b)), act Tanh, Rectify or none,
 // and marks W and b used.
-func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.Activation, nc *notCompiled) {
+func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act activation, nc *notCompiled) {
 	a, act, nc := c.peel(n)
 	if nc != nil {
-		return nil, 0, 0, 0, nc
+		return nil, 0, 0, activation{}, nc
 	}
 	if isConv2d(a) {
-		return nil, 0, 0, 0, conv2dRefusal(a)
+		return nil, 0, 0, activation{}, &notCompiled{op: "Conv2d", node: oneLine(a.Name()), why: "where a dense layer's product Mul(x, W) was expected"}
+	}
+	if isProduct(a) { // without a bias
+		x, w, b, nc := c.product(a, nil)
+		return x, w, b, act, nc
 	}
 	if !isBinary(a.Op(), "+") {
-		return nil, 0, 0, 0, c.refuse(n, "only directly after a dense or convolution layer (Add(Mul(x, W), b))")
+		return nil, 0, 0, activation{}, c.refuse(n, "only directly after a dense or convolution layer (Add(Mul(x, W), b))")
 	}
 	ch := children(a)
 	mul, bias := ch[0], ch[1]
@@ -290,43 +305,103 @@ func (c *compiler) affine(n *gorgonia.Node) (x *gorgonia.Node, w, b int, act nn.
 		mul, bias = bias, mul
 	}
 	if !isProduct(mul) {
-		return nil, 0, 0, 0, c.refuse(a, "of other than a product Mul(x, W) and a bias")
+		return nil, 0, 0, activation{}, c.refuse(a, "of other than a product Mul(x, W) and a bias")
 	}
+	x, w, b, nc = c.product(mul, bias)
+	return x, w, b, act, nc
+}
+
+// product reads mul as Mul(x, W) and bias, unless nil, as its bias
+// (b -1: none).
+func (c *compiler) product(mul, bias *gorgonia.Node) (x *gorgonia.Node, w, b int, nc *notCompiled) {
 	x, wn := children(mul)[0], children(mul)[1]
 	out := wn.Shape()[len(wn.Shape())-1]
 	if w, nc = c.param(wn, mul); nc != nil {
-		return nil, 0, 0, 0, nc
+		return nil, 0, 0, nc
 	}
 	if ws := wn.Shape(); len(ws) != 2 || len(x.Shape()) != 2 || x.Shape()[1] != ws[0] {
-		return nil, 0, 0, 0, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
+		return nil, 0, 0, c.refuse(mul, fmt.Sprintf("of %v by a weight of shape %v: want x of shape (rows, in) by W of shape (in, out)", x.Shape(), ws))
 	}
-	if b, nc = c.bias(bias, out); nc != nil {
-		return nil, 0, 0, 0, nc
+	b = -1
+	if bias != nil {
+		if b, nc = c.bias(bias, out); nc != nil {
+			return nil, 0, 0, nc
+		}
 	}
-	return x, w, b, act, nil
+	return x, w, b, nil
 }
 
-// peel reads n as Tanh(a), Rectify(a) or a.
-func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act nn.Activation, nc *notCompiled) {
+// activation is a layer's activation and, for LeakyReLU, its slope.
+type activation struct {
+	act   nn.Activation
+	slope float32
+}
+
+// peel reads n as Tanh(a), Sigmoid(a), Rectify(a), LeakyRelu(a, alpha)
+// or a.
+func (c *compiler) peel(n *gorgonia.Node) (a *gorgonia.Node, act activation, nc *notCompiled) {
 	switch op := n.Op(); {
 	case isUnary(op, "tanh"):
-		return children(n)[0], nn.Tanh, nil
+		return children(n)[0], activation{act: nn.Tanh}, nil
+	case isUnary(op, "sigmoid"):
+		return children(n)[0], activation{act: nn.Sigmoid}, nil
 	case isBinary(op, "⊙"):
 		r, ok := rectified(n)
 		if !ok {
-			return nil, 0, c.refuse(n, "other than in Rectify")
+			return nil, activation{}, c.refuse(n, "other than in Rectify")
 		}
-		return r, nn.ReLU, nil
+		return r, activation{act: nn.ReLU}, nil
+	case isBinary(op, "+"):
+		x, alpha, ok := leaky(n)
+		if !ok {
+			break
+		}
+		if !(alpha > 0 && alpha < 1) {
+			return nil, activation{}, &notCompiled{op: "LeakyRelu", node: oneLine(n.Name()), why: fmt.Sprintf("with alpha %v: the built-in layer's slope is between 0 and 1", alpha)}
+		}
+		return x, activation{act: nn.LeakyReLU, slope: alpha}, nil
 	}
-	return n, nn.Identity, nil
+	return n, activation{}, nil
 }
 
-// conv2d reads act(Add(Conv2d(x, K), b)): gorgonia's Conv2d, kernel K
-// of shape (out, C, k, k), plus a bias b of out values broadcast over
-// the example and the pixels. The built-in layer's weight is K's
+// leaky reads n as LeakyRelu(x, alpha) = Add(HadamardProd(x, Gte(x, 0)),
+// HadamardProd(HadamardProd(x, Lt(x, 0)), alpha)) and returns x and
+// alpha.
+func leaky(n *gorgonia.Node) (*gorgonia.Node, float32, bool) {
+	ch := children(n)
+	if len(ch) != 2 || !isBinary(ch[0].Op(), "⊙") || !isBinary(ch[1].Op(), "⊙") {
+		return nil, 0, false
+	}
+	x, ok := rectified(ch[0])
+	if !ok {
+		return nil, 0, false
+	}
+	neg, al := children(ch[1])[0], children(ch[1])[1]
+	if !isBinary(neg.Op(), "⊙") || !al.IsScalar() || al.Op() == nil || opType(al.Op()) != "constantScalar" {
+		return nil, 0, false
+	}
+	nc := children(neg)
+	if nc[0] != x || !isBinary(nc[1].Op(), "<") {
+		return nil, 0, false
+	}
+	if cc := children(nc[1]); cc[0] != x || !cc[1].IsScalar() {
+		return nil, 0, false
+	} else if z, err := float32s(cc[1].Value()); err != nil || len(z) != 1 || z[0] != 0 {
+		return nil, 0, false
+	}
+	a, err := float32s(al.Value())
+	if err != nil || len(a) != 1 {
+		return nil, 0, false
+	}
+	return x, a[0], true
+}
+
+// conv2d reads act(Add(Conv2d(x, K), b)) or, bias nil, act(Conv2d(x,
+// K)): gorgonia's Conv2d, kernel K of shape (out, C, k, k), plus a bias b
+// of out values broadcast over the example and the pixels. The built-in layer's weight is K's
 // transpose (C*k*k, out): the compiled model keeps it transposed in a
 // buffer of its own (compiled.pull, compiled.push).
-func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, *notCompiled) {
+func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act activation) (value, *notCompiled) {
 	r := children(t)[0]
 	prod := children(r)[0]
 	pc := children(prod)
@@ -348,9 +423,11 @@ func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, 
 		return value{}, odd
 	}
 	out := ks[0]
-	b, nc := c.channelBias(bias, out)
-	if nc != nil {
-		return value{}, nc
+	b := -1 // without a bias
+	if bias != nil {
+		if b, nc = c.channelBias(bias, out); nc != nil {
+			return value{}, nc
+		}
 	}
 	v, l, nc := c.unfold(t, col, out, act, k, b)
 	if nc != nil {
@@ -364,7 +441,7 @@ func (c *compiler) conv2d(n, t, bias *gorgonia.Node, act nn.Activation) (value, 
 // unfold reads the Im2Col node col of a convolution with out channels
 // whose output is node t, and returns the value of its input and the
 // layer (the output shape in v.shape).
-func (c *compiler) unfold(t, col *gorgonia.Node, out int, act nn.Activation, w, b int) (value, nn.Conv2D, *notCompiled) {
+func (c *compiler) unfold(t, col *gorgonia.Node, out int, act activation, w, b int) (value, nn.Conv2D, *notCompiled) {
 	var kh, kw, ph, pw, sh, sw, dh, dw int
 	if _, err := fmt.Sscanf(col.Op().String(), "im2col<(%d,%d), (%d, %d), (%d,%d) (%d, %d)>", &kh, &kw, &ph, &pw, &sh, &sw, &dh, &dw); err != nil {
 		return value{}, nn.Conv2D{}, c.refuse(col, "")
@@ -376,7 +453,7 @@ func (c *compiler) unfold(t, col *gorgonia.Node, out int, act nn.Activation, w, 
 	if nc != nil {
 		return v, nn.Conv2D{}, nc
 	}
-	l := nn.Conv2D{Out: out, Kernel: kh, Stride: sh, Pad: ph, Act: act, Weight: c.span(w), Bias: c.span(b)}
+	l := nn.Conv2D{Out: out, Kernel: kh, Stride: sh, Pad: ph, Act: act.act, Slope: act.slope, Weight: c.span(w), Bias: c.span(b)}
 	os, err := nn.OutShape(l, v.shape)
 	s := t.Shape()
 	if err != nil || len(s) != 4 || s[0] != 1 || s[1] != os.C || s[2] != os.H || s[3] != os.W {
@@ -465,13 +542,16 @@ func (c *compiler) dense(n *gorgonia.Node) (value, *notCompiled) {
 		v.shape = nn.Shape{C: v.shape.Size(), H: 1, W: 1}
 	}
 	out := c.m.g.Params[w].Shape()[1]
-	v.layers = append(v.layers, nn.Dense{Out: out, Act: act, Weight: c.span(w), Bias: c.span(b)})
+	v.layers = append(v.layers, nn.Dense{Out: out, Act: act.act, Slope: act.slope, Weight: c.span(w), Bias: c.span(b)})
 	v.shape = nn.Shape{C: out, H: 1, W: 1}
 	return v, nil
 }
 
 // span is parameter i's range of the flat buffer.
 func (c *compiler) span(i int) nn.Param {
+	if i < 0 {
+		return nn.Param{} // no bias
+	}
 	return nn.Param{Offset: c.m.offsets[i], Len: c.m.views[i].Size()}
 }
 
@@ -481,7 +561,7 @@ func (c *compiler) span(i int) nn.Param {
 func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 	why := "other than after a convolution in the built-in layout (Transpose(Reshape(Add(Mul(Reshape(Im2Col(x)), W), b)), 0, 3, 1, 2))"
 	if isConv2d(n) {
-		return value{}, conv2dRefusal(n)
+		return c.conv2d(n, n, nil, activation{}) // without a bias or activation
 	}
 	r := children(n)[0]
 	if n.Op().String() != "Aᵀ{0, 3, 1, 2}" || r.Op() == nil || opType(r.Op()) != "reshapeOp" {
@@ -507,6 +587,44 @@ func (c *compiler) conv(n *gorgonia.Node) (value, *notCompiled) {
 		return value{}, c.refuse(n, why)
 	}
 	v.layers = append(slices.Clone(v.layers), l)
+	return v, nil
+}
+
+// dropout reads gorgonia's Dropout(x, p) as the built-in layer
+// nn.Dropout of rate p: inverted dropout whose mask is keyed by the
+// model's seed (from its name), the step, the example's position in the
+// batch, the layer and the element, so each example's gradient depends
+// on its own mask only. gorgonia keeps p unexported: it is read by
+// reflection.
+func (c *compiler) dropout(n *gorgonia.Node) (value, *notCompiled) {
+	v, nc := c.node(children(n)[0])
+	if nc != nil {
+		return v, nc
+	}
+	f := reflect.ValueOf(n.Op())
+	if f.Kind() == reflect.Pointer {
+		f = f.Elem()
+	}
+	if f.Kind() != reflect.Struct {
+		return value{}, c.refuse(n, "of an unknown layout")
+	}
+	pf := f.FieldByName("probability")
+	if !pf.IsValid() || pf.Kind() != reflect.Float64 {
+		return value{}, c.refuse(n, "of an unknown layout")
+	}
+	rate := pf.Float()
+	if !(rate >= 0 && rate < 1) {
+		return value{}, c.refuse(n, fmt.Sprintf("with probability %v: the built-in layer's rate is in [0, 1)", rate))
+	}
+	if d, ok := n.Op().(interface{ SetTraining(bool) error }); ok && !slices.Contains(c.m.drops, d) {
+		c.m.drops = append(c.m.drops, d)
+	}
+	if rate == 0 {
+		return v, nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte("gorgoniadp dropout " + c.m.name))
+	v.layers = append(slices.Clone(v.layers), nn.Dropout{Rate: rate, Seed: h.Sum64()})
 	return v, nil
 }
 
@@ -593,11 +711,6 @@ func isConv2d(n *gorgonia.Node) bool {
 	}
 	p := children(r)[0]
 	return p.Op() != nil && opType(p.Op()) == "linAlgBinOp" && p.Op().String() == "A × Bᵀ"
-}
-
-func conv2dRefusal(n *gorgonia.Node) *notCompiled {
-	return &notCompiled{op: "Conv2d", node: oneLine(n.Name()),
-		why: "without a bias: the built-in convolution is Add(Conv2d(x, K), b) with b one parameter of a value per channel, shape (1, out, 1, 1) broadcast (BroadcastAdd with pattern 0, 2, 3)"}
 }
 
 // isLogSoftMax says whether n is LogSoftMax along its last axis.
@@ -699,13 +812,16 @@ var apiNames = map[string]string{
 	"softplus":            "SoftPlus",
 }
 
+// leakyLt is userOp's name of the comparison x < 0 in LeakyRelu.
+const leakyLt = "LeakyRelu (its x < 0)"
+
 // userOp names node n's op as the user wrote it: the gorgonia function,
 // with LeakyRelu recognized by its comparison x < 0.
 func userOp(n *gorgonia.Node) string {
 	if isBinary(n.Op(), "<") {
 		if ch := children(n); len(ch) == 2 && ch[1].IsScalar() {
 			if z, err := float32s(ch[1].Value()); err == nil && len(z) == 1 && z[0] == 0 {
-				return "LeakyRelu (its x < 0)"
+				return leakyLt
 			}
 		}
 	}
@@ -766,6 +882,9 @@ func (m *Model) compile(userLoss bool) error {
 		if n.Op() != nil && opType(n.Op()) == "avgPoolOp" {
 			return &OpError{Node: oneLine(n.Name()), Op: "AveragePool2D", Reason: "has a wrong gradient in gorgonia (it disagrees with finite differences), so it trains only in a graph that compiles to the built-in layers, and this one does not: " + nc.Error()}
 		}
+		if n.Op() != nil && opType(n.Op()) == "dropoutOp" {
+			return &OpError{Node: oneLine(n.Name()), Op: "Dropout", Reason: "draws random numbers in gorgonia that are not keyed per example, so it trains only in a graph that compiles to the built-in layers (whose dropout is), and this one does not: " + nc.Error()}
+		}
 	}
 	return nil
 }
@@ -806,7 +925,7 @@ func (m *Model) probe(c *compiled) *notCompiled {
 
 // Compiled reports whether the model's engines run the graph on the
 // batched executor of the built-in layers (package clip), and if not,
-// why: the op (by the gorgonia function that makes it, e.g. Sigmoid) that
+// why: the op (by the gorgonia function that makes it, e.g. SoftPlus) that
 // keeps it on the per-example path, one gorgonia VM pass per example.
 func (m *Model) Compiled() (ok bool, why string) {
 	if m.fast != nil {

@@ -99,6 +99,46 @@ var compileCases = []opCase{
 		h3 := G.Must(G.Reshape(h2, tensor.Shape{1, 36}))
 		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{k1, b1, k2, b2, w, b}}
 	}},
+	// Layers without a bias: gorgonia's Conv2d with Tanh and bare, a
+	// convolution in the built-in layout, a dense layer Mul(x, W).
+	{"no-bias", [3]int{2, 6, 6}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 6, 6), G.WithName("x"))
+		k1, w2 := param(g, rng, "k1", 0.4, 3, 2, 3, 3), param(g, rng, "w2", 0.4, 12, 4)
+		k3, w4 := param(g, rng, "k3", 0.5, 2, 4, 1, 1), param(g, rng, "w4", 0.5, 8, 3)
+		c1 := G.Must(G.Tanh(G.Must(G.Conv2d(x, k1, tensor.Shape{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1})))) // (1, 3, 6, 6)
+		p1 := G.Must(G.MaxPool2D(c1, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))                              // (1, 3, 3, 3)
+		col := G.Must(G.Im2Col(p1, tensor.Shape{2, 2}, tensor.Shape{0, 0}, tensor.Shape{1, 1}, tensor.Shape{1, 1}))
+		z := G.Must(G.Mul(G.Must(G.Reshape(col, tensor.Shape{4, 12})), w2))
+		c2 := G.Must(G.Transpose(G.Must(G.Reshape(z, tensor.Shape{1, 2, 2, 4})), 0, 3, 1, 2))     // (1, 4, 2, 2)
+		c3 := G.Must(G.Conv2d(c2, k3, tensor.Shape{1, 1}, []int{0, 0}, []int{1, 1}, []int{1, 1})) // (1, 2, 2, 2)
+		return Graph{Input: x, Logits: G.Must(G.Mul(G.Must(G.Reshape(c3, tensor.Shape{1, 8})), w4)), Params: []*G.Node{k1, w2, k3, w4}}
+	}},
+	// Sigmoid and LeakyRelu after dense layers.
+	{"mlp-sigmoid-leakyrelu", [3]int{10, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 8), param(g, rng, "b1", 0.3, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 6), param(g, rng, "b2", 0.3, 6)
+		w3, b3 := param(g, rng, "w3", 0.6, 6, 3), param(g, rng, "b3", 0.3, 3)
+		h1 := G.Must(G.Sigmoid(dense(x, w1, b1)))
+		h2 := G.Must(G.LeakyRelu(dense(h1, w2, b2), 0.1))
+		return Graph{Input: x, Logits: dense(h2, w3, b3), Params: []*G.Node{w1, b1, w2, b2, w3, b3}}
+	}},
+	// Sigmoid and LeakyRelu after convolutions: Im2Col with LeakyRelu,
+	// gorgonia's Conv2d with a channel bias and Sigmoid.
+	{"conv-leakyrelu-conv2d-sigmoid", [3]int{2, 6, 6}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 6, 6), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.4, 18, 3), param(g, rng, "b1", 0.2, 3)
+		k2, b2 := param(g, rng, "k2", 0.4, 4, 3, 2, 2), param(g, rng, "b2", 0.2, 1, 4, 1, 1)
+		w, b := param(g, rng, "w", 0.5, 16, 3), param(g, rng, "b", 0.2, 3)
+		leaky := func(n *G.Node) (*G.Node, error) { return G.LeakyRelu(n, 0.2) }
+		c1 := im2colConv(x, w1, b1, 3, 1, 1, leaky) // (1, 3, 6, 6)
+		p1 := G.Must(G.MaxPool2D(c1, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+		c2 := G.Must(G.Conv2d(p1, k2, tensor.Shape{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1})) // (1, 4, 4, 4)
+		h2 := G.Must(G.Sigmoid(G.Must(G.BroadcastAdd(c2, b2, nil, []byte{0, 2, 3}))))
+		p2 := G.Must(G.MaxPool2D(h2, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2})) // (1, 4, 2, 2)
+		h3 := G.Must(G.Reshape(p2, tensor.Shape{1, 16}))
+		return Graph{Input: x, Logits: dense(h3, w, b), Params: []*G.Node{w1, b1, k2, b2, w, b}}
+	}},
 }
 
 // perExample returns an engine of m on the per-example path (one gorgonia
@@ -330,15 +370,13 @@ func TestNotCompiled(t *testing.T) {
 		name, op string
 		build    func(g *G.ExprGraph, rng *rand.Rand) Graph
 	}{
-		{"sigmoid", "Sigmoid", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		{"softplus", "SoftPlus", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
 			w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
 			w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
-			h := G.Must(G.Sigmoid(dense(x, w1, b1)))
+			h := G.Must(G.Softplus(dense(x, w1, b1)))
 			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
 		}},
-		{"conv2d", "Conv2d", opCases[1].build},
-		{"mul-without-bias", "Mul", opCases[2].build},
 		{"mean-loss", "Loss", opCases[3].build},
 		{"flat-input-reshaped", "give Graph.Shape {1, 4, 4}", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 16), G.WithName("x"))
@@ -539,7 +577,7 @@ func TestDigest(t *testing.T) {
 }
 
 // avgPoolGraph is a convolution plus bias, Tanh, AveragePool2D and a
-// dense layer (compiled), or with Sigmoid in place of Tanh (not).
+// dense layer (compiled), or with Softplus in place of Tanh (not).
 // (on an hw x hw input; hw odd: the windows do not tile the activation).
 func avgPoolGraph(act func(*G.Node) (*G.Node, error), hw int) func(g *G.ExprGraph, rng *rand.Rand) Graph {
 	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
@@ -615,7 +653,7 @@ func TestAveragePool2D(t *testing.T) {
 		name, why string
 		act       func(*G.Node) (*G.Node, error)
 		hw        int
-	}{{"sigmoid", "Sigmoid", G.Sigmoid, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
+	}{{"softplus", "SoftPlus", G.Softplus, 4}, {"odd", "windows that tile", G.Tanh, 5}} {
 		_, err = New("avgpool-"+c.name, avgPoolGraph(c.act, c.hw)(G.NewGraph(), rand.New(rand.NewPCG(3, 1))))
 		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "AveragePool2D has a wrong gradient") || !strings.Contains(err.Error(), c.why) {
 			t.Fatalf("an AveragePool2D graph that does not compile (%s): %v", c.name, err)
@@ -629,18 +667,12 @@ func TestAveragePool2D(t *testing.T) {
 // MaxPool2D gradient indexed out of range on it, in a goroutine, which
 // ended the program).
 func TestNaNInputPerExample(t *testing.T) {
-	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D: per example
+	oc := opCases[1] // Conv2d without a bias, Tanh, MaxPool2D
 	m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(1, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := m.Compiled(); ok {
-		t.Fatal("compiled")
-	}
-	e, err := m.Engine(clip.Options{Norm: 1, MaxBatch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := perExample(t, m, clip.Options{Norm: 1, MaxBatch: 4})
 	chw := 2 * 6 * 6
 	x, y := randomBatch(rand.New(rand.NewPCG(1, 2)), 4, chw, 4)
 	x[chw+5] = float32(math.NaN())
@@ -673,5 +705,101 @@ func TestProbe(t *testing.T) {
 	wrong.net.Layers[0] = d
 	if nc := m.probe(&wrong); nc == nil || !strings.Contains(nc.Error(), "disagree with the graph") {
 		t.Fatalf("layers with ReLU for Tanh: %v", nc)
+	}
+}
+
+// dropoutGraph is dense, Tanh, Dropout(rate) (none for rate < 0), dense,
+// act after the first layer (Tanh compiles, Softplus does not).
+func dropoutGraph(rate float64, act func(*G.Node) (*G.Node, error)) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 16), param(g, rng, "b1", 0.3, 16)
+		w2, b2 := param(g, rng, "w2", 0.6, 16, 3), param(g, rng, "b2", 0.3, 3)
+		h := G.Must(act(dense(x, w1, b1)))
+		if rate >= 0 {
+			h = G.Must(G.Dropout(h, rate))
+		}
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, w2, b2}}
+	}
+}
+
+// TestDropout checks that gorgonia's Dropout compiles to the built-in
+// layer (nn.Dropout of the same rate; its per-example keyed masks are
+// tested in package nn, TestDropout there): evaluation and the probe pass
+// activations through (equal to the graph without Dropout), training
+// steps drop (the clipped sum differs from the graph's without Dropout,
+// and equals the built-in executor's on the same layers), rate 0 adds no
+// layer, and a graph with Dropout that does not compile is refused.
+func TestDropout(t *testing.T) {
+	build := func(rate float64, act func(*G.Node) (*G.Node, error)) (*Model, error) {
+		return New("dropout", dropoutGraph(rate, act)(G.NewGraph(), rand.New(rand.NewPCG(4, 1))))
+	}
+	m, err := build(0.3, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := m.Compiled(); !ok {
+		t.Fatal(why)
+	}
+	var drop nn.Dropout
+	for _, l := range m.fast.net.Layers {
+		if d, ok := l.(nn.Dropout); ok {
+			drop = d
+		}
+	}
+	if drop.Rate != 0.3 || drop.Seed == 0 {
+		t.Fatalf("dropout layer %+v, want rate 0.3 and a seed", drop)
+	}
+	plain, err := build(-1, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero, err := build(0, G.Tanh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zero.fast.net.Layers) != len(plain.fast.net.Layers) {
+		t.Fatalf("rate 0: layers %v, want those without Dropout %v", zero.fast.net.Layers, plain.fast.net.Layers)
+	}
+	const n = 16
+	x, y := randomBatch(rand.New(rand.NewPCG(4, 2)), n, 10, 3)
+	opt := clip.Options{Norm: 0.5, MaxBatch: n}
+	sum := func(m *Model) ([]float32, float64) {
+		e, err := m.Engine(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, m.NumParams())
+		if _, err := e.ClippedSum(x, y, out); err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := e.Evaluate(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, l
+	}
+	got, gl := sum(m)
+	want, wl := sum(plain)
+	if _, same := close32(got, want); same {
+		t.Fatal("training step with Dropout equals the one without")
+	}
+	if math.Abs(gl-wl) > 1e-5*(1+wl) {
+		t.Fatalf("evaluation loss with Dropout %v, without %v: want equal (no dropping)", gl, wl)
+	}
+	// The built-in executor on the same layers and parameters.
+	ne, err := clip.New(m.fast, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := make([]float32, m.NumParams())
+	if _, err := ne.ClippedSum(x, y, ref); err != nil {
+		t.Fatal(err)
+	}
+	if j, ok := close32(got, ref); !ok {
+		t.Fatalf("clipped sum entry %d: %v, the executor's %v", j, got[max(j, 0)], ref[max(j, 0)])
+	}
+	if _, err := build(0.3, G.Softplus); err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "Dropout") || !strings.Contains(err.Error(), "SoftPlus") {
+		t.Fatalf("Dropout in a graph that does not compile: %v", err)
 	}
 }

@@ -309,6 +309,10 @@ func (e *Engine) Logits(x []float32) ([]float32, error) {
 
 func (m *Model) logits(x []float32) ([]float32, error) {
 	copy(m.x, x)
+	for _, d := range m.drops {
+		d.SetTraining(false)
+		defer d.SetTraining(true)
+	}
 	if err := run(m.eval); err != nil {
 		return nil, err
 	}

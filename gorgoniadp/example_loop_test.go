@@ -83,7 +83,7 @@ func ExampleModel_ValueGrads() {
 				log.Fatal(err)
 			}
 		}
-		if err := noise.NextDense(src, z); err != nil { // W_i, unit scale
+		if err := gorgoniadp.NextDense(src, z); err != nil { // W_i, unit scale
 			log.Fatal(err)
 		}
 		if _, err := tensor.Mul(z, float32(plan.NoiseStd), tensor.UseUnsafe()); err != nil {

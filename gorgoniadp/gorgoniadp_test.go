@@ -92,6 +92,13 @@ var opCases = []opCase{
 		loss := G.Must(G.Mul(m, G.NewConstant(float32(-3))))
 		return Graph{Input: x, Logits: logits, Label: label, Loss: loss, Params: []*G.Node{w1, b1, w2}}
 	}},
+	// LeakyRelu (its x < 0 comparison), without biases.
+	{"dense-leakyrelu", [3]int{6, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 6), G.WithName("x"))
+		w1, w2 := param(g, rng, "w1", 0.6, 6, 5), param(g, rng, "w2", 0.6, 5, 3)
+		h := G.Must(G.LeakyRelu(G.Must(G.Mul(x, w1)), 0.1))
+		return Graph{Input: x, Logits: G.Must(G.Mul(h, w2)), Params: []*G.Node{w1, w2}}
+	}},
 }
 
 // reference computes the gradient of one example on a graph built afresh
@@ -302,9 +309,10 @@ func TestRefused(t *testing.T) {
 			return Graph{Input: x, Logits: G.Must(G.Mul(G.Must(G.Reshape(bn, tensor.Shape{1, 32})), w)), Params: []*G.Node{k, w}}
 		}},
 		{"dropout", "Dropout draws", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			// (Dropout compiles, TestDropout; not after Softplus.)
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w := param(g, rng, "w", 0.5, 4, 3)
-			return Graph{Input: x, Logits: G.Must(G.Dropout(G.Must(G.Mul(x, w)), 0.5)), Params: []*G.Node{w}}
+			return Graph{Input: x, Logits: G.Must(G.Dropout(G.Must(G.Softplus(G.Must(G.Mul(x, w)))), 0.5)), Params: []*G.Node{w}}
 		}},
 		{"max", "Max has no", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
@@ -330,10 +338,11 @@ func TestRefused(t *testing.T) {
 			w := param(g, rng, "w", 0.5, 4, 3)
 			return Graph{Input: x, Logits: G.Must(G.Cube(G.Must(G.Mul(x, w)))), Params: []*G.Node{w}}
 		}},
-		{"leaky relu", "LeakyRelu (its x < 0) has no", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		{"lt", "Lt has no", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w := param(g, rng, "w", 0.5, 4, 3)
-			return Graph{Input: x, Logits: G.Must(G.LeakyRelu(G.Must(G.Mul(x, w)), 0.1)), Params: []*G.Node{w}}
+			z := G.Must(G.Mul(x, w))
+			return Graph{Input: x, Logits: G.Must(G.HadamardProd(z, G.Must(G.Lt(z, G.NewConstant(float32(1)), true)))), Params: []*G.Node{w}}
 		}},
 		{"named node", "Cube (node cubed) has no", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))

@@ -23,8 +23,9 @@
 // the sum (docs/math.md, no data-dependent control flow). Only ops whose per-example
 // gradients are tested against an independent reference are accepted (see
 // Supported); New refuses any other op, and ops that mix the examples of a
-// batch (gorgonia.BatchNorm) or draw random numbers (gorgonia.Dropout),
-// with a one-line error naming the op.
+// batch (gorgonia.BatchNorm) or draw random numbers (gorgonia.Dropout
+// outside a graph that compiles to the built-in layers, whose dropout
+// masks are keyed per example), with a one-line error naming the op.
 //
 // The parameters stay the user's gorgonia nodes: New rebinds each one to a
 // *tensor.Dense viewing one flat float32 buffer (Params), which the
@@ -92,8 +93,11 @@ type Model struct {
 
 	// pools are the graph's max-pooling nodes and guard the forward
 	// pass up to them (nil without max pooling): see poolsOK.
-	pools  gorgonia.Nodes
-	guard  gorgonia.VM
+	pools gorgonia.Nodes
+	guard gorgonia.VM
+	// drops are the graph's Dropout ops, switched off while logits runs
+	// the graph forward (the compiled layers do the dropping).
+	drops  []interface{ SetTraining(bool) error }
 	fast   *compiled // the graph as built-in layers (compile.go), or nil
 	why    string    // why fast is nil
 	arch   []string  // the architecture's description (digest.go)

@@ -19,7 +19,8 @@ var supportedOps = []string{
 	"elemUnaryOp",    // see named
 	"im2colOp",       // Im2Col, Conv2d
 	"maxPoolOp",      // MaxPool2D
-	"avgPoolOp",      // AveragePool2D
+	"avgPoolOp",      // AveragePool2D (only compiled)
+	"dropoutOp",      // Dropout (only compiled)
 	"reshapeOp",      // Reshape
 	"transposeOp",    // Transpose
 	"repeatOp",       // BroadcastAdd and the other broadcasts
@@ -57,7 +58,6 @@ func description(t string, op gorgonia.Op) string {
 var refusedOps = map[string]string{
 	"BatchNormOp":     "mixes the examples of a batch (batch statistics), so one example's gradient depends on the others",
 	"batchnormDiffOp": "mixes the examples of a batch (batch statistics), so one example's gradient depends on the others",
-	"dropoutOp":       "draws random numbers, which this adapter does not key per example; drop it or apply it outside the private gradient",
 	"randomOp":        "draws random numbers, which this adapter does not key per example",
 }
 
@@ -81,6 +81,7 @@ func Supported() []string {
 					add("Mul with a transposed operand (as in Conv2d)")
 				case d == ">=":
 					add("Gte (as in Rectify)")
+					add("LeakyRelu")
 				default:
 					add(apiNames[d])
 				}
@@ -147,6 +148,9 @@ func checkOps(nodes gorgonia.Nodes) error {
 		}
 		if !slices.Contains(supportedOps, t) {
 			return &OpError{Node: name, Op: desc, Reason: "has no tested per-example rule here (gorgoniadp.Supported lists the ops that do)"}
+		}
+		if desc == leakyLt {
+			continue // x < 0 in LeakyRelu (TestPerExample's dense-leakyrelu)
 		}
 		if ds, ok := named[t]; ok && !slices.Contains(ds, description(t, op)) {
 			return &OpError{Node: name, Op: desc, Reason: "has no tested per-example rule here (gorgoniadp.Supported lists the ops that do)"}

@@ -310,7 +310,7 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	layer := func(a map[string]any, i int) map[string]any { return a["layers"].([]any)[i].(map[string]any) }
 	edit("unknown layer kind", func(a map[string]any) { layer(a, 1)["kind"] = "attention" }, `layer kind "attention" is not known to this build`)
-	edit("unknown activation", func(a map[string]any) { layer(a, 1)["act"] = "swish" }, `activation "swish" (want identity, tanh, relu or gelu)`)
+	edit("unknown activation", func(a map[string]any) { layer(a, 1)["act"] = "swish" }, `activation "swish" (want identity, tanh, relu, gelu, sigmoid or leakyrelu)`)
 	edit("huge layer", func(a map[string]any) { layer(a, 1)["out"] = 1 << 24 }, "brings the model to 3.0199e+08 parameters")
 	edit("absurd layer", func(a map[string]any) { layer(a, 1)["out"] = 1 << 40 }, `layer 1 (dense "dense0"): hyper-parameter 1099511627776 out of range`)
 	edit("bad input shape", func(a map[string]any) { a["input"] = []int{0, 3, 3} }, "input shape [0 3 3]")

@@ -58,6 +58,12 @@ const (
 	// GELU is the Gaussian error linear unit x Phi(x) (Hendrycks and
 	// Gimpel 2016), the exact (erf) form PyTorch uses by default.
 	GELU
+	// Sigmoid is the logistic function 1/(1+exp(-x)).
+	Sigmoid
+	// LeakyReLU is x for x >= 0 and Slope*x below (the layer's Slope,
+	// 0 < Slope < 1), as gorgonia's LeakyRelu(x, alpha).
+	LeakyReLU
+	lastActivation = LeakyReLU
 )
 
 func (a Activation) String() string {
@@ -70,13 +76,17 @@ func (a Activation) String() string {
 		return "relu"
 	case GELU:
 		return "gelu"
+	case Sigmoid:
+		return "sigmoid"
+	case LeakyReLU:
+		return "leakyrelu"
 	}
 	return fmt.Sprintf("Activation(%d)", uint8(a))
 }
 
 // MarshalText writes the activation's name (model files record it so).
 func (a Activation) MarshalText() ([]byte, error) {
-	if a > GELU {
+	if a > lastActivation {
 		return nil, dpcore.Invalidf("%v", a)
 	}
 	return []byte(a.String()), nil
@@ -84,13 +94,13 @@ func (a Activation) MarshalText() ([]byte, error) {
 
 // UnmarshalText reads a name written by MarshalText.
 func (a *Activation) UnmarshalText(b []byte) error {
-	for c := Identity; c <= GELU; c++ {
+	for c := Identity; c <= lastActivation; c++ {
 		if string(b) == c.String() {
 			*a = c
 			return nil
 		}
 	}
-	return dpcore.Invalidf("activation %q (want identity, tanh, relu or gelu)", b)
+	return dpcore.Invalidf("activation %q (want identity, tanh, relu, gelu, sigmoid or leakyrelu)", b)
 }
 
 // Layer is one layer of a Network: Conv2D, Dense, MaxPool, AvgPool,
@@ -103,18 +113,26 @@ type Layer interface {
 // Conv2D is a 2-D convolution Z = U W + b over the im2col-unfolded input U
 // (one row per output pixel) followed by Act. Weight has shape
 // (Kernel*Kernel*in channels, Out), rows ordered (channel, kernel row,
-// kernel column) as gorgonia's Im2Col orders them; Bias has Out entries.
+// kernel column) as gorgonia's Im2Col orders them; Bias has Out entries,
+// or none (Len 0: a convolution without a bias).
+// Slope is LeakyReLU's slope below zero (0 < Slope < 1; zero for the
+// other activations).
 type Conv2D struct {
 	Out, Kernel, Stride, Pad int
 	Act                      Activation
+	Slope                    float32
 	Weight, Bias             Param
 }
 
 // Dense is z = u W + b followed by Act; Weight has shape (in, Out)
-// row-major, Bias Out entries. Its input must be flat (see Flatten).
+// row-major, Bias Out entries or none (Len 0: no bias). Its input must be
+// flat (see Flatten).
+// Slope is LeakyReLU's slope below zero (0 < Slope < 1; zero for the
+// other activations).
 type Dense struct {
 	Out          int
 	Act          Activation
+	Slope        float32
 	Weight, Bias Param
 }
 
@@ -135,22 +153,24 @@ func (c Conv2D) out(in Shape) (Shape, error) {
 	if in.H+2*c.Pad < c.Kernel || in.W+2*c.Pad < c.Kernel || h <= 0 || w <= 0 {
 		return Shape{}, dpcore.Invalidf("conv2d kernel %d does not fit input %dx%d with padding %d", c.Kernel, in.H, in.W, c.Pad)
 	}
-	if err := c.check(c.Kernel*c.Kernel*in.C, c.Out, c.Act); err != nil {
+	if err := checkAffine(c.Weight, c.Bias, c.Kernel*c.Kernel*in.C, c.Out, c.Act, c.Slope); err != nil {
 		return Shape{}, fmt.Errorf("conv2d: %w", err)
 	}
 	return Shape{c.Out, h, w}, nil
 }
 
-func (c Conv2D) check(fi, fo int, act Activation) error {
-	return checkAffine(c.Weight, c.Bias, fi, fo, act)
-}
-
-func checkAffine(w, b Param, fi, fo int, act Activation) error {
-	if w.Len != fi*fo || b.Len != fo || w.Offset < 0 || b.Offset < 0 {
+func checkAffine(w, b Param, fi, fo int, act Activation, slope float32) error {
+	if w.Len != fi*fo || b.Len != fo && b.Len != 0 || w.Offset < 0 || b.Offset < 0 {
 		return dpcore.Invalidf("weight %+v, bias %+v for fan-in %d, fan-out %d", w, b, fi, fo)
 	}
-	if act > GELU {
+	if act > lastActivation {
 		return dpcore.Invalidf("%v", act)
+	}
+	if act == LeakyReLU && !(slope > 0 && slope < 1) {
+		return dpcore.Invalidf("leakyrelu slope %v (want 0 < slope < 1)", slope)
+	}
+	if act != LeakyReLU && slope != 0 {
+		return dpcore.Invalidf("slope %v with %v (only leakyrelu has one)", slope, act)
 	}
 	return nil
 }
@@ -162,7 +182,7 @@ func (d Dense) out(in Shape) (Shape, error) {
 	if d.Out <= 0 {
 		return Shape{}, dpcore.Invalidf("dense out %d", d.Out)
 	}
-	if err := checkAffine(d.Weight, d.Bias, in.C, d.Out, d.Act); err != nil {
+	if err := checkAffine(d.Weight, d.Bias, in.C, d.Out, d.Act, d.Slope); err != nil {
 		return Shape{}, fmt.Errorf("dense: %w", err)
 	}
 	return Shape{d.Out, 1, 1}, nil

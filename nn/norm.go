@@ -296,7 +296,10 @@ func (s *stage) poolWindows(tap func(o, b int), begin, end func(o int)) {
 func (p *Plan) biasAct(w *worker, i int, z []float32) {
 	s := &p.stages[i]
 	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
-	if s.act != GELU {
+	if s.noBias != nil {
+		bias = s.noBias
+	}
+	if s.act <= ReLU {
 		biasAct(z, bias, s.act)
 		return
 	}
@@ -321,6 +324,18 @@ func (p *Plan) activate(w *worker, i int, z []float32) {
 		return
 	case Identity:
 		return
+	case Sigmoid:
+		for k, v := range z {
+			z[k] = float32(1 / (1 + math.Exp(-float64(v))))
+		}
+		return
+	case LeakyReLU:
+		for k, v := range z {
+			if v < 0 {
+				z[k] = v * s.slope
+			}
+		}
+		return
 	}
 	copy(w.pre[i], z)
 	for k, v := range z {
@@ -333,7 +348,21 @@ func (p *Plan) activate(w *worker, i int, z []float32) {
 // activation's derivative.
 func (p *Plan) actGrad(w *worker, i int, G []float32) {
 	s := &p.stages[i]
-	if s.act != GELU {
+	switch s.act {
+	case GELU:
+	case Sigmoid: // a(1-a), a the output
+		for k, v := range w.act[i+1][:len(G)] {
+			G[k] *= v * (1 - v)
+		}
+		return
+	case LeakyReLU: // the output's sign is the input's (0 < slope)
+		for k, v := range w.act[i+1][:len(G)] {
+			if v < 0 {
+				G[k] *= s.slope
+			}
+		}
+		return
+	default:
 		actGrad(G, w.act[i+1][:len(G)], s.act)
 		return
 	}

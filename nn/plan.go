@@ -73,6 +73,8 @@ type stage struct {
 	// affine layers: Z (P x fo per example) = U (P x fi) W + b.
 	fi, fo, P      int
 	act            Activation
+	slope          float32   // LeakyReLU's
+	noBias         []float32 // fo zeros, the bias of a layer without one
 	w, b           Param
 	k, stride, pad int // conv
 	pool           int
@@ -254,10 +256,10 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		s := stage{in: in, out: out, P: 1, src: src}
 		switch l := l.(type) {
 		case Conv2D:
-			s.kind, s.k, s.stride, s.pad, s.act, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Weight, l.Bias
+			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
 			s.exOff = p.exLen
-			p.exLen += s.fi*s.fo + s.fo
+			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -269,7 +271,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 				}
 			}
 		case Dense:
-			s.kind, s.act, s.w, s.b = kDense, l.Act, l.Weight, l.Bias
+			s.kind, s.act, s.slope, s.w, s.b = kDense, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo = s.in.C, l.Out
 		case MaxPool:
 			s.kind, s.pool = kPool, l.Size
@@ -306,6 +308,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			}
 			s.exOff = p.exLen
 			p.exLen += s.w.Len + s.b.Len
+		}
+		if (s.kind == kConv || s.kind == kDense) && s.b.Len == 0 {
+			s.noBias = make([]float32, s.fo)
 		}
 		if s.kind == kConv || s.kind == kDense || s.kind == kNorm {
 			for _, q := range []Param{s.w, s.b} {
@@ -1051,9 +1056,11 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				U, G := w.affineIO(s, i, j)
 				M := p.exGrad(w, s, j)
 				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
-				colSums(G, s.fo, w.col)
-				for k, v := range w.col[:s.fo] {
-					M[s.fi*s.fo+k] = float32(v)
+				if s.b.Len > 0 {
+					colSums(G, s.fo, w.col)
+					for k, v := range w.col[:s.fo] {
+						M[s.fi*s.fo+k] = float32(v)
+					}
 				}
 				sq[s.aff] = sumsq64(M)
 				if p.opt.LInf {
@@ -1081,10 +1088,16 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				// The weight gradient is the outer product u g^T: each
 				// entry one float32 product, its squared norm
 				// ||u||^2 ||g||^2 up to float64 rounding.
-				sq[s.aff] = sumsq64(U)*gg + gg
+				sq[s.aff] = sumsq64(U) * gg
+				if s.b.Len > 0 {
+					sq[s.aff] += gg
+				}
 				if p.opt.LInf {
 					mg := maxAbs(G)
-					linf = max(linf, maxAbs(U)*mg, mg)
+					linf = max(linf, maxAbs(U)*mg)
+					if s.b.Len > 0 {
+						linf = max(linf, mg)
+					}
 				}
 			}
 		}
@@ -1246,6 +1259,9 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		G := w.d[i+1][:rows*s.fo]
 		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		if s.b.Len == 0 {
+			continue
+		}
 		colSums(G, s.fo, w.col)
 		for k, v := range w.col[:s.fo] {
 			accB[k] += float32(v)

@@ -34,8 +34,15 @@ func refLossDrop(net Network, p []float64, x []float64, y int, drop func(l, k in
 
 // refLayers runs layers on one example (CHW) in float64.
 func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l, k int) float64) ([]float64, Shape) {
-	act := func(v float64, a Activation) float64 {
+	act := func(v float64, a Activation, slope float32) float64 {
 		switch a {
+		case Sigmoid:
+			return 1 / (1 + math.Exp(-v))
+		case LeakyReLU:
+			if v < 0 {
+				return float64(slope) * v
+			}
+			return v
 		case Tanh:
 			return math.Tanh(v)
 		case ReLU:
@@ -69,7 +76,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 				if perElem {
 					q = idx
 				}
-				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a)
+				next[idx] = act(p[w.Offset+q]*(blk[k]-mean)/math.Sqrt(vr+eps)+p[b.Offset+q], a, 0)
 			}
 		}
 		cur = next
@@ -127,7 +134,10 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 			for o := range out.C {
 				for r := range out.H {
 					for c := range out.W {
-						s := p[l.Bias.Offset+o]
+						s := 0.0
+						if l.Bias.Len > 0 {
+							s = p[l.Bias.Offset+o]
+						}
 						for ch := range sh.C {
 							for kr := range K {
 								for kc := range K {
@@ -139,7 +149,7 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 								}
 							}
 						}
-						next[o*out.H*out.W+r*out.W+c] = act(s, l.Act)
+						next[o*out.H*out.W+r*out.W+c] = act(s, l.Act, l.Slope)
 					}
 				}
 			}
@@ -169,11 +179,14 @@ func refLayers(layers []Layer, p []float64, cur []float64, sh Shape, drop func(l
 		case Dense:
 			next := make([]float64, l.Out)
 			for o := range l.Out {
-				s := p[l.Bias.Offset+o]
+				s := 0.0
+				if l.Bias.Len > 0 {
+					s = p[l.Bias.Offset+o]
+				}
 				for k := range sh.C {
 					s += cur[k] * p[l.Weight.Offset+k*l.Out+o]
 				}
-				next[o] = act(s, l.Act)
+				next[o] = act(s, l.Act, l.Slope)
 			}
 			cur, sh = next, Shape{l.Out, 1, 1}
 		}
@@ -263,6 +276,26 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, LayerNorm{Act: GELU, Weight: b.param(5), Bias: b.param(5)})
 	b.dense(5, 3, Identity)
 	nets["norms-avgpool-gelu"] = b
+	// Sigmoid and LeakyReLU (the activations gorgonia graphs compile to)
+	// after convolutions and dense layers.
+	b = &builder{net: Network{Input: Shape{2, 6, 6}}}
+	b.conv(2, 3, 3, 1, 1, Sigmoid)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 4, Kernel: 3, Stride: 2, Pad: 1, Act: LeakyReLU, Slope: 0.2, Weight: b.param(27 * 4), Bias: b.param(4)})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, Dense{Out: 5, Act: LeakyReLU, Slope: 0.01, Weight: b.param(36 * 5), Bias: b.param(5)})
+	b.dense(5, 4, Sigmoid)
+	b.dense(4, 3, Identity)
+	nets["sigmoid-leakyrelu"] = b
+	// Layers without a bias (Bias.Len 0): a convolution as the first
+	// layer and in the middle, dense layers with and without one.
+	b = &builder{net: Network{Input: Shape{2, 5, 5}}}
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 3, Kernel: 3, Stride: 1, Pad: 1, Act: Tanh, Weight: b.param(18 * 3)})
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 2, Kernel: 2, Stride: 2, Pad: 0, Act: ReLU, Weight: b.param(12 * 2)})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.net.Layers = append(b.net.Layers, Dense{Out: 4, Act: Sigmoid, Weight: b.param(8 * 4)})
+	b.dense(4, 3, Tanh)
+	b.net.Layers = append(b.net.Layers, Dense{Out: 3, Weight: b.param(3 * 3)})
+	nets["no-bias"] = b
 	// The norm kernels' edges: GroupNorm as the first layer (no input
 	// gradient) over 6 channels (4 in AVX2, 2 left over), LayerNorm over a
 	// map (an affine per element), both with the fused ReLU.
@@ -420,12 +453,25 @@ func TestGradients(t *testing.T) {
 			}
 			// Clipped sum with factors depending on the example and layer.
 			sum := make([]float32, b.n)
-			cl := &testClipper{}
+			cl := &testClipper{sq: make([][]float64, n)}
 			if _, err := p.Step(x, y, sum, cl); err != nil {
 				t.Fatal(err)
 			}
 			want := make([]float32, b.n)
 			layerOf := affineOf(b.net, b.n)
+			// The squared norms the clipper sees are those of each
+			// example's gradient, layer by layer.
+			for i := range n {
+				wantSq := make([]float64, len(cl.sq[i]))
+				for j, g := range grads[i] {
+					wantSq[layerOf[j]] += float64(g) * float64(g)
+				}
+				for l, v := range wantSq {
+					if math.Abs(cl.sq[i][l]-v) > 1e-5*v {
+						t.Errorf("example %d layer %d: squared norm %v, gradient's %v", i, l, cl.sq[i][l], v)
+					}
+				}
+			}
 			for i := range n {
 				for j, g := range grads[i] {
 					want[j] += float32(cl.factor(i, layerOf[j])) * g
@@ -451,11 +497,17 @@ func TestGradients(t *testing.T) {
 	}
 }
 
-type testClipper struct{}
+// testClipper scales example i's layer l by factor(i, l) and, with sq
+// set, records each example's per-layer squared norms (workers write
+// distinct entries).
+type testClipper struct{ sq [][]float64 }
 
 func (testClipper) factor(i, l int) float64 { return 0.25 + 0.5*float64((i+2*l)%3) }
 
 func (c *testClipper) Scale(i int, sq []float64, _ float64, f []float64) {
+	if c.sq != nil {
+		c.sq[i] = append([]float64(nil), sq...)
+	}
 	for l := range f {
 		f[l] = c.factor(i, l)
 	}
@@ -817,6 +869,28 @@ func TestStepAllocs(t *testing.T) {
 			if a := testing.AllocsPerRun(5, step); a != 0 {
 				t.Errorf("%s, clipper %T: %.1f allocations per step", name, cl, a)
 			}
+		}
+	}
+}
+
+// TestLeakyReLUSlope checks that a LeakyReLU layer needs a slope in
+// (0, 1), that only LeakyReLU takes one, and that the new activations'
+// names round-trip.
+func TestLeakyReLUSlope(t *testing.T) {
+	for _, l := range []Dense{
+		{Out: 2, Act: LeakyReLU, Weight: Param{0, 6}, Bias: Param{6, 2}},
+		{Out: 2, Act: LeakyReLU, Slope: 1, Weight: Param{0, 6}, Bias: Param{6, 2}},
+		{Out: 2, Act: Sigmoid, Slope: 0.1, Weight: Param{0, 6}, Bias: Param{6, 2}},
+	} {
+		if _, err := (Network{Input: Shape{3, 1, 1}, Layers: []Layer{l}}).Shapes(); err == nil {
+			t.Errorf("%v slope %v accepted", l.Act, l.Slope)
+		}
+	}
+	for _, a := range []Activation{Sigmoid, LeakyReLU} {
+		b, err := a.MarshalText()
+		var back Activation
+		if err != nil || back.UnmarshalText(b) != nil || back != a {
+			t.Errorf("%v: %q, %v, back %v", a, b, err, back)
 		}
 	}
 }
