@@ -169,7 +169,7 @@ func TestAutoBandsUnamplified(t *testing.T) {
 			if p.Amplified || p.Sampling != samp || p.Schema.Kind == dpcore.Single {
 				t.Fatalf("%s, %s: planned %s sampling, schema %s, amplified %v", name, samp, p.Sampling, p.Schema, p.Amplified)
 			}
-			wantRows := []int{1, 2, 4, 8, 16, 20, 32, 64}
+			wantRows := []int{1, 2, 4, 8, 16, 20, 40}
 			if samp == SamplingShuffle {
 				wantRows = []int{1, 2, 4, 8, 16, 32, 64}
 			}
