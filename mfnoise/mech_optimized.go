@@ -74,9 +74,10 @@ func (m MFKB) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.
 func (MFKB) StampDecoder() StampDecoder { return StampOptimal }
 
 // BandMF is banded matrix factorization with Bands bands (banded-MF;
-// OptimizeBanded), or with Auto, the band count the planner picks by
-// amplified accounting (banded-MF App. F.4; see AutoBanded for the count
-// it is built with by itself).
+// OptimizeBanded), or with Auto, the band count the planner picks (by
+// amplified accounting under band sampling, banded-MF App. F.4, or by the
+// loss under the schema without amplification; see AutoBanded for the
+// count it is built with by itself).
 type BandMF struct {
 	Bands int
 	Auto  bool

@@ -98,8 +98,8 @@ func (m BandedToeplitz) Build(ctx context.Context, w dpcore.Workload, schema dpc
 	bands := m.Bands
 	if m.Auto {
 		// As bandmf:auto: the most bands the schema's sensitivity allows
-		// without overlap (the planner chooses by amplified accounting
-		// instead).
+		// without overlap (the planner chooses by its own rule instead:
+		// privacy's band choice).
 		bands = w.N
 		if schema.Kind != dpcore.Single {
 			bands = min(schema.B, w.N)

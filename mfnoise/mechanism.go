@@ -36,8 +36,9 @@ type Structure struct {
 	// (banded-MF Thm 4), and only with at least b partitions.
 	Bands int
 	// AutoBands says the encoder is banded with a band count the planner
-	// chooses by amplified accounting (bandmf:auto, toeplitz:auto; the
-	// mechanism is an AutoBanded).
+	// chooses (bandmf:auto, toeplitz:auto; the mechanism is an
+	// AutoBanded): by amplified accounting under band sampling, by the
+	// loss under the sampler's schema under fixed-order or shuffling.
 	AutoBands bool
 	// FixedOrderOnly says the encoder was optimized for (k,b)-participation,
 	// which only fixed-order epochs realize.

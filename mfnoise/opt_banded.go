@@ -386,22 +386,11 @@ func (p *bandProblem) warmStart(ctx context.Context, w dpcore.Workload) ([]float
 	if err != nil {
 		return nil, err
 	}
-	n, bands := p.n, p.k+1
-	diag := make([]float64, n)
-	for i := range diag {
-		for s := 0; s <= min(bands-1, n-1-i); s++ {
-			diag[i] += c[s] * c[s]
-		}
-	}
+	diag, gram := bandedToeplitzGram(c, p.n)
 	idx := 0
 	for d := 1; d <= p.k; d++ {
-		for j := d; j < n; j++ {
-			i := j - d
-			v := 0.0
-			for s := 0; s <= min(bands-1-d, n-1-j); s++ {
-				v += c[s] * c[s+d]
-			}
-			x0[idx] = v / math.Sqrt(diag[i]*diag[j])
+		for j := d; j < p.n; j++ {
+			x0[idx] = gram(j, d) / math.Sqrt(diag[j-d]*diag[j])
 			idx++
 		}
 	}
@@ -410,6 +399,27 @@ func (p *bandProblem) warmStart(ctx context.Context, w dpcore.Workload) ([]float
 		return id, nil
 	}
 	return x0, nil
+}
+
+// bandedToeplitzGram returns the diagonal of X = C^T C for the n x n
+// lower-triangular Toeplitz C whose first column is c (len(c) bands), and
+// gram(j, d) = X[j-d, j] for 0 < d < len(c):
+// sum_s c_s c_{s+d} over the rows C has below row j.
+func bandedToeplitzGram(c []float64, n int) (diag []float64, gram func(j, d int) float64) {
+	bands := len(c)
+	diag = make([]float64, n)
+	for i := range diag {
+		for s := 0; s <= min(bands-1, n-1-i); s++ {
+			diag[i] += c[s] * c[s]
+		}
+	}
+	return diag, func(j, d int) float64 {
+		v := 0.0
+		for s := 0; s <= min(bands-1-d, n-1-j); s++ {
+			v += c[s] * c[s+d]
+		}
+		return v
+	}
 }
 
 // toeplitzBandCoef returns the coefficients c_0..c_{bands-1} of the banded

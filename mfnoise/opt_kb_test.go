@@ -337,3 +337,78 @@ func BenchmarkOptimizeKB(b *testing.B) {
 		return OptimizeKB(context.Background(), w, sc, nil)
 	})
 }
+
+// OptimizeKB's warm start (the banded Toeplitz correlations on the best
+// diagonal) reaches the cold start's optimum within the certified gaps
+// (each run's bound lies below the other's loss) in at most half its
+// iterations, on the momentum + cooldown workload the trainer uses.
+func TestOptimizeKBWarmStartMatchesCold(t *testing.T) {
+	ctx := context.Background()
+	const n = 120
+	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	sc, _ := dpcore.KBParticipation(6, 20)
+	warm, err := optimizeKB(ctx, w, sc, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := optimizeKB(ctx, w, sc, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("warm: loss %.8g bound %.8g, %d iterations; cold: loss %.8g bound %.8g, %d iterations",
+		warm.Loss, warm.LowerBound, warm.Iterations, cold.Loss, cold.LowerBound, cold.Iterations)
+	checkKB(t, warm, sc)
+	if warm.LowerBound > cold.Loss || cold.LowerBound > warm.Loss || warm.Gap > 1e-4 {
+		t.Errorf("warm loss %v bound %v gap %v; cold loss %v bound %v", warm.Loss, warm.LowerBound, warm.Gap, cold.Loss, cold.LowerBound)
+	}
+	if 2*warm.Iterations > cold.Iterations {
+		t.Errorf("warm start took %d iterations, cold %d", warm.Iterations, cold.Iterations)
+	}
+}
+
+// The dual bound rescales each pattern's multipliers (sum_j t_j^2 / v_j):
+// away from the optimum it is above the single-scale bound T^2 / V
+// computed from the same polar factor, and still below the optimum.
+func TestKBLowerBoundRescalesPatterns(t *testing.T) {
+	ctx := context.Background()
+	const n = 60
+	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	a, _ := w.Matrix()
+	sc, _ := dpcore.KBParticipation(6, 10)
+	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newKBPrimal(a, sc)
+	x := p.start()
+	g := make([]float64, len(x))
+	for i := 0; i < 3; i++ {
+		if _, ok := p.eval(x, g); !ok {
+			t.Fatal("not positive definite")
+		}
+		lb, err := p.lowerBound(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// T^2 / V from the same multipliers and polar factor.
+		tr, v := 0.0, 0.0
+		for r := 0; r < n; r++ {
+			tr += floats.Dot(p.u.RawRowView(r), p.k.RawRowView(r))
+		}
+		for _, pt := range p.members {
+			vj := math.Inf(-1)
+			for _, i := range pt {
+				for _, l := range pt {
+					vj = math.Max(vj, p.w[max(i, l)*n+min(i, l)])
+				}
+			}
+			v += vj
+		}
+		single := tr * tr / v
+		t.Logf("step %d: bound %.8g, single scale %.8g, optimum %.8g", i, lb, single, r.Loss)
+		if !(lb > single*(1+1e-6)) || lb > r.Loss*(1+1e-9) {
+			t.Errorf("step %d: bound %v, single-scale bound %v, optimum %v", i, lb, single, r.Loss)
+		}
+		floats.AddScaled(x, -0.2*p.firstStep(x, g), g)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/accountant"
@@ -76,8 +77,8 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 // counts that amplify (b < m/B) and is then planned exactly as
 // toeplitz:B: band sampling over B partitions, amplified accounting with
 // the per-participation sensitivity, the same sigma and epsilon. Its
-// table holds the banded Toeplitz losses themselves (no proxies). It needs
-// band sampling and a target epsilon.
+// table holds the banded Toeplitz losses themselves (no proxies). Under
+// band sampling it needs a target epsilon; Poisson sampling is refused.
 func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 	ctx := context.Background()
 	const m, batch, n = 1000, 50, 64
@@ -127,13 +128,112 @@ func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 		t.Errorf("sigma %v (table %v), epsilon %v for target %v", p.NoiseMultiplier, chosen.Sigma, p.Epsilon, req.Epsilon)
 	}
 	bad := req
-	bad.Sampling = SamplingFixedOrder
+	bad.Sampling = SamplingPoisson
 	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrRefused) {
-		t.Errorf("toeplitz:auto with fixed-order sampling: %v", err)
+		t.Errorf("toeplitz:auto with poisson sampling: %v", err)
 	}
 	bad = req
 	bad.Epsilon, bad.NoiseMultiplier = 0, 1
 	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrRefused) {
 		t.Errorf("toeplitz:auto without a target epsilon: %v", err)
+	}
+}
+
+// Under fixed-order epochs and shuffling, bandmf:auto and toeplitz:auto
+// choose their bands without amplification, by the loss under the
+// sampler's own schema ((k,b) and min-sep(k,1)): the plan is unamplified,
+// each table row is the loss the explicit toeplitz:B plan has under that
+// sampling, and the chosen count is planned exactly as the explicit
+// mechanism. bandmf:auto's proxy selection scores within 1e-3 of the cold
+// selection that optimizes every candidate as bandmf and ranks them by
+// their losses under the schema. Before, both were refused.
+func TestAutoBandsUnamplified(t *testing.T) {
+	ctx := context.Background()
+	const m, batch, n = 1000, 50, 64
+	w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	cache := &mfnoise.Cache{Dir: t.TempDir()}
+	for _, samp := range []Sampling{SamplingFixedOrder, SamplingShuffle} {
+		for _, name := range []string{"toeplitz:auto", "bandmf:auto"} {
+			auto, err := ParseMechanism(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{Mechanism: auto, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 2, Accountant: RDP, Sampling: samp}
+			req.Build.Cache = cache
+			p, _, err := NewPlan(ctx, req)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", name, samp, err)
+			}
+			chosen := p.BandTable.Chosen()
+			t.Logf("%s, %s (%s): %s, sigma %.5g, loss %.6g", name, samp, p.Schema, p.Mechanism, p.NoiseMultiplier, p.Loss)
+			if p.Amplified || p.Sampling != samp || p.Schema.Kind == dpcore.Single {
+				t.Fatalf("%s, %s: planned %s sampling, schema %s, amplified %v", name, samp, p.Sampling, p.Schema, p.Amplified)
+			}
+			wantRows := []int{1, 2, 4, 8, 16, 20, 40}
+			if samp == SamplingShuffle {
+				wantRows = []int{1, 2, 4, 8, 16, 32, 64}
+			}
+			if len(p.BandTable.Table) != len(wantRows) {
+				t.Fatalf("%s, %s: %d rows, want %v", name, samp, len(p.BandTable.Table), wantRows)
+			}
+			family := func(b int) string {
+				if b == 1 {
+					return "dpsgd"
+				}
+				return strings.TrimSuffix(name, "auto") + strconv.Itoa(b)
+			}
+			for i, row := range p.BandTable.Table {
+				if row.Bands != wantRows[i] || (!row.Proxy && row.Score < chosen.Score) || row.Sigma != p.NoiseMultiplier {
+					t.Errorf("%s, %s: row %+v (chosen score %v, sigma %v)", name, samp, row, chosen.Score, p.NoiseMultiplier)
+				}
+				if row.Proxy || row.Bands == 1 {
+					// DP-SGD's explicit plan factorizes prefix sums.
+					continue
+				}
+				// The row's loss is what the explicit mechanism's plan has.
+				mech, _ := ParseMechanism(family(row.Bands))
+				ref := req
+				ref.Mechanism = mech
+				q, _, err := NewPlan(ctx, ref)
+				if err != nil {
+					t.Fatalf("%s, %s: %v", family(row.Bands), samp, err)
+				}
+				if math.Abs(q.Loss-row.Loss) > 1e-9*q.Loss || q.NoiseMultiplier != p.NoiseMultiplier {
+					t.Errorf("%s, %s: table loss %.10g, explicit plan %.10g (sigma %v, %v)", family(row.Bands), samp, row.Loss, q.Loss, q.NoiseMultiplier, p.NoiseMultiplier)
+				}
+				if row.Bands == chosen.Bands && (q.Mechanism != p.Mechanism || q.Sensitivity != p.Sensitivity || q.Loss != p.Loss || q.Epsilon != p.Epsilon) {
+					t.Errorf("%s, %s: auto planned %s sens %+v loss %v eps %v; explicit %s sens %+v loss %v eps %v",
+						name, samp, p.Mechanism, p.Sensitivity, p.Loss, p.Epsilon, q.Mechanism, q.Sensitivity, q.Loss, q.Epsilon)
+				}
+			}
+			if p.Epsilon > req.Epsilon*(1+1e-9) || math.Abs(chosen.Score-p.NoiseMultiplier*p.NoiseMultiplier*p.Loss) > 1e-9*chosen.Score {
+				t.Errorf("%s, %s: epsilon %v for target %v; chosen %+v, plan loss %v", name, samp, p.Epsilon, req.Epsilon, chosen, p.Loss)
+			}
+			if name != "bandmf:auto" {
+				continue
+			}
+			// The cold selection: every candidate optimized as bandmf,
+			// scored by its loss under the schema.
+			bestCold := math.Inf(1)
+			for _, b := range wantRows {
+				var mech Mechanism = mfnoise.BandMF{Bands: b}
+				if b == 1 {
+					mech = mfnoise.DPSGD{}
+				}
+				s, err := mech.Build(ctx, w, p.Schema, mfnoise.BuildOptions{Cache: cache})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sens, err := s.Sensitivity(p.Schema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				loss, _ := dpcore.LossAt(s, sens.Value)
+				bestCold = math.Min(bestCold, loss)
+			}
+			if p.Loss > bestCold*(1+1e-3) {
+				t.Errorf("%s, %s: proxy-selected %s loss %.8g, cold selection %.8g", name, samp, p.Mechanism, p.Loss, bestCold)
+			}
+		}
 	}
 }

@@ -37,8 +37,10 @@
 // and returns the Plan and the sampler that realizes it, or a refusal. In
 // order: the sampling follows the structure unless
 // chosen (Poisson for DP-SGD, band sampling for a banded encoder, fixed-order
-// epochs otherwise); bandmf:auto chooses its bands by amplified accounting
-// (banded-MF App. F.4); CheckCompatible binds sampler, schema, bands and
+// epochs otherwise); bandmf:auto and toeplitz:auto choose their bands by
+// amplified accounting under band sampling (banded-MF App. F.4) and by
+// the loss under the sampler's schema under fixed-order epochs or
+// shuffling (bands.go); CheckCompatible binds sampler, schema, bands and
 // amplification (amplification only for Poisson or band sampling, and only
 // for a banded encoder with no more bands than partitions, banded-MF Thm 4);
 // the sensitivity is per participation when amplified and for the sampler's

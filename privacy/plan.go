@@ -10,7 +10,6 @@ import (
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
-	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"github.com/dpmf-go/dpmf/noise"
 	"github.com/dpmf-go/dpmf/sampler"
 )
@@ -227,9 +226,10 @@ func (r *Request) check() error {
 // NewPlan binds mechanism, sampler and accounting, and returns the plan and
 // the sampler that realizes it. The rules, in order: the sampling follows
 // the mechanism's structure unless chosen; bandmf:auto and toeplitz:auto
-// pick their bands by amplified accounting (banded-MF App. F.4; see
-// chooseBands), and the chosen count is then planned as bandmf:B or
-// toeplitz:B would be; amplification is claimed only
+// pick their bands by amplified accounting under band sampling
+// (banded-MF App. F.4) and by their loss under the sampler's schema under
+// fixed-order epochs or shuffling (resolveBands, bands.go), and the
+// chosen count is then planned as bandmf:B or toeplitz:B would be; amplification is claimed only
 // by Poisson or band sampling and only for a banded encoder with no more
 // bands than the sampler separates participations (banded-MF Thm 4;
 // DP-SGD is 1-banded); an optimizer's schema must be realized; sensitivity
@@ -331,35 +331,6 @@ func (r *Request) start() (*Plan, preamble, error) {
 		p.Sampling = samplingFor(st)
 	}
 	return p, pre, nil
-}
-
-// resolveBands returns the mechanism to plan: mech itself, or for an
-// AutoBanded one (bandmf:auto, toeplitz:auto) the band count chosen by
-// amplified accounting (chooseBands; DP-SGD for one band), with the
-// factorization chooseBands built for it if any.
-func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mechanism, *mfnoise.Factorization, error) {
-	auto, ok := mech.(mfnoise.AutoBanded)
-	if !ok || !mech.Structure().AutoBands {
-		return mech, nil, nil
-	}
-	if p.Sampling != SamplingBandPoisson {
-		return nil, nil, refuse(RuleBands, "%s chooses bands by amplified accounting and needs band-poisson sampling, not %s", mech, p.Sampling)
-	}
-	if !(r.Epsilon > 0) {
-		return nil, nil, refuse(RuleBands, "%s needs a target epsilon to compare band counts", mech)
-	}
-	// A banded Toeplitz encoder's proxies are its own losses; any other
-	// family's finalists are built and rescored.
-	_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
-	sel, built, err := chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly)
-	if err != nil {
-		return nil, nil, err
-	}
-	p.BandTable = sel
-	if bands := sel.Chosen().Bands; bands > 1 {
-		return auto.WithBands(bands), built[bands], nil
-	}
-	return mfnoise.DPSGD{}, nil, nil
 }
 
 // bindSampler makes the sampler that realizes the plan's sampling for
@@ -554,133 +525,6 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed *dpcore.Seed) (
 		return nil, fmt.Errorf("privacy: sampler: %w", err)
 	}
 	return s, nil
-}
-
-// proxyMargin is how far below its banded Toeplitz proxy a candidate's
-// banded-MF loss may lie and still be refined. A b-banded Toeplitz encoder
-// scaled to sensitivity 1 is a feasible point of b-banded MF, so the proxy
-// bounds the banded-MF optimum from above; measured, the optimum lies 0.1%
-// (8 bands) to 3% (128 bands) below it at n = 500 and 3.3% at n = 2000 with
-// 100 bands (BENCHMARKS.md).
-const proxyMargin = 0.06
-
-// chooseBands calibrates sigma for each candidate band count b = 1, 2, 4,
-// ... that can amplify (b < m/B) and picks the smallest sigma_b^2 * Loss_b
-// (banded-MF App. F.4).
-//
-// Every candidate is first scored by its proxy: the loss of the optimal
-// b-banded Toeplitz encoder (OptimizeToeplitz, O(n b) per evaluation,
-// milliseconds) under single participation, evaluated on the workload
-// itself. For toeplitz:auto (toeplitzOnly) the proxies are the
-// candidates' losses. For bandmf:auto, the proxies bound the banded-MF
-// losses from above; every candidate whose proxy score is within
-// proxyMargin of the best is then optimized as bandmf (at the request's
-// settings, through its cache) and scored by its actual loss, and the
-// choice is made among those. Only the finalists are built; built holds
-// them by band count. Rows scored by a proxy are marked Proxy in the
-// table. With adaptive clipping (r.Quantile) a row's score uses the
-// gradient's own noise multiplier, GradientSigma(sigma_b), not sigma_b.
-func chooseBands(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
-	what := auto.String()
-	single := dpcore.SingleParticipation()
-	var cands []accountant.BandCandidate
-	limit := min(r.Steps, r.Examples/r.Batch-1)
-	for b := 1; b <= limit; b *= 2 {
-		loss, err := toeplitzLoss(ctx, w, b, r.Build)
-		if err != nil {
-			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, b, err)
-		}
-		cands = append(cands, accountant.BandCandidate{Bands: b, Loss: loss, Proxy: b > 1 && !toeplitzOnly})
-	}
-	if len(cands) == 0 {
-		return nil, nil, refuse(RuleBands, "%s: batch %d of %d examples leaves no band count that amplifies", what, r.Batch, r.Examples)
-	}
-	sel, err := accountant.SelectBands(acct, r.Epsilon, delta, r.Examples, r.Batch, r.Steps, cands)
-	if err != nil {
-		return nil, nil, calibrationError(what, r.Epsilon, err)
-	}
-	// The score is the gradient's noise: with adaptive clipping, the
-	// multiplier the joint rule leaves it (QuantileRelease.GradientSigma;
-	// a candidate whose sigma the count noise leaves nothing is out).
-	score := func(row *accountant.BandChoice, loss float64) {
-		gs, err := r.Quantile.GradientSigma(row.Sigma)
-		if err != nil {
-			row.Err, row.Score = err.Error(), 0
-			return
-		}
-		row.Score = gs * gs * loss
-	}
-	if r.Quantile != nil {
-		for i := range sel.Table {
-			if sel.Table[i].Err == "" {
-				score(&sel.Table[i], sel.Table[i].Loss)
-			}
-		}
-		if err := pickBest(&sel); err != nil {
-			return nil, nil, refuse(RuleBudget, "%s with adaptive clipping: %v", what, err)
-		}
-	}
-	if toeplitzOnly {
-		return &sel, nil, nil
-	}
-	built := map[int]*mfnoise.Factorization{}
-	best := sel.Chosen().Score
-	for i, row := range sel.Table {
-		if !row.Proxy || row.Err != "" || row.Score*(1-proxyMargin) > best {
-			continue
-		}
-		f, err := mfnoise.BuildDense(ctx, auto.WithBands(row.Bands), w, single, r.Build)
-		if err != nil {
-			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
-		}
-		sens, err := sensitivity.Of(f.Encoder, single)
-		if err != nil {
-			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, row.Bands, err)
-		}
-		built[row.Bands] = f
-		// sigma_b depends on b alone: rescore without recalibrating.
-		loss := f.LossAt(sens.Value)
-		sel.Table[i].Loss, sel.Table[i].Proxy = loss, false
-		score(&sel.Table[i], loss)
-	}
-	if err := pickBest(&sel); err != nil {
-		return nil, nil, fmt.Errorf("privacy: %s: %w", what, err)
-	}
-	return &sel, built, nil
-}
-
-// pickBest points sel.Best at the least score among the rows scored.
-func pickBest(sel *accountant.BandSelection) error {
-	sel.Best = -1
-	for i, row := range sel.Table {
-		if row.Err == "" && (sel.Best < 0 || row.Score < sel.Table[sel.Best].Score) {
-			sel.Best = i
-		}
-	}
-	if sel.Best < 0 {
-		return fmt.Errorf("no band count is left: %w", accountant.ErrInfeasible)
-	}
-	return nil
-}
-
-// toeplitzLoss is the loss of the optimal bands-banded Toeplitz encoder for
-// w under single participation (DP-SGD for one band), at its
-// per-participation sensitivity.
-func toeplitzLoss(ctx context.Context, w dpcore.Workload, bands int, opt mfnoise.BuildOptions) (float64, error) {
-	var m Mechanism = mfnoise.BandedToeplitz{Bands: bands}
-	if bands == 1 {
-		m = mfnoise.DPSGD{}
-	}
-	single := dpcore.SingleParticipation()
-	t, err := m.Build(ctx, w, single, opt)
-	if err != nil {
-		return 0, err
-	}
-	sens, err := t.Sensitivity(single)
-	if err != nil {
-		return 0, err
-	}
-	return dpcore.LossAt(t, sens.Value)
 }
 
 // EpsilonAfter is the epsilon spent after the first t steps. Amplified

@@ -93,8 +93,8 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 }
 
 // bandmf:auto picks its band count by amplified accounting among the
-// counts that can amplify (b < m/B) and plans the chosen one; it needs band
-// sampling and a target epsilon.
+// counts that can amplify (b < m/B) and plans the chosen one; under band
+// sampling it needs a target epsilon, and Poisson sampling is refused.
 func TestAutoBandsChooseAndRefuse(t *testing.T) {
 	ctx := context.Background()
 	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
@@ -111,9 +111,9 @@ func TestAutoBandsChooseAndRefuse(t *testing.T) {
 		t.Fatalf("chose %d bands: plan %s, amplified %v, %d partitions, %d candidates", chosen, p.Mechanism, p.Amplified, s.Accounting().Bands, len(p.BandTable.Table))
 	}
 	bad := req
-	bad.Sampling = SamplingFixedOrder
+	bad.Sampling = SamplingPoisson
 	if _, _, err := NewPlan(ctx, bad); !errors.Is(err, ErrRefused) {
-		t.Errorf("bandmf:auto with fixed-order sampling: %v", err)
+		t.Errorf("bandmf:auto with poisson sampling: %v", err)
 	}
 	bad = req
 	bad.Epsilon, bad.NoiseMultiplier = 0, 1
