@@ -91,10 +91,22 @@ type replicated struct {
 	// decisionWait bounds how long a front-end waits for the
 	// aggregator's decision on a contribution before answering 202.
 	decisionWait time.Duration
+	// aliveWindow: a front-end that heard nothing from a leading
+	// aggregator (decisions or its heartbeat, every aliveEvery) for this
+	// long answers 202 as soon as the log confirmed a contribution,
+	// rather than waiting decisionWait for a decision none may make
+	// (no leader, or one taking over). 0: always wait decisionWait.
+	aliveWindow time.Duration
+	lastAlive   atomic.Int64 // unix nanoseconds of the last message on subjDec
 
 	mu      sync.Mutex
 	waiters map[string]chan decision
 	ledger  aggregate.Ledger // the ledger last served, for monotonicity
+	mech    *aggregate.StrategyMechanism // decoded from a snapshot: storedMechanism
+
+	// warmRelease is the release a standby's engine is restored at
+	// (-1: none), for the logs and the tests.
+	warmRelease atomic.Int64
 
 	// logf reports the aggregator's transitions (lease won, lost, errors).
 	logf func(format string, args ...any)
@@ -139,9 +151,10 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	r := &replicated{
 		o: o, id: fmt.Sprintf("%s-%d-%s", strings.ReplaceAll(host, ".", "_"), os.Getpid(), hex.EncodeToString(idb)),
 		stream: o.service + "_LOG", subjAdd: o.service + ".log.add", subjCmt: o.service + ".log.commit",
-		subjDec: o.service + ".decided", decisionWait: 2 * time.Second, waiters: map[string]chan decision{},
+		subjDec: o.service + ".decided", decisionWait: 2 * time.Second, aliveWindow: 5 * aliveEvery, waiters: map[string]chan decision{},
 		logf: func(string, ...any) {},
 	}
+	r.warmRelease.Store(-1)
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
 	sec, err := o.natsSecurity().Options()
@@ -280,6 +293,9 @@ func (r *replicated) onDecisions(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &ds) != nil {
 		return
 	}
+	// Any batch, the empty one of the heartbeat included, is a sign of
+	// a leader applying the log.
+	r.lastAlive.Store(time.Now().UnixNano())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range ds {
@@ -381,13 +397,39 @@ func (r *replicated) Add(ctx context.Context, contributor string, vec []float64)
 	}
 	t := time.NewTimer(r.decisionWait)
 	defer t.Stop()
+	check := time.NewTicker(aliveEvery / 2)
+	defer check.Stop()
+	for !r.leaderSilent() {
+		select {
+		case d := <-ch:
+			return d.Step, d.err(contributor)
+		case <-t.C:
+			return 0, &loggedError{seq: ack.Sequence}
+		case <-ctx.Done():
+			return 0, &loggedError{seq: ack.Sequence}
+		case <-check.C:
+		}
+	}
+	// No leader applies the log now: the contribution is durable in it
+	// and will be decided once one does; answering at once keeps the
+	// front-end's capacity (-max-inflight) for the requests that follow.
 	select {
 	case d := <-ch:
 		return d.Step, d.err(contributor)
-	case <-t.C:
-	case <-ctx.Done():
+	default:
 	}
 	return 0, &loggedError{seq: ack.Sequence}
+}
+
+// aliveEvery is the leading aggregator's heartbeat period: while it
+// applies the log it publishes an empty decision batch at least this
+// often.
+const aliveEvery = 100 * time.Millisecond
+
+// leaderSilent reports whether no leading aggregator was heard from
+// within aliveWindow.
+func (r *replicated) leaderSilent() bool {
+	return r.aliveWindow > 0 && time.Since(time.Unix(0, r.lastAlive.Load())) > r.aliveWindow
 }
 
 func (d decision) err(contributor string) error {
@@ -580,57 +622,126 @@ func (r *replicated) head(ctx context.Context) (int, error) {
 var errDeposed = errors.New("deposed: another aggregator holds the lease or wrote the release")
 
 // runAggregator stands for the lease until ctx ends, and leads while it
-// holds it.
+// holds it. A standby tries to take the lease whenever the holder gives
+// it up (it watches the key) and otherwise every leaseTTL/20, so it takes
+// over within that of the lease's expiry after a crash.
 func (r *replicated) runAggregator(ctx context.Context) {
+	freed := r.watchLease(ctx)
+	var ws *warmStandby
+	defer func() {
+		if ws != nil {
+			ws.take(r).close()
+		}
+	}()
 	for ctx.Err() == nil {
+		start := time.Now()
 		rev, err := r.lease.Create(ctx, "leader", []byte(r.id))
 		if err != nil {
+			if ws == nil {
+				// Standing by: keep an engine restored at the last
+				// release.
+				ws = &warmStandby{}
+				var wctx context.Context
+				wctx, ws.stop = context.WithCancel(ctx)
+				go r.keepWarm(wctx, ws)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(r.o.leaseTTL / 5):
+			case <-freed:
+			case <-time.After(r.o.leaseTTL / 20):
 			}
 			continue
 		}
 		r.logf("aggregator %s: lease won", r.id)
+		var warm *warmEngine
+		if ws != nil {
+			warm = ws.take(r)
+			ws = nil
+		}
 		lctx, cancel := context.WithCancel(ctx)
-		go r.renew(lctx, cancel, rev)
-		err = r.lead(lctx)
+		go r.renew(lctx, cancel, rev, start)
+		err = r.lead(lctx, warm)
 		cancel()
+		// Give the lease up so that a standby (or this process) leads
+		// without waiting for it to expire: at once on a clean stop
+		// (ctx ended; a crash gives nothing up, and the lease expires).
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.leaseTTL)
 		if ctx.Err() == nil {
-			// Not stopped from outside: give the lease up so that a
-			// standby (or this process) leads again without waiting
-			// for it to expire.
 			r.logf("aggregator %s: stopped leading: %v", r.id, err)
-			dctx, dcancel := context.WithTimeout(ctx, r.o.leaseTTL)
 			r.releaseLease(dctx)
 			dcancel()
 			time.Sleep(r.o.leaseTTL / 10)
+			continue
 		}
+		r.releaseLease(dctx)
+		dcancel()
 	}
 }
 
-// renew keeps the lease; when an Update with the expected revision fails
-// (another holder, or the cluster unreachable for long) leading stops.
-func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uint64) {
+// watchLease returns a channel that receives when the lease key is
+// deleted (a holder gave it up); without a watch (an error), nothing is
+// sent and the standby polls.
+func (r *replicated) watchLease(ctx context.Context) <-chan struct{} {
+	freed := make(chan struct{}, 1)
+	w, err := r.lease.Watch(ctx, "leader", jetstream.UpdatesOnly())
+	if err != nil {
+		return freed
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil && e.Operation() != jetstream.KeyValuePut {
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return freed
+}
+
+// renew keeps the lease (won by a request sent at since); when an Update
+// with the expected revision fails (another holder, or the cluster
+// unreachable for long) leading stops.
+//
+// The lease expires leaseTTL after the server stored the last update,
+// which is after the update was sent: leading stops at the first renewal
+// attempt more than leaseTTL/2 after the last successful update was sent,
+// so by about 3/4 leaseTTL after that (renewals every leaseTTL/5, each
+// given up after leaseTTL/4), before the lease can expire. Safety does
+// not rest on this: a release is stored only by creating its key (see
+// checkpoint), and a leader that finds the key taken stops.
+func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uint64, since time.Time) {
 	defer stop()
-	tick := time.NewTicker(r.o.leaseTTL / 4)
+	tick := time.NewTicker(r.o.leaseTTL / 5)
 	defer tick.Stop()
-	last := time.Now()
+	last := since
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		sent := time.Now()
 		uctx, cancel := context.WithTimeout(ctx, r.o.leaseTTL/4)
 		nrev, err := r.lease.Update(uctx, "leader", []byte(r.id), rev)
 		cancel()
 		switch {
 		case err == nil:
-			rev, last = nrev, time.Now()
+			rev, last = nrev, sent
 		case errors.Is(err, jetstream.ErrKeyExists) || time.Since(last) > r.o.leaseTTL/2:
 			// Someone else holds it, or it may have expired: a standby
 			// may lead now.
+			r.logf("aggregator %s: lease not renewed: %v", r.id, err)
 			return
 		}
 	}
@@ -643,6 +754,115 @@ func (r *replicated) releaseLease(ctx context.Context) {
 	if err == nil && string(e.Value()) == r.id {
 		r.lease.Delete(ctx, "leader", jetstream.LastRevision(e.Revision()))
 	}
+}
+
+// warmEngine is an engine restored at the state after a release, in its
+// own directory.
+type warmEngine struct {
+	agg      *aggregate.Aggregator
+	dir      string
+	released int
+	seq      uint64
+}
+
+func (w *warmEngine) close() {
+	if w != nil {
+		w.agg.Close()
+		os.RemoveAll(w.dir)
+	}
+}
+
+// restoreWarm restores the engine at the last release in a new directory.
+func (r *replicated) restoreWarm(ctx context.Context) (*warmEngine, error) {
+	dir, err := os.MkdirTemp(r.o.workDir, "dpserve-aggregator-")
+	if err != nil {
+		return nil, err
+	}
+	agg, released, seq, err := r.restore(ctx, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &warmEngine{agg: agg, dir: dir, released: released, seq: seq}, nil
+}
+
+// warmStandby holds the engine a standby keeps restored at the last
+// release, so that it leads without restoring (decoding the mechanism and
+// calibrating the noise take most of a takeover's time otherwise).
+type warmStandby struct {
+	stop  context.CancelFunc // ends keepWarm
+	mu    sync.Mutex
+	taken bool
+	e     *warmEngine
+}
+
+// keepWarm checks every second whether the last release changed and
+// then restores the engine again, at most every warmEvery (a restore
+// costs a fraction of a second of CPU), until ws is taken or ctx ends.
+func (r *replicated) keepWarm(ctx context.Context, ws *warmStandby) {
+	var last time.Time
+	for ctx.Err() == nil {
+		t, err := r.head(ctx)
+		ws.mu.Lock()
+		stale := !ws.taken && (ws.e == nil || ws.e.released != t)
+		ws.mu.Unlock()
+		if err == nil && stale && time.Since(last) >= warmEvery {
+			last = time.Now()
+			if e, err := r.restoreWarm(ctx); err == nil {
+				ws.mu.Lock()
+				old := ws.e
+				if ws.taken {
+					old = e
+				} else {
+					ws.e = e
+					r.warmRelease.Store(int64(e.released))
+				}
+				ws.mu.Unlock()
+				old.close()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// warmEvery: a standby restores its engine at most this often.
+const warmEvery = 5 * time.Second
+
+// take stops keeping the engine warm and returns it (nil if none).
+func (ws *warmStandby) take(r *replicated) *warmEngine {
+	ws.stop()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	r.warmRelease.Store(-1)
+	ws.taken = true
+	e := ws.e
+	ws.e = nil
+	return e
+}
+
+// storedMechanism is the mechanism the snapshots hold, decoded from the
+// store at path the first time and remembered: every snapshot descends
+// from the store release 1 was made with (a release is stored only by
+// creating its key), and the mechanism is written once, when a store is
+// made. Decoding it took most of a restore's time; Open still checks
+// the store's fingerprint of the configuration. nil when it cannot be
+// read (openAggregator then reads it and reports why).
+func (r *replicated) storedMechanism(path string) *aggregate.StrategyMechanism {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mech == nil {
+		_, _, _, schema, err := releaseFlags(r.o)
+		if err != nil {
+			return nil
+		}
+		if r.mech, err = aggregate.StoredMechanism(path, schema); err != nil {
+			r.mech = nil
+		}
+	}
+	return r.mech
 }
 
 // restore opens the engine at the state of the last release.
@@ -669,6 +889,9 @@ func (r *replicated) restore(ctx context.Context, dir string) (*aggregate.Aggreg
 	}
 	o := r.o
 	o.store, o.noSync = path, true
+	if t > 0 {
+		o.stored = r.storedMechanism(path)
+	}
 	agg, err := openAggregator(ctx, o)
 	if err != nil {
 		return nil, 0, 0, err
@@ -717,18 +940,25 @@ func gunzipFile(path string, data []byte) error {
 	return f.Close()
 }
 
-// lead applies the log in order while ctx lasts.
-func (r *replicated) lead(ctx context.Context) error {
-	dir, err := os.MkdirTemp(r.o.workDir, "dpserve-aggregator-")
-	if err != nil {
-		return err
+// lead applies the log in order while ctx lasts, starting from warm (an
+// engine a standby restored ahead) if it is at the last release, and
+// otherwise from the stored state.
+func (r *replicated) lead(ctx context.Context, warm *warmEngine) error {
+	if warm != nil {
+		if t, err := r.head(ctx); err != nil || t != warm.released {
+			warm.close()
+			warm = nil
+		}
 	}
-	defer os.RemoveAll(dir)
-	agg, released, seq, err := r.restore(ctx, dir)
-	if err != nil {
-		return err
+	if warm == nil {
+		w, err := r.restoreWarm(ctx)
+		if err != nil {
+			return err
+		}
+		warm = w
 	}
-	defer agg.Close()
+	defer warm.close()
+	agg, released, seq := warm.agg, warm.released, warm.seq
 	r.logf("aggregator %s: continuing after release %d (log position %d)", r.id, released, seq)
 	// Releases are stored in order by one goroutine while the log is
 	// applied on; the first failure stops leading.
@@ -816,7 +1046,7 @@ func (r *replicated) readLog(ctx context.Context, seq uint64) (jetstream.Message
 // applyLog applies the log's messages to agg while ctx lasts, writing the
 // ledger and publishing commit ticks as they fall due.
 func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, seq uint64, pipe *pipeline, msgs <-chan logMsg) error {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(aliveEvery)
 	defer tick.Stop()
 	lastLedger := time.Time{}
 	ledgerDirty := false
@@ -827,6 +1057,9 @@ func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, se
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-tick.C:
+			// The heartbeat: the front-ends wait for decisions while
+			// they hear it.
+			r.publish([]decision{})
 		case n = <-msgs:
 		}
 		switch {
@@ -949,9 +1182,6 @@ func reasonIndex(err error) int {
 }
 
 func (r *replicated) publish(decs []decision) {
-	if len(decs) == 0 {
-		return
-	}
 	b, _ := json.Marshal(decs)
 	r.nc.Publish(r.subjDec, b) // best effort: a front-end that misses it answers 202
 }
@@ -1159,12 +1389,15 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// The aggregator stops first and gives its lease up (runAggregator),
+	// so that a standby takes over while this front-end finishes the
+	// requests it has: those waiting for a decision get it from the new
+	// leader, or 202 (logged) once no leader is heard.
+	stopAgg()
+	<-aggDone
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	stopAgg()
-	<-aggDone
-	r.releaseLease(sctx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
