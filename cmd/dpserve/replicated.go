@@ -630,7 +630,7 @@ func (r *replicated) runAggregator(ctx context.Context) {
 	var ws *warmStandby
 	defer func() {
 		if ws != nil {
-			ws.take(r).close()
+			ws.take().close()
 		}
 	}()
 	for ctx.Err() == nil {
@@ -638,12 +638,8 @@ func (r *replicated) runAggregator(ctx context.Context) {
 		rev, err := r.lease.Create(ctx, "leader", []byte(r.id))
 		if err != nil {
 			if ws == nil {
-				// Standing by: keep an engine restored at the last
-				// release.
-				ws = &warmStandby{}
-				var wctx context.Context
-				wctx, ws.stop = context.WithCancel(ctx)
-				go r.keepWarm(wctx, ws)
+				// Standing by: keep an engine ready.
+				ws = r.startWarm(ctx)
 			}
 			select {
 			case <-ctx.Done():
@@ -655,26 +651,36 @@ func (r *replicated) runAggregator(ctx context.Context) {
 		r.logf("aggregator %s: lease won", r.id)
 		var warm *warmEngine
 		if ws != nil {
-			warm = ws.take(r)
+			warm = ws.take()
 			ws = nil
 		}
 		lctx, cancel := context.WithCancel(ctx)
-		go r.renew(lctx, cancel, rev, start)
-		err = r.lead(lctx, warm)
-		cancel()
+		var held atomic.Uint64 // the lease's revision this holder last wrote
+		held.Store(rev)
+		go r.renew(lctx, cancel, &held, start)
 		// Give the lease up so that a standby (or this process) leads
-		// without waiting for it to expire: at once on a clean stop
-		// (ctx ended; a crash gives nothing up, and the lease expires).
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.leaseTTL)
+		// without waiting for it to expire; on a clean stop (ctx
+		// ended) as soon as the log is no longer applied, before the
+		// engine is closed. A crash gives nothing up: the lease expires.
+		release := sync.OnceFunc(func() {
+			cancel()
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.leaseTTL)
+			r.releaseLease(dctx, held.Load())
+			dcancel()
+		})
+		err = r.lead(lctx, warm, func() {
+			if ctx.Err() != nil {
+				release()
+			}
+		})
+		cancel()
 		if ctx.Err() == nil {
 			r.logf("aggregator %s: stopped leading: %v", r.id, err)
-			r.releaseLease(dctx)
-			dcancel()
-			time.Sleep(r.o.leaseTTL / 10)
-			continue
 		}
-		r.releaseLease(dctx)
-		dcancel()
+		release()
+		if ctx.Err() == nil {
+			time.Sleep(r.o.leaseTTL / 10)
+		}
 	}
 }
 
@@ -720,8 +726,9 @@ func (r *replicated) watchLease(ctx context.Context) <-chan struct{} {
 // given up after leaseTTL/4), before the lease can expire. Safety does
 // not rest on this: a release is stored only by creating its key (see
 // checkpoint), and a leader that finds the key taken stops.
-func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uint64, since time.Time) {
+func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, held *atomic.Uint64, since time.Time) {
 	defer stop()
+	rev := held.Load()
 	tick := time.NewTicker(r.o.leaseTTL / 5)
 	defer tick.Stop()
 	last := since
@@ -738,6 +745,7 @@ func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uin
 		switch {
 		case err == nil:
 			rev, last = nrev, sent
+			held.Store(rev)
 		case errors.Is(err, jetstream.ErrKeyExists) || time.Since(last) > r.o.leaseTTL/2:
 			// Someone else holds it, or it may have expired: a standby
 			// may lead now.
@@ -748,8 +756,12 @@ func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uin
 }
 
 // releaseLease gives the lease up (a clean shutdown), so a standby takes
-// over at once.
-func (r *replicated) releaseLease(ctx context.Context) {
+// over at once: deleted if its revision is still rev, the one this
+// holder last wrote (or, when a renewal's reply was lost, the one read).
+func (r *replicated) releaseLease(ctx context.Context, rev uint64) {
+	if r.lease.Delete(ctx, "leader", jetstream.LastRevision(rev)) == nil {
+		return
+	}
 	e, err := r.lease.Get(ctx, "leader")
 	if err == nil && string(e.Value()) == r.id {
 		r.lease.Delete(ctx, "leader", jetstream.LastRevision(e.Revision()))
@@ -762,7 +774,8 @@ type warmEngine struct {
 	agg      *aggregate.Aggregator
 	dir      string
 	released int
-	seq      uint64
+	seq      uint64 // the log position applied
+	atCommit bool   // the log holds a commit right after seq
 }
 
 func (w *warmEngine) close() {
@@ -786,62 +799,109 @@ func (r *replicated) restoreWarm(ctx context.Context) (*warmEngine, error) {
 	return &warmEngine{agg: agg, dir: dir, released: released, seq: seq}, nil
 }
 
-// warmStandby holds the engine a standby keeps restored at the last
-// release, so that it leads without restoring (decoding the mechanism and
-// calibrating the noise take most of a takeover's time otherwise).
+// warmStandby is the engine a standby keeps restored at the last release
+// and applied to the log's contributions after it, so that it leads
+// without restoring (decoding the mechanism and calibrating the noise)
+// or replaying the log.
 type warmStandby struct {
-	stop  context.CancelFunc // ends keepWarm
-	mu    sync.Mutex
-	taken bool
-	e     *warmEngine
+	stop context.CancelFunc
+	done chan *warmEngine // keepWarm's engine once it ended
+}
+
+func (r *replicated) startWarm(ctx context.Context) *warmStandby {
+	wctx, cancel := context.WithCancel(ctx)
+	ws := &warmStandby{stop: cancel, done: make(chan *warmEngine, 1)}
+	go func() { ws.done <- r.keepWarm(wctx) }()
+	return ws
+}
+
+// take stops keeping the engine warm and returns it (nil if none).
+func (ws *warmStandby) take() *warmEngine {
+	ws.stop()
+	return <-ws.done
 }
 
 // keepWarm checks every second whether the last release changed and
 // then restores the engine again, at most every warmEvery (a restore
-// costs a fraction of a second of CPU), until ws is taken or ctx ends.
-func (r *replicated) keepWarm(ctx context.Context, ws *warmStandby) {
-	var last time.Time
-	for ctx.Err() == nil {
+// costs a fraction of a second of CPU); in between it applies the log's
+// contributions after the release to the engine, as the leader does,
+// without publishing its decisions, up to the first commit (only a
+// leader commits). It returns the engine when ctx ends.
+func (r *replicated) keepWarm(ctx context.Context) *warmEngine {
+	var (
+		e    *warmEngine
+		last time.Time
+		tail struct {
+			it   jetstream.MessagesContext
+			msgs <-chan logMsg
+			stop context.CancelFunc
+		}
+	)
+	stopTail := func() {
+		if tail.it != nil {
+			tail.stop()
+			tail.it.Stop()
+			tail.it, tail.msgs = nil, nil
+		}
+	}
+	defer r.warmRelease.Store(-1)
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
 		t, err := r.head(ctx)
-		ws.mu.Lock()
-		stale := !ws.taken && (ws.e == nil || ws.e.released != t)
-		ws.mu.Unlock()
-		if err == nil && stale && time.Since(last) >= warmEvery {
+		if ctx.Err() != nil {
+			stopTail()
+			return e
+		}
+		if err == nil && (e == nil || e.released != t) && time.Since(last) >= warmEvery {
+			stopTail()
 			last = time.Now()
-			if e, err := r.restoreWarm(ctx); err == nil {
-				ws.mu.Lock()
-				old := ws.e
-				if ws.taken {
-					old = e
-				} else {
-					ws.e = e
-					r.warmRelease.Store(int64(e.released))
-				}
-				ws.mu.Unlock()
-				old.close()
+			if ne, err := r.restoreWarm(ctx); err == nil {
+				e.close()
+				e = ne
+				r.warmRelease.Store(int64(e.released))
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+		if e != nil && !e.atCommit && tail.it == nil {
+			var rctx context.Context
+			rctx, tail.stop = context.WithCancel(ctx)
+			if tail.it, tail.msgs, err = r.readLog(rctx, e.seq); err != nil {
+				tail.stop()
+				tail.it, tail.msgs = nil, nil
+			}
+		}
+	apply:
+		for {
+			select {
+			case <-ctx.Done():
+				break apply
+			case <-check.C:
+				break apply
+			case n := <-tail.msgs:
+				switch {
+				case n.err != nil:
+					stopTail()
+					break apply
+				case n.m.Subject() == r.subjCmt:
+					e.atCommit = true
+					stopTail()
+					break apply
+				}
+				// Not cancelled with ctx: an entry is applied whole.
+				if _, err := r.apply(context.WithoutCancel(ctx), e.agg, n.m, &e.seq, nil); err != nil {
+					stopTail()
+					e.close()
+					e = nil
+					r.warmRelease.Store(-1)
+					break apply
+				}
+			}
 		}
 	}
 }
 
 // warmEvery: a standby restores its engine at most this often.
 const warmEvery = 5 * time.Second
-
-// take stops keeping the engine warm and returns it (nil if none).
-func (ws *warmStandby) take(r *replicated) *warmEngine {
-	ws.stop()
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	r.warmRelease.Store(-1)
-	ws.taken = true
-	e := ws.e
-	ws.e = nil
-	return e
-}
 
 // storedMechanism is the mechanism the snapshots hold, decoded from the
 // store at path the first time and remembered: every snapshot descends
@@ -942,8 +1002,10 @@ func gunzipFile(path string, data []byte) error {
 
 // lead applies the log in order while ctx lasts, starting from warm (an
 // engine a standby restored ahead) if it is at the last release, and
-// otherwise from the stored state.
-func (r *replicated) lead(ctx context.Context, warm *warmEngine) error {
+// otherwise from the stored state. stopped (if not nil) is called once
+// the log is no longer applied, before the engine is closed.
+func (r *replicated) lead(ctx context.Context, warm *warmEngine, stopped func()) error {
+	how := "engine kept ready while standing by"
 	if warm != nil {
 		if t, err := r.head(ctx); err != nil || t != warm.released {
 			warm.close()
@@ -951,6 +1013,7 @@ func (r *replicated) lead(ctx context.Context, warm *warmEngine) error {
 		}
 	}
 	if warm == nil {
+		how = "restored"
 		w, err := r.restoreWarm(ctx)
 		if err != nil {
 			return err
@@ -959,7 +1022,7 @@ func (r *replicated) lead(ctx context.Context, warm *warmEngine) error {
 	}
 	defer warm.close()
 	agg, released, seq := warm.agg, warm.released, warm.seq
-	r.logf("aggregator %s: continuing after release %d (log position %d)", r.id, released, seq)
+	r.logf("aggregator %s: continuing after release %d at log position %d (%s)", r.id, released, seq, how)
 	// Releases are stored in order by one goroutine while the log is
 	// applied on; the first failure stops leading.
 	ctx, cancelLead := context.WithCancelCause(ctx)
@@ -973,7 +1036,11 @@ func (r *replicated) lead(ctx context.Context, warm *warmEngine) error {
 		return err
 	}
 	defer it.Stop()
-	return r.applyLog(ctx, agg, seq, pipe, msgs)
+	err = r.applyLog(ctx, agg, seq, pipe, msgs)
+	if stopped != nil {
+		stopped()
+	}
+	return err
 }
 
 // storeReleases stores the releases sent on pipe.jobs in order and
