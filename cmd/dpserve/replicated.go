@@ -101,7 +101,7 @@ type replicated struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan decision
-	ledger  aggregate.Ledger // the ledger last served, for monotonicity
+	ledger  aggregate.Ledger             // the ledger last served, for monotonicity
 	mech    *aggregate.StrategyMechanism // decoded from a snapshot: storedMechanism
 
 	// warmRelease is the release a standby's engine is restored at
