@@ -179,17 +179,17 @@ func TestReplicatedCrashTakeover(t *testing.T) {
 	load.mu.Lock()
 	slowest := load.slowest
 	load.mu.Unlock()
-	if slowest >= 1500*time.Millisecond {
-		t.Errorf("a contribution waited %v for its answer during the takeover, want less than 1.5 s", slowest.Round(time.Millisecond))
+	if slowest >= 1800*time.Millisecond {
+		t.Errorf("a contribution waited %v for its answer during the takeover, want less than 1.8 s (the decision timeout is 2 s)", slowest.Round(time.Millisecond))
 	}
 }
 
 // TestReplicatedCleanHandover: a leading dpserve stopped with its context
 // (SIGTERM) under load hands the lease over at once, whatever the lease's
-// TTL (60 s here): a standby makes the next release within the bound.
+// TTL (120 s here: the standby polls every 6 s): a standby makes the next release within the bound.
 func TestReplicatedCleanHandover(t *testing.T) {
 	c := startCluster(t, 3)
-	o, args := handoverOptions(t, c.urls(), "-lease-ttl", "60s")
+	o, args := handoverOptions(t, c.urls(), "-lease-ttl", "120s")
 	fe, err := dialReplicated(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestReplicatedCleanHandover(t *testing.T) {
 		t.Fatal("dpserve did not stop")
 	}
 	t.Logf("clean stop: next release %.2fs after SIGTERM (lease TTL %v); meanwhile %s", took.Seconds(), o.leaseTTL, load)
-	const bound = 1500 * time.Millisecond
+	const bound = 2500 * time.Millisecond
 	if took > bound {
 		t.Errorf("clean handover took %v, want at most %v", took.Round(time.Millisecond), bound)
 	}
