@@ -161,27 +161,62 @@ func TestReplicatedCrashTakeover(t *testing.T) {
 	}
 	b := startAggregator(t, o)
 	t.Cleanup(b.kill)
+	t.Cleanup(a.kill)
 	load := startLoad(fe, 4, "crash")
 	defer func() { load.stop(); load.wg.Wait() }()
 	commitAfter(t, fe, time.Now(), "before the kill")
-	waitWarm(t, fe, b)
+	// The leader is the holder of the lease when the standby is ready
+	// (under heavy load a holder may lose it meanwhile: roles swap).
+	leader, standby := a, b
+	for range 5 {
+		waitWarm(t, fe, standby)
+		if holder := waitLeader(t, fe); holder == leader.r.id {
+			break
+		} else if holder == standby.r.id {
+			leader, standby = standby, leader
+		}
+	}
 	t.Logf("before the kill: %s", load)
 	load.reset()
 	start := time.Now()
 	t.Logf("%s kill", start.Format("15:04:05.000"))
-	a.kill()
+	leader.kill()
+	won := waitHolder(t, fe, standby.r.id, start)
+	answered := load.decided.Load() + load.logged.Load()
 	took := commitAfter(t, fe, start, "after the kill")
-	t.Logf("crash: next release %.2fs after the kill (lease TTL %v); meanwhile %s", took.Seconds(), o.leaseTTL, load)
-	const bound = 4500 * time.Millisecond
-	if took > bound {
-		t.Errorf("crash takeover took %v, want at most %v", took.Round(time.Millisecond), bound)
+	t.Logf("crash: lease taken %.2fs and next release %.2fs after the kill (lease TTL %v); %d answers before the lease was taken; in all %s",
+		won.Seconds(), took.Seconds(), o.leaseTTL, answered, load)
+	// The lease expires 1.6-2 s after the kill: a standby that tries it
+	// every 0.1 s takes it by 2.1 s. (Before: 3.75-5 s, the 5 s lease.)
+	if bound := 3500 * time.Millisecond; won > bound {
+		t.Errorf("the standby took the lease %v after the kill, want at most %v", won.Round(time.Millisecond), bound)
 	}
-	load.mu.Lock()
-	slowest := load.slowest
-	load.mu.Unlock()
-	if slowest >= 1800*time.Millisecond {
-		t.Errorf("a contribution waited %v for its answer during the takeover, want less than 1.8 s (the decision timeout is 2 s)", slowest.Round(time.Millisecond))
+	if bound := 6 * time.Second; took > bound {
+		t.Errorf("crash takeover (next release) took %v, want at most %v", took.Round(time.Millisecond), bound)
 	}
+	// Without a leader each contribution is answered as soon as it is
+	// logged: at least 2 answers a second per client (waiting 2 s each
+	// for a decision, as before, gives at most 0.5).
+	if want := int64(2 * 4 * won.Seconds()); answered < want {
+		t.Errorf("%d contributions answered in the %v without a leader, want at least %d", answered, won.Round(time.Millisecond), want)
+	}
+}
+
+// waitHolder waits (up to 60 s) until id holds the lease and returns how
+// long after start.
+func waitHolder(t *testing.T, fe *replicated, id string, start time.Time) time.Duration {
+	t.Helper()
+	for time.Since(start) < 60*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		e, err := fe.lease.Get(ctx, "leader")
+		cancel()
+		if err == nil && string(e.Value()) == id {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not take the lease within 60 s", id)
+	return 0
 }
 
 // TestReplicatedCleanHandover: a leading dpserve stopped with its context
@@ -239,10 +274,14 @@ func TestReplicatedCleanHandover(t *testing.T) {
 	defer func() { hstop(); hwg.Wait() }()
 	commitAfter(t, fe, time.Now(), "before the stop")
 	waitWarm(t, fe, b)
+	if holder := waitLeader(t, fe); holder != leader {
+		t.Skipf("the stopping node lost its lease under this load before the stop (held by %s)", holder)
+	}
 	load.reset()
 	start := time.Now()
 	t.Logf("%s SIGTERM", start.Format("15:04:05.000"))
 	cancel()
+	won := waitHolder(t, fe, b.r.id, start)
 	took := commitAfter(t, fe, start, "after the stop")
 	select {
 	case c := <-code:
@@ -252,10 +291,15 @@ func TestReplicatedCleanHandover(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("dpserve did not stop")
 	}
-	t.Logf("clean stop: next release %.2fs after SIGTERM (lease TTL %v); meanwhile %s", took.Seconds(), o.leaseTTL, load)
-	const bound = 2500 * time.Millisecond
-	if took > bound {
-		t.Errorf("clean handover took %v, want at most %v", took.Round(time.Millisecond), bound)
+	t.Logf("clean stop: lease taken %.2fs and next release %.2fs after SIGTERM (lease TTL %v); meanwhile %s",
+		won.Seconds(), took.Seconds(), o.leaseTTL, load)
+	// Before, the lease was given up after the HTTP server and the
+	// engine had stopped, and the standby tried it every TTL/5 (24 s).
+	if bound := time.Second; won > bound {
+		t.Errorf("the standby took the lease %v after SIGTERM, want at most %v", won.Round(time.Millisecond), bound)
+	}
+	if bound := 5 * time.Second; took > bound {
+		t.Errorf("clean handover (next release) took %v, want at most %v", took.Round(time.Millisecond), bound)
 	}
 }
 
