@@ -21,11 +21,15 @@ package main
 //     exists: two aggregators can never write two releases for one step,
 //     and an aggregator that finds the key taken stops and restarts from
 //     the stored state.
-//   - A standby that takes the lease reads the last release record,
-//     restores its snapshot and replays the log after the position it
-//     covers: it continues with the noise state stored with the last
-//     release, never drawing a step's noise again for publication nor
-//     reusing it.
+//   - A standby keeps an engine restored from the last release record's
+//     snapshot and applied to the log's contributions after the position
+//     it covers (up to the next commit), and takes the lease as soon as
+//     it is deleted (a clean stop) or expired (a crash): it continues
+//     with the noise state stored with the last release, never drawing a
+//     step's noise again for publication nor reusing it.
+//   - While it applies the log the leader publishes a heartbeat (an
+//     empty decision batch); a front-end that hears none answers a
+//     logged contribution 202 at once instead of waiting for a decision.
 //   - Every read of <service>_state goes to its stream's leader
 //     (stateGet), so it sees every write acknowledged before it.
 
