@@ -10,7 +10,7 @@
 //	    -horizon 1024 -clip 1 -k 4 -b 128 [-addr 127.0.0.1:8377] [-workload prefix] [-count] [-commit-every 1m]
 //	    [-tls-cert cert.pem -tls-key key.pem] [-auth-key auth.key [-rate 10] [-burst 20]]
 //	dpserve -nats tls://n1:4222,tls://n2:4222,tls://n3:4222 -nats-creds FILE [-nats-ca ca.pem] [-service dpserve] [-replicas 3]
-//	    [-aggregator=true] [-lease-ttl 5s] -dim 100 ... (the same flags, no -store)
+//	    [-aggregator=true] [-lease-ttl 2s] -dim 100 ... (the same flags, no -store)
 //	dpserve key -out auth.key
 //	dpserve token -key auth.key -contributor ID [-ttl 24h] | -role operator
 //	dpserve cert -dir D         (testing only: a certificate for -tls-cert)
@@ -146,6 +146,10 @@ type options struct {
 	// built is the mechanism checkRelease built at start (replicated
 	// mode), used by a store that holds none.
 	built *aggregate.StrategyMechanism
+	// stored is the mechanism the store holds, decoded before (a
+	// replicated standby restores snapshots of one store again and
+	// again); nil: decode it from the store.
+	stored *aggregate.StrategyMechanism
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -208,7 +212,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.service, "service", "dpserve", "replicated mode: name of the service's stream and buckets (letters, digits, - and _)")
 	fs.BoolVar(&o.aggregator, "aggregator", true, "replicated mode: also stand for election as the one aggregator")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicated mode: JetStream replicas of the log, releases and snapshots")
-	fs.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "replicated mode: the aggregator's lease; a standby takes over at most this long after the leader stops renewing")
 	fs.DurationVar(&o.logMaxAge, "log-max-age", 0, "replicated mode: drop logged contributions older than this (0: keep them; at least 1h, and far above the longest time between two commits)")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "replicated mode: NATS credentials file (JWT and NKey) of this node")
 	fs.StringVar(&o.natsCA, "nats-ca", "", "replicated mode: PEM CA certificates that sign the NATS servers' TLS certificates")
@@ -271,9 +275,11 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	}
 	// A store made before holds its mechanism: reuse it (the encoder its
 	// noise state was made with) rather than build it again.
-	mech, err := aggregate.StoredMechanism(o.store, schema)
-	if err != nil {
-		return nil, err
+	mech := o.stored
+	if mech == nil {
+		if mech, err = aggregate.StoredMechanism(o.store, schema); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case mech == nil && o.built != nil:

@@ -21,11 +21,15 @@ package main
 //     exists: two aggregators can never write two releases for one step,
 //     and an aggregator that finds the key taken stops and restarts from
 //     the stored state.
-//   - A standby that takes the lease reads the last release record,
-//     restores its snapshot and replays the log after the position it
-//     covers: it continues with the noise state stored with the last
-//     release, never drawing a step's noise again for publication nor
-//     reusing it.
+//   - A standby keeps an engine restored from the last release record's
+//     snapshot and applied to the log's contributions after the position
+//     it covers (up to the next commit), and takes the lease as soon as
+//     it is deleted (a clean stop) or expired (a crash): it continues
+//     with the noise state stored with the last release, never drawing a
+//     step's noise again for publication nor reusing it.
+//   - While it applies the log the leader publishes a heartbeat (an
+//     empty decision batch); a front-end that hears none answers a
+//     logged contribution 202 at once instead of waiting for a decision.
 //   - Every read of <service>_state goes to its stream's leader
 //     (stateGet), so it sees every write acknowledged before it.
 
@@ -91,10 +95,22 @@ type replicated struct {
 	// decisionWait bounds how long a front-end waits for the
 	// aggregator's decision on a contribution before answering 202.
 	decisionWait time.Duration
+	// aliveWindow: a front-end that heard nothing from a leading
+	// aggregator (decisions or its heartbeat, every aliveEvery) for this
+	// long answers 202 as soon as the log confirmed a contribution,
+	// rather than waiting decisionWait for a decision none may make
+	// (no leader, or one taking over). 0: always wait decisionWait.
+	aliveWindow time.Duration
+	lastAlive   atomic.Int64 // unix nanoseconds of the last message on subjDec
 
 	mu      sync.Mutex
 	waiters map[string]chan decision
-	ledger  aggregate.Ledger // the ledger last served, for monotonicity
+	ledger  aggregate.Ledger             // the ledger last served, for monotonicity
+	mech    *aggregate.StrategyMechanism // decoded from a snapshot: storedMechanism
+
+	// warmRelease is the release a standby's engine is restored at
+	// (-1: none), for the logs and the tests.
+	warmRelease atomic.Int64
 
 	// logf reports the aggregator's transitions (lease won, lost, errors).
 	logf func(format string, args ...any)
@@ -139,9 +155,10 @@ func dialReplicated(ctx context.Context, o options) (*replicated, error) {
 	r := &replicated{
 		o: o, id: fmt.Sprintf("%s-%d-%s", strings.ReplaceAll(host, ".", "_"), os.Getpid(), hex.EncodeToString(idb)),
 		stream: o.service + "_LOG", subjAdd: o.service + ".log.add", subjCmt: o.service + ".log.commit",
-		subjDec: o.service + ".decided", decisionWait: 2 * time.Second, waiters: map[string]chan decision{},
+		subjDec: o.service + ".decided", decisionWait: 2 * time.Second, aliveWindow: 5 * aliveEvery, waiters: map[string]chan decision{},
 		logf: func(string, ...any) {},
 	}
+	r.warmRelease.Store(-1)
 	opts := []nats.Option{nats.Name("dpserve " + r.id), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second)}
 	sec, err := o.natsSecurity().Options()
@@ -280,6 +297,9 @@ func (r *replicated) onDecisions(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &ds) != nil {
 		return
 	}
+	// Any batch, the empty one of the heartbeat included, is a sign of
+	// a leader applying the log.
+	r.lastAlive.Store(time.Now().UnixNano())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range ds {
@@ -381,13 +401,39 @@ func (r *replicated) Add(ctx context.Context, contributor string, vec []float64)
 	}
 	t := time.NewTimer(r.decisionWait)
 	defer t.Stop()
+	check := time.NewTicker(aliveEvery / 2)
+	defer check.Stop()
+	for !r.leaderSilent() {
+		select {
+		case d := <-ch:
+			return d.Step, d.err(contributor)
+		case <-t.C:
+			return 0, &loggedError{seq: ack.Sequence}
+		case <-ctx.Done():
+			return 0, &loggedError{seq: ack.Sequence}
+		case <-check.C:
+		}
+	}
+	// No leader applies the log now: the contribution is durable in it
+	// and will be decided once one does; answering at once keeps the
+	// front-end's capacity (-max-inflight) for the requests that follow.
 	select {
 	case d := <-ch:
 		return d.Step, d.err(contributor)
-	case <-t.C:
-	case <-ctx.Done():
+	default:
 	}
 	return 0, &loggedError{seq: ack.Sequence}
+}
+
+// aliveEvery is the leading aggregator's heartbeat period: while it
+// applies the log it publishes an empty decision batch at least this
+// often.
+const aliveEvery = 100 * time.Millisecond
+
+// leaderSilent reports whether no leading aggregator was heard from
+// within aliveWindow.
+func (r *replicated) leaderSilent() bool {
+	return r.aliveWindow > 0 && time.Since(time.Unix(0, r.lastAlive.Load())) > r.aliveWindow
 }
 
 func (d decision) err(contributor string) error {
@@ -580,69 +626,307 @@ func (r *replicated) head(ctx context.Context) (int, error) {
 var errDeposed = errors.New("deposed: another aggregator holds the lease or wrote the release")
 
 // runAggregator stands for the lease until ctx ends, and leads while it
-// holds it.
+// holds it. A standby tries to take the lease whenever the holder gives
+// it up (it watches the key) and otherwise every leaseTTL/20, so it takes
+// over within that of the lease's expiry after a crash.
 func (r *replicated) runAggregator(ctx context.Context) {
+	freed := r.watchLease(ctx)
+	var ws *warmStandby
+	defer func() {
+		if ws != nil {
+			ws.take().close()
+		}
+	}()
 	for ctx.Err() == nil {
+		start := time.Now()
 		rev, err := r.lease.Create(ctx, "leader", []byte(r.id))
 		if err != nil {
+			if ws == nil {
+				// Standing by: keep an engine ready.
+				ws = r.startWarm(ctx)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(r.o.leaseTTL / 5):
+			case <-freed:
+			case <-time.After(r.o.leaseTTL / 20):
 			}
 			continue
 		}
 		r.logf("aggregator %s: lease won", r.id)
+		var warm *warmEngine
+		if ws != nil {
+			warm = ws.take()
+			ws = nil
+		}
 		lctx, cancel := context.WithCancel(ctx)
-		go r.renew(lctx, cancel, rev)
-		err = r.lead(lctx)
+		var held atomic.Uint64 // the lease's revision this holder last wrote
+		held.Store(rev)
+		go r.renew(lctx, cancel, &held, start)
+		// Give the lease up so that a standby (or this process) leads
+		// without waiting for it to expire; on a clean stop (ctx
+		// ended) as soon as the log is no longer applied, before the
+		// engine is closed. A crash gives nothing up: the lease expires.
+		release := sync.OnceFunc(func() {
+			cancel()
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.leaseTTL)
+			r.releaseLease(dctx, held.Load())
+			dcancel()
+		})
+		err = r.lead(lctx, warm, func() {
+			if ctx.Err() != nil {
+				release()
+			}
+		})
 		cancel()
 		if ctx.Err() == nil {
-			// Not stopped from outside: give the lease up so that a
-			// standby (or this process) leads again without waiting
-			// for it to expire.
 			r.logf("aggregator %s: stopped leading: %v", r.id, err)
-			dctx, dcancel := context.WithTimeout(ctx, r.o.leaseTTL)
-			r.releaseLease(dctx)
-			dcancel()
+		}
+		release()
+		if ctx.Err() == nil {
 			time.Sleep(r.o.leaseTTL / 10)
 		}
 	}
 }
 
-// renew keeps the lease; when an Update with the expected revision fails
-// (another holder, or the cluster unreachable for long) leading stops.
-func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, rev uint64) {
+// watchLease returns a channel that receives when the lease key is
+// deleted (a holder gave it up); without a watch (an error), nothing is
+// sent and the standby polls.
+func (r *replicated) watchLease(ctx context.Context) <-chan struct{} {
+	freed := make(chan struct{}, 1)
+	w, err := r.lease.Watch(ctx, "leader", jetstream.UpdatesOnly())
+	if err != nil {
+		return freed
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil && e.Operation() != jetstream.KeyValuePut {
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return freed
+}
+
+// renew keeps the lease (won by a request sent at since); when an Update
+// with the expected revision fails (another holder, or the cluster
+// unreachable for long) leading stops.
+//
+// The lease expires leaseTTL after the server stored the last update,
+// which is after the update was sent: leading stops at the first renewal
+// attempt more than leaseTTL/2 after the last successful update was sent,
+// so by about 3/4 leaseTTL after that (renewals every leaseTTL/5, each
+// given up after leaseTTL/4), before the lease can expire. Safety does
+// not rest on this: a release is stored only by creating its key (see
+// checkpoint), and a leader that finds the key taken stops.
+func (r *replicated) renew(ctx context.Context, stop context.CancelFunc, held *atomic.Uint64, since time.Time) {
 	defer stop()
-	tick := time.NewTicker(r.o.leaseTTL / 4)
+	rev := held.Load()
+	tick := time.NewTicker(r.o.leaseTTL / 5)
 	defer tick.Stop()
-	last := time.Now()
+	last := since
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		sent := time.Now()
 		uctx, cancel := context.WithTimeout(ctx, r.o.leaseTTL/4)
 		nrev, err := r.lease.Update(uctx, "leader", []byte(r.id), rev)
 		cancel()
 		switch {
 		case err == nil:
-			rev, last = nrev, time.Now()
+			rev, last = nrev, sent
+			held.Store(rev)
 		case errors.Is(err, jetstream.ErrKeyExists) || time.Since(last) > r.o.leaseTTL/2:
 			// Someone else holds it, or it may have expired: a standby
 			// may lead now.
+			r.logf("aggregator %s: lease not renewed: %v", r.id, err)
 			return
 		}
 	}
 }
 
 // releaseLease gives the lease up (a clean shutdown), so a standby takes
-// over at once.
-func (r *replicated) releaseLease(ctx context.Context) {
+// over at once: deleted if its revision is still rev, the one this
+// holder last wrote (or, when a renewal's reply was lost, the one read).
+func (r *replicated) releaseLease(ctx context.Context, rev uint64) {
+	if r.lease.Delete(ctx, "leader", jetstream.LastRevision(rev)) == nil {
+		return
+	}
 	e, err := r.lease.Get(ctx, "leader")
 	if err == nil && string(e.Value()) == r.id {
 		r.lease.Delete(ctx, "leader", jetstream.LastRevision(e.Revision()))
 	}
+}
+
+// warmEngine is an engine restored at the state after a release, in its
+// own directory.
+type warmEngine struct {
+	agg      *aggregate.Aggregator
+	dir      string
+	released int
+	seq      uint64 // the log position applied
+	atCommit bool   // the log holds a commit right after seq
+}
+
+func (w *warmEngine) close() {
+	if w != nil {
+		w.agg.Close()
+		os.RemoveAll(w.dir)
+	}
+}
+
+// restoreWarm restores the engine at the last release in a new directory.
+func (r *replicated) restoreWarm(ctx context.Context) (*warmEngine, error) {
+	dir, err := os.MkdirTemp(r.o.workDir, "dpserve-aggregator-")
+	if err != nil {
+		return nil, err
+	}
+	agg, released, seq, err := r.restore(ctx, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &warmEngine{agg: agg, dir: dir, released: released, seq: seq}, nil
+}
+
+// warmStandby is the engine a standby keeps restored at the last release
+// and applied to the log's contributions after it, so that it leads
+// without restoring (decoding the mechanism and calibrating the noise)
+// or replaying the log.
+type warmStandby struct {
+	stop context.CancelFunc
+	done chan *warmEngine // keepWarm's engine once it ended
+}
+
+func (r *replicated) startWarm(ctx context.Context) *warmStandby {
+	wctx, cancel := context.WithCancel(ctx)
+	ws := &warmStandby{stop: cancel, done: make(chan *warmEngine, 1)}
+	go func() { ws.done <- r.keepWarm(wctx) }()
+	return ws
+}
+
+// take stops keeping the engine warm and returns it (nil if none).
+func (ws *warmStandby) take() *warmEngine {
+	ws.stop()
+	return <-ws.done
+}
+
+// keepWarm checks every second whether the last release changed and
+// then restores the engine again, at most every warmEvery (a restore
+// costs a fraction of a second of CPU); in between it applies the log's
+// contributions after the release to the engine, as the leader does,
+// without publishing its decisions, up to the first commit (only a
+// leader commits). It returns the engine when ctx ends.
+func (r *replicated) keepWarm(ctx context.Context) *warmEngine {
+	var (
+		e    *warmEngine
+		last time.Time
+		tail struct {
+			it   jetstream.MessagesContext
+			msgs <-chan logMsg
+			stop context.CancelFunc
+		}
+	)
+	stopTail := func() {
+		if tail.it != nil {
+			tail.stop()
+			tail.it.Stop()
+			tail.it, tail.msgs = nil, nil
+		}
+	}
+	defer r.warmRelease.Store(-1)
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
+		t, err := r.head(ctx)
+		if ctx.Err() != nil {
+			stopTail()
+			return e
+		}
+		if err == nil && (e == nil || e.released != t) && time.Since(last) >= warmEvery {
+			stopTail()
+			last = time.Now()
+			if ne, err := r.restoreWarm(ctx); err == nil {
+				e.close()
+				e = ne
+				r.warmRelease.Store(int64(e.released))
+			}
+		}
+		if e != nil && !e.atCommit && tail.it == nil {
+			var rctx context.Context
+			rctx, tail.stop = context.WithCancel(ctx)
+			if tail.it, tail.msgs, err = r.readLog(rctx, e.seq); err != nil {
+				tail.stop()
+				tail.it, tail.msgs = nil, nil
+			}
+		}
+	apply:
+		for {
+			select {
+			case <-ctx.Done():
+				break apply
+			case <-check.C:
+				break apply
+			case n := <-tail.msgs:
+				switch {
+				case n.err != nil:
+					stopTail()
+					break apply
+				case n.m.Subject() == r.subjCmt:
+					e.atCommit = true
+					stopTail()
+					break apply
+				}
+				// Not cancelled with ctx: an entry is applied whole.
+				if _, err := r.apply(context.WithoutCancel(ctx), e.agg, n.m, &e.seq, nil); err != nil {
+					stopTail()
+					e.close()
+					e = nil
+					r.warmRelease.Store(-1)
+					break apply
+				}
+			}
+		}
+	}
+}
+
+// warmEvery: a standby restores its engine at most this often.
+const warmEvery = 5 * time.Second
+
+// storedMechanism is the mechanism the snapshots hold, decoded from the
+// store at path the first time and remembered: every snapshot descends
+// from the store release 1 was made with (a release is stored only by
+// creating its key), and the mechanism is written once, when a store is
+// made. Decoding it took most of a restore's time; Open still checks
+// the store's fingerprint of the configuration. nil when it cannot be
+// read (openAggregator then reads it and reports why).
+func (r *replicated) storedMechanism(path string) *aggregate.StrategyMechanism {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mech == nil {
+		_, _, _, schema, err := releaseFlags(r.o)
+		if err != nil {
+			return nil
+		}
+		if r.mech, err = aggregate.StoredMechanism(path, schema); err != nil {
+			r.mech = nil
+		}
+	}
+	return r.mech
 }
 
 // restore opens the engine at the state of the last release.
@@ -669,6 +953,9 @@ func (r *replicated) restore(ctx context.Context, dir string) (*aggregate.Aggreg
 	}
 	o := r.o
 	o.store, o.noSync = path, true
+	if t > 0 {
+		o.stored = r.storedMechanism(path)
+	}
 	agg, err := openAggregator(ctx, o)
 	if err != nil {
 		return nil, 0, 0, err
@@ -717,19 +1004,29 @@ func gunzipFile(path string, data []byte) error {
 	return f.Close()
 }
 
-// lead applies the log in order while ctx lasts.
-func (r *replicated) lead(ctx context.Context) error {
-	dir, err := os.MkdirTemp(r.o.workDir, "dpserve-aggregator-")
-	if err != nil {
-		return err
+// lead applies the log in order while ctx lasts, starting from warm (an
+// engine a standby restored ahead) if it is at the last release, and
+// otherwise from the stored state. stopped (if not nil) is called once
+// the log is no longer applied, before the engine is closed.
+func (r *replicated) lead(ctx context.Context, warm *warmEngine, stopped func()) error {
+	how := "engine kept ready while standing by"
+	if warm != nil {
+		if t, err := r.head(ctx); err != nil || t != warm.released {
+			warm.close()
+			warm = nil
+		}
 	}
-	defer os.RemoveAll(dir)
-	agg, released, seq, err := r.restore(ctx, dir)
-	if err != nil {
-		return err
+	if warm == nil {
+		how = "restored"
+		w, err := r.restoreWarm(ctx)
+		if err != nil {
+			return err
+		}
+		warm = w
 	}
-	defer agg.Close()
-	r.logf("aggregator %s: continuing after release %d (log position %d)", r.id, released, seq)
+	defer warm.close()
+	agg, released, seq := warm.agg, warm.released, warm.seq
+	r.logf("aggregator %s: continuing after release %d at log position %d (%s)", r.id, released, seq, how)
 	// Releases are stored in order by one goroutine while the log is
 	// applied on; the first failure stops leading.
 	ctx, cancelLead := context.WithCancelCause(ctx)
@@ -743,7 +1040,11 @@ func (r *replicated) lead(ctx context.Context) error {
 		return err
 	}
 	defer it.Stop()
-	return r.applyLog(ctx, agg, seq, pipe, msgs)
+	err = r.applyLog(ctx, agg, seq, pipe, msgs)
+	if stopped != nil {
+		stopped()
+	}
+	return err
 }
 
 // storeReleases stores the releases sent on pipe.jobs in order and
@@ -816,7 +1117,7 @@ func (r *replicated) readLog(ctx context.Context, seq uint64) (jetstream.Message
 // applyLog applies the log's messages to agg while ctx lasts, writing the
 // ledger and publishing commit ticks as they fall due.
 func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, seq uint64, pipe *pipeline, msgs <-chan logMsg) error {
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(aliveEvery)
 	defer tick.Stop()
 	lastLedger := time.Time{}
 	ledgerDirty := false
@@ -827,6 +1128,9 @@ func (r *replicated) applyLog(ctx context.Context, agg *aggregate.Aggregator, se
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-tick.C:
+			// The heartbeat: the front-ends wait for decisions while
+			// they hear it.
+			r.publish([]decision{})
 		case n = <-msgs:
 		}
 		switch {
@@ -949,9 +1253,6 @@ func reasonIndex(err error) int {
 }
 
 func (r *replicated) publish(decs []decision) {
-	if len(decs) == 0 {
-		return
-	}
 	b, _ := json.Marshal(decs)
 	r.nc.Publish(r.subjDec, b) // best effort: a front-end that misses it answers 202
 }
@@ -1159,12 +1460,15 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// The aggregator stops first and gives its lease up (runAggregator),
+	// so that a standby takes over while this front-end finishes the
+	// requests it has: those waiting for a decision get it from the new
+	// leader, or 202 (logged) once no leader is heard.
+	stopAgg()
+	<-aggDone
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	stopAgg()
-	<-aggDone
-	r.releaseLease(sctx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

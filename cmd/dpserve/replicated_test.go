@@ -139,7 +139,7 @@ func startAggregator(t *testing.T, o options) *aggProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.logf = t.Logf
+	r.logf = func(format string, args ...any) { t.Logf(time.Now().Format("15:04:05.000 ")+format, args...) }
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &aggProc{r: r, cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(p.done); r.runAggregator(ctx) }()
@@ -720,7 +720,7 @@ func TestReplicatedContract(t *testing.T) {
 		return resp.StatusCode, strings.TrimSpace(string(b))
 	}
 	// Wait for the aggregator, and for its decisions as long as needed.
-	r.decisionWait = time.Minute
+	r.decisionWait, r.aliveWindow = time.Minute, 0
 	for {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := r.lease.Get(lctx, "leader")
@@ -797,8 +797,11 @@ func TestServeReplicated(t *testing.T) {
 	go io.Copy(io.Discard, pr)
 	addr := strings.Fields(string(line[:n]))[3]
 	base := "http://" + addr
-	for {
-		resp, err := http.Post(base+"/v1/contributions", "application/json", strings.NewReader(`{"contributor":"u","vector":[0.1,0.2]}`))
+	// Until the aggregator leads, a contribution is answered 202 (logged)
+	// at once; a new contributor each time, or the second would be over
+	// the participation limit.
+	for i := 0; ; i++ {
+		resp, err := http.Post(base+"/v1/contributions", "application/json", strings.NewReader(fmt.Sprintf(`{"contributor":"u%d","vector":[0.1,0.2]}`, i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1124,7 +1127,7 @@ func TestReplicatedLedgerCoversReleases(t *testing.T) {
 	t.Cleanup(srv.Close)
 	a := startAggregator(t, o)
 	t.Cleanup(a.kill)
-	r.decisionWait = time.Minute
+	r.decisionWait, r.aliveWindow = time.Minute, 0
 	ctx := context.Background()
 	if _, err := r.Add(ctx, "u0", []float64{0.5, 0.5}); err != nil {
 		t.Fatal(err)
@@ -1208,7 +1211,7 @@ func TestReplicatedIdempotencyKeyPerContributor(t *testing.T) {
 	r, o := dialTest(t, startJetStream(t), "-replicas", "1")
 	a := startAggregator(t, o)
 	t.Cleanup(a.kill)
-	r.decisionWait = time.Minute
+	r.decisionWait, r.aliveWindow = time.Minute, 0
 	withKey := func(k string) context.Context {
 		return context.WithValue(context.Background(), idempotencyKey{}, k)
 	}
