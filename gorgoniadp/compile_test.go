@@ -141,6 +141,46 @@ var compileCases = []opCase{
 	}},
 }
 
+// handLayerNorm is a layer norm of x (1, D) written by hand without
+// this package's helper: Mean over axis 1, broadcasts by
+// BroadcastSub/BroadcastHadamardDiv, gamma and beta of shape (1, D).
+// epsOutside puts eps outside the Sqrt (Sqrt(var) + eps), a different
+// function from the built-in layer's.
+func handLayerNorm(x, gamma, beta *G.Node, eps float32, epsOutside bool) *G.Node {
+	d := x.Shape()[1]
+	mu := G.Must(G.Reshape(G.Must(G.Mean(x, 1)), tensor.Shape{1, 1}))
+	c := G.Must(G.BroadcastSub(x, mu, nil, []byte{1}))
+	v := G.Must(G.Mean(G.Must(G.Square(c)), 1))
+	var sd *G.Node
+	if epsOutside {
+		sd = G.Must(G.Add(G.Must(G.Sqrt(v)), G.NewConstant(eps)))
+	} else {
+		sd = G.Must(G.Sqrt(G.Must(G.Add(G.NewConstant(eps), v))))
+	}
+	xh := G.Must(G.BroadcastHadamardDiv(c, G.Must(G.Reshape(sd, tensor.Shape{1, 1})), nil, []byte{1}))
+	_ = d
+	return G.Must(G.Add(beta, G.Must(G.HadamardProd(gamma, xh))))
+}
+
+// normCases are the LayerNorm graphs of compileCases.
+var normCases = []opCase{
+	// LayerNorm (this package's helper) with Tanh between dense layers,
+	// and a hand-written one with Rectify.
+	{"mlp-layernorm", [3]int{10, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 8), param(g, rng, "b1", 0.3, 8)
+		g1, be1 := param(g, rng, "g1", 0.8, 1, 8), param(g, rng, "be1", 0.3, 1, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 6), param(g, rng, "b2", 0.3, 6)
+		g2, be2 := param(g, rng, "g2", 0.8, 1, 6), param(g, rng, "be2", 0.3, 1, 6)
+		w3, b3 := param(g, rng, "w3", 0.6, 6, 3), param(g, rng, "b3", 0.3, 3)
+		h1 := G.Must(G.Tanh(G.Must(LayerNorm(dense(x, w1, b1), g1, be1, 1e-5))))
+		h2 := G.Must(G.Rectify(handLayerNorm(dense(h1, w2, b2), g2, be2, 1e-3, false)))
+		return Graph{Input: x, Logits: dense(h2, w3, b3), Params: []*G.Node{w1, b1, g1, be1, w2, b2, g2, be2, w3, b3}}
+	}},
+}
+
+func init() { compileCases = append(compileCases, normCases...) }
+
 // perExample returns an engine of m on the per-example path (one gorgonia
 // pass per example), the reference the compiled path must equal.
 func perExample(t *testing.T, m *Model, opt clip.Options) *Engine {
@@ -385,6 +425,15 @@ func TestNotCompiled(t *testing.T) {
 			c := im2colConv(G.Must(G.Reshape(x, tensor.Shape{1, 1, 4, 4})), w, b, 3, 1, 1, G.Tanh)
 			p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
 			return Graph{Input: x, Logits: dense(G.Must(G.Reshape(p, tensor.Shape{1, 8})), w2, b2), Params: []*G.Node{w, b, w2, b2}}
+		}},
+		// eps outside the Sqrt: not the built-in layer's function.
+		{"norm-eps-outside-sqrt", "a norm", func(g *G.ExprGraph, rng *rand.Rand) Graph {
+			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
+			w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
+			g1, be1 := param(g, rng, "g1", 0.8, 1, 4), param(g, rng, "be1", 0.3, 1, 4)
+			w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
+			h := handLayerNorm(dense(x, w1, b1), g1, be1, 1e-3, true)
+			return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, g1, be1, w2, b2}}
 		}},
 		{"shared-weight", "used twice", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
