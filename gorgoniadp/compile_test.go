@@ -162,7 +162,7 @@ func handLayerNorm(x, gamma, beta *G.Node, eps float32, epsOutside bool) *G.Node
 	return G.Must(G.Add(beta, G.Must(G.HadamardProd(gamma, xh))))
 }
 
-// normCases are the LayerNorm graphs of compileCases.
+// normCases are the LayerNorm graphs of compileCases (with normMapCase).
 var normCases = []opCase{
 	// LayerNorm (this package's helper) with Tanh between dense layers,
 	// and a hand-written one with Rectify.
@@ -179,7 +179,7 @@ var normCases = []opCase{
 	}},
 }
 
-func init() { compileCases = append(compileCases, normCases...) }
+func init() { compileCases = append(compileCases, append(normCases, normMapCase)...) }
 
 // perExample returns an engine of m on the per-example path (one gorgonia
 // pass per example), the reference the compiled path must equal.

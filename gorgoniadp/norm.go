@@ -90,11 +90,13 @@ func GroupNorm(x *gorgonia.Node, groups int, gamma, beta *gorgonia.Node, eps flo
 	return y, nil
 }
 
-// normalize is (x - mean) / Sqrt(var + eps) over groups consecutive
-// chunks of x's features, in x's shape: x reshaped to (groups, m), the
-// means over the last axis. (With a reshape to (1, groups, m) and the
-// means over axis 2, gorgonia v0.9.18's gradient is wrong: against
-// central differences in most entries.)
+// normalize is (x - mean) ⊙ (1 / Sqrt(var + eps)) over groups
+// consecutive chunks of x's features, in x's shape: x reshaped to
+// (groups, m), the means over the last axis. It multiplies by the
+// inverse rather than dividing: gorgonia v0.9.18's Reshape shares its
+// input's data, the product after the reshape back to x's shape then
+// overwrites a division's output, and the division's gradient, which
+// reads its output, comes out wrong (TestNormMaps).
 func normalize(x *gorgonia.Node, groups int, eps float32) (*gorgonia.Node, error) {
 	if !(eps > 0) {
 		return nil, dpcore.Invalidf("gorgoniadp: norm with eps %v: want eps > 0", eps)
@@ -128,10 +130,13 @@ func normalize(x *gorgonia.Node, groups int, eps float32) (*gorgonia.Node, error
 		sd, err = gorgonia.Sqrt(sd)
 	}
 	if err == nil {
+		sd, err = gorgonia.HadamardDiv(gorgonia.NewConstant(float32(1)), sd)
+	}
+	if err == nil {
 		sd, err = gorgonia.Reshape(sd, tensor.Shape{groups, 1})
 	}
 	if err == nil {
-		xh, err = gorgonia.BroadcastHadamardDiv(d, sd, nil, []byte{1})
+		xh, err = gorgonia.BroadcastHadamardProd(d, sd, nil, []byte{1})
 	}
 	if err == nil && !xh.Shape().Eq(s) {
 		xh, err = gorgonia.Reshape(xh, s.Clone())
@@ -143,8 +148,8 @@ func normalize(x *gorgonia.Node, groups int, eps float32) (*gorgonia.Node, error
 }
 
 // isNorm says whether n could be the affine output of a norm: Add of a
-// HadamardProd and something, the product of a Reshape or a HadamardDiv
-// (possibly behind repeats).
+// HadamardProd and something, the product of something and a
+// normalization (isNormalized).
 func isNorm(n *gorgonia.Node) bool {
 	if !isBinary(n.Op(), "+") {
 		return false
@@ -154,13 +159,18 @@ func isNorm(n *gorgonia.Node) bool {
 			continue
 		}
 		for _, q := range children(p) {
-			q = throughReshapes(q)
-			if isBinary(q.Op(), "÷") {
+			if isNormalized(throughReshapes(q)) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// isNormalized says whether n could be a normalization: HadamardDiv or
+// HadamardProd of a Sub and something.
+func isNormalized(n *gorgonia.Node) bool {
+	return (isBinary(n.Op(), "÷") || isBinary(n.Op(), "⊙")) && isBinary(children(n)[0].Op(), "-")
 }
 
 // throughReshapes follows Reshapes down from n.
@@ -172,8 +182,9 @@ func throughReshapes(n *gorgonia.Node) *gorgonia.Node {
 }
 
 // norm reads act(Add(HadamardProd(xhat, gamma), beta)) (either order of
-// each), xhat = Reshape(HadamardDiv(d, Sqrt(Add(Mean(Square(d), -1),
-// eps)))), d = Sub(r, Mean(r, -1)), r = x or a Reshape of x, the means
+// each), xhat = Reshape(HadamardDiv(d, s)) or Reshape(HadamardProd(d,
+// HadamardDiv(1, s))), s = Sqrt(Add(Mean(Square(d), -1), eps)), d =
+// Sub(r, Mean(r, -1)), r = x or a Reshape of x, the means
 // over r's last axis broadcast back along it: LayerNorm with gamma and
 // beta of one value per feature (one group), or GroupNorm with one value
 // per channel (groups dividing the channels). It is what LayerNorm and
@@ -190,14 +201,15 @@ func (c *compiler) norm(n, a *gorgonia.Node, act activation) (value, *notCompile
 	}
 	pc := children(prod)
 	xh, gamma := pc[0], pc[1]
-	if !isBinary(throughReshapes(xh).Op(), "÷") {
+	if !isNormalized(throughReshapes(xh)) {
 		xh, gamma = gamma, xh
 	}
 	div := throughReshapes(xh)
-	if !isBinary(div.Op(), "÷") {
+	if !isNormalized(div) {
 		return value{}, odd("not (x - mean) / Sqrt(var + eps)")
 	}
 	d, den := children(div)[0], children(div)[1]
+	inverse := isBinary(div.Op(), "⊙") // d ⊙ (1 / Sqrt(var + eps))
 	if !isBinary(d.Op(), "-") {
 		return value{}, odd("the numerator is not x - mean")
 	}
@@ -210,6 +222,15 @@ func (c *compiler) norm(n, a *gorgonia.Node, act activation) (value, *notCompile
 		return value{}, odd("the numerator is not x - Mean(x) over the last axis")
 	}
 	sq := groupStat(den, r)
+	if inverse {
+		if !isBinary(sq.Op(), "÷") || !isConstScalar(children(sq)[0]) {
+			return value{}, odd("not (x - mean) ⊙ (1 / Sqrt(var + eps))")
+		}
+		if one, err := float32s(children(sq)[0].Value()); err != nil || len(one) != 1 || one[0] != 1 {
+			return value{}, odd("not (x - mean) ⊙ (1 / Sqrt(var + eps))")
+		}
+		sq = children(sq)[1]
+	}
 	if !isUnary(sq.Op(), "sqrt") {
 		return value{}, odd("the denominator is not Sqrt(var + eps)")
 	}
