@@ -90,13 +90,17 @@ func GroupNorm(x *gorgonia.Node, groups int, gamma, beta *gorgonia.Node, eps flo
 	return y, nil
 }
 
-// normalize is (x - mean) ⊙ (1 / Sqrt(var + eps)) over groups
+// normalize is ((-mean) + x) ⊙ (1 / Sqrt(var + eps)) over groups
 // consecutive chunks of x's features, in x's shape: x reshaped to
-// (groups, m), the means over the last axis. It multiplies by the
-// inverse rather than dividing: gorgonia v0.9.18's Reshape shares its
-// input's data, the product after the reshape back to x's shape then
-// overwrites a division's output, and the division's gradient, which
-// reads its output, comes out wrong (TestNormMaps).
+// (groups, m), the means over the last axis. gorgonia v0.9.18's Reshape
+// shares its input's data while its VM takes the two for separate
+// registers, so an op that writes into its first operand in place must
+// not take a reshape as that operand when the data is read again: the
+// centring adds -mean to x (Sub(x, mean) overwrote x, which a Tanh
+// before the norm reads in its gradient), and the product by the inverse
+// replaces a division (the product after the reshape back overwrote the
+// division's output, which its gradient reads). Both came out with a
+// wrong gradient (TestNormMaps).
 func normalize(x *gorgonia.Node, groups int, eps float32) (*gorgonia.Node, error) {
 	if !(eps > 0) {
 		return nil, dpcore.Invalidf("gorgoniadp: norm with eps %v: want eps > 0", eps)
@@ -112,10 +116,13 @@ func normalize(x *gorgonia.Node, groups int, eps float32) (*gorgonia.Node, error
 		mu, err = gorgonia.Mean(r, 1)
 	}
 	if err == nil {
+		mu, err = gorgonia.Neg(mu)
+	}
+	if err == nil {
 		mu, err = gorgonia.Reshape(mu, tensor.Shape{groups, 1})
 	}
 	if err == nil {
-		d, err = gorgonia.BroadcastSub(r, mu, nil, []byte{1})
+		d, err = gorgonia.BroadcastAdd(mu, r, []byte{1}, nil)
 	}
 	if err == nil {
 		v, err = gorgonia.Square(d)
@@ -168,9 +175,37 @@ func isNorm(n *gorgonia.Node) bool {
 }
 
 // isNormalized says whether n could be a normalization: HadamardDiv or
-// HadamardProd of a Sub and something.
+// HadamardProd of a Sub or Add and something.
 func isNormalized(n *gorgonia.Node) bool {
-	return (isBinary(n.Op(), "÷") || isBinary(n.Op(), "⊙")) && isBinary(children(n)[0].Op(), "-")
+	if !isBinary(n.Op(), "÷") && !isBinary(n.Op(), "⊙") {
+		return false
+	}
+	d := children(n)[0].Op()
+	return isBinary(d, "-") || isBinary(d, "+")
+}
+
+// centred reads d as x - Mean(x) over x's last axis: Sub(x, M) or
+// Add(N, x) (either order), M the mean and N its Neg broadcast along the
+// last axis (groupStat), and returns x.
+func (c *compiler) centred(d *gorgonia.Node) (*gorgonia.Node, bool) {
+	ch := children(d)
+	if isBinary(d.Op(), "-") {
+		r := ch[0]
+		return r, len(r.Shape()) >= 2 && c.meanOf(groupStat(ch[1], r), r)
+	}
+	if !isBinary(d.Op(), "+") {
+		return nil, false
+	}
+	for _, o := range [][2]*gorgonia.Node{{ch[0], ch[1]}, {ch[1], ch[0]}} {
+		r := o[1]
+		if len(r.Shape()) < 2 {
+			continue
+		}
+		if n := groupStat(o[0], r); isUnary(n.Op(), "neg") && c.meanOf(children(n)[0], r) {
+			return r, true
+		}
+	}
+	return nil, false
 }
 
 // throughReshapes follows Reshapes down from n.
@@ -210,17 +245,11 @@ func (c *compiler) norm(n, a *gorgonia.Node, act activation) (value, *notCompile
 	}
 	d, den := children(div)[0], children(div)[1]
 	inverse := isBinary(div.Op(), "⊙") // d ⊙ (1 / Sqrt(var + eps))
-	if !isBinary(d.Op(), "-") {
-		return value{}, odd("the numerator is not x - mean")
-	}
-	r, mb := children(d)[0], children(d)[1]
-	last := len(r.Shape()) - 1
-	if last < 1 {
-		return value{}, odd("of a scalar")
-	}
-	if !c.meanOf(groupStat(mb, r), r) {
+	r, ok := c.centred(d)
+	if !ok {
 		return value{}, odd("the numerator is not x - Mean(x) over the last axis")
 	}
+	last := len(r.Shape()) - 1
 	sq := groupStat(den, r)
 	if inverse {
 		if !isBinary(sq.Op(), "÷") || !isConstScalar(children(sq)[0]) {
