@@ -1,12 +1,14 @@
 package gorgoniadp
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/nn"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -105,6 +107,11 @@ func TestNormMaps(t *testing.T) {
 		if _, err := m.gradient(xi, y[i]); err != nil {
 			t.Fatal(err)
 		}
+		for j := range saved {
+			if saved[j] != m.flat[j] {
+				t.Fatalf("gorgonia's pass changed parameter %d: %v to %v", j, saved[j], m.flat[j])
+			}
+		}
 		for j := range got {
 			if d := math.Abs(float64(m.gbuf[j] - got[j])); d > 1e-3+1e-2*math.Abs(float64(got[j])) {
 				wrong++
@@ -114,5 +121,30 @@ func TestNormMaps(t *testing.T) {
 	}
 	if wrong > 0 {
 		t.Fatalf("gorgonia's own gradient: %d of %d entries off the compiled one", wrong, 2*m.NumParams())
+	}
+}
+
+// TestNormHelpersRefuse checks the helpers' one-line errors for
+// arguments the built-in layers cannot take.
+func TestNormHelpersRefuse(t *testing.T) {
+	g := G.NewGraph()
+	rng := rand.New(rand.NewPCG(1, 1))
+	m := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 4, 2, 2), G.WithName("m"))
+	v := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 6), G.WithName("v"))
+	c4, c3 := param(g, rng, "c4", 1, 4), param(g, rng, "c3", 1, 3)
+	f6, f16 := param(g, rng, "f6", 1, 1, 6), param(g, rng, "f16", 1, 16)
+	for _, c := range []struct {
+		name, want string
+		err        error
+	}{
+		{"groups", "3 groups do not divide 4 channels", func() error { _, err := GroupNorm(m, 3, c4, c4, 1e-5); return err }()},
+		{"gamma", "want 4 values each", func() error { _, err := GroupNorm(m, 2, c3, c4, 1e-5); return err }()},
+		{"map", "want (1, C, H, W)", func() error { _, err := GroupNorm(v, 1, f6, f6, 1e-5); return err }()},
+		{"eps", "want eps > 0", func() error { _, err := LayerNorm(v, f6, f6, 0); return err }()},
+		{"shape", "give both x's shape", func() error { _, err := LayerNorm(m, f16, f16, 1e-5); return err }()},
+	} {
+		if c.err == nil || !errors.Is(c.err, dpcore.ErrInvalid) || !strings.Contains(c.err.Error(), c.want) || strings.Contains(c.err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line with %q", c.name, c.err, c.want)
+		}
 	}
 }
