@@ -275,8 +275,11 @@ func (c *compiler) norm(n, a *gorgonia.Node, act activation) (value, *notCompile
 		return value{}, odd("the denominator is not Sqrt(var + eps), eps a constant")
 	}
 	ev, err := float32s(e.Value())
-	if err != nil || len(ev) != 1 || !(ev[0] > 0) {
-		return value{}, odd(fmt.Sprintf("with eps %v: the built-in layers' eps is positive", ev))
+	if err != nil || len(ev) != 1 {
+		return value{}, odd("the denominator is not Sqrt(var + eps), eps a constant")
+	}
+	if !(ev[0] > 0) {
+		return value{}, odd(fmt.Sprintf("with eps %v: the built-in layers' eps is positive", ev[0]))
 	}
 	sqd := meanArg(vr)
 	if sqd == nil || !isUnary(sqd.Op(), "square") || children(sqd)[0] != d || !c.meanOf(vr, sqd) {
