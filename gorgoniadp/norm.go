@@ -15,17 +15,18 @@ import (
 // element-wise affine: gamma ⊙ (x - mean) / Sqrt(var + eps) + beta, the
 // variance biased (divided by the number of features), gamma and beta
 // parameters of x's shape (so one value per feature, in x's row-major
-// order, CHW). It is the built-in nn.LayerNorm, and a graph
-// using it compiles to that layer (on the per-example path it is plain
-// gorgonia ops). eps must be positive.
+// order, CHW). It is the built-in nn.LayerNorm, and a graph using it
+// compiles to that layer (on the per-example path it is plain gorgonia
+// ops, whose gradient TestNormMaps checks). eps must be positive.
 func LayerNorm(x, gamma, beta *gorgonia.Node, eps float32) (*gorgonia.Node, error) {
 	s := x.Shape()
 	if len(s) < 2 || s[0] != 1 {
 		return nil, dpcore.Invalidf("gorgoniadp: LayerNorm of shape %v: want (1, ...), one example", s)
 	}
 	if !gamma.Shape().Eq(s) || !beta.Shape().Eq(s) {
-		// gorgonia v0.9.18 writes into a Reshape of a parameter in its
-		// backward pass (the parameter's value changes).
+		// gorgonia v0.9.18's Reshape shares the parameter's data, and
+		// its VM was seen to write into a reshaped gamma (the parameter's
+		// value changed during a gradient pass).
 		return nil, dpcore.Invalidf("gorgoniadp: LayerNorm of shape %v with gamma of shape %v, beta of shape %v: give both x's shape", s, gamma.Shape(), beta.Shape())
 	}
 	xh, err := normalize(x, 1, eps)
