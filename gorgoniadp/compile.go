@@ -42,6 +42,10 @@ import (
 //     the window and no padding (AveragePool2D: windows that tile the
 //     activation);
 //   - Dropout(x, p), as the built-in nn.Dropout of rate p;
+//   - LayerNorm and GroupNorm as LayerNorm and GroupNorm of this package
+//     build them (norm.go: (x - mean) / Sqrt(var + eps), the biased
+//     variance over groups of consecutive features, then the affine per
+//     feature or per channel), with Tanh or Rectify after them;
 //   - LogSoftMax of the logits (cross-entropy of log-softmax outputs is
 //     that of the logits) and, when the graph has its own Loss, the
 //     cross-entropy Neg(Sum(HadamardProd(Label, LogSoftMax(Logits)))).
@@ -234,6 +238,9 @@ func (c *compiler) node(n *gorgonia.Node) (value, *notCompiled) {
 	case t == "elemUnaryOp" && (description(t, op) == "tanh" || description(t, op) == "sigmoid"),
 		t == "elemBinOp" && (description(t, op) == "+" || description(t, op) == "⊙"):
 		a, act, nc := c.peel(n)
+		if nc == nil && isNorm(a) {
+			return c.norm(n, a, act)
+		}
 		if nc == nil && isConv2d(a) {
 			return c.conv2d(n, a, nil, act) // without a bias
 		}

@@ -141,6 +141,62 @@ var compileCases = []opCase{
 	}},
 }
 
+// handLayerNorm is a layer norm of x (1, D) written by hand without
+// this package's helper: Mean over axis 1, broadcasts by
+// BroadcastSub/BroadcastHadamardDiv, gamma and beta of shape (1, D).
+// The near misses, other functions than the built-in layer's: variant
+// "eps-outside" puts eps outside the Sqrt (Sqrt(var) + eps), "unbiased"
+// divides the squares by D - 1.
+func handLayerNorm(x, gamma, beta *G.Node, eps float32, variant string) *G.Node {
+	d := x.Shape()[1]
+	mu := G.Must(G.Reshape(G.Must(G.Mean(x, 1)), tensor.Shape{1, 1}))
+	c := G.Must(G.BroadcastSub(x, mu, nil, []byte{1}))
+	v := G.Must(G.Mean(G.Must(G.Square(c)), 1))
+	if variant == "unbiased" {
+		v = G.Must(G.HadamardDiv(G.Must(G.Sum(G.Must(G.Square(c)), 1)), G.NewConstant(float32(d-1))))
+	}
+	var sd *G.Node
+	if variant == "eps-outside" {
+		sd = G.Must(G.Add(G.Must(G.Sqrt(v)), G.NewConstant(eps)))
+	} else {
+		sd = G.Must(G.Sqrt(G.Must(G.Add(G.NewConstant(eps), v))))
+	}
+	xh := G.Must(G.BroadcastHadamardDiv(c, G.Must(G.Reshape(sd, tensor.Shape{1, 1})), nil, []byte{1}))
+	return G.Must(G.Add(beta, G.Must(G.HadamardProd(gamma, xh))))
+}
+
+// nearMissNorm is a dense layer, handLayerNorm(eps, variant) and a dense
+// layer.
+func nearMissNorm(eps float32, variant string) func(g *G.ExprGraph, rng *rand.Rand) Graph {
+	return func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 5), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.5, 5, 4), param(g, rng, "b1", 0.1, 4)
+		g1, be1 := param(g, rng, "g1", 0.8, 1, 4), param(g, rng, "be1", 0.3, 1, 4)
+		w2, b2 := param(g, rng, "w2", 0.5, 4, 3), param(g, rng, "b2", 0.1, 3)
+		h := handLayerNorm(dense(x, w1, b1), g1, be1, eps, variant)
+		return Graph{Input: x, Logits: dense(h, w2, b2), Params: []*G.Node{w1, b1, g1, be1, w2, b2}}
+	}
+}
+
+// normCases are the LayerNorm graphs of compileCases (with normMapCase).
+var normCases = []opCase{
+	// LayerNorm (this package's helper) with Tanh between dense layers,
+	// and a hand-written one with Rectify.
+	{"mlp-layernorm", [3]int{10, 1, 1}, func(g *G.ExprGraph, rng *rand.Rand) Graph {
+		x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 10), G.WithName("x"))
+		w1, b1 := param(g, rng, "w1", 0.6, 10, 8), param(g, rng, "b1", 0.3, 8)
+		g1, be1 := param(g, rng, "g1", 0.8, 1, 8), param(g, rng, "be1", 0.3, 1, 8)
+		w2, b2 := param(g, rng, "w2", 0.6, 8, 6), param(g, rng, "b2", 0.3, 6)
+		g2, be2 := param(g, rng, "g2", 0.8, 1, 6), param(g, rng, "be2", 0.3, 1, 6)
+		w3, b3 := param(g, rng, "w3", 0.6, 6, 3), param(g, rng, "b3", 0.3, 3)
+		h1 := G.Must(G.Tanh(G.Must(LayerNorm(dense(x, w1, b1), g1, be1, 1e-5))))
+		h2 := G.Must(G.Rectify(handLayerNorm(dense(h1, w2, b2), g2, be2, 1e-3, "")))
+		return Graph{Input: x, Logits: dense(h2, w3, b3), Params: []*G.Node{w1, b1, g1, be1, w2, b2, g2, be2, w3, b3}}
+	}},
+}
+
+func init() { compileCases = append(compileCases, append(normCases, normMapCase)...) }
+
 // perExample returns an engine of m on the per-example path (one gorgonia
 // pass per example), the reference the compiled path must equal.
 func perExample(t *testing.T, m *Model, opt clip.Options) *Engine {
@@ -386,6 +442,11 @@ func TestNotCompiled(t *testing.T) {
 			p := G.Must(G.MaxPool2D(c, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
 			return Graph{Input: x, Logits: dense(G.Must(G.Reshape(p, tensor.Shape{1, 8})), w2, b2), Params: []*G.Node{w, b, w2, b2}}
 		}},
+		// Norms other than the built-in layers': eps outside the Sqrt,
+		// the unbiased variance, eps 0.
+		{"norm-eps-outside-sqrt", "a norm: the denominator is not Sqrt(var + eps)", nearMissNorm(1e-3, "eps-outside")},
+		{"norm-unbiased", "a norm: var is not Mean(Square(x - mean))", nearMissNorm(1e-3, "unbiased")},
+		{"norm-eps-0", "a norm: with eps 0:", nearMissNorm(0, "")},
 		{"shared-weight", "used twice", func(g *G.ExprGraph, rng *rand.Rand) Graph {
 			x := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 4), G.WithName("x"))
 			w, b1, b2 := param(g, rng, "w", 0.5, 4, 4), param(g, rng, "b1", 0.1, 4), param(g, rng, "b2", 0.1, 4)
