@@ -176,6 +176,10 @@ type Config struct {
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
+	// OnFeatures is called while the features of Config.Features are
+	// computed (not when they are read from the cache), after every block
+	// of examples.
+	OnFeatures func(FeaturesProgress) `json:"-"`
 	// Log receives human-readable plan and summary lines (nil: none).
 	Log io.Writer `json:"-"`
 

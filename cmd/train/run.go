@@ -257,6 +257,7 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 // the curves it records for -plot, and what finishes the bar.
 func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Writer) (*runCurves, func()) {
 	curves := &runCurves{}
+	cfg.OnFeatures = newFeaturesProgress(stderr, progressEvery).report
 	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
 	cfg.OnStep = func(sm train.StepMetrics) {
 		curves.addStep(sm)
@@ -319,7 +320,10 @@ func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
 
 // splits are the training and evaluation sets of -validation (the last
 // examples of the training split held out, the test split unread) and
-// -train-examples (the first examples of the training split).
+// -train-examples (the first examples of the training split). They are
+// views of the training split (data.Dataset.Slice), not copies, so the
+// features of all of them are computed, and cached, once (train.Config's
+// Features).
 func (r *runFlags) splits(trainSet, testSet *data.Dataset) (*data.Dataset, *data.Dataset, error) {
 	var err error
 	if r.validation > 0 {
@@ -327,26 +331,17 @@ func (r *runFlags) splits(trainSet, testSet *data.Dataset) (*data.Dataset, *data
 			return nil, nil, usagef("-validation %d: the training split has only %d examples", r.validation, trainSet.Len())
 		}
 		keep := trainSet.Len() - r.validation
-		idx := make([]int, trainSet.Len())
-		for i := range idx {
-			idx[i] = i
-		}
 		name := trainSet.Name
-		if testSet, err = trainSet.Subset(idx[keep:]); err != nil {
+		if testSet, err = trainSet.Slice(keep, trainSet.Len()); err != nil {
 			return nil, nil, err
 		}
 		testSet.Name = name + " (validation: last " + strconv.Itoa(r.validation) + ")"
-		if trainSet, err = trainSet.Subset(idx[:keep]); err != nil {
+		if trainSet, err = trainSet.Slice(0, keep); err != nil {
 			return nil, nil, err
 		}
-		trainSet.Name = name
 	}
 	if r.trainLimit > 0 && r.trainLimit < trainSet.Len() {
-		idx := make([]int, r.trainLimit)
-		for i := range idx {
-			idx[i] = i
-		}
-		if trainSet, err = trainSet.Subset(idx); err != nil {
+		if trainSet, err = trainSet.Slice(0, r.trainLimit); err != nil {
 			return nil, nil, err
 		}
 	}
