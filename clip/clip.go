@@ -113,6 +113,9 @@ type Engine struct {
 	sorted  []float64
 	logits  []float32 // Evaluate, Predict: MaxBatch x classes
 
+	// adding: ClippedSumAdd's call, whose sum the plan keeps (physical.go).
+	adding bool
+
 	// UserClippedSum's buffers (user.go), allocated on first use.
 	capture [][]float32
 	userAcc []float64
@@ -279,7 +282,7 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	if !e.opt.NonPrivate {
 		c = (*clipper)(e)
 	}
-	losses, err := e.plan.StepContext(ctx, x, y, dst, c)
+	losses, err := e.step(ctx, x, y, dst, c)
 	if err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -121,6 +120,9 @@ type Trainer struct {
 	audit      *auditHook // nil except under Audit (audit.go)
 	users      *userLevel // nil except at user level (users.go)
 	exIdx      []int      // a user-level step's examples
+	// pieces: a batch larger than len(yb) runs as exact pieces
+	// (PhysicalEngine; physical.go).
+	pieces bool
 	settings   []setting  // the configuration as given, recorded in checkpoints
 
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
@@ -170,7 +172,9 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if err := t.newSampling(ctx, &cfg, d); err != nil {
 		return nil, err
 	}
-	if err := t.allocate(&cfg, maxBatch, d); err != nil {
+	var physical int
+	physical, t.pieces = t.physicalExamples(&cfg, maxBatch)
+	if err := t.allocate(&cfg, physical, d); err != nil {
 		return nil, err
 	}
 	if err := t.resume(&cfg); err != nil {
@@ -487,8 +491,19 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		return t.clipByIndex(ctx, ie, step, sm)
 	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
-	// additive, so larger batches run in chunks.
+	// additive, so larger batches run in chunks, exactly as one when the
+	// engine takes pieces (physical.go).
 	maxBatch := t.chunkExamples()
+	if pe, ok := t.engine.(PhysicalEngine); ok && t.pieces && len(t.idx) > maxBatch {
+		sm, err := t.clipPieces(ctx, pe, step, sm)
+		if err != nil {
+			return sm, err
+		}
+		if i := nonFinite(t.sum); i >= 0 {
+			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
+		}
+		return sm, nil
+	}
 	var lossSum float64
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
@@ -506,19 +521,9 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}
-		k := float64(hi - lo)
-		lossSum += st.Loss * k
-		sm.ClippedFrac += st.Clipped * k
-		sm.NonFinite += st.NonFinite
-		for q := range sm.NormQuantiles {
-			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
-		}
+		sm.addChunk(st, hi-lo, &lossSum)
 	}
-	if sm.BatchSize > 0 {
-		lossSum /= float64(sm.BatchSize)
-		sm.ClippedFrac /= float64(sm.BatchSize)
-	}
-	sm.Loss = lossSum
+	sm.endChunks(lossSum)
 	if i := nonFinite(t.sum); i >= 0 {
 		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
 	}
@@ -605,17 +610,11 @@ func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 		ds = t.cfg.Train
 		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate()
 	}
-	idx := make([]int, ds.Len())
-	for i := range idx {
-		idx[i] = i
-	}
-	x, y := make([]float32, len(idx)*ds.Shape.Size()), make([]int, len(idx))
-	if err := ds.Batch(idx, x, y); err != nil {
-		return em, fmt.Errorf("train: evaluation: %w", err)
-	}
+	// The examples are read where they are, not copied (10,000 test
+	// examples of scattering features are 159 MB).
 	var err error
 	t.ema.swap(t.engine.Params())
-	em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, x, y)
+	em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, ds.X, ds.Y)
 	t.ema.swap(t.engine.Params())
 	if err != nil {
 		if ctx.Err() != nil {
