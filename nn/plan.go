@@ -131,16 +131,17 @@ type Plan struct {
 	dst     []float32
 	// stepCount counts Step calls (dropout masks depend on it).
 	stepCount uint64
+	chunks    int
+	active    int // workers with a chunk
+	barrier   sync.WaitGroup
+	done      sync.WaitGroup
+	splits    [][]int
+
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
 	// first example, added the chunks the pieces so far made.
 	adding       bool
 	first, added int
-	chunks       int
-	active    int // workers with a chunk
-	barrier   sync.WaitGroup
-	done      sync.WaitGroup
-	splits    [][]int
 }
 
 // worker holds one goroutine's buffers for a chunk of examples.

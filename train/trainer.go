@@ -120,10 +120,11 @@ type Trainer struct {
 	audit      *auditHook // nil except under Audit (audit.go)
 	users      *userLevel // nil except at user level (users.go)
 	exIdx      []int      // a user-level step's examples
+	settings   []setting  // the configuration as given, recorded in checkpoints
+
 	// pieces: a batch larger than len(yb) runs as exact pieces
 	// (PhysicalEngine; physical.go).
 	pieces bool
-	settings   []setting  // the configuration as given, recorded in checkpoints
 
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
 	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
