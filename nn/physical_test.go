@@ -81,6 +81,7 @@ func TestStepAddPiecesEqualOneStep(t *testing.T) {
 				wantLoss := slices.Clone(l)
 				for _, pieces := range [][]int{{12, 29}, {24, 17}, {12, 12, 12, 5}, {36, 5}, {12, 24, 5}} {
 					p.SetStepCount(4)
+					p.BeginAdd()
 					var loss []float64
 					lo := 0
 					for _, k := range pieces {
@@ -111,7 +112,11 @@ func TestStepAddPiecesEqualOneStep(t *testing.T) {
 				}
 			}
 			// A first piece of 5 (not a multiple of 12) is refused at the
-			// second piece; the batch is abandoned.
+			// second piece; the batch is abandoned. No batch, no piece.
+			if _, err := p.StepAdd(context.Background(), x[:5*in], y[:5], nil); err == nil {
+				t.Fatal("a piece without BeginAdd was accepted")
+			}
+			p.BeginAdd()
 			if _, err := p.StepAdd(context.Background(), x[:5*in], y[:5], nil); err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -122,9 +123,10 @@ type Trainer struct {
 	exIdx      []int      // a user-level step's examples
 	settings   []setting  // the configuration as given, recorded in checkpoints
 
-	// pieces: a batch larger than len(yb) runs as exact pieces
-	// (PhysicalEngine; physical.go).
-	pieces bool
+	// pieces: an engine batch (engineBatch examples at most) larger
+	// than len(yb) is gathered in physical pieces (physical.go).
+	pieces      bool
+	engineBatch int
 
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
 	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
@@ -175,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	var physical int
 	physical, t.pieces = t.physicalExamples(&cfg, maxBatch)
+	t.engineBatch = maxBatch
 	if err := t.allocate(&cfg, physical, d); err != nil {
 		return nil, err
 	}
@@ -492,18 +495,11 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		return t.clipByIndex(ctx, ie, step, sm)
 	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
-	// additive, so larger batches run in chunks, exactly as one when the
-	// engine takes pieces (physical.go).
+	// additive, so larger batches run in chunks (each gathered in
+	// physical pieces when the engine takes them: physical.go).
 	maxBatch := t.chunkExamples()
-	if pe, ok := t.engine.(PhysicalEngine); ok && t.pieces && len(t.idx) > maxBatch {
-		sm, err := t.clipPieces(ctx, pe, step, sm)
-		if err != nil {
-			return sm, err
-		}
-		if i := nonFinite(t.sum); i >= 0 {
-			return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
-		}
-		return sm, nil
+	if t.pieces {
+		maxBatch = t.engineBatch
 	}
 	var lossSum float64
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
@@ -522,9 +518,19 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}
-		sm.addChunk(st, hi-lo, &lossSum)
+		k := float64(hi - lo)
+		lossSum += st.Loss * k
+		sm.ClippedFrac += st.Clipped * k
+		sm.NonFinite += st.NonFinite
+		for q := range sm.NormQuantiles {
+			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
+		}
 	}
-	sm.endChunks(lossSum)
+	if sm.BatchSize > 0 {
+		lossSum /= float64(sm.BatchSize)
+		sm.ClippedFrac /= float64(sm.BatchSize)
+	}
+	sm.Loss = lossSum
 	if i := nonFinite(t.sum); i >= 0 {
 		return sm, fmt.Errorf("train: step %d: non-finite clipped gradient sum at coordinate %d", step, i)
 	}
