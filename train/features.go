@@ -96,16 +96,16 @@ type featurizer struct {
 	// tests replace it to count the examples transformed.
 	transform func(ctx context.Context, dst, src []float32, n, c int) error
 	block     int // examples a transform call (featuresBlock)
-	done      []featuresDone
+	done      []FeaturesDone
 }
 
-// featuresDone is one data set's features: computed or read from the
-// cache, and the time it took.
-type featuresDone struct {
-	set     string
-	n       int
-	cached  bool
-	seconds float64
+// FeaturesDone is how a run got one data set's features (Result.Features):
+// computed or read from the cache, and the time it took.
+type FeaturesDone struct {
+	Set      string  `json:"set"`
+	Examples int     `json:"examples"`
+	Cached   bool    `json:"cached"`
+	Seconds  float64 `json:"seconds"`
 }
 
 func newFeaturizer(sc *models.Scattering, dir string, progress func(FeaturesProgress)) *featurizer {
@@ -119,22 +119,22 @@ func newFeaturizer(sc *models.Scattering, dir string, progress func(FeaturesProg
 // parts) are served from the features of that data set, computed (or
 // read from the cache) once, unless together they cover less than half of
 // it. The features are held once, in float32: the views share them.
-func applyFeatures(ctx context.Context, cfg *Config) error {
+func applyFeatures(ctx context.Context, cfg *Config) ([]FeaturesDone, error) {
 	if cfg.Features != FeaturesScatter {
-		return nil
+		return nil, nil
 	}
 	sc, err := scattering(cfg.Train.Shape)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fz := newFeaturizer(sc, cfg.CacheDir, cfg.OnFeatures)
 	if err := fz.apply(ctx, []**data.Dataset{&cfg.Train, &cfg.Test}); err != nil {
-		return err
+		return nil, err
 	}
 	if cfg.Log != nil {
 		fmt.Fprintln(cfg.Log, fz.summary())
 	}
-	return nil
+	return fz.done, nil
 }
 
 // apply replaces every non-nil *sets[i] by its features.
@@ -180,16 +180,16 @@ func (fz *featurizer) apply(ctx context.Context, sets []**data.Dataset) error {
 func (fz *featurizer) summary() string {
 	var parts []string
 	for _, d := range fz.done {
-		how := fmt.Sprintf("computed in %.1fs", d.seconds)
+		how := fmt.Sprintf("computed in %.1fs", d.Seconds)
 		switch {
-		case d.cached:
-			how = fmt.Sprintf("read from the cache %s in %.1fs", fz.dir, d.seconds)
+		case d.Cached:
+			how = fmt.Sprintf("read from the cache %s in %.1fs", fz.dir, d.Seconds)
 		case fz.dir != "":
 			how += ", stored in the cache " + fz.dir
 		default:
 			how += " (no cache)"
 		}
-		parts = append(parts, fmt.Sprintf("%s (%d examples) %s", d.set, d.n, how))
+		parts = append(parts, fmt.Sprintf("%s (%d examples) %s", d.Set, d.Examples, how))
 	}
 	return fmt.Sprintf("features: %v of %s", fz.sc, strings.Join(parts, "; "))
 }
@@ -273,7 +273,7 @@ func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *d
 func (fz *featurizer) cached(ctx context.Context, d *data.Dataset) (*data.Dataset, error) {
 	start := time.Now()
 	record := func(f *data.Dataset, cached bool) (*data.Dataset, error) {
-		fz.done = append(fz.done, featuresDone{set: d.Name, n: d.Len(), cached: cached, seconds: time.Since(start).Seconds()})
+		fz.done = append(fz.done, FeaturesDone{Set: d.Name, Examples: d.Len(), Cached: cached, Seconds: time.Since(start).Seconds()})
 		return f, nil
 	}
 	if fz.dir == "" {

@@ -127,6 +127,7 @@ type Trainer struct {
 	// than len(yb) is gathered in physical pieces (physical.go).
 	pieces      bool
 	engineBatch int
+	features    []FeaturesDone // how the features were got (Result.Features)
 
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
 	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
@@ -162,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	// The features (a minute or more for 60,000 images, unless cached)
 	// after every cheap refusal.
-	if err := applyFeatures(ctx, &cfg); err != nil {
+	if t.features, err = applyFeatures(ctx, &cfg); err != nil {
 		return nil, err
 	}
 	t.cfg = cfg
@@ -664,6 +665,10 @@ type Result struct {
 	Examples int           `json:"examples"`
 	// Users is the number of users of a user-level run (0 otherwise).
 	Users int `json:"users,omitempty"`
+	// Features says, per data set, whether its features (Config.Features)
+	// were computed or read from the cache, and in how long (none without
+	// features).
+	Features []FeaturesDone `json:"features,omitempty"`
 }
 
 // Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
@@ -690,7 +695,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len(), Features: t.features}
 	if t.users != nil {
 		res.Users = t.users.users.Len()
 	}

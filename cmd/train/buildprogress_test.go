@@ -92,3 +92,21 @@ func TestFeaturesProgressThrottledWithTimeLeft(t *testing.T) {
 		}
 	}
 }
+
+// Issue 39 item 2: the final line says whether the features were computed
+// or read from the cache, and in how long.
+func TestFinalLineSaysHowFeaturesCame(t *testing.T) {
+	for _, c := range []struct {
+		done []train.FeaturesDone
+		want string
+	}{
+		{nil, ""},
+		{[]train.FeaturesDone{{Set: "train", Seconds: 80}, {Set: "test", Seconds: 12.5}}, ", of which 92.5s computing the features"},
+		{[]train.FeaturesDone{{Set: "train", Cached: true, Seconds: 1}, {Set: "test", Cached: true, Seconds: 0.25}}, "; features read from the cache in 1.2s"},
+		{[]train.FeaturesDone{{Set: "train", Cached: true, Seconds: 1}, {Set: "test", Seconds: 12}}, ", of which features: 12.0s computing, 1.0s reading from the cache"},
+	} {
+		if got := featuresNote(c.done); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.done, got, c.want)
+		}
+	}
+}

@@ -145,7 +145,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds())
+	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs%s)\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds(), featuresNote(res.Features))
 	if res.Plan != nil {
 		fmt.Fprintf(log, "privacy: (epsilon %.4g, delta %.3g), %s accounting, mechanism %s, noise multiplier %.5g\n",
 			res.Plan.Epsilon, res.Plan.Delta, res.Plan.Accountant, res.Plan.Mechanism, res.Plan.NoiseMultiplier)
@@ -156,6 +156,31 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		defer func() { err = errors.Join(err, saveErr) }()
 	}
 	return inv.writeJSON(stdout, res)
+}
+
+// featuresNote says, for the final line, whether the features were
+// computed or read from the cache, and in how long ("" without features).
+func featuresNote(done []train.FeaturesDone) string {
+	var computed, cached float64
+	nc, nr := 0, 0
+	for _, d := range done {
+		if d.Cached {
+			cached += d.Seconds
+			nr++
+		} else {
+			computed += d.Seconds
+			nc++
+		}
+	}
+	switch {
+	case nc > 0 && nr > 0:
+		return fmt.Sprintf(", of which features: %.1fs computing, %.1fs reading from the cache", computed, cached)
+	case nc > 0:
+		return fmt.Sprintf(", of which %.1fs computing the features", computed)
+	case nr > 0:
+		return fmt.Sprintf("; features read from the cache in %.1fs", cached)
+	}
+	return ""
 }
 
 // runInvocation is a parsed and checked "train run" command line.
