@@ -150,7 +150,13 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 			return err
 		}
 	}
-	res, err := inv.wf.train(ctx, cfg, inv.fs, log, stderr)
+	// The run replaces the examples by their features (train.Config's
+	// Features); what follows here needs only the data sets' names and
+	// labels, so this function does not keep the loaded examples alive
+	// (Fashion-MNIST's pixels are 220 MB).
+	runCfg := cfg
+	cfg.Train, cfg.Test = withoutExamples(cfg.Train), withoutExamples(cfg.Test)
+	res, err := inv.wf.train(ctx, runCfg, inv.fs, log, stderr)
 	finishBar()
 	if err != nil {
 		return err
@@ -166,6 +172,16 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		defer func() { err = errors.Join(err, saveErr) }()
 	}
 	return inv.writeJSON(stdout, res)
+}
+
+// withoutExamples is d without its examples' values (nil for nil).
+func withoutExamples(d *data.Dataset) *data.Dataset {
+	if d == nil {
+		return nil
+	}
+	// Not a copy of *d: a view's copy would keep its parent's examples.
+	return &data.Dataset{Name: d.Name, Y: d.Y, Shape: d.Shape, Classes: d.Classes,
+		Coarse: d.Coarse, CoarseClasses: d.CoarseClasses, Owners: d.Owners}
 }
 
 // featuresNote says, for the final line, whether the features were

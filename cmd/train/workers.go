@@ -227,7 +227,7 @@ func (w *workerFlags) local(ctx context.Context, cfg train.Config, fs *flag.Flag
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 	defer nc.Close()
-	procs.supervise()
+	procs.supervise(ctx)
 	res, err := distributed.Run(ctx, nc, cfg, w.options(stderr))
 	procs.finish()
 	if err == nil {
@@ -261,8 +261,9 @@ type localWorkers struct {
 	mu       sync.Mutex
 	procs    []*workerProc
 	readyc   chan error
-	watching bool // supervise was called: exits are restarted
-	finished bool // the run is over: exits are expected
+	watching bool            // supervise was called: exits are restarted
+	finished bool            // the run is over: exits are expected
+	run      context.Context // the run's (when done, so are the workers)
 }
 
 // workerProc is one worker: its command line, its current process, and
@@ -346,7 +347,9 @@ func (p *localWorkers) launch(w *workerProc, ready chan<- error) error {
 func (p *localWorkers) exited(w *workerProc, c *exec.Cmd) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.watching || p.finished || w.cmd != c {
+	if !p.watching || p.finished || w.cmd != c || p.run.Err() != nil {
+		// Not running yet, over, or interrupted (SIGINT reaches the
+		// workers too): an exit is expected.
 		return
 	}
 	how := c.ProcessState.String() // "signal: killed", "exit status 1"
@@ -375,10 +378,11 @@ func (p *localWorkers) pids() string {
 	return strings.Join(ids, ", ")
 }
 
-// supervise starts restarting workers that exit.
-func (p *localWorkers) supervise() {
+// supervise starts restarting workers that exit while ctx, the run's, is
+// not done.
+func (p *localWorkers) supervise(ctx context.Context) {
 	p.mu.Lock()
-	p.watching = true
+	p.watching, p.run = true, ctx
 	p.mu.Unlock()
 }
 
