@@ -258,12 +258,6 @@ const (
 	featuresVersion = 1
 )
 
-// cachedFeatures returns d's features from dir when they were computed
-// before, else computes them and stores them there (dir "": no cache).
-func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *data.Dataset) (*data.Dataset, error) {
-	return newFeaturizer(sc, dir, nil).cached(ctx, d)
-}
-
 // cached returns d's features from the cache when they were computed
 // before, else computes them and stores them there. A corrupt or
 // mismatched cache file is recomputed and replaced. The file is a function

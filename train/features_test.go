@@ -12,6 +12,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/models"
 )
 
 // quadrants is a 4-class problem on 1x8x8 inputs: class c has mean +1 on
@@ -259,4 +260,10 @@ func seq(lo, hi int) []int {
 		s = append(s, i)
 	}
 	return s
+}
+
+// cachedFeatures returns d's features from dir when they were computed
+// before, else computes them and stores them there (dir "": no cache).
+func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *data.Dataset) (*data.Dataset, error) {
+	return newFeaturizer(sc, dir, nil).cached(ctx, d)
 }
