@@ -122,6 +122,11 @@ type Engine struct {
 	sorted  []float64
 	logits  []float32 // Evaluate, Predict: MaxBatch x classes
 
+	// adding: within ClippedSumPieces, whose sum the plan keeps; pieces:
+	// the per-example statistics of its pieces so far (physical.go).
+	adding bool
+	pieces pieceStats
+
 	// UserClippedSum's buffers (user.go), allocated on first use.
 	capture [][]float32
 	userAcc []float64
@@ -347,10 +352,18 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	if !e.opt.NonPrivate {
 		c = (*clipper)(e)
 	}
-	losses, err := e.plan.StepContext(ctx, x, y, dst, c)
+	losses, err := e.step(ctx, x, y, dst, c)
 	if err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
+	return e.stats(losses, e.norms[:n], e.clipped[:n], e.zeroed[:n]), nil
+}
+
+// stats are the Stats of the examples whose losses (NaN: non-finite),
+// norms and clipped and zeroed flags are given.
+func (e *Engine) stats(losses, norms []float64, clippedAt, zeroed []bool) Stats {
+	var st Stats
+	n := len(losses)
 	st.Examples = n
 	finite, clipped := 0, 0
 	lossSum := 0.0
@@ -365,13 +378,13 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 		if e.opt.NonPrivate {
 			continue
 		}
-		e.sorted = append(e.sorted, e.norms[i])
-		if e.zeroed[i] {
+		e.sorted = append(e.sorted, norms[i])
+		if zeroed[i] {
 			st.Zeroed++
 		}
-		if e.clipped[i] {
+		if clippedAt[i] {
 			clipped++
-		} else if !e.zeroed[i] && len(e.opt.PerLayer) == 0 {
+		} else if !zeroed[i] && len(e.opt.PerLayer) == 0 {
 			st.WithinNorm++
 		}
 	}
@@ -380,7 +393,7 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 		st.Loss = lossSum / float64(finite)
 	}
 	st.NormQuantiles = quantiles(e.sorted)
-	return st, nil
+	return st
 }
 
 // quantiles sorts v and returns its 50%, 90%, 99% quantiles and maximum.

@@ -53,6 +53,11 @@ type Dataset struct {
 	// for user-level privacy: all examples with the same id are one
 	// user's (SetOwners, Users).
 	Owners []int64
+
+	// parent and offset: a view made by Slice shares parent's slices
+	// from example offset on (parent nil: not a view).
+	parent *Dataset
+	offset int
 }
 
 // NewDataset wraps x (len(y) examples of shape in CHW order) and labels y
@@ -119,6 +124,39 @@ func (d *Dataset) ClassCounts() []int {
 		c[l]++
 	}
 	return c
+}
+
+// Slice returns examples [lo, hi) as a view: the new Dataset shares d's
+// slices (X, Y, Coarse, Owners), it copies nothing, so writes through
+// either are seen by both. Parent says what it is a view of.
+func (d *Dataset) Slice(lo, hi int) (*Dataset, error) {
+	if lo < 0 || hi < lo || hi > d.Len() {
+		return nil, invalidf("slice [%d, %d) of %d examples", lo, hi, d.Len())
+	}
+	s := d.Shape.Size()
+	out := *d
+	out.X = d.X[lo*s : hi*s : hi*s]
+	out.Y = d.Y[lo:hi:hi]
+	if d.Coarse != nil {
+		out.Coarse = d.Coarse[lo:hi:hi]
+	}
+	if d.Owners != nil {
+		out.Owners = d.Owners[lo:hi:hi]
+	}
+	out.parent, out.offset = d, lo
+	if d.parent != nil {
+		out.parent, out.offset = d.parent, d.offset+lo
+	}
+	return &out, nil
+}
+
+// Parent is the Dataset d is a view of (Slice) and the index in it of d's
+// first example; (d, 0) when d is not a view.
+func (d *Dataset) Parent() (*Dataset, int) {
+	if d.parent == nil {
+		return d, 0
+	}
+	return d.parent, d.offset
 }
 
 // Subset returns a new Dataset holding copies of the examples at indices.

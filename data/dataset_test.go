@@ -373,3 +373,48 @@ func TestEmbeddedFashionMNIST(t *testing.T) {
 		}
 	}
 }
+
+// Slice is a view: it copies nothing, shares every slice with its parent,
+// and a view of a view names the first Dataset as its parent.
+func TestSliceIsAView(t *testing.T) {
+	x := make([]float32, 5*2)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	d, err := NewDataset(x, []int{0, 1, 0, 1, 0}, Shape{C: 1, H: 1, W: 2}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetOwners([]int64{10, 11, 12, 13, 14}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := d.Slice(1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Len() != 3 || v.X[0] != 2 || v.Y[0] != 1 || v.Owners[2] != 13 {
+		t.Fatalf("view holds x %v y %v owners %v", v.X, v.Y, v.Owners)
+	}
+	if &v.X[0] != &d.X[2] || &v.Y[0] != &d.Y[1] || &v.Owners[0] != &d.Owners[1] {
+		t.Fatal("Slice copied the examples")
+	}
+	w, err := v.Slice(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, lo := w.Parent(); p != d || lo != 2 {
+		t.Fatalf("view of a view: parent %p at %d, want %p at 2", p, lo, d)
+	}
+	if p, lo := d.Parent(); p != d || lo != 0 {
+		t.Fatalf("a Dataset that is no view: parent %p at %d", p, lo)
+	}
+	// A view cannot reach past its end (capacity is cut).
+	if cap(v.X) != len(v.X) || cap(v.Y) != len(v.Y) {
+		t.Fatal("view's slices reach past its end")
+	}
+	for _, r := range [][2]int{{-1, 2}, {3, 2}, {0, 6}} {
+		if _, err := d.Slice(r[0], r[1]); err == nil {
+			t.Errorf("Slice(%d, %d) of 5 examples accepted", r[0], r[1])
+		}
+	}
+}

@@ -146,6 +146,12 @@ type Plan struct {
 	barrier   sync.WaitGroup
 	done      sync.WaitGroup
 	splits    [][]int
+
+	// StepAdd's pieces (physical.go): adding is set from the first
+	// piece to SumInto; first is the batch index of the current piece's
+	// first example, added the chunks the pieces so far made.
+	adding       bool
+	first, added int
 }
 
 // worker holds one goroutine's buffers for a chunk of examples.
@@ -564,6 +570,7 @@ func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []floa
 	if len(dst) != len(p.params) {
 		return nil, dpcore.Invalid("nn", "step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
+	p.adding, p.first = false, 0 // a batch of StepAdd pieces is abandoned
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
 	p.permute()
 	p.run(modeTrain, dst)
@@ -589,6 +596,7 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 			return nil, dpcore.Invalid("nn", "gradients: output of %d, want %d", len(o), len(p.params))
 		}
 	}
+	p.adding, p.first = false, 0
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
 	p.permute()
 	p.run(modeGradients, nil)
@@ -638,6 +646,9 @@ func (p *Plan) ForwardContext(ctx context.Context, x []float32, logits []float32
 func (p *Plan) run(mode mode, dst []float32) {
 	W := len(p.workers)
 	p.chunk = min(p.opt.Chunk, (p.n+W-1)/W)
+	if mode == modeAdd {
+		p.chunk = p.opt.Chunk // as for the whole batch (StepAdd)
+	}
 	p.chunks = (p.n + p.chunk - 1) / p.chunk
 	p.active = min(W, p.chunks)
 	p.mode, p.dst = mode, dst
@@ -663,6 +674,7 @@ const (
 	modeTrain mode = iota
 	modeForward
 	modeGradients
+	modeAdd // StepAdd: modeTrain without clearing or reducing the accumulators
 )
 
 func (p *Plan) work(wi int) {
@@ -670,6 +682,9 @@ func (p *Plan) work(wi int) {
 	if p.mode == modeTrain {
 		clear(w.acc)
 	}
+	// (StepAdd: a piece starts at a multiple of W chunks, so chunk c of
+	// the piece goes to the worker chunk first/Chunk + c of the batch
+	// would.)
 	for c := wi; c < p.chunks; c += p.active {
 		if p.ctx != nil && p.ctx.Err() != nil {
 			break // the caller reports the cancellation
@@ -970,7 +985,7 @@ func (p *Plan) backward(w *worker, m int) {
 // trainChunk runs examples [i0, i0+m) forward and backward and adds their
 // (clipped) gradients into w.acc.
 func (p *Plan) trainChunk(w *worker, i0, m int) {
-	w.i0 = i0
+	w.i0 = p.first + i0 // the example's index in the batch (dropout)
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)

@@ -60,6 +60,9 @@ func augmentationNote(c *Config) []string {
 // statistics then count examples, not copies.
 func (t *Trainer) clipChunk(ctx context.Context, idx []int, step int) (clip.Stats, error) {
 	k := t.cfg.multiplicity()
+	if pe, ok := t.engine.(PhysicalEngine); ok && t.pieces && len(idx) > len(t.yb) {
+		return t.clipPieces(ctx, pe, idx, step)
+	}
 	if k == 1 {
 		x, y, err := t.gather(idx, step)
 		if err != nil {

@@ -178,6 +178,16 @@ type Config struct {
 	// OnStep and OnEval are called after each step and evaluation.
 	OnStep func(StepMetrics) `json:"-"`
 	OnEval func(EvalMetrics) `json:"-"`
+	// PhysicalBatch bounds the examples gathered at once (0:
+	// DefaultPhysicalBatch): a larger batch runs in pieces whose clipped
+	// sum the engine (a PhysicalEngine, such as the planned executor)
+	// accumulates exactly as for the whole batch, so it changes the
+	// memory a step takes, never the result.
+	PhysicalBatch int `json:"-"`
+	// OnFeatures is called while the features of Config.Features are
+	// computed (not when they are read from the cache), after every block
+	// of examples.
+	OnFeatures func(FeaturesProgress) `json:"-"`
 	// Log receives human-readable plan and summary lines (nil: none).
 	Log io.Writer `json:"-"`
 
@@ -240,6 +250,9 @@ func (c *Config) validate() error {
 	}
 	if c.Steps <= 0 {
 		return bad("steps = %d must be positive", c.Steps)
+	}
+	if c.PhysicalBatch < 0 {
+		return bad("physical batch %d must be positive (0: %d)", c.PhysicalBatch, DefaultPhysicalBatch)
 	}
 	if c.UserLevel || c.UserExamples != 0 || c.UserMean {
 		switch {

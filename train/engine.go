@@ -40,7 +40,8 @@ type Engine interface {
 	// with ctx's error when ctx is done.
 	ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error)
 	// EvaluateContext returns the mean cross-entropy and the accuracy on
-	// x, y, stopping with ctx's error when ctx is done.
+	// x, y, stopping with ctx's error when ctx is done. x and y are the
+	// evaluation set's own slices: they must not be written.
 	EvaluateContext(ctx context.Context, x []float32, y []int) (loss, acc float64, err error)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
@@ -70,35 +71,146 @@ func preprocessing(cfg *Config) []string {
 	return append(augmentationNote(cfg), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
 }
 
-// applyFeatures replaces cfg.Train and cfg.Test by their features.
-func applyFeatures(ctx context.Context, cfg *Config) error {
+// FeaturesProgress is where the computing of a data set's features
+// stands (Config.OnFeatures).
+type FeaturesProgress struct {
+	// Set names the data set; Done of its Total examples are transformed.
+	Set         string
+	Done, Total int
+	// Elapsed is the time spent on this data set so far.
+	Elapsed time.Duration
+}
+
+// featuresBlock is how many examples are transformed between two
+// Config.OnFeatures calls (about a second on two cores).
+const featuresBlock = 1024
+
+// featurizer computes a transform's features of data sets, reading and
+// writing them in a cache directory ("" for none), and records what it
+// did for the log line.
+type featurizer struct {
+	sc       *models.Scattering
+	dir      string
+	progress func(FeaturesProgress) // nil: none
+	// transform computes the features of n examples src into dst;
+	// tests replace it to count the examples transformed.
+	transform func(ctx context.Context, dst, src []float32, n, c int) error
+	block     int // examples a transform call (featuresBlock)
+	done      []FeaturesDone
+}
+
+// FeaturesDone is how a run got one data set's features (Result.Features):
+// computed or read from the cache, and the time it took.
+type FeaturesDone struct {
+	Set      string  `json:"set"`
+	Examples int     `json:"examples"`
+	Cached   bool    `json:"cached"`
+	Seconds  float64 `json:"seconds"`
+}
+
+func newFeaturizer(sc *models.Scattering, dir string, progress func(FeaturesProgress)) *featurizer {
+	return &featurizer{sc: sc, dir: dir, progress: progress, block: featuresBlock, transform: func(ctx context.Context, dst, src []float32, n, c int) error {
+		return sc.TransformBatch(ctx, dst, src, n, c, runtime.GOMAXPROCS(0))
+	}}
+}
+
+// applyFeatures replaces cfg.Train and cfg.Test by their features. Views
+// of one data set (data.Dataset.Slice: -validation's training and held-out
+// parts) are served from the features of that data set, computed (or
+// read from the cache) once, unless together they cover less than half of
+// it. The features are held once, in float32: the views share them.
+func applyFeatures(ctx context.Context, cfg *Config) ([]FeaturesDone, error) {
 	if cfg.Features != FeaturesScatter {
-		return nil
+		return nil, nil
 	}
 	sc, err := scattering(cfg.Train.Shape)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	start := time.Now()
-	for _, p := range []**data.Dataset{&cfg.Train, &cfg.Test} {
-		if *p == nil {
-			continue
-		}
-		if *p, err = cachedFeatures(ctx, cfg.CacheDir, sc, *p); err != nil {
-			return err
-		}
+	fz := newFeaturizer(sc, cfg.CacheDir, cfg.OnFeatures)
+	if err := fz.apply(ctx, []**data.Dataset{&cfg.Train, &cfg.Test}); err != nil {
+		return nil, err
 	}
 	if cfg.Log != nil {
-		how := "computed"
-		if cfg.CacheDir != "" {
-			how = "computed or read from the cache " + cfg.CacheDir + ","
+		fmt.Fprintln(cfg.Log, fz.summary())
+	}
+	return fz.done, nil
+}
+
+// apply replaces every non-nil *sets[i] by its features.
+func (fz *featurizer) apply(ctx context.Context, sets []**data.Dataset) error {
+	// How many examples of each parent the sets read.
+	covered := map[*data.Dataset]int{}
+	for _, p := range sets {
+		if *p != nil {
+			parent, _ := (*p).Parent()
+			covered[parent] += (*p).Len()
 		}
-		fmt.Fprintf(cfg.Log, "features: %v, %s in %.1fs\n", sc, how, time.Since(start).Seconds())
+	}
+	computed := map[*data.Dataset]*data.Dataset{}
+	for _, p := range sets {
+		d := *p
+		if d == nil {
+			continue
+		}
+		parent, lo := d.Parent()
+		if 2*covered[parent] < parent.Len() {
+			parent, lo = d, 0
+		}
+		f := computed[parent]
+		if f == nil {
+			var err error
+			if f, err = fz.cached(ctx, parent); err != nil {
+				return err
+			}
+			computed[parent] = f
+		}
+		v, err := f.Slice(lo, lo+d.Len())
+		if err != nil {
+			return fmt.Errorf("train: features: %w", err)
+		}
+		v.Name = d.Name + " (scattering features)"
+		*p = v
 	}
 	return nil
 }
 
+// summary is the log line of what apply did: for each data set, whether
+// its features were computed or read from the cache, and in how long.
+func (fz *featurizer) summary() string {
+	var parts []string
+	for _, d := range fz.done {
+		how := fmt.Sprintf("computed in %.1fs", d.Seconds)
+		switch {
+		case d.Cached:
+			how = fmt.Sprintf("read from the cache %s in %.1fs", fz.dir, d.Seconds)
+		case fz.dir != "":
+			how += ", stored in the cache " + fz.dir
+		default:
+			how += " (no cache)"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d examples) %s", d.Set, d.Examples, how))
+	}
+	return fmt.Sprintf("features: %v of %s", fz.sc, strings.Join(parts, "; "))
+}
+
 func scatterDataset(ctx context.Context, sc *models.Scattering, d *data.Dataset) (*data.Dataset, error) {
+	return newFeaturizer(sc, "", nil).compute(ctx, d)
+}
+
+// compute transforms d's examples, a block at a time, reporting progress.
+func (fz *featurizer) compute(ctx context.Context, d *data.Dataset) (*data.Dataset, error) {
+	x, err := fz.alloc(d)
+	if err != nil {
+		return nil, err
+	}
+	return fz.computeInto(ctx, x, d)
+}
+
+// alloc checks d's shape against the transform's and makes the buffer of
+// its features.
+func (fz *featurizer) alloc(d *data.Dataset) ([]float32, error) {
+	sc := fz.sc
 	if d.Shape.H != sc.H || d.Shape.W != sc.W {
 		return nil, invalidf("scattering features: %s has %v examples, the training data %dx%d", d.Name, d.Shape, sc.H, sc.W)
 	}
@@ -107,15 +219,35 @@ func scatterDataset(ctx context.Context, sc *models.Scattering, d *data.Dataset)
 	if need := int64(d.Len()) * int64(per) * 4; need > 1<<34 {
 		return nil, invalidf("scattering features of %s need %d MiB", d.Name, need>>20)
 	}
-	x := make([]float32, d.Len()*per)
-	if err := sc.TransformBatch(ctx, x, d.X, d.Len(), d.Shape.C, runtime.GOMAXPROCS(0)); err != nil {
-		return nil, fmt.Errorf("train: scattering features of %s: %w", d.Name, err)
+	return make([]float32, d.Len()*per), nil
+}
+
+// computeInto is compute into x, which alloc made.
+func (fz *featurizer) computeInto(ctx context.Context, x []float32, d *data.Dataset) (*data.Dataset, error) {
+	out := fz.sc.OutShape(d.Shape.C)
+	per := out[0] * out[1] * out[2]
+	in := d.Shape.Size()
+	start := time.Now()
+	for lo := 0; lo < d.Len(); lo += fz.block {
+		hi := min(lo+fz.block, d.Len())
+		if err := fz.transform(ctx, x[lo*per:hi*per], d.X[lo*in:hi*in], hi-lo, d.Shape.C); err != nil {
+			return nil, fmt.Errorf("train: scattering features of %s: %w", d.Name, err)
+		}
+		if fz.progress != nil {
+			fz.progress(FeaturesProgress{Set: d.Name, Done: hi, Total: d.Len(), Elapsed: time.Since(start)})
+		}
 	}
+	return fz.wrap(x, d, out)
+}
+
+// wrap makes the features x of d's examples a Dataset with d's labels,
+// owners and name.
+func (fz *featurizer) wrap(x []float32, d *data.Dataset, out [3]int) (*data.Dataset, error) {
 	f, err := data.NewDataset(x, d.Y, data.Shape{C: out[0], H: out[1], W: out[2]}, d.Classes)
 	if err != nil {
 		return nil, fmt.Errorf("train: scattering features of %s: %w", d.Name, err)
 	}
-	f.Name = d.Name + " (scattering features)"
+	f.Name, f.Coarse, f.CoarseClasses, f.Owners = d.Name, d.Coarse, d.CoarseClasses, d.Owners
 	return f, nil
 }
 
@@ -126,14 +258,26 @@ const (
 	featuresVersion = 1
 )
 
-// cachedFeatures returns d's features from dir when they were computed
-// before, else computes them and stores them there (dir "": no cache). A
-// corrupt or mismatched cache file is recomputed and replaced. The file is
-// a function of the training data: keep it as private as the data.
-func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *data.Dataset) (*data.Dataset, error) {
-	if dir == "" {
-		return scatterDataset(ctx, sc, d)
+// cached returns d's features from the cache when they were computed
+// before, else computes them and stores them there. A corrupt or
+// mismatched cache file is recomputed and replaced. The file is a function
+// of the training data: keep it as private as the data. The features are
+// read and written a block at a time: only the features themselves are
+// held in memory.
+func (fz *featurizer) cached(ctx context.Context, d *data.Dataset) (*data.Dataset, error) {
+	start := time.Now()
+	record := func(f *data.Dataset, cached bool) (*data.Dataset, error) {
+		fz.done = append(fz.done, FeaturesDone{Set: d.Name, Examples: d.Len(), Cached: cached, Seconds: time.Since(start).Seconds()})
+		return f, nil
 	}
+	if fz.dir == "" {
+		f, err := fz.compute(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		return record(f, false)
+	}
+	sc := fz.sc
 	h := sha256.New()
 	fmt.Fprintf(h, "scatter J=%d L=%d shape=%v n=%d;", sc.J, sc.L, d.Shape, d.Len())
 	var buf []byte
@@ -143,32 +287,32 @@ func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *d
 		h.Write(buf)
 		x = x[k:]
 	}
-	path := filepath.Join(dir, fmt.Sprintf("features-scatter-%x.bin", h.Sum(nil)[:16]))
-	out := sc.OutShape(d.Shape.C)
-	per := out[0] * out[1] * out[2]
-	payload, err := atomicfile.ReadSealed(path, featuresMagic, featuresVersion)
-	if err == nil && len(payload) == 4*per*d.Len() {
-		x, _ := atomicfile.DecodeFloats[float32](payload, per*d.Len())
-		f, err := data.NewDataset(x, d.Y, data.Shape{C: out[0], H: out[1], W: out[2]}, d.Classes)
-		if err == nil {
-			f.Name = d.Name + " (scattering features, cached)"
-			return f, nil
-		}
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, atomicfile.ErrCorrupt) {
-		return nil, fmt.Errorf("train: features cache: %w", err)
-	}
-	f, err := scatterDataset(ctx, sc, d)
+	path := filepath.Join(fz.dir, fmt.Sprintf("features-scatter-%x.bin", h.Sum(nil)[:16]))
+	x, err := fz.alloc(d)
 	if err != nil {
 		return nil, err
 	}
-	payload = atomicfile.AppendFloats(make([]byte, 0, 4*len(f.X)), f.X)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	err = atomicfile.ReadSealedFloats(path, featuresMagic, featuresVersion, x)
+	if err == nil {
+		if f, err := fz.wrap(x, d, sc.OutShape(d.Shape.C)); err == nil {
+			f.Name = d.Name + " (cached)"
+			return record(f, true)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, atomicfile.ErrCorrupt) {
 		return nil, fmt.Errorf("train: features cache: %w", err)
 	}
-	if err := atomicfile.WriteSealed(path, featuresMagic, featuresVersion, payload); err != nil {
+	// A file that could not be read is recomputed into the same buffer.
+	f, err := fz.computeInto(ctx, x, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(fz.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("train: features cache: %w", err)
 	}
-	return f, nil
+	if err := atomicfile.WriteSealedFloats(path, featuresMagic, featuresVersion, f.X); err != nil {
+		return nil, fmt.Errorf("train: features cache: %w", err)
+	}
+	return record(f, false)
 }
 
 // ApplyFeatures returns the features f of every example of d (d itself for

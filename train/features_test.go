@@ -12,6 +12,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/models"
 )
 
 // quadrants is a 4-class problem on 1x8x8 inputs: class c has mean +1 on
@@ -140,4 +141,129 @@ func TestFeaturesCache(t *testing.T) {
 	if files, _ = filepath.Glob(filepath.Join(dir, "features-scatter-*.bin")); len(files) != 2 {
 		t.Fatalf("two data sets share a cache file: %v", files)
 	}
+}
+
+// countingFeaturizer is newFeaturizer whose transform counts the calls
+// and the examples it transforms.
+func countingFeaturizer(t *testing.T, dir string, calls, examples *int) *featurizer {
+	t.Helper()
+	sc, err := scattering(data.Shape{C: 1, H: 8, W: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fz := newFeaturizer(sc, dir, nil)
+	fz.block = 16
+	inner := fz.transform
+	fz.transform = func(ctx context.Context, dst, src []float32, n, c int) error {
+		*calls++
+		*examples += n
+		return inner(ctx, dst, src, n, c)
+	}
+	return fz
+}
+
+// TestFeaturesOnceForAllSplits: the training and held-out parts of one
+// training split (-validation, views made by data.Dataset.Slice) are
+// served from features computed once for the whole split, equal to those
+// computed part by part; a second run reads them from the cache and
+// transforms nothing, even with another split point; a small part
+// (-train-examples) is computed alone; the log line says which was done.
+func TestFeaturesOnceForAllSplits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	root := quadrants(t, 2*16+8, 5) // three blocks
+	root.Name = "quadrants"
+	split := func(keep int) []**data.Dataset {
+		tr, err := root.Slice(0, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		va, err := root.Slice(keep, root.Len())
+		if err != nil {
+			t.Fatal(err)
+		}
+		va.Name = "held out"
+		return []**data.Dataset{&tr, &va}
+	}
+	var calls, examples int
+	fz := countingFeaturizer(t, dir, &calls, &examples)
+	sets := split(root.Len() - 10)
+	if err := fz.apply(ctx, sets); err != nil {
+		t.Fatal(err)
+	}
+	if examples != root.Len() || calls != 3 {
+		t.Fatalf("%d calls transformed %d examples, want 3 calls (one a block) and the %d examples once", calls, examples, root.Len())
+	}
+	// The features equal those of each part computed alone, and are
+	// views of one buffer.
+	for i, lohi := range [][2]int{{0, root.Len() - 10}, {root.Len() - 10, root.Len()}} {
+		part, err := root.Subset(seq(lohi[0], lohi[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ApplyFeatures(ctx, FeaturesScatter, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := *sets[i]
+		if !slices.Equal(got.X, want.X) || !slices.Equal(got.Y, part.Y) {
+			t.Fatalf("part %d: features differ from those computed alone", i)
+		}
+	}
+	if p0, _ := (*sets[0]).Parent(); p0 != func() *data.Dataset { p, _ := (*sets[1]).Parent(); return p }() {
+		t.Error("the two parts' features are not views of one buffer")
+	}
+	line := fz.summary()
+	for _, want := range []string{"quadrants (40 examples) computed in", "stored in the cache " + dir} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q does not say %q", line, want)
+		}
+	}
+	if strings.Contains(line, "read from") {
+		t.Errorf("log line %q says features were read", line)
+	}
+
+	// Another split point: read from the cache, nothing transformed.
+	calls, examples = 0, 0
+	fz = countingFeaturizer(t, dir, &calls, &examples)
+	if err := fz.apply(ctx, split(root.Len()-20)); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 0 {
+		t.Fatalf("second split: %d calls transformed %d examples, want none (cached)", calls, examples)
+	}
+	if line := fz.summary(); !strings.Contains(line, "quadrants (40 examples) read from the cache "+dir+" in") || strings.Contains(line, "computed") {
+		t.Errorf("log line %q does not say the features were read from the cache", line)
+	}
+
+	// A part of less than half the split is computed alone.
+	calls, examples = 0, 0
+	fz = countingFeaturizer(t, "", &calls, &examples)
+	small, err := root.Slice(0, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fz.apply(ctx, []**data.Dataset{&small}); err != nil {
+		t.Fatal(err)
+	}
+	if examples != 12 {
+		t.Fatalf("a part of 12 examples: %d examples transformed", examples)
+	}
+	if line := fz.summary(); !strings.Contains(line, "(12 examples) computed in") || !strings.Contains(line, "(no cache)") {
+		t.Errorf("log line %q", line)
+	}
+}
+
+func seq(lo, hi int) []int {
+	s := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// cachedFeatures returns d's features from dir when they were computed
+// before, else computes them and stores them there (dir "": no cache).
+func cachedFeatures(ctx context.Context, dir string, sc *models.Scattering, d *data.Dataset) (*data.Dataset, error) {
+	return newFeaturizer(sc, dir, nil).cached(ctx, d)
 }

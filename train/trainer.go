@@ -132,6 +132,12 @@ type Trainer struct {
 	// (resumecheck.go).
 	seedFP, dataSalt, dataDigest []byte
 
+	// pieces: an engine batch (engineBatch examples at most) larger
+	// than len(yb) is gathered in physical pieces (physical.go).
+	pieces      bool
+	engineBatch int
+	features    []FeaturesDone // how the features were got (Result.Features)
+
 	// Issue 27: augmentation multiplicity's groups (augmult.go), and
 	// adaptive clipping (adaptive.go; nil without Config.AdaptiveClip).
 	groups   []int
@@ -172,7 +178,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	// The features (a minute or more for 60,000 images, unless cached)
 	// after every cheap refusal.
-	if err := applyFeatures(ctx, &cfg); err != nil {
+	if t.features, err = applyFeatures(ctx, &cfg); err != nil {
 		return nil, err
 	}
 	t.cfg = cfg
@@ -185,7 +191,10 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	if err := t.newSampling(ctx, &cfg, d); err != nil {
 		return nil, err
 	}
-	if err := t.allocate(&cfg, maxBatch, d); err != nil {
+	var physical int
+	physical, t.pieces = t.physicalExamples(&cfg, maxBatch)
+	t.engineBatch = maxBatch
+	if err := t.allocate(&cfg, physical, d); err != nil {
 		return nil, err
 	}
 	if err := t.resume(&cfg); err != nil {
@@ -535,8 +544,12 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		return t.clipByIndex(ctx, ie, step, sm)
 	}
 	// A Poisson batch can exceed the engine's batch: the clipped sum is
-	// additive, so larger batches run in chunks.
+	// additive, so larger batches run in chunks (each gathered in
+	// physical pieces when the engine takes them: physical.go).
 	maxBatch := t.chunkExamples()
+	if t.pieces {
+		maxBatch = t.engineBatch
+	}
 	var lossSum float64
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
@@ -663,17 +676,11 @@ func (t *Trainer) EvaluateContext(ctx context.Context) (EvalMetrics, error) {
 		ds = t.cfg.Train
 		em.Split, em.NotPrivate = SplitTrain, evalTrainNotPrivate()
 	}
-	idx := make([]int, ds.Len())
-	for i := range idx {
-		idx[i] = i
-	}
-	x, y := make([]float32, len(idx)*ds.Shape.Size()), make([]int, len(idx))
-	if err := ds.Batch(idx, x, y); err != nil {
-		return em, fmt.Errorf("train: evaluation: %w", err)
-	}
+	// The examples are read where they are, not copied (10,000 test
+	// examples of scattering features are 159 MB).
 	var err error
 	t.ema.swap(t.engine.Params())
-	em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, x, y)
+	em.Loss, em.Accuracy, err = t.engine.EvaluateContext(ctx, ds.X, ds.Y)
 	t.ema.swap(t.engine.Params())
 	if err != nil {
 		if ctx.Err() != nil {
@@ -716,6 +723,10 @@ type Result struct {
 	Examples int           `json:"examples"`
 	// Users is the number of users of a user-level run (0 otherwise).
 	Users int `json:"users,omitempty"`
+	// Features says, per data set, whether its features (Config.Features)
+	// were computed or read from the cache, and in how long (none without
+	// features).
+	Features []FeaturesDone `json:"features,omitempty"`
 }
 
 // Run trains to the end (resuming from cfg.CheckpointPath when a checkpoint
@@ -742,7 +753,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer t.Close()
 	cfg = t.cfg
-	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len()}
+	res := &Result{Plan: t.plan, Resumed: t.Step(), Model: t.backend.Name(), Examples: cfg.Train.Len(), Features: t.features}
 	if t.users != nil {
 		res.Users = t.users.users.Len()
 	}

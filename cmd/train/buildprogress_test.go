@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/train"
 )
 
 // A factorization that must be optimized is announced on stderr; the next
@@ -63,4 +64,49 @@ func TestBuildProgressEstimate(t *testing.T) {
 
 func mfnoiseProgress(iter int, gap float64) optimize.Progress {
 	return optimize.Progress{Iter: iter, Loss: 10, LowerBound: 10 * (1 - gap), Gap: gap}
+}
+
+// Computing features is announced at once, then reported at most every
+// period with the examples done and the time left, and the last block is
+// always reported.
+func TestFeaturesProgressThrottledWithTimeLeft(t *testing.T) {
+	var b bytes.Buffer
+	p := newFeaturesProgress(&b, 5*time.Second)
+	for i, el := range []time.Duration{1, 2, 6, 7, 12} {
+		p.report(train.FeaturesProgress{Set: "fashion-mnist/train", Done: 1000 * (i + 1), Total: 6000, Elapsed: el * time.Second})
+	}
+	p.report(train.FeaturesProgress{Set: "fashion-mnist/train", Done: 6000, Total: 6000, Elapsed: 13 * time.Second})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"features: computing those of fashion-mnist/train (6000 examples;",
+		"features: fashion-mnist/train: 3000 of 6000 examples, 6s elapsed, about 6s left",
+		"features: fashion-mnist/train: 5000 of 6000 examples, 12s elapsed, about 2s left",
+		"features: fashion-mnist/train: 6000 of 6000 examples, 13s elapsed",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), b.String())
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d: %q, want %q", i, lines[i], w)
+		}
+	}
+}
+
+// Issue 39 item 2: the final line says whether the features were computed
+// or read from the cache, and in how long.
+func TestFinalLineSaysHowFeaturesCame(t *testing.T) {
+	for _, c := range []struct {
+		done []train.FeaturesDone
+		want string
+	}{
+		{nil, ""},
+		{[]train.FeaturesDone{{Set: "train", Seconds: 80}, {Set: "test", Seconds: 12.5}}, ", of which 92.5s computing the features"},
+		{[]train.FeaturesDone{{Set: "train", Cached: true, Seconds: 1}, {Set: "test", Cached: true, Seconds: 0.25}}, "; features read from the cache in 1.2s"},
+		{[]train.FeaturesDone{{Set: "train", Cached: true, Seconds: 1}, {Set: "test", Seconds: 12}}, ", of which features: 12.0s computing, 1.0s reading from the cache"},
+	} {
+		if got := featuresNote(c.done); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.done, got, c.want)
+		}
+	}
 }

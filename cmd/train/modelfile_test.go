@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -244,10 +245,23 @@ func runThenEval(t *testing.T, model string, runArgs, evalArgs []string, n int) 
 func TestScatterNetRecipeSaveEval(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "scatter.dpmf")
-	runThenEval(t, model, []string{"-config", filepath.Join("..", "..", "configs", "fashion-scatternet.json"),
+	runArgs := []string{"-config", filepath.Join("..", "..", "configs", "fashion-scatternet.json"),
 		"-data", "embedded", "-train-examples", "200", "-steps", "4", "-batch", "50", "-eval-every", "1000",
-		"-epsilon", "3", "-seed", "scatternet-recipe-test", "-insecure-seed", "-cache", dir},
-		[]string{"-data", "embedded"}, 1000)
+		"-epsilon", "3", "-seed", "scatternet-recipe-test", "-insecure-seed", "-cache", dir}
+	stdout, _ := runThenEval(t, model, runArgs, []string{"-data", "embedded"}, 1000)
+	// Issue 39 item 2: the final line says how the features came: computed
+	// the first time, read from the cache the next.
+	if !regexp.MustCompile(`test accuracy .* after 4 steps \([0-9.]+s, of which [0-9.]+s computing the features\)`).MatchString(stdout) {
+		t.Errorf("first run's output does not end saying the features were computed:\n%s", stdout)
+	}
+	code, again, stderr := runCLI(t, append([]string{"run"}, runArgs...)...)
+	if code != 0 {
+		t.Fatalf("second run: exit %d: %s", code, stderr)
+	}
+	if !regexp.MustCompile(`test accuracy .* after 4 steps \([0-9.]+s; features read from the cache in [0-9.]+s\)`).MatchString(again) ||
+		!strings.Contains(again, "read from the cache "+dir) {
+		t.Errorf("second run's output does not say the features were read from the cache:\n%s", again)
+	}
 	tr, err := models.ReadFile(model)
 	if err != nil {
 		t.Fatal(err)

@@ -144,6 +144,38 @@ func (p *evalProgress) line(msg string) {
 	fmt.Fprintln(p.w, msg)
 }
 
+// featuresProgress writes the computing of features (train.Config's
+// OnFeatures) to standard error, whatever the terminal: a line when a
+// data set starts, then at most one every every, with the examples done
+// and an estimate of the time left.
+type featuresProgress struct {
+	w     io.Writer
+	every time.Duration
+	set   string
+	last  time.Duration // Elapsed at the last line
+}
+
+func newFeaturesProgress(w io.Writer, every time.Duration) *featuresProgress {
+	return &featuresProgress{w: w, every: every}
+}
+
+func (p *featuresProgress) report(fp train.FeaturesProgress) {
+	if fp.Set != p.set {
+		p.set, p.last = fp.Set, 0
+		fmt.Fprintf(p.w, "features: computing those of %s (%d examples; they are cached for later runs unless -cache is \"\"); progress every %v\n", fp.Set, fp.Total, p.every)
+	}
+	if fp.Done < fp.Total && fp.Elapsed-p.last < p.every {
+		return
+	}
+	p.last = fp.Elapsed
+	msg := fmt.Sprintf("features: %s: %d of %d examples, %s elapsed", fp.Set, fp.Done, fp.Total, fp.Elapsed.Round(time.Second))
+	if fp.Done > 0 && fp.Done < fp.Total {
+		left := time.Duration(float64(fp.Elapsed) * float64(fp.Total-fp.Done) / float64(fp.Done))
+		msg += fmt.Sprintf(", about %s left", left.Round(time.Second))
+	}
+	fmt.Fprintln(p.w, msg)
+}
+
 // saveModelOrFallback writes the finished model with save to path. A run's
 // privacy budget is spent: if path cannot be written (its directory was
 // removed during the run, the disk is full), the model is written next to

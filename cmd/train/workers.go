@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,7 +131,7 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 		defer nc.Close()
 		fmt.Fprintf(log, "workers: %d (train worker -shard i/%d, run %q on %s)\n", w.workers, w.workers, w.nats.run, natsconn.Redact(w.nats.url))
 		fmt.Fprintln(log, workersAssume)
-		return distributed.Run(ctx, nc, cfg, w.nats.options(w.workers))
+		return distributed.Run(ctx, nc, cfg, w.options(stderr))
 	}
 	for _, f := range natsOnlyFlags[1:6] {
 		if set[f] {
@@ -138,6 +139,24 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 		}
 	}
 	return w.local(ctx, cfg, fs, log, stderr)
+}
+
+// options are the coordinator's options, saying on stderr what a step
+// waits for.
+func (w *workerFlags) options(stderr io.Writer) distributed.Options {
+	opt := w.nats.options(w.workers)
+	var mu sync.Mutex
+	opt.OnWait = func(ww distributed.WorkerWait) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ww.Answered {
+			fmt.Fprintf(stderr, "workers: worker %d/%d answered step %d after %s\n", ww.Worker, ww.Workers, ww.Step, ww.Waited.Round(100*time.Millisecond))
+			return
+		}
+		fmt.Fprintf(stderr, "workers: step %d has waited %s for worker %d/%d: %s; the run stops with a checkpoint if it does not answer within %s more (-worker-wait)\n",
+			ww.Step, ww.Waited.Round(time.Second), ww.Worker, ww.Workers, ww.Reason, ww.Left.Round(time.Second))
+	}
+	return opt
 }
 
 // workersAssume is what the plan's guarantee assumes of a run on workers
@@ -187,15 +206,16 @@ func (w *workerFlags) local(ctx context.Context, cfg train.Config, fs *flag.Flag
 		}
 	})
 	args = append(args, "-nats", srv.ClientURL(), "-nats-token-file", tokenFile, "-run-name", w.nats.run, "-exit-on-disconnect")
-	procs := &localWorkers{}
+	procs := &localWorkers{log: stderr, restarts: maxWorkerRestarts}
 	defer procs.stop()
-	fmt.Fprintf(log, "workers: %d local processes on %s\n", w.workers, srv.ClientURL())
-	fmt.Fprintln(log, workersAssume)
 	for i := range w.workers {
-		if err := procs.start(ctx, exe, append([]string{"worker", "-shard", fmt.Sprintf("%d/%d", i, w.workers)}, args...), stderr); err != nil {
+		name := fmt.Sprintf("%d/%d", i, w.workers)
+		if err := procs.start(exe, name, append([]string{"worker", "-shard", name}, args...), stderr); err != nil {
 			return nil, err
 		}
 	}
+	fmt.Fprintf(log, "workers: %d local processes (pids %s) on %s\n", w.workers, procs.pids(), srv.ClientURL())
+	fmt.Fprintln(log, workersAssume)
 	if err := procs.ready(ctx, w.nats.wait+5*time.Minute); err != nil {
 		return nil, err
 	}
@@ -204,12 +224,18 @@ func (w *workerFlags) local(ctx context.Context, cfg train.Config, fs *flag.Flag
 		return nil, fmt.Errorf("workers: %w", err)
 	}
 	defer nc.Close()
-	res, err := distributed.Run(ctx, nc, cfg, w.nats.options(w.workers))
+	procs.supervise(ctx)
+	res, err := distributed.Run(ctx, nc, cfg, w.options(stderr))
+	procs.finish()
 	if err == nil {
 		procs.wait(10 * time.Second)
 	}
 	return res, err
 }
+
+// maxWorkerRestarts bounds how often train run -workers restarts each
+// worker process it started that exited during the run.
+const maxWorkerRestarts = 3
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -220,19 +246,54 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// localWorkers are the worker processes of train run -workers.
+// localWorkers are the worker processes of train run -workers. Once the
+// run has started (supervise), a worker that exits is started again, with
+// a line on log, up to restarts times each: a worker's answer is a pure
+// function of the request, so the coordinator, which keeps asking for
+// -worker-wait, carries on with the new process.
 type localWorkers struct {
-	mu     sync.Mutex
-	cmds   []*exec.Cmd
-	readyc chan error
-	exited []chan struct{}
+	log      io.Writer
+	restarts int // per worker
+
+	mu       sync.Mutex
+	procs    []*workerProc
+	readyc   chan error
+	watching bool            // supervise was called: exits are restarted
+	finished bool            // the run is over: exits are expected
+	run      context.Context // the run's (when done, so are the workers)
 }
 
-func (p *localWorkers) start(ctx context.Context, exe string, args []string, stderr io.Writer) error {
+// workerProc is one worker: its command line, its current process, and
+// how often it was restarted.
+type workerProc struct {
+	name      string // i/W
+	exe       string
+	args      []string
+	stderr    io.Writer
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when cmd has exited and its output is read
+	restarted int
+}
+
+// start starts worker name (i/W) with exe args.
+func (p *localWorkers) start(exe, name string, args []string, stderr io.Writer) error {
 	if p.readyc == nil {
 		p.readyc = make(chan error, 1024)
 	}
-	c := exec.Command(exe, args...)
+	w := &workerProc{name: name, exe: exe, args: args, stderr: stderr}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.launch(w, p.readyc); err != nil {
+		return err
+	}
+	p.procs = append(p.procs, w)
+	return nil
+}
+
+// launch starts w's process, with p.mu held; readiness (or an exit before
+// it) goes to ready.
+func (p *localWorkers) launch(w *workerProc, ready chan<- error) error {
+	c := exec.Command(w.exe, w.args...)
 	out, err := c.StdoutPipe()
 	if err != nil {
 		return err
@@ -245,46 +306,95 @@ func (p *localWorkers) start(ctx context.Context, exe string, args []string, std
 		return fmt.Errorf("workers: %w", err)
 	}
 	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmds = append(p.cmds, c)
-	p.exited = append(p.exited, done)
-	p.mu.Unlock()
+	w.cmd, w.exited = c, done
 	var lines sync.WaitGroup
 	lines.Add(2)
 	go func() {
 		defer lines.Done()
 		sc := bufio.NewScanner(errp)
 		for sc.Scan() {
-			fmt.Fprintln(stderr, sc.Text())
+			fmt.Fprintln(w.stderr, sc.Text())
 		}
 	}()
 	go func() {
 		defer lines.Done()
 		sc := bufio.NewScanner(out)
-		ready := false
+		ok := false
 		for sc.Scan() {
-			if !ready && strings.HasPrefix(sc.Text(), "worker ") && strings.Contains(sc.Text(), " ready") {
-				ready = true
-				p.readyc <- nil
+			if !ok && strings.HasPrefix(sc.Text(), "worker ") && strings.Contains(sc.Text(), " ready") {
+				ok = true
+				ready <- nil
 			}
 		}
-		if !ready {
-			p.readyc <- errors.New("workers: a worker process exited before it was ready (its error is above)")
+		if !ok {
+			ready <- errors.New("workers: a worker process exited before it was ready (its error is above)")
 		}
 	}()
 	go func() {
 		lines.Wait()
 		c.Wait()
 		close(done)
+		p.exited(w, c)
 	}()
 	return nil
+}
+
+// exited restarts w, whose process c ended, when the run goes on and w
+// has restarts left, saying so in one line either way.
+func (p *localWorkers) exited(w *workerProc, c *exec.Cmd) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.watching || p.finished || w.cmd != c || p.run.Err() != nil {
+		// Not running yet, over, or interrupted (SIGINT reaches the
+		// workers too): an exit is expected.
+		return
+	}
+	how := c.ProcessState.String() // "signal: killed", "exit status 1"
+	if w.restarted >= p.restarts {
+		fmt.Fprintf(p.log, "workers: worker %s (pid %d) %s; not restarted (restarted %d times already)\n", w.name, c.Process.Pid, how, w.restarted)
+		return
+	}
+	w.restarted++
+	// Readiness of a restarted worker is not awaited: the coordinator
+	// keeps asking it for -worker-wait, and says so.
+	if err := p.launch(w, make(chan error, 2)); err != nil {
+		fmt.Fprintf(p.log, "workers: worker %s (pid %d) %s; restarting it failed: %v\n", w.name, c.Process.Pid, how, err)
+		return
+	}
+	fmt.Fprintf(p.log, "workers: worker %s (pid %d) %s; restarted as pid %d (restart %d of at most %d)\n", w.name, c.Process.Pid, how, w.cmd.Process.Pid, w.restarted, p.restarts)
+}
+
+// pids lists the workers' current process ids.
+func (p *localWorkers) pids() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, w := range p.procs {
+		ids = append(ids, strconv.Itoa(w.cmd.Process.Pid))
+	}
+	return strings.Join(ids, ", ")
+}
+
+// supervise starts restarting workers that exit while ctx, the run's, is
+// not done.
+func (p *localWorkers) supervise(ctx context.Context) {
+	p.mu.Lock()
+	p.watching, p.run = true, ctx
+	p.mu.Unlock()
+}
+
+// finish stops restarting: the run is over, its workers exit.
+func (p *localWorkers) finish() {
+	p.mu.Lock()
+	p.finished = true
+	p.mu.Unlock()
 }
 
 // ready waits until every worker listens.
 func (p *localWorkers) ready(ctx context.Context, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for range p.cmds {
+	for range p.procs {
 		select {
 		case err := <-p.readyc:
 			if err != nil {
@@ -293,7 +403,7 @@ func (p *localWorkers) ready(ctx context.Context, timeout time.Duration) error {
 		case <-ctx.Done():
 			return fmt.Errorf("train: %w before the first step (while starting the workers; nothing to save): %w", train.ErrInterrupted, ctx.Err())
 		case <-t.C:
-			return fmt.Errorf("workers: not all %d workers were ready within %v", len(p.cmds), timeout)
+			return fmt.Errorf("workers: not all %d workers were ready within %v", len(p.procs), timeout)
 		}
 	}
 	return nil
@@ -302,7 +412,7 @@ func (p *localWorkers) ready(ctx context.Context, timeout time.Duration) error {
 // wait gives the workers, told that the run is over, time to exit.
 func (p *localWorkers) wait(timeout time.Duration) {
 	deadline := time.After(timeout)
-	for _, d := range p.exited {
+	for _, d := range p.exitChans() {
 		select {
 		case <-d:
 		case <-deadline:
@@ -311,16 +421,31 @@ func (p *localWorkers) wait(timeout time.Duration) {
 	}
 }
 
+func (p *localWorkers) exitChans() []chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var cs []chan struct{}
+	for _, w := range p.procs {
+		cs = append(cs, w.exited)
+	}
+	return cs
+}
+
 // stop kills the workers still running and reaps them.
 func (p *localWorkers) stop() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, c := range p.cmds {
+	p.finished = true
+	procs := slices.Clone(p.procs)
+	p.mu.Unlock()
+	for _, w := range procs {
+		p.mu.Lock()
+		c, done := w.cmd, w.exited
+		p.mu.Unlock()
 		select {
-		case <-p.exited[i]:
+		case <-done:
 		default:
 			c.Process.Kill()
-			<-p.exited[i]
+			<-done
 		}
 	}
 }

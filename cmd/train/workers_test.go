@@ -1,12 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // cliAsMainEnv makes this test binary run as the program (TestMain): the
@@ -83,5 +91,89 @@ func TestWorkerReadsCoordinatorConfig(t *testing.T) {
 	code, _, stderr := runCLI(t, "worker", "-config", path, "-shard", "0/3", "-nats", "nats://127.0.0.1:1", "-nats-token-file", path)
 	if code != 2 || !strings.Contains(stderr, "-nats nats://127.0.0.1:1") {
 		t.Fatalf("exit %d, %q: want the flags accepted and the connection refused", code, stderr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in other
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls b until re matches, and returns the submatches.
+func waitFor(t *testing.T, b *syncBuffer, re *regexp.Regexp, done <-chan int) []string {
+	t.Helper()
+	deadline := time.After(2 * time.Minute)
+	for {
+		if m := re.FindStringSubmatch(b.String()); m != nil {
+			return m
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("the run ended (exit %d) before %q showed", code, re)
+		case <-deadline:
+			t.Fatalf("no %q within 2 minutes", re)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Issue 39 item 4: a worker process that train run -workers started and
+// that is killed (SIGKILL) during the run is restarted, with a line saying
+// so; the coordinator says which worker the step waits for, and how long
+// it will; the run completes. (Before, it waited silently for
+// -worker-wait and stopped.)
+func TestRunWorkersRestartsKilledWorker(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("kills a worker process with SIGKILL")
+	}
+	t.Setenv(cliAsMainEnv, "1")
+	args := []string{"run", "-data", "embedded", "-train-examples", "600", "-model", "logistic", "-mechanism", "dpsgd",
+		"-accountant", "rdp", "-batch", "60", "-steps", "1000", "-seed", "s", "-insecure-seed", "-cache", "",
+		"-workers", "2", "-worker-wait", "20s"}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(context.Background(), args, &stdout, &stderr) }()
+	m := waitFor(t, &stdout, regexp.MustCompile(`workers: 2 local processes \(pids (\d+), (\d+)\)`), done)
+	waitFor(t, &stderr, regexp.MustCompile(`step 1 of 1000`), done)
+	pid, _ := strconv.Atoi(m[2])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing worker 1/2 (pid %d): %v", pid, err)
+	}
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the run did not end within 3 minutes of the kill")
+	}
+	errs := stderr.String()
+	if code != 0 {
+		t.Fatalf("exit %d after a worker was killed:\n%s", code, errs)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`workers: worker 1/2 \(pid ` + m[2] + `\) signal: killed; restarted as pid \d+ \(restart 1 of at most 3\)`),
+		regexp.MustCompile(`workers: step \d+ has waited \d+s for worker 1/2: .+; the run stops with a checkpoint if it does not answer within \d+s more \(-worker-wait\)`),
+		regexp.MustCompile(`workers: worker 1/2 answered step \d+ after `),
+	} {
+		if !want.MatchString(errs) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	t.Logf("stderr:\n%s", errs)
+	if !strings.Contains(stdout.String(), "test accuracy") {
+		t.Errorf("no final line:\n%s", stdout.String())
 	}
 }

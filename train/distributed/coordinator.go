@@ -202,9 +202,24 @@ func (c *coordinator) step(ctx context.Context, step int, idx []int, params, dst
 func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d int, req []byte) error {
 	subj := c.opt.subject(i)
 	deadline := c.asked.Add(c.opt.Wait)
-	var last error
+	var (
+		last     error
+		reported time.Time // the last OnWait call (zero: none yet)
+	)
+	// report tells OnWait, at most every WaitReportEvery, why the step
+	// still waits for worker i.
+	report := func(reason string) {
+		now := time.Now()
+		if c.opt.OnWait != nil && now.Sub(reported) >= WaitReportEvery {
+			reported = now
+			c.opt.OnWait(WorkerWait{Worker: i, Workers: c.opt.Workers, Step: step, Waited: now.Sub(c.asked), Left: max(deadline.Sub(now), 0), Reason: reason})
+		}
+	}
 	for {
-		reply, err := c.exchange(ctx, subj, req, nonce)
+		reply, err := c.exchange(ctx, subj, req, nonce, report)
+		if err == nil && !reported.IsZero() {
+			c.opt.OnWait(WorkerWait{Worker: i, Workers: c.opt.Workers, Step: step, Waited: time.Since(c.asked), Answered: true})
+		}
 		if err == nil {
 			p := &c.parts[i]
 			if err := decodeReply(reply, p); err != nil {
@@ -233,12 +248,13 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(last, nats.ErrNoResponders) {
+			last = fmt.Errorf("no worker listens on %s: is worker %d/%d running, with run name %q?", subj, i, c.opt.Workers, c.opt.Run)
+		}
 		if time.Now().After(deadline) {
-			if errors.Is(last, nats.ErrNoResponders) {
-				last = fmt.Errorf("no worker listens on %s: is worker %d/%d running, with run name %q?", subj, i, c.opt.Workers, c.opt.Run)
-			}
 			return fmt.Errorf("%w: worker %d/%d did not answer step %d within %v (%v)", ErrWorkerLost, i, c.opt.Workers, step, c.opt.Wait, last)
 		}
+		report(last.Error())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -251,7 +267,8 @@ func (c *coordinator) ask(ctx context.Context, i, step int, nonce uint64, n, d i
 // heartbeat every heartbeatEvery while it computes, so a request is given
 // up after opt.RequestTimeout of silence: a worker killed in the middle
 // of a step is noticed within that time, however long a step takes.
-func (c *coordinator) exchange(ctx context.Context, subj string, req []byte, nonce uint64) ([]byte, error) {
+// Silence of WaitReportEvery or more is told to report meanwhile.
+func (c *coordinator) exchange(ctx context.Context, subj string, req []byte, nonce uint64, report func(string)) ([]byte, error) {
 	inbox := c.nc.NewRespInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -261,18 +278,27 @@ func (c *coordinator) exchange(ctx context.Context, subj string, req []byte, non
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subj, Reply: inbox, Data: req}); err != nil {
 		return nil, err
 	}
+	word := time.Now() // the last answer or heartbeat
 	for {
-		wctx, cancel := context.WithTimeout(ctx, c.opt.RequestTimeout)
+		silence := time.Since(word)
+		wctx, cancel := context.WithTimeout(ctx, min(c.opt.RequestTimeout-silence, max(WaitReportEvery-silence, time.Second)))
 		msg, err := sub.NextMsgWithContext(wctx)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			if silence = time.Since(word); silence < c.opt.RequestTimeout {
+				if silence >= WaitReportEvery {
+					report(fmt.Sprintf("no answer and no heartbeat for %v (asked again at %v, -worker-timeout)", silence.Round(time.Second), c.opt.RequestTimeout))
+				}
+				continue
+			}
 			return nil, fmt.Errorf("neither an answer nor a heartbeat for %v", c.opt.RequestTimeout)
 		case err != nil:
 			return nil, err
 		case len(msg.Data) == 0 && msg.Header.Get("Status") == "503":
 			return nil, nats.ErrNoResponders
 		case isHeartbeat(msg.Data, nonce):
+			word = time.Now()
 			continue
 		}
 		return msg.Data, nil

@@ -53,6 +53,27 @@ type Options struct {
 	Wait time.Duration
 	// OnReady, when set, is called by Serve once the worker listens.
 	OnReady func()
+	// OnWait, when set, is called by Run while a step waits for a worker
+	// that does not answer: at the first failed request, then at most
+	// every WaitReportEvery, and once more when the worker answers. It is
+	// called from one goroutine per worker, possibly concurrently.
+	OnWait func(WorkerWait)
+}
+
+// WaitReportEvery spaces the OnWait calls about one worker.
+const WaitReportEvery = 5 * time.Second
+
+// WorkerWait is what a step waits for (Options.OnWait).
+type WorkerWait struct {
+	// Worker i of Workers has not answered Step for Waited; the run
+	// stops after Left more (Options.Wait).
+	Worker, Workers, Step int
+	Waited, Left          time.Duration
+	// Reason is why the last request failed (no worker listens, no word
+	// for RequestTimeout, ...).
+	Reason string
+	// Answered is set in the last call: the worker answered after Waited.
+	Answered bool
 }
 
 func (o *Options) defaults() {
