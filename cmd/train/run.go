@@ -207,7 +207,23 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
 		return nil, err
 	}
+	if err := refuseSharedPaths(inv.paths()...); err != nil {
+		return nil, err
+	}
 	return inv, nil
+}
+
+// paths are the files the run reads (-config, the CSV files) and writes.
+func (inv *runInvocation) paths() []namedPath {
+	r := &inv.r
+	ps := []namedPath{{"config", r.config, false}}
+	if r.dataset == "csv" {
+		ps = append(ps, namedPath{"dir", r.dir, false}, namedPath{"test-file", inv.csvf.testFile, false})
+	}
+	return append(ps,
+		namedPath{"checkpoint", r.ckpt, true}, namedPath{"metrics", r.metrics, true},
+		namedPath{"json", r.jsonOut, true}, namedPath{"save-model", inv.saveModel, true},
+		namedPath{"plot", inv.plot, true})
 }
 
 // config loads the data and makes the run's train.Config, with the
