@@ -403,6 +403,9 @@ func checkStorePath(store string) error {
 // corrupt store's error says how to restore it.
 func openStore(ctx context.Context, o options) (*aggregate.Aggregator, error) {
 	if err := aggregate.CheckStore(o.store); err != nil {
+		if !errors.Is(err, aggregate.ErrStoreCorrupt) {
+			return nil, err // locked, unreadable: the file is fine
+		}
 		return nil, fmt.Errorf("%w; %s", err, restoreHint)
 	}
 	agg, err := openAggregator(ctx, o)
