@@ -50,3 +50,28 @@ func TestCollidingOutputPathsRefused(t *testing.T) {
 		t.Fatalf("distinct outputs: exit %d: %s", code, stderr)
 	}
 }
+
+// Issue 39 item 8: more noise is never less private. Before the fix the
+// PLD accountant gave epsilon +Inf at sigma 1e16 (and failed at 1e200),
+// and train run -sigma 1e50 was refused as an infeasible privacy target;
+// seen failing. A multiplier whose noise the float32 model cannot hold is
+// refused saying so.
+func TestHugeNoiseIsPrivate(t *testing.T) {
+	for _, sigma := range []string{"1e16", "1e50", "1e200"} {
+		code, stdout, stderr := runCLI(t, "account", "-mechanism", "dpsgd", "-q", "0.01", "-steps", "100", "-sigma", sigma, "-format", "table")
+		if code != 0 || !strings.Contains(stdout, "epsilon 0 ") {
+			t.Errorf("account -sigma %s: exit %d, %s%s; want epsilon 0", sigma, code, stdout, stderr)
+		}
+	}
+	code, stdout, stderr := runCLI(t, "run", "-data", "embedded", "-train-examples", "600", "-model", "logistic",
+		"-mechanism", "dpsgd", "-batch", "60", "-steps", "2", "-cache", "", "-sigma", "1e16")
+	if code != 0 || !strings.Contains(stdout, "privacy: (epsilon 0, delta 1e-05)") {
+		t.Errorf("run -sigma 1e16: exit %d: %s%s", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, "run", "-data", "embedded", "-train-examples", "600", "-model", "logistic",
+		"-mechanism", "dpsgd", "-batch", "60", "-steps", "2", "-cache", "", "-sigma", "1e50")
+	checkOneLine(t, "run -sigma 1e50", code, stderr)
+	if code != exitUsage || !strings.Contains(stderr, "beyond the float32 arithmetic") || strings.Contains(stderr, "infeasible") {
+		t.Errorf("run -sigma 1e50: exit %d, %q", code, stderr)
+	}
+}
