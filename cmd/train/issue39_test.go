@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/train"
 )
 
 // Issue 39 item 5: two output flags naming one file are refused before
@@ -73,5 +77,24 @@ func TestHugeNoiseIsPrivate(t *testing.T) {
 	checkOneLine(t, "run -sigma 1e50", code, stderr)
 	if code != exitUsage || !strings.Contains(stderr, "beyond the float32 arithmetic") || strings.Contains(stderr, "infeasible") {
 		t.Errorf("run -sigma 1e50: exit %d, %q", code, stderr)
+	}
+}
+
+// Issue 39 item 10: the result JSON (the run's ledger) whose directory
+// vanished during the run is written next to the checkpoint, as the model
+// is, and the error says where. Before the fix it was lost (seen failing).
+func TestResultJSONSavedNextToCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	inv := &runInvocation{}
+	inv.r.jsonOut = filepath.Join(dir, "removed", "result.json")
+	inv.r.ckpt = filepath.Join(dir, "run.ckpt")
+	err := inv.writeJSON(io.Discard, &train.Result{Steps: 7})
+	alt, _ := filepath.Glob(filepath.Join(dir, "result.json.*"))
+	if err == nil || len(alt) != 1 || !strings.Contains(err.Error(), "the result was saved to "+alt[0]) || strings.Contains(err.Error(), "atomicfile") {
+		t.Fatalf("error %v, fallback files %v: want the result next to the checkpoint and the error naming it", err, alt)
+	}
+	var got train.Result
+	if b, rerr := os.ReadFile(alt[0]); rerr != nil || json.Unmarshal(b, &got) != nil || got.Steps != 7 {
+		t.Fatalf("fallback file: %v, %+v", rerr, got)
 	}
 }

@@ -327,10 +327,14 @@ func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
 		_, err = stdout.Write(append(b, '\n'))
 		return err
 	}
-	if err := atomicfile.WriteFile(inv.r.jsonOut, append(b, '\n')); err != nil {
-		return fmt.Errorf("-json: %w", err)
-	}
-	return nil
+	// The result holds the run's ledger: if its path fails at the end,
+	// it goes where the model would.
+	return saveOrFallback("json", "result", inv.r.jsonOut, inv.r.ckpt, func(path string) error {
+		if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
+			return errors.New(dpcore.Within("atomicfile", err))
+		}
+		return nil
+	})
 }
 
 // splits are the training and evaluation sets of -validation (the last
