@@ -331,7 +331,7 @@ func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
 	// it goes where the model would.
 	return saveOrFallback("json", "result", inv.r.jsonOut, inv.r.ckpt, func(path string) error {
 		if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
-			return errors.New(dpcore.Within("atomicfile", err))
+			return errors.New(strings.TrimPrefix(err.Error(), "atomicfile: "))
 		}
 		return nil
 	})
