@@ -78,3 +78,20 @@ func TestUnusableStoresExitTwo(t *testing.T) {
 		}
 	}
 }
+
+// Issue 39 item 6: replicated mode with a -work-dir that does not exist is
+// refused at start with one line, before any NATS connection. Before the
+// fix it printed "listening" and then lost and won the lease once a second
+// forever ("stat ...: no such file"); seen failing (it tried to connect).
+func TestReplicatedWorkDirCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o600)
+	for _, wd := range []string{filepath.Join(dir, "missing"), file} {
+		code, line := runLines(t, "-nats", "nats://127.0.0.1:1", "-work-dir", wd, "-dim", "2", "-epsilon", "1", "-delta", "1e-6",
+			"-horizon", "4", "-clip", "1", "-addr", "127.0.0.1:0")
+		if code != 2 || line != "dpserve: -work-dir "+wd+": not an existing directory\n" {
+			t.Errorf("-work-dir %s: exit %d, %q", wd, code, line)
+		}
+	}
+}

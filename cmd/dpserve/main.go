@@ -244,6 +244,24 @@ func (o *options) check() error {
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
 		return usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
+	if o.nats != "" && o.workDir != "" {
+		return checkWorkDir(o.workDir)
+	}
+	return nil
+}
+
+// checkWorkDir refuses a -work-dir that is not a directory this process
+// can create its cache in, at start: an aggregator elected later would
+// fail on it at every lease it won.
+func checkWorkDir(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usagef("-work-dir %s: not an existing directory", dir)
+	}
+	d, err := os.MkdirTemp(dir, ".dpserve-check-")
+	if err != nil {
+		return usagef("-work-dir %s: cannot create the aggregator's cache there: %v", dir, err)
+	}
+	os.Remove(d)
 	return nil
 }
 
