@@ -98,3 +98,52 @@ func TestResultJSONSavedNextToCheckpoint(t *testing.T) {
 		t.Fatalf("fallback file: %v, %+v", rerr, got)
 	}
 }
+
+// Issue 39 item 9: values that were silently ignored or read otherwise are
+// refused before the data is loaded (-validation -1 trained as 0,
+// -worker-timeout 0 with local workers, -non-private with -epsilon); a
+// CSV with a UTF-8 byte-order mark (Excel) is read; categorical values a
+// model never saw are read as unknown with a note on stderr. Seen failing
+// before the fix (exit 0; the BOM file exited 2: "\ufeffid" not found).
+func TestSilentlyAcceptedInput(t *testing.T) {
+	for _, c := range []struct {
+		a    []string
+		want string
+	}{
+		{args("-validation", "-1"), "-validation -1 must not be negative"},
+		{args("-workers", "2", "-worker-timeout", "0"), "-worker-timeout 0s must be at least 1s"},
+		{[]string{"run", "-data", "embedded", "-non-private", "-epsilon", "3", "-steps", "2"}, "-non-private trains without privacy: -epsilon would be ignored"},
+		{[]string{"run", "-data", "embedded", "-non-private", "-sigma", "1", "-delta", "1e-6", "-steps", "2"}, "-delta, -sigma would be ignored"},
+	} {
+		code, stdout, stderr := runCLI(t, c.a...)
+		what := strings.Join(c.a, " ")
+		checkOneLine(t, what, code, stderr)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stdout, "data:") {
+			t.Errorf("%s: exit %d, %q; want %q before the data is loaded", what, code, stderr, c.want)
+		}
+	}
+
+	dir := t.TempDir()
+	plain, bom := filepath.Join(dir, "plain.csv"), filepath.Join(dir, "bom.csv")
+	writeTable(t, plain, 300, 3)
+	b, _ := os.ReadFile(plain)
+	os.WriteFile(bom, append([]byte("\ufeff"), b...), 0o644)
+	model := filepath.Join(dir, "m.dpmf")
+	code, _, stderr := runCLI(t, "run", "-data", "csv", "-dir", bom, "-label", "label", "-categorical", "city", "-ignore", "id",
+		"-model", "tabular", "-steps", "2", "-batch", "50", "-non-private", "-cache", "", "-save-model", model)
+	if code != 0 {
+		t.Fatalf("CSV with a byte-order mark: exit %d: %s", code, stderr)
+	}
+	// Two rows of a city the model never saw.
+	unseen := filepath.Join(dir, "unseen.csv")
+	os.WriteFile(unseen, []byte("\ufeffid,income,city,noise,label\nx,0.5,tokyo,0,high\ny,0.1,oslo,0,low\nz,1,tokyo,0,high\n"), 0o644)
+	note := `note: -dir ` + unseen + `: 2 of 3 rows have a value of column "city" not seen in training, read as unknown`
+	code, _, stderr = runCLI(t, "eval", "-model-file", model, "-data", "csv", "-dir", unseen)
+	if code != 0 || !strings.Contains(stderr, note) {
+		t.Errorf("eval: exit %d, stderr %q; want %q", code, stderr, note)
+	}
+	code, stdout, stderr := runCLI(t, "predict", "-model-file", model, "-format", "csv", "-input", unseen)
+	if code != 0 || !strings.Contains(stderr, "2 of 3 rows have a value of column \"city\" not seen in training") || strings.Count(stdout, "\n") != 4 {
+		t.Errorf("predict: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}

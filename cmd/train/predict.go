@@ -61,7 +61,7 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		in = f
 	}
 	if *format == "csv" && tr.Metadata.Columns != nil {
-		return predictTable(tr, in, "input "+*input, stdout)
+		return predictTable(tr, in, "input "+*input, stdout, stderr)
 	}
 	a := tr.Architecture
 	features := train.Features(tr.Metadata.Features)
@@ -84,6 +84,9 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // Excel's byte-order mark
+		}
 		if text == "" {
 			continue
 		}

@@ -210,8 +210,25 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err := refuseSharedPaths(inv.paths()...); err != nil {
 		return nil, err
 	}
+	if err := inv.wf.check(fs); err != nil {
+		return nil, err
+	}
+	if inv.r.nonPrivate {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if privacyOnly[f.Name] {
+				given = append(given, "-"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return nil, usagef("-non-private trains without privacy: %s would be ignored", strings.Join(given, ", "))
+		}
+	}
 	return inv, nil
 }
+
+// privacyOnly are the flags a -non-private run has no use for.
+var privacyOnly = map[string]bool{"epsilon": true, "delta": true, "sigma": true, "accountant": true}
 
 // paths are the files the run reads (-config, the CSV files) and writes.
 func (inv *runInvocation) paths() []namedPath {
@@ -448,7 +465,7 @@ func (r *runFlags) validate(dirGiven bool) error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"train-examples", r.trainLimit}, {"eval-every", r.evalEvery}, {"checkpoint-every", r.ckptEvery}, {"bands", r.bands}} {
+	}{{"train-examples", r.trainLimit}, {"eval-every", r.evalEvery}, {"checkpoint-every", r.ckptEvery}, {"bands", r.bands}, {"validation", r.validation}} {
 		if c.v < 0 {
 			return usagef("-%s %d must not be negative", c.name, c.v)
 		}
