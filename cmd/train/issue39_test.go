@@ -147,3 +147,36 @@ func TestSilentlyAcceptedInput(t *testing.T) {
 		t.Errorf("predict: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// Issue 39 item 11: input the user fixes exits 2, checked first: a -cache
+// that cannot be written (found only after the factorization was built),
+// a directory given as predict -input or plot -metrics; an account the
+// PLD grid cannot hold says to use -accountant rdp. Before the fix each
+// exited 1 (seen failing).
+func TestUserFixableInputExitsTwoFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		a    []string
+		want string
+	}{
+		{args("-cache", filepath.Join(file, "cache")), "-cache " + filepath.Join(file, "cache") + ": cannot create it"},
+		{[]string{"compare", "-n", "16", "-cache", filepath.Join(file, "cache")}, "-cache"},
+		{[]string{"predict", "-model-file", file, "-input", dir}, "-input " + dir + " is a directory"},
+		{[]string{"plot", "-metrics", dir}, "-metrics " + dir + " is a directory"},
+		{[]string{"account", "-mechanism", "dpsgd", "-q", "0.01", "-sigma", "1", "-steps", "1000000000000"}, "-accountant rdp"},
+	} {
+		code, stdout, stderr := runCLI(t, c.a...)
+		what := strings.Join(c.a, " ")
+		checkOneLine(t, what, code, stderr)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stdout, "data:") {
+			t.Errorf("%s: exit %d, %q; want 2 and %q", what, code, stderr, c.want)
+		}
+	}
+	// compare caches in the user's cache directory by default, as run does.
+	_, stdout, stderr := runCLI(t, "compare", "-h")
+	if want := `(default "` + defaultCacheDir() + `")`; defaultCacheDir() == "" || !strings.Contains(stdout+stderr, want) {
+		t.Errorf("compare -h does not say the cache defaults to %s:\n%s", defaultCacheDir(), stdout+stderr)
+	}
+}

@@ -61,3 +61,23 @@ func canonicalPath(path string) string {
 	}
 	return abs
 }
+
+// checkCacheDir refuses a -cache directory that cannot be created or
+// written, before any work: a factorization built for minutes would
+// otherwise fail to be saved at the end. It creates the directory, as the
+// cache would.
+func checkCacheDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return usagef("-cache %s: cannot create it: %v (-cache \"\" caches nothing)", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".check-*")
+	if err != nil {
+		return usagef("-cache %s: cannot write there: %v (-cache \"\" caches nothing)", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}

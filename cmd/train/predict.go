@@ -47,6 +47,11 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *format != "json" && *format != "csv" {
 		return usagef("-format %q: want json or csv", *format)
 	}
+	if *input != "-" {
+		if st, err := os.Stat(*input); err == nil && st.IsDir() {
+			return usagef("-input %s is a directory, want a file (- for standard input)", *input)
+		}
+	}
 	tr, err := loadModelFile(*modelFile)
 	if err != nil {
 		return err

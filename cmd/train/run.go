@@ -213,6 +213,9 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err := inv.wf.check(fs); err != nil {
 		return nil, err
 	}
+	if err := checkCacheDir(inv.r.cache); err != nil {
+		return nil, err
+	}
 	if inv.r.nonPrivate {
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
