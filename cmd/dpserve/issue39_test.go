@@ -95,3 +95,30 @@ func TestReplicatedWorkDirCheckedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// Issue 39 item 12: a flag that does not parse is one line with a hint,
+// for the service and its commands; -h lists the commands; an unknown
+// command says which there are. Before the fix -dim abc printed 73 lines
+// (error, usage, error), token -ttl abc 11; seen failing.
+func TestFlagErrorsAreOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dim", "abc"}, `dpserve: invalid value "abc" for flag -dim: parse error (dpserve -h lists the flags)` + "\n"},
+		{[]string{"token", "-ttl", "abc"}, `dpserve: invalid value "abc" for flag -ttl: parse error (dpserve token -h lists the flags)` + "\n"},
+		{[]string{"key", "-nosuch"}, "dpserve: flag provided but not defined: -nosuch (dpserve key -h lists the flags)\n"},
+		{[]string{"nosuch"}, `dpserve: unknown command "nosuch": want key, token or version, or the service's flags (dpserve -h lists them)` + "\n"},
+	} {
+		code, stderr := runLines(t, c.args...)
+		if code != 2 || stderr != c.want {
+			t.Errorf("%v: exit %d, %q; want 2, %q", c.args, code, stderr, c.want)
+		}
+	}
+	code, stderr := runLines(t, "-h")
+	for _, cmd := range []string{"dpserve key -out FILE", "dpserve token -key FILE", "dpserve version", "-store string"} {
+		if code != 0 || !strings.Contains(stderr, cmd) {
+			t.Errorf("-h: exit %d, does not list %q:\n%s", code, cmd, stderr)
+		}
+	}
+}

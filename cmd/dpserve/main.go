@@ -91,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = keyCmd(args[1:], stderr)
 	case len(args) > 0 && args[0] == "version":
 		fmt.Fprintln(stdout, "dpserve "+buildinfo.Read().String())
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
+		err = usagef("unknown command %q: want key, token or version, or the service's flags (dpserve -h lists them)", args[0])
 	default:
 		err = serve(ctx, args, stdout, stderr)
 	}
@@ -138,19 +140,43 @@ type options struct {
 	noSync                 bool // the store is a cache of the replicated log
 }
 
+// commandsUsage is the head of dpserve -h: the commands besides serving.
+const commandsUsage = `Usage of dpserve:
+  dpserve -store FILE -dim D ... [flags]   serve on one node (flags below)
+  dpserve -nats URL,... -dim D ... [flags] serve replicated on a NATS JetStream cluster
+  dpserve key -out FILE                    write a fresh key for -auth-key
+  dpserve token -key FILE ...              mint a contributor or operator token (dpserve token -h)
+  dpserve version                          module version and commit (also dpserve -version)
+Flags of the service:
+`
+
+// parseCommandFlags parses args into fs with the error as one line (the
+// flag package would print it and the whole usage); -h prints head, if
+// any, and the flags.
+func parseCommandFlags(fs *flag.FlagSet, args []string, head string, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, head)
+		fs.PrintDefaults()
+		return err
+	}
+	if err != nil {
+		return usagef("%v (%s -h lists the flags)", err, fs.Name())
+	}
+	return nil
+}
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("dpserve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	o.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, commandsUsage, stderr); err != nil {
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, usagef("unexpected argument %q", fs.Arg(0))
+		return o, usagef("unexpected argument %q (the commands are key, token and version; dpserve -h lists them and the flags)", fs.Arg(0))
 	}
 	if o.version {
 		return o, nil
@@ -480,13 +506,9 @@ func runServer(ctx context.Context, srv *http.Server, ln net.Listener, agg *aggr
 // keyCmd writes a fresh signing key: dpserve key -out FILE.
 func keyCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpserve key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	out := fs.String("out", "", "file to create with a fresh 32-byte key (mode 0600; never overwritten)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, "Usage of dpserve key:\n", stderr); err != nil {
+		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
 		return usagef("usage: dpserve key -out FILE")
@@ -502,16 +524,12 @@ func keyCmd(args []string, stderr io.Writer) error {
 // output and nowhere else.
 func tokenCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpserve token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	keyFile := fs.String("key", "", "key file the server's -auth-key names")
 	role := fs.String("role", "contributor", "contributor or operator")
 	id := fs.String("contributor", "", "contributor id the token is bound to (role contributor)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "validity from now")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, "Usage of dpserve token:\n", stderr); err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:

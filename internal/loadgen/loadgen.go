@@ -119,14 +119,27 @@ func checkLoopback(base string) error {
 	return nil
 }
 
+// Check refuses a configuration Run cannot use: a base URL that is not on
+// a loopback address, a dimension, worker count, request count or duration
+// that is not positive, a negative commit interval.
+func (cfg Config) Check() error {
+	if err := checkLoopback(cfg.BaseURL); err != nil {
+		return err
+	}
+	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 {
+		return fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration)
+	}
+	if cfg.CommitEvery < 0 {
+		return fmt.Errorf("loadgen: commit interval %v must not be negative", cfg.CommitEvery)
+	}
+	return nil
+}
+
 // Run sends contributions until cfg.Requests are sent, cfg.Duration has
 // passed or ctx ends.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if err := checkLoopback(cfg.BaseURL); err != nil {
+	if err := cfg.Check(); err != nil {
 		return Result{}, err
-	}
-	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 {
-		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration)
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 10 * time.Millisecond
