@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"log"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -120,5 +124,78 @@ func TestFlagErrorsAreOneLine(t *testing.T) {
 		if code != 0 || !strings.Contains(stderr, cmd) {
 			t.Errorf("-h: exit %d, does not list %q:\n%s", code, cmd, stderr)
 		}
+	}
+}
+
+// Issue 39 item 13: a release page parameter given twice is refused (the
+// first was used); a step beyond int64 is "no such release", not "want a
+// positive integer". Seen failing (200 and 400).
+func TestReleaseParamsRefusedOrAnswered(t *testing.T) {
+	srv := testServer(t)
+	code, m := do(t, "GET", srv.URL+"/v1/releases?from=1&from=2", "")
+	if code != 400 || !strings.Contains(fmt.Sprint(m["error"]), `"from" given 2 times`) {
+		t.Errorf("from twice: %d %v", code, m)
+	}
+	code, m = do(t, "GET", srv.URL+"/v1/releases/99999999999999999999", "")
+	if code != 404 || !strings.Contains(fmt.Sprint(m["error"]), "no such release") {
+		t.Errorf("huge step: %d %v", code, m)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Issue 39 item 13: the server logs no request, not even a failed TLS
+// handshake with the caller's address (net/http logged "http: TLS
+// handshake error from 127.0.0.1:..." to the standard logger; seen
+// failing).
+func TestNoTLSHandshakeLog(t *testing.T) {
+	var logged syncBuffer
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+	cert, key := writeCert(t)
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"-store", filepath.Join(t.TempDir(), "s.db"), "-dim", "2", "-epsilon", "1", "-delta", "1e-6",
+			"-horizon", "4", "-clip", "1", "-addr", "127.0.0.1:0", "-tls-cert", cert, "-tls-key", key}, &stdout, &stderr)
+	}()
+	defer func() { cancel(); <-done }()
+	var addr string
+	for i := 0; i < 200 && addr == ""; i++ {
+		time.Sleep(50 * time.Millisecond)
+		if _, after, ok := strings.Cut(stdout.String(), "listening on "); ok {
+			addr = strings.TrimSpace(after)
+		}
+	}
+	if addr == "" {
+		t.Fatalf("server did not start: %s", stderr.String())
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")) // plain HTTP to the TLS port
+	io.ReadAll(c)
+	c.Close()
+	time.Sleep(200 * time.Millisecond)
+	if s := logged.String() + stderr.String(); strings.Contains(s, "handshake") || strings.Contains(s, "127.0.0.1:") {
+		t.Errorf("a failed handshake was logged: %q", s)
 	}
 }

@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -421,6 +422,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	srv.ErrorLog = connLog()
 	if o.seed != "" {
 		fmt.Fprintln(stderr, "dpserve: WARNING: -seed fixes the noise; releases are not private (tests only)")
 	}
@@ -430,6 +432,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
 	return runServer(ctx, srv, ln, agg, o, stdout, stderr)
 }
+
+// connLog is the http.Server's error log: discarded. The server logs no
+// request (docs/dpserve.md), and net/http would log every failed TLS
+// handshake or broken connection with the caller's address.
+func connLog() *log.Logger { return log.New(io.Discard, "", 0) }
 
 // checkStorePath refuses a -store whose directory does not exist or that
 // is a directory.
