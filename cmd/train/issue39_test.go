@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -262,4 +264,48 @@ func TestOptimizerAdam(t *testing.T) {
 			t.Errorf("%v: exit %d, %q", c.a, code, stderr)
 		}
 	}
+}
+
+// Issue 39 item 18: -data npy trains on a directory of NumPy arrays
+// (Keras's x_train.npy, y_train.npy, x_test.npy, y_test.npy); a damaged
+// array is refused with one line and exit 2. Before the fix -data npy was
+// an unknown dataset (seen failing).
+func TestDataNPY(t *testing.T) {
+	dir := t.TempDir()
+	tr, te, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, d *data.Dataset, n int) {
+		var x, y []byte
+		for i := 0; i < n; i++ {
+			for _, v := range d.Example(i) {
+				x = append(x, byte(v*255+0.5))
+			}
+			y = binary.LittleEndian.AppendUint64(y, uint64(d.Y[i]))
+		}
+		os.WriteFile(filepath.Join(dir, "x_"+name+".npy"), npyFile("|u1", fmt.Sprintf("(%d, 28, 28)", n), x), 0o644)
+		os.WriteFile(filepath.Join(dir, "y_"+name+".npy"), npyFile("<i8", fmt.Sprintf("(%d,)", n), y), 0o644)
+	}
+	write("train", tr, 600)
+	write("test", te, 200)
+	a := []string{"run", "-data", "npy", "-dir", dir, "-model", "logistic", "-mechanism", "dpsgd", "-accountant", "rdp",
+		"-batch", "60", "-steps", "20", "-cache", ""}
+	code, stdout, stderr := runCLI(t, a...)
+	if code != 0 || !strings.Contains(stdout, "data: NumPy arrays in "+dir+" (600 train, 200 test examples)") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "y_test.npy"), []byte("not numpy"), 0o644)
+	code, _, stderr = runCLI(t, a...)
+	checkOneLine(t, "damaged npy", code, stderr)
+	if code != exitUsage || !strings.Contains(stderr, "npy: wrong magic") {
+		t.Errorf("damaged y_test.npy: exit %d, %q", code, stderr)
+	}
+}
+
+// npyFile is a version 1.0 .npy file.
+func npyFile(dtype, shape string, payload []byte) []byte {
+	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }\n", dtype, shape)
+	b := binary.LittleEndian.AppendUint16([]byte("\x93NUMPY\x01\x00"), uint16(len(h)))
+	return append(append(b, h...), payload...)
 }
