@@ -309,3 +309,29 @@ func npyFile(dtype, shape string, payload []byte) []byte {
 	b := binary.LittleEndian.AppendUint16([]byte("\x93NUMPY\x01\x00"), uint16(len(h)))
 	return append(append(b, h...), payload...)
 }
+
+// Issue 39 item 13: a corrupt factorization cache entry is rebuilt with a
+// notice naming the file and what is wrong with it. Before the fix it was
+// rebuilt without a word (seen failing).
+func TestCorruptCacheEntryNoticed(t *testing.T) {
+	for _, kind := range []string{"mf-single", "toeplitz:4"} {
+		cache := t.TempDir()
+		a := []string{"run", "-data", "embedded", "-train-examples", "600", "-batch", "50", "-steps", "12", "-model", "logistic",
+			"-mechanism", kind, "-momentum", "0.9", "-epsilon", "8", "-cache", cache, "-seed", "1", "-insecure-seed"}
+		if code, _, stderr := runCLI(t, a...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", kind, code, stderr)
+		}
+		entries, _ := filepath.Glob(filepath.Join(cache, "*"))
+		if len(entries) != 1 {
+			t.Fatalf("%s: cache holds %v", kind, entries)
+		}
+		b, _ := os.ReadFile(entries[0])
+		b[len(b)/2] ^= 0xff
+		os.WriteFile(entries[0], b, 0o644)
+		code, _, stderr := runCLI(t, a...)
+		if code != 0 || !strings.Contains(stderr, "factorization: cache entry "+entries[0]+" is unusable (") ||
+			!strings.Contains(stderr, "building it again") {
+			t.Errorf("%s: exit %d, stderr:\n%s", kind, code, stderr)
+		}
+	}
+}
