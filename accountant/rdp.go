@@ -163,10 +163,15 @@ func subsampledGaussianRDP(q, sigma, a float64) float64 {
 	// a log a): its rounding error is about 1e-16 (a log a + a). At large
 	// multipliers the divergence itself is smaller (q^2 a / (2 sigma^2)),
 	// and rounding could give 0, which rdpToEps turns into epsilon 0: a
-	// claim that does not hold. The bound adds the rounding error.
+	// claim that does not hold. Where the error is not negligible (below
+	// 1e-6 of logA) the bound adds it; elsewhere the value is left as it
+	// was computed, so calibrated multipliers (recorded in checkpoints)
+	// do not move.
 	lgA, _ := math.Lgamma(a + 1)
-	slack := 0x1p-44 * (lgA + a + 1)
-	return math.Max(0, logA+slack) / (a - 1)
+	if slack := 0x1p-44 * (lgA + a + 1); logA < 1e6*slack {
+		logA += slack
+	}
+	return math.Max(0, logA) / (a - 1)
 }
 
 func logAInt(q, sigma float64, a int) float64 {
