@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"io"
 	"os"
 	"path/filepath"
@@ -333,5 +336,45 @@ func TestCorruptCacheEntryNoticed(t *testing.T) {
 			!strings.Contains(stderr, "building it again") {
 			t.Errorf("%s: exit %d, stderr:\n%s", kind, code, stderr)
 		}
+	}
+}
+
+// Issue 39 item 18: -data images trains on PNG images in class folders
+// (train/CLASS, test/CLASS); an image of another size is refused with one
+// line and exit 2. Before the fix -data images was unknown (seen failing).
+func TestDataImages(t *testing.T) {
+	dir := t.TempDir()
+	tr, _, err := data.LoadEmbeddedFashionMNIST()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 240; i++ {
+		img := image.NewGray(image.Rect(0, 0, 28, 28))
+		for j, v := range tr.Example(i) {
+			img.Pix[j] = byte(v*255 + 0.5)
+		}
+		split := "train"
+		if i >= 200 {
+			split = "test"
+		}
+		p := filepath.Join(dir, split, fmt.Sprintf("class%d", tr.Y[i]), fmt.Sprintf("%d.png", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		var b bytes.Buffer
+		png.Encode(&b, img)
+		os.WriteFile(p, b.Bytes(), 0o644)
+	}
+	a := []string{"run", "-data", "images", "-dir", dir, "-model", "logistic", "-mechanism", "dpsgd", "-accountant", "rdp",
+		"-batch", "20", "-steps", "10", "-cache", ""}
+	code, stdout, stderr := runCLI(t, a...)
+	if code != 0 || !strings.Contains(stdout, "data: images in "+dir+" (200 train, 40 test examples)") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	var b bytes.Buffer
+	png.Encode(&b, image.NewGray(image.Rect(0, 0, 5, 5)))
+	os.WriteFile(filepath.Join(dir, "test", fmt.Sprintf("class%d", tr.Y[200]), "small.png"), b.Bytes(), 0o644)
+	code, _, stderr = runCLI(t, a...)
+	checkOneLine(t, "image of another size", code, stderr)
+	if code != exitUsage || !strings.Contains(stderr, "all images must have one size") {
+		t.Errorf("image of another size: exit %d, %q", code, stderr)
 	}
 }

@@ -40,7 +40,7 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels) or csv (a table with a header row, train run and eval only)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4, tabular (categorical embeddings + MLP, for -data csv) or scatternet (GroupNorm + linear on scattering features, Tramèr and Boneh 2021)")
@@ -623,11 +623,17 @@ func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Datas
 		}
 		trainSet, testSet, err = data.LoadNPYDir(dir)
 		return trainSet, testSet, "NumPy arrays in " + dir, err
+	case "images":
+		if dir == "" {
+			return nil, nil, "", usagef("-data images needs -dir (holding train/CLASS/*.png|jpg and test/CLASS/*)")
+		}
+		trainSet, testSet, err = data.LoadImageFolder(dir)
+		return trainSet, testSet, "images in " + dir, err
 	}
 	if name == "csv" {
 		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy or csv", name)
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images or csv", name)
 }
 
 // mismatchHint turns a directory of another dataset into a usage error
