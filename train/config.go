@@ -301,6 +301,15 @@ func (c *Config) validateRest() error {
 	return nil
 }
 
+// Check refuses, with the error New would give, a configuration New
+// refuses before building anything: CheckSettings and the checks against
+// the data (batch size, bands, model size). Unset settings take their
+// defaults first.
+func (c Config) Check() error {
+	c.Defaults()
+	return c.validate()
+}
+
 // CheckSettings refuses, with the error New would give, the settings of
 // c that are wrong whatever the data (clip norm, learning rate, momentum,
 // noise, epsilon and delta, accountant, workload, features, augmentation,

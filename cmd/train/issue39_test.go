@@ -378,3 +378,22 @@ func TestDataImages(t *testing.T) {
 		t.Errorf("image of another size: exit %d, %q", code, stderr)
 	}
 }
+
+// Issue 39 item 11: what the coordinator of local workers refuses is
+// refused before any worker is started, in one line. Before the fix the
+// workers were started first, and each printed its own refusal before the
+// coordinator's (seen failing: two lines, "workers: 2 local processes").
+func TestWorkerRefusalsBeforeWorkersStart(t *testing.T) {
+	t.Setenv(cliAsMainEnv, "1") // started workers run as the program
+	for _, a := range [][]string{
+		{"-users", "10", "-user-level"},
+		{"-batch", "100000"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"run", "-data", "embedded", "-steps", "4", "-workers", "2"}, a...)...)
+		what := strings.Join(a, " ")
+		checkOneLine(t, what, code, stderr)
+		if code != exitUsage || strings.Contains(stdout, "workers:") {
+			t.Errorf("-workers 2 %s: exit %d, stdout %q, stderr %q", what, code, stdout, stderr)
+		}
+	}
+}

@@ -153,6 +153,11 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 		}
 		return train.Run(ctx, cfg)
 	}
+	// What the coordinator would refuse is refused before any worker is
+	// started (each would print its own refusal).
+	if err := distributed.Check(cfg, w.workers); err != nil {
+		return nil, err
+	}
 	if w.nats.url != "" {
 		if err := w.nats.validate(); err != nil {
 			return nil, err
