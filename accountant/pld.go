@@ -85,7 +85,9 @@ type fftWork struct {
 // than MaxBins cells the grid spacing is doubled until it fits, which
 // keeps the answer an upper bound but loosens it (by at most T spacings
 // for the coarser rounding of every loss up to the grid). A loss beyond
-// float64 (sigma below about 1e-154) gives epsilon +Inf.
+// float64 (sigma below about 1e-154) gives epsilon +Inf; a multiplier
+// above 1e100 is accounted as 1e100 (more noise is post-processing of
+// less), whose epsilon is 0 at any usable delta.
 //
 // The bound is exact up to floating-point rounding. The FFT perturbs
 // every cell of the composed distribution by about 1e-17, which over a
@@ -465,6 +467,13 @@ func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pld: %w", err)
 	}
+	for i := range comps {
+		// More noise is post-processing of less (add independent
+		// Gaussian noise of variance sigma^2 - maxPLDSigma^2), so a larger
+		// multiplier is accounted as maxPLDSigma: sigma^2 overflows beyond
+		// about 1e154, and the loss, below 1e-200, is 0 at any grid.
+		comps[i].sigma = math.Min(comps[i].sigma, maxPLDSigma)
+	}
 	comps = mergeGaussians(comps)
 	if len(comps) == 1 && comps[0].q == 1 {
 		s := comps[0].sigma
@@ -489,6 +498,10 @@ func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 	}
 	return out, nil
 }
+
+// maxPLDSigma is the largest multiplier the PLD accountant computes with;
+// larger ones are accounted as maxPLDSigma (distributions).
+const maxPLDSigma = 1e100
 
 // lossRange returns the loss interval outside which a single mechanism
 // carries at most tau of P-mass on each side.
@@ -630,10 +643,12 @@ func discretize(c component, dir direction, step, tau float64, maxBins int, part
 	if (hi-lo)/step > float64(maxBins-2) || math.Max(-lo, hi)/step > 1<<52 {
 		return nil, &tooFineError{minStep: math.Max((hi-lo)/float64(maxBins-2), math.Max(-lo, hi)/(1<<52))}
 	}
-	i0, i1 := int(math.Floor(lo/step)), int(math.Ceil(hi/step))
-	if i1 <= i0 {
-		i1 = i0 + 1
-	}
+	// The grid reaches strictly beyond [lo, hi] widened by their rounding
+	// (a few ulps of log(1-q) and log q: at large multipliers the true
+	// losses, below 1e-16, round to 0 or below it, and a grid ending at
+	// the rounded hi would send half the mass to infinite loss).
+	pad := 0x1p-40 * (1 + math.Abs(math.Log(c.q)) + math.Abs(lo) + math.Abs(hi))
+	i0, i1 := int(math.Ceil((lo-pad)/step))-1, int(math.Floor((hi+pad)/step))+1
 	n := i1 - i0 + 1
 	d := &pmf{offset: i0, step: step, p: make([]float64, n)}
 	var pa, pb *pmf

@@ -473,3 +473,36 @@ func TestPLDTinyDelta(t *testing.T) {
 		t.Logf("sigma %v: pld %v rdp %v one-step %v", sigma, got, r, lower)
 	}
 }
+
+// TestPLDLargeSigma (issue 39 item 8): more noise is never less private.
+// Beyond sigma 1e15 the losses (below 1e-16) round to 0 or below it, and
+// the grid ended at the rounded top, sending half the mass to infinite
+// loss: DP-SGD at q 0.01, T 100, sigma 1e16 gave epsilon +Inf; beyond
+// 1e154 sigma^2 overflowed (+Inf for a Gaussian, "composed distribution
+// has mass 0" for DP-SGD). Seen failing. At every point epsilon lies
+// between the exact one-step epsilon and RDP plus the grid's slack, and is
+// non-increasing in sigma; Delta is a probability.
+func TestPLDLargeSigma(t *testing.T) {
+	pld := NewPLD(PLDOptions{}).(*pldAccountant)
+	rdp := NewRDP(nil)
+	deltas := []float64{1e-12, 1e-5}
+	for _, q := range []float64{1e-6, 0.01, 0.5, 1} {
+		for _, T := range []int{1, 100} {
+			prev := []float64{math.Inf(1), math.Inf(1)}
+			for _, sigma := range []float64{1e3, 1e8, 1e15, 3e15, 1e16, 1e50, 1e100, 1e154, 1e200, math.MaxFloat64} {
+				pt, eps := checkPLDPoint(t, pld, rdp, sigma, q, T, deltas)
+				for i, v := range eps {
+					if isInf(v) {
+						t.Errorf("sigma %v q %v T %v delta %v: epsilon +Inf", sigma, q, T, deltas[i])
+					}
+					checkMonotone(t, pt, sigma, q, T, deltas[i], v, prev[i])
+					prev[i] = v
+				}
+				e, _ := DPSGDEvent(sigma, q, T)
+				if d, err := pld.Delta(e, 0.01); err != nil || !(d >= 0 && d <= 1) {
+					t.Errorf("sigma %v q %v T %v: Delta(0.01) = %v, %v", sigma, q, T, d, err)
+				}
+			}
+		}
+	}
+}

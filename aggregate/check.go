@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,16 +27,30 @@ func recoverCorrupt(path string, err *error) {
 // openBolt opens a bbolt file, turning a panic of bbolt's page assertions
 // (a corrupt file) into an error wrapping ErrStoreCorrupt and a lock held
 // by another process into a one-line error wrapping bolt.ErrTimeout.
+//
+// A file that is not a bbolt store (text, an empty file opened read only,
+// a file cut short) wraps ErrStoreCorrupt too, with what is wrong.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	defer recoverCorrupt(path, &err)
+	if opts != nil && opts.ReadOnly {
+		// bbolt would try to initialize it and fail with "bad file descriptor".
+		if st, serr := os.Stat(path); serr == nil && st.Mode().IsRegular() && st.Size() == 0 {
+			return nil, fmt.Errorf("aggregate: store %s: %w: the file is empty (0 bytes), not a store", path, errCorrupt)
+		}
+	}
 	db, err = bolt.Open(path, 0o600, opts)
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process (%w)", path, err)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, bolt.ErrTimeout):
+		return nil, fmt.Errorf("aggregate: opening store %s: it is locked by another process, a dpserve still running on it? (%w)", path, err)
+	case errors.Is(err, bolt.ErrInvalid), errors.Is(err, bolt.ErrVersionMismatch), errors.Is(err, bolt.ErrChecksum):
+		return nil, fmt.Errorf("aggregate: store %s: %w: not a bbolt file, or its header is damaged (%v)", path, errCorrupt, err)
+	case strings.HasPrefix(err.Error(), "file size too small"):
+		// bbolt's message for a file shorter than its two meta pages.
+		return nil, fmt.Errorf("aggregate: store %s: %w: the file is cut short (%v)", path, errCorrupt, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
-	}
-	return db, nil
+	return nil, fmt.Errorf("aggregate: opening store %s: %w", path, err)
 }
 
 // CheckStore runs bbolt's consistency check (every page reachable once,

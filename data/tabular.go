@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -66,6 +67,10 @@ type Tabular struct {
 	Numeric     []string
 	Categorical []string
 	Vocab       Vocabulary
+	// Unknown counts, per categorical column, the rows whose value is not
+	// one of a given vocabulary's levels (read as the unknown id 0); nil
+	// when the vocabulary was taken from the file.
+	Unknown []int
 }
 
 // Cardinalities returns, for each categorical column, the number of ids it
@@ -92,8 +97,14 @@ const maxTabularCells = 1 << 28
 //
 // The steps: read the header, give every column its role, read the rows,
 // fix the vocabulary, encode the rows as features and labels.
+//
+// A UTF-8 byte-order mark at the start (Excel writes one) is skipped.
 func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error) {
-	cr := csv.NewReader(r)
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
 	if spec.Comma != 0 {
 		cr.Comma = spec.Comma
 	}
@@ -115,7 +126,7 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	if err != nil {
 		return nil, err
 	}
-	x, y, err := lay.encode(rows, ids, len(v.Classes))
+	x, y, unknown, err := lay.encode(rows, ids, len(v.Classes))
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +136,11 @@ func ReadCSV(r io.Reader, spec TabularSpec, vocab *Vocabulary) (*Tabular, error)
 	}
 	ds.Name = "csv"
 	ds.Owners = rows.owners
-	return &Tabular{Dataset: ds, Numeric: lay.numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}, nil
+	t := &Tabular{Dataset: ds, Numeric: lay.numNames, Categorical: slices.Clone(spec.Categorical), Vocab: v}
+	if vocab != nil {
+		t.Unknown = unknown
+	}
+	return t, nil
 }
 
 // readHeader reads the header row: trimmed names, none empty or repeated.
@@ -373,15 +388,19 @@ func (l *csvLayout) vocabulary(cats [][]string, spec TabularSpec, vocab *Vocabul
 
 // encode lays the rows out as features (numeric, then categorical ids:
 // 0 unknown, l+1 for level l) and labels (class ids).
-func (l *csvLayout) encode(rows *csvRows, ids []map[string]int, classes int) ([]float32, []int, error) {
+// unknown counts, per categorical column, the values not in ids.
+func (l *csvLayout) encode(rows *csvRows, ids []map[string]int, classes int) (x []float32, y []int, unknown []int, err error) {
 	n, F, nn := len(rows.cats), l.features(), len(l.numCols)
-	x := make([]float32, n*F)
-	y := make([]int, n)
+	x = make([]float32, n*F)
+	y = make([]int, n)
+	unknown = make([]int, len(l.catCols))
 	for r := 0; r < n; r++ {
 		copy(x[r*F:r*F+nn], rows.nums[r*nn:(r+1)*nn])
 		for j := range l.catCols {
 			if k, ok := ids[j][rows.cats[r][j]]; ok {
 				x[r*F+nn+j] = float32(k + 1)
+			} else {
+				unknown[j]++
 			}
 		}
 		if l.labelCol < 0 {
@@ -390,11 +409,11 @@ func (l *csvLayout) encode(rows *csvRows, ids []map[string]int, classes int) ([]
 		label := rows.cats[r][len(l.catCols)]
 		k, ok := ids[len(l.catCols)][label]
 		if !ok {
-			return nil, nil, formatf("csv: row %d: label %q is not one of the vocabulary's %d classes", r+1, label, classes)
+			return nil, nil, nil, formatf("csv: row %d: label %q is not one of the vocabulary's %d classes", r+1, label, classes)
 		}
 		y[r] = k
 	}
-	return x, y, nil
+	return x, y, unknown, nil
 }
 
 // levels returns the distinct values of column j of rows, sorted

@@ -84,11 +84,15 @@ func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(conte
 	if err != nil {
 		return nil, false, err
 	}
-	if f, err := readEntry(path, kb); err == nil {
+	f, err := readEntry(path, kb)
+	if err == nil {
 		return f, true, nil
 	}
+	if _, serr := os.Stat(path); serr == nil {
+		buildTraceFrom(ctx).rebuilding(path, err)
+	}
 	// Missing, corrupt, of another format version or mismatched: rebuild.
-	f, err := build(ctx)
+	f, err = build(ctx)
 	if err != nil {
 		return nil, false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
@@ -39,10 +40,14 @@ func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build fu
 	if err != nil {
 		return nil, false, err
 	}
-	if t, err := readToeplitzEntry(path, string(kb)); err == nil {
+	t, err := readToeplitzEntry(path, string(kb))
+	if err == nil {
 		return t, true, nil
 	}
-	t, err := build(ctx)
+	if _, serr := os.Stat(path); serr == nil {
+		buildTraceFrom(ctx).rebuilding(path, err)
+	}
+	t, err = build(ctx)
 	if err != nil {
 		return nil, false, err
 	}

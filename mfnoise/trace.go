@@ -26,6 +26,11 @@ type BuildTrace struct {
 	// Cached is called when a factorization is read from the cache, with
 	// the file it came from.
 	Cached func(kind string, n int, path string)
+	// Rebuilding is called when a cache entry exists but cannot be used
+	// (corrupt, of another format version, stored under another key),
+	// with the reason; the factorization is then built and the entry
+	// replaced.
+	Rebuilding func(path string, reason error)
 }
 
 type buildTraceKey struct{}
@@ -80,6 +85,13 @@ func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress
 		t.Optimized(kind, n, time.Since(start))
 	}
 	return nil
+}
+
+// rebuilding reports an unusable cache entry at path.
+func (t *BuildTrace) rebuilding(path string, reason error) {
+	if t != nil && t.Rebuilding != nil {
+		t.Rebuilding(path, reason)
+	}
 }
 
 // cached reports a factorization read from the cache at path.

@@ -99,12 +99,21 @@ func (n Named) Build(input [3]int, classes int, seed uint64) (Model, error) {
 			return a.build(n, input, classes, seed)
 		}
 	}
-	names := Names()
-	return nil, dpcore.Invalid("models", "model %q: want %s or %s", n.Name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	return nil, CheckName(n.Name)
 }
 
 // Known reports whether name is one of Names().
 func Known(name string) bool { return slices.Contains(Names(), name) }
+
+// CheckName returns nil for a name in Names(), else the error Build gives
+// for it, which lists the names.
+func CheckName(name string) error {
+	if Known(name) {
+		return nil
+	}
+	names := Names()
+	return dpcore.Invalid("models", "model %q: want %s or %s", name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+}
 
 // EstimateParams is the parameter count of the dense named models (mlp,
 // logistic, tabular) on inputs of inputSize features, computed in float64

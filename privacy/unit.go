@@ -22,7 +22,7 @@ type UserBound struct {
 	Examples int `json:"examples_per_step"`
 	// Mean says the user's gradient is the mean of its per-example
 	// gradients, not their sum, before clipping.
-	Mean bool `json:"mean,omitempty"`
+	Mean bool `json:"mean"`
 }
 
 // unitAssumptions checks the unit against the bounding and returns what the

@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"time"
@@ -42,6 +43,16 @@ const (
 	WorkloadOptimizer WorkloadChoice = "optimizer"
 	// WorkloadPrefix factorizes prefix sums; the optimizer post-processes.
 	WorkloadPrefix WorkloadChoice = "prefix"
+)
+
+// OptimizerChoice names the update rule of a run.
+type OptimizerChoice string
+
+const (
+	// OptimizerSGD is SGD, with heavy-ball momentum when Config.Momentum > 0.
+	OptimizerSGD OptimizerChoice = "sgd"
+	// OptimizerAdam is Adam (optim.NewAdam, default betas).
+	OptimizerAdam OptimizerChoice = "adam"
 )
 
 // Config is a whole training run. The zero value is not runnable: Train,
@@ -147,7 +158,13 @@ type Config struct {
 	// steps.
 	LearningRate float64 `json:"learning_rate"`
 	Momentum     float64 `json:"momentum"`
-	CooldownFrac float64 `json:"cooldown_frac"`
+	// Optimizer is the update rule: OptimizerSGD ("" too; heavy-ball
+	// momentum when Momentum > 0) or OptimizerAdam. Adam is not linear in
+	// the gradients: with WorkloadOptimizer a matrix mechanism is then
+	// factorized for the prefix sum, and Adam reads the privatized
+	// gradients as post-processing; the claim is the same.
+	Optimizer    OptimizerChoice `json:"optimizer,omitempty"`
+	CooldownFrac float64         `json:"cooldown_frac"`
 	// EMA, when positive, is the decay beta of an exponential moving
 	// average of the parameters after each update, with the warm-up
 	// beta_t = min(EMA, (1+t)/(10+t)) at step t. Evaluations use the
@@ -218,6 +235,9 @@ func (c *Config) Defaults() {
 		if c.Momentum > 0 {
 			c.LearningRate = 0.1
 		}
+		if c.Optimizer == OptimizerAdam {
+			c.LearningRate = 0.001 // Kingma and Ba's default
+		}
 	}
 	if c.Workload == "" {
 		c.Workload = WorkloadOptimizer
@@ -286,9 +306,48 @@ const maxUserExamples = 1 << 16
 const maxClippedSum = 1e30
 
 func (c *Config) validateRest() error {
-	bad := invalidf
 	if err := c.checkSizes(); err != nil {
 		return err
+	}
+	if err := c.checkSettings(); err != nil {
+		return err
+	}
+	if c.NonPrivate {
+		return nil
+	}
+	if m := c.Train.Len() / c.Batch; c.Bands > m {
+		return invalidf("bands = %d: band sampling needs at least a batch in each partition, so at most examples/batch = %d/%d = %d bands", c.Bands, c.Train.Len(), c.Batch, m)
+	}
+	return nil
+}
+
+// Check refuses, with the error New would give, a configuration New
+// refuses before building anything: CheckSettings and the checks against
+// the data (batch size, bands, model size). Unset settings take their
+// defaults first.
+func (c Config) Check() error {
+	c.Defaults()
+	return c.validate()
+}
+
+// CheckSettings refuses, with the error New would give, the settings of
+// c that are wrong whatever the data (clip norm, learning rate, momentum,
+// noise, epsilon and delta, accountant, workload, features, augmentation,
+// adaptive clipping, EMA, cooldown, intervals): a command line checks its
+// flags with it before loading a data set. Unset settings take their
+// defaults first; Train and Test are not read.
+func (c Config) CheckSettings() error {
+	c.Defaults()
+	return c.checkSettings()
+}
+
+// checkSettings is CheckSettings on a configuration with its defaults.
+func (c *Config) checkSettings() error {
+	bad := invalidf
+	if c.Model == nil && c.Backend == nil {
+		if err := models.CheckName(c.ModelName); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
 	}
 	if c.EmbeddingDim < 0 || c.EmbeddingDim > maxEmbeddingDim {
 		return bad("embedding dimension %d: want 1 to %d (0: %d)", c.EmbeddingDim, maxEmbeddingDim, models.DefaultEmbeddingDim)
@@ -318,6 +377,15 @@ func (c *Config) validateRest() error {
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
 		return bad("learning rate %v must be positive and finite", c.LearningRate)
+	}
+	switch c.Optimizer {
+	case "", OptimizerSGD:
+	case OptimizerAdam:
+		if c.Momentum != 0 {
+			return bad("momentum %v: Adam keeps its own first moment; heavy-ball momentum is for sgd", c.Momentum)
+		}
+	default:
+		return bad("optimizer %q: want sgd or adam", c.Optimizer)
 	}
 	if !(c.Momentum >= 0 && c.Momentum < 1) {
 		return bad("momentum %v must lie in [0,1)", c.Momentum)
@@ -359,9 +427,6 @@ func (c *Config) validateRest() error {
 	}
 	if c.Bands < 0 {
 		return bad("bands = %d", c.Bands)
-	}
-	if m := c.Train.Len() / c.Batch; c.Bands > m {
-		return bad("bands = %d: band sampling needs at least a batch in each partition, so at most examples/batch = %d/%d = %d bands", c.Bands, c.Train.Len(), c.Batch, m)
 	}
 	return nil
 }

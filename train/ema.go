@@ -54,8 +54,12 @@ func (a *average) install(params []float32) {
 
 // postprocessing describes cfg's post-processing for the ledger.
 func postprocessing(cfg *Config) []string {
-	if cfg.EMA <= 0 {
-		return nil
+	var out []string
+	if cfg.Optimizer == OptimizerAdam {
+		out = append(out, "Adam: its moments and updates are computed from the privatized gradients only")
 	}
-	return []string{fmt.Sprintf("exponential moving average of the parameters (decay %g) evaluated and returned as the model", cfg.EMA)}
+	if cfg.EMA > 0 {
+		out = append(out, fmt.Sprintf("exponential moving average of the parameters (decay %g) evaluated and returned as the model", cfg.EMA))
+	}
+	return out
 }

@@ -53,5 +53,16 @@ func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userL
 	if cfg.CacheDir != "" {
 		req.CacheDir = cfg.CacheDir
 	}
-	return privacy.NewPlan(ctx, req)
+	plan, smp, err := privacy.NewPlan(ctx, req)
+	if err == nil && !(plan.NoiseStd <= maxNoiseStd) {
+		// More noise is always private, but the parameters are float32:
+		// float32(std) would be +Inf and every update non-finite.
+		return nil, nil, invalidf("noise std %.3g (noise multiplier %g times the clip norm and the sensitivity) is beyond the float32 arithmetic of the model; the largest usable is %g", plan.NoiseStd, plan.NoiseMultiplier, maxNoiseStd)
+	}
+	return plan, smp, err
 }
+
+// maxNoiseStd is the largest noise standard deviation a step adds to its
+// float32 gradient sum: noise draws stay below 1e3 std, so sums and
+// updates stay far below float32's largest value, 3.4e38.
+const maxNoiseStd = 1e30

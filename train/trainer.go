@@ -301,9 +301,12 @@ func (t *Trainer) newOptimizer(cfg *Config, d int) error {
 	sched := dpcore.CooldownSchedule(cfg.Steps, cfg.CooldownFrac, 0.05)
 	sched.Base = cfg.LearningRate
 	var err error
-	if cfg.Momentum > 0 {
+	switch {
+	case cfg.Optimizer == OptimizerAdam:
+		t.opt, err = optim.NewAdam(d, sched, cfg.Steps, optim.AdamOptions{})
+	case cfg.Momentum > 0:
 		t.opt, err = optim.NewMomentum(d, cfg.Momentum, sched, cfg.Steps, optim.MomentumOptions{})
-	} else {
+	default:
 		t.opt, err = optim.NewSGD(d, sched, cfg.Steps)
 	}
 	if err != nil {
@@ -333,6 +336,11 @@ func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 		return nil
 	}
 	w, err := t.opt.Workload(cfg.Steps)
+	if errors.Is(err, optim.ErrNonlinear) {
+		// Adam post-processes the privatized gradients: the mechanism
+		// is factorized for their prefix sums.
+		w, err = dpcore.PrefixSum(cfg.Steps)
+	}
 	if err != nil {
 		return fmt.Errorf("train: optimizer workload: %w", err)
 	}

@@ -250,6 +250,10 @@ func (s *routes) commit(w http.ResponseWriter, r *http.Request, p principal) {
 // release is GET /v1/releases/{t}.
 func (s *routes) release(w http.ResponseWriter, r *http.Request, p principal) {
 	t, err := strconv.Atoi(r.PathValue("t"))
+	if errors.Is(err, strconv.ErrRange) {
+		writeError(w, httpError{status: http.StatusNotFound, msg: fmt.Sprintf("step %s: no such release (steps are below 2^63)", r.PathValue("t"))})
+		return
+	}
 	if err != nil || t < 1 {
 		writeError(w, badRequest(fmt.Sprintf("step %q: want a positive integer", r.PathValue("t"))))
 		return
@@ -317,9 +321,12 @@ type releasePage struct {
 func pageParams(r *http.Request, maxPage int) (from, limit int, err error) {
 	from, limit = 1, min(100, maxPage)
 	q := r.URL.Query()
-	for k := range q {
+	for k, v := range q {
 		if k != "from" && k != "limit" {
 			return 0, 0, badRequest(fmt.Sprintf("unknown parameter %q (known: from, limit)", k))
+		}
+		if len(v) > 1 {
+			return 0, 0, badRequest(fmt.Sprintf("parameter %q given %d times: give it once", k, len(v)))
 		}
 	}
 	if s := q.Get("from"); s != "" {

@@ -54,6 +54,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -98,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = clusterCmd(ctx, args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "version":
 		fmt.Fprintln(stdout, "dpserve "+buildinfo.Read().String())
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
+		err = usagef("unknown command %q: want key, token or version, or the service's flags (dpserve -h lists them)", args[0])
 	default:
 		err = serve(ctx, args, stdout, stderr)
 	}
@@ -152,19 +155,43 @@ type options struct {
 	stored *aggregate.StrategyMechanism
 }
 
+// commandsUsage is the head of dpserve -h: the commands besides serving.
+const commandsUsage = `Usage of dpserve:
+  dpserve -store FILE -dim D ... [flags]   serve on one node (flags below)
+  dpserve -nats URL,... -dim D ... [flags] serve replicated on a NATS JetStream cluster
+  dpserve key -out FILE                    write a fresh key for -auth-key
+  dpserve token -key FILE ...              mint a contributor or operator token (dpserve token -h)
+  dpserve version                          module version and commit (also dpserve -version)
+Flags of the service:
+`
+
+// parseCommandFlags parses args into fs with the error as one line (the
+// flag package would print it and the whole usage); -h prints head, if
+// any, and the flags.
+func parseCommandFlags(fs *flag.FlagSet, args []string, head string, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, head)
+		fs.PrintDefaults()
+		return err
+	}
+	if err != nil {
+		return usagef("%v (%s -h lists the flags)", err, fs.Name())
+	}
+	return nil
+}
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("dpserve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	o.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, commandsUsage, stderr); err != nil {
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, usagef("unexpected argument %q", fs.Arg(0))
+		return o, usagef("unexpected argument %q (the commands are key, token and version; dpserve -h lists them and the flags)", fs.Arg(0))
 	}
 	if o.version {
 		return o, nil
@@ -260,6 +287,24 @@ func (o *options) check() error {
 	case o.maxBody < 0 || o.maxBatch < 1 || o.inflight < 0 || o.noiseMemory < 1:
 		return usagef("-max-body %d -max-batch %d -max-inflight %d -noise-memory %d: want >= 0, >= 1, >= 0, >= 1", o.maxBody, o.maxBatch, o.inflight, o.noiseMemory)
 	}
+	if o.nats != "" && o.workDir != "" {
+		return checkWorkDir(o.workDir)
+	}
+	return nil
+}
+
+// checkWorkDir refuses a -work-dir that is not a directory this process
+// can create its cache in, at start: an aggregator elected later would
+// fail on it at every lease it won.
+func checkWorkDir(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usagef("-work-dir %s: not an existing directory", dir)
+	}
+	d, err := os.MkdirTemp(dir, ".dpserve-check-")
+	if err != nil {
+		return usagef("-work-dir %s: cannot create the aggregator's cache there: %v", dir, err)
+	}
+	os.Remove(d)
 	return nil
 }
 
@@ -443,6 +488,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ReadTimeout:       60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	srv.ErrorLog = connLog()
 	if o.seed != "" {
 		fmt.Fprintln(stderr, "dpserve: WARNING: -seed fixes the noise; releases are not private (tests only)")
 	}
@@ -452,6 +498,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "dpserve: listening on %s\n", ln.Addr())
 	return runServer(ctx, srv, ln, agg, o, stdout, stderr)
 }
+
+// connLog is the http.Server's error log: discarded. The server logs no
+// request (docs/dpserve.md), and net/http would log every failed TLS
+// handshake or broken connection with the caller's address.
+func connLog() *log.Logger { return log.New(io.Discard, "", 0) }
 
 // checkStorePath refuses a -store whose directory does not exist or that
 // is a directory.
@@ -469,6 +520,9 @@ func checkStorePath(store string) error {
 // corrupt store's error says how to restore it.
 func openStore(ctx context.Context, o options) (*aggregate.Aggregator, error) {
 	if err := aggregate.CheckStore(o.store); err != nil {
+		if !errors.Is(err, aggregate.ErrStoreCorrupt) {
+			return nil, err // locked, unreadable: the file is fine
+		}
 		return nil, fmt.Errorf("%w; %s", err, restoreHint)
 	}
 	agg, err := openAggregator(ctx, o)
@@ -525,13 +579,9 @@ func runServer(ctx context.Context, srv *http.Server, ln net.Listener, agg *aggr
 // keyCmd writes a fresh signing key: dpserve key -out FILE.
 func keyCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpserve key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	out := fs.String("out", "", "file to create with a fresh 32-byte key (mode 0600; never overwritten)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, "Usage of dpserve key:\n", stderr); err != nil {
+		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
 		return usagef("usage: dpserve key -out FILE")
@@ -547,16 +597,12 @@ func keyCmd(args []string, stderr io.Writer) error {
 // output and nowhere else.
 func tokenCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpserve token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	keyFile := fs.String("key", "", "key file the server's -auth-key names")
 	role := fs.String("role", "contributor", "contributor or operator")
 	id := fs.String("contributor", "", "contributor id the token is bound to (role contributor)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "validity from now")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseCommandFlags(fs, args, "Usage of dpserve token:\n", stderr); err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:

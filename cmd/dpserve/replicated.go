@@ -1438,6 +1438,7 @@ func serveReplicated(ctx context.Context, o options, tlsCfg *tls.Config, acc acc
 	}}
 	srv := &http.Server{Handler: newHandler(r, hc), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+	srv.ErrorLog = connLog()
 	if o.seed != "" {
 		fmt.Fprintln(stderr, "dpserve: WARNING: -seed fixes the noise; releases are not private (tests only)")
 	}

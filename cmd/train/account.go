@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -65,6 +66,11 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 	var refused *privacy.Refusal
 	if errors.As(err, &refused) && refused.Rule == privacy.RuleBands {
 		return usagef("account: -bands: %s", refused.Reason)
+	}
+	if errors.Is(err, accountant.ErrUnsupported) && req.Accountant == privacy.PLD {
+		// Millions of compositions or extreme rates exceed what the PLD
+		// grid holds; RDP has no grid.
+		return inputError{fmt.Errorf("%w (-accountant rdp accounts for it, more loosely)", err)}
 	}
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -93,6 +94,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := applyConfigFile(fs, r.config); err != nil {
 			return err
 		}
+	}
+	dirGiven := false
+	fs.Visit(func(f *flag.Flag) { dirGiven = dirGiven || f.Name == "dir" })
+	if err := r.validate(dirGiven); err != nil {
+		return err
 	}
 	if err := refuseExplicitZero(fs, zeroMeansDefault); err != nil {
 		return err

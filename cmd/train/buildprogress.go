@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
@@ -72,6 +73,11 @@ func (b *buildProgress) Attach(ctx context.Context) context.Context {
 				return
 			}
 			b.cached = append(b.cached, line)
+		},
+		Rebuilding: func(path string, reason error) {
+			if b.log != nil {
+				fmt.Fprintf(b.log, "factorization: cache entry %s is unusable (%s); building it again\n", path, strings.TrimPrefix(reason.Error(), "mfnoise: cache: "))
+			}
 		},
 	})
 }

@@ -126,7 +126,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error)
 	})
 	fs.Float64Var(&o.eps, "epsilon", 0, "if set, calibrate sigma of one Gaussian mechanism at (epsilon, delta) and report the noise RMSE")
 	fs.Float64Var(&o.delta, "delta", 1e-6, "delta for -epsilon")
-	fs.StringVar(&o.cache, "cache", "", "directory caching optimized factorizations")
+	fs.StringVar(&o.cache, "cache", defaultCacheDir(), "directory caching optimized factorizations (\"\": none)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -145,6 +145,9 @@ func parseCompareFlags(args []string, stderr io.Writer) (*compareOptions, error)
 		if err := checkPlotPath("plot", o.plotFile); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkCacheDir(o.cache); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

@@ -53,6 +53,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
+		noteUnknown(stderr, "-dir "+*dir, t)
 		test, source = t.Dataset, "CSV "+*dir
 	} else if _, test, source, err = loadData(*dataset, *dir, false); err != nil {
 		return err

@@ -97,6 +97,9 @@ func checkPlotPath(flagName, path string) error {
 // without its newline is a record being written (or torn by a kill) and
 // is skipped; any other line that does not parse is an error.
 func readCurves(path string) (*runCurves, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return nil, usagef("plot: -metrics %s is a directory, want the file train run -metrics wrote", path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {

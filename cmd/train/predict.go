@@ -47,6 +47,11 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *format != "json" && *format != "csv" {
 		return usagef("-format %q: want json or csv", *format)
 	}
+	if *input != "-" {
+		if st, err := os.Stat(*input); err == nil && st.IsDir() {
+			return usagef("-input %s is a directory, want a file (- for standard input)", *input)
+		}
+	}
 	tr, err := loadModelFile(*modelFile)
 	if err != nil {
 		return err
@@ -61,7 +66,7 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		in = f
 	}
 	if *format == "csv" && tr.Metadata.Columns != nil {
-		return predictTable(tr, in, "input "+*input, stdout)
+		return predictTable(tr, in, "input "+*input, stdout, stderr)
 	}
 	a := tr.Architecture
 	features := train.Features(tr.Metadata.Features)
@@ -84,6 +89,9 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // Excel's byte-order mark
+		}
 		if text == "" {
 			continue
 		}

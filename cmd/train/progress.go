@@ -182,6 +182,14 @@ func (p *featuresProgress) report(fp train.FeaturesProgress) {
 // the checkpoint, or else in the temporary directory, and the error says
 // where it is.
 func saveModelOrFallback(path, checkpoint string, save func(string) error) error {
+	return saveOrFallback("save-model", "model", path, checkpoint, save)
+}
+
+// saveOrFallback writes what (the model, the result JSON) with save to
+// path, the value of -flagName; if that fails it is written next to the
+// checkpoint, or else in the temporary directory, as path's base name
+// with the time appended, and the error says where.
+func saveOrFallback(flagName, what, path, checkpoint string, save func(string) error) error {
 	err := save(path)
 	if err == nil {
 		return nil
@@ -190,11 +198,11 @@ func saveModelOrFallback(path, checkpoint string, save func(string) error) error
 	for _, dir := range fallbackDirs(checkpoint) {
 		alt := filepath.Join(dir, fmt.Sprintf("%s.%d", filepath.Base(path), time.Now().Unix()))
 		if ferr := save(alt); ferr == nil {
-			return fmt.Errorf("-save-model %s: %w; the model was saved to %s instead", path, err, alt)
+			return fmt.Errorf("-%s %s: %w; the %s was saved to %s instead", flagName, path, err, what, alt)
 		}
 		tried = append(tried, dir)
 	}
-	return fmt.Errorf("-save-model %s: %w; writing it to %v failed too: the model is lost", path, err, tried)
+	return fmt.Errorf("-%s %s: %w; writing it to %v failed too: the %s is lost", flagName, path, err, tried, what)
 }
 
 // fallbackDirs are where a model is saved when its own path fails: the

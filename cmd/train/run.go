@@ -28,7 +28,7 @@ type runFlags struct {
 	steps, batch, bands, evalEvery, ckptEvery                              int
 	eps, delta, sigma, clip, lr, cooldown                                  float64
 	momentum                                                               optionalFloat
-	seed, ckpt, metrics, cache, config, jsonOut                            string
+	seed, ckpt, metrics, cache, config, jsonOut, optimizer                 string
 	nonPrivate                                                             bool
 	insecureSeed                                                           bool
 	trainLimit, embeddingDim                                               int
@@ -41,7 +41,7 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks) or csv (a table with a header row, train run and eval only)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4, tabular (categorical embeddings + MLP, for -data csv) or scatternet (GroupNorm + linear on scattering features, Tramèr and Boneh 2021)")
@@ -63,7 +63,8 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.accountant, "accountant", "pld", "pld or rdp")
 	fs.Float64Var(&r.clip, "clip", 1, "per-example clip norm zeta")
 	fs.Float64Var(&r.lr, "lr", 0, "peak learning rate (default 0.5 for SGD, 0.1 with momentum)")
-	fs.Var(&r.momentum, "momentum", "heavy-ball momentum `beta` (default 0.95 for matrix mechanisms, 0 for dpsgd and -non-private)")
+	fs.StringVar(&r.optimizer, "optimizer", "sgd", "sgd (with -momentum) or adam (default -lr 0.001; it reads the privatized gradients, so the privacy claim is the same)")
+	fs.Var(&r.momentum, "momentum", "heavy-ball momentum beta, a `float` in [0, 1) (default 0.95 for matrix mechanisms, 0 for dpsgd and -non-private)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
 	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random); recorded in the claim; under 128 bits it needs -insecure-seed")
 	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
@@ -262,7 +263,55 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
 		return nil, err
 	}
+	if err := refuseSharedPaths(inv.paths()...); err != nil {
+		return nil, err
+	}
+	if err := inv.wf.check(fs); err != nil {
+		return nil, err
+	}
+	if err := checkCacheDir(inv.r.cache); err != nil {
+		return nil, err
+	}
+	// The settings that are wrong whatever the data are refused before
+	// it is loaded, with the library's own messages.
+	cfg, err := inv.r.settings()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ClipPerLayer, err = inv.clipNorms(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckSettings(); err != nil {
+		return nil, err
+	}
+	if inv.r.nonPrivate {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if privacyOnly[f.Name] {
+				given = append(given, "-"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return nil, usagef("-non-private trains without privacy: %s would be ignored", strings.Join(given, ", "))
+		}
+	}
 	return inv, nil
+}
+
+// privacyOnly are the flags a -non-private run has no use for.
+var privacyOnly = map[string]bool{"epsilon": true, "delta": true, "sigma": true, "accountant": true}
+
+// paths are the files the run reads (-config, the CSV files) and writes.
+func (inv *runInvocation) paths() []namedPath {
+	r := &inv.r
+	ps := []namedPath{{"config", r.config, false}}
+	if r.dataset == "csv" {
+		ps = append(ps, namedPath{"dir", r.dir, false}, namedPath{"test-file", inv.csvf.testFile, false})
+	}
+	return append(ps,
+		namedPath{"checkpoint", r.ckpt, true}, namedPath{"metrics", r.metrics, true},
+		namedPath{"json", r.jsonOut, true}, namedPath{"save-model", inv.saveModel, true},
+		namedPath{"plot", inv.plot, true})
 }
 
 // config loads the data and makes the run's train.Config, with the
@@ -288,22 +337,32 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 		cfg.Categorical = table.Cardinalities()
 		columns = columnsOf(table, inv.csvf.label)
 	}
-	if inv.clipPerLayer != "" {
-		clipSet := false
-		inv.fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
-		if clipSet {
-			return cfg, nil, "", usagef("-clip and -clip-per-layer exclude each other")
-		}
-		for _, f := range strings.Split(inv.clipPerLayer, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || !(v > 0) || math.IsInf(v, 0) {
-				return cfg, nil, "", usagef("-clip-per-layer %q: want positive numbers", inv.clipPerLayer)
-			}
-			cfg.ClipPerLayer = append(cfg.ClipPerLayer, v)
-		}
+	if cfg.ClipPerLayer, err = inv.clipNorms(); err != nil {
+		return cfg, nil, "", err
 	}
 	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
 	return cfg, columns, source, nil
+}
+
+// clipNorms is -clip-per-layer, which excludes -clip.
+func (inv *runInvocation) clipNorms() ([]float64, error) {
+	if inv.clipPerLayer == "" {
+		return nil, nil
+	}
+	clipSet := false
+	inv.fs.Visit(func(f *flag.Flag) { clipSet = clipSet || f.Name == "clip" })
+	if clipSet {
+		return nil, usagef("-clip and -clip-per-layer exclude each other")
+	}
+	var out []float64
+	for _, f := range strings.Split(inv.clipPerLayer, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, usagef("-clip-per-layer %q: want positive numbers", inv.clipPerLayer)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // attachProgress reports the run's progress on stderr, terminal or not:
@@ -333,6 +392,9 @@ func (inv *runInvocation) saveOutputs(log io.Writer, cfg train.Config, res *trai
 		saveErr = saveModelOrFallback(inv.saveModel, inv.r.ckpt, func(path string) error {
 			return saveModel(path, cfg, res, inv.r.seed != "", columns)
 		})
+		if saveErr == nil {
+			fmt.Fprintf(log, "model: %s\n", inv.saveModel)
+		}
 		if saveErr == nil && columns != nil && res.Plan != nil {
 			fmt.Fprintf(log, "note: %s\n", vocabularyNote)
 		}
@@ -367,10 +429,14 @@ func (inv *runInvocation) writeJSON(stdout io.Writer, res *train.Result) error {
 		_, err = stdout.Write(append(b, '\n'))
 		return err
 	}
-	if err := atomicfile.WriteFile(inv.r.jsonOut, append(b, '\n')); err != nil {
-		return fmt.Errorf("-json: %w", err)
-	}
-	return nil
+	// The result holds the run's ledger: if its path fails at the end,
+	// it goes where the model would.
+	return saveOrFallback("json", "result", inv.r.jsonOut, inv.r.ckpt, func(path string) error {
+		if err := atomicfile.WriteFile(path, append(b, '\n')); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "atomicfile: "))
+		}
+		return nil
+	})
 }
 
 // splits are the training and evaluation sets of -validation (the last
@@ -410,7 +476,24 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	if err != nil {
 		return train.Config{}, err
 	}
-	var mech privacy.Mechanism
+	cfg, err := r.settings()
+	if err != nil {
+		return train.Config{}, err
+	}
+	cfg.Train, cfg.Test = trainSet, testSet
+	if err := r.users.apply(&cfg); err != nil {
+		return train.Config{}, err
+	}
+	return cfg, nil
+}
+
+// settings is the train.Config of the run flags without the data (and
+// the owners -users deals).
+func (r *runFlags) settings() (train.Config, error) {
+	var (
+		mech privacy.Mechanism
+		err  error
+	)
 	if !r.nonPrivate {
 		if mech, err = privacy.ParseMechanism(r.mechanism); err != nil {
 			return train.Config{}, err
@@ -421,7 +504,6 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		return train.Config{}, err
 	}
 	cfg := train.Config{
-		Train: trainSet, Test: testSet,
 		ModelName: r.model, Steps: r.steps, Batch: r.batch,
 		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
 		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
@@ -433,43 +515,78 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 		EMA:          r.ema,
 		Validation:   r.validation > 0,
 	}
-	switch r.features {
-	case "":
-		if r.model == "scatternet" {
-			cfg.Features = train.FeaturesScatter
-		}
-	case "none":
-	case "scatter":
-		cfg.Features = train.FeaturesScatter
-	default:
-		return train.Config{}, usagef("-features %q: want scatter or none", r.features)
+	if cfg.Features, err = r.featureChoice(); err != nil {
+		return train.Config{}, err
 	}
 	if cfg.NoiseMultiplier > 0 {
 		cfg.Epsilon = 0
 	}
-	if r.hidden != "" {
-		for _, h := range strings.Split(r.hidden, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(h))
-			if err != nil || v <= 0 {
-				return train.Config{}, usagef("-hidden %q: want positive integers", r.hidden)
-			}
-			cfg.Hidden = append(cfg.Hidden, v)
-		}
+	if cfg.Hidden, err = r.hiddenSizes(); err != nil {
+		return train.Config{}, err
 	}
+	cfg.Optimizer = train.OptimizerChoice(r.optimizer)
 	cfg.Momentum = r.momentum.v
-	if !r.momentum.set {
+	if !r.momentum.set && cfg.Optimizer != train.OptimizerAdam {
 		cfg.Momentum = defaultMomentum(mech)
 	}
 	if r.seed != "" {
 		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
 	}
-	if err := r.users.apply(&cfg); err != nil {
-		return train.Config{}, err
-	}
 	if err := r.accuracy.apply(&cfg); err != nil {
 		return train.Config{}, err
 	}
 	return cfg, nil
+}
+
+// featureChoice is the -features of the run (scatter by default for
+// -model scatternet).
+func (r *runFlags) featureChoice() (train.Features, error) {
+	switch r.features {
+	case "":
+		if r.model == "scatternet" {
+			return train.FeaturesScatter, nil
+		}
+	case "none":
+	case "scatter":
+		return train.FeaturesScatter, nil
+	default:
+		return "", usagef("-features %q: want scatter or none", r.features)
+	}
+	return "", nil
+}
+
+// hiddenSizes is -hidden.
+func (r *runFlags) hiddenSizes() ([]int, error) {
+	var out []int
+	if r.hidden == "" {
+		return nil, nil
+	}
+	for _, h := range strings.Split(r.hidden, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(h))
+		if err != nil || v <= 0 {
+			return nil, usagef("-hidden %q: want positive integers", r.hidden)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// checkNames refuses, before any data is read, the named choices that do
+// not parse: -mechanism, -accountant, -features, -hidden.
+func (r *runFlags) checkNames() error {
+	if !r.nonPrivate {
+		if _, err := privacy.ParseMechanism(r.mechanism); err != nil {
+			return err
+		}
+	}
+	if _, err := privacy.ParseAccountant(r.accountant); err != nil {
+		return err
+	}
+	if _, err := r.featureChoice(); err != nil {
+		return err
+	}
+	_, err := r.hiddenSizes()
+	return err
 }
 
 // validate refuses, before any data is read or plan built, flag values
@@ -478,7 +595,7 @@ func (r *runFlags) validate(dirGiven bool) error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"train-examples", r.trainLimit}, {"eval-every", r.evalEvery}, {"checkpoint-every", r.ckptEvery}, {"bands", r.bands}} {
+	}{{"train-examples", r.trainLimit}, {"eval-every", r.evalEvery}, {"checkpoint-every", r.ckptEvery}, {"bands", r.bands}, {"validation", r.validation}} {
 		if c.v < 0 {
 			return usagef("-%s %d must not be negative", c.name, c.v)
 		}
@@ -488,6 +605,9 @@ func (r *runFlags) validate(dirGiven bool) error {
 	}
 	if math.IsInf(r.eps, 0) || math.IsNaN(r.eps) {
 		return usagef("-epsilon %v: want a positive finite epsilon (-non-private trains without privacy)", r.eps)
+	}
+	if err := r.checkNames(); err != nil {
+		return err
 	}
 	for _, o := range []struct{ flag, path string }{{"json", r.jsonOut}, {"checkpoint", r.ckpt}, {"metrics", r.metrics}} {
 		if o.path == "" || o.flag == "json" && o.path == "-" {
@@ -547,11 +667,23 @@ func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Datas
 		}
 		trainSet, testSet, err = data.LoadNamed(name, dir)
 		return trainSet, testSet, name + " " + dir, mismatchHint(name, err)
+	case "npy":
+		if dir == "" {
+			return nil, nil, "", usagef("-data npy needs -dir (holding x_train.npy, y_train.npy, x_test.npy, y_test.npy)")
+		}
+		trainSet, testSet, err = data.LoadNPYDir(dir)
+		return trainSet, testSet, "NumPy arrays in " + dir, err
+	case "images":
+		if dir == "" {
+			return nil, nil, "", usagef("-data images needs -dir (holding train/CLASS/*.png|jpg and test/CLASS/*)")
+		}
+		trainSet, testSet, err = data.LoadImageFolder(dir)
+		return trainSet, testSet, "images in " + dir, err
 	}
 	if name == "csv" {
 		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar or csv", name)
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images or csv", name)
 }
 
 // mismatchHint turns a directory of another dataset into a usage error

@@ -156,12 +156,13 @@ func modelSpec(cols *models.Columns, noLabel bool) (data.TabularSpec, *data.Voca
 // the model's columns (the label column, if present, is skipped), and
 // writes "class,label,p0,...": the class index, its label value and the
 // probabilities.
-func predictTable(tr *models.Trained, in io.Reader, name string, out io.Writer) error {
+func predictTable(tr *models.Trained, in io.Reader, name string, out, stderr io.Writer) error {
 	spec, vocab := modelSpec(tr.Metadata.Columns, true)
 	t, err := readCSV("predict: "+name, name, in, spec, vocab)
 	if err != nil {
 		return err
 	}
+	noteUnknown(stderr, "predict: "+name, t)
 	k, per := tr.Architecture.Classes, t.Shape.Size()
 	if t.Classes != k || [3]int{per, 1, 1} != tr.Architecture.Input {
 		return usagef("predict: model file's columns give %d features and %d classes, its network takes %v and %d", per, t.Classes, tr.Architecture.Input, k)
@@ -202,4 +203,14 @@ func csvField(b []byte, s string) []byte {
 		return append(b, s...)
 	}
 	return append(append(b, '"'), append([]byte(strings.ReplaceAll(s, `"`, `""`)), '"')...)
+}
+
+// noteUnknown says, one line per categorical column, how many rows of t
+// hold a value the model's vocabulary does not know (read as unknown).
+func noteUnknown(w io.Writer, what string, t *data.Tabular) {
+	for j, n := range t.Unknown {
+		if n > 0 {
+			fmt.Fprintf(w, "train: note: %s: %d of %d rows have a value of column %q not seen in training, read as unknown\n", what, n, t.Len(), t.Categorical[j])
+		}
+	}
 }

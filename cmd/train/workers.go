@@ -105,6 +105,37 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	w.nats.register(fs)
 }
 
+// check refuses, before any data is read, worker flags that cannot run:
+// a negative -workers, connection flags without -workers or -nats, and
+// -worker-timeout below 1s (with local workers too).
+func (w *workerFlags) check(fs *flag.FlagSet) error {
+	if w.workers < 0 {
+		return usagef("-workers %d: want 0 (this process) or more", w.workers)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if w.workers == 0 {
+		for _, f := range natsOnlyFlags {
+			if set[f] {
+				return usagef("-%s needs -workers", f)
+			}
+		}
+		return nil
+	}
+	if w.nats.url != "" {
+		return w.nats.validate()
+	}
+	for _, f := range natsOnlyFlags[1:6] {
+		if set[f] {
+			return usagef("-%s needs -nats (without it the workers run here on a loopback server with a fresh token)", f)
+		}
+	}
+	if w.nats.requestTimeout < time.Second || w.nats.wait <= 0 {
+		return usagef("-worker-timeout %v must be at least 1s and -worker-wait %v positive", w.nats.requestTimeout, w.nats.wait)
+	}
+	return nil
+}
+
 // train runs cfg: in this process, or on -workers workers.
 func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.FlagSet, log, stderr io.Writer) (*train.Result, error) {
 	if w.workers < 0 || w.workers > cfg.Train.Len() {
@@ -119,6 +150,11 @@ func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.Flag
 			}
 		}
 		return train.Run(ctx, cfg)
+	}
+	// What the coordinator would refuse is refused before any worker is
+	// started (each would print its own refusal).
+	if err := distributed.Check(cfg, w.workers); err != nil {
+		return nil, err
 	}
 	if w.nats.url != "" {
 		if err := w.nats.validate(); err != nil {

@@ -144,20 +144,33 @@ func checkLoopback(base string) error {
 	return nil
 }
 
+// Check refuses a configuration Run cannot use: no URL, a URL that is not
+// on a loopback address, a dimension, worker count, request count or
+// duration that is not positive, a negative drain or commit interval.
+func (cfg Config) Check() error {
+	if len(cfg.URLs) == 0 {
+		return errors.New("loadgen: no server URL")
+	}
+	for _, u := range cfg.URLs {
+		if err := checkLoopback(u); err != nil {
+			return err
+		}
+	}
+	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 || cfg.Drain < 0 {
+		return fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive, drain %v not negative", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration, cfg.Drain)
+	}
+	if cfg.CommitEvery < 0 {
+		return fmt.Errorf("loadgen: commit interval %v must not be negative", cfg.CommitEvery)
+	}
+	return nil
+}
+
 // Run sends contributions until cfg.Requests are sent, cfg.Duration has
 // passed or ctx ends, then waits (at most cfg.Drain) for the answers to
 // those in flight.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if len(cfg.URLs) == 0 {
-		return Result{}, errors.New("loadgen: no server URL")
-	}
-	for _, u := range cfg.URLs {
-		if err := checkLoopback(u); err != nil {
-			return Result{}, err
-		}
-	}
-	if cfg.Dim < 1 || cfg.Workers < 1 || cfg.Requests < 1 || cfg.Duration <= 0 || cfg.Drain < 0 {
-		return Result{}, fmt.Errorf("loadgen: dim %d, workers %d, requests %d and duration %v must be positive, drain %v not negative", cfg.Dim, cfg.Workers, cfg.Requests, cfg.Duration, cfg.Drain)
+	if err := cfg.Check(); err != nil {
+		return Result{}, err
 	}
 	if cfg.Drain == 0 {
 		cfg.Drain = 10 * time.Second

@@ -110,6 +110,20 @@ func (o Options) doneSubject() string  { return "dpmf.train." + o.Run + ".done" 
 
 // checkConfig refuses what the workers cannot compute exactly as one
 // process would.
+// Check refuses, before any worker is started, a configuration Run would
+// refuse before its first step for what it is: what the trainer refuses
+// (train.Config.Check) and what training across workers does not support.
+// Run checks the same.
+func Check(cfg train.Config, workers int) error {
+	if err := checkConfig(&cfg); err != nil {
+		return err
+	}
+	if workers > cfg.Train.Len() {
+		return dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", workers, cfg.Train.Len())
+	}
+	return cfg.Check()
+}
+
 func checkConfig(cfg *train.Config) error {
 	switch {
 	case cfg.Train == nil || cfg.Train.Len() == 0:

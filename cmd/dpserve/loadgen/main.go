@@ -29,8 +29,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -41,26 +43,71 @@ import (
 )
 
 func main() {
-	var cfg loadgen.Config
-	urls := flag.String("url", "http://127.0.0.1:8377", "dpserve base `URL,...` (loopback only; several front-ends of a replicated service: failover)")
-	flag.IntVar(&cfg.Dim, "dim", 100, "vector dimension (the server's -dim)")
-	flag.IntVar(&cfg.Workers, "workers", 64, "concurrent clients")
-	flag.IntVar(&cfg.Requests, "n", 20000, "most contributions to send")
-	flag.DurationVar(&cfg.Duration, "duration", 20*time.Second, "most time to start contributions in")
-	flag.DurationVar(&cfg.Drain, "drain", 10*time.Second, "most time to wait after -duration for the answers to those in flight")
-	flag.DurationVar(&cfg.CommitEvery, "commit-every", 0, "commit a step at this interval (0: never)")
-	flag.StringVar(&cfg.IDPrefix, "id-prefix", fmt.Sprintf("load-%d-", time.Now().UnixNano()), "contributor id prefix")
-	asJSON := flag.Bool("json", false, "print the result as JSON")
-	acks := flag.String("acks", "", "write the acknowledged (contributor, step) pairs to this file, one JSON line each")
-	keyFile := flag.String("auth-key", "", "the server's -auth-key file: mint contributor and operator tokens")
-	caFile := flag.String("ca", "", "PEM certificate to trust for an https -url")
-	flag.Parse()
-	fail := func(code int, format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...)
-		os.Exit(code)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError is an error with its exit status: 2 for what the user fixes
+// on the command line, 1 otherwise.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+func fail(code int, format string, args ...any) error {
+	return exitError{code, "loadgen: " + fmt.Sprintf(format, args...)}
+}
+
+// run is loadgen with its arguments; errors are one line on stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := runLoad(ctx, args, stdout, stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	if flag.NArg() > 0 {
-		fail(2, "unexpected argument %q", flag.Arg(0))
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if !strings.HasPrefix(msg, "loadgen: ") {
+		msg = "loadgen: " + msg
+	}
+	fmt.Fprintln(stderr, msg)
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg loadgen.Config
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	urls := fs.String("url", "http://127.0.0.1:8377", "dpserve base `URL,...` (loopback only; several front-ends of a replicated service: failover)")
+	fs.IntVar(&cfg.Dim, "dim", 100, "vector dimension (the server's -dim)")
+	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent clients")
+	fs.IntVar(&cfg.Requests, "n", 20000, "most contributions to send")
+	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "most time to start contributions in")
+	fs.DurationVar(&cfg.Drain, "drain", 10*time.Second, "most time to wait after -duration for the answers to those in flight")
+	fs.DurationVar(&cfg.CommitEvery, "commit-every", 0, "commit a step at this interval (0: never)")
+	fs.StringVar(&cfg.IDPrefix, "id-prefix", fmt.Sprintf("load-%d-", time.Now().UnixNano()), "contributor id prefix")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	acks := fs.String("acks", "", "write the acknowledged (contributor, step) pairs to this file, one JSON line each")
+	keyFile := fs.String("auth-key", "", "the server's -auth-key file: mint contributor and operator tokens")
+	caFile := fs.String("ca", "", "PEM certificate to trust for an https -url")
+	// The flag package would print the error and the whole usage; -h
+	// prints the usage alone.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of loadgen:")
+			fs.PrintDefaults()
+			return err
+		}
+		return fail(2, "%v (loadgen -h lists the flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected argument %q", fs.Arg(0))
 	}
 	for _, u := range strings.Split(*urls, ",") {
 		if u = strings.TrimSpace(u); u != "" {
@@ -68,26 +115,29 @@ func main() {
 		}
 	}
 	if len(cfg.URLs) == 0 {
-		fail(2, "-url: no URL")
+		return fail(2, "-url: no URL")
 	}
 	if cfg.Drain <= 0 {
-		fail(2, "-drain %v: want a positive duration", cfg.Drain)
+		return fail(2, "-drain %v: want a positive duration", cfg.Drain)
+	}
+	if err := cfg.Check(); err != nil {
+		return exitError{2, err.Error()}
 	}
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		if err != nil {
-			fail(2, "-ca: %v", err)
+			return fail(2, "-ca: %v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			fail(2, "-ca %s: no PEM certificate in it", *caFile)
+			return fail(2, "-ca %s: no PEM certificate in it", *caFile)
 		}
 		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if *keyFile != "" {
 		key, err := authtoken.LoadKey(*keyFile)
 		if err != nil {
-			fail(2, "-auth-key: %v", err)
+			return fail(2, "-auth-key: %v", err)
 		}
 		exp := time.Now().Add(cfg.Duration + time.Hour).Unix()
 		cfg.ContributorToken = func(id string) string {
@@ -95,7 +145,7 @@ func main() {
 			return tok
 		}
 		if cfg.OperatorToken, err = key.Mint(authtoken.Claims{Role: authtoken.Operator, Expires: exp}); err != nil {
-			fail(2, "-auth-key: %v", err)
+			return fail(2, "-auth-key: %v", err)
 		}
 	}
 	var ackFile *os.File
@@ -103,29 +153,26 @@ func main() {
 	if *acks != "" {
 		f, err := os.Create(*acks)
 		if err != nil {
-			fail(2, "-acks: %v", err)
+			return fail(2, "-acks: %v", err)
 		}
 		ackFile, ackBuf = f, bufio.NewWriter(f)
 		cfg.Acks = ackBuf
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	res, err := loadgen.Run(ctx, cfg)
 	if ackFile != nil {
 		if err := ackBuf.Flush(); err != nil {
-			fail(1, "-acks: %v", err)
+			return fail(1, "-acks: %v", err)
 		}
 		if err := ackFile.Close(); err != nil {
-			fail(1, "-acks: %v", err)
+			return fail(1, "-acks: %v", err)
 		}
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err) // it starts with "loadgen: "
-		os.Exit(1)
+		return err // it starts with "loadgen: "
 	}
 	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(res)
-		return
+		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Printf("d=%d workers=%d: %s\n", cfg.Dim, cfg.Workers, res)
+	fmt.Fprintf(stdout, "d=%d workers=%d: %s\n", cfg.Dim, cfg.Workers, res)
+	return nil
 }
