@@ -246,8 +246,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		t.Errorf("bad input created -out: %v", err)
 	}
 	// A candidate the planner refuses stops a selection before any run.
-	code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(t.TempDir(), "-select", "2", "-validation", "100", "-mechanisms", "bandmf:auto", "-samplings", "fixed-order")...)...)
-	if code != exitUsage || !strings.Contains(stderr, "train: sweep: -select: candidate bandmf:auto, fixed-order") {
+	code, _, stderr := runCLI(t, append([]string{"sweep"}, tinySweep(t.TempDir(), "-select", "2", "-validation", "100", "-mechanisms", "bandmf:auto", "-samplings", "poisson")...)...)
+	if code != exitUsage || !strings.Contains(stderr, "train: sweep: -select: candidate bandmf:auto, poisson") {
 		t.Errorf("refused candidate: exit %d, %q", code, stderr)
 	}
 	// A resumed sweep with another recipe is refused.
