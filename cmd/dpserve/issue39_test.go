@@ -92,7 +92,7 @@ func TestReplicatedWorkDirCheckedAtStart(t *testing.T) {
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o600)
 	for _, wd := range []string{filepath.Join(dir, "missing"), file} {
-		code, line := runLines(t, "-nats", "nats://127.0.0.1:1", "-work-dir", wd, "-dim", "2", "-epsilon", "1", "-delta", "1e-6",
+		code, line := runLines(t, "-nats", "nats://u:p@127.0.0.1:1", "-work-dir", wd, "-dim", "2", "-epsilon", "1", "-delta", "1e-6",
 			"-horizon", "4", "-clip", "1", "-addr", "127.0.0.1:0")
 		if code != 2 || line != "dpserve: -work-dir "+wd+": not an existing directory\n" {
 			t.Errorf("-work-dir %s: exit %d, %q", wd, code, line)
