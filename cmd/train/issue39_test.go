@@ -397,3 +397,22 @@ func TestWorkerRefusalsBeforeWorkersStart(t *testing.T) {
 		}
 	}
 }
+
+// Issue 39 item 13: a resume that adds a setting the checkpoint's run did
+// not set is refused in one line, exit 2, naming the default it ran with.
+// Before the fix the line read "checkpoint has (not recorded)" (seen
+// failing).
+func TestResumeMismatchSaysWhatHappened(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
+	base := []string{"run", "-data", "embedded", "-train-examples", "600", "-model", "logistic", "-mechanism", "dpsgd",
+		"-accountant", "rdp", "-batch", "60", "-steps", "4", "-cache", "", "-checkpoint", ckpt}
+	if code, _, stderr := runCLI(t, base...); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr := runCLI(t, append(base, "-ema", "0.9")...)
+	checkOneLine(t, "resume with -ema", code, stderr)
+	want := "parameter average: checkpoint has none (its run did not set it), asked for 0.9"
+	if code != exitUsage || !strings.Contains(stderr, want) || strings.Contains(stderr, "not recorded") || strings.Contains(stdout, "accuracy") {
+		t.Errorf("resume with -ema: exit %d, %q; want exit %d naming %q", code, stderr, exitUsage, want)
+	}
+}
