@@ -388,11 +388,17 @@ func TestWorkerRefusalsBeforeWorkersStart(t *testing.T) {
 	for _, a := range [][]string{
 		{"-users", "10", "-user-level"},
 		{"-batch", "100000"},
+		// The planner's own refusal and a per-layer clip count that is
+		// not the model's: both came after the workers had started
+		// (exit 1 and two lines for the clip count; seen failing).
+		{"-mechanism", "bandmf:5000"},
+		{"-sampling", "poisson"},
+		{"-clip-per-layer", "1,2,3"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"run", "-data", "embedded", "-steps", "4", "-workers", "2"}, a...)...)
 		what := strings.Join(a, " ")
 		checkOneLine(t, what, code, stderr)
-		if code != exitUsage || strings.Contains(stdout, "workers:") {
+		if code != exitUsage || strings.Contains(stdout+stderr, "workers:") || strings.Contains(stderr, "worker 0/2") {
 			t.Errorf("-workers 2 %s: exit %d, stdout %q, stderr %q", what, code, stdout, stderr)
 		}
 	}
