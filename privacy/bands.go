@@ -29,6 +29,9 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 	if !ok || !mech.Structure().AutoBands {
 		return mech, nil, nil
 	}
+	if err := p.checkAutoBands(r, mech); err != nil {
+		return nil, nil, err
+	}
 	// A banded Toeplitz encoder's proxies are its own losses; any other
 	// family's finalists are built and rescored.
 	_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
@@ -36,15 +39,10 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 	var built map[int]*mfnoise.Factorization
 	switch p.Sampling {
 	case SamplingBandPoisson:
-		if !(r.Epsilon > 0) {
-			return nil, nil, refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting", mech)
-		}
 		var err error
 		if sel, built, err = chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly); err != nil {
 			return nil, nil, err
 		}
-	case SamplingPoisson:
-		return nil, nil, refuse(RuleBands, "%s with poisson sampling: a banded encoder is amplified only by band-poisson sampling; use band-poisson (amplified) or fixed-order or shuffle (unamplified)", mech)
 	default:
 		schema, err := unamplifiedSchema(r, p.Sampling)
 		if err != nil {
@@ -59,6 +57,24 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 		return auto.WithBands(bands), built[bands], nil
 	}
 	return mfnoise.DPSGD{}, nil, nil
+}
+
+// checkAutoBands refuses what resolveBands refuses of an AutoBanded mech
+// before it compares any band count: band-poisson sampling without a
+// target epsilon, poisson sampling, and a sampling whose schema cannot be
+// made.
+func (p *Plan) checkAutoBands(r Request, mech Mechanism) error {
+	switch p.Sampling {
+	case SamplingBandPoisson:
+		if !(r.Epsilon > 0) {
+			return refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting", mech)
+		}
+		return nil
+	case SamplingPoisson:
+		return refuse(RuleBands, "%s with poisson sampling: a banded encoder is amplified only by band-poisson sampling; use band-poisson (amplified) or fixed-order or shuffle (unamplified)", mech)
+	}
+	_, err := unamplifiedSchema(r, p.Sampling)
+	return err
 }
 
 // unamplifiedSchema is the participation schema the sampler of an

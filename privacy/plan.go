@@ -282,6 +282,28 @@ func NewPlan(ctx context.Context, r Request) (*Plan, sampler.Sampler, error) {
 	return p, s, nil
 }
 
+// CheckRequest refuses, with the error NewPlan would give, a request
+// NewPlan refuses before it builds a factorization or calibrates the
+// noise: the request's own values, the accountant, the seed, the unit,
+// the sampling and the rules binding it to the mechanism (more bands than
+// steps, a (k,b) schema without fixed-order sampling, amplification of an
+// encoder that is not banded). For bandmf:auto and toeplitz:auto only the
+// refusals that come before the band counts are compared. A caller that
+// starts other processes before planning (the workers of a distributed
+// run) checks with it first; a request it accepts may still be refused
+// by NewPlan (calibration, an encoder's band structure).
+func CheckRequest(r Request) error {
+	p, _, err := r.start()
+	if err != nil {
+		return err
+	}
+	if _, ok := r.Mechanism.(mfnoise.AutoBanded); ok && r.Mechanism.Structure().AutoBands {
+		return p.checkAutoBands(r, r.Mechanism)
+	}
+	_, _, err = p.bindSampler(r, r.Mechanism)
+	return err
+}
+
 // preamble is what the plan's first step finds about the request besides
 // the plan itself: the assumptions of the unit of privacy and of the
 // noise's origin.

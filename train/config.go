@@ -322,12 +322,21 @@ func (c *Config) validateRest() error {
 }
 
 // Check refuses, with the error New would give, a configuration New
-// refuses before building anything: CheckSettings and the checks against
-// the data (batch size, bands, model size). Unset settings take their
-// defaults first.
+// refuses before building anything: CheckSettings, the checks against
+// the data (batch size, bands, model size) and, for a private
+// example-level run, what the planner refuses before it builds a
+// factorization (privacy.CheckRequest: more bands than steps, say), and
+// per-layer clip bounds that do not match the model's layers. Unset
+// settings take their defaults first.
 func (c Config) Check() error {
 	c.Defaults()
-	return c.validate()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if err := c.checkClipPerLayer(); err != nil {
+		return err
+	}
+	return c.checkPlan()
 }
 
 // CheckSettings refuses, with the error New would give, the settings of

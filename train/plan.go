@@ -21,6 +21,29 @@ func deriveSeed(master []byte, label string) *dpcore.Seed { return privacy.Deriv
 // buildPlan asks the planner for the plan of a private run and the sampler
 // that realizes it. w is the optimizer's workload over cfg.Steps.
 func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userLevel) (*Plan, sampler.Sampler, error) {
+	plan, smp, err := privacy.NewPlan(ctx, planRequest(cfg, w, users))
+	if err == nil && !(plan.NoiseStd <= maxNoiseStd) {
+		// More noise is always private, but the parameters are float32:
+		// float32(std) would be +Inf and every update non-finite.
+		return nil, nil, invalidf("noise std %.3g (noise multiplier %g times the clip norm and the sensitivity) is beyond the float32 arithmetic of the model; the largest usable is %g", plan.NoiseStd, plan.NoiseMultiplier, maxNoiseStd)
+	}
+	return plan, smp, err
+}
+
+// checkPlan refuses, with the error New would give, what the planner
+// refuses of a private example-level run before it builds a
+// factorization (privacy.CheckRequest). A user-level run is left to New:
+// its plan counts the users, dealt from the data there.
+func (c *Config) checkPlan() error {
+	if c.NonPrivate || c.UserLevel {
+		return nil
+	}
+	return privacy.CheckRequest(planRequest(c, dpcore.Workload{}, nil))
+}
+
+// planRequest is the planner's request for a private run of cfg. w is the
+// optimizer's workload over cfg.Steps (the zero Workload: prefix sums).
+func planRequest(cfg *Config, w dpcore.Workload, users *userLevel) privacy.Request {
 	req := privacy.Request{
 		Mechanism: cfg.Mechanism,
 		Examples:  cfg.Train.Len(), Batch: cfg.Batch, Steps: cfg.Steps,
@@ -53,13 +76,7 @@ func buildPlan(ctx context.Context, cfg *Config, w dpcore.Workload, users *userL
 	if cfg.CacheDir != "" {
 		req.CacheDir = cfg.CacheDir
 	}
-	plan, smp, err := privacy.NewPlan(ctx, req)
-	if err == nil && !(plan.NoiseStd <= maxNoiseStd) {
-		// More noise is always private, but the parameters are float32:
-		// float32(std) would be +Inf and every update non-finite.
-		return nil, nil, invalidf("noise std %.3g (noise multiplier %g times the clip norm and the sensitivity) is beyond the float32 arithmetic of the model; the largest usable is %g", plan.NoiseStd, plan.NoiseMultiplier, maxNoiseStd)
-	}
-	return plan, smp, err
+	return req
 }
 
 // maxNoiseStd is the largest noise standard deviation a step adds to its

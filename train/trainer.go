@@ -262,6 +262,24 @@ func (t *Trainer) newEngine(cfg *Config) (maxBatch int, err error) {
 	return maxBatch, nil
 }
 
+// checkClipPerLayer refuses, as newEngine would, per-layer clip bounds
+// whose count is not the model's layers with parameters: it builds the
+// model and a one-example engine (Check). A Config.Backend's engine is
+// left to New.
+func (c *Config) checkClipPerLayer() error {
+	if len(c.ClipPerLayer) == 0 || c.NonPrivate || c.Backend != nil {
+		return nil
+	}
+	m, err := buildModel(c)
+	if err != nil {
+		return err
+	}
+	if _, err := clip.New(m, clip.Options{Norm: c.ClipNorm, PerLayer: c.ClipPerLayer, MaxBatch: 1}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
+}
+
 // checkData checks the shapes of the (featurized) training and test data
 // against the model's input.
 func (t *Trainer) checkData(cfg *Config) error {

@@ -388,12 +388,37 @@ func TestWorkerRefusalsBeforeWorkersStart(t *testing.T) {
 	for _, a := range [][]string{
 		{"-users", "10", "-user-level"},
 		{"-batch", "100000"},
+		// The planner's own refusal and a per-layer clip count that is
+		// not the model's: both came after the workers had started
+		// (exit 1 and two lines for the clip count; seen failing).
+		{"-mechanism", "bandmf:5000"},
+		{"-sampling", "poisson"},
+		{"-clip-per-layer", "1,2,3"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"run", "-data", "embedded", "-steps", "4", "-workers", "2"}, a...)...)
 		what := strings.Join(a, " ")
 		checkOneLine(t, what, code, stderr)
-		if code != exitUsage || strings.Contains(stdout, "workers:") {
+		if code != exitUsage || strings.Contains(stdout+stderr, "workers:") || strings.Contains(stderr, "worker 0/2") {
 			t.Errorf("-workers 2 %s: exit %d, stdout %q, stderr %q", what, code, stdout, stderr)
 		}
+	}
+}
+
+// Issue 39 item 13: a resume that adds a setting the checkpoint's run did
+// not set is refused in one line, exit 2, naming the default it ran with.
+// Before the fix the line read "checkpoint has (not recorded)" (seen
+// failing).
+func TestResumeMismatchSaysWhatHappened(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
+	base := []string{"run", "-data", "embedded", "-train-examples", "600", "-model", "logistic", "-mechanism", "dpsgd",
+		"-accountant", "rdp", "-batch", "60", "-steps", "4", "-cache", "", "-checkpoint", ckpt}
+	if code, _, stderr := runCLI(t, base...); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr := runCLI(t, append(base, "-ema", "0.9")...)
+	checkOneLine(t, "resume with -ema", code, stderr)
+	want := "parameter average: checkpoint has none (its run did not set it), asked for 0.9"
+	if code != exitUsage || !strings.Contains(stderr, want) || strings.Contains(stderr, "not recorded") || strings.Contains(stdout, "accuracy") {
+		t.Errorf("resume with -ema: exit %d, %q; want exit %d naming %q", code, stderr, exitUsage, want)
 	}
 }
