@@ -117,12 +117,19 @@ func DiscreteGaussianSigma(eps, delta, sens float64) (float64, error) {
 	if err := checkSens(sens); err != nil {
 		return 0, fmt.Errorf("DiscreteGaussianSigma: %w", err)
 	}
-	f := func(s float64) float64 { return discreteGaussianEpsilon(s, sens, delta) }
+	return smallestSigma("DiscreteGaussianSigma", eps, delta, func(s float64) float64 { return discreteGaussianEpsilon(s, sens, delta) })
+}
+
+// smallestSigma returns the smallest noise multiplier s (to a relative
+// 1e-13, rounded up) at which f(s), an epsilon that falls as s grows, is at
+// most eps: doubling brackets it, then bisection on the log scale. It
+// refuses (ErrInfeasible) a target no multiplier up to 1e12 meets.
+func smallestSigma(name string, eps, delta float64, f func(s float64) float64) (float64, error) {
 	lo, hi := 1.0, 1.0
 	for f(hi) > eps {
 		lo, hi = hi, 2*hi
 		if hi > 1e12 {
-			return 0, fmt.Errorf("DiscreteGaussianSigma: eps = %v, delta = %v: %w", eps, delta, ErrInfeasible)
+			return 0, fmt.Errorf("%s: eps = %v, delta = %v: %w", name, eps, delta, ErrInfeasible)
 		}
 	}
 	for lo == hi || f(lo) <= eps {

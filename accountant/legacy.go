@@ -22,29 +22,7 @@ func DiscreteGaussianSigmaV1(eps, delta float64) (float64, error) {
 	if err := checkDelta(delta); err != nil {
 		return 0, fmt.Errorf("DiscreteGaussianSigmaV1: %w", err)
 	}
-	f := func(s float64) float64 { return zcdpEpsilonV1(ZCDPRho(s), delta) }
-	lo, hi := 1.0, 1.0
-	for f(hi) > eps {
-		lo, hi = hi, 2*hi
-		if hi > 1e12 {
-			return 0, fmt.Errorf("DiscreteGaussianSigmaV1: eps = %v, delta = %v: %w", eps, delta, ErrInfeasible)
-		}
-	}
-	for lo == hi || f(lo) <= eps {
-		lo /= 2
-		if lo < 1e-12 {
-			return hi, nil
-		}
-	}
-	for i := 0; i < 200 && hi-lo > 1e-13*hi; i++ {
-		mid := math.Sqrt(lo * hi)
-		if f(mid) > eps {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return hi, nil
+	return smallestSigma("DiscreteGaussianSigmaV1", eps, delta, func(s float64) float64 { return zcdpEpsilonV1(ZCDPRho(s), delta) })
 }
 
 // zcdpEpsilonV1 is the conversion of DiscreteGaussianSigmaV1.
