@@ -62,6 +62,9 @@ func Open(r io.ReaderAt, size int64) (*File, error) {
 	if n > uint64(size-8) {
 		return nil, formatErr("", "header length %d is beyond the end of the file (%d bytes)", n, size)
 	}
+	if n < 2 {
+		return nil, formatErr("", "header length %d is too short for a JSON object", n)
+	}
 	if n > MaxHeader {
 		return nil, formatErr("", "header length %d is over the cap of %d bytes", n, MaxHeader)
 	}
