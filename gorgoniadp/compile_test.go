@@ -209,6 +209,27 @@ func perExample(t *testing.T, m *Model, opt clip.Options) *Engine {
 	return e
 }
 
+// centralDifference is the central difference (in float64, over the
+// float32 steps actually taken) of the loss of example x with label y
+// under fwd in parameter j of m, with step h; it leaves the parameter as
+// it was.
+func centralDifference(t *testing.T, m *Model, fwd *Engine, x []float32, y, j int, h float32) float64 {
+	t.Helper()
+	old := m.flat[j]
+	m.flat[j] = old + h
+	lp, _, err := fwd.Evaluate(x, []int{y})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.flat[j] = old - h
+	lm, _, err := fwd.Evaluate(x, []int{y})
+	m.flat[j] = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (lp - lm) / (float64(old+h) - float64(old-h))
+}
+
 // TestCompiledEqualsPerExample checks, for every compiled pattern, that
 // the batched executor's per-example gradients (batches of one, not
 // clipped), clipped sums, statistics and evaluation equal the
@@ -687,17 +708,7 @@ func TestAveragePool2D(t *testing.T) {
 		}
 		copy(slow, m.gbuf)
 		for j := range m.flat {
-			old := m.flat[j]
-			const h = 1e-2
-			m.flat[j] = old + h
-			lp, _, err := fwd.Evaluate(xi, y[i:i+1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.flat[j] = old - h
-			lm, _, _ := fwd.Evaluate(xi, y[i:i+1])
-			m.flat[j] = old
-			num := (lp - lm) / (float64(m.flat[j]+h) - float64(m.flat[j]-h))
+			num := centralDifference(t, m, fwd, xi, y[i], j, 1e-2)
 			if d := math.Abs(num - float64(got[j])); d > 1e-3+1e-2*math.Abs(num) {
 				t.Fatalf("example %d, parameter %d: compiled %v, central difference %v", i, j, got[j], num)
 			}

@@ -86,17 +86,7 @@ func TestNormMaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range m.flat {
-			old := m.flat[j]
-			const h = 1e-3
-			m.flat[j] = old + h
-			lp, _, err := fwd.Evaluate(xi, y[i:i+1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.flat[j] = old - h
-			lm, _, _ := fwd.Evaluate(xi, y[i:i+1])
-			m.flat[j] = old
-			num := (lp - lm) / (float64(old+h) - float64(old-h))
+			num := centralDifference(t, m, fwd, xi, y[i], j, 1e-3)
 			if d := math.Abs(num - float64(got[j])); d > 1e-3+1e-2*math.Abs(num) {
 				t.Fatalf("example %d, parameter %d: compiled %v, central difference %v", i, j, got[j], num)
 			}
