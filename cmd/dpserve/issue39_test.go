@@ -10,9 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/internal/syncbuf"
 )
 
 // runLines runs dpserve in-process and returns its exit status and its
@@ -142,34 +143,16 @@ func TestReleaseParamsRefusedOrAnswered(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Issue 39 item 13: the server logs no request, not even a failed TLS
 // handshake with the caller's address (net/http logged "http: TLS
 // handshake error from 127.0.0.1:..." to the standard logger; seen
 // failing).
 func TestNoTLSHandshakeLog(t *testing.T) {
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	log.SetOutput(&logged)
 	defer log.SetOutput(os.Stderr)
 	cert, key := writeCert(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -11,10 +10,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/internal/syncbuf"
 )
 
 // cliAsMainEnv makes this test binary run as the program (TestMain): the
@@ -94,27 +94,8 @@ func TestWorkerReadsCoordinatorConfig(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in other
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls b until re matches, and returns the submatches.
-func waitFor(t *testing.T, b *syncBuffer, re *regexp.Regexp, done <-chan int) []string {
+func waitFor(t *testing.T, b *syncbuf.Buffer, re *regexp.Regexp, done <-chan int) []string {
 	t.Helper()
 	deadline := time.After(2 * time.Minute)
 	for {
@@ -138,13 +119,13 @@ func waitFor(t *testing.T, b *syncBuffer, re *regexp.Regexp, done <-chan int) []
 // -worker-wait and stopped.)
 func TestRunWorkersRestartsKilledWorker(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("kills a worker process with SIGKILL")
+		t.Skip("needs Linux: the test kills a worker process with SIGKILL and reads its pid from the output")
 	}
 	t.Setenv(cliAsMainEnv, "1")
 	args := []string{"run", "-data", "embedded", "-train-examples", "600", "-model", "logistic", "-mechanism", "dpsgd",
 		"-accountant", "rdp", "-batch", "60", "-steps", "1000", "-seed", "s", "-insecure-seed", "-cache", "",
 		"-workers", "2", "-worker-wait", "20s"}
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(context.Background(), args, &stdout, &stderr) }()
 	m := waitFor(t, &stdout, regexp.MustCompile(`workers: 2 local processes \(pids (\d+), (\d+)\)`), done)
