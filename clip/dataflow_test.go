@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/clip/cliptest"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 )
@@ -14,38 +15,13 @@ import (
 // Extreme units for the no-data-dependent-control-flow tests
 // (docs/math.md): finite values up to the float32 maximum (3e38 is a
 // common missing-value sentinel in CSV exports), infinities and NaNs.
-var extremeKinds = []string{"huge", "sentinel", "max", "inf", "nan"}
-
-// fillExtreme writes into x an example of the kind: "huge" puts one value
-// of magnitude 10^30 to the float32 maximum at a random coordinate,
-// "sentinel" the value 3e38,
-// "max" puts +-3.4e38 everywhere, "inf" and "nan" one such value at a
-// random coordinate (the others normal).
+// fillExtreme writes into x an example of the kind (cliptest.Corrupt)
+// over standard normal values.
 func fillExtreme(rng *rand.Rand, kind string, x []float32) {
 	for j := range x {
 		x[j] = float32(rng.NormFloat64())
 	}
-	k := rng.IntN(len(x))
-	switch kind {
-	case "huge":
-		x[k] = float32(math.Min(math.Pow(10, 30+8.6*rng.Float64()), math.MaxFloat32))
-		if rng.IntN(2) == 0 {
-			x[k] = -x[k]
-		}
-	case "sentinel":
-		x[k] = 3e38
-	case "max":
-		for j := range x {
-			x[j] = math.MaxFloat32
-			if rng.IntN(2) == 0 {
-				x[j] = -x[j]
-			}
-		}
-	case "inf":
-		x[k] = float32(math.Inf(1 - 2*rng.IntN(2)))
-	case "nan":
-		x[k] = float32(math.NaN())
-	}
+	cliptest.Corrupt(rng, kind, x)
 }
 
 func allFinite32(v []float32) bool {
@@ -106,7 +82,7 @@ func TestExtremeExampleChangesNoControlFlow(t *testing.T) {
 				const n = 5
 				worst := 0.0
 				for trial := range trials {
-					kind := extremeKinds[trial%len(extremeKinds)]
+					kind := cliptest.Kinds()[trial%len(cliptest.Kinds())]
 					zeta := math.Pow(10, -float64(trial%6))
 					opt := Options{Norm: zeta, MaxBatch: n + 1}
 					lay := m.Layout()
@@ -237,7 +213,7 @@ func TestExtremeUserChangesNoControlFlow(t *testing.T) {
 				worst := 0.0
 				opt := UserOptions{Mean: mode != "sum"}
 				for trial := range trials {
-					kind := extremeKinds[trial%len(extremeKinds)]
+					kind := cliptest.Kinds()[trial%len(cliptest.Kinds())]
 					zeta := math.Pow(10, -float64(trial%6))
 					e, err := New(m, Options{Norm: zeta, MaxBatch: n})
 					if err != nil {

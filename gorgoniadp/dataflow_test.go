@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/clip/cliptest"
 	G "gorgonia.org/gorgonia"
 )
 
@@ -26,7 +27,7 @@ import (
 // test process; and float32 clip factors rounded to subnormals lifted
 // clipped norms above zeta.)
 func TestExtremeExampleChangesNoControlFlow(t *testing.T) {
-	kinds := []string{"huge", "sentinel", "max", "inf", "nan"}
+	kinds := cliptest.Kinds()
 	for ci, oc := range opCases[:2] {
 		t.Run(oc.name, func(t *testing.T) {
 			m, err := New(oc.name, oc.build(G.NewGraph(), rand.New(rand.NewPCG(uint64(ci), 1))))
@@ -47,21 +48,7 @@ func TestExtremeExampleChangesNoControlFlow(t *testing.T) {
 				x, y := randomBatch(rng, n+1, chw, 3)
 				p := trial % (n + 1)
 				ext := x[p*chw : (p+1)*chw]
-				k := rng.IntN(chw)
-				switch kind {
-				case "huge":
-					ext[k] = float32(math.Min(math.Pow(10, 30+8.6*rng.Float64()), math.MaxFloat32))
-				case "sentinel":
-					ext[k] = 3e38
-				case "max":
-					for j := range ext {
-						ext[j] = float32(math.MaxFloat32 * float64(1-2*rng.IntN(2)))
-					}
-				case "inf":
-					ext[k] = float32(math.Inf(1))
-				case "nan":
-					ext[k] = float32(math.NaN())
-				}
+				cliptest.Corrupt(rng, kind, ext)
 				d := m.NumParams()
 				with, alone, others := make([]float32, d), make([]float32, d), make([]float32, d)
 				stW, err := e.ClippedSum(x, y, with)

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/clip/cliptest"
 )
 
 // TestExtremeExampleOnAWorker is the rule of docs/math.md (no
@@ -23,7 +25,7 @@ import (
 // worker a partial sum of 1.335 clip norms, at clip norm 1e-5.)
 func TestExtremeExampleOnAWorker(t *testing.T) {
 	rng := rand.New(rand.NewPCG(36, 2))
-	kinds := []string{"huge", "sentinel", "max", "inf", "nan"}
+	kinds := cliptest.Kinds()
 	worst := 0.0
 	for trial := range 60 {
 		kind := kinds[trial%len(kinds)]
@@ -39,21 +41,7 @@ func TestExtremeExampleOnAWorker(t *testing.T) {
 		id := rng.IntN(w.data.Len())
 		s := w.data.Shape.Size()
 		x := w.data.X[id*s : (id+1)*s]
-		k := rng.IntN(s)
-		switch kind {
-		case "huge":
-			x[k] = float32(math.Min(math.Pow(10, 30+8.6*rng.Float64()), math.MaxFloat32))
-		case "sentinel":
-			x[k] = 3e38
-		case "max":
-			for j := range x {
-				x[j] = float32(math.MaxFloat32 * float64(1-2*rng.IntN(2)))
-			}
-		case "inf":
-			x[k] = float32(math.Inf(-1))
-		case "nan":
-			x[k] = float32(math.NaN())
-		}
+		cliptest.Corrupt(rng, kind, x)
 		w.data.Y[id] = rng.IntN(10)
 		params := slices.Clone(w.engine.Params())
 		p := w.compute(encodeRequest(&request{digest: w.digest, step: 1, nonce: 7, ids: []int{id}, params: params}))
