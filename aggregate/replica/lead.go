@@ -260,7 +260,7 @@ func (r *Node) apply(ctx context.Context, agg *aggregate.Aggregator, m jetstream
 
 func (r *Node) publish(decs []decision) {
 	b, _ := json.Marshal(decs)
-	r.nc.Publish(r.subjDec, b) // best effort: a front-end that misses it answers 202
+	r.nc.Publish(r.subjDec, b) // best effort: a front-end that misses it answers logged
 }
 
 // checkpoint stores release rel with the snapshot after it and the log

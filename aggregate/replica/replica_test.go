@@ -417,13 +417,7 @@ func TestMsgIDUnambiguous(t *testing.T) {
 // contributions, each counted (the second was taken for a retry of the
 // first and never counted).
 func TestReplicatedIdempotencyKeyPerContributor(t *testing.T) {
-	url := natstest.StartJetStream(t)
-	cfg := testConfig(t)
-	cfg.Replicas = 1
-	r := dial(t, url, cfg)
-	a := startAggregator(t, url, cfg)
-	t.Cleanup(a.kill)
-	r.decisionWait, r.aliveWindow = time.Minute, 0
+	r := leadingNode(t)
 	withKey := func(k string) context.Context {
 		return WithIdempotencyKey(context.Background(), k)
 	}
@@ -440,15 +434,24 @@ func TestReplicatedIdempotencyKeyPerContributor(t *testing.T) {
 	}
 }
 
-// waitLeading waits until some aggregator holds the lease of r's service.
-func waitLeading(t *testing.T, r *Node) {
+// leadingNode is a front-end of a service on a JetStream server of its
+// own whose aggregator leads, waiting for its decisions as long as
+// needed.
+func leadingNode(t *testing.T) *Node {
 	t.Helper()
+	url := natstest.StartJetStream(t)
+	cfg := testConfig(t)
+	cfg.Replicas = 1
+	r := dial(t, url, cfg)
+	a := startAggregator(t, url, cfg)
+	t.Cleanup(a.kill)
+	r.decisionWait, r.aliveWindow = time.Minute, 0
 	for {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := r.lease.Get(lctx, "leader")
 		cancel()
 		if err == nil {
-			return
+			return r
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -461,15 +464,7 @@ func waitLeading(t *testing.T, r *Node) {
 // would be a second participation: rejected, and two contributions in
 // the ledger). cmd/dpserve answers these 200, 202, 409 and 400.
 func TestReplicatedContract(t *testing.T) {
-	url := natstest.StartJetStream(t)
-	cfg := testConfig(t)
-	cfg.Replicas = 1
-	r := dial(t, url, cfg)
-	a := startAggregator(t, url, cfg)
-	t.Cleanup(a.kill)
-	// Wait for the aggregator, and for its decisions as long as needed.
-	r.decisionWait, r.aliveWindow = time.Minute, 0
-	waitLeading(t, r)
+	r := leadingNode(t)
 	ctx := context.Background()
 	if _, err := r.Add(ctx, "u0", []float64{0.5, 0.5}); err != nil {
 		t.Fatalf("contribution: %v", err)
@@ -522,13 +517,7 @@ func TestReplicatedContract(t *testing.T) {
 // stayed at the first release for good, under-reporting the epsilon
 // spent.)
 func TestReplicatedLedgerCoversReleases(t *testing.T) {
-	url := natstest.StartJetStream(t)
-	cfg := testConfig(t)
-	cfg.Replicas = 1
-	r := dial(t, url, cfg)
-	a := startAggregator(t, url, cfg)
-	t.Cleanup(a.kill)
-	r.decisionWait, r.aliveWindow = time.Minute, 0
+	r := leadingNode(t)
 	ctx := context.Background()
 	if _, err := r.Add(ctx, "u0", []float64{0.5, 0.5}); err != nil {
 		t.Fatal(err)

@@ -19,13 +19,11 @@ import (
 // replicated service needs credentials); the URLs returned carry them.
 const User, Password = "dpserve", "test-password"
 
-// Start is one NATS server on loopback with the options o and the test
-// credentials, stopped when the test ends; the URL returned carries the
-// credentials.
-func Start(t testing.TB, o *natsserver.Options) string {
+// Serve starts a server with the options o (logging and signals off),
+// stopped when the test ends.
+func Serve(t testing.TB, o *natsserver.Options) *natsserver.Server {
 	t.Helper()
-	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
-	o.Username, o.Password = User, Password
+	o.NoLog, o.NoSigs = true, true
 	s, err := natsserver.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +33,17 @@ func Start(t testing.TB, o *natsserver.Options) string {
 		t.Fatal("nats server did not start")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// Start is one NATS server on loopback with the options o and the test
+// credentials, stopped when the test ends; the URL returned carries the
+// credentials.
+func Start(t testing.TB, o *natsserver.Options) string {
+	t.Helper()
+	o.Host, o.Port = "127.0.0.1", -1
+	o.Username, o.Password = User, Password
+	s := Serve(t, o)
 	return strings.Replace(s.ClientURL(), "nats://", "nats://"+User+":"+Password+"@", 1)
 }
 
