@@ -126,10 +126,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, dpcore.Invalid("replica", "lease %v: want at least %v", cfg.LeaseTTL, MinLeaseTTL)
 	case cfg.LogMaxAge < 0 || cfg.CommitEvery < 0 || cfg.DecisionWait < 0:
 		return cfg, dpcore.Invalid("replica", "log max age %v, commit interval %v, decision wait %v: want >= 0", cfg.LogMaxAge, cfg.CommitEvery, cfg.DecisionWait)
-	case cfg.Aggregate.Mechanism == nil:
-		return cfg, dpcore.Invalid("replica", "no mechanism")
 	}
-	return cfg, nil
+	// Refused now rather than each time this node wins the lease.
+	return cfg, aggregate.CheckConfig(cfg.Aggregate)
 }
 
 // horizon is the number of releases the budget covers.
@@ -197,9 +196,11 @@ type Node struct {
 }
 
 // New starts a node of the service cfg names on the connection nc: it
-// creates (or checks) the log, the buckets and the configuration every
-// node must share, and listens for the aggregator's decisions. Close
-// stops it; nc stays the caller's.
+// checks cfg (its engine as aggregate.CheckConfig does), creates (or
+// checks) the log, the buckets and the configuration every node must
+// share, and listens for the aggregator's decisions. A request sent
+// while JetStream elects a leader is retried for up to 60 s. Close stops
+// the node; nc stays the caller's.
 func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -307,7 +308,8 @@ func (r *Node) checkConfig(ctx context.Context) error {
 	return nil
 }
 
-// Close stops listening for decisions; the connection stays open.
+// Close stops listening for decisions, once RunAggregator returned; the
+// connection stays open.
 func (r *Node) Close() {
 	if r.sub != nil {
 		r.sub.Unsubscribe()

@@ -618,3 +618,29 @@ func TestAddChecksAsTheAggregator(t *testing.T) {
 		t.Fatalf("the log holds %d entries, want none", info.State.Msgs)
 	}
 }
+
+// TestNewRefusesConfig: a configuration that cannot run is refused by
+// New before it uses the connection (none here), as dpcore.ErrInvalid or
+// the planner's refusal: a bad service name, replicas or lease, and an
+// engine aggregate.Open would refuse (a clip norm whose noise is not
+// finite), which an aggregator would otherwise meet each time it won the
+// lease.
+func TestNewRefusesConfig(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"service", func(c *Config) { c.Service = "a.b" }, "service"},
+		{"replicas", func(c *Config) { c.Replicas = MaxReplicas + 1 }, "replicas"},
+		{"lease", func(c *Config) { c.LeaseTTL = MinLeaseTTL / 2 }, "lease"},
+		{"clip", func(c *Config) { c.Aggregate.Clip = 1e308 }, "clip norm"},
+	} {
+		cfg := testConfig(t)
+		c.change(&cfg)
+		_, err := New(context.Background(), nil, cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming the %s", c.name, err, c.want)
+		}
+	}
+}
