@@ -37,9 +37,10 @@
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
 // and closes the store. With -nats instead of -store the service runs
-// replicated on a NATS JetStream cluster (package aggregate/replica; same API): any
-// number of front-ends, one aggregator at a time. -seed HEX (64 hex digits) fixes the noise for tests:
-// the ledger then states that the releases are not private. Input the user
+// replicated on a NATS JetStream cluster (package aggregate/replica; same
+// API): any number of front-ends, one aggregator at a time. -seed HEX (64
+// hex digits) fixes the noise for tests: the ledger then states that the
+// releases are not private. Input the user
 // can fix (flags, -addr, the files named, a store made with other flags or
 // corrupt) exits with status 2 and a one-line message; internal failures
 // with 1.
