@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 )
 
 // ProblemKey identifies an optimization problem whose answer a Cache stores:
@@ -49,7 +50,7 @@ type Cache struct {
 // Path returns the file that holds the entry for key.
 func (c *Cache) Path(key ProblemKey) (string, error) {
 	if c == nil || c.Dir == "" {
-		return "", invalidf("cache: no directory")
+		return "", guard.Invalidf("cache: no directory")
 	}
 	kb, err := key.canonical()
 	if err != nil {
@@ -74,7 +75,7 @@ func (c *Cache) Path(key ProblemKey) (string, error) {
 // it together with the storage error.
 func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(context.Context) (*Factorization, error)) (*Factorization, bool, error) {
 	if build == nil {
-		return nil, false, invalidf("cache: nil build function")
+		return nil, false, guard.Invalidf("cache: nil build function")
 	}
 	if c == nil || c.Dir == "" {
 		f, err := build(ctx)

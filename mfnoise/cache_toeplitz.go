@@ -8,17 +8,18 @@ import (
 	"os"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // storedToeplitz is a cached optimized Toeplitz mechanism: its
 // coefficients (a few numbers for a BLT, p for p bands), never a matrix.
 type storedToeplitz struct {
-	Key     string     `json:"key"`
-	Name    string     `json:"name"`
-	N       int        `json:"n"`
-	Coef    []float64  `json:"coef,omitempty"`
-	BLT     *BLTParams `json:"blt,omitempty"`
-	InvCoef []float64  `json:"inv_coef,omitempty"`
+	Key     string              `json:"key"`
+	Name    string              `json:"name"`
+	N       int                 `json:"n"`
+	Coef    []float64           `json:"coef,omitempty"`
+	BLT     *toeplitz.BLTParams `json:"blt,omitempty"`
+	InvCoef []float64           `json:"inv_coef,omitempty"`
 }
 
 // The kind and format version of a cached Toeplitz mechanism's envelope.
@@ -31,7 +32,7 @@ const (
 // is the JSON payload in atomicfile's sealed envelope (kind dpmf-toeplitz,
 // SHA-256), written atomically; an entry with a bad checksum, another key
 // or coefficients the constructors refuse is rebuilt and overwritten.
-func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*Toeplitz, error)) (*Toeplitz, bool, error) {
+func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*toeplitz.Encoder, error)) (*toeplitz.Encoder, bool, error) {
 	if c == nil || c.Dir == "" {
 		t, err := build(ctx)
 		return t, false, err
@@ -58,7 +59,7 @@ func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build fu
 	return t, false, c.write(path, toeplitzStoreMagic, toeplitzStoreVersion, payload)
 }
 
-func readToeplitzEntry(path, key string) (*Toeplitz, error) {
+func readToeplitzEntry(path, key string) (*toeplitz.Encoder, error) {
 	payload, err := atomicfile.ReadSealed(path, toeplitzStoreMagic, toeplitzStoreVersion)
 	if err != nil {
 		if errors.Is(err, atomicfile.ErrCorrupt) {
@@ -75,9 +76,9 @@ func readToeplitzEntry(path, key string) (*Toeplitz, error) {
 	}
 	switch {
 	case st.BLT != nil:
-		return NewBLT(st.Name, st.N, *st.BLT)
+		return toeplitz.NewBLT(st.Name, st.N, *st.BLT)
 	case st.Coef != nil:
-		return NewToeplitz(st.Name, st.N, st.Coef)
+		return toeplitz.New(st.Name, st.N, st.Coef)
 	}
 	return nil, fmt.Errorf("mfnoise: cache: %w: %s holds no coefficients", ErrCorrupt, path)
 }

@@ -17,7 +17,7 @@
 // is a type (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
 // BandedToeplitz, BLT, BISR, Stamped) whose Build returns a
 // dpcore.Strategy, the dense *Factorization or the O(n)
-// *ToeplitzStrategy. Compare scores any mechanism from its strategy; names
+// *toeplitz.Strategy. Compare scores any mechanism from its strategy; names
 // are parsed only by privacy.ParseMechanism.
 //
 // The optimizers (OptimizeSingle, OptimizeKB, OptimizeBanded) spend their

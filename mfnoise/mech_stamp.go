@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
@@ -68,13 +69,13 @@ func stamp(w dpcore.Workload, s int, build builder, decoder StampDecoder) (*Fact
 	}
 	n := w.N
 	if s <= 0 {
-		return nil, nil, invalidf("stamp: %d stamps, need at least 1", s)
+		return nil, nil, guard.Invalidf("stamp: %d stamps, need at least 1", s)
 	}
 	if n%s != 0 {
-		return nil, nil, invalidf("stamp: %d stamps do not divide n = %d steps", s, n)
+		return nil, nil, guard.Invalidf("stamp: %d stamps do not divide n = %d steps", s, n)
 	}
 	if decoder != StampOptimal && decoder != StampRestartedOnline {
-		return nil, nil, invalidf("stamp: unknown decoder %d", int(decoder))
+		return nil, nil, guard.Invalidf("stamp: unknown decoder %d", int(decoder))
 	}
 	n0 := n / s
 	w0 := w.WithN(n0)
@@ -152,10 +153,10 @@ func stampedOptimalDecoder(w dpcore.Workload, c0 *mat.Dense, x0 *mat.SymDense, s
 	m0, n0 := c0.Dims()
 	var ch mat.Cholesky
 	if !ch.Factorize(x0) {
-		return nil, invalidf("block encoder does not have full column rank")
+		return nil, guard.Invalidf("block encoder does not have full column rank")
 	}
 	if cond := ch.Cond(); !(cond <= 1e14) {
-		return nil, invalidf("block encoder is numerically rank deficient (cond(C^T C) = %.3g)", cond)
+		return nil, guard.Invalidf("block encoder is numerically rank deficient (cond(C^T C) = %.3g)", cond)
 	}
 	var pinv0 mat.Dense
 	if err := ch.SolveTo(&pinv0, c0.T()); err != nil {
@@ -205,13 +206,13 @@ func (m Stamped) Structure() Structure {
 // Build stamps the inner mechanism over w.
 func (m Stamped) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	if m.Inner == nil {
-		return nil, invalidf("stamped mechanism without an inner mechanism")
+		return nil, guard.Invalidf("stamped mechanism without an inner mechanism")
 	}
 	if m.Stamps < 1 {
-		return nil, invalidf("%v: stamps = %d must be positive", m, m.Stamps)
+		return nil, guard.Invalidf("%v: stamps = %d must be positive", m, m.Stamps)
 	}
 	if m.Inner.Structure().AutoBands {
-		return nil, invalidf("%v: a band count chosen by the planner cannot be stamped", m)
+		return nil, guard.Invalidf("%v: a band count chosen by the planner cannot be stamped", m)
 	}
 	f, x, err := buildBlocks(ctx, m.Inner, m.Stamps, m.String(), w, schema, opt)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -31,11 +32,11 @@ func (m Tree) options() TreeOptions {
 }
 
 // Build is the dense factorization; tree-online for the prefix sum above
-// dpcore.DenseStepLimit (steps up to MaxStructuredSteps) is scored from the
+// dpcore.DenseStepLimit (steps up to dpcore.StructuredStepLimit) is scored from the
 // tree's structure instead.
 func (m Tree) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	if m.Decoder == TreeOnline && w.N > dpcore.DenseStepLimit && w.Kind == dpcore.PrefixSumKind {
-		if err := checkSteps(w.N); err != nil {
+		if err := guard.Steps(w.N); err != nil {
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -103,10 +104,14 @@ func BuildDense(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpco
 	return Dense(s)
 }
 
+// denseMatrices is how many n x n float64 matrices a dense build holds at
+// its peak (workload, encoder, decoder, Gram matrix, product check).
+const denseMatrices = 5
+
 // buildBlocks builds m densely over w in the given number of stamps
 // (1: not stamped), with the Gram matrix when the family gives one.
 func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
-	if err := checkDense("build "+name, w.N, denseMatrices); err != nil {
+	if err := guard.Dense("build "+name, w.N, denseMatrices); err != nil {
 		return nil, nil, err
 	}
 	if err := w.Validate(); err != nil {
@@ -119,7 +124,7 @@ func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w dpco
 		return nil, nil, fmt.Errorf("mfnoise: build %s: %w", name, err)
 	}
 	if stamps < 1 || w.N%stamps != 0 {
-		return nil, nil, invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
+		return nil, nil, guard.Invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
 	}
 	block := func(w0 dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 		return m.BuildBlock(ctx, w0, schema, opt)

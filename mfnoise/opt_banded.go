@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -24,13 +26,13 @@ const defaultBandedIter = 20000
 // the bound is 3% below the loss until past iteration 1000 there.)
 const defaultBandedGap = 1e-3
 
-// bandedStopGap is the certified gap OptimizeBanded stops at under s:
-// s.Gap, or its default.
-func bandedStopGap(s *optimize.Settings) float64 {
-	if s == nil || s.Gap == 0 {
+// bandedStopGap is the certified gap optimizeBanded stops at under set:
+// set.Gap, or its default.
+func bandedStopGap(set *optimize.Settings) float64 {
+	if set == nil || set.Gap == 0 {
 		return defaultBandedGap
 	}
-	return s.GapOrDefault()
+	return set.GapOrDefault()
 }
 
 // bandedBoundEvery is the least number of iterations between lower
@@ -49,14 +51,14 @@ const bandedBoundEvery = 50
 // within 1e-3) at 2.0 against 2.9 s and 57 against 71 s.
 const bandedMemory = 10
 
-// OptimizeBanded computes the banded matrix factorization of the workload
+// optimizeBanded computes the banded matrix factorization of the workload
 // (banded-MF paper, Problem 2; SPEC 5.5): it minimizes tr(A^T A X^-1) over
 // symmetric positive definite X with X_ii = 1 and X_ij = 0 for |i-j| >= bands,
 // by L-BFGS over the free entries X_ij, 0 < |i-j| < bands. The gradient is
 // -2 (X^-1 A^T A X^-1)_ij per free entry (each appears twice in X).
 //
 // The start is deterministic: X = C^T C of the optimal banded Toeplitz
-// encoder with the same band count (OptimizeToeplitz), columns normalized
+// encoder with the same band count (toeplitz.Optimize), columns normalized
 // (see warmStart), so the same inputs give the same encoder however the
 // build was reached. L-BFGS runs on variables scaled by the inverse square
 // root of the Hessian's diagonal at the start (see preconditioner): the
@@ -81,30 +83,27 @@ const bandedMemory = 10
 // the cost of about 70 iterations at n = 2000, so only once the loss
 // decreases by less than a quarter of the gap over 50 iterations, and then
 // after half again the iterations run so far. It stops at the certified
-// relative gap s.Gap (default 1e-3: the loss is within 0.1% of the
+// relative gap set.Gap (default 1e-3: the loss is within 0.1% of the
 // optimum; Status Converged), or at the stall rule of the method before it had a bound, a
-// relative loss decrease below s.Gap/100 (1e-6 by default) over 10
+// relative loss decrease below set.Gap/100 (1e-6 by default) over 10
 // iterations, with the bound at that point (Status Stalled), whichever
 // comes first; LowerBound and Gap (also in Meta) are the certificate.
 // Meta.Kind is "bandmf" and Meta.Bands is bands.
-func OptimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings) (*OptimizeResult, error) {
-	return optimizeBanded(ctx, w, bands, s, false)
-}
-
-// optimizeBanded is OptimizeBanded; cold starts from X = I without the
-// preconditioner (the method before warm starts, kept for the tests).
-func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
+//
+// cold starts from X = I without the preconditioner (the method before
+// warm starts, kept for the tests).
+func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, set *optimize.Settings, cold bool) (*Result, error) {
 	start := time.Now()
-	if err := checkDenseMemory("banded", w.N, bandedMatrices); err != nil {
+	if err := guard.Memory("banded", w.N, bandedMatrices); err != nil {
 		return nil, err
 	}
-	a, err := optimizerWorkload("banded", w, s)
+	a, err := optimizerWorkload("banded", w)
 	if err != nil {
 		return nil, err
 	}
 	n := w.N
 	if bands <= 0 || bands > n {
-		return nil, invalidf("optimize banded: bands = %d must lie in [1, n=%d]", bands, n)
+		return nil, guard.Invalidf("optimize banded: bands = %d must lie in [1, n=%d]", bands, n)
 	}
 	p := newBandProblem(a, bands)
 	x0 := make([]float64, p.dim())
@@ -113,10 +112,10 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
 	}
-	maxIter := s.MaxIterOr(defaultBandedIter)
+	maxIter := set.MaxIterOr(defaultBandedIter)
 	iters, status, lb := 0, optimize.Converged, math.Inf(-1)
 	if p.dim() > 0 {
-		res, err := p.minimize(ctx, x0, s, maxIter, cold)
+		res, err := p.minimize(ctx, x0, set, maxIter, cold)
 		if err != nil {
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
@@ -156,24 +155,24 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 	}
-	s.Report(optimize.Progress{Iter: iters, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
-	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
+	set.Report(optimize.Progress{Iter: iters, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
+	return &Result{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
 }
 
 // minimize runs L-BFGS from x0 (overwritten with the result) to the
 // certified gap of s, on variables scaled by the preconditioner at x0
 // (not when cold), with the bound scheduled as OptimizeBanded says.
-func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
+func (p *bandProblem) minimize(ctx context.Context, x0 []float64, set *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
 	// The certified gap to stop at, and the stall rule of the method
 	// before it had a bound (a relative decrease below gap/100 over 10
 	// iterations, 1e-6 by default), which still ends a run whose bound
 	// lags.
 	gap, rel := defaultBandedGap, optimize.DefaultGap/100
-	if s != nil && s.Gap > 0 {
-		gap, rel = s.Gap, s.Gap/100
+	if set != nil && set.Gap > 0 {
+		gap, rel = set.Gap, set.Gap/100
 	}
-	if s != nil && s.Rel > 0 {
-		rel = s.Rel
+	if set != nil && set.Rel > 0 {
+		rel = set.Rel
 	}
 	scale := make([]float64, len(x0))
 	for i := range scale {
@@ -201,11 +200,11 @@ func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Se
 		BoundEvery: bandedBoundEvery,
 		BoundStall: gap / 4,
 	}
-	set := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
-	if s != nil {
-		set.Progress = s.Progress
+	run := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
+	if set != nil {
+		run.Progress = set.Progress
 	}
-	res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &set, &optimize.LBFGS{Store: bandedMemory})
+	res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &run, &optimize.LBFGS{Store: bandedMemory})
 	if err != nil {
 		return nil, err
 	}
@@ -423,33 +422,19 @@ func bandedToeplitzGram(c []float64, n int) (diag []float64, gram func(j, d int)
 }
 
 // toeplitzBandCoef returns the coefficients c_0..c_{bands-1} of the banded
-// Toeplitz encoder OptimizeToeplitz finds for w under single participation
+// Toeplitz encoder toeplitz.Optimize finds for w under single participation
 // (for momentum at a constant rate when w's schedule varies, as
 // BandedToeplitz.Build does).
 func toeplitzBandCoef(ctx context.Context, w dpcore.Workload, bands int) ([]float64, error) {
-	ow, err := toeplitzProxyWorkload(w)
+	ow, err := toeplitz.ProxyWorkload(w)
 	if err != nil {
 		return nil, err
 	}
-	res, err := OptimizeToeplitz(ctx, ow, dpcore.SingleParticipation(), bands, ToeplitzProblem{}, nil)
+	t, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: ow, Schema: dpcore.SingleParticipation(), Bands: bands}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return res.Mechanism.Column(), nil
-}
-
-// toeplitzProxyWorkload is the Toeplitz workload the Toeplitz optimizers
-// use for w: w itself, or under a time-varying schedule the same momentum
-// at a constant rate.
-func toeplitzProxyWorkload(w dpcore.Workload) (dpcore.Workload, error) {
-	eta, err := workloadRates(w)
-	if err != nil {
-		return dpcore.Workload{}, err
-	}
-	if eta != nil && !constantRates(eta) {
-		return dpcore.Workload{Kind: dpcore.MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: dpcore.ConstantSchedule(1)}, nil
-	}
-	return w, nil
+	return t.Column(), nil
 }
 
 // preconditioner returns the scale s of the change of variables x = x0 +

@@ -1,19 +1,11 @@
 package mfnoise
 
 import (
-	"os"
-	"runtime/debug"
-	"strconv"
-	"strings"
-
 	"github.com/dpmf-go/dpmf/dpcore"
 
 	"context"
 	"fmt"
 	"math"
-	"time"
-
-	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -21,26 +13,9 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// OptimizeResult is what a factorization optimizer returns: the
-// factorization (encoder normalized to sensitivity 1 under the schema it
-// was optimized for), its loss, the lower bound and relative gap when the
-// method proves one, the iterations used, why the optimizer stopped
-// (optimize.Converged when the gap was reached, optimize.Stalled when the
-// loss stopped decreasing for a method without a bound) and the wall time.
-type OptimizeResult struct {
-	Factorization         *Factorization
-	Loss, LowerBound, Gap float64
-	Iterations            int
-	Status                optimize.Status
-	Elapsed               time.Duration
-}
-
-// optimizerWorkload validates the settings and returns the workload
-// matrix, with errors prefixed "mfnoise: optimize <what>".
-func optimizerWorkload(what string, w dpcore.Workload, s *optimize.Settings) (*mat.Dense, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
+// optimizerWorkload returns the workload matrix, with errors prefixed
+// "mfnoise: optimize <what>".
+func optimizerWorkload(what string, w dpcore.Workload) (*mat.Dense, error) {
 	a, err := w.Matrix()
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize %s: %w", what, err)
@@ -145,37 +120,3 @@ const (
 	kbMatrices     = 44
 	bandedMatrices = 11
 )
-
-// checkDenseMemory refuses, before anything is allocated, an optimizer
-// whose matrices dense n x n work matrices need more than the memory this
-// process may use (GOMEMLIMIT when set, else the machine's physical
-// memory), saying what it would need.
-func checkDenseMemory(what string, n, matrices int) error {
-	need := float64(matrices) * 8 * float64(n) * float64(n)
-	limit := processMemoryLimit()
-	if limit <= 0 || need <= float64(limit) {
-		return nil
-	}
-	return invalidf("optimize %s: n = %d steps would need about %s of memory (%d dense n x n matrices), more than the %s available (physical memory, or GOMEMLIMIT when set)",
-		what, n, dpcore.HumanBytes(need), matrices, dpcore.HumanBytes(float64(limit)))
-}
-
-// processMemoryLimit is the least of GOMEMLIMIT (when set) and MemTotal
-// of /proc/meminfo; 0 when neither is known.
-func processMemoryLimit() int64 {
-	limit := int64(0)
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 {
-					limit = kb << 10
-				}
-			}
-		}
-	}
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 && (limit == 0 || l < limit) {
-		limit = l
-	}
-	return limit
-}

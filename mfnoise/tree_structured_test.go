@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 )
 
 // TestTreeOnlineStructuredMatchesDense: the structured row norms and
@@ -37,7 +38,7 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 		}
 		for i, v := range r {
 			row := f.Decoder.RawRowView(i)
-			if relErr(v, dot(row, row)) > 1e-12 {
+			if mftest.RelErr(v, dot(row, row)) > 1e-12 {
 				t.Fatalf("n = %d: ||B[%d,:]||^2 = %v, dense %v", n, i, v, dot(row, row))
 			}
 		}
@@ -51,7 +52,7 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := dpcore.SensitivityResult{Value: row.Sensitivity, Exact: row.SensitivityExact, Method: row.SensitivityMethod}
-			if relErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
+			if mftest.RelErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
 				t.Fatalf("n = %d %s: sens %+v, dense %+v", n, s, got, want)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -44,7 +45,7 @@ func Of(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if m < n {
 		return dpcore.SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
 	}
-	if err := CheckFinite("encoder", c); err != nil {
+	if err := guard.FiniteMatrix("encoder", c); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	if s.Kind == dpcore.Single || s.K == 1 {
@@ -286,18 +287,6 @@ func isLowerBanded(c mat.Matrix, b int) bool {
 		}
 	}
 	return true
-}
-
-func CheckFinite(what string, a mat.Matrix) error {
-	r, c := a.Dims()
-	for i := 0; i < r; i++ {
-		for j := 0; j < c; j++ {
-			if v := a.At(i, j); math.IsNaN(v) || math.IsInf(v, 0) {
-				return invalidf("%s entry (%d,%d) is %v", what, i, j, v)
-			}
-		}
-	}
-	return nil
 }
 
 func invalidf(format string, args ...any) error {

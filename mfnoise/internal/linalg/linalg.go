@@ -329,5 +329,3 @@ func ApplyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
 	b.Mul(a, p)
 	return &b, nil
 }
-
-func Finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
