@@ -106,14 +106,14 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 func (f *Factorization) N() int { return f.Workload.N }
 
 // Sensitivity is sensitivity.Of(f.Encoder, s).
-func (f *Factorization) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return sensitivity.Of(f.Encoder, s)
+func (f *Factorization) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	return sensitivity.Of(f.Encoder, schema)
 }
 
-// Loss is sens^2(C) ||B||_F^2 under s: the total squared error of the
+// Loss is sens^2(C) ||B||_F^2 under the schema: the total squared error of the
 // released workload for unit noise multiplier (SPEC 4).
-func (f *Factorization) Loss(s dpcore.Schema) (float64, error) {
-	sens, err := f.Sensitivity(s)
+func (f *Factorization) Loss(schema dpcore.Schema) (float64, error) {
+	sens, err := f.Sensitivity(schema)
 	if err != nil {
 		return 0, err
 	}
@@ -155,8 +155,8 @@ func rowNorms2(b *mat.Dense) []float64 {
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise
 // multiplier.
-func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
-	l, err := f.Loss(s)
+func (f *Factorization) RMSE(schema dpcore.Schema) (float64, error) {
+	l, err := f.Loss(schema)
 	if err != nil {
 		return 0, err
 	}
@@ -165,8 +165,8 @@ func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
 
 // StepVariance returns sens^2 ||B[i,:]||^2 for each step: the variance of the
 // error on step i's output for unit noise multiplier.
-func (f *Factorization) StepVariance(s dpcore.Schema) ([]float64, error) {
-	sens, err := f.Sensitivity(s)
+func (f *Factorization) StepVariance(schema dpcore.Schema) ([]float64, error) {
+	sens, err := f.Sensitivity(schema)
 	if err != nil {
 		return nil, err
 	}

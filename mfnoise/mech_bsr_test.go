@@ -56,24 +56,24 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 						}
 					}
 				}
-				for _, s := range schemas {
-					got, err := st.Sensitivity(s)
+				for _, schema := range schemas {
+					got, err := st.Sensitivity(schema)
 					if err != nil {
 						t.Fatal(err)
 					}
-					dense, err := sensitivity.Of(f.Encoder, s)
+					dense, err := sensitivity.Of(f.Encoder, schema)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if mftest.RelErr(got.Value, dense.Value) > 1e-12 || !got.Exact {
-						t.Fatalf("%v, n = %d, %v: sensitivity %+v, dense %+v", m, n, s, got, dense)
+						t.Fatalf("%v, n = %d, %v: sensitivity %+v, dense %+v", m, n, schema, got, dense)
 					}
 					loss, err := dpcore.LossAt(st, got.Value)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if want := f.LossAt(got.Value); mftest.RelErr(loss, want) > 1e-12 {
-						t.Fatalf("%v, n = %d, %v: loss %v, dense %v", m, n, s, loss, want)
+						t.Fatalf("%v, n = %d, %v: loss %v, dense %v", m, n, schema, loss, want)
 					}
 				}
 			}

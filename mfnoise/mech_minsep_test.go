@@ -38,8 +38,8 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 			}
 			want = math.Max(want, sum)
 		}
-		s, _ := dpcore.MinSepParticipation(k, b)
-		r, err := sensitivity.Of(c, s)
+		schema, _ := dpcore.MinSepParticipation(k, b)
+		r, err := sensitivity.Of(c, schema)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,9 +52,9 @@ func TestToeplitzCache(t *testing.T) {
 	dir := t.TempDir()
 	opt := BuildOptions{Cache: &Cache{Dir: dir}}
 	w, _ := dpcore.PrefixSum(300)
-	s, _ := dpcore.MinSepParticipation(3, 100)
+	schema, _ := dpcore.MinSepParticipation(3, 100)
 	build := func(m Mechanism) (*toeplitz.Encoder, error) {
-		st, err := m.Build(context.Background(), w, s, opt)
+		st, err := m.Build(context.Background(), w, schema, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -74,18 +74,18 @@ func TestToeplitzCache(t *testing.T) {
 		if len(files) != 1 {
 			t.Fatalf("%s: %d cache files", name, len(files))
 		}
-		got, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s))
+		got, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, schema))
 		if err != nil {
 			t.Fatal(err)
 		}
-		la, _, _ := a.Loss(w, s)
-		lg, _, _ := got.Loss(w, s)
+		la, _, _ := a.Loss(w, schema)
+		lg, _, _ := got.Loss(w, schema)
 		if la != lg {
 			t.Fatalf("%s: reloaded loss %v, built %v", name, lg, la)
 		}
 		// A hit is served from the file: plant another valid mechanism
 		// under the same key.
-		planted := storedToeplitz{Key: mustKey(t, c.kind, c.size, w, s), Name: name, N: 300, Coef: []float64{1, 0.5}}
+		planted := storedToeplitz{Key: mustKey(t, c.kind, c.size, w, schema), Name: name, N: 300, Coef: []float64{1, 0.5}}
 		payload, _ := json.Marshal(planted)
 		atomicfile.WriteSealed(files[0], toeplitzStoreMagic, toeplitzStoreVersion, payload)
 		hit, err := build(spec)
@@ -95,24 +95,24 @@ func TestToeplitzCache(t *testing.T) {
 		data, _ := os.ReadFile(files[0])
 		data[len(data)-3] ^= 1
 		os.WriteFile(files[0], data, 0o644)
-		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s)); !errors.Is(err, ErrCorrupt) {
+		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, schema)); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("%s: corrupted entry read: %v", name, err)
 		}
 		b, err := build(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lb, _, _ := b.Loss(w, s); lb != la {
+		if lb, _, _ := b.Loss(w, schema); lb != la {
 			t.Fatalf("%s: rebuilt loss %v, first %v", name, lb, la)
 		}
-		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, s)); err != nil {
+		if _, err := readToeplitzEntry(files[0], mustKey(t, c.kind, c.size, w, schema)); err != nil {
 			t.Fatalf("%s: rewritten entry: %v", name, err)
 		}
 	}
 }
 
-func mustKey(t *testing.T, kind string, size int, w dpcore.Workload, s dpcore.Schema) string {
-	k := ProblemKey{Kind: kind, Workload: w, Schema: s, Bands: size, Stamps: 1}
+func mustKey(t *testing.T, kind string, size int, w dpcore.Workload, schema dpcore.Schema) string {
+	k := ProblemKey{Kind: kind, Workload: w, Schema: schema, Bands: size, Stamps: 1}
 	kb, err := k.canonical()
 	if err != nil {
 		t.Fatal(err)
@@ -128,10 +128,10 @@ func TestCompareScaleLong(t *testing.T) {
 		t.Skip("long mode only (-short given): the n = 1e5 compare takes a minute")
 	}
 	w, _ := dpcore.PrefixSum(100_000)
-	s, _ := dpcore.MinSepParticipation(1000, 100)
+	schema, _ := dpcore.MinSepParticipation(1000, 100)
 	specs := named(t, "sqrt,toeplitz:64,blt:4")
 	start := time.Now()
-	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, specs, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func TestPolarPhiMatchesEigen(t *testing.T) {
 
 // checkLowerUnitColumns checks that C is lower triangular with unit column
 // norms and that the stored loss is the dense recomputation sens^2 ||B||_F^2.
-func checkOptimum(t *testing.T, r *Result, s dpcore.Schema) {
+func checkOptimum(t *testing.T, r *Result, schema dpcore.Schema) {
 	t.Helper()
 	f := r.Factorization
 	n := f.N()
@@ -88,7 +88,7 @@ func checkOptimum(t *testing.T, r *Result, s dpcore.Schema) {
 			}
 		}
 	}
-	loss, err := f.Loss(s)
+	loss, err := f.Loss(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,12 +397,12 @@ func eye(n int) *mat.Dense {
 func BenchmarkOptimizeSingleLarge(b *testing.B) {
 	w, _ := dpcore.PrefixSum(8192)
 	start := time.Now()
-	s := &optimize.Settings{Progress: func(p optimize.Progress) {
+	set := &optimize.Settings{Progress: func(p optimize.Progress) {
 		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
 			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
 	}}
 	benchmarkOptimizer(b, func() (*Result, error) {
-		return optimizeSingle(context.Background(), w, s)
+		return optimizeSingle(context.Background(), w, set)
 	})
 }
 

@@ -94,18 +94,18 @@ func treeLevels(n int) int {
 // (k,b) participation from its Gram matrix X_il = L + 1 - bitlen(i xor l)
 // (the number of nodes covering both steps), which is non-negative: sens^2
 // = max_j sum_{i,l in pi_j} X_il, exact (multi-epoch paper Cor. 2.1).
-func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	if err := s.Validate(n); err != nil {
+func treeSensitivity(n int, schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	if err := schema.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	L := treeLevels(n)
-	if s.Kind == dpcore.Single || s.K == 1 {
+	if schema.Kind == dpcore.Single || schema.K == 1 {
 		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
-	if s.Kind != dpcore.KB {
+	if schema.Kind != dpcore.KB {
 		return dpcore.SensitivityResult{}, guard.Invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, dpcore.DenseStepLimit)
 	}
-	k, b := s.K, min(s.B, n)
+	k, b := schema.K, min(schema.B, n)
 	if float64(k)*float64(n) > maxTreeWork {
 		return dpcore.SensitivityResult{}, guard.Invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
 	}
@@ -113,7 +113,7 @@ func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
 	pat := make([]int, 0, k)
 	for j := 0; j < b; j++ {
 		pat = pat[:0]
-		for i, c := j, 0; i < n && c < k; i, c = i+s.B, c+1 {
+		for i, c := j, 0; i < n && c < k; i, c = i+schema.B, c+1 {
 			pat = append(pat, i)
 		}
 		sum := 0
@@ -136,8 +136,8 @@ type treeOnlineStrategy struct{ n int }
 
 func (t treeOnlineStrategy) Steps() int { return t.n }
 
-func (t treeOnlineStrategy) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return treeSensitivity(t.n, s)
+func (t treeOnlineStrategy) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	return treeSensitivity(t.n, schema)
 }
 
 func (t treeOnlineStrategy) DecoderRowNorms() ([]float64, error) { return treeOnlineRowNorms(t.n) }

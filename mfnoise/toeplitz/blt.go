@@ -173,17 +173,17 @@ func bltUnboundedSens2(p *BLTParams, k, b int) float64 {
 // every Omega_i >= 0 and sum_i Omega_i <= 1 (then c_0 = 1 >= c_1 >= c_2 >=
 // ... >= 0 at every t, which the parameters prove without looking at
 // coefficients); other BLTs are refused.
-func (t *Encoder) StreamSensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func (t *Encoder) StreamSensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if t.BLT == nil {
 		return dpcore.SensitivityResult{}, guard.Invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
 	}
 	if err := t.BLT.validate(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if err := s.Check(); err != nil {
+	if err := schema.Check(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if s.Kind == dpcore.KB {
+	if schema.Kind == dpcore.KB {
 		return dpcore.SensitivityResult{}, guard.Invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
 	}
 	sum := 0.0
@@ -196,8 +196,8 @@ func (t *Encoder) StreamSensitivity(s dpcore.Schema) (dpcore.SensitivityResult, 
 	if sum > 1 {
 		return dpcore.SensitivityResult{}, guard.Invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
 	}
-	k, b := s.K, s.B
-	if s.Kind == dpcore.Single {
+	k, b := schema.K, schema.B
+	if schema.Kind == dpcore.Single {
 		k, b = 1, 1
 	}
 	if _, err := unboundedHorizon(k, b); err != nil {

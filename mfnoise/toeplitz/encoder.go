@@ -378,8 +378,8 @@ func (t *Encoder) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 
 // Loss is sens^2(C) ||A C^-1||_F^2 under the schema (SPEC 4) with the
 // sensitivity it used.
-func (t *Encoder) Loss(w dpcore.Workload, s dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
-	sens, err := t.Sensitivity(s)
+func (t *Encoder) Loss(w dpcore.Workload, schema dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
+	sens, err := t.Sensitivity(schema)
 	if err != nil {
 		return 0, dpcore.SensitivityResult{}, err
 	}
@@ -418,19 +418,19 @@ const (
 // Sensitivity is sens(C) under the schema for clipping norm 1 in O(n) time
 // (see Packed and EnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
-func (t *Encoder) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func (t *Encoder) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if err := t.Validate(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	if err := guard.Steps(t.N); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if err := s.Validate(t.N); err != nil {
+	if err := schema.Validate(t.N); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	c := t.Column()
-	k, b := s.K, s.B
-	if s.Kind == dpcore.Single || k == 1 {
+	k, b := schema.K, schema.B
+	if schema.Kind == dpcore.Single || k == 1 {
 		return dpcore.SensitivityResult{Value: math.Sqrt(floats.Dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
@@ -442,7 +442,7 @@ func (t *Encoder) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error)
 			nonincr = false
 		}
 	}
-	exact := nonneg && (s.Kind == dpcore.KB || nonincr)
+	exact := nonneg && (schema.Kind == dpcore.KB || nonincr)
 	if !exact {
 		e := make([]float64, len(c))
 		run := 0.0
@@ -450,7 +450,7 @@ func (t *Encoder) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error)
 			run = math.Max(run, math.Abs(c[i]))
 			e[i] = run
 		}
-		if s.Kind == dpcore.KB {
+		if schema.Kind == dpcore.KB {
 			// |c| suffices for (k,b): pi_0 dominates entrywise.
 			for i, v := range c {
 				e[i] = math.Abs(v)

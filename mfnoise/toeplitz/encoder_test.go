@@ -164,38 +164,38 @@ func toeplitzAgainstDense(t *testing.T, n int) {
 					t.Fatalf("%s: ||B[%d,:]||^2 = %v, dense %v", name, i, v, floats.Dot(r, r))
 				}
 			}
-			for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), kb, kb2} {
-				got, err := m.Sensitivity(s)
+			for _, schema := range []dpcore.Schema{dpcore.SingleParticipation(), kb, kb2} {
+				got, err := m.Sensitivity(schema)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := f.Sensitivity(s)
+				want, err := f.Sensitivity(schema)
 				if err != nil {
 					t.Fatal(err)
 				}
 				switch {
 				case got.Exact && want.Exact:
 					if mftest.RelErr(got.Value, want.Value) > 1e-9 {
-						t.Fatalf("%s %s: sens %v (%s), dense %v (%s)", name, s, got.Value, got.Method, want.Value, want.Method)
+						t.Fatalf("%s %s: sens %v (%s), dense %v (%s)", name, schema, got.Value, got.Method, want.Value, want.Method)
 					}
 				case got.Exact:
 					// Dense bound: must not be below the exact value.
 					if want.Value < got.Value*(1-1e-9) {
-						t.Fatalf("%s %s: exact sens %v above the dense bound %v", name, s, got.Value, want.Value)
+						t.Fatalf("%s %s: exact sens %v above the dense bound %v", name, schema, got.Value, want.Value)
 					}
 				default:
 					// Our bound must not be below the true sensitivity,
 					// which is at least ||C s||, s = signed pattern sums.
-					if lb := signedPatternLower(f.Encoder, s); got.Value < lb*(1-1e-9) {
-						t.Fatalf("%s %s: bound %v below the attained %v", name, s, got.Value, lb)
+					if lb := signedPatternLower(f.Encoder, schema); got.Value < lb*(1-1e-9) {
+						t.Fatalf("%s %s: bound %v below the attained %v", name, schema, got.Value, lb)
 					}
 				}
-				lossGot, _, err := m.Loss(w, s)
+				lossGot, _, err := m.Loss(w, schema)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if fro := mat.Norm(f.Decoder, 2); mftest.RelErr(lossGot, got.Value*got.Value*fro*fro) > 1e-9 {
-					t.Fatalf("%s %s: loss %v, dense %v", name, s, lossGot, got.Value*got.Value*fro*fro)
+					t.Fatalf("%s %s: loss %v, dense %v", name, schema, lossGot, got.Value*got.Value*fro*fro)
 				}
 			}
 		}
@@ -204,10 +204,10 @@ func toeplitzAgainstDense(t *testing.T, n int) {
 
 // signedPatternLower is max over (k,b) patterns and sign choices of ||C
 // sum_{i in pi} s_i e_i||: a lower bound on the sensitivity (g_i = s_i u).
-func signedPatternLower(c *mat.Dense, s dpcore.Schema) float64 {
+func signedPatternLower(c *mat.Dense, schema dpcore.Schema) float64 {
 	_, n := c.Dims()
 	best := 0.0
-	for _, p := range s.Patterns(n) {
+	for _, p := range schema.Patterns(n) {
 		for mask := 0; mask < 1<<len(p); mask++ {
 			v := make([]float64, n)
 			for q, i := range p {
@@ -230,7 +230,7 @@ func signedPatternLower(c *mat.Dense, s dpcore.Schema) float64 {
 // |X_ij| otherwise.
 func TestToeplitzMinSepBruteForce(t *testing.T) {
 	for _, tc := range []struct{ n, k, b int }{{14, 3, 3}, {16, 4, 2}, {13, 2, 5}} {
-		s, _ := dpcore.MinSepParticipation(tc.k, tc.b)
+		schema, _ := dpcore.MinSepParticipation(tc.k, tc.b)
 		pats := mftest.MinSepPatterns(tc.n, tc.k, tc.b)
 		for _, m := range testEncoders(t, tc.n) {
 			x := linalg.Gram(toeplitzDense(m.Column()))
@@ -245,21 +245,21 @@ func TestToeplitzMinSepBruteForce(t *testing.T) {
 				}
 				exact, abs = math.Max(exact, e), math.Max(abs, a)
 			}
-			got, err := m.Sensitivity(s)
+			got, err := m.Sensitivity(schema)
 			if err != nil {
 				t.Fatal(err)
 			}
 			g2 := got.Value * got.Value
 			if got.Exact {
 				if mftest.RelErr(g2, exact) > 1e-12 {
-					t.Fatalf("%s n=%d %s: packed sens^2 %v, brute force %v", m.Name, tc.n, s, g2, exact)
+					t.Fatalf("%s n=%d %s: packed sens^2 %v, brute force %v", m.Name, tc.n, schema, g2, exact)
 				}
 			} else if g2 < abs*(1-1e-12) {
-				t.Fatalf("%s n=%d %s: bound %v below max sum |X| = %v", m.Name, tc.n, s, g2, abs)
+				t.Fatalf("%s n=%d %s: bound %v below max sum |X| = %v", m.Name, tc.n, schema, g2, abs)
 			}
 			wantExact := m.Name != "mixed" && m.Name != "bump"
 			if got.Exact != wantExact {
-				t.Fatalf("%s %s: exact = %v, want %v", m.Name, s, got.Exact, wantExact)
+				t.Fatalf("%s %s: exact = %v, want %v", m.Name, schema, got.Exact, wantExact)
 			}
 		}
 	}
@@ -313,8 +313,8 @@ func TestToeplitzBadInput(t *testing.T) {
 		}()},
 		{"unbounded horizon", func() error {
 			m, _ := toeplitz.NewBLT("x", 10, toeplitz.BLTParams{Theta: []float64{0.5}, Omega: []float64{0.5}})
-			s, _ := dpcore.MinSepParticipation(1<<20, 1<<20)
-			_, err := m.StreamSensitivity(s)
+			schema, _ := dpcore.MinSepParticipation(1<<20, 1<<20)
+			_, err := m.StreamSensitivity(schema)
 			return err
 		}()},
 		{"empty sens", func() error {
@@ -384,8 +384,8 @@ func TestMinSepPackedRandom(t *testing.T) {
 			}
 		}
 		m, _ := toeplitz.New("r", n, c)
-		s, _ := dpcore.MinSepParticipation(k, b)
-		got, err := m.Sensitivity(s)
+		schema, _ := dpcore.MinSepParticipation(k, b)
+		got, err := m.Sensitivity(schema)
 		if err != nil || !got.Exact {
 			t.Fatal(got, err)
 		}

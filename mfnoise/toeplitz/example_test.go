@@ -16,16 +16,16 @@ import (
 func ExampleOptimize() {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(1000)
-	s, _ := dpcore.MinSepParticipation(5, 100)
-	blt, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: s, Buffers: 2}, nil)
+	schema, _ := dpcore.MinSepParticipation(5, 100)
+	blt, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: schema, Buffers: 2}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	loss, sens, _ := blt.Loss(w, s)
+	loss, sens, _ := blt.Loss(w, schema)
 	sq, _ := toeplitz.Sqrt(1000)
-	sqLoss, _, _ := sq.Loss(w, s)
-	stream, _ := blt.StreamSensitivity(s)
+	sqLoss, _, _ := sq.Loss(w, schema)
+	stream, _ := blt.StreamSensitivity(schema)
 	fmt.Printf("%s: sensitivity exact %v (%s), loss %.3g of the square root's\n", blt.Name, sens.Exact, sens.Method, loss/sqLoss)
 	fmt.Printf("unbounded-stream sensitivity >= %d-step: %v\n", w.N, stream.Value >= sens.Value)
 	// Output:

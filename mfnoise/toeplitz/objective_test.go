@@ -31,17 +31,17 @@ func TestObjectiveGradients(t *testing.T) {
 					})
 					// The objective's sensitivity is the one reported.
 					m, _ := New("x", n, append([]float64{1}, x...))
-					s := dpcore.Schema{Kind: dpcore.KB, K: kb[0], B: kb[1]}
+					schema := dpcore.Schema{Kind: dpcore.KB, K: kb[0], B: kb[1]}
 					if minsep {
-						s.Kind = dpcore.MinSep
+						schema.Kind = dpcore.MinSep
 					}
 					if kb[0] == 1 {
-						s = dpcore.SingleParticipation()
+						schema = dpcore.SingleParticipation()
 					}
-					if s.Validate(n) != nil {
+					if schema.Validate(n) != nil {
 						continue // (k,b) with k b < n
 					}
-					sens, err := m.Sensitivity(s)
+					sens, err := m.Sensitivity(schema)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -54,7 +54,7 @@ func TestObjectiveGradients(t *testing.T) {
 						}
 					}
 					if got := eval(x, nil); mftest.RelErr(got, sens.Value*sens.Value*want) > 1e-9 {
-						t.Errorf("toeplitz %s %s: objective %v, reported sens^2 x error %v", w, s, got, sens.Value*sens.Value*want)
+						t.Errorf("toeplitz %s %s: objective %v, reported sens^2 x error %v", w, schema, got, sens.Value*sens.Value*want)
 					}
 				}
 				for _, unb := range []bool{false, true} {

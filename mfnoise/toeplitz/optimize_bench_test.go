@@ -20,12 +20,12 @@ func BenchmarkOptimizeBLT(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		w, _ := dpcore.PrefixSum(n)
 		ms, _ := dpcore.MinSepParticipation(n/1000, 1000)
-		for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), ms} {
-			b.Run(fmt.Sprintf("n=%d/%s", n, s.Kind), func(b *testing.B) {
+		for _, schema := range []dpcore.Schema{dpcore.SingleParticipation(), ms} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, schema.Kind), func(b *testing.B) {
 				var r *optimize.Result
 				for b.Loop() {
 					var err error
-					_, r, err = toeplitz.Optimize(context.Background(), toeplitz.Problem{Workload: w, Schema: s, Buffers: 4}, nil)
+					_, r, err = toeplitz.Optimize(context.Background(), toeplitz.Problem{Workload: w, Schema: schema, Buffers: 4}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -18,23 +18,23 @@ import (
 func TestToeplitzQualitySmall(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(64)
-	s := dpcore.SingleParticipation()
+	schema := dpcore.SingleParticipation()
 	opt, err := mfnoise.Optimize(ctx, mfnoise.Problem{Workload: w, Family: mfnoise.SingleFamily{}}, &optimize.Settings{Gap: 1e-8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, tpRun, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: s, Bands: 64}, nil)
+	tp, tpRun, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: schema, Bands: 64}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blt, bltRun, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: s, Buffers: 3}, nil)
+	blt, bltRun, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: schema, Buffers: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sq, _ := toeplitz.Sqrt(64)
-	sqLoss, _, _ := sq.Loss(w, s)
-	tpLoss, sens, _ := tp.Loss(w, s)
-	bltLoss, bsens, _ := blt.Loss(w, s)
+	sqLoss, _, _ := sq.Loss(w, schema)
+	tpLoss, sens, _ := tp.Loss(w, schema)
+	bltLoss, bsens, _ := blt.Loss(w, schema)
 	if !sens.Exact || !bsens.Exact {
 		t.Fatalf("sensitivities not exact: %+v %+v", sens, bsens)
 	}
@@ -74,16 +74,16 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 		t.Fatalf("mf-kb bound %v, loss %v", lb, opt.Loss)
 	}
 	var mechs []*toeplitz.Encoder
-	for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), kb, ms} {
+	for _, schema := range []dpcore.Schema{dpcore.SingleParticipation(), kb, ms} {
 		for _, p := range []int{1, 6, 12, 24, 48} {
-			r, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: s, Bands: p}, nil)
+			r, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: schema, Bands: p}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			mechs = append(mechs, r)
 		}
 		for nb := 1; nb <= 4; nb++ {
-			r, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: s, Buffers: nb}, nil)
+			r, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: w, Schema: schema, Buffers: nb}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,13 +95,13 @@ func TestNoMechanismBelowKBBound(t *testing.T) {
 	mechs = append(mechs, testEncoders(t, n)...)
 	best := math.Inf(1)
 	for _, m := range mechs {
-		for _, s := range []dpcore.Schema{kb, ms} {
-			loss, sens, err := m.Loss(w, s)
+		for _, schema := range []dpcore.Schema{kb, ms} {
+			loss, sens, err := m.Loss(w, schema)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if loss < lb*(1-1e-9) {
-				t.Errorf("%s under %s: loss %v below the mf-kb dual bound %v (sens %+v)", m.Name, s, loss, lb, sens)
+				t.Errorf("%s under %s: loss %v below the mf-kb dual bound %v (sens %+v)", m.Name, schema, loss, lb, sens)
 			}
 			best = math.Min(best, loss)
 		}
