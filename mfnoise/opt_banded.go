@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -50,6 +48,15 @@ const bandedBoundEvery = 50
 // loss 607175 against 607169; n = 2000, 1305 against 1346, both certified
 // within 1e-3) at 2.0 against 2.9 s and 57 against 71 s.
 const bandedMemory = 10
+
+// BandedFamily is the optimal dense encoder with Bands bands (banded-MF;
+// see optimizeBanded): L-BFGS with a proven lower bound, stopping at the
+// certified gap set.Gap (default 1e-3).
+type BandedFamily struct{ Bands int }
+
+func (f BandedFamily) optimize(ctx context.Context, w dpcore.Workload, _ dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	return optimizeBanded(ctx, w, f.Bands, set, false)
+}
 
 // optimizeBanded computes the banded matrix factorization of the workload
 // (banded-MF paper, Problem 2; SPEC 5.5): it minimizes tr(A^T A X^-1) over
@@ -215,158 +222,6 @@ func (p *bandProblem) minimize(ctx context.Context, x0 []float64, set *optimize.
 	// improved X.
 	copy(x0, toX(res.X))
 	return res, nil
-}
-
-// bandProblem evaluates tr(A^T A X^-1) and its gradient over the free
-// entries of a banded X with unit diagonal. Free entry (d, i) is X[i, i-d]
-// for d = 1..bands-1, i = d..n-1, stored d-major.
-type bandProblem struct {
-	a    *mat.Dense
-	n, k int // k = bands - 1, the half bandwidth
-	xb   *mat.SymBandDense
-	ch   mat.BandCholesky
-	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
-	lastX []float64
-	lastF float64
-	lastG []float64
-	ok    bool
-	// dense holds the work matrices of the GEMM-bound evaluation used
-	// for wide bands (opt_banded_dense.go).
-	dense *denseBandEval
-	// panels holds the work of the panel evaluation
-	// (opt_banded_panels.go).
-	panels *panelEval
-	// path forces the evaluation in tests (0: by cost).
-	path evalPath
-}
-
-func newBandProblem(a *mat.Dense, bands int) *bandProblem {
-	n, _ := a.Dims()
-	return &bandProblem{a: a, n: n, k: bands - 1, xb: mat.NewSymBandDense(n, bands-1, nil)}
-}
-
-func (p *bandProblem) dim() int {
-	d := 0
-	for off := 1; off <= p.k; off++ {
-		d += p.n - off
-	}
-	return d
-}
-
-func (p *bandProblem) fill(x []float64) {
-	for i := 0; i < p.n; i++ {
-		p.xb.SetSymBand(i, i, 1)
-	}
-	idx := 0
-	for off := 1; off <= p.k; off++ {
-		for i := off; i < p.n; i++ {
-			p.xb.SetSymBand(i-off, i, x[idx])
-			idx++
-		}
-	}
-}
-
-// band returns X for the free entries x as a dense symmetric matrix.
-func (p *bandProblem) band(x []float64) *mat.SymDense {
-	p.fill(x)
-	out := mat.NewSymDense(p.n, nil)
-	for i := 0; i < p.n; i++ {
-		for j := i; j <= min(i+p.k, p.n-1); j++ {
-			out.SetSym(i, j, p.xb.At(i, j))
-		}
-	}
-	return out
-}
-
-// eval returns tr(A X^-1 A^T) and, if g is not nil, stores the gradient in
-// g. Points outside the positive definite cone have value +Inf, which the
-// line search backs away from.
-func (p *bandProblem) eval(x, g []float64) float64 {
-	if p.ok && floats.Equal(x, p.lastX) {
-		if g != nil {
-			copy(g, p.lastG)
-		}
-		return p.lastF
-	}
-	p.ok = false
-	if p.lastX == nil {
-		p.lastX = make([]float64, len(x))
-		p.lastG = make([]float64, len(x))
-	}
-	copy(p.lastX, x)
-	var f float64
-	var ok bool
-	switch p.evalPath() {
-	case pathDense:
-		p.fill(x)
-		f, ok = p.evalDense(p.lastG)
-	case pathSolves:
-		f, ok = p.evalSolves(x, p.lastG)
-	default:
-		f, ok = p.evalPanels(x, p.lastG)
-	}
-	if !ok {
-		f = math.Inf(1)
-		for i := range p.lastG {
-			p.lastG[i] = math.NaN()
-		}
-	}
-	p.lastF, p.ok = f, true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
-}
-
-// evalSolves computes f = tr(A X^-1 A^T) and the gradient over the free
-// band entries by n banded solves, one row of A at a time (the reference
-// of the tests). It returns false when X is not positive definite.
-func (p *bandProblem) evalSolves(x, grad []float64) (float64, bool) {
-	p.fill(x)
-	if !p.ch.Factorize(p.xb) {
-		return 0, false
-	}
-	// Row r of Z = A X^-1 solves X z_r = a_r: contiguous banded solves,
-	// split over goroutines. tr(A X^-1 A^T) = sum_r a_r . z_r and
-	// d/dX_il tr(G X^-1) = -(Z^T Z)_il, accumulated row by row.
-	workers := min(runtime.GOMAXPROCS(0), p.n)
-	fs := make([]float64, workers)
-	gs := make([][]float64, workers)
-	var wg sync.WaitGroup
-	for wk := 0; wk < workers; wk++ {
-		gs[wk] = make([]float64, len(grad))
-		wg.Add(1)
-		go func(wk int) {
-			defer wg.Done()
-			z := mat.NewVecDense(p.n, nil)
-			zr := z.RawVector().Data
-			g := gs[wk]
-			for r := wk; r < p.n; r += workers {
-				ar := p.a.RawRowView(r)
-				// Condition errors only warn; the value is still computed.
-				_ = p.ch.SolveVecTo(z, mat.NewVecDense(p.n, ar))
-				fs[wk] += floats.Dot(ar, zr)
-				idx := 0
-				for off := 1; off <= p.k; off++ {
-					gb := g[idx : idx+p.n-off]
-					zl := zr[:p.n-off]
-					for i, zi := range zr[off:] {
-						gb[i] += zi * zl[i]
-					}
-					idx += p.n - off
-				}
-			}
-		}(wk)
-	}
-	wg.Wait()
-	for i := range grad {
-		sum := 0.0
-		for wk := range gs {
-			sum += gs[wk][i]
-		}
-		grad[i] = -2 * sum
-	}
-	return floats.Sum(fs), true
 }
 
 // warmStart is the deterministic starting point of OptimizeBanded: the

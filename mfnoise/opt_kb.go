@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 
@@ -31,6 +32,15 @@ const (
 	// worth computing once the iterate has moved.
 	kbBoundEvery = 25
 )
+
+// KBFamily is the optimal dense encoder under (k,b)-participation
+// (multi-epoch paper; see optimizeKB): L-BFGS with a proven lower bound,
+// stopping at the certified gap set.Gap (default 1e-4).
+type KBFamily struct{}
+
+func (KBFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	return optimizeKB(ctx, w, schema, set, false)
+}
 
 // optimizeKB computes the optimal (k,b)-participation factorization of the
 // workload (multi-epoch paper Sec. 3, Eq. 6; SPEC 5.4):
@@ -203,8 +213,8 @@ func packedOffset(i int) int { return i * (i + 1) / 2 }
 // parallelRows calls f on row ranges of the packed lower triangle with
 // equal numbers of entries, in parallel.
 func (p *kbPrimal) parallelRows(f func(lo, hi int)) {
-	chunks := parallelChunks(packedOffset(p.n))
-	parallelDo(chunks, func(c int) {
+	chunks := linalg.ParallelChunks(packedOffset(p.n))
+	linalg.ParallelDo(chunks, func(c int) {
 		lo := int(float64(p.n) * math.Sqrt(float64(c)/float64(chunks)))
 		hi := int(float64(p.n) * math.Sqrt(float64(c+1)/float64(chunks)))
 		if c == chunks-1 {
@@ -502,7 +512,7 @@ func (p *kbPrimal) updatePreconditioner(x []float64) {
 // the constraint subspace: on each pattern's diagonal the result is
 // P (q - mu) with mu the P-weighted mean, so its sum stays 0.
 func (p *kbPrimal) precondition(d []float64) {
-	parallelRange(len(d), func(_, lo, hi int) {
+	linalg.ParallelRange(len(d), func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d[i] *= p.prec[i]
 		}

@@ -59,14 +59,14 @@ func TestKBPrimalGradient(t *testing.T) {
 		}
 		d := make([]float64, len(x))
 		p.eval(y, d)
-		floats.Scale(1/math.Sqrt(parallelDot(d, d)), d)
+		floats.Scale(1/math.Sqrt(floats.Dot(d, d)), d)
 		const h = 1e-6
 		xp, xm := append([]float64(nil), x...), append([]float64(nil), x...)
 		floats.AddScaled(xp, h, d)
 		floats.AddScaled(xm, -h, d)
 		fp, _ := p.eval(xp, make([]float64, len(x)))
 		fm, _ := p.eval(xm, make([]float64, len(x)))
-		fd, an := (fp-fm)/(2*h), parallelDot(g, d)
+		fd, an := (fp-fm)/(2*h), floats.Dot(g, d)
 		if math.Abs(fd-an) > 1e-6*(1+math.Abs(an)) {
 			t.Errorf("direction %d: derivative %v, finite difference %v", trial, an, fd)
 		}
@@ -109,10 +109,10 @@ func TestKBPreconditioner(t *testing.T) {
 			t.Errorf("pattern %v: diagonal sums to %v", m, sum)
 		}
 	}
-	if q := parallelDot(g1, d1); !(q > 0) {
+	if q := floats.Dot(g1, d1); !(q > 0) {
 		t.Errorf("g^T P g = %v, want > 0", q)
 	}
-	if a, b := parallelDot(g1, d2), parallelDot(d1, g2); math.Abs(a-b) > 1e-10*math.Abs(a) {
+	if a, b := floats.Dot(g1, d2), floats.Dot(d1, g2); math.Abs(a-b) > 1e-10*math.Abs(a) {
 		t.Errorf("not symmetric: %v vs %v", a, b)
 	}
 }

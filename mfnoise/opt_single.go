@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
@@ -18,6 +19,18 @@ import (
 
 // defaultSingleIter bounds the fixed-point iterations of OptimizeSingle.
 const defaultSingleIter = 1000
+
+// SingleFamily is the optimal dense encoder under single participation
+// (Denisov et al. 2022; see optimizeSingle): a fixed point with a proven
+// lower bound, stopping at the certified gap set.Gap (default 1e-4).
+type SingleFamily struct{}
+
+func (SingleFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	if schema.Kind != dpcore.Single {
+		return nil, guard.Invalidf("optimize single: schema %v is not single participation (use the kb family)", schema)
+	}
+	return optimizeSingle(ctx, w, set)
+}
 
 // optimizeSingle computes the optimal single-participation factorization of
 // the workload (Denisov et al. 2022, Thm 3.2; SPEC 5.3): the minimizer of
@@ -235,7 +248,7 @@ func polarFactor(ctx context.Context, u, k *mat.Dense, lower bool) (int, error) 
 	return maxSteps, fmt.Errorf("polar iteration did not converge in %d steps", maxSteps)
 }
 
-// inverseOf sets dst = a^-1 by LU factorization (luFactor) and two
+// inverseOf sets dst = a^-1 by LU factorization (linalg.LUFactor) and two
 // triangular solves against the identity: level-3 throughout, so more than
 // twice as fast as mat.Dense.Inverse, whose Dgetri inverts U with gonum's
 // unblocked Dtrmm.
@@ -243,7 +256,7 @@ func inverseOf(dst, a *mat.Dense) error {
 	n, _ := a.Dims()
 	lu := mat.DenseCopyOf(a)
 	ipiv := make([]int, n)
-	if raw := lu.RawMatrix(); !luFactor(n, raw.Data, raw.Stride, ipiv) {
+	if raw := lu.RawMatrix(); !linalg.LUFactor(n, raw.Data, raw.Stride, ipiv) {
 		return fmt.Errorf("polar iteration: matrix is singular")
 	}
 	setIdentity(dst, n)
