@@ -166,18 +166,6 @@ func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (Comp
 	return row, nil
 }
 
-// denseCost is the streaming cost of a dense encoder's noise (SPEC 6),
-// per coordinate of the model: the band count when the factorization
-// declares its encoder banded (Meta.Bands), else one d-vector per step of
-// a block.
-func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
-	if f, ok := s.(*Factorization); ok && f.Meta.Bands > 0 {
-		return bandedCost(s, stamps)
-	}
-	n0, _ := blockDims(s, stamps)
-	return float64(n0), "O(n d)"
-}
-
 // prefixedError adds context to an error keeping a single "mfnoise: "
 // prefix: "mfnoise: compare x: ...", not "mfnoise: compare x: mfnoise:
 // ...", by reading the reason of this package's structured errors

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -135,22 +134,6 @@ func bandsStructure(bands int, auto bool) Structure {
 // nonzero column of row i) + 1 within a block).
 func (BandMF) NoiseCost(s dpcore.Strategy, stamps int) (float64, string) {
 	return bandedCost(s, stamps)
-}
-
-func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
-	n0, _ := blockDims(s, stamps)
-	c, _, err := s.Matrices()
-	if err != nil {
-		return float64(n0), "O(n d)"
-	}
-	lo, hi, _ := linalg.RowSpans(c)
-	bands := 1
-	for i := range lo {
-		if hi[i] > lo[i] {
-			bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
-		}
-	}
-	return float64(bands), "O(b d)"
 }
 
 // optimized runs Optimize for family under key.Schema and workload w

@@ -116,15 +116,3 @@ func (m FFT) NoiseCost(s dpcore.Strategy, stamps int) (float64, string) {
 	}
 	return float64(m0), "O(d log n)"
 }
-
-// blockDims are the steps n0 and encoder rows m0 of one block of a dense
-// strategy stamped stamps times.
-func blockDims(s dpcore.Strategy, stamps int) (n0, m0 int) {
-	stamps = max(stamps, 1)
-	n0 = s.Steps() / stamps
-	if f, ok := s.(*Factorization); ok {
-		m, _ := f.Encoder.Dims()
-		return n0, m / stamps
-	}
-	return n0, n0
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -76,6 +77,49 @@ type Coster interface {
 	// coordinate and the complexity class of one step, for strategy s
 	// built by the mechanism with the given number of stamps.
 	NoiseCost(s dpcore.Strategy, stamps int) (perCoord float64, stepTime string)
+}
+
+// denseCost is the streaming cost of a dense encoder's noise (SPEC 6),
+// per coordinate of the model: the band count when the factorization
+// declares its encoder banded (Meta.Bands), else one d-vector per step of
+// a block.
+func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
+	if f, ok := s.(*Factorization); ok && f.Meta.Bands > 0 {
+		return bandedCost(s, stamps)
+	}
+	n0, _ := blockDims(s, stamps)
+	return float64(n0), "O(n d)"
+}
+
+// bandedCost is the streaming cost of a banded encoder's noise: its band
+// count read off the encoder within a block (b = max_i (i - first nonzero
+// column of row i) + 1).
+func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
+	n0, _ := blockDims(s, stamps)
+	c, _, err := s.Matrices()
+	if err != nil {
+		return float64(n0), "O(n d)"
+	}
+	lo, hi, _ := linalg.RowSpans(c)
+	bands := 1
+	for i := range lo {
+		if hi[i] > lo[i] {
+			bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
+		}
+	}
+	return float64(bands), "O(b d)"
+}
+
+// blockDims are the steps n0 and encoder rows m0 of one block of a dense
+// strategy stamped stamps times.
+func blockDims(s dpcore.Strategy, stamps int) (n0, m0 int) {
+	stamps = max(stamps, 1)
+	n0 = s.Steps() / stamps
+	if f, ok := s.(*Factorization); ok {
+		m, _ := f.Encoder.Dims()
+		return n0, m / stamps
+	}
+	return n0, n0
 }
 
 // BuildOptions configures building and Compare.
