@@ -15,10 +15,10 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// defaultBandedIter bounds the L-BFGS iterations of OptimizeBanded.
+// defaultBandedIter bounds the L-BFGS iterations of optimizeBanded.
 const defaultBandedIter = 20000
 
-// defaultBandedGap is the certified relative gap OptimizeBanded stops at
+// defaultBandedGap is the certified relative gap optimizeBanded stops at
 // by default: the loss is then within 0.1% of the banded optimum, proven
 // by the bound. (5e-3, issue 26's tolerance, did not help at n = 2000:
 // the bound is 3% below the loss until past iteration 1000 there.)
@@ -40,7 +40,7 @@ func bandedStopGap(set *optimize.Settings) float64 {
 // one comes after half again the iterations (optimize.Problem.BoundStall).
 const bandedBoundEvery = 50
 
-// bandedMemory is the number of L-BFGS correction pairs of OptimizeBanded.
+// bandedMemory is the number of L-BFGS correction pairs of optimizeBanded.
 // Each pair is two vectors of n bands entries that every iteration reads
 // twice: at n = 2000 and 128 bands, 30 pairs cost about a third of an
 // iteration, and 10 pairs reached the same losses in as many iterations
@@ -168,7 +168,7 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, set *opti
 
 // minimize runs L-BFGS from x0 (overwritten with the result) to the
 // certified gap of s, on variables scaled by the preconditioner at x0
-// (not when cold), with the bound scheduled as OptimizeBanded says.
+// (not when cold), with the bound scheduled as optimizeBanded says.
 func (p *bandProblem) minimize(ctx context.Context, x0 []float64, set *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
 	// The certified gap to stop at, and the stall rule of the method
 	// before it had a bound (a relative decrease below gap/100 over 10
@@ -224,8 +224,8 @@ func (p *bandProblem) minimize(ctx context.Context, x0 []float64, set *optimize.
 	return res, nil
 }
 
-// warmStart is the deterministic starting point of OptimizeBanded: the
-// banded Toeplitz optimum for the same band count (OptimizeToeplitz under
+// warmStart is the deterministic starting point of optimizeBanded: the
+// banded Toeplitz optimum for the same band count (toeplitz.Optimize under
 // single participation, for the workload's momentum at a constant rate when
 // its schedule varies), as the X = C^T C it induces with the diagonal scaled
 // to 1 (columns normalized), or X = I when that is no better. The same

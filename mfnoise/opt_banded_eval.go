@@ -35,10 +35,10 @@ type bandProblem struct {
 	lastG []float64
 	ok    bool
 	// dense holds the work matrices of the GEMM-bound evaluation used
-	// for wide bands (opt_banded_dense.go).
+	// for wide bands (evalDense).
 	dense *denseBandEval
 	// panels holds the work of the panel evaluation
-	// (opt_banded_panels.go).
+	// (evalPanels).
 	panels *panelEval
 	// path forces the evaluation in tests (0: by cost).
 	path evalPath
@@ -192,7 +192,7 @@ const (
 	pathPanels                 // panels of rows of A, in cache
 )
 
-// evalPath returns the evaluation OptimizeBanded uses: by panels. The
+// evalPath returns the evaluation optimizeBanded uses: by panels. The
 // banded solves cost about 4 n^2 bands flops at BLAS-1/2 speed and the
 // dense path about 3.3 n^3 at GEMM speed; the panels about 5 n^2 (bands +
 // panelBlock) at GEMM speed, each panel in cache. One evaluation at the

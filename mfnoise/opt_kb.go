@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	// defaultKBIter bounds the L-BFGS iterations of OptimizeKB.
+	// defaultKBIter bounds the L-BFGS iterations of optimizeKB.
 	defaultKBIter = 20000
 	// kbMemory is the number of L-BFGS correction pairs. Each costs two
 	// packed n(n+1)/2 vectors (16 MiB at n = 2000); at n = 1000, (10,100)
@@ -248,7 +248,7 @@ func (p *kbPrimal) start() []float64 {
 
 const sqrt2 = math.Sqrt2
 
-// warmStart returns the start of OptimizeKB (packed): the correlations of
+// warmStart returns the start of optimizeKB (packed): the correlations of
 // the optimal banded Toeplitz encoder with min(b, n) bands for the
 // workload (toeplitzBandCoef, milliseconds) on the diagonal of x, the
 // best diagonal X. It is feasible: a congruence of C^T C, so positive

@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// defaultSingleIter bounds the fixed-point iterations of OptimizeSingle.
+// defaultSingleIter bounds the fixed-point iterations of optimizeSingle.
 const defaultSingleIter = 1000
 
 // SingleFamily is the optimal dense encoder under single participation

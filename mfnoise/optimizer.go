@@ -213,8 +213,8 @@ func checkCtx(ctx context.Context, what string) error {
 }
 
 // Dense work matrices (n x n float64) each optimizer holds at its peak,
-// measured as peak heap / (8 n^2): OptimizeSingle 17.3 at n = 2048
-// (552 MiB), OptimizeKB 42 at n = 2000 (1293 MiB), OptimizeBanded's
+// measured as peak heap / (8 n^2): optimizeSingle 17.3 at n = 2048
+// (552 MiB), optimizeKB 42 at n = 2000 (1293 MiB), optimizeBanded's
 // preconditioner and lower bound about 10.
 const (
 	singleMatrices = 18

@@ -11,7 +11,7 @@ import (
 )
 
 // Benchmarks for BENCHMARKS.md (issue 18). Run with
-//	go test -run XXX -bench 'Optimize' -benchtime 20x ./mfnoise/toeplitz
+//	go test -run XXX -bench 'OptimizeBLT|OptimizeToeplitz' -benchtime 20x ./mfnoise/toeplitz
 // (the BLT noise benchmarks are in package noise)
 
 // BenchmarkOptimizeBLT is blt:4 optimized for n = 1e5 and 1e6 steps under
