@@ -13,9 +13,9 @@ import (
 
 // Mechanism is a correlated-noise mechanism: a value that builds its
 // strategy A = B C for a workload (SPEC 5). Each family is a type of this
-// package (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt, BandedToeplitz,
-// BLT, BISR, Stamped); the planner (package privacy) reads only this
-// method set, and names exist only in privacy.ParseMechanism.
+// package (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt, BandedSqrt,
+// BandedToeplitz, BLT, BISR, Stamped); the planner (package privacy) reads
+// only this method set, and names exist only in privacy.ParseMechanism.
 type Mechanism interface {
 	// String is the canonical name, e.g. "bandmf:8/s2".
 	String() string
