@@ -90,56 +90,23 @@ func TestAccumulatorMatchesPreviousCode(t *testing.T) {
 }
 
 // ruleBatch adds the units gs (their gradients zero-padded to len(sum))
-// to sum as one batch.
+// to sum as one batch of an Accumulator. (The previous code, whose results
+// testdata/accumulator.golden holds, was the per-example loop of package
+// gorgoniadp: clip.Factor and clip.AddScaled.)
 func ruleBatch(t *testing.T, opt Options, gs [][]float32, losses []float64, sum []float32) Stats {
 	t.Helper()
+	a, err := NewAccumulator(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Begin(sum, len(gs))
 	pad := make([]float32, len(sum))
-	var st Stats
-	clear(sum)
-	st.Examples = len(gs)
-	var norms []float64
-	clipped, finite := 0, 0
-	lossSum := 0.0
 	for i, g := range gs {
 		clear(pad)
 		copy(pad, g)
-		nrm, linf := 0.0, 0.0
-		for _, v := range pad {
-			nrm += float64(v) * float64(v)
-			linf = max(linf, math.Abs(float64(v)))
-		}
-		nrm = math.Sqrt(nrm)
-		loss := losses[i]
-		if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(nrm) || math.IsInf(nrm, 0) {
-			st.NonFinite++
-			continue
-		}
-		finite++
-		lossSum += loss
-		if opt.NonPrivate {
-			for j, v := range pad {
-				sum[j] += v
-			}
-			continue
-		}
-		norms = append(norms, nrm)
-		if opt.LInfZero > 0 && !(linf <= opt.LInfZero) {
-			st.Zeroed++
-			continue
-		}
-		AddScaled(sum, pad, Factor(opt.Norm, nrm))
-		if nrm > opt.Norm {
-			clipped++
-		} else {
-			st.WithinNorm++
-		}
+		a.Add(i, pad, losses[i])
 	}
-	st.Clipped = float64(clipped) / float64(len(gs))
-	if finite > 0 {
-		st.Loss = lossSum / float64(finite)
-	}
-	st.NormQuantiles = quantiles(norms)
-	return st
+	return a.Stats()
 }
 
 // goldenModels are the models of the engine-level golden results.
