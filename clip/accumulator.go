@@ -55,12 +55,17 @@ const (
 	unitNonFinite                  // dropped: a non-finite input, loss, gradient or norm
 )
 
-// NewAccumulator checks opt's rule (Norm or PerLayer, LInfZero,
-// NonPrivate; MaxBatch sizes the first batches' per-unit records) and
-// returns its accumulator. Under NonPrivate the rule's other fields are
-// ignored: units are added as they are, non-finite ones still dropped.
+// NewAccumulator checks opt's rule (Norm, LInfZero, NonPrivate; MaxBatch
+// sizes the first batches' per-unit records) and returns its
+// accumulator. Under NonPrivate the rule's other fields are ignored: units
+// are added as they are, non-finite ones still dropped. Per-layer
+// clipping needs each layer's norm from an executor (Engine): it is
+// refused.
 func NewAccumulator(opt Options) (*Accumulator, error) {
 	o, err := opt.rule()
+	if err == nil && len(o.PerLayer) > 0 {
+		err = dpcore.Invalidf("per-layer clipping needs each layer's norm: only Engine clips per layer")
+	}
 	if err != nil {
 		return nil, dpcore.Invalid("clip", "accumulator: %w", err)
 	}

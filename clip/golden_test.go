@@ -9,7 +9,6 @@ import (
 
 	"github.com/dpmf-go/dpmf/clip/cliptest"
 	"github.com/dpmf-go/dpmf/models"
-	"github.com/dpmf-go/dpmf/nn"
 )
 
 // update rewrites the golden files of this package's tests from the
@@ -109,22 +108,6 @@ func ruleBatch(t *testing.T, opt Options, gs [][]float32, losses []float64, sum 
 	return a.Stats()
 }
 
-// goldenModels are the models of the engine-level golden results.
-func goldenModels() []struct {
-	name string
-	mk   func() (models.Model, error)
-} {
-	return []struct {
-		name string
-		mk   func() (models.Model, error)
-	}{
-		{"logistic", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 4) }},
-		{"mlp", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, nn.ReLU, 3) }},
-		{"cnn", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
-		{"tabular", func() (models.Model, error) { return models.NewTabular(3, []int{4}, 2, []int{8}, 3, 5) }},
-	}
-}
-
 // goldenBatch is a fixed batch of n examples for m, every fifth one an
 // extreme example of cliptest (the kinds in turn).
 func goldenBatch(m models.Model, tabular bool, n int, seed uint64) ([]float32, []int) {
@@ -152,7 +135,7 @@ func goldenBatch(m models.Model, tabular bool, n int, seed uint64) ([]float32, [
 // code's results, bit for bit.
 func TestEnginesMatchPreviousCode(t *testing.T) {
 	var got []string
-	for mi, mc := range goldenModels() {
+	for mi, mc := range extremeModels() {
 		m, err := mc.mk()
 		if err != nil {
 			t.Fatal(err)
