@@ -24,13 +24,14 @@ import (
 //   - Add(i, g, loss) for an engine that forms each example's float32
 //     gradient g itself: the norms are taken from g, the factor is
 //     computed once and g, scaled, is added to the running sum;
-//   - Factor(i, nrm, linf) or Scale (per layer; the Accumulator is an
-//     nn.Clipper) for an engine whose executor does the adding, with
-//     AddPart to add a unit's gradient by coordinate ranges, and Losses or
-//     MemberLosses for the examples' losses.
+//   - Factor(i, nrm, linf) for an engine that takes the norms itself (its
+//     executor's, in float64 from exactly the values it will scale), with
+//     AddPart to add the unit's scaled gradient, whole or by coordinate
+//     ranges, and Losses for the examples' losses. (Engine also clips per
+//     layer, and per user, with the same rule.)
 //
-// Factor, Scale and AddPart may run concurrently for distinct units (Factor,
-// Scale) or disjoint coordinate ranges (AddPart); nothing else may.
+// Factor may run concurrently for distinct units and AddPart for disjoint
+// coordinate ranges; nothing else may.
 type Accumulator struct {
 	opt Options
 	sum []float32 // the running clipped sum, or nil
@@ -199,12 +200,13 @@ func (a *Accumulator) admit(i int, nrm, linf float64) bool {
 	return true
 }
 
-// Scale is Factor for an executor that clips by layer (nn.Clipper): it
-// receives unit i's squared gradient norm per layer sq (all NaN for a
-// non-finite unit) and writes one factor per layer into f. The unit's
-// norm is the L2 norm over all layers; under Options.PerLayer each layer
-// has its own factor and the unit counts as clipped if any layer is.
-func (a *Accumulator) Scale(i int, sq []float64, linf float64, f []float64) {
+// scale is Factor for the executor of package nn, which clips by layer
+// (Engine's nn.Clipper): it receives unit i's squared gradient norm per
+// layer sq (all NaN for a non-finite unit) and writes one factor per
+// layer into f. The unit's norm is the L2 norm over all layers; under
+// Options.PerLayer each layer has its own factor and the unit counts as
+// clipped if any layer is. It may run concurrently for distinct units.
+func (a *Accumulator) scale(i int, sq []float64, linf float64, f []float64) {
 	tot := 0.0
 	for _, v := range sq {
 		tot += v
@@ -255,7 +257,8 @@ func (a *Accumulator) drop(i int) {
 // Losses records the losses of the examples that are units i0, i0+1, ...
 // (per-example clipping): a non-finite loss (the executor's mark of a
 // non-finite input, loss or gradient) drops its unit, the others enter
-// the mean loss.
+// the mean loss. A dropped unit adds nothing to the sum from then on
+// (AddPart).
 func (a *Accumulator) Losses(i0 int, losses []float64) {
 	for k, l := range losses {
 		a.examples++
@@ -268,11 +271,11 @@ func (a *Accumulator) Losses(i0 int, losses []float64) {
 	}
 }
 
-// MemberLosses records the losses of examples inside units (a user's
+// memberLosses records the losses of examples inside units (a user's
 // examples, or an example's augmented copies): a non-finite one is
 // counted non-finite (the caller leaves it out of its unit, whose other
 // examples still count), the others enter the mean loss.
-func (a *Accumulator) MemberLosses(losses []float64) {
+func (a *Accumulator) memberLosses(losses []float64) {
 	for _, l := range losses {
 		a.examples++
 		if !finite(l) {

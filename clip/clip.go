@@ -163,7 +163,7 @@ type clipper Engine
 
 func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	e := (*Engine)(c)
-	e.acc.Scale(e.off+i, sq, linf, f)
+	e.acc.scale(e.off+i, sq, linf, f)
 }
 
 // SetNorm changes the flat clipping threshold for the following calls

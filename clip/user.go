@@ -143,7 +143,7 @@ func (e *Engine) finiteExamples(losses []float64) []bool {
 		ok = append(ok, finite(l))
 	}
 	e.userOK = ok
-	e.acc.MemberLosses(losses)
+	e.acc.memberLosses(losses)
 	return ok
 }
 
