@@ -10,7 +10,7 @@
 //
 // A Mechanism is a typed value of package mfnoise, the package that owns
 // the mathematics (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
-// BandedToeplitz, BLT, BISR, Stamped), or a caller's own
+// BandedSqrt, BandedToeplitz, BLT, BISR, Stamped), or a caller's own
 // CustomFactorization. It names itself, builds its strategy A = B C for
 // the run's workload (Build), and declares its Structure — whether the
 // noise is independent, how many bands its encoder has, whether the
