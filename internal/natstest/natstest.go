@@ -1,7 +1,8 @@
-// Package natstest starts NATS servers with JetStream in the test's
-// process, on loopback and with a test user: one server, or a cluster
-// whose nodes a test kills and restarts. The replicated service's tests
-// (package aggregate/replica and cmd/dpserve) share it.
+// Package natstest starts NATS servers in the test's process: any
+// server (Serve), or one with JetStream on loopback with a test user, or
+// a cluster of them whose nodes a test kills and restarts. The tests of
+// the replicated service (aggregate/replica, cmd/dpserve) and of the
+// workers (train/distributed) share it.
 package natstest
 
 import (
