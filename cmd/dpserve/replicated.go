@@ -53,7 +53,8 @@ func replicaConfig(o options, agg aggregate.Config) replica.Config {
 }
 
 // dialReplicated connects to the cluster and starts a node of the
-// replicated service cfg on it; closing the connection stops the node.
+// replicated service cfg on it; the caller closes the node, then the
+// connection.
 func dialReplicated(ctx context.Context, o options, cfg replica.Config) (*replica.Node, *nats.Conn, error) {
 	nc, err := connectNATS(o, cfg.ID)
 	if err != nil {
