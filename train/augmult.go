@@ -14,40 +14,63 @@ import (
 // the clipped sum by at most the clip norm, and the privacy plan is the one
 // of the run without multiplicity.
 
-// maxAugmentMultiplicity bounds Config.AugmentMultiplicity.
+// Augmentation is Data.Augment: random crop (zero padding 4) and
+// horizontal flip of each training example, drawn per example and step
+// from the run's randomness, with Multiplicity K augmented copies of each
+// sampled example whose gradients are averaged before clipping (0 or 1:
+// one copy).
+type Augmentation struct {
+	Multiplicity int
+}
+
+// maxAugmentMultiplicity bounds Augmentation.Multiplicity.
 const maxAugmentMultiplicity = 64
 
 // multiplicity is the number of augmented copies of each example a step
-// (1: the plain path).
-func (c *Config) multiplicity() int { return max(c.AugmentMultiplicity, 1) }
+// (1: the plain path, and without augmentation).
+func (a *Augmentation) multiplicity() int {
+	if a == nil {
+		return 1
+	}
+	return max(a.Multiplicity, 1)
+}
 
-// validateMultiplicity refuses what augmentation multiplicity cannot do.
-func (c *Config) validateMultiplicity() error {
-	k := c.AugmentMultiplicity
+// checkAugment refuses what augmentation and its multiplicity cannot do.
+func (c *Config) checkAugment() error {
+	a := c.Data.Augment
+	if a == nil {
+		return nil
+	}
+	if c.Data.Features != FeaturesPixels {
+		// The cached features cannot be reused: every step would
+		// transform K x batch augmented images (about 2.4 CPU-ms each
+		// for the scattering transform of a 28x28 image, BENCHMARKS.md:
+		// over 6 CPU-hours for the Fashion-MNIST recipe at K = 4).
+		return invalidf("augmentation crops and flips pixels, so it must come before the %s features, which are then computed afresh for every copy of every step (the cached features cannot be reused; over 6 CPU-hours for the Fashion-MNIST recipe at multiplicity 4): not supported; augment a pixel model (e.g. -model cnn)", c.Data.Features)
+	}
+	k := a.Multiplicity
 	switch {
 	case k < 0 || k > maxAugmentMultiplicity:
 		return invalidf("augment multiplicity %d: want 1 to %d copies of each example (0: 1)", k, maxAugmentMultiplicity)
 	case k <= 1:
 		return nil
-	case !c.Augment:
-		return invalidf("augment multiplicity %d without augmentation would average %d identical copies: set Augment (-augment %d)", k, k, k)
 	case c.NonPrivate:
 		return invalidf("augment multiplicity averages gradients before clipping; a non-private run does not clip: use one copy")
-	case c.UserLevel:
+	case c.Privacy.UserBound != nil:
 		return invalidf("augment multiplicity with user-level privacy is not supported: a user's examples are already combined before clipping")
-	case len(c.ClipPerLayer) > 0:
+	case len(c.Model.ClipPerLayer) > 0:
 		return invalidf("augment multiplicity clips each example's averaged gradient as a whole: per-layer clipping is not supported")
 	}
 	return nil
 }
 
 // augmentationNote is the ledger's line for the run's augmentation.
-func augmentationNote(c *Config) []string {
-	if !c.Augment {
+func (a *Augmentation) note() []string {
+	if a == nil {
 		return nil
 	}
 	note := "random crop (zero padding 4) and horizontal flip of each training example, drawn per example and step from the run's randomness"
-	if k := c.multiplicity(); k > 1 {
+	if k := a.multiplicity(); k > 1 {
 		note += fmt.Sprintf("; augmentation multiplicity %d (De et al. 2022): the gradients of %d augmented copies of each sampled example are averaged before clipping, so one example still moves the clipped sum by at most the clip norm", k, k)
 	}
 	return []string{note}
@@ -59,7 +82,7 @@ func augmentationNote(c *Config) []string {
 // each example's K gradients (clip.Engine.UserClippedSum with Mean); the
 // statistics then count examples, not copies.
 func (t *Trainer) clipChunk(ctx context.Context, idx []int, step int) (clip.Stats, error) {
-	k := t.cfg.multiplicity()
+	k := t.cfg.Data.Augment.multiplicity()
 	if pe, ok := t.engine.(PhysicalEngine); ok && t.pieces && len(idx) > len(t.yb) {
 		return t.clipPieces(ctx, pe, idx, step)
 	}
@@ -70,7 +93,7 @@ func (t *Trainer) clipChunk(ctx context.Context, idx []int, step int) (clip.Stat
 		}
 		return t.engine.ClippedSumContext(ctx, x, y, t.chunk)
 	}
-	d := t.cfg.Train
+	d := t.cfg.Data.Train
 	s := d.Shape.Size()
 	n := len(idx) * k
 	x, y := t.xb[:n*s], t.yb[:n]
@@ -111,20 +134,13 @@ func (t *Trainer) clipChunk(ctx context.Context, idx []int, step int) (clip.Stat
 
 // chunkExamples is how many examples one engine call takes: the engine's
 // batch divided by the multiplicity.
-func (t *Trainer) chunkExamples() int { return max(len(t.yb)/t.cfg.multiplicity(), 1) }
+func (t *Trainer) chunkExamples() int { return max(len(t.yb)/t.cfg.Data.Augment.multiplicity(), 1) }
 
-// validateAccuracy checks augmentation, its multiplicity and adaptive
-// clipping.
-func (c *Config) validateAccuracy() error {
-	if c.Features != FeaturesPixels && c.Augment {
-		// The cached features cannot be reused: every step would
-		// transform K x batch augmented images (about 2.4 CPU-ms each
-		// for the scattering transform of a 28x28 image, BENCHMARKS.md:
-		// over 6 CPU-hours for the Fashion-MNIST recipe at K = 4).
-		return invalidf("augmentation crops and flips pixels, so it must come before the %s features, which are then computed afresh for every copy of every step (the cached features cannot be reused; over 6 CPU-hours for the Fashion-MNIST recipe at multiplicity 4): not supported; augment a pixel model (e.g. -model cnn)", c.Features)
+// settings is the checkpoint's record of the multiplicity, recorded only
+// above 1, so checkpoints of runs without it resume.
+func (a *Augmentation) settings() []setting {
+	if k := a.multiplicity(); k > 1 {
+		return []setting{{"augment multiplicity", fmt.Sprint(k)}}
 	}
-	if err := c.validateMultiplicity(); err != nil {
-		return err
-	}
-	return c.validateAdaptive()
+	return nil
 }

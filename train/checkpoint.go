@@ -57,10 +57,17 @@ type checkpoint struct {
 func (t *Trainer) runID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
-		t.backend.Name(), len(t.engine.Params()), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
-		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
-	if t.cfg.EMA > 0 || t.cfg.Features != FeaturesPixels {
-		fmt.Fprintf(h, " ema=%g features=%s", t.cfg.EMA, t.cfg.Features)
+		t.backend.Name(), len(t.engine.Params()), t.cfg.Privacy.Steps, t.cfg.Privacy.Batch, t.cfg.Data.Train.Len(), t.cfg.Privacy.ClipNorm,
+		t.cfg.Optimizer.LearningRate, t.cfg.Optimizer.Momentum, t.cfg.Optimizer.CooldownFrac, !t.cfg.NonPrivate)
+	if ema := t.cfg.Optimizer.EMA; ema != nil || t.cfg.Data.Features != FeaturesPixels {
+		decay := 0.0
+		if ema != nil {
+			decay = ema.Decay
+		}
+		fmt.Fprintf(h, " ema=%g features=%s", decay, t.cfg.Data.Features)
+	}
+	if w := t.cfg.Optimizer.Warmup; w != nil {
+		fmt.Fprintf(h, " warmup=%d", w.Steps)
 	}
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
@@ -95,7 +102,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if t.dataDigest == nil {
 		// A run without Config.CheckpointPath on pixels: its data are
 		// still as given (trainer.go, New).
-		t.recordData(t.cfg.Train)
+		t.recordData(t.cfg.Data.Train)
 	}
 	ck.Settings, ck.SeedFingerprint, ck.DataSalt, ck.DataDigest = t.settings, t.seedFP, t.dataSalt, t.dataDigest
 	var mb bytes.Buffer
@@ -123,7 +130,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
-	if err := (atomicfile.Options{Pause: t.cfg.slowWrite}).WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
+	if err := (atomicfile.Options{Pause: t.cfg.Output.slowWrite}).WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
 	return nil

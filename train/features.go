@@ -51,12 +51,12 @@ func scattering(s data.Shape) (*models.Scattering, error) {
 }
 
 // featureShape is the shape the model sees for cfg's data.
-func featureShape(cfg *Config) ([3]int, error) {
-	shape := shapeOf(cfg.Train)
-	if cfg.Features != FeaturesScatter {
+func featureShape(d *Data) ([3]int, error) {
+	shape := shapeOf(d.Train)
+	if d.Features != FeaturesScatter {
 		return shape, nil
 	}
-	sc, err := scattering(cfg.Train.Shape)
+	sc, err := scattering(d.Train.Shape)
 	if err != nil {
 		return shape, err
 	}
@@ -65,10 +65,10 @@ func featureShape(cfg *Config) ([3]int, error) {
 
 // preprocessing describes cfg's per-example transform for the ledger.
 func preprocessing(cfg *Config) []string {
-	if cfg.Features != FeaturesScatter {
-		return augmentationNote(cfg)
+	if cfg.Data.Features != FeaturesScatter {
+		return cfg.Data.Augment.note()
 	}
-	return append(augmentationNote(cfg), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
+	return append(cfg.Data.Augment.note(), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
 }
 
 // FeaturesProgress is where the computing of a data set's features
@@ -120,19 +120,19 @@ func newFeaturizer(sc *models.Scattering, dir string, progress func(FeaturesProg
 // read from the cache) once, unless together they cover less than half of
 // it. The features are held once, in float32: the views share them.
 func applyFeatures(ctx context.Context, cfg *Config) ([]FeaturesDone, error) {
-	if cfg.Features != FeaturesScatter {
+	if cfg.Data.Features != FeaturesScatter {
 		return nil, nil
 	}
-	sc, err := scattering(cfg.Train.Shape)
+	sc, err := scattering(cfg.Data.Train.Shape)
 	if err != nil {
 		return nil, err
 	}
-	fz := newFeaturizer(sc, cfg.CacheDir, cfg.OnFeatures)
-	if err := fz.apply(ctx, []**data.Dataset{&cfg.Train, &cfg.Test}); err != nil {
+	fz := newFeaturizer(sc, cfg.Privacy.CacheDir, cfg.Output.OnFeatures)
+	if err := fz.apply(ctx, []**data.Dataset{&cfg.Data.Train, &cfg.Data.Test}); err != nil {
 		return nil, err
 	}
-	if cfg.Log != nil {
-		fmt.Fprintln(cfg.Log, fz.summary())
+	if cfg.Output.Log != nil {
+		fmt.Fprintln(cfg.Output.Log, fz.summary())
 	}
 	return fz.done, nil
 }

@@ -18,11 +18,11 @@ import (
 // average, tree-online (an exact encoder), interrupted after step 13.
 func fixtureFeatureConfig(t testing.TB) Config {
 	cfg := baseConfig(t)
-	cfg.Train, cfg.Test = images(t, 600, 1, 3), images(t, 100, 1, 4)
-	cfg.Mechanism = parseMech(t, "tree-online")
-	cfg.Steps, cfg.Momentum, cfg.LearningRate, cfg.Accountant = 30, 0.9, 0.1, privacy.RDP
-	cfg.EvalEvery = 5
-	cfg.EMA, cfg.Augment, cfg.AugmentMultiplicity = 0.9, true, 2
+	cfg.Data.Train, cfg.Data.Test = images(t, 600, 1, 3), images(t, 100, 1, 4)
+	cfg.Privacy.Mechanism = parseMech(t, "tree-online")
+	cfg.Privacy.Steps, cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate, cfg.Privacy.Accountant = 30, 0.9, 0.1, privacy.RDP
+	cfg.Output.EvalEvery = 5
+	cfg.Optimizer.EMA, cfg.Data.Augment = &EMA{Decay: 0.9}, &Augmentation{Multiplicity: 2}
 	return cfg
 }
 
@@ -30,10 +30,11 @@ func fixtureFeatureConfig(t testing.TB) Config {
 // parameter average, interrupted after step 3.
 func fixtureUserConfig(t *testing.T) Config {
 	return Config{
-		Train: ownedSynthetic(t, 400, 60, 5), ModelName: "mlp", Hidden: []int{6}, Steps: 8, Batch: 12,
-		Mechanism: parseMech(t, "tree-online"), NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
-		Accountant: privacy.RDP, EMA: 0.8,
-		UserLevel: true, UserExamples: 3, Seed: []byte("user-level resume test"), InsecureSeed: true, EvalEvery: 100,
+		Data:      Data{Train: ownedSynthetic(t, 400, 60, 5)},
+		Model:     ModelSpec{Name: "mlp", Hidden: []int{6}},
+		Privacy:   privacy.Request{Steps: 8, Batch: 12, Mechanism: parseMech(t, "tree-online"), NoiseMultiplier: 1, ClipNorm: 0.5, Accountant: privacy.RDP, Seed: []byte("user-level resume test"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: 3}},
+		Optimizer: Optimizer{Momentum: 0.9, LearningRate: 0.1, EMA: &EMA{Decay: 0.8}},
+		Output:    Output{EvalEvery: 100},
 	}
 }
 
@@ -57,7 +58,7 @@ func TestFormatFeatureCheckpointsbcfb838(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Model, cfg.CheckpointPath = m, ckpt
+				cfg.Model.Built, cfg.Output.CheckpointPath = m, ckpt
 				res, err := Run(ctx, cfg)
 				if err != nil {
 					t.Fatal(err)

@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/dpmf-go/dpmf/clip"
 )
@@ -24,16 +23,14 @@ type IndexEngine interface {
 	ClippedSumIndices(ctx context.Context, step int, idx []int, dst []float32) (clip.Stats, error)
 }
 
-// clipByIndex is sampleAndClip for an IndexEngine: the engine computes
+// clipByIndex is the clipped sum of an IndexEngine: the engine computes
 // the whole batch's clipped sum into t.sum.
-func (t *Trainer) clipByIndex(ctx context.Context, ie IndexEngine, step int, sm StepMetrics) (StepMetrics, error) {
+func (t *Trainer) clipByIndex(ctx context.Context, ie IndexEngine, step int, sm *StepMetrics) error {
 	st, err := ie.ClippedSumIndices(ctx, step, t.idx, t.sum)
 	if err != nil {
-		if ctx.Err() != nil {
-			return sm, ctx.Err()
-		}
-		return sm, fmt.Errorf("train: step %d: %w", step, err)
+		return err
 	}
+	t.observe(st)
 	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
-	return sm, checkClippedSum(step, t.sum)
+	return nil
 }

@@ -67,17 +67,17 @@ func checkMemory(what string, need float64) error {
 // steps, and the parameters of the model (hidden sizes, embedding
 // dimension) with the buffers kept per parameter.
 func (c *Config) checkSizes() error {
-	if c.Steps > MaxSteps {
+	if c.Privacy.Steps > MaxSteps {
 		return invalidf("steps = %d: per-step arrays would need %s each (8 bytes a step); the limit is %d steps",
-			c.Steps, dpcore.HumanBytes(8*float64(c.Steps)), MaxSteps)
+			c.Privacy.Steps, dpcore.HumanBytes(8*float64(c.Privacy.Steps)), MaxSteps)
 	}
-	if c.Model != nil || c.Train == nil {
+	if c.Model.Built != nil || c.Data.Train == nil {
 		return nil
 	}
 	d := c.estimateParams()
 	// Parameters, gradient sum, chunk sum, noise row, momentum and one
 	// accumulator per worker at least: 8 float32 arrays of d.
-	if err := checkMemory(fmt.Sprintf("model %s with %.4g parameters", c.ModelName, d), 8*4*d); err != nil {
+	if err := checkMemory(fmt.Sprintf("model %s with %.4g parameters", c.Model.Name, d), 8*4*d); err != nil {
 		return err
 	}
 	return nil
@@ -86,10 +86,10 @@ func (c *Config) checkSizes() error {
 // estimateParams is the parameter count of a dense model named by the
 // configuration (models.Named.EstimateParams).
 func (c *Config) estimateParams() float64 {
-	return c.namedModel().EstimateParams(c.Train.Shape.Size(), c.Train.Classes)
+	return c.Model.named().EstimateParams(c.Data.Train.Shape.Size(), c.Data.Train.Classes)
 }
 
-// namedModel is the model c.ModelName names, with its settings.
-func (c *Config) namedModel() models.Named {
-	return models.Named{Name: c.ModelName, Hidden: c.Hidden, Categorical: c.Categorical, EmbeddingDim: c.EmbeddingDim}
+// named is the model m.Name names, with its settings.
+func (m *ModelSpec) named() models.Named {
+	return models.Named{Name: m.Name, Hidden: m.Hidden, Categorical: m.Categorical, EmbeddingDim: m.EmbeddingDim}
 }

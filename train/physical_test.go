@@ -19,9 +19,9 @@ func TestPhysicalBatchExactlyUnchunked(t *testing.T) {
 	ctx := context.Background()
 	newTrainer := func(physical int) *Trainer {
 		cfg := baseConfig(t)
-		cfg.ModelName, cfg.Hidden, cfg.Batch, cfg.Steps = "mlp", []int{24}, 300, 6
-		cfg.NoiseMultiplier, cfg.Accountant = 1, privacy.RDP
-		cfg.PhysicalBatch = physical
+		cfg.Model.Name, cfg.Model.Hidden, cfg.Privacy.Batch, cfg.Privacy.Steps = "mlp", []int{24}, 300, 6
+		cfg.Privacy.NoiseMultiplier, cfg.Privacy.Accountant = 1, privacy.RDP
+		cfg.Memory.PhysicalBatch = physical
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -31,53 +31,47 @@ func (c *Config) settings(m interface {
 	NumParams() int
 }) []setting {
 	mech := "none (non-private)"
-	if !c.NonPrivate && c.Mechanism != nil {
-		mech = fmt.Sprint(c.Mechanism)
+	if !c.NonPrivate && c.Privacy.Mechanism != nil {
+		mech = fmt.Sprint(c.Privacy.Mechanism)
 	}
-	noise := fmt.Sprintf("epsilon %g", c.Epsilon)
-	if c.NoiseMultiplier > 0 {
-		noise = fmt.Sprintf("sigma %g", c.NoiseMultiplier)
+	noise := fmt.Sprintf("epsilon %g", c.Privacy.Epsilon)
+	if c.Privacy.NoiseMultiplier > 0 {
+		noise = fmt.Sprintf("sigma %g", c.Privacy.NoiseMultiplier)
 	}
 	s := []setting{
 		{"model", fmt.Sprintf("%s (%d parameters)", m.Name(), m.NumParams())},
-		{"training examples", fmt.Sprint(c.Train.Len())},
-		{"steps", fmt.Sprint(c.Steps)},
-		{"batch", fmt.Sprint(c.Batch)},
+		{"training examples", fmt.Sprint(c.Data.Train.Len())},
+		{"steps", fmt.Sprint(c.Privacy.Steps)},
+		{"batch", fmt.Sprint(c.Privacy.Batch)},
 		{"mechanism", mech},
 		{"noise", noise},
-		{"delta", fmt.Sprintf("%g", c.Delta)},
-		{"accountant", string(c.Accountant)},
-		{"workload", string(c.Workload)},
-		{"sampling", orAuto(string(c.Sampling))},
-		{"bands", orAuto(fmt.Sprint(c.Bands))},
-		{"clip norm", fmt.Sprintf("%g", c.ClipNorm)},
-		{"per-layer clip", strings.Trim(fmt.Sprint(c.ClipPerLayer), "[]")},
-		{"learning rate", fmt.Sprintf("%g", c.LearningRate)},
-		{"momentum", fmt.Sprintf("%g", c.Momentum)},
-		{"cooldown fraction", fmt.Sprintf("%g", c.CooldownFrac)},
-		{"augment", fmt.Sprint(c.Augment)},
+		{"delta", fmt.Sprintf("%g", c.Privacy.Delta)},
+		{"accountant", string(c.Privacy.Accountant)},
+		{"workload", string(c.Optimizer.Workload)},
+		{"sampling", orAuto(string(c.Privacy.Sampling))},
+		{"bands", orAuto(fmt.Sprint(c.Privacy.Partitions))},
+		{"clip norm", fmt.Sprintf("%g", c.Privacy.ClipNorm)},
+		{"per-layer clip", strings.Trim(fmt.Sprint(c.Model.ClipPerLayer), "[]")},
+		{"learning rate", fmt.Sprintf("%g", c.Optimizer.LearningRate)},
+		{"momentum", fmt.Sprintf("%g", c.Optimizer.Momentum)},
+		{"cooldown fraction", fmt.Sprintf("%g", c.Optimizer.CooldownFrac)},
+		{"augment", fmt.Sprint(c.Data.Augment != nil)},
 	}
 	if c.NonPrivate {
 		s = s[:5]
-		s = append(s, setting{"learning rate", fmt.Sprintf("%g", c.LearningRate)},
-			setting{"momentum", fmt.Sprintf("%g", c.Momentum)}, setting{"cooldown fraction", fmt.Sprintf("%g", c.CooldownFrac)})
+		s = append(s, setting{"learning rate", fmt.Sprintf("%g", c.Optimizer.LearningRate)},
+			setting{"momentum", fmt.Sprintf("%g", c.Optimizer.Momentum)}, setting{"cooldown fraction", fmt.Sprintf("%g", c.Optimizer.CooldownFrac)})
 	}
 	// Recorded only when set, so checkpoints of runs without them resume.
-	if c.Features != FeaturesPixels {
-		s = append(s, setting{"features", string(c.Features)})
+	if c.Data.Features != FeaturesPixels {
+		s = append(s, setting{"features", string(c.Data.Features)})
 	}
-	if c.EMA > 0 {
-		s = append(s, setting{"parameter average", fmt.Sprintf("%g", c.EMA)})
-	}
-	if c.multiplicity() > 1 {
-		s = append(s, setting{"augment multiplicity", fmt.Sprint(c.multiplicity())})
-	}
-	if c.UserLevel {
-		// Recorded only at user level, so example-level checkpoints keep
-		// their settings.
-		s = append(s, setting{"unit of privacy", fmt.Sprintf("user (at most %d examples a step, mean %v)", c.UserExamples, c.UserMean)})
-	}
-	return append(s, seedSetting(c.Seed))
+	// Each optional feature records its own settings, only when set.
+	s = append(s, c.Optimizer.EMA.settings()...)
+	s = append(s, c.Data.Augment.settings()...)
+	s = append(s, userSettings(c.Privacy.UserBound)...)
+	s = append(s, c.Optimizer.Warmup.settings()...)
+	return append(s, seedSetting(c.Privacy.Seed))
 }
 
 func orAuto(s string) string {
@@ -152,14 +146,14 @@ const dataSaltBytes = 32
 func (t *Trainer) checkResume(path string, cfg *Config) error {
 	ck, err := readCheckpoint(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		t.recordData(cfg.Train)
+		t.recordData(cfg.Data.Train)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	t.dataSalt = ck.DataSalt
-	t.recordData(cfg.Train)
+	t.recordData(cfg.Data.Train)
 
 	have, want := legacySeed(ck, t.settings)
 	var diffs []string
@@ -255,6 +249,8 @@ func unsetValue(name string) (string, bool) {
 		return "1", true
 	case "unit of privacy":
 		return "example", true
+	case "warm-up steps":
+		return "none", true
 	}
 	return "", false
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -35,15 +34,59 @@ type userLevel struct {
 	groups []int // examples of each sampled user, in batch order
 }
 
-// newUserLevel indexes the training set's owners. Without a seed the
-// secret comes from crypto/rand.
+// maxUserExamples bounds privacy.UserBound.Examples.
+const maxUserExamples = 1 << 16
+
+// userDefaults is a copy of b with its defaults (one example a user a
+// step), or nil.
+func userDefaults(b *privacy.UserBound) *privacy.UserBound {
+	if b == nil {
+		return nil
+	}
+	d := *b
+	if d.Examples == 0 {
+		d.Examples = 1
+	}
+	return &d
+}
+
+// validateUsers refuses what user-level privacy (Config.Privacy.UserBound)
+// cannot do.
+func (c *Config) validateUsers() error {
+	bad, p := invalidf, &c.Privacy
+	switch {
+	case p.UserBound == nil:
+		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
+	case c.NonPrivate:
+		return bad("user level is a unit of privacy: a non-private run has none")
+	case c.Data.Train.Owners == nil:
+		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", c.Data.Train.Name)
+	case p.UserBound.Examples < 1 || p.UserBound.Examples > maxUserExamples:
+		return bad("user examples %d: want 1 to %d examples per user per step", p.UserBound.Examples, maxUserExamples)
+	case len(c.Model.ClipPerLayer) > 0:
+		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
+	case p.Batch <= 0:
+		return bad("batch = %d users must be positive", p.Batch)
+	}
+	return nil
+}
+
+// newUserLevel indexes the training set's owners, or is nil for an
+// example-level run. Without a seed the secret comes from crypto/rand.
 func newUserLevel(cfg *Config) (*userLevel, error) {
-	us, err := cfg.Train.Users()
+	b := cfg.Privacy.UserBound
+	if b == nil {
+		return nil, nil
+	}
+	us, err := cfg.Data.Train.Users()
 	if err != nil {
 		return nil, invalidf("user level: %v", err)
 	}
-	u := &userLevel{users: us, k: cfg.UserExamples, mean: cfg.UserMean}
-	if s := deriveSeed(cfg.Seed, "users"); s != nil {
+	if cfg.Privacy.Batch > us.Len() {
+		return nil, invalidf("batch = %d users must lie in [1, %d users]", cfg.Privacy.Batch, us.Len())
+	}
+	u := &userLevel{users: us, k: b.Examples, mean: b.Mean}
+	if s := deriveSeed(cfg.Privacy.Seed, "users"); s != nil {
 		u.secret = *s
 	} else if _, err := rand.Read(u.secret[:]); err != nil {
 		return nil, fmt.Errorf("train: seeding the per-user example choice: %w", err)
@@ -51,9 +94,14 @@ func newUserLevel(cfg *Config) (*userLevel, error) {
 	return u, nil
 }
 
-// bound is the plan's per-user bound.
-func (u *userLevel) bound() *privacy.UserBound {
-	return &privacy.UserBound{Examples: u.k, Mean: u.mean}
+// userSettings is the checkpoint's record of the unit of privacy,
+// recorded only at user level, so example-level checkpoints keep their
+// settings.
+func userSettings(b *privacy.UserBound) []setting {
+	if b == nil {
+		return nil
+	}
+	return []setting{{"unit of privacy", fmt.Sprintf("user (at most %d examples a step, mean %v)", b.Examples, b.Mean)}}
 }
 
 // expand turns the sampled users of a step into their examples: all of a
@@ -127,19 +175,10 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 		if err != nil {
 			return err
 		}
-		t.adaptive.observe(st)
-		for i, v := range t.chunk {
-			t.sum[i] += v
-		}
-		n := float64(hi - lo)
-		users := float64(g1 - g0)
-		lossSum += st.Loss * n
+		t.addChunk(st, sm)
+		lossSum += st.Loss * float64(hi-lo)
 		examples += hi - lo
-		sm.ClippedFrac += st.Clipped * users
-		sm.NonFinite += st.NonFinite
-		for q := range sm.NormQuantiles {
-			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
-		}
+		sm.ClippedFrac += st.Clipped * float64(g1-g0)
 		lo, g0 = hi, g1
 	}
 	if examples > 0 {
