@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
@@ -49,7 +48,7 @@ func (t *Trainer) clipExamples(ctx context.Context, step int, sm *StepMetrics) e
 	if t.pieces {
 		maxBatch = t.engineBatch
 	}
-	var lossSum float64
+	var tl clip.Tally
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -59,28 +58,20 @@ func (t *Trainer) clipExamples(ctx context.Context, step int, sm *StepMetrics) e
 		if err != nil {
 			return err
 		}
-		t.addChunk(st, sm)
-		lossSum += st.Loss * float64(hi-lo)
-		sm.ClippedFrac += st.Clipped * float64(hi-lo)
+		t.addChunk(st)
+		tl.Add(st, hi-lo, hi-lo)
 	}
-	if sm.BatchSize > 0 {
-		lossSum /= float64(sm.BatchSize)
-		sm.ClippedFrac /= float64(sm.BatchSize)
-	}
-	sm.Loss = lossSum
+	st := tl.Stats()
+	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
 	return nil
 }
 
 // addChunk adds an engine call's clipped sum (t.chunk) to the step's and
-// its statistics to the step's metrics and the private features.
-func (t *Trainer) addChunk(st clip.Stats, sm *StepMetrics) {
+// hands its statistics to the private features.
+func (t *Trainer) addChunk(st clip.Stats) {
 	t.observe(st)
 	for i, v := range t.chunk {
 		t.sum[i] += v
-	}
-	sm.NonFinite += st.NonFinite
-	for q := range sm.NormQuantiles {
-		sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
 	}
 }
 

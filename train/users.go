@@ -147,8 +147,7 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 	u := t.users
 	t.exIdx = u.expand(t.idx, step, t.exIdx)
 	maxBatch := len(t.yb)
-	var lossSum float64
-	examples := 0
+	var tl clip.Tally
 	lo, g0 := 0, 0 // example and group at which the chunk starts
 	for g0 < len(u.groups) {
 		if err := ctx.Err(); err != nil {
@@ -175,17 +174,11 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 		if err != nil {
 			return err
 		}
-		t.addChunk(st, sm)
-		lossSum += st.Loss * float64(hi-lo)
-		examples += hi - lo
-		sm.ClippedFrac += st.Clipped * float64(g1-g0)
+		t.addChunk(st)
+		tl.Add(st, hi-lo, g1-g0)
 		lo, g0 = hi, g1
 	}
-	if examples > 0 {
-		sm.Loss = lossSum / float64(examples)
-	}
-	if sm.BatchSize > 0 {
-		sm.ClippedFrac /= float64(sm.BatchSize)
-	}
+	st := tl.Stats()
+	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
 	return nil
 }
