@@ -23,38 +23,20 @@ const (
 	defaultQuantileRate      = 0.2
 )
 
-// quantileRelease is cfg's release with its defaults filled in, or nil.
-func quantileRelease(cfg *Config) *privacy.QuantileRelease {
-	if cfg.Privacy.Quantile == nil {
+// quantileRelease is the release of q with its defaults filled in for an
+// expected batch of batch units, or nil.
+func quantileRelease(q0 *privacy.QuantileRelease, batch int) *privacy.QuantileRelease {
+	if q0 == nil {
 		return nil
 	}
-	q := *cfg.Privacy.Quantile
+	q := *q0
 	if q.NoiseStd == 0 {
-		q.NoiseStd = defaultQuantileNoiseFrac * float64(cfg.Privacy.Batch)
+		q.NoiseStd = defaultQuantileNoiseFrac * float64(batch)
 	}
 	if q.LearningRate == 0 {
 		q.LearningRate = defaultQuantileRate
 	}
 	return &q
-}
-
-// checkAdaptive refuses what adaptive clipping cannot do.
-func (c *Config) checkAdaptive() error {
-	if c.Privacy.Quantile == nil {
-		return nil
-	}
-	switch {
-	case c.NonPrivate:
-		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
-	case len(c.Model.ClipPerLayer) > 0:
-		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
-	case c.Output.CheckpointPath != "":
-		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
-	}
-	if err := quantileRelease(c).Check(); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	return nil
 }
 
 // normSetter is an engine whose flat clip norm can change between steps
@@ -79,7 +61,7 @@ type adaptiveClip struct {
 	rng      *mrand.Rand
 }
 
-func newAdaptiveClip(cfg *Config, p *privacy.Plan, eng Engine, expected float64) (*adaptiveClip, error) {
+func newAdaptiveClip(p *privacy.Plan, eng Engine, expected float64, runSeed []byte) (*adaptiveClip, error) {
 	if p == nil || p.Quantile == nil {
 		return nil, nil
 	}
@@ -88,7 +70,7 @@ func newAdaptiveClip(cfg *Config, p *privacy.Plan, eng Engine, expected float64)
 		return nil, invalidf("adaptive clipping needs an engine whose clip norm can be set (SetNorm); this backend's cannot")
 	}
 	var seed [32]byte
-	if s := deriveSeed(cfg.Privacy.Seed, "clip-quantile"); s != nil {
+	if s := deriveSeed(runSeed, "clip-quantile"); s != nil {
 		seed = *s
 	} else if _, err := rand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("train: seeding the clip quantile's noise: %w", err)

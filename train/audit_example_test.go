@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"fmt"
+
 	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/data"

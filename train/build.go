@@ -2,8 +2,6 @@ package train
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,7 +28,7 @@ func (t *Trainer) newBackend(cfg *Config) error {
 		}
 		t.backend = nnBackend{t.model}
 	}
-	if fshape, err := featureShape(&cfg.Data); err != nil {
+	if fshape, err := featureShape(cfg.Data.Train, cfg.Data.Features); err != nil {
 		return err
 	} else if t.backend.InputShape() != fshape {
 		return invalidf("data shape %v (features %q) does not match model input %v", fshape, cfg.Data.Features, t.backend.InputShape())
@@ -70,24 +68,6 @@ func (t *Trainer) newEngine(cfg *Config) (maxBatch int, err error) {
 		return 0, invalidf("%d examples a user (or copies an example) need more than 1 GiB of per-example gradients for this model of %d parameters: use at most %d", k, len(t.engine.Params()), uc.MaxUserExamples())
 	}
 	return maxBatch, nil
-}
-
-// checkClipPerLayer refuses, as newEngine would, per-layer clip bounds
-// whose count is not the model's layers with parameters: it builds the
-// model and a one-example engine (Check). A Model.Backend's engine is
-// left to New.
-func (c *Config) checkClipPerLayer() error {
-	if len(c.Model.ClipPerLayer) == 0 || c.NonPrivate || c.Model.Backend != nil {
-		return nil
-	}
-	m, err := buildModel(c)
-	if err != nil {
-		return err
-	}
-	if _, err := clip.New(m, clip.Options{Norm: c.Privacy.ClipNorm, PerLayer: c.Model.ClipPerLayer, MaxBatch: 1}); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	return nil
 }
 
 // checkData checks the shapes of the (featurized) training and test data
@@ -150,7 +130,7 @@ func (t *Trainer) newOptimizer(o *Optimizer, steps, d int) error {
 // noise source and adaptive clipping.
 func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	var err error
-	if t.users, err = newUserLevel(cfg); err != nil {
+	if t.users, err = newUserLevel(cfg.Data.Train, cfg.Privacy.UserBound, cfg.Privacy.Batch, cfg.Privacy.Seed); err != nil {
 		return err
 	}
 	p := &cfg.Privacy
@@ -179,7 +159,7 @@ func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	if err != nil {
 		return fmt.Errorf("train: noise source: %w", err)
 	}
-	adaptive, err := newAdaptiveClip(cfg, t.plan, t.engine, t.sampler.ExpectedBatch())
+	adaptive, err := newAdaptiveClip(t.plan, t.engine, t.sampler.ExpectedBatch(), p.Seed)
 	if err != nil {
 		return err
 	}
@@ -261,7 +241,7 @@ func buildModel(cfg *Config) (models.Model, error) {
 		return nil, err
 	}
 	var shape [3]int
-	if shape, err = featureShape(&cfg.Data); err != nil {
+	if shape, err = featureShape(cfg.Data.Train, cfg.Data.Features); err != nil {
 		return nil, err
 	}
 	if cfg.Model.Name == "scatternet" && cfg.Data.Features != FeaturesScatter {
@@ -274,15 +254,45 @@ func buildModel(cfg *Config) (models.Model, error) {
 	return m, nil
 }
 
-// seed64 derives a 64-bit seed for label from the run's seed, or draws one
-// from crypto/rand when the run has none.
-func seed64(master []byte, label string) (uint64, error) {
-	if s := deriveSeed(master, label); s != nil {
-		return binary.LittleEndian.Uint64(s[:]), nil
+// physicalExamples is how many examples are gathered at once (the size
+// of the gathering buffer) for an engine taking batches of maxBatch, and
+// whether an engine batch larger than that is gathered in pieces.
+func (t *Trainer) physicalExamples(cfg *Config, maxBatch int) (int, bool) {
+	pe, ok := t.engine.(PhysicalEngine)
+	if !ok || cfg.Privacy.UserBound != nil || cfg.Data.Augment.multiplicity() > 1 {
+		return maxBatch, false
 	}
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return 0, fmt.Errorf("train: seeding %s: %w", label, err)
+	want := cfg.Memory.PhysicalBatch
+	if want <= 0 {
+		want = DefaultPhysicalBatch
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	g := pe.Granule()
+	p := max(want/g*g, g)
+	if p >= maxBatch {
+		return maxBatch, false
+	}
+	return p, true
+}
+
+// applyFeatures replaces cfg.Train and cfg.Test by their features. Views
+// of one data set (data.Dataset.Slice: -validation's training and held-out
+// parts) are served from the features of that data set, computed (or
+// read from the cache) once, unless together they cover less than half of
+// it. The features are held once, in float32: the views share them.
+func applyFeatures(ctx context.Context, cfg *Config) ([]FeaturesDone, error) {
+	if cfg.Data.Features != FeaturesScatter {
+		return nil, nil
+	}
+	sc, err := scattering(cfg.Data.Train.Shape)
+	if err != nil {
+		return nil, err
+	}
+	fz := newFeaturizer(sc, cfg.Privacy.CacheDir, cfg.Output.OnFeatures)
+	if err := fz.apply(ctx, []**data.Dataset{&cfg.Data.Train, &cfg.Data.Test}); err != nil {
+		return nil, err
+	}
+	if cfg.Output.Log != nil {
+		fmt.Fprintln(cfg.Output.Log, fz.summary())
+	}
+	return fz.done, nil
 }

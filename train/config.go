@@ -1,7 +1,6 @@
 package train
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,15 +11,6 @@ import (
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
 )
-
-func invalidf(format string, args ...any) error {
-	return dpcore.Invalid("train", format, args...)
-}
-
-// ErrInterrupted is wrapped by the error Run returns when its context is
-// cancelled (SIGINT, SIGTERM) between steps; the error says whether a
-// checkpoint was saved at the interrupt and from which step the run resumes.
-var ErrInterrupted = errors.New("interrupted")
 
 // WorkloadChoice says which workload a matrix mechanism is built for.
 type WorkloadChoice string
@@ -280,24 +270,6 @@ func (c *Config) validate() error {
 // with room for the noise.
 const maxClippedSum = 1e30
 
-// Check refuses, with the error New would give, a configuration New
-// refuses before building anything: CheckSettings, the checks against
-// the data (batch size, bands, model size) and, for a private
-// example-level run, what the planner refuses before it builds a
-// factorization (privacy.CheckRequest: more bands than steps, say), and
-// per-layer clip bounds that do not match the model's layers. Unset
-// settings take their defaults first.
-func (c Config) Check() error {
-	c.Defaults()
-	if err := c.validate(); err != nil {
-		return err
-	}
-	if err := c.checkClipPerLayer(); err != nil {
-		return err
-	}
-	return c.checkPlan()
-}
-
 // CheckSettings refuses, with the error New would give, the settings of
 // c that are wrong whatever the data (clip norm, learning rate, momentum,
 // noise, epsilon and delta, accountant, workload, features, the optional
@@ -430,4 +402,105 @@ func (c *Config) checkPrivacy() error {
 		return bad("bands = %d", p.Partitions)
 	}
 	return nil
+}
+
+// checkAugment refuses what augmentation and its multiplicity cannot do.
+func (c *Config) checkAugment() error {
+	a := c.Data.Augment
+	if a == nil {
+		return nil
+	}
+	if c.Data.Features != FeaturesPixels {
+		// The cached features cannot be reused: every step would
+		// transform K x batch augmented images (about 2.4 CPU-ms each
+		// for the scattering transform of a 28x28 image, BENCHMARKS.md:
+		// over 6 CPU-hours for the Fashion-MNIST recipe at K = 4).
+		return invalidf("augmentation crops and flips pixels, so it must come before the %s features, which are then computed afresh for every copy of every step (the cached features cannot be reused; over 6 CPU-hours for the Fashion-MNIST recipe at multiplicity 4): not supported; augment a pixel model (e.g. -model cnn)", c.Data.Features)
+	}
+	k := a.Multiplicity
+	switch {
+	case k < 0 || k > maxAugmentMultiplicity:
+		return invalidf("augment multiplicity %d: want 1 to %d copies of each example (0: 1)", k, maxAugmentMultiplicity)
+	case k <= 1:
+		return nil
+	case c.NonPrivate:
+		return invalidf("augment multiplicity averages gradients before clipping; a non-private run does not clip: use one copy")
+	case c.Privacy.UserBound != nil:
+		return invalidf("augment multiplicity with user-level privacy is not supported: a user's examples are already combined before clipping")
+	case len(c.Model.ClipPerLayer) > 0:
+		return invalidf("augment multiplicity clips each example's averaged gradient as a whole: per-layer clipping is not supported")
+	}
+	return nil
+}
+
+// validateUsers refuses what user-level privacy (Config.Privacy.UserBound)
+// cannot do.
+func (c *Config) validateUsers() error {
+	bad, p := invalidf, &c.Privacy
+	switch {
+	case p.UserBound == nil:
+		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
+	case c.NonPrivate:
+		return bad("user level is a unit of privacy: a non-private run has none")
+	case c.Data.Train.Owners == nil:
+		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", c.Data.Train.Name)
+	case p.UserBound.Examples < 1 || p.UserBound.Examples > maxUserExamples:
+		return bad("user examples %d: want 1 to %d examples per user per step", p.UserBound.Examples, maxUserExamples)
+	case len(c.Model.ClipPerLayer) > 0:
+		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
+	case p.Batch <= 0:
+		return bad("batch = %d users must be positive", p.Batch)
+	}
+	return nil
+}
+
+// checkAdaptive refuses what adaptive clipping cannot do.
+func (c *Config) checkAdaptive() error {
+	if c.Privacy.Quantile == nil {
+		return nil
+	}
+	switch {
+	case c.NonPrivate:
+		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
+	case len(c.Model.ClipPerLayer) > 0:
+		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
+	case c.Output.CheckpointPath != "":
+		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
+	}
+	if err := quantileRelease(c.Privacy.Quantile, c.Privacy.Batch).Check(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
+}
+
+// checkSizes refuses the user-given sizes of a run that cannot fit, before
+// the model, the plan or any per-step array is allocated: the number of
+// steps, and the parameters of the model (hidden sizes, embedding
+// dimension) with the buffers kept per parameter.
+func (c *Config) checkSizes() error {
+	if c.Privacy.Steps > MaxSteps {
+		return invalidf("steps = %d: per-step arrays would need %s each (8 bytes a step); the limit is %d steps",
+			c.Privacy.Steps, dpcore.HumanBytes(8*float64(c.Privacy.Steps)), MaxSteps)
+	}
+	if c.Model.Built != nil || c.Data.Train == nil {
+		return nil
+	}
+	d := c.estimateParams()
+	// Parameters, gradient sum, chunk sum, noise row, momentum and one
+	// accumulator per worker at least: 8 float32 arrays of d.
+	if err := checkMemory(fmt.Sprintf("model %s with %.4g parameters", c.Model.Name, d), 8*4*d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// estimateParams is the parameter count of a dense model named by the
+// configuration (models.Named.EstimateParams).
+func (c *Config) estimateParams() float64 {
+	return c.Model.named().EstimateParams(c.Data.Train.Shape.Size(), c.Data.Train.Classes)
+}
+
+// named is the model m.Name names, with its settings.
+func (m *ModelSpec) named() models.Named {
+	return models.Named{Name: m.Name, Hidden: m.Hidden, Categorical: m.Categorical, EmbeddingDim: m.EmbeddingDim}
 }

@@ -64,18 +64,18 @@ func (e *EMA) settings() []setting {
 
 // AfterStep folds the parameters after the step's update into the
 // average (a Hook).
-func (a *average) AfterStep(_ context.Context, t *Trainer, _ StepMetrics) error {
-	a.update(t.engine.Params())
+func (a *average) AfterStep(_ context.Context, _ StepMetrics, params []float32) error {
+	a.update(params)
 	return nil
 }
 
-func (a *average) saveState(ck *checkpoint) { ck.EMA, ck.EMASteps = a.avg, a.steps }
+func (a *average) saveState(ck *checkpointState) { ck.Average, ck.EMASteps = a.avg, a.steps }
 
-func (a *average) loadState(ck *checkpoint) error {
-	if len(ck.EMA) != len(a.avg) || ck.EMASteps != ck.Step {
-		return fmt.Errorf("parameter average of %d values after %d updates, want %d values after %d", len(ck.EMA), ck.EMASteps, len(a.avg), ck.Step)
+func (a *average) loadState(ck *checkpointState) error {
+	if len(ck.Average) != len(a.avg) || ck.EMASteps != ck.Step {
+		return fmt.Errorf("parameter average of %d values after %d updates, want %d values after %d", len(ck.Average), ck.EMASteps, len(a.avg), ck.Step)
 	}
-	copy(a.avg, ck.EMA)
+	copy(a.avg, ck.Average)
 	a.steps = ck.EMASteps
 	return nil
 }
@@ -108,16 +108,4 @@ func (a *average) install(params []float32) {
 	if a != nil {
 		copy(params, a.avg)
 	}
-}
-
-// postprocessing describes cfg's post-processing for the ledger.
-func postprocessing(cfg *Config) []string {
-	var out []string
-	if cfg.Optimizer.Rule == OptimizerAdam {
-		out = append(out, "Adam: its moments and updates are computed from the privatized gradients only")
-	}
-	if e := cfg.Optimizer.EMA; e != nil {
-		out = append(out, fmt.Sprintf("exponential moving average of the parameters (decay %g) evaluated and returned as the model", e.Decay))
-	}
-	return out
 }

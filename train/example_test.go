@@ -3,8 +3,9 @@ package train_test
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/privacy"
 	"log"
+
+	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"

@@ -6,24 +6,24 @@ import (
 	"github.com/dpmf-go/dpmf/clip"
 )
 
-// Hook is non-private work attached to the loop (Config.Hooks), as
+// Hook is non-private work attached to the loop (the run's Hooks), as
 // gomlx's training loop attaches its own: it runs after each step's
 // update, in order, after the run's own hooks (the parameter average, the
-// metrics record and Output.OnStep). It sees the released parameters
-// (Trainer.Engine().Params()) and the step's metrics, whose not_private
-// keys it must keep as private as the data, and never the private batch:
-// whatever it computes is post-processing. An error stops Run; the step it
-// follows stands.
+// metrics record and Output.OnStep). It sees the step's metrics, whose
+// not_private keys it must keep as private as the data, and the released
+// parameters, which it must not write; never the private batch: whatever
+// it computes is post-processing. An error stops Run; the step it follows
+// stands.
 type Hook interface {
-	AfterStep(ctx context.Context, t *Trainer, sm StepMetrics) error
+	AfterStep(ctx context.Context, sm StepMetrics, params []float32) error
 }
 
 // HookFunc is a function used as a Hook.
-type HookFunc func(ctx context.Context, t *Trainer, sm StepMetrics) error
+type HookFunc func(ctx context.Context, sm StepMetrics, params []float32) error
 
 // AfterStep calls f.
-func (f HookFunc) AfterStep(ctx context.Context, t *Trainer, sm StepMetrics) error {
-	return f(ctx, t, sm)
+func (f HookFunc) AfterStep(ctx context.Context, sm StepMetrics, params []float32) error {
+	return f(ctx, sm, params)
 }
 
 // stepHook is a private feature's side of a step (audit canaries,
@@ -61,31 +61,8 @@ func (noStepHook) afterUpdate(*StepMetrics) error   { return nil }
 // stateful is a feature whose state a checkpoint holds (the parameter
 // average).
 type stateful interface {
-	saveState(ck *checkpoint)
-	loadState(ck *checkpoint) error
-}
-
-// attach adds a private feature's side of the step, when it has one.
-func (t *Trainer) attach(h stepHook) {
-	if h != nil {
-		t.private = append(t.private, h)
-	}
-}
-
-// noiseScale is the product of the private features' noise scales.
-func (t *Trainer) noiseScale() float64 {
-	s := 1.0
-	for _, h := range t.private {
-		s *= h.noiseScale()
-	}
-	return s
-}
-
-// observe hands a clipped sum's statistics to the private features.
-func (t *Trainer) observe(st clip.Stats) {
-	for _, h := range t.private {
-		h.observe(st)
-	}
+	saveState(ck *checkpointState)
+	loadState(ck *checkpointState) error
 }
 
 // metricsHook records each step (the metrics file, Output.OnStep).
@@ -94,41 +71,12 @@ type metricsHook struct {
 	onStep func(StepMetrics)
 }
 
-func (m metricsHook) AfterStep(_ context.Context, _ *Trainer, sm StepMetrics) error {
+func (m metricsHook) AfterStep(_ context.Context, sm StepMetrics, _ []float32) error {
 	if m.w != nil {
 		m.w.write("step", sm)
 	}
 	if m.onStep != nil {
 		m.onStep(sm)
-	}
-	return nil
-}
-
-// evalHook evaluates every `every` steps before the last (Run evaluates
-// the last itself) and keeps the evaluations.
-type evalHook struct {
-	every int
-	evals *[]EvalMetrics
-}
-
-func (e evalHook) AfterStep(ctx context.Context, t *Trainer, sm StepMetrics) error {
-	if sm.Step%e.every != 0 || sm.Step >= t.cfg.Privacy.Steps {
-		return nil
-	}
-	em, err := t.EvaluateContext(ctx)
-	if err != nil {
-		return err
-	}
-	*e.evals = append(*e.evals, em)
-	return nil
-}
-
-// checkpointHook saves a checkpoint every `every` steps.
-type checkpointHook struct{ every int }
-
-func (c checkpointHook) AfterStep(_ context.Context, t *Trainer, sm StepMetrics) error {
-	if c.every > 0 && sm.Step%c.every == 0 {
-		return t.checkpoint()
 	}
 	return nil
 }

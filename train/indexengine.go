@@ -22,15 +22,3 @@ type IndexEngine interface {
 	// is not used and the loop rolls the step back.
 	ClippedSumIndices(ctx context.Context, step int, idx []int, dst []float32) (clip.Stats, error)
 }
-
-// clipByIndex is the clipped sum of an IndexEngine: the engine computes
-// the whole batch's clipped sum into t.sum.
-func (t *Trainer) clipByIndex(ctx context.Context, ie IndexEngine, step int, sm *StepMetrics) error {
-	st, err := ie.ClippedSumIndices(ctx, step, t.idx, t.sum)
-	if err != nil {
-		return err
-	}
-	t.observe(st)
-	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
-	return nil
-}

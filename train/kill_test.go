@@ -79,7 +79,7 @@ func checkCheckpointIntact(t *testing.T, path string, every, steps int) int {
 	if err != nil {
 		t.Fatalf("checkpoint unreadable or failing its checksum after a kill: %v", err)
 	}
-	var ck checkpoint
+	var ck checkpointState
 	if err := msgpack.Unmarshal(payload, &ck); err != nil {
 		t.Fatalf("checkpoint payload unreadable after a kill: %v", err)
 	}

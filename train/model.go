@@ -1,6 +1,11 @@
 package train
 
-import "github.com/dpmf-go/dpmf/models"
+import (
+	"fmt"
+
+	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/models"
+)
 
 // NewModel builds the model cfg describes (cfg.Model.Built itself when set,
 // else cfg.Model.Name for cfg.Train's shape and classes), initialized from
@@ -15,4 +20,40 @@ func NewModel(cfg Config) (models.Model, error) {
 	}
 	cfg.Defaults()
 	return buildModel(&cfg)
+}
+
+// Check refuses, with the error New would give, a configuration New
+// refuses before building anything: CheckSettings, the checks against
+// the data (batch size, bands, model size) and, for a private
+// example-level run, what the planner refuses before it builds a
+// factorization (privacy.CheckRequest: more bands than steps, say), and
+// per-layer clip bounds that do not match the model's layers. Unset
+// settings take their defaults first.
+func (c Config) Check() error {
+	c.Defaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if err := c.checkClipPerLayer(); err != nil {
+		return err
+	}
+	return c.checkPlan()
+}
+
+// checkClipPerLayer refuses, as newEngine would, per-layer clip bounds
+// whose count is not the model's layers with parameters: it builds the
+// model and a one-example engine (Check). A Model.Backend's engine is
+// left to New.
+func (c *Config) checkClipPerLayer() error {
+	if len(c.Model.ClipPerLayer) == 0 || c.NonPrivate || c.Model.Backend != nil {
+		return nil
+	}
+	m, err := buildModel(c)
+	if err != nil {
+		return err
+	}
+	if _, err := clip.New(m, clip.Options{Norm: c.Privacy.ClipNorm, PerLayer: c.Model.ClipPerLayer, MaxBatch: 1}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
 }

@@ -2,9 +2,10 @@ package train
 
 import (
 	"context"
-	"github.com/dpmf-go/dpmf/privacy"
 	"math"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -9,10 +10,6 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/sampler"
 )
-
-// deriveSeed gives each consumer its own 32-byte seed from the run's seed,
-// or nil (crypto/rand) when the run has none.
-func deriveSeed(master []byte, label string) *dpcore.Seed { return privacy.DeriveSeed(master, label) }
 
 // buildPlan asks the planner for the plan of a private run and the sampler
 // that realizes it. w is the optimizer's workload over cfg.Steps.
@@ -46,7 +43,7 @@ func planRequest(cfg *Config, w dpcore.Workload, users *userLevel) privacy.Reque
 	req.Examples = cfg.Data.Train.Len()
 	req.Preprocessing = append(slices.Clip(req.Preprocessing), preprocessing(cfg)...)
 	req.PostProcessing = append(slices.Clip(req.PostProcessing), postprocessing(cfg)...)
-	req.Quantile = quantileRelease(cfg)
+	req.Quantile = quantileRelease(cfg.Privacy.Quantile, cfg.Privacy.Batch)
 	req.NotCovered = append(slices.Clip(req.NotCovered), "step metrics "+strings.Join(stepNotPrivate(), ", ")+" (norm_quantiles include the largest per-example gradient norm)")
 	switch {
 	case users != nil:
@@ -74,3 +71,23 @@ func planRequest(cfg *Config, w dpcore.Workload, users *userLevel) privacy.Reque
 // float32 gradient sum: noise draws stay below 1e3 std, so sums and
 // updates stay far below float32's largest value, 3.4e38.
 const maxNoiseStd = 1e30
+
+// preprocessing describes cfg's per-example transform for the ledger.
+func preprocessing(cfg *Config) []string {
+	if cfg.Data.Features != FeaturesScatter {
+		return cfg.Data.Augment.note()
+	}
+	return append(cfg.Data.Augment.note(), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
+}
+
+// postprocessing describes cfg's post-processing for the ledger.
+func postprocessing(cfg *Config) []string {
+	var out []string
+	if cfg.Optimizer.Rule == OptimizerAdam {
+		out = append(out, "Adam: its moments and updates are computed from the privatized gradients only")
+	}
+	if e := cfg.Optimizer.EMA; e != nil {
+		out = append(out, fmt.Sprintf("exponential moving average of the parameters (decay %g) evaluated and returned as the model", e.Decay))
+	}
+	return out
+}

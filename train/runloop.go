@@ -68,9 +68,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return res, err
 		}
 	}
-	loop := []Hook{evalHook{every: out.EvalEvery, evals: &res.Evals}}
+	loop := []Hook{evalHook{t: t, every: out.EvalEvery, evals: &res.Evals}}
 	if out.CheckpointPath != "" {
-		loop = append(loop, checkpointHook{every: out.CheckpointEvery})
+		loop = append(loop, checkpointHook{t: t, every: out.CheckpointEvery})
 	}
 	// stop is the error that ends the run: an interrupt saves a
 	// checkpoint and says how to resume.
@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			if err != nil {
 				break
 			}
-			err = h.AfterStep(ctx, t, sm)
+			err = h.AfterStep(ctx, sm, t.engine.Params())
 		}
 		if err != nil {
 			return res, stop(err)
@@ -176,6 +176,41 @@ func resumeLog(t *Trainer, res *Result) error {
 		if mr.LastStep < res.Resumed {
 			fmt.Fprintf(log, "metrics: %s records steps up to %d only: steps %d to %d were not recorded\n", t.cfg.Output.MetricsPath, mr.LastStep, mr.LastStep+1, res.Resumed)
 		}
+	}
+	return nil
+}
+
+// evalHook evaluates every `every` steps before the last (Run evaluates
+// the last itself) and keeps the evaluations.
+type evalHook struct {
+	t     *Trainer
+	every int
+	evals *[]EvalMetrics
+}
+
+func (e evalHook) AfterStep(ctx context.Context, sm StepMetrics, _ []float32) error {
+	t := e.t
+	if sm.Step%e.every != 0 || sm.Step >= t.cfg.Privacy.Steps {
+		return nil
+	}
+	em, err := t.EvaluateContext(ctx)
+	if err != nil {
+		return err
+	}
+	*e.evals = append(*e.evals, em)
+	return nil
+}
+
+// checkpointHook saves a checkpoint every `every` steps.
+type checkpointHook struct {
+	t     *Trainer
+	every int
+}
+
+func (c checkpointHook) AfterStep(_ context.Context, sm StepMetrics, _ []float32) error {
+	t := c.t
+	if c.every > 0 && sm.Step%c.every == 0 {
+		return t.checkpoint()
 	}
 	return nil
 }

@@ -3,10 +3,11 @@ package train
 import (
 	"context"
 	"fmt"
-	"github.com/dpmf-go/dpmf/privacy"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"

@@ -2,10 +2,9 @@ package train
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
+	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/noise"
@@ -139,121 +138,6 @@ func (t *Trainer) Step() int { return t.sampler.Step() }
 // Done reports whether all steps ran.
 func (t *Trainer) Done() bool { return t.Step() >= t.cfg.Privacy.Steps }
 
-// ErrBroken is wrapped by every call on a Trainer whose last step failed
-// after its noise was drawn: sampler and noise advanced but the model did
-// not, so the trainer refuses to go on until it is rebuilt (New) from a
-// checkpoint. Only an arithmetic overflow in the noisy sum can cause it;
-// every earlier failure (data, clipping, context) rolls the step back.
-var ErrBroken = errors.New("trainer broken by a failed step")
-
-// TrainStep runs one step: sample (the private features may split the
-// batch), clipped sum, noise (the features see the sum before and after
-// it), divide by the expected batch size, optimizer update, then the
-// private features' afterUpdate and the hooks (Hook). A step is
-// all-or-nothing: on an error before the update the sampler is restored,
-// so the next call draws the same batch and pairs it with the same noise
-// row; the sampler, the noise source, the model and the optimizer advance
-// together or not at all. An error of a Hook is returned after the step,
-// which stands.
-func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
-	if t.broken != nil {
-		return StepMetrics{}, t.broken
-	}
-	if err := ctx.Err(); err != nil {
-		return StepMetrics{}, err
-	}
-	start := time.Now()
-	// What the step will spend does not depend on its data: account for it
-	// before anything changes.
-	var eps float64
-	if t.plan != nil {
-		var err error
-		if eps, err = t.plan.EpsilonSpent(t.Step() + 1); err != nil {
-			return StepMetrics{}, fmt.Errorf("train: step %d: accounting: %w", t.Step()+1, err)
-		}
-	}
-	// The sampler state is a few hundred bytes: saving it every step is
-	// what lets a failed gather or clip leave the run where it was.
-	saved, err := t.sampler.MarshalBinary()
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("train: step %d: saving sampler state: %w", t.Step()+1, err)
-	}
-	sm, err := t.sampleAndClip(ctx)
-	if err == nil && t.plan != nil {
-		// The noise source checks its arguments before advancing, so an
-		// error here leaves it at the previous step.
-		if nerr := t.noise.Next(t.noiseBuf); nerr != nil {
-			err = fmt.Errorf("train: step %d: noise: %w", sm.Step, nerr)
-		}
-	}
-	if err != nil {
-		if rerr := t.sampler.UnmarshalBinary(saved); rerr != nil {
-			t.broken = fmt.Errorf("train: %w: step %d: %v; restoring the sampler failed: %v", ErrBroken, sm.Step, err, rerr)
-			return StepMetrics{}, t.broken
-		}
-		return StepMetrics{}, err
-	}
-	// From here on the sampler and the noise have advanced: the update
-	// and the private features' afterUpdate must succeed, or the trainer
-	// is broken.
-	if err := t.applyUpdate(sm.Step, sm.BatchSize); err != nil {
-		t.broken = fmt.Errorf("train: %w: %w", ErrBroken, err)
-		return StepMetrics{}, t.broken
-	}
-	for _, h := range t.private {
-		if err := h.afterUpdate(&sm); err != nil {
-			t.broken = fmt.Errorf("train: %w: step %d: %w", ErrBroken, sm.Step, err)
-			return StepMetrics{}, t.broken
-		}
-	}
-	sm.Epsilon, sm.NotPrivate = eps, stepNotPrivate()
-	sm.StepSeconds = time.Since(start).Seconds()
-	for _, h := range t.hooks {
-		if err := h.AfterStep(ctx, t, sm); err != nil {
-			return sm, err
-		}
-	}
-	return sm, nil
-}
-
-// applyUpdate adds the drawn noise to the clipped sum (the private
-// features see the sum before and after it, and scale it), divides by the
-// batch size and steps the optimizer (which leaves the parameters
-// untouched when it refuses the gradient).
-func (t *Trainer) applyUpdate(step, batch int) error {
-	div := float64(max(batch, 1))
-	if t.plan != nil {
-		for _, h := range t.private {
-			if err := h.beforeNoise(step, t.sum); err != nil {
-				return fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-		std := float32(t.plan.NoiseStd * t.noiseScale())
-		for i, w := range t.noiseBuf {
-			t.sum[i] += std * w
-		}
-		for _, h := range t.private {
-			if err := h.afterNoise(step, t.sum); err != nil {
-				return fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-		// Dividing by the realized batch size would leak it: the expected
-		// size is data independent (SPEC 7).
-		div = t.sampler.ExpectedBatch()
-	}
-	inv := float32(1 / div)
-	for i := range t.sum {
-		t.sum[i] *= inv
-	}
-	if i := nonFinite(t.sum); i >= 0 {
-		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
-	}
-	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
-		return fmt.Errorf("step %d: optimizer: %w", step, err)
-	}
-	return nil
-}
-
 // Evaluate measures test loss and accuracy and the epsilon spent so far.
 // Without a test set it measures the training set, says so (Split), and
 // marks the result as outside the guarantee.
@@ -307,4 +191,37 @@ func (t *Trainer) Close() error {
 		return t.metrics.close()
 	}
 	return nil
+}
+
+// attach adds a private feature's side of the step, when it has one.
+func (t *Trainer) attach(h stepHook) {
+	if h != nil {
+		t.private = append(t.private, h)
+	}
+}
+
+// noiseScale is the product of the private features' noise scales.
+func (t *Trainer) noiseScale() float64 {
+	s := 1.0
+	for _, h := range t.private {
+		s *= h.noiseScale()
+	}
+	return s
+}
+
+// observe hands a clipped sum's statistics to the private features.
+func (t *Trainer) observe(st clip.Stats) {
+	for _, h := range t.private {
+		h.observe(st)
+	}
+}
+
+// nonFinite is the index of the first NaN or infinity in v, or -1.
+func nonFinite(v []float32) int {
+	for i, x := range v {
+		if x-x != 0 {
+			return i
+		}
+	}
+	return -1
 }

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -50,43 +49,21 @@ func userDefaults(b *privacy.UserBound) *privacy.UserBound {
 	return &d
 }
 
-// validateUsers refuses what user-level privacy (Config.Privacy.UserBound)
-// cannot do.
-func (c *Config) validateUsers() error {
-	bad, p := invalidf, &c.Privacy
-	switch {
-	case p.UserBound == nil:
-		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
-	case c.NonPrivate:
-		return bad("user level is a unit of privacy: a non-private run has none")
-	case c.Data.Train.Owners == nil:
-		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", c.Data.Train.Name)
-	case p.UserBound.Examples < 1 || p.UserBound.Examples > maxUserExamples:
-		return bad("user examples %d: want 1 to %d examples per user per step", p.UserBound.Examples, maxUserExamples)
-	case len(c.Model.ClipPerLayer) > 0:
-		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
-	case p.Batch <= 0:
-		return bad("batch = %d users must be positive", p.Batch)
-	}
-	return nil
-}
-
 // newUserLevel indexes the training set's owners, or is nil for an
 // example-level run. Without a seed the secret comes from crypto/rand.
-func newUserLevel(cfg *Config) (*userLevel, error) {
-	b := cfg.Privacy.UserBound
+func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, runSeed []byte) (*userLevel, error) {
 	if b == nil {
 		return nil, nil
 	}
-	us, err := cfg.Data.Train.Users()
+	us, err := train.Users()
 	if err != nil {
 		return nil, invalidf("user level: %v", err)
 	}
-	if cfg.Privacy.Batch > us.Len() {
-		return nil, invalidf("batch = %d users must lie in [1, %d users]", cfg.Privacy.Batch, us.Len())
+	if batch > us.Len() {
+		return nil, invalidf("batch = %d users must lie in [1, %d users]", batch, us.Len())
 	}
 	u := &userLevel{users: us, k: b.Examples, mean: b.Mean}
-	if s := deriveSeed(cfg.Privacy.Seed, "users"); s != nil {
+	if s := deriveSeed(runSeed, "users"); s != nil {
 		u.secret = *s
 	} else if _, err := rand.Read(u.secret[:]); err != nil {
 		return nil, fmt.Errorf("train: seeding the per-user example choice: %w", err)
@@ -138,47 +115,4 @@ func (u *userLevel) expand(users []int, step int, dst []int) []int {
 		u.groups = append(u.groups, u.k)
 	}
 	return dst
-}
-
-// clipUsers leaves in t.sum the sum over the step's users (t.idx holds
-// user indices) of each user's clipped gradient. Users never straddle a
-// chunk: a user's examples are combined exactly before clipping.
-func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) error {
-	u := t.users
-	t.exIdx = u.expand(t.idx, step, t.exIdx)
-	maxBatch := len(t.yb)
-	var tl clip.Tally
-	lo, g0 := 0, 0 // example and group at which the chunk starts
-	for g0 < len(u.groups) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hi, g1 := lo, g0
-		for g1 < len(u.groups) && hi+u.groups[g1] <= maxBatch+lo {
-			hi += u.groups[g1]
-			g1++
-		}
-		x, y, err := t.gather(t.exIdx[lo:hi], step)
-		if err != nil {
-			return err
-		}
-		var st clip.Stats
-		if u.k == 1 {
-			// One example per user: per-example clipping is per-user
-			// clipping.
-			st, err = t.engine.ClippedSumContext(ctx, x, y, t.chunk)
-		} else {
-			// New checked that the engine has it.
-			st, err = t.engine.(UserEngine).UserClippedSum(x, y, u.groups[g0:g1], clip.UserOptions{Mean: u.mean}, t.chunk)
-		}
-		if err != nil {
-			return err
-		}
-		t.addChunk(st)
-		tl.Add(st, hi-lo, g1-g0)
-		lo, g0 = hi, g1
-	}
-	st := tl.Stats()
-	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
-	return nil
 }

@@ -2,8 +2,9 @@ package train
 
 import (
 	"context"
-	"github.com/dpmf-go/dpmf/privacy"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/data"
 )
