@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
@@ -208,12 +207,12 @@ func (t *Trainer) attachHooks(cfg *Config) {
 	t.hooks = append(t.hooks, cfg.Hooks...)
 }
 
-// resume loads the checkpoint, if there is one, and opens the metrics log
+// resume restores the checkpoint checkResume read, if there is one, and opens the metrics log
 // (appending after a resume).
 func (t *Trainer) resume(cfg *Config) error {
-	if path := cfg.Output.CheckpointPath; path != "" {
-		err := t.loadCheckpoint(path)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if ck := t.resumeFrom; ck != nil {
+		t.resumeFrom = nil
+		if err := t.restore(cfg.Output.CheckpointPath, ck); err != nil {
 			return err
 		}
 	}

@@ -101,18 +101,20 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	return nil
 }
 
+// loadCheckpoint reads the checkpoint at path and restores the run
+// from it.
 func (t *Trainer) loadCheckpoint(path string) error {
-	payload, err := atomicfile.ReadSealed(path, checkpointMagic, checkpointVersion)
-	if errors.Is(err, atomicfile.ErrCorrupt) {
-		return fmt.Errorf("train: checkpoint: %w: %s", ErrCorruptCheckpoint, atomicfile.Reason(err))
-	}
+	ck, err := readCheckpoint(path)
 	if err != nil {
 		return err
 	}
-	var ck checkpointState
-	if err := atomicfile.Unmarshal(payload, &ck); err != nil {
-		return fmt.Errorf("train: checkpoint %s: %w: %s", path, ErrCorruptCheckpoint, atomicfile.Reason(err))
-	}
+	return t.restore(path, ck)
+}
+
+// restore sets the run's state to the checkpoint ck (read from path),
+// refusing one of another configuration or whose parts are not at one
+// step.
+func (t *Trainer) restore(path string, ck *checkpointState) error {
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
 	}
@@ -135,7 +137,7 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	}
 	for _, h := range t.hooks {
 		if s, ok := h.(stateful); ok {
-			if err := s.loadState(&ck); err != nil {
+			if err := s.loadState(ck); err != nil {
 				return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
 			}
 		}
@@ -163,7 +165,8 @@ func (t *Trainer) checkInStep(step int) error {
 	return nil
 }
 
-// checkResume compares the checkpoint at path (if there is one) with the
+// checkResume reads the checkpoint at path (if there is one), keeps it
+// for New to restore (t.resumeFrom), and compares it with the
 // run, before the plan is built: a resume with other settings, another
 // seed (or none where it had one, or the reverse) or other training data
 // is refused at once, naming each difference. It also sets the data
@@ -187,7 +190,7 @@ func (t *Trainer) checkResume(path string, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	t.dataSalt = ck.DataSalt
+	t.resumeFrom, t.dataSalt = ck, ck.DataSalt
 	t.recordData(cfg.Data.Train)
 
 	have, want := legacySeed(ck, t.settings)

@@ -59,7 +59,10 @@ type Trainer struct {
 	// seedFP, dataSalt and dataDigest are recorded in checkpoints too
 	// (resumecheck.go).
 	seedFP, dataSalt, dataDigest []byte
-	features                     []FeaturesDone // how the features were got (Result.Features)
+	// resumeFrom is the checkpoint checkResume read, until New restores
+	// it.
+	resumeFrom *checkpointState
+	features   []FeaturesDone // how the features were got (Result.Features)
 }
 
 // New checks the configuration, builds the privacy plan (refusing any
