@@ -63,30 +63,23 @@ func baseConfig(t testing.TB) Config {
 	}
 }
 
+// sampledBy sets a run's mechanism, sampling and bands.
+func sampledBy(t *testing.T, mech string, s privacy.Sampling, bands int) func(*Config) {
+	return func(c *Config) {
+		c.Privacy.Mechanism, c.Privacy.Sampling, c.Privacy.Partitions = parseMech(t, mech), s, bands
+	}
+}
+
 func TestRefusesCombinationsWhoseGuaranteeDoesNotHold(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name string
 		edit func(*Config)
 	}{
-		{"amplified accounting with fixed-order epochs", func(c *Config) {
-			c.Privacy.Mechanism = parseMech(t, "tree-online")
-			c.Privacy.Sampling = privacy.SamplingPoisson
-		}},
-		{"bands larger than the sampler's separation", func(c *Config) {
-			c.Privacy.Mechanism = parseMech(t, "bandmf:8")
-			c.Privacy.Sampling = privacy.SamplingBandPoisson
-			c.Privacy.Partitions = 4
-		}},
-		{"mf-kb with Poisson sampling", func(c *Config) {
-			c.Privacy.Mechanism = parseMech(t, "mf-kb")
-			c.Privacy.Sampling = privacy.SamplingPoisson
-		}},
-		{"dense encoder with band sampling", func(c *Config) {
-			c.Privacy.Mechanism = parseMech(t, "mf-single")
-			c.Privacy.Sampling = privacy.SamplingBandPoisson
-			c.Privacy.Partitions = 4
-		}},
+		{"amplified accounting with fixed-order epochs", sampledBy(t, "tree-online", privacy.SamplingPoisson, 0)},
+		{"bands larger than the sampler's separation", sampledBy(t, "bandmf:8", privacy.SamplingBandPoisson, 4)},
+		{"mf-kb with Poisson sampling", sampledBy(t, "mf-kb", privacy.SamplingPoisson, 0)},
+		{"dense encoder with band sampling", sampledBy(t, "mf-single", privacy.SamplingBandPoisson, 4)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
