@@ -133,7 +133,7 @@ func matchesNN(t *testing.T, mm models.Model, gm *Model) {
 
 // TestRunMatchesNN trains the same network through train.Run twice from
 // the same seed, once on the nn executor (Config.Model) and once through
-// the adapter (Config.Backend): same batches, same noise, so the final
+// the adapter (Model.Backend): same batches, same noise, so the final
 // parameters agree to float32 rounding, and the checkpoint of the
 // adapter's run resumes.
 func TestRunMatchesNN(t *testing.T) {

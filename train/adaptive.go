@@ -1,7 +1,6 @@
 package train
 
 import (
-	"crypto/rand"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -69,11 +68,9 @@ func newAdaptiveClip(p *privacy.Plan, eng Engine, expected float64, runSeed []by
 	if !ok {
 		return nil, invalidf("adaptive clipping needs an engine whose clip norm can be set (SetNorm); this backend's cannot")
 	}
-	var seed [32]byte
-	if s := deriveSeed(runSeed, "clip-quantile"); s != nil {
-		seed = *s
-	} else if _, err := rand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("train: seeding the clip quantile's noise: %w", err)
+	seed, err := seed32(runSeed, "clip-quantile")
+	if err != nil {
+		return nil, err
 	}
 	a := &adaptiveClip{q: *p.Quantile, c0: p.ClipNorm, c: p.ClipNorm, expected: expected, eng: ns, rng: mrand.New(mrand.NewChaCha8(seed))}
 	if err := ns.SetNorm(a.c); err != nil {

@@ -187,7 +187,7 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	if b := cfg.Privacy.UserBound; b != nil {
 		can.group = b.Examples
 	}
-	seed := deriveSeed(cfg.Privacy.Seed, "audit")
+	seed := dpcore.DeriveSeed(cfg.Privacy.Seed, "audit")
 	rng, err := auditRand(seed)
 	if err != nil {
 		return nil, err

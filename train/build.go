@@ -134,7 +134,7 @@ func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	}
 	p := &cfg.Privacy
 	if cfg.NonPrivate {
-		t.sampler, err = sampler.NewFixedOrder(cfg.Data.Train.Len(), p.Batch, p.Steps, sampler.Options{Seed: deriveSeed(p.Seed, "sampler")})
+		t.sampler, err = sampler.NewFixedOrder(cfg.Data.Train.Len(), p.Batch, p.Steps, sampler.Options{Seed: dpcore.DeriveSeed(p.Seed, "sampler")})
 		if err != nil {
 			return fmt.Errorf("train: sampler: %w", err)
 		}
@@ -153,7 +153,7 @@ func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	if err != nil {
 		return err
 	}
-	nopt := noise.Options{Seed: deriveSeed(p.Seed, "noise"), MemoryBudget: cfg.Memory.NoiseBudget}
+	nopt := noise.Options{Seed: dpcore.DeriveSeed(p.Seed, "noise"), MemoryBudget: cfg.Memory.NoiseBudget}
 	t.noise, err = t.plan.NoiseSource(d, nopt)
 	if err != nil {
 		return fmt.Errorf("train: noise source: %w", err)

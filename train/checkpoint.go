@@ -65,7 +65,7 @@ func (t *Trainer) saveCheckpoint(path string) error {
 		}
 	}
 	if t.dataDigest == nil {
-		// A run without Config.CheckpointPath on pixels: its data are
+		// A run without Output.CheckpointPath on pixels: its data are
 		// still as given (trainer.go, New).
 		t.recordData(t.cfg.Data.Train)
 	}
@@ -171,7 +171,7 @@ func (t *Trainer) checkInStep(step int) error {
 // seed (or none where it had one, or the reverse) or other training data
 // is refused at once, naming each difference. It also sets the data
 // digest the run's checkpoints will carry, under the checkpoint's salt
-// when resuming. (A run without Config.CheckpointPath records it in New
+// when resuming. (A run without Output.CheckpointPath records it in New
 // when its data go through a feature transform, else at its first
 // SaveCheckpoint: it is always the digest of the data as given.)
 //

@@ -52,7 +52,7 @@ func (f *fakeBackend) Load(r io.Reader) error {
 	return binary.Read(r, binary.LittleEndian, f.params)
 }
 
-// TestBackendSeam checks that Config.Backend replaces the model: the run's
+// TestBackendSeam checks that Model.Backend replaces the model: the run's
 // clipping options reach NewEngine, the loop's update is exactly
 // -lr * sum / batch on the engine's Params, checkpoints hold what the
 // backend saves, and a backend's refusal is the run's error.

@@ -285,7 +285,7 @@ func (fz *featurizer) cached(ctx context.Context, d *data.Dataset) (*data.Datase
 }
 
 // ApplyFeatures returns the features f of every example of d (d itself for
-// FeaturesPixels), as a run with Config.Features = f computes them: for
+// FeaturesPixels), as a run with Data.Features = f computes them: for
 // evaluating a saved model on new examples.
 func ApplyFeatures(ctx context.Context, f Features, d *data.Dataset) (*data.Dataset, error) {
 	switch f {

@@ -17,7 +17,7 @@ type IndexEngine interface {
 	Engine
 	// ClippedSumIndices writes into dst (len(Params())) the sum of the
 	// clipped gradients, at the current Params, of the training examples
-	// idx (increasing indices into Config.Train) for step (1-based), and
+	// idx (increasing indices into Data.Train) for step (1-based), and
 	// returns the batch's statistics. It is all-or-nothing: on an error dst
 	// is not used and the loop rolls the step back.
 	ClippedSumIndices(ctx context.Context, step int, idx []int, dst []float32) (clip.Stats, error)

@@ -11,7 +11,7 @@ import (
 )
 
 // Issue 39 item 1: a batch gathered in physical pieces
-// (Config.PhysicalBatch) gives the clipped sum and the step statistics
+// (Memory.PhysicalBatch) gives the clipped sum and the step statistics
 // of the unchunked step (the whole engine batch gathered and clipped in
 // one call, as before pieces existed), bit for bit, at every step, and the
 // same parameters at the end; only a piece is gathered at a time.

@@ -154,7 +154,7 @@ func TestValidationMetricsNotCovered(t *testing.T) {
 }
 
 // A checkpoint written by SaveCheckpoint from a trainer built without
-// Config.CheckpointPath binds its data and seed too.
+// Output.CheckpointPath binds its data and seed too.
 func TestSavedCheckpointBindsDataAndSeed(t *testing.T) {
 	ctx := context.Background()
 	cfg := shortResumeConfig(t, t.TempDir())

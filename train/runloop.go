@@ -22,7 +22,7 @@ type Result struct {
 	Examples int           `json:"examples"`
 	// Users is the number of users of a user-level run (0 otherwise).
 	Users int `json:"users,omitempty"`
-	// Features says, per data set, whether its features (Config.Features)
+	// Features says, per data set, whether its features (Data.Features)
 	// were computed or read from the cache, and in how long (none without
 	// features).
 	Features []FeaturesDone `json:"features,omitempty"`

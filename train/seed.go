@@ -6,22 +6,27 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// deriveSeed gives each consumer its own 32-byte seed from the run's seed,
-// or nil (crypto/rand) when the run has none.
-func deriveSeed(master []byte, label string) *dpcore.Seed { return privacy.DeriveSeed(master, label) }
+// Every generator of a run has its own seed, derived from the run's seed
+// and the generator's label (dpcore.DeriveSeed: "sampler", "noise",
+// "model", "augment", "users", "clip-quantile", "audit"), or drawn from
+// crypto/rand when the run has none.
 
-// seed64 derives a 64-bit seed for label from the run's seed, or draws one
-// from crypto/rand when the run has none.
-func seed64(master []byte, label string) (uint64, error) {
-	if s := deriveSeed(master, label); s != nil {
-		return binary.LittleEndian.Uint64(s[:]), nil
+// seed32 is the 32-byte seed of the generator label.
+func seed32(master []byte, label string) ([32]byte, error) {
+	var b [32]byte
+	if s := dpcore.DeriveSeed(master, label); s != nil {
+		return *s, nil
 	}
-	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return 0, fmt.Errorf("train: seeding %s: %w", label, err)
+		return b, fmt.Errorf("train: seeding %s: %w", label, err)
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	return b, nil
+}
+
+// seed64 is a 64-bit seed of the generator label.
+func seed64(master []byte, label string) (uint64, error) {
+	b, err := seed32(master, label)
+	return binary.LittleEndian.Uint64(b[:8]), err
 }

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -63,10 +62,8 @@ func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, runSeed 
 		return nil, invalidf("batch = %d users must lie in [1, %d users]", batch, us.Len())
 	}
 	u := &userLevel{users: us, k: b.Examples, mean: b.Mean}
-	if s := deriveSeed(runSeed, "users"); s != nil {
-		u.secret = *s
-	} else if _, err := rand.Read(u.secret[:]); err != nil {
-		return nil, fmt.Errorf("train: seeding the per-user example choice: %w", err)
+	if u.secret, err = seed32(runSeed, "users"); err != nil {
+		return nil, err
 	}
 	return u, nil
 }
