@@ -106,3 +106,23 @@ func (a *adaptiveClip) afterUpdate(sm *StepMetrics) error {
 	a.c = next
 	return a.eng.SetNorm(next)
 }
+
+// checkQuantile refuses what adaptive clipping (the run's
+// Privacy.Quantile q) cannot do.
+func checkQuantile(q *privacy.QuantileRelease, r runFacts) error {
+	if q == nil {
+		return nil
+	}
+	switch {
+	case r.nonPrivate:
+		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
+	case r.perLayer:
+		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
+	case r.checkpoints:
+		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
+	}
+	if err := quantileRelease(q, r.batch).Check(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
+}

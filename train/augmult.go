@@ -52,3 +52,31 @@ func (a *Augmentation) settings() []setting {
 	}
 	return nil
 }
+
+// check refuses what augmentation and its multiplicity cannot do.
+func (a *Augmentation) check(r runFacts) error {
+	if a == nil {
+		return nil
+	}
+	if r.features != FeaturesPixels {
+		// The cached features cannot be reused: every step would
+		// transform K x batch augmented images (about 2.4 CPU-ms each
+		// for the scattering transform of a 28x28 image, BENCHMARKS.md:
+		// over 6 CPU-hours for the Fashion-MNIST recipe at K = 4).
+		return invalidf("augmentation crops and flips pixels, so it must come before the %s features, which are then computed afresh for every copy of every step (the cached features cannot be reused; over 6 CPU-hours for the Fashion-MNIST recipe at multiplicity 4): not supported; augment a pixel model (e.g. -model cnn)", r.features)
+	}
+	k := a.Multiplicity
+	switch {
+	case k < 0 || k > maxAugmentMultiplicity:
+		return invalidf("augment multiplicity %d: want 1 to %d copies of each example (0: 1)", k, maxAugmentMultiplicity)
+	case k <= 1:
+		return nil
+	case r.nonPrivate:
+		return invalidf("augment multiplicity averages gradients before clipping; a non-private run does not clip: use one copy")
+	case r.perUser:
+		return invalidf("augment multiplicity with user-level privacy is not supported: a user's examples are already combined before clipping")
+	case r.perLayer:
+		return invalidf("augment multiplicity clips each example's averaged gradient as a whole: per-layer clipping is not supported")
+	}
+	return nil
+}

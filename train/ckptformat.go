@@ -39,8 +39,8 @@ type checkpointState struct {
 	Epsilon        float64 `msgpack:"epsilon"`
 	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
 	AugmentSeed uint64 `msgpack:"augment_seed"`
-	// Average is the parameter average (the optional EMA feature, which
-	// writes and reads it) and EMASteps the updates it has seen; absent
+	// Average holds the averaged parameters and EMASteps the updates
+	// they have seen, written and read by the average's own hook; absent
 	// without averaging. ModelState and OptimizerState are what the
 	// backend and the optimizer save.
 	Average  []float32 `msgpack:"ema,omitempty"`

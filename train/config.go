@@ -244,7 +244,7 @@ func (c *Config) validate() error {
 		return bad("physical batch %d must be positive (0: %d)", c.Memory.PhysicalBatch, DefaultPhysicalBatch)
 	}
 	if p.UserBound != nil || p.Unit == privacy.UnitUser {
-		if err := c.validateUsers(); err != nil {
+		if err := checkUsers(p.UserBound, c.facts()); err != nil {
 			return err
 		}
 	} else if p.Batch <= 0 || p.Batch > train.Len() {
@@ -285,16 +285,29 @@ func (c Config) CheckSettings() error {
 // the model's, the optimizer's, the outputs', the privacy request's, then
 // each optional feature's own checks.
 func (c *Config) checkSettings() error {
+	r := c.facts()
 	for _, check := range []func() error{
 		c.Model.check, c.checkClip, c.Optimizer.check, c.Output.check, c.checkPrivacy,
-		c.checkAugment, c.checkAdaptive, c.Optimizer.EMA.check,
-		func() error { return c.Optimizer.Warmup.check(c.Privacy.Steps) },
+		// The optional features check themselves.
+		func() error { return c.Data.Augment.check(r) },
+		func() error { return checkQuantile(c.Privacy.Quantile, r) },
+		c.Optimizer.EMA.check,
+		func() error { return c.Optimizer.Warmup.check(r.steps) },
 	} {
 		if err := check(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// facts are what the optional features' checks read of c.
+func (c *Config) facts() runFacts {
+	return runFacts{
+		nonPrivate: c.NonPrivate, perUser: c.Privacy.UserBound != nil,
+		perLayer: len(c.Model.ClipPerLayer) > 0, checkpoints: c.Output.CheckpointPath != "",
+		features: c.Data.Features, steps: c.Privacy.Steps, batch: c.Privacy.Batch, train: c.Data.Train,
+	}
 }
 
 // maxEmbeddingDim bounds ModelSpec.EmbeddingDim.
@@ -400,75 +413,6 @@ func (c *Config) checkPrivacy() error {
 	}
 	if p.Partitions < 0 {
 		return bad("bands = %d", p.Partitions)
-	}
-	return nil
-}
-
-// checkAugment refuses what augmentation and its multiplicity cannot do.
-func (c *Config) checkAugment() error {
-	a := c.Data.Augment
-	if a == nil {
-		return nil
-	}
-	if c.Data.Features != FeaturesPixels {
-		// The cached features cannot be reused: every step would
-		// transform K x batch augmented images (about 2.4 CPU-ms each
-		// for the scattering transform of a 28x28 image, BENCHMARKS.md:
-		// over 6 CPU-hours for the Fashion-MNIST recipe at K = 4).
-		return invalidf("augmentation crops and flips pixels, so it must come before the %s features, which are then computed afresh for every copy of every step (the cached features cannot be reused; over 6 CPU-hours for the Fashion-MNIST recipe at multiplicity 4): not supported; augment a pixel model (e.g. -model cnn)", c.Data.Features)
-	}
-	k := a.Multiplicity
-	switch {
-	case k < 0 || k > maxAugmentMultiplicity:
-		return invalidf("augment multiplicity %d: want 1 to %d copies of each example (0: 1)", k, maxAugmentMultiplicity)
-	case k <= 1:
-		return nil
-	case c.NonPrivate:
-		return invalidf("augment multiplicity averages gradients before clipping; a non-private run does not clip: use one copy")
-	case c.Privacy.UserBound != nil:
-		return invalidf("augment multiplicity with user-level privacy is not supported: a user's examples are already combined before clipping")
-	case len(c.Model.ClipPerLayer) > 0:
-		return invalidf("augment multiplicity clips each example's averaged gradient as a whole: per-layer clipping is not supported")
-	}
-	return nil
-}
-
-// validateUsers refuses what user-level privacy (Config.Privacy.UserBound)
-// cannot do.
-func (c *Config) validateUsers() error {
-	bad, p := invalidf, &c.Privacy
-	switch {
-	case p.UserBound == nil:
-		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
-	case c.NonPrivate:
-		return bad("user level is a unit of privacy: a non-private run has none")
-	case c.Data.Train.Owners == nil:
-		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", c.Data.Train.Name)
-	case p.UserBound.Examples < 1 || p.UserBound.Examples > maxUserExamples:
-		return bad("user examples %d: want 1 to %d examples per user per step", p.UserBound.Examples, maxUserExamples)
-	case len(c.Model.ClipPerLayer) > 0:
-		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
-	case p.Batch <= 0:
-		return bad("batch = %d users must be positive", p.Batch)
-	}
-	return nil
-}
-
-// checkAdaptive refuses what adaptive clipping cannot do.
-func (c *Config) checkAdaptive() error {
-	if c.Privacy.Quantile == nil {
-		return nil
-	}
-	switch {
-	case c.NonPrivate:
-		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
-	case len(c.Model.ClipPerLayer) > 0:
-		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
-	case c.Output.CheckpointPath != "":
-		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
-	}
-	if err := quantileRelease(c.Privacy.Quantile, c.Privacy.Batch).Check(); err != nil {
-		return fmt.Errorf("train: %w", err)
 	}
 	return nil
 }

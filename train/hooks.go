@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dpmf-go/dpmf/clip"
+	"github.com/dpmf-go/dpmf/data"
 )
 
 // Hook is non-private work attached to the loop (the run's Hooks), as
@@ -24,6 +25,16 @@ type HookFunc func(ctx context.Context, sm StepMetrics, params []float32) error
 // AfterStep calls f.
 func (f HookFunc) AfterStep(ctx context.Context, sm StepMetrics, params []float32) error {
 	return f(ctx, sm, params)
+}
+
+// runFacts are what an optional feature's checks read of the run's
+// configuration (Config.facts), so that a feature's file holds its checks
+// without reaching into the configuration.
+type runFacts struct {
+	nonPrivate, perUser, perLayer, checkpoints bool
+	features                                   Features
+	steps, batch                               int
+	train                                      *data.Dataset // nil when the data are not known yet
 }
 
 // stepHook is a private feature's side of a step (audit canaries,

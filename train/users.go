@@ -113,3 +113,24 @@ func (u *userLevel) expand(users []int, step int, dst []int) []int {
 	}
 	return dst
 }
+
+// checkUsers refuses what user-level privacy (the run's
+// Privacy.UserBound b) cannot do.
+func checkUsers(b *privacy.UserBound, r runFacts) error {
+	bad := invalidf
+	switch {
+	case b == nil:
+		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
+	case r.nonPrivate:
+		return bad("user level is a unit of privacy: a non-private run has none")
+	case r.train.Owners == nil:
+		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", r.train.Name)
+	case b.Examples < 1 || b.Examples > maxUserExamples:
+		return bad("user examples %d: want 1 to %d examples per user per step", b.Examples, maxUserExamples)
+	case r.perLayer:
+		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
+	case r.batch <= 0:
+		return bad("batch = %d users must be positive", r.batch)
+	}
+	return nil
+}
