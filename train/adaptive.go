@@ -60,17 +60,13 @@ type adaptiveClip struct {
 	rng      *mrand.Rand
 }
 
-func newAdaptiveClip(p *privacy.Plan, eng Engine, expected float64, runSeed []byte) (*adaptiveClip, error) {
+func newAdaptiveClip(p *privacy.Plan, eng Engine, expected float64, seed [32]byte) (*adaptiveClip, error) {
 	if p == nil || p.Quantile == nil {
 		return nil, nil
 	}
 	ns, ok := eng.(normSetter)
 	if !ok {
 		return nil, invalidf("adaptive clipping needs an engine whose clip norm can be set (SetNorm); this backend's cannot")
-	}
-	seed, err := seed32(runSeed, "clip-quantile")
-	if err != nil {
-		return nil, err
 	}
 	a := &adaptiveClip{q: *p.Quantile, c0: p.ClipNorm, c: p.ClipNorm, expected: expected, eng: ns, rng: mrand.New(mrand.NewChaCha8(seed))}
 	if err := ns.SetNorm(a.c); err != nil {

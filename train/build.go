@@ -22,7 +22,7 @@ import (
 func (t *Trainer) newBackend(cfg *Config) error {
 	if t.backend = cfg.Model.Backend; t.backend == nil {
 		var err error
-		if t.model, err = buildModel(cfg); err != nil {
+		if t.model, err = buildModel(cfg, t.seeds.model); err != nil {
 			return err
 		}
 		t.backend = nnBackend{t.model}
@@ -129,12 +129,12 @@ func (t *Trainer) newOptimizer(o *Optimizer, steps, d int) error {
 // noise source and adaptive clipping.
 func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	var err error
-	if t.users, err = newUserLevel(cfg.Data.Train, cfg.Privacy.UserBound, cfg.Privacy.Batch, cfg.Privacy.Seed); err != nil {
+	if t.users, err = newUserLevel(cfg.Data.Train, cfg.Privacy.UserBound, cfg.Privacy.Batch, t.seeds.users); err != nil {
 		return err
 	}
 	p := &cfg.Privacy
 	if cfg.NonPrivate {
-		t.sampler, err = sampler.NewFixedOrder(cfg.Data.Train.Len(), p.Batch, p.Steps, sampler.Options{Seed: dpcore.DeriveSeed(p.Seed, "sampler")})
+		t.sampler, err = sampler.NewFixedOrder(cfg.Data.Train.Len(), p.Batch, p.Steps, sampler.Options{Seed: t.seeds.sampler})
 		if err != nil {
 			return fmt.Errorf("train: sampler: %w", err)
 		}
@@ -153,12 +153,12 @@ func (t *Trainer) newSampling(ctx context.Context, cfg *Config, d int) error {
 	if err != nil {
 		return err
 	}
-	nopt := noise.Options{Seed: dpcore.DeriveSeed(p.Seed, "noise"), MemoryBudget: cfg.Memory.NoiseBudget}
+	nopt := noise.Options{Seed: t.seeds.noise, MemoryBudget: cfg.Memory.NoiseBudget}
 	t.noise, err = t.plan.NoiseSource(d, nopt)
 	if err != nil {
 		return fmt.Errorf("train: noise source: %w", err)
 	}
-	adaptive, err := newAdaptiveClip(t.plan, t.engine, t.sampler.ExpectedBatch(), p.Seed)
+	adaptive, err := newAdaptiveClip(t.plan, t.engine, t.sampler.ExpectedBatch(), t.seeds.quantile)
 	if err != nil {
 		return err
 	}
@@ -181,11 +181,7 @@ func (t *Trainer) allocate(cfg *Config, maxBatch, d int) error {
 		t.noiseBuf = make([]float32, d)
 	}
 	if cfg.Data.Augment != nil {
-		as, err := seed64(cfg.Privacy.Seed, "augment")
-		if err != nil {
-			return err
-		}
-		t.augment = data.Augmenter{Seed: as, Pad: 4, Flip: true}
+		t.augment = data.Augmenter{Seed: t.seeds.augment, Pad: 4, Flip: true}
 	}
 	t.clippedSum = t.clipExamples
 	if ie, ok := t.engine.(IndexEngine); ok {
@@ -231,15 +227,15 @@ func (t *Trainer) resume(cfg *Config) error {
 	return nil
 }
 
-func buildModel(cfg *Config) (models.Model, error) {
+// buildModel builds the model cfg names, initialized from seed.
+func buildModel(cfg *Config, seed uint64) (models.Model, error) {
 	if cfg.Model.Built != nil {
 		return cfg.Model.Built, nil
 	}
-	seed, err := seed64(cfg.Privacy.Seed, "model")
-	if err != nil {
-		return nil, err
-	}
-	var shape [3]int
+	var (
+		shape [3]int
+		err   error
+	)
 	if shape, err = featureShape(cfg.Data.Train, cfg.Data.Features); err != nil {
 		return nil, err
 	}

@@ -19,7 +19,11 @@ func NewModel(cfg Config) (models.Model, error) {
 		return nil, invalidf("no training data to shape the model")
 	}
 	cfg.Defaults()
-	return buildModel(&cfg)
+	seed, err := seed64(cfg.Privacy.Seed, "model")
+	if err != nil {
+		return nil, err
+	}
+	return buildModel(&cfg, seed)
 }
 
 // Check refuses, with the error New would give, a configuration New
@@ -48,7 +52,11 @@ func (c *Config) checkClipPerLayer() error {
 	if len(c.Model.ClipPerLayer) == 0 || c.NonPrivate || c.Model.Backend != nil {
 		return nil
 	}
-	m, err := buildModel(c)
+	seed, err := seed64(c.Privacy.Seed, "model")
+	if err != nil {
+		return err
+	}
+	m, err := buildModel(c, seed)
 	if err != nil {
 		return err
 	}

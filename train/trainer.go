@@ -59,6 +59,7 @@ type Trainer struct {
 	// seedFP, dataSalt and dataDigest are recorded in checkpoints too
 	// (resumecheck.go).
 	seedFP, dataSalt, dataDigest []byte
+	seeds                        runSeeds
 	// resumeFrom is the checkpoint checkResume read, until New restores
 	// it.
 	resumeFrom *checkpointState
@@ -76,6 +77,10 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 		return nil, err
 	}
 	t := &Trainer{}
+	var err error
+	if t.seeds, err = newRunSeeds(cfg.Privacy.Seed); err != nil {
+		return nil, err
+	}
 	if err := t.newBackend(&cfg); err != nil {
 		return nil, err
 	}
@@ -85,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Trainer, error) {
 	}
 	d := len(t.engine.Params())
 	t.settings = cfg.settings(sized{t.backend.Name(), d})
-	t.seedFP = seedFingerprint(cfg.Privacy.Seed)
+	t.seedFP = t.seeds.fingerprint
 	switch {
 	case cfg.Output.CheckpointPath != "":
 		// A resume with other settings is refused before the plan (and

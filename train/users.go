@@ -50,7 +50,7 @@ func userDefaults(b *privacy.UserBound) *privacy.UserBound {
 
 // newUserLevel indexes the training set's owners, or is nil for an
 // example-level run. Without a seed the secret comes from crypto/rand.
-func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, runSeed []byte) (*userLevel, error) {
+func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, secret [32]byte) (*userLevel, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -61,11 +61,7 @@ func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, runSeed 
 	if batch > us.Len() {
 		return nil, invalidf("batch = %d users must lie in [1, %d users]", batch, us.Len())
 	}
-	u := &userLevel{users: us, k: b.Examples, mean: b.Mean}
-	if u.secret, err = seed32(runSeed, "users"); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return &userLevel{users: us, k: b.Examples, mean: b.Mean, secret: secret}, nil
 }
 
 // userSettings is the checkpoint's record of the unit of privacy,
