@@ -305,6 +305,8 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
+		case Transformer:
+			return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: a transformer runs on NewSeqPlan", name)
 		default:
 			return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: unsupported type %T", name, l)
 		}
