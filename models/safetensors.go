@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -204,17 +203,9 @@ func ReadSafetensors(r io.ReaderAt, size int64) (*Trained, error) {
 		if !slices.Equal(t.Shape, e.shape) {
 			return nil, dpcore.Invalid("models", "import: tensor %q has shape %v, %s needs %v", e.name, t.Shape, a.Name, e.shape)
 		}
-		if t.DType == safetensors.I64 {
-			return nil, dpcore.Invalid("models", "import: tensor %q is %v, want a floating type (F32, F16, BF16, F64)", e.name, t.DType)
-		}
-		v, err := f.Float32s(t)
+		v, err := tensorValues(f, t)
 		if err != nil {
 			return nil, fmt.Errorf("models: import: %w", err)
-		}
-		for j, x := range v {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, dpcore.Invalid("models", "import: tensor %q: element %d is %v", e.name, j, x)
-			}
 		}
 		dst := m.params[e.info.Offset : e.info.Offset+e.info.Len]
 		if e.transpose {

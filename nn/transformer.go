@@ -215,3 +215,22 @@ func (t *Transformer) params() []Param {
 	}
 	return ps
 }
+
+// MarshalText writes the encoding's name (model files record it so).
+func (p Positions) MarshalText() ([]byte, error) {
+	if p > SinusoidalPositions {
+		return nil, dpcore.Invalidf("%v", p)
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText reads a name written by MarshalText.
+func (p *Positions) UnmarshalText(b []byte) error {
+	for c := LearnedPositions; c <= SinusoidalPositions; c++ {
+		if string(b) == c.String() {
+			*p = c
+			return nil
+		}
+	}
+	return dpcore.Invalidf("positions %q (want learned or sinusoidal)", b)
+}
