@@ -102,3 +102,44 @@ func TestExportImportRefuses(t *testing.T) {
 		t.Error("a refused import wrote its output")
 	}
 }
+
+// TestImportGPT2Dir: train import -dir reads a Hugging Face GPT-2
+// directory (with adapters), train export -dir writes it back (adapters
+// merged), and a bad directory is one line, exit 2.
+func TestImportGPT2Dir(t *testing.T) {
+	dir := t.TempDir()
+	m, hf := filepath.Join(dir, "g.dpmf"), filepath.Join(dir, "hf")
+	src := filepath.Join("..", "..", "models", "testdata", "gpt2")
+	if code, out, stderr := runCLI(t, "import", "-dir", src, "-o", m, "-context", "8", "-lora-rank", "2"); code != 0 || !strings.Contains(out, "non-private") {
+		t.Fatalf("import: exit %d: %s%s", code, out, stderr)
+	}
+	tr, err := models.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, c, ok := models.TransformerOf(tr.Model); !ok || c.Context != 8 || c.LoRARank != 2 || !c.FreezeBase {
+		t.Fatalf("imported %+v", c)
+	}
+	if code, out, stderr := runCLI(t, "export", "-model-file", m, "-dir", hf); code != 0 {
+		t.Fatalf("export: exit %d: %s%s", code, out, stderr)
+	}
+	back, err := models.ReadGPT2Dir(hf, models.GPT2Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Model.NumParams() >= tr.Model.NumParams() {
+		t.Fatalf("merged export has %d parameters, the adapted model %d", back.Model.NumParams(), tr.Model.NumParams())
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(src, "config.json"))
+	st, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	os.WriteFile(filepath.Join(bad, "config.json"), cfg, 0o644)
+	os.WriteFile(filepath.Join(bad, "model.safetensors"), st[:len(st)/2], 0o644)
+	code, out, stderr := runCLI(t, "import", "-dir", bad, "-o", filepath.Join(dir, "x.dpmf"))
+	if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || out != "" {
+		t.Fatalf("truncated weights: exit %d, %q %q", code, out, stderr)
+	}
+}
