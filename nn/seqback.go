@@ -180,7 +180,7 @@ func (p *SeqPlan) backward(w *seqWorker, L int) {
 		li := 4 * bi
 		if !t.PostNorm {
 			p.linBack(w, li+3, w.f[bi], dout, df, L, false)
-			p.geluGrad(w.z[bi][:L*Hd], df)
+			p.geluGrad(w.z[bi][:L*Hd], w.th[bi], df)
 			p.linBack(w, li+2, w.a2[bi], df, da, L, false)
 			copy(dmid[:L*D], dout[:L*D])
 			p.lnBack(w, b.Ln2, da, w.xh2[bi], w.r2[bi], dmid, L, true)
@@ -193,7 +193,7 @@ func (p *SeqPlan) backward(w *seqWorker, L int) {
 			ds2 := dmid
 			p.lnBack(w, b.Ln2, dout, w.xh2[bi], w.r2[bi], ds2, L, false)
 			p.linBack(w, li+3, w.f[bi], ds2, df, L, false)
-			p.geluGrad(w.z[bi][:L*Hd], df)
+			p.geluGrad(w.z[bi][:L*Hd], w.th[bi], df)
 			p.linBack(w, li+2, w.a1[bi], df, da, L, false)
 			for k := range L * D {
 				da[k] += ds2[k]

@@ -92,7 +92,7 @@ type seqWorker struct {
 	xh1, xh2, a1, a2  [][]float32 // per block
 	r1, r2            [][]float64
 	in, mid, att, qkv [][]float32
-	z, f              [][]float32
+	z, f, th          [][]float32 // pre-GELU, GELU, the tanh of its approximation
 	p                 [][]float32 // per block, Heads x L x L
 	u                 [][]float32 // per linear: x A (Context x rank)
 	xhF, hf           []float32
@@ -237,7 +237,7 @@ func (p *SeqPlan) outWidth() int {
 func (p *SeqPlan) workerBytes() int64 {
 	t := &p.t
 	T, D, B := int64(t.Context), int64(t.Dim), int64(len(t.Blocks))
-	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*2+int64(t.Heads)*T*T) + T*int64(p.outWidth())*2 + T*(4*D+int64(t.Hidden)) + T*T*2
+	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*3+int64(t.Heads)*T*T) + T*int64(p.outWidth())*2 + T*(4*D+int64(t.Hidden)) + T*T*2
 	f += int64(p.exLen) + int64(len(p.params))
 	for _, g := range p.ghosts {
 		f += T * int64(g.out)
@@ -265,7 +265,7 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 	w := &seqWorker{lin: append([]seqLinear(nil), lins...), ids: make([]int, T),
 		h0: make([]float32, T*D), xh0: make([]float32, T*D), r0: make([]float64, T),
 		xh1: mk(T * D), xh2: mk(T * D), a1: mk(T * D), a2: mk(T * D), r1: mk64(T), r2: mk64(T),
-		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H),
+		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H), th: mk(T * H),
 		p: mk(t.Heads * T * T), xhF: make([]float32, T*D), hf: make([]float32, T*D), rF: make([]float64, T),
 		logits: make([]float32, T*p.outWidth()),
 		dh:     make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
@@ -583,7 +583,7 @@ func (p *SeqPlan) loraScale() float32 {
 
 const geluC = 0.7978845608028654 // sqrt(2/pi)
 
-func (p *SeqPlan) gelu(z, f []float32) {
+func (p *SeqPlan) gelu(z, f, th []float32) {
 	if p.t.ExactGELU {
 		for k, v := range z {
 			x := float64(v)
@@ -592,12 +592,13 @@ func (p *SeqPlan) gelu(z, f []float32) {
 		return
 	}
 	for k, x := range z {
-		th := tanh32(float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x))))
-		f[k] = 0.5 * x * (1 + th)
+		t := tanh32(float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x))))
+		th[k] = t
+		f[k] = 0.5 * x * (1 + t)
 	}
 }
 
-func (p *SeqPlan) geluGrad(z, g []float32) {
+func (p *SeqPlan) geluGrad(z, th, g []float32) {
 	if p.t.ExactGELU {
 		for k, v := range z {
 			x := float64(v)
@@ -608,8 +609,8 @@ func (p *SeqPlan) geluGrad(z, g []float32) {
 	}
 	for k, v := range z {
 		x := float64(v)
-		th := float64(tanh32(float32(geluC * (x + 0.044715*x*x*x))))
-		d := 0.5*(1+th) + 0.5*x*(1-th*th)*geluC*(1+3*0.044715*x*x)
+		t := float64(th[k])
+		d := 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
 		g[k] = float32(float64(g[k]) * d)
 	}
 }
@@ -704,7 +705,7 @@ func (p *SeqPlan) forward(w *seqWorker, L int) float64 {
 			mlpIn = w.a1[bi]
 		}
 		p.linForward(w, li+2, mlpIn, w.z[bi], L)
-		p.gelu(w.z[bi][:L*t.Hidden], w.f[bi][:L*t.Hidden])
+		p.gelu(w.z[bi][:L*t.Hidden], w.f[bi][:L*t.Hidden], w.th[bi])
 		next := w.dh // scratch for the block output
 		if bi+1 < len(t.Blocks) {
 			next = w.in[bi+1]
@@ -778,13 +779,15 @@ func softmaxCE(z []float32, y int, scale float64, g []float32) float64 {
 		mx = max(mx, v)
 	}
 	s := 0.0
-	for _, v := range z {
-		s += math.Exp(float64(v - mx))
-	}
-	ls := math.Log(s)
 	for k, v := range z {
-		g[k] = float32(math.Exp(float64(v-mx)-ls) * scale)
+		e := math.Exp(float64(v - mx))
+		g[k] = float32(e)
+		s += e
+	}
+	r := scale / s
+	for k, e := range g[:len(z)] {
+		g[k] = float32(float64(e) * r)
 	}
 	g[y] -= float32(scale)
-	return ls - float64(z[y]-mx)
+	return math.Log(s) - float64(z[y]-mx)
 }
