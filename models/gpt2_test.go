@@ -352,3 +352,33 @@ func FuzzReadGPT2Dir(f *testing.F) {
 		_, _ = ReadGPT2Dir(dir, GPT2Options{})
 	})
 }
+
+// TestTransformerSafetensorsRoundTrip: a transformer with adapters and a
+// classification head goes through WriteSafetensors and ReadSafetensors
+// bit for bit.
+func TestTransformerSafetensorsRoundTrip(t *testing.T) {
+	m, err := NewTransformer("cls", TransformerConfig{Vocab: 30, Context: 6, Dim: 8, Heads: 2, Blocks: 1, Causal: true,
+		Classes: 3, LoRARank: 2, LoRAAlpha: 4, LoRATargets: []string{"mlp.c_fc"}, FreezeBase: true, Positions: nn.SinusoidalPositions}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteSafetensors(&b, m, Metadata{Dataset: "x"}, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadSafetensors(strings.NewReader(b.String()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range m.Params() {
+		if back.Model.Params()[k] != v {
+			t.Fatalf("parameter %d: %v, back %v", k, v, back.Model.Params()[k])
+		}
+	}
+	if _, c, ok := TransformerOf(back.Model); !ok || c.Positions != nn.SinusoidalPositions || c.Classes != 3 || c.LoRATargets[0] != "mlp.c_fc" {
+		t.Fatalf("configuration %+v", c)
+	}
+	if err := WriteGPT2Dir(t.TempDir(), m, safetensors.F32); err == nil {
+		t.Fatal("a classifier with sinusoidal positions written as GPT-2")
+	}
+}
