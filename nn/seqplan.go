@@ -385,13 +385,8 @@ func (p *SeqPlan) Gradients(x []float32, y []int, out [][]float32) ([]float64, e
 	if err := p.check(x, y, len(y)); err != nil {
 		return nil, err
 	}
-	if len(out) != len(y) {
-		return nil, dpcore.Invalid("nn", "gradients: %d outputs for %d examples", len(out), len(y))
-	}
-	for _, o := range out {
-		if len(o) != len(p.params) {
-			return nil, dpcore.Invalid("nn", "gradients: output of %d, want %d", len(o), len(p.params))
-		}
+	if err := checkOutputs(out, len(y), len(p.params)); err != nil {
+		return nil, err
 	}
 	p.x, p.y, p.n, p.clip, p.ctx, p.mode, p.out = x, y, len(y), unit{}, context.Background(), modeGradients, out
 	p.run()
