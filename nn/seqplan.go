@@ -296,6 +296,12 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 // adapter together) or adapter of a frozen layer, in network order.
 func (p *SeqPlan) Affine() int { return p.units }
 
+// Trainable lists the parameter ranges that receive gradients (with
+// FreezeBase, the adapters and a classification head): the ranges a
+// trainer must add noise to and update; every other entry of a step's
+// sum is zero and needs no noise, since no example's gradient touches it.
+func (p *SeqPlan) Trainable() []Param { return append([]Param(nil), p.train...) }
+
 // Outputs is the length of one example's output (Transformer.Outputs).
 func (p *SeqPlan) Outputs() int { return p.t.Outputs() }
 

@@ -262,6 +262,7 @@ var seqCases = []seqCase{
 	{name: "bert-cls", vocab: 9, ctx: 5, dim: 8, heads: 4, hid: 10, blocks: 2, post: true, sinus: true, exact: true, classes: 3},
 	{name: "gpt2-cls-untied-lora", vocab: 10, ctx: 4, dim: 6, heads: 3, hid: 8, blocks: 1, causal: true, classes: 2, rank: 2},
 	{name: "lora-frozen", vocab: 11, ctx: 5, dim: 8, heads: 2, hid: 12, blocks: 2, causal: true, rank: 2, freeze: true},
+	{name: "cls-frozen-lora", vocab: 9, ctx: 5, dim: 8, heads: 2, hid: 8, blocks: 1, causal: true, classes: 3, rank: 1, freeze: true},
 	{name: "untied-bidir", vocab: 7, ctx: 4, dim: 4, heads: 1, hid: 6, blocks: 1, untied: true, sinus: true},
 }
 
