@@ -512,6 +512,9 @@ func (p *SeqPlan) work(wi, W int) {
 		}
 		p.clip.Scale(i, w.sq, 0, w.c)
 		if !ok {
+			if p.mode == modeGradients {
+				clear(p.out[i])
+			}
 			continue
 		}
 		if p.mode == modeGradients {

@@ -552,3 +552,47 @@ func TestSeqRefusals(t *testing.T) {
 		t.Error("parameters outside the buffer accepted")
 	}
 }
+
+// TestSeqNonFinite: an example whose gradient overflows contributes
+// nothing, its clipper sees NaN norms and its loss is NaN; the others are
+// summed as without it.
+func TestSeqNonFinite(t *testing.T) {
+	tr, params := seqCases[len(seqCases)-1].build(3) // untied: wte is read by lookups only
+	// A NaN embedding row for token 6 poisons the examples that use it.
+	for k := range tr.Dim {
+		params[tr.Wte.Offset+6*tr.Dim+k] = float32(math.NaN())
+	}
+	plan, err := NewSeqPlan(tr, params, Options{MaxBatch: 2, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := []float32{1, 2, 3, 4, 6, 2, 3, 4}
+	rec := &recorder{sq: make([][]float64, 2)}
+	dst := make([]float32, len(params))
+	loss, err := plan.Step(x, []int{0, 0}, dst, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(loss[1]) || !math.IsNaN(rec.sq[1][0]) || math.IsNaN(loss[0]) {
+		t.Fatalf("losses %v, norms %v", loss, rec.sq[1])
+	}
+	alone := make([]float32, len(params))
+	if _, err := plan.Step(x[:4], []int{0}, alone, nil); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range alone {
+		if dst[k] != v {
+			t.Fatalf("parameter %d: %v with the bad example, %v without", k, dst[k], v)
+		}
+	}
+	grads := [][]float32{make([]float32, len(params)), make([]float32, len(params))}
+	grads[1][0] = 1
+	if _, err := plan.Gradients(x, []int{0, 0}, grads); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range grads[1] {
+		if v != 0 {
+			t.Fatal("a dropped example's gradient is not zero")
+		}
+	}
+}
