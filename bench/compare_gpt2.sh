@@ -8,6 +8,13 @@
 #   apt-get install -y python3-torch        # Debian's PyTorch 1.13 (CPU)
 #   bench/compare_gpt2.sh                   # from the project root
 #
+# Debian's python3-torch does its matrix products through the reference BLAS (BLAS_INFO=generic,
+# under 1 GFLOPS a core); the fair peer is PyTorch on OpenBLAS, which this script loads for the
+# PyTorch processes only when TORCH_BLAS names OpenBLAS's libblas.so.3 directory, without
+# changing the system's BLAS:
+#   (cd /tmp && apt-get download libopenblas0-pthread && dpkg -x libopenblas0-pthread_*.deb ob)
+#   TORCH_BLAS=/tmp/ob/usr/lib/x86_64-linux-gnu/openblas-pthread bench/compare_gpt2.sh
+#
 # Env: BATCH (default 16), ROUNDS (default 2), THREADS (GOMAXPROCS and torch threads, default 2).
 # Prints the Go benchmark lines (with the peak RSS of the process) and one JSON line per PyTorch
 # run, each preceded by the load average.
@@ -29,6 +36,7 @@ for r in $(seq "$rounds"); do
   done
   for mode in lora full; do
     echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    THREADS=$threads BATCH=$batch STEPS=2 MODE=$mode $py "$root/models/testdata/gpt2/bench_torch.py"
+    LD_LIBRARY_PATH=${TORCH_BLAS:-} OPENBLAS_NUM_THREADS=$threads THREADS=$threads BATCH=$batch STEPS=2 MODE=$mode \
+      $py "$root/models/testdata/gpt2/bench_torch.py"
   done
 done
