@@ -378,6 +378,17 @@ func TestTransformerSafetensorsRoundTrip(t *testing.T) {
 	if _, c, ok := TransformerOf(back.Model); !ok || c.Positions != nn.SinusoidalPositions || c.Classes != 3 || c.LoRATargets[0] != "mlp.c_fc" {
 		t.Fatalf("configuration %+v", c)
 	}
+	path := filepath.Join(t.TempDir(), "cls.dpmf")
+	if err := WriteFile(path, m, Metadata{Dataset: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	file, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, c, ok := TransformerOf(file.Model); !ok || c.Positions != nn.SinusoidalPositions || c.Classes != 3 {
+		t.Fatalf("model file configuration %+v", c)
+	}
 	if err := WriteGPT2Dir(t.TempDir(), m, safetensors.F32); err == nil {
 		t.Fatal("a classifier with sinusoidal positions written as GPT-2")
 	}
