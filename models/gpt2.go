@@ -90,6 +90,11 @@ func ReadGPT2Dir(dir string, opt GPT2Options) (*Trained, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: gpt2: %s: %w", path, err)
 	}
+	// Every block's 12 tensors must be in the file (whose header Open
+	// bounded), before the layout of that many blocks is made.
+	if need := 12*c.Blocks + 4; len(f.Tensors) < need {
+		return nil, dpcore.Invalid("models", "gpt2: config.json has %d layers, which need %d tensors; %s holds %d", c.Blocks, need, path, len(f.Tensors))
+	}
 	// The file holds at least 2 bytes per pretrained parameter, so the
 	// config cannot make the model larger than the file.
 	b := NewBuilder("gpt2", [3]int{c.Context, 1, 1}, opt.Seed)

@@ -295,9 +295,13 @@ func TestGPT2BadFiles(t *testing.T) {
 		{"model type", writeGPT2Case(t, with("model_type", "bert"), nil, good), "model_type"},
 		{"wrong size", writeGPT2Case(t, with("n_embd", 64), nil, good), "config.json describes"},
 		{"huge config", writeGPT2Case(t, with("vocab_size", 1<<23), nil, good), "config.json"},
+		{"blocks", writeGPT2Case(t, with("n_layer", 1<<24), nil, good), "blocks"},
+		{"layers", writeGPT2Case(t, with("n_layer", 100), nil, good), "100 layers"},
 		{"heads", writeGPT2Case(t, with("n_head", 5), nil, good), "heads"},
 		{"activation", writeGPT2Case(t, with("activation_function", "relu"), nil, good), "activation"},
-		{"missing tensor", writeGPT2Case(t, cfg, tensors(func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] }), nil), "lacks tensor"},
+		{"missing tensor", writeGPT2Case(t, cfg, tensors(func(ts []safetensors.Tensor) []safetensors.Tensor {
+			return append(ts[1:], safetensors.Tensor{Name: "h.0.attn.bias", Shape: []int{1}, DType: safetensors.F32, Data: []float32{1}})
+		}), nil), "lacks tensor"},
 		{"extra tensor", writeGPT2Case(t, cfg, tensors(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "h.7.ln_1.weight", Shape: []int{32}, DType: safetensors.F32, Data: make([]float32, 32)})
 		}), nil), "not a GPT-2 parameter"},

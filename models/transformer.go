@@ -59,6 +59,9 @@ func (c TransformerConfig) check() error {
 			return dpcore.Invalidf("transformer: vocabulary %d, context %d, dimension %d, heads %d, blocks %d, hidden %d", c.Vocab, c.Context, c.Dim, c.Heads, c.Blocks, c.Hidden)
 		}
 	}
+	if c.Blocks > maxSpecLayers {
+		return dpcore.Invalidf("transformer: %d blocks (at most %d)", c.Blocks, maxSpecLayers)
+	}
 	if c.Classes < 0 || c.Classes > maxSpecInt || c.LoRARank < 0 || c.LoRARank > maxSpecInt {
 		return dpcore.Invalidf("transformer: classes %d, LoRA rank %d", c.Classes, c.LoRARank)
 	}
