@@ -397,3 +397,45 @@ func TestTransformerSafetensorsRoundTrip(t *testing.T) {
 		t.Fatal("a classifier with sinusoidal positions written as GPT-2")
 	}
 }
+
+// TestPredictTransformer: Predict on an imported GPT-2 gives the
+// next-token distribution of PyTorch's logits at each example's last
+// token; bad ids are one line.
+func TestPredictTransformer(t *testing.T) {
+	tr, err := ReadGPT2Dir("testdata/gpt2", GPT2Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := readFixtures(t)
+	x, _ := gpt2Batch(f, 16)
+	classes, probs, err := tr.Predict(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := 50
+	for i, ids := range f.Inputs {
+		want := f.Logits[i][(len(ids)-1)*V : len(ids)*V]
+		mx, arg := math.Inf(-1), 0
+		for j, v := range want {
+			if v > mx {
+				mx, arg = v, j
+			}
+		}
+		s := 0.0
+		for _, v := range want {
+			s += math.Exp(v - mx)
+		}
+		if classes[i] != arg {
+			t.Errorf("example %d: next token %d, PyTorch %d", i, classes[i], arg)
+		}
+		for j, v := range want {
+			if p := math.Exp(v-mx) / s; math.Abs(float64(probs[i*V+j])-p) > 1e-6 {
+				t.Fatalf("example %d token %d: probability %v, PyTorch %v", i, j, probs[i*V+j], p)
+			}
+		}
+	}
+	x[3] = 50
+	if _, _, err := tr.Predict(x); err == nil || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("id 50 of a 50-token vocabulary: %v", err)
+	}
+}

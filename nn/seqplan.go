@@ -54,6 +54,7 @@ type SeqPlan struct {
 	mode   mode
 	out    [][]float32
 	logits []float32
+	last   bool // forward: the last real position's logits only
 }
 
 // piece is a parameter range whose per-example gradient is materialized
@@ -443,6 +444,31 @@ func (p *SeqPlan) Forward(x []float32, logits []float32) error {
 	return nil
 }
 
+// LastLogits writes, for each example of x, the logits at its last real
+// token: Vocab next-token logits for a language model, the class logits
+// for a classifier (Forward's), so that predicting the next token costs
+// one row of the output layer.
+func (p *SeqPlan) LastLogits(x []float32, logits []float32) error {
+	k := p.outWidth()
+	n := len(x) / p.t.Context
+	if len(x) != n*p.t.Context || len(logits) != n*k {
+		return dpcore.Invalid("nn", "last logits: %d inputs, %d logits for examples of %d tokens and %d outputs", len(x), len(logits), p.t.Context, k)
+	}
+	p.last = true
+	defer func() { p.last = false }()
+	for i0 := 0; i0 < n; i0 += p.opt.MaxBatch {
+		m := min(p.opt.MaxBatch, n-i0)
+		xs := x[i0*p.t.Context : (i0+m)*p.t.Context]
+		if err := p.check(xs, nil, m); err != nil {
+			return err
+		}
+		p.x, p.y, p.n, p.ctx, p.mode, p.logits = xs, nil, m, context.Background(), modeForward, logits[i0*k:(i0+m)*k]
+		p.run()
+	}
+	p.x, p.logits = nil, nil
+	return nil
+}
+
 func (p *SeqPlan) run() {
 	W := min(len(p.workers), p.n)
 	var wg sync.WaitGroup
@@ -487,6 +513,11 @@ func (p *SeqPlan) work(wi, W int) {
 		}
 		loss := p.forward(w, L)
 		if p.mode == modeForward {
+			if p.last {
+				k := p.outWidth()
+				copy(p.logits[i*k:(i+1)*k], w.logits[:k])
+				continue
+			}
 			o := p.logits[i*p.Outputs() : (i+1)*p.Outputs()]
 			clear(o)
 			if p.t.Classes > 0 {
@@ -740,10 +771,14 @@ func (p *SeqPlan) forward(w *seqWorker, L int) float64 {
 		return 0
 	}
 	V := t.Vocab
+	hf, rows := w.hf, L
+	if p.last {
+		hf, rows = w.hf[(L-1)*D:L*D], 1 // the last position only, into row 0
+	}
 	if t.Head.Weight.Len > 0 {
-		p.linForward(w, len(w.lin)-1, w.hf, w.logits, L)
+		p.linForward(w, len(w.lin)-1, hf, w.logits, rows)
 	} else {
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, V, D, 1, w.hf, D, wte, D, 0, w.logits, V)
+		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
 	}
 	return 0
 }

@@ -596,3 +596,41 @@ func TestSeqNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestSeqLastLogits: LastLogits gives Forward's logits at each example's
+// last real token.
+func TestSeqLastLogits(t *testing.T) {
+	for ci, c := range seqCases {
+		tr, params := c.build(uint64(ci))
+		plan, err := NewSeqPlan(tr, params, Options{MaxBatch: 2, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(ci), 5))
+		x, _ := seqBatch(rng, &tr, 5)
+		all := make([]float32, 5*plan.Outputs())
+		if err := plan.Forward(x, all); err != nil {
+			t.Fatal(err)
+		}
+		k := plan.Outputs()
+		if tr.Classes == 0 {
+			k = tr.Vocab
+		}
+		last := make([]float32, 5*k)
+		if err := plan.LastLogits(x, last); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			L := len(idsOf(x[i*tr.Context : (i+1)*tr.Context]))
+			want := all[i*plan.Outputs():]
+			if tr.Classes == 0 {
+				want = want[(L-1)*tr.Vocab:]
+			}
+			for j := range k {
+				if d := math.Abs(float64(last[i*k+j] - want[j])); d > 1e-6*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("%s example %d logit %d: %v, Forward %v", c.name, i, j, last[i*k+j], want[j])
+				}
+			}
+		}
+	}
+}

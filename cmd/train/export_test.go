@@ -130,6 +130,16 @@ func TestImportGPT2Dir(t *testing.T) {
 	if back.Model.NumParams() >= tr.Model.NumParams() {
 		t.Fatalf("merged export has %d parameters, the adapted model %d", back.Model.NumParams(), tr.Model.NumParams())
 	}
+	// predict: the next token after each input's last one, over the
+	// vocabulary (the first fixture input's most likely next token in
+	// PyTorch is 30).
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte("[15,42,21,36,33,47,37,29]\n[4,2,-1,-1,-1,-1,-1,-1]\n"), 0o644)
+	code, out, stderr := runCLI(t, "predict", "-model-file", m, "-input", in)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Count(lines[0], ",") != 50 {
+		t.Fatalf("predict: exit %d: %q %s", code, out, stderr)
+	}
 	bad := filepath.Join(dir, "bad")
 	if err := os.MkdirAll(bad, 0o755); err != nil {
 		t.Fatal(err)
@@ -138,7 +148,7 @@ func TestImportGPT2Dir(t *testing.T) {
 	st, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
 	os.WriteFile(filepath.Join(bad, "config.json"), cfg, 0o644)
 	os.WriteFile(filepath.Join(bad, "model.safetensors"), st[:len(st)/2], 0o644)
-	code, out, stderr := runCLI(t, "import", "-dir", bad, "-o", filepath.Join(dir, "x.dpmf"))
+	code, out, stderr = runCLI(t, "import", "-dir", bad, "-o", filepath.Join(dir, "x.dpmf"))
 	if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || out != "" {
 		t.Fatalf("truncated weights: exit %d, %q %q", code, out, stderr)
 	}
