@@ -168,6 +168,16 @@ func TestLoRAMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, o := range []GPT2Options{
+		{LoRARank: 2, LoRAAlpha: 4, LoRATargets: []string{"attn.q"}},
+		{LoRARank: 2, LoRAAlpha: -1},
+		{LoRATargets: []string{"attn.c_attn"}},
+		{Context: 17},
+	} {
+		if _, err := ReadGPT2Dir("testdata/gpt2", o); err == nil || !errors.Is(err, dpcore.ErrInvalid) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
 	x := []float32{1, 5, 7, 9, 11, 2, 3, -1}
 	out := func(m Model) []float32 {
 		net, _, _ := TransformerOf(m)

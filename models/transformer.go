@@ -42,9 +42,9 @@ type TransformerConfig struct {
 	FreezeBase bool `msgpack:"freeze_base,omitempty" json:"freeze_base,omitempty"`
 }
 
-// LoRATargetNames are the weight matrices of a block that can take
+// LoRATargets lists the weight matrices of a block that can take
 // adapters, in GPT-2's names.
-var loraTargetNames = []string{"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}
+func LoRATargets() []string { return []string{"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"} }
 
 func (c TransformerConfig) hidden() int {
 	if c.Hidden == 0 {
@@ -72,8 +72,8 @@ func (c TransformerConfig) check() error {
 		return dpcore.Invalidf("transformer: LoRA alpha %v", c.LoRAAlpha)
 	}
 	for _, t := range c.LoRATargets {
-		if !slices.Contains(loraTargetNames, t) {
-			return dpcore.Invalidf("transformer: LoRA target %q (want %v)", t, loraTargetNames)
+		if !slices.Contains(LoRATargets(), t) {
+			return dpcore.Invalidf("transformer: LoRA target %q (want one of %v)", t, LoRATargets())
 		}
 	}
 	if len(c.LoRATargets) > 0 && c.LoRARank == 0 {
