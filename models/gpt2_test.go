@@ -449,3 +449,30 @@ func TestPredictTransformer(t *testing.T) {
 		t.Fatalf("id 50 of a 50-token vocabulary: %v", err)
 	}
 }
+
+// FuzzGPT2Config feeds arbitrary bytes as config.json next to the
+// fixture's weights: an error or a model, never a panic or a huge
+// allocation.
+func FuzzGPT2Config(f *testing.F) {
+	good, err := os.ReadFile("testdata/gpt2/model.safetensors")
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg, err := os.ReadFile("testdata/gpt2/config.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(cfg)
+	f.Add([]byte(`{"model_type":"gpt2","vocab_size":50,"n_positions":16,"n_embd":32,"n_layer":2,"n_head":4,"n_inner":64}`))
+	f.Add([]byte(`{"model_type":"gpt2","vocab_size":16777216,"n_positions":16777216,"n_embd":16777216,"n_layer":65536,"n_head":1}`))
+	dir := f.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), good, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = ReadGPT2Dir(dir, GPT2Options{})
+	})
+}
