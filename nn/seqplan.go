@@ -55,6 +55,8 @@ type SeqPlan struct {
 	out    [][]float32
 	logits []float32
 	last   bool // forward: the last real position's logits only
+	// lossOnly: Losses, the forward pass and the loss without gradients
+	lossOnly bool
 }
 
 // piece is a parameter range whose per-example gradient is materialized
@@ -444,6 +446,21 @@ func (p *SeqPlan) Forward(x []float32, logits []float32) error {
 	return nil
 }
 
+// Losses returns each example's loss as Step would (a language model's
+// mean cross-entropy over the L-1 predicted tokens of an example of L,
+// a classifier's cross-entropy against y) from the forward pass alone,
+// for evaluation: perplexity over a split is exp(sum_i loss_i (L_i - 1) /
+// sum_i (L_i - 1)). At most MaxBatch examples; valid until the next call.
+func (p *SeqPlan) Losses(x []float32, y []int) ([]float64, error) {
+	if err := p.check(x, y, len(y)); err != nil {
+		return nil, err
+	}
+	p.x, p.y, p.n, p.clip, p.ctx, p.mode, p.lossOnly = x, y, len(y), unit{}, context.Background(), modeTrain, true
+	p.run()
+	p.x, p.y, p.clip, p.lossOnly = nil, nil, nil, false
+	return p.loss[:len(y)], nil
+}
+
 // LastLogits writes, for each example of x, the logits at its last real
 // token: Vocab next-token logits for a language model, the class logits
 // for a classifier (Forward's), so that predicting the next token costs
@@ -529,6 +546,9 @@ func (p *SeqPlan) work(wi, W int) {
 		}
 		loss = p.lossGrad(w, L, label)
 		p.loss[i] = loss
+		if p.lossOnly {
+			continue
+		}
 		p.backward(w, L)
 		p.norms(w, L)
 		ok := !math.IsNaN(loss) && !math.IsInf(loss, 0)

@@ -634,3 +634,29 @@ func TestSeqLastLogits(t *testing.T) {
 		}
 	}
 }
+
+// TestSeqLosses: the forward-only losses equal Step's.
+func TestSeqLosses(t *testing.T) {
+	for ci, c := range seqCases {
+		tr, params := c.build(uint64(ci))
+		plan, err := NewSeqPlan(tr, params, Options{MaxBatch: 4, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y := seqBatch(rand.New(rand.NewPCG(uint64(ci), 8)), &tr, 4)
+		got, err := plan.Losses(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append([]float64(nil), got...)
+		want, err := plan.Step(x, y, make([]float32, len(params)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s example %d: loss %v, Step's %v", c.name, i, got[i], want[i])
+			}
+		}
+	}
+}
