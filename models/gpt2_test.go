@@ -380,6 +380,13 @@ func TestTransformerSafetensorsRoundTrip(t *testing.T) {
 	if err := WriteSafetensors(&b, m, Metadata{Dataset: "x"}, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
+	sf, err := safetensors.Open(strings.NewReader(b.String()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := sf.Lookup("score.weight"); !ok || st.Shape[0] != 3 || st.Shape[1] != 8 {
+		t.Fatalf("score.weight %v, want nn.Linear's [3 8]", st.Shape)
+	}
 	back, err := ReadSafetensors(strings.NewReader(b.String()), int64(b.Len()))
 	if err != nil {
 		t.Fatal(err)
@@ -391,6 +398,23 @@ func TestTransformerSafetensorsRoundTrip(t *testing.T) {
 	}
 	if _, c, ok := TransformerOf(back.Model); !ok || c.Positions != nn.SinusoidalPositions || c.Classes != 3 || c.LoRATargets[0] != "mlp.c_fc" {
 		t.Fatalf("configuration %+v", c)
+	}
+	lm, err := NewTransformer("lm", TransformerConfig{Vocab: 30, Context: 6, Dim: 8, Heads: 2, Blocks: 1, Untied: true, PostNorm: true}, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb strings.Builder
+	if err := WriteSafetensors(&lb, lm, Metadata{}, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	lback, err := ReadSafetensors(strings.NewReader(lb.String()), int64(lb.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range lm.Params() {
+		if lback.Model.Params()[k] != v {
+			t.Fatalf("untied post-norm model: parameter %d: %v, back %v", k, v, lback.Model.Params()[k])
+		}
 	}
 	path := filepath.Join(t.TempDir(), "cls.dpmf")
 	if err := WriteFile(path, m, Metadata{Dataset: "x"}); err != nil {
