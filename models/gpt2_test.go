@@ -224,8 +224,6 @@ func TestLoRAMerge(t *testing.T) {
 		t.Fatal("the adapters changed nothing")
 	}
 	// The model file round-trips the adapted model.
-	var buf strings.Builder
-	_ = buf
 	path := filepath.Join(t.TempDir(), "m.dpmf")
 	if err := WriteFile(path, ad.Model, ad.Metadata); err != nil {
 		t.Fatal(err)
@@ -239,7 +237,8 @@ func TestLoRAMerge(t *testing.T) {
 	}
 }
 
-// writeST writes a safetensors file of the given tensors.
+// writeGPT2Case writes a GPT-2 directory of the config and the tensors
+// (or the raw weights file).
 func writeGPT2Case(t *testing.T, cfg map[string]any, tensors []safetensors.Tensor, raw []byte) string {
 	t.Helper()
 	dir := t.TempDir()

@@ -528,7 +528,7 @@ func (p *SeqPlan) work(wi, W int) {
 		if p.y != nil {
 			label = p.y[i]
 		}
-		loss := p.forward(w, L)
+		p.forward(w, L)
 		if p.mode == modeForward {
 			if p.last {
 				k := p.outWidth()
@@ -544,7 +544,7 @@ func (p *SeqPlan) work(wi, W int) {
 			}
 			continue
 		}
-		loss = p.lossGrad(w, L, label)
+		loss := p.lossGrad(w, L, label)
 		p.loss[i] = loss
 		if p.lossOnly {
 			continue
@@ -707,7 +707,7 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 
 // forward runs one example of L tokens (w.ids) and leaves the outputs in
 // w.logits.
-func (p *SeqPlan) forward(w *seqWorker, L int) float64 {
+func (p *SeqPlan) forward(w *seqWorker, L int) {
 	t := &p.t
 	D := t.Dim
 	wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
@@ -788,7 +788,7 @@ func (p *SeqPlan) forward(w *seqWorker, L int) float64 {
 	if t.Classes > 0 {
 		r := p.poolRow(L)
 		p.linForward(w, len(w.lin)-1, w.hf[r*D:(r+1)*D], w.logits, 1)
-		return 0
+		return
 	}
 	V := t.Vocab
 	hf, rows := w.hf, L
@@ -800,7 +800,6 @@ func (p *SeqPlan) forward(w *seqWorker, L int) float64 {
 	} else {
 		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
 	}
-	return 0
 }
 
 func (p *SeqPlan) poolRow(L int) int {
