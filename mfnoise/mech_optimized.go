@@ -152,11 +152,8 @@ func optimized(ctx context.Context, name, label string, key ProblemKey, w dpcore
 	key.Workload = w
 	tr := buildTraceFrom(ctx)
 	produce := func(ctx context.Context) (*Factorization, error) {
-		var res *Result
-		err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) error {
-			var err error
-			res, err = Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: family}, withProgress(opt.Optimize, progress))
-			return err
+		res, err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) (*Result, error) {
+			return Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: family}, withProgress(opt.Optimize, progress))
 		})
 		if err != nil {
 			return nil, err
