@@ -99,6 +99,10 @@ const (
 	// accounting does not apply; the trainer uses unamplified accounting and
 	// says so.
 	AccountingNone AccountingKind = "none"
+	// AccountingRandomAllocation: random allocation of each example to one
+	// of AllocationSize Gaussian steps per epoch, composed Compositions
+	// times (DP-SGD, C = I).
+	AccountingRandomAllocation AccountingKind = "random-allocation"
 )
 
 // Accounting is the privacy accounting a sampler's plan supports.
@@ -112,6 +116,9 @@ type Accounting struct {
 	// Bands is the largest number of encoder bands the amplification holds
 	// for: the number of partitions (1 for Poisson).
 	Bands int `json:"bands,omitempty"`
+	// AllocationSize is the number of steps t an example is allocated
+	// among in each epoch (RandomAllocation only).
+	AllocationSize int `json:"allocation_size,omitempty"`
 	// Assumptions states, in words, what the accounting relies on; the
 	// trainer prints them with the privacy claim.
 	Assumptions []string `json:"assumptions"`
@@ -134,6 +141,7 @@ const (
 	kindBandPoisson
 	kindMinSep
 	kindShuffle
+	kindAllocation
 )
 
 func (k kind) String() string {
@@ -148,6 +156,8 @@ func (k kind) String() string {
 		return "min-separation availability sampling"
 	case kindShuffle:
 		return "shuffling"
+	case kindAllocation:
+		return "random allocation"
 	}
 	return fmt.Sprintf("sampler kind %d", uint8(k))
 }
@@ -169,7 +179,7 @@ type params struct {
 
 func (p params) String() string {
 	switch p.kind {
-	case kindFixedOrder, kindShuffle:
+	case kindFixedOrder, kindShuffle, kindAllocation:
 		return fmt.Sprintf("%v(m=%d, B=%d, n=%d)", p.kind, p.m, p.batch, p.n)
 	case kindPoisson:
 		return fmt.Sprintf("%v(m=%d, q=%g, n=%d)", p.kind, p.m, p.q, p.n)

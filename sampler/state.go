@@ -34,6 +34,8 @@ func build(p params, permSeed, stepSeed [32]byte) (impl, error) {
 		return implIfOK(newMinSep(p, permSeed, stepSeed))
 	case kindShuffle:
 		return implIfOK(newShuffle(p, permSeed, stepSeed))
+	case kindAllocation:
+		return implIfOK(newAllocation(p, permSeed, stepSeed))
 	}
 	return nil, invalidf("unknown sampler kind %d", uint8(p.kind))
 }
