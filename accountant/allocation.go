@@ -2,6 +2,7 @@ package accountant
 
 import (
 	"math"
+	"sync"
 )
 
 // Random allocation (Feldman and Shenfeld 2025, arXiv 2502.08202; their
@@ -264,5 +265,51 @@ func discretizeAllocation(c component, dir direction, step, interval, tau float6
 			d.p[j*(n-1-i)] = v
 		}
 	}
+	return d, nil
+}
+
+// allocTailShare is the share of PLDOptions.TailMass a random allocation's
+// distribution may truncate, whatever the number of compositions, so that
+// one distribution serves every epoch count; what it truncates is counted
+// as infinite loss (pmf.inf) and so in the reported delta.
+const allocTailShare = 1e-3
+
+// allocCache holds the last few random-allocation distributions made.
+type allocCache struct {
+	mu   sync.Mutex
+	keys []allocKey
+	vals []*pmf
+}
+
+type allocKey struct {
+	sigma               float64
+	t                   int
+	dir                 direction
+	step, interval, tau float64
+}
+
+const allocCacheSize = 8
+
+func (a *allocCache) get(c component, dir direction, step, interval, tau float64, maxBins int) (*pmf, error) {
+	k := allocKey{sigma: c.sigma, t: c.alloc, dir: dir, step: step, interval: interval, tau: tau}
+	a.mu.Lock()
+	for i, x := range a.keys {
+		if x == k {
+			v := a.vals[i]
+			a.mu.Unlock()
+			return v, nil
+		}
+	}
+	a.mu.Unlock()
+	d, err := discretizeAllocation(c, dir, step, interval, tau, maxBins)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.keys) == allocCacheSize {
+		a.keys, a.vals = a.keys[1:], a.vals[1:]
+	}
+	a.keys, a.vals = append(a.keys, k), append(a.vals, d)
 	return d, nil
 }

@@ -73,6 +73,11 @@ type pldAccountant struct {
 
 	coarseOnce sync.Once
 	coarser    *pldAccountant
+
+	// allocs caches random allocations' loss distributions (read only
+	// once made), which cost seconds and are asked for again by every
+	// epoch count of one run (allocKey).
+	allocs allocCache
 }
 
 // fftWork is an FFT plan of length len(seq) with buffers for composing.
@@ -813,7 +818,7 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 		var d *pmf
 		var err error
 		if c.alloc > 1 {
-			d, err = discretizeAllocation(c, dir, step, p.opt.AllocationInterval, tau/float64(total), p.opt.MaxBins)
+			d, err = p.allocs.get(c, dir, step, p.opt.AllocationInterval, p.opt.TailMass*allocTailShare, p.opt.MaxBins)
 		} else {
 			d, err = discretize(c, dir, step, tau/float64(total), p.opt.MaxBins, nil)
 		}

@@ -54,6 +54,10 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 			if bands != 1 {
 				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
 			}
+		case sampler.AccountingRandomAllocation:
+			if bands != 1 {
+				return incompatiblef("%s: random allocation is accounted only for DP-SGD (a 1-banded encoder), not a mechanism with %s", name, bandsText(bands))
+			}
 		case sampler.AccountingBandPoisson:
 			if bands == 0 {
 				return incompatiblef("%s: amplified BandMF (banded-MF Thm 4) needs a banded encoder, got a dense one (bands = 0)", name)
@@ -67,7 +71,7 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 		return nil
 	}
 	switch acc.Kind {
-	case sampler.AccountingUnamplified, sampler.AccountingNone, sampler.AccountingPoisson, sampler.AccountingBandPoisson:
+	case sampler.AccountingUnamplified, sampler.AccountingNone, sampler.AccountingPoisson, sampler.AccountingBandPoisson, sampler.AccountingRandomAllocation:
 	default:
 		return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
 	}

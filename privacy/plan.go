@@ -33,6 +33,11 @@ const (
 	// SamplingShuffle: a fresh permutation every epoch; no amplification is
 	// claimed.
 	SamplingShuffle Sampling = "shuffle"
+	// SamplingRandomAllocation: every epoch each example joins exactly one
+	// of its floor(m/B) steps, drawn uniformly and independently (batch
+	// sizes vary); amplified accounting for DP-SGD only (random allocation,
+	// Feldman and Shenfeld 2025), refused for correlated noise.
+	SamplingRandomAllocation Sampling = "random-allocation"
 )
 
 // Request is what a plan is made from. Examples, Batch, Steps and
@@ -352,6 +357,9 @@ func (r *Request) start() (*Plan, preamble, error) {
 	if p.Sampling == SamplingAuto {
 		p.Sampling = samplingFor(st)
 	}
+	if p.Sampling == SamplingRandomAllocation && (st.Bands != 1 || st.AutoBands) {
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: random allocation is accounted only for DP-SGD (dpsgd); no proof covers a correlated-noise mechanism under it (docs/math.md) — use shuffle or fixed-order sampling (unamplified)", r.Mechanism, p.Sampling)
+	}
 	return p, pre, nil
 }
 
@@ -381,7 +389,8 @@ func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string
 	}
 	p.Schema = s.Schema()
 	p.Accounting = s.Accounting()
-	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
+	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson ||
+		p.Accounting.Kind == sampler.AccountingRandomAllocation
 	if st.FixedOrderOnly && p.Sampling != SamplingFixedOrder {
 		return nil, nil, refuse(RuleSampling, "%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, p.Sampling, p.Schema)
 	}
@@ -437,7 +446,8 @@ func (p *Plan) sensitivity(r Request) (string, error) {
 			return "", fmt.Errorf("privacy: %w", err)
 		}
 		p.Sensitivity = sens
-		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: r.Examples, Batch: r.Batch, Partitions: max(p.Accounting.Bands, 1)}
+		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: r.Examples, Batch: r.Batch, Partitions: max(p.Accounting.Bands, 1),
+			Allocation: p.Accounting.AllocationSize}
 		return fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", sens.Value), nil
 	}
 	sens, err := p.strategy.Sensitivity(p.Schema)
@@ -540,8 +550,10 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed *dpcore.Seed) (
 		s, err = sampler.NewFixedOrder(m, batch, n, opt)
 	case SamplingShuffle:
 		s, err = sampler.NewShuffle(m, batch, n, opt)
+	case SamplingRandomAllocation:
+		s, err = sampler.NewRandomAllocation(m, batch, n, opt)
 	default:
-		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order or shuffle", string(samp))
+		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order, shuffle or random-allocation", string(samp))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("privacy: sampler: %w", err)
@@ -581,7 +593,7 @@ func (p *Plan) EpsilonSpent(t int) (float64, error) {
 	if !p.Amplified {
 		return p.Epsilon, nil
 	}
-	parts := max(p.composition.Partitions, 1)
+	parts := p.composition.stepsPerComposition()
 	t = min(t, p.steps)
 	c := gridUp(p.composition.Compositions(t), p.composition.Compositions(p.steps))
 	p.mu.Lock()

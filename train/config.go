@@ -32,6 +32,8 @@ const (
 	SamplingBandPoisson = privacy.SamplingBandPoisson
 	SamplingFixedOrder  = privacy.SamplingFixedOrder
 	SamplingShuffle     = privacy.SamplingShuffle
+	// SamplingRandomAllocation: DP-SGD only (privacy.SamplingRandomAllocation).
+	SamplingRandomAllocation = privacy.SamplingRandomAllocation
 )
 
 // WorkloadChoice says which workload a matrix mechanism is built for.
