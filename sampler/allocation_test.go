@@ -99,3 +99,60 @@ func TestRandomAllocationIndependent(t *testing.T) {
 		t.Fatalf("shuffling passed as random allocation: p = %g", pv)
 	}
 }
+
+// TestBandAllocation: an example joins only the steps of its partition
+// (a multiple of b apart), exactly one in each full band epoch of t of
+// them; batch sizes are Binomial(floor(m/b), 1/t); the schema contains
+// what happened.
+func TestBandAllocation(t *testing.T) {
+	const m, B, bands = 403, 20, 4 // partitions of 100, t = 5
+	const tt = 5
+	const n = bands*tt*60 + 7
+	s, err := NewBandAllocation(m, B, bands, n, seed(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := run(t, s)
+	parts := participations(m, batches)
+	checkSchema(t, s.Schema(), n, parts)
+	if sc := s.Schema(); sc != (dpcore.Schema{Kind: dpcore.MinSep, K: 61, B: bands}) {
+		t.Fatalf("schema %v", sc)
+	}
+	used := 0
+	for x, p := range parts {
+		if len(p) == 0 {
+			continue
+		}
+		used++
+		j := p[0] % bands
+		count := map[int]int{}
+		for _, st := range p {
+			if st%bands != j {
+				t.Fatalf("example %d joined steps %v of two partitions", x, p)
+			}
+			count[st/bands/tt]++
+		}
+		for e := 0; e < 60; e++ { // full band epochs
+			if count[e] != 1 {
+				t.Fatalf("example %d joined %d steps of band epoch %d", x, count[e], e)
+			}
+		}
+	}
+	if used != bands*(m/bands) {
+		t.Fatalf("%d examples used, want %d", used, bands*(m/bands))
+	}
+	var sizes []int
+	for _, b := range batches[:bands*tt*60] {
+		sizes = append(sizes, len(b))
+	}
+	if pv := chiSquareBinomial(t, sizes, m/bands, 1.0/tt); pv < 1e-3 {
+		t.Fatalf("batch sizes are not Binomial(%d, 1/%d): p = %g", m/bands, tt, pv)
+	}
+	a := s.Accounting()
+	if a.Kind != AccountingRandomAllocation || a.AllocationSize != tt || a.Compositions != 61 || a.Bands != bands {
+		t.Fatalf("accounting %+v", a)
+	}
+	if s.ExpectedBatch() != float64(m/bands)/tt {
+		t.Fatalf("expected batch %v", s.ExpectedBatch())
+	}
+}

@@ -101,7 +101,8 @@ const (
 	AccountingNone AccountingKind = "none"
 	// AccountingRandomAllocation: random allocation of each example to one
 	// of AllocationSize Gaussian steps per epoch, composed Compositions
-	// times (DP-SGD, C = I).
+	// times: DP-SGD (C = I) with Bands = 1; with Bands = b > 1 (partitions),
+	// encoders with at most b bands and column norms at most 1.
 	AccountingRandomAllocation AccountingKind = "random-allocation"
 )
 
@@ -142,6 +143,7 @@ const (
 	kindMinSep
 	kindShuffle
 	kindAllocation
+	kindBandAllocation
 )
 
 func (k kind) String() string {
@@ -158,6 +160,8 @@ func (k kind) String() string {
 		return "shuffling"
 	case kindAllocation:
 		return "random allocation"
+	case kindBandAllocation:
+		return "partitioned random allocation"
 	}
 	return fmt.Sprintf("sampler kind %d", uint8(k))
 }
@@ -185,6 +189,8 @@ func (p params) String() string {
 		return fmt.Sprintf("%v(m=%d, q=%g, n=%d)", p.kind, p.m, p.q, p.n)
 	case kindBandPoisson:
 		return fmt.Sprintf("%v(m=%d, B=%d, bands=%d, n=%d, fixedSize=%t)", p.kind, p.m, p.batch, p.bands, p.n, p.fixed)
+	case kindBandAllocation:
+		return fmt.Sprintf("%v(m=%d, B=%d, bands=%d, n=%d)", p.kind, p.m, p.batch, p.bands, p.n)
 	case kindMinSep:
 		return fmt.Sprintf("%v(m=%d, B=%d, k=%d, b=%d, n=%d, availability=%g)", p.kind, p.m, p.batch, p.k, p.b, p.n, p.avail)
 	}
