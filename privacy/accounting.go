@@ -59,7 +59,8 @@ func DefaultDelta(m int) float64 { return math.Min(1e-5, 1/float64(max(m, 1))) }
 // with Partitions = b > 1 is amplified BandMF (banded-MF Thm 4): one
 // composition every b steps at rate Batch/floor(Examples/b). Amplified with
 // Allocation = t > 0 is DP-SGD under random allocation: one composition of
-// the random allocation of a Gaussian over t steps every t steps.
+// the random allocation of a Gaussian over t steps every t steps, or with
+// Partitions = b > 1 (band allocation), every b t steps.
 type Composition struct {
 	Amplified  bool
 	Q          float64 // DP-SGD's sampling rate
@@ -72,7 +73,7 @@ type Composition struct {
 // stepsPerComposition is the number of steps each composition covers.
 func (c Composition) stepsPerComposition() int {
 	if c.Allocation > 0 {
-		return c.Allocation
+		return c.Allocation * max(c.Partitions, 1)
 	}
 	return max(c.Partitions, 1)
 }
@@ -97,7 +98,9 @@ func (c Composition) Event(sigma float64, steps int) (accountant.Event, error) {
 	case !c.Amplified:
 		return accountant.UnamplifiedMFEvent(sigma)
 	case c.Allocation > 0:
-		return accountant.DPSGDAllocationEvent(sigma, c.Allocation, steps)
+		// Each partition's steps, ceil(steps/b), in band epochs of t.
+		p := max(c.Partitions, 1)
+		return accountant.DPSGDAllocationEvent(sigma, c.Allocation, (steps+p-1)/p)
 	case c.Partitions <= 1:
 		return accountant.DPSGDEvent(sigma, c.Q, steps)
 	}

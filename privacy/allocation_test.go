@@ -97,8 +97,62 @@ func TestCheckCompatibleRandomAllocation(t *testing.T) {
 			t.Fatalf("bands %d amplified: err = %v, want ErrIncompatible", bands, err)
 		}
 	}
+	b, err := sampler.NewBandAllocation(1000, 50, 4, 40, sampler.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for bands, ok := range map[int]bool{0: false, 1: true, 4: true, 5: false} {
+		if err := CheckCompatible(b, b.Schema(), bands, true); (err == nil) != ok {
+			t.Fatalf("band allocation, 4 partitions, %d bands: err = %v", bands, err)
+		}
+	}
 	// Unamplified, its schema minsep(k, 1) is what shuffling realizes.
 	if err := CheckCompatible(s, dpcore.Schema{Kind: dpcore.MinSep, K: 3, B: 1}, 0, false); err != nil {
 		t.Fatalf("unamplified: %v", err)
+	}
+}
+
+// TestBandAllocationPlan: a banded encoder under band allocation is
+// accounted as random allocation over each partition's band epochs
+// (docs/math.md, section 7.1), checked against its encoder's bands like
+// band-Poisson; more bands than partitions, a dense encoder and an auto
+// band count are refused.
+func TestBandAllocationPlan(t *testing.T) {
+	ctx := context.Background()
+	const m, batch, n, sigma = 1000, 50, 40, 3.0 // partitions of 250, t = 5: 10 steps each, 2 band epochs
+	mech, err := ParseMechanism("bandmf:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Mechanism: mech, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, NoiseMultiplier: sigma,
+		Sampling: SamplingBandAllocation}
+	p, _, err := NewPlan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Amplified || p.Accounting.AllocationSize != 5 || p.Accounting.Compositions != 2 || p.Accounting.Bands != 4 {
+		t.Fatalf("plan: amplified %v, accounting %+v", p.Amplified, p.Accounting)
+	}
+	ev, _ := accountant.DPSGDAllocationEvent(sigma, 5, 10)
+	if want, err := p.acct.Epsilon(ev, p.Delta); err != nil || p.Epsilon != want {
+		t.Fatalf("plan epsilon %v, accountant %v (%v)", p.Epsilon, want, err)
+	}
+	if e, _ := p.EpsilonSpent(20); !(e < p.Epsilon) {
+		t.Fatalf("after one band epoch of every partition: %v, not below %v", e, p.Epsilon)
+	}
+	for _, c := range []struct {
+		name       string
+		partitions int
+	}{{"bandmf:8", 4}, {"mf-kb", 0}, {"bandmf:auto", 0}, {"toeplitz:auto", 0}} {
+		mech, err := ParseMechanism(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := req
+		r.Mechanism, r.Partitions = mech, c.partitions
+		var ref *Refusal
+		if _, _, err := NewPlan(ctx, r); !errors.As(err, &ref) {
+			t.Fatalf("%s with band allocation over %d partitions: err = %v, want a refusal", c.name, c.partitions, err)
+		}
 	}
 }

@@ -55,8 +55,8 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
 			}
 		case sampler.AccountingRandomAllocation:
-			if bands != 1 {
-				return incompatiblef("%s: random allocation is accounted only for DP-SGD (a 1-banded encoder), not a mechanism with %s", name, bandsText(bands))
+			if bands == 0 || bands > acc.Bands {
+				return incompatiblef("%s: random allocation over %d partition(s) is accounted for encoders with at most %d bands (docs/math.md, section 7.1), not a mechanism with %s", name, acc.Bands, acc.Bands, bandsText(bands))
 			}
 		case sampler.AccountingBandPoisson:
 			if bands == 0 {

@@ -38,6 +38,12 @@ const (
 	// sizes vary); amplified accounting for DP-SGD only (random allocation,
 	// Feldman and Shenfeld 2025), refused for correlated noise.
 	SamplingRandomAllocation Sampling = "random-allocation"
+	// SamplingBandAllocation: band-poisson's partitions with random
+	// allocation within each (sampler.NewBandAllocation); amplified
+	// accounting for an encoder with at most as many bands as partitions
+	// (docs/math.md, section 7.1). The band count must be given
+	// (bandmf:B, toeplitz:B), not chosen by auto.
+	SamplingBandAllocation Sampling = "band-allocation"
 )
 
 // Request is what a plan is made from. Examples, Batch, Steps and
@@ -358,7 +364,10 @@ func (r *Request) start() (*Plan, preamble, error) {
 		p.Sampling = samplingFor(st)
 	}
 	if p.Sampling == SamplingRandomAllocation && (st.Bands != 1 || st.AutoBands) {
-		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: random allocation is accounted only for DP-SGD (dpsgd); no proof covers a correlated-noise mechanism under it (docs/math.md) — use shuffle or fixed-order sampling (unamplified)", r.Mechanism, p.Sampling)
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: random allocation over all examples is accounted only for DP-SGD (dpsgd); a banded mechanism needs band-allocation sampling, and no proof covers other mechanisms (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
+	}
+	if p.Sampling == SamplingBandAllocation && (st.Bands == 0 || st.AutoBands) {
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: only an encoder with a given number of bands (dpsgd, bandmf:B, toeplitz:B) has amplified accounting under random allocation (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
 	}
 	return p, pre, nil
 }
@@ -552,8 +561,10 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed *dpcore.Seed) (
 		s, err = sampler.NewShuffle(m, batch, n, opt)
 	case SamplingRandomAllocation:
 		s, err = sampler.NewRandomAllocation(m, batch, n, opt)
+	case SamplingBandAllocation:
+		s, err = sampler.NewBandAllocation(m, batch, partitions, n, opt)
 	default:
-		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order, shuffle or random-allocation", string(samp))
+		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order, shuffle, random-allocation or band-allocation", string(samp))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("privacy: sampler: %w", err)

@@ -34,6 +34,8 @@ const (
 	SamplingShuffle     = privacy.SamplingShuffle
 	// SamplingRandomAllocation: DP-SGD only (privacy.SamplingRandomAllocation).
 	SamplingRandomAllocation = privacy.SamplingRandomAllocation
+	// SamplingBandAllocation: banded encoders (privacy.SamplingBandAllocation).
+	SamplingBandAllocation = privacy.SamplingBandAllocation
 )
 
 // WorkloadChoice says which workload a matrix mechanism is built for.
