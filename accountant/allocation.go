@@ -216,7 +216,7 @@ func allocationStages(t int) int {
 }
 
 // defaultAllocationInterval is PLDOptions.AllocationInterval's floor.
-const defaultAllocationInterval = 2.5e-4
+const defaultAllocationInterval = 3e-4
 
 // discretizeAllocation returns the privacy loss distribution of one random
 // allocation over c.alloc steps in direction dir on the loss grid of

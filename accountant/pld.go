@@ -26,7 +26,7 @@ type PLDOptions struct {
 	// AllocationInterval is the spacing of the log-value grid on which a
 	// random allocation's loss is computed (RandomAllocation), rounded to
 	// a multiple of the loss grid's spacing; 0 means the larger of that
-	// spacing and 2.5e-4. Its cost grows as the inverse square of the
+	// spacing and 3e-4. Its cost grows as the inverse square of the
 	// spacing, and each of its about 2 log2(t) + 3 roundings overstates
 	// the loss by at most one spacing (docs/math.md).
 	AllocationInterval float64
