@@ -313,3 +313,22 @@ func (a *allocCache) get(c component, dir direction, step, interval, tau float64
 	a.keys, a.vals = append(a.keys, k), append(a.vals, d)
 	return d, nil
 }
+
+// warmAllocations computes the random allocations' distributions of both
+// directions at the loss grid's spacing concurrently (each takes seconds),
+// so that compose finds them in the cache; an error is left for compose
+// to meet and report.
+func (p *pldAccountant) warmAllocations(comps []component) {
+	var wg sync.WaitGroup
+	for _, c := range comps {
+		if c.alloc <= 1 {
+			continue
+		}
+		for _, dir := range []direction{remove, add} {
+			wg.Go(func() {
+				_, _ = p.allocs.get(c, dir, p.opt.DiscretizationInterval, p.opt.AllocationInterval, p.opt.TailMass*allocTailShare, p.opt.MaxBins)
+			})
+		}
+	}
+	wg.Wait()
+}

@@ -506,6 +506,7 @@ func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 			return []lossDist{infiniteLoss{}}, nil
 		}
 	}
+	p.warmAllocations(comps)
 	var out []lossDist
 	for _, dir := range []direction{remove, add} {
 		d, err := p.compose(comps, dir)
