@@ -23,10 +23,11 @@ import (
 // Unamplified, the sampler's schema must be contained in mechanismSchema
 // (every pattern the sampler can realize is covered by one the sensitivity
 // accounted for), and a banded encoder needs participations at least bands
-// steps apart. Amplified, the sampler must support it (Poisson or partitioned
-// band sampling, never fixed-order epochs, shuffling or min-sep simulation),
-// plain Poisson sampling only for DP-SGD (bands = 1), and band sampling only
-// for an encoder with at most as many bands as partitions. Schema
+// steps apart. Amplified, the sampler must support it (Poisson, partitioned
+// band sampling or random allocation, never fixed-order epochs, shuffling or
+// min-sep simulation), plain Poisson sampling only for DP-SGD (bands = 1),
+// and band sampling and random allocation only for an encoder with at most
+// as many bands as partitions (1 for random allocation over all examples). Schema
 // containment is not needed then: amplified accounting uses the per-step
 // sensitivity (the largest column norm), which every schema's sensitivity
 // bounds from above.

@@ -241,9 +241,10 @@ func (r *Request) check() error {
 // (banded-MF App. F.4) and by their loss under the sampler's schema under
 // fixed-order epochs or shuffling (resolveBands, bands.go), and the
 // chosen count is then planned as bandmf:B or toeplitz:B would be; amplification is claimed only
-// by Poisson or band sampling and only for a banded encoder with no more
-// bands than the sampler separates participations (banded-MF Thm 4;
-// DP-SGD is 1-banded); an optimizer's schema must be realized; sensitivity
+// by Poisson, band, random-allocation or band-allocation sampling and only
+// for a banded encoder with no more bands than the sampler separates
+// participations (banded-MF Thm 4, docs/math.md 7.1; DP-SGD is 1-banded;
+// random allocation over all examples for DP-SGD only); an optimizer's schema must be realized; sensitivity
 // is per participation (the largest column norm) when amplified, else for
 // the sampler's whole schema; sigma is given or calibrated; the seed is
 // stated and a weak one refused.
