@@ -1,6 +1,9 @@
 package text
 
-import "math"
+import (
+	"errors"
+	"math"
+)
 
 // NLL accumulates the negative log-likelihood, in nats, of next-token
 // targets under a model's predictions: Loss is the mean per token (the
@@ -29,19 +32,11 @@ func (l *NLL) AddLogits(logits []float32, vocab int, targets []int) error {
 			return invalidf("nll: target %d (position %d) outside the vocabulary of %d", y, i, vocab)
 		}
 		row := logits[i*vocab : (i+1)*vocab]
-		m := math.Inf(-1)
-		for _, v := range row {
-			m = max(m, float64(v))
+		m, lz, err := logSumExp(row)
+		if err != nil {
+			return invalidf("nll: logits of position %d: %v", i, err)
 		}
-		var z float64
-		for _, v := range row {
-			z += math.Exp(float64(v) - m)
-		}
-		nll := (m - float64(row[y])) + math.Log(z)
-		if math.IsNaN(nll) || math.IsInf(nll, 0) {
-			return invalidf("nll: logits of position %d are not finite", i)
-		}
-		sum += nll
+		sum += (m - float64(row[y])) + lz
 		n++
 	}
 	l.Sum += sum
@@ -60,3 +55,37 @@ func (l NLL) Loss() float64 {
 // Perplexity is exp(Loss): the size of a uniform vocabulary that would be
 // as hard to predict.
 func (l NLL) Perplexity() float64 { return math.Exp(l.Loss()) }
+
+// LogSoftmax writes the log-probabilities of logits into dst (same
+// length), in float64: dst[i] = logits[i] - log sum_j exp(logits[j]).
+// Non-finite logits are an error.
+func LogSoftmax(dst []float64, logits []float32) error {
+	if len(dst) != len(logits) || len(logits) == 0 {
+		return invalidf("log-softmax: %d outputs for %d logits", len(dst), len(logits))
+	}
+	m, lz, err := logSumExp(logits)
+	if err != nil {
+		return invalidf("log-softmax: %v", err)
+	}
+	for i, v := range logits {
+		dst[i] = (float64(v) - m) - lz
+	}
+	return nil
+}
+
+// logSumExp returns m and lz with log sum exp(row) = m + lz, m the largest
+// entry (kept apart so that logits far from zero keep their precision).
+func logSumExp(row []float32) (m, lz float64, err error) {
+	m = math.Inf(-1)
+	for _, v := range row {
+		if v-v != 0 {
+			return 0, 0, errors.New("not finite")
+		}
+		m = max(m, float64(v))
+	}
+	var z float64
+	for _, v := range row {
+		z += math.Exp(float64(v) - m)
+	}
+	return m, math.Log(z), nil
+}

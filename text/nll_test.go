@@ -47,3 +47,21 @@ func TestNLL(t *testing.T) {
 		t.Error("empty loss is not NaN")
 	}
 }
+
+func TestLogSoftmax(t *testing.T) {
+	dst := make([]float64, 3)
+	if err := LogSoftmax(dst, []float32{0, float32(math.Log(2)), float32(math.Log(5))}); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []float64{1.0 / 8, 2.0 / 8, 5.0 / 8} {
+		if math.Abs(dst[i]-math.Log(p)) > 1e-7 {
+			t.Errorf("dst[%d] = %v, want log %v", i, dst[i], p)
+		}
+	}
+	if err := LogSoftmax(dst, []float32{0, float32(math.Inf(-1)), 1}); err == nil {
+		t.Error("-Inf logit accepted")
+	}
+	if err := LogSoftmax(dst[:2], []float32{0, 1, 2}); err == nil {
+		t.Error("length mismatch accepted")
+	}
+}
