@@ -19,6 +19,7 @@ import (
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/text"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -41,7 +42,7 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only) or text (-dir: plain text, JSON lines or fortune files, tokenized by -tokenizer; train run only)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4, tabular (categorical embeddings + MLP, for -data csv) or scatternet (GroupNorm + linear on scattering features, Tramèr and Boneh 2021)")
@@ -219,6 +220,7 @@ type runInvocation struct {
 	fs                            *flag.FlagSet
 	r                             runFlags
 	csvf                          csvFlags
+	textf                         textFlags
 	wf                            workerFlags
 	clipPerLayer, saveModel, plot string
 	dirGiven                      bool
@@ -234,6 +236,7 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	fs.StringVar(&inv.saveModel, "save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	fs.StringVar(&inv.plot, "plot", "", "draw the loss, accuracy and epsilon spent of the run to this .png or .svg file at the end (see also train plot)")
 	inv.csvf.register(fs)
+	inv.textf.register(fs)
 	inv.wf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -261,6 +264,9 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 		}
 	}
 	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
+		return nil, err
+	}
+	if err := inv.textf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model, &inv.csvf); err != nil {
 		return nil, err
 	}
 	if err := refuseSharedPaths(inv.paths()...); err != nil {
@@ -305,7 +311,7 @@ var privacyOnly = map[string]bool{"epsilon": true, "delta": true, "sigma": true,
 func (inv *runInvocation) paths() []namedPath {
 	r := &inv.r
 	ps := []namedPath{{"config", r.config, false}}
-	if r.dataset == "csv" {
+	if r.dataset == "csv" || r.dataset == "text" {
 		ps = append(ps, namedPath{"dir", r.dir, false}, namedPath{"test-file", inv.csvf.testFile, false})
 	}
 	return append(ps,
@@ -322,9 +328,13 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 		trainSet, testSet *data.Dataset
 		table             *data.Tabular
 	)
-	if r.dataset == "csv" {
+	switch r.dataset {
+	case "csv":
 		trainSet, testSet, table, source, err = inv.csvf.load(r.dir)
-	} else {
+	case "text":
+		trainSet, testSet, source, err = inv.textf.load(r.dir, &inv.csvf)
+		err = asInputError(err)
+	default:
 		trainSet, testSet, source, err = loadData(r.dataset, r.dir, !inv.dirGiven)
 	}
 	if err != nil {
@@ -635,12 +645,16 @@ func checkOutput(flagName, path string) error {
 // is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	trainSet, testSet, source, err = loadDataset(name, dir, fallback)
-	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
-		// A missing, unreadable, empty, truncated or corrupt dataset is
-		// fixed by giving another -dir: bad input.
-		err = inputError{err}
+	return trainSet, testSet, source, asInputError(err)
+}
+
+// asInputError marks a missing, unreadable, empty, truncated or corrupt
+// dataset as bad input: it is fixed by giving another -dir.
+func asInputError(err error) error {
+	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, text.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
+		return inputError{err}
 	}
-	return trainSet, testSet, source, err
+	return err
 }
 
 func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
@@ -683,7 +697,10 @@ func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Datas
 	if name == "csv" {
 		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images or csv", name)
+	if name == "text" {
+		return nil, nil, "", usagef("-data text is read by train run only")
+	}
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images, csv or text", name)
 }
 
 // mismatchHint turns a directory of another dataset into a usage error
