@@ -163,50 +163,31 @@ func readJSONL(r io.Reader, name string, opts TextReadOptions) ([]TextDocument, 
 		field = "text"
 	}
 	var docs []TextDocument
-	br := bufio.NewReaderSize(r, 1<<16)
-	total := 0
-	for line := 1; ; line++ {
-		b, err := readLine(br, MaxTextBytes-total)
-		total += len(b)
-		if len(bytes.TrimSpace(b)) > 0 {
-			d, perr := parseTextLine(b, field, opts)
-			if perr != nil {
-				return nil, formatf("%s: line %d: %v", name, line, perr)
-			}
-			docs = append(docs, d)
-		}
-		if err == io.EOF {
-			return docs, nil
-		}
-		if errors.Is(err, errTooLong) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), MaxTextBytes)
+	total, line := 0, 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if total += len(b); total > MaxTextBytes {
 			return nil, formatf("%s: line %d: more than %d MiB of text in the file", name, line, MaxTextBytes>>20)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("data: reading %s: %w", name, err)
-		}
-	}
-}
-
-var errTooLong = errors.New("too long")
-
-// readLine returns the next line without its newline, refusing one longer
-// than limit bytes (io.EOF after the last line).
-func readLine(br *bufio.Reader, limit int) ([]byte, error) {
-	var b []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(b)+len(chunk) > limit {
-			return nil, errTooLong
-		}
-		b = append(b, chunk...)
-		if err == bufio.ErrBufferFull {
+		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
-		if err == nil {
-			return bytes.TrimSuffix(b, []byte{'\n'}), nil
+		d, err := parseTextLine(b, field, opts)
+		if err != nil {
+			return nil, formatf("%s: line %d: %v", name, line, err)
 		}
-		return b, err
+		docs = append(docs, d)
 	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, formatf("%s: line %d: longer than %d MiB", name, line+1, MaxTextBytes>>20)
+		}
+		return nil, fmt.Errorf("data: reading %s: %w", name, err)
+	}
+	return docs, nil
 }
 
 func parseTextLine(b []byte, field string, opts TextReadOptions) (TextDocument, error) {

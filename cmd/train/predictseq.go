@@ -105,56 +105,37 @@ func predictSequences(ctx context.Context, m sequenceModel, tok text.Tokenizer, 
 	}
 	p := &seqPredictor{ctx: ctx, m: m, tok: tok, top: min(top, v), out: bufio.NewWriter(stdout),
 		batch: max(1, min(predictBatch, maxSequenceOutputs/per))}
-	br := bufio.NewReaderSize(in, 1<<16)
-	for line := 1; ; line++ {
-		b, err := readSeqLine(br)
-		if len(bytes.TrimSpace(b)) > 0 {
-			if line == 1 {
-				b = bytes.TrimPrefix(b, []byte("\ufeff"))
-			}
-			if perr := p.parse(b); perr != nil {
-				return usagef("predict: %s line %d: %v", name, line, perr)
-			}
-			if len(p.last) == p.batch {
-				if err := p.flush(); err != nil {
-					return err
-				}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 1<<16), maxSequenceLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if line == 1 {
+			b = bytes.TrimPrefix(b, []byte("\ufeff"))
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		if err := p.parse(b); err != nil {
+			return usagef("predict: %s line %d: %v", name, line, err)
+		}
+		if len(p.last) == p.batch {
+			if err := p.flush(); err != nil {
+				return err
 			}
 		}
-		if err == io.EOF {
-			break
-		}
+	}
+	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return usagef("predict: %s line %d is longer than %d MiB", name, line, maxSequenceLine>>20)
+			return usagef("predict: %s line %d is longer than %d MiB", name, line+1, maxSequenceLine>>20)
 		}
-		if err != nil {
-			return fmt.Errorf("predict: reading %s: %w", name, err)
-		}
+		return fmt.Errorf("predict: reading %s: %w", name, err)
 	}
 	if err := p.flush(); err != nil {
 		return err
 	}
 	return p.out.Flush()
-}
-
-// readSeqLine returns the next line (io.EOF after the last), refusing one
-// longer than maxSequenceLine with bufio.ErrTooLong.
-func readSeqLine(br *bufio.Reader) ([]byte, error) {
-	var b []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(b)+len(chunk) > maxSequenceLine {
-			return nil, bufio.ErrTooLong
-		}
-		b = append(b, chunk...)
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err == nil {
-			return b[:len(b)-1], nil
-		}
-		return b, err
-	}
 }
 
 type seqInput struct {

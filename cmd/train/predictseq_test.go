@@ -178,6 +178,10 @@ func TestPredictSequencesBadInput(t *testing.T) {
 			t.Errorf("%q: %v, want a one-line usage error with %q", c.in, err, c.msg)
 		}
 	}
+	long := `{"tokens": [1]}` + "\n" + strings.Repeat(" ", maxSequenceLine+1)
+	if _, err := runSeq(t, m, nil, 0, long); err == nil || !strings.Contains(err.Error(), "line 2 is longer than 16 MiB") {
+		t.Errorf("a line too long: %v", err)
+	}
 	if _, err := runSeq(t, m, text.Bytes{}, 0, `{"tokens": [1]}`); err == nil {
 		t.Error("a tokenizer larger than the model's vocabulary accepted")
 	}
