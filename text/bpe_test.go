@@ -336,3 +336,19 @@ func TestPrefixSpace(t *testing.T) {
 		t.Fatal("byte map")
 	}
 }
+
+// BenchmarkEncode encodes English prose with the GPT-2 fixture (the
+// merges the recorded strings use): bytes per second of text.
+func BenchmarkEncode(b *testing.B) {
+	tok := loadFixture(b)
+	var sb strings.Builder
+	for _, c := range readJSON[[]gpt2Case](&testing.T{}, "testdata/gpt2/expected.json") {
+		sb.WriteString(c.Text)
+		sb.WriteString(" ")
+	}
+	s := strings.Repeat(sb.String(), 20)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		tok.Encode(s)
+	}
+}
