@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 
@@ -23,7 +24,8 @@ type evalResult struct {
 	Loss     float64 `json:"loss"`
 	// Tokens and Perplexity: a next-token model's predicted tokens and
 	// exp(Loss), Loss being the mean per token (Accuracy: how often the
-	// most likely token is the next).
+	// most likely token is the next); Perplexity is left out when it is
+	// past float64's range.
 	Tokens     int     `json:"tokens,omitempty"`
 	Perplexity float64 `json:"perplexity,omitempty"`
 }
@@ -134,7 +136,7 @@ func writeEval(stdout io.Writer, format string, res evalResult, source, split st
 	}
 	ppl := ""
 	if res.Tokens > 0 {
-		ppl = fmt.Sprintf(", %d tokens, perplexity %.4g", res.Tokens, res.Perplexity)
+		ppl = fmt.Sprintf(", %d tokens, perplexity %.4g", res.Tokens, math.Exp(res.Loss))
 	}
 	_, err := fmt.Fprintf(stdout, "%s%s: %d examples, accuracy %.4f, loss %.4f%s\nmodel: %s trained on %s; privacy: %s\n",
 		source, split, res.Examples, res.Accuracy, res.Loss, ppl, tr.Architecture.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
-	"github.com/dpmf-go/dpmf/text"
+	"github.com/dpmf-go/dpmf/seqtrain"
 )
 
 // evalTextFlags are the flags of "train eval -data text": how to read and
@@ -76,81 +76,19 @@ func evalText(ctx context.Context, tr *models.Trained, modelFile, path string, e
 	return res, fmt.Sprintf("text %s (%d documents)", path, len(docs)), err
 }
 
-// evalSequences is the loss and accuracy of m on d: for a next-token
-// model the mean negative log-likelihood per predicted token (every
-// position with a real token after it), its perplexity and how often the
-// most likely token is the next one; for a classifier per example.
+// evalSequences is seqtrain.Evaluate on the examples of d, as eval
+// reports it.
 func evalSequences(ctx context.Context, m sequenceModel, d *data.Dataset) (evalResult, error) {
-	c, v, k := m.Context(), m.Vocab(), m.Classes()
-	if d.Shape.C != c || d.Shape.H != 1 || d.Shape.W != 1 {
+	if c := m.Context(); d.Shape.C != c || d.Shape.H != 1 || d.Shape.W != 1 {
 		return evalResult{}, usagef("the model takes %d token positions, the data %v", c, d.Shape)
 	}
-	per := k
-	if k == 0 {
-		per = c * v
+	r, err := seqtrain.Evaluate(ctx, m, d.X, d.Y)
+	if err != nil {
+		return evalResult{}, err
 	}
-	batch := max(1, min(evalBatch, maxSequenceOutputs/per))
-	out := make([]float32, batch*per)
-	targets := make([]int, c)
-	var nll text.NLL
-	correct, counted := 0, 0
-	for i0 := 0; i0 < d.Len(); i0 += batch {
-		if err := ctx.Err(); err != nil {
-			return evalResult{}, err
-		}
-		n := min(batch, d.Len()-i0)
-		x := d.X[i0*c : (i0+n)*c]
-		o := out[:n*per]
-		if err := m.Forward(x, o); err != nil {
-			return evalResult{}, fmt.Errorf("eval: %w", err)
-		}
-		for i := range n {
-			row := o[i*per : (i+1)*per]
-			ex := x[i*c : (i+1)*c]
-			if k > 0 {
-				targets = targets[:1]
-				targets[0] = d.Y[i0+i]
-			} else {
-				targets = targets[:c]
-				for t := range c {
-					targets[t] = -1
-					if t+1 < c && ex[t] != data.TextPad && ex[t+1] != data.TextPad {
-						targets[t] = int(ex[t+1])
-					}
-				}
-			}
-			if err := nll.AddLogits(row, len(row)/len(targets), targets); err != nil {
-				return evalResult{}, fmt.Errorf("eval: example %d: %w", i0+i, err)
-			}
-			w := len(row) / len(targets)
-			for t, y := range targets {
-				if y < 0 {
-					continue
-				}
-				counted++
-				r := row[t*w : (t+1)*w]
-				best := 0
-				for j, l := range r {
-					if l > r[best] {
-						best = j
-					}
-				}
-				if best == y {
-					correct++
-				}
-			}
-		}
-	}
-	res := evalResult{Examples: d.Len(), Loss: nll.Loss()}
-	if counted > 0 {
-		res.Accuracy = float64(correct) / float64(counted)
-	}
-	if k == 0 {
-		res.Tokens = nll.Tokens
-		res.Perplexity = nll.Perplexity()
-		if math.IsInf(res.Perplexity, 1) {
-			res.Perplexity = math.MaxFloat64
-		}
+	res := evalResult{Examples: r.Examples, Loss: r.Loss, Accuracy: r.Accuracy, Tokens: r.Tokens}
+	if !math.IsInf(r.Perplexity, 1) {
+		res.Perplexity = r.Perplexity
 	}
 	return res, nil
 }

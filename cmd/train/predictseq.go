@@ -14,25 +14,13 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/seqtrain"
 	"github.com/dpmf-go/dpmf/text"
 )
 
-// sequenceModel is what train predict needs of a model over token ids: a
-// next-token model (Classes 0) or a sequence classifier.
-type sequenceModel interface {
-	// Context is the number of token positions of an input.
-	Context() int
-	// Vocab is the number of token ids.
-	Vocab() int
-	// Classes is a classifier's number of classes, 0 for a next-token
-	// model.
-	Classes() int
-	// Forward writes the outputs of the inputs x (Context ids each as
-	// float32, right-padded with -1) into out: per input, Context x Vocab
-	// next-token logits (position t predicting token t+1), or Classes
-	// class logits.
-	Forward(x, out []float32) error
-}
+// sequenceModel is what train predict and eval need of a model over
+// token ids.
+type sequenceModel = seqtrain.Forwarder
 
 // sequenceModelOf returns the sequence model a model file holds; ok is
 // false for the other models.
@@ -55,9 +43,6 @@ func loadTokenizer(spec string) (text.Tokenizer, error) {
 	}
 	return t, nil
 }
-
-// maxSequenceOutputs bounds the logits of one batch of sequence inputs.
-const maxSequenceOutputs = 1 << 26
 
 // maxSequenceLine bounds one input line of sequence prediction.
 const maxSequenceLine = 16 << 20
@@ -99,12 +84,8 @@ func predictSequences(ctx context.Context, m sequenceModel, tok text.Tokenizer, 
 	if k > 0 && top > 0 {
 		return usagef("-top applies to next-token models; this one is a classifier of %d classes", k)
 	}
-	per := k
-	if k == 0 {
-		per = c * v
-	}
 	p := &seqPredictor{ctx: ctx, m: m, tok: tok, top: min(top, v), out: bufio.NewWriter(stdout),
-		batch: max(1, min(predictBatch, maxSequenceOutputs/per))}
+		batch: max(1, min(predictBatch, seqtrain.MaxOutputs/seqtrain.Outputs(m)))}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 1<<16), maxSequenceLine)
 	line := 0
@@ -204,11 +185,8 @@ func (p *seqPredictor) flush() error {
 	if err := p.ctx.Err(); err != nil {
 		return err
 	}
-	c, v, k := p.m.Context(), p.m.Vocab(), p.m.Classes()
-	per := k
-	if k == 0 {
-		per = c * v
-	}
+	v, k := p.m.Vocab(), p.m.Classes()
+	per := seqtrain.Outputs(p.m)
 	out := make([]float32, n*per)
 	if err := p.m.Forward(p.x, out); err != nil {
 		return fmt.Errorf("predict: %w", err)

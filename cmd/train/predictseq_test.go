@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 	"github.com/dpmf-go/dpmf/text"
@@ -241,56 +240,5 @@ func TestPredictTopNeedsSequenceModel(t *testing.T) {
 		if code != exitUsage || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q", c.args, code, stderr)
 		}
-	}
-}
-
-// TestEvalSequences checks eval's next-token loss, perplexity and accuracy
-// on packed documents against the bigram's log-probabilities summed by
-// hand over every (token, next token) pair of the stream.
-func TestEvalSequences(t *testing.T) {
-	m := &bigram{context: 4, vocab: 257}
-	docs := []data.TextDocument{{Text: "abcab"}, {Text: "zz"}}
-	d, err := data.NewTextDataset(docs, text.Bytes{}, data.TextDataOptions{Context: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := evalSequences(context.Background(), m, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := []int{'a', 'b', 'c', 'a', 'b', text.BytesEOS, 'z', 'z', text.BytesEOS}
-	var sum float64
-	correct := 0
-	for i := 0; i+1 < len(stream); i++ {
-		lp := m.logProbs(stream[i])
-		sum -= lp[stream[i+1]]
-		if stream[i+1] == min(stream[i]+1, 256) {
-			correct++
-		}
-	}
-	n := len(stream) - 1
-	if res.Tokens != n || math.Abs(res.Loss-sum/float64(n)) > 1e-6 || math.Abs(res.Perplexity-math.Exp(sum/float64(n))) > 1e-6*res.Perplexity {
-		t.Errorf("tokens %d loss %v perplexity %v; want %d, %v, %v", res.Tokens, res.Loss, res.Perplexity, n, sum/float64(n), math.Exp(sum/float64(n)))
-	}
-	// 'a'->'b' (twice) and 'b'->'c' are the bigram's most likely.
-	if res.Accuracy != float64(correct)/float64(n) || correct != 3 {
-		t.Errorf("accuracy %v, want %d/%d", res.Accuracy, correct, n)
-	}
-
-	// A classifier: accuracy and cross-entropy per example.
-	c := &bigram{context: 3, vocab: 257, classes: 2}
-	cd, err := data.NewTextDataset([]data.TextDocument{{Text: "a", Label: "1"}, {Text: "b", Label: "0"}}, text.Bytes{},
-		data.TextDataOptions{Task: data.Classify, Context: 3, Labels: []string{"0", "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err = evalSequences(context.Background(), c, cd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Logits (0, 97) and (0, 98): class 1 both times.
-	want := (math.Log1p(math.Exp(-97)) + 98 + math.Log1p(math.Exp(-98))) / 2
-	if res.Accuracy != 0.5 || math.Abs(res.Loss-want) > 1e-6 || res.Tokens != 0 {
-		t.Errorf("classifier: %+v, want accuracy 0.5 loss %v", res, want)
 	}
 }
