@@ -33,6 +33,9 @@ const (
 	TextAuto TextFormat = iota
 	// TextPlain: the whole file is one document.
 	TextPlain
+	// TextLines: every line that is not blank is a document (a verse, a
+	// sentence), its newline dropped.
+	TextLines
 	// TextJSONL: one JSON object per line, the text in a string field.
 	TextJSONL
 	// TextFortune: the fortune(6) cookie format, documents separated by
@@ -42,19 +45,21 @@ const (
 	TextFortune
 )
 
-// ParseTextFormat parses "auto", "plain", "jsonl" or "fortune".
+// ParseTextFormat parses "auto", "plain", "lines", "jsonl" or "fortune".
 func ParseTextFormat(s string) (TextFormat, error) {
 	switch s {
 	case "", "auto":
 		return TextAuto, nil
 	case "plain", "text", "txt":
 		return TextPlain, nil
+	case "lines":
+		return TextLines, nil
 	case "jsonl", "json":
 		return TextJSONL, nil
 	case "fortune":
 		return TextFortune, nil
 	}
-	return 0, invalidf("text format %q: want auto, plain, jsonl or fortune", s)
+	return 0, invalidf("text format %q: want auto, plain, lines, jsonl or fortune", s)
 }
 
 // MaxTextBytes bounds what one text file or JSON line may hold (1 GiB).
@@ -102,6 +107,18 @@ func ReadText(r io.Reader, name string, opts TextReadOptions) ([]TextDocument, e
 			return nil, err
 		}
 		return splitFortunes(string(b)), nil
+	case TextLines:
+		b, err := readAllLimited(r, name)
+		if err != nil {
+			return nil, err
+		}
+		var docs []TextDocument
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSuffix(l, "\r"); strings.TrimSpace(l) != "" {
+				docs = append(docs, TextDocument{Text: l})
+			}
+		}
+		return docs, nil
 	case TextJSONL:
 		return readJSONL(r, name, opts)
 	}

@@ -181,6 +181,16 @@ func TestReadFortunes(t *testing.T) {
 	}
 }
 
+func TestReadLines(t *testing.T) {
+	docs, err := ReadText(strings.NewReader("Ge1:1 In the beginning\r\n\n  \nGe1:2 And the earth"), "kjv", TextReadOptions{Format: TextLines})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(docs, []TextDocument{{Text: "Ge1:1 In the beginning"}, {Text: "Ge1:2 And the earth"}}) {
+		t.Errorf("docs %q", docs)
+	}
+}
+
 func TestLoadTextDir(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{"b.txt": "second", "a.txt": "first", "a.dat": "index", ".hidden": "x"} {
@@ -239,7 +249,7 @@ func FuzzReadText(f *testing.F) {
 	f.Add([]byte("{\"text\": \"hello\", \"user\": 1, \"label\": \"a\"}\n{\"text\": \"x\", \"user\": \"b\", \"label\": 2}\n"), uint8(3))
 	f.Add([]byte("a cookie\n\t-- Someone\n%\nanother\n"), uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, context uint8) {
-		for _, format := range []TextFormat{TextJSONL, TextFortune} {
+		for _, format := range []TextFormat{TextJSONL, TextFortune, TextLines} {
 			docs, err := ReadText(strings.NewReader(string(b)), "fuzz", TextReadOptions{Format: format, UserField: "user", LabelField: "label"})
 			if err != nil {
 				if !errors.Is(err, ErrFormat) {

@@ -20,7 +20,7 @@ type evalTextFlags struct {
 
 func (e *evalTextFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.tokenizer, "tokenizer", "bytes", "-data text: bytes or a directory with GPT-2's vocab.json and merges.txt or tokenizer.json (the model's own)")
-	fs.StringVar(&e.format, "text-format", "auto", "-data text: plain, jsonl, fortune or auto (as for train run)")
+	fs.StringVar(&e.format, "text-format", "auto", "-data text: plain, lines, jsonl, fortune or auto (as for train run)")
 	fs.StringVar(&e.field, "text-field", "text", "-data text, JSON lines: the field holding the text")
 	fs.StringVar(&e.label, "label", "", "-data text, a classifier: the field holding the class")
 	fs.StringVar(&e.labels, "labels", "", "-data text, a classifier: comma-separated class names in class order (default: the documents' labels, sorted, as train run)")
@@ -42,7 +42,7 @@ func evalText(ctx context.Context, tr *models.Trained, modelFile, path string, e
 	}
 	format, err := data.ParseTextFormat(e.format)
 	if err != nil {
-		return evalResult{}, "", usagef("-text-format %q: want auto, plain, jsonl or fortune", e.format)
+		return evalResult{}, "", usagef("-text-format %q: want auto, plain, lines, jsonl or fortune", e.format)
 	}
 	if (e.label != "") != (m.Classes() > 0) {
 		return evalResult{}, "", usagef("-label FIELD is for a classifier, and a classifier needs it; model %s has %d classes", modelFile, m.Classes())

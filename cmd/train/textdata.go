@@ -24,7 +24,7 @@ var textOnly = []string{"tokenizer", "context", "text-format", "text-field", "la
 func (t *textFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.tokenizer, "tokenizer", "bytes", "-data text: bytes (a byte-level vocabulary of 257 ids, for models trained from scratch) or a directory with GPT-2's vocab.json and merges.txt or tokenizer.json")
 	fs.IntVar(&t.context, "context", 128, "-data text: token positions per example; next-token examples are cut from the packed documents overlapping by one token")
-	fs.StringVar(&t.format, "text-format", "auto", "-data text: plain (a file is one document), jsonl (one JSON object per line), fortune (fortune cookies separated by % lines, users by attribution) or auto (jsonl for .jsonl/.json, else plain)")
+	fs.StringVar(&t.format, "text-format", "auto", "-data text: plain (a file is one document), lines (a line is one), jsonl (one JSON object per line), fortune (fortune cookies separated by % lines, users by attribution) or auto (jsonl for .jsonl/.json, else plain)")
 	fs.StringVar(&t.field, "text-field", "text", "-data text, JSON lines: the field holding the text")
 	fs.StringVar(&t.labels, "labels", "", "-data text with -label: comma-separated class names in class order (default: the training documents' labels, sorted, which the privacy claim does not cover)")
 }
@@ -51,7 +51,7 @@ func (t *textFlags) validate(fs *flag.FlagSet, dataset, dir, model string, c *cs
 		return usagef("-context %d: want 2 to %d token positions", t.context, 1<<16)
 	}
 	if _, err := data.ParseTextFormat(t.format); err != nil {
-		return usagef("-text-format %q: want auto, plain, jsonl or fortune", t.format)
+		return usagef("-text-format %q: want auto, plain, lines, jsonl or fortune", t.format)
 	}
 	if t.labels != "" && c.label == "" {
 		return usagef("-labels names the classes of -label FIELD; give -label too")
