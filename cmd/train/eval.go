@@ -49,7 +49,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *dataset != "text" {
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
-			if slices.Contains([]string{"tokenizer", "text-format", "text-field", "label", "labels"}, f.Name) {
+			if slices.Contains([]string{"tokenizer", "text-format", "text-field", "label", "labels", "user", "test-fraction"}, f.Name) {
 				given = append(given, "-"+f.Name)
 			}
 		})

@@ -15,7 +15,8 @@ import (
 // tokenize the documents (the context is the model's).
 type evalTextFlags struct {
 	textFlags
-	label string
+	label, user string
+	fraction    float64
 }
 
 func (e *evalTextFlags) register(fs *flag.FlagSet) {
@@ -24,6 +25,8 @@ func (e *evalTextFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.field, "text-field", "text", "-data text, JSON lines: the field holding the text")
 	fs.StringVar(&e.label, "label", "", "-data text, a classifier: the field holding the class")
 	fs.StringVar(&e.labels, "labels", "", "-data text, a classifier: comma-separated class names in class order (default: the documents' labels, sorted, as train run)")
+	fs.StringVar(&e.user, "user", "", "-data text with -test-fraction: the users' field, as for train run (whole users are held out)")
+	fs.Float64Var(&e.fraction, "test-fraction", 0, "-data text: evaluate only the documents train run holds out with this -test-fraction (0: every document)")
 }
 
 // evalText evaluates a model over token ids on every document of path:
@@ -51,9 +54,19 @@ func evalText(ctx context.Context, tr *models.Trained, modelFile, path string, e
 	if err != nil {
 		return evalResult{}, "", err
 	}
-	docs, err := data.LoadText(path, data.TextReadOptions{Format: format, TextField: e.field, LabelField: e.label})
+	// The same options as train run's (users too), so that -test-fraction
+	// holds out the same documents.
+	docs, err := data.LoadText(path, data.TextReadOptions{Format: format, TextField: e.field, UserField: e.user, LabelField: e.label})
 	if err != nil {
 		return evalResult{}, "", asInputError(fmt.Errorf("-dir: %w", err))
+	}
+	if e.fraction != 0 {
+		if !(e.fraction > 0 && e.fraction < 1) {
+			return evalResult{}, "", usagef("-test-fraction %v: want a fraction in (0, 1)", e.fraction)
+		}
+		if _, docs, err = data.SplitText(docs, e.fraction, textSeed); err != nil {
+			return evalResult{}, "", usagef("-test-fraction %g: %v", e.fraction, err)
+		}
 	}
 	opts := data.TextDataOptions{Task: data.NextToken, Context: m.Context()}
 	if e.label != "" {
