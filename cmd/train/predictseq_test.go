@@ -7,68 +7,14 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
+	"github.com/dpmf-go/dpmf/seqtrain/seqtest"
 	"github.com/dpmf-go/dpmf/text"
 )
-
-// bigram is a next-token model whose logits at a position depend on that
-// position's token only: logit j = -|j - (token+1)| / 8 (or, as a
-// classifier, class logits read from the last real token).
-type bigram struct {
-	context, vocab, classes int
-	calls                   int
-}
-
-func (b *bigram) Context() int { return b.context }
-func (b *bigram) Vocab() int   { return b.vocab }
-func (b *bigram) Classes() int { return b.classes }
-func (b *bigram) Forward(x, out []float32) error {
-	b.calls++
-	n := len(x) / b.context
-	if b.classes > 0 {
-		for i := range n {
-			row := x[i*b.context : (i+1)*b.context]
-			last := row[len(row)-1]
-			if k := slices.Index(row, -1); k >= 0 {
-				last = row[k-1]
-			}
-			for j := range b.classes {
-				out[i*b.classes+j] = float32(j) * last
-			}
-		}
-		return nil
-	}
-	for i, tok := range x {
-		if tok < 0 {
-			continue
-		}
-		for j := range b.vocab {
-			d := float64(j) - float64(tok+1)
-			out[i*b.vocab+j] = float32(-math.Abs(d) / 8)
-		}
-	}
-	return nil
-}
-
-// logProbs is the bigram's next-token distribution after tok, in float64.
-func (b *bigram) logProbs(tok int) []float64 {
-	l := make([]float64, b.vocab)
-	var z float64
-	for j := range l {
-		d := float64(j) - float64(tok+1)
-		l[j] = -math.Abs(d) / 8
-		z += math.Exp(l[j])
-	}
-	for j := range l {
-		l[j] -= math.Log(z)
-	}
-	return l
-}
 
 func runSeq(t *testing.T, m sequenceModel, tok text.Tokenizer, top int, in string) ([]map[string]json.RawMessage, error) {
 	t.Helper()
@@ -89,7 +35,7 @@ func runSeq(t *testing.T, m sequenceModel, tok text.Tokenizer, top int, in strin
 }
 
 func TestPredictSequencesLogProbs(t *testing.T) {
-	m := &bigram{context: 4, vocab: 260}
+	m := &seqtest.Bigram{Ctx: 4, V: 260}
 	// The last real position decides; a long input keeps its last 4
 	// tokens; text goes through the tokenizer ("A" is byte 65).
 	lines, err := runSeq(t, m, text.Bytes{}, 0, `{"tokens": [3, 7]}`+"\n\n"+`{"tokens": [1,2,3,4,5,9]}`+"\n"+`{"text": "A"}`+"\n")
@@ -104,7 +50,7 @@ func TestPredictSequencesLogProbs(t *testing.T) {
 		if err := json.Unmarshal(lines[i]["logprobs"], &got); err != nil {
 			t.Fatal(err)
 		}
-		want := m.logProbs(last)
+		want := m.LogProbs(last)
 		if len(got) != len(want) {
 			t.Fatalf("line %d: %d log-probabilities, want %d", i, len(got), len(want))
 		}
@@ -117,7 +63,7 @@ func TestPredictSequencesLogProbs(t *testing.T) {
 }
 
 func TestPredictSequencesTop(t *testing.T) {
-	m := &bigram{context: 3, vocab: 257}
+	m := &seqtest.Bigram{Ctx: 3, V: 257}
 	lines, err := runSeq(t, m, text.Bytes{}, 3, `{"text": "ab"}`)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +78,7 @@ func TestPredictSequencesTop(t *testing.T) {
 	}
 	// After 'b' (98) the bigram favours 99 ('c'), then 98 and 100 (equal:
 	// the smaller id first).
-	want := m.logProbs('b')
+	want := m.LogProbs('b')
 	if len(top) != 3 || top[0].ID != 'c' || top[1].ID != 'b' || top[2].ID != 'd' || top[0].Token != "c" {
 		t.Fatalf("top %+v", top)
 	}
@@ -142,7 +88,7 @@ func TestPredictSequencesTop(t *testing.T) {
 }
 
 func TestPredictSequencesClassifier(t *testing.T) {
-	m := &bigram{context: 3, vocab: 10, classes: 3}
+	m := &seqtest.Bigram{Ctx: 3, V: 10, K: 3}
 	lines, err := runSeq(t, m, nil, 0, `{"tokens": [1, 2]}`)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +106,7 @@ func TestPredictSequencesClassifier(t *testing.T) {
 }
 
 func TestPredictSequencesBadInput(t *testing.T) {
-	m := &bigram{context: 4, vocab: 10}
+	m := &seqtest.Bigram{Ctx: 4, V: 10}
 	for _, c := range []struct{ in, msg string }{
 		{`{"tokens": [10]}`, "line 1: token 0 is 10, want an integer id in [0, 10)"},
 		{`{"tokens": [1.5]}`, "token 0 is 1.5"},
@@ -190,7 +136,7 @@ func TestPredictSequencesBadInput(t *testing.T) {
 // TestPredictSequencesBatches checks that inputs beyond one batch are all
 // answered, in order.
 func TestPredictSequencesBatches(t *testing.T) {
-	m := &bigram{context: 2, vocab: 8}
+	m := &seqtest.Bigram{Ctx: 2, V: 8}
 	var in strings.Builder
 	n := predictBatch*2 + 5
 	for i := range n {
@@ -200,8 +146,8 @@ func TestPredictSequencesBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != n || m.calls != 3 {
-		t.Fatalf("%d lines in %d calls, want %d in 3", len(lines), m.calls, n)
+	if len(lines) != n || m.Calls != 3 {
+		t.Fatalf("%d lines in %d calls, want %d in 3", len(lines), m.Calls, n)
 	}
 	for i, l := range lines {
 		var top []struct{ ID int }
