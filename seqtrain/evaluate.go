@@ -25,6 +25,13 @@ type Forwarder interface {
 	Forward(x, out []float32) error
 }
 
+// LastLogitser is a Forwarder that can compute the logits at each
+// input's last real token alone (Vocab next-token logits, or Classes),
+// which is all prediction needs.
+type LastLogitser interface {
+	LastLogits(x, out []float32) error
+}
+
 // Outputs is the length of one input's output of f.
 func Outputs(f Forwarder) int {
 	if k := f.Classes(); k > 0 {

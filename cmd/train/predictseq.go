@@ -25,7 +25,7 @@ type sequenceModel = seqtrain.Forwarder
 // sequenceModelOf returns the sequence model a model file holds; ok is
 // false for the other models.
 func sequenceModelOf(tr *models.Trained) (m sequenceModel, ok bool, err error) {
-	return nil, false, nil
+	return seqtrain.NewForwarder(tr.Model)
 }
 
 // loadTokenizer reads -tokenizer: "bytes" or a directory holding GPT-2's
@@ -187,13 +187,23 @@ func (p *seqPredictor) flush() error {
 	}
 	v, k := p.m.Vocab(), p.m.Classes()
 	per := seqtrain.Outputs(p.m)
+	lf, lastOnly := p.m.(seqtrain.LastLogitser)
+	if lastOnly && k == 0 {
+		per = v // one row of next-token logits an input
+	}
 	out := make([]float32, n*per)
-	if err := p.m.Forward(p.x, out); err != nil {
+	var err error
+	if lastOnly {
+		err = lf.LastLogits(p.x, out)
+	} else {
+		err = p.m.Forward(p.x, out)
+	}
+	if err != nil {
 		return fmt.Errorf("predict: %w", err)
 	}
 	for i, last := range p.last {
 		var row []float32
-		if k == 0 {
+		if k == 0 && !lastOnly {
 			row = out[i*per+last*v : i*per+(last+1)*v]
 		} else {
 			row = out[i*per : (i+1)*per]

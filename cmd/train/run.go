@@ -19,6 +19,7 @@ import (
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/seqtrain"
 	"github.com/dpmf-go/dpmf/text"
 	"github.com/dpmf-go/dpmf/train"
 )
@@ -147,7 +148,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		testName = "validation (held out of training; the test split is not read)"
 	}
 	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Train.Len(), testLen, testName)
-	if inv.saveModel != "" {
+	if inv.saveModel != "" && cfg.Model == nil {
 		if cfg.Model, err = train.NewModel(cfg); err != nil {
 			return err
 		}
@@ -164,6 +165,9 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		return err
 	}
 	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs%s)%s\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds(), featuresNote(res.Features), notPrivateNote(res.Final))
+	if inv.r.dataset == "text" && inv.csvf.label == "" {
+		fmt.Fprintf(log, "%s perplexity %.4g (the loss is per predicted token; accuracy: the next token's)\n", res.Final.Split, math.Exp(res.Final.Loss))
+	}
 	if res.Plan != nil {
 		joint := ""
 		if res.Plan.Quantile != nil {
@@ -266,6 +270,9 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
 		return nil, err
 	}
+	if inv.r.dataset == "text" && !flagGiven(fs, "model") {
+		inv.r.model = "gpt"
+	}
 	if err := inv.textf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model, &inv.csvf); err != nil {
 		return nil, err
 	}
@@ -343,6 +350,11 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 	if cfg, err = r.trainConfig(trainSet, testSet); err != nil {
 		return cfg, nil, "", err
 	}
+	if r.dataset == "text" {
+		if err = inv.textf.backend(&cfg, inv.csvf.label != ""); err != nil {
+			return cfg, nil, "", err
+		}
+	}
 	if table != nil {
 		cfg.Categorical = table.Cardinalities()
 		columns = columnsOf(table, inv.csvf.label)
@@ -398,6 +410,9 @@ func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Write
 // are joined to the run's, after the JSON is written.
 func (inv *runInvocation) saveOutputs(log io.Writer, cfg train.Config, res *train.Result, curves *runCurves, source string, columns *models.Columns) error {
 	var saveErr error
+	if sb, ok := cfg.Backend.(*seqtrain.Backend); ok {
+		cfg.Model = sb.Model() // with the parameters the loop last wrote
+	}
 	if inv.saveModel != "" {
 		saveErr = saveModelOrFallback(inv.saveModel, inv.r.ckpt, func(path string) error {
 			return saveModel(path, cfg, res, inv.r.seed != "", columns)
@@ -544,6 +559,11 @@ func (r *runFlags) settings() (train.Config, error) {
 	}
 	if err := r.accuracy.apply(&cfg); err != nil {
 		return train.Config{}, err
+	}
+	if r.dataset == "text" {
+		// The model is built once the data give its vocabulary and
+		// context (textFlags.backend).
+		cfg.Backend = textModelPending{}
 	}
 	return cfg, nil
 }
