@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/seqtrain"
 	"github.com/dpmf-go/dpmf/text"
 )
@@ -27,4 +29,30 @@ func ExampleEvaluate() {
 	}
 	fmt.Printf("%d tokens predicted, perplexity %.0f\n", res.Tokens, res.Perplexity)
 	// Output: 16 tokens predicted, perplexity 257
+}
+
+// A GPT-2-shaped model with LoRA adapters and a frozen base: its backend
+// gives the training loop the adapters only, so the private run clips,
+// noises and updates them and never writes the base. Set it as
+// train.Config's backend and run.
+func ExampleNewBackend() {
+	c := models.TransformerConfig{Vocab: 257, Context: 8, Dim: 16, Heads: 2, Blocks: 1, Causal: true,
+		LoRARank: 2, LoRAAlpha: 4, FreezeBase: true}
+	m, err := models.NewTransformer("tiny-gpt", c, 1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, err := seqtrain.NewBackend(m)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	eng, err := b.NewEngine(clip.Options{Norm: 1, MaxBatch: 8})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d parameters, %d trained\n", m.NumParams(), len(eng.Params()))
+	// Output: 7680 parameters, 128 trained
 }
