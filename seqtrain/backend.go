@@ -2,7 +2,6 @@ package seqtrain
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -181,39 +180,10 @@ func (e *engine) EvaluateContext(ctx context.Context, x []float32, y []int) (los
 	return r.Loss, r.Accuracy, nil
 }
 
-// CheckInputs refuses, before the run, inputs a step would refuse: ids
-// that are not integers in [0, Vocab), padding (-1) that is not a suffix
-// or a row without a token.
-func (e *engine) CheckInputs(x []float32) error {
-	c, v := e.b.cfg.Context, e.b.cfg.Vocab
-	if len(x)%c != 0 {
-		return dpcore.Invalid("seqtrain", "%d ids are not rows of %d", len(x), c)
-	}
-	for i := 0; i < len(x); i += c {
-		if err := checkRow(x[i:i+c], v); err != nil {
-			return fmt.Errorf("example %d: %w", i/c, err)
-		}
-	}
-	return nil
-}
-
-func checkRow(row []float32, vocab int) error {
-	pad := false
-	for k, t := range row {
-		switch {
-		case t == -1:
-			if k == 0 {
-				return errors.New("no token (it starts with padding -1)")
-			}
-			pad = true
-		case pad:
-			return fmt.Errorf("token at position %d after padding", k)
-		case t != float32(math.Trunc(float64(t))) || t < 0 || int(t) >= vocab:
-			return fmt.Errorf("id %v at position %d is not an integer in [0, %d)", t, k, vocab)
-		}
-	}
-	return nil
-}
+// CheckInputs refuses, before the run, inputs a step would refuse
+// (nn.SeqPlan.CheckInputs): ids that are not integers in [0, Vocab),
+// padding (-1) that is not a suffix, a row without a token.
+func (e *engine) CheckInputs(x []float32) error { return e.plan.CheckInputs(x) }
 
 // planForwarder is a SeqPlan as a Forwarder.
 type planForwarder struct {
