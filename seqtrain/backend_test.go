@@ -125,8 +125,9 @@ func TestRunLearns(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := corpus(t, 8)
-	cfg := train.Config{Train: d, Test: d, Backend: b, Steps: 60, Batch: 16, NonPrivate: true, LearningRate: 3e-3,
-		Optimizer: "adam", ClipNorm: 1}
+	cfg := train.Config{Data: train.Data{Train: d, Test: d}, Model: train.ModelSpec{Backend: b}, NonPrivate: true,
+		Privacy:   privacy.Request{Steps: 60, Batch: 16, ClipNorm: 1},
+		Optimizer: train.Optimizer{Rule: train.OptimizerAdam, LearningRate: 3e-3}}
 	res, err := train.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +147,10 @@ func TestPrivateLoRAKeepsBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := corpus(t, 8)
-	cfg := train.Config{Train: d, Backend: b, Steps: 3, Batch: 8, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1,
-		Accountant: privacy.RDP, LearningRate: 0.1, ClipNorm: 1, Seed: []byte("seqtrain lora"), InsecureSeed: true}
+	cfg := train.Config{Data: train.Data{Train: d}, Model: train.ModelSpec{Backend: b},
+		Privacy: privacy.Request{Steps: 3, Batch: 8, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1,
+			Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("seqtrain lora"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.1}}
 	if _, err := train.Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -223,7 +223,7 @@ func (t *textFlags) model(trainSet *data.Dataset, classify bool) (models.Model, 
 // backend sets the run's model (textFlags.model) and its training backend
 // (seqtrain), replacing settings' placeholder.
 func (t *textFlags) backend(cfg *train.Config, classify bool) error {
-	m, err := t.model(cfg.Train, classify)
+	m, err := t.model(cfg.Data.Train, classify)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (t *textFlags) backend(cfg *train.Config, classify bool) error {
 	if err != nil {
 		return err
 	}
-	cfg.Model, cfg.Backend, cfg.ModelName = m, b, m.Name()
+	cfg.Model.Built, cfg.Model.Backend, cfg.Model.Name = m, b, m.Name()
 	return nil
 }
 
