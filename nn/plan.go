@@ -175,6 +175,7 @@ type worker struct {
 	tmp  []float32   // an input gradient to be added into d[src]
 	vec  []float32   // an embedding row's gradient
 	gemm blas.Serial32
+	log  *productLog // while StepProducts runs
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -792,10 +793,10 @@ func (p *Plan) forward(w *worker, m int) {
 				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
 			}
 			rows := m * s.P
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
 			p.biasAct(w, i, out[:m*s.fo])
 		case kAvg:
 			for j := range m {
@@ -908,7 +909,7 @@ func (p *Plan) backward(w *worker, m int) {
 				continue
 			}
 			du := w.du[:rows*s.fi]
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
+			w.sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
 			for j := range m {
 				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
@@ -918,7 +919,7 @@ func (p *Plan) backward(w *worker, m int) {
 			if s.src == 0 {
 				continue
 			}
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
+			w.sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
 				continue
@@ -1070,7 +1071,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
 				M := p.exGrad(w, s, j)
-				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
 				if s.b.Len > 0 {
 					colSums(G, s.fo, w.col)
 					for k, v := range w.col[:s.fo] {
@@ -1273,7 +1274,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
 		if s.b.Len == 0 {
 			continue
 		}
