@@ -12,9 +12,12 @@ import (
 
 // Product is one shape of matrix product a step makes: C (M x N) =
 // op(A) (M x K) op(B) (K x N) + Beta C, with A and B row-major at leading
-// dimensions LDA and LDB as the step passes them, Count times.
+// dimensions LDA and LDB as the step passes them, Count times. PackedB
+// marks a right operand the step packed beforehand (a weight, packed once
+// per step).
 type Product struct {
 	TransA, TransB bool
+	PackedB        bool
 	M, N, K        int
 	LDA, LDB, LDC  int
 	Beta           float32
@@ -31,7 +34,7 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB {
 			r.Count += q.Count
 			return
 		}
@@ -45,6 +48,16 @@ func (w *worker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []f
 		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
 	}
 	w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmPacked is the worker's product with a prepacked right operand
+// (op(A) not transposed), logged while a log is attached.
+func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
 // StepProducts runs Step(x, y, dst, clip) and returns the matrix products
@@ -84,6 +97,7 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // for at least minTime, and the fastest run is kept.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
 	var g blas.Serial32
+	var packed blas.PackedB32
 	w := p.workers[0]
 	var bufs [][]float32
 	for _, set := range [][][]float32{w.act, w.d, w.u, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc}} {
@@ -143,6 +157,12 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 		}
 		run := func() {
 			g.Sgemm(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
+		}
+		if q.PackedB {
+			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)
+			run = func() {
+				g.SgemmPacked(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
+			}
 		}
 		run()
 		var runs []time.Duration

@@ -97,6 +97,10 @@ type stage struct {
 	// internal row r.
 	wp   []float32
 	perm []int32
+	// pw is the weight packed as the forward product's right operand,
+	// pwt its transpose as the input gradient's (packed once per step by
+	// permute, read by every worker).
+	pw, pwt blas.PackedB32
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -421,16 +425,26 @@ func (p *Plan) segments() {
 	p.segs = rows
 }
 
-// permute copies the convolution weights into their internal row order.
+// permute copies the convolution weights into their internal row order
+// and packs every affine layer's weight as its products read it: W for
+// the forward product, Wᵀ for the input gradient (none for the first
+// layer), once per step instead of once per product.
 func (p *Plan) permute() {
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv {
+		if s.kind != kConv && s.kind != kDense {
 			continue
 		}
-		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
-		for r, e := range s.perm {
-			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+		if s.kind == kConv {
+			w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+			for r, e := range s.perm {
+				copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+			}
+		}
+		W := s.weight(p.params)
+		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
+		if s.src > 0 {
+			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 		}
 	}
 }
@@ -793,10 +807,10 @@ func (p *Plan) forward(w *worker, m int) {
 				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
 			}
 			rows := m * s.P
-			w.sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemmPacked(rows, U, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
-			w.sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:m*s.fo])
 		case kAvg:
 			for j := range m {
@@ -909,7 +923,7 @@ func (p *Plan) backward(w *worker, m int) {
 				continue
 			}
 			du := w.du[:rows*s.fi]
-			w.sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
+			w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
 			for j := range m {
 				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
@@ -919,7 +933,7 @@ func (p *Plan) backward(w *worker, m int) {
 			if s.src == 0 {
 				continue
 			}
-			w.sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
+			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
 				continue
@@ -1155,16 +1169,21 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				scaleDown(f, G)
 			}
 		}
-		// Per-example gradients (convolutions, norms) are scaled in
-		// place here, so that accumulate adds exactly the vector whose
-		// norm bound holds.
+		// Per-example gradients (convolutions, norms) are scaled and
+		// added into the accumulator here, in one pass while they are in
+		// cache: exactly the vector whose norm bound holds. (Each entry
+		// of the sum takes the examples in the same order as when
+		// accumulate added them after the chunk, so the sum is the same
+		// bit for bit.)
 		for i := range p.stages {
 			s := &p.stages[i]
 			if s.kind != kConv && s.kind != kNorm {
 				continue
 			}
 			if f := c[s.aff]; f != 0 && !w.bad[j] {
-				scaleDown(f, p.exGrad(w, s, j))
+				M := p.exGrad(w, s, j)
+				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
+				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
 			}
 		}
 	}
@@ -1251,15 +1270,16 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
-		if s.kind == kNorm || s.kind == kConv && p.private {
-			// Per-example gradients: materialized by backward (norms:
-			// small, 2 per channel or feature) or by perExample
-			// (convolutions on the private path).
+		if (s.kind == kNorm || s.kind == kConv) && p.private {
+			continue // perExample has added the scaled per-example gradients
+		}
+		if s.kind == kNorm {
+			// Per-example gradients materialized by backward (small, 2
+			// per channel or feature).
 			for j := range m {
 				if _, ok := p.factor(w, j, s.aff); !ok {
 					continue
 				}
-				// perExample has scaled M by its factor.
 				M := p.exGrad(w, s, j)
 				add(accW, M[:s.w.Len])
 				add(accB, M[s.w.Len:])

@@ -222,3 +222,20 @@ func allFinite(v []float32) bool {
 	}
 	return allFiniteGo(v[n:])
 }
+
+//go:noescape
+func addScaledDownAVX2(acc, v *float32, f float32, n int)
+
+// addScaledDown adds MulDown(Factor32(c), v[k]) to acc[k] (len(acc) >=
+// len(v)), eight at a time with AVX2 (the same product, rounded to
+// nearest, flushed to zero when subnormal, then one rounded add).
+func addScaledDown(acc, v []float32, c float64) {
+	acc = acc[:len(v)]
+	n := 0
+	if hasAVX2FMA {
+		if n = len(v) &^ 7; n > 0 {
+			addScaledDownAVX2(&acc[0], &v[0], Factor32(c), n)
+		}
+	}
+	addScaledDownGo(acc[n:], v[n:], c)
+}

@@ -1,0 +1,141 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// specials are float32 values at the edges of the roundings the fused
+// kernels must reproduce: zeros, the smallest and largest normals,
+// subnormals, infinities and NaN.
+var specials = []float32{0, float32(math.Copysign(0, -1)), 0x1p-126, -0x1p-126, 0x1p-149, -0x1p-140, 0x1.fffffep127, -0x1.fffffep127,
+	float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1, -1, 0x1p-100, 0x1.000002p-126}
+
+// randSpecial fills v with normal values of many magnitudes and a sprinkle
+// of specials.
+func randSpecial(rng *rand.Rand, v []float32) {
+	for k := range v {
+		if rng.IntN(8) == 0 {
+			v[k] = specials[rng.IntN(len(specials))]
+			continue
+		}
+		v[k] = float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(200)-100)))
+	}
+}
+
+// TestAddScaledDown: the fused scale-and-add gives, bit for bit, what
+// scaleDown followed by add gave (the AVX2 kernel and the loop), for
+// factors that make products subnormal and every length's tail.
+func TestAddScaledDown(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []float64{1, 0.5, 0x1p-30, 0x1p-100, 0.999999, 1e-38, 0.3} {
+		for n := range 70 {
+			v := make([]float32, n)
+			acc := make([]float32, n)
+			randSpecial(rng, v)
+			randSpecial(rng, acc)
+			want := append([]float32(nil), acc...)
+			sv := append([]float32(nil), v...)
+			scaleDown(c, sv)
+			add(want, sv)
+			got := append([]float32(nil), acc...)
+			addScaledDown(got, v, c)
+			loop := append([]float32(nil), acc...)
+			addScaledDownGo(loop, v, c)
+			sameBits(t, "fused kernel", got, want)
+			sameBits(t, "fused loop", loop, want)
+		}
+	}
+}
+
+// TestClippedSumBitExact: on one worker, each convolution and norm
+// parameter of the clipped sum is, bit for bit, the float32 sum over the
+// examples in order of MulDown(Factor32(c_i), g_i) with g_i the example's
+// gradient entry (Gradients): the sum adds exactly the scaled vectors
+// whose norms the clipper saw, however the passes around the products
+// are fused. (Dense layers sum by one book-keeping product instead.)
+func TestClippedSumBitExact(t *testing.T) {
+	for name, b := range testNets() {
+		if strings.HasPrefix(name, "embedding") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			const n = 7
+			p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 1, Chunk: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := b.net.Input.Size()
+			x := make([]float32, n*in)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			y := make([]int, n)
+			for i := range y {
+				y[i] = rng.IntN(classes)
+			}
+			grads := make([][]float32, n)
+			for i := range grads {
+				grads[i] = make([]float32, b.n)
+			}
+			if _, err := p.Gradients(x, y, grads); err != nil {
+				t.Fatal(err)
+			}
+			sum := make([]float32, b.n)
+			cl := &testClipper{}
+			if _, err := p.Step(x, y, sum, cl); err != nil {
+				t.Fatal(err)
+			}
+			layerOf, dense := affineOf(b.net, b.n), denseParams(b.net, b.n)
+			checked := 0
+			for k := range sum {
+				if dense[k] {
+					continue
+				}
+				want := float32(0)
+				for i := range n {
+					want += MulDown(Factor32(cl.factor(i, layerOf[k])), grads[i][k])
+				}
+				if math.Float32bits(sum[k]) != math.Float32bits(want) {
+					t.Fatalf("parameter %d: clipped sum %v, want %v bit for bit", k, sum[k], want)
+				}
+				checked++
+			}
+			if checked == 0 {
+				t.Skip("no convolution or norm parameter")
+			}
+		})
+	}
+}
+
+// denseParams marks the parameters of dense layers.
+func denseParams(net Network, n int) []bool {
+	out := make([]bool, n)
+	var walk func([]Layer)
+	walk = func(ls []Layer) {
+		for _, l := range ls {
+			switch l := l.(type) {
+			case Residual:
+				walk(l.Body)
+				walk(l.Shortcut)
+			case Dense:
+				for _, q := range []Param{l.Weight, l.Bias} {
+					for j := range q.Len {
+						out[q.Offset+j] = true
+					}
+				}
+			}
+		}
+	}
+	walk(net.Layers)
+	return out
+}
