@@ -60,6 +60,25 @@ func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, bet
 	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
+// sgemmPackedOverlap is sgemmPacked for an A of overlapping rows, lda
+// apart.
+func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+}
+
+// sgemmOverlap is the worker's product C = op(A) B + beta C (B not
+// transposed) for an A of overlapping rows, lda apart.
+func (w *worker) sgemmOverlap(tA gblas.Transpose, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		w.log.add(Product{TransA: tA == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmOverlapA(tA, gblas.NoTrans, m, n, k, 1, a, lda, b, ldb, beta, c, ldc)
+}
+
 // StepProducts runs Step(x, y, dst, clip) and returns the matrix products
 // it made (every worker's, grouped by shape in the order first made):
 // what a step's products alone cost, at their real shapes and layouts,
@@ -100,7 +119,7 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 	var packed blas.PackedB32
 	w := p.workers[0]
 	var bufs [][]float32
-	for _, set := range [][][]float32{w.act, w.d, w.u, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc}} {
+	for _, set := range [][][]float32{w.act, w.d, w.u, w.xp, w.gp, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
 		for _, b := range set {
 			if len(b) > 0 {
 				bufs = append(bufs, b)
@@ -135,7 +154,7 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 		if q.TransB {
 			rb, cb = q.N, q.K
 		}
-		if q.LDA < ca || q.LDB < cb || q.LDC < q.N {
+		if q.LDA < 1 || q.LDB < cb || q.LDC < q.N { // A's rows may overlap
 			return 0, dpcore.Invalid("nn", "time products: leading dimensions of %+v", q)
 		}
 		a, used := take((ra-1)*q.LDA+ca, nil)
@@ -156,12 +175,12 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 			tB = gblas.Trans
 		}
 		run := func() {
-			g.Sgemm(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
+			g.SgemmOverlapA(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
 		}
 		if q.PackedB {
 			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)
 			run = func() {
-				g.SgemmPacked(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
+				g.SgemmPackedOverlapA(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
 			}
 		}
 		run()

@@ -11,7 +11,8 @@ import (
 // fan-out fo on n examples, the forward product and the input gradient
 // (except on the first layer) each make 2 n P fi fo flops, and so does the
 // weight gradient (per example on the private path, per chunk otherwise);
-// a dense layer the same with P = 1. TimeProducts must time them all.
+// a dense layer the same with P = 1. (An implicit convolution's P counts
+// the garbage columns of its wide rows.) TimeProducts must time them all.
 func TestStepProducts(t *testing.T) {
 	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
 	b.conv(3, 8, 3, 1, 1, Tanh)
@@ -34,7 +35,14 @@ func TestStepProducts(t *testing.T) {
 		y[i] = rng.IntN(10)
 	}
 	dst := make([]float32, b.n)
-	const P1, P2 = 64, 64
+	// Both convolutions run implicitly (implicit.go): 7 rows of 10
+	// (the 8 columns and 2 of garbage) and the last row's 8 columns.
+	for i := range 2 {
+		if !p.stages[i].implicit {
+			t.Fatalf("stage %d is not implicit", i)
+		}
+	}
+	const P1, P2 = 7*10 + 8, 7*10 + 8
 	layer := func(P, fi, fo int, first bool) float64 {
 		f := 2.0 * n * float64(P*fi*fo)
 		if first {
@@ -74,7 +82,7 @@ func TestStepProducts(t *testing.T) {
 			}
 		}
 	}
-	if _, err := p.TimeProducts([]Product{{M: 2, N: 2, K: 2, LDA: 1, LDB: 2, LDC: 2, Count: 1}}, 0); err == nil {
-		t.Error("a leading dimension below the row length was accepted")
+	if _, err := p.TimeProducts([]Product{{M: 2, N: 2, K: 2, LDA: 0, LDB: 2, LDC: 2, Count: 1}}, 0); err == nil {
+		t.Error("a leading dimension of 0 was accepted")
 	}
 }

@@ -139,3 +139,85 @@ func denseParams(net Network, n int) []bool {
 	walk(net.Layers)
 	return out
 }
+
+// TestImplicitConvolution: convolutions run as implicit products
+// (implicit.go) give the per-example gradients, losses and clipped sums
+// of the same network run through im2col, up to float32 summation order,
+// for every test network with a stride-1 'same' convolution (3x3 and 1x1,
+// first layer and inner, in residual blocks, with norms after them).
+func TestImplicitConvolution(t *testing.T) {
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			const n = 5
+			imp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noImplicit: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			some := false
+			for _, s := range imp.stages {
+				some = some || s.implicit
+			}
+			if !some {
+				t.Skip("no implicit convolution")
+			}
+			in := b.net.Input.Size()
+			x := make([]float32, n*in)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			if b.input != nil {
+				for i := range n {
+					copy(x[i*in:(i+1)*in], b.input(rng))
+				}
+			}
+			y := make([]int, n)
+			for i := range y {
+				y[i] = rng.IntN(classes)
+			}
+			grads := func(p *Plan) ([][]float32, []float64) {
+				g := make([][]float32, n)
+				for i := range g {
+					g[i] = make([]float32, b.n)
+				}
+				loss, err := p.Gradients(x, y, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return g, append([]float64(nil), loss...)
+			}
+			gi, li := grads(imp)
+			gr, lr := grads(ref)
+			for i := range n {
+				if d := relDiff(gi[i], gr[i]); d > 1e-5 {
+					t.Errorf("example %d: implicit vs im2col gradient rel diff %.2g", i, d)
+				}
+				if math.Abs(li[i]-lr[i]) > 1e-5*(1+math.Abs(lr[i])) {
+					t.Errorf("example %d: loss %v, im2col %v", i, li[i], lr[i])
+				}
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				si, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := imp.Step(x, y, si, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				if d := relDiff(si, sr); d > 1e-5 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+				}
+			}
+		})
+	}
+}

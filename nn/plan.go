@@ -50,6 +50,10 @@ type Options struct {
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
 	LInf bool
+
+	// noImplicit runs every convolution through im2col (tests compare
+	// the two).
+	noImplicit bool
 }
 
 type kind uint8
@@ -101,6 +105,14 @@ type stage struct {
 	// pwt its transpose as the input gradient's (packed once per step by
 	// permute, read by every worker).
 	pw, pwt blas.PackedB32
+	// implicit convolutions (implicit.go): the zero-bordered map's width
+	// and height, the wide output's rows, each kernel row's packed
+	// weight (pwr) and flipped weight (pwx, packed from wflip).
+	implicit bool
+	wp2, hp2 int
+	wide     int
+	pwr, pwx []blas.PackedB32
+	wflip    []float32
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -163,6 +175,9 @@ type worker struct {
 	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
 	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
 	u    [][]float32 // per stage: im2col rows (conv only)
+	xp   [][]float32 // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32 // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32   // an implicit convolution's wide product
 	arg  [][]int32   // per stage: argmax (pool only)
 	pre  [][]float32 // per stage: pre-activation (GELU only)
 	xh   [][]float32 // per stage: normalized input (norm only)
@@ -272,6 +287,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.exOff = p.exLen
 			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
+			if !p.opt.noImplicit {
+				s.setImplicit()
+			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
 			for kr := range K {
@@ -362,7 +380,9 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 		floats += 3 * int64(C) * int64(sh.Size()) // act, d, tmp (bound)
 	}
 	for _, s := range p.stages {
-		if s.kind == kConv {
+		if s.kind == kConv && s.implicit {
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wide)*int64(max(s.fo, s.in.C))
+		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
 		if s.kind == kPool || s.kind == kNorm || s.kind == kDrop || s.act == GELU {
@@ -441,6 +461,10 @@ func (p *Plan) permute() {
 				copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
 			}
 		}
+		if s.implicit {
+			s.packImplicit()
+			continue
+		}
 		W := s.weight(p.params)
 		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
 		if s.src > 0 {
@@ -454,12 +478,12 @@ func (p *Plan) newWorker() *worker {
 	S := len(p.stages)
 	w := &worker{
 		act: make([][]float32, S+1), d: make([][]float32, S+1),
-		u: make([][]float32, S), arg: make([][]int32, S),
+		u: make([][]float32, S), arg: make([][]int32, S), xp: make([][]float32, S), gp: make([][]float32, S),
 		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo, maxAct := 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide := 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = make([]float32, C*sh.Size())
 		if k > 0 {
@@ -471,6 +495,12 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.implicit {
+				w.xp[i] = make([]float32, C*s.xpLen())
+				w.gp[i] = make([]float32, C*s.gpLen())
+				maxWide = max(maxWide, s.wide*max(s.fo, s.in.C))
+				break
+			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
 			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
@@ -497,6 +527,7 @@ func (p *Plan) newWorker() *worker {
 		}
 	}
 	w.du = make([]float32, maxDU)
+	w.wide = make([]float32, maxWide)
 	w.col = make([]float64, maxFo)
 	return w
 }
@@ -802,6 +833,11 @@ func (p *Plan) forward(w *worker, m int) {
 		case kJoin:
 			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
+			if s.implicit {
+				p.implicitForward(w, i, m, in, out)
+				p.biasAct(w, i, out[:m*osz])
+				continue
+			}
 			U := w.u[i]
 			for j := range m {
 				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
@@ -919,6 +955,13 @@ func (p *Plan) backward(w *worker, m int) {
 			rows := m * s.P
 			G := dout[:rows*s.fo]
 			p.actGrad(w, i, G)
+			if s.implicit {
+				p.implicitBackward(w, i, m, G, din)
+				if s.src == 0 {
+					continue
+				}
+				break
+			}
 			if s.src == 0 {
 				continue
 			}
@@ -1017,7 +1060,9 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 // G_j of affine stage i.
 func (w *worker) affineIO(s *stage, i, j int) (U, G []float32) {
 	if s.kind == kConv {
-		U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
+		if !s.implicit {
+			U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
+		}
 	} else {
 		U = w.act[s.src][j*s.fi : (j+1)*s.fi]
 	}
@@ -1054,6 +1099,12 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 func (p *Plan) zeroExample(w *worker, j int) {
 	for i := range p.stages {
 		s := &p.stages[i]
+		if s.kind == kConv && s.implicit {
+			clear(w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()])
+			clear(w.gp[i][j*s.gpLen() : (j+1)*s.gpLen()])
+			clear(w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()])
+			continue
+		}
 		if s.kind == kConv || s.kind == kDense {
 			U, G := w.affineIO(s, i, j)
 			clear(U)
@@ -1085,7 +1136,11 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
 				M := p.exGrad(w, s, j)
-				w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				if s.implicit {
+					p.implicitWeightGrad(w, i, j, 0, M)
+				} else {
+					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				}
 				if s.b.Len > 0 {
 					colSums(G, s.fo, w.col)
 					for k, v := range w.col[:s.fo] {
@@ -1288,13 +1343,19 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		rows := m * s.P
 		var U []float32
-		if s.kind == kConv {
+		if s.implicit {
+			for j := range m {
+				p.implicitWeightGrad(w, i, j, 1, accW)
+			}
+		} else if s.kind == kConv {
 			U = w.u[i][:rows*s.fi]
 		} else {
 			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
-		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		if !s.implicit {
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		}
 		if s.b.Len == 0 {
 			continue
 		}
