@@ -70,13 +70,14 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
-// sgemmOverlap is the worker's product C = op(A) B + beta C (B not
-// transposed) for an A of overlapping rows, lda apart.
-func (w *worker) sgemmOverlap(tA gblas.Transpose, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
+// rows (op(A)'s columns) lda apart.
+func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
-		w.log.add(Product{TransA: tA == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
+		k, n := b.Dims()
+		w.log.add(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
 	}
-	w.gemm.SgemmOverlapA(tA, gblas.NoTrans, m, n, k, 1, a, lda, b, ldb, beta, c, ldc)
+	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 }
 
 // StepProducts runs Step(x, y, dst, clip) and returns the matrix products

@@ -163,7 +163,9 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	KC := K * C
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
 	gw := w.gp[i][j*s.gpLen()+(s.pad*s.wp2+s.pad)*fo : (j+1)*s.gpLen()]
+	// The K products share their right operand G_wide: packed once.
+	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
 	for kr := range K {
-		w.sgemmOverlap(gblas.Trans, KC, fo, s.wide, xp[kr*s.wp2*C:], C, gw, fo, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+		w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
 	}
 }
