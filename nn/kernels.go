@@ -6,7 +6,7 @@ import "math"
 // example (input HWC) as a row of u, columns ordered (kernel row, kernel
 // column, channel) so that each kernel row is one contiguous copy of K
 // pixels; taps outside the input are zero. (The weight is permuted to
-// match: see Plan.permute.)
+// match: see Plan.permuteShare.)
 func (s *stage) im2col(in, u []float32) { s.unfold(in, u, false) }
 
 // col2im adds the rows of du (gradients w.r.t. the unfolded input) back

@@ -160,6 +160,7 @@ type Plan struct {
 	chunks    int
 	active    int // workers with a chunk
 	barrier   sync.WaitGroup
+	packed    sync.WaitGroup // the weights are packed (permuteShare)
 	done      sync.WaitGroup
 	splits    [][]int
 
@@ -446,14 +447,30 @@ func (p *Plan) segments() {
 	p.segs = rows
 }
 
-// permute copies the convolution weights into their internal row order
-// and packs every affine layer's weight as its products read it: W for
-// the forward product, Wᵀ for the input gradient (none for the first
-// layer), once per step instead of once per product.
-func (p *Plan) permute() {
+// permuteShare copies the convolution weights into their internal row
+// order and packs every affine layer's weight as its products read it (W
+// for the forward product, Wᵀ for the input gradient, none for the first
+// layer; implicit convolutions their kernel rows), once per step instead
+// of once per product: for worker wi of W, its share of the layers
+// (whole layers, cut where the weights so far pass wi/W of them).
+func (p *Plan) permuteShare(wi, W int) {
+	total, done := 0, 0
+	for i := range p.stages {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense {
+			total += s.fi * s.fo
+		}
+	}
+	if total == 0 {
+		return
+	}
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.kind != kConv && s.kind != kDense {
+			continue
+		}
+		mine := done*W/total == wi
+		done += s.fi * s.fo
+		if !mine {
 			continue
 		}
 		if s.kind == kConv {
@@ -619,7 +636,6 @@ func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []floa
 	}
 	p.adding, p.first = false, 0 // a batch of StepAdd pieces is abandoned
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
-	p.permute()
 	p.run(modeTrain, dst)
 	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
 	if ctx != nil && ctx.Err() != nil {
@@ -645,7 +661,6 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 	}
 	p.adding, p.first = false, 0
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
-	p.permute()
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
@@ -676,7 +691,6 @@ func (p *Plan) ForwardContext(ctx context.Context, x []float32, logits []float32
 		return dpcore.Invalid("nn", "forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
 	p.x, p.y, p.n, p.logits, p.ctx = x, nil, n, logits, ctx
-	p.permute()
 	p.run(modeForward, nil)
 	p.x, p.logits, p.ctx = nil, nil, nil
 	if ctx != nil && ctx.Err() != nil {
@@ -706,6 +720,7 @@ func (p *Plan) run(mode mode, dst []float32) {
 	if mode == modeTrain {
 		p.barrier.Add(p.active)
 	}
+	p.packed.Add(p.active)
 	p.done.Add(p.active - 1)
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
@@ -728,6 +743,11 @@ func (p *Plan) work(wi int) {
 	w := p.workers[wi]
 	if p.mode == modeTrain {
 		clear(w.acc)
+	}
+	p.permuteShare(wi, p.active)
+	if p.active > 1 {
+		p.packed.Done()
+		p.packed.Wait()
 	}
 	// (StepAdd: a piece starts at a multiple of W chunks, so chunk c of
 	// the piece goes to the worker chunk first/Chunk + c of the batch
