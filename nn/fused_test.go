@@ -221,3 +221,34 @@ func TestImplicitConvolution(t *testing.T) {
 		})
 	}
 }
+
+// TestActGradTo: the fused derivative (written into an implicit
+// convolution's bordered map) gives actGrad's bits.
+func TestActGradTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		if !fusesActGrad(act) {
+			t.Fatalf("%v not fused", act)
+		}
+		for n := range 40 {
+			g, a := make([]float32, n), make([]float32, n)
+			randSpecial(rng, g)
+			randSpecial(rng, a)
+			if act == Tanh {
+				for k := range a {
+					a[k] = tanh32(a[k])
+				}
+			}
+			want := append([]float32(nil), g...)
+			actGrad(want, a, act)
+			got := make([]float32, n)
+			actGradTo(got, g, a, act)
+			sameBits(t, act.String(), got, want)
+		}
+	}
+	for _, act := range []Activation{GELU, Sigmoid, LeakyReLU} {
+		if fusesActGrad(act) {
+			t.Errorf("%v claims the fused derivative", act)
+		}
+	}
+}

@@ -107,12 +107,19 @@ func compact(wide, x []float32, H, W, C, wp int) {
 }
 
 // implicitForward runs an implicit convolution's products for m
-// examples, writing the pre-activation into out.
-func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) {
+// examples, writing the output into out: bias and activation applied
+// example by example while it is in cache when the activation keeps no
+// pre-activation (else by the caller, over the chunk).
+func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased bool) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
 	wide := w.wide[:s.wide*fo]
+	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
+	if s.noBias != nil {
+		bias = s.noBias
+	}
+	biased = s.act <= ReLU
 	for j := range m {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
 		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
@@ -123,20 +130,41 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) {
 			}
 			w.sgemmPackedOverlap(s.wide, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
 		}
-		compact(wide, out[j*osz:(j+1)*osz], s.out.H, s.out.W, fo, s.wp2)
+		o := out[j*osz : (j+1)*osz]
+		compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+		if biased {
+			biasAct(o, bias, s.act)
+		}
 	}
+	return biased
 }
 
-// implicitBackward copies the output gradients G (the activation's
-// derivative applied) of m examples into their zero-bordered maps and,
-// unless the stage reads the network's input, writes the input
-// gradients into din.
-func (p *Plan) implicitBackward(w *worker, i, m int, G, din []float32) {
+// implicitBackward writes the output gradients of m examples, times the
+// activation's derivative, into their zero-bordered maps gp (in one pass
+// from dout for Identity, Tanh and ReLU; others are applied to dout
+// first) and, unless the stage reads the network's input, the input
+// gradients into din. For the first kind dout itself is left as it was:
+// the stage's output gradient is read from gp after (gradView).
+func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
+	if !fusesActGrad(s.act) {
+		p.actGrad(w, i, dout[:m*osz])
+	}
+	a := w.act[i+1]
+	H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
 	for j := range m {
-		padInto(G[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz], s.out.H, s.out.W, fo, s.pad)
+		g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+		for h := range H {
+			dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
+			k := j*osz + h*W*fo
+			if fusesActGrad(s.act) {
+				actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+			} else {
+				copy(dst, g[h*W*fo:(h+1)*W*fo])
+			}
+		}
 	}
 	if s.src == 0 {
 		return
@@ -155,6 +183,14 @@ func (p *Plan) implicitBackward(w *worker, i, m int, G, din []float32) {
 	}
 }
 
+// gradView is example j's output gradient (the activation's derivative
+// applied) of implicit stage i as the wide rows of gp: the real pixels,
+// with zeros in the garbage columns.
+func (w *worker) gradView(s *stage, i, j int) []float32 {
+	off := j*s.gpLen() + (s.pad*s.wp2+s.pad)*s.fo
+	return w.gp[i][off : off+s.wide*s.fo]
+}
+
 // implicitWeightGrad writes (beta 0) or adds (beta 1) example j's weight
 // gradient U_j^T G_j into M (fi x fo, rows in the internal order).
 func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32) {
@@ -162,7 +198,7 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	C, fo, K := s.in.C, s.fo, s.k
 	KC := K * C
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
-	gw := w.gp[i][j*s.gpLen()+(s.pad*s.wp2+s.pad)*fo : (j+1)*s.gpLen()]
+	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once.
 	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
 	for kr := range K {

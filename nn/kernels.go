@@ -104,6 +104,32 @@ func actGrad(g, a []float32, act Activation) {
 	}
 }
 
+// fusesActGrad reports whether actGradTo handles act.
+func fusesActGrad(act Activation) bool { return act == Identity || act == Tanh || act == ReLU }
+
+// actGradTo writes into dst the gradient g w.r.t. an activation's output a
+// times the activation's derivative (Identity, Tanh or ReLU): actGrad's
+// values, without writing g.
+func actGradTo(dst, g, a []float32, act Activation) {
+	g, a = g[:len(dst)], a[:len(dst)]
+	switch act {
+	case Tanh:
+		for k, v := range a {
+			dst[k] = g[k] * (1 - v*v)
+		}
+	case ReLU:
+		for k, v := range a {
+			d := float32(0)
+			if v > 0 {
+				d = g[k]
+			}
+			dst[k] = d
+		}
+	default:
+		copy(dst, g)
+	}
+}
+
 // tanh32 is tanh through the [15/14] Pade approximant x P(x^2)/Q(x^2)
 // that truncating Lambert's continued fraction
 // tanh x = x/(1 + x^2/(3 + x^2/(5 + ... + x^2/29))) gives, evaluated in

@@ -855,8 +855,9 @@ func (p *Plan) forward(w *worker, m int) {
 			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
 			if s.implicit {
-				p.implicitForward(w, i, m, in, out)
-				p.biasAct(w, i, out[:m*osz])
+				if !p.implicitForward(w, i, m, in, out) {
+					p.biasAct(w, i, out[:m*osz])
+				}
 				continue
 			}
 			U := w.u[i]
@@ -975,7 +976,6 @@ func (p *Plan) backward(w *worker, m int) {
 		case kConv:
 			rows := m * s.P
 			G := dout[:rows*s.fo]
-			p.actGrad(w, i, G)
 			if s.implicit {
 				p.implicitBackward(w, i, m, G, din)
 				if s.src == 0 {
@@ -983,6 +983,7 @@ func (p *Plan) backward(w *worker, m int) {
 				}
 				break
 			}
+			p.actGrad(w, i, G)
 			if s.src == 0 {
 				continue
 			}
@@ -1103,6 +1104,9 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 				// A convolution's im2col rows hold the values of its
 				// input activation (and zeros): scan that, 9x smaller.
 				G := w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()]
+				if s.implicit {
+					G = w.gradView(s, i, j) // the gradient applied
+				}
 				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
@@ -1159,6 +1163,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				M := p.exGrad(w, s, j)
 				if s.implicit {
 					p.implicitWeightGrad(w, i, j, 0, M)
+					G = w.gradView(s, i, j)
 				} else {
 					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
 				}
@@ -1380,7 +1385,14 @@ func (p *Plan) accumulate(w *worker, m int) {
 		if s.b.Len == 0 {
 			continue
 		}
-		colSums(G, s.fo, w.col)
+		if s.implicit {
+			clear(w.col[:s.fo])
+			for j := range m {
+				chanSums(w.gradView(s, i, j), s.fo, w.col[:s.fo])
+			}
+		} else {
+			colSums(G, s.fo, w.col)
+		}
 		for k, v := range w.col[:s.fo] {
 			accB[k] += float32(v)
 		}
