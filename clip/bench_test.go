@@ -53,8 +53,10 @@ func BenchmarkWRN16x4(b *testing.B) {
 // shape and layout on one core (nn.Plan.TimeProducts, the fastest of its
 // runs), summed and divided by the workers, as a fraction of the step's
 // wall time (1 would mean the step does nothing but its products, each at
-// its best speed, on every core all the time). DPMF_BENCH_PRODUCTS=1
-// also logs each product's share.
+// its best speed, on every core all the time); gemm-bound-cpu is the same
+// in CPU seconds (the products' time on one core against the step's CPU
+// time on all), which other jobs on the machine disturb less.
+// DPMF_BENCH_PRODUCTS=1 also logs each product's share.
 func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.Model, error)) {
 	installBLAS()
 	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
@@ -114,6 +116,11 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 					b.Fatal(err)
 				}
 				b.ReportMetric(bound.Seconds()/(b.Elapsed().Seconds()/float64(b.N)), "gemm-bound")
+				// The same in CPU time (the products' time on one core
+				// against the step's CPU seconds over all cores): on a
+				// shared machine, where wall time counts the other jobs'
+				// turns, the comparable figure.
+				b.ReportMetric(bound.Seconds()*float64(e.plan.Workers())/(cpu/float64(b.N)), "gemm-bound-cpu")
 			})
 		}
 	}

@@ -239,3 +239,22 @@ func addScaledDown(acc, v []float32, c float64) {
 	}
 	addScaledDownGo(acc[n:], v[n:], c)
 }
+
+//go:noescape
+func actGradToAVX2(dst, dy, a *float32, n, relu int)
+
+// actGradToFast does the first len(dst) &^ 7 entries of actGradTo (Tanh,
+// or ReLU if relu) with AVX2 and returns how many it did.
+func actGradToFast(dst, g, a []float32, relu bool) int {
+	n := len(dst) &^ 7
+	if !hasAVX2FMA || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], a[n-1]
+	r := 0
+	if relu {
+		r = 1
+	}
+	actGradToAVX2(&dst[0], &g[0], &a[0], n, r)
+	return n
+}
