@@ -401,22 +401,45 @@ func (a *Aggregator) Add(ctx context.Context, contributor string, vec []float64)
 	return r.step, r.err
 }
 
-// prepare validates and clips a contribution into a record of length D.
-func (a *Aggregator) prepare(contributor string, vec []float64) ([]float64, bool, *RejectError) {
+// CheckContribution refuses a contribution that Add of an aggregator of
+// dimension dim rejects whatever its state: an empty or too long
+// contributor id (ErrContributor), a vector of another length
+// (ErrDimension) or one holding a NaN or an infinity (ErrNotFinite). It
+// returns nil or a *RejectError. It is the rule Add applies first, and
+// the one a front-end applies before it forwards a contribution (package
+// replica).
+func CheckContribution(contributor string, vec []float64, dim int) error {
+	if rej := checkContribution(contributor, vec, dim); rej != nil {
+		return rej
+	}
+	return nil
+}
+
+func checkContribution(contributor string, vec []float64, dim int) *RejectError {
 	rej := func(reason error, format string, args ...any) *RejectError {
 		return &RejectError{Contributor: contributor, Reason: reason, Detail: fmt.Sprintf(format, args...)}
 	}
 	if contributor == "" || len(contributor) > MaxContributorLen {
-		return nil, false, rej(ErrContributor, "id has %d bytes, want 1..%d", len(contributor), MaxContributorLen)
+		return rej(ErrContributor, "id has %d bytes, want 1..%d", len(contributor), MaxContributorLen)
 	}
-	if len(vec) != a.cfg.Dim {
-		return nil, false, rej(ErrDimension, "vector has %d values, want %d", len(vec), a.cfg.Dim)
+	if len(vec) != dim {
+		return rej(ErrDimension, "vector has %d values, want %d", len(vec), dim)
 	}
-	ss := 0.0
 	for i, v := range vec {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, false, rej(ErrNotFinite, "value %d is %v", i, v)
+			return rej(ErrNotFinite, "value %d is %v", i, v)
 		}
+	}
+	return nil
+}
+
+// prepare validates and clips a contribution into a record of length D.
+func (a *Aggregator) prepare(contributor string, vec []float64) ([]float64, bool, *RejectError) {
+	if rej := checkContribution(contributor, vec, a.cfg.Dim); rej != nil {
+		return nil, false, rej
+	}
+	ss := 0.0
+	for _, v := range vec {
 		ss += v * v
 	}
 	rec := make([]float64, a.dim)

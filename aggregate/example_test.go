@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -70,4 +71,18 @@ func Example() {
 	// again in the same step: true
 	// release 1 has 2 values and a count: true
 	// steps 1 of 8, epsilon spent 0.291 of 1
+}
+
+// A front-end that forwards contributions to an aggregator elsewhere
+// refuses, before forwarding, what the aggregator would refuse whatever
+// its state.
+func ExampleCheckContribution() {
+	for _, v := range [][]float64{{0.5, 2}, {0.5}, {math.NaN(), 0}} {
+		err := aggregate.CheckContribution("user-1", v, 2)
+		fmt.Println(err == nil, errors.Is(err, aggregate.ErrDimension), errors.Is(err, aggregate.ErrNotFinite))
+	}
+	// Output:
+	// true false false
+	// false true false
+	// false false true
 }

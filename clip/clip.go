@@ -17,13 +17,14 @@
 //     the clipped sum over a chunk is one GEMM U^T diag(c) G
 //     ("book-keeping", Bu et al. 2022), c_i = min(1, zeta/||g_i||).
 //
-// Each factor is Factor(zeta, ||g_i||): the threshold carries a 2^-20
-// relative margin for the float64 norm's and the scaling's rounding, and
-// every scaled entry is formed by nn.MulDown (factors and products that
-// would be subnormal flushed to zero), so that no
-// rounding, not even one into the subnormal range, can lift a
-// contribution above zeta: the bound holds exactly, not up to a
-// tolerance.
+// Each factor comes from the package's one clipping rule, the
+// Accumulator: the threshold carries a 2^-20 relative margin for the
+// float64 norm's and the scaling's rounding, and every scaled entry is
+// formed by nn.MulDown (factors and products that would be subnormal
+// flushed to zero), so that no rounding, not even one into the subnormal
+// range, can lift a contribution above zeta: the bound holds exactly, not
+// up to a tolerance. Other engines (package gorgoniadp, an adapter for
+// another framework) clip with the same Accumulator.
 //
 // No data-dependent control flow (docs/math.md): nothing about one
 // example's (or user's) data stops, retries or slows a call. An example
@@ -41,7 +42,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/models"
@@ -108,31 +108,28 @@ type Stats struct {
 // buffers and is not safe for concurrent use.
 type Engine struct {
 	m       models.Model
-	opt     Options
+	opt     Options // as given to New; the rule's fields are acc's
 	plan    *nn.Plan
 	chw     int
 	classes int
 	naff    int
 
-	// Per example of the last ClippedSum, written by the clipper from
-	// the executor's workers (each example by one worker).
-	norms   []float64 // NaN for non-finite examples
-	clipped []bool
-	zeroed  []bool
-	sorted  []float64
-	logits  []float32 // Evaluate, Predict: MaxBatch x classes
+	// acc clips the units of the current call and counts them: the
+	// executor's workers call it for each example (clipper), off is the
+	// index of the call's first example within the batch (not 0 within
+	// ClippedSumPieces).
+	acc    *Accumulator
+	off    int
+	logits []float32 // Evaluate, Predict: MaxBatch x classes
 
-	// adding: within ClippedSumPieces, whose sum the plan keeps; pieces:
-	// the per-example statistics of its pieces so far (physical.go).
+	// adding: within ClippedSumPieces, whose sum the plan keeps.
 	adding bool
-	pieces pieceStats
 
 	// UserClippedSum's buffers (user.go), allocated on first use.
 	capture [][]float32
 	userAcc []float64
 	userOK  []bool
 	userSq  []float64
-	userF   []float64
 }
 
 // New plans the executor for m. The model's parameter buffer is shared,
@@ -144,152 +141,35 @@ func New(m models.Model, opt Options) (*Engine, error) {
 	if opt.MaxBatch <= 0 {
 		return nil, dpcore.Invalid("clip", "new: MaxBatch %d", opt.MaxBatch)
 	}
-	if !opt.NonPrivate && len(opt.PerLayer) == 0 && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
-		return nil, dpcore.Invalid("clip", "new: clipping norm %v must be positive and finite", opt.Norm)
+	opt, err := opt.rule()
+	if err != nil {
+		return nil, dpcore.Invalid("clip", "new: %w", err)
 	}
-	if opt.NonPrivate {
-		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
-	}
-	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
-		return nil, dpcore.Invalid("clip", "new: LInfZero %v", opt.LInfZero)
-	}
-	opt.PerLayer = slices.Clone(opt.PerLayer)
 	plan, err := nn.NewPlan(m.Network(), m.Params(), nn.Options{MaxBatch: opt.MaxBatch, LInf: opt.LInfZero > 0})
 	if err != nil {
 		return nil, fmt.Errorf("clip: new: %w", err)
 	}
 	in := m.InputShape()
-	e := &Engine{m: m, opt: opt, plan: plan, chw: in[0] * in[1] * in[2], classes: m.Classes(), naff: plan.Affine()}
-	if len(opt.PerLayer) > 0 {
-		if len(opt.PerLayer) != e.naff {
-			return nil, dpcore.Invalid("clip", "new: %d per-layer norms for %d layers", len(opt.PerLayer), e.naff)
-		}
-		for _, v := range opt.PerLayer {
-			if !(v > 0) || math.IsInf(v, 0) {
-				return nil, dpcore.Invalid("clip", "new: per-layer norm %v", v)
-			}
-		}
+	e := &Engine{m: m, opt: opt, plan: plan, chw: in[0] * in[1] * in[2], classes: m.Classes(), naff: plan.Affine(), acc: newAccumulator(opt)}
+	if len(opt.PerLayer) > 0 && len(opt.PerLayer) != e.naff {
+		return nil, dpcore.Invalid("clip", "new: %d per-layer norms for %d layers", len(opt.PerLayer), e.naff)
 	}
-	B := opt.MaxBatch
-	e.norms = make([]float64, B)
-	e.clipped = make([]bool, B)
-	e.zeroed = make([]bool, B)
-	e.sorted = make([]float64, 0, B)
 	return e, nil
 }
 
-// margin is the relative margin of Factor's threshold: 2^-20, which
-// covers the float64 rounding of a norm of up to 2^32 terms and of the
-// factor itself (a few 2^-53 each) with room to spare.
-const margin = 1.0 / (1 << 20)
-
-// Factor is the number by which a unit's gradient (one example's, one
-// layer's, one user's) is multiplied before it enters a clipped sum under
-// clip norm c (finite, > 0), given nrm, the gradient's L2 norm computed in
-// float64 from exactly the values that are scaled: 0 when nrm is not
-// finite (the unit is dropped and counted as non-finite), 1 when nrm <=
-// c(1-2^-20), else c/nrm*(1-2^-20), in (0, 1). It depends on nothing
-// but its two arguments.
-//
-// Bound. Let g have n <= 2^32 entries, exact norm ||g||. The float64 sum
-// of squares is within n*2^-53 relative of ||g||^2, so ||g|| <= nrm(1 +
-// (n+2)2^-53). Unscaled (f = 1), ||g|| <= c(1-2^-20)(1 + (n+3)2^-53) <= c.
-// Scaled with nn.MulDown (AddScaled; the executor of package nn does the
-// same), each entry is the float32 factor Factor32(f) <= f(1+2^-24) (0
-// when f is below the float32 normal range) times g_k, rounded to nearest
-// (within 2^-24 relative) or flushed to zero when the product is
-// subnormal, so the contribution v has ||v|| <= f||g||(1+2^-24)^2 <=
-// c(1-2^-20)(1+2^-24)^2(1+(n+5)2^-53) <= c. A float64 gradient (a user's
-// sum, whose norm is taken in float64) is first rounded toward zero to
-// float32 (nn.TowardZero32, clamping at the float32 maximum), which only
-// shrinks each entry, then scaled the same way: the same bound. A dense
-// layer's contribution
-// is the outer product of its input u and its scaled output gradient v
-// (and v for the bias), whose norm is sqrt(||u||^2+1)||v||: the same
-// bound, with nrm^2 computed as (||u||^2+1)||g||^2. No rounding, not even
-// one into the subnormal range, can lift a contribution above c.
-func Factor(c, nrm float64) float64 {
-	if math.IsNaN(nrm) || math.IsInf(nrm, 0) {
-		return 0
-	}
-	if nrm <= c*(1-margin) {
-		return 1
-	}
-	return c / nrm * (1 - margin)
-}
-
-// AddScaled adds f*g to dst entry by entry (len(dst) = len(g)) with
-// nn.MulDown (the factor as nn.Factor32, each product rounded to nearest,
-// subnormal factors and products flushed to zero), so that the vector
-// added has norm at most f||g||(1+2^-24)^2: the scaling an engine applies
-// with a Factor, whose margin covers it. f = 1 adds g as is, with the same work as any
-// other factor (clipped or not, an example costs the same); f = 0 adds
-// nothing.
-func AddScaled(dst, g []float32, f float64) {
-	if f == 0 {
-		return
-	}
-	f32 := nn.Factor32(f)
-	for j, v := range g {
-		dst[j] += nn.MulDown(f32, v)
-	}
-}
-
-// clipper implements nn.Clipper with the Engine's options.
+// clipper is the Engine as the executor's nn.Clipper: example i of the
+// current call is unit off+i of the batch's Accumulator.
 type clipper Engine
 
 func (c *clipper) Scale(i int, sq []float64, linf float64, f []float64) {
 	e := (*Engine)(c)
-	tot := 0.0
-	for _, v := range sq {
-		tot += v
-	}
-	nrm := math.Sqrt(tot)
-	e.clipped[i], e.zeroed[i] = false, false
-	if math.IsNaN(nrm) || math.IsInf(nrm, 0) {
-		e.norms[i] = math.NaN()
-		clear(f)
-		return
-	}
-	e.norms[i] = nrm
-	if e.opt.LInfZero > 0 && !(linf <= e.opt.LInfZero) {
-		e.zeroed[i] = true
-		clear(f)
-		return
-	}
-	for l := range f {
-		f[l] = 1
-	}
-	if len(e.opt.PerLayer) > 0 {
-		for l, v := range sq {
-			ln := math.Sqrt(v)
-			f[l] = Factor(e.opt.PerLayer[l], ln)
-			if ln > e.opt.PerLayer[l] {
-				e.clipped[i] = true
-			}
-		}
-		return
-	}
-	k := Factor(e.opt.Norm, nrm)
-	for l := range f {
-		f[l] = k
-	}
-	e.clipped[i] = nrm > e.opt.Norm
+	e.acc.scale(e.off+i, sq, linf, f)
 }
 
 // SetNorm changes the flat clipping threshold for the following calls
 // (adaptive clipping). It refuses an engine built without flat clipping
 // and a norm that is not positive and finite.
-func (e *Engine) SetNorm(norm float64) error {
-	if e.opt.NonPrivate || len(e.opt.PerLayer) > 0 {
-		return dpcore.Invalid("clip", "set norm: only flat clipping has one norm to set")
-	}
-	if !(norm > 0) || math.IsInf(norm, 0) {
-		return dpcore.Invalid("clip", "set norm: clipping norm %v must be positive and finite", norm)
-	}
-	e.opt.Norm = norm
-	return nil
-}
+func (e *Engine) SetNorm(norm float64) error { return e.acc.SetNorm(norm) }
 
 // CheckInputs checks examples x (CHW each, any number) as ClippedSum
 // would (nn.Plan.CheckInputs: an embedding's ids): train.New checks the
@@ -303,7 +183,7 @@ func (e *Engine) CheckInputs(x []float32) error {
 }
 
 // Norm is the flat clipping threshold of the next call.
-func (e *Engine) Norm() float64 { return e.opt.Norm }
+func (e *Engine) Norm() float64 { return e.acc.Norm() }
 
 // Params is the model's parameter buffer itself (models.Model.Params): the
 // engine computes with whatever it holds at each call.
@@ -348,65 +228,24 @@ func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, ds
 	if len(x) != n*e.chw {
 		return st, dpcore.Invalid("clip", "clipped sum: %d floats for %d examples of %d", len(x), n, e.chw)
 	}
+	if !e.adding {
+		e.acc.Begin(nil, n)
+		e.off = 0
+	}
 	var c nn.Clipper
-	if !e.opt.NonPrivate {
+	if e.acc.private() {
 		c = (*clipper)(e)
 	}
 	losses, err := e.step(ctx, x, y, dst, c)
 	if err != nil {
 		return st, fmt.Errorf("clip: clipped sum: %w", err)
 	}
-	return e.stats(losses, e.norms[:n], e.clipped[:n], e.zeroed[:n]), nil
-}
-
-// stats are the Stats of the examples whose losses (NaN: non-finite),
-// norms and clipped and zeroed flags are given.
-func (e *Engine) stats(losses, norms []float64, clippedAt, zeroed []bool) Stats {
-	var st Stats
-	n := len(losses)
-	st.Examples = n
-	finite, clipped := 0, 0
-	lossSum := 0.0
-	e.sorted = e.sorted[:0]
-	for i, l := range losses {
-		if math.IsNaN(l) {
-			st.NonFinite++
-			continue
-		}
-		finite++
-		lossSum += l
-		if e.opt.NonPrivate {
-			continue
-		}
-		e.sorted = append(e.sorted, norms[i])
-		if zeroed[i] {
-			st.Zeroed++
-		}
-		if clippedAt[i] {
-			clipped++
-		} else if !zeroed[i] && len(e.opt.PerLayer) == 0 {
-			st.WithinNorm++
-		}
+	e.acc.Losses(e.off, losses)
+	e.off += n
+	if e.adding {
+		return st, nil
 	}
-	st.Clipped = float64(clipped) / float64(n)
-	if finite > 0 {
-		st.Loss = lossSum / float64(finite)
-	}
-	st.NormQuantiles = quantiles(e.sorted)
-	return st
-}
-
-// quantiles sorts v and returns its 50%, 90%, 99% quantiles and maximum.
-func quantiles(v []float64) [4]float64 {
-	var q4 [4]float64
-	slices.Sort(v)
-	if k := len(v); k > 0 {
-		for j, q := range []float64{0.5, 0.9, 0.99} {
-			q4[j] = v[min(k-1, int(math.Ceil(q*float64(k)))-1)]
-		}
-		q4[3] = v[k-1]
-	}
-	return q4
+	return e.acc.Stats(), nil
 }
 
 // forward checks a forward-only batch and writes its logits into

@@ -94,7 +94,7 @@ func TestPerExampleGradients(t *testing.T) {
 				t.Fatalf("stats %+v", st)
 			}
 			batched := perExample(t, e, x, y)
-			norms := append([]float64(nil), e.norms[:n]...)
+			norms := append([]float64(nil), e.acc.norms[:n]...)
 			single := batchOne(t, e, x, y)
 			want := make([]float32, m.NumParams())
 			for i := range n {

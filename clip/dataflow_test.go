@@ -24,6 +24,23 @@ func fillExtreme(rng *rand.Rand, kind string, x []float32) {
 	cliptest.Corrupt(rng, kind, x)
 }
 
+// extremeModel is a model the extreme-unit tests run.
+type extremeModel struct {
+	name string
+	mk   func() (models.Model, error)
+}
+
+// extremeModels are the models of the extreme-unit tests: a logistic
+// regression, an MLP, a small CNN and a tabular model (last).
+func extremeModels() []extremeModel {
+	return []extremeModel{
+		{"logistic", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 4) }},
+		{"mlp", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, nn.ReLU, 3) }},
+		{"cnn", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
+		{"tabular", func() (models.Model, error) { return models.NewTabular(3, []int{4}, 2, []int{8}, 3, 5) }},
+	}
+}
+
 func allFinite32(v []float32) bool {
 	for _, x := range v {
 		if x-x != 0 {
@@ -55,15 +72,7 @@ func addTo32(a, b []float32) []float32 {
 // norms up to 1.078 zeta (tabular model, inputs 3.4e38) and 1.0004 zeta
 // (MLP), per-layer too.)
 func TestExtremeExampleChangesNoControlFlow(t *testing.T) {
-	mks := []struct {
-		name string
-		mk   func() (models.Model, error)
-	}{
-		{"logistic", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 4) }},
-		{"mlp", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, nn.ReLU, 3) }},
-		{"cnn", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
-		{"tabular", func() (models.Model, error) { return models.NewTabular(3, []int{4}, 2, []int{8}, 3, 5) }},
-	}
+	mks := extremeModels()
 	for mi, mc := range mks {
 		for _, perLayer := range []bool{false, true} {
 			if perLayer && mc.name == "tabular" {
@@ -187,14 +196,7 @@ func norm64diff(a, b []float32) float64 {
 // user of four rows near 3e38 had its float64 sum rounded to float32
 // first, which overflowed to Inf, and the clipped sum was NaN.)
 func TestExtremeUserChangesNoControlFlow(t *testing.T) {
-	mks := []struct {
-		name string
-		mk   func() (models.Model, error)
-	}{
-		{"logistic", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 4) }},
-		{"mlp", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{16}, 3, nn.ReLU, 3) }},
-		{"cnn", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }},
-	}
+	mks := extremeModels()[:3] // not the tabular model
 	for mi, mc := range mks {
 		for _, mode := range []string{"sum", "mean", "copies"} {
 			trials := 60

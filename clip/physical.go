@@ -27,8 +27,8 @@ func (e *Engine) ClippedSumPieces(ctx context.Context, n, piece int, gather func
 	if n <= 0 {
 		return Stats{}, dpcore.Invalid("clip", "clipped sum in pieces: a batch of %d examples", n)
 	}
-	p := &e.pieces
-	*p = pieceStats{p.losses[:0], p.norms[:0], p.clipped[:0], p.zeroed[:0]}
+	e.acc.Begin(nil, n)
+	e.off = 0
 	e.plan.BeginAdd()
 	e.adding = true
 	defer func() { e.adding = false }()
@@ -38,6 +38,9 @@ func (e *Engine) ClippedSumPieces(ctx context.Context, n, piece int, gather func
 		if err != nil {
 			return Stats{}, err
 		}
+		if len(y) != hi-lo {
+			return Stats{}, dpcore.Invalid("clip", "clipped sum in pieces: gather(%d, %d) gave %d examples", lo, hi, len(y))
+		}
 		if _, err := e.ClippedSumContext(ctx, x, y, dst); err != nil {
 			return Stats{}, err
 		}
@@ -45,32 +48,15 @@ func (e *Engine) ClippedSumPieces(ctx context.Context, n, piece int, gather func
 	if err := e.plan.SumInto(dst); err != nil {
 		return Stats{}, fmt.Errorf("clip: clipped sum in pieces: %w", err)
 	}
-	return e.stats(p.losses, p.norms, p.clipped, p.zeroed), nil
-}
-
-// pieceStats are the per-example statistics of ClippedSumPieces' pieces
-// so far.
-type pieceStats struct {
-	losses, norms   []float64
-	clipped, zeroed []bool
+	return e.acc.Stats(), nil
 }
 
 // step runs the executor's pass for ClippedSumContext: the whole step,
-// or, within ClippedSumPieces, one piece added to the batch's sum, its
-// per-example statistics kept.
+// or, within ClippedSumPieces, one piece added to the batch's sum (its
+// examples are units off... of the batch's Accumulator).
 func (e *Engine) step(ctx context.Context, x []float32, y []int, dst []float32, c nn.Clipper) ([]float64, error) {
 	if !e.adding {
 		return e.plan.StepContext(ctx, x, y, dst, c)
 	}
-	losses, err := e.plan.StepAdd(ctx, x, y, c)
-	if err != nil {
-		return nil, err
-	}
-	n := len(y)
-	p := &e.pieces
-	p.losses = append(p.losses, losses...)
-	p.norms = append(p.norms, e.norms[:n]...)
-	p.clipped = append(p.clipped, e.clipped[:n]...)
-	p.zeroed = append(p.zeroed, e.zeroed[:n]...)
-	return losses, nil
+	return e.plan.StepAdd(ctx, x, y, c)
 }

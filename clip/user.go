@@ -36,10 +36,10 @@ type UserOptions struct {
 // taken in float64 from exactly those float64 values, and the coordinates
 // are then rounded toward zero to float32 (nn.TowardZero32, which clamps
 // a coordinate beyond the float32 range to the largest float32), so the
-// stored w has |w_k| <= |g_k|, and the contribution is w scaled by
-// Factor(Norm, norm) with nn.MulDown: its norm is at most Factor * ||g||
-// (1+2^-24)^2 <= Norm in the float arithmetic done, however large the
-// examples' gradients. Rows near the float32 maximum (a CSV missing-value
+// stored w has |w_k| <= |g_k|, and the contribution is w scaled by the
+// user's factor (Accumulator.Factor, Accumulator.AddPart) with nn.MulDown:
+// its norm is at most the factor times ||g|| (1+2^-24)^2 <= Norm in the
+// float arithmetic done, however large the examples' gradients. Rows near the float32 maximum (a CSV missing-value
 // sentinel) can no longer overflow a user's sum to Inf, and no user can
 // make the sum NaN.
 // The combination runs on GOMAXPROCS goroutines over coordinate ranges. A
@@ -57,10 +57,7 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 	}
 	chunk := max(largest, min(len(y), captureBytes/(4*d)))
 	e.ensureUserCapture(chunk, d)
-	clear(dst)
-	st.Examples = len(y)
-	e.sorted = e.sorted[:0]
-	var tl userTally
+	e.acc.Begin(dst, len(groups))
 	workers := max(1, min(runtime.GOMAXPROCS(0), d/4096))
 	for lo, g0 := 0, 0; g0 < len(groups); {
 		hi, g1 := userChunk(groups, lo, g0, chunk)
@@ -69,25 +66,14 @@ func (e *Engine) UserClippedSum(x []float32, y []int, groups []int, opt UserOpti
 		if err != nil {
 			return st, err
 		}
-		ok := e.finiteExamples(losses, &st, &tl)
+		ok := e.finiteExamples(losses)
 		users := groups[g0:g1]
 		sq := e.combineUsers(out, ok, users, workers, opt.Mean)
-		factors := e.userFactors(users, sq, workers, &st, &tl)
-		addClippedUsers(dst, out, users, factors, workers)
+		e.userFactors(g0, users, sq, workers)
+		e.addClippedUsers(g0, out, users, workers)
 		lo, g0 = hi, g1
 	}
-	st.Clipped = float64(tl.clipped) / float64(len(groups))
-	if tl.finite > 0 {
-		st.Loss = tl.lossSum / float64(tl.finite)
-	}
-	st.NormQuantiles = quantiles(e.sorted)
-	return st, nil
-}
-
-// userTally is what UserClippedSum counts over the chunks of a batch.
-type userTally struct {
-	finite, clipped int
-	lossSum         float64
+	return e.acc.Stats(), nil
 }
 
 // checkUserBatch refuses what UserClippedSum cannot do and returns the
@@ -147,22 +133,17 @@ func userChunk(groups []int, lo, g0, chunk int) (hi, g1 int) {
 	return hi, g1
 }
 
-// finiteExamples marks the chunk's examples to keep. A non-finite loss
-// marks an example whose input, loss or gradient norm is not finite
-// (nn.Plan.Step): it is left out.
-func (e *Engine) finiteExamples(losses []float64, st *Stats, tl *userTally) []bool {
+// finiteExamples marks the chunk's examples to keep and records their
+// losses. A non-finite loss marks an example whose input, loss or
+// gradient norm is not finite (nn.Plan.Step): it is left out of its
+// user's gradient and counted.
+func (e *Engine) finiteExamples(losses []float64) []bool {
 	ok := e.userOK[:0]
 	for _, l := range losses {
-		good := !math.IsNaN(l)
-		ok = append(ok, good)
-		if good {
-			tl.finite++
-			tl.lossSum += l
-		} else {
-			st.NonFinite++
-		}
+		ok = append(ok, finite(l))
 	}
 	e.userOK = ok
+	e.acc.memberLosses(losses)
 	return ok
 }
 
@@ -209,48 +190,26 @@ func (e *Engine) combineUsers(out [][]float32, ok []bool, users []int, workers i
 }
 
 // userFactors turns the partial squared norms into each user's clip
-// factor, recording the norms and the clipped and within-norm counts. A
-// user whose norm is not finite (which float64 sums of finite float32
+// factor (Accumulator.Factor: users are units g0... of the batch). A user
+// whose norm is not finite (which float64 sums of finite float32
 // gradients cannot produce) gets factor 0 and is counted non-finite.
-func (e *Engine) userFactors(users []int, sq []float64, workers int, st *Stats, tl *userTally) []float64 {
-	factors := e.userF[:0]
+func (e *Engine) userFactors(g0 int, users []int, sq []float64, workers int) {
 	for u := range users {
 		s := 0.0
 		for w := range workers {
 			s += sq[u*workers+w]
 		}
-		nrm := math.Sqrt(s)
-		f := Factor(e.opt.Norm, nrm)
-		switch {
-		case f == 0:
-			st.NonFinite++
-		case nrm > e.opt.Norm:
-			tl.clipped++
-			e.sorted = append(e.sorted, nrm)
-		default:
-			st.WithinNorm++
-			e.sorted = append(e.sorted, nrm)
-		}
-		factors = append(factors, f)
+		e.acc.Factor(g0+u, math.Sqrt(s), 0)
 	}
-	e.userF = factors
-	return factors
 }
 
 // addClippedUsers is pass 2: add the clipped users' gradients (each in its
-// first example's slot of out) to dst, scaled with nn.MulDown.
-func addClippedUsers(dst []float32, out [][]float32, users []int, factors []float64, workers int) {
-	parallelRanges(len(dst), workers, func(_, a, b int) {
+// first example's slot of out) to the sum, by coordinate ranges.
+func (e *Engine) addClippedUsers(g0 int, out [][]float32, users []int, workers int) {
+	parallelRanges(e.m.NumParams(), workers, func(_, a, b int) {
 		first := 0
 		for u, g := range users {
-			if f := factors[u]; f != 0 {
-				f32 := nn.Factor32(f)
-				v := out[first][a:b]
-				acc := dst[a:b]
-				for i, x := range v {
-					acc[i] += nn.MulDown(f32, x)
-				}
-			}
+			e.acc.AddPart(g0+u, a, out[first][a:b])
 			first += g
 		}
 	})

@@ -232,6 +232,11 @@ func (w Workload) Matrix() (*mat.Dense, error) {
 // per matrix.
 const DenseStepLimit = 8192
 
+// StructuredStepLimit is the largest number of steps for which structured
+// (O(n) memory) mechanisms are scored: their per-step arrays cost 8 n
+// bytes each (64 MiB at this limit).
+const StructuredStepLimit = 1 << 23
+
 // HumanBytes writes a byte count in binary units (KiB to TiB), for the
 // refusals that state the memory a request would need.
 func HumanBytes(b float64) string {

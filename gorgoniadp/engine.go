@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -15,33 +14,28 @@ import (
 // Engine computes clipped per-example gradient sums of a Model. It
 // implements train.Engine and is not safe for concurrent use.
 type Engine struct {
-	m     *Model
-	opt   clip.Options
-	norms []float64
-	fast  *fastEngine // the batched executor of a compiled graph, or nil
+	m    *Model
+	opt  clip.Options
+	acc  *clip.Accumulator // the clipping rule and statistics of the per-example path
+	fast *fastEngine       // the batched executor of a compiled graph, or nil
 }
 
 func newEngine(m *Model, opt clip.Options) (*Engine, error) {
 	if opt.MaxBatch <= 0 {
 		return nil, dpcore.Invalid("gorgoniadp", "engine: MaxBatch %d", opt.MaxBatch)
 	}
-	if opt.NonPrivate {
-		opt.Norm, opt.PerLayer, opt.LInfZero = 0, nil, 0
-	}
-	if len(opt.PerLayer) > 0 {
+	if !opt.NonPrivate && len(opt.PerLayer) > 0 {
 		return nil, dpcore.Invalid("gorgoniadp", "engine: per-layer clipping is not supported (the graph has no layers, only parameters): give one clip norm")
 	}
-	if !opt.NonPrivate && !(opt.Norm > 0 && !math.IsInf(opt.Norm, 0)) {
-		return nil, dpcore.Invalid("gorgoniadp", "engine: clipping norm %v must be positive and finite", opt.Norm)
-	}
-	if opt.LInfZero < 0 || math.IsNaN(opt.LInfZero) {
-		return nil, dpcore.Invalid("gorgoniadp", "engine: LInfZero %v", opt.LInfZero)
+	acc, err := clip.NewAccumulator(opt)
+	if err != nil {
+		return nil, fmt.Errorf("gorgoniadp: engine: %w", err)
 	}
 	fast, err := m.newFast(opt)
 	if err != nil {
 		return nil, fmt.Errorf("gorgoniadp: engine: %w", err)
 	}
-	return &Engine{m: m, opt: opt, norms: make([]float64, 0, opt.MaxBatch), fast: fast}, nil
+	return &Engine{m: m, opt: opt, acc: acc, fast: fast}, nil
 }
 
 // Params is the model's flat parameter buffer (Model.Params).
@@ -164,14 +158,15 @@ func (e *Engine) checkParams() error {
 	return nil
 }
 
-// ClippedSum computes the clipped sum of a batch: each example runs alone through the
-// graph, its gradient's L2 norm over all parameters is taken in float64,
-// and the gradient scaled by clip.Factor(Norm, norm) is added to dst
-// (clip.AddScaled: subnormal factors and products flushed to zero, so the contribution's
-// norm is at most Norm exactly), which is overwritten. Examples whose
-// loss or gradient is not finite contribute nothing and are counted in
-// Stats.NonFinite; examples whose L-inf norm exceeds LInfZero contribute
-// nothing. Nothing about one example's data stops the call.
+// ClippedSum computes the clipped sum of a batch: each example runs alone
+// through the graph and its gradient enters dst, which is overwritten,
+// through a clip.Accumulator (Add: the L2 norm over all parameters taken in
+// float64, the gradient scaled by the clip factor with subnormal factors
+// and products flushed to zero, so the contribution's norm is at most
+// Norm exactly). Examples whose loss or gradient is not finite contribute
+// nothing and are counted in Stats.NonFinite; examples whose L-inf norm
+// exceeds LInfZero contribute nothing. Nothing about one example's data
+// stops the call.
 func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, error) {
 	return e.ClippedSumContext(context.Background(), x, y, dst)
 }
@@ -179,45 +174,26 @@ func (e *Engine) ClippedSum(x []float32, y []int, dst []float32) (clip.Stats, er
 // ClippedSumContext is ClippedSum, stopping with ctx's error between
 // examples when ctx is done (dst is then incomplete).
 func (e *Engine) ClippedSumContext(ctx context.Context, x []float32, y []int, dst []float32) (clip.Stats, error) {
-	var st clip.Stats
 	if err := e.checkBatch(x, y, dst); err != nil {
-		return st, err
+		return clip.Stats{}, err
 	}
 	if e.fast != nil {
 		return e.fastClippedSum(ctx, x, y, dst)
 	}
 	m := e.m
 	n, chw := len(y), len(m.x)
-	clear(dst)
-	st.Examples = n
-	e.norms = e.norms[:0]
-	clipped, finite := 0, 0
-	lossSum := 0.0
+	e.acc.Begin(dst, n)
 	for i := range n {
 		if err := ctx.Err(); err != nil {
-			return st, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
+			return clip.Stats{}, fmt.Errorf("gorgoniadp: clipped sum: %w", err)
 		}
 		loss, err := m.gradient(x[i*chw:(i+1)*chw], y[i])
 		if err != nil {
-			return st, fmt.Errorf("gorgoniadp: clipped sum: example %d: %w", i, err)
+			return clip.Stats{}, fmt.Errorf("gorgoniadp: clipped sum: example %d: %w", i, err)
 		}
-		nrm, linf := norms(m.gbuf)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(nrm) || math.IsInf(nrm, 0) {
-			st.NonFinite++
-			continue
-		}
-		finite++
-		lossSum += loss
-		if e.add(m.gbuf, nrm, linf, dst, &st) {
-			clipped++
-		}
+		e.acc.Add(i, m.gbuf, loss)
 	}
-	st.Clipped = float64(clipped) / float64(n)
-	if finite > 0 {
-		st.Loss = lossSum / float64(finite)
-	}
-	st.NormQuantiles = normQuantiles(e.norms)
-	return st, nil
+	return e.acc.Stats(), nil
 }
 
 // checkBatch refuses a batch ClippedSum cannot take.
@@ -252,50 +228,6 @@ func allFinite(v []float32) bool {
 		}
 	}
 	return true
-}
-
-// norms is the L2 and L-inf norms of g, taken in float64.
-func norms(g []float32) (l2, linf float64) {
-	sq := 0.0
-	for _, v := range g {
-		f := float64(v)
-		sq += f * f
-		linf = max(linf, math.Abs(f))
-	}
-	return math.Sqrt(sq), linf
-}
-
-// add adds one finite example's gradient g (norms nrm, linf) to dst:
-// as is without privacy, else nothing if its L-inf norm exceeds LInfZero,
-// else clipped to Norm. It records the norm and reports whether g was
-// clipped.
-func (e *Engine) add(g []float32, nrm, linf float64, dst []float32, st *clip.Stats) (clipped bool) {
-	if e.opt.NonPrivate {
-		for j, v := range g {
-			dst[j] += v
-		}
-		return false
-	}
-	e.norms = append(e.norms, nrm)
-	if e.opt.LInfZero > 0 && !(linf <= e.opt.LInfZero) {
-		st.Zeroed++
-		return false
-	}
-	clip.AddScaled(dst, g, clip.Factor(e.opt.Norm, nrm))
-	return nrm > e.opt.Norm
-}
-
-// normQuantiles sorts norms and returns their 0.5, 0.9 and 0.99 quantiles
-// and maximum (zeros when there are none).
-func normQuantiles(norms []float64) (q [4]float64) {
-	slices.Sort(norms)
-	if k := len(norms); k > 0 {
-		for j, p := range []float64{0.5, 0.9, 0.99} {
-			q[j] = norms[min(k-1, int(math.Ceil(p*float64(k)))-1)]
-		}
-		q[3] = norms[k-1]
-	}
-	return q
 }
 
 // Logits runs example x forward and returns its logits (valid until the

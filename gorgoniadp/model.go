@@ -14,10 +14,10 @@
 // Per-example gradients are exact: each example of a batch runs forward
 // and backward through the user's graph alone (gorgonia's own reverse-mode
 // differentiation on a graph of batch one), so no op can mix examples. Its
-// gradient's L2 norm over all parameters is accumulated in float64 from
-// the float32 values, and the gradient scaled by clip.Factor(zeta, norm)
-// (package clip's margin, each entry rounded toward zero, so that no float32
-// rounding can lift a clipped contribution above zeta) is added to the sum;
+// gradient enters the sum through package clip's clipping rule
+// (clip.Accumulator.Add: the L2 norm over all parameters in float64 from
+// the float32 values, the clip factor with its margin, entries scaled so
+// that no float32 rounding can lift a clipped contribution above zeta);
 // an example whose loss or gradient is not finite adds exactly zero and is
 // counted in Stats.NonFinite, and nothing about one example's data stops
 // the sum (docs/math.md, no data-dependent control flow). Only ops whose per-example

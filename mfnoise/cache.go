@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // ProblemKey identifies an optimization problem whose answer a Cache stores:
@@ -49,7 +52,7 @@ type Cache struct {
 // Path returns the file that holds the entry for key.
 func (c *Cache) Path(key ProblemKey) (string, error) {
 	if c == nil || c.Dir == "" {
-		return "", invalidf("cache: no directory")
+		return "", guard.Invalidf("cache: no directory")
 	}
 	kb, err := key.canonical()
 	if err != nil {
@@ -74,7 +77,7 @@ func (c *Cache) Path(key ProblemKey) (string, error) {
 // it together with the storage error.
 func (c *Cache) GetOrBuild(ctx context.Context, key ProblemKey, build func(context.Context) (*Factorization, error)) (*Factorization, bool, error) {
 	if build == nil {
-		return nil, false, invalidf("cache: nil build function")
+		return nil, false, guard.Invalidf("cache: nil build function")
 	}
 	if c == nil || c.Dir == "" {
 		f, err := build(ctx)
@@ -157,4 +160,76 @@ func readEntry(path string, key []byte) (*Factorization, error) {
 		return nil, fmt.Errorf("mfnoise: cache: %w: entry %s was stored under another key", ErrCorrupt, path)
 	}
 	return f, nil
+}
+
+// storedToeplitz is a cached optimized Toeplitz mechanism: its
+// coefficients (a few numbers for a BLT, p for p bands), never a matrix.
+type storedToeplitz struct {
+	Key     string              `json:"key"`
+	Name    string              `json:"name"`
+	N       int                 `json:"n"`
+	Coef    []float64           `json:"coef,omitempty"`
+	BLT     *toeplitz.BLTParams `json:"blt,omitempty"`
+	InvCoef []float64           `json:"inv_coef,omitempty"`
+}
+
+// The kind and format version of a cached Toeplitz mechanism's envelope.
+const (
+	toeplitzStoreMagic   = "dpmf-toeplitz"
+	toeplitzStoreVersion = 1
+)
+
+// getOrBuildToeplitz is Cache.GetOrBuild for Toeplitz mechanisms. The file
+// is the JSON payload in atomicfile's sealed envelope (kind dpmf-toeplitz,
+// SHA-256), written atomically; an entry with a bad checksum, another key
+// or coefficients the constructors refuse is rebuilt and overwritten.
+func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*toeplitz.Encoder, error)) (*toeplitz.Encoder, bool, error) {
+	if c == nil || c.Dir == "" {
+		t, err := build(ctx)
+		return t, false, err
+	}
+	path, kb, err := c.entry(key, ".json")
+	if err != nil {
+		return nil, false, err
+	}
+	t, err := readToeplitzEntry(path, string(kb))
+	if err == nil {
+		return t, true, nil
+	}
+	if _, serr := os.Stat(path); serr == nil {
+		buildTraceFrom(ctx).rebuilding(path, err)
+	}
+	t, err = build(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	payload, err := json.Marshal(storedToeplitz{Key: string(kb), Name: t.Name, N: t.N, Coef: t.Coef, BLT: t.BLT, InvCoef: t.InvCoef})
+	if err != nil {
+		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
+	}
+	return t, false, c.write(path, toeplitzStoreMagic, toeplitzStoreVersion, payload)
+}
+
+func readToeplitzEntry(path, key string) (*toeplitz.Encoder, error) {
+	payload, err := atomicfile.ReadSealed(path, toeplitzStoreMagic, toeplitzStoreVersion)
+	if err != nil {
+		if errors.Is(err, atomicfile.ErrCorrupt) {
+			return nil, fmt.Errorf("mfnoise: cache: %w: %s fails its header or checksum", ErrCorrupt, path)
+		}
+		return nil, err
+	}
+	var st storedToeplitz
+	if err := json.Unmarshal(payload, &st); err != nil {
+		return nil, fmt.Errorf("mfnoise: cache: %w: %v", ErrCorrupt, err)
+	}
+	if st.Key != key {
+		return nil, fmt.Errorf("mfnoise: cache: %w: %s was stored under another key", ErrCorrupt, path)
+	}
+	switch {
+	case st.BLT != nil:
+		return toeplitz.NewBLT(st.Name, st.N, *st.BLT)
+	case st.Coef != nil:
+		return toeplitz.New(st.Name, st.N, st.Coef)
+	}
+	return nil, fmt.Errorf("mfnoise: cache: %w: %s holds no coefficients", ErrCorrupt, path)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 )
 
@@ -46,7 +46,7 @@ type CompareRow struct {
 // their scores sorted by loss (lowest first), each row named by the
 // mechanism's String. Each is scored from the strategy it builds: the
 // Toeplitz families (DPSGD, Sqrt, BandedToeplitz, BLT, BISR) from their
-// coefficients in O(n) memory at any n up to MaxStructuredSteps, and
+// coefficients in O(n) memory at any n up to dpcore.StructuredStepLimit, and
 // tree-online for the prefix sum under single or (k,b) participation above
 // dpcore.DenseStepLimit from its tree. A mechanism that is not a Coster, a
 // caller's own factorization for one, is costed as a dense encoder and
@@ -58,12 +58,12 @@ type CompareRow struct {
 // BuildTrace the context carries (WithBuildTrace).
 func Compare(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, mechs []Mechanism, opt BuildOptions) ([]CompareRow, error) {
 	if len(mechs) == 0 {
-		return nil, invalidf("compare: no mechanisms")
+		return nil, guard.Invalidf("compare: no mechanisms")
 	}
 	rows := make([]CompareRow, 0, len(mechs))
 	for i, m := range mechs {
 		if m == nil {
-			return nil, invalidf("compare: mechanism %d is nil", i+1)
+			return nil, guard.Invalidf("compare: mechanism %d is nil", i+1)
 		}
 		row, err := compareOne(ctx, m, w, schema, opt)
 		if err != nil {
@@ -79,7 +79,7 @@ func compareOne(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpco
 	coster, structured := m.(Coster)
 	if !structured {
 		// Costed as dense: refused above dpcore.DenseStepLimit before it builds.
-		if err := checkDense("score "+m.String(), w.N, denseMatrices); err != nil {
+		if err := guard.Dense("score "+m.String(), w.N, denseMatrices); err != nil {
 			return CompareRow{}, err
 		}
 	}
@@ -89,10 +89,10 @@ func compareOne(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpco
 		return CompareRow{}, err
 	}
 	if st == nil {
-		return CompareRow{}, invalidf("%s built no strategy", m)
+		return CompareRow{}, guard.Invalidf("%s built no strategy", m)
 	}
 	if st.Steps() != w.N {
-		return CompareRow{}, invalidf("%s factorizes %d steps, not n = %d", m, st.Steps(), w.N)
+		return CompareRow{}, guard.Invalidf("%s factorizes %d steps, not n = %d", m, st.Steps(), w.N)
 	}
 	row, err := scoreStrategy(m.String(), st, schema)
 	if err != nil {
@@ -135,7 +135,7 @@ func scoreStrategy(name string, s dpcore.Strategy, schema dpcore.Schema) (Compar
 // cost is that of a dense encoder unless Meta.Bands declares it banded.
 func Score(name string, f *Factorization, schema dpcore.Schema) (CompareRow, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
-		return CompareRow{}, invalidf("score %s: nil factorization", name)
+		return CompareRow{}, guard.Invalidf("score %s: nil factorization", name)
 	}
 	row, err := scoreStrategy(name, f, schema)
 	if err != nil {
@@ -160,22 +160,10 @@ func rowFromNorms(name string, sens dpcore.SensitivityResult, r []float64) (Comp
 		row.StepRMSE[i] = math.Sqrt(v)
 	}
 	row.RMSE = math.Sqrt(row.Loss / float64(len(r)))
-	if !linalg.Finite(row.Loss) {
+	if !guard.Finite(row.Loss) {
 		return CompareRow{}, fmt.Errorf("mfnoise: loss is %v", row.Loss)
 	}
 	return row, nil
-}
-
-// denseCost is the streaming cost of a dense encoder's noise (SPEC 6),
-// per coordinate of the model: the band count when the factorization
-// declares its encoder banded (Meta.Bands), else one d-vector per step of
-// a block.
-func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
-	if f, ok := s.(*Factorization); ok && f.Meta.Bands > 0 {
-		return bandedCost(s, stamps)
-	}
-	n0, _ := blockDims(s, stamps)
-	return float64(n0), "O(n d)"
 }
 
 // prefixedError adds context to an error keeping a single "mfnoise: "

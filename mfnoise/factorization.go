@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -43,21 +45,21 @@ type Factorization struct {
 	Decoder  *mat.Dense // B
 	Meta     Metadata
 
-	// toeplitz is the structured mechanism a Toeplitz factorization came
+	// toeplitz is the structured encoder a Toeplitz factorization came
 	// from (see Toeplitz).
-	toeplitz *Toeplitz
+	toeplitz *toeplitz.Encoder
 	// gram is C^T C in closed form when the family's structure gives it
 	// (trees, FFT, DP-SGD and stamps of them), for Compare's sensitivity;
 	// nil otherwise. It is not stored.
 	gram *mat.SymDense
 }
 
-// Toeplitz returns the structured mechanism a factorization made by
-// Toeplitz.Factorization came from, or nil. Package noise streams such a
+// Toeplitz returns the Toeplitz encoder a factorization made by Dense from
+// a *toeplitz.Strategy came from, or nil. Package noise streams such a
 // factorization with the mechanism's own buffers (Nbuf d-vectors for a BLT)
 // instead of from the dense encoder. It is not stored by
 // SaveFactorization: Toeplitz mechanisms are rebuilt, never loaded.
-func (f *Factorization) Toeplitz() *Toeplitz { return f.toeplitz }
+func (f *Factorization) Toeplitz() *toeplitz.Encoder { return f.toeplitz }
 
 // FactorizationTolerance is the relative Frobenius tolerance of
 // ||A - BC||_F <= tol ||A||_F that NewFactorization enforces.
@@ -74,15 +76,15 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 	n := w.N
 	m, nc := c.Dims()
 	if nc != n || m < n {
-		return nil, invalidf("factorization: encoder is %d x %d, want m x %d with m >= %d", m, nc, n, n)
+		return nil, guard.Invalidf("factorization: encoder is %d x %d, want m x %d with m >= %d", m, nc, n, n)
 	}
 	if br, bc := b.Dims(); br != n || bc != m {
-		return nil, invalidf("factorization: decoder is %d x %d, want %d x %d", br, bc, n, m)
+		return nil, guard.Invalidf("factorization: decoder is %d x %d, want %d x %d", br, bc, n, m)
 	}
-	if err := sensitivity.CheckFinite("encoder", c); err != nil {
+	if err := guard.FiniteMatrix("encoder", c); err != nil {
 		return nil, err
 	}
-	if err := sensitivity.CheckFinite("decoder", b); err != nil {
+	if err := guard.FiniteMatrix("decoder", b); err != nil {
 		return nil, err
 	}
 	// mulFactors exploits the structure of tree, banded, stamped and FFT
@@ -104,14 +106,14 @@ func NewFactorization(w dpcore.Workload, c, b *mat.Dense, meta Metadata) (*Facto
 func (f *Factorization) N() int { return f.Workload.N }
 
 // Sensitivity is sensitivity.Of(f.Encoder, s).
-func (f *Factorization) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return sensitivity.Of(f.Encoder, s)
+func (f *Factorization) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	return sensitivity.Of(f.Encoder, schema)
 }
 
-// Loss is sens^2(C) ||B||_F^2 under s: the total squared error of the
+// Loss is sens^2(C) ||B||_F^2 under the schema: the total squared error of the
 // released workload for unit noise multiplier (SPEC 4).
-func (f *Factorization) Loss(s dpcore.Schema) (float64, error) {
-	sens, err := f.Sensitivity(s)
+func (f *Factorization) Loss(schema dpcore.Schema) (float64, error) {
+	sens, err := f.Sensitivity(schema)
 	if err != nil {
 		return 0, err
 	}
@@ -153,8 +155,8 @@ func rowNorms2(b *mat.Dense) []float64 {
 
 // RMSE is sqrt(Loss/n), the root-mean-square error per step for unit noise
 // multiplier.
-func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
-	l, err := f.Loss(s)
+func (f *Factorization) RMSE(schema dpcore.Schema) (float64, error) {
+	l, err := f.Loss(schema)
 	if err != nil {
 		return 0, err
 	}
@@ -163,8 +165,8 @@ func (f *Factorization) RMSE(s dpcore.Schema) (float64, error) {
 
 // StepVariance returns sens^2 ||B[i,:]||^2 for each step: the variance of the
 // error on step i's output for unit noise multiplier.
-func (f *Factorization) StepVariance(s dpcore.Schema) ([]float64, error) {
-	sens, err := f.Sensitivity(s)
+func (f *Factorization) StepVariance(schema dpcore.Schema) ([]float64, error) {
+	sens, err := f.Sensitivity(schema)
 	if err != nil {
 		return nil, err
 	}
@@ -177,19 +179,19 @@ func (f *Factorization) StepVariance(s dpcore.Schema) ([]float64, error) {
 func OptimalDecoder(a, c mat.Matrix) (*mat.Dense, error) {
 	m, n := c.Dims()
 	if ar, ac := a.Dims(); ar != n || ac != n {
-		return nil, invalidf("optimal decoder: workload is %d x %d, encoder %d x %d", ar, ac, m, n)
+		return nil, guard.Invalidf("optimal decoder: workload is %d x %d, encoder %d x %d", ar, ac, m, n)
 	}
 	if m < n {
-		return nil, invalidf("optimal decoder: encoder is %d x %d, needs m >= n", m, n)
+		return nil, guard.Invalidf("optimal decoder: encoder is %d x %d, needs m >= n", m, n)
 	}
 	var x mat.SymDense
 	x.SymOuterK(1, c.T())
 	var ch mat.Cholesky
 	if !ch.Factorize(&x) {
-		return nil, invalidf("optimal decoder: encoder does not have full column rank")
+		return nil, guard.Invalidf("optimal decoder: encoder does not have full column rank")
 	}
 	if cond := ch.Cond(); cond > 1e14 || math.IsNaN(cond) {
-		return nil, invalidf("optimal decoder: encoder is numerically rank deficient (cond(C^T C) = %.3g)", cond)
+		return nil, guard.Invalidf("optimal decoder: encoder is numerically rank deficient (cond(C^T C) = %.3g)", cond)
 	}
 	var y mat.Dense // X^-1 A^T
 	if err := ch.SolveTo(&y, a.T()); err != nil {

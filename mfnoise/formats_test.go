@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // Files written by the release at commit 3258d09 (testdata/formats): a
@@ -25,12 +26,12 @@ func formatCacheKey(t *testing.T) ProblemKey {
 	return ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Stamps: 1}
 }
 
-func formatToeplitzKey(t *testing.T) (ProblemKey, *Toeplitz) {
+func formatToeplitzKey(t *testing.T) (ProblemKey, *toeplitz.Encoder) {
 	w, err := dpcore.PrefixSum(12)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blt, err := NewBLT("blt:2", 12, BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
+	blt, err := toeplitz.NewBLT("blt:2", 12, toeplitz.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestFormatToeplitzCacheEntry3258d09(t *testing.T) {
 	if err := os.WriteFile(path, blob, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, hit, err := c.getOrBuildToeplitz(context.Background(), key, func(context.Context) (*Toeplitz, error) {
+	got, hit, err := c.getOrBuildToeplitz(context.Background(), key, func(context.Context) (*toeplitz.Encoder, error) {
 		t.Fatal("rebuilt: the stored entry was not used")
 		return nil, nil
 	})

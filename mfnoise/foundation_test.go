@@ -11,16 +11,16 @@ import (
 )
 
 func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
-	s, err := dpcore.KBParticipation(3, 2)
+	schema, err := dpcore.KBParticipation(3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := s.Patterns(6)
+	p := schema.Patterns(6)
 	if len(p) != 2 || p[0][0] != 0 || p[0][1] != 2 || p[0][2] != 4 || p[1][2] != 5 {
 		t.Fatalf("patterns %v, want {1,3,5},{2,4,6} (1-based)", p)
 	}
 	eye := mat.NewDiagDense(6, []float64{1, 1, 1, 1, 1, 1})
-	r, err := sensitivity.Of(eye, s)
+	r, err := sensitivity.Of(eye, schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestKBPatternsAndSensitivityOfIdentity(t *testing.T) {
 	// 5+3+1 + 2*(3+1+1) = 19.
 	sm, _ := dpcore.PrefixSum(6)
 	a, _ := sm.Matrix()
-	r, _ = sensitivity.Of(a, s)
+	r, _ = sensitivity.Of(a, schema)
 	if math.Abs(r.Value-math.Sqrt(28)) > 1e-12 {
 		t.Fatalf("sens(S) = %v, want sqrt(28)", r.Value)
 	}
@@ -59,8 +59,8 @@ func TestMinSepDPOnBandedEncoderIsExact(t *testing.T) {
 		c.Set(i, i-1, 0.6)
 	}
 	// Column norms: col j<n-1 has 0.8^2 + 0.6^2 = 1 except col 0: 1 + 0.36.
-	s, _ := dpcore.MinSepParticipation(3, 2)
-	r, err := sensitivity.Of(c, s)
+	schema, _ := dpcore.MinSepParticipation(3, 2)
+	r, err := sensitivity.Of(c, schema)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,12 @@ import (
 // multi-epoch paper's scale: prefix sum, n = 2000, (k,b) = (20,100).
 func BenchmarkMechanism(b *testing.B) {
 	w, _ := dpcore.PrefixSum(2000)
-	s, _ := dpcore.KBParticipation(20, 100)
+	schema, _ := dpcore.KBParticipation(20, 100)
 	for _, spec := range named(b, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-online/s10,tree-full/s5,fft/s5,fft-opt/s5") {
 		b.Run(spec.String(), func(b *testing.B) {
 			cpu := processCPUSeconds()
 			for b.Loop() {
-				if _, err := compareOne(context.Background(), spec, w, s, BuildOptions{}); err != nil {
+				if _, err := compareOne(context.Background(), spec, w, schema, BuildOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -51,7 +51,7 @@ func minSepEncoders() (banded, dense *mat.Dense) {
 // at n = 2000: Gram matrix plus the O(n^2 k) dynamic program.
 func BenchmarkMinSepSensitivity(b *testing.B) {
 	banded, dense := minSepEncoders()
-	s, _ := dpcore.MinSepParticipation(20, 100)
+	schema, _ := dpcore.MinSepParticipation(20, 100)
 	for _, c := range []struct {
 		name string
 		c    *mat.Dense
@@ -59,7 +59,7 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			cpu := processCPUSeconds()
 			for b.Loop() {
-				if _, err := sensitivity.Of(c.c, s); err != nil {
+				if _, err := sensitivity.Of(c.c, schema); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -70,7 +70,7 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 			x := linalg.Gram(c.c)
 			cpu := processCPUSeconds()
 			for b.Loop() {
-				if _, err := sensitivity.FromGram(c.c, x, s); err != nil {
+				if _, err := sensitivity.FromGram(c.c, x, schema); err != nil {
 					b.Fatal(err)
 				}
 			}

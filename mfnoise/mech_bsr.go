@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // BandedSqrt is the banded square root (bsr:BANDS; Kalinin and Lampert
@@ -22,16 +24,16 @@ func (m BandedSqrt) Structure() Structure { return Structure{Bands: m.Bands} }
 
 // Build is the closed form, in O(b) memory for the encoder.
 func (m BandedSqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) {
+	return closedForm(ctx, m.String(), w, schema, func() (*toeplitz.Encoder, error) {
 		if m.Bands < 1 || m.Bands > w.N {
-			return nil, invalidf("build %s: %d bands, need 1..n = %d", m, m.Bands, w.N)
+			return nil, guard.Invalidf("build %s: %d bands, need 1..n = %d", m, m.Bands, w.N)
 		}
 		c := make([]float64, m.Bands)
 		c[0] = 1
 		for j := 1; j < m.Bands; j++ {
 			c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
 		}
-		return NewToeplitz(m.String(), w.N, c)
+		return toeplitz.New(m.String(), w.N, c)
 	})
 }
 

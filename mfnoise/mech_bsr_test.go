@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // TestBandedSqrtMatchesDense: the banded square root's O(n) strategy has
@@ -19,7 +21,7 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 	for _, n := range []int{1, 7, 40} {
 		prefix, _ := dpcore.PrefixSum(n)
 		mom, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.ConstantSchedule(1))
-		sq, _ := SqrtToeplitz(n)
+		sq, _ := toeplitz.Sqrt(n)
 		for _, b := range []int{1, 3, n} {
 			if b > n {
 				continue
@@ -54,24 +56,24 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 						}
 					}
 				}
-				for _, s := range schemas {
-					got, err := st.Sensitivity(s)
+				for _, schema := range schemas {
+					got, err := st.Sensitivity(schema)
 					if err != nil {
 						t.Fatal(err)
 					}
-					dense, err := sensitivity.Of(f.Encoder, s)
+					dense, err := sensitivity.Of(f.Encoder, schema)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if relErr(got.Value, dense.Value) > 1e-12 || !got.Exact {
-						t.Fatalf("%v, n = %d, %v: sensitivity %+v, dense %+v", m, n, s, got, dense)
+					if mftest.RelErr(got.Value, dense.Value) > 1e-12 || !got.Exact {
+						t.Fatalf("%v, n = %d, %v: sensitivity %+v, dense %+v", m, n, schema, got, dense)
 					}
 					loss, err := dpcore.LossAt(st, got.Value)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if want := f.LossAt(got.Value); relErr(loss, want) > 1e-12 {
-						t.Fatalf("%v, n = %d, %v: loss %v, dense %v", m, n, s, loss, want)
+					if want := f.LossAt(got.Value); mftest.RelErr(loss, want) > 1e-12 {
+						t.Fatalf("%v, n = %d, %v: loss %v, dense %v", m, n, schema, loss, want)
 					}
 				}
 			}
@@ -83,7 +85,7 @@ func TestBandedSqrtMatchesDense(t *testing.T) {
 		r, _ := root.Sensitivity(dpcore.SingleParticipation())
 		la, _ := dpcore.LossAt(full, a.Value)
 		lr, _ := dpcore.LossAt(root, r.Value)
-		if a.Value != r.Value || relErr(la, lr) > 1e-12 {
+		if a.Value != r.Value || mftest.RelErr(la, lr) > 1e-12 {
 			t.Fatalf("bsr:%d %v %v, sqrt %v %v", n, a.Value, la, r.Value, lr)
 		}
 	}

@@ -27,8 +27,8 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 			// with the dense block.
 			spec = Stamped{Inner: d, Stamps: 1}
 		}
-		for _, s := range schemas {
-			st, err := spec.Build(context.Background(), w, s, BuildOptions{})
+		for _, schema := range schemas {
+			st, err := spec.Build(context.Background(), w, schema, BuildOptions{})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -36,16 +36,16 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 			if f.gram == nil {
 				t.Fatalf("%s: no structured Gram matrix", name)
 			}
-			fast, err := scoreStrategy(name, f, s)
+			fast, err := scoreStrategy(name, f, schema)
 			if err != nil {
 				t.Fatal(err)
 			}
-			dense, err := sensitivity.Of(mat.DenseCopyOf(f.Encoder), s)
+			dense, err := sensitivity.Of(mat.DenseCopyOf(f.Encoder), schema)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if math.Abs(fast.Sensitivity-dense.Value) > 1e-12*dense.Value || fast.SensitivityMethod != dense.Method || fast.SensitivityExact != dense.Exact {
-				t.Fatalf("%s under %v: structured %+v, dense %+v", name, s, fast, dense)
+				t.Fatalf("%s under %v: structured %+v, dense %+v", name, schema, fast, dense)
 			}
 		}
 	}
@@ -53,9 +53,9 @@ func TestStructuredSensitivityMatchesDense(t *testing.T) {
 
 func TestCompareRanksAndScores(t *testing.T) {
 	w, _ := dpcore.PrefixSum(16)
-	s, _ := dpcore.KBParticipation(4, 4)
+	schema, _ := dpcore.KBParticipation(4, 4)
 	specs := named(t, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-full/s2")
-	rows, err := Compare(context.Background(), w, s, specs, BuildOptions{})
+	rows, err := Compare(context.Background(), w, schema, specs, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestCompareRanksAndScores(t *testing.T) {
 			t.Fatalf("%s: step RMSE / RMSE inconsistent with loss %v", r.Mechanism, r.Loss)
 		}
 		// The loss is sens^2 ||B||_F^2 of the dense factorization.
-		f, err := BuildDense(context.Background(), named(t, r.Mechanism)[0], w, s, BuildOptions{})
+		f, err := BuildDense(context.Background(), named(t, r.Mechanism)[0], w, schema, BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := f.Loss(s)
+		want, _ := f.Loss(schema)
 		if math.Abs(want-r.Loss) > 1e-9*want {
 			t.Fatalf("%s: compare loss %v, factorization loss %v", r.Mechanism, r.Loss, want)
 		}

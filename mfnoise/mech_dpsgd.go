@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -48,7 +49,7 @@ func (DPSGD) Build(ctx context.Context, w dpcore.Workload, _ dpcore.Schema, _ Bu
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mfnoise: build dpsgd: %w", err)
 	}
-	t, err := NewToeplitz("dpsgd", w.N, []float64{1})
+	t, err := toeplitz.New("dpsgd", w.N, []float64{1})
 	if err != nil {
 		return nil, err
 	}

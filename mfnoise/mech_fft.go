@@ -6,6 +6,7 @@ import (
 	"math/cmplx"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/dsp/fourier"
 	"gonum.org/v1/gonum/mat"
@@ -126,7 +127,7 @@ func fftMechanism(w dpcore.Workload, decoder FFTDecoder) (*Factorization, *mat.S
 	case FFTOptimal:
 		b, err = fftOptimalDecoder(w, r[:n], spec)
 	default:
-		return nil, nil, invalidf("fft: unknown decoder %d", int(decoder))
+		return nil, nil, guard.Invalidf("fft: unknown decoder %d", int(decoder))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: fft: %w", err)
@@ -182,7 +183,7 @@ func fftOptimalDecoder(w dpcore.Workload, t []float64, spec []complex128) (*mat.
 // recurrence G[i+1][j+1] = G[i][j] + (a_{i+1} a_{j+1} - a_{n-1-i} a_{n-1-j}) / a_0.
 func toeplitzInverse(t []float64) (*mat.Dense, error) {
 	n := len(t)
-	if t[0] <= 0 || !linalg.Finite(t[0]) {
+	if t[0] <= 0 || !guard.Finite(t[0]) {
 		return nil, fmt.Errorf("mfnoise: toeplitz inverse: diagonal %v is not positive", t[0])
 	}
 	rr := make([]float64, n)

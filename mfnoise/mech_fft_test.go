@@ -205,14 +205,14 @@ func TestSpectralBoundMatchesSVD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := dpcore.KBParticipation(3, 8)
-	got, err := f.Sensitivity(s)
+	schema, _ := dpcore.KBParticipation(3, 8)
+	got, err := f.Sensitivity(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, _ := f.Encoder.Dims()
 	best := 0.0
-	for _, p := range s.Patterns(24) {
+	for _, p := range schema.Patterns(24) {
 		sub := mat.NewDense(m, len(p), nil)
 		for col, j := range p {
 			for i := 0; i < m; i++ {

@@ -7,36 +7,17 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
-
-// minSepPatterns enumerates every nonempty pattern of at most k steps of
-// 0..n-1 with gaps >= b.
-func minSepPatterns(n, k, b int) [][]int {
-	var out [][]int
-	var rec func(start int, cur []int)
-	rec = func(start int, cur []int) {
-		if len(cur) > 0 {
-			out = append(out, append([]int(nil), cur...))
-		}
-		if len(cur) == k {
-			return
-		}
-		for i := start; i < n; i++ {
-			rec(i+b, append(cur, i))
-		}
-	}
-	rec(0, nil)
-	return out
-}
 
 // The min-sep bound must dominate the true max over patterns of
 // sum_{i,j in pi} |X_ij| for any C, and equal it for a banded C.
 func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const n, k, b = 10, 3, 3
-	pats := minSepPatterns(n, k, b)
+	pats := mftest.MinSepPatterns(n, k, b)
 	for _, banded := range []bool{true, false} {
 		c := mat.NewDense(n, n, nil)
 		for i := 0; i < n; i++ {
@@ -57,8 +38,8 @@ func TestMinSepBoundAgainstEnumeration(t *testing.T) {
 			}
 			want = math.Max(want, sum)
 		}
-		s, _ := dpcore.MinSepParticipation(k, b)
-		r, err := sensitivity.Of(c, s)
+		schema, _ := dpcore.MinSepParticipation(k, b)
+		r, err := sensitivity.Of(c, schema)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -17,7 +17,7 @@ import (
 // files were written with).
 
 // MFSingle is the optimal single-participation factorization (Denisov et
-// al. 2022; OptimizeSingle).
+// al. 2022; SingleFamily).
 type MFSingle struct{}
 
 func (MFSingle) String() string { return "mf-single" }
@@ -33,9 +33,7 @@ func (m MFSingle) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Sc
 // BuildBlock optimizes for w0 (through the cache).
 func (m MFSingle) BuildBlock(ctx context.Context, w0 dpcore.Workload, _ dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
 	key := ProblemKey{Kind: "mf-single", Stamps: 1}
-	f, err := optimized(ctx, m.String(), "mf-single", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
-		return OptimizeSingle(ctx, w, o)
-	})
+	f, err := optimized(ctx, m.String(), "mf-single", key, w0, SingleFamily{}, opt, opt.Optimize.GapOrDefault())
 	return f, nil, err
 }
 
@@ -43,7 +41,7 @@ func (m MFSingle) BuildBlock(ctx context.Context, w0 dpcore.Workload, _ dpcore.S
 func (MFSingle) StampDecoder() StampDecoder { return StampOptimal }
 
 // MFKB is the optimal factorization for the sampler's (k,b)-participation
-// (multi-epoch paper; OptimizeKB); only fixed-order epochs realize that
+// (multi-epoch paper; KBFamily); only fixed-order epochs realize that
 // schema. Stamped, it is optimized for (ceil((n/S)/b), b) within a block.
 type MFKB struct{}
 
@@ -64,9 +62,7 @@ func (m MFKB) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.
 		k0 := (w0.N + schema.B - 1) / schema.B
 		key.Schema = dpcore.Schema{Kind: schema.Kind, K: min(k0, schema.K), B: schema.B}
 	}
-	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, opt, opt.Optimize.GapOrDefault(), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
-		return OptimizeKB(ctx, w, key.Schema, o)
-	})
+	f, err := optimized(ctx, m.String(), "mf-kb", key, w0, KBFamily{}, opt, opt.Optimize.GapOrDefault())
 	return f, nil, err
 }
 
@@ -74,7 +70,7 @@ func (m MFKB) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.
 func (MFKB) StampDecoder() StampDecoder { return StampOptimal }
 
 // BandMF is banded matrix factorization with Bands bands (banded-MF;
-// OptimizeBanded), or with Auto, the band count the planner picks (by
+// BandedFamily), or with Auto, the band count the planner picks (by
 // amplified accounting under band sampling, banded-MF App. F.4, or by the
 // loss under the schema without amplification; see AutoBanded for the
 // count it is built with by itself).
@@ -107,12 +103,10 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 		}
 	}
 	if bands < 1 || bands > n0 {
-		return nil, nil, invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
+		return nil, nil, guard.Invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, opt, bandedStopGap(opt.Optimize), func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error) {
-		return OptimizeBanded(ctx, w, bands, o)
-	})
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, bandedStopGap(opt.Optimize))
 	return f, nil, err
 }
 
@@ -142,37 +136,20 @@ func (BandMF) NoiseCost(s dpcore.Strategy, stamps int) (float64, string) {
 	return bandedCost(s, stamps)
 }
 
-func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
-	n0, _ := blockDims(s, stamps)
-	c, _, err := s.Matrices()
-	if err != nil {
-		return float64(n0), "O(n d)"
-	}
-	lo, hi, _ := linalg.RowSpans(c)
-	bands := 1
-	for i := range lo {
-		if hi[i] > lo[i] {
-			bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
-		}
-	}
-	return float64(bands), "O(b d)"
-}
-
-// optimized runs an optimizer for workload w through opt.Cache (key with
-// w) and under the context's BuildTrace (reported as label, stopping at the
-// relative gap stop).
-func optimized(ctx context.Context, name, label string, key ProblemKey, w dpcore.Workload, opt BuildOptions, stop float64,
-	run func(ctx context.Context, w dpcore.Workload, o *optimize.Settings) (*OptimizeResult, error)) (*Factorization, error) {
+// optimized runs Optimize for family under key.Schema and workload w
+// through opt.Cache (key with w) and under the context's BuildTrace
+// (reported as label, stopping at the relative gap stop).
+func optimized(ctx context.Context, name, label string, key ProblemKey, w dpcore.Workload, family Family, opt BuildOptions, stop float64) (*Factorization, error) {
 	if opt.Optimize != nil {
 		key.Gap = opt.Optimize.Gap
 	}
 	key.Workload = w
 	tr := buildTraceFrom(ctx)
 	produce := func(ctx context.Context) (*Factorization, error) {
-		var res *OptimizeResult
+		var res *Result
 		err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) error {
 			var err error
-			res, err = run(ctx, w, withProgress(opt.Optimize, progress))
+			res, err = Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: family}, withProgress(opt.Optimize, progress))
 			return err
 		})
 		if err != nil {

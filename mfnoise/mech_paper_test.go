@@ -58,10 +58,10 @@ func TestMultiEpochTable1(t *testing.T) {
 		"fft-opt": 2.2e6, "fft-opt/s2": 1.5e6, "fft-opt/s5": 1.1e6, "fft-opt/s10": 1.2e6, "fft-opt/s20": 1.7e6,
 	}
 	w, _ := dpcore.PrefixSum(2000)
-	s, _ := dpcore.KBParticipation(20, 100)
+	schema, _ := dpcore.KBParticipation(20, 100)
 	for name, published := range want {
 		spec := named(t, name)[0]
-		rows, err := Compare(context.Background(), w, s, []Mechanism{spec}, BuildOptions{})
+		rows, err := Compare(context.Background(), w, schema, []Mechanism{spec}, BuildOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,39 +6,24 @@ import (
 	"strconv"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
-// denseMatrices is how many n x n float64 matrices a dense build holds at
-// its peak (workload, encoder, decoder, Gram matrix, product check).
-const denseMatrices = 5
-
-// checkDense refuses a dense build of n steps above dpcore.DenseStepLimit.
-func checkDense(name string, n, matrices int) error {
-	if n > dpcore.DenseStepLimit {
-		return invalidf("%s: n = %d steps needs dense n x n matrices, about %s (%d x 8 n^2 bytes); the limit is n = %d (the Toeplitz mechanisms dpsgd, sqrt, toeplitz:BANDS, blt:NBUF and bisr:BANDS have none)",
-			name, n, humanBytes(float64(matrices)*8*float64(n)*float64(n)), matrices, dpcore.DenseStepLimit)
-	}
-	return nil
-}
-
 // toeplitzPrelude validates what every Toeplitz family's Build needs:
-// n within MaxStructuredSteps, a workload whose learning rates are known,
+// n within dpcore.StructuredStepLimit, a workload whose learning rates are known,
 // the schema and the context. It returns the workload the optimizers
 // optimize for: w itself, or under a time-varying schedule (cooldown) the
 // same momentum at a constant rate, since the optimizers need a Toeplitz
 // workload (the mechanism still serves, and is scored on, w itself).
 func toeplitzPrelude(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema) (dpcore.Workload, error) {
-	if err := checkSteps(w.N); err != nil {
+	if err := guard.Steps(w.N); err != nil {
 		return dpcore.Workload{}, err
 	}
-	eta, err := workloadRates(w)
+	ow, err := toeplitz.ProxyWorkload(w)
 	if err != nil {
 		return dpcore.Workload{}, err
-	}
-	ow := w
-	if eta != nil && !constantRates(eta) {
-		ow = dpcore.Workload{Kind: dpcore.MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: dpcore.ConstantSchedule(1)}
 	}
 	if err := schema.Validate(w.N); err != nil {
 		return dpcore.Workload{}, err
@@ -49,9 +34,9 @@ func toeplitzPrelude(ctx context.Context, name string, w dpcore.Workload, schema
 	return ow, nil
 }
 
-// The Toeplitz families are built in O(n) memory as *ToeplitzStrategy:
-// sqrt and bisr in closed form, toeplitz:BANDS by OptimizeToeplitz and
-// blt:NBUF by OptimizeBLT (total loss over w.N steps under the schema),
+// The Toeplitz families are built in O(n) memory as *toeplitz.Strategy
+// (package toeplitz): sqrt and bisr in closed form, toeplitz:BANDS and
+// blt:NBUF by Optimize's ToeplitzFamily and BLTFamily (total loss over w.N steps under the schema),
 // the optimized ones kept in BuildOptions.Cache (their coefficients only).
 // They are not stamped (their structure already streams in O(n) memory).
 
@@ -66,14 +51,14 @@ func (Sqrt) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
 func (m Sqrt) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return SqrtToeplitz(w.N) })
+	return closedForm(ctx, m.String(), w, schema, func() (*toeplitz.Encoder, error) { return toeplitz.Sqrt(w.N) })
 }
 
 // NoiseCost of the square root: n rows.
 func (Sqrt) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
 
 // BandedToeplitz is banded Toeplitz with Bands optimized coefficients
-// (toeplitz:BANDS; OptimizeToeplitz): its encoder is banded, so band
+// (toeplitz:BANDS; ToeplitzFamily): its encoder is banded, so band
 // sampling and amplified accounting apply. With Auto (toeplitz:auto) the
 // planner chooses the band count.
 type BandedToeplitz struct {
@@ -106,9 +91,9 @@ func (m BandedToeplitz) Build(ctx context.Context, w dpcore.Workload, schema dpc
 		}
 	}
 	if bands < 1 || bands > w.N {
-		return nil, invalidf("build %s: %d bands, need 1..n = %d", m, bands, w.N)
+		return nil, guard.Invalidf("build %s: %d bands, need 1..n = %d", m, bands, w.N)
 	}
-	t, err := optimizedToeplitz(ctx, m.String(), "toeplitz", bands, OptimizeToeplitz, ow, w.N, schema, opt)
+	t, err := optimizedToeplitz(ctx, m.String(), "toeplitz", bands, ToeplitzFamily{Bands: bands}, ow, w.N, schema, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +104,7 @@ func (m BandedToeplitz) Build(ctx context.Context, w dpcore.Workload, schema dpc
 func (BandedToeplitz) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toeplitzCost(s) }
 
 // BLT is the buffered linear Toeplitz mechanism with Buffers buffers
-// (blt:NBUF; McMahan et al. 2024, OptimizeBLT): O(NBUF d) noise memory.
+// (blt:NBUF; McMahan et al. 2024, BLTFamily): O(NBUF d) noise memory.
 type BLT struct{ Buffers int }
 
 func (m BLT) String() string { return "blt:" + strconv.Itoa(m.Buffers) }
@@ -133,7 +118,7 @@ func (m BLT) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema,
 	if err != nil {
 		return nil, err
 	}
-	t, err := optimizedToeplitz(ctx, m.String(), "blt", m.Buffers, OptimizeBLT, ow, w.N, schema, opt)
+	t, err := optimizedToeplitz(ctx, m.String(), "blt", m.Buffers, BLTFamily{Buffers: m.Buffers}, ow, w.N, schema, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +140,7 @@ func (BISR) Structure() Structure { return Structure{} }
 
 // Build is the closed form.
 func (m BISR) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, _ BuildOptions) (dpcore.Strategy, error) {
-	return closedForm(ctx, m.String(), w, schema, func() (*Toeplitz, error) { return BandedInverseSqrt(w.N, m.Bands) })
+	return closedForm(ctx, m.String(), w, schema, func() (*toeplitz.Encoder, error) { return toeplitz.BandedInverseSqrt(w.N, m.Bands) })
 }
 
 // NoiseCost: the bands of the inverse.
@@ -163,7 +148,7 @@ func (BISR) NoiseCost(s dpcore.Strategy, _ int) (float64, string) { return toepl
 
 // closedForm is the strategy of a closed-form Toeplitz family: the
 // prelude's checks, then the encoder mk makes, bound to w.
-func closedForm(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema, mk func() (*Toeplitz, error)) (dpcore.Strategy, error) {
+func closedForm(ctx context.Context, name string, w dpcore.Workload, schema dpcore.Schema, mk func() (*toeplitz.Encoder, error)) (dpcore.Strategy, error) {
 	if _, err := toeplitzPrelude(ctx, name, w, schema); err != nil {
 		return nil, err
 	}
@@ -176,37 +161,36 @@ func closedForm(ctx context.Context, name string, w dpcore.Workload, schema dpco
 
 // toeplitzCost is what streaming a Toeplitz strategy's noise costs.
 func toeplitzCost(s dpcore.Strategy) (float64, string) {
-	t, ok := s.(*ToeplitzStrategy)
+	t, ok := s.(*toeplitz.Strategy)
 	if !ok {
 		return float64(s.Steps()), "O(n d)"
 	}
-	if t.Toeplitz.BLT != nil {
-		return float64(t.Toeplitz.NoiseMemoryPerCoord()), "O(nbuf d)"
+	if t.Encoder.BLT != nil {
+		return float64(t.Encoder.NoiseMemoryPerCoord()), "O(nbuf d)"
 	}
-	return float64(t.Toeplitz.NoiseMemoryPerCoord()), "O(b d)"
+	return float64(t.Encoder.NoiseMemoryPerCoord()), "O(b d)"
 }
 
-// optimizedToeplitz runs run (OptimizeToeplitz with size bands,
-// OptimizeBLT with size buffers) for workload ow under the schema, through
-// opt.Cache and under the context's BuildTrace, and checks that the result
-// serves n steps.
-func optimizedToeplitz(ctx context.Context, name, kind string, size int,
-	run func(context.Context, dpcore.Workload, dpcore.Schema, int, ToeplitzProblem, *optimize.Settings) (*ToeplitzResult, error),
-	ow dpcore.Workload, n int, schema dpcore.Schema, opt BuildOptions) (*Toeplitz, error) {
+// optimizedToeplitz runs Optimize for family (kind "toeplitz" with size
+// bands, "blt" with size buffers) for workload ow under the schema,
+// through opt.Cache and under the context's BuildTrace, and checks that
+// the result serves n steps.
+func optimizedToeplitz(ctx context.Context, name, kind string, size int, family Family,
+	ow dpcore.Workload, n int, schema dpcore.Schema, opt BuildOptions) (*toeplitz.Encoder, error) {
 	key := ProblemKey{Kind: kind, Workload: ow, Schema: schema, Bands: size, Stamps: 1}
 	tr := buildTraceFrom(ctx)
 	label := kind + ":" + strconv.Itoa(size) // e.g. toeplitz:8, blt:4
-	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*Toeplitz, error) {
-		var res *ToeplitzResult
+	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*toeplitz.Encoder, error) {
+		var res *Result
 		err := tr.optimize(label, ow.N, 0, func(progress func(optimize.Progress)) error {
 			var err error
-			res, err = run(ctx, ow, schema, size, ToeplitzProblem{}, &optimize.Settings{Progress: progress})
+			res, err = Optimize(ctx, Problem{Workload: ow, Schema: schema, Family: family}, &optimize.Settings{Progress: progress})
 			return err
 		})
 		if err != nil {
 			return nil, err
 		}
-		return res.Mechanism, nil
+		return res.Toeplitz, nil
 	})
 	if err != nil {
 		return nil, prefixf(err, "build %s", name)
@@ -218,7 +202,7 @@ func optimizedToeplitz(ctx context.Context, name, kind string, size int,
 }
 
 // checkLoaded refuses a built or cached mechanism that is not for n steps.
-func checkLoaded(t *Toeplitz, n int) (*Toeplitz, error) {
+func checkLoaded(t *toeplitz.Encoder, n int) (*toeplitz.Encoder, error) {
 	if t == nil || t.N != n {
 		return nil, fmt.Errorf("mfnoise: cache: %w: a Toeplitz entry is not for n = %d steps", ErrCorrupt, n)
 	}

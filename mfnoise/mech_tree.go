@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/mat"
 )
@@ -96,11 +97,11 @@ func (t *treeLayout) nodes() int  { return len(t.level) }
 // rows appear in the order nodes complete as steps arrive.
 func TreeRow(n, h, p int) (int, error) {
 	if n <= 0 {
-		return 0, invalidf("tree row: n = %d must be positive", n)
+		return 0, guard.Invalidf("tree row: n = %d must be positive", n)
 	}
 	t := newTreeLayout(n)
 	if h < 0 || h > t.levels || p < 0 || p >= len(t.row[h]) {
-		return 0, invalidf("tree row: no node at level %d position %d in a tree of %d leaves", h, p, t.leaves())
+		return 0, guard.Invalidf("tree row: no node at level %d position %d in a tree of %d leaves", h, p, t.leaves())
 	}
 	return t.row[h][p], nil
 }
@@ -326,7 +327,7 @@ func binaryTree(w dpcore.Workload, opt TreeOptions) (*Factorization, *mat.SymDen
 	case TreeFull:
 		b, err = linalg.ApplyWorkload(w, t.pinv(n))
 	default:
-		return nil, nil, invalidf("binary tree: unknown decoder %d", int(opt.Decoder))
+		return nil, nil, guard.Invalidf("binary tree: unknown decoder %d", int(opt.Decoder))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("mfnoise: binary tree: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -31,11 +32,11 @@ func (m Tree) options() TreeOptions {
 }
 
 // Build is the dense factorization; tree-online for the prefix sum above
-// dpcore.DenseStepLimit (steps up to MaxStructuredSteps) is scored from the
+// dpcore.DenseStepLimit (steps up to dpcore.StructuredStepLimit) is scored from the
 // tree's structure instead.
 func (m Tree) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
 	if m.Decoder == TreeOnline && w.N > dpcore.DenseStepLimit && w.Kind == dpcore.PrefixSumKind {
-		if err := checkSteps(w.N); err != nil {
+		if err := guard.Steps(w.N); err != nil {
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -114,16 +115,4 @@ func (m FFT) NoiseCost(s dpcore.Strategy, stamps int) (float64, string) {
 		return float64(m0), "O(d log^2 n)"
 	}
 	return float64(m0), "O(d log n)"
-}
-
-// blockDims are the steps n0 and encoder rows m0 of one block of a dense
-// strategy stamped stamps times.
-func blockDims(s dpcore.Strategy, stamps int) (n0, m0 int) {
-	stamps = max(stamps, 1)
-	n0 = s.Steps() / stamps
-	if f, ok := s.(*Factorization); ok {
-		m, _ := f.Encoder.Dims()
-		return n0, m / stamps
-	}
-	return n0, n0
 }

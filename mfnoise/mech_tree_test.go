@@ -141,8 +141,8 @@ func TestTreeSensitivityHandChecked(t *testing.T) {
 	}
 	// (k=2,b=2): pattern {0,2}: X_00 + X_22 + 2 X_02 = 3 + 3 + 2*1 = 8;
 	// {1,3} likewise 8.
-	s, _ := dpcore.KBParticipation(2, 2)
-	r, _ = f.Sensitivity(s)
+	schema, _ := dpcore.KBParticipation(2, 2)
+	r, _ = f.Sensitivity(schema)
 	if math.Abs(r.Value-math.Sqrt(8)) > 1e-12 || r.Method != sensitivity.NonnegativeGram {
 		t.Fatalf("(2,2) sens = %+v, want sqrt(8)", r)
 	}

@@ -5,15 +5,17 @@ import (
 	"fmt"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
 
 // Mechanism is a correlated-noise mechanism: a value that builds its
 // strategy A = B C for a workload (SPEC 5). Each family is a type of this
-// package (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt, BandedToeplitz,
-// BLT, BISR, Stamped); the planner (package privacy) reads only this
-// method set, and names exist only in privacy.ParseMechanism.
+// package (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt, BandedSqrt,
+// BandedToeplitz, BLT, BISR, Stamped); the planner (package privacy) reads
+// only this method set, and names exist only in privacy.ParseMechanism.
 type Mechanism interface {
 	// String is the canonical name, e.g. "bandmf:8/s2".
 	String() string
@@ -77,6 +79,49 @@ type Coster interface {
 	NoiseCost(s dpcore.Strategy, stamps int) (perCoord float64, stepTime string)
 }
 
+// denseCost is the streaming cost of a dense encoder's noise (SPEC 6),
+// per coordinate of the model: the band count when the factorization
+// declares its encoder banded (Meta.Bands), else one d-vector per step of
+// a block.
+func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
+	if f, ok := s.(*Factorization); ok && f.Meta.Bands > 0 {
+		return bandedCost(s, stamps)
+	}
+	n0, _ := blockDims(s, stamps)
+	return float64(n0), "O(n d)"
+}
+
+// bandedCost is the streaming cost of a banded encoder's noise: its band
+// count read off the encoder within a block (b = max_i (i - first nonzero
+// column of row i) + 1).
+func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
+	n0, _ := blockDims(s, stamps)
+	c, _, err := s.Matrices()
+	if err != nil {
+		return float64(n0), "O(n d)"
+	}
+	lo, hi, _ := linalg.RowSpans(c)
+	bands := 1
+	for i := range lo {
+		if hi[i] > lo[i] {
+			bands = max(bands, i%max(n0, 1)-lo[i]%max(n0, 1)+1)
+		}
+	}
+	return float64(bands), "O(b d)"
+}
+
+// blockDims are the steps n0 and encoder rows m0 of one block of a dense
+// strategy stamped stamps times.
+func blockDims(s dpcore.Strategy, stamps int) (n0, m0 int) {
+	stamps = max(stamps, 1)
+	n0 = s.Steps() / stamps
+	if f, ok := s.(*Factorization); ok {
+		m, _ := f.Encoder.Dims()
+		return n0, m / stamps
+	}
+	return n0, n0
+}
+
 // BuildOptions configures building and Compare.
 type BuildOptions struct {
 	// Cache stores optimized factorizations so an expensive optimization
@@ -103,10 +148,14 @@ func BuildDense(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpco
 	return Dense(s)
 }
 
+// denseMatrices is how many n x n float64 matrices a dense build holds at
+// its peak (workload, encoder, decoder, Gram matrix, product check).
+const denseMatrices = 5
+
 // buildBlocks builds m densely over w in the given number of stamps
 // (1: not stamped), with the Gram matrix when the family gives one.
 func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
-	if err := checkDense("build "+name, w.N, denseMatrices); err != nil {
+	if err := guard.Dense("build "+name, w.N, denseMatrices); err != nil {
 		return nil, nil, err
 	}
 	if err := w.Validate(); err != nil {
@@ -119,7 +168,7 @@ func buildBlocks(ctx context.Context, m Blocked, stamps int, name string, w dpco
 		return nil, nil, fmt.Errorf("mfnoise: build %s: %w", name, err)
 	}
 	if stamps < 1 || w.N%stamps != 0 {
-		return nil, nil, invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
+		return nil, nil, guard.Invalidf("build %s: %d stamps do not divide n = %d steps", name, stamps, w.N)
 	}
 	block := func(w0 dpcore.Workload) (*Factorization, *mat.SymDense, error) {
 		return m.BuildBlock(ctx, w0, schema, opt)

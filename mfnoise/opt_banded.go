@@ -4,33 +4,33 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
-// defaultBandedIter bounds the L-BFGS iterations of OptimizeBanded.
+// defaultBandedIter bounds the L-BFGS iterations of optimizeBanded.
 const defaultBandedIter = 20000
 
-// defaultBandedGap is the certified relative gap OptimizeBanded stops at
+// defaultBandedGap is the certified relative gap optimizeBanded stops at
 // by default: the loss is then within 0.1% of the banded optimum, proven
 // by the bound. (5e-3, issue 26's tolerance, did not help at n = 2000:
 // the bound is 3% below the loss until past iteration 1000 there.)
 const defaultBandedGap = 1e-3
 
-// bandedStopGap is the certified gap OptimizeBanded stops at under s:
-// s.Gap, or its default.
-func bandedStopGap(s *optimize.Settings) float64 {
-	if s == nil || s.Gap == 0 {
+// bandedStopGap is the certified gap optimizeBanded stops at under set:
+// set.Gap, or its default.
+func bandedStopGap(set *optimize.Settings) float64 {
+	if set == nil || set.Gap == 0 {
 		return defaultBandedGap
 	}
-	return s.GapOrDefault()
+	return set.GapOrDefault()
 }
 
 // bandedBoundEvery is the least number of iterations between lower
@@ -40,7 +40,7 @@ func bandedStopGap(s *optimize.Settings) float64 {
 // one comes after half again the iterations (optimize.Problem.BoundStall).
 const bandedBoundEvery = 50
 
-// bandedMemory is the number of L-BFGS correction pairs of OptimizeBanded.
+// bandedMemory is the number of L-BFGS correction pairs of optimizeBanded.
 // Each pair is two vectors of n bands entries that every iteration reads
 // twice: at n = 2000 and 128 bands, 30 pairs cost about a third of an
 // iteration, and 10 pairs reached the same losses in as many iterations
@@ -49,14 +49,23 @@ const bandedBoundEvery = 50
 // within 1e-3) at 2.0 against 2.9 s and 57 against 71 s.
 const bandedMemory = 10
 
-// OptimizeBanded computes the banded matrix factorization of the workload
+// BandedFamily is the optimal dense encoder with Bands bands (banded-MF;
+// see optimizeBanded): L-BFGS with a proven lower bound, stopping at the
+// certified gap set.Gap (default 1e-3).
+type BandedFamily struct{ Bands int }
+
+func (f BandedFamily) optimize(ctx context.Context, w dpcore.Workload, _ dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	return optimizeBanded(ctx, w, f.Bands, set, false)
+}
+
+// optimizeBanded computes the banded matrix factorization of the workload
 // (banded-MF paper, Problem 2; SPEC 5.5): it minimizes tr(A^T A X^-1) over
 // symmetric positive definite X with X_ii = 1 and X_ij = 0 for |i-j| >= bands,
 // by L-BFGS over the free entries X_ij, 0 < |i-j| < bands. The gradient is
 // -2 (X^-1 A^T A X^-1)_ij per free entry (each appears twice in X).
 //
 // The start is deterministic: X = C^T C of the optimal banded Toeplitz
-// encoder with the same band count (OptimizeToeplitz), columns normalized
+// encoder with the same band count (toeplitz.Optimize), columns normalized
 // (see warmStart), so the same inputs give the same encoder however the
 // build was reached. L-BFGS runs on variables scaled by the inverse square
 // root of the Hessian's diagonal at the start (see preconditioner): the
@@ -81,30 +90,27 @@ const bandedMemory = 10
 // the cost of about 70 iterations at n = 2000, so only once the loss
 // decreases by less than a quarter of the gap over 50 iterations, and then
 // after half again the iterations run so far. It stops at the certified
-// relative gap s.Gap (default 1e-3: the loss is within 0.1% of the
+// relative gap set.Gap (default 1e-3: the loss is within 0.1% of the
 // optimum; Status Converged), or at the stall rule of the method before it had a bound, a
-// relative loss decrease below s.Gap/100 (1e-6 by default) over 10
+// relative loss decrease below set.Gap/100 (1e-6 by default) over 10
 // iterations, with the bound at that point (Status Stalled), whichever
 // comes first; LowerBound and Gap (also in Meta) are the certificate.
 // Meta.Kind is "bandmf" and Meta.Bands is bands.
-func OptimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings) (*OptimizeResult, error) {
-	return optimizeBanded(ctx, w, bands, s, false)
-}
-
-// optimizeBanded is OptimizeBanded; cold starts from X = I without the
-// preconditioner (the method before warm starts, kept for the tests).
-func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
+//
+// cold starts from X = I without the preconditioner (the method before
+// warm starts, kept for the tests).
+func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, set *optimize.Settings, cold bool) (*Result, error) {
 	start := time.Now()
-	if err := checkDenseMemory("banded", w.N, bandedMatrices); err != nil {
+	if err := guard.Memory("banded", w.N, bandedMatrices); err != nil {
 		return nil, err
 	}
-	a, err := optimizerWorkload("banded", w, s)
+	a, err := optimizerWorkload("banded", w)
 	if err != nil {
 		return nil, err
 	}
 	n := w.N
 	if bands <= 0 || bands > n {
-		return nil, invalidf("optimize banded: bands = %d must lie in [1, n=%d]", bands, n)
+		return nil, guard.Invalidf("optimize banded: bands = %d must lie in [1, n=%d]", bands, n)
 	}
 	p := newBandProblem(a, bands)
 	x0 := make([]float64, p.dim())
@@ -113,10 +119,10 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
 	}
-	maxIter := s.MaxIterOr(defaultBandedIter)
+	maxIter := set.MaxIterOr(defaultBandedIter)
 	iters, status, lb := 0, optimize.Converged, math.Inf(-1)
 	if p.dim() > 0 {
-		res, err := p.minimize(ctx, x0, s, maxIter, cold)
+		res, err := p.minimize(ctx, x0, set, maxIter, cold)
 		if err != nil {
 			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 		}
@@ -156,24 +162,24 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, s *optimi
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 	}
-	s.Report(optimize.Progress{Iter: iters, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
-	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
+	set.Report(optimize.Progress{Iter: iters, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
+	return &Result{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
 }
 
 // minimize runs L-BFGS from x0 (overwritten with the result) to the
 // certified gap of s, on variables scaled by the preconditioner at x0
-// (not when cold), with the bound scheduled as OptimizeBanded says.
-func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
+// (not when cold), with the bound scheduled as optimizeBanded says.
+func (p *bandProblem) minimize(ctx context.Context, x0 []float64, set *optimize.Settings, maxIter int, cold bool) (*optimize.Result, error) {
 	// The certified gap to stop at, and the stall rule of the method
 	// before it had a bound (a relative decrease below gap/100 over 10
 	// iterations, 1e-6 by default), which still ends a run whose bound
 	// lags.
 	gap, rel := defaultBandedGap, optimize.DefaultGap/100
-	if s != nil && s.Gap > 0 {
-		gap, rel = s.Gap, s.Gap/100
+	if set != nil && set.Gap > 0 {
+		gap, rel = set.Gap, set.Gap/100
 	}
-	if s != nil && s.Rel > 0 {
-		rel = s.Rel
+	if set != nil && set.Rel > 0 {
+		rel = set.Rel
 	}
 	scale := make([]float64, len(x0))
 	for i := range scale {
@@ -201,11 +207,11 @@ func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Se
 		BoundEvery: bandedBoundEvery,
 		BoundStall: gap / 4,
 	}
-	set := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
-	if s != nil {
-		set.Progress = s.Progress
+	run := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
+	if set != nil {
+		run.Progress = set.Progress
 	}
-	res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &set, &optimize.LBFGS{Store: bandedMemory})
+	res, err := optimize.Minimize(ctx, prob, make([]float64, len(x0)), &run, &optimize.LBFGS{Store: bandedMemory})
 	if err != nil {
 		return nil, err
 	}
@@ -218,160 +224,8 @@ func (p *bandProblem) minimize(ctx context.Context, x0 []float64, s *optimize.Se
 	return res, nil
 }
 
-// bandProblem evaluates tr(A^T A X^-1) and its gradient over the free
-// entries of a banded X with unit diagonal. Free entry (d, i) is X[i, i-d]
-// for d = 1..bands-1, i = d..n-1, stored d-major.
-type bandProblem struct {
-	a    *mat.Dense
-	n, k int // k = bands - 1, the half bandwidth
-	xb   *mat.SymBandDense
-	ch   mat.BandCholesky
-	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
-	lastX []float64
-	lastF float64
-	lastG []float64
-	ok    bool
-	// dense holds the work matrices of the GEMM-bound evaluation used
-	// for wide bands (opt_banded_dense.go).
-	dense *denseBandEval
-	// panels holds the work of the panel evaluation
-	// (opt_banded_panels.go).
-	panels *panelEval
-	// path forces the evaluation in tests (0: by cost).
-	path evalPath
-}
-
-func newBandProblem(a *mat.Dense, bands int) *bandProblem {
-	n, _ := a.Dims()
-	return &bandProblem{a: a, n: n, k: bands - 1, xb: mat.NewSymBandDense(n, bands-1, nil)}
-}
-
-func (p *bandProblem) dim() int {
-	d := 0
-	for off := 1; off <= p.k; off++ {
-		d += p.n - off
-	}
-	return d
-}
-
-func (p *bandProblem) fill(x []float64) {
-	for i := 0; i < p.n; i++ {
-		p.xb.SetSymBand(i, i, 1)
-	}
-	idx := 0
-	for off := 1; off <= p.k; off++ {
-		for i := off; i < p.n; i++ {
-			p.xb.SetSymBand(i-off, i, x[idx])
-			idx++
-		}
-	}
-}
-
-// band returns X for the free entries x as a dense symmetric matrix.
-func (p *bandProblem) band(x []float64) *mat.SymDense {
-	p.fill(x)
-	out := mat.NewSymDense(p.n, nil)
-	for i := 0; i < p.n; i++ {
-		for j := i; j <= min(i+p.k, p.n-1); j++ {
-			out.SetSym(i, j, p.xb.At(i, j))
-		}
-	}
-	return out
-}
-
-// eval returns tr(A X^-1 A^T) and, if g is not nil, stores the gradient in
-// g. Points outside the positive definite cone have value +Inf, which the
-// line search backs away from.
-func (p *bandProblem) eval(x, g []float64) float64 {
-	if p.ok && floats.Equal(x, p.lastX) {
-		if g != nil {
-			copy(g, p.lastG)
-		}
-		return p.lastF
-	}
-	p.ok = false
-	if p.lastX == nil {
-		p.lastX = make([]float64, len(x))
-		p.lastG = make([]float64, len(x))
-	}
-	copy(p.lastX, x)
-	var f float64
-	var ok bool
-	switch p.evalPath() {
-	case pathDense:
-		p.fill(x)
-		f, ok = p.evalDense(p.lastG)
-	case pathSolves:
-		f, ok = p.evalSolves(x, p.lastG)
-	default:
-		f, ok = p.evalPanels(x, p.lastG)
-	}
-	if !ok {
-		f = math.Inf(1)
-		for i := range p.lastG {
-			p.lastG[i] = math.NaN()
-		}
-	}
-	p.lastF, p.ok = f, true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
-}
-
-// evalSolves computes f = tr(A X^-1 A^T) and the gradient over the free
-// band entries by n banded solves, one row of A at a time (the reference
-// of the tests). It returns false when X is not positive definite.
-func (p *bandProblem) evalSolves(x, grad []float64) (float64, bool) {
-	p.fill(x)
-	if !p.ch.Factorize(p.xb) {
-		return 0, false
-	}
-	// Row r of Z = A X^-1 solves X z_r = a_r: contiguous banded solves,
-	// split over goroutines. tr(A X^-1 A^T) = sum_r a_r . z_r and
-	// d/dX_il tr(G X^-1) = -(Z^T Z)_il, accumulated row by row.
-	workers := min(runtime.GOMAXPROCS(0), p.n)
-	fs := make([]float64, workers)
-	gs := make([][]float64, workers)
-	var wg sync.WaitGroup
-	for wk := 0; wk < workers; wk++ {
-		gs[wk] = make([]float64, len(grad))
-		wg.Add(1)
-		go func(wk int) {
-			defer wg.Done()
-			z := mat.NewVecDense(p.n, nil)
-			zr := z.RawVector().Data
-			g := gs[wk]
-			for r := wk; r < p.n; r += workers {
-				ar := p.a.RawRowView(r)
-				// Condition errors only warn; the value is still computed.
-				_ = p.ch.SolveVecTo(z, mat.NewVecDense(p.n, ar))
-				fs[wk] += floats.Dot(ar, zr)
-				idx := 0
-				for off := 1; off <= p.k; off++ {
-					gb := g[idx : idx+p.n-off]
-					zl := zr[:p.n-off]
-					for i, zi := range zr[off:] {
-						gb[i] += zi * zl[i]
-					}
-					idx += p.n - off
-				}
-			}
-		}(wk)
-	}
-	wg.Wait()
-	for i := range grad {
-		sum := 0.0
-		for wk := range gs {
-			sum += gs[wk][i]
-		}
-		grad[i] = -2 * sum
-	}
-	return floats.Sum(fs), true
-}
-
-// warmStart is the deterministic starting point of OptimizeBanded: the
-// banded Toeplitz optimum for the same band count (OptimizeToeplitz under
+// warmStart is the deterministic starting point of optimizeBanded: the
+// banded Toeplitz optimum for the same band count (toeplitz.Optimize under
 // single participation, for the workload's momentum at a constant rate when
 // its schedule varies), as the X = C^T C it induces with the diagonal scaled
 // to 1 (columns normalized), or X = I when that is no better. The same
@@ -423,33 +277,19 @@ func bandedToeplitzGram(c []float64, n int) (diag []float64, gram func(j, d int)
 }
 
 // toeplitzBandCoef returns the coefficients c_0..c_{bands-1} of the banded
-// Toeplitz encoder OptimizeToeplitz finds for w under single participation
+// Toeplitz encoder toeplitz.Optimize finds for w under single participation
 // (for momentum at a constant rate when w's schedule varies, as
 // BandedToeplitz.Build does).
 func toeplitzBandCoef(ctx context.Context, w dpcore.Workload, bands int) ([]float64, error) {
-	ow, err := toeplitzProxyWorkload(w)
+	ow, err := toeplitz.ProxyWorkload(w)
 	if err != nil {
 		return nil, err
 	}
-	res, err := OptimizeToeplitz(ctx, ow, dpcore.SingleParticipation(), bands, ToeplitzProblem{}, nil)
+	t, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: ow, Schema: dpcore.SingleParticipation(), Bands: bands}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return res.Mechanism.Column(), nil
-}
-
-// toeplitzProxyWorkload is the Toeplitz workload the Toeplitz optimizers
-// use for w: w itself, or under a time-varying schedule the same momentum
-// at a constant rate.
-func toeplitzProxyWorkload(w dpcore.Workload) (dpcore.Workload, error) {
-	eta, err := workloadRates(w)
-	if err != nil {
-		return dpcore.Workload{}, err
-	}
-	if eta != nil && !constantRates(eta) {
-		return dpcore.Workload{Kind: dpcore.MomentumKind, N: w.N, Momentum: w.Momentum, Schedule: dpcore.ConstantSchedule(1)}, nil
-	}
-	return w, nil
+	return t.Column(), nil
 }
 
 // preconditioner returns the scale s of the change of variables x = x0 +

@@ -16,8 +16,8 @@ func BenchmarkOptimizeBandedDefaultJob(b *testing.B) {
 	for _, n := range []int{500, 2000} {
 		b.Run(fmt.Sprintf("n=%d/bands=128", n), func(b *testing.B) {
 			w, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
-			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
-				return OptimizeBanded(context.Background(), w, 128, nil)
+			benchmarkOptimizer(b, func() (*Result, error) {
+				return optimizeBanded(context.Background(), w, 128, nil, false)
 			})
 		})
 	}

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -43,12 +45,12 @@ func TestBandProblemGradientMatchesDense(t *testing.T) {
 	if math.Abs(f-ref) > 1e-12*ref {
 		t.Errorf("f = %v, dense %v", f, ref)
 	}
-	checkCentralDifferences(func(x []float64) float64 { return p.eval(x, nil) }, x, g, nil, 1e-6, func(i int, fd float64) {
+	mftest.CheckCentralDifferences(func(x []float64) float64 { return p.eval(x, nil) }, x, g, nil, 1e-6, func(i int, fd float64) {
 		t.Fatalf("grad[%d] = %v, finite difference %v", i, g[i], fd)
 	})
 }
 
-func checkBanded(t *testing.T, r *OptimizeResult, bands int) {
+func checkBanded(t *testing.T, r *Result, bands int) {
 	t.Helper()
 	f := r.Factorization
 	n := f.N()
@@ -80,13 +82,13 @@ func TestOptimizeBandedSmall(t *testing.T) {
 	const n = 48
 	w, _ := dpcore.PrefixSum(n)
 	ctx := context.Background()
-	single, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
+	single, err := optimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prev := math.Inf(1)
 	for _, bands := range []int{1, 2, 4, 8, 16, n} {
-		r, err := OptimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-6})
+		r, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-6}, false)
 		if err != nil {
 			t.Fatalf("bands %d: %v", bands, err)
 		}
@@ -122,12 +124,12 @@ func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	pw, _ := dpcore.PrefixSum(n)
 	ctx := context.Background()
-	rm, err := OptimizeBanded(ctx, mw, bands, nil)
+	rm, err := optimizeBanded(ctx, mw, bands, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkBanded(t, rm, bands)
-	rp, err := OptimizeBanded(ctx, pw, bands, nil)
+	rp, err := optimizeBanded(ctx, pw, bands, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +144,13 @@ func TestOptimizeBandedErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(10)
 	for _, b := range []int{0, -1, 11} {
-		if _, err := OptimizeBanded(ctx, w, b, nil); !errors.Is(err, dpcore.ErrInvalid) {
+		if _, err := optimizeBanded(ctx, w, b, nil, false); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("bands %d: %v, want dpcore.ErrInvalid", b, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := OptimizeBanded(cctx, w, 3, nil); !errors.Is(err, context.Canceled) {
+	if _, err := optimizeBanded(cctx, w, 3, nil, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -157,8 +159,8 @@ func BenchmarkOptimizeBanded(b *testing.B) {
 	for _, bands := range []int{16, 64} {
 		b.Run(fmt.Sprintf("n=2000/bands=%d", bands), func(b *testing.B) {
 			w, _ := dpcore.PrefixSum(2000)
-			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
-				return OptimizeBanded(context.Background(), w, bands, nil)
+			benchmarkOptimizer(b, func() (*Result, error) {
+				return optimizeBanded(context.Background(), w, bands, nil, false)
 			})
 		})
 	}
@@ -184,7 +186,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	// The reference of Table 2: the optimal (6,342) factorization.
 	kbKey := ProblemKey{Kind: "mf-kb", Workload: w, Schema: sc, Gap: 1e-4}
 	fkb, _, err := cache.GetOrBuild(ctx, kbKey, func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeKB(ctx, w, sc, nil)
+		r, err := optimizeKB(ctx, w, sc, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -210,11 +212,11 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	}{{128, 1.27}, {342, 1.05}} {
 		key := ProblemKey{Kind: "bandmf", Workload: w, Bands: c.bands, Gap: 1e-3}
 		f, _, err := cache.GetOrBuild(ctx, key, func(ctx context.Context) (*Factorization, error) {
-			r, err := OptimizeBanded(ctx, w, c.bands, &optimize.Settings{Gap: 1e-3, Progress: func(p optimize.Progress) {
+			r, err := optimizeBanded(ctx, w, c.bands, &optimize.Settings{Gap: 1e-3, Progress: func(p optimize.Progress) {
 				if p.Iter%50 == 0 {
 					t.Logf("bands %d iter %d loss %.6g", c.bands, p.Iter, p.Loss)
 				}
-			}})
+			}}, false)
 			if err != nil {
 				return nil, err
 			}
@@ -260,7 +262,7 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			warm, err := OptimizeBanded(ctx, w, bands, nil)
+			warm, err := optimizeBanded(ctx, w, bands, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,20 +279,20 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 			if warm.Loss > cold.Loss*(1+defaultBandedGap) {
 				t.Errorf("%v bands %d: warm-started loss %.10g more than %g above the cold %.10g", w, bands, warm.Loss, defaultBandedGap, cold.Loss)
 			}
-			again, err := OptimizeBanded(ctx, w, bands, nil)
+			again, err := optimizeBanded(ctx, w, bands, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !mat.Equal(again.Factorization.Encoder, warm.Factorization.Encoder) {
 				t.Errorf("%v bands %d: a second run gave another encoder", w, bands)
 			}
-			ow, _ := toeplitzProxyWorkload(w)
-			tr, err := OptimizeToeplitz(ctx, ow, dpcore.SingleParticipation(), bands, ToeplitzProblem{}, nil)
+			ow, _ := toeplitz.ProxyWorkload(w)
+			tr, _, err := toeplitz.Optimize(ctx, toeplitz.Problem{Workload: ow, Schema: dpcore.SingleParticipation(), Bands: bands}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sens, _ := tr.Mechanism.Sensitivity(dpcore.SingleParticipation())
-			proxy, err := tr.Mechanism.LossAt(w, sens.Value)
+			sens, _ := tr.Sensitivity(dpcore.SingleParticipation())
+			proxy, err := tr.LossAt(w, sens.Value)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +312,7 @@ func TestBandedLowerBoundIsValid(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(64, 0.95, dpcore.CooldownSchedule(64, 0.25, 0.05))
 	for _, w := range []dpcore.Workload{pw, mw} {
 		for _, bands := range []int{2, 8, 24} {
-			best, err := OptimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-9, Rel: 1e-13})
+			best, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-9, Rel: 1e-13}, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 
@@ -18,7 +20,7 @@ import (
 )
 
 const (
-	// defaultKBIter bounds the L-BFGS iterations of OptimizeKB.
+	// defaultKBIter bounds the L-BFGS iterations of optimizeKB.
 	defaultKBIter = 20000
 	// kbMemory is the number of L-BFGS correction pairs. Each costs two
 	// packed n(n+1)/2 vectors (16 MiB at n = 2000); at n = 1000, (10,100)
@@ -31,7 +33,16 @@ const (
 	kbBoundEvery = 25
 )
 
-// OptimizeKB computes the optimal (k,b)-participation factorization of the
+// KBFamily is the optimal dense encoder under (k,b)-participation
+// (multi-epoch paper; see optimizeKB): L-BFGS with a proven lower bound,
+// stopping at the certified gap set.Gap (default 1e-4).
+type KBFamily struct{}
+
+func (KBFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	return optimizeKB(ctx, w, schema, set, false)
+}
+
+// optimizeKB computes the optimal (k,b)-participation factorization of the
 // workload (multi-epoch paper Sec. 3, Eq. 6; SPEC 5.4):
 //
 //	min tr(A^T A X^-1)  s.t.  X PD,  sens^2 = max_j 1^T X[pi_j,pi_j] 1 <= 1.
@@ -59,31 +70,28 @@ const (
 // dual feasible for Eq. 6 both with and without X >= 0 (Thm 3.1), so
 // g(W) = 2 tr((A W A^T)^1/2) - sum_j max W[pi_j,pi_j] is a proven lower
 // bound on the optimum; at the optimum W is exactly that block matrix and
-// the bound is tight. OptimizeKB stops at the relative gap s.Gap (default
-// 1e-4), fails after s.MaxIter iterations, and honours ctx.
+// the bound is tight. It stops at the relative gap set.Gap (default
+// 1e-4), fails after set.MaxIter iterations, and honours ctx.
 //
 // The encoder is the lower-triangular C with C^T C = X, normalized so
 // sensitivity.Of(C, schema) = 1. Meta.Kind is "mf-kb" and Meta.Schema is
 // schema. n need not equal k*b: patterns with fewer steps get the same
 // unit budget.
-func OptimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s *optimize.Settings) (*OptimizeResult, error) {
-	return optimizeKB(ctx, w, schema, s, false)
-}
-
-// optimizeKB is OptimizeKB; cold starts from the best diagonal X (the
-// method before warm starts, kept for the tests).
-func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s *optimize.Settings, cold bool) (*OptimizeResult, error) {
+//
+// cold starts from the best diagonal X (the method before warm starts,
+// kept for the tests).
+func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings, cold bool) (*Result, error) {
 	start := time.Now()
-	if err := checkDenseMemory("kb", w.N, kbMatrices); err != nil {
+	if err := guard.Memory("kb", w.N, kbMatrices); err != nil {
 		return nil, err
 	}
-	a, err := optimizerWorkload("kb", w, s)
+	a, err := optimizerWorkload("kb", w)
 	if err != nil {
 		return nil, err
 	}
 	n := w.N
 	if schema.Kind != dpcore.KB {
-		return nil, invalidf("optimize kb: schema %v is not (k,b)-participation (use OptimizeSingle or OptimizeBanded)", schema)
+		return nil, guard.Invalidf("optimize kb: schema %v is not (k,b)-participation (use the single or banded family)", schema)
 	}
 	if err := schema.Validate(n); err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
@@ -118,17 +126,17 @@ func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s 
 		BoundEvery:   kbBoundEvery,
 		FirstStep:    p.firstStep,
 	}
-	set := optimize.Settings{Gap: s.GapOrDefault(), MaxIter: s.MaxIterOr(defaultKBIter)}
-	if s != nil {
-		set.Progress = s.Progress
+	run := optimize.Settings{Gap: set.GapOrDefault(), MaxIter: set.MaxIterOr(defaultKBIter)}
+	if set != nil {
+		run.Progress = set.Progress
 	}
-	res, err := optimize.Minimize(ctx, prob, x, &set, &optimize.LBFGS{Store: kbMemory})
+	res, err := optimize.Minimize(ctx, prob, x, &run, &optimize.LBFGS{Store: kbMemory})
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
 	lb, iter := res.LowerBound, res.Iterations
 	if res.Status != optimize.Converged {
-		return nil, fmt.Errorf("mfnoise: optimize kb: gap %.3g > %.3g after %d iterations (%v; loss %.6g, lower bound %.6g)", res.Gap, set.Gap, iter, res.Status, res.Loss, lb)
+		return nil, fmt.Errorf("mfnoise: optimize kb: gap %.3g > %.3g after %d iterations (%v; loss %.6g, lower bound %.6g)", res.Gap, run.Gap, iter, res.Status, res.Loss, lb)
 	}
 	x = res.X
 	xs := p.symmetric(x)
@@ -152,7 +160,7 @@ func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, s 
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
-	return &OptimizeResult{Factorization: f, Loss: loss, LowerBound: lb, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
+	return &Result{Factorization: f, Loss: loss, LowerBound: lb, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
 }
 
 // kbPrimal evaluates tr(A^T A X^-1) and its projected gradient for the
@@ -205,8 +213,8 @@ func packedOffset(i int) int { return i * (i + 1) / 2 }
 // parallelRows calls f on row ranges of the packed lower triangle with
 // equal numbers of entries, in parallel.
 func (p *kbPrimal) parallelRows(f func(lo, hi int)) {
-	chunks := parallelChunks(packedOffset(p.n))
-	parallelDo(chunks, func(c int) {
+	chunks := linalg.ParallelChunks(packedOffset(p.n))
+	linalg.ParallelDo(chunks, func(c int) {
 		lo := int(float64(p.n) * math.Sqrt(float64(c)/float64(chunks)))
 		hi := int(float64(p.n) * math.Sqrt(float64(c+1)/float64(chunks)))
 		if c == chunks-1 {
@@ -240,7 +248,7 @@ func (p *kbPrimal) start() []float64 {
 
 const sqrt2 = math.Sqrt2
 
-// warmStart returns the start of OptimizeKB (packed): the correlations of
+// warmStart returns the start of optimizeKB (packed): the correlations of
 // the optimal banded Toeplitz encoder with min(b, n) bands for the
 // workload (toeplitzBandCoef, milliseconds) on the diagonal of x, the
 // best diagonal X. It is feasible: a congruence of C^T C, so positive
@@ -504,7 +512,7 @@ func (p *kbPrimal) updatePreconditioner(x []float64) {
 // the constraint subspace: on each pattern's diagonal the result is
 // P (q - mu) with mu the P-weighted mean, so its sum stays 0.
 func (p *kbPrimal) precondition(d []float64) {
-	parallelRange(len(d), func(_, lo, hi int) {
+	linalg.ParallelRange(len(d), func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d[i] *= p.prec[i]
 		}

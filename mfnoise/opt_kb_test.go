@@ -59,14 +59,14 @@ func TestKBPrimalGradient(t *testing.T) {
 		}
 		d := make([]float64, len(x))
 		p.eval(y, d)
-		floats.Scale(1/math.Sqrt(parallelDot(d, d)), d)
+		floats.Scale(1/math.Sqrt(floats.Dot(d, d)), d)
 		const h = 1e-6
 		xp, xm := append([]float64(nil), x...), append([]float64(nil), x...)
 		floats.AddScaled(xp, h, d)
 		floats.AddScaled(xm, -h, d)
 		fp, _ := p.eval(xp, make([]float64, len(x)))
 		fm, _ := p.eval(xm, make([]float64, len(x)))
-		fd, an := (fp-fm)/(2*h), parallelDot(g, d)
+		fd, an := (fp-fm)/(2*h), floats.Dot(g, d)
 		if math.Abs(fd-an) > 1e-6*(1+math.Abs(an)) {
 			t.Errorf("direction %d: derivative %v, finite difference %v", trial, an, fd)
 		}
@@ -109,10 +109,10 @@ func TestKBPreconditioner(t *testing.T) {
 			t.Errorf("pattern %v: diagonal sums to %v", m, sum)
 		}
 	}
-	if q := parallelDot(g1, d1); !(q > 0) {
+	if q := floats.Dot(g1, d1); !(q > 0) {
 		t.Errorf("g^T P g = %v, want > 0", q)
 	}
-	if a, b := parallelDot(g1, d2), parallelDot(d1, g2); math.Abs(a-b) > 1e-10*math.Abs(a) {
+	if a, b := floats.Dot(g1, d2), floats.Dot(d1, g2); math.Abs(a-b) > 1e-10*math.Abs(a) {
 		t.Errorf("not symmetric: %v vs %v", a, b)
 	}
 }
@@ -125,7 +125,7 @@ func TestKBLowerBoundIsValid(t *testing.T) {
 	w, _ := dpcore.PrefixSum(60)
 	a, _ := w.Matrix()
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestKBLowerBoundIsValid(t *testing.T) {
 }
 
 // checkKB checks the properties every (k,b) optimum must have.
-func checkKB(t *testing.T, r *OptimizeResult, sc dpcore.Schema) {
+func checkKB(t *testing.T, r *Result, sc dpcore.Schema) {
 	t.Helper()
 	f := r.Factorization
 	sens, err := f.Sensitivity(sc)
@@ -184,7 +184,7 @@ func TestOptimizeKBSmall(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d,k=%d,b=%d", c.n, c.k, c.b), func(t *testing.T) {
 			w, _ := dpcore.PrefixSum(c.n)
 			sc, _ := dpcore.KBParticipation(c.k, c.b)
-			r, err := OptimizeKB(ctx, w, sc, nil)
+			r, err := optimizeKB(ctx, w, sc, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +194,7 @@ func TestOptimizeKBSmall(t *testing.T) {
 			}
 			// The single-participation optimum is feasible under (k,b) once
 			// rescaled by its sensitivity there, so it cannot do better.
-			rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
+			rs, err := optimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-8})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,12 +225,12 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	pw, _ := dpcore.PrefixSum(n)
 	sc, _ := dpcore.KBParticipation(6, 10)
-	rm, err := OptimizeKB(ctx, mw, sc, nil)
+	rm, err := optimizeKB(ctx, mw, sc, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkKB(t, rm, sc)
-	rp, err := OptimizeKB(ctx, pw, sc, nil)
+	rp, err := optimizeKB(ctx, pw, sc, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 func TestOptimizeKBUnevenPatterns(t *testing.T) {
 	w, _ := dpcore.PrefixSum(55)
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := OptimizeKB(context.Background(), w, sc, nil)
+	r, err := optimizeKB(context.Background(), w, sc, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +272,11 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(32)
 	sc, _ := dpcore.KBParticipation(1, 32)
-	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-7})
+	rs, err := optimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,17 +288,17 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 func TestOptimizeKBErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(12)
-	if _, err := OptimizeKB(ctx, w, dpcore.SingleParticipation(), nil); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := optimizeKB(ctx, w, dpcore.SingleParticipation(), nil, false); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("single schema: %v", err)
 	}
 	sc, _ := dpcore.KBParticipation(2, 5)
-	if _, err := OptimizeKB(ctx, w, sc, nil); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := optimizeKB(ctx, w, sc, nil, false); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n: %v", err)
 	}
 	sc, _ = dpcore.KBParticipation(3, 4)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := OptimizeKB(cctx, w, sc, nil); !errors.Is(err, context.Canceled) {
+	if _, err := optimizeKB(cctx, w, sc, nil, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -314,11 +314,11 @@ func TestOptimizeKBPaper(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(2000)
 	sc, _ := dpcore.KBParticipation(20, 100)
-	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Progress: func(p optimize.Progress) {
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Progress: func(p optimize.Progress) {
 		if p.Iter%100 == 0 {
 			t.Logf("iter %d loss %.7g lower bound %.7g gap %.2e", p.Iter, p.Loss, p.LowerBound, p.Gap)
 		}
-	}})
+	}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,8 +333,8 @@ func TestOptimizeKBPaper(t *testing.T) {
 func BenchmarkOptimizeKB(b *testing.B) {
 	w, _ := dpcore.PrefixSum(2000)
 	sc, _ := dpcore.KBParticipation(20, 100)
-	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
-		return OptimizeKB(context.Background(), w, sc, nil)
+	benchmarkOptimizer(b, func() (*Result, error) {
+		return optimizeKB(context.Background(), w, sc, nil, false)
 	})
 }
 
@@ -375,7 +375,7 @@ func TestKBLowerBoundRescalesPatterns(t *testing.T) {
 	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	a, _ := w.Matrix()
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := OptimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7})
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 
 	"gonum.org/v1/gonum/blas"
@@ -15,10 +17,22 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// defaultSingleIter bounds the fixed-point iterations of OptimizeSingle.
+// defaultSingleIter bounds the fixed-point iterations of optimizeSingle.
 const defaultSingleIter = 1000
 
-// OptimizeSingle computes the optimal single-participation factorization of
+// SingleFamily is the optimal dense encoder under single participation
+// (Denisov et al. 2022; see optimizeSingle): a fixed point with a proven
+// lower bound, stopping at the certified gap set.Gap (default 1e-4).
+type SingleFamily struct{}
+
+func (SingleFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings) (*Result, error) {
+	if schema.Kind != dpcore.Single {
+		return nil, guard.Invalidf("optimize single: schema %v is not single participation (use the kb family)", schema)
+	}
+	return optimizeSingle(ctx, w, set)
+}
+
+// optimizeSingle computes the optimal single-participation factorization of
 // the workload (Denisov et al. 2022, Thm 3.2; SPEC 5.3): the minimizer of
 // tr(A^T A X^-1) over positive definite X with X_ii <= 1, by the fixed point
 // v <- phi(v) = diagpart(H), H = (D^1/2 A^T A D^1/2)^1/2, D = diag(v), from
@@ -29,7 +43,7 @@ const defaultSingleIter = 1000
 // unit diagonal, X'_ij = H_ij / sqrt(H_ii H_jj), whose loss is within second
 // order of the optimum near the fixed point (scaling by the largest diagonal
 // entry instead is only first order). The iteration stops when the relative
-// gap between the best of each is at most s.Gap, or fails after s.MaxIter
+// gap between the best of each is at most set.Gap, or fails after set.MaxIter
 // iterations or when ctx is done. Progress is reported after each iteration.
 // The iteration is accelerated by Anderson mixing in log v (any v > 0
 // gives a valid bound and a feasible point): 6 iterations to gap 1e-4 for
@@ -45,12 +59,12 @@ const defaultSingleIter = 1000
 // scaled Newton polar iteration: matrix inverses and products only, which in
 // gonum run many times faster than a symmetric eigendecomposition (see
 // BENCHMARKS.md).
-func OptimizeSingle(ctx context.Context, w dpcore.Workload, s *optimize.Settings) (*OptimizeResult, error) {
+func optimizeSingle(ctx context.Context, w dpcore.Workload, set *optimize.Settings) (*Result, error) {
 	start := time.Now()
-	if err := checkDenseMemory("single", w.N, singleMatrices); err != nil {
+	if err := guard.Memory("single", w.N, singleMatrices); err != nil {
 		return nil, err
 	}
-	a, err := optimizerWorkload("single", w, s)
+	a, err := optimizerWorkload("single", w)
 	if err != nil {
 		return nil, err
 	}
@@ -82,19 +96,19 @@ func OptimizeSingle(ctx context.Context, w dpcore.Workload, s *optimize.Settings
 		acc.next(v, ph.diag) // phi(v), accelerated
 		return loss, bound, nil
 	}
-	res, err := optimize.Iterate(ctx, optimize.Iteration{MaxIter: defaultSingleIter, Bounded: true, Step: step}, s)
+	res, err := optimize.Iterate(ctx, optimize.Iteration{MaxIter: defaultSingleIter, Bounded: true, Step: step}, set)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
 	}
 	bestLB, gap, iter := res.LowerBound, res.Gap, res.Iterations
 	if res.Status != optimize.Converged {
-		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, s.GapOrDefault(), iter)
+		return nil, fmt.Errorf("mfnoise: optimize single: gap %.3g > %.3g after %d iterations", gap, set.GapOrDefault(), iter)
 	}
 	f, err := NewFactorization(w, bestC, bestB, Metadata{Kind: "mf-single", Schema: dpcore.SingleParticipation(), Loss: bestLoss, LowerBnd: bestLB, Gap: gap})
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize single: %w", err)
 	}
-	return &OptimizeResult{Factorization: f, Loss: bestLoss, LowerBound: bestLB, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
+	return &Result{Factorization: f, Loss: bestLoss, LowerBound: bestLB, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
 }
 
 // polarPhi evaluates phi(v) through the polar decomposition K = U H of
@@ -234,7 +248,7 @@ func polarFactor(ctx context.Context, u, k *mat.Dense, lower bool) (int, error) 
 	return maxSteps, fmt.Errorf("polar iteration did not converge in %d steps", maxSteps)
 }
 
-// inverseOf sets dst = a^-1 by LU factorization (luFactor) and two
+// inverseOf sets dst = a^-1 by LU factorization (linalg.LUFactor) and two
 // triangular solves against the identity: level-3 throughout, so more than
 // twice as fast as mat.Dense.Inverse, whose Dgetri inverts U with gonum's
 // unblocked Dtrmm.
@@ -242,7 +256,7 @@ func inverseOf(dst, a *mat.Dense) error {
 	n, _ := a.Dims()
 	lu := mat.DenseCopyOf(a)
 	ipiv := make([]int, n)
-	if raw := lu.RawMatrix(); !luFactor(n, raw.Data, raw.Stride, ipiv) {
+	if raw := lu.RawMatrix(); !linalg.LUFactor(n, raw.Data, raw.Stride, ipiv) {
 		return fmt.Errorf("polar iteration: matrix is singular")
 	}
 	setIdentity(dst, n)

@@ -77,7 +77,7 @@ func TestPolarPhiMatchesEigen(t *testing.T) {
 
 // checkLowerUnitColumns checks that C is lower triangular with unit column
 // norms and that the stored loss is the dense recomputation sens^2 ||B||_F^2.
-func checkOptimum(t *testing.T, r *OptimizeResult, s dpcore.Schema) {
+func checkOptimum(t *testing.T, r *Result, schema dpcore.Schema) {
 	t.Helper()
 	f := r.Factorization
 	n := f.N()
@@ -88,7 +88,7 @@ func checkOptimum(t *testing.T, r *OptimizeResult, s dpcore.Schema) {
 			}
 		}
 	}
-	loss, err := f.Loss(s)
+	loss, err := f.Loss(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestOptimizeSinglePrefixSum(t *testing.T) {
 		t.Run(fmt.Sprint(c.n), func(t *testing.T) {
 			w, _ := dpcore.PrefixSum(c.n)
 			iters := 0
-			r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Progress: func(p optimize.Progress) { iters = p.Iter }})
+			r, err := optimizeSingle(context.Background(), w, &optimize.Settings{Progress: func(p optimize.Progress) { iters = p.Iter }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +164,7 @@ func TestOptimizeSingleTightGapIsFixedPoint(t *testing.T) {
 	// At a tight gap the unit-diagonal X satisfies the optimality condition
 	// X^-1 G X^-1 = D diagonal (Denisov et al. Thm 3.2).
 	w, _ := dpcore.PrefixSum(48)
-	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-10})
+	r, err := optimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,13 +202,13 @@ func TestOptimizeSingleMomentumBeatsPostProcessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm, err := OptimizeSingle(context.Background(), mw, nil)
+	rm, err := optimizeSingle(context.Background(), mw, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkOptimum(t, rm, dpcore.SingleParticipation())
 	pw, _ := dpcore.PrefixSum(n)
-	rp, err := OptimizeSingle(context.Background(), pw, nil)
+	rp, err := optimizeSingle(context.Background(), pw, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,40 +240,29 @@ func postProcessLoss(t *testing.T, mw dpcore.Workload, f *Factorization, sc dpco
 
 func TestOptimizeSingleErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := OptimizeSingle(ctx, dpcore.Workload{Kind: dpcore.PrefixSumKind}, nil); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := optimizeSingle(ctx, dpcore.Workload{Kind: dpcore.PrefixSumKind}, nil); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("n = 0: %v, want dpcore.ErrInvalid", err)
 	}
 	w, _ := dpcore.PrefixSum(16)
-	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := Optimize(ctx, Problem{Workload: w, Family: SingleFamily{}}, &optimize.Settings{Gap: -1}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("negative gap: %v, want dpcore.ErrInvalid", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := OptimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
+	if _, err := optimizeSingle(cctx, w, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v, want context.Canceled", err)
 	}
-	if _, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-15, MaxIter: 2}); err == nil {
+	if _, err := optimizeSingle(ctx, w, &optimize.Settings{Gap: 1e-15, MaxIter: 2}); err == nil {
 		t.Errorf("gap 1e-15 in 2 iterations: no error")
 	}
-}
-
-func ExampleOptimizeSingle() {
-	w, _ := dpcore.PrefixSum(256)
-	r, err := OptimizeSingle(context.Background(), w, &optimize.Settings{Gap: 1e-4})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Printf("sqrt(loss) = %.1f, gap <= 1e-4: %v\n", math.Sqrt(r.Loss), r.Gap <= 1e-4)
-	// Output: sqrt(loss) = 40.4, gap <= 1e-4: true
 }
 
 // peakHeap samples the heap while f runs and returns the peak in MiB.
 // benchmarkOptimizer runs optimize once per benchmark iteration and
 // reports its peak heap, CPU seconds, iterations, loss and sqrt(loss).
-func benchmarkOptimizer(b *testing.B, optimize func() (*OptimizeResult, error)) {
+func benchmarkOptimizer(b *testing.B, optimize func() (*Result, error)) {
 	for b.Loop() {
-		var r *OptimizeResult
+		var r *Result
 		var err error
 		cpu0 := cpuSeconds()
 		mb := peakHeap(func() { r, err = optimize() })
@@ -317,8 +306,8 @@ func BenchmarkOptimizeSingle(b *testing.B) {
 	for _, n := range []int{256, 512, 1024, 2048} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			w, _ := dpcore.PrefixSum(n)
-			benchmarkOptimizer(b, func() (*OptimizeResult, error) {
-				return OptimizeSingle(context.Background(), w, nil)
+			benchmarkOptimizer(b, func() (*Result, error) {
+				return optimizeSingle(context.Background(), w, nil)
 			})
 		})
 	}
@@ -408,12 +397,12 @@ func eye(n int) *mat.Dense {
 func BenchmarkOptimizeSingleLarge(b *testing.B) {
 	w, _ := dpcore.PrefixSum(8192)
 	start := time.Now()
-	s := &optimize.Settings{Progress: func(p optimize.Progress) {
+	set := &optimize.Settings{Progress: func(p optimize.Progress) {
 		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
 			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
 	}}
-	benchmarkOptimizer(b, func() (*OptimizeResult, error) {
-		return OptimizeSingle(context.Background(), w, s)
+	benchmarkOptimizer(b, func() (*Result, error) {
+		return optimizeSingle(context.Background(), w, set)
 	})
 }
 
@@ -424,10 +413,10 @@ func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(64 << 20))
 	w, _ := dpcore.PrefixSum(2048)
 	sc, _ := dpcore.KBParticipation(2, 1024)
-	for name, run := range map[string]func() (*OptimizeResult, error){
-		"single": func() (*OptimizeResult, error) { return OptimizeSingle(context.Background(), w, nil) },
-		"kb":     func() (*OptimizeResult, error) { return OptimizeKB(context.Background(), w, sc, nil) },
-		"banded": func() (*OptimizeResult, error) { return OptimizeBanded(context.Background(), w, 8, nil) },
+	for name, run := range map[string]func() (*Result, error){
+		"single": func() (*Result, error) { return optimizeSingle(context.Background(), w, nil) },
+		"kb":     func() (*Result, error) { return optimizeKB(context.Background(), w, sc, nil, false) },
+		"banded": func() (*Result, error) { return optimizeBanded(context.Background(), w, 8, nil, false) },
 	} {
 		_, err := run()
 		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/vmihailenco/msgpack/v5"
 	"gonum.org/v1/gonum/mat"
 )
@@ -73,7 +74,7 @@ func saveFactorization(w io.Writer, f *Factorization, key []byte) error {
 // encodeFactorization is the sealed payload of f stored under key.
 func encodeFactorization(f *Factorization, key []byte) ([]byte, error) {
 	if f == nil || f.Encoder == nil || f.Decoder == nil {
-		return nil, invalidf("save factorization: nil factorization or matrix")
+		return nil, guard.Invalidf("save factorization: nil factorization or matrix")
 	}
 	p := storedFactorization{Key: key, Workload: f.Workload, Meta: f.Meta}
 	p.EncRows, p.EncCols = f.Encoder.Dims()
@@ -97,7 +98,7 @@ func LoadFactorization(r io.Reader) (*Factorization, error) {
 		return nil, fmt.Errorf("mfnoise: load factorization: %w", err)
 	}
 	if len(blob) > maxStoredBytes {
-		return nil, fmt.Errorf("mfnoise: load factorization: %w: larger than %s", ErrCorrupt, humanBytes(maxStoredBytes))
+		return nil, fmt.Errorf("mfnoise: load factorization: %w: larger than %s", ErrCorrupt, dpcore.HumanBytes(maxStoredBytes))
 	}
 	// Version 1 (the key beside the payload, in an envelope of its own)
 	// opens as the same envelope with the key ignored.

@@ -24,7 +24,7 @@ func smallOptimum(t testing.TB, n int) *Factorization {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := OptimizeSingle(context.Background(), w, nil)
+	r, err := optimizeSingle(context.Background(), w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func smallOptimum(t testing.TB, n int) *Factorization {
 func countingBuild(w dpcore.Workload, builds *int) func(context.Context) (*Factorization, error) {
 	return func(ctx context.Context) (*Factorization, error) {
 		*builds++
-		r, err := OptimizeSingle(ctx, w, nil)
+		r, err := optimizeSingle(ctx, w, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +264,7 @@ func ExampleCache_GetOrBuild() {
 	w, _ := dpcore.PrefixSum(128)
 	key := ProblemKey{Kind: "mf-single", Workload: w, Schema: dpcore.SingleParticipation(), Gap: 1e-4}
 	build := func(ctx context.Context) (*Factorization, error) {
-		r, err := OptimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
+		r, err := optimizeSingle(ctx, w, &optimize.Settings{Gap: key.Gap})
 		if err != nil {
 			return nil, err
 		}

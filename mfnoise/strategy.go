@@ -1,12 +1,16 @@
 package mfnoise
 
 import (
+	"fmt"
+
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"gonum.org/v1/gonum/mat"
 )
 
 // The two representations of a built mechanism are dpcore.Strategy values:
-// the dense *Factorization, and the O(n) *ToeplitzStrategy (a Toeplitz
+// the dense *Factorization, and the O(n) *toeplitz.Strategy (a Toeplitz
 // encoder with the workload it decodes). Package noise streams either.
 
 // Steps is n: a Factorization is a dpcore.Strategy.
@@ -20,66 +24,38 @@ func (f *Factorization) Matrices() (encoder, decoder *mat.Dense, err error) {
 	return f.Encoder, f.Decoder, nil
 }
 
-// Dense is f itself.
-func (f *Factorization) Dense() (*Factorization, error) { return f, nil }
-
-// ToeplitzStrategy is a Toeplitz encoder bound to the workload A it
-// decodes (B = A C^-1): the strategy of the Toeplitz mechanisms, whose
-// sensitivity, loss and noise need no n x n matrix.
-type ToeplitzStrategy struct {
-	Toeplitz *Toeplitz
-	Workload dpcore.Workload
+// Dense is the dense factorization of a strategy of this package: the
+// factorization itself, or a Toeplitz strategy's, built on demand (refused
+// above dpcore.DenseStepLimit steps) and carrying its encoder (see
+// Factorization.Toeplitz).
+func Dense(s dpcore.Strategy) (*Factorization, error) {
+	switch s := s.(type) {
+	case *Factorization:
+		if s != nil {
+			return s, nil
+		}
+	case *toeplitz.Strategy:
+		if s != nil {
+			return toeplitzFactorization(s)
+		}
+	}
+	return nil, guard.Invalidf("strategy %T has no dense factorization", s)
 }
 
-// For binds t to workload w, which must have t.N steps.
-func (t *Toeplitz) For(w dpcore.Workload) (*ToeplitzStrategy, error) {
-	if err := t.Validate(); err != nil {
+// toeplitzFactorization is the dense factorization of a Toeplitz strategy.
+func toeplitzFactorization(s *toeplitz.Strategy) (*Factorization, error) {
+	t := s.Encoder
+	c, b, err := t.Matrices(s.Workload)
+	if err != nil {
 		return nil, err
 	}
-	if w.N != t.N {
-		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
-	}
-	return &ToeplitzStrategy{Toeplitz: t, Workload: w}, nil
-}
-
-// Steps is n.
-func (s *ToeplitzStrategy) Steps() int { return s.Toeplitz.N }
-
-// Sensitivity is the encoder's sensitivity under the schema, in O(n k).
-func (s *ToeplitzStrategy) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return s.Toeplitz.Sensitivity(schema)
-}
-
-// DecoderRowNorms are ||B[i,:]||^2 for B = A C^-1, in O(n) for a Toeplitz
-// workload.
-func (s *ToeplitzStrategy) DecoderRowNorms() ([]float64, error) {
-	return s.Toeplitz.DecoderRowNorms(s.Workload)
-}
-
-// Dense is the dense factorization, refused above dpcore.DenseStepLimit steps.
-func (s *ToeplitzStrategy) Dense() (*Factorization, error) {
-	return s.Toeplitz.Factorization(s.Workload)
-}
-
-// Matrices are the dense encoder and decoder (see Dense).
-func (s *ToeplitzStrategy) Matrices() (encoder, decoder *mat.Dense, err error) {
-	f, err := s.Dense()
+	meta := Metadata{Kind: t.Name, Bands: t.Bands(), Decoder: "workload-times-inverse"}
+	f, err := NewFactorization(s.Workload, c, b, meta)
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("mfnoise: toeplitz %s: %w", t.Name, err)
 	}
-	return f.Encoder, f.Decoder, nil
-}
-
-// Dense is the dense factorization of a strategy of this package: the
-// factorization itself, or a Toeplitz strategy's, built on demand.
-func Dense(s dpcore.Strategy) (*Factorization, error) {
-	d, ok := s.(interface {
-		Dense() (*Factorization, error)
-	})
-	if !ok || s == nil {
-		return nil, invalidf("strategy %T has no dense factorization", s)
-	}
-	return d.Dense()
+	f.toeplitz = t
+	return f, nil
 }
 
 // EncoderBands is the band count of s's encoder read off its nonzero
@@ -88,8 +64,8 @@ func Dense(s dpcore.Strategy) (*Factorization, error) {
 // when C is tall or not lower triangular. A Toeplitz encoder is read from
 // its first column in O(n); any other from its dense encoder.
 func EncoderBands(s dpcore.Strategy) (int, error) {
-	if t, ok := s.(*ToeplitzStrategy); ok {
-		return lastNonzero(t.Toeplitz.Column()) + 1, nil
+	if t, ok := s.(*toeplitz.Strategy); ok {
+		return lastNonzero(t.Encoder.Column()) + 1, nil
 	}
 	c, _, err := s.Matrices()
 	if err != nil {

@@ -47,13 +47,13 @@ func buildTraceFrom(ctx context.Context) *BuildTrace {
 
 // withProgress returns s with p chained after s's own Progress (s itself
 // when p is nil).
-func withProgress(s *optimize.Settings, p func(optimize.Progress)) *optimize.Settings {
+func withProgress(set *optimize.Settings, p func(optimize.Progress)) *optimize.Settings {
 	if p == nil {
-		return s
+		return set
 	}
 	var c optimize.Settings
-	if s != nil {
-		c = *s
+	if set != nil {
+		c = *set
 	}
 	own := c.Progress
 	c.Progress = func(q optimize.Progress) {

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
 )
@@ -32,7 +33,7 @@ func treeOnlineRowNorms(n int) ([]float64, error) {
 	t := treeLevels(n)
 	N := 1 << t
 	if float64(N-n)*float64((t+1)*(t+1)) > maxTreeWork {
-		return nil, invalidf("tree-online: n = %d: the completion search costs (N-n) log^2 N = %.3g operations, over %.3g", n, float64(N-n)*float64((t+1)*(t+1)), float64(maxTreeWork))
+		return nil, guard.Invalidf("tree-online: n = %d: the completion search costs (N-n) log^2 N = %.3g operations, over %.3g", n, float64(N-n)*float64((t+1)*(t+1)), float64(maxTreeWork))
 	}
 	inv := make([]float64, t+1)
 	for h := range inv {
@@ -93,26 +94,26 @@ func treeLevels(n int) int {
 // (k,b) participation from its Gram matrix X_il = L + 1 - bitlen(i xor l)
 // (the number of nodes covering both steps), which is non-negative: sens^2
 // = max_j sum_{i,l in pi_j} X_il, exact (multi-epoch paper Cor. 2.1).
-func treeSensitivity(n int, s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	if err := s.Validate(n); err != nil {
+func treeSensitivity(n int, schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	if err := schema.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	L := treeLevels(n)
-	if s.Kind == dpcore.Single || s.K == 1 {
+	if schema.Kind == dpcore.Single || schema.K == 1 {
 		return dpcore.SensitivityResult{Value: math.Sqrt(float64(L + 1)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
-	if s.Kind != dpcore.KB {
-		return dpcore.SensitivityResult{}, invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, dpcore.DenseStepLimit)
+	if schema.Kind != dpcore.KB {
+		return dpcore.SensitivityResult{}, guard.Invalidf("tree-online at n = %d: min-sep sensitivity needs the dense Gram matrix (limit n = %d)", n, dpcore.DenseStepLimit)
 	}
-	k, b := s.K, min(s.B, n)
+	k, b := schema.K, min(schema.B, n)
 	if float64(k)*float64(n) > maxTreeWork {
-		return dpcore.SensitivityResult{}, invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
+		return dpcore.SensitivityResult{}, guard.Invalidf("tree-online: (k,b) sensitivity costs k n = %.3g operations, over %.3g", float64(k)*float64(n), float64(maxTreeWork))
 	}
 	best := 0.0
 	pat := make([]int, 0, k)
 	for j := 0; j < b; j++ {
 		pat = pat[:0]
-		for i, c := j, 0; i < n && c < k; i, c = i+s.B, c+1 {
+		for i, c := j, 0; i < n && c < k; i, c = i+schema.B, c+1 {
 			pat = append(pat, i)
 		}
 		sum := 0
@@ -135,12 +136,12 @@ type treeOnlineStrategy struct{ n int }
 
 func (t treeOnlineStrategy) Steps() int { return t.n }
 
-func (t treeOnlineStrategy) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
-	return treeSensitivity(t.n, s)
+func (t treeOnlineStrategy) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	return treeSensitivity(t.n, schema)
 }
 
 func (t treeOnlineStrategy) DecoderRowNorms() ([]float64, error) { return treeOnlineRowNorms(t.n) }
 
 func (t treeOnlineStrategy) Matrices() (encoder, decoder *mat.Dense, err error) {
-	return nil, nil, checkDense("tree-online", t.n, denseMatrices)
+	return nil, nil, guard.Dense("tree-online", t.n, denseMatrices)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 )
 
 // TestTreeOnlineStructuredMatchesDense: the structured row norms and
@@ -22,8 +23,8 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 		schemas := []dpcore.Schema{dpcore.SingleParticipation()}
 		for _, b := range []int{1, 3, 7} {
 			if k := (n + b - 1) / b; b <= n {
-				s, _ := dpcore.KBParticipation(k, b)
-				schemas = append(schemas, s)
+				schema, _ := dpcore.KBParticipation(k, b)
+				schemas = append(schemas, schema)
 			}
 		}
 		st, err := spec.Build(context.Background(), w, dpcore.SingleParticipation(), BuildOptions{})
@@ -37,22 +38,22 @@ func TestTreeOnlineStructuredMatchesDense(t *testing.T) {
 		}
 		for i, v := range r {
 			row := f.Decoder.RawRowView(i)
-			if relErr(v, dot(row, row)) > 1e-12 {
+			if mftest.RelErr(v, dot(row, row)) > 1e-12 {
 				t.Fatalf("n = %d: ||B[%d,:]||^2 = %v, dense %v", n, i, v, dot(row, row))
 			}
 		}
-		for _, s := range schemas {
-			got, err := treeSensitivity(n, s)
+		for _, schema := range schemas {
+			got, err := treeSensitivity(n, schema)
 			if err != nil {
 				t.Fatal(err)
 			}
-			row, err := scoreStrategy("tree-online", f, s)
+			row, err := scoreStrategy("tree-online", f, schema)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := dpcore.SensitivityResult{Value: row.Sensitivity, Exact: row.SensitivityExact, Method: row.SensitivityMethod}
-			if relErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
-				t.Fatalf("n = %d %s: sens %+v, dense %+v", n, s, got, want)
+			if mftest.RelErr(got.Value, want.Value) > 1e-12 || got.Exact != want.Exact {
+				t.Fatalf("n = %d %s: sens %+v, dense %+v", n, schema, got, want)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // Benchmarks for BENCHMARKS.md. Run with
@@ -229,12 +230,12 @@ func BenchmarkTallDense(b *testing.B) {
 func BenchmarkBLTNoise(b *testing.B) {
 	const d = 1_000_000
 	for _, nb := range []int{1, 2, 3, 4, 8} {
-		p := mfnoise.BLTParams{}
+		p := toeplitz.BLTParams{}
 		for i := range nb {
 			p.Theta = append(p.Theta, 0.5+0.4*float64(i)/float64(nb))
 			p.Omega = append(p.Omega, 0.4/float64(nb))
 		}
-		m, err := mfnoise.NewBLT("blt", 1<<30, p)
+		m, err := toeplitz.NewBLT("blt", 1<<30, p)
 		if err != nil {
 			b.Fatal(err)
 		}

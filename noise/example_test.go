@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"github.com/dpmf-go/dpmf/noise"
 	"gonum.org/v1/gonum/mat"
 )
@@ -75,7 +76,7 @@ func ExampleNew() {
 // coordinates with 2 d-vectors of state, whatever n: no n x n matrix is
 // formed.
 func ExampleNewToeplitz() {
-	blt, err := mfnoise.NewBLT("blt:2", 1000, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
+	blt, err := toeplitz.NewBLT("blt:2", 1000, toeplitz.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
 	if err != nil {
 		log.Fatal(err)
 	}

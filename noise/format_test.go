@@ -7,8 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
-
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // TestStateFormatUnchanged: the checkpoint state of every source kind, and
@@ -112,13 +111,13 @@ func testSources(t *testing.T, seed byte) map[string]Source {
 		s, err := New(nf.f, d, opt)
 		add(nf.name+"/"+string(nf.f.Workload.Kind), s, err)
 	}
-	sq, _ := mfnoise.SqrtToeplitz(n)
+	sq, _ := toeplitz.Sqrt(n)
 	s, err := NewToeplitz(sq, d, opt)
 	add("sqrt", s, err)
-	blt, _ := mfnoise.NewBLT("blt:2", n, mfnoise.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
+	blt, _ := toeplitz.NewBLT("blt:2", n, toeplitz.BLTParams{Theta: []float64{0.9, 0.5}, Omega: []float64{0.3, 0.2}})
 	s, err = NewToeplitz(blt, d, opt)
 	add("blt:2", s, err)
-	bisr, _ := mfnoise.BandedInverseSqrt(n, 3)
+	bisr, _ := toeplitz.BandedInverseSqrt(n, 3)
 	s, err = NewToeplitz(bisr, d, opt)
 	add("bisr:3", s, err)
 	return out

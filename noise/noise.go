@@ -16,6 +16,7 @@ import (
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -160,11 +161,11 @@ func NewIndependent(n, d int, opt Options) (Source, error) {
 // Building the source costs O(nnz(G)) beyond that (O(n m) for dense G).
 //
 // New dispatches on the strategy: a Toeplitz strategy
-// (*mfnoise.ToeplitzStrategy) is streamed by NewToeplitz in O(n) memory at
+// (*toeplitz.Strategy) is streamed by NewToeplitz in O(n) memory at
 // any n; a dense one (*mfnoise.Factorization) as above.
 func New(st dpcore.Strategy, d int, opt Options) (Source, error) {
-	if t, ok := st.(*mfnoise.ToeplitzStrategy); ok {
-		return NewToeplitz(t.Toeplitz, d, opt)
+	if t, ok := st.(*toeplitz.Strategy); ok {
+		return NewToeplitz(t.Encoder, d, opt)
 	}
 	f, err := mfnoise.Dense(st)
 	if err != nil {

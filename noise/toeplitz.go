@@ -2,7 +2,7 @@ package noise
 
 import (
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // Streaming noise of Toeplitz encoders (SPEC 6): W = C^-1 Z without any n x
@@ -31,7 +31,7 @@ const (
 // as New streams it. A BLT keeps Nbuf buffers of d float32; a
 // p-band encoder keeps p-1 rows, refused with the memory it needs when it
 // exceeds opt.MemoryBudget.
-func NewToeplitz(t *mfnoise.Toeplitz, d int, opt Options) (Source, error) {
+func NewToeplitz(t *toeplitz.Encoder, d int, opt Options) (Source, error) {
 	if t != nil && t.BLT == nil && t.InvCoef == nil && len(t.Coef) == 1 && t.Coef[0] == 1 {
 		return NewIndependent(t.N, d, opt)
 	}
@@ -58,7 +58,7 @@ type toeplitzSource[T floatT] struct {
 	scratch [][]T
 }
 
-func newToeplitzSource[T floatT](t *mfnoise.Toeplitz, d int, opt Options) (*toeplitzSource[T], error) {
+func newToeplitzSource[T floatT](t *toeplitz.Encoder, d int, opt Options) (*toeplitzSource[T], error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // toeplitzMechs are Toeplitz encoders of every structure the sources
@@ -17,30 +18,30 @@ import (
 // inverse square root, 5-band encoders with decreasing, mixed-sign and
 // non-monotone coefficients, and BLTs with 1 to 5 buffers (the kernels
 // have cases for 1 to 4 and a general loop).
-func toeplitzMechs(t *testing.T, n int) []*mfnoise.Toeplitz {
+func toeplitzMechs(t *testing.T, n int) []*toeplitz.Encoder {
 	t.Helper()
-	var out []*mfnoise.Toeplitz
-	keep := func(m *mfnoise.Toeplitz, err error) {
+	var out []*toeplitz.Encoder
+	keep := func(m *toeplitz.Encoder, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, m)
 	}
-	keep(mfnoise.SqrtToeplitz(n))
-	keep(mfnoise.BandedInverseSqrt(n, 5))
+	keep(toeplitz.Sqrt(n))
+	keep(toeplitz.BandedInverseSqrt(n, 5))
 	for name, coef := range map[string][]float64{
 		"dpsgd":        {1},
 		"decreasing":   {1.3, 0.8, 0.5, 0.2, 0.1},
 		"mixed-sign":   {0.9, -0.6, 0.3, 0.4, -0.2},
 		"non-monotone": {1, 1.4, 0.2, 0.9, 0.5},
 	} {
-		keep(mfnoise.NewToeplitz(name, n, coef))
+		keep(toeplitz.New(name, n, coef))
 	}
 	theta := []float64{0.97, 0.85, 0.6, 0.35, 0.2}
 	omega := []float64{0.05, 0.2, 0.1, 0.15, 0.08}
 	for nb := 1; nb <= 5; nb++ {
-		keep(mfnoise.NewBLT(fmt.Sprintf("blt%d", nb), n, mfnoise.BLTParams{Theta: theta[:nb], Omega: omega[:nb]}))
+		keep(toeplitz.NewBLT(fmt.Sprintf("blt%d", nb), n, toeplitz.BLTParams{Theta: theta[:nb], Omega: omega[:nb]}))
 	}
 	return out
 }
@@ -57,7 +58,7 @@ func TestToeplitzNoiseExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := m.Factorization(w) // dense C and B = S C^-1
+		f, err := mfnoise.Dense(&toeplitz.Strategy{Encoder: m, Workload: w}) // dense C and B = S C^-1
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 		t.Fatalf("over-budget sqrt streamed with %s", k)
 	}
 	checkAgainstRef(t, streamAll(t, s), refG(t, f), zRows(seed, n, d), 1e-11)
-	m, _ := mfnoise.SqrtToeplitz(n)
+	m, _ := toeplitz.Sqrt(n)
 	if _, err := NewToeplitz(m, d, Options{MemoryBudget: 100}); err == nil || !strings.Contains(err.Error(), "over the budget") {
 		t.Fatalf("sqrt source over budget: %v", err)
 	}
@@ -139,10 +140,10 @@ func TestBuildToeplitzStreamsStructured(t *testing.T) {
 // TestToeplitzNoiseBadInput: an empty mechanism and a square root over the
 // memory budget are refused with an error, not a panic.
 func TestToeplitzNoiseBadInput(t *testing.T) {
-	if _, err := NewToeplitz(&mfnoise.Toeplitz{Name: "x", N: 5}, 3, Options{}); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := NewToeplitz(&toeplitz.Encoder{Name: "x", N: 5}, 3, Options{}); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("empty mechanism: %v", err)
 	}
-	m, _ := mfnoise.SqrtToeplitz(100)
+	m, _ := toeplitz.Sqrt(100)
 	if _, err := NewToeplitz(m, 1000, Options{MemoryBudget: 1 << 10}); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "over the budget") {
 		t.Errorf("over budget: %v", err)
 	}
@@ -153,7 +154,7 @@ func TestToeplitzNoiseBadInput(t *testing.T) {
 // identity encoder, so the two agree bit for bit and share checkpoints.
 func TestToeplitzIdentityIsIndependent(t *testing.T) {
 	const n, d = 6, 9
-	m, err := mfnoise.NewToeplitz("dpsgd", n, []float64{1})
+	m, err := toeplitz.New("dpsgd", n, []float64{1})
 	if err != nil {
 		t.Fatal(err)
 	}

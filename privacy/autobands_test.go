@@ -33,7 +33,7 @@ func TestAutoBandsProxySelectionMatchesCold(t *testing.T) {
 	single := dpcore.SingleParticipation()
 	var cold []accountant.BandCandidate
 	for b := 1; b < m/batch && b <= n; b *= 2 {
-		r, err := mfnoise.OptimizeBanded(ctx, w, b, nil)
+		r, err := mfnoise.Optimize(ctx, mfnoise.Problem{Workload: w, Family: mfnoise.BandedFamily{Bands: b}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

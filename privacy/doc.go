@@ -10,15 +10,16 @@
 //
 // A Mechanism is a typed value of package mfnoise, the package that owns
 // the mathematics (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF, Sqrt,
-// BandedToeplitz, BLT, BISR, Stamped), or a caller's own Factorization. It
-// names itself, builds its strategy A = B C for the run's workload
-// (Build), and declares its Structure — whether the noise is independent,
-// how many bands its encoder has, whether the planner chooses them, whether
-// it was optimized for fixed-order (k,b)-participation. The rules read
+// BandedSqrt, BandedToeplitz, BLT, BISR, Stamped), or a caller's own
+// CustomFactorization. It names itself, builds its strategy A = B C for
+// the run's workload (Build), and declares its Structure — whether the
+// noise is independent, how many bands its encoder has, whether the
+// planner chooses them, whether it was optimized for fixed-order
+// (k,b)-participation. The rules read
 // that structure, never a name, so a new mechanism is one type and one
 // line of ParseMechanism, the one parser of names (ParseMechanisms for a
 // list), used by every command line and the service. mfnoise.Compare ranks
-// any mechanism, a caller's Factorization included, by the loss
+// any mechanism, a caller's CustomFactorization included, by the loss
 // sens^2 ||B||_F^2.
 //
 // The plan holds one strategy (dpcore.Strategy, Plan.Strategy): the dense

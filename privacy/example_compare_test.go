@@ -16,7 +16,7 @@ import (
 // the noise is added to the prefix sums themselves. Under single
 // participation its sensitivity is A's largest column norm, sqrt(16) = 4,
 // so its loss is 16 * ||I||_F^2 = 256, worse than DP-SGD's n(n+1)/2 = 136.
-func ExampleFactorization() {
+func ExampleCustomFactorization() {
 	const n = 16
 	w, err := dpcore.PrefixSum(n)
 	if err != nil {
@@ -36,7 +36,7 @@ func ExampleFactorization() {
 		log.Fatal(err)
 	}
 	mechs := []mfnoise.Mechanism{
-		privacy.Factorization{Name: "output-perturbation", F: f},
+		privacy.CustomFactorization{Name: "output-perturbation", F: f},
 		mfnoise.DPSGD{},
 		mfnoise.Tree{Decoder: mfnoise.TreeFull},
 		mfnoise.MFSingle{},

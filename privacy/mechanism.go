@@ -15,9 +15,11 @@ import (
 // value that builds its strategy A = B C for the run's workload (SPEC 5)
 // and declares the Structure the privacy rules read. The families are the
 // types of package mfnoise (DPSGD, Tree, FFT, MFSingle, MFKB, BandMF,
-// Sqrt, BandedToeplitz, BLT, BISR, Stamped); a caller's own factorization
-// is a Factorization. The planner never inspects a name.
-type Mechanism interface{ mfnoise.Mechanism }
+// Sqrt, BandedSqrt, BandedToeplitz, BLT, BISR, Stamped); a caller's own
+// factorization is a CustomFactorization. The planner never inspects a
+// name. It is mfnoise.Mechanism itself: one interface, named where the
+// planner's callers look for it.
+type Mechanism = mfnoise.Mechanism
 
 // samplingFor is the sampling a mechanism is run with when the caller does
 // not choose: Poisson for independent noise, partitioned band sampling for
@@ -32,16 +34,17 @@ func samplingFor(s mfnoise.Structure) Sampling {
 	return SamplingFixedOrder
 }
 
-// Factorization is a caller's own factorization, used as given. Bands
+// CustomFactorization is a caller's own factorization (an
+// mfnoise.Factorization) used as a mechanism, as given. Bands
 // declares its encoder banded (0: dense or tall); the planner verifies the
 // declaration before relying on it.
-type Factorization struct {
+type CustomFactorization struct {
 	Name  string
 	F     *mfnoise.Factorization
 	Bands int
 }
 
-func (m Factorization) String() string {
+func (m CustomFactorization) String() string {
 	if m.Name != "" {
 		return m.Name
 	}
@@ -49,11 +52,11 @@ func (m Factorization) String() string {
 }
 
 // Structure is the declared band count.
-func (m Factorization) Structure() mfnoise.Structure { return mfnoise.Structure{Bands: m.Bands} }
+func (m CustomFactorization) Structure() mfnoise.Structure { return mfnoise.Structure{Bands: m.Bands} }
 
 // Build returns the caller's factorization after checking that it
 // factorizes w and that a declared band count holds.
-func (m Factorization) Build(_ context.Context, w dpcore.Workload, _ dpcore.Schema, _ mfnoise.BuildOptions) (dpcore.Strategy, error) {
+func (m CustomFactorization) Build(_ context.Context, w dpcore.Workload, _ dpcore.Schema, _ mfnoise.BuildOptions) (dpcore.Strategy, error) {
 	if m.F == nil {
 		return nil, invalidf("%v: no factorization", m)
 	}

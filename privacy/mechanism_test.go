@@ -63,13 +63,13 @@ func TestFactorizationChecksStepsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	big, _ := dpcore.PrefixSum(50000)
-	_, err = Factorization{Name: "mine", F: f}.Build(context.Background(), big, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
+	_, err = CustomFactorization{Name: "mine", F: f}.Build(context.Background(), big, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "mine factorizes 16 steps, but the run has 50000") {
 		t.Fatalf("err = %v", err)
 	}
 	// A verified band declaration travels with the factorization (Compare
 	// costs its noise as banded); the caller's value is not changed.
-	st, err := Factorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
+	st, err := CustomFactorization{Name: "mine", F: f, Bands: 1}.Build(context.Background(), w, dpcore.SingleParticipation(), mfnoise.BuildOptions{})
 	got, _ := st.(*mfnoise.Factorization)
 	if err != nil || got == nil || got.Meta.Bands != 1 || f.Meta.Bands != 0 {
 		t.Fatalf("bands %d (caller's %d), %v", got.Meta.Bands, f.Meta.Bands, err)

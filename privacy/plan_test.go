@@ -21,7 +21,7 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := Request{Examples: m, Batch: batch, Steps: n, ClipNorm: 1, NoiseMultiplier: 1, Sampling: SamplingPoisson}
-	req.Mechanism = Factorization{Name: "mine", F: id, Bands: 1}
+	req.Mechanism = CustomFactorization{Name: "mine", F: id, Bands: 1}
 	p, _, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +40,11 @@ func TestOwnFactorizationPlugsIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Mechanism = Factorization{Name: "tall", F: tree, Bands: 1}
+	req.Mechanism = CustomFactorization{Name: "tall", F: tree, Bands: 1}
 	if _, _, err := NewPlan(ctx, req); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("a tall encoder declared 1-banded: want dpcore.ErrInvalid, got %v", err)
 	}
-	req.Mechanism = Factorization{Name: "tall", F: tree}
+	req.Mechanism = CustomFactorization{Name: "tall", F: tree}
 	if _, _, err := NewPlan(ctx, req); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a dense encoder with Poisson sampling: want a refusal, got %v", err)
 	}

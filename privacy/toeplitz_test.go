@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // TestToeplitzPlanMatchesDense: for every Toeplitz mechanism and sampling
@@ -29,7 +29,7 @@ func TestToeplitzPlanMatchesDense(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s/%s: %v", name, samp, err)
 			}
-			if _, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok {
+			if _, ok := p.Strategy().(*toeplitz.Strategy); !ok {
 				t.Fatalf("%s/%s: plan holds no Toeplitz mechanism", name, samp)
 			}
 			f, err := p.Factorization()
@@ -74,7 +74,7 @@ func TestToeplitzPlanBeyondDenseLimit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s at n = %d: %v", name, n, err)
 		}
-		if st, ok := p.Strategy().(*mfnoise.ToeplitzStrategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
+		if st, ok := p.Strategy().(*toeplitz.Strategy); !ok || st.Steps() != n || !(p.Sensitivity.Value >= 1) || !(p.Loss > 0) || !(p.Epsilon <= 4) {
 			t.Fatalf("%s: plan %v", name, p)
 		}
 		if _, err := p.Factorization(); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "GiB") {

@@ -19,9 +19,9 @@ import (
 // An adapter for another Go framework is a small package: it owns the
 // framework's model, exposes the parameters as one flat float32 vector the
 // framework's tensors share (or copies them in before each call), and
-// implements ClippedSumContext by computing each example's gradient, its L2 norm
-// over all parameters in float64, and adding it to dst with
-// clip.AddScaled(dst, g, clip.Factor(clip norm, norm)) (docs/engines.md).
+// implements ClippedSumContext by computing each example's gradient and
+// adding it to dst through a clip.Accumulator, which owns the clipping
+// rule (docs/engines.md).
 // Nothing about one example's data may stop, retry or slow the call
 // (docs/math.md, no data-dependent control flow): an example whose input,
 // loss, gradient or norm is not finite contributes zero and is counted in

@@ -16,7 +16,7 @@ import (
 // MaxSteps is the largest number of steps a run takes: per-step arrays
 // (learning rates, sampling and accounting schedules) hold 8 bytes a
 // step, and a Toeplitz mechanism's noise source is bounded at this n
-// (mfnoise.MaxStructuredSteps).
+// (dpcore.StructuredStepLimit).
 const MaxSteps = 1 << 23
 
 // memoryLimit is the memory a run may plan for: the least of GOMEMLIMIT

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"time"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -576,7 +575,7 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 	if t.pieces {
 		maxBatch = t.engineBatch
 	}
-	var lossSum float64
+	var tl clip.Tally
 	for lo := 0; lo < len(t.idx); lo += maxBatch {
 		if err := ctx.Err(); err != nil {
 			return sm, err
@@ -593,19 +592,10 @@ func (t *Trainer) sampleAndClip(ctx context.Context) (StepMetrics, error) {
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}
-		k := float64(hi - lo)
-		lossSum += st.Loss * k
-		sm.ClippedFrac += st.Clipped * k
-		sm.NonFinite += st.NonFinite
-		for q := range sm.NormQuantiles {
-			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
-		}
+		tl.Add(st, hi-lo, hi-lo)
 	}
-	if sm.BatchSize > 0 {
-		lossSum /= float64(sm.BatchSize)
-		sm.ClippedFrac /= float64(sm.BatchSize)
-	}
-	sm.Loss = lossSum
+	st := tl.Stats()
+	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
 	return sm, checkClippedSum(step, t.sum)
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math"
 	mrand "math/rand/v2"
 
 	"github.com/dpmf-go/dpmf/clip"
@@ -99,8 +98,7 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 	u := t.users
 	t.exIdx = u.expand(t.idx, step, t.exIdx)
 	maxBatch := len(t.yb)
-	var lossSum float64
-	examples := 0
+	var tl clip.Tally
 	lo, g0 := 0, 0 // example and group at which the chunk starts
 	for g0 < len(u.groups) {
 		if err := ctx.Err(); err != nil {
@@ -131,22 +129,10 @@ func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) erro
 		for i, v := range t.chunk {
 			t.sum[i] += v
 		}
-		n := float64(hi - lo)
-		users := float64(g1 - g0)
-		lossSum += st.Loss * n
-		examples += hi - lo
-		sm.ClippedFrac += st.Clipped * users
-		sm.NonFinite += st.NonFinite
-		for q := range sm.NormQuantiles {
-			sm.NormQuantiles[q] = math.Max(sm.NormQuantiles[q], st.NormQuantiles[q])
-		}
+		tl.Add(st, hi-lo, g1-g0)
 		lo, g0 = hi, g1
 	}
-	if examples > 0 {
-		sm.Loss = lossSum / float64(examples)
-	}
-	if sm.BatchSize > 0 {
-		sm.ClippedFrac /= float64(sm.BatchSize)
-	}
+	st := tl.Stats()
+	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/aggregate/replica"
 	"github.com/nats-io/nats.go"
 )
 
@@ -58,17 +59,19 @@ func TestClusterCommand(t *testing.T) {
 	flags, stop := start()
 	args := strings.Fields(flags)
 	o := replicatedOptions(t, "", append(args, "-replicas", "3")...)
-	r, err := dialReplicated(context.Background(), o)
+	cfg := nodeConfig(t, o)
+	cfg.DecisionWait = 50 * time.Millisecond
+	r, nc, err := dialReplicated(context.Background(), o, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.decisionWait = 50 * time.Millisecond
 	_, err = r.Add(context.Background(), "u1", []float64{0.1, 0.2})
-	var lg *loggedError
-	if !errors.As(err, &lg) || lg.seq != 1 {
+	var lg *replica.LoggedError
+	if !errors.As(err, &lg) || lg.Sequence != 1 {
 		t.Fatalf("Add: %v, want logged at sequence 1", err)
 	}
-	r.close()
+	r.Close()
+	nc.Close()
 
 	url := args[1]
 	if nc, err := nats.Connect(url, nats.RootCAs(filepath.Join(dir, "ca.pem")), nats.Timeout(2*time.Second)); err == nil {
@@ -92,14 +95,16 @@ func TestClusterCommand(t *testing.T) {
 		t.Fatalf("second start: certificates replaced or flags changed: %s", flags2)
 	}
 	o2 := replicatedOptions(t, "", append(strings.Fields(flags2), "-replicas", "3")...)
-	r2, err := dialReplicated(context.Background(), o2)
+	cfg2 := nodeConfig(t, o2)
+	cfg2.DecisionWait = 50 * time.Millisecond
+	r2, nc2, err := dialReplicated(context.Background(), o2, cfg2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r2.close()
-	r2.decisionWait = 50 * time.Millisecond
+	defer nc2.Close()
+	defer r2.Close()
 	// The log kept the first contribution: the next is at sequence 2.
-	if _, err = r2.Add(context.Background(), "u2", []float64{0.1, 0.2}); !errors.As(err, &lg) || lg.seq != 2 {
+	if _, err = r2.Add(context.Background(), "u2", []float64{0.1, 0.2}); !errors.As(err, &lg) || lg.Sequence != 2 {
 		t.Fatalf("Add after restart: %v, want logged at sequence 2", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/aggregate/replica"
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 )
 
@@ -36,8 +37,9 @@ func toJSON(r *aggregate.Release) releaseJSON {
 }
 
 // engine is what the handler serves: the single-node aggregator
-// (*aggregate.Aggregator on a bbolt file) or the replicated front-end
-// (-nats), with the same bounding, noise and release code behind both.
+// (*aggregate.Aggregator on a bbolt file) or a node of the replicated
+// service (*replica.Node, -nats), with the same bounding, noise and
+// release code behind both.
 type engine interface {
 	Add(ctx context.Context, contributor string, vec []float64) (int, error)
 	Commit(ctx context.Context) (*aggregate.Release, error)
@@ -46,18 +48,11 @@ type engine interface {
 	Dim() int
 }
 
-// idempotencyKey is the context key of a request's Idempotency-Key
-// header: the replicated mode de-duplicates a retried request with it.
-type idempotencyKey struct{}
-
-// loggedError is the replicated mode's answer when the log has a
-// contribution but the aggregator's decision did not arrive in time: the
-// contribution is acknowledged (202) and applied in log order.
-type loggedError struct{ seq uint64 }
-
-func (e *loggedError) Error() string {
-	return fmt.Sprintf("contribution logged at sequence %d", e.seq)
-}
+// Both engines serve the API.
+var (
+	_ engine = (*aggregate.Aggregator)(nil)
+	_ engine = (*replica.Node)(nil)
+)
 
 // handlerConfig is what the handler needs beyond the aggregator.
 type handlerConfig struct {
@@ -178,13 +173,10 @@ func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 }
 
 // withIdempotencyKey carries the request's Idempotency-Key, if any, in
-// its context to the engine.
+// its context to the engine: the replicated mode de-duplicates a retried
+// request with it.
 func withIdempotencyKey(r *http.Request) context.Context {
-	ctx := r.Context()
-	if k := r.Header.Get("Idempotency-Key"); k != "" {
-		ctx = context.WithValue(ctx, idempotencyKey{}, k)
-	}
-	return ctx
+	return replica.WithIdempotencyKey(r.Context(), r.Header.Get("Idempotency-Key"))
 }
 
 // contribute is POST /v1/contributions.
@@ -221,9 +213,12 @@ func (s *routes) contribute(w http.ResponseWriter, r *http.Request, p principal)
 		}
 	}
 	step, err := s.agg.Add(withIdempotencyKey(r), c.Contributor, c.Vector)
-	var lg *loggedError
+	// The replicated mode's answer when the log has the contribution but
+	// the aggregator's decision did not arrive in time: acknowledged
+	// (202) and applied in log order.
+	var lg *replica.LoggedError
 	if errors.As(err, &lg) {
-		writeJSON(w, http.StatusAccepted, map[string]any{"sequence": lg.seq, "status": "logged: the aggregator applies it in log order"})
+		writeJSON(w, http.StatusAccepted, map[string]any{"sequence": lg.Sequence, "status": "logged: the aggregator applies it in log order"})
 		return
 	}
 	if err != nil {
@@ -399,6 +394,10 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusForbidden
 	case errors.Is(err, aggregate.ErrNotReleased):
 		status = http.StatusNotFound
+	case errors.Is(err, replica.ErrUnavailable):
+		// The replicated cluster did not answer in time: retry.
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, aggregate.ErrClosed):
 		status = http.StatusServiceUnavailable
 	}

@@ -13,26 +13,38 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/internal/loadgen"
+	"github.com/dpmf-go/dpmf/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Tests of loadgen against dpserve (issue 39 item 14): what loadgen counts
 // must agree with what the service stored.
 
-// logCount is the number of contributions the replicated log holds.
-func logCount(t *testing.T, r *replicated) uint64 {
+// logCount is the number of contributions the replicated log of the
+// service dpserve at url holds.
+func logCount(t *testing.T, url string) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := r.js.Stream(ctx, r.stream)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(r.subjAdd))
+	defer nc.Close()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Subjects[r.subjAdd]
+	s, err := js.Stream(ctx, "dpserve_LOG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("dpserve.log.add"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects["dpserve.log.add"]
 }
 
 // readAcks decodes loadgen's -acks lines: each contributor once, with a
@@ -61,8 +73,8 @@ func readAcks(t *testing.T, b *bytes.Buffer) map[string]bool {
 // -acks with their log position (before: all counted as rejected, and no
 // acknowledgement written).
 func TestLoadgenCountsLogged(t *testing.T) {
-	r, _ := dialTest(t, startJetStream(t), "-replicas", "1")
-	r.decisionWait = 50 * time.Millisecond
+	url := natstest.StartJetStream(t)
+	r := dialTest(t, replicatedOptions(t, url, "-replicas", "1"), 50*time.Millisecond)
 	srv := httptest.NewServer(newHandler(r, handlerConfig{maxBody: 4096, inflight: 8, access: access{now: time.Now}}))
 	t.Cleanup(srv.Close)
 	var acks bytes.Buffer
@@ -77,7 +89,7 @@ func TestLoadgenCountsLogged(t *testing.T) {
 	if n := len(readAcks(t, &acks)); n != 12 {
 		t.Fatalf("%d acknowledgements written, want 12", n)
 	}
-	if n := logCount(t, r); n != 12 {
+	if n := logCount(t, url); n != 12 {
 		t.Fatalf("log holds %d contributions, loadgen counted 12", n)
 	}
 }
@@ -130,8 +142,8 @@ func (readCloser) Close() error { return nil }
 // contributions failed outright and another third were logged but counted
 // as failed).
 func TestLoadgenFailoverRetry(t *testing.T) {
-	r, _ := dialTest(t, startJetStream(t), "-replicas", "1")
-	r.decisionWait = 50 * time.Millisecond
+	url := natstest.StartJetStream(t)
+	r := dialTest(t, replicatedOptions(t, url, "-replicas", "1"), 50*time.Millisecond)
 	h := newHandler(r, handlerConfig{maxBody: 4096, inflight: 8, access: access{now: time.Now}})
 	sound := httptest.NewServer(h)
 	t.Cleanup(sound.Close)
@@ -153,7 +165,7 @@ func TestLoadgenFailoverRetry(t *testing.T) {
 	if n := len(readAcks(t, &acks)); n != 30 {
 		t.Fatalf("%d acknowledgements written, want 30", n)
 	}
-	if n := logCount(t, r); n != 30 {
+	if n := logCount(t, url); n != 30 {
 		t.Fatalf("log holds %d contributions, loadgen counted 30", n)
 	}
 }

@@ -37,9 +37,10 @@
 // It prints "dpserve: listening on HOST:PORT" once it accepts connections,
 // and on SIGTERM or SIGINT stops accepting, finishes the requests in flight
 // and closes the store. With -nats instead of -store the service runs
-// replicated on a NATS JetStream cluster (replicated.go; same API): any
-// number of front-ends, one aggregator at a time. -seed HEX (64 hex digits) fixes the noise for tests:
-// the ledger then states that the releases are not private. Input the user
+// replicated on a NATS JetStream cluster (package aggregate/replica; same
+// API): any number of front-ends, one aggregator at a time. -seed HEX (64
+// hex digits) fixes the noise for tests: the ledger then states that the
+// releases are not private. Input the user
 // can fix (flags, -addr, the files named, a store made with other flags or
 // corrupt) exits with status 2 and a one-line message; internal failures
 // with 1.
@@ -66,6 +67,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/aggregate"
+	"github.com/dpmf-go/dpmf/aggregate/replica"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/internal/authtoken"
 	"github.com/dpmf-go/dpmf/internal/buildinfo"
@@ -145,14 +147,6 @@ type options struct {
 	aggregator             bool
 	replicas               int
 	leaseTTL, logMaxAge    time.Duration
-	noSync                 bool // the store is a cache of the replicated log
-	// built is the mechanism checkRelease built at start (replicated
-	// mode), used by a store that holds none.
-	built *aggregate.StrategyMechanism
-	// stored is the mechanism the store holds, decoded before (a
-	// replicated standby restores snapshots of one store again and
-	// again); nil: decode it from the store.
-	stored *aggregate.StrategyMechanism
 }
 
 // commandsUsage is the head of dpserve -h: the commands besides serving.
@@ -256,10 +250,10 @@ func (o *options) check() error {
 		return usagef("-store FILE (single node) or -nats URL,... (replicated) is required")
 	case o.store != "" && o.nats != "":
 		return usagef("-store and -nats exclude each other: -store FILE is the single-node mode, -nats URL,... the replicated one")
-	case o.nats != "" && !validService(o.service):
+	case o.nats != "" && !replica.ValidService(o.service):
 		return usagef("-service %q: want 1..64 letters, digits, - and _", o.service)
-	case o.nats != "" && (o.replicas < 1 || o.replicas > 5 || o.leaseTTL < 500*time.Millisecond):
-		return usagef("-replicas %d -lease-ttl %v: want 1..5 replicas and a lease of at least 500ms", o.replicas, o.leaseTTL)
+	case o.nats != "" && (o.replicas < 1 || o.replicas > replica.MaxReplicas || o.leaseTTL < replica.MinLeaseTTL):
+		return usagef("-replicas %d -lease-ttl %v: want 1..%d replicas and a lease of at least %v", o.replicas, o.leaseTTL, replica.MaxReplicas, replica.MinLeaseTTL)
 	case (o.natsCert == "") != (o.natsKey == ""):
 		return usagef("-nats-cert and -nats-key go together")
 	case o.nats != "" && !o.natsSecurity().Authenticates(o.nats):
@@ -320,15 +314,11 @@ func openAggregator(ctx context.Context, o options) (*aggregate.Aggregator, erro
 	}
 	// A store made before holds its mechanism: reuse it (the encoder its
 	// noise state was made with) rather than build it again.
-	mech := o.stored
-	if mech == nil {
-		if mech, err = aggregate.StoredMechanism(o.store, schema); err != nil {
-			return nil, err
-		}
+	mech, err := aggregate.StoredMechanism(o.store, schema)
+	if err != nil {
+		return nil, err
 	}
 	switch {
-	case mech == nil && o.built != nil:
-		mech = o.built
 	case mech == nil:
 		if mech, err = aggregate.BuildMechanism(ctx, spec, w, schema); err != nil {
 			return nil, err
@@ -377,7 +367,6 @@ func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.Mechanism)
 	return aggregate.Config{
 		Dim: o.dim, Workload: wl, Mechanism: mech, Epsilon: o.epsilon, Delta: o.delta,
 		Clip: o.clip, K: o.k, B: o.b, Count: o.count, Seed: seed, MaxBatch: o.maxBatch, NoiseMemory: o.noiseMemory,
-		NoSync: o.noSync,
 	}, nil
 }
 
@@ -385,25 +374,25 @@ func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.Mechanism)
 // configuration as opening a store would (the planner's calibration, the
 // scales of the exact arithmetic), without a store: the replicated mode
 // refuses a configuration at start rather than when a node first leads.
-// The mechanism is kept in o.built for that node's aggregator.
-func checkRelease(ctx context.Context, o *options) error {
-	spec, wl, w, schema, err := releaseFlags(*o)
+// The configuration returned holds the mechanism, for that node's
+// aggregator.
+func checkRelease(ctx context.Context, o options) (aggregate.Config, error) {
+	spec, wl, w, schema, err := releaseFlags(o)
 	if err != nil {
-		return err
+		return aggregate.Config{}, err
 	}
 	mech, err := aggregate.BuildMechanism(ctx, spec, w, schema)
 	if err != nil {
-		return err
+		return aggregate.Config{}, err
 	}
-	cfg, err := aggregateConfig(*o, wl, mech)
+	cfg, err := aggregateConfig(o, wl, mech)
 	if err != nil {
-		return err
+		return aggregate.Config{}, err
 	}
 	if err := aggregate.CheckConfig(cfg); err != nil {
-		return err
+		return aggregate.Config{}, err
 	}
-	o.built = mech
-	return nil
+	return cfg, nil
 }
 
 // listener checks the access policy and binds -addr: a non-loopback

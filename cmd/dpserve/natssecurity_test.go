@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/internal/natstest"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -17,15 +18,7 @@ import (
 // listening on host.
 func openNATS(t *testing.T, host string) int {
 	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Serve(t, &natsserver.Options{Host: host, Port: -1, JetStream: true, StoreDir: t.TempDir()})
 	return s.Addr().(*net.TCPAddr).Port
 }
 
@@ -88,19 +81,11 @@ func TestReplicatedNeedsTLSOffLoopback(t *testing.T) {
 	if host == "" {
 		t.Skip("no non-loopback IPv4 address on this machine")
 	}
-	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: -1, NoLog: true, NoSigs: true, JetStream: true,
-		StoreDir: t.TempDir(), Username: testNATSUser, Password: testNATSPassword})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Serve(t, &natsserver.Options{Host: host, Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Username: natstest.User, Password: natstest.Password})
 	port := s.Addr().(*net.TCPAddr).Port
-	code, stderr := runReplicated(t, fmt.Sprintf("nats://%s:%s@%s:%d", testNATSUser, testNATSPassword, host, port))
-	if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no TLS") || strings.Contains(stderr, testNATSPassword) {
+	code, stderr := runReplicated(t, fmt.Sprintf("nats://%s:%s@%s:%d", natstest.User, natstest.Password, host, port))
+	if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no TLS") || strings.Contains(stderr, natstest.Password) {
 		t.Errorf("%s without TLS: exit %d, %q; want 2 and one line saying the servers offer no TLS (without the password)", host, code, stderr)
 	}
 }

@@ -283,18 +283,18 @@ func (o *compareOptions) writeTable(stdout io.Writer, out []compareRow, w dpcore
 // loadFactorization reads a caller's factorization for -factorization,
 // named by the file's base name; its declared band count (Meta.Bands) is
 // verified when it is scored.
-func loadFactorization(path string) (privacy.Factorization, error) {
+func loadFactorization(path string) (privacy.CustomFactorization, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return privacy.Factorization{}, inputError{fmt.Errorf("compare: -factorization: %w", err)}
+		return privacy.CustomFactorization{}, inputError{fmt.Errorf("compare: -factorization: %w", err)}
 	}
 	defer f.Close()
 	fact, err := mfnoise.LoadFactorization(bufio.NewReader(f))
 	if err != nil {
-		return privacy.Factorization{}, inputError{fmt.Errorf("compare: -factorization %s: %w", path, err)}
+		return privacy.CustomFactorization{}, inputError{fmt.Errorf("compare: -factorization %s: %w", path, err)}
 	}
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	return privacy.Factorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
+	return privacy.CustomFactorization{Name: name, F: fact, Bands: fact.Meta.Bands}, nil
 }
 
 // realizedSchema is the schema as it acts on n steps: a (k,b) or min-sep

@@ -25,15 +25,15 @@ type Iteration struct {
 // error). An error from Step ends the run with that error. The Result
 // holds the best loss and bound, not a point (X is nil): the method keeps
 // its own iterates.
-func Iterate(ctx context.Context, it Iteration, s *Settings) (*Result, error) {
-	if err := s.Validate(); err != nil {
+func Iterate(ctx context.Context, it Iteration, set *Settings) (*Result, error) {
+	if err := set.Validate(); err != nil {
 		return nil, err
 	}
 	def := it.MaxIter
 	if def <= 0 {
 		def = DefaultMaxIter
 	}
-	m := newMonitor(s, s.MaxIterOr(def), it.Bounded)
+	m := newMonitor(set, set.MaxIterOr(def), it.Bounded)
 	for m.status == NotTerminated {
 		if err := ctx.Err(); err != nil {
 			m.status = Stopped
@@ -58,7 +58,7 @@ func Iterate(ctx context.Context, it Iteration, s *Settings) (*Result, error) {
 // monitor keeps the best loss and bound of a run and applies the stopping
 // rules Iterate and Minimize share.
 type monitor struct {
-	s             *Settings
+	set           *Settings
 	maxIter, iter int
 	bounded       bool
 	target, rel   float64
@@ -75,12 +75,12 @@ type monitor struct {
 	lastBound int
 }
 
-func newMonitor(s *Settings, maxIter int, bounded bool) *monitor {
+func newMonitor(set *Settings, maxIter int, bounded bool) *monitor {
 	return &monitor{
-		s: s, maxIter: maxIter, bounded: bounded,
-		target: s.GapOrDefault(), rel: s.rel(), window: s.window(),
+		set: set, maxIter: maxIter, bounded: bounded,
+		target: set.GapOrDefault(), rel: set.rel(), window: set.window(),
 		best: math.Inf(1), bound: math.Inf(-1), start: time.Now(),
-		stallBounded: s != nil && s.Rel > 0,
+		stallBounded: set != nil && set.Rel > 0,
 	}
 }
 
@@ -106,7 +106,7 @@ func (m *monitor) report(loss float64) {
 	if m.bounded {
 		p.LowerBound, p.Gap = m.bound, m.gap()
 	}
-	m.s.Report(p)
+	m.set.Report(p)
 }
 
 // check sets Converged when the gap is reached (bounded methods) or

@@ -69,8 +69,8 @@ const DefaultMaxIter = 20000
 // Result holds the best point, its loss and, when p has a Bound, the best
 // bound and gap. Stopped comes with ctx's error; an objective that is not
 // finite at x0 is an error.
-func Minimize(ctx context.Context, p Problem, x0 []float64, s *Settings, method *LBFGS) (*Result, error) {
-	if err := s.Validate(); err != nil {
+func Minimize(ctx context.Context, p Problem, x0 []float64, set *Settings, method *LBFGS) (*Result, error) {
+	if err := set.Validate(); err != nil {
 		return nil, err
 	}
 	if p.Func == nil {
@@ -85,7 +85,7 @@ func Minimize(ctx context.Context, p Problem, x0 []float64, s *Settings, method 
 		every = 25
 	}
 	dim := len(x0)
-	m := newMonitor(s, s.MaxIterOr(DefaultMaxIter), p.Bound != nil)
+	m := newMonitor(set, set.MaxIterOr(DefaultMaxIter), p.Bound != nil)
 	x := append([]float64(nil), x0...)
 	if dim == 0 {
 		loss := p.Func(x, nil)

@@ -109,59 +109,59 @@ type Result struct {
 
 // Validate checks the settings: a non-negative gap, tolerance, window and
 // iteration bound.
-func (s *Settings) Validate() error {
-	if s == nil {
+func (set *Settings) Validate() error {
+	if set == nil {
 		return nil
 	}
-	if math.IsNaN(s.Gap) || s.Gap < 0 {
-		return dpcore.Invalid("optimize", "gap %v must be >= 0", s.Gap)
+	if math.IsNaN(set.Gap) || set.Gap < 0 {
+		return dpcore.Invalid("optimize", "gap %v must be >= 0", set.Gap)
 	}
-	if math.IsNaN(s.Rel) || s.Rel < 0 {
-		return dpcore.Invalid("optimize", "relative tolerance %v must be >= 0", s.Rel)
+	if math.IsNaN(set.Rel) || set.Rel < 0 {
+		return dpcore.Invalid("optimize", "relative tolerance %v must be >= 0", set.Rel)
 	}
-	if s.Window < 0 {
-		return dpcore.Invalid("optimize", "window %d must be >= 0", s.Window)
+	if set.Window < 0 {
+		return dpcore.Invalid("optimize", "window %d must be >= 0", set.Window)
 	}
-	if s.MaxIter < 0 {
-		return dpcore.Invalid("optimize", "max iterations %d must be >= 0", s.MaxIter)
+	if set.MaxIter < 0 {
+		return dpcore.Invalid("optimize", "max iterations %d must be >= 0", set.MaxIter)
 	}
 	return nil
 }
 
-// GapOrDefault is the gap a run stops at: s.Gap, or DefaultGap.
-func (s *Settings) GapOrDefault() float64 {
-	if s == nil || s.Gap == 0 {
+// GapOrDefault is the gap a run stops at: set.Gap, or DefaultGap.
+func (set *Settings) GapOrDefault() float64 {
+	if set == nil || set.Gap == 0 {
 		return DefaultGap
 	}
-	return s.Gap
+	return set.Gap
 }
 
-// MaxIterOr is s.MaxIter, or def when it is 0.
-func (s *Settings) MaxIterOr(def int) int {
-	if s == nil || s.MaxIter <= 0 {
+// MaxIterOr is set.MaxIter, or def when it is 0.
+func (set *Settings) MaxIterOr(def int) int {
+	if set == nil || set.MaxIter <= 0 {
 		return def
 	}
-	return s.MaxIter
+	return set.MaxIter
 }
 
-func (s *Settings) rel() float64 {
-	if s != nil && s.Rel > 0 {
-		return s.Rel
+func (set *Settings) rel() float64 {
+	if set != nil && set.Rel > 0 {
+		return set.Rel
 	}
-	return s.GapOrDefault() / 100
+	return set.GapOrDefault() / 100
 }
 
-func (s *Settings) window() int {
-	if s != nil && s.Window > 0 {
-		return s.Window
+func (set *Settings) window() int {
+	if set != nil && set.Window > 0 {
+		return set.Window
 	}
 	return 10
 }
 
-// Report calls s.Progress with p when both are set.
-func (s *Settings) Report(p Progress) {
-	if s != nil && s.Progress != nil {
-		s.Progress(p)
+// Report calls set.Progress with p when both are set.
+func (set *Settings) Report(p Progress) {
+	if set != nil && set.Progress != nil {
+		set.Progress(p)
 	}
 }
 

@@ -202,9 +202,9 @@ func TestStatusString(t *testing.T) {
 }
 
 func TestSettingsValidate(t *testing.T) {
-	for _, s := range []*Settings{{Gap: -1}, {Gap: math.NaN()}, {Rel: -1}, {Window: -1}, {MaxIter: -1}} {
-		if _, err := Minimize(context.Background(), quadratic(2), []float64{0, 0}, s, nil); err == nil {
-			t.Errorf("settings %+v accepted", *s)
+	for _, set := range []*Settings{{Gap: -1}, {Gap: math.NaN()}, {Rel: -1}, {Window: -1}, {MaxIter: -1}} {
+		if _, err := Minimize(context.Background(), quadratic(2), []float64{0, 0}, set, nil); err == nil {
+			t.Errorf("settings %+v accepted", *set)
 		}
 	}
 	if _, err := Minimize(context.Background(), Problem{}, []float64{0}, nil, nil); err == nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
@@ -36,44 +37,44 @@ const (
 
 // Of returns the L2 sensitivity of the encoder C (m x n) under the
 // schema (SPEC 3), whether it is exact, and which path computed it.
-func Of(c mat.Matrix, s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func Of(c mat.Matrix, schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	m, n := c.Dims()
-	if err := s.Validate(n); err != nil {
+	if err := schema.Validate(n); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	if m < n {
 		return dpcore.SensitivityResult{}, invalidf("sensitivity: encoder is %d x %d, needs m >= n", m, n)
 	}
-	if err := CheckFinite("encoder", c); err != nil {
+	if err := guard.FiniteMatrix("encoder", c); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if s.Kind == dpcore.Single || s.K == 1 {
+	if schema.Kind == dpcore.Single || schema.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, floats.Norm(mat.Col(nil, j, c), 2))
 		}
 		return dpcore.SensitivityResult{Value: best, Exact: true, Method: MaxColumnNorm}, nil
 	}
-	return FromGram(c, linalg.Gram(c), s)
+	return FromGram(c, linalg.Gram(c), schema)
 }
 
 // FromGram is Of for multiple participation given
 // X = C^T C, so mechanisms with structure (trees, FFT, stamps) can supply X
 // without a dense O(m n^2) product. The caller has validated c and s.
-func FromGram(c mat.Matrix, x *mat.SymDense, s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func FromGram(c mat.Matrix, x *mat.SymDense, schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	n := x.SymmetricDim()
-	if s.Kind == dpcore.Single || s.K == 1 {
+	if schema.Kind == dpcore.Single || schema.K == 1 {
 		best := 0.0
 		for j := 0; j < n; j++ {
 			best = math.Max(best, x.At(j, j))
 		}
 		return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
 	}
-	if s.Kind == dpcore.MinSep {
-		v, exact := minSepSensitivitySquared(x, c, s.K, s.B)
+	if schema.Kind == dpcore.MinSep {
+		v, exact := minSepSensitivitySquared(x, c, schema.K, schema.B)
 		return dpcore.SensitivityResult{Value: math.Sqrt(v), Exact: exact, Method: MinSepDP}, nil
 	}
-	pats := s.Patterns(n)
+	pats := schema.Patterns(n)
 	if nonnegativeBlocks(x, pats) {
 		best := 0.0
 		for _, p := range pats {
@@ -104,7 +105,7 @@ func FromGram(c mat.Matrix, x *mat.SymDense, s dpcore.Schema) (dpcore.Sensitivit
 		vals := eig.Values(nil)
 		best = math.Max(best, vals[len(vals)-1])
 	}
-	return dpcore.SensitivityResult{Value: math.Sqrt(float64(s.K) * best), Exact: false, Method: SpectralBound}, nil
+	return dpcore.SensitivityResult{Value: math.Sqrt(float64(schema.K) * best), Exact: false, Method: SpectralBound}, nil
 }
 
 // nonnegativeBlocks reports whether X[pi,pi] >= 0 for every pattern pi.
@@ -286,18 +287,6 @@ func isLowerBanded(c mat.Matrix, b int) bool {
 		}
 	}
 	return true
-}
-
-func CheckFinite(what string, a mat.Matrix) error {
-	r, c := a.Dims()
-	for i := 0; i < r; i++ {
-		for j := 0; j < c; j++ {
-			if v := a.At(i, j); math.IsNaN(v) || math.IsInf(v, 0) {
-				return invalidf("%s entry (%d,%d) is %v", what, i, j, v)
-			}
-		}
-	}
-	return nil
 }
 
 func invalidf(format string, args ...any) error {

@@ -4,32 +4,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-)
 
-// minSepPatterns enumerates every nonempty pattern of at most k steps of
-// 0..n-1 with gaps >= b.
-func minSepPatterns(n, k, b int) [][]int {
-	var out [][]int
-	var rec func(start int, cur []int)
-	rec = func(start int, cur []int) {
-		if len(cur) > 0 {
-			out = append(out, append([]int(nil), cur...))
-		}
-		if len(cur) == k {
-			return
-		}
-		for i := start; i < n; i++ {
-			rec(i+b, append(cur, i))
-		}
-	}
-	rec(0, nil)
-	return out
-}
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
+)
 
 func TestVecSensContainingMatchesEnumeration(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n, k, b = 11, 3, 3
-	pats := minSepPatterns(n, k, b)
+	pats := mftest.MinSepPatterns(n, k, b)
 	sc := newVecSensScratch(n, k)
 	for trial := 0; trial < 20; trial++ {
 		v := make([]float64, n)

@@ -175,25 +175,15 @@ func (c *coordinator) step(ctx context.Context, step int, idx []int, params, dst
 	for i := range dst {
 		dst[i] = 0
 	}
-	var st clip.Stats
-	var lossSum, clippedSum float64
+	var tl clip.Tally
 	for i := range c.parts {
 		p := &c.parts[i]
 		for j, v := range p.sum {
 			dst[j] += v
 		}
-		st.Examples += p.examples
-		lossSum += p.lossSum
-		clippedSum += p.clippedSum
-		st.NonFinite += p.nonFinite
-		for q := range st.NormQuantiles {
-			st.NormQuantiles[q] = math.Max(st.NormQuantiles[q], p.quantiles[q])
-		}
+		tl.Merge(clip.Tally{Examples: p.examples, Units: p.examples, LossSum: p.lossSum, ClippedSum: p.clippedSum, NonFinite: p.nonFinite, NormQuantiles: p.quantiles})
 	}
-	if st.Examples > 0 {
-		st.Loss, st.Clipped = lossSum/float64(st.Examples), clippedSum/float64(st.Examples)
-	}
-	return st, nil
+	return tl.Stats(), nil
 }
 
 // ask sends worker i its request until it answers or opt.Wait passes. A

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/natstest"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/privacy"
 	"github.com/dpmf-go/dpmf/train"
@@ -47,16 +48,7 @@ func testConfig(t testing.TB, steps int) train.Config {
 func natsServer(t testing.TB) (url, token string) {
 	t.Helper()
 	token = "test-token-" + fmt.Sprint(time.Now().UnixNano())
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		Authorization: token, MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Serve(t, &natsserver.Options{Host: "127.0.0.1", Port: -1, Authorization: token, MaxPayload: 8 << 20})
 	return s.ClientURL(), token
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -186,6 +185,7 @@ func (w *worker) compute(msg []byte) *partial {
 		p.sum[i] = 0
 	}
 	ctx := context.Background()
+	var tl clip.Tally
 	for lo := 0; lo < len(w.local); lo += w.batch {
 		hi := min(lo+w.batch, len(w.local))
 		n := hi - lo
@@ -200,15 +200,10 @@ func (w *worker) compute(msg []byte) *partial {
 		for i, v := range w.chunk {
 			p.sum[i] += v
 		}
-		k := float64(n)
-		p.lossSum += st.Loss * k
-		p.clippedSum += st.Clipped * k
-		p.nonFinite += st.NonFinite
-		for q := range p.quantiles {
-			p.quantiles[q] = math.Max(p.quantiles[q], st.NormQuantiles[q])
-		}
+		tl.Add(st, n, n)
 	}
 	p.examples = len(w.local)
+	p.lossSum, p.clippedSum, p.nonFinite, p.quantiles = tl.LossSum, tl.ClippedSum, tl.NonFinite, tl.NormQuantiles
 	return p
 }
 

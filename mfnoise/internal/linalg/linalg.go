@@ -1,7 +1,9 @@
 // Package linalg holds the dense linear algebra the mechanisms of package
 // mfnoise share: Gram matrices and products over the short row spans of
-// tree, banded and stamped encoders, and the application of a workload
-// to a prefix-sum decoder (SPEC 2).
+// tree, banded and stamped encoders, the application of a workload to a
+// prefix-sum decoder (SPEC 2), a recursive LU factorization on the
+// process-wide BLAS, and the fixed-order splitting of loops over cores the
+// optimizers use.
 package linalg
 
 import (
@@ -329,5 +331,3 @@ func ApplyWorkload(w dpcore.Workload, p *mat.Dense) (*mat.Dense, error) {
 	b.Mul(a, p)
 	return &b, nil
 }
-
-func Finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

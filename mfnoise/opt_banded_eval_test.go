@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/mftest"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -47,7 +48,7 @@ func TestBandProblemEvaluationPathsAgree(t *testing.T) {
 			if tc.n > 64 {
 				continue // f ~ n^3: central differences lose the digits
 			}
-			checkCentralDifferences(func(x []float64) float64 { return other.eval(x, nil) }, x, g, []int{0, len(x) / 2, len(x) - 1}, 1e-5, func(i int, fd float64) {
+			mftest.CheckCentralDifferences(func(x []float64) float64 { return other.eval(x, nil) }, x, g, []int{0, len(x) / 2, len(x) - 1}, 1e-5, func(i int, fd float64) {
 				t.Fatalf("n=%d bands=%d path %d: grad[%d] = %v, finite difference %v", tc.n, tc.bands, other.path, i, g[i], fd)
 			})
 		}

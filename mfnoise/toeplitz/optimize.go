@@ -1,4 +1,4 @@
-package mfnoise
+package toeplitz
 
 import (
 	"context"
@@ -8,33 +8,75 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 )
 
-// ToeplitzObjective is what OptimizeToeplitz and OptimizeBLT minimize.
-type ToeplitzObjective int
+// Objective is what Optimize minimizes.
+type Objective int
 
 const (
 	// TotalLoss is sens^2 ||B||_F^2, the sum of the per-step error
 	// variances (SPEC 4), the objective every other optimizer uses.
-	TotalLoss ToeplitzObjective = iota
+	TotalLoss Objective = iota
 	// MaxError is sens^2 max_i ||B[i,:]||^2, the variance of the worst
 	// step, which for a Toeplitz B is the last one (Dvijotham et al. 2024
 	// and McMahan et al. 2024 optimize BLTs for it).
 	MaxError
 )
 
-// ToeplitzProblem says what OptimizeToeplitz and OptimizeBLT minimize; the
-// zero value is the total loss under the schema over the workload's steps.
-type ToeplitzProblem struct {
+// Problem is what Optimize solves: the encoder shape (Bands for a banded
+// Toeplitz encoder, Buffers for a BLT; exactly one is set) that minimizes
+// the objective for the Toeplitz workload under the participation schema.
+type Problem struct {
+	// Workload is A; it must be Toeplitz (the prefix sum, or momentum at
+	// a constant rate; see ProxyWorkload).
+	Workload dpcore.Workload
+	// Schema is the participation the sensitivity is taken under.
+	Schema dpcore.Schema
+	// Bands is p of a banded Toeplitz encoder (toeplitz:BANDS).
+	Bands int
+	// Buffers is Nbuf of a BLT encoder (blt:NBUF), 1..32.
+	Buffers int
 	// Objective is TotalLoss (default) or MaxError.
-	Objective ToeplitzObjective
+	Objective Objective
 	// Unbounded (BLT only) optimizes and reports the sensitivity of the
 	// stream with no horizon: k participations b apart anywhere in an
 	// infinite stream. The mechanism then keeps its guarantee however long
 	// it runs; the error objective is still evaluated over N steps.
 	Unbounded bool
+}
+
+// Optimize returns the encoder of the problem's shape that minimizes its
+// objective (see optimizeBands and optimizeBLT for the methods), with the
+// run: res.Loss is the objective reached (for TotalLoss and unit noise
+// multiplier, the encoder's Loss under the schema), res.X the free
+// parameters, res.Status why L-BFGS stopped (optimize.Stalled when the
+// objective stopped decreasing, optimize.NoDescent when no step decreased
+// it). Every iterate is a valid encoder, so a run that stopped early still
+// returns its best one. Package mfnoise's Optimize is the door callers use;
+// it calls this one for its Toeplitz families.
+func Optimize(ctx context.Context, p Problem, set *optimize.Settings) (*Encoder, *optimize.Result, error) {
+	start := time.Now()
+	var t *Encoder
+	var res *optimize.Result
+	var err error
+	switch {
+	case (p.Bands > 0) == (p.Buffers > 0):
+		return nil, nil, guard.Invalidf("optimize toeplitz: %d bands and %d buffers, set exactly one", p.Bands, p.Buffers)
+	case p.Bands > 0:
+		if p.Unbounded {
+			return nil, nil, guard.Invalidf("optimize toeplitz: an unbounded stream is for BLT encoders (set Buffers)")
+		}
+		t, res, err = optimizeBands(ctx, p, set)
+	default:
+		t, res, err = optimizeBLT(ctx, p, set)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	res.Elapsed = time.Since(start)
+	return t, res, nil
 }
 
 // Defaults of the Toeplitz optimizers' settings: L-BFGS stops when the
@@ -45,19 +87,6 @@ const (
 	toeplitzMaxIter = 2000
 )
 
-// ToeplitzResult is an optimized Toeplitz mechanism with its objective value
-// (for unit-sensitivity noise multiplier, the Loss under the schema it was
-// optimized for), iterations, why L-BFGS stopped (optimize.Stalled when
-// the objective stopped decreasing, optimize.NoDescent when no step
-// decreased it) and wall time.
-type ToeplitzResult struct {
-	Mechanism  *Toeplitz
-	Objective  float64
-	Iterations int
-	Status     optimize.Status
-	Elapsed    time.Duration
-}
-
 // toeplitzWorkload is the first column a of a Toeplitz workload A and the
 // weights of the objective on b = A g: sum_k weight_k b_k^2.
 type toeplitzWorkload struct {
@@ -66,15 +95,15 @@ type toeplitzWorkload struct {
 	weight []float64
 }
 
-func newToeplitzWorkload(what string, w dpcore.Workload, obj ToeplitzObjective) (*toeplitzWorkload, error) {
+func newToeplitzWorkload(what string, w dpcore.Workload, obj Objective) (*toeplitzWorkload, error) {
 	eta, err := workloadRates(w)
 	if err != nil {
 		return nil, err
 	}
 	if eta != nil && !constantRates(eta) {
-		return nil, invalidf("%s: the workload %s has a time-varying learning rate, so A is not Toeplitz; optimize for the prefix sum or a constant rate", what, w)
+		return nil, guard.Invalidf("%s: the workload %s has a time-varying learning rate, so A is not Toeplitz; optimize for the prefix sum or a constant rate", what, w)
 	}
-	if err := checkSteps(w.N); err != nil {
+	if err := guard.Steps(w.N); err != nil {
 		return nil, err
 	}
 	n := w.N
@@ -154,68 +183,70 @@ func packedComb(c []float64, k, b int) ([]float64, float64) {
 	return u, sum
 }
 
-func schemaKB(s dpcore.Schema, n int) (int, int) {
-	if s.Kind == dpcore.Single || s.K <= 1 {
+func schemaKB(schema dpcore.Schema, n int) (int, int) {
+	if schema.Kind == dpcore.Single || schema.K <= 1 {
 		return 1, n
 	}
-	return s.K, s.B
+	return schema.K, schema.B
 }
 
-// OptimizeToeplitz returns the banded Toeplitz encoder with p bands (c_0 =
-// 1, c_1..c_{p-1} free) that minimizes the objective for the Toeplitz
-// workload w under the schema, by L-BFGS from the banded square root
+// optimizeBands returns the banded Toeplitz encoder with p = pr.Bands bands
+// (c_0 = 1, c_1..c_{p-1} free) that minimizes the objective for the
+// Toeplitz workload under the schema, by L-BFGS from the banded square root
 // (Kalinin and Lampert 2024) — the parameterization of McKenna 2024's
 // banded Toeplitz mechanisms. The loss and its exact gradient cost O(n p)
 // per evaluation: g = C^-1 e_1 by banded forward substitution, b = A g,
 // lambda = C^-T dF/dg by banded back substitution and dF/dc_j = -sum_t
 // lambda_{t+j} g_t; no n x n matrix is formed. The sensitivity in the
-// objective is the one Toeplitz.Sensitivity reports for the iterate: exact
+// objective is the one Encoder.Sensitivity reports for the iterate: exact
 // for non-negative (and, under min-sep, non-increasing) coefficients, the
 // proven |c| or envelope bound otherwise (see toeplitzEval).
-func OptimizeToeplitz(ctx context.Context, w dpcore.Workload, s dpcore.Schema, p int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
-	start := time.Now()
-	tw, err := newToeplitzWorkload("optimize toeplitz", w, prob.Objective)
+func optimizeBands(ctx context.Context, pr Problem, set *optimize.Settings) (*Encoder, *optimize.Result, error) {
+	w, schema, p := pr.Workload, pr.Schema, pr.Bands
+	tw, err := newToeplitzWorkload("optimize toeplitz", w, pr.Objective)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := w.N
-	if err := s.Validate(n); err != nil {
-		return nil, err
+	if err := schema.Validate(n); err != nil {
+		return nil, nil, err
 	}
 	if p < 1 || p > n {
-		return nil, invalidf("optimize toeplitz: %d bands, need 1..n = %d", p, n)
+		return nil, nil, guard.Invalidf("optimize toeplitz: %d bands, need 1..n = %d", p, n)
 	}
 	if float64(n)*float64(p) > maxToeplitzWork {
-		return nil, invalidf("optimize toeplitz: %d bands over n = %d steps cost n p = %.3g operations per evaluation, over the limit %.3g; use fewer bands or blt:NBUF", p, n, float64(n)*float64(p), float64(maxToeplitzWork))
+		return nil, nil, guard.Invalidf("optimize toeplitz: %d bands over n = %d steps cost n p = %.3g operations per evaluation, over the limit %.3g; use fewer bands or blt:NBUF", p, n, float64(n)*float64(p), float64(maxToeplitzWork))
 	}
-	k, b := schemaKB(s, n)
-	sq, _ := SqrtToeplitz(p)
+	k, b := schemaKB(schema, n)
+	sq, _ := Sqrt(p)
 	x0 := append([]float64(nil), sq.Coef[1:]...)
 	// The smooth objective (|c| in the packed formula) first; under
 	// min-sep, if its optimum is not non-increasing (so the envelope bound
 	// applies), continue on the envelope objective that is then reported.
 	eval := toeplitzEval(tw, p, k, b, false)
-	x, iters, status, err := minimizeLBFGS(ctx, "optimize toeplitz", x0, eval, set)
+	res, err := minimizeLBFGS(ctx, "optimize toeplitz", x0, eval, set)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if s.Kind == dpcore.MinSep && k > 1 {
+	if schema.Kind == dpcore.MinSep && k > 1 {
 		env := toeplitzEval(tw, p, k, b, true)
-		if env(x, nil) > eval(x, nil)*(1+1e-12) {
-			x2, it2, st2, err := minimizeLBFGS(ctx, "optimize toeplitz", x, env, set)
+		if env(res.X, nil) > eval(res.X, nil)*(1+1e-12) {
+			res2, err := minimizeLBFGS(ctx, "optimize toeplitz", res.X, env, set)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			x, iters, status = x2, iters+it2, st2
+			res2.Iterations += res.Iterations
+			res = res2
 		}
 		eval = env
 	}
-	coef := append([]float64{1}, x...)
-	t, err := NewToeplitz("toeplitz:"+strconv.Itoa(p), n, coef)
+	coef := append([]float64{1}, res.X...)
+	t, err := New("toeplitz:"+strconv.Itoa(p), n, coef)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
+		return nil, nil, fmt.Errorf("mfnoise: optimize toeplitz: %w", err)
 	}
-	return &ToeplitzResult{Mechanism: t, Objective: eval(x, nil), Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
+	res.Loss = eval(res.X, nil)
+	return t, res, nil
 }
 
 // maxToeplitzWork bounds n p, the cost of one evaluation of the banded
@@ -223,42 +254,43 @@ func OptimizeToeplitz(ctx context.Context, w dpcore.Workload, s dpcore.Schema, p
 const maxToeplitzWork = 1 << 31
 
 // unboundedHorizon is the head length (k-1) b + 1 of the unbounded-stream
-// sensitivity, refused above MaxStructuredSteps.
+// sensitivity, refused above dpcore.StructuredStepLimit.
 func unboundedHorizon(k, b int) (int, error) {
 	if k <= 1 {
 		return 1, nil
 	}
-	if float64(k-1)*float64(b)+1 > MaxStructuredSteps {
-		return 0, invalidf("unbounded-stream sensitivity: (k-1) b + 1 = %.3g steps before the geometric tail, over the limit %d", float64(k-1)*float64(b)+1, MaxStructuredSteps)
+	if float64(k-1)*float64(b)+1 > dpcore.StructuredStepLimit {
+		return 0, guard.Invalidf("unbounded-stream sensitivity: (k-1) b + 1 = %.3g steps before the geometric tail, over the limit %d", float64(k-1)*float64(b)+1, dpcore.StructuredStepLimit)
 	}
 	return (k-1)*b + 1, nil
 }
 
 // minimizeLBFGS runs L-BFGS (optimize.Minimize) on eval from x0 and
-// returns the best point, its iterations and why it stopped, by default
-// on a relative decrease below toeplitzRel over 10 iterations.
-func minimizeLBFGS(ctx context.Context, what string, x0 []float64, eval func(x, grad []float64) float64, set *optimize.Settings) ([]float64, int, optimize.Status, error) {
-	s := optimize.Settings{Rel: toeplitzRel, MaxIter: toeplitzMaxIter}
+// returns the run (best point, its iterations and why it stopped), by
+// default stopping on a relative decrease below toeplitzRel over 10
+// iterations.
+func minimizeLBFGS(ctx context.Context, what string, x0 []float64, eval func(x, grad []float64) float64, set *optimize.Settings) (*optimize.Result, error) {
+	run := optimize.Settings{Rel: toeplitzRel, MaxIter: toeplitzMaxIter}
 	if set != nil {
-		s = *set
-		if s.Rel == 0 && s.Gap == 0 {
-			s.Rel = toeplitzRel
+		run = *set
+		if run.Rel == 0 && run.Gap == 0 {
+			run.Rel = toeplitzRel
 		}
-		if s.MaxIter == 0 {
-			s.MaxIter = toeplitzMaxIter
+		if run.MaxIter == 0 {
+			run.MaxIter = toeplitzMaxIter
 		}
 	}
-	res, err := optimize.Minimize(ctx, optimize.Problem{Func: eval}, x0, &s, &optimize.LBFGS{Store: 20})
+	res, err := optimize.Minimize(ctx, optimize.Problem{Func: eval}, x0, &run, &optimize.LBFGS{Store: 20})
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("mfnoise: %s: %w", what, err)
+		return nil, fmt.Errorf("mfnoise: %s: %w", what, err)
 	}
-	if !linalg.Finite(res.Loss) {
-		return nil, 0, 0, fmt.Errorf("mfnoise: %s: no finite solution", what)
+	if !guard.Finite(res.Loss) {
+		return nil, fmt.Errorf("mfnoise: %s: no finite solution", what)
 	}
 	// Every point is a valid mechanism, only its quality differs: a run
 	// that stopped at the iteration cap or found no descent still returns
 	// its best point.
-	return res.X, res.Iterations, res.Status, nil
+	return res, nil
 }
 
 // bltParamsOf maps the unconstrained optimizer variables to a BLT:
@@ -288,34 +320,35 @@ func bltParamsOf(x []float64, p *BLTParams) {
 	}
 }
 
-// OptimizeBLT returns the BLT encoder with nbuf buffers that minimizes the
-// objective for the Toeplitz workload w over n = w.N steps under the schema
-// (with prob.Unbounded, for the sensitivity of an infinite stream). The loss
+// optimizeBLT returns the BLT encoder with nbuf = pr.Buffers buffers that
+// minimizes the objective for the Toeplitz workload over its n steps under
+// the schema (with pr.Unbounded, for the sensitivity of an infinite
+// stream). The loss
 // and its exact gradient cost O(n Nbuf) per evaluation through the buffer
 // recursions (the adjoint lambda = C^-T dF/dg runs the recursion backwards),
 // so n = 10^6 takes seconds. Starting point: decays spread geometrically
 // in (1 - 1/n, 1/2) and equal scales summing to 1/2, the square root's c_1
 // (Dvijotham et al. 2024 fit BLTs to the square root).
-func OptimizeBLT(ctx context.Context, w dpcore.Workload, s dpcore.Schema, nbuf int, prob ToeplitzProblem, set *optimize.Settings) (*ToeplitzResult, error) {
-	start := time.Now()
-	tw, err := newToeplitzWorkload("optimize blt", w, prob.Objective)
+func optimizeBLT(ctx context.Context, pr Problem, set *optimize.Settings) (*Encoder, *optimize.Result, error) {
+	w, schema, nbuf := pr.Workload, pr.Schema, pr.Buffers
+	tw, err := newToeplitzWorkload("optimize blt", w, pr.Objective)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := w.N
-	if err := s.Validate(n); err != nil {
-		return nil, err
+	if err := schema.Validate(n); err != nil {
+		return nil, nil, err
 	}
 	if nbuf < 1 || nbuf > 32 {
-		return nil, invalidf("optimize blt: %d buffers, need 1..32", nbuf)
+		return nil, nil, guard.Invalidf("optimize blt: %d buffers, need 1..32", nbuf)
 	}
-	k, b := schemaKB(s, n)
-	if prob.Unbounded && s.Kind == dpcore.KB {
-		return nil, invalidf("optimize blt: an unbounded stream has no (k,b)-participation (k b covers only k b steps); use min-sep")
+	k, b := schemaKB(schema, n)
+	if pr.Unbounded && schema.Kind == dpcore.KB {
+		return nil, nil, guard.Invalidf("optimize blt: an unbounded stream has no (k,b)-participation (k b covers only k b steps); use min-sep")
 	}
-	if prob.Unbounded {
+	if pr.Unbounded {
 		if _, err := unboundedHorizon(k, b); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	x0 := make([]float64, 2*nbuf)
@@ -329,25 +362,25 @@ func OptimizeBLT(ctx context.Context, w dpcore.Workload, s dpcore.Schema, nbuf i
 		x0[i] = math.Log(th / (1 - th))
 		x0[nbuf+i] = 0
 	}
-	eval := bltEval(tw, nbuf, k, b, prob.Unbounded)
-	x, iters, status, err := minimizeLBFGS(ctx, "optimize blt", x0, eval, set)
+	eval := bltEval(tw, nbuf, k, b, pr.Unbounded)
+	res, err := minimizeLBFGS(ctx, "optimize blt", x0, eval, set)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := &BLTParams{Theta: make([]float64, nbuf), Omega: make([]float64, nbuf)}
-	bltParamsOf(x, p)
-	best := eval(x, nil)
+	bltParamsOf(res.X, p)
+	res.Loss = eval(res.X, nil)
 	t, err := NewBLT("blt:"+strconv.Itoa(nbuf), n, *p)
 	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize blt: %w", err)
+		return nil, nil, fmt.Errorf("mfnoise: optimize blt: %w", err)
 	}
-	return &ToeplitzResult{Mechanism: t, Objective: best, Iterations: iters, Status: status, Elapsed: time.Since(start)}, nil
+	return t, res, nil
 }
 
-// toeplitzEval is the objective of OptimizeToeplitz over x = c_1..c_{p-1}
+// toeplitzEval is the objective of optimizeBands over x = c_1..c_{p-1}
 // (c_0 = 1), with its gradient when grad is not nil.
 //
-// The sensitivity term is the one Toeplitz.Sensitivity reports, so the
+// The sensitivity term is the one Encoder.Sensitivity reports, so the
 // optimizer never minimizes a formula that does not hold for its iterate:
 // the packed pattern for |c| (single and (k,b)), and under min-sep for the
 // envelope e_t = max_{s >= t} |c_s|; both equal the exact value when c is
@@ -420,7 +453,7 @@ func toeplitzEval(tw *toeplitzWorkload, p, k, b int, minsep bool) func(x, grad [
 	}
 }
 
-// bltEval is the objective of OptimizeBLT over the unconstrained x of
+// bltEval is the objective of optimizeBLT over the unconstrained x of
 // bltParamsOf, with its gradient when grad is not nil.
 func bltEval(tw *toeplitzWorkload, nbuf, k, b int, unbounded bool) func(x, grad []float64) float64 {
 	n := len(tw.weight)

@@ -1,29 +1,23 @@
-package main
+package replica
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/internal/natstest"
 )
 
-// handoverOptions are the test options with the default -lease-ttl (the
+// handoverConfig is the test configuration with the default lease (the
 // time bounds below are about what a user gets without tuning).
-func handoverOptions(t *testing.T, urls string, extra ...string) (options, []string) {
-	t.Helper()
-	args := append([]string{"-nats", urls, "-mechanism", "tree-online", "-epsilon", "1", "-delta", "1e-6", "-clip", "1",
-		"-dim", "2", "-horizon", "1024", "-count", "-seed", testSeed, "-work-dir", t.TempDir()}, extra...)
-	o, err := parseFlags(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o, args
+func handoverConfig(t *testing.T) Config {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 0
+	return cfg
 }
 
 // contribLoad contributes from workers goroutines through the front-end
@@ -37,7 +31,7 @@ type contribLoad struct {
 	wg                      sync.WaitGroup
 }
 
-func startLoad(r *replicated, workers int, prefix string) *contribLoad {
+func startLoad(r *Node, workers int, prefix string) *contribLoad {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &contribLoad{stop: cancel}
 	for w := range workers {
@@ -50,7 +44,7 @@ func startLoad(r *replicated, workers int, prefix string) *contribLoad {
 				_, err := r.Add(actx, fmt.Sprintf("%s-%d-%d", prefix, w, i), []float64{0.1, 0.2})
 				acancel()
 				d := time.Since(start)
-				var le *loggedError
+				var le *LoggedError
 				switch {
 				case err == nil:
 					l.decided.Add(1)
@@ -82,12 +76,12 @@ func (l *contribLoad) reset() {
 func (l *contribLoad) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return fmt.Sprintf("%d decided, %d logged (202), %d failed, slowest answer %v",
+	return fmt.Sprintf("%d decided, %d logged, %d failed, slowest answer %v",
 		l.decided.Load(), l.logged.Load(), l.failed.Load(), l.slowest.Round(time.Millisecond))
 }
 
 // waitLeader waits until some aggregator holds the lease and returns its id.
-func waitLeader(t *testing.T, r *replicated) string {
+func waitLeader(t *testing.T, r *Node) string {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -106,7 +100,7 @@ func waitLeader(t *testing.T, r *replicated) string {
 // waitWarm waits (up to 30 s) until the standby b has its engine restored
 // at the last release, as a standby running for some time since the last
 // release has; a second at least, for the load to fill the log.
-func waitWarm(t *testing.T, fe *replicated, b *aggProc) {
+func waitWarm(t *testing.T, fe *Node, b *aggProc) {
 	t.Helper()
 	time.Sleep(time.Second)
 	deadline := time.Now().Add(30 * time.Second)
@@ -125,7 +119,7 @@ func waitWarm(t *testing.T, fe *replicated, b *aggProc) {
 // commitAfter commits through the front-end r and returns how long after
 // from the commit's release was made (a commit logged before the new
 // leader restored waits for it).
-func commitAfter(t *testing.T, r *replicated, from time.Time, what string) time.Duration {
+func commitAfter(t *testing.T, r *Node, from time.Time, what string) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -141,25 +135,37 @@ func commitAfter(t *testing.T, r *replicated, from time.Time, what string) time.
 	}
 }
 
-// TestReplicatedCrashTakeover: on a 3-node cluster under load, with the
-// default -lease-ttl, the leading aggregator is killed (its connection
-// drops, its lease is not given up); a standby makes the next release
-// within the bound, and contributions meanwhile are answered without
-// waiting for the decision timeout: 202 (logged) soon after the leader is
-// gone.
-func TestReplicatedCrashTakeover(t *testing.T) {
-	c := startCluster(t, 3)
-	o, _ := handoverOptions(t, c.urls())
-	fe, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
+// waitHolder waits (up to 60 s) until id holds the lease and returns how
+// long after start.
+func waitHolder(t *testing.T, fe *Node, id string, start time.Time) time.Duration {
+	t.Helper()
+	for time.Since(start) < 60*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		e, err := fe.lease.Get(ctx, "leader")
+		cancel()
+		if err == nil && string(e.Value()) == id {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	t.Cleanup(fe.close)
-	a := startAggregator(t, o)
+	t.Fatalf("%s did not take the lease within 60 s", id)
+	return 0
+}
+
+// TestReplicatedCrashTakeover: on a 3-node cluster under load, with the
+// default lease, the leading aggregator is killed (its connection drops,
+// its lease is not given up); a standby makes the next release within
+// the bound, and contributions meanwhile are answered without waiting
+// for the decision timeout: logged soon after the leader is gone.
+func TestReplicatedCrashTakeover(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	cfg := handoverConfig(t)
+	fe := dial(t, c.URLs(), cfg)
+	a := startAggregator(t, c.URLs(), cfg)
 	if id := waitLeader(t, fe); id != a.r.id {
 		t.Fatalf("lease held by %s, want %s", id, a.r.id)
 	}
-	b := startAggregator(t, o)
+	b := startAggregator(t, c.URLs(), cfg)
 	t.Cleanup(b.kill)
 	t.Cleanup(a.kill)
 	load := startLoad(fe, 4, "crash")
@@ -185,7 +191,7 @@ func TestReplicatedCrashTakeover(t *testing.T) {
 	answered := load.decided.Load() + load.logged.Load()
 	took := commitAfter(t, fe, start, "after the kill")
 	t.Logf("crash: lease taken %.2fs and next release %.2fs after the kill (lease TTL %v); %d answers before the lease was taken; in all %s",
-		won.Seconds(), took.Seconds(), o.leaseTTL, answered, load)
+		won.Seconds(), took.Seconds(), fe.cfg.LeaseTTL, answered, load)
 	// The lease expires 1.6-2 s after the kill: a standby that tries it
 	// every 0.1 s takes it by 2.1 s. (Before: 3.75-5 s, the 5 s lease.)
 	if bound := 3500 * time.Millisecond; won > bound {
@@ -202,76 +208,34 @@ func TestReplicatedCrashTakeover(t *testing.T) {
 	}
 }
 
-// waitHolder waits (up to 60 s) until id holds the lease and returns how
-// long after start.
-func waitHolder(t *testing.T, fe *replicated, id string, start time.Time) time.Duration {
-	t.Helper()
-	for time.Since(start) < 60*time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		e, err := fe.lease.Get(ctx, "leader")
-		cancel()
-		if err == nil && string(e.Value()) == id {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s did not take the lease within 60 s", id)
-	return 0
-}
-
-// TestReplicatedCleanHandover: a leading dpserve stopped with its context
-// (SIGTERM) under load hands the lease over at once, whatever the lease's
-// TTL (120 s here: the standby polls every 6 s): a standby makes the next release within the bound.
+// TestReplicatedCleanHandover: a leading node stopped as dpserve stops on
+// SIGTERM (its aggregator first, then its front-end, which has requests
+// under load) hands the lease over at once, whatever the lease's TTL
+// (120 s here: the standby polls every 6 s): a standby makes the next
+// release within the bound.
 func TestReplicatedCleanHandover(t *testing.T) {
-	c := startCluster(t, 3)
-	o, args := handoverOptions(t, c.urls(), "-lease-ttl", "120s")
-	fe, err := dialReplicated(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fe.close)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, append(args, "-replicas", "3", "-addr", "127.0.0.1:0"), pw, logWriter{t})
-		pw.Close()
-	}()
-	line := make([]byte, 200)
-	n, err := pr.Read(line)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, pr)
-	base := "http://" + strings.Fields(string(line[:n]))[3]
+	c := natstest.StartCluster(t, 3)
+	cfg := handoverConfig(t)
+	cfg.LeaseTTL = 120 * time.Second
+	fe := dial(t, c.URLs(), cfg)
+	a := startAggregator(t, c.URLs(), cfg)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			a.kill()
+		}
+	})
 	leader := waitLeader(t, fe)
-	b := startAggregator(t, o)
-	t.Cleanup(b.kill)
-	if leader == b.r.id {
-		t.Fatal("the standby leads")
+	if leader != a.r.id {
+		t.Fatalf("lease held by %s, want %s", leader, a.r.id)
 	}
-	// Load on the stopping node's HTTP front-end and on another.
+	b := startAggregator(t, c.URLs(), cfg)
+	t.Cleanup(b.kill)
+	// Load on the stopping node's front-end and on another.
 	load := startLoad(fe, 2, "clean")
 	defer func() { load.stop(); load.wg.Wait() }()
-	hctx, hstop := context.WithCancel(context.Background())
-	var hwg sync.WaitGroup
-	for w := range 2 {
-		hwg.Add(1)
-		go func() {
-			defer hwg.Done()
-			for i := 0; hctx.Err() == nil; i++ {
-				resp, err := http.Post(base+"/v1/contributions", "application/json",
-					strings.NewReader(fmt.Sprintf(`{"contributor":"h-%d-%d","vector":[0.1,0.2]}`, w, i)))
-				if err != nil {
-					return // the node stopped
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
-	}
-	defer func() { hstop(); hwg.Wait() }()
+	own := startLoad(a.r, 2, "own")
+	defer func() { own.stop(); own.wg.Wait() }()
 	commitAfter(t, fe, time.Now(), "before the stop")
 	waitWarm(t, fe, b)
 	if holder := waitLeader(t, fe); holder != leader {
@@ -280,19 +244,27 @@ func TestReplicatedCleanHandover(t *testing.T) {
 	load.reset()
 	start := time.Now()
 	t.Logf("%s SIGTERM", start.Format("15:04:05.000"))
-	cancel()
+	stopDone := make(chan struct{})
+	go func() {
+		defer close(stopDone)
+		a.cancel()
+		<-a.done
+		// The front-end finishes the requests it has, then stops.
+		own.stop()
+		own.wg.Wait()
+		a.r.Close()
+		a.nc.Close()
+	}()
+	stopped = true
 	won := waitHolder(t, fe, b.r.id, start)
 	took := commitAfter(t, fe, start, "after the stop")
 	select {
-	case c := <-code:
-		if c != 0 {
-			t.Fatalf("exit status %d", c)
-		}
+	case <-stopDone:
 	case <-time.After(60 * time.Second):
-		t.Fatal("dpserve did not stop")
+		t.Fatal("the node did not stop")
 	}
 	t.Logf("clean stop: lease taken %.2fs and next release %.2fs after SIGTERM (lease TTL %v); meanwhile %s",
-		won.Seconds(), took.Seconds(), o.leaseTTL, load)
+		won.Seconds(), took.Seconds(), cfg.LeaseTTL, load)
 	// Before, the lease was given up after the HTTP server and the
 	// engine had stopped, and the standby tried it every TTL/5 (24 s).
 	if bound := time.Second; won > bound {
@@ -301,12 +273,4 @@ func TestReplicatedCleanHandover(t *testing.T) {
 	if bound := 5 * time.Second; took > bound {
 		t.Errorf("clean handover (next release) took %v, want at most %v", took.Round(time.Millisecond), bound)
 	}
-}
-
-// logWriter writes a node's log lines to the test's log.
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Logf("%s %s", time.Now().Format("15:04:05.000"), strings.TrimSpace(string(b)))
-	return len(b), nil
 }

@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"context"
@@ -27,8 +27,8 @@ type stateEntry struct {
 // written for a missing one. nats.go has no option for a leader read, so
 // this sends the JetStream API's message get (answered by the stream
 // leader only) itself.
-func (r *replicated) stateGet(ctx context.Context, key string) (stateEntry, error) {
-	bucket := r.o.service + "_state"
+func (r *Node) stateGet(ctx context.Context, key string) (stateEntry, error) {
+	bucket := r.cfg.Service + "_state"
 	req, err := json.Marshal(struct {
 		LastFor string `json:"last_by_subj"`
 	}{"$KV." + bucket + "." + key})

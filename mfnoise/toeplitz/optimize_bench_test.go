@@ -1,4 +1,4 @@
-package mfnoise
+package toeplitz_test
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+	"github.com/dpmf-go/dpmf/mfnoise/toeplitz"
 )
 
 // Benchmarks for BENCHMARKS.md (issue 18). Run with
-//	go test -run XXX -bench 'OptimizeBLT|OptimizeToeplitz' -benchtime 20x ./mfnoise
+//	go test -run XXX -bench 'OptimizeBLT|OptimizeToeplitz' -benchtime 20x ./mfnoise/toeplitz
 // (the BLT noise benchmarks are in package noise)
 
 // BenchmarkOptimizeBLT is blt:4 optimized for n = 1e5 and 1e6 steps under
@@ -18,18 +20,18 @@ func BenchmarkOptimizeBLT(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		w, _ := dpcore.PrefixSum(n)
 		ms, _ := dpcore.MinSepParticipation(n/1000, 1000)
-		for _, s := range []dpcore.Schema{dpcore.SingleParticipation(), ms} {
-			b.Run(fmt.Sprintf("n=%d/%s", n, s.Kind), func(b *testing.B) {
-				var r *ToeplitzResult
+		for _, schema := range []dpcore.Schema{dpcore.SingleParticipation(), ms} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, schema.Kind), func(b *testing.B) {
+				var r *optimize.Result
 				for b.Loop() {
 					var err error
-					r, err = OptimizeBLT(context.Background(), w, s, 4, ToeplitzProblem{}, nil)
+					_, r, err = toeplitz.Optimize(context.Background(), toeplitz.Problem{Workload: w, Schema: schema, Buffers: 4}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64(r.Iterations), "iters")
-				b.ReportMetric(r.Objective, "loss")
+				b.ReportMetric(r.Loss, "loss")
 			})
 		}
 	}
@@ -40,14 +42,14 @@ func BenchmarkOptimizeToeplitz(b *testing.B) {
 	n := 100_000
 	w, _ := dpcore.PrefixSum(n)
 	ms, _ := dpcore.MinSepParticipation(1000, 100)
-	var r *ToeplitzResult
+	var r *optimize.Result
 	for b.Loop() {
 		var err error
-		r, err = OptimizeToeplitz(context.Background(), w, ms, 64, ToeplitzProblem{}, nil)
+		_, r, err = toeplitz.Optimize(context.Background(), toeplitz.Problem{Workload: w, Schema: ms, Bands: 64}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(r.Iterations), "iters")
-	b.ReportMetric(r.Objective, "loss")
+	b.ReportMetric(r.Loss, "loss")
 }

@@ -1,4 +1,4 @@
-package mfnoise
+package linalg
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// TestLUFactorMatchesLAPACK compares luFactor with gonum's dgetrf: same
+// TestLUFactorMatchesLAPACK compares LUFactor with gonum's dgetrf: same
 // pivots, factors equal to round-off, on sizes around the recursion's
 // block boundaries, with a stride wider than the matrix.
 func TestLUFactorMatchesLAPACK(t *testing.T) {
@@ -23,7 +23,7 @@ func TestLUFactorMatchesLAPACK(t *testing.T) {
 			}
 			ref := append([]float64(nil), a...)
 			ipiv, refPiv := make([]int, n), make([]int, n)
-			if !luFactor(n, a, lda, ipiv) {
+			if !LUFactor(n, a, lda, ipiv) {
 				t.Fatal("reported singular")
 			}
 			lapack64.Getrf(mat.NewDense(n, lda, ref).Slice(0, n, 0, n).(*mat.Dense).RawMatrix(), refPiv)
@@ -47,7 +47,7 @@ func TestLUFactorMatchesLAPACK(t *testing.T) {
 		})
 	}
 	a := []float64{1, 2, 2, 4}
-	if luFactor(2, a, 2, make([]int, 2)) {
+	if LUFactor(2, a, 2, make([]int, 2)) {
 		t.Error("singular matrix not reported")
 	}
 }

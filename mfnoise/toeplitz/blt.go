@@ -1,10 +1,10 @@
-package mfnoise
+package toeplitz
 
 import (
 	"math"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"gonum.org/v1/gonum/dsp/fourier"
 )
 
@@ -24,27 +24,27 @@ type BLTParams struct {
 
 // NewBLT returns the BLT encoder over n steps. Every Theta_i must lie in
 // [0, 1) (a decaying buffer) and every parameter be finite. n may exceed
-// MaxStructuredSteps for streaming noise alone (a service with no fixed
-// horizon); scoring it (Sensitivity, Loss) needs n <= MaxStructuredSteps,
+// dpcore.StructuredStepLimit for streaming noise alone (a service with no fixed
+// horizon); scoring it (Sensitivity, Loss) needs n <= dpcore.StructuredStepLimit,
 // and StreamSensitivity covers every horizon at once.
-func NewBLT(name string, n int, p BLTParams) (*Toeplitz, error) {
+func NewBLT(name string, n int, p BLTParams) (*Encoder, error) {
 	if n <= 0 {
-		return nil, invalidf("blt %s: n = %d steps must be positive", name, n)
+		return nil, guard.Invalidf("blt %s: n = %d steps must be positive", name, n)
 	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
 	q := BLTParams{Theta: append([]float64(nil), p.Theta...), Omega: append([]float64(nil), p.Omega...)}
-	return &Toeplitz{Name: name, N: n, BLT: &q}, nil
+	return &Encoder{Name: name, N: n, BLT: &q}, nil
 }
 
 func (p *BLTParams) validate() error {
 	if len(p.Theta) == 0 || len(p.Theta) != len(p.Omega) {
-		return invalidf("blt: %d decays and %d scales, need the same positive number", len(p.Theta), len(p.Omega))
+		return guard.Invalidf("blt: %d decays and %d scales, need the same positive number", len(p.Theta), len(p.Omega))
 	}
 	for i := range p.Theta {
-		if !(p.Theta[i] >= 0 && p.Theta[i] < 1) || !linalg.Finite(p.Omega[i]) {
-			return invalidf("blt: buffer %d has decay %v (need [0,1)) and scale %v", i, p.Theta[i], p.Omega[i])
+		if !(p.Theta[i] >= 0 && p.Theta[i] < 1) || !guard.Finite(p.Omega[i]) {
+			return guard.Invalidf("blt: buffer %d has decay %v (need [0,1)) and scale %v", i, p.Theta[i], p.Omega[i])
 		}
 	}
 	return nil
@@ -173,39 +173,39 @@ func bltUnboundedSens2(p *BLTParams, k, b int) float64 {
 // every Omega_i >= 0 and sum_i Omega_i <= 1 (then c_0 = 1 >= c_1 >= c_2 >=
 // ... >= 0 at every t, which the parameters prove without looking at
 // coefficients); other BLTs are refused.
-func (t *Toeplitz) StreamSensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func (t *Encoder) StreamSensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if t.BLT == nil {
-		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
+		return dpcore.SensitivityResult{}, guard.Invalidf("%s: stream sensitivity is defined for BLT encoders", t.Name)
 	}
 	if err := t.BLT.validate(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if err := s.Check(); err != nil {
+	if err := schema.Check(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if s.Kind == dpcore.KB {
-		return dpcore.SensitivityResult{}, invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
+	if schema.Kind == dpcore.KB {
+		return dpcore.SensitivityResult{}, guard.Invalidf("%s: an unbounded stream has no (k,b)-participation; use min-sep", t.Name)
 	}
 	sum := 0.0
 	for _, o := range t.BLT.Omega {
 		if o < 0 {
-			return dpcore.SensitivityResult{}, invalidf("%s: a negative scale %v: the coefficients are not provably non-increasing over an unbounded stream", t.Name, o)
+			return dpcore.SensitivityResult{}, guard.Invalidf("%s: a negative scale %v: the coefficients are not provably non-increasing over an unbounded stream", t.Name, o)
 		}
 		sum += o
 	}
 	if sum > 1 {
-		return dpcore.SensitivityResult{}, invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
+		return dpcore.SensitivityResult{}, guard.Invalidf("%s: scales sum to %v > 1 = c_0: the coefficients are not non-increasing", t.Name, sum)
 	}
-	k, b := s.K, s.B
-	if s.Kind == dpcore.Single {
+	k, b := schema.K, schema.B
+	if schema.Kind == dpcore.Single {
 		k, b = 1, 1
 	}
 	if _, err := unboundedHorizon(k, b); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	v := math.Sqrt(bltUnboundedSens2(t.BLT, k, b))
-	if !linalg.Finite(v) {
-		return dpcore.SensitivityResult{}, invalidf("%s: stream sensitivity is %v", t.Name, v)
+	if !guard.Finite(v) {
+		return dpcore.SensitivityResult{}, guard.Invalidf("%s: stream sensitivity is %v", t.Name, v)
 	}
-	return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
+	return dpcore.SensitivityResult{Value: v, Exact: true, Method: Packed}, nil
 }

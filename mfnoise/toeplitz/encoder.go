@@ -1,25 +1,38 @@
-package mfnoise
+// Package toeplitz is the Toeplitz family of correlated-noise encoders:
+// lower-triangular Toeplitz encoders C described by their first column
+// alone (the square root of the prefix sum, banded Toeplitz, the banded
+// inverse square root, buffered linear Toeplitz), scored, applied and
+// optimized in O(n) memory. An Encoder bound to the workload it decodes
+// is a Strategy (a dpcore.Strategy); Optimize finds the banded or BLT
+// encoder with the least error. Package mfnoise builds the family's
+// mechanisms (sqrt, toeplitz:BANDS, blt:NBUF, bisr:BANDS) from it and
+// package noise streams its noise with the encoder's own buffers; this
+// package depends on neither.
+//
+// The mathematics follows docs/math.md (cited as "SPEC n"): the mechanism
+// releases B (C X + Z) with decoder B = A C^-1 for the workload A.
+package toeplitz
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"sync"
 
 	"github.com/dpmf-go/dpmf/dpcore"
-	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
+	"github.com/dpmf-go/dpmf/mfnoise/internal/guard"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
-// Toeplitz is a mechanism whose encoder C is an n x n lower-triangular
+// Encoder is a Toeplitz encoder: C is an n x n lower-triangular
 // Toeplitz matrix, C[i,j] = c_{i-j}, described by its first column alone.
 // The decoder is B = A C^-1 for the workload A. Everything a run needs
 // (sensitivity, loss, per-step error, encoder and decoder products, the
 // streamed gradient-space noise W = C^-1 Z) is computed from the
 // coefficients in O(n) memory; no n x n matrix is formed except by
-// Factorization, which exists for cross-checks and for the dense plan code
-// at small n. Its methods are safe for concurrent use.
+// Matrices, which exists for cross-checks and for the dense plan code at
+// small n. Its methods are safe for concurrent use.
 //
 // The family covers:
 //   - DP-SGD, c = (1) (SPEC 5.1);
@@ -31,7 +44,7 @@ import (
 //   - banded Toeplitz encoders with optimized coefficients (McKenna 2024,
 //     "Scaling up the banded matrix factorization mechanism"; Kalinin and
 //     Lampert 2024, "Banded square root matrix factorization for
-//     differentially private model training"), see OptimizeToeplitz;
+//     differentially private model training"), see Optimize;
 //   - the banded inverse square root (BISR): C^-1 is the square root's
 //     inverse (1 - x)^(1/2) cut to p bands, so the noise W = C^-1 Z mixes
 //     only the last p noise rows (Kalinin et al. 2025, arXiv 2505.12128);
@@ -40,8 +53,8 @@ import (
 //     Thakurta 2024, "Efficient and near-optimal noise generation for
 //     streaming differential privacy"; McMahan, Xu and Zhang 2024, "A
 //     hassle-free algorithm for private learning in practice: don't use tree
-//     aggregation, use BLTs"), see OptimizeBLT.
-type Toeplitz struct {
+//     aggregation, use BLTs"), see Optimize.
+type Encoder struct {
 	// Name is the mechanism's canonical name, e.g. "sqrt" or "blt:4".
 	Name string
 	// N is the number of steps.
@@ -61,34 +74,34 @@ type Toeplitz struct {
 	inv     []float64 // first column of C^-1 (length N), built once on demand
 }
 
-// NewToeplitz returns the banded Toeplitz encoder with first column coef
+// New returns the banded Toeplitz encoder with first column coef
 // (len(coef) <= n bands) over n steps. c_0 must be non-zero and every
 // coefficient finite.
-func NewToeplitz(name string, n int, coef []float64) (*Toeplitz, error) {
-	if err := checkSteps(n); err != nil {
+func New(name string, n int, coef []float64) (*Encoder, error) {
+	if err := guard.Steps(n); err != nil {
 		return nil, err
 	}
 	if len(coef) == 0 || len(coef) > n {
-		return nil, invalidf("toeplitz %s: %d coefficients for n = %d steps, need 1..n", name, len(coef), n)
+		return nil, guard.Invalidf("toeplitz %s: %d coefficients for n = %d steps, need 1..n", name, len(coef), n)
 	}
 	for j, v := range coef {
-		if !linalg.Finite(v) {
-			return nil, invalidf("toeplitz %s: coefficient %d is %v", name, j, v)
+		if !guard.Finite(v) {
+			return nil, guard.Invalidf("toeplitz %s: coefficient %d is %v", name, j, v)
 		}
 	}
 	if coef[0] == 0 {
-		return nil, invalidf("toeplitz %s: c_0 = 0 makes the encoder singular", name)
+		return nil, guard.Invalidf("toeplitz %s: c_0 = 0 makes the encoder singular", name)
 	}
-	return &Toeplitz{Name: name, N: n, Coef: append([]float64(nil), coef...)}, nil
+	return &Encoder{Name: name, N: n, Coef: append([]float64(nil), coef...)}, nil
 }
 
-// SqrtToeplitz is the Toeplitz square root of the prefix sum over n steps:
+// Sqrt is the Toeplitz square root of the prefix sum over n steps:
 // c_j = binom(2j, j) / 4^j, the coefficients of (1 - x)^(-1/2), so C^2 = S
 // and B = S C^-1 = C (Henzinger et al. 2023; Fichtenberger et al. 2023).
 // Its coefficients are positive and decreasing, so C^T C >= 0 and its
 // sensitivity is exact under single, (k,b) and min-sep participation.
-func SqrtToeplitz(n int) (*Toeplitz, error) {
-	if err := checkSteps(n); err != nil {
+func Sqrt(n int) (*Encoder, error) {
+	if err := guard.Steps(n); err != nil {
 		return nil, err
 	}
 	c := make([]float64, n)
@@ -98,60 +111,43 @@ func SqrtToeplitz(n int) (*Toeplitz, error) {
 		c[j] = c[j-1] * (float64(j) - 0.5) / float64(j)
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: "sqrt", N: n, Coef: c, inv: g}, nil
+	return &Encoder{Name: "sqrt", N: n, Coef: c, inv: g}, nil
 }
 
 // BandedInverseSqrt is the BISR mechanism with p bands over n steps: C^-1
 // has the first p coefficients of (1 - x)^(1/2) (1, -1/2, -1/8, ...) and C
 // is its full inverse, whose coefficients are positive and decreasing
 // (checked by Sensitivity, which then is exact).
-func BandedInverseSqrt(n, p int) (*Toeplitz, error) {
-	if err := checkSteps(n); err != nil {
+func BandedInverseSqrt(n, p int) (*Encoder, error) {
+	if err := guard.Steps(n); err != nil {
 		return nil, err
 	}
 	if p < 1 || p > n {
-		return nil, invalidf("bisr: %d bands, need 1..n = %d", p, n)
+		return nil, guard.Invalidf("bisr: %d bands, need 1..n = %d", p, n)
 	}
 	g := make([]float64, p)
 	g[0] = 1
 	for j := 1; j < p; j++ {
 		g[j] = g[j-1] * (float64(j) - 1.5) / float64(j)
 	}
-	return &Toeplitz{Name: "bisr:" + strconv.Itoa(p), N: n, InvCoef: g}, nil
+	return &Encoder{Name: "bisr:" + strconv.Itoa(p), N: n, InvCoef: g}, nil
 }
 
-// MaxStructuredSteps is the largest n for which structured mechanisms are
-// scored: per-step arrays cost 8 n bytes each (64 MiB at this limit).
-const MaxStructuredSteps = 1 << 23
-
-func checkSteps(n int) error {
-	if n <= 0 {
-		return invalidf("n = %d steps must be positive", n)
-	}
-	if n > MaxStructuredSteps {
-		return invalidf("n = %d steps: per-step arrays would need %s each (8 n bytes); the limit is n = %d", n, humanBytes(8*float64(n)), MaxStructuredSteps)
-	}
-	return nil
-}
-
-// humanBytes formats a byte count, e.g. "18.6 GiB".
-func humanBytes(b float64) string { return dpcore.HumanBytes(b) }
-
-// Validate refuses a Toeplitz value not made by a constructor (no
+// Validate refuses an Encoder not made by a constructor (no
 // coefficients, c_0 = 0 or non-finite), which would otherwise score as a
 // zero-sensitivity mechanism or fail deep inside.
-func (t *Toeplitz) Validate() error {
+func (t *Encoder) Validate() error {
 	switch {
 	case t == nil || t.N <= 0:
-		return invalidf("toeplitz: empty mechanism")
+		return guard.Invalidf("toeplitz: empty mechanism")
 	case t.BLT != nil:
 		return t.BLT.validate()
 	case t.InvCoef != nil:
-		if t.InvCoef[0] == 0 || !linalg.Finite(t.InvCoef[0]) || len(t.InvCoef) > t.N {
-			return invalidf("toeplitz %s: singular or oversized inverse coefficients", t.Name)
+		if t.InvCoef[0] == 0 || !guard.Finite(t.InvCoef[0]) || len(t.InvCoef) > t.N {
+			return guard.Invalidf("toeplitz %s: singular or oversized inverse coefficients", t.Name)
 		}
-	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !linalg.Finite(t.Coef[0]):
-		return invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with NewToeplitz", t.Name, len(t.Coef), t.N)
+	case len(t.Coef) == 0 || len(t.Coef) > t.N || t.Coef[0] == 0 || !guard.Finite(t.Coef[0]):
+		return guard.Invalidf("toeplitz %s: %d coefficients for n = %d (c_0 must be non-zero); build it with New", t.Name, len(t.Coef), t.N)
 	}
 	return nil
 }
@@ -160,7 +156,7 @@ func (t *Toeplitz) Validate() error {
 // touches, counted as CompareRow does (the output included): Nbuf + 1 for a
 // BLT, p for p bands of C or of C^-1 (p - 1 stored rows), 1 for DP-SGD, n
 // for the square root.
-func (t *Toeplitz) NoiseMemoryPerCoord() int {
+func (t *Encoder) NoiseMemoryPerCoord() int {
 	if t.BLT != nil {
 		return t.BLT.Buffers() + 1
 	}
@@ -172,7 +168,7 @@ func (t *Toeplitz) NoiseMemoryPerCoord() int {
 
 // Bands is the number of non-zero diagonals of C (N for a BLT and a
 // BISR).
-func (t *Toeplitz) Bands() int {
+func (t *Encoder) Bands() int {
 	if t.BLT != nil || t.InvCoef != nil {
 		return t.N
 	}
@@ -180,7 +176,7 @@ func (t *Toeplitz) Bands() int {
 }
 
 // Column returns c_0..c_{N-1}, the first column of C.
-func (t *Toeplitz) Column() []float64 {
+func (t *Encoder) Column() []float64 {
 	if t.BLT != nil {
 		return t.BLT.column(t.N)
 	}
@@ -195,7 +191,7 @@ func (t *Toeplitz) Column() []float64 {
 // InverseColumn returns the first column of C^-1 (C^-1 is lower-triangular
 // Toeplitz too): O(n p) by forward substitution for p bands, O(n Nbuf) for
 // a BLT.
-func (t *Toeplitz) InverseColumn() []float64 {
+func (t *Encoder) InverseColumn() []float64 {
 	t.invOnce.Do(func() {
 		if t.inv != nil {
 			return // closed form (sqrt)
@@ -232,12 +228,12 @@ func seriesInverse(c []float64, n int) []float64 {
 
 // ApplyEncoder sets dst = C x (len(x) = len(dst) = N) in O(N p) time, O(N
 // Nbuf) for a BLT.
-func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
+func (t *Encoder) ApplyEncoder(dst, x []float64) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	if len(x) != t.N || len(dst) != t.N {
-		return invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
+		return guard.Invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
 	}
 	if t.BLT != nil {
 		t.BLT.apply(dst, x)
@@ -274,15 +270,15 @@ func (t *Toeplitz) ApplyEncoder(dst, x []float64) error {
 }
 
 // ApplyDecoder sets dst = B x = A C^-1 x for the workload w over N steps.
-func (t *Toeplitz) ApplyDecoder(w dpcore.Workload, dst, x []float64) error {
+func (t *Encoder) ApplyDecoder(w dpcore.Workload, dst, x []float64) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	if len(x) != t.N || len(dst) != t.N {
-		return invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
+		return guard.Invalidf("toeplitz %s: vectors of length %d and %d, want n = %d", t.Name, len(dst), len(x), t.N)
 	}
 	if w.N != t.N {
-		return invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
+		return guard.Invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}
 	eta, err := workloadRates(w)
 	if err != nil {
@@ -296,7 +292,7 @@ func (t *Toeplitz) ApplyDecoder(w dpcore.Workload, dst, x []float64) error {
 }
 
 // solveEncoder overwrites y with C^-1 y.
-func (t *Toeplitz) solveEncoder(y []float64) {
+func (t *Encoder) solveEncoder(y []float64) {
 	switch {
 	case t.BLT != nil:
 		t.BLT.solve(y)
@@ -325,50 +321,6 @@ func (t *Toeplitz) solveEncoder(y []float64) {
 	}
 }
 
-// workloadRates returns the learning rates of a momentum workload (nil for
-// the prefix sum) after validating w.
-func workloadRates(w dpcore.Workload) ([]float64, error) {
-	switch w.Kind {
-	case dpcore.PrefixSumKind:
-		if w.N <= 0 {
-			return nil, invalidf("prefix sum: n = %d must be positive", w.N)
-		}
-		return nil, nil
-	case dpcore.MomentumKind:
-		if err := w.Validate(); err != nil {
-			return nil, err
-		}
-		return w.Schedule.Rates(w.N)
-	}
-	return nil, invalidf("workload kind %q", w.Kind)
-}
-
-// applyWorkloadVec overwrites y with A y: for momentum A = S diag(eta)
-// M_beta (SPEC 2), for the prefix sum A = S.
-func applyWorkloadVec(w dpcore.Workload, eta, y []float64) {
-	if w.Kind == dpcore.MomentumKind {
-		for i := 1; i < len(y); i++ {
-			y[i] += w.Momentum * y[i-1]
-		}
-		for i := range y {
-			y[i] *= eta[i]
-		}
-	}
-	for i := 1; i < len(y); i++ {
-		y[i] += y[i-1]
-	}
-}
-
-// constantRates reports whether every rate is the same (A is then Toeplitz).
-func constantRates(eta []float64) bool {
-	for _, e := range eta {
-		if e != eta[0] {
-			return false
-		}
-	}
-	return true
-}
-
 // MaxGeneralWorkloadSteps bounds the O(n^2) decoder norms of a Toeplitz
 // mechanism under a workload that is not Toeplitz (a learning-rate schedule
 // that changes over time).
@@ -379,14 +331,14 @@ const MaxGeneralWorkloadSteps = 1 << 15
 // Toeplitz with first column b = A g (g the first column of C^-1) and the
 // norms are prefix sums of b_k^2: O(n) after g. Other schedules cost O(n^2)
 // time and are refused above MaxGeneralWorkloadSteps.
-func (t *Toeplitz) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
+func (t *Encoder) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	if w.N != t.N {
-		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
+		return nil, guard.Invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}
-	if err := checkSteps(t.N); err != nil {
+	if err := guard.Steps(t.N); err != nil {
 		return nil, err
 	}
 	eta, err := workloadRates(w)
@@ -407,7 +359,7 @@ func (t *Toeplitz) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 		return r, nil
 	}
 	if n > MaxGeneralWorkloadSteps {
-		return nil, invalidf("toeplitz %s: a time-varying learning-rate schedule makes B = A C^-1 non-Toeplitz and its norms cost O(n^2); n = %d exceeds the limit %d", t.Name, n, MaxGeneralWorkloadSteps)
+		return nil, guard.Invalidf("toeplitz %s: a time-varying learning-rate schedule makes B = A C^-1 non-Toeplitz and its norms cost O(n^2); n = %d exceeds the limit %d", t.Name, n, MaxGeneralWorkloadSteps)
 	}
 	// B[i,j] = sum_{l=j..i} eta_l h_{l-j}, h = M_beta-series * g.
 	h := append([]float64(nil), g...)
@@ -426,8 +378,8 @@ func (t *Toeplitz) DecoderRowNorms(w dpcore.Workload) ([]float64, error) {
 
 // Loss is sens^2(C) ||A C^-1||_F^2 under the schema (SPEC 4) with the
 // sensitivity it used.
-func (t *Toeplitz) Loss(w dpcore.Workload, s dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
-	sens, err := t.Sensitivity(s)
+func (t *Encoder) Loss(w dpcore.Workload, schema dpcore.Schema) (float64, dpcore.SensitivityResult, error) {
+	sens, err := t.Sensitivity(schema)
 	if err != nil {
 		return 0, dpcore.SensitivityResult{}, err
 	}
@@ -437,19 +389,14 @@ func (t *Toeplitz) Loss(w dpcore.Workload, s dpcore.Schema) (float64, dpcore.Sen
 
 // LossAt is sens^2 ||A C^-1||_F^2 for a sensitivity computed elsewhere
 // (the per-participation sensitivity of amplified accounting, for one), in
-// O(n) memory: Factorization.LossAt without the dense decoder.
-func (t *Toeplitz) LossAt(w dpcore.Workload, sens float64) (float64, error) {
-	r, err := t.DecoderRowNorms(w)
-	if err != nil {
-		return 0, err
-	}
-	loss, _ := errorProfile(sens, r)
-	return loss, nil
+// O(n) memory: dpcore.LossAt of the encoder bound to w.
+func (t *Encoder) LossAt(w dpcore.Workload, sens float64) (float64, error) {
+	return dpcore.LossAt(&Strategy{Encoder: t, Workload: w}, sens)
 }
 
 // Sensitivity methods of Toeplitz encoders.
 const (
-	// ToeplitzPacked: sens^2 = ||C 1_pi||^2 for the packed pattern pi =
+	// Packed: sens^2 = ||C 1_pi||^2 for the packed pattern pi =
 	// {0, b, 2b, ...} (at most k steps), exact when every c_t >= 0 under
 	// single and (k,b) participation (X = C^T C >= 0, multi-epoch paper
 	// Cor. 2.1, and pi_0 dominates the other (k,b) patterns entrywise), and
@@ -457,34 +404,34 @@ const (
 	// (McMahan, Xu and Zhang 2024, the BLT min-sep sensitivity theorem:
 	// the worst min-sep pattern participates as early and as often as
 	// allowed).
-	ToeplitzPacked dpcore.SensitivityMethod = "toeplitz-packed"
-	// ToeplitzEnvelopeBound: coefficients of mixed sign (or increasing
+	Packed dpcore.SensitivityMethod = "toeplitz-packed"
+	// EnvelopeBound: coefficients of mixed sign (or increasing
 	// ones under min-sep): the same formula for the envelope e_t =
 	// max_{s >= t} |c_s| >= |c_t|, which is non-negative and
 	// non-increasing. It bounds sens^2 from above: sens^2 <= max_pi
 	// sum_{i,j in pi} |X_ij| (banded-MF Thm 3) <= max_pi ||E 1_pi||^2, E
 	// the Toeplitz matrix of e, whose worst pattern is the packed one by
 	// the theorem above.
-	ToeplitzEnvelopeBound dpcore.SensitivityMethod = "toeplitz-envelope-bound"
+	EnvelopeBound dpcore.SensitivityMethod = "toeplitz-envelope-bound"
 )
 
 // Sensitivity is sens(C) under the schema for clipping norm 1 in O(n) time
-// (see ToeplitzPacked and ToeplitzEnvelopeBound). The conditions that make
+// (see Packed and EnvelopeBound). The conditions that make
 // it exact are checked on the coefficients actually used.
-func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error) {
+func (t *Encoder) Sensitivity(schema dpcore.Schema) (dpcore.SensitivityResult, error) {
 	if err := t.Validate(); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if err := checkSteps(t.N); err != nil {
+	if err := guard.Steps(t.N); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
-	if err := s.Validate(t.N); err != nil {
+	if err := schema.Validate(t.N); err != nil {
 		return dpcore.SensitivityResult{}, err
 	}
 	c := t.Column()
-	k, b := s.K, s.B
-	if s.Kind == dpcore.Single || k == 1 {
-		return dpcore.SensitivityResult{Value: math.Sqrt(dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
+	k, b := schema.K, schema.B
+	if schema.Kind == dpcore.Single || k == 1 {
+		return dpcore.SensitivityResult{Value: math.Sqrt(floats.Dot(c, c)), Exact: true, Method: sensitivity.MaxColumnNorm}, nil
 	}
 	nonneg, nonincr := true, true
 	for i, v := range c {
@@ -495,7 +442,7 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 			nonincr = false
 		}
 	}
-	exact := nonneg && (s.Kind == dpcore.KB || nonincr)
+	exact := nonneg && (schema.Kind == dpcore.KB || nonincr)
 	if !exact {
 		e := make([]float64, len(c))
 		run := 0.0
@@ -503,7 +450,7 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 			run = math.Max(run, math.Abs(c[i]))
 			e[i] = run
 		}
-		if s.Kind == dpcore.KB {
+		if schema.Kind == dpcore.KB {
 			// |c| suffices for (k,b): pi_0 dominates entrywise.
 			for i, v := range c {
 				e[i] = math.Abs(v)
@@ -512,13 +459,13 @@ func (t *Toeplitz) Sensitivity(s dpcore.Schema) (dpcore.SensitivityResult, error
 		c = e
 	}
 	v := math.Sqrt(packedSens2(c, k, b))
-	if !linalg.Finite(v) {
-		return dpcore.SensitivityResult{}, invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
+	if !guard.Finite(v) {
+		return dpcore.SensitivityResult{}, guard.Invalidf("toeplitz %s: sensitivity is %v", t.Name, v)
 	}
 	if exact {
-		return dpcore.SensitivityResult{Value: v, Exact: true, Method: ToeplitzPacked}, nil
+		return dpcore.SensitivityResult{Value: v, Exact: true, Method: Packed}, nil
 	}
-	return dpcore.SensitivityResult{Value: v, Exact: false, Method: ToeplitzEnvelopeBound}, nil
+	return dpcore.SensitivityResult{Value: v, Exact: false, Method: EnvelopeBound}, nil
 }
 
 // packedSens2 is ||C 1_pi||^2 for pi = {0, b, ..., (k-1) b} cut at n =
@@ -528,29 +475,28 @@ func packedSens2(c []float64, k, b int) float64 {
 	return s
 }
 
-// Factorization returns the dense factorization (C, B = A C^-1) for
-// cross-checks and the dense plan code; refused above dpcore.DenseStepLimit.
-// noise.New streams its noise with the mechanism's own buffers (Nbuf
-// d-vectors for a BLT, not the n of a dense encoder).
-func (t *Toeplitz) Factorization(w dpcore.Workload) (*Factorization, error) {
+// Matrices returns the dense encoder C and decoder B = A C^-1 for the
+// workload w, for cross-checks and the dense plan code; refused above
+// dpcore.DenseStepLimit.
+func (t *Encoder) Matrices(w dpcore.Workload) (encoder, decoder *mat.Dense, err error) {
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if w.N != t.N {
-		return nil, invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
+		return nil, nil, guard.Invalidf("toeplitz %s: workload has %d steps, the mechanism %d", t.Name, w.N, t.N)
 	}
-	if err := checkDense(t.Name, t.N, 4); err != nil {
-		return nil, err
+	if err := guard.Dense(t.Name, t.N, 4); err != nil {
+		return nil, nil, err
+	}
+	eta, err := workloadRates(w)
+	if err != nil {
+		return nil, nil, err
 	}
 	n := t.N
 	c := t.Column()
 	g := t.InverseColumn()
 	cm := mat.NewDense(n, n, nil)
 	bm := mat.NewDense(n, n, nil)
-	eta, err := workloadRates(w)
-	if err != nil {
-		return nil, err
-	}
 	col := make([]float64, n)
 	for j := 0; j < n; j++ {
 		for i := j; i < n; i++ {
@@ -563,11 +509,5 @@ func (t *Toeplitz) Factorization(w dpcore.Workload) (*Factorization, error) {
 			bm.Set(i, j, col[i])
 		}
 	}
-	meta := Metadata{Kind: t.Name, Bands: t.Bands(), Decoder: "workload-times-inverse"}
-	f, err := NewFactorization(w, cm, bm, meta)
-	if err != nil {
-		return nil, fmt.Errorf("mfnoise: toeplitz %s: %w", t.Name, err)
-	}
-	f.toeplitz = t
-	return f, nil
+	return cm, bm, nil
 }

@@ -1,4 +1,4 @@
-package mfnoise
+package linalg
 
 import (
 	"math"
@@ -7,11 +7,11 @@ import (
 	"gonum.org/v1/gonum/blas/blas64"
 )
 
-// luBlock is the panel width below which luFactor eliminates column by
+// luBlock is the panel width below which LUFactor eliminates column by
 // column.
 const luBlock = 16
 
-// luFactor computes the LU factorization with partial pivoting P A = L U
+// LUFactor computes the LU factorization with partial pivoting P A = L U
 // of the row-major n x n matrix in a (stride lda) in place, in the format
 // of LAPACK's dgetrf (L unit lower triangular below the diagonal, U on and
 // above it, row i interchanged with row ipiv[i] in order), so that
@@ -24,7 +24,7 @@ const luBlock = 16
 // Nearly all the work is then in Gemm and Trsm on the process-wide BLAS,
 // where gonum's blocked dgetrf spends a fifth of its time in its unblocked
 // panel factorization (strided column operations on row-major storage).
-func luFactor(n int, a []float64, lda int, ipiv []int) bool {
+func LUFactor(n int, a []float64, lda int, ipiv []int) bool {
 	return luRec(n, n, a, lda, ipiv)
 }
 
