@@ -75,7 +75,16 @@ type PackedB64 struct{ p packedB[float64] }
 
 // PackedB32 is PackedB64 for float32, read by Serial32.SgemmPacked: a
 // layer's weight packed once per step for all the products of the step.
-type PackedB32 struct{ p packedB[float32] }
+// It also keeps B itself (not a copy) for the products too small to pack,
+// which Sgemm hands to gonum's loops: B must keep its values while the
+// packed copy is used.
+type PackedB32 struct {
+	p     packedB[float32]
+	b     []float32
+	ldb   int
+	tB    gblas.Transpose
+	alpha float32
+}
 
 // Dims returns the packed op(B)'s k and n.
 func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
@@ -97,6 +106,7 @@ func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, 
 // row-major with leading dimension ldb), into dst.
 func PackB32(tB gblas.Transpose, k, n int, alpha float32, b []float32, ldb int, dst *PackedB32) {
 	dst.p.pack(kernel32(), tB, k, n, alpha, b, ldb)
+	dst.b, dst.ldb, dst.tB, dst.alpha = b, ldb, tB, alpha
 }
 
 func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n int, alpha T, b []T, ldb int) {
@@ -137,9 +147,14 @@ func (s *Serial64) DgemmPacked(tA gblas.Transpose, m int, a []float64, lda int, 
 
 // SgemmPacked computes C = op(A) * P + beta * C for the packed P =
 // alpha*op(B) (k×n), op(A) m×k and C m×n, on the calling goroutine: the
-// same values as Sgemm bit for bit for products Sgemm packs (m*n*k above
-// 512 and m, n > 1), whose packing of B it skips.
+// same values as Serial32.Sgemm on B, bit for bit, skipping the packing
+// of B (products of m*n*k up to 512, which Sgemm does not pack, read B
+// itself as Sgemm does).
 func (s *Serial32) SgemmPacked(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
+	if n, k := b.p.n, b.p.k; m*n*k <= smallWork {
+		s.Sgemm(tA, b.tB, m, n, k, b.alpha, a, lda, b.b, b.ldb, beta, c, ldc)
+		return
+	}
 	s.s.gemmPacked(tA, m, a, lda, &b.p, beta, c, ldc)
 }
 

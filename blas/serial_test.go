@@ -107,12 +107,13 @@ func TestDgemmPackedMatchesDgemm(t *testing.T) {
 }
 
 // The float32 prepacked operand (a layer's weight packed once per step)
-// gives the bits of Sgemm's packed product, for beta 0, 1 and other.
+// gives the bits of Serial32.Sgemm, for beta 0, 1 and other, at sizes
+// Sgemm packs and the smallest, which it does not.
 func TestSgemmPackedMatchesSgemm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	var s Serial32
 	var pb PackedB32
-	for _, d := range [][3]int{{96, 64, 64}, {4, 128, 2048}, {4096, 32, 27}, {256, 1152, 128}, {7, 129, 33}, {13, 17, 400}, {1, 1, 1}, {5, 3, 0}} {
+	for _, d := range [][3]int{{96, 64, 64}, {4, 128, 2048}, {4096, 32, 27}, {256, 1152, 128}, {7, 129, 33}, {13, 17, 400}, {1, 1, 1}, {5, 3, 0}, {4, 5, 3}, {8, 8, 8}, {1, 10, 128}} {
 		m, n, k := d[0], d[1], d[2]
 		for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.Trans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}, {gblas.Trans, gblas.Trans}} {
 			for _, beta := range []float32{0, 1, -1.5} {
@@ -136,8 +137,9 @@ func TestSgemmPackedMatchesSgemm(t *testing.T) {
 					ldb = max(1, k)
 				}
 				want := append([]float32(nil), c...)
-				// Sgemm's packed path (gemm: k = 0 only scales C).
-				gemm(kernel32(), 1, tr[0] == gblas.Trans, tr[1] == gblas.Trans, m, n, k, 1, a, lda, b, ldb, beta, want, n)
+				// Serial32.Sgemm: the packed path, or gonum's loops for
+				// the smallest products.
+				s.Sgemm(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, beta, want, n)
 				PackB32(tr[1], k, n, 1, b, ldb, &pb)
 				s.SgemmPacked(tr[0], m, a, lda, &pb, beta, c, n)
 				for i := range c {
