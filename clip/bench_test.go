@@ -129,11 +129,10 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 // gemmBound is the time the products of one step of e on x, y take alone
 // (see benchSteps), split over the plan's workers.
 func gemmBound(b *testing.B, e *Engine, x []float32, y []int, dst []float32) (time.Duration, error) {
-	var c nn.Clipper
-	if !e.opt.NonPrivate {
-		c = (*clipper)(e)
-	}
-	list, err := e.plan.StepProducts(x, y, dst, c)
+	e.plan.RecordProducts(true)
+	_, err := e.ClippedSum(x, y, dst)
+	list := e.plan.Products()
+	e.plan.RecordProducts(false)
 	if err != nil {
 		return 0, err
 	}

@@ -80,29 +80,33 @@ func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.Packed
 	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 }
 
-// StepProducts runs Step(x, y, dst, clip) and returns the matrix products
-// it made (every worker's, grouped by shape in the order first made):
-// what a step's products alone cost, at their real shapes and layouts,
-// is the bound a step's time is measured against (TimeProducts).
-func (p *Plan) StepProducts(x []float32, y []int, dst []float32, clip Clipper) ([]Product, error) {
+// RecordProducts starts logging the matrix products the plan's steps
+// make (every worker's, grouped by shape), or with on false stops and
+// forgets them: what a step's products alone cost, at their real shapes
+// and layouts, is the bound a step's time is measured against
+// (TimeProducts).
+func (p *Plan) RecordProducts(on bool) {
 	for _, w := range p.workers {
-		w.log = &productLog{}
-	}
-	defer func() {
-		for _, w := range p.workers {
-			w.log = nil
+		w.log = nil
+		if on {
+			w.log = &productLog{}
 		}
-	}()
-	if _, err := p.Step(x, y, dst, clip); err != nil {
-		return nil, err
 	}
+}
+
+// Products returns the products logged since RecordProducts(true), in
+// the order first made.
+func (p *Plan) Products() []Product {
 	all := &productLog{}
 	for _, w := range p.workers {
+		if w.log == nil {
+			continue
+		}
 		for _, q := range w.log.list {
 			all.add(q)
 		}
 	}
-	return all.list, nil
+	return all.list
 }
 
 // Workers is the number of goroutines a step runs on.

@@ -56,9 +56,14 @@ func TestStepProducts(t *testing.T) {
 		if private {
 			cl = &testClipper{}
 		}
-		list, err := p.StepProducts(x, y, dst, cl)
-		if err != nil {
+		p.RecordProducts(true)
+		if _, err := p.Step(x, y, dst, cl); err != nil {
 			t.Fatal(err)
+		}
+		list := p.Products()
+		p.RecordProducts(false)
+		if len(p.Products()) != 0 {
+			t.Error("products logged after RecordProducts(false)")
 		}
 		got := 0.0
 		for _, q := range list {
@@ -71,14 +76,14 @@ func TestStepProducts(t *testing.T) {
 		if err != nil || d <= 0 {
 			t.Errorf("private %v: TimeProducts = %v, %v", private, d, err)
 		}
-		// The step logged is a step: the same sum as Step's.
+		// The step logged is a step: the same sum as one not logged.
 		again := make([]float32, b.n)
 		if _, err := p.Step(x, y, again, cl); err != nil {
 			t.Fatal(err)
 		}
 		for k := range again {
 			if again[k] != dst[k] {
-				t.Fatalf("private %v: StepProducts' sum differs from Step's at %d", private, k)
+				t.Fatalf("private %v: the logged step's sum differs at %d", private, k)
 			}
 		}
 	}

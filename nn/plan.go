@@ -196,7 +196,7 @@ type worker struct {
 	tmp  []float32      // an input gradient to be added into d[src]
 	vec  []float32      // an embedding row's gradient
 	gemm blas.Serial32
-	log  *productLog // while StepProducts runs
+	log  *productLog // while RecordProducts is on
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
