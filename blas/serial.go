@@ -222,17 +222,7 @@ func (s *Serial32) SgemmPackedOverlapA(tA gblas.Transpose, m int, a []float32, l
 // and may overlap, panicking as gonum does on a bad leading dimension or
 // a short slice, and reports whether A has any element.
 func checkOverlapA(tA gblas.Transpose, m, k, la, lda int) bool {
-	switch tA {
-	case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
-	default:
-		panic(badTranspose)
-	}
-	if m < 0 {
-		panic(mLT0)
-	}
-	if k < 0 {
-		panic(kLT0)
-	}
+	checkShape(tA, gblas.NoTrans, m, 0, k)
 	if lda < 1 {
 		panic(badLdA)
 	}
