@@ -45,7 +45,7 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 40 MiB a worker, near the caches.
+	// stay within 20 MiB a worker, near the caches.
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
@@ -369,7 +369,11 @@ const (
 	// MiB a worker) than at 16 (125 MiB), in a third of the memory;
 	// WRN-16-4, whose single example already takes 65 MiB, runs as fast
 	// at 1 example as at 4 in half the memory; small dense models keep 16.
-	autoChunkBytes = 40 << 20
+	// With implicit convolutions (no im2col buffers) the CIFAR CNN's
+	// example takes 3.7 MiB: chunks of 4 (15 MiB) cost the same CPU time
+	// per example as chunks of 8 (30 MiB) in two thirds of the peak
+	// memory (BENCHMARKS.md, issue 42), hence 20 MiB.
+	autoChunkBytes = 20 << 20
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
