@@ -219,6 +219,23 @@ func DPSGDEvent(sigma, q float64, steps int) (Event, error) {
 	return SelfComposed(PoissonSampled(q, Gaussian(sigma)), steps), nil
 }
 
+// DPSGDAllocationEvent returns the event of DP-SGD under random
+// allocation (sampler.NewRandomAllocation) for the given number of steps:
+// epochs of t steps in which every example joins exactly one step, drawn
+// uniformly, so ceil(steps/t) compositions of the random allocation of a
+// Gaussian mechanism with noise multiplier sigma over t steps (a partial
+// last epoch is accounted as a whole one: its releases are a part of a
+// whole epoch's).
+func DPSGDAllocationEvent(sigma float64, t, steps int) (Event, error) {
+	if err := checkSigma(sigma); err != nil {
+		return nil, fmt.Errorf("DPSGDAllocationEvent: %w", err)
+	}
+	if t <= 0 || steps <= 0 {
+		return nil, invalidf("DPSGDAllocationEvent: t = %d and steps = %d, want > 0", t, steps)
+	}
+	return SelfComposed(RandomAllocation(t, Gaussian(sigma)), (steps+t-1)/t), nil
+}
+
 // BandMFEvent returns the event of a bands-banded matrix-factorization
 // mechanism whose encoder has unit column norms, trained with partitioned
 // band sampling (amplified BandMF, Choquette-Choo et al. 2023, Alg. 2 and

@@ -8,11 +8,12 @@ import (
 )
 
 // An Event describes a randomized mechanism to account for. Events are
-// built with Gaussian, PoissonSampled, SelfComposed and Composed; the set is
-// closed so that every accountant knows every kind. Constructors do not
-// validate: an invalid event is reported, with dpcore.ErrInvalid, when it is
-// accounted for. Every Event marshals to JSON (see UnmarshalEvent) so that
-// a run's ledger records exactly what was accounted for.
+// built with Gaussian, PoissonSampled, RandomAllocation, SelfComposed and
+// Composed; the set is closed so that every accountant knows every kind.
+// Constructors do not validate: an invalid event is reported, with
+// dpcore.ErrInvalid, when it is accounted for. Every Event marshals to JSON
+// (see UnmarshalEvent) so that a run's ledger records exactly what was
+// accounted for.
 type Event interface {
 	json.Marshaler
 	isEvent()
@@ -27,6 +28,15 @@ func Gaussian(sigma float64) Event { return gaussianEvent{Sigma: sigma} }
 // Accountants support only a Gaussian mechanism inside.
 func PoissonSampled(q float64, e Event) Event { return poissonEvent{Q: q, Event: e} }
 
+// RandomAllocation returns t runs of event e in which every example joins
+// exactly one run, drawn uniformly and independently of the other examples
+// (random allocation, Feldman and Shenfeld 2025; dp_accounting's
+// RandomAllocationDpEvent with num_selected = 1, num_steps = t): one epoch
+// of DP-SGD under sampler.NewRandomAllocation. Only a Gaussian mechanism is
+// supported inside, and only by the PLD accountant (the RDP accountant
+// reports ErrUnsupported). t = 1 is the mechanism itself.
+func RandomAllocation(t int, e Event) Event { return allocationEvent{Steps: t, Event: e} }
+
 // SelfComposed returns the adaptive composition of T runs of e.
 func SelfComposed(e Event, T int) Event { return selfComposedEvent{Event: e, Count: T} }
 
@@ -40,6 +50,10 @@ type poissonEvent struct {
 	Q     float64
 	Event Event
 }
+type allocationEvent struct {
+	Steps int
+	Event Event
+}
 type selfComposedEvent struct {
 	Event Event
 	Count int
@@ -48,6 +62,7 @@ type composedEvent struct{ Events []Event }
 
 func (gaussianEvent) isEvent()     {}
 func (poissonEvent) isEvent()      {}
+func (allocationEvent) isEvent()   {}
 func (selfComposedEvent) isEvent() {}
 func (composedEvent) isEvent()     {}
 
@@ -57,6 +72,7 @@ type eventJSON struct {
 	Sigma  float64           `json:"sigma,omitempty"`
 	Q      float64           `json:"q,omitempty"`
 	Count  int               `json:"count,omitempty"`
+	Steps  int               `json:"steps,omitempty"`
 	Event  json.RawMessage   `json:"event,omitempty"`
 	Events []json.RawMessage `json:"events,omitempty"`
 }
@@ -66,6 +82,7 @@ const (
 	kindPoisson      = "poisson_sampled"
 	kindSelfComposed = "self_composed"
 	kindComposed     = "composed"
+	kindAllocation   = "random_allocation"
 )
 
 func marshalInner(e Event) (json.RawMessage, error) {
@@ -87,6 +104,15 @@ func (p poissonEvent) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(eventJSON{Kind: kindPoisson, Q: p.Q, Event: in})
+}
+
+// MarshalJSON implements json.Marshaler.
+func (a allocationEvent) MarshalJSON() ([]byte, error) {
+	in, err := marshalInner(a.Event)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(eventJSON{Kind: kindAllocation, Steps: a.Steps, Event: in})
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -120,13 +146,16 @@ func UnmarshalEvent(data []byte) (Event, error) {
 	switch ev.Kind {
 	case kindGaussian:
 		return Gaussian(ev.Sigma), nil
-	case kindPoisson, kindSelfComposed:
+	case kindPoisson, kindSelfComposed, kindAllocation:
 		in, err := UnmarshalEvent(ev.Event)
 		if err != nil {
 			return nil, err
 		}
-		if ev.Kind == kindPoisson {
+		switch ev.Kind {
+		case kindPoisson:
 			return PoissonSampled(ev.Q, in), nil
+		case kindAllocation:
+			return RandomAllocation(ev.Steps, in), nil
 		}
 		return SelfComposed(in, ev.Count), nil
 	case kindComposed:
@@ -144,12 +173,19 @@ func UnmarshalEvent(data []byte) (Event, error) {
 }
 
 // component is count compositions of a Gaussian mechanism with noise
-// multiplier sigma, Poisson subsampled at rate q (q = 1: no subsampling).
+// multiplier sigma, Poisson subsampled at rate q (q = 1: no subsampling),
+// or, with alloc > 1 (and q = 1), randomly allocated over alloc steps.
 // Every supported event reduces to a list of components.
 type component struct {
 	sigma, q float64
 	count    int
+	alloc    int
 }
+
+// maxAllocation bounds the steps of a random allocation: its loss grid is
+// built by about 2 log2(t) convolutions, each rounding the loss up by a
+// grid step.
+const maxAllocation = 1 << 20
 
 // maxCount bounds total compositions so that counts stay exact in float64.
 const maxCount = 1 << 40
@@ -169,12 +205,15 @@ func components(e Event) ([]component, error) {
 		if out[i].sigma != out[j].sigma {
 			return out[i].sigma < out[j].sigma
 		}
+		if out[i].alloc != out[j].alloc {
+			return out[i].alloc < out[j].alloc
+		}
 		return out[i].q < out[j].q
 	})
 	merged := out[:1]
 	for _, c := range out[1:] {
 		last := &merged[len(merged)-1]
-		if c.sigma == last.sigma && c.q == last.q {
+		if c.sigma == last.sigma && c.q == last.q && c.alloc == last.alloc {
 			last.count += c.count
 			if last.count > maxCount {
 				return nil, invalidf("more than %d compositions", maxCount)
@@ -206,6 +245,23 @@ func appendComponents(out *[]component, e Event, mult int) error {
 			return err
 		}
 		*out = append(*out, component{sigma: g.Sigma, q: e.Q, count: mult})
+	case allocationEvent:
+		if e.Steps <= 0 || e.Steps > maxAllocation {
+			return invalidf("random allocation over t = %d steps, want 1 <= t <= %d", e.Steps, maxAllocation)
+		}
+		g, ok := e.Event.(gaussianEvent)
+		if !ok {
+			return fmt.Errorf("accountant: random allocation of %s: only a Gaussian mechanism is supported inside: %w",
+				kindOf(e.Event), ErrUnsupported)
+		}
+		if err := checkSigma(g.Sigma); err != nil {
+			return err
+		}
+		c := component{sigma: g.Sigma, q: 1, count: mult}
+		if e.Steps > 1 {
+			c.alloc = e.Steps
+		}
+		*out = append(*out, c)
 	case selfComposedEvent:
 		if e.Count <= 0 {
 			return invalidf("composition count T = %d, want > 0", e.Count)
@@ -237,6 +293,8 @@ func kindOf(e Event) string {
 		return kindGaussian
 	case poissonEvent:
 		return kindPoisson
+	case allocationEvent:
+		return kindAllocation
 	case selfComposedEvent:
 		return kindSelfComposed
 	case composedEvent:

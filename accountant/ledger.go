@@ -56,6 +56,8 @@ const (
 	// caller's to state.
 	AssumeNoise   = "noise: Gaussian with standard deviation sigma times the L2 sensitivity"
 	AssumePoisson = "sampling: Poisson, each example included independently with probability q; shuffling or fixed batches do not get this amplification"
+	// AssumeAllocation states the sampling random allocation relies on.
+	AssumeAllocation = "sampling: random allocation, each example in exactly one step of each epoch, drawn uniformly and independently of the other examples; shuffling into equal batches does not get this amplification"
 )
 
 // NewLedgerEntry accounts for e at delta with acct under adjacency adj and
@@ -93,6 +95,12 @@ func NewLedgerEntry(acct Accountant, e Event, delta float64, adj Adjacency, para
 	for _, c := range comps {
 		if c.q < 1 {
 			as = append(as, AssumePoisson)
+			break
+		}
+	}
+	for _, c := range comps {
+		if c.alloc > 1 {
+			as = append(as, AssumeAllocation)
 			break
 		}
 	}

@@ -23,6 +23,13 @@ type PLDOptions struct {
 	TailMass float64
 	// MaxBins caps the length of any loss grid; 0 means 1<<20 (8 MiB).
 	MaxBins int
+	// AllocationInterval is the spacing of the log-value grid on which a
+	// random allocation's loss is computed (RandomAllocation), rounded to
+	// a multiple of the loss grid's spacing; 0 means the larger of that
+	// spacing and 3e-4. Its cost grows as the inverse square of the
+	// spacing, and each of its about 2 log2(t) + 3 roundings overstates
+	// the loss by at most one spacing (docs/math.md).
+	AllocationInterval float64
 }
 
 func (o PLDOptions) withDefaults() PLDOptions {
@@ -35,6 +42,9 @@ func (o PLDOptions) withDefaults() PLDOptions {
 	if o.MaxBins == 0 {
 		o.MaxBins = 1 << 20
 	}
+	if o.AllocationInterval == 0 {
+		o.AllocationInterval = math.Max(o.DiscretizationInterval, defaultAllocationInterval)
+	}
 	return o
 }
 
@@ -44,6 +54,9 @@ func (o PLDOptions) check() error {
 	}
 	if !(o.TailMass > 0 && o.TailMass < 1e-3) {
 		return invalidf("pld: tail mass %v, want in (0, 1e-3)", o.TailMass)
+	}
+	if !(o.AllocationInterval > 0) || isInf(o.AllocationInterval) {
+		return invalidf("pld: allocation interval %v, want finite and > 0", o.AllocationInterval)
 	}
 	if o.MaxBins < 1024 {
 		return invalidf("pld: max bins %d, want >= 1024", o.MaxBins)
@@ -60,6 +73,11 @@ type pldAccountant struct {
 
 	coarseOnce sync.Once
 	coarser    *pldAccountant
+
+	// allocs caches random allocations' loss distributions (read only
+	// once made), which cost seconds and are asked for again by every
+	// epoch count of one run (allocKey).
+	allocs allocCache
 }
 
 // fftWork is an FFT plan of length len(seq) with buffers for composing.
@@ -443,7 +461,7 @@ func mergeGaussians(comps []component) []component {
 	inv := 0.0 // sum T_i / sigma_i^2, accumulated as sum T_i (1/sigma_i)^2
 	n := 0
 	for _, c := range comps {
-		if c.q < 1 {
+		if c.q < 1 || c.alloc > 1 {
 			out = append(out, c)
 			continue
 		}
@@ -475,7 +493,7 @@ func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 		comps[i].sigma = math.Min(comps[i].sigma, maxPLDSigma)
 	}
 	comps = mergeGaussians(comps)
-	if len(comps) == 1 && comps[0].q == 1 {
+	if len(comps) == 1 && comps[0].q == 1 && comps[0].alloc == 0 {
 		s := comps[0].sigma
 		if isInf(s) {
 			s = 0
@@ -488,6 +506,7 @@ func (p *pldAccountant) distributions(e Event) ([]lossDist, error) {
 			return []lossDist{infiniteLoss{}}, nil
 		}
 	}
+	p.warmAllocations(comps)
 	var out []lossDist
 	for _, dir := range []direction{remove, add} {
 		d, err := p.compose(comps, dir)
@@ -797,7 +816,13 @@ func (p *pldAccountant) composeAt(comps []component, dir direction, step float64
 	logKeep := 0.0 // log of the probability that no step lands at infinity
 	base := 0
 	for k, c := range comps {
-		d, err := discretize(c, dir, step, tau/float64(total), p.opt.MaxBins, nil)
+		var d *pmf
+		var err error
+		if c.alloc > 1 {
+			d, err = p.allocs.get(c, dir, step, p.opt.AllocationInterval, p.opt.TailMass*allocTailShare, p.opt.MaxBins)
+		} else {
+			d, err = discretize(c, dir, step, tau/float64(total), p.opt.MaxBins, nil)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -1044,6 +1069,8 @@ func (p *pldAccountant) binomial(d *pmf) *pmf {
 	sub, gauss := -1, -1
 	for k, c := range src.comps {
 		switch {
+		case c.alloc > 1:
+			return nil
 		case c.q == 1:
 			gauss = k
 		case sub >= 0:

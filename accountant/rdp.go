@@ -67,6 +67,11 @@ func (r *rdpAccountant) rdp(e Event) ([]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdp: %w", err)
 	}
+	for _, c := range comps {
+		if c.alloc > 1 {
+			return nil, fmt.Errorf("accountant: rdp: random allocation: use the PLD accountant: %w", ErrUnsupported)
+		}
+	}
 	out := make([]float64, len(r.orders))
 	for i, a := range r.orders {
 		for _, c := range comps {

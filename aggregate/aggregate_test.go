@@ -90,7 +90,7 @@ func targetMatrix(w Workload, n int) *mat.Dense {
 
 // noiseCovariance is T A^-1 B B^T A^-T T^T: the covariance across steps of
 // one coordinate of release - true sum, per unit noise std.
-func noiseCovariance(t *testing.T, m Mechanism, w Workload) *mat.SymDense {
+func noiseCovariance(t *testing.T, m NamedStrategy, w Workload) *mat.SymDense {
 	a, err := m.Workload().Matrix()
 	if err != nil {
 		t.Fatal(err)

@@ -109,7 +109,7 @@ type Config struct {
 	// Workload.MechanismWorkload(horizon), its N is the horizon (the
 	// number of releases the budget covers) and its schema must be
 	// Schema(K, B).
-	Mechanism Mechanism
+	Mechanism NamedStrategy
 	// Epsilon and Delta are the target guarantee over the whole horizon;
 	// the noise multiplier is calibrated to them.
 	Epsilon, Delta float64

@@ -13,11 +13,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Mechanism is the correlated-noise mechanism of an aggregator: a named
-// strategy A = B C for the workload (SPEC 6), built for a participation
-// schema. The planner (privacy.PlanRelease) computes its encoder's
+// NamedStrategy is the correlated-noise mechanism of an aggregator, as
+// built: a named strategy A = B C for the workload (SPEC 6), built for a
+// participation schema (mfnoise.Mechanism is the typed choice it is built
+// from). The planner (privacy.PlanRelease) computes its encoder's
 // sensitivity, and the exact release reads its dense matrices.
-type Mechanism interface {
+type NamedStrategy interface {
 	// Name is the mechanism's canonical name, e.g. "tree-online".
 	Name() string
 	// Workload is the workload A the noise is decoded for; its N is the
@@ -29,7 +30,7 @@ type Mechanism interface {
 	Strategy() dpcore.Strategy
 }
 
-// StrategyMechanism is a Mechanism over a built strategy.
+// StrategyMechanism is a NamedStrategy over a built strategy.
 type StrategyMechanism struct {
 	name     string
 	strategy dpcore.Strategy

@@ -79,7 +79,7 @@ func compareOne(ctx context.Context, m Mechanism, w dpcore.Workload, schema dpco
 	coster, structured := m.(Coster)
 	if !structured {
 		// Costed as dense: refused above dpcore.DenseStepLimit before it builds.
-		if err := guard.Dense("score "+m.String(), w.N, denseMatrices); err != nil {
+		if err := guard.Dense("score "+m.String(), w.N, peakMatrices(m)); err != nil {
 			return CompareRow{}, err
 		}
 	}

@@ -203,3 +203,25 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("non-finite encoder: %v", err)
 	}
 }
+
+// Above the dense limit, an optimized family is refused with the memory its
+// optimizer would hold, not the dense build's alone: mf-kb at n = 10,000
+// would need 44 matrices (32.8 GiB), which the refusal said was 3.7 GiB.
+func TestDenseRefusalStatesTheOptimizersMemory(t *testing.T) {
+	const n = 10000
+	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
+	sc, _ := dpcore.KBParticipation(n/20, 20)
+	for _, c := range []struct {
+		m    Mechanism
+		want string
+	}{
+		{MFKB{}, "32.8 GiB (44 x 8 n^2 bytes)"},
+		{BandMF{Bands: 20}, "8.2 GiB (11 x 8 n^2 bytes)"},
+		{MFSingle{}, "13.4 GiB (18 x 8 n^2 bytes)"},
+	} {
+		_, err := BuildDense(context.Background(), c.m, w, sc, BuildOptions{})
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a refusal stating %q", c.m, err, c.want)
+		}
+	}
+}

@@ -40,6 +40,8 @@ func (m MFSingle) BuildBlock(ctx context.Context, w0 dpcore.Workload, _ dpcore.S
 // StampDecoder: the optimal decoder.
 func (MFSingle) StampDecoder() StampDecoder { return StampOptimal }
 
+func (MFSingle) workMatrices() int { return singleMatrices }
+
 // MFKB is the optimal factorization for the sampler's (k,b)-participation
 // (multi-epoch paper; KBFamily); only fixed-order epochs realize that
 // schema. Stamped, it is optimized for (ceil((n/S)/b), b) within a block.
@@ -68,6 +70,8 @@ func (m MFKB) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.
 
 // StampDecoder: the optimal decoder.
 func (MFKB) StampDecoder() StampDecoder { return StampOptimal }
+
+func (MFKB) workMatrices() int { return kbMatrices }
 
 // BandMF is banded matrix factorization with Bands bands (banded-MF;
 // BandedFamily), or with Auto, the band count the planner picks (by
@@ -113,6 +117,8 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
 
+func (BandMF) workMatrices() int { return bandedMatrices }
+
 // bandsName is the name of a banded family: family:BANDS, or family:auto.
 func bandsName(family string, bands int, auto bool) string {
 	if auto {
@@ -146,11 +152,8 @@ func optimized(ctx context.Context, name, label string, key ProblemKey, w dpcore
 	key.Workload = w
 	tr := buildTraceFrom(ctx)
 	produce := func(ctx context.Context) (*Factorization, error) {
-		var res *Result
-		err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) error {
-			var err error
-			res, err = Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: family}, withProgress(opt.Optimize, progress))
-			return err
+		res, err := tr.optimize(label, w.N, stop, func(progress func(optimize.Progress)) (*Result, error) {
+			return Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: family}, withProgress(opt.Optimize, progress))
 		})
 		if err != nil {
 			return nil, err

@@ -181,11 +181,8 @@ func optimizedToeplitz(ctx context.Context, name, kind string, size int, family 
 	tr := buildTraceFrom(ctx)
 	label := kind + ":" + strconv.Itoa(size) // e.g. toeplitz:8, blt:4
 	t, hit, err := opt.Cache.getOrBuildToeplitz(ctx, key, func(ctx context.Context) (*toeplitz.Encoder, error) {
-		var res *Result
-		err := tr.optimize(label, ow.N, 0, func(progress func(optimize.Progress)) error {
-			var err error
-			res, err = Optimize(ctx, Problem{Workload: ow, Schema: schema, Family: family}, &optimize.Settings{Progress: progress})
-			return err
+		res, err := tr.optimize(label, ow.N, 0, func(progress func(optimize.Progress)) (*Result, error) {
+			return Optimize(ctx, Problem{Workload: ow, Schema: schema, Family: family}, &optimize.Settings{Progress: progress})
 		})
 		if err != nil {
 			return nil, err

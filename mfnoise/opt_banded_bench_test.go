@@ -47,3 +47,26 @@ func BenchmarkBandEval(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOptimizeFixedOrderRecipe is issue 37's multi-epoch build: the
+// ScatterNet recipe's workload (momentum 0.9, a 25% cooldown to 0.05x)
+// under fixed-order epochs of 20 batches, (k,b) = (n/20, 20), at n = 600
+// (batch 3000, 600 steps) and n = 2000: mf-kb (OptimizeKB, gap 1e-4) and
+// bandmf:20, bandmf:auto's choice there (OptimizeBanded, gap 1e-3).
+// mf-kb at n = 2000 runs for hours; select it by name.
+func BenchmarkOptimizeFixedOrderRecipe(b *testing.B) {
+	for _, n := range []int{600, 2000} {
+		w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
+		sc, _ := dpcore.KBParticipation(n/20, 20)
+		b.Run(fmt.Sprintf("mf-kb/n=%d", n), func(b *testing.B) {
+			benchmarkOptimizer(b, func() (*Result, error) {
+				return optimizeKB(context.Background(), w, sc, nil, false)
+			})
+		})
+		b.Run(fmt.Sprintf("bandmf:20/n=%d", n), func(b *testing.B) {
+			benchmarkOptimizer(b, func() (*Result, error) {
+				return optimizeBanded(context.Background(), w, 20, nil, false)
+			})
+		})
+	}
+}

@@ -23,6 +23,13 @@ type BuildTrace struct {
 	Progress func(optimize.Progress)
 	// Optimized is called when the optimizer has finished.
 	Optimized func(kind string, n int, elapsed time.Duration)
+	// Certified, when not nil, is called right after Optimized with what
+	// the run proved: the loss it reached, its proven lower bound on the
+	// family's optimum and their relative gap (so the loss lies within
+	// that fraction of the best encoder of the family), and why it
+	// stopped. A method without a bound (the Toeplitz families) reports
+	// lowerBound and gap 0.
+	Certified func(kind string, n int, loss, lowerBound, gap float64, status optimize.Status)
 	// Cached is called when a factorization is read from the cache, with
 	// the file it came from.
 	Cached func(kind string, n int, path string)
@@ -65,12 +72,13 @@ func withProgress(set *optimize.Settings, p func(optimize.Progress)) *optimize.S
 	return &c
 }
 
-// optimize runs an optimizer under the trace: Optimizing before it,
-// Optimized after it succeeds, and the trace's Progress (if any) chained
-// through the progress function run receives. kind and n name the problem,
-// gap is the relative gap the optimizer stops at (0: it stops when the
-// loss stalls). A nil trace runs the optimizer alone.
-func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress func(optimize.Progress)) error) error {
+// optimize runs an optimizer under the trace and returns its result:
+// Optimizing before it, Optimized and Certified after it succeeds, and the
+// trace's Progress (if any) chained through the progress function run
+// receives. kind and n name the problem, gap is the relative gap the
+// optimizer stops at (0: it stops when the loss stalls). A nil trace runs
+// the optimizer alone.
+func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress func(optimize.Progress)) (*Result, error)) (*Result, error) {
 	if t == nil {
 		return run(nil)
 	}
@@ -78,13 +86,17 @@ func (t *BuildTrace) optimize(kind string, n int, gap float64, run func(progress
 		t.Optimizing(kind, n, gap)
 	}
 	start := time.Now()
-	if err := run(t.Progress); err != nil {
-		return err
+	res, err := run(t.Progress)
+	if err != nil {
+		return nil, err
 	}
 	if t.Optimized != nil {
 		t.Optimized(kind, n, time.Since(start))
 	}
-	return nil
+	if t.Certified != nil && res != nil {
+		t.Certified(kind, n, res.Loss, res.LowerBound, res.Gap, res.Status)
+	}
+	return res, nil
 }
 
 // rebuilding reports an unusable cache entry at path.

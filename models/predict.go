@@ -20,7 +20,8 @@ type Trained struct {
 	Metadata     Metadata
 
 	mu   sync.Mutex
-	plan *nn.Plan // built on the first Predict
+	plan *nn.Plan    // built on the first Predict
+	seq  *nn.SeqPlan // a transformer's
 }
 
 // predictChunk is the executor's MaxBatch, which sizes only the
@@ -33,7 +34,15 @@ const predictChunk = 16
 // each and the class probabilities (softmax of the logits, Classes() per
 // example, row-major). Inputs must be finite. Calls are serialized, so a
 // Trained may be shared by goroutines.
+//
+// For a transformer (TransformerOf), an example is Context token ids
+// right-padded with -1; a classifier gives its classes, a language model
+// the next token after each example's last one: the most likely token
+// and the Vocab probabilities.
 func (t *Trained) Predict(batch []float32) (classes []int, probs []float32, err error) {
+	if net, c, ok := TransformerOf(t.Model); ok {
+		return t.predictSeq(net, c, batch)
+	}
 	in := t.Architecture.Input
 	per, k := in[0]*in[1]*in[2], t.Architecture.Classes
 	n := len(batch) / per
@@ -59,6 +68,35 @@ func (t *Trained) Predict(batch []float32) (classes []int, probs []float32, err 
 		return nil, nil, fmt.Errorf("models: predict: %w", err)
 	}
 	classes = make([]int, n)
+	for i := range n {
+		classes[i] = softmax(probs[i*k : (i+1)*k])
+	}
+	return classes, probs, nil
+}
+
+func (t *Trained) predictSeq(net nn.Transformer, c TransformerConfig, batch []float32) ([]int, []float32, error) {
+	n := len(batch) / c.Context
+	if n == 0 || len(batch) != n*c.Context {
+		return nil, nil, dpcore.Invalid("models", "predict: %d values is not a positive multiple of one example's %d token ids", len(batch), c.Context)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seq == nil {
+		p, err := nn.NewSeqPlan(net, t.Model.Params(), nn.Options{MaxBatch: predictChunk})
+		if err != nil {
+			return nil, nil, fmt.Errorf("models: predict: %w", err)
+		}
+		t.seq = p
+	}
+	k := c.Vocab
+	if c.Classes > 0 {
+		k = c.Classes
+	}
+	probs := make([]float32, n*k)
+	if err := t.seq.LastLogits(batch, probs); err != nil {
+		return nil, nil, fmt.Errorf("models: predict: %w", err)
+	}
+	classes := make([]int, n)
 	for i := range n {
 		classes[i] = softmax(probs[i*k : (i+1)*k])
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -71,7 +70,9 @@ type exported struct {
 // kernel column), is nn.Conv2d's (out, channels, k, k). Biases, norm
 // scales and shifts (GroupNorm: per channel; LayerNorm: per feature of the
 // flattened input) and embedding tables (vocabulary, dimension) keep their
-// shapes.
+// shapes. A transformer's block weights keep GPT-2's Conv1D layout (in,
+// out); its classification head "score" and untied "lm_head" are
+// nn.Linear's (out, in).
 func exportLayout(a Architecture, layout []ParamInfo) []exported {
 	kinds := map[string]LayerSpec{}
 	var walk func([]LayerSpec)
@@ -85,10 +86,17 @@ func exportLayout(a Architecture, layout []ParamInfo) []exported {
 		}
 	}
 	walk(a.Layers)
+	transformer := len(a.Layers) == 1 && a.Layers[0].Kind == TransformerLayer
 	out := make([]exported, len(layout))
 	for i, p := range layout {
 		e := exported{name: ExportName(p.Name), shape: slices.Clone(p.Shape), info: p}
 		layer, suffix, _ := splitParam(p.Name)
+		if transformer && suffix == "w" && (layer == "score" || layer == "lm_head") {
+			// nn.Linear's (out, in); the blocks' weights keep GPT-2's
+			// Conv1D layout (in, out).
+			e.transpose, e.rows, e.cols = true, p.Shape[0], p.Shape[1]
+			e.shape = []int{p.Shape[1], p.Shape[0]}
+		}
 		if l, ok := kinds[layer]; ok && suffix == "w" && len(p.Shape) == 2 {
 			switch l.Kind {
 			case DenseLayer:
@@ -204,17 +212,9 @@ func ReadSafetensors(r io.ReaderAt, size int64) (*Trained, error) {
 		if !slices.Equal(t.Shape, e.shape) {
 			return nil, dpcore.Invalid("models", "import: tensor %q has shape %v, %s needs %v", e.name, t.Shape, a.Name, e.shape)
 		}
-		if t.DType == safetensors.I64 {
-			return nil, dpcore.Invalid("models", "import: tensor %q is %v, want a floating type (F32, F16, BF16, F64)", e.name, t.DType)
-		}
-		v, err := f.Float32s(t)
+		v, err := tensorValues(f, t)
 		if err != nil {
 			return nil, fmt.Errorf("models: import: %w", err)
-		}
-		for j, x := range v {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, dpcore.Invalid("models", "import: tensor %q: element %d is %v", e.name, j, x)
-			}
 		}
 		dst := m.params[e.info.Offset : e.info.Offset+e.info.Len]
 		if e.transpose {

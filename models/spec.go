@@ -24,12 +24,14 @@ const (
 	EmbeddingLayer
 	ResidualLayer
 	DropoutLayer
+	TransformerLayer
 )
 
 var layerKindNames = [...]string{
 	Conv2DLayer: "conv2d", DenseLayer: "dense", MaxPoolLayer: "maxpool", AvgPoolLayer: "avgpool",
 	FlattenLayer: "flatten", GroupNormLayer: "groupnorm", LayerNormLayer: "layernorm",
 	EmbeddingLayer: "embedding", ResidualLayer: "residual", DropoutLayer: "dropout",
+	TransformerLayer: "transformer",
 }
 
 func (k LayerKind) String() string {
@@ -92,6 +94,8 @@ type LayerSpec struct {
 	// Shortcut is the identity).
 	Body     []LayerSpec `msgpack:"body,omitempty" json:"body,omitempty"`
 	Shortcut []LayerSpec `msgpack:"shortcut,omitempty" json:"shortcut,omitempty"`
+	// Transformer is a whole transformer's configuration.
+	Transformer *TransformerConfig `msgpack:"transformer,omitempty" json:"transformer,omitempty"`
 }
 
 // ParamSpec is a named parameter tensor of an Architecture, in buffer
@@ -140,6 +144,11 @@ func cloneSpecs(ls []LayerSpec) []LayerSpec {
 	for i, l := range ls {
 		l.Vocab, l.Dims = slices.Clone(l.Vocab), slices.Clone(l.Dims)
 		l.Body, l.Shortcut = cloneSpecs(l.Body), cloneSpecs(l.Shortcut)
+		if l.Transformer != nil {
+			c := *l.Transformer
+			c.LoRATargets = slices.Clone(c.LoRATargets)
+			l.Transformer = &c
+		}
 		out[i] = l
 	}
 	return out
@@ -239,6 +248,12 @@ func (b *Builder) replay(ls []LayerSpec, depth int, count *int) {
 			b.Embedding(l.Name, l.Numeric, l.Vocab, l.Dims, l.Bag)
 		case DropoutLayer:
 			b.dropout(l.Rate, l.Seed)
+		case TransformerLayer:
+			if l.Transformer == nil {
+				b.root.fail(dpcore.Invalidf("layer %d: a transformer without its configuration", i))
+				return
+			}
+			b.Transformer(*l.Transformer)
 		case ResidualLayer:
 			if depth >= maxSpecDepth {
 				b.root.fail(dpcore.Invalidf("residual blocks nested more than %d deep", maxSpecDepth))

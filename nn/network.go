@@ -25,6 +25,12 @@
 // with the batch size except the per-example statistics, so variable
 // (Poisson) batch sizes need no padding and no new plan.
 //
+// A Transformer (GPT-2- or BERT-shaped: token and position embeddings,
+// multi-head self-attention, GELU MLPs, LayerNorms, low-rank adapters)
+// runs on its own executor, SeqPlan, with the same Clipper contract; its
+// linear layers over a sequence take the ghost norm where that is
+// cheaper.
+//
 // Activations inside a worker are stored NHWC (one row of channels per
 // pixel); inputs arrive CHW as in the rest of the project, and Flatten
 // produces CHW order, so a network's parameters mean the same as in the

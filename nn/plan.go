@@ -330,6 +330,8 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.kind, s.groups, s.eps, s.w, s.b, s.act = kNorm, l.Groups, l.Eps, l.Weight, l.Bias, l.Act
 		case LayerNorm:
 			s.kind, s.groups, s.eps, s.w, s.b, s.perElem, s.act = kNorm, 1, l.Eps, l.Weight, l.Bias, true, l.Act
+		case Transformer:
+			return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: a transformer runs on NewSeqPlan", name)
 		default:
 			return Shape{}, 0, dpcore.Invalid("nn", "plan: layer %s: unsupported type %T", name, l)
 		}
@@ -655,19 +657,27 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 	if err := p.check(x, y, len(y)); err != nil {
 		return nil, err
 	}
-	if len(out) != len(y) {
-		return nil, dpcore.Invalid("nn", "gradients: %d outputs for %d examples", len(out), len(y))
-	}
-	for _, o := range out {
-		if len(o) != len(p.params) {
-			return nil, dpcore.Invalid("nn", "gradients: output of %d, want %d", len(o), len(p.params))
-		}
+	if err := checkOutputs(out, len(y), len(p.params)); err != nil {
+		return nil, err
 	}
 	p.adding, p.first = false, 0
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
+}
+
+// checkOutputs checks Gradients' buffers: n of size floats each.
+func checkOutputs(out [][]float32, n, size int) error {
+	if len(out) != n {
+		return dpcore.Invalid("nn", "gradients: %d outputs for %d examples", len(out), n)
+	}
+	for _, o := range out {
+		if len(o) != size {
+			return dpcore.Invalid("nn", "gradients: output of %d, want %d", len(o), size)
+		}
+	}
+	return nil
 }
 
 type unit struct{}

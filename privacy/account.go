@@ -21,6 +21,10 @@ const (
 	// AccountBandMF is amplified BandMF: band sampling with Bands
 	// partitions (banded-MF Thm 4).
 	AccountBandMF AccountKind = "bandmf"
+	// AccountAllocation is random allocation: DP-SGD with Bands = 1, or a
+	// banded encoder under band allocation with Bands partitions (docs/math.md,
+	// section 7.1).
+	AccountAllocation AccountKind = "allocation"
 )
 
 // AccountRequest asks the planner for the accounting of one event: the
@@ -99,8 +103,10 @@ func (r AccountRequest) composition() (Composition, error) {
 		return PoissonSampling(q)
 	case AccountBandMF:
 		return NewBandSampling(r.Examples, r.Batch, r.Bands)
+	case AccountAllocation:
+		return NewAllocationSampling(r.Examples, r.Batch, r.Bands)
 	}
-	return Composition{}, invalidf("account: kind %q: want gaussian, dpsgd or bandmf", string(r.Kind))
+	return Composition{}, invalidf("account: kind %q: want gaussian, dpsgd, bandmf or allocation", string(r.Kind))
 }
 
 // PoissonSampling is DP-SGD's composition: one Poisson-subsampled Gaussian
@@ -123,6 +129,22 @@ func NewBandSampling(examples, batch, bands int) (Composition, error) {
 		return Composition{}, refuse(RuleBands, "%d bands: a band count must lie in [1, examples/batch = %d]", bands, examples/batch)
 	}
 	return BandSampling(examples, batch, bands), nil
+}
+
+// NewAllocationSampling is the composition of random allocation over
+// bands partitions of floor(examples/bands) (sampler.NewBandAllocation;
+// bands = 1 is sampler.NewRandomAllocation): epochs of t =
+// floor(floor(examples/bands)/batch) steps of each partition. The band
+// count must leave every partition at least one batch (RuleBands).
+func NewAllocationSampling(examples, batch, bands int) (Composition, error) {
+	if examples <= 0 || batch <= 0 {
+		return Composition{}, invalidf("random allocation needs examples and batch > 0, got %d and %d", examples, batch)
+	}
+	if bands < 1 || bands > examples/batch {
+		return Composition{}, refuse(RuleBands, "%d bands: a band count must lie in [1, examples/batch = %d]", bands, examples/batch)
+	}
+	t := examples / bands / batch
+	return Composition{Amplified: true, Examples: examples, Batch: batch, Partitions: bands, Allocation: t}, nil
 }
 
 // GaussianSigma is the noise multiplier of one Gaussian mechanism of

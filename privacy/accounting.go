@@ -57,13 +57,25 @@ func DefaultDelta(m int) float64 { return math.Min(1e-5, 1/float64(max(m, 1))) }
 // participation schema, normalized to 1. Amplified with Partitions = 1 is
 // DP-SGD: one Poisson-subsampled Gaussian at rate Q per step. Amplified
 // with Partitions = b > 1 is amplified BandMF (banded-MF Thm 4): one
-// composition every b steps at rate Batch/floor(Examples/b).
+// composition every b steps at rate Batch/floor(Examples/b). Amplified with
+// Allocation = t > 0 is DP-SGD under random allocation: one composition of
+// the random allocation of a Gaussian over t steps every t steps, or with
+// Partitions = b > 1 (band allocation), every b t steps.
 type Composition struct {
 	Amplified  bool
 	Q          float64 // DP-SGD's sampling rate
 	Examples   int     // m, for band sampling
 	Batch      int     // B, for band sampling
 	Partitions int     // 1 for DP-SGD, b for band sampling
+	Allocation int     // t, steps per epoch of random allocation
+}
+
+// stepsPerComposition is the number of steps each composition covers.
+func (c Composition) stepsPerComposition() int {
+	if c.Allocation > 0 {
+		return c.Allocation * max(c.Partitions, 1)
+	}
+	return max(c.Partitions, 1)
 }
 
 // BandSampling is the composition of band sampling of batch expected
@@ -85,28 +97,36 @@ func (c Composition) Event(sigma float64, steps int) (accountant.Event, error) {
 	switch {
 	case !c.Amplified:
 		return accountant.UnamplifiedMFEvent(sigma)
+	case c.Allocation > 0:
+		// Each partition's steps, ceil(steps/b), in band epochs of t.
+		p := max(c.Partitions, 1)
+		return accountant.DPSGDAllocationEvent(sigma, c.Allocation, (steps+p-1)/p)
 	case c.Partitions <= 1:
 		return accountant.DPSGDEvent(sigma, c.Q, steps)
 	}
 	return accountant.BandMFEvent(sigma, c.Examples, c.Batch, c.Partitions, steps)
 }
 
-// Compositions is the number of Gaussian mechanisms composed after steps
-// steps: 1 unamplified, steps for DP-SGD, ceil(steps/b) for band sampling.
+// Compositions is the number of mechanisms composed after steps steps: 1
+// unamplified, steps for DP-SGD, ceil(steps/b) for band sampling,
+// ceil(steps/t) epochs for random allocation.
 func (c Composition) Compositions(steps int) int {
 	if !c.Amplified {
 		return 1
 	}
-	p := max(c.Partitions, 1)
+	p := c.stepsPerComposition()
 	return (steps + p - 1) / p
 }
 
 // Rate is the sampling rate of each composition: Q for DP-SGD,
-// B/floor(m/b) for band sampling, 0 unamplified.
+// B/floor(m/b) for band sampling, 0 unamplified; for random allocation,
+// 1/t, the probability that an example joins a given step.
 func (c Composition) Rate() float64 {
 	switch {
 	case !c.Amplified:
 		return 0
+	case c.Allocation > 0:
+		return 1 / float64(c.Allocation)
 	case c.Partitions <= 1:
 		return c.Q
 	}

@@ -23,10 +23,11 @@ import (
 // Unamplified, the sampler's schema must be contained in mechanismSchema
 // (every pattern the sampler can realize is covered by one the sensitivity
 // accounted for), and a banded encoder needs participations at least bands
-// steps apart. Amplified, the sampler must support it (Poisson or partitioned
-// band sampling, never fixed-order epochs, shuffling or min-sep simulation),
-// plain Poisson sampling only for DP-SGD (bands = 1), and band sampling only
-// for an encoder with at most as many bands as partitions. Schema
+// steps apart. Amplified, the sampler must support it (Poisson, partitioned
+// band sampling or random allocation, never fixed-order epochs, shuffling or
+// min-sep simulation), plain Poisson sampling only for DP-SGD (bands = 1),
+// and band sampling and random allocation only for an encoder with at most
+// as many bands as partitions (1 for random allocation over all examples). Schema
 // containment is not needed then: amplified accounting uses the per-step
 // sensitivity (the largest column norm), which every schema's sensitivity
 // bounds from above.
@@ -54,6 +55,10 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 			if bands != 1 {
 				return incompatiblef("%s amplifies only DP-SGD (a 1-banded encoder); a mechanism with %s gets no amplification from unpartitioned Poisson sampling: use NewBandPoisson with at least that many bands, or unamplified accounting", name, bandsText(bands))
 			}
+		case sampler.AccountingRandomAllocation:
+			if bands == 0 || bands > acc.Bands {
+				return incompatiblef("%s: random allocation over %d partition(s) is accounted for encoders with at most %d bands (docs/math.md, section 7.1), not a mechanism with %s", name, acc.Bands, acc.Bands, bandsText(bands))
+			}
 		case sampler.AccountingBandPoisson:
 			if bands == 0 {
 				return incompatiblef("%s: amplified BandMF (banded-MF Thm 4) needs a banded encoder, got a dense one (bands = 0)", name)
@@ -67,7 +72,7 @@ func CheckCompatible(s sampler.Sampler, mechanismSchema dpcore.Schema, bands int
 		return nil
 	}
 	switch acc.Kind {
-	case sampler.AccountingUnamplified, sampler.AccountingNone, sampler.AccountingPoisson, sampler.AccountingBandPoisson:
+	case sampler.AccountingUnamplified, sampler.AccountingNone, sampler.AccountingPoisson, sampler.AccountingBandPoisson, sampler.AccountingRandomAllocation:
 	default:
 		return incompatiblef("%s: unknown accounting kind %q", name, acc.Kind)
 	}

@@ -33,6 +33,17 @@ const (
 	// SamplingShuffle: a fresh permutation every epoch; no amplification is
 	// claimed.
 	SamplingShuffle Sampling = "shuffle"
+	// SamplingRandomAllocation: every epoch each example joins exactly one
+	// of its floor(m/B) steps, drawn uniformly and independently (batch
+	// sizes vary); amplified accounting for DP-SGD only (random allocation,
+	// Feldman and Shenfeld 2025), refused for correlated noise.
+	SamplingRandomAllocation Sampling = "random-allocation"
+	// SamplingBandAllocation: band-poisson's partitions with random
+	// allocation within each (sampler.NewBandAllocation); amplified
+	// accounting for an encoder with at most as many bands as partitions
+	// (docs/math.md, section 7.1). The band count must be given
+	// (bandmf:B, toeplitz:B), not chosen by auto.
+	SamplingBandAllocation Sampling = "band-allocation"
 )
 
 // Request is what a plan is made from. Examples, Batch, Steps and
@@ -230,9 +241,10 @@ func (r *Request) check() error {
 // (banded-MF App. F.4) and by their loss under the sampler's schema under
 // fixed-order epochs or shuffling (resolveBands, bands.go), and the
 // chosen count is then planned as bandmf:B or toeplitz:B would be; amplification is claimed only
-// by Poisson or band sampling and only for a banded encoder with no more
-// bands than the sampler separates participations (banded-MF Thm 4;
-// DP-SGD is 1-banded); an optimizer's schema must be realized; sensitivity
+// by Poisson, band, random-allocation or band-allocation sampling and only
+// for a banded encoder with no more bands than the sampler separates
+// participations (banded-MF Thm 4, docs/math.md 7.1; DP-SGD is 1-banded;
+// random allocation over all examples for DP-SGD only); an optimizer's schema must be realized; sensitivity
 // is per participation (the largest column norm) when amplified, else for
 // the sampler's whole schema; sigma is given or calibrated; the seed is
 // stated and a weak one refused.
@@ -352,6 +364,12 @@ func (r *Request) start() (*Plan, preamble, error) {
 	if p.Sampling == SamplingAuto {
 		p.Sampling = samplingFor(st)
 	}
+	if p.Sampling == SamplingRandomAllocation && (st.Bands != 1 || st.AutoBands) {
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: random allocation over all examples is accounted only for DP-SGD (dpsgd); a banded mechanism needs band-allocation sampling, and no proof covers other mechanisms (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
+	}
+	if p.Sampling == SamplingBandAllocation && (st.Bands == 0 || st.AutoBands) {
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: only an encoder with a given number of bands (dpsgd, bandmf:B, toeplitz:B) has amplified accounting under random allocation (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
+	}
 	return p, pre, nil
 }
 
@@ -381,7 +399,8 @@ func (p *Plan) bindSampler(r Request, mech Mechanism) (sampler.Sampler, []string
 	}
 	p.Schema = s.Schema()
 	p.Accounting = s.Accounting()
-	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson
+	p.Amplified = p.Accounting.Kind == sampler.AccountingPoisson || p.Accounting.Kind == sampler.AccountingBandPoisson ||
+		p.Accounting.Kind == sampler.AccountingRandomAllocation
 	if st.FixedOrderOnly && p.Sampling != SamplingFixedOrder {
 		return nil, nil, refuse(RuleSampling, "%s is optimized for (k,b)-participation, which only fixed-order sampling realizes, not %s sampling (%s)", mech, p.Sampling, p.Schema)
 	}
@@ -437,7 +456,8 @@ func (p *Plan) sensitivity(r Request) (string, error) {
 			return "", fmt.Errorf("privacy: %w", err)
 		}
 		p.Sensitivity = sens
-		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: r.Examples, Batch: r.Batch, Partitions: max(p.Accounting.Bands, 1)}
+		p.composition = Composition{Amplified: true, Q: p.Accounting.Q, Examples: r.Examples, Batch: r.Batch, Partitions: max(p.Accounting.Bands, 1),
+			Allocation: p.Accounting.AllocationSize}
 		return fmt.Sprintf("sensitivity: %.6g per participation (the largest column norm of C), the noise's unit", sens.Value), nil
 	}
 	sens, err := p.strategy.Sensitivity(p.Schema)
@@ -540,8 +560,12 @@ func newSampler(samp Sampling, m, batch, partitions, n int, seed *dpcore.Seed) (
 		s, err = sampler.NewFixedOrder(m, batch, n, opt)
 	case SamplingShuffle:
 		s, err = sampler.NewShuffle(m, batch, n, opt)
+	case SamplingRandomAllocation:
+		s, err = sampler.NewRandomAllocation(m, batch, n, opt)
+	case SamplingBandAllocation:
+		s, err = sampler.NewBandAllocation(m, batch, partitions, n, opt)
 	default:
-		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order or shuffle", string(samp))
+		return nil, invalidf("sampling %q: want poisson, band-poisson, fixed-order, shuffle, random-allocation or band-allocation", string(samp))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("privacy: sampler: %w", err)
@@ -581,7 +605,7 @@ func (p *Plan) EpsilonSpent(t int) (float64, error) {
 	if !p.Amplified {
 		return p.Epsilon, nil
 	}
-	parts := max(p.composition.Partitions, 1)
+	parts := p.composition.stepsPerComposition()
 	t = min(t, p.steps)
 	c := gridUp(p.composition.Compositions(t), p.composition.Compositions(p.steps))
 	p.mu.Lock()

@@ -51,6 +51,8 @@ func readmeModes(t *testing.T) string {
 		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", mfnoise.BandedToeplitz{Auto: true}, SamplingAuto, nil, nil, 8},
 		{"Matrix mechanisms with fixed-order epochs (here tree-online)", mfnoise.Tree{}, SamplingAuto, nil, nil, 0},
 		{"Shuffling (here DP-SGD)", mfnoise.DPSGD{}, SamplingShuffle, nil, nil, 0},
+		{"DP-SGD with random allocation (each example in one step of each epoch)", mfnoise.DPSGD{}, SamplingRandomAllocation, nil, nil, 0},
+		{"BandMF with band allocation (random allocation within partitions)", mfnoise.BandMF{Bands: 2}, SamplingBandAllocation, nil, nil, 0},
 		{"Any mode with a seed (here DP-SGD, a 48-character seed)", mfnoise.DPSGD{}, SamplingAuto, strong, nil, 0},
 		{"User level (here DP-SGD over m = 1000 users, B = 100 users a step, at most 4 examples a user a step)", mfnoise.DPSGD{}, SamplingAuto, nil, &UserBound{Examples: 4}, 0},
 	} {
@@ -67,7 +69,10 @@ func readmeModes(t *testing.T) string {
 			t.Fatalf("%s: %v", mode.title, err)
 		}
 		amp := "no amplification"
-		if p.Amplified {
+		switch {
+		case p.Amplified && p.Accounting.AllocationSize > 0:
+			amp = fmt.Sprintf("amplified, %d compositions of random allocation over %d steps", p.Accounting.Compositions, p.Accounting.AllocationSize)
+		case p.Amplified:
 			amp = fmt.Sprintf("amplified, %d compositions at rate %.4g", p.Accounting.Compositions, p.Accounting.Q)
 		}
 		adj := string(p.Ledger.Adjacency)

@@ -3,6 +3,7 @@ package sampler_test
 import (
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/sampler"
 )
 
@@ -31,4 +32,28 @@ func ExampleNewBandPoisson() {
 	// accounting: band-poisson, q = 0.1, 200 compositions, up to 10 bands
 	// divide the noisy sum by 500
 	// step 1 drew from one partition of 5000 examples: true
+}
+
+// Random allocation: every epoch of t = m/B = 4 steps puts each example in
+// exactly one step; batch sizes vary around m/t.
+func ExampleNewRandomAllocation() {
+	var seed [32]byte // a fixed seed for the example; leave Seed nil in a run
+	s, err := sampler.NewRandomAllocation(40, 10, 8, sampler.Options{Seed: (*dpcore.Seed)(&seed)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	a := s.Accounting()
+	fmt.Printf("accounting: %s over t = %d steps, %d epochs\n", a.Kind, a.AllocationSize, a.Compositions)
+	fmt.Println("schema:", s.Schema(), "expected batch:", s.ExpectedBatch())
+	total := 0
+	for range 4 { // one epoch
+		b, _ := s.Next(nil)
+		total += len(b)
+	}
+	fmt.Println("examples in the first epoch:", total)
+	// Output:
+	// accounting: random-allocation over t = 4 steps, 2 epochs
+	// schema: minsep(k=2,b=1) expected batch: 10
+	// examples in the first epoch: 40
 }

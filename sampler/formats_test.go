@@ -14,6 +14,9 @@ import (
 func TestFormatState3258d09(t *testing.T) {
 	const cut = 13
 	for _, c := range ctors {
+		if c.name == "allocation" || c.name == "band-allocation" {
+			continue // added after 3258d09
+		}
 		data, err := os.ReadFile(filepath.Join("testdata", "formats", c.name+"-3258d09.bin"))
 		if err != nil {
 			t.Fatal(err)

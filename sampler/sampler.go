@@ -99,6 +99,11 @@ const (
 	// accounting does not apply; the trainer uses unamplified accounting and
 	// says so.
 	AccountingNone AccountingKind = "none"
+	// AccountingRandomAllocation: random allocation of each example to one
+	// of AllocationSize Gaussian steps per epoch, composed Compositions
+	// times: DP-SGD (C = I) with Bands = 1; with Bands = b > 1 (partitions),
+	// encoders with at most b bands and column norms at most 1.
+	AccountingRandomAllocation AccountingKind = "random-allocation"
 )
 
 // Accounting is the privacy accounting a sampler's plan supports.
@@ -112,6 +117,9 @@ type Accounting struct {
 	// Bands is the largest number of encoder bands the amplification holds
 	// for: the number of partitions (1 for Poisson).
 	Bands int `json:"bands,omitempty"`
+	// AllocationSize is the number of steps t an example is allocated
+	// among in each epoch (RandomAllocation only).
+	AllocationSize int `json:"allocation_size,omitempty"`
 	// Assumptions states, in words, what the accounting relies on; the
 	// trainer prints them with the privacy claim.
 	Assumptions []string `json:"assumptions"`
@@ -134,6 +142,8 @@ const (
 	kindBandPoisson
 	kindMinSep
 	kindShuffle
+	kindAllocation
+	kindBandAllocation
 )
 
 func (k kind) String() string {
@@ -148,6 +158,10 @@ func (k kind) String() string {
 		return "min-separation availability sampling"
 	case kindShuffle:
 		return "shuffling"
+	case kindAllocation:
+		return "random allocation"
+	case kindBandAllocation:
+		return "partitioned random allocation"
 	}
 	return fmt.Sprintf("sampler kind %d", uint8(k))
 }
@@ -169,12 +183,14 @@ type params struct {
 
 func (p params) String() string {
 	switch p.kind {
-	case kindFixedOrder, kindShuffle:
+	case kindFixedOrder, kindShuffle, kindAllocation:
 		return fmt.Sprintf("%v(m=%d, B=%d, n=%d)", p.kind, p.m, p.batch, p.n)
 	case kindPoisson:
 		return fmt.Sprintf("%v(m=%d, q=%g, n=%d)", p.kind, p.m, p.q, p.n)
 	case kindBandPoisson:
 		return fmt.Sprintf("%v(m=%d, B=%d, bands=%d, n=%d, fixedSize=%t)", p.kind, p.m, p.batch, p.bands, p.n, p.fixed)
+	case kindBandAllocation:
+		return fmt.Sprintf("%v(m=%d, B=%d, bands=%d, n=%d)", p.kind, p.m, p.batch, p.bands, p.n)
 	case kindMinSep:
 		return fmt.Sprintf("%v(m=%d, B=%d, k=%d, b=%d, n=%d, availability=%g)", p.kind, p.m, p.batch, p.k, p.b, p.n, p.avail)
 	}

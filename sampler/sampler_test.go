@@ -489,6 +489,8 @@ var ctors = []ctor{
 	{"band-fixed", func(o Options) (Sampler, error) { return NewBandPoisson(503, 10, 4, 41, true, o) }},
 	{"minsep", func(o Options) (Sampler, error) { return NewMinSep(200, 15, 3, 4, 40, 0.2, o) }},
 	{"shuffle", func(o Options) (Sampler, error) { return NewShuffle(53, 5, 37, o) }},
+	{"allocation", func(o Options) (Sampler, error) { return NewRandomAllocation(53, 5, 37, o) }},
+	{"band-allocation", func(o Options) (Sampler, error) { return NewBandAllocation(103, 5, 3, 41, o) }},
 }
 
 func TestSaveRestore(t *testing.T) {
@@ -595,6 +597,10 @@ func TestBadInput(t *testing.T) {
 		"shuffle B > m":      func() (Sampler, error) { return NewShuffle(10, 20, 5, seed(0)) },
 		"fixed steps < 0":    func() (Sampler, error) { return NewFixedOrder(10, 2, -3, seed(0)) },
 		"shuffle steps = 0":  func() (Sampler, error) { return NewShuffle(10, 2, 0, seed(0)) },
+		"allocation B > m":   func() (Sampler, error) { return NewRandomAllocation(10, 20, 5, seed(0)) },
+		"allocation B = 0":   func() (Sampler, error) { return NewRandomAllocation(10, 0, 5, seed(0)) },
+		"band alloc b = 0":   func() (Sampler, error) { return NewBandAllocation(100, 10, 0, 5, seed(0)) },
+		"band alloc B > m/b": func() (Sampler, error) { return NewBandAllocation(100, 34, 3, 5, seed(0)) },
 		"band fixed B > m/b": func() (Sampler, error) { return NewBandPoisson(100, 34, 3, 5, true, seed(0)) },
 	}
 	for name, mk := range cases {

@@ -34,6 +34,10 @@ func build(p params, permSeed, stepSeed [32]byte) (impl, error) {
 		return implIfOK(newMinSep(p, permSeed, stepSeed))
 	case kindShuffle:
 		return implIfOK(newShuffle(p, permSeed, stepSeed))
+	case kindAllocation:
+		return implIfOK(newAllocation(p, permSeed, stepSeed))
+	case kindBandAllocation:
+		return implIfOK(newBandAllocation(p, permSeed, stepSeed))
 	}
 	return nil, invalidf("unknown sampler kind %d", uint8(p.kind))
 }

@@ -32,6 +32,10 @@ const (
 	SamplingBandPoisson = privacy.SamplingBandPoisson
 	SamplingFixedOrder  = privacy.SamplingFixedOrder
 	SamplingShuffle     = privacy.SamplingShuffle
+	// SamplingRandomAllocation: DP-SGD only (privacy.SamplingRandomAllocation).
+	SamplingRandomAllocation = privacy.SamplingRandomAllocation
+	// SamplingBandAllocation: banded encoders (privacy.SamplingBandAllocation).
+	SamplingBandAllocation = privacy.SamplingBandAllocation
 )
 
 // WorkloadChoice says which workload a matrix mechanism is built for.

@@ -355,7 +355,7 @@ func releaseFlags(o options) (privacy.Mechanism, aggregate.Workload, dpcore.Work
 
 // aggregateConfig is the engine's configuration under the flags, with the
 // mechanism mech.
-func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.Mechanism) (aggregate.Config, error) {
+func aggregateConfig(o options, wl aggregate.Workload, mech aggregate.NamedStrategy) (aggregate.Config, error) {
 	var seed *dpcore.Seed
 	if o.seed != "" {
 		b, err := hex.DecodeString(o.seed)

@@ -48,7 +48,7 @@ func accountFlags(mech string) ([]string, bool) {
 		return nil, true
 	case privacy.AccountDPSGD:
 		return []string{"q", "examples", "batch", "steps"}, true
-	case privacy.AccountBandMF:
+	case privacy.AccountBandMF, privacy.AccountAllocation:
 		return []string{"examples", "batch", "steps", "bands"}, true
 	}
 	return nil, false
@@ -81,7 +81,7 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		rate := ans.Composition.Rate()
 		res.Q = &rate
 	}
-	if req.Kind == privacy.AccountBandMF {
+	if req.Kind == privacy.AccountBandMF || req.Kind == privacy.AccountAllocation {
 		res.Bands = &req.Bands
 	}
 	if format == "json" {
@@ -97,15 +97,15 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 func parseAccountFlags(args []string, stderr io.Writer) (privacy.AccountRequest, string, error) {
 	var req privacy.AccountRequest
 	fs := newFlags("account", stderr)
-	mech := fs.String("mechanism", "gaussian", "gaussian (one Gaussian mechanism, e.g. an unamplified MF mechanism with sensitivity 1), dpsgd (Poisson-subsampled), or bandmf (amplified banded MF)")
+	mech := fs.String("mechanism", "gaussian", "gaussian (one Gaussian mechanism, e.g. an unamplified MF mechanism with sensitivity 1), dpsgd (Poisson-subsampled), bandmf (amplified banded MF), or allocation (random allocation: dpsgd with -bands 1, banded MF under band allocation)")
 	fs.Float64Var(&req.Sigma, "sigma", 0, "noise multiplier: report epsilon")
 	fs.Float64Var(&req.Epsilon, "epsilon", 0, "target epsilon: report the noise multiplier")
 	fs.Float64Var(&req.Delta, "delta", privacy.DefaultDelta(0), "delta")
 	fs.Float64Var(&req.Q, "q", 0, "sampling rate (dpsgd); or give -examples and -batch")
-	fs.IntVar(&req.Examples, "examples", 0, "number of training examples M (dpsgd, bandmf)")
-	fs.IntVar(&req.Batch, "batch", 0, "expected batch size B (dpsgd, bandmf)")
-	fs.IntVar(&req.Steps, "steps", 1, "number of steps T (dpsgd, bandmf)")
-	fs.IntVar(&req.Bands, "bands", 1, "number of bands (bandmf)")
+	fs.IntVar(&req.Examples, "examples", 0, "number of training examples M (dpsgd, bandmf, allocation)")
+	fs.IntVar(&req.Batch, "batch", 0, "expected batch size B (dpsgd, bandmf, allocation)")
+	fs.IntVar(&req.Steps, "steps", 1, "number of steps T (dpsgd, bandmf, allocation)")
+	fs.IntVar(&req.Bands, "bands", 1, "number of bands (bandmf, allocation)")
 	acctName := fs.String("accountant", "pld", "pld or rdp")
 	format := fs.String("format", "json", "json or table")
 	if err := parseFlags(fs, args); err != nil {
@@ -135,15 +135,18 @@ func parseAccountFlags(args []string, stderr io.Writer) (privacy.AccountRequest,
 		return req, "", usagef("account: -accountant %q: want pld or rdp", *acctName)
 	}
 	req.Accountant = kind
+	if req.Kind == privacy.AccountAllocation && kind != privacy.PLD {
+		return req, "", usagef("account: -mechanism allocation is accounted by -accountant pld only")
+	}
 	return req, *format, checkAccountData(req)
 }
 
-// checkAccountFlagsRead refuses a -mechanism other than gaussian, dpsgd
-// and bandmf, and the flags given that it does not read.
+// checkAccountFlagsRead refuses a -mechanism other than gaussian, dpsgd,
+// bandmf and allocation, and the flags given that it does not read.
 func checkAccountFlagsRead(fs *flag.FlagSet, mech string) error {
 	reads, ok := accountFlags(mech)
 	if !ok {
-		return usagef("account: -mechanism %q: want gaussian, dpsgd or bandmf", mech)
+		return usagef("account: -mechanism %q: want gaussian, dpsgd, bandmf or allocation", mech)
 	}
 	var ignored []string
 	fs.Visit(func(f *flag.Flag) {
@@ -156,7 +159,7 @@ func checkAccountFlagsRead(fs *flag.FlagSet, mech string) error {
 	})
 	if len(ignored) > 0 {
 		sort.Strings(ignored)
-		return usagef("account: -mechanism %s does not use %s (gaussian is one Gaussian mechanism; dpsgd reads -q or -examples and -batch, and -steps; bandmf reads -examples, -batch, -bands and -steps)", mech, strings.Join(ignored, ", "))
+		return usagef("account: -mechanism %s does not use %s (gaussian is one Gaussian mechanism; dpsgd reads -q or -examples and -batch, and -steps; bandmf and allocation read -examples, -batch, -bands and -steps)", mech, strings.Join(ignored, ", "))
 	}
 	return nil
 }
@@ -172,9 +175,9 @@ func checkAccountData(req privacy.AccountRequest) error {
 		if req.Q != 0 && (req.Examples != 0 || req.Batch != 0) {
 			return usagef("account: dpsgd takes -q or -examples and -batch, not both")
 		}
-	case privacy.AccountBandMF:
+	case privacy.AccountBandMF, privacy.AccountAllocation:
 		if req.Examples <= 0 || req.Batch <= 0 {
-			return usagef("account: bandmf needs -examples and -batch")
+			return usagef("account: %s needs -examples and -batch", req.Kind)
 		}
 	}
 	return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -77,5 +79,40 @@ func TestAccountBandMFOneBandIsDPSGD(t *testing.T) {
 	dpsgd := epsilon("-mechanism", "dpsgd", "-q", "0.01")
 	if band != dpsgd || !(band > 0) {
 		t.Errorf("bandmf with one band: epsilon %v, DP-SGD at q = 0.01: %v; want equal", band, dpsgd)
+	}
+}
+
+// "train account -mechanism allocation" accounts random allocation: epochs
+// of t = examples/batch steps (here 10, so 3 compositions in 30 steps),
+// with less epsilon than the same noise without amplification (one
+// Gaussian of sensitivity sqrt(3)); the RDP accountant, which has no
+// random allocation, is refused as a usage error.
+func TestAccountAllocation(t *testing.T) {
+	code, out, stderr := runCLI(t, "account", "-mechanism", "allocation", "-examples", "1000", "-batch", "100", "-steps", "30", "-sigma", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Epsilon      float64
+		Q            float64
+		Bands        int
+		Compositions int
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runCLI(t, "account", "-mechanism", "gaussian", "-sigma", fmt.Sprint(3/math.Sqrt(3)))
+	if code != 0 {
+		t.Fatalf("gaussian: exit %d: %s", code, stderr)
+	}
+	var g struct{ Epsilon float64 }
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatal(err)
+	}
+	if res.Compositions != 3 || res.Q != 0.1 || res.Bands != 1 || !(res.Epsilon > 0 && res.Epsilon < g.Epsilon) {
+		t.Fatalf("allocation: %+v; unamplified epsilon %v", res, g.Epsilon)
+	}
+	if code, _, stderr := runCLI(t, "account", "-mechanism", "allocation", "-accountant", "rdp", "-examples", "1000", "-batch", "100", "-sigma", "3"); code != 2 || !strings.Contains(stderr, "pld only") {
+		t.Fatalf("rdp: exit %d, %q", code, stderr)
 	}
 }

@@ -66,6 +66,7 @@ func (b *buildProgress) Attach(ctx context.Context) context.Context {
 			}
 			fmt.Fprintf(b.log, "factorization: %s optimized in %.1fs\n", b.what, elapsed.Seconds())
 		},
+		Certified: b.certified,
 		Cached: func(kind string, n int, path string) {
 			line := fmt.Sprintf("%s for n = %d from %s", kind, n, path)
 			if b.cachedLog != nil {
@@ -80,6 +81,31 @@ func (b *buildProgress) Attach(ctx context.Context) context.Context {
 			}
 		},
 	})
+}
+
+// certified states what the optimizer proved: the relative gap between
+// its loss and its lower bound on the family's optimum, an upper bound on
+// how far the encoder is from the best one of its family. A family
+// without a bound says nothing more.
+func (b *buildProgress) certified(kind string, n int, loss, lowerBound, gap float64, status optimize.Status) {
+	if !(lowerBound > 0) {
+		return
+	}
+	how := ""
+	if status != optimize.Converged {
+		how = fmt.Sprintf(" (the optimizer %s before its target gap)", status)
+	}
+	fmt.Fprintf(b.log, "factorization: %s proven within %s%% of the best %s encoder%s\n", b.what, roundUp2(100*gap), kind, how)
+}
+
+// roundUp2 formats x > 0 with two significant digits, rounded up, so that
+// "within x" still holds as printed.
+func roundUp2(x float64) string {
+	if !(x > 0) {
+		return "0"
+	}
+	unit := math.Pow(10, math.Floor(math.Log10(x))-1)
+	return fmt.Sprintf("%.2g", math.Ceil(x/unit*(1-1e-12))*unit)
 }
 
 func (b *buildProgress) optimizing(kind string, n int, gap float64) {

@@ -66,6 +66,11 @@ func TestCompareProgressOnStderr(t *testing.T) {
 			}
 		}
 	}
+	// The optimal single-participation MF states its certificate; the
+	// Toeplitz families have no bound to state.
+	if !strings.Contains(coldErr, "factorization: mf-single (n = 64) proven within ") || strings.Contains(coldErr, "toeplitz:4 (n = 64) proven") {
+		t.Errorf("cold stderr states the certificates wrongly:\n%s", coldErr)
+	}
 	if strings.Contains(coldErr, "cached") || strings.Contains(coldErr, "building dpsgd") {
 		t.Errorf("cold stderr:\n%s", coldErr)
 	}
@@ -162,6 +167,15 @@ func TestCompareUserFactorization(t *testing.T) {
 		code, out, stderr := runCLI(t, append([]string{"compare", "-cache", ""}, tc.args...)...)
 		if code == 0 || out != "" || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line with %q", tc.args, code, out, stderr, tc.want)
+		}
+	}
+}
+
+// A certified gap is printed rounded up, so "within x%" holds as printed.
+func TestRoundUp2(t *testing.T) {
+	for x, want := range map[float64]string{0.01234: "0.013", 0.00997: "0.01", 2.07: "2.1", 2.0: "2", 0.2: "0.2", 13.01: "14", 0: "0"} {
+		if got := roundUp2(x); got != want {
+			t.Errorf("roundUp2(%v) = %s, want %s", x, got, want)
 		}
 	}
 }

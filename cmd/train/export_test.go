@@ -102,3 +102,54 @@ func TestExportImportRefuses(t *testing.T) {
 		t.Error("a refused import wrote its output")
 	}
 }
+
+// TestImportGPT2Dir: train import -dir reads a Hugging Face GPT-2
+// directory (with adapters), train export -dir writes it back (adapters
+// merged), and a bad directory is one line, exit 2.
+func TestImportGPT2Dir(t *testing.T) {
+	dir := t.TempDir()
+	m, hf := filepath.Join(dir, "g.dpmf"), filepath.Join(dir, "hf")
+	src := filepath.Join("..", "..", "models", "testdata", "gpt2")
+	if code, out, stderr := runCLI(t, "import", "-dir", src, "-o", m, "-context", "8", "-lora-rank", "2"); code != 0 || !strings.Contains(out, "non-private") {
+		t.Fatalf("import: exit %d: %s%s", code, out, stderr)
+	}
+	tr, err := models.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, c, ok := models.TransformerOf(tr.Model); !ok || c.Context != 8 || c.LoRARank != 2 || !c.FreezeBase {
+		t.Fatalf("imported %+v", c)
+	}
+	if code, out, stderr := runCLI(t, "export", "-model-file", m, "-dir", hf); code != 0 {
+		t.Fatalf("export: exit %d: %s%s", code, out, stderr)
+	}
+	back, err := models.ReadGPT2Dir(hf, models.GPT2Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Model.NumParams() >= tr.Model.NumParams() {
+		t.Fatalf("merged export has %d parameters, the adapted model %d", back.Model.NumParams(), tr.Model.NumParams())
+	}
+	// predict: the next token after each input's last one, over the
+	// vocabulary (the first fixture input's most likely next token in
+	// PyTorch is 30).
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte("[15,42,21,36,33,47,37,29]\n[4,2,-1,-1,-1,-1,-1,-1]\n"), 0o644)
+	code, out, stderr := runCLI(t, "predict", "-model-file", m, "-input", in)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Count(lines[0], ",") != 50 {
+		t.Fatalf("predict: exit %d: %q %s", code, out, stderr)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(src, "config.json"))
+	st, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	os.WriteFile(filepath.Join(bad, "config.json"), cfg, 0o644)
+	os.WriteFile(filepath.Join(bad, "model.safetensors"), st[:len(st)/2], 0o644)
+	code, out, stderr = runCLI(t, "import", "-dir", bad, "-o", filepath.Join(dir, "x.dpmf"))
+	if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || out != "" {
+		t.Fatalf("truncated weights: exit %d, %q %q", code, out, stderr)
+	}
+}

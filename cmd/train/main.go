@@ -12,7 +12,7 @@
 //	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
 //	train plot [flags]        loss, accuracy and epsilon plot of a run's metrics file
 //	train export [flags]      a model file's parameters as safetensors (PyTorch names and layout)
-//	train import [flags]      a model file from a safetensors file written by train export
+//	train import [flags]      a model file from a safetensors file written by train export or a GPT-2 directory
 //	train sweep [flags]       a grid of mechanisms x samplings x epsilons x seeds over one recipe, resumable; or a private selection
 //	train version             module version and commit of this binary (also train -version)
 //
@@ -84,7 +84,7 @@ const commandsUsage = `Usage of train:
   train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
   train plot [flags]      loss, accuracy and epsilon plot of a run's metrics file (PNG or SVG)
   train export [flags]    a model file's parameters as safetensors (PyTorch names and layout)
-  train import [flags]    a model file from a safetensors file written by train export
+  train import [flags]    a model file from a safetensors file written by train export or a GPT-2 directory (-dir)
   train sweep [flags]     a grid of mechanisms x samplings x epsilons x seeds over one recipe (resumable), or a private selection (-select)
   train worker [flags]    one shard of a run on workers (train run -workers W -nats URL; README)
   train version           module version and commit of this binary (also train -version)

@@ -76,6 +76,11 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	p := &predictor{ctx: ctx, tr: tr, features: features, shape: in3, per: in3[0] * in3[1] * in3[2], k: a.Classes,
 		csv: *format == "csv", out: bufio.NewWriter(stdout)}
+	if _, c, ok := models.TransformerOf(tr.Model); ok && c.Classes == 0 {
+		p.k = c.Vocab // a language model predicts the next token
+	} else if ok {
+		p.k = c.Classes
+	}
 	if p.csv {
 		hdr := []string{"class"}
 		for j := range p.k {

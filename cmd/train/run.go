@@ -55,7 +55,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
 	fs.StringVar(&r.mechanism, "mechanism", "bandmf:auto", privacy.MechanismNames())
 	fs.StringVar(&r.workload, "workload", "optimizer", "factorize the optimizer's own momentum/cooldown workload (optimizer) or prefix sums (prefix)")
-	fs.StringVar(&r.sampling, "sampling", "", "poisson, band-poisson, fixed-order or shuffle (default: by mechanism)")
+	fs.StringVar(&r.sampling, "sampling", "", "poisson, band-poisson, fixed-order, shuffle, random-allocation (dpsgd) or band-allocation (dpsgd, bandmf:B, toeplitz:B) (default: by mechanism)")
 	fs.IntVar(&r.bands, "bands", 0, "partitions of band sampling (default: the mechanism's bands)")
 	fs.Float64Var(&r.eps, "epsilon", 8, "target epsilon (calibrates the noise multiplier)")
 	fs.Float64Var(&r.delta, "delta", 0, "delta (default min(1e-5, 1/examples))")

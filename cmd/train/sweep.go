@@ -40,7 +40,7 @@ type sweepFlags struct {
 
 func (s *sweepFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.mechanisms, "mechanisms", "", "comma-separated mechanisms of the grid (default: the recipe's -mechanism)")
-	fs.StringVar(&s.samplings, "samplings", "", "comma-separated samplings of the grid: poisson, band-poisson, fixed-order, shuffle or default (the mechanism's; default: the recipe's -sampling)")
+	fs.StringVar(&s.samplings, "samplings", "", "comma-separated samplings of the grid: poisson, band-poisson, fixed-order, shuffle, random-allocation, band-allocation or default (the mechanism's; default: the recipe's -sampling)")
 	fs.StringVar(&s.epsilons, "epsilons", "", "comma-separated target epsilons of the grid (default: the recipe's -epsilon)")
 	fs.IntVar(&s.seeds, "seeds", 1, "runs of every grid point, each with its own seed")
 	fs.StringVar(&s.out, "out", "", "directory of the sweep (required): runs.jsonl (one line per run, appended; a sweep run again resumes from it), summary.csv, summary.md, accuracy.png and .svg")
@@ -261,11 +261,11 @@ func parseGrid(sf sweepFlags, r runFlags) (sweepGrid, error) {
 	for _, name := range splitList(samps) {
 		s := train.Sampling(name)
 		switch s {
-		case train.SamplingPoisson, train.SamplingBandPoisson, train.SamplingFixedOrder, train.SamplingShuffle:
+		case train.SamplingPoisson, train.SamplingBandPoisson, train.SamplingFixedOrder, train.SamplingShuffle, train.SamplingRandomAllocation, train.SamplingBandAllocation:
 		case "default":
 			s = train.SamplingAuto
 		default:
-			return g, usagef("sweep: -samplings %q: want poisson, band-poisson, fixed-order, shuffle or default", name)
+			return g, usagef("sweep: -samplings %q: want poisson, band-poisson, fixed-order, shuffle, random-allocation, band-allocation or default", name)
 		}
 		g.samplings = appendNew(g.samplings, s)
 	}

@@ -46,36 +46,43 @@ func Dense(name string, n, matrices int) error {
 
 // Memory refuses, before anything is allocated, an optimizer (what) whose
 // dense n x n work matrices need more than the memory this process may
-// use (GOMEMLIMIT when set, else the machine's physical memory), saying
-// what it would need.
+// use (see memoryLimit: GOMEMLIMIT when set, and the memory the machine
+// has available now), saying what it would need and what there is.
 func Memory(what string, n, matrices int) error {
 	need := float64(matrices) * 8 * float64(n) * float64(n)
-	limit := processMemoryLimit()
+	meminfo, _ := os.ReadFile("/proc/meminfo")
+	limit, source := memoryLimit(string(meminfo), debug.SetMemoryLimit(-1))
 	if limit <= 0 || need <= float64(limit) {
 		return nil
 	}
-	return Invalidf("optimize %s: n = %d steps would need about %s of memory (%d dense n x n matrices), more than the %s available (physical memory, or GOMEMLIMIT when set)",
-		what, n, dpcore.HumanBytes(need), matrices, dpcore.HumanBytes(float64(limit)))
+	return Invalidf("optimize %s: n = %d steps would need about %s of memory (%d dense n x n matrices), more than the %s %s",
+		what, n, dpcore.HumanBytes(need), matrices, dpcore.HumanBytes(float64(limit)), source)
 }
 
-// processMemoryLimit is the least of GOMEMLIMIT (when set) and MemTotal
-// of /proc/meminfo; 0 when neither is known.
-func processMemoryLimit() int64 {
-	limit := int64(0)
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "MemTotal:" {
-				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 {
-					limit = kb << 10
-				}
+// memoryLimit is the least of goLimit (the runtime's GOMEMLIMIT, ignored
+// when unset: math.MaxInt64) and the memory /proc/meminfo says can be
+// allocated now without swapping (MemAvailable; MemTotal on kernels that
+// do not report it), with what it is, for the refusal; 0 when neither is
+// known. MemTotal alone let a dense optimizer start that needed 22 GiB of
+// a 24 GiB machine on which 10 GiB were in use.
+func memoryLimit(meminfo string, goLimit int64) (int64, string) {
+	fields := map[string]int64{}
+	for _, line := range strings.Split(meminfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "MemTotal:" || f[0] == "MemAvailable:") {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 && kb < math.MaxInt64>>10 {
+				fields[f[0]] = kb << 10
 			}
 		}
 	}
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 && (limit == 0 || l < limit) {
-		limit = l
+	limit, source := fields["MemAvailable:"], "available (MemAvailable of /proc/meminfo)"
+	if limit == 0 {
+		limit, source = fields["MemTotal:"], "of physical memory"
 	}
-	return limit
+	if goLimit > 0 && goLimit < math.MaxInt64 && (limit == 0 || goLimit < limit) {
+		limit, source = goLimit, "GOMEMLIMIT allows"
+	}
+	return limit, source
 }
 
 // Finite reports whether v is neither NaN nor infinite.

@@ -1,0 +1,295 @@
+package nn
+
+import (
+	"math"
+
+	gblas "gonum.org/v1/gonum/blas"
+)
+
+// ex returns the materialized per-example gradient of q, or nil when q
+// is not trained or is a ghost weight.
+func (p *SeqPlan) exSlice(w *seqWorker, q Param) []float32 {
+	if q.Len == 0 {
+		return nil
+	}
+	off, ok := p.exOf[q.Offset]
+	if !ok {
+		return nil
+	}
+	return w.ex[off : off+q.Len]
+}
+
+// lnBack takes dy w.r.t. a LayerNorm's output and writes (or adds, with
+// add) the gradient w.r.t. its input into dx; a trained norm's
+// per-example weight and bias gradients go to ex.
+func (p *SeqPlan) lnBack(w *seqWorker, n Norm, dy, xh []float32, r []float64, dx []float32, L int, add bool) {
+	D := p.t.Dim
+	g := p.params[n.Weight.Offset : n.Weight.Offset+D]
+	if eg := p.exSlice(w, n.Weight); eg != nil {
+		eb := p.exSlice(w, n.Bias)
+		acc := w.nacc[:2*D]
+		clear(acc)
+		for t := range L {
+			dr, xr := dy[t*D:(t+1)*D], xh[t*D:(t+1)*D]
+			for k, v := range dr {
+				acc[k] += float64(v) * float64(xr[k])
+				acc[D+k] += float64(v)
+			}
+		}
+		for k := range D {
+			eg[k], eb[k] = float32(acc[k]), float32(acc[D+k])
+		}
+	}
+	inv := 1 / float64(D)
+	for t := range L {
+		dr, xr, out := dy[t*D:(t+1)*D], xh[t*D:(t+1)*D], dx[t*D:(t+1)*D]
+		m1, m2 := 0.0, 0.0
+		for k, v := range dr {
+			a := float64(v) * float64(g[k])
+			m1 += a
+			m2 += a * float64(xr[k])
+		}
+		m1 *= inv
+		m2 *= inv
+		rs := r[t]
+		for k, v := range dr {
+			a := float64(v) * float64(g[k])
+			d := float32(rs * (a - m1 - float64(xr[k])*m2))
+			if add {
+				out[k] += d
+			} else {
+				out[k] = d
+			}
+		}
+	}
+}
+
+// linBack takes G (L x out), the gradient w.r.t. linear li's output for
+// input X, writes (or adds) the gradient w.r.t. X into dX unless it is
+// nil, and records the per-example gradients of its trained parameters.
+func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add bool) {
+	s := &w.lin[li]
+	var beta float32
+	if add {
+		beta = 1
+	}
+	if dX != nil {
+		W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
+		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, s.in, s.out, 1, G, s.out, W, s.out, beta, dX, s.in)
+	}
+	if s.l.LoRAA.Len > 0 {
+		r := p.t.LoRARank
+		sc := p.loraScale()
+		A := p.params[s.l.LoRAA.Offset : s.l.LoRAA.Offset+s.l.LoRAA.Len]
+		B := p.params[s.l.LoRAB.Offset : s.l.LoRAB.Offset+s.l.LoRAB.Len]
+		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, r, s.out, 1, G, s.out, B, s.out, 0, w.v, r)
+		if dX != nil {
+			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, s.in, r, sc, w.v, r, A, r, 1, dX, s.in)
+		}
+		if s.trainA {
+			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.in, r, L, sc, X, s.in, w.v, r, 0, w.ex[s.aEx:], r)
+			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, r, s.out, L, sc, w.u[li], r, G, s.out, 0, w.ex[s.bbEx:], s.out)
+		}
+	}
+	if !s.trainW {
+		return
+	}
+	if s.ghost >= 0 {
+		copy(w.g[s.ghost][:L*s.out], G[:L*s.out])
+		w.gX[s.ghost] = X[:L*s.in]
+	} else {
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.in, s.out, L, 1, X, s.in, G, s.out, 0, w.ex[s.wEx:], s.out)
+	}
+	if s.bEx >= 0 {
+		acc := w.nacc[:s.out]
+		clear(acc)
+		for t := range L {
+			for k, v := range G[t*s.out : (t+1)*s.out] {
+				acc[k] += float64(v)
+			}
+		}
+		for k, v := range acc {
+			w.ex[s.bEx+k] = float32(v)
+		}
+	}
+}
+
+// attnBack takes datt (L x Dim) and writes the gradient w.r.t. qkv.
+func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
+	D, nh := p.t.Dim, p.t.Heads
+	dh := D / nh
+	scale := float32(1 / math.Sqrt(float64(dh)))
+	for h := range nh {
+		Q, K, V := qkv[h*dh:], qkv[D+h*dh:], qkv[2*D+h*dh:]
+		S := P[h*L*L : (h+1)*L*L]
+		dP := w.dp[:L*L]
+		dO := datt[h*dh:]
+		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, 1, dO, D, V, 3*D, 0, dP, L)
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, 1, S, L, dO, D, 0, dqkv[2*D+h*dh:], 3*D)
+		for t := range L {
+			pr, dr := S[t*L:(t+1)*L], dP[t*L:(t+1)*L]
+			s := 0.0
+			for k, v := range pr {
+				s += float64(v) * float64(dr[k])
+			}
+			for k, v := range pr {
+				dr[k] = float32(float64(v) * (float64(dr[k]) - s))
+			}
+		}
+		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, scale, dP, L, K, 3*D, 0, dqkv[h*dh:], 3*D)
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, scale, dP, L, Q, 3*D, 0, dqkv[D+h*dh:], 3*D)
+	}
+}
+
+// backward runs the backward pass of the example forward last ran, from
+// the logits' gradient in w.dbig.
+func (p *SeqPlan) backward(w *seqWorker, L int) {
+	t := &p.t
+	D, Hd := t.Dim, t.Hidden
+	wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
+	head := len(w.lin) - 1
+	dhf := w.dh // gradient w.r.t. hf
+	switch {
+	case t.Classes > 0:
+		clear(dhf[:L*D])
+		r := p.poolRow(L)
+		p.linBack(w, head, w.hf[r*D:(r+1)*D], w.dbig, dhf[r*D:(r+1)*D], 1, false)
+	case t.Head.Weight.Len > 0:
+		p.linBack(w, head, w.hf, w.dbig, dhf, L, false)
+	default:
+		V := t.Vocab
+		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, D, V, 1, w.dbig, V, wte, D, 0, dhf, D)
+		if e := p.exSlice(w, t.Wte); e != nil {
+			// The tied output embedding's gradient dlogits^T hf; the
+			// input embedding's rows are added below.
+			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, V, D, L, 1, w.dbig, V, w.hf, D, 0, e, D)
+		}
+	}
+	dout := w.dh2 // gradient w.r.t. the current block's output
+	if !t.PostNorm {
+		p.lnBack(w, t.Final, dhf, w.xhF, w.rF, dout, L, false)
+	} else {
+		copy(dout[:L*D], dhf[:L*D])
+	}
+	// dout and dh swap roles per block: the input gradient of block bi is
+	// the output gradient of block bi-1.
+	dmid, da := w.dh, w.da
+	df := w.dbig[:L*Hd]
+	for bi := len(t.Blocks) - 1; bi >= 0; bi-- {
+		b := &t.Blocks[bi]
+		li := 4 * bi
+		if !t.PostNorm {
+			p.linBack(w, li+3, w.f[bi], dout, df, L, false)
+			p.geluGrad(w.z[bi][:L*Hd], w.th[bi], df)
+			p.linBack(w, li+2, w.a2[bi], df, da, L, false)
+			copy(dmid[:L*D], dout[:L*D])
+			p.lnBack(w, b.Ln2, da, w.xh2[bi], w.r2[bi], dmid, L, true)
+			p.linBack(w, li+1, w.att[bi], dmid, da, L, false)
+			p.attnBack(w, w.qkv[bi], w.p[bi], da, w.dqkv, L)
+			p.linBack(w, li, w.a1[bi], w.dqkv, da, L, false)
+			// the block input's gradient: dmid + ln_1's backward of da.
+			p.lnBack(w, b.Ln1, da, w.xh1[bi], w.r1[bi], dmid, L, true)
+		} else {
+			ds2 := dmid
+			p.lnBack(w, b.Ln2, dout, w.xh2[bi], w.r2[bi], ds2, L, false)
+			p.linBack(w, li+3, w.f[bi], ds2, df, L, false)
+			p.geluGrad(w.z[bi][:L*Hd], w.th[bi], df)
+			p.linBack(w, li+2, w.a1[bi], df, da, L, false)
+			for k := range L * D {
+				da[k] += ds2[k]
+			}
+			p.lnBack(w, b.Ln1, da, w.xh1[bi], w.r1[bi], dout, L, false) // dout := dmid
+			p.linBack(w, li+1, w.att[bi], dout, da, L, false)
+			p.attnBack(w, w.qkv[bi], w.p[bi], da, w.dqkv, L)
+			copy(dmid[:L*D], dout[:L*D])
+			p.linBack(w, li, w.in[bi], w.dqkv, dmid, L, true)
+		}
+		dout, dmid = dmid, dout
+	}
+	// dout is the gradient w.r.t. the first block's input.
+	if t.FreezeBase {
+		return
+	}
+	dh0 := dout
+	if t.PostNorm {
+		p.lnBack(w, t.Final, dout, w.xh0, w.r0, dmid, L, false)
+		dh0 = dmid
+	}
+	ew := p.exSlice(w, t.Wte)
+	if t.Classes > 0 || t.Head.Weight.Len > 0 {
+		clear(ew) // untied: only the looked-up rows
+	}
+	for k := range L {
+		row := ew[w.ids[k]*D : (w.ids[k]+1)*D]
+		for j, v := range dh0[k*D : (k+1)*D] {
+			row[j] += v
+		}
+	}
+	if e := p.exSlice(w, t.Wpe); e != nil {
+		copy(e[:L*D], dh0[:L*D])
+		clear(e[L*D:])
+	}
+}
+
+// norms fills w.sq with the example's squared norms per group.
+func (p *SeqPlan) norms(w *seqWorker, L int) {
+	clear(w.sq)
+	for _, pc := range p.pieces {
+		w.sq[pc.unit] += sumsq64(w.ex[pc.off : pc.off+pc.p.Len])
+	}
+	for gi, g := range p.ghosts {
+		X, G := w.gX[gi], w.g[gi]
+		xd, gd := w.xd[:L*g.in], w.gd[:L*g.out]
+		for k, v := range X[:L*g.in] {
+			xd[k] = float64(v)
+		}
+		for k, v := range G[:L*g.out] {
+			gd[k] = float64(v)
+		}
+		gx, gg := w.gx[:L*L], w.gg[:L*L]
+		w.gemm64.Dgemm(gblas.NoTrans, gblas.Trans, L, L, g.in, 1, xd, g.in, xd, g.in, 0, gx, L)
+		w.gemm64.Dgemm(gblas.NoTrans, gblas.Trans, L, L, g.out, 1, gd, g.out, gd, g.out, 0, gg, L)
+		s := 0.0
+		for k, v := range gx {
+			s += v * gg[k]
+		}
+		w.sq[g.unit] += s
+	}
+}
+
+// accumulate adds the example's gradient, scaled by its factors, into
+// the worker's sum.
+func (p *SeqPlan) accumulate(w *seqWorker, L int) {
+	for _, pc := range p.pieces {
+		f := Factor32(w.c[pc.unit])
+		if f == 0 {
+			continue
+		}
+		acc := w.acc[pc.p.Offset : pc.p.Offset+pc.p.Len]
+		for k, v := range w.ex[pc.off : pc.off+pc.p.Len] {
+			acc[k] += MulDown(f, v)
+		}
+	}
+	for gi, g := range p.ghosts {
+		f := Factor32(w.c[g.unit])
+		if f == 0 {
+			continue
+		}
+		G := w.g[gi][:L*g.out]
+		for k, v := range G {
+			G[k] = MulDown(f, v)
+		}
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, G, g.out, 1, w.acc[g.w.Offset:], g.out)
+	}
+}
+
+// capture writes the example's unclipped gradient into out.
+func (p *SeqPlan) capture(w *seqWorker, L int, out []float32) {
+	clear(out)
+	for _, pc := range p.pieces {
+		copy(out[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len])
+	}
+	for gi, g := range p.ghosts {
+		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, w.g[gi], g.out, 0, out[g.w.Offset:], g.out)
+	}
+}
