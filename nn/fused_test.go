@@ -74,15 +74,7 @@ func TestClippedSumBitExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := b.net.Input.Size()
-			x := make([]float32, n*in)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			y := make([]int, n)
-			for i := range y {
-				y[i] = rng.IntN(classes)
-			}
+			x, y := b.batch(rng, n, classes)
 			grads := make([][]float32, n)
 			for i := range grads {
 				grads[i] = make([]float32, b.n)
@@ -171,20 +163,7 @@ func TestImplicitConvolution(t *testing.T) {
 			if !some {
 				t.Skip("no implicit convolution")
 			}
-			in := b.net.Input.Size()
-			x := make([]float32, n*in)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			if b.input != nil {
-				for i := range n {
-					copy(x[i*in:(i+1)*in], b.input(rng))
-				}
-			}
-			y := make([]int, n)
-			for i := range y {
-				y[i] = rng.IntN(classes)
-			}
+			x, y := b.batch(rng, n, classes)
 			grads := func(p *Plan) ([][]float32, []float64) {
 				g := make([][]float32, n)
 				for i := range g {
