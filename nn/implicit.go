@@ -64,14 +64,15 @@ func (s *stage) xpLen() int { return s.hp2 * s.wp2 * s.in.C }
 func (s *stage) gpLen() int { return s.hp2 * s.wp2 * s.fo }
 
 // packImplicit packs the kernel rows of the (permuted) weight for the
-// forward products and of the flipped kernel for the input gradient's.
-func (s *stage) packImplicit() {
+// forward products and, with back, of the flipped kernel for the input
+// gradient's.
+func (s *stage) packImplicit(back bool) {
 	K, C, fo := s.k, s.in.C, s.fo
 	KC := K * C
 	for kr := range K {
 		blas.PackB32(gblas.NoTrans, KC, fo, 1, s.wp[kr*KC*fo:(kr+1)*KC*fo], fo, &s.pwr[kr])
 	}
-	if s.src == 0 {
+	if s.src == 0 || !back {
 		return
 	}
 	// wflip rows (kr, kc, o), columns c: W[(K-1-kr, K-1-kc, c), o].

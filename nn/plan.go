@@ -456,10 +456,12 @@ func (p *Plan) segments() {
 // permuteShare copies the convolution weights into their internal row
 // order and packs every affine layer's weight as its products read it (W
 // for the forward product, Wᵀ for the input gradient, none for the first
-// layer; implicit convolutions their kernel rows), once per step instead
-// of once per product: for worker wi of W, its share of the layers
-// (whole layers, cut where the weights so far pass wi/W of them).
+// layer nor for a forward pass alone; implicit convolutions their kernel
+// rows), once per step instead of once per product: for worker wi of W,
+// its share of the layers (whole layers, cut where the weights so far
+// pass wi/W of them).
 func (p *Plan) permuteShare(wi, W int) {
+	back := p.mode != modeForward // the input gradient's packs too
 	total, done := 0, 0
 	for i := range p.stages {
 		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense {
@@ -486,12 +488,12 @@ func (p *Plan) permuteShare(wi, W int) {
 			}
 		}
 		if s.implicit {
-			s.packImplicit()
+			s.packImplicit(back)
 			continue
 		}
 		W := s.weight(p.params)
 		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
-		if s.src > 0 {
+		if back && s.src > 0 {
 			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 		}
 	}
