@@ -182,8 +182,9 @@ func sideBySide(b *testing.B, trainSet *data.Dataset, mm models.Model, graph fun
 		b.Fatal(why)
 	}
 	cfg := train.Config{
-		Train: trainSet, Steps: 1 << 20, Batch: 250, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
-		LearningRate: 0.5, ClipNorm: 1, Seed: []byte("gorgoniadp side by side"), InsecureSeed: true,
+		Data:      train.Data{Train: trainSet},
+		Privacy:   privacy.Request{Steps: 1 << 20, Batch: 250, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp side by side"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.5},
 	}
 	trainer := func(c train.Config) *train.Trainer {
 		t, err := train.New(context.Background(), c)
@@ -194,7 +195,7 @@ func sideBySide(b *testing.B, trainSet *data.Dataset, mm models.Model, graph fun
 		return t
 	}
 	a, c := cfg, cfg
-	a.Model, c.Backend = mm, gm
+	a.Model.Built, c.Model.Backend = mm, gm
 	builtin, compiled := trainer(a), trainer(c)
 	step := func(t *train.Trainer) float64 {
 		start := time.Now()
@@ -221,7 +222,7 @@ func sideBySide(b *testing.B, trainSet *data.Dataset, mm models.Model, graph fun
 		slow := graph(b, mm)
 		slow.fast = nil
 		s := cfg
-		s.Backend = slow
+		s.Model.Backend = slow
 		st := trainer(s)
 		var ts []float64
 		for range 5 {

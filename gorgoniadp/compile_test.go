@@ -425,11 +425,12 @@ func TestCompiledTrajectory(t *testing.T) {
 				}
 				slow.fast = nil // the per-example path
 				cfg := train.Config{
-					Train: set, Steps: steps, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 0.5, Accountant: privacy.RDP,
-					LearningRate: 0.5, ClipNorm: 0.5, Seed: []byte("gorgoniadp compiled trajectory"), InsecureSeed: true,
+					Data:      train.Data{Train: set},
+					Privacy:   privacy.Request{Steps: steps, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 0.5, Accountant: privacy.RDP, ClipNorm: 0.5, Seed: []byte("gorgoniadp compiled trajectory"), InsecureSeed: true},
+					Optimizer: train.Optimizer{LearningRate: 0.5},
 				}
 				a, b := cfg, cfg
-				a.Backend, b.Backend = fast, slow
+				a.Model.Backend, b.Model.Backend = fast, slow
 				if _, err := train.Run(context.Background(), a); err != nil {
 					t.Fatal(err)
 				}
@@ -526,8 +527,11 @@ func runLog(t *testing.T, m *Model) string {
 	}
 	var log strings.Builder
 	_, err = train.Run(context.Background(), train.Config{
-		Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
-		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp run log"), InsecureSeed: true, Log: &log,
+		Data:      train.Data{Train: set},
+		Model:     train.ModelSpec{Backend: m},
+		Privacy:   privacy.Request{Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp run log"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.1},
+		Output:    train.Output{Log: &log},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -590,8 +594,10 @@ func TestClassesMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = train.Run(context.Background(), train.Config{
-			Train: set, Backend: m, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
-			LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp classes"), InsecureSeed: true,
+			Data:      train.Data{Train: set},
+			Model:     train.ModelSpec{Backend: m},
+			Privacy:   privacy.Request{Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp classes"), InsecureSeed: true},
+			Optimizer: train.Optimizer{LearningRate: 0.1},
 		})
 		if err == nil || !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "has 4 logits") || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("%d classes: %v", classes, err)
@@ -650,17 +656,20 @@ func TestDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := train.Config{
-		Train: set, Backend: build(G.Tanh, 3), Steps: 2, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
-		LearningRate: 0.1, ClipNorm: 1, Seed: []byte("gorgoniadp digest"), InsecureSeed: true, CheckpointPath: filepath.Join(t.TempDir(), "ck"),
+		Data:      train.Data{Train: set},
+		Model:     train.ModelSpec{Backend: build(G.Tanh, 3)},
+		Privacy:   privacy.Request{Steps: 2, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp digest"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.1},
+		Output:    train.Output{CheckpointPath: filepath.Join(t.TempDir(), "ck")},
 	}
 	if _, err := train.Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Backend = build(G.Rectify, 3)
+	cfg.Model.Backend = build(G.Rectify, 3)
 	if _, err := train.Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "another architecture") {
 		t.Fatalf("resuming into another architecture: %v", err)
 	}
-	cfg.Backend = build(G.Tanh, 4)
+	cfg.Model.Backend = build(G.Tanh, 4)
 	if res, err := train.Run(context.Background(), cfg); err != nil || res.Resumed != 2 {
 		t.Fatalf("resuming into the same architecture: %v", err)
 	}

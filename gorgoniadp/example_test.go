@@ -70,12 +70,11 @@ func Example() {
 	compiled, _ := model.Compiled()
 	fmt.Println("runs on the batched executor:", compiled)
 	res, err := train.Run(context.Background(), train.Config{
-		Train: trainSet, Test: testSet, Backend: model,
-		Steps: 100, Batch: 64, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
-		LearningRate: 2, ClipNorm: 1, EvalEvery: 100,
-		// A short seed makes the example reproducible; it is an insecure
-		// experiment, and the plan says so. Omit both for crypto/rand noise.
-		Seed: []byte("gorgoniadp example"), InsecureSeed: true,
+		Data:      train.Data{Train: trainSet, Test: testSet},
+		Model:     train.ModelSpec{Backend: model},
+		Privacy:   privacy.Request{Steps: 100, Batch: 64, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp example"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 2},
+		Output:    train.Output{EvalEvery: 100},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -2,7 +2,7 @@
 // privacy: the user builds the forward graph of one example with ordinary
 // gorgonia ops (gorgonia.Mul, Conv2d, MaxPool2D, Tanh, Rectify, ...), hands
 // over its input, logits and parameter nodes, and gets a Model that
-// train.Run trains through train.Config.Backend, or an Engine for a
+// train.Run trains through train.Config's Model.Backend, or an Engine for a
 // training loop of the user's own.
 //
 // A graph made of dense layers, convolutions, Tanh, Rectify, MaxPool2D,

@@ -133,7 +133,7 @@ func matchesNN(t *testing.T, mm models.Model, gm *Model) {
 
 // TestRunMatchesNN trains the same network through train.Run twice from
 // the same seed, once on the nn executor (Config.Model) and once through
-// the adapter (Config.Backend): same batches, same noise, so the final
+// the adapter (Model.Backend): same batches, same noise, so the final
 // parameters agree to float32 rounding, and the checkpoint of the
 // adapter's run resumes.
 func TestRunMatchesNN(t *testing.T) {
@@ -144,17 +144,18 @@ func TestRunMatchesNN(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := train.Config{
-		Train: trainSet, Steps: 6, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP,
-		LearningRate: 0.5, ClipNorm: 1, Seed: []byte("gorgoniadp run matches nn"), InsecureSeed: true,
+		Data:      train.Data{Train: trainSet},
+		Privacy:   privacy.Request{Steps: 6, Batch: 20, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("gorgoniadp run matches nn"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.5},
 	}
 	a := cfg
-	a.Model = mm
+	a.Model.Built = mm
 	if _, err := train.Run(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	b := cfg
-	b.Backend = gm
-	b.CheckpointPath = filepath.Join(t.TempDir(), "ck")
+	b.Model.Backend = gm
+	b.Output.CheckpointPath = filepath.Join(t.TempDir(), "ck")
 	res, err := train.Run(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)
@@ -179,8 +180,8 @@ func TestRunMatchesNN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Resumed != cfg.Steps {
-		t.Fatalf("resumed from step %d, want %d", res.Resumed, cfg.Steps)
+	if res.Resumed != cfg.Privacy.Steps {
+		t.Fatalf("resumed from step %d, want %d", res.Resumed, cfg.Privacy.Steps)
 	}
 	if j, ok := close32(gm.Params(), saved); !ok {
 		t.Fatalf("parameter %d after resuming: %v, saved %v", j, gm.Params()[max(j, 0)], saved[max(j, 0)])

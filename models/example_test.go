@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/dpmf-go/dpmf/privacy"
 	"log"
 	"math/rand/v2"
 	"slices"
@@ -122,9 +123,10 @@ func Example_bringYourOwnModel() {
 	}
 
 	res, err := train.Run(context.Background(), train.Config{
-		Train: trainSet, Test: testSet, Model: m, Steps: 15, Batch: 100,
-		Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1, LearningRate: 1,
-		Seed: []byte("bring-your-own-model example"), InsecureSeed: true,
+		Data:      train.Data{Train: trainSet, Test: testSet},
+		Model:     train.ModelSpec{Built: m},
+		Privacy:   privacy.Request{Steps: 15, Batch: 100, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1, Seed: []byte("bring-your-own-model example"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 1},
 	})
 	if err != nil {
 		log.Fatal(err)

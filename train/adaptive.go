@@ -1,7 +1,6 @@
 package train
 
 import (
-	"crypto/rand"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -10,13 +9,12 @@ import (
 	"github.com/dpmf-go/dpmf/privacy"
 )
 
-// AdaptiveClip configures adaptive clipping (Andrew et al. 2021): the clip
-// norm starts at Config.ClipNorm and follows a private estimate of the
-// Target quantile of the per-example gradient norms; the count released
-// each step has noise NoiseStd (0: the expected batch / 20, as in the
-// paper) and the norm moves geometrically at LearningRate (0: 0.2). Its
-// privacy cost is in the plan (privacy.QuantileRelease).
-type AdaptiveClip = privacy.QuantileRelease
+// Adaptive clipping (Andrew et al. 2021) is Config.Privacy.Quantile, a
+// privacy.QuantileRelease: the clip norm starts at Privacy.ClipNorm and
+// follows a private estimate of the Target quantile of the per-example
+// gradient norms; the count released each step has noise NoiseStd (0: the
+// expected batch / 20, as in the paper) and the norm moves geometrically
+// at LearningRate (0: 0.2). Its privacy cost is in the plan.
 
 // Andrew et al.'s defaults: sigma_b = B/20, eta_C = 0.2.
 const (
@@ -24,38 +22,20 @@ const (
 	defaultQuantileRate      = 0.2
 )
 
-// quantileRelease is cfg's release with its defaults filled in, or nil.
-func quantileRelease(cfg *Config) *privacy.QuantileRelease {
-	if cfg.AdaptiveClip == nil {
+// quantileRelease is the release of q with its defaults filled in for an
+// expected batch of batch units, or nil.
+func quantileRelease(q0 *privacy.QuantileRelease, batch int) *privacy.QuantileRelease {
+	if q0 == nil {
 		return nil
 	}
-	q := *cfg.AdaptiveClip
+	q := *q0
 	if q.NoiseStd == 0 {
-		q.NoiseStd = defaultQuantileNoiseFrac * float64(cfg.Batch)
+		q.NoiseStd = defaultQuantileNoiseFrac * float64(batch)
 	}
 	if q.LearningRate == 0 {
 		q.LearningRate = defaultQuantileRate
 	}
 	return &q
-}
-
-// validateAdaptive refuses what adaptive clipping cannot do.
-func (c *Config) validateAdaptive() error {
-	if c.AdaptiveClip == nil {
-		return nil
-	}
-	switch {
-	case c.NonPrivate:
-		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
-	case len(c.ClipPerLayer) > 0:
-		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
-	case c.CheckpointPath != "":
-		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
-	}
-	if err := quantileRelease(c).Check(); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	return nil
 }
 
 // normSetter is an engine whose flat clip norm can change between steps
@@ -71,6 +51,7 @@ var _ normSetter = (*clip.Engine)(nil)
 // generator of the count's noise (crypto/rand-seeded unless the run has a
 // seed).
 type adaptiveClip struct {
+	noStepHook
 	q        privacy.QuantileRelease
 	c0, c    float64
 	expected float64 // B, the expected batch
@@ -79,19 +60,13 @@ type adaptiveClip struct {
 	rng      *mrand.Rand
 }
 
-func newAdaptiveClip(cfg *Config, p *Plan, eng Engine, expected float64) (*adaptiveClip, error) {
+func newAdaptiveClip(p *privacy.Plan, eng Engine, expected float64, seed [32]byte) (*adaptiveClip, error) {
 	if p == nil || p.Quantile == nil {
 		return nil, nil
 	}
 	ns, ok := eng.(normSetter)
 	if !ok {
 		return nil, invalidf("adaptive clipping needs an engine whose clip norm can be set (SetNorm); this backend's cannot")
-	}
-	var seed [32]byte
-	if s := deriveSeed(cfg.Seed, "clip-quantile"); s != nil {
-		seed = *s
-	} else if _, err := rand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("train: seeding the clip quantile's noise: %w", err)
 	}
 	a := &adaptiveClip{q: *p.Quantile, c0: p.ClipNorm, c: p.ClipNorm, expected: expected, eng: ns, rng: mrand.New(mrand.NewChaCha8(seed))}
 	if err := ns.SetNorm(a.c); err != nil {
@@ -100,46 +75,25 @@ func newAdaptiveClip(cfg *Config, p *Plan, eng Engine, expected float64) (*adapt
 	return a, nil
 }
 
-// begin starts a step's count.
-func (a *adaptiveClip) begin() {
-	if a != nil {
-		a.within = 0
-	}
+// batch starts a step's count.
+func (a *adaptiveClip) batch(idx []int) []int {
+	a.within = 0
+	return idx
 }
 
-// observe adds a chunk's count.
-func (a *adaptiveClip) observe(st clip.Stats) {
-	if a != nil {
-		a.within += st.WithinNorm
-	}
-}
+// observe adds a clipped sum's count.
+func (a *adaptiveClip) observe(st clip.Stats) { a.within += st.WithinNorm }
 
-// scale is C_t/C_0, by which the plan's noise std (set at C_0) is
+// noiseScale is C_t/C_0, by which the plan's noise std (set at C_0) is
 // multiplied: the mechanism runs in units of the step's clip norm.
-func (a *adaptiveClip) scale() float64 {
-	if a == nil {
-		return 1
-	}
-	return a.c / a.c0
-}
+func (a *adaptiveClip) noiseScale() float64 { return a.c / a.c0 }
 
-// norm is the clip norm of the step under way (0 without adaptive
-// clipping).
-func (a *adaptiveClip) norm() float64 {
-	if a == nil {
-		return 0
-	}
-	return a.c
-}
-
-// update releases the step's noisy centred count, batch examples sampled,
-// and moves the clip norm for the next step (Andrew et al. Alg. 1,
-// geometric update).
-func (a *adaptiveClip) update(batch int) error {
-	if a == nil {
-		return nil
-	}
-	r := float64(a.within) - float64(batch)/2 + a.q.NoiseStd*a.rng.NormFloat64()
+// afterUpdate records the step's clip norm, releases its noisy centred
+// count of the sm.BatchSize units sampled, and moves the clip norm for
+// the next step (Andrew et al. Alg. 1, geometric update).
+func (a *adaptiveClip) afterUpdate(sm *StepMetrics) error {
+	sm.ClipNorm = a.c
+	r := float64(a.within) - float64(sm.BatchSize)/2 + a.q.NoiseStd*a.rng.NormFloat64()
 	frac := r/a.expected + 0.5
 	next := a.c * math.Exp(-a.q.LearningRate*(frac-a.q.Target))
 	if !(next > 0) || math.IsInf(next, 0) {
@@ -147,4 +101,24 @@ func (a *adaptiveClip) update(batch int) error {
 	}
 	a.c = next
 	return a.eng.SetNorm(next)
+}
+
+// checkQuantile refuses what adaptive clipping (the run's
+// Privacy.Quantile q) cannot do.
+func checkQuantile(q *privacy.QuantileRelease, r runFacts) error {
+	if q == nil {
+		return nil
+	}
+	switch {
+	case r.nonPrivate:
+		return invalidf("adaptive clipping estimates the clip norm privately; a non-private run does not clip")
+	case r.perLayer:
+		return invalidf("adaptive clipping sets one flat clip norm: per-layer clipping is not supported")
+	case r.checkpoints:
+		return invalidf("adaptive clipping with checkpoints is not supported yet: the checkpoint does not hold the clip norm and the count noise's state")
+	}
+	if err := quantileRelease(q, r.batch).Check(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
 }

@@ -33,7 +33,7 @@ func TestAdaptiveClipConvergesToQuantile(t *testing.T) {
 		}
 		var tail []float64
 		for s := range steps {
-			a.begin()
+			a.batch(nil)
 			// A Poisson batch: its size varies around the expected one.
 			n := int(math.Round(batch + math.Sqrt(batch)*r.NormFloat64()))
 			within := 0
@@ -43,7 +43,7 @@ func TestAdaptiveClipConvergesToQuantile(t *testing.T) {
 				}
 			}
 			a.observe(clip.Stats{WithinNorm: within})
-			if err := a.update(n); err != nil {
+			if err := a.afterUpdate(&StepMetrics{BatchSize: n}); err != nil {
 				t.Fatal(err)
 			}
 			if eng.c != a.c {
@@ -74,10 +74,10 @@ func TestAdaptiveClipConvergesToQuantile(t *testing.T) {
 func TestAdaptiveClipStepUsesCurrentNorm(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{
-		Train: images(t, 400, 1e3, 5), ModelName: "logistic", Steps: 20, Batch: 50,
-		NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 0.01, LearningRate: 0.1,
-		AdaptiveClip: &AdaptiveClip{Target: 0.5, LearningRate: 0.5},
-		Seed:         []byte("adaptive clipping step"), InsecureSeed: true,
+		Data:      Data{Train: images(t, 400, 1e3, 5)},
+		Model:     ModelSpec{Name: "logistic"},
+		Privacy:   privacy.Request{Steps: 20, Batch: 50, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 0.01, Quantile: &privacy.QuantileRelease{Target: 0.5, LearningRate: 0.5}, Seed: []byte("adaptive clipping step"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.1},
 	}
 	tr, err := New(ctx, cfg)
 	if err != nil {
@@ -95,8 +95,8 @@ func TestAdaptiveClipStepUsesCurrentNorm(t *testing.T) {
 		}
 	}
 	ct := eng.Norm()
-	if r := ct / cfg.ClipNorm; r < 1.5 && r > 1/1.5 {
-		t.Fatalf("the clip norm did not move from %v: %v (the test needs it to)", cfg.ClipNorm, ct)
+	if r := ct / cfg.Privacy.ClipNorm; r < 1.5 && r > 1/1.5 {
+		t.Fatalf("the clip norm did not move from %v: %v (the test needs it to)", cfg.Privacy.ClipNorm, ct)
 	}
 	worst := 0.0
 	for i := range 50 {
@@ -128,7 +128,7 @@ func TestAdaptiveClipStepUsesCurrentNorm(t *testing.T) {
 	}
 	copy(tr.engine.Params(), saved)
 	div := tr.sampler.ExpectedBatch()
-	want := tr.plan.NoiseStd * ct / cfg.ClipNorm
+	want := tr.plan.NoiseStd * ct / cfg.Privacy.ClipNorm
 	for i, v := range tr.sum {
 		if got := float64(v) * div; math.Abs(got-want*float64(w[i])) > 1e-4*math.Abs(want*float64(w[i]))+1e-6 {
 			t.Fatalf("coordinate %d: noise %v, want %v x %v (std at C_t)", i, got, want, w[i])
@@ -144,10 +144,10 @@ func TestAdaptiveClipCountsUsers(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range []int{1, 3} {
 		cfg := Config{
-			Train: ownedSynthetic(t, 600, 120, 4), ModelName: "logistic", Steps: 5, Batch: 30,
-			UserLevel: true, UserExamples: k, NoiseMultiplier: 1, Accountant: privacy.RDP,
-			ClipNorm: 1e6, LearningRate: 0.1, AdaptiveClip: &AdaptiveClip{Target: 0.5},
-			Seed: []byte("adaptive clipping users"), InsecureSeed: true,
+			Data:      Data{Train: ownedSynthetic(t, 600, 120, 4)},
+			Model:     ModelSpec{Name: "logistic"},
+			Privacy:   privacy.Request{Steps: 5, Batch: 30, NoiseMultiplier: 1, Accountant: privacy.RDP, ClipNorm: 1e6, Quantile: &privacy.QuantileRelease{Target: 0.5}, Seed: []byte("adaptive clipping users"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: k}},
+			Optimizer: Optimizer{LearningRate: 0.1},
 		}
 		tr, err := New(ctx, cfg)
 		if err != nil {
@@ -157,8 +157,9 @@ func TestAdaptiveClipCountsUsers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr.adaptive.within != sm.BatchSize || sm.BatchSize == 0 {
-			t.Fatalf("k = %d: %d users counted within the norm, %d sampled", k, tr.adaptive.within, sm.BatchSize)
+		a := tr.private[0].(*adaptiveClip)
+		if a.within != sm.BatchSize || sm.BatchSize == 0 {
+			t.Fatalf("k = %d: %d users counted within the norm, %d sampled", k, a.within, sm.BatchSize)
 		}
 	}
 }

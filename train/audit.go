@@ -11,6 +11,7 @@ import (
 	"github.com/dpmf-go/dpmf/audit"
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/privacy"
 )
 
 // AuditMode names the adversary of an audit.
@@ -82,7 +83,7 @@ type AuditResult struct {
 	GDP         *audit.GDPResult `json:"gdp,omitempty"`
 	MuClaimed   float64          `json:"mu_claimed,omitempty"`
 	GDPViolated bool             `json:"gdp_claim_violated,omitempty"`
-	Plan        *Plan            `json:"plan"`
+	Plan        *privacy.Plan    `json:"plan"`
 	Final       EvalMetrics      `json:"final"`
 	Elapsed     float64          `json:"seconds"`
 }
@@ -92,6 +93,7 @@ type AuditResult struct {
 // under UnsafeNoiseScale and records what the adversary sees. Its methods
 // are no-ops on a nil hook, so an ordinary run pays one nil check.
 type auditHook struct {
+	noStepHook
 	// start: the sampler's indices (examples, or users at user level)
 	// from start on are the canaries, canary j at start+j.
 	start int
@@ -105,11 +107,11 @@ type auditHook struct {
 	clean   []float32
 }
 
-// split removes the canary slots from a batch: white-box, all of them,
+// batch removes the canary slots from a batch: white-box, all of them,
 // remembering which were sampled; black-box, the OUT canaries (an IN one
 // trains as the example it is).
-func (h *auditHook) split(idx []int) []int {
-	if h == nil || (h.wb == nil && h.out == nil) {
+func (h *auditHook) batch(idx []int) []int {
+	if h.wb == nil && h.out == nil {
 		return idx
 	}
 	h.sampled = h.sampled[:0]
@@ -129,7 +131,7 @@ func (h *auditHook) split(idx []int) []int {
 
 // beforeNoise keeps the clean sum and adds the IN canaries' gradients.
 func (h *auditHook) beforeNoise(step int, sum []float32) error {
-	if h == nil || h.wb == nil {
+	if h.wb == nil {
 		return nil
 	}
 	h.clean = append(h.clean[:0], sum...)
@@ -144,9 +146,9 @@ func (h *auditHook) noiseScale() float64 {
 	return h.scale
 }
 
-// released records the released noisy sum.
-func (h *auditHook) released(step int, sum []float32) error {
-	if h == nil || h.wb == nil {
+// afterNoise records the released noisy sum.
+func (h *auditHook) afterNoise(step int, sum []float32) error {
+	if h.wb == nil {
 		return nil
 	}
 	return h.wb.Observe(step, sum, h.clean)
@@ -181,11 +183,11 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 	}
 	// group is the number of examples of one canary: k at user level
 	// (canary users), else 1.
-	can := &canaries{group: 1, train: cfg.Train}
-	if cfg.UserLevel {
-		can.group = cfg.UserExamples
+	can := &canaries{group: 1, train: cfg.Data.Train}
+	if b := cfg.Privacy.UserBound; b != nil {
+		can.group = b.Examples
 	}
-	seed := deriveSeed(cfg.Seed, "audit")
+	seed := dpcore.DeriveSeed(cfg.Privacy.Seed, "audit")
 	rng, err := auditRand(seed)
 	if err != nil {
 		return nil, err
@@ -211,11 +213,11 @@ func Audit(ctx context.Context, cfg Config, opt AuditOptions) (*AuditResult, err
 			return nil, err
 		}
 	}
-	t.audit = hook
-	if cfg.Log != nil {
-		fmt.Fprintln(cfg.Log, p)
+	t.attach(hook)
+	if cfg.Output.Log != nil {
+		fmt.Fprintln(cfg.Output.Log, p)
 		if s := hook.noiseScale(); s != 1 {
-			fmt.Fprintf(cfg.Log, "WARNING: -unsafe-noise-scale %g: the noise added is %g times the planned noise; the claim (epsilon %.4g) does NOT hold for this run\n", s, s, p.Epsilon)
+			fmt.Fprintf(cfg.Output.Log, "WARNING: -unsafe-noise-scale %g: the noise added is %g times the planned noise; the claim (epsilon %.4g) does NOT hold for this run\n", s, s, p.Epsilon)
 		}
 	}
 	for !t.Done() {
@@ -252,7 +254,7 @@ func checkAudit(cfg *Config, opt *AuditOptions) error {
 	switch {
 	case cfg.NonPrivate:
 		return bad("a non-private run has no claim to audit")
-	case cfg.CheckpointPath != "":
+	case cfg.Output.CheckpointPath != "":
 		return bad("an audit is one uninterrupted run: no checkpoint")
 	case opt.Canaries < 2:
 		return bad("%d canaries, want at least 2", opt.Canaries)
@@ -264,10 +266,10 @@ func checkAudit(cfg *Config, opt *AuditOptions) error {
 	// The canaries' arrays: white-box, an input slot (the training set is
 	// copied with them) and one observation per step each; black-box, a
 	// held-out example each, and the training set copied.
-	per := float64(cfg.Train.Shape.Size())
-	need := float64(opt.Canaries)*(4*per+8+16) + float64(cfg.Train.Len())*(4*per+8)
+	per := float64(cfg.Data.Train.Shape.Size())
+	need := float64(opt.Canaries)*(4*per+8+16) + float64(cfg.Data.Train.Len())*(4*per+8)
 	if opt.Mode == AuditWhitebox {
-		need += float64(opt.Canaries) * 8 * float64(cfg.Steps)
+		need += float64(opt.Canaries) * 8 * float64(cfg.Privacy.Steps)
 	}
 	if err := checkMemory(fmt.Sprintf("audit with %d canaries", opt.Canaries), need); err != nil {
 		return err
@@ -303,12 +305,12 @@ func (c *canaries) placeWhitebox(cfg *Config, opt AuditOptions, hook *auditHook)
 	x := append(append([]float32(nil), train.X...), make([]float32, slots*per)...)
 	y := append(append([]int(nil), train.Y...), make([]int, slots)...)
 	var err error
-	if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
+	if cfg.Data.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
 		return fmt.Errorf("train: audit: %w", err)
 	}
 	hook.start = train.Len()
-	if cfg.UserLevel {
-		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, c.group); err != nil {
+	if cfg.Privacy.UserBound != nil {
+		if hook.start, err = addCanaryOwners(cfg.Data.Train, train, opt.Canaries, c.group); err != nil {
 			return err
 		}
 	}
@@ -322,18 +324,18 @@ func (c *canaries) placeWhitebox(cfg *Config, opt AuditOptions, hook *auditHook)
 // examples at user level.
 func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand, hook *auditHook) error {
 	train, group := c.train, c.group
-	if cfg.Test == nil || cfg.Test.Len() < opt.Canaries*group+1 {
+	if cfg.Data.Test == nil || cfg.Data.Test.Len() < opt.Canaries*group+1 {
 		return invalidf("audit: black-box canaries are held-out test examples: %d canaries of %d examples need a test set of more than %d", opt.Canaries, group, opt.Canaries*group)
 	}
 	if train.Classes < 2 {
 		return invalidf("audit: mislabelled canaries need at least 2 classes")
 	}
-	perm := rng.Perm(cfg.Test.Len())
+	perm := rng.Perm(cfg.Data.Test.Len())
 	nc := opt.Canaries * group
 	cidx, rest := perm[:nc], perm[nc:]
 	per := train.Shape.Size()
 	c.canX, c.canY = make([]float32, nc*per), make([]int, nc)
-	if err := cfg.Test.Batch(cidx, c.canX, c.canY); err != nil {
+	if err := cfg.Data.Test.Batch(cidx, c.canX, c.canY); err != nil {
 		return fmt.Errorf("train: audit: %w", err)
 	}
 	c.in = make([]bool, opt.Canaries)
@@ -350,16 +352,16 @@ func (c *canaries) placeBlackbox(cfg *Config, opt AuditOptions, rng *mrand.Rand,
 	x = append(x, c.canX...)
 	y = append(y, c.canY...)
 	var err error
-	if cfg.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
+	if cfg.Data.Train, err = data.NewDataset(x, y, train.Shape, train.Classes); err != nil {
 		return fmt.Errorf("train: audit: %w", err)
 	}
 	hook.start = train.Len()
-	if cfg.UserLevel {
-		if hook.start, err = addCanaryOwners(cfg.Train, train, opt.Canaries, group); err != nil {
+	if cfg.Privacy.UserBound != nil {
+		if hook.start, err = addCanaryOwners(cfg.Data.Train, train, opt.Canaries, group); err != nil {
 			return err
 		}
 	}
-	if cfg.Test, err = cfg.Test.Subset(rest); err != nil {
+	if cfg.Data.Test, err = cfg.Data.Test.Subset(rest); err != nil {
 		return fmt.Errorf("train: audit: %w", err)
 	}
 	return nil
@@ -379,8 +381,8 @@ func newWhitebox(t *Trainer, opt AuditOptions, seed *dpcore.Seed) (*audit.Whiteb
 		part.Q, part.Partitions = p.Accounting.Q, max(p.Accounting.Bands, 1)
 	}
 	wb, err := audit.NewWhitebox(audit.WhiteboxConfig{
-		Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: t.cfg.Steps,
-		ClipNorm: t.cfg.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
+		Canaries: opt.Canaries, Dim: len(t.engine.Params()), Steps: t.cfg.Privacy.Steps,
+		ClipNorm: t.cfg.Privacy.ClipNorm, NoiseStd: p.NoiseStd, Factorization: f,
 		Participation: part, Seed: seed,
 	})
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/train"
@@ -18,11 +20,9 @@ func ExampleAudit() {
 		panic(err)
 	}
 	cfg := train.Config{
-		Train: trainSet, Test: testSet, ModelName: "mlp", Hidden: []int{128},
-		Steps: 100, Batch: 120, Mechanism: mfnoise.DPSGD{}, Epsilon: 2,
-		// Reproducible here (a low-entropy seed, so an insecure experiment
-		// by name); nil (crypto/rand) in a real audit.
-		Seed: []byte("example"), InsecureSeed: true,
+		Data:    train.Data{Train: trainSet, Test: testSet},
+		Model:   train.ModelSpec{Name: "mlp", Hidden: []int{128}},
+		Privacy: privacy.Request{Steps: 100, Batch: 120, Mechanism: mfnoise.DPSGD{}, Epsilon: 2, Seed: []byte("example"), InsecureSeed: true},
 	}
 	for _, scale := range []float64{1, 0.25} {
 		res, err := train.Audit(context.Background(), cfg, train.AuditOptions{

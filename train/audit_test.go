@@ -18,11 +18,11 @@ func auditConfig(t testing.TB, mech string, eps float64, seed int, cache string)
 		t.Fatal(err)
 	}
 	return Config{
-		Train: blobs(t, 200, 1), Test: blobs(t, 100, 2),
-		ModelName: "mlp", Hidden: []int{128}, Steps: 100, Batch: 120,
-		Mechanism: m, Epsilon: eps, ClipNorm: 1, LearningRate: 0.1,
-		Seed: []byte(fmt.Sprintf("audit seed %d", seed)), InsecureSeed: true, EvalEvery: 1000,
-		CacheDir: cache,
+		Data:      Data{Train: blobs(t, 200, 1), Test: blobs(t, 100, 2)},
+		Model:     ModelSpec{Name: "mlp", Hidden: []int{128}},
+		Privacy:   privacy.Request{Steps: 100, Batch: 120, Mechanism: m, Epsilon: eps, ClipNorm: 1, Seed: []byte(fmt.Sprintf("audit seed %d", seed)), InsecureSeed: true, CacheDir: cache},
+		Optimizer: Optimizer{LearningRate: 0.1},
+		Output:    Output{EvalEvery: 1000},
 	}
 }
 
@@ -80,7 +80,7 @@ func TestAuditRejectsBadInput(t *testing.T) {
 		{"negative scale", nil, AuditOptions{Canaries: 10, Mode: AuditWhitebox, UnsafeNoiseScale: -1}},
 		{"confidence 1", nil, AuditOptions{Canaries: 10, Mode: AuditWhitebox, Confidence: 1}},
 		{"non-private", func(c *Config) { c.NonPrivate = true }, AuditOptions{Canaries: 10, Mode: AuditWhitebox}},
-		{"checkpoint", func(c *Config) { c.CheckpointPath = "x" }, AuditOptions{Canaries: 10, Mode: AuditWhitebox}},
+		{"checkpoint", func(c *Config) { c.Output.CheckpointPath = "x" }, AuditOptions{Canaries: 10, Mode: AuditWhitebox}},
 		{"too many canaries for the model", nil, AuditOptions{Canaries: 5000, Mode: AuditWhitebox}},
 		{"too many blackbox canaries for the test set", nil, AuditOptions{Canaries: 100, Mode: AuditBlackbox}},
 	}
@@ -104,7 +104,7 @@ func TestAuditRejectsBadInput(t *testing.T) {
 // a correct run stays below the claim, and the canaries leave the test set.
 func TestBlackboxAuditBoundsTheClaim(t *testing.T) {
 	cfg := auditConfig(t, "dpsgd", 4, 0, "")
-	cfg.Test = blobs(t, 400, 2)
+	cfg.Data.Test = blobs(t, 400, 2)
 	res, err := Audit(context.Background(), cfg, AuditOptions{Canaries: 200, Mode: AuditBlackbox})
 	if err != nil {
 		t.Fatal(err)

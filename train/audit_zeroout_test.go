@@ -20,16 +20,16 @@ func TestBlackboxCanariesAreZeroOut(t *testing.T) {
 	ctx := context.Background()
 	const canaries = 20
 	for _, userLevel := range []bool{false, true} {
-		var plans []*Plan
+		var plans []*privacy.Plan
 		var included []int
 		want := 200 + canaries
 		for seed := range 2 {
 			cfg := auditConfig(t, "dpsgd", 4, seed, "")
-			cfg.Steps, cfg.Test = 5, blobs(t, 100, 2)
+			cfg.Privacy.Steps, cfg.Data.Test = 5, blobs(t, 100, 2)
 			key := "examples"
 			if userLevel {
 				cfg = userAuditConfig(t, "dpsgd", 4, seed, "")
-				cfg.Steps, cfg.Test, cfg.Batch = 5, blobs(t, 100, 2), 30
+				cfg.Privacy.Steps, cfg.Data.Test, cfg.Privacy.Batch = 5, blobs(t, 100, 2), 30
 				key, want = "users", 100+canaries
 			}
 			res, err := Audit(ctx, cfg, AuditOptions{Canaries: canaries, Mode: AuditBlackbox})
@@ -52,7 +52,7 @@ func TestBlackboxCanariesAreZeroOut(t *testing.T) {
 	}
 	// The hook drops exactly the OUT canaries from a batch.
 	h := &auditHook{start: 10, out: []bool{true, false, true}}
-	if got := h.split([]int{1, 10, 11, 12, 3}); !slices.Equal(got, []int{1, 11, 3}) {
+	if got := h.batch([]int{1, 10, 11, 12, 3}); !slices.Equal(got, []int{1, 11, 3}) {
 		t.Errorf("batch with canaries 0 (OUT), 1 (IN), 2 (OUT): kept %v, want [1 11 3]", got)
 	}
 }
@@ -95,7 +95,7 @@ func TestAuditOneFlagAtTheConfidence(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The epsilon claim is generous, so only the GDP reading can flag.
-		res := &AuditResult{Plan: &Plan{NoiseMultiplier: sigma, Delta: delta, Epsilon: 2 * eps}, Epsilon: 2 * eps, Confidence: conf}
+		res := &AuditResult{Plan: &privacy.Plan{NoiseMultiplier: sigma, Delta: delta, Epsilon: 2 * eps}, Epsilon: 2 * eps, Confidence: conf}
 		if err := res.bound(scores, in, AuditOptions{Confidence: conf, Search: audit.Bonferroni}); err != nil {
 			t.Fatal(err)
 		}

@@ -58,10 +58,10 @@ func TestAugmentMultiplicityKeepsSensitivity(t *testing.T) {
 	for _, k := range []int{1, 2, 3, 4, 8, 16} {
 		for _, scale := range []float64{1, 1e3, 1e6} {
 			cfg := Config{
-				Train: images(t, 64, scale, uint64(k)), ModelName: "mlp", Hidden: []int{16},
-				Steps: 4, Batch: 16, NoiseMultiplier: 1, ClipNorm: 0.37, LearningRate: 0.1,
-				Augment: true, AugmentMultiplicity: k,
-				Seed: []byte("augment multiplicity"), InsecureSeed: true, Accountant: privacy.RDP,
+				Data:      Data{Train: images(t, 64, scale, uint64(k)), Augment: &Augmentation{Multiplicity: k}},
+				Model:     ModelSpec{Name: "mlp", Hidden: []int{16}},
+				Privacy:   privacy.Request{Steps: 4, Batch: 16, NoiseMultiplier: 1, ClipNorm: 0.37, Seed: []byte("augment multiplicity"), InsecureSeed: true, Accountant: privacy.RDP},
+				Optimizer: Optimizer{LearningRate: 0.1},
 			}
 			tr, err := New(ctx, cfg)
 			if err != nil {
@@ -78,15 +78,15 @@ func TestAugmentMultiplicityKeepsSensitivity(t *testing.T) {
 						t.Fatalf("K=%d: stats count %d examples for one", k, st.Examples)
 					}
 					n := math.Sqrt(sqNorm(tr.chunk))
-					if n > cfg.ClipNorm {
-						t.Fatalf("K=%d, scale %g, step %d, example %d: contribution norm %.17g > clip norm %g", k, scale, step, i, n, cfg.ClipNorm)
+					if n > cfg.Privacy.ClipNorm {
+						t.Fatalf("K=%d, scale %g, step %d, example %d: contribution norm %.17g > clip norm %g", k, scale, step, i, n, cfg.Privacy.ClipNorm)
 					}
 					worst = max(worst, n)
 				}
 			}
 			// The bound is met with equality (up to the safety margin)
 			// when the examples are clipped: the test is not vacuous.
-			if scale >= 1e3 && worst < cfg.ClipNorm*0.999 {
+			if scale >= 1e3 && worst < cfg.Privacy.ClipNorm*0.999 {
 				t.Fatalf("K=%d, scale %g: largest contribution %v, the examples were not clipped", k, scale, worst)
 			}
 		}
@@ -97,9 +97,10 @@ func TestAugmentMultiplicityKeepsSensitivity(t *testing.T) {
 	// gradients, each computed alone.
 	const k = 4
 	cfg := Config{
-		Train: images(t, 32, 1, 9), ModelName: "logistic", Steps: 4, Batch: 8, NoiseMultiplier: 1,
-		ClipNorm: 1e6, LearningRate: 0.1, Augment: true, AugmentMultiplicity: k,
-		Seed: []byte("augment multiplicity mean"), InsecureSeed: true,
+		Data:      Data{Train: images(t, 32, 1, 9), Augment: &Augmentation{Multiplicity: k}},
+		Model:     ModelSpec{Name: "logistic"},
+		Privacy:   privacy.Request{Steps: 4, Batch: 8, NoiseMultiplier: 1, ClipNorm: 1e6, Seed: []byte("augment multiplicity mean"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.1},
 	}
 	tr, err := New(ctx, cfg)
 	if err != nil {
@@ -116,11 +117,11 @@ func TestAugmentMultiplicityKeepsSensitivity(t *testing.T) {
 	x := make([]float32, 64)
 	distinct := map[string]bool{}
 	for j := range k {
-		if err := tr.augment.Apply(x, cfg.Train.X[i*64:(i+1)*64], cfg.Train.Shape, step, i*k+j); err != nil {
+		if err := tr.augment.Apply(x, cfg.Data.Train.X[i*64:(i+1)*64], cfg.Data.Train.Shape, step, i*k+j); err != nil {
 			t.Fatal(err)
 		}
 		distinct[string(float32Bytes(x))] = true
-		if _, err := eng.ClippedSum(x, []int{cfg.Train.Y[i]}, one); err != nil {
+		if _, err := eng.ClippedSum(x, []int{cfg.Data.Train.Y[i]}, one); err != nil {
 			t.Fatal(err)
 		}
 		for c, v := range one {
@@ -147,17 +148,21 @@ func float32Bytes(v []float32) []byte {
 }
 
 // K = 1 is the path without multiplicity, bit for bit: a run with
-// AugmentMultiplicity 1 ends with exactly the parameters of the same run
-// with 0, with and without augmentation.
+// Augmentation.Multiplicity 1 ends with exactly the parameters of the same
+// run with 0 (and without augmentation, the same run twice).
 func TestAugmentMultiplicityOneIsThePlainPath(t *testing.T) {
 	ctx := context.Background()
 	for _, augment := range []bool{false, true} {
 		var params [2][]float32
 		for c, k := range []int{0, 1} {
 			cfg := Config{
-				Train: images(t, 200, 1, 3), ModelName: "mlp", Hidden: []int{8}, Steps: 6, Batch: 40,
-				NoiseMultiplier: 1, ClipNorm: 0.5, LearningRate: 0.3, Augment: augment, AugmentMultiplicity: k,
-				Seed: []byte("multiplicity one"), InsecureSeed: true, Accountant: privacy.RDP,
+				Data:      Data{Train: images(t, 200, 1, 3)},
+				Model:     ModelSpec{Name: "mlp", Hidden: []int{8}},
+				Privacy:   privacy.Request{Steps: 6, Batch: 40, NoiseMultiplier: 1, ClipNorm: 0.5, Seed: []byte("multiplicity one"), InsecureSeed: true, Accountant: privacy.RDP},
+				Optimizer: Optimizer{LearningRate: 0.3},
+			}
+			if augment {
+				cfg.Data.Augment = &Augmentation{Multiplicity: k}
 			}
 			tr, err := New(ctx, cfg)
 			if err != nil {
@@ -183,19 +188,18 @@ func TestAugmentMultiplicityOneIsThePlainPath(t *testing.T) {
 func TestAugmentMultiplicityRefusalsAndLedger(t *testing.T) {
 	ctx := context.Background()
 	base := Config{
-		Train: images(t, 200, 1, 3), ModelName: "mlp", Steps: 4, Batch: 40,
-		Epsilon: 4, ClipNorm: 0.5, Augment: true, AugmentMultiplicity: 4,
-		Seed: []byte("multiplicity refusals"), InsecureSeed: true,
+		Data:    Data{Train: images(t, 200, 1, 3), Augment: &Augmentation{Multiplicity: 4}},
+		Model:   ModelSpec{Name: "mlp"},
+		Privacy: privacy.Request{Steps: 4, Batch: 40, Epsilon: 4, ClipNorm: 0.5, Seed: []byte("multiplicity refusals"), InsecureSeed: true},
 	}
 	for _, tc := range []struct {
 		name, want string
 		edit       func(*Config)
 	}{
-		{"no augmentation", "identical copies", func(c *Config) { c.Augment = false }},
-		{"too many", "want 1 to 64", func(c *Config) { c.AugmentMultiplicity = 65 }},
+		{"too many", "want 1 to 64", func(c *Config) { c.Data.Augment = &Augmentation{Multiplicity: 65} }},
 		{"non-private", "non-private", func(c *Config) { c.NonPrivate = true }},
-		{"per layer", "per-layer", func(c *Config) { c.ClipPerLayer = []float64{1, 1} }},
-		{"scattering features", "cached features cannot be reused", func(c *Config) { c.Features = FeaturesScatter }},
+		{"per layer", "per-layer", func(c *Config) { c.Model.ClipPerLayer = []float64{1, 1} }},
+		{"scattering features", "cached features cannot be reused", func(c *Config) { c.Data.Features = FeaturesScatter }},
 	} {
 		cfg := base
 		tc.edit(&cfg)

@@ -2,65 +2,35 @@ package train
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 
+	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// ErrCorruptCheckpoint is wrapped when a checkpoint fails its checksum or
-// does not belong to the configured run.
-var ErrCorruptCheckpoint = errors.New("corrupt or mismatched checkpoint")
-
-// A checkpoint is the msgpack of checkpoint in the checksummed envelope
-// of package atomicfile.
-const (
-	checkpointMagic   = "dpmf-checkpoint"
-	checkpointVersion = 2
-)
-
-// checkpoint is the complete state of a run between two steps. The
-// generator states inside let whoever holds it reproduce the noise: treat a
-// checkpoint as secret as the training data.
-type checkpoint struct {
-	Step      int     `msgpack:"step"`
-	RunID     string  `msgpack:"run_id"`
-	Model     []byte  `msgpack:"model"`
-	Optimizer []byte  `msgpack:"optimizer"`
-	Sampler   []byte  `msgpack:"sampler"`
-	Noise     []byte  `msgpack:"noise"`
-	Plan      []byte  `msgpack:"plan"` // JSON of the privacy plan: the ledger entry
-	Epsilon   float64 `msgpack:"epsilon"`
-	// AugmentSeed is kept because a crypto-seeded run cannot re-derive it.
-	AugmentSeed uint64 `msgpack:"augment_seed"`
-	// EMA is the parameter average (Config.EMA) and EMASteps the updates
-	// it has seen; absent without averaging.
-	EMA      []float32 `msgpack:"ema,omitempty"`
-	EMASteps int       `msgpack:"ema_steps,omitempty"`
-	// Settings are the configuration as given, compared before the plan
-	// is built when the run resumes (absent from older checkpoints).
-	Settings []setting `msgpack:"settings,omitempty"`
-	// SeedFingerprint tells a caller's seed from another (nil for
-	// crypto/rand; seedFingerprint), and DataDigest binds the training
-	// set, keyed by DataSalt (dataDigest): both absent from older
-	// checkpoints.
-	SeedFingerprint []byte `msgpack:"seed_fingerprint,omitempty"`
-	DataSalt        []byte `msgpack:"data_salt,omitempty"`
-	DataDigest      []byte `msgpack:"data_digest,omitempty"`
-}
 
 // runID fingerprints what must not change across a resume: the plan's
 // privacy-relevant fields and the shapes.
 func (t *Trainer) runID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "model=%s params=%d steps=%d batch=%d examples=%d clip=%g lr=%g mom=%g cool=%g private=%v",
-		t.backend.Name(), len(t.engine.Params()), t.cfg.Steps, t.cfg.Batch, t.cfg.Train.Len(), t.cfg.ClipNorm,
-		t.cfg.LearningRate, t.cfg.Momentum, t.cfg.CooldownFrac, !t.cfg.NonPrivate)
-	if t.cfg.EMA > 0 || t.cfg.Features != FeaturesPixels {
-		fmt.Fprintf(h, " ema=%g features=%s", t.cfg.EMA, t.cfg.Features)
+		t.backend.Name(), len(t.engine.Params()), t.cfg.Privacy.Steps, t.cfg.Privacy.Batch, t.cfg.Data.Train.Len(), t.cfg.Privacy.ClipNorm,
+		t.cfg.Optimizer.LearningRate, t.cfg.Optimizer.Momentum, t.cfg.Optimizer.CooldownFrac, !t.cfg.NonPrivate)
+	if ema := t.cfg.Optimizer.EMA; ema != nil || t.cfg.Data.Features != FeaturesPixels {
+		decay := 0.0
+		if ema != nil {
+			decay = ema.Decay
+		}
+		fmt.Fprintf(h, " ema=%g features=%s", decay, t.cfg.Data.Features)
+	}
+	if w := t.cfg.Optimizer.Warmup; w != nil {
+		fmt.Fprintf(h, " warmup=%d", w.Steps)
 	}
 	if t.plan != nil {
 		fmt.Fprintf(h, " mech=%s sampling=%s sigma=%v std=%v", t.plan.Mechanism, t.plan.Sampling, t.plan.NoiseMultiplier, t.plan.NoiseStd)
@@ -86,24 +56,26 @@ func (t *Trainer) SaveCheckpoint(path string) error {
 
 // saveCheckpoint writes the state as it stands, unchecked.
 func (t *Trainer) saveCheckpoint(path string) error {
-	var ck checkpoint
+	var ck checkpointState
 	var err error
 	ck.Step, ck.RunID, ck.Epsilon, ck.AugmentSeed = t.Step(), t.runID(), t.eps, t.augment.Seed
-	if t.ema != nil {
-		ck.EMA, ck.EMASteps = t.ema.avg, t.ema.steps
+	for _, h := range t.hooks {
+		if s, ok := h.(stateful); ok {
+			s.saveState(&ck)
+		}
 	}
 	if t.dataDigest == nil {
-		// A run without Config.CheckpointPath on pixels: its data are
+		// A run without Output.CheckpointPath on pixels: its data are
 		// still as given (trainer.go, New).
-		t.recordData(t.cfg.Train)
+		t.recordData(t.cfg.Data.Train)
 	}
 	ck.Settings, ck.SeedFingerprint, ck.DataSalt, ck.DataDigest = t.settings, t.seedFP, t.dataSalt, t.dataDigest
 	var mb bytes.Buffer
 	if err := t.backend.Save(&mb); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
-	ck.Model = mb.Bytes()
-	if ck.Optimizer, err = t.opt.MarshalBinary(); err != nil {
+	ck.ModelState = mb.Bytes()
+	if ck.OptimizerState, err = t.opt.MarshalBinary(); err != nil {
 		return fmt.Errorf("train: checkpoint: optimizer: %w", err)
 	}
 	if ck.Sampler, err = t.sampler.MarshalBinary(); err != nil {
@@ -123,31 +95,33 @@ func (t *Trainer) saveCheckpoint(path string) error {
 	if err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
-	if err := (atomicfile.Options{Pause: t.cfg.slowWrite}).WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
+	if err := (atomicfile.Options{Pause: t.cfg.Output.slowWrite}).WriteSealed(path, checkpointMagic, checkpointVersion, payload); err != nil {
 		return fmt.Errorf("train: checkpoint: %w", err)
 	}
 	return nil
 }
 
+// loadCheckpoint reads the checkpoint at path and restores the run
+// from it.
 func (t *Trainer) loadCheckpoint(path string) error {
-	payload, err := atomicfile.ReadSealed(path, checkpointMagic, checkpointVersion)
-	if errors.Is(err, atomicfile.ErrCorrupt) {
-		return fmt.Errorf("train: checkpoint: %w: %s", ErrCorruptCheckpoint, atomicfile.Reason(err))
-	}
+	ck, err := readCheckpoint(path)
 	if err != nil {
 		return err
 	}
-	var ck checkpoint
-	if err := atomicfile.Unmarshal(payload, &ck); err != nil {
-		return fmt.Errorf("train: checkpoint %s: %w: %s", path, ErrCorruptCheckpoint, atomicfile.Reason(err))
-	}
+	return t.restore(path, ck)
+}
+
+// restore sets the run's state to the checkpoint ck (read from path),
+// refusing one of another configuration or whose parts are not at one
+// step.
+func (t *Trainer) restore(path string, ck *checkpointState) error {
 	if ck.RunID != t.runID() {
 		return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration", path, ErrCorruptCheckpoint)
 	}
-	if err := t.backend.Load(bytes.NewReader(ck.Model)); err != nil {
+	if err := t.backend.Load(bytes.NewReader(ck.ModelState)); err != nil {
 		return fmt.Errorf("train: checkpoint: model: %w", err)
 	}
-	if err := t.opt.UnmarshalBinary(ck.Optimizer); err != nil {
+	if err := t.opt.UnmarshalBinary(ck.OptimizerState); err != nil {
 		return fmt.Errorf("train: checkpoint: optimizer: %w", err)
 	}
 	if err := t.sampler.UnmarshalBinary(ck.Sampler); err != nil {
@@ -161,12 +135,12 @@ func (t *Trainer) loadCheckpoint(path string) error {
 	if err := t.checkInStep(ck.Step); err != nil {
 		return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
 	}
-	if t.ema != nil {
-		if len(ck.EMA) != len(t.ema.avg) || ck.EMASteps != ck.Step {
-			return fmt.Errorf("train: checkpoint %s: %w: parameter average of %d values after %d updates, want %d values after %d", path, ErrCorruptCheckpoint, len(ck.EMA), ck.EMASteps, len(t.ema.avg), ck.Step)
+	for _, h := range t.hooks {
+		if s, ok := h.(stateful); ok {
+			if err := s.loadState(ck); err != nil {
+				return fmt.Errorf("train: checkpoint %s: %w: %w", path, ErrCorruptCheckpoint, err)
+			}
 		}
-		copy(t.ema.avg, ck.EMA)
-		t.ema.steps = ck.EMASteps
 	}
 	t.eps, t.augment.Seed = ck.Epsilon, ck.AugmentSeed
 	return nil
@@ -189,4 +163,113 @@ func (t *Trainer) checkInStep(step int) error {
 		return fmt.Errorf("optimizer at step %d, checkpoint at step %d", s, step)
 	}
 	return nil
+}
+
+// checkResume reads the checkpoint at path (if there is one), keeps it
+// for New to restore (t.resumeFrom), and compares it with the
+// run, before the plan is built: a resume with other settings, another
+// seed (or none where it had one, or the reverse) or other training data
+// is refused at once, naming each difference. It also sets the data
+// digest the run's checkpoints will carry, under the checkpoint's salt
+// when resuming. (A run without Output.CheckpointPath records it in New
+// when its data go through a feature transform, else at its first
+// SaveCheckpoint: it is always the digest of the data as given.)
+//
+// A checkpoint written by an older version lacks parts of the record:
+// without its settings they are left to the full check when it is loaded;
+// without the seed setting, whether it was seeded is read from its plan
+// (the plan's "seeded"), and which seed is not checked; without a data
+// digest the data are not checked. A non-private checkpoint of an older
+// version has no plan, so its seed is not checked either.
+func (t *Trainer) checkResume(path string, cfg *Config) error {
+	ck, err := readCheckpoint(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.recordData(cfg.Data.Train)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	t.resumeFrom, t.dataSalt = ck, ck.DataSalt
+	t.recordData(cfg.Data.Train)
+
+	have, want := legacySeed(ck, t.settings)
+	var diffs []string
+	if len(ck.Settings) > 0 {
+		diffs = diffSettings(have, want)
+	} else if hs, ok := find(have, "seed"); ok {
+		ws, _ := find(want, "seed")
+		diffs = diffSettings([]setting{hs}, []setting{ws})
+	}
+	if ck.SeedFingerprint != nil && t.seedFP != nil && !bytes.Equal(ck.SeedFingerprint, t.seedFP) {
+		diffs = append(diffs, "seed: checkpoint has another seed than the one given")
+	}
+	if ck.DataDigest != nil && !bytes.Equal(ck.DataDigest, t.dataDigest) {
+		diffs = append(diffs, fmt.Sprintf("training data differs from the checkpoint's: digest %x vs %x", ck.DataDigest[:min(8, len(ck.DataDigest))], t.dataDigest[:8]))
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("train: checkpoint %s: %w: it belongs to a different configuration (%s); resume with the flags and data it was written with, or use another -checkpoint path",
+		path, ErrCorruptCheckpoint, strings.Join(diffs, "; "))
+}
+
+// recordData sets the data digest a checkpoint records, under the salt
+// read from the checkpoint or, without one, a new random salt.
+func (t *Trainer) recordData(d *data.Dataset) {
+	if len(t.dataSalt) == 0 {
+		t.dataSalt = make([]byte, dataSaltBytes)
+		rand.Read(t.dataSalt)
+	}
+	t.dataDigest = dataDigest(t.dataSalt, d)
+}
+
+// settings are the configuration values that must not change across a
+// resume, as the user gave them (before the plan is built).
+func (c *Config) settings(m interface {
+	Name() string
+	NumParams() int
+}) []setting {
+	mech := "none (non-private)"
+	if !c.NonPrivate && c.Privacy.Mechanism != nil {
+		mech = fmt.Sprint(c.Privacy.Mechanism)
+	}
+	noise := fmt.Sprintf("epsilon %g", c.Privacy.Epsilon)
+	if c.Privacy.NoiseMultiplier > 0 {
+		noise = fmt.Sprintf("sigma %g", c.Privacy.NoiseMultiplier)
+	}
+	s := []setting{
+		{"model", fmt.Sprintf("%s (%d parameters)", m.Name(), m.NumParams())},
+		{"training examples", fmt.Sprint(c.Data.Train.Len())},
+		{"steps", fmt.Sprint(c.Privacy.Steps)},
+		{"batch", fmt.Sprint(c.Privacy.Batch)},
+		{"mechanism", mech},
+		{"noise", noise},
+		{"delta", fmt.Sprintf("%g", c.Privacy.Delta)},
+		{"accountant", string(c.Privacy.Accountant)},
+		{"workload", string(c.Optimizer.Workload)},
+		{"sampling", orAuto(string(c.Privacy.Sampling))},
+		{"bands", orAuto(fmt.Sprint(c.Privacy.Partitions))},
+		{"clip norm", fmt.Sprintf("%g", c.Privacy.ClipNorm)},
+		{"per-layer clip", strings.Trim(fmt.Sprint(c.Model.ClipPerLayer), "[]")},
+		{"learning rate", fmt.Sprintf("%g", c.Optimizer.LearningRate)},
+		{"momentum", fmt.Sprintf("%g", c.Optimizer.Momentum)},
+		{"cooldown fraction", fmt.Sprintf("%g", c.Optimizer.CooldownFrac)},
+		{"augment", fmt.Sprint(c.Data.Augment != nil)},
+	}
+	if c.NonPrivate {
+		s = s[:5]
+		s = append(s, setting{"learning rate", fmt.Sprintf("%g", c.Optimizer.LearningRate)},
+			setting{"momentum", fmt.Sprintf("%g", c.Optimizer.Momentum)}, setting{"cooldown fraction", fmt.Sprintf("%g", c.Optimizer.CooldownFrac)})
+	}
+	// Recorded only when set, so checkpoints of runs without them resume.
+	if c.Data.Features != FeaturesPixels {
+		s = append(s, setting{"features", string(c.Data.Features)})
+	}
+	// Each optional feature records its own settings, only when set.
+	s = append(s, c.Optimizer.EMA.settings()...)
+	s = append(s, c.Data.Augment.settings()...)
+	s = append(s, userSettings(c.Privacy.UserBound)...)
+	s = append(s, c.Optimizer.Warmup.settings()...)
+	return append(s, seedSetting(c.Privacy.Seed))
 }

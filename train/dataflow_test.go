@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
@@ -57,20 +59,18 @@ func TestSentinelUserDoesNotStopTheRun(t *testing.T) {
 	}
 	var steps []StepMetrics
 	cfg := Config{
-		Train: tr.Dataset, Model: m, ModelName: "tabular",
-		Steps: 8, Batch: 100, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1,
-		LearningRate: 0.1, UserLevel: true, UserExamples: 4,
-		// 99 users and the sentinel one, all in every step.
-		Sampling: SamplingFixedOrder,
-		Seed:     []byte("sentinel user"), InsecureSeed: true, EvalEvery: 1000,
-		OnStep: func(sm StepMetrics) { steps = append(steps, sm) },
+		Data:      Data{Train: tr.Dataset},
+		Model:     ModelSpec{Built: m, Name: "tabular"},
+		Privacy:   privacy.Request{Steps: 8, Batch: 100, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, Sampling: privacy.SamplingFixedOrder, Seed: []byte("sentinel user"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: 4}},
+		Optimizer: Optimizer{LearningRate: 0.1},
+		Output:    Output{EvalEvery: 1000, OnStep: func(sm StepMetrics) { steps = append(steps, sm) }},
 	}
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("a user with 3e38 rows stopped the run: %v", err)
 	}
-	if len(steps) != cfg.Steps || res == nil {
-		t.Fatalf("%d steps of %d ran", len(steps), cfg.Steps)
+	if len(steps) != cfg.Privacy.Steps || res == nil {
+		t.Fatalf("%d steps of %d ran", len(steps), cfg.Privacy.Steps)
 	}
 	largest := 0.0
 	for _, sm := range steps {
@@ -115,9 +115,10 @@ func TestAugmentMultiplicityExtremeExample(t *testing.T) {
 			model, hidden = "mlp", []int{8}
 		}
 		cfg := Config{
-			Train: ds, ModelName: model, Hidden: hidden, Steps: 4, Batch: 8, NoiseMultiplier: 1,
-			ClipNorm: math.Pow(10, -float64(trial%6)), LearningRate: 0.1, Augment: true, AugmentMultiplicity: 4,
-			Seed: []byte(fmt.Sprint("augment multiplicity extreme ", trial)), InsecureSeed: true,
+			Data:      Data{Train: ds, Augment: &Augmentation{Multiplicity: 4}},
+			Model:     ModelSpec{Name: model, Hidden: hidden},
+			Privacy:   privacy.Request{Steps: 4, Batch: 8, NoiseMultiplier: 1, ClipNorm: math.Pow(10, -float64(trial%6)), Seed: []byte(fmt.Sprint("augment multiplicity extreme ", trial)), InsecureSeed: true},
+			Optimizer: Optimizer{LearningRate: 0.1},
 		}
 		tr, err := New(ctx, cfg)
 		if err != nil {
@@ -129,10 +130,10 @@ func TestAugmentMultiplicityExtremeExample(t *testing.T) {
 				t.Fatalf("trial %d, example %d: %v", trial, i, err)
 			}
 			n := math.Sqrt(sqNorm(tr.chunk))
-			if n-n != 0 || n > cfg.ClipNorm {
-				t.Errorf("trial %d (%s), example %d: contribution norm %.12g > clip norm %g (%.10g clip norms; non-finite %d)", trial, model, i, n, cfg.ClipNorm, n/cfg.ClipNorm, st.NonFinite)
+			if n-n != 0 || n > cfg.Privacy.ClipNorm {
+				t.Errorf("trial %d (%s), example %d: contribution norm %.12g > clip norm %g (%.10g clip norms; non-finite %d)", trial, model, i, n, cfg.Privacy.ClipNorm, n/cfg.Privacy.ClipNorm, st.NonFinite)
 			}
-			worst = max(worst, n/cfg.ClipNorm)
+			worst = max(worst, n/cfg.Privacy.ClipNorm)
 		}
 		for range 3 {
 			if _, err := tr.TrainStep(ctx); err != nil {
@@ -152,8 +153,10 @@ func TestAugmentMultiplicityExtremeExample(t *testing.T) {
 func TestClipNormThatCouldOverflowTheSumRefused(t *testing.T) {
 	ds := images(t, 300, 1, 1)
 	_, err := New(context.Background(), Config{
-		Train: ds, ModelName: "logistic", Steps: 2, Batch: 10, NoiseMultiplier: 1, ClipNorm: 1e36,
-		LearningRate: 0.1, Seed: []byte("huge clip norm"), InsecureSeed: true,
+		Data:      Data{Train: ds},
+		Model:     ModelSpec{Name: "logistic"},
+		Privacy:   privacy.Request{Steps: 2, Batch: 10, NoiseMultiplier: 1, ClipNorm: 1e36, Seed: []byte("huge clip norm"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.1},
 	})
 	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "overflow float32") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("got %v, want a one-line refusal of the clip norm", err)
@@ -178,9 +181,10 @@ func TestBadEmbeddingIDRefusedBeforeTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(context.Background(), Config{
-		Train: tr.Dataset, Model: m, ModelName: "tabular", Steps: 20, Batch: 50,
-		Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, LearningRate: 0.1,
-		Seed: []byte("bad id"), InsecureSeed: true,
+		Data:      Data{Train: tr.Dataset},
+		Model:     ModelSpec{Built: m, Name: "tabular"},
+		Privacy:   privacy.Request{Steps: 20, Batch: 50, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, Seed: []byte("bad id"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.1},
 	})
 	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "example 123") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("got %v, want the bad id of example 123 refused in one line", err)
@@ -193,9 +197,10 @@ func TestBadEmbeddingIDRefusedBeforeTheRun(t *testing.T) {
 // 65536 examples a user for a model of 7,803 parameters.)
 func TestUserExamplesBeyondTheEngineRefused(t *testing.T) {
 	_, err := New(context.Background(), Config{
-		Train: ownedSynthetic(t, 300, 40, 1), ModelName: "mlp", Hidden: []int{600}, Steps: 4, Batch: 10,
-		Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, LearningRate: 0.1,
-		UserLevel: true, UserExamples: 65536, Seed: []byte("k too large"), InsecureSeed: true,
+		Data:      Data{Train: ownedSynthetic(t, 300, 40, 1)},
+		Model:     ModelSpec{Name: "mlp", Hidden: []int{600}},
+		Privacy:   privacy.Request{Steps: 4, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, ClipNorm: 1, Seed: []byte("k too large"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: 65536}},
+		Optimizer: Optimizer{LearningRate: 0.1},
 	})
 	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "1 GiB") {
 		t.Fatalf("got %v, want the per-user bound refused", err)

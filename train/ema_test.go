@@ -21,7 +21,10 @@ func TestEMAIsPostProcessing(t *testing.T) {
 	}
 	run := func(ema float64) trace {
 		cfg := baseConfig(t)
-		cfg.Momentum, cfg.LearningRate, cfg.EMA = 0.9, 0.1, ema
+		cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate = 0.9, 0.1
+		if ema > 0 {
+			cfg.Optimizer.EMA = &EMA{Decay: ema}
+		}
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

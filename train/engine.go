@@ -46,10 +46,10 @@ type Engine interface {
 }
 
 // Backend is a model that builds its own Engine for a run: set it as
-// Config.Backend to train a model that is not a models.Model, e.g. a
+// Model.Backend to train a model that is not a models.Model, e.g. a
 // gorgonia graph (gorgoniadp.Model). A Backend that also has a method
 // Compiled() (ok bool, why string) and reports !ok (it runs on a slow
-// path) has why printed as one line on Config.Log when Run starts; one
+// path) has why printed as one line on Output.Log when Run starts; one
 // with a method Classes() int must have as many as the training data.
 type Backend interface {
 	// Name identifies the model in results and checkpoints.

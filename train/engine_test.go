@@ -52,7 +52,7 @@ func (f *fakeBackend) Load(r io.Reader) error {
 	return binary.Read(r, binary.LittleEndian, f.params)
 }
 
-// TestBackendSeam checks that Config.Backend replaces the model: the run's
+// TestBackendSeam checks that Model.Backend replaces the model: the run's
 // clipping options reach NewEngine, the loop's update is exactly
 // -lr * sum / batch on the engine's Params, checkpoints hold what the
 // backend saves, and a backend's refusal is the run's error.
@@ -63,7 +63,7 @@ func TestBackendSeam(t *testing.T) {
 	}
 	fb := &fakeBackend{params: make([]float32, 3)}
 	ck := filepath.Join(t.TempDir(), "ck")
-	cfg := Config{Train: trainSet, Backend: fb, Steps: 3, Batch: 10, NonPrivate: true, LearningRate: 0.25, ClipNorm: 2, CheckpointPath: ck}
+	cfg := Config{Data: Data{Train: trainSet}, Model: ModelSpec{Backend: fb}, Privacy: privacy.Request{Steps: 3, Batch: 10, ClipNorm: 2}, NonPrivate: true, Optimizer: Optimizer{LearningRate: 0.25}, Output: Output{CheckpointPath: ck}}
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +85,12 @@ func TestBackendSeam(t *testing.T) {
 	// A private run adds noise: without it every coordinate would move by
 	// the same -n / expected batch.
 	fb2 := &fakeBackend{params: make([]float32, 3)}
-	priv := Config{Train: trainSet, Backend: fb2, Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1,
-		Accountant: privacy.RDP, LearningRate: 1, Seed: []byte("backend seam"), InsecureSeed: true}
+	priv := Config{
+		Data:      Data{Train: trainSet},
+		Model:     ModelSpec{Backend: fb2},
+		Privacy:   privacy.Request{Steps: 1, Batch: 10, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1, Accountant: privacy.RDP, Seed: []byte("backend seam"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 1},
+	}
 	if _, err := Run(context.Background(), priv); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +99,7 @@ func TestBackendSeam(t *testing.T) {
 	}
 
 	perLayer := cfg
-	perLayer.CheckpointPath, perLayer.ClipPerLayer = "", []float64{1, 1}
+	perLayer.Output.CheckpointPath, perLayer.Model.ClipPerLayer = "", []float64{1, 1}
 	if _, err := Run(context.Background(), perLayer); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Fatalf("per-layer clipping on a backend that refuses it: %v", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/train"
@@ -19,13 +21,10 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	res, err := train.Run(context.Background(), train.Config{
-		Train: trainSet, Test: testSet, ModelName: "logistic",
-		Steps: 40, Batch: 100,
-		Mechanism: mfnoise.BandMF{Bands: 4}, Epsilon: 8, Delta: 1e-5,
-		Momentum: 0.9, LearningRate: 0.2, CooldownFrac: 0.25,
-		// A short seed makes the example reproducible; it is an insecure
-		// experiment, and the plan says so. Omit both for crypto/rand noise.
-		Seed: []byte("example"), InsecureSeed: true,
+		Data:      train.Data{Train: trainSet, Test: testSet},
+		Model:     train.ModelSpec{Name: "logistic"},
+		Privacy:   privacy.Request{Steps: 40, Batch: 100, Mechanism: mfnoise.BandMF{Bands: 4}, Epsilon: 8, Delta: 1e-5, Seed: []byte("example"), InsecureSeed: true},
+		Optimizer: train.Optimizer{Momentum: 0.9, LearningRate: 0.2, CooldownFrac: 0.25},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -48,9 +47,9 @@ func ExampleTrainer() {
 		log.Fatal(err)
 	}
 	tr, err := train.New(context.Background(), train.Config{
-		Train: trainSet, Test: testSet, ModelName: "logistic",
-		Steps: 20, Batch: 50, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1.0,
-		Seed: []byte("example"), InsecureSeed: true,
+		Data:    train.Data{Train: trainSet, Test: testSet},
+		Model:   train.ModelSpec{Name: "logistic"},
+		Privacy: privacy.Request{Steps: 20, Batch: 50, Mechanism: mfnoise.DPSGD{}, NoiseMultiplier: 1.0, Seed: []byte("example"), InsecureSeed: true},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -87,11 +86,9 @@ func ExampleConfig_userLevel() {
 		log.Fatal(err)
 	}
 	res, err := train.Run(context.Background(), train.Config{
-		Train: trainSet, Test: testSet, ModelName: "logistic",
-		Steps: 30, Batch: 50, // 50 users a step
-		UserLevel: true, UserExamples: 4,
-		Mechanism: mfnoise.DPSGD{}, Epsilon: 4,
-		Seed: []byte("example"), InsecureSeed: true,
+		Data:    train.Data{Train: trainSet, Test: testSet},
+		Model:   train.ModelSpec{Name: "logistic"},
+		Privacy: privacy.Request{Steps: 30, Batch: 50, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, Seed: []byte("example"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: 4}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 )
 
@@ -23,9 +25,11 @@ func TestFashionMNISTPrivateTraining(t *testing.T) {
 	}
 	steps := 300
 	base := Config{
-		Train: trainSet, Test: testSet, ModelName: "mlp", Hidden: []int{128},
-		Steps: steps, Batch: 250, Epsilon: 8, LearningRate: 0.5, CooldownFrac: 0.25,
-		Seed: []byte("fashion e2e"), InsecureSeed: true, EvalEvery: steps, CacheDir: t.TempDir(),
+		Data:      Data{Train: trainSet, Test: testSet},
+		Model:     ModelSpec{Name: "mlp", Hidden: []int{128}},
+		Privacy:   privacy.Request{Steps: steps, Batch: 250, Epsilon: 8, Seed: []byte("fashion e2e"), InsecureSeed: true, CacheDir: t.TempDir()},
+		Optimizer: Optimizer{LearningRate: 0.5, CooldownFrac: 0.25},
+		Output:    Output{EvalEvery: steps},
 	}
 	cases := []struct {
 		name   string
@@ -33,8 +37,12 @@ func TestFashionMNISTPrivateTraining(t *testing.T) {
 		minAcc float64
 	}{
 		{"non-private", func(c *Config) { c.NonPrivate = true }, 0.80},
-		{"dpsgd", func(c *Config) { c.Mechanism = parseMech(t, "dpsgd") }, 0.74},
-		{"bandmf", func(c *Config) { c.Mechanism = parseMech(t, "bandmf:16"); c.Momentum = 0.95; c.LearningRate = 0.1 }, 0.78},
+		{"dpsgd", func(c *Config) { c.Privacy.Mechanism = parseMech(t, "dpsgd") }, 0.74},
+		{"bandmf", func(c *Config) {
+			c.Privacy.Mechanism = parseMech(t, "bandmf:16")
+			c.Optimizer.Momentum = 0.95
+			c.Optimizer.LearningRate = 0.1
+		}, 0.78},
 	}
 	acc := map[string]float64{}
 	for _, tc := range cases {

@@ -87,17 +87,17 @@ func sameParams(t *testing.T, a, b []float32, what string) {
 // and checkpoints every 4.
 func faultConfig(t testing.TB, dir string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, 30, 0.9, 0.1
-	cfg.EvalEvery, cfg.Accountant = 5, privacy.RDP // RDP plans in milliseconds
-	cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
-	cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate = mfnoise.BandMF{Bands: 4}, 30, 0.9, 0.1
+	cfg.Output.EvalEvery, cfg.Privacy.Accountant = 5, privacy.RDP // RDP plans in milliseconds
+	cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
+	cfg.Output.MetricsPath = filepath.Join(dir, "metrics.jsonl")
 	return cfg
 }
 
 func uninterrupted(t *testing.T) (*Result, []float32) {
 	t.Helper()
 	cfg := faultConfig(t, t.TempDir())
-	cfg.CheckpointPath, cfg.MetricsPath = "", ""
+	cfg.Output.CheckpointPath, cfg.Output.MetricsPath = "", ""
 	return nil, trainToEnd(t, cfg)
 }
 
@@ -126,7 +126,7 @@ func TestInterruptSavesCheckpointAndResumeSaysFromWhere(t *testing.T) {
 	cfg := faultConfig(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.OnStep = func(sm StepMetrics) {
+	cfg.Output.OnStep = func(sm StepMetrics) {
 		if sm.Step == 13 {
 			cancel()
 		}
@@ -135,25 +135,25 @@ func TestInterruptSavesCheckpointAndResumeSaysFromWhere(t *testing.T) {
 	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("want ErrInterrupted wrapping context.Canceled, got %v", err)
 	}
-	for _, want := range []string{"at step 13 of 30", "checkpoint saved to " + cfg.CheckpointPath, "resume from step 13"} {
+	for _, want := range []string{"at step 13 of 30", "checkpoint saved to " + cfg.Output.CheckpointPath, "resume from step 13"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("interrupt message %q lacks %q", err, want)
 		}
 	}
 	var log bytes.Buffer
 	cfg = faultConfig(t, dir)
-	cfg.Log = &log
+	cfg.Output.Log = &log
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log.String(), "resumed from checkpoint "+cfg.CheckpointPath+" at step 13 of 30") || res.Resumed != 13 {
+	if !strings.Contains(log.String(), "resumed from checkpoint "+cfg.Output.CheckpointPath+" at step 13 of 30") || res.Resumed != 13 {
 		t.Fatalf("resume not announced (Resumed %d):\n%s", res.Resumed, log.String())
 	}
 	if got := fmt.Sprint(evalSteps(res)); got != "[5 10 15 20 25 30]" {
 		t.Fatalf("result evaluations at steps %s, want those before the interrupt too", got)
 	}
-	checkMetricsFile(t, cfg.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
+	checkMetricsFile(t, cfg.Output.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestResumeTruncatesMetricsToCheckpoint(t *testing.T) {
 	cfg := faultConfig(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.OnStep = func(sm StepMetrics) {
+	cfg.Output.OnStep = func(sm StepMetrics) {
 		if sm.Step == 12 {
 			cancel()
 		}
@@ -181,7 +181,7 @@ func TestResumeTruncatesMetricsToCheckpoint(t *testing.T) {
 	}
 	// What a kill after step 14 leaves: steps 13 and 14 written after the
 	// checkpoint at 12, and half of step 15.
-	f, err := os.OpenFile(cfg.MetricsPath, os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(cfg.Output.MetricsPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestResumeTruncatesMetricsToCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkMetricsFile(t, cfg.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
+	checkMetricsFile(t, cfg.Output.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
 	if got := fmt.Sprint(evalSteps(res)); got != "[5 10 15 20 25 30]" {
 		t.Fatalf("result evaluations at steps %s", got)
 	}
@@ -201,7 +201,7 @@ func TestResumeTruncatesMetricsToCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkMetricsFile(t, cfg.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
+	checkMetricsFile(t, cfg.Output.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
 	if res.Resumed != 30 || fmt.Sprint(evalSteps(res)) != "[5 10 15 20 25 30]" {
 		t.Fatalf("rerun of a finished run: resumed %d, evaluations %v", res.Resumed, evalSteps(res))
 	}
@@ -212,14 +212,14 @@ func TestResumeTruncatesMetricsToCheckpoint(t *testing.T) {
 func TestOutputPathsCheckedBeforeFirstStep(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
 	for _, edit := range []func(*Config){
-		func(c *Config) { c.CheckpointPath = filepath.Join(missing, "run.ckpt") },
-		func(c *Config) { c.MetricsPath = filepath.Join(missing, "m.jsonl") },
-		func(c *Config) { c.CheckpointPath = t.TempDir() }, // a directory
+		func(c *Config) { c.Output.CheckpointPath = filepath.Join(missing, "run.ckpt") },
+		func(c *Config) { c.Output.MetricsPath = filepath.Join(missing, "m.jsonl") },
+		func(c *Config) { c.Output.CheckpointPath = t.TempDir() }, // a directory
 	} {
 		cfg := faultConfig(t, t.TempDir())
 		edit(&cfg)
 		steps := 0
-		cfg.OnStep = func(StepMetrics) { steps++ }
+		cfg.Output.OnStep = func(StepMetrics) { steps++ }
 		_, err := Run(context.Background(), cfg)
 		if !errors.Is(err, dpcore.ErrInvalid) || steps != 0 {
 			t.Fatalf("after %d steps: want dpcore.ErrInvalid before the first step, got %v", steps, err)
@@ -229,8 +229,8 @@ func TestOutputPathsCheckedBeforeFirstStep(t *testing.T) {
 
 func TestNegativeIntervalsRejected(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
-		"eval every -1":       func(c *Config) { c.EvalEvery = -1 },
-		"checkpoint every -1": func(c *Config) { c.CheckpointEvery = -1 },
+		"eval every -1":       func(c *Config) { c.Output.EvalEvery = -1 },
+		"checkpoint every -1": func(c *Config) { c.Output.CheckpointEvery = -1 },
 	} {
 		cfg := baseConfig(t)
 		edit(&cfg)

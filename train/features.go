@@ -51,24 +51,16 @@ func scattering(s data.Shape) (*models.Scattering, error) {
 }
 
 // featureShape is the shape the model sees for cfg's data.
-func featureShape(cfg *Config) ([3]int, error) {
-	shape := shapeOf(cfg.Train)
-	if cfg.Features != FeaturesScatter {
+func featureShape(train *data.Dataset, f Features) ([3]int, error) {
+	shape := shapeOf(train)
+	if f != FeaturesScatter {
 		return shape, nil
 	}
-	sc, err := scattering(cfg.Train.Shape)
+	sc, err := scattering(train.Shape)
 	if err != nil {
 		return shape, err
 	}
 	return sc.OutShape(shape[0]), nil
-}
-
-// preprocessing describes cfg's per-example transform for the ledger.
-func preprocessing(cfg *Config) []string {
-	if cfg.Features != FeaturesScatter {
-		return augmentationNote(cfg)
-	}
-	return append(augmentationNote(cfg), fmt.Sprintf("scattering transform (Morlet wavelets, J = %d, L = %d; no parameters) of every example", scatterJ, scatterL))
 }
 
 // FeaturesProgress is where the computing of a data set's features
@@ -112,29 +104,6 @@ func newFeaturizer(sc *models.Scattering, dir string, progress func(FeaturesProg
 	return &featurizer{sc: sc, dir: dir, progress: progress, block: featuresBlock, transform: func(ctx context.Context, dst, src []float32, n, c int) error {
 		return sc.TransformBatch(ctx, dst, src, n, c, runtime.GOMAXPROCS(0))
 	}}
-}
-
-// applyFeatures replaces cfg.Train and cfg.Test by their features. Views
-// of one data set (data.Dataset.Slice: -validation's training and held-out
-// parts) are served from the features of that data set, computed (or
-// read from the cache) once, unless together they cover less than half of
-// it. The features are held once, in float32: the views share them.
-func applyFeatures(ctx context.Context, cfg *Config) ([]FeaturesDone, error) {
-	if cfg.Features != FeaturesScatter {
-		return nil, nil
-	}
-	sc, err := scattering(cfg.Train.Shape)
-	if err != nil {
-		return nil, err
-	}
-	fz := newFeaturizer(sc, cfg.CacheDir, cfg.OnFeatures)
-	if err := fz.apply(ctx, []**data.Dataset{&cfg.Train, &cfg.Test}); err != nil {
-		return nil, err
-	}
-	if cfg.Log != nil {
-		fmt.Fprintln(cfg.Log, fz.summary())
-	}
-	return fz.done, nil
 }
 
 // apply replaces every non-nil *sets[i] by its features.
@@ -316,7 +285,7 @@ func (fz *featurizer) cached(ctx context.Context, d *data.Dataset) (*data.Datase
 }
 
 // ApplyFeatures returns the features f of every example of d (d itself for
-// FeaturesPixels), as a run with Config.Features = f computes them: for
+// FeaturesPixels), as a run with Data.Features = f computes them: for
 // evaluating a saved model on new examples.
 func ApplyFeatures(ctx context.Context, f Features, d *data.Dataset) (*data.Dataset, error) {
 	switch f {
@@ -353,3 +322,5 @@ func InputShape(f Features, feat [3]int) ([3]int, error) {
 	}
 	return [3]int{}, invalidf("features %q: want scatter or none", f)
 }
+
+func shapeOf(d *data.Dataset) [3]int { return [3]int{d.Shape.C, d.Shape.H, d.Shape.W} }

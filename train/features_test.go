@@ -45,8 +45,8 @@ func quadrants(t testing.TB, m int, seed uint64) *data.Dataset {
 // plan's ledger states the transform.
 func TestScatterNetRun(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Train, cfg.Test = quadrants(t, 1000, 1), quadrants(t, 200, 2)
-	cfg.ModelName, cfg.Steps, cfg.EMA, cfg.LearningRate, cfg.ClipNorm = "scatternet", 30, 0.9, 2, 0.5
+	cfg.Data.Train, cfg.Data.Test = quadrants(t, 1000, 1), quadrants(t, 200, 2)
+	cfg.Model.Name, cfg.Privacy.Steps, cfg.Optimizer.EMA, cfg.Optimizer.LearningRate, cfg.Privacy.ClipNorm = "scatternet", 30, &EMA{Decay: 0.9}, 2, 0.5
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,14 +72,14 @@ func TestScatterNetRun(t *testing.T) {
 
 func TestFeaturesRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
-		"augment":      func(c *Config) { c.ModelName, c.Augment = "scatternet", true },
-		"unknown":      func(c *Config) { c.Features = "wavelets" },
-		"ema 1":        func(c *Config) { c.EMA = 1 },
-		"ema negative": func(c *Config) { c.EMA = -0.5 },
+		"augment":      func(c *Config) { c.Model.Name, c.Data.Augment = "scatternet", &Augmentation{} },
+		"unknown":      func(c *Config) { c.Data.Features = "wavelets" },
+		"ema 1":        func(c *Config) { c.Optimizer.EMA = &EMA{Decay: 1} },
+		"ema negative": func(c *Config) { c.Optimizer.EMA = &EMA{Decay: -0.5} },
 		"tiny for J = 2": func(c *Config) {
-			c.Features = FeaturesScatter
-			c.Train = blobs(t, 100, 1)
-			c.Train.Shape.H, c.Train.Shape.W = 2, 8
+			c.Data.Features = FeaturesScatter
+			c.Data.Train = blobs(t, 100, 1)
+			c.Data.Train.Shape.H, c.Data.Train.Shape.W = 2, 8
 		},
 	} {
 		cfg := baseConfig(t)

@@ -22,7 +22,7 @@ import (
 // change), so the checkpoint resumes with every later build.
 func formatRunConfig(t *testing.T, dir string) Config {
 	cfg := faultConfig(t, dir)
-	cfg.Mechanism = parseMech(t, "tree-online")
+	cfg.Privacy.Mechanism = parseMech(t, "tree-online")
 	return cfg
 }
 
@@ -44,8 +44,8 @@ func copyFixture(t *testing.T, name, dst string) {
 func TestFormatCheckpointAndMetrics3258d09(t *testing.T) {
 	dir := t.TempDir()
 	cfg := formatRunConfig(t, dir)
-	copyFixture(t, "checkpoint-3258d09.ckpt", cfg.CheckpointPath)
-	copyFixture(t, "metrics-3258d09.jsonl", cfg.MetricsPath)
+	copyFixture(t, "checkpoint-3258d09.ckpt", cfg.Output.CheckpointPath)
+	copyFixture(t, "metrics-3258d09.jsonl", cfg.Output.MetricsPath)
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,14 +56,14 @@ func TestFormatCheckpointAndMetrics3258d09(t *testing.T) {
 	if got := fmt.Sprint(evalSteps(res)); got != "[5 10 15 20 25 30]" {
 		t.Fatalf("result evaluations at steps %s, want those of the metrics file too", got)
 	}
-	checkMetricsFile(t, cfg.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
+	checkMetricsFile(t, cfg.Output.MetricsPath, 30, []int{5, 10, 15, 20, 25, 30})
 	checkResultFile(t, res)
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	whole := formatRunConfig(t, t.TempDir())
-	whole.CheckpointPath, whole.MetricsPath = "", ""
+	whole.Output.CheckpointPath, whole.Output.MetricsPath = "", ""
 	sameParams(t, tr.Model().Params(), trainToEnd(t, whole), "resumed from the 3258d09 checkpoint")
 }
 
@@ -144,8 +144,8 @@ func TestFormatCheckpointWithCache3258d09(t *testing.T) {
 	src := filepath.Join("testdata", "formats", "bandmf-cache-3258d09")
 	dir := t.TempDir()
 	cfg := faultConfig(t, dir)
-	cfg.CacheDir = filepath.Join(dir, "cache")
-	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+	cfg.Privacy.CacheDir = filepath.Join(dir, "cache")
+	if err := os.MkdirAll(cfg.Privacy.CacheDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := filepath.Glob(filepath.Join(src, "cache", "*"))
@@ -164,7 +164,7 @@ func TestFormatCheckpointWithCache3258d09(t *testing.T) {
 	}
 	// Read, not rebuilt: a rebuild would have replaced the entry.
 	was, _ := os.ReadFile(entries[0])
-	now, err := os.ReadFile(filepath.Join(cfg.CacheDir, filepath.Base(entries[0])))
+	now, err := os.ReadFile(filepath.Join(cfg.Privacy.CacheDir, filepath.Base(entries[0])))
 	if err != nil || !bytes.Equal(now, was) {
 		t.Fatalf("the cache entry was rewritten (%v)", err)
 	}
@@ -173,6 +173,6 @@ func TestFormatCheckpointWithCache3258d09(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := faultConfig(t, t.TempDir())
-	whole.CheckpointPath, whole.MetricsPath, whole.CacheDir = "", "", cfg.CacheDir
+	whole.Output.CheckpointPath, whole.Output.MetricsPath, whole.Privacy.CacheDir = "", "", cfg.Privacy.CacheDir
 	sameParams(t, tr.Model().Params(), trainToEnd(t, whole), "resumed from the 3258d09 checkpoint with its cache")
 }

@@ -32,7 +32,7 @@ func FuzzLoadCheckpoint(f *testing.F) {
 	if _, err := Run(context.Background(), cfg); err != nil {
 		f.Fatal(err)
 	}
-	good, err := os.ReadFile(cfg.CheckpointPath)
+	good, err := os.ReadFile(cfg.Output.CheckpointPath)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func FuzzLoadCheckpoint(f *testing.F) {
 		f.Add(b)
 		writeCorpus(f, "FuzzLoadCheckpoint", name, b)
 	}
-	cfg.CheckpointPath, cfg.MetricsPath = "", ""
+	cfg.Output.CheckpointPath, cfg.Output.MetricsPath = "", ""
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		f.Fatal(err)
@@ -64,8 +64,8 @@ func FuzzLoadCheckpoint(f *testing.F) {
 			}
 			return
 		}
-		if tr.Step() < 0 || tr.Step() > cfg.Steps {
-			t.Fatalf("accepted a checkpoint at step %d of %d", tr.Step(), cfg.Steps)
+		if tr.Step() < 0 || tr.Step() > cfg.Privacy.Steps {
+			t.Fatalf("accepted a checkpoint at step %d of %d", tr.Step(), cfg.Privacy.Steps)
 		}
 	})
 }

@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/dpmf-go/dpmf/clip"
 )
@@ -18,22 +17,8 @@ type IndexEngine interface {
 	Engine
 	// ClippedSumIndices writes into dst (len(Params())) the sum of the
 	// clipped gradients, at the current Params, of the training examples
-	// idx (increasing indices into Config.Train) for step (1-based), and
+	// idx (increasing indices into Data.Train) for step (1-based), and
 	// returns the batch's statistics. It is all-or-nothing: on an error dst
 	// is not used and the loop rolls the step back.
 	ClippedSumIndices(ctx context.Context, step int, idx []int, dst []float32) (clip.Stats, error)
-}
-
-// clipByIndex is sampleAndClip for an IndexEngine: the engine computes
-// the whole batch's clipped sum into t.sum.
-func (t *Trainer) clipByIndex(ctx context.Context, ie IndexEngine, step int, sm StepMetrics) (StepMetrics, error) {
-	st, err := ie.ClippedSumIndices(ctx, step, t.idx, t.sum)
-	if err != nil {
-		if ctx.Err() != nil {
-			return sm, ctx.Err()
-		}
-		return sm, fmt.Errorf("train: step %d: %w", step, err)
-	}
-	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
-	return sm, checkClippedSum(step, t.sum)
 }

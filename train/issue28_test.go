@@ -28,12 +28,12 @@ func buildCounter(ctx context.Context) (context.Context, *int) {
 func TestResumeWithOtherSettingsRefusedBeforeBuilding(t *testing.T) {
 	dir := t.TempDir()
 	cfg := faultConfig(t, dir)
-	cfg.Mechanism = mfnoise.BandMF{Bands: 2}
+	cfg.Privacy.Mechanism = mfnoise.BandMF{Bands: 2}
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	changed := cfg
-	changed.Steps, changed.LearningRate = 40, 0.2
+	changed.Privacy.Steps, changed.Optimizer.LearningRate = 40, 0.2
 	ctx, builds := buildCounter(context.Background())
 	_, err := New(ctx, changed)
 	if !errors.Is(err, ErrCorruptCheckpoint) {
@@ -61,12 +61,12 @@ func TestResumeWithOtherSettingsRefusedBeforeBuilding(t *testing.T) {
 // the fix both came after the build: seen failing).
 func TestBandsAndPerLayerClipRefusedBeforeBuilding(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
-		"bands":          func(c *Config) { c.Bands = 100000 },
-		"clip per layer": func(c *Config) { c.ClipPerLayer = []float64{1, 2, 3} },
+		"bands":          func(c *Config) { c.Privacy.Partitions = 100000 },
+		"clip per layer": func(c *Config) { c.Model.ClipPerLayer = []float64{1, 2, 3} },
 	} {
 		cfg := faultConfig(t, t.TempDir())
-		cfg.CheckpointPath, cfg.MetricsPath = "", ""
-		cfg.Mechanism = parseMech(t, "bandmf:auto")
+		cfg.Output.CheckpointPath, cfg.Output.MetricsPath = "", ""
+		cfg.Privacy.Mechanism = parseMech(t, "bandmf:auto")
 		edit(&cfg)
 		ctx, builds := buildCounter(context.Background())
 		_, err := New(ctx, cfg)
@@ -87,9 +87,9 @@ func TestBandsAndPerLayerClipRefusedBeforeBuilding(t *testing.T) {
 func TestSizesThatCannotFitRefused(t *testing.T) {
 	ctx := context.Background()
 	steps := baseConfig(t)
-	steps.Steps = 9_000_000_000_000
+	steps.Privacy.Steps = 9_000_000_000_000
 	wide := baseConfig(t)
-	wide.ModelName, wide.Hidden = "mlp", []int{1_000_000_000, 1_000_000_000}
+	wide.Model.Name, wide.Model.Hidden = "mlp", []int{1_000_000_000, 1_000_000_000}
 	for name, cfg := range map[string]Config{"steps": steps, "hidden": wide} {
 		_, err := Run(ctx, cfg)
 		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need") || !strings.Contains(err.Error(), "iB") {
@@ -97,7 +97,7 @@ func TestSizesThatCannotFitRefused(t *testing.T) {
 		}
 	}
 	cfg := auditConfig(t, "dpsgd", 2, 0, "")
-	cfg.Steps = 10
+	cfg.Privacy.Steps = 10
 	_, err := Audit(ctx, cfg, AuditOptions{Canaries: 1_000_000_000, Mode: AuditWhitebox})
 	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need") {
 		t.Errorf("a billion canaries: %v, want a refusal stating the memory", err)
@@ -127,7 +127,7 @@ func (c *cancelAfter) Done() <-chan struct{} { return nil }
 // (seen failing: no error).
 func TestCancelInsideAStep(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Batch = 400 // several chunks whatever the number of workers
+	cfg.Privacy.Batch = 400 // several chunks whatever the number of workers
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -163,11 +163,11 @@ func TestCancelInsideAStep(t *testing.T) {
 // result (seen failing).
 func TestCancelDuringFinalEvaluationInterrupts(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Steps = 3
+	cfg.Privacy.Steps = 3
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.OnStep = func(sm StepMetrics) {
-		if sm.Step == cfg.Steps {
+	cfg.Output.OnStep = func(sm StepMetrics) {
+		if sm.Step == cfg.Privacy.Steps {
 			cancel()
 		}
 	}
@@ -183,7 +183,7 @@ func TestCancelDuringFinalEvaluationInterrupts(t *testing.T) {
 // limit the process runs under is refused, stating both.
 func TestMemoryLimitHonoursGOMEMLIMIT(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.ModelName, cfg.Hidden = "mlp", []int{1 << 20} // 22,020,100 parameters: 8 arrays of float32 are 672 MiB
+	cfg.Model.Name, cfg.Model.Hidden = "mlp", []int{1 << 20} // 22,020,100 parameters: 8 arrays of float32 are 672 MiB
 	old := debug.SetMemoryLimit(256 << 20)
 	defer debug.SetMemoryLimit(old)
 	err := cfg.checkSizes()

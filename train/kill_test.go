@@ -35,11 +35,11 @@ const killChildEnv = "DPMF_TRAIN_KILL_CHILD"
 
 func killConfig(t testing.TB, dir string, steps int) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, steps, 0.9, 0.1
-	cfg.Accountant, cfg.EvalEvery = privacy.RDP, 10
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate = mfnoise.BandMF{Bands: 4}, steps, 0.9, 0.1
+	cfg.Privacy.Accountant, cfg.Output.EvalEvery = privacy.RDP, 10
 	if dir != "" {
-		cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 3
-		cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
+		cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 3
+		cfg.Output.MetricsPath = filepath.Join(dir, "metrics.jsonl")
 	}
 	return cfg
 }
@@ -52,9 +52,9 @@ func TestKillHarnessChild(t *testing.T) {
 	dir, stepsText, _ := strings.Cut(spec, "|")
 	steps, _ := strconv.Atoi(stepsText)
 	cfg := killConfig(t, dir, steps)
-	cfg.slowWrite = 8 * time.Millisecond
+	cfg.Output.slowWrite = 8 * time.Millisecond
 	out := bufio.NewWriter(os.Stdout)
-	cfg.OnStep = func(sm StepMetrics) {
+	cfg.Output.OnStep = func(sm StepMetrics) {
 		fmt.Fprintf(out, "killharness step %d\n", sm.Step)
 		out.Flush()
 	}
@@ -79,7 +79,7 @@ func checkCheckpointIntact(t *testing.T, path string, every, steps int) int {
 	if err != nil {
 		t.Fatalf("checkpoint unreadable or failing its checksum after a kill: %v", err)
 	}
-	var ck checkpoint
+	var ck checkpointState
 	if err := msgpack.Unmarshal(payload, &ck); err != nil {
 		t.Fatalf("checkpoint payload unreadable after a kill: %v", err)
 	}
@@ -198,22 +198,22 @@ func TestKillAtRandomPointsAndResume(t *testing.T) {
 				os.Remove(p)
 			}
 		}
-		if b, _ := os.ReadFile(cfg.MetricsPath); len(b) > 0 && b[len(b)-1] != '\n' {
+		if b, _ := os.ReadFile(cfg.Output.MetricsPath); len(b) > 0 && b[len(b)-1] != '\n' {
 			inMetrics++
 		}
-		ck := checkCheckpointIntact(t, cfg.CheckpointPath, cfg.CheckpointEvery, steps)
-		checkMetricsPrefix(t, cfg.MetricsPath, ck)
+		ck := checkCheckpointIntact(t, cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery, steps)
+		checkMetricsPrefix(t, cfg.Output.MetricsPath, ck)
 		killedAt = append(killedAt, ck)
 	}
 	if len(killedAt) < kills*5/6 {
 		t.Errorf("the run finished after only %d of %d kills", len(killedAt), kills)
 	}
 	var evals []int
-	for s := cfg.EvalEvery; s < steps; s += cfg.EvalEvery {
+	for s := cfg.Output.EvalEvery; s < steps; s += cfg.Output.EvalEvery {
 		evals = append(evals, s)
 	}
 	evals = append(evals, steps)
-	checkMetricsFile(t, cfg.MetricsPath, steps, evals)
+	checkMetricsFile(t, cfg.Output.MetricsPath, steps, evals)
 	var res Result
 	if b, err := os.ReadFile(filepath.Join(dir, "result.json")); err != nil || json.Unmarshal(b, &res) != nil {
 		t.Fatalf("no result: %v", err)

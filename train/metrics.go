@@ -10,6 +10,86 @@ import (
 	"time"
 )
 
+// stepNotPrivate lists the keys of a step's metrics that are computed from
+// the private batch without noise.
+func stepNotPrivate() []string {
+	return []string{"loss", "batch_size", "clipped_frac", "norm_quantiles", "non_finite"}
+}
+
+// StepMetrics describes one training step.
+type StepMetrics struct {
+	Step          int        `json:"step"`
+	Loss          float64    `json:"loss"`
+	BatchSize     int        `json:"batch_size"`
+	ClippedFrac   float64    `json:"clipped_frac"`
+	NormQuantiles [4]float64 `json:"norm_quantiles"` // 50%, 90%, 99%, max
+	NonFinite     int        `json:"non_finite"`
+	// Epsilon bounds the epsilon spent after this step (Plan.EpsilonSpent):
+	// never below it, exact at the end.
+	Epsilon     float64 `json:"epsilon"`
+	StepSeconds float64 `json:"step_seconds"`
+	// ClipNorm is the step's clip norm under adaptive clipping (a function
+	// of released counts), else 0.
+	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// NotPrivate lists the keys computed from the private batch without
+	// noise, which the guarantee does not cover: loss, batch_size,
+	// clipped_frac, norm_quantiles and non_finite. Keep them as private as
+	// the training data (or drop them) before releasing a run's metrics.
+	NotPrivate []string `json:"not_private"`
+}
+
+// EvalMetrics describes one evaluation: on the test set, or on the
+// training set when the run has none.
+type EvalMetrics struct {
+	Step int `json:"step"`
+	// Split is SplitTest, SplitValidation or SplitTrain. A training-set
+	// evaluation is written with the keys train_loss and train_accuracy
+	// (never test_*) and lists them under not_private: it reads the
+	// private data without noise, outside the guarantee. A validation
+	// evaluation (examples held out of the private training data) lists
+	// its test_loss and test_accuracy there too.
+	Split    string  `json:"split"`
+	Loss     float64 `json:"test_loss"`
+	Accuracy float64 `json:"test_accuracy"`
+	Epsilon  float64 `json:"epsilon"`
+	Delta    float64 `json:"delta"`
+	// NotPrivate lists the keys the guarantee does not cover.
+	NotPrivate []string `json:"not_private,omitempty"`
+}
+
+// Evaluation splits. SplitValidation is a test set held out of the
+// training data (Config.Validation); it is written with the test_* keys.
+const (
+	SplitTest       = "test"
+	SplitTrain      = "train"
+	SplitValidation = "validation"
+)
+
+// MarshalJSON names loss and accuracy after the split they were measured
+// on: test_loss and test_accuracy, or train_loss and train_accuracy.
+func (em EvalMetrics) MarshalJSON() ([]byte, error) {
+	type plain EvalMetrics
+	if em.Split != SplitTrain {
+		return json.Marshal(plain(em))
+	}
+	return json.Marshal(struct {
+		Step       int      `json:"step"`
+		Split      string   `json:"split"`
+		Loss       float64  `json:"train_loss"`
+		Accuracy   float64  `json:"train_accuracy"`
+		Epsilon    float64  `json:"epsilon"`
+		Delta      float64  `json:"delta"`
+		NotPrivate []string `json:"not_private"`
+	}{em.Step, em.Split, em.Loss, em.Accuracy, em.Epsilon, em.Delta, em.NotPrivate})
+}
+
+// evalTrainNotPrivate lists the keys of a training-set evaluation.
+func evalTrainNotPrivate() []string { return []string{"train_loss", "train_accuracy"} }
+
+// evalValidationNotPrivate lists the keys of a validation evaluation: a
+// split held out of the private training data is private data too.
+func evalValidationNotPrivate() []string { return []string{"test_loss", "test_accuracy"} }
+
 // metricsWriter appends one JSON object per line: {"kind":"step",...} or
 // {"kind":"eval",...}. Keys are those of StepMetrics and EvalMetrics.
 //

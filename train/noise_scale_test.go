@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/dpcore"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/optim"
@@ -40,30 +42,30 @@ func (r *recorder) StepIndex() int { return len(r.grads) }
 func TestNoiseAddedHasScaleSigmaZetaSens(t *testing.T) {
 	cases := []struct {
 		mech     string
-		sampling Sampling
+		sampling privacy.Sampling
 		wantSens float64 // 0: not known in closed form
 	}{
-		{"dpsgd", SamplingPoisson, 1}, // amplified: one participation, C = I
+		{"dpsgd", privacy.SamplingPoisson, 1}, // amplified: one participation, C = I
 		// 400 examples in batches of 50 over 40 steps: fixed-order epochs
 		// realize (k,b) = (5,8).
-		{"tree-online", SamplingFixedOrder, 0},
-		{"bandmf:4", SamplingFixedOrder, math.Sqrt(5)}, // banded-MF Thm 2
-		{"mf-kb", SamplingFixedOrder, 1},               // normalized by its optimizer
+		{"tree-online", privacy.SamplingFixedOrder, 0},
+		{"bandmf:4", privacy.SamplingFixedOrder, math.Sqrt(5)}, // banded-MF Thm 2
+		{"mf-kb", privacy.SamplingFixedOrder, 1},               // normalized by its optimizer
 	}
 	const sigma, zeta = 0.7, 0.3
 	for _, tc := range cases {
 		t.Run(tc.mech, func(t *testing.T) {
 			cfg := baseConfig(t)
-			cfg.Train = blobs(t, 400, 1)
-			cfg.Mechanism, cfg.Sampling, cfg.Steps = parseMech(t, tc.mech), tc.sampling, 40
-			cfg.NoiseMultiplier, cfg.ClipNorm, cfg.Momentum = sigma, zeta, 0.9
+			cfg.Data.Train = blobs(t, 400, 1)
+			cfg.Privacy.Mechanism, cfg.Privacy.Sampling, cfg.Privacy.Steps = parseMech(t, tc.mech), tc.sampling, 40
+			cfg.Privacy.NoiseMultiplier, cfg.Privacy.ClipNorm, cfg.Optimizer.Momentum = sigma, zeta, 0.9
 			tr, err := New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rec := &recorder{Optimizer: tr.opt}
 			tr.opt = rec
-			n, d := cfg.Steps, tr.model.NumParams()
+			n, d := cfg.Privacy.Steps, tr.model.NumParams()
 			noise := mat.NewDense(n, d, nil)
 			clipped := make([]float32, d)
 			div := tr.sampler.ExpectedBatch()

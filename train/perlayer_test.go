@@ -16,9 +16,9 @@ import (
 func TestClipPerLayer(t *testing.T) {
 	ctx := context.Background()
 	cfg := baseConfig(t)
-	cfg.ModelName, cfg.Hidden = "mlp", []int{8}
-	cfg.NoiseMultiplier, cfg.Epsilon = 1.5, 0
-	cfg.ClipNorm, cfg.ClipPerLayer = 7, []float64{0.3, 0.4}
+	cfg.Model.Name, cfg.Model.Hidden = "mlp", []int{8}
+	cfg.Privacy.NoiseMultiplier, cfg.Privacy.Epsilon = 1.5, 0
+	cfg.Privacy.ClipNorm, cfg.Model.ClipPerLayer = 7, []float64{0.3, 0.4}
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -32,11 +32,11 @@ func TestClipPerLayer(t *testing.T) {
 	}
 	tr.Close()
 
-	cfg.ClipPerLayer = []float64{0.3, 0.4, 0.5}
+	cfg.Model.ClipPerLayer = []float64{0.3, 0.4, 0.5}
 	if _, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "3 per-layer norms for 2 layers") {
 		t.Fatalf("3 bounds for 2 layers: %v", err)
 	}
-	cfg.ClipPerLayer = []float64{0.3, 0}
+	cfg.Model.ClipPerLayer = []float64{0.3, 0}
 	if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "per-layer clip bound 1 = 0 must be positive") {
 		t.Fatalf("zero bound: %v", err)
 	}

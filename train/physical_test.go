@@ -11,7 +11,7 @@ import (
 )
 
 // Issue 39 item 1: a batch gathered in physical pieces
-// (Config.PhysicalBatch) gives the clipped sum and the step statistics
+// (Memory.PhysicalBatch) gives the clipped sum and the step statistics
 // of the unchunked step (the whole engine batch gathered and clipped in
 // one call, as before pieces existed), bit for bit, at every step, and the
 // same parameters at the end; only a piece is gathered at a time.
@@ -19,9 +19,9 @@ func TestPhysicalBatchExactlyUnchunked(t *testing.T) {
 	ctx := context.Background()
 	newTrainer := func(physical int) *Trainer {
 		cfg := baseConfig(t)
-		cfg.ModelName, cfg.Hidden, cfg.Batch, cfg.Steps = "mlp", []int{24}, 300, 6
-		cfg.NoiseMultiplier, cfg.Accountant = 1, privacy.RDP
-		cfg.PhysicalBatch = physical
+		cfg.Model.Name, cfg.Model.Hidden, cfg.Privacy.Batch, cfg.Privacy.Steps = "mlp", []int{24}, 300, 6
+		cfg.Privacy.NoiseMultiplier, cfg.Privacy.Accountant = 1, privacy.RDP
+		cfg.Memory.PhysicalBatch = physical
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 )
 
 // claims are every statement a private run records.
-func claims(p *Plan) []string {
+func claims(p *privacy.Plan) []string {
 	return p.Assumptions()
 }
 
@@ -35,15 +35,15 @@ func anyContains(list []string, sub string) bool {
 func TestSeededNoiseIsStatedAndWeakSeedsRefused(t *testing.T) {
 	ctx := context.Background()
 	cfg := baseConfig(t)
-	cfg.Steps, cfg.NoiseMultiplier = 5, 1
-	cfg.InsecureSeed = false
+	cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier = 5, 1
+	cfg.Privacy.InsecureSeed = false
 	if _, err := New(ctx, cfg); !errors.Is(err, privacy.ErrRefused) {
 		t.Fatalf(`seed "test seed" without InsecureSeed: want a refusal, got %v`, err)
 	} else {
 		t.Logf("refused: %v", err)
 	}
 
-	cfg.InsecureSeed = true
+	cfg.Privacy.InsecureSeed = true
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestSeededNoiseIsStatedAndWeakSeedsRefused(t *testing.T) {
 	}
 
 	strong, _ := hex.DecodeString("7cfcadc056e17ba31878145b515a63f1096e22b94f2128226545edf15b466cf2")
-	cfg.Seed, cfg.InsecureSeed = strong, false
+	cfg.Privacy.Seed, cfg.Privacy.InsecureSeed = strong, false
 	if tr, err = New(ctx, cfg); err != nil {
 		t.Fatalf("32 random bytes refused: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestSeededNoiseIsStatedAndWeakSeedsRefused(t *testing.T) {
 		t.Fatalf("strong seeded run: ledger %q", p.Ledger.Assumptions)
 	}
 
-	cfg.Seed = nil
+	cfg.Privacy.Seed = nil
 	if tr, err = New(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +82,15 @@ func TestOneAdjacencyStatedOnce(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		mech     string
-		sampling Sampling
+		sampling privacy.Sampling
 	}{
-		{"dpsgd", SamplingPoisson},
-		{"bandmf:4", SamplingBandPoisson},
-		{"tree-online", SamplingFixedOrder},
-		{"dpsgd", SamplingShuffle},
+		{"dpsgd", privacy.SamplingPoisson},
+		{"bandmf:4", privacy.SamplingBandPoisson},
+		{"tree-online", privacy.SamplingFixedOrder},
+		{"dpsgd", privacy.SamplingShuffle},
 	} {
 		cfg := baseConfig(t)
-		cfg.Mechanism, cfg.Sampling, cfg.Steps, cfg.NoiseMultiplier = parseMech(t, tc.mech), tc.sampling, 8, 1
+		cfg.Privacy.Mechanism, cfg.Privacy.Sampling, cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier = parseMech(t, tc.mech), tc.sampling, 8, 1
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -120,14 +120,14 @@ func TestStepEpsilonIsSpentAfterThatStep(t *testing.T) {
 	ctx := context.Background()
 	for _, mech := range []string{"dpsgd", "bandmf:4", "tree-online"} {
 		cfg := baseConfig(t)
-		cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier, cfg.Accountant = parseMech(t, mech), 40, 1, "rdp"
+		cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier, cfg.Privacy.Accountant = parseMech(t, mech), 40, 1, "rdp"
 		tr, err := New(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := tr.Plan()
 		prev := 0.0
-		for i := 1; i <= cfg.Steps; i++ {
+		for i := 1; i <= cfg.Privacy.Steps; i++ {
 			sm, err := tr.TrainStep(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -159,13 +159,13 @@ func TestNonPrivateOutputsAreMarked(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cfg := baseConfig(t)
-	cfg.Steps, cfg.NoiseMultiplier, cfg.Test = 3, 1, nil
-	cfg.MetricsPath = filepath.Join(dir, "m.jsonl")
+	cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier, cfg.Data.Test = 3, 1, nil
+	cfg.Output.MetricsPath = filepath.Join(dir, "m.jsonl")
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(cfg.MetricsPath)
+	b, err := os.ReadFile(cfg.Output.MetricsPath)
 	if err != nil {
 		t.Fatal(err)
 	}

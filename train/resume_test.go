@@ -13,7 +13,7 @@ import (
 // shortResumeConfig is a short private run with a checkpoint in dir.
 func shortResumeConfig(t *testing.T, dir string) Config {
 	cfg := faultConfig(t, dir)
-	cfg.Mechanism, cfg.Steps, cfg.MetricsPath = mfnoise.BandMF{Bands: 2}, 8, ""
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Output.MetricsPath = mfnoise.BandMF{Bands: 2}, 8, ""
 	return cfg
 }
 
@@ -36,12 +36,12 @@ func TestResumeWithOtherSeedRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := shortResumeConfig(t, t.TempDir())
-			cfg.Seed, cfg.InsecureSeed = tc.was, false
+			cfg.Privacy.Seed, cfg.Privacy.InsecureSeed = tc.was, false
 			if _, err := Run(context.Background(), cfg); err != nil {
 				t.Fatal(err)
 			}
 			changed := cfg
-			changed.Seed = tc.now
+			changed.Privacy.Seed = tc.now
 			_, err := New(context.Background(), changed)
 			if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), tc.wantInMsg) {
 				t.Fatalf("resume: %v, want ErrCorruptCheckpoint naming %q", err, tc.wantInMsg)
@@ -68,10 +68,10 @@ func TestResumeWithOtherSeedRefused(t *testing.T) {
 func TestResumeOldCheckpointWithoutSeedRefused(t *testing.T) {
 	dir := t.TempDir()
 	cfg := formatRunConfig(t, dir)
-	cfg.MetricsPath = ""
-	copyFixture(t, "checkpoint-3258d09.ckpt", cfg.CheckpointPath)
+	cfg.Output.MetricsPath = ""
+	copyFixture(t, "checkpoint-3258d09.ckpt", cfg.Output.CheckpointPath)
 	unseeded := cfg
-	unseeded.Seed, unseeded.InsecureSeed = nil, false
+	unseeded.Privacy.Seed, unseeded.Privacy.InsecureSeed = nil, false
 	_, err := New(context.Background(), unseeded)
 	if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "seed: checkpoint has given, asked for none (crypto/rand)") {
 		t.Fatalf("3258d09 seeded checkpoint resumed without a seed: %v", err)
@@ -103,10 +103,10 @@ func TestResumeOnOtherDataRefused(t *testing.T) {
 		},
 	} {
 		changed := cfg
-		other := *cfg.Train
-		other.X, other.Y = slices.Clone(cfg.Train.X), slices.Clone(cfg.Train.Y)
+		other := *cfg.Data.Train
+		other.X, other.Y = slices.Clone(cfg.Data.Train.X), slices.Clone(cfg.Data.Train.Y)
 		edit(other.X, other.Y)
-		changed.Train = &other
+		changed.Data.Train = &other
 		_, err := New(context.Background(), changed)
 		if !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "training data differs from the checkpoint's: digest ") {
 			t.Errorf("%s: resume on other data: %v", name, err)
@@ -114,9 +114,9 @@ func TestResumeOnOtherDataRefused(t *testing.T) {
 	}
 	// The same data, in a copy, resumes.
 	same := cfg
-	d := *cfg.Train
-	d.X, d.Y = slices.Clone(cfg.Train.X), slices.Clone(cfg.Train.Y)
-	same.Train = &d
+	d := *cfg.Data.Train
+	d.X, d.Y = slices.Clone(cfg.Data.Train.X), slices.Clone(cfg.Data.Train.Y)
+	same.Data.Train = &d
 	if _, err := New(context.Background(), same); err != nil {
 		t.Fatalf("resume on the same data: %v", err)
 	}
@@ -128,7 +128,7 @@ func TestResumeOnOtherDataRefused(t *testing.T) {
 // Before the fix neither did (seen failing).
 func TestValidationMetricsNotCovered(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Validation, cfg.Steps = true, 4
+	cfg.Data.Validation, cfg.Privacy.Steps = true, 4
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestValidationMetricsNotCovered(t *testing.T) {
 		t.Errorf("validation evaluation: split %q, not private %q", em.Split, em.NotPrivate)
 	}
 	// A test set is not private data: nothing marked.
-	cfg.Validation = false
+	cfg.Data.Validation = false
 	if tr, err = New(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +154,12 @@ func TestValidationMetricsNotCovered(t *testing.T) {
 }
 
 // A checkpoint written by SaveCheckpoint from a trainer built without
-// Config.CheckpointPath binds its data and seed too.
+// Output.CheckpointPath binds its data and seed too.
 func TestSavedCheckpointBindsDataAndSeed(t *testing.T) {
 	ctx := context.Background()
 	cfg := shortResumeConfig(t, t.TempDir())
-	path := cfg.CheckpointPath
-	cfg.CheckpointPath = ""
+	path := cfg.Output.CheckpointPath
+	cfg.Output.CheckpointPath = ""
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -170,17 +170,17 @@ func TestSavedCheckpointBindsDataAndSeed(t *testing.T) {
 	if err := tr.SaveCheckpoint(path); err != nil {
 		t.Fatal(err)
 	}
-	cfg.CheckpointPath = path
+	cfg.Output.CheckpointPath = path
 	other := cfg
-	d := *cfg.Train
-	d.Y = slices.Clone(cfg.Train.Y)
+	d := *cfg.Data.Train
+	d.Y = slices.Clone(cfg.Data.Train.Y)
 	d.Y[7] = 1 - d.Y[7]
-	other.Train = &d
+	other.Data.Train = &d
 	if _, err := New(ctx, other); !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "training data differs") {
 		t.Errorf("other data: %v", err)
 	}
 	other = cfg
-	other.Seed = []byte("a different test seed")
+	other.Privacy.Seed = []byte("a different test seed")
 	if _, err := New(ctx, other); !errors.Is(err, ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "another seed") {
 		t.Errorf("another seed: %v", err)
 	}

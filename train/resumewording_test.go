@@ -34,12 +34,12 @@ func TestResumeMismatchWording(t *testing.T) {
 		}
 	}
 	averaged := cfg
-	averaged.EMA = 0.9
+	averaged.Optimizer.EMA = &EMA{Decay: 0.9}
 	refused("average added", averaged, "parameter average: checkpoint has none (its run did not set it), asked for 0.9")
 
 	// A checkpoint written by an earlier version that recorded settings
 	// but not this one.
-	ck, err := readCheckpoint(cfg.CheckpointPath)
+	ck, err := readCheckpoint(cfg.Output.CheckpointPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestResumeMismatchWording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := atomicfile.WriteSealed(cfg.CheckpointPath, checkpointMagic, checkpointVersion, payload); err != nil {
+	if err := atomicfile.WriteSealed(cfg.Output.CheckpointPath, checkpointMagic, checkpointVersion, payload); err != nil {
 		t.Fatal(err)
 	}
 	refused("earlier version", cfg, "per-layer clip: asked for none, but the checkpoint (written by an earlier version) does not record it")
@@ -56,11 +56,11 @@ func TestResumeMismatchWording(t *testing.T) {
 	// The reverse of the first: the checkpoint's run averaged, this one
 	// does not.
 	cfg2 := averaged
-	cfg2.CheckpointPath = cfg.CheckpointPath + "2"
+	cfg2.Output.CheckpointPath = cfg.Output.CheckpointPath + "2"
 	if _, err := Run(ctx, cfg2); err != nil {
 		t.Fatal(err)
 	}
 	plain := cfg2
-	plain.EMA = 0
+	plain.Optimizer.EMA = nil
 	refused("average dropped", plain, "parameter average: checkpoint has 0.9, asked for none (not set in this run)")
 }

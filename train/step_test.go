@@ -19,13 +19,13 @@ func TestFailedStepLeavesSamplerAndNoiseInStep(t *testing.T) {
 	for _, mech := range []string{"dpsgd", "bandmf:4"} {
 		t.Run(mech, func(t *testing.T) {
 			cfg := baseConfig(t)
-			cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = parseMech(t, mech), 12, 1
+			cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier = parseMech(t, mech), 12, 1
 			straight, err := New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg2 := cfg
-			cfg2.Train = blobs(t, 2000, 1) // its own copy, to break
+			cfg2.Data.Train = blobs(t, 2000, 1) // its own copy, to break
 			interrupted, err := New(ctx, cfg2)
 			if err != nil {
 				t.Fatal(err)
@@ -34,14 +34,14 @@ func TestFailedStepLeavesSamplerAndNoiseInStep(t *testing.T) {
 				if i == 5 {
 					// A data gather error mid-step: every index is out
 					// of range.
-					labels := cfg2.Train.Y
-					cfg2.Train.Y = labels[:0]
+					labels := cfg2.Data.Train.Y
+					cfg2.Data.Train.Y = labels[:0]
 					if _, err := interrupted.TrainStep(ctx); err == nil {
 						t.Fatal("step with unreadable data succeeded")
 					} else {
 						t.Logf("injected failure: %v", err)
 					}
-					cfg2.Train.Y = labels
+					cfg2.Data.Train.Y = labels
 					if s, n := interrupted.sampler.Step(), interrupted.noise.Step(); s != 5 || n != 5 {
 						t.Fatalf("after the failed step 6: sampler at %d, noise at %d, want both at 5", s, n)
 					}
@@ -69,7 +69,7 @@ func TestCheckpointWithDriftedCountersIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestCheckpointWithDriftedCountersIsRefused(t *testing.T) {
 	if err := tr.saveCheckpoint(ckpt); err != nil {
 		t.Fatal(err)
 	}
-	cfg.CheckpointPath = ckpt
+	cfg.Output.CheckpointPath = ckpt
 	if _, err := New(ctx, cfg); !errors.Is(err, ErrCorruptCheckpoint) {
 		t.Fatalf("drifted checkpoint: want ErrCorruptCheckpoint, got %v", err)
 	} else {
@@ -109,8 +109,8 @@ func TestFailureAfterNoiseBreaksTrainerUntilRebuilt(t *testing.T) {
 	ctx := context.Background()
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
-	cfg.CheckpointPath = ckpt
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Privacy.NoiseMultiplier = mfnoise.BandMF{Bands: 4}, 12, 1
+	cfg.Output.CheckpointPath = ckpt
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

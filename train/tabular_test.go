@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/mfnoise"
 	"github.com/dpmf-go/dpmf/models"
@@ -53,9 +55,11 @@ func TestTabularModelTrainsPrivatelyOnCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		Train: tr.Dataset, Test: te.Dataset, Model: m, ModelName: "tabular",
-		Steps: 150, Batch: 200, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1,
-		LearningRate: 0.5, Seed: []byte("tabular test seed"), InsecureSeed: true, EvalEvery: 1000,
+		Data:      Data{Train: tr.Dataset, Test: te.Dataset},
+		Model:     ModelSpec{Built: m, Name: "tabular"},
+		Privacy:   privacy.Request{Steps: 150, Batch: 200, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, ClipNorm: 1, Seed: []byte("tabular test seed"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.5},
+		Output:    Output{EvalEvery: 1000},
 	}
 	res, err := Run(context.Background(), cfg)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 func TestToeplitzRunBeyondDenseLimit(t *testing.T) {
 	const n = 20000
 	cfg := baseConfig(t)
-	cfg.Steps, cfg.Mechanism = n, parseMech(t, "blt:4")
+	cfg.Privacy.Steps, cfg.Privacy.Mechanism = n, parseMech(t, "blt:4")
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

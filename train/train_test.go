@@ -55,10 +55,18 @@ func parseMech(t testing.TB, name string) privacy.Mechanism {
 
 func baseConfig(t testing.TB) Config {
 	return Config{
-		Train: blobs(t, 2000, 1), Test: blobs(t, 400, 2),
-		ModelName: "logistic", Steps: 40, Batch: 50,
-		Mechanism: mfnoise.DPSGD{}, Epsilon: 8, ClipNorm: 1, LearningRate: 0.5,
-		Seed: []byte("test seed"), InsecureSeed: true, EvalEvery: 1000,
+		Data:      Data{Train: blobs(t, 2000, 1), Test: blobs(t, 400, 2)},
+		Model:     ModelSpec{Name: "logistic"},
+		Privacy:   privacy.Request{Steps: 40, Batch: 50, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, ClipNorm: 1, Seed: []byte("test seed"), InsecureSeed: true},
+		Optimizer: Optimizer{LearningRate: 0.5},
+		Output:    Output{EvalEvery: 1000},
+	}
+}
+
+// sampledBy sets a run's mechanism, sampling and bands.
+func sampledBy(t *testing.T, mech string, s privacy.Sampling, bands int) func(*Config) {
+	return func(c *Config) {
+		c.Privacy.Mechanism, c.Privacy.Sampling, c.Privacy.Partitions = parseMech(t, mech), s, bands
 	}
 }
 
@@ -68,14 +76,10 @@ func TestRefusesCombinationsWhoseGuaranteeDoesNotHold(t *testing.T) {
 		name string
 		edit func(*Config)
 	}{
-		{"amplified accounting with fixed-order epochs", func(c *Config) { c.Mechanism = parseMech(t, "tree-online"); c.Sampling = SamplingPoisson }},
-		{"bands larger than the sampler's separation", func(c *Config) { c.Mechanism = parseMech(t, "bandmf:8"); c.Sampling = SamplingBandPoisson; c.Bands = 4 }},
-		{"mf-kb with Poisson sampling", func(c *Config) { c.Mechanism = parseMech(t, "mf-kb"); c.Sampling = SamplingPoisson }},
-		{"dense encoder with band sampling", func(c *Config) {
-			c.Mechanism = parseMech(t, "mf-single")
-			c.Sampling = SamplingBandPoisson
-			c.Bands = 4
-		}},
+		{"amplified accounting with fixed-order epochs", sampledBy(t, "tree-online", privacy.SamplingPoisson, 0)},
+		{"bands larger than the sampler's separation", sampledBy(t, "bandmf:8", privacy.SamplingBandPoisson, 4)},
+		{"mf-kb with Poisson sampling", sampledBy(t, "mf-kb", privacy.SamplingPoisson, 0)},
+		{"dense encoder with band sampling", sampledBy(t, "mf-single", privacy.SamplingBandPoisson, 4)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,12 +97,12 @@ func TestRefusesCombinationsWhoseGuaranteeDoesNotHold(t *testing.T) {
 func TestRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]func(*Config){
-		"batch larger than the data": func(c *Config) { c.Batch = 5000 },
-		"epsilon <= 0":               func(c *Config) { c.Epsilon = -1 },
-		"delta outside (0,1)":        func(c *Config) { c.Delta = 1.5 },
-		"no epsilon and no sigma":    func(c *Config) { c.Epsilon = 0 },
-		"bands > n":                  func(c *Config) { c.Mechanism = parseMech(t, "bandmf:41") },
-		"unknown accountant":         func(c *Config) { c.Accountant = "moments" },
+		"batch larger than the data": func(c *Config) { c.Privacy.Batch = 5000 },
+		"epsilon <= 0":               func(c *Config) { c.Privacy.Epsilon = -1 },
+		"delta outside (0,1)":        func(c *Config) { c.Privacy.Delta = 1.5 },
+		"no epsilon and no sigma":    func(c *Config) { c.Privacy.Epsilon = 0 },
+		"bands > n":                  func(c *Config) { c.Privacy.Mechanism = parseMech(t, "bandmf:41") },
+		"unknown accountant":         func(c *Config) { c.Privacy.Accountant = "moments" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -115,14 +119,14 @@ func TestRejectsBadInput(t *testing.T) {
 
 func TestPlanRecordsCalibratedPrivacy(t *testing.T) {
 	cfg := baseConfig(t)
-	cfg.Mechanism = mfnoise.BandMF{Bands: 4}
-	cfg.Momentum = 0.9
+	cfg.Privacy.Mechanism = mfnoise.BandMF{Bands: 4}
+	cfg.Optimizer.Momentum = 0.9
 	tr, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := tr.Plan()
-	if p.Sampling != SamplingBandPoisson || !p.Amplified || p.Accounting.Compositions != 10 {
+	if p.Sampling != privacy.SamplingBandPoisson || !p.Amplified || p.Accounting.Compositions != 10 {
 		t.Fatalf("plan %+v: want band-poisson amplified accounting with ceil(40/4) = 10 compositions", p)
 	}
 	if p.Epsilon > 8 || p.Epsilon < 7.9 || p.Delta != 1e-5/2 && p.Delta != 1e-5 && p.Delta != 1.0/2000 {
@@ -131,7 +135,7 @@ func TestPlanRecordsCalibratedPrivacy(t *testing.T) {
 	if math.Abs(p.Sensitivity.Value-1) > 1e-9 {
 		t.Fatalf("bandmf column norms should be 1, sensitivity %v", p.Sensitivity.Value)
 	}
-	if math.Abs(p.NoiseStd-p.NoiseMultiplier*cfg.ClipNorm) > 1e-12 {
+	if math.Abs(p.NoiseStd-p.NoiseMultiplier*cfg.Privacy.ClipNorm) > 1e-12 {
 		t.Fatalf("noise std %v != sigma*zeta*sens %v", p.NoiseStd, p.NoiseMultiplier)
 	}
 }
@@ -142,10 +146,10 @@ func TestPrivateTrainingLearns(t *testing.T) {
 			cfg := baseConfig(t)
 			// RDP keeps the per-step epsilon (about 35 accountant calls
 			// per run) cheap; PLD runs in ExampleRun and the plan tests.
-			cfg.Mechanism, cfg.Steps, cfg.Accountant = parseMech(t, mech), 80, privacy.RDP
+			cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Privacy.Accountant = parseMech(t, mech), 80, privacy.RDP
 			if mech != "dpsgd" {
-				cfg.Momentum = 0.9
-				cfg.LearningRate = 0.1
+				cfg.Optimizer.Momentum = 0.9
+				cfg.Optimizer.LearningRate = 0.1
 			}
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
@@ -171,8 +175,8 @@ const childEnv = "DPMF_TRAIN_CHILD_CHECKPOINT"
 
 func resumeConfig(t testing.TB, ckpt string) Config {
 	cfg := baseConfig(t)
-	cfg.Mechanism, cfg.Steps, cfg.Momentum, cfg.LearningRate = mfnoise.BandMF{Bands: 4}, 60, 0.9, 0.1
-	cfg.CheckpointPath, cfg.CheckpointEvery = ckpt, 5
+	cfg.Privacy.Mechanism, cfg.Privacy.Steps, cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate = mfnoise.BandMF{Bands: 4}, 60, 0.9, 0.1
+	cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = ckpt, 5
 	return cfg
 }
 
@@ -182,7 +186,7 @@ func TestChildTrainingProcess(t *testing.T) {
 		t.Skip("skipped because it runs only as the child process of TestKillAndResumeIsBitIdentical")
 	}
 	cfg := resumeConfig(t, ckpt)
-	cfg.OnStep = func(StepMetrics) { time.Sleep(20 * time.Millisecond) }
+	cfg.Output.OnStep = func(StepMetrics) { time.Sleep(20 * time.Millisecond) }
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +258,7 @@ func TestCorruptCheckpointIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "run.ckpt")
 	cfg := resumeConfig(t, ckpt)
-	cfg.Steps = 10
+	cfg.Privacy.Steps = 10
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -68,15 +68,17 @@ func TestFashionMNISTUserLevelExperiment(t *testing.T) {
 	}
 	run := func(tr, te *data.Dataset, mech string, eps float64, user bool, k int) (*Result, error) {
 		cfg := Config{
-			Train: tr, Test: te, ModelName: "mlp", Hidden: []int{128},
-			Steps: 300, Batch: 250, Epsilon: eps, LearningRate: 0.5, CooldownFrac: 0.25, ClipNorm: 1,
-			Mechanism: parseMech(t, mech), Seed: []byte(seed + mech), InsecureSeed: true, EvalEvery: 300,
+			Data:      Data{Train: tr, Test: te},
+			Model:     ModelSpec{Name: "mlp", Hidden: []int{128}},
+			Privacy:   privacy.Request{Steps: 300, Batch: 250, Epsilon: eps, ClipNorm: 1, Mechanism: parseMech(t, mech), Seed: []byte(seed + mech), InsecureSeed: true},
+			Optimizer: Optimizer{LearningRate: 0.5, CooldownFrac: 0.25},
+			Output:    Output{EvalEvery: 300},
 		}
 		if mech != "dpsgd" {
-			cfg.Momentum, cfg.LearningRate = 0.95, 0.1
+			cfg.Optimizer.Momentum, cfg.Optimizer.LearningRate = 0.95, 0.1
 		}
 		if user {
-			cfg.UserLevel, cfg.UserExamples = true, k
+			cfg.Privacy.UserBound = &privacy.UserBound{Examples: k}
 		}
 		return Run(context.Background(), cfg)
 	}

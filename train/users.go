@@ -1,8 +1,6 @@
 package train
 
 import (
-	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -34,25 +32,46 @@ type userLevel struct {
 	groups []int // examples of each sampled user, in batch order
 }
 
-// newUserLevel indexes the training set's owners. Without a seed the
-// secret comes from crypto/rand.
-func newUserLevel(cfg *Config) (*userLevel, error) {
-	us, err := cfg.Train.Users()
+// maxUserExamples bounds privacy.UserBound.Examples.
+const maxUserExamples = 1 << 16
+
+// userDefaults is a copy of b with its defaults (one example a user a
+// step), or nil.
+func userDefaults(b *privacy.UserBound) *privacy.UserBound {
+	if b == nil {
+		return nil
+	}
+	d := *b
+	if d.Examples == 0 {
+		d.Examples = 1
+	}
+	return &d
+}
+
+// newUserLevel indexes the training set's owners, or is nil for an
+// example-level run. Without a seed the secret comes from crypto/rand.
+func newUserLevel(train *data.Dataset, b *privacy.UserBound, batch int, secret [32]byte) (*userLevel, error) {
+	if b == nil {
+		return nil, nil
+	}
+	us, err := train.Users()
 	if err != nil {
 		return nil, invalidf("user level: %v", err)
 	}
-	u := &userLevel{users: us, k: cfg.UserExamples, mean: cfg.UserMean}
-	if s := deriveSeed(cfg.Seed, "users"); s != nil {
-		u.secret = *s
-	} else if _, err := rand.Read(u.secret[:]); err != nil {
-		return nil, fmt.Errorf("train: seeding the per-user example choice: %w", err)
+	if batch > us.Len() {
+		return nil, invalidf("batch = %d users must lie in [1, %d users]", batch, us.Len())
 	}
-	return u, nil
+	return &userLevel{users: us, k: b.Examples, mean: b.Mean, secret: secret}, nil
 }
 
-// bound is the plan's per-user bound.
-func (u *userLevel) bound() *privacy.UserBound {
-	return &privacy.UserBound{Examples: u.k, Mean: u.mean}
+// userSettings is the checkpoint's record of the unit of privacy,
+// recorded only at user level, so example-level checkpoints keep their
+// settings.
+func userSettings(b *privacy.UserBound) []setting {
+	if b == nil {
+		return nil
+	}
+	return []setting{{"unit of privacy", fmt.Sprintf("user (at most %d examples a step, mean %v)", b.Examples, b.Mean)}}
 }
 
 // expand turns the sampled users of a step into their examples: all of a
@@ -91,48 +110,23 @@ func (u *userLevel) expand(users []int, step int, dst []int) []int {
 	return dst
 }
 
-// clipUsers leaves in t.sum the sum over the step's users (t.idx holds
-// user indices) of each user's clipped gradient. Users never straddle a
-// chunk: a user's examples are combined exactly before clipping.
-func (t *Trainer) clipUsers(ctx context.Context, step int, sm *StepMetrics) error {
-	u := t.users
-	t.exIdx = u.expand(t.idx, step, t.exIdx)
-	maxBatch := len(t.yb)
-	var tl clip.Tally
-	lo, g0 := 0, 0 // example and group at which the chunk starts
-	for g0 < len(u.groups) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hi, g1 := lo, g0
-		for g1 < len(u.groups) && hi+u.groups[g1] <= maxBatch+lo {
-			hi += u.groups[g1]
-			g1++
-		}
-		x, y, err := t.gather(t.exIdx[lo:hi], step)
-		if err != nil {
-			return err
-		}
-		var st clip.Stats
-		if u.k == 1 {
-			// One example per user: per-example clipping is per-user
-			// clipping.
-			st, err = t.engine.ClippedSumContext(ctx, x, y, t.chunk)
-		} else {
-			// New checked that the engine has it.
-			st, err = t.engine.(UserEngine).UserClippedSum(x, y, u.groups[g0:g1], clip.UserOptions{Mean: u.mean}, t.chunk)
-		}
-		if err != nil {
-			return err
-		}
-		t.adaptive.observe(st)
-		for i, v := range t.chunk {
-			t.sum[i] += v
-		}
-		tl.Add(st, hi-lo, g1-g0)
-		lo, g0 = hi, g1
+// checkUsers refuses what user-level privacy (the run's
+// Privacy.UserBound b) cannot do.
+func checkUsers(b *privacy.UserBound, r runFacts) error {
+	bad := invalidf
+	switch {
+	case b == nil:
+		return bad("user level: the unit of privacy is the user, but Privacy.UserBound (the examples of a user a step) is not set")
+	case r.nonPrivate:
+		return bad("user level is a unit of privacy: a non-private run has none")
+	case r.train.Owners == nil:
+		return bad("user level: the training data %q has no owner ids (a CSV user column, data.Dataset.SetOwners or a synthetic assignment)", r.train.Name)
+	case b.Examples < 1 || b.Examples > maxUserExamples:
+		return bad("user examples %d: want 1 to %d examples per user per step", b.Examples, maxUserExamples)
+	case r.perLayer:
+		return bad("user level clips each user's gradient as a whole: per-layer clipping is not supported")
+	case r.batch <= 0:
+		return bad("batch = %d users must be positive", r.batch)
 	}
-	st := tl.Stats()
-	sm.Loss, sm.ClippedFrac, sm.NonFinite, sm.NormQuantiles = st.Loss, st.Clipped, st.NonFinite, st.NormQuantiles
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dpmf-go/dpmf/privacy"
+
 	"github.com/dpmf-go/dpmf/data"
 )
 
@@ -12,15 +14,15 @@ import (
 // step.
 func userAuditConfig(t *testing.T, mech string, eps float64, seed int, cache string) Config {
 	cfg := auditConfig(t, mech, eps, seed, cache)
-	cfg.Train = blobs(t, 400, 1)
-	owners, err := data.DealOwners(cfg.Train.Len(), 100, 1, uint64(seed)+1)
+	cfg.Data.Train = blobs(t, 400, 1)
+	owners, err := data.DealOwners(cfg.Data.Train.Len(), 100, 1, uint64(seed)+1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Train.SetOwners(owners); err != nil {
+	if err := cfg.Data.Train.SetOwners(owners); err != nil {
 		t.Fatal(err)
 	}
-	cfg.UserLevel, cfg.UserExamples = true, 3
+	cfg.Privacy.UserBound = &privacy.UserBound{Examples: 3}
 	return cfg
 }
 
@@ -73,7 +75,7 @@ func TestUserLevelBlackboxAudit(t *testing.T) {
 		t.Skip("short mode: one full training run (recorded in BENCHMARKS.md)")
 	}
 	cfg := userAuditConfig(t, "dpsgd", 4, 0, "")
-	cfg.Test = blobs(t, 700, 2)
+	cfg.Data.Test = blobs(t, 700, 2)
 	res, err := Audit(context.Background(), cfg, AuditOptions{Canaries: 200, Mode: AuditBlackbox})
 	if err != nil {
 		t.Fatal(err)

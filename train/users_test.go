@@ -56,13 +56,13 @@ func norm64(a, b []float32) float64 {
 func TestUserContributionBound(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
-		sampling Sampling
+		sampling privacy.Sampling
 		mech     privacy.Mechanism
 	}{
-		{SamplingPoisson, mfnoise.DPSGD{}},
-		{SamplingBandPoisson, mfnoise.BandMF{Bands: 2}},
-		{SamplingFixedOrder, mfnoise.DPSGD{}},
-		{SamplingShuffle, mfnoise.DPSGD{}},
+		{privacy.SamplingPoisson, mfnoise.DPSGD{}},
+		{privacy.SamplingBandPoisson, mfnoise.BandMF{Bands: 2}},
+		{privacy.SamplingFixedOrder, mfnoise.DPSGD{}},
+		{privacy.SamplingShuffle, mfnoise.DPSGD{}},
 	}
 	for trial := range 3 {
 		for _, c := range cases {
@@ -77,10 +77,9 @@ func TestUserContributionBound(t *testing.T) {
 						ds := ownedSynthetic(t, 300+50*trial, 40+10*trial, seed)
 						const zeta = 0.01
 						tr, err := New(ctx, Config{
-							Train: ds, ModelName: "mlp", Hidden: []int{5}, Steps: 6, Batch: 10,
-							Mechanism: c.mech, Sampling: c.sampling, NoiseMultiplier: 1, ClipNorm: zeta,
-							UserLevel: true, UserExamples: k, UserMean: mean,
-							Seed: []byte(name), InsecureSeed: true,
+							Data:    Data{Train: ds},
+							Model:   ModelSpec{Name: "mlp", Hidden: []int{5}},
+							Privacy: privacy.Request{Steps: 6, Batch: 10, Mechanism: c.mech, Sampling: c.sampling, NoiseMultiplier: 1, ClipNorm: zeta, Seed: []byte(name), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: k, Mean: mean}},
 						})
 						if err != nil {
 							t.Fatal(err)
@@ -137,9 +136,11 @@ func TestUserLevelResumeIsBitIdentical(t *testing.T) {
 	ctx := context.Background()
 	ds := ownedSynthetic(t, 400, 60, 5)
 	cfg := Config{
-		Train: ds, ModelName: "mlp", Hidden: []int{6}, Steps: 8, Batch: 12,
-		Mechanism: mfnoise.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Momentum: 0.9, LearningRate: 0.1,
-		UserLevel: true, UserExamples: 3, Seed: []byte("user-level resume test"), InsecureSeed: true, EvalEvery: 100,
+		Data:      Data{Train: ds},
+		Model:     ModelSpec{Name: "mlp", Hidden: []int{6}},
+		Privacy:   privacy.Request{Steps: 8, Batch: 12, Mechanism: mfnoise.BandMF{Bands: 2}, NoiseMultiplier: 1, ClipNorm: 0.5, Seed: []byte("user-level resume test"), InsecureSeed: true, UserBound: &privacy.UserBound{Examples: 3}},
+		Optimizer: Optimizer{Momentum: 0.9, LearningRate: 0.1},
+		Output:    Output{EvalEvery: 100},
 	}
 	whole, err := New(ctx, cfg)
 	if err != nil {
@@ -164,7 +165,7 @@ func TestUserLevelResumeIsBitIdentical(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := cfg
-	resumed.CheckpointPath = path
+	resumed.Output.CheckpointPath = path
 	rest, err := New(ctx, resumed)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestUserLevelResumeIsBitIdentical(t *testing.T) {
 		t.Fatal("resumed user-level run differs from the run done at once")
 	}
 	exLevel := resumed
-	exLevel.UserLevel, exLevel.UserExamples = false, 0
+	exLevel.Privacy.UserBound = nil
 	if _, err := New(ctx, exLevel); err == nil {
 		t.Fatal("an example-level run resumed a user-level checkpoint")
 	}
@@ -196,17 +197,16 @@ func TestUserLevelConfigRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := Config{Train: owned, ModelName: "logistic", Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true}
+	base := Config{Data: Data{Train: owned}, Model: ModelSpec{Name: "logistic"}, Privacy: privacy.Request{Steps: 2, Batch: 5, NoiseMultiplier: 1, UserBound: &privacy.UserBound{}}}
 	for name, edit := range map[string]func(*Config){
-		"no owners":         func(c *Config) { c.Train = plain },
-		"k < 1":             func(c *Config) { c.UserExamples = -1 },
+		"no owners":         func(c *Config) { c.Data.Train = plain },
+		"k < 1":             func(c *Config) { c.Privacy.UserBound = &privacy.UserBound{Examples: -1} },
 		"non-private":       func(c *Config) { c.NonPrivate = true },
-		"per-layer":         func(c *Config) { c.ClipPerLayer = []float64{1} },
-		"more users a step": func(c *Config) { c.Batch = 11 },
-		"k without level":   func(c *Config) { c.UserLevel = false; c.UserExamples = 2 },
-		"mean without level": func(c *Config) {
-			c.UserLevel = false
-			c.UserMean = true
+		"per-layer":         func(c *Config) { c.Model.ClipPerLayer = []float64{1} },
+		"more users a step": func(c *Config) { c.Privacy.Batch = 11 },
+		"user unit without a bound": func(c *Config) {
+			c.Privacy.UserBound = nil
+			c.Privacy.Unit = privacy.UnitUser
 		},
 	} {
 		cfg := base
@@ -228,7 +228,7 @@ func TestExampleLevelOverOwnedDataStatesGroupPrivacy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := New(context.Background(), Config{Train: ds, ModelName: "logistic", Steps: 2, Batch: 10, NoiseMultiplier: 1})
+	tr, err := New(context.Background(), Config{Data: Data{Train: ds}, Model: ModelSpec{Name: "logistic"}, Privacy: privacy.Request{Steps: 2, Batch: 10, NoiseMultiplier: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,11 +257,11 @@ func TestUserLevelNeedsUserEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Train: ds, Backend: hidingBackend{nnBackend{m}}, Steps: 2, Batch: 5, NoiseMultiplier: 1, UserLevel: true, UserExamples: 2}
+	cfg := Config{Data: Data{Train: ds}, Model: ModelSpec{Backend: hidingBackend{nnBackend{m}}}, Privacy: privacy.Request{Steps: 2, Batch: 5, NoiseMultiplier: 1, UserBound: &privacy.UserBound{Examples: 2}}}
 	if _, err := New(ctx, cfg); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "UserEngine") {
 		t.Fatalf("k = 2 on an engine without UserClippedSum: %v", err)
 	}
-	cfg.UserExamples = 1
+	cfg.Privacy.UserBound = &privacy.UserBound{Examples: 1}
 	tr, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

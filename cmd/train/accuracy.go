@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"github.com/dpmf-go/dpmf/privacy"
 	"math"
 
 	"github.com/dpmf-go/dpmf/train"
@@ -26,7 +27,9 @@ func (a *accuracyFlags) apply(cfg *train.Config) error {
 	if a.augment < 0 {
 		return usagef("-augment %d must not be negative (0: no augmentation, K: K augmented copies of each example)", a.augment)
 	}
-	cfg.Augment, cfg.AugmentMultiplicity = a.augment > 0, a.augment
+	if a.augment > 0 {
+		cfg.Data.Augment = &train.Augmentation{Multiplicity: a.augment}
+	}
 	if a.quantile == 0 {
 		if a.qNoise != 0 || a.qRate != 0 {
 			return usagef("-clip-quantile-noise and -clip-quantile-lr apply with -clip-quantile only")
@@ -44,6 +47,6 @@ func (a *accuracyFlags) apply(cfg *train.Config) error {
 	if !(a.quantile > 0 && a.quantile < 1) {
 		return usagef("-clip-quantile %v: want a quantile in (0,1)", a.quantile)
 	}
-	cfg.AdaptiveClip = &train.AdaptiveClip{Target: a.quantile, NoiseStd: a.qNoise, LearningRate: a.qRate}
+	cfg.Privacy.Quantile = &privacy.QuantileRelease{Target: a.quantile, NoiseStd: a.qNoise, LearningRate: a.qRate}
 	return nil
 }

@@ -128,12 +128,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *format == "json" {
 		log = stderr // stdout carries exactly one JSON object
 	}
-	cfg.Log = log
+	cfg.Output.Log = log
 	if *unsafe != 1 {
 		fmt.Fprintf(stderr, "train: WARNING: -unsafe-noise-scale %g adds %g times the planned noise; the printed claim does NOT hold for this run (auditor validation only)\n", *unsafe, *unsafe)
 	}
 	finishBar := attachTrainingBar(&cfg, terminal(stderr))
-	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Train.Len(), cfg.Test.Len(), *mode, *canaries)
+	fmt.Fprintf(log, "data: %s (%d train, %d test examples); %s audit with %d canaries\n", source, cfg.Data.Train.Len(), cfg.Data.Test.Len(), *mode, *canaries)
 	res, err := train.Audit(ctx, cfg, opt)
 	finishBar()
 	if err != nil {

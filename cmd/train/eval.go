@@ -123,7 +123,7 @@ func loadModelFile(path string) (*models.Trained, error) {
 // saveModel writes the model a run trained, with the run's dataset and
 // privacy claim, to path (atomically).
 func saveModel(path string, cfg train.Config, res *train.Result, seeded bool, columns *models.Columns) error {
-	meta := models.Metadata{Dataset: cfg.Train.Name, Classes: cfg.Train.Classes, Steps: res.Steps, Batch: cfg.Batch, Columns: columns, Features: string(cfg.Features)}
+	meta := models.Metadata{Dataset: cfg.Data.Train.Name, Classes: cfg.Data.Train.Classes, Steps: res.Steps, Batch: cfg.Privacy.Batch, Columns: columns, Features: string(cfg.Data.Features)}
 	if res.Plan != nil {
 		l := res.Plan.Ledger
 		meta.Privacy = models.Privacy{Private: true, Epsilon: l.Epsilon, Delta: l.Delta,
@@ -136,8 +136,8 @@ func saveModel(path string, cfg train.Config, res *train.Result, seeded bool, co
 			meta.Privacy.Notes = append(meta.Privacy.Notes, vocabularyNote)
 		}
 	}
-	if cfg.Model == nil {
+	if cfg.Model.Built == nil {
 		return errors.New("no model to save")
 	}
-	return models.WriteFile(path, cfg.Model, meta)
+	return models.WriteFile(path, cfg.Model.Built, meta)
 }

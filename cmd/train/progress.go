@@ -36,15 +36,15 @@ func attachTrainingBar(cfg *train.Config, w io.Writer) (finish func()) {
 	if w == nil {
 		return func() {}
 	}
-	p := &trainingBar{w: w, steps: cfg.Steps}
-	onStep, onEval := cfg.OnStep, cfg.OnEval
-	cfg.OnStep = func(sm train.StepMetrics) {
+	p := &trainingBar{w: w, steps: cfg.Privacy.Steps}
+	onStep, onEval := cfg.Output.OnStep, cfg.Output.OnEval
+	cfg.Output.OnStep = func(sm train.StepMetrics) {
 		if onStep != nil {
 			onStep(sm)
 		}
 		p.step(sm)
 	}
-	cfg.OnEval = func(em train.EvalMetrics) {
+	cfg.Output.OnEval = func(em train.EvalMetrics) {
 		if onEval != nil {
 			onEval(em)
 		}

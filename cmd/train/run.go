@@ -31,7 +31,7 @@ type runFlags struct {
 	seed, ckpt, metrics, cache, config, jsonOut, optimizer                 string
 	nonPrivate                                                             bool
 	insecureSeed                                                           bool
-	trainLimit, embeddingDim                                               int
+	trainLimit, embeddingDim, warmup                                       int
 	features                                                               string
 	ema                                                                    float64
 	validation                                                             int
@@ -66,6 +66,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.optimizer, "optimizer", "sgd", "sgd (with -momentum) or adam (default -lr 0.001; it reads the privatized gradients, so the privacy claim is the same)")
 	fs.Var(&r.momentum, "momentum", "heavy-ball momentum beta, a `float` in [0, 1) (default 0.95 for matrix mechanisms, 0 for dpsgd and -non-private)")
 	fs.Float64Var(&r.cooldown, "cooldown", 0.25, "fraction of steps cooled down linearly to 0.05x")
+	fs.IntVar(&r.warmup, "warmup", 0, "steps over which the learning rate rises linearly to -lr at the start (0: none; the cooldown still applies)")
 	fs.StringVar(&r.seed, "seed", "", "seed for a reproducible run (default: cryptographically random); recorded in the claim; under 128 bits it needs -insecure-seed")
 	fs.BoolVar(&r.insecureSeed, "insecure-seed", false, "accept a low-entropy -seed for a private run: an insecure experiment, recorded as such")
 	fs.IntVar(&r.evalEvery, "eval-every", 0, "evaluate every N steps (default steps/5)")
@@ -139,15 +140,15 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	bp.cachedLog = log
 	ctx = bp.Attach(ctx)
 	testLen, testName := 0, "test"
-	if cfg.Test != nil {
-		testLen = cfg.Test.Len()
+	if cfg.Data.Test != nil {
+		testLen = cfg.Data.Test.Len()
 	}
 	if inv.r.validation > 0 {
 		testName = "validation (held out of training; the test split is not read)"
 	}
-	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Train.Len(), testLen, testName)
+	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Data.Train.Len(), testLen, testName)
 	if inv.saveModel != "" {
-		if cfg.Model, err = train.NewModel(cfg); err != nil {
+		if cfg.Model.Built, err = train.NewModel(cfg); err != nil {
 			return err
 		}
 	}
@@ -156,7 +157,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 	// labels, so this function does not keep the loaded examples alive
 	// (Fashion-MNIST's pixels are 220 MB).
 	runCfg := cfg
-	cfg.Train, cfg.Test = withoutExamples(cfg.Train), withoutExamples(cfg.Test)
+	cfg.Data.Train, cfg.Data.Test = withoutExamples(cfg.Data.Train), withoutExamples(cfg.Data.Test)
 	res, err := inv.wf.train(ctx, runCfg, inv.fs, log, stderr)
 	finishBar()
 	if err != nil {
@@ -278,7 +279,7 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ClipPerLayer, err = inv.clipNorms(); err != nil {
+	if cfg.Model.ClipPerLayer, err = inv.clipNorms(); err != nil {
 		return nil, err
 	}
 	if err := cfg.CheckSettings(); err != nil {
@@ -334,13 +335,13 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 		return cfg, nil, "", err
 	}
 	if table != nil {
-		cfg.Categorical = table.Cardinalities()
+		cfg.Model.Categorical = table.Cardinalities()
 		columns = columnsOf(table, inv.csvf.label)
 	}
-	if cfg.ClipPerLayer, err = inv.clipNorms(); err != nil {
+	if cfg.Model.ClipPerLayer, err = inv.clipNorms(); err != nil {
 		return cfg, nil, "", err
 	}
-	cfg.CheckpointPath, cfg.CheckpointEvery, cfg.Log = r.ckpt, r.ckptEvery, log
+	cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery, cfg.Output.Log = r.ckpt, r.ckptEvery, log
 	return cfg, columns, source, nil
 }
 
@@ -371,13 +372,13 @@ func (inv *runInvocation) clipNorms() ([]float64, error) {
 // the curves it records for -plot, and what finishes the bar.
 func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Writer) (*runCurves, func()) {
 	curves := &runCurves{}
-	cfg.OnFeatures = newFeaturesProgress(stderr, progressEvery).report
-	evalLines := newEvalProgress(stderr, cfg.Steps, tty != nil)
-	cfg.OnStep = func(sm train.StepMetrics) {
+	cfg.Output.OnFeatures = newFeaturesProgress(stderr, progressEvery).report
+	evalLines := newEvalProgress(stderr, cfg.Privacy.Steps, tty != nil)
+	cfg.Output.OnStep = func(sm train.StepMetrics) {
 		curves.addStep(sm)
 		evalLines.step(sm)
 	}
-	cfg.OnEval = func(em train.EvalMetrics) {
+	cfg.Output.OnEval = func(em train.EvalMetrics) {
 		curves.addEval(em)
 		evalLines.eval(em)
 	}
@@ -407,7 +408,7 @@ func (inv *runInvocation) saveOutputs(log io.Writer, cfg train.Config, res *trai
 				c = fc
 			}
 		}
-		if err := writeRunPlot(inv.plot, fmt.Sprintf("%s, %s", cfg.ModelName, source), c); err != nil {
+		if err := writeRunPlot(inv.plot, fmt.Sprintf("%s, %s", cfg.Model.Name, source), c); err != nil {
 			saveErr = errors.Join(saveErr, err)
 		} else {
 			fmt.Fprintf(log, "plot: %s\n", inv.plot)
@@ -480,7 +481,7 @@ func (r *runFlags) trainConfig(trainSet, testSet *data.Dataset) (train.Config, e
 	if err != nil {
 		return train.Config{}, err
 	}
-	cfg.Train, cfg.Test = trainSet, testSet
+	cfg.Data.Train, cfg.Data.Test = trainSet, testSet
 	if err := r.users.apply(&cfg); err != nil {
 		return train.Config{}, err
 	}
@@ -504,33 +505,38 @@ func (r *runFlags) settings() (train.Config, error) {
 		return train.Config{}, err
 	}
 	cfg := train.Config{
-		ModelName: r.model, Steps: r.steps, Batch: r.batch,
-		NonPrivate: r.nonPrivate, Mechanism: mech, Workload: train.WorkloadChoice(r.workload),
-		Sampling: train.Sampling(r.sampling), Bands: r.bands, ClipNorm: r.clip,
-		NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct,
-		LearningRate: r.lr, CooldownFrac: r.cooldown,
-		EvalEvery:   r.evalEvery,
-		MetricsPath: r.metrics, CacheDir: r.cache,
-		EmbeddingDim: r.embeddingDim,
-		EMA:          r.ema,
-		Validation:   r.validation > 0,
+		Data:       train.Data{Validation: r.validation > 0},
+		Model:      train.ModelSpec{Name: r.model, EmbeddingDim: r.embeddingDim},
+		Privacy:    privacy.Request{Steps: r.steps, Batch: r.batch, Mechanism: mech, Sampling: privacy.Sampling(r.sampling), Partitions: r.bands, ClipNorm: r.clip, NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct, CacheDir: r.cache},
+		NonPrivate: r.nonPrivate,
+		Optimizer:  train.Optimizer{Workload: train.WorkloadChoice(r.workload), LearningRate: r.lr, CooldownFrac: r.cooldown},
+		Output:     train.Output{EvalEvery: r.evalEvery, MetricsPath: r.metrics},
 	}
-	if cfg.Features, err = r.featureChoice(); err != nil {
+	if cfg.Data.Features, err = r.featureChoice(); err != nil {
 		return train.Config{}, err
 	}
-	if cfg.NoiseMultiplier > 0 {
-		cfg.Epsilon = 0
+	if cfg.Privacy.NoiseMultiplier > 0 {
+		cfg.Privacy.Epsilon = 0
 	}
-	if cfg.Hidden, err = r.hiddenSizes(); err != nil {
+	if cfg.Model.Hidden, err = r.hiddenSizes(); err != nil {
 		return train.Config{}, err
 	}
-	cfg.Optimizer = train.OptimizerChoice(r.optimizer)
-	cfg.Momentum = r.momentum.v
-	if !r.momentum.set && cfg.Optimizer != train.OptimizerAdam {
-		cfg.Momentum = defaultMomentum(mech)
+	if r.ema != 0 {
+		cfg.Optimizer.EMA = &train.EMA{Decay: r.ema}
+	}
+	switch {
+	case r.warmup > 0:
+		cfg.Optimizer.Warmup = &train.Warmup{Steps: r.warmup}
+	case r.warmup < 0:
+		return train.Config{}, usagef("-warmup %d must not be negative (0: no warm-up)", r.warmup)
+	}
+	cfg.Optimizer.Rule = train.OptimizerChoice(r.optimizer)
+	cfg.Optimizer.Momentum = r.momentum.v
+	if !r.momentum.set && cfg.Optimizer.Rule != train.OptimizerAdam {
+		cfg.Optimizer.Momentum = defaultMomentum(mech)
 	}
 	if r.seed != "" {
-		cfg.Seed, cfg.InsecureSeed = []byte(r.seed), r.insecureSeed
+		cfg.Privacy.Seed, cfg.Privacy.InsecureSeed = []byte(r.seed), r.insecureSeed
 	}
 	if err := r.accuracy.apply(&cfg); err != nil {
 		return train.Config{}, err

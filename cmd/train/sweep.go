@@ -64,7 +64,7 @@ var sweepRefused = map[string]string{
 // sweepGrid is the parsed grid.
 type sweepGrid struct {
 	mechanisms []string
-	samplings  []train.Sampling // SamplingAuto: the mechanism's default
+	samplings  []privacy.Sampling // SamplingAuto: the mechanism's default
 	epsilons   []float64
 	seeds      int
 }
@@ -259,11 +259,11 @@ func parseGrid(sf sweepFlags, r runFlags) (sweepGrid, error) {
 		samps = "default"
 	}
 	for _, name := range splitList(samps) {
-		s := train.Sampling(name)
+		s := privacy.Sampling(name)
 		switch s {
-		case train.SamplingPoisson, train.SamplingBandPoisson, train.SamplingFixedOrder, train.SamplingShuffle, train.SamplingRandomAllocation, train.SamplingBandAllocation:
+		case privacy.SamplingPoisson, privacy.SamplingBandPoisson, privacy.SamplingFixedOrder, privacy.SamplingShuffle, privacy.SamplingRandomAllocation, privacy.SamplingBandAllocation:
 		case "default":
-			s = train.SamplingAuto
+			s = privacy.SamplingAuto
 		default:
 			return g, usagef("sweep: -samplings %q: want poisson, band-poisson, fixed-order, shuffle, random-allocation, band-allocation or default", name)
 		}
@@ -407,7 +407,7 @@ func (s *sweep) cellConfig(c sweepCell) (train.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Log = nil
+	cfg.Output.Log = nil
 	return cfg, nil
 }
 
@@ -422,13 +422,13 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 		if err = os.MkdirAll(filepath.Dir(s.checkpointPath(c)), 0o755); err != nil {
 			return rec, fmt.Errorf("sweep: %w", err)
 		}
-		cfg.CheckpointPath, cfg.CheckpointEvery = s.checkpointPath(c), s.r.ckptEvery
+		cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = s.checkpointPath(c), s.r.ckptEvery
 		if s.sel == nil {
 			// One line per evaluation, as train run writes; a selection's
 			// runs show no accuracy before the selection is made.
-			evalLines := newEvalProgress(s.stderr, cfg.Steps, s.tty != nil)
-			cfg.OnStep, cfg.OnEval = evalLines.step, evalLines.eval
-		} else if cfg.Model, err = train.NewModel(cfg); err != nil {
+			evalLines := newEvalProgress(s.stderr, cfg.Privacy.Steps, s.tty != nil)
+			cfg.Output.OnStep, cfg.Output.OnEval = evalLines.step, evalLines.eval
+		} else if cfg.Model.Built, err = train.NewModel(cfg); err != nil {
 			// (a handle on the parameters, to save the model)
 			return rec, err
 		}
@@ -437,7 +437,7 @@ func (s *sweep) runCell(ctx context.Context, c sweepCell) (sweepRecord, error) {
 		}
 		finish := attachTrainingBar(&cfg, s.tty)
 		if s.sel != nil {
-			cfg.OnEval = nil // the bar would show the validation accuracy
+			cfg.Output.OnEval = nil // the bar would show the validation accuracy
 		}
 		s.ran++
 		rec.Result, err = train.Run(ctx, cfg)

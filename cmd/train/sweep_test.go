@@ -65,7 +65,7 @@ func TestSweepResumesWithoutRerunning(t *testing.T) {
 	defer cancel()
 	s.configure = func(cfg *train.Config) {
 		if s.ran == 3 { // the fourth run: cancel after its second step
-			cfg.OnStep = func(sm train.StepMetrics) {
+			cfg.Output.OnStep = func(sm train.StepMetrics) {
 				if sm.Step == 2 {
 					cancel()
 				}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dpmf-go/dpmf/privacy"
 	"io"
 	"io/fs"
 	"os"
@@ -22,11 +23,11 @@ import (
 // target epsilon, the Seed-th run of it; Draw > 0 is the Draw-th run of
 // a private selection at that epsilon (mechanism and sampling drawn).
 type sweepCell struct {
-	Mechanism string         `json:"mechanism"`
-	Sampling  train.Sampling `json:"sampling"` // SamplingAuto: the mechanism's
-	Epsilon   float64        `json:"epsilon"`
-	Seed      int            `json:"seed"`
-	Draw      int            `json:"draw,omitempty"`
+	Mechanism string           `json:"mechanism"`
+	Sampling  privacy.Sampling `json:"sampling"` // SamplingAuto: the mechanism's
+	Epsilon   float64          `json:"epsilon"`
+	Seed      int              `json:"seed"`
+	Draw      int              `json:"draw,omitempty"`
 }
 
 func (c sweepCell) key() string {
@@ -35,7 +36,7 @@ func (c sweepCell) key() string {
 
 // samplingLabel is the cell's sampling, "default" when the mechanism's.
 func (c sweepCell) samplingLabel() string {
-	if c.Sampling == train.SamplingAuto {
+	if c.Sampling == privacy.SamplingAuto {
 		return "default"
 	}
 	return string(c.Sampling)

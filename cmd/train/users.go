@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"github.com/dpmf-go/dpmf/privacy"
 
 	"github.com/dpmf-go/dpmf/data"
 	"github.com/dpmf-go/dpmf/train"
@@ -32,27 +33,27 @@ func (u *userFlags) register(fs *flag.FlagSet) {
 // apply attaches the synthetic owners and sets the user-level knobs.
 func (u *userFlags) apply(cfg *train.Config) error {
 	if u.users > 0 {
-		if cfg.Train.Owners != nil {
+		if cfg.Data.Train.Owners != nil {
 			return usagef("-users deals synthetic owners; the data already has owner ids (-user COLUMN)")
 		}
-		owners, err := data.DealOwners(cfg.Train.Len(), u.users, u.skew, syntheticOwnerSeed)
+		owners, err := data.DealOwners(cfg.Data.Train.Len(), u.users, u.skew, syntheticOwnerSeed)
 		if err != nil {
 			return usagef("-users %d: %v", u.users, err)
 		}
-		ds := *cfg.Train
+		ds := *cfg.Data.Train
 		ds.Owners = owners
-		cfg.Train = &ds
+		cfg.Data.Train = &ds
 	} else if u.users < 0 {
 		return usagef("-users %d must not be negative", u.users)
 	}
 	if u.level {
-		if cfg.Train.Owners == nil {
+		if cfg.Data.Train.Owners == nil {
 			return usagef("-user-level needs owner ids: -user COLUMN (for -data csv) or -users N (a synthetic assignment)")
 		}
 		if u.examples < 1 {
 			return usagef("-user-examples %d must be at least 1", u.examples)
 		}
-		cfg.UserLevel, cfg.UserExamples, cfg.UserMean = true, u.examples, u.mean
+		cfg.Privacy.UserBound = &privacy.UserBound{Examples: u.examples, Mean: u.mean}
 	} else if u.mean {
 		return usagef("-user-mean applies to -user-level runs only")
 	}

@@ -138,8 +138,8 @@ func (w *workerFlags) check(fs *flag.FlagSet) error {
 
 // train runs cfg: in this process, or on -workers workers.
 func (w *workerFlags) train(ctx context.Context, cfg train.Config, fs *flag.FlagSet, log, stderr io.Writer) (*train.Result, error) {
-	if w.workers < 0 || w.workers > cfg.Train.Len() {
-		return nil, usagef("-workers %d: want 0 (this process) to %d (the training examples)", w.workers, cfg.Train.Len())
+	if w.workers < 0 || w.workers > cfg.Data.Train.Len() {
+		return nil, usagef("-workers %d: want 0 (this process) to %d (the training examples)", w.workers, cfg.Data.Train.Len())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -564,9 +564,9 @@ func (wf *workerCmdFlags) trainConfig(fs *flag.FlagSet) (train.Config, error) {
 		return train.Config{}, err
 	}
 	if table != nil {
-		cfg.Categorical = table.Cardinalities()
+		cfg.Model.Categorical = table.Cardinalities()
 	}
-	if cfg.ClipPerLayer, err = parseClipPerLayer(*wf.clipPerLayer); err != nil {
+	if cfg.Model.ClipPerLayer, err = parseClipPerLayer(*wf.clipPerLayer); err != nil {
 		return train.Config{}, err
 	}
 	return cfg, nil
@@ -587,9 +587,9 @@ func (wf *workerCmdFlags) serve(ctx context.Context, cfg train.Config, shard dis
 	}
 	defer nc.Close()
 	opt := wf.nf.options(shard.Count)
-	lo, hi := shard.Range(cfg.Train.Len())
+	lo, hi := shard.Range(cfg.Data.Train.Len())
 	opt.OnReady = func() {
-		fmt.Fprintf(stdout, "worker %s ready: training examples [%d, %d) of %d\n", shard, lo, hi, cfg.Train.Len())
+		fmt.Fprintf(stdout, "worker %s ready: training examples [%d, %d) of %d\n", shard, lo, hi, cfg.Data.Train.Len())
 	}
 	err = distributed.Serve(wctx, nc, cfg, shard, opt)
 	if err != nil && wctx.Err() != nil {

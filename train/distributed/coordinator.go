@@ -62,26 +62,26 @@ func Run(ctx context.Context, nc *nats.Conn, cfg train.Config, opt Options) (*tr
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if opt.Workers > cfg.Train.Len() {
-		return nil, dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", opt.Workers, cfg.Train.Len())
+	if opt.Workers > cfg.Data.Train.Len() {
+		return nil, dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", opt.Workers, cfg.Data.Train.Len())
 	}
 	m, err := train.NewModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &coordinator{nc: nc, opt: opt, m: cfg.Train.Len(), parts: make([]partial, opt.Workers), errs: make([]error, opt.Workers)}
+	c := &coordinator{nc: nc, opt: opt, m: cfg.Data.Train.Len(), parts: make([]partial, opt.Workers), errs: make([]error, opt.Workers)}
 	if !cfg.NonPrivate {
-		c.bound = cfg.ClipNorm
+		c.bound = cfg.Privacy.ClipNorm
 	}
 	for i := range opt.Workers {
 		c.digests = append(c.digests, shardDigest(&cfg, m, Shard{i, opt.Workers}))
 	}
 	// Every request must fit the server's max_payload: refuse before the
 	// plan is built rather than at the first step.
-	if need := 64 + 4*m.NumParams() + 4*(cfg.Train.Len()/opt.Workers+cfg.Batch); int64(need) > nc.MaxPayload() {
+	if need := 64 + 4*m.NumParams() + 4*(cfg.Data.Train.Len()/opt.Workers+cfg.Privacy.Batch); int64(need) > nc.MaxPayload() {
 		return nil, dpcore.Invalid("distributed", "a step's request to a worker needs up to about %d bytes (%d parameters), above the NATS server's max_payload of %d bytes: raise max_payload", need, m.NumParams(), nc.MaxPayload())
 	}
-	cfg.Model, cfg.Backend = nil, backend{m, c}
+	cfg.Model.Built, cfg.Model.Backend = nil, backend{m, c}
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	c.stop = stop

@@ -23,9 +23,9 @@ const coordChildEnv = "DPMF_DISTRIBUTED_COORD_CHILD"
 
 func coordConfig(t testing.TB, dir string) train.Config {
 	cfg := testConfig(t, killSteps)
-	cfg.EvalEvery = 10
-	cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 3
-	cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
+	cfg.Output.EvalEvery = 10
+	cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 3
+	cfg.Output.MetricsPath = filepath.Join(dir, "metrics.jsonl")
 	return cfg
 }
 
@@ -40,9 +40,9 @@ func TestCoordinatorChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Model = m
+	cfg.Model.Built = m
 	out := bufio.NewWriter(os.Stdout)
-	cfg.OnStep = func(sm train.StepMetrics) {
+	cfg.Output.OnStep = func(sm train.StepMetrics) {
 		out.WriteString("coordinator step " + strconv.Itoa(sm.Step) + "\n")
 		out.Flush()
 	}
@@ -69,7 +69,7 @@ func TestCoordinatorKilledResumes(t *testing.T) {
 		t.Skip("skipped because this process is the child the test started")
 	}
 	cfg := testConfig(t, killSteps)
-	cfg.EvalEvery = 10
+	cfg.Output.EvalEvery = 10
 	_, want, _ := run(t, cfg, 3)
 
 	url, token := natsServer(t)

@@ -30,9 +30,9 @@ func TestExtremeExampleOnAWorker(t *testing.T) {
 	for trial := range 60 {
 		kind := kinds[trial%len(kinds)]
 		cfg := testConfig(t, 3)
-		cfg.ClipNorm = math.Pow(10, -float64(trial%6))
+		cfg.Privacy.ClipNorm = math.Pow(10, -float64(trial%6))
 		if trial%2 == 1 {
-			cfg.ModelName, cfg.Hidden = "logistic", nil
+			cfg.Model.Name, cfg.Model.Hidden = "logistic", nil
 		}
 		w, err := newWorker(context.Background(), cfg, Shard{0, 1})
 		if err != nil {
@@ -58,9 +58,9 @@ func TestExtremeExampleOnAWorker(t *testing.T) {
 		if (kind == "inf" || kind == "nan") && (p.nonFinite != 1 || sq != 0) {
 			t.Errorf("trial %d (%s): non-finite count %d, contribution norm %g: want 1 and 0", trial, kind, p.nonFinite, math.Sqrt(sq))
 		}
-		worst = max(worst, math.Sqrt(sq)/cfg.ClipNorm)
-		if math.Sqrt(sq) > cfg.ClipNorm {
-			t.Errorf("trial %d (%s): one example's partial sum has norm %.12g > clip norm %g (%.10g clip norms)", trial, kind, math.Sqrt(sq), cfg.ClipNorm, math.Sqrt(sq)/cfg.ClipNorm)
+		worst = max(worst, math.Sqrt(sq)/cfg.Privacy.ClipNorm)
+		if math.Sqrt(sq) > cfg.Privacy.ClipNorm {
+			t.Errorf("trial %d (%s): one example's partial sum has norm %.12g > clip norm %g (%.10g clip norms)", trial, kind, math.Sqrt(sq), cfg.Privacy.ClipNorm, math.Sqrt(sq)/cfg.Privacy.ClipNorm)
 		}
 	}
 	if worst < 0.99 {
@@ -69,9 +69,9 @@ func TestExtremeExampleOnAWorker(t *testing.T) {
 
 	// A whole run: every third example of the first 300 is extreme.
 	cfg := testConfig(t, 4)
-	s := cfg.Train.Shape.Size()
+	s := cfg.Data.Train.Shape.Size()
 	for id := 0; id < 300; id += 3 {
-		x := cfg.Train.X[id*s : (id+1)*s]
+		x := cfg.Data.Train.X[id*s : (id+1)*s]
 		if id%2 == 0 {
 			x[rng.IntN(s)] = 3e38
 			continue

@@ -37,10 +37,11 @@ func testConfig(t testing.TB, steps int) train.Config {
 		t.Fatal(err)
 	}
 	return train.Config{
-		Train: tr, Test: te, ModelName: "mlp", Hidden: []int{32},
-		Steps: steps, Batch: 60, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP,
-		ClipNorm: 1, LearningRate: 0.5, Seed: []byte("distributed test seed"), InsecureSeed: true,
-		EvalEvery: 1 << 20,
+		Data:      train.Data{Train: tr, Test: te},
+		Model:     train.ModelSpec{Name: "mlp", Hidden: []int{32}},
+		Privacy:   privacy.Request{Steps: steps, Batch: 60, Mechanism: mfnoise.DPSGD{}, Epsilon: 8, Accountant: privacy.RDP, ClipNorm: 1, Seed: []byte("distributed test seed"), InsecureSeed: true},
+		Optimizer: train.Optimizer{LearningRate: 0.5},
+		Output:    train.Output{EvalEvery: 1 << 20},
 	}
 }
 
@@ -109,9 +110,9 @@ func run(t *testing.T, cfg train.Config, w int) (*train.Result, []float32, []tra
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Model = m
+	cfg.Model.Built = m
 	var steps []train.StepMetrics
-	cfg.OnStep = func(sm train.StepMetrics) { steps = append(steps, sm) }
+	cfg.Output.OnStep = func(sm train.StepMetrics) { steps = append(steps, sm) }
 	var res *train.Result
 	if w == 0 {
 		res, err = train.Run(context.Background(), cfg)
@@ -171,7 +172,7 @@ func TestThreeWorkersMatchOneProcess(t *testing.T) {
 		steps = 60
 	}
 	cfg := testConfig(t, steps)
-	cfg.EvalEvery = steps / 2
+	cfg.Output.EvalEvery = steps / 2
 	res1, p1, s1 := run(t, cfg, 0)
 	res3, p3, s3 := run(t, cfg, 3)
 	if a, b := planJSON(t, res1), planJSON(t, res3); a != b {
@@ -216,14 +217,14 @@ func TestWorkerWithOtherSettingsRefuses(t *testing.T) {
 	url, token := natsServer(t)
 	opt := Options{Run: "refuse", Workers: 2, RequestTimeout: 10 * time.Second, Wait: 10 * time.Second}
 	other := cfg
-	other.ClipNorm = 2
+	other.Privacy.ClipNorm = 2
 	inProcessWorkers(t, url, token, other, opt)
 	m, err := train.NewModel(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	init := append([]float32(nil), m.Params()...)
-	cfg.Model = m
+	cfg.Model.Built = m
 	_, err = Run(context.Background(), connect(t, url, token), cfg, opt)
 	if !errors.Is(err, ErrWorkerRefused) || !strings.Contains(err.Error(), "differs from this worker's") {
 		t.Fatalf("got %v, want a refusal naming the difference", err)
@@ -245,15 +246,15 @@ func TestRefusedConfigurations(t *testing.T) {
 	url, token := natsServer(t)
 	nc := connect(t, url, token)
 	for name, edit := range map[string]func(*train.Config, *Options){
-		"augmentation": func(c *train.Config, _ *Options) { c.Augment = true },
+		"augmentation": func(c *train.Config, _ *Options) { c.Data.Augment = &train.Augmentation{} },
 		"no workers":   func(_ *train.Config, o *Options) { o.Workers = 0 },
 		"bad run name": func(_ *train.Config, o *Options) { o.Run = "a.b" },
-		"user level":   func(c *train.Config, _ *Options) { c.UserLevel = true },
-		"multiplicity": func(c *train.Config, _ *Options) { c.AugmentMultiplicity = 2 },
+		"user level":   func(c *train.Config, _ *Options) { c.Privacy.UserBound = &privacy.UserBound{} },
+		"multiplicity": func(c *train.Config, _ *Options) { c.Data.Augment = &train.Augmentation{Multiplicity: 2} },
 		"adaptive clip": func(c *train.Config, _ *Options) {
-			c.AdaptiveClip = &train.AdaptiveClip{Target: 0.5, NoiseStd: 10, LearningRate: 0.2}
+			c.Privacy.Quantile = &privacy.QuantileRelease{Target: 0.5, NoiseStd: 10, LearningRate: 0.2}
 		},
-		"too many workers": func(c *train.Config, o *Options) { o.Workers = c.Train.Len() + 1 },
+		"too many workers": func(c *train.Config, o *Options) { o.Workers = c.Data.Train.Len() + 1 },
 	} {
 		cfg := testConfig(t, 5)
 		opt := Options{Run: "r", Workers: 2}
@@ -294,7 +295,7 @@ func TestCoordinatorRefusesOversizedSum(t *testing.T) {
 	if _, err := nc.Subscribe(opt.subject(0), func(m *nats.Msg) {
 		p := w.compute(m.Data)
 		if p.refusal == "" {
-			p.sum[0] += float32(cfg.ClipNorm) * float32(p.examples+1) // one example counted far beyond the clip norm
+			p.sum[0] += float32(cfg.Privacy.ClipNorm) * float32(p.examples+1) // one example counted far beyond the clip norm
 		}
 		m.Respond(encodeReply(p))
 	}); err != nil {
@@ -306,7 +307,7 @@ func TestCoordinatorRefusesOversizedSum(t *testing.T) {
 		t.Fatal(err)
 	}
 	init := append([]float32(nil), m.Params()...)
-	cfg.Model = m
+	cfg.Model.Built = m
 	_, err = Run(context.Background(), connect(t, url, token), cfg, opt)
 	if !errors.Is(err, ErrWorkerRefused) || !strings.Contains(err.Error(), "x clip norm") {
 		t.Fatalf("got %v, want the oversized sum refused", err)
@@ -394,7 +395,7 @@ func TestWorkerCopiesTheModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Model = m
+	cfg.Model.Built = m
 	w, err := newWorker(context.Background(), cfg, Shard{0, 2})
 	if err != nil {
 		t.Fatal(err)

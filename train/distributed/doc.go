@@ -29,7 +29,7 @@
 // request is simply asked again (Options.RequestTimeout) and a restarted
 // worker answers it. A worker that stays away longer than Options.Wait
 // stops the run cleanly: train.Run rolls the step back, saves the
-// checkpoint (Config.CheckpointPath) at the last complete step and
+// checkpoint (Output.CheckpointPath) at the last complete step and
 // returns an error wrapping both ErrWorkerLost and train.ErrInterrupted;
 // the same run started again resumes from it.
 //

@@ -26,9 +26,9 @@ func Example() {
 
 	tr, te, _ := data.LoadEmbeddedFashionMNIST()
 	cfg := train.Config{
-		Train: tr, Test: te, ModelName: "logistic", Steps: 20, Batch: 100,
-		Mechanism: mfnoise.DPSGD{}, Epsilon: 4, Accountant: privacy.RDP,
-		Seed: []byte("example seed"), InsecureSeed: true,
+		Data:    train.Data{Train: tr, Test: te},
+		Model:   train.ModelSpec{Name: "logistic"},
+		Privacy: privacy.Request{Steps: 20, Batch: 100, Mechanism: mfnoise.DPSGD{}, Epsilon: 4, Accountant: privacy.RDP, Seed: []byte("example seed"), InsecureSeed: true},
 	}
 	opt := distributed.Options{Run: "example", Workers: 2}
 	ctx := context.Background()

@@ -178,7 +178,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		t.Skip("skipped because this process is a worker the test started")
 	}
 	cfg := testConfig(t, killSteps)
-	cfg.EvalEvery = 10
+	cfg.Output.EvalEvery = 10
 	_, want, _ := run(t, cfg, 3)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 31))
 
@@ -192,15 +192,15 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		}
 		dir := t.TempDir()
 		cfg := cfg
-		cfg.CheckpointPath, cfg.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
-		cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
+		cfg.Output.CheckpointPath, cfg.Output.CheckpointEvery = filepath.Join(dir, "run.ckpt"), 4
+		cfg.Output.MetricsPath = filepath.Join(dir, "metrics.jsonl")
 		m, err := train.NewModel(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Model = m
+		cfg.Model.Built = m
 		delay := time.Duration(rng.IntN(30)) * time.Millisecond
-		cfg.OnStep = func(sm train.StepMetrics) {
+		cfg.Output.OnStep = func(sm train.StepMetrics) {
 			if sm.Step == 10 {
 				go func() { time.Sleep(delay); procs.kill(1) }()
 			}
@@ -213,7 +213,7 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			t.Fatalf("after killing worker 1: %v, want an error wrapping ErrWorkerLost and train.ErrInterrupted", err)
 		}
 		t.Logf("killed %v after step 10; stopped in %.1fs: %v", delay, time.Since(start).Seconds(), err)
-		stopped := metricsSteps(t, cfg.MetricsPath)
+		stopped := metricsSteps(t, cfg.Output.MetricsPath)
 		if len(stopped) < 10 || len(stopped) >= killSteps {
 			t.Fatalf("stopped after %d steps, want at least 10 (the kill came after step 10) and fewer than %d", len(stopped), killSteps)
 		}
@@ -225,10 +225,10 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		if err := procs.start(1); err != nil {
 			t.Fatal(err)
 		}
-		if cfg.Model, err = train.NewModel(cfg); err != nil {
+		if cfg.Model.Built, err = train.NewModel(cfg); err != nil {
 			t.Fatal(err)
 		}
-		cfg.OnStep = nil
+		cfg.Output.OnStep = nil
 		res, err := Run(context.Background(), nc, cfg, opt)
 		if err != nil {
 			t.Fatal(err)
@@ -236,8 +236,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		if res.Resumed != len(stopped) {
 			t.Fatalf("resumed from step %d, want %d", res.Resumed, len(stopped))
 		}
-		sameParams(t, want, cfg.Model.Params())
-		checkEveryStepOnce(t, metricsSteps(t, cfg.MetricsPath), killSteps)
+		sameParams(t, want, cfg.Model.Built.Params())
+		checkEveryStepOnce(t, metricsSteps(t, cfg.Output.MetricsPath), killSteps)
 	})
 
 	t.Run("retry", func(t *testing.T) {
@@ -250,17 +250,17 @@ func TestWorkerKilledMidRun(t *testing.T) {
 		}
 		dir := t.TempDir()
 		cfg := cfg
-		cfg.MetricsPath = filepath.Join(dir, "metrics.jsonl")
+		cfg.Output.MetricsPath = filepath.Join(dir, "metrics.jsonl")
 		m, err := train.NewModel(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Model = m
+		cfg.Model.Built = m
 		// Three kills, each of a random worker at a random moment after
 		// steps 8, 16 and 24, each followed by a replacement. Every step
 		// needs every worker, so the run waits for each replacement.
 		restarted := make(chan error, 3)
-		cfg.OnStep = func(sm train.StepMetrics) {
+		cfg.Output.OnStep = func(sm train.StepMetrics) {
 			if sm.Step%8 == 0 {
 				i, delay := rng.IntN(3), time.Duration(rng.IntN(30))*time.Millisecond
 				go func() {
@@ -280,6 +280,6 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			}
 		}
 		sameParams(t, want, m.Params())
-		checkEveryStepOnce(t, metricsSteps(t, cfg.MetricsPath), killSteps)
+		checkEveryStepOnce(t, metricsSteps(t, cfg.Output.MetricsPath), killSteps)
 	})
 }

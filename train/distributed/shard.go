@@ -118,26 +118,26 @@ func Check(cfg train.Config, workers int) error {
 	if err := checkConfig(&cfg); err != nil {
 		return err
 	}
-	if workers > cfg.Train.Len() {
-		return dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", workers, cfg.Train.Len())
+	if workers > cfg.Data.Train.Len() {
+		return dpcore.Invalid("distributed", "%d workers for %d examples: a worker needs at least one", workers, cfg.Data.Train.Len())
 	}
 	return cfg.Check()
 }
 
 func checkConfig(cfg *train.Config) error {
 	switch {
-	case cfg.Train == nil || cfg.Train.Len() == 0:
+	case cfg.Data.Train == nil || cfg.Data.Train.Len() == 0:
 		return dpcore.Invalid("distributed", "no training data")
-	case cfg.UserLevel:
+	case cfg.Privacy.UserBound != nil:
 		return dpcore.Invalid("distributed", "user-level runs are not supported across workers (a user's examples would have to live on one worker)")
-	case cfg.Augment:
-		return dpcore.Invalid("distributed", "augmentation is not supported across workers (its randomness is the trainer's)")
-	case cfg.AugmentMultiplicity > 1:
+	case cfg.Data.Augment != nil && cfg.Data.Augment.Multiplicity > 1:
 		return dpcore.Invalid("distributed", "augmentation multiplicity is not supported across workers (the copies' gradients are averaged before clipping, which the workers do not do)")
-	case cfg.AdaptiveClip != nil:
+	case cfg.Data.Augment != nil:
+		return dpcore.Invalid("distributed", "augmentation is not supported across workers (its randomness is the trainer's)")
+	case cfg.Privacy.Quantile != nil:
 		return dpcore.Invalid("distributed", "adaptive clipping is not supported across workers (the workers clip with a fixed norm)")
-	case cfg.Backend != nil:
-		return dpcore.Invalid("distributed", "Config.Backend is set: the workers build the model from the named model settings")
+	case cfg.Model.Backend != nil:
+		return dpcore.Invalid("distributed", "Config.Model.Backend is set: the workers build the model from the named model settings")
 	}
 	return nil
 }
@@ -150,13 +150,13 @@ func checkConfig(cfg *train.Config) error {
 // never contributes.
 func shardDigest(cfg *train.Config, model models.Model, s Shard) [32]byte {
 	h := sha256.New()
-	m := cfg.Train.Len()
+	m := cfg.Data.Train.Len()
 	lo, hi := s.Range(m)
 	fmt.Fprintf(h, "dpmf distributed v1\nmodel=%s layout=%v input=%v classes=%d features=%s params=%d\n",
-		model.Name(), model.Layout(), model.InputShape(), model.Classes(), cfg.Features, model.NumParams())
+		model.Name(), model.Layout(), model.InputShape(), model.Classes(), cfg.Data.Features, model.NumParams())
 	fmt.Fprintf(h, "clip=%g perlayer=%v nonprivate=%v batch=%d examples=%d shape=%v classes=%d shard=%s range=%d-%d\n",
-		cfg.ClipNorm, cfg.ClipPerLayer, cfg.NonPrivate, cfg.Batch, m, cfg.Train.Shape, cfg.Train.Classes, s, lo, hi)
-	cfg.Train.HashExamples(h, lo, hi)
+		cfg.Privacy.ClipNorm, cfg.Model.ClipPerLayer, cfg.NonPrivate, cfg.Privacy.Batch, m, cfg.Data.Train.Shape, cfg.Data.Train.Classes, s, lo, hi)
+	cfg.Data.Train.HashExamples(h, lo, hi)
 	var out [32]byte
 	h.Sum(out[:0])
 	return out

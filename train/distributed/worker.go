@@ -84,27 +84,27 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if shard.Count < 1 || shard.Index < 0 || shard.Index >= shard.Count || shard.Count > cfg.Train.Len() {
-		return nil, fmt.Errorf("distributed: shard %s of %d examples: %w", shard, cfg.Train.Len(), errShard)
+	if shard.Count < 1 || shard.Index < 0 || shard.Index >= shard.Count || shard.Count > cfg.Data.Train.Len() {
+		return nil, fmt.Errorf("distributed: shard %s of %d examples: %w", shard, cfg.Data.Train.Len(), errShard)
 	}
 	m, err := workerModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{shard: shard, batch: cfg.Batch}
-	w.lo, w.hi = shard.Range(cfg.Train.Len())
+	w := &worker{shard: shard, batch: cfg.Privacy.Batch}
+	w.lo, w.hi = shard.Range(cfg.Data.Train.Len())
 	w.digest = shardDigest(&cfg, m, shard)
 	idx := make([]int, w.hi-w.lo)
 	for i := range idx {
 		idx[i] = w.lo + i
 	}
-	if w.data, err = cfg.Train.Subset(idx); err != nil {
+	if w.data, err = cfg.Data.Train.Subset(idx); err != nil {
 		return nil, err
 	}
-	if w.data, err = train.ApplyFeatures(ctx, cfg.Features, w.data); err != nil {
+	if w.data, err = train.ApplyFeatures(ctx, cfg.Data.Features, w.data); err != nil {
 		return nil, err
 	}
-	w.engine, err = clip.New(m, clip.Options{Norm: cfg.ClipNorm, PerLayer: cfg.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: cfg.Batch})
+	w.engine, err = clip.New(m, clip.Options{Norm: cfg.Privacy.ClipNorm, PerLayer: cfg.Model.ClipPerLayer, NonPrivate: cfg.NonPrivate, MaxBatch: cfg.Privacy.Batch})
 	if err != nil {
 		return nil, fmt.Errorf("distributed: worker %s: %w", shard, err)
 	}
@@ -112,8 +112,8 @@ func newWorker(ctx context.Context, cfg train.Config, shard Shard) (*worker, err
 	if err := w.engine.CheckInputs(w.data.X); err != nil {
 		return nil, fmt.Errorf("distributed: worker %s: training data: %w", shard, err)
 	}
-	w.x = make([]float32, cfg.Batch*w.data.Shape.Size())
-	w.y = make([]int, cfg.Batch)
+	w.x = make([]float32, cfg.Privacy.Batch*w.data.Shape.Size())
+	w.y = make([]int, cfg.Privacy.Batch)
 	w.chunk = make([]float32, m.NumParams())
 	w.out.sum = make([]float32, m.NumParams())
 	return w, nil
@@ -211,11 +211,11 @@ func (w *worker) compute(msg []byte) *partial {
 // cfg.Model, which is the caller's handle (the coordinator's, in one
 // process) and must not be written by the worker.
 func workerModel(cfg train.Config) (models.Model, error) {
-	if cfg.Model == nil {
+	if cfg.Model.Built == nil {
 		return train.NewModel(cfg)
 	}
 	var b bytes.Buffer
-	if err := models.Save(&b, cfg.Model, models.Metadata{}); err != nil {
+	if err := models.Save(&b, cfg.Model.Built, models.Metadata{}); err != nil {
 		return nil, fmt.Errorf("distributed: copying the model: %w", err)
 	}
 	tr, err := models.Load(&b)
