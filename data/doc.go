@@ -2,7 +2,10 @@
 // training: CIFAR-10 and CIFAR-100 (binary version), MNIST and Fashion-MNIST
 // (IDX files, gzipped or not), a synthetic CIFAR-shaped generator for
 // benchmarks, and an embedded class-balanced subset of real Fashion-MNIST so
-// a default run needs no download.
+// a default run needs no download. It also turns text corpora (plain text,
+// JSON lines with optional user and label fields, fortune cookies) into
+// data sets of token ids for next-token prediction or sequence
+// classification (LoadText, NewTextDataset), tokenized by package text.
 //
 // A Dataset holds every example in memory as float32 features in CHW order
 // with integer labels. Batch gathers examples into caller-owned buffers

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/dpmf-go/dpmf/data"
+	"github.com/dpmf-go/dpmf/text"
 )
 
 // writeTinyIDX writes a 2-example, 2 x 2 MNIST-style directory.
@@ -95,4 +96,23 @@ func ExampleAugmenter() {
 	}
 	fmt.Println("same batch after resume:", same)
 	// Output: same batch after resume: true
+}
+
+// Documents packed into examples of 4 token ids for next-token prediction:
+// each document ends with the end of text (256 for the byte tokenizer) and
+// consecutive examples overlap by one token, so every token after the
+// first is predicted once.
+func ExampleNewTextDataset() {
+	docs := []data.TextDocument{{Text: "Hi."}, {Text: "Ok"}}
+	d, err := data.NewTextDataset(docs, text.Bytes{}, data.TextDataOptions{Task: data.NextToken, Context: 4})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := range d.Len() {
+		fmt.Println(d.Example(i))
+	}
+	// Output:
+	// [72 105 46 256]
+	// [256 79 107 256]
 }

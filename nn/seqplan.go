@@ -318,7 +318,23 @@ func (p *SeqPlan) check(x []float32, y []int, n int) error {
 	if n > p.opt.MaxBatch || len(x) != n*T {
 		return dpcore.Invalid("nn", "%d input values for %d examples of %d tokens (at most %d examples)", len(x), n, T, p.opt.MaxBatch)
 	}
-	for i := range n {
+	return p.checkRows(x, y)
+}
+
+// CheckInputs checks examples x (Context ids each, any number of them) as
+// Step would, labels aside: a trainer refuses a whole data set before the
+// run rather than fail at the step that samples a bad example.
+func (p *SeqPlan) CheckInputs(x []float32) error {
+	if len(x)%p.t.Context != 0 {
+		return dpcore.Invalid("nn", "%d input values are not examples of %d tokens", len(x), p.t.Context)
+	}
+	return p.checkRows(x, nil)
+}
+
+// checkRows checks every example of x and, when y is not nil, its label.
+func (p *SeqPlan) checkRows(x []float32, y []int) error {
+	T := p.t.Context
+	for i := range len(x) / T {
 		row := x[i*T : (i+1)*T]
 		pad := false
 		for k, v := range row {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/clip"
 	"github.com/dpmf-go/dpmf/data"
@@ -18,6 +22,12 @@ type evalResult struct {
 	Examples int     `json:"examples"`
 	Accuracy float64 `json:"accuracy"`
 	Loss     float64 `json:"loss"`
+	// Tokens and Perplexity: a next-token model's predicted tokens and
+	// exp(Loss), Loss being the mean per token (Accuracy: how often the
+	// most likely token is the next); Perplexity is left out when it is
+	// past float64's range.
+	Tokens     int     `json:"tokens,omitempty"`
+	Perplexity float64 `json:"perplexity,omitempty"`
 }
 
 // runEval evaluates a saved model on the test split of a dataset with the
@@ -25,18 +35,38 @@ type evalResult struct {
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", stderr)
 	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
-	dataset := fs.String("data", "fashion-mnist", "dataset whose test split is evaluated (as for train run), or csv: every row of the -dir file, read with the model's columns")
+	dataset := fs.String("data", "fashion-mnist", "dataset whose test split is evaluated (as for train run), or csv: every row of the -dir file, read with the model's columns, or text: every document of -dir (loss per token and perplexity for a next-token model)")
 	dir := fs.String("dir", "", "dataset directory, or the CSV file (as for train run)")
 	format := fs.String("format", "text", "text or json")
+	var tf evalTextFlags
+	tf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *format != "text" && *format != "json" {
 		return usagef("-format %q: want text or json", *format)
 	}
+	if *dataset != "text" {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if slices.Contains([]string{"tokenizer", "text-format", "text-field", "label", "labels", "user", "test-fraction"}, f.Name) {
+				given = append(given, "-"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return usagef("%s only apply to -data text", strings.Join(given, ", "))
+		}
+	}
 	tr, err := loadModelFile(*modelFile)
 	if err != nil {
 		return err
+	}
+	if *dataset == "text" {
+		res, source, err := evalText(ctx, tr, *modelFile, *dir, &tf)
+		if err != nil {
+			return err
+		}
+		return writeEval(stdout, *format, res, source, "", tr)
 	}
 	var test *data.Dataset
 	var source string
@@ -87,7 +117,16 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if res.Loss, res.Accuracy, err = engine.EvaluateContext(ctx, x, y); err != nil {
 		return err
 	}
-	if *format == "json" {
+	split := " test split"
+	if *dataset == "csv" {
+		split = ""
+	}
+	return writeEval(stdout, *format, res, source, split, tr)
+}
+
+// writeEval writes eval's result as one JSON object or as text.
+func writeEval(stdout io.Writer, format string, res evalResult, source, split string, tr *models.Trained) error {
+	if format == "json" {
 		b, err := json.Marshal(res)
 		if err != nil {
 			return err
@@ -95,12 +134,12 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	split := " test split"
-	if *dataset == "csv" {
-		split = ""
+	ppl := ""
+	if res.Tokens > 0 {
+		ppl = fmt.Sprintf(", %d tokens, perplexity %.4g", res.Tokens, math.Exp(res.Loss))
 	}
-	_, err = fmt.Fprintf(stdout, "%s%s: %d examples, accuracy %.4f, loss %.4f\nmodel: %s trained on %s; privacy: %s\n",
-		source, split, res.Examples, res.Accuracy, res.Loss, a.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)
+	_, err := fmt.Fprintf(stdout, "%s%s: %d examples, accuracy %.4f, loss %.4f%s\nmodel: %s trained on %s; privacy: %s\n",
+		source, split, res.Examples, res.Accuracy, res.Loss, ppl, tr.Architecture.Name, tr.Metadata.Dataset, tr.Metadata.Privacy)
 	return err
 }
 

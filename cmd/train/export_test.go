@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,14 +132,45 @@ func TestImportGPT2Dir(t *testing.T) {
 	if back.Model.NumParams() >= tr.Model.NumParams() {
 		t.Fatalf("merged export has %d parameters, the adapted model %d", back.Model.NumParams(), tr.Model.NumParams())
 	}
-	// predict: the next token after each input's last one, over the
-	// vocabulary (the first fixture input's most likely next token in
-	// PyTorch is 30).
+	// predict: the next token after each input's last one, and its
+	// log-probability, as PyTorch's logits of the fixture give them at
+	// that position (the first input is the fixture's first 8 tokens).
+	var fx struct{ Logits [][]float64 }
+	if b, err := os.ReadFile(filepath.Join(src, "fixtures.json")); err != nil || json.Unmarshal(b, &fx) != nil {
+		t.Fatalf("fixtures: %v", err)
+	}
 	in := filepath.Join(dir, "in.jsonl")
-	os.WriteFile(in, []byte("[15,42,21,36,33,47,37,29]\n[4,2,-1,-1,-1,-1,-1,-1]\n"), 0o644)
-	code, out, stderr := runCLI(t, "predict", "-model-file", m, "-input", in)
+	os.WriteFile(in, []byte(`{"tokens": [15,42,21,36,33,47,37,29]}`+"\n"+`{"tokens": [4,2]}`+"\n"), 0o644)
+	code, out, stderr := runCLI(t, "predict", "-model-file", m, "-input", in, "-top", "1")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 2 || strings.Count(lines[0], ",") != 50 {
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("predict: exit %d: %q %s", code, out, stderr)
+	}
+	for i, c := range []struct{ fixture, pos int }{{0, 7}, {3, 1}} {
+		row := fx.Logits[c.fixture][c.pos*50 : (c.pos+1)*50]
+		best, z := 0, 0.0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+			z += math.Exp(v)
+		}
+		var got struct {
+			Top []struct {
+				ID      int
+				Logprob float64
+			}
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil || len(got.Top) != 1 {
+			t.Fatalf("predict line %q: %v", lines[i], err)
+		}
+		if want := row[best] - math.Log(z); got.Top[0].ID != best || math.Abs(got.Top[0].Logprob-want) > 1e-5 {
+			t.Errorf("input %d: top %+v, PyTorch's is id %d with log-probability %v", i, got.Top[0], best, want)
+		}
+	}
+	code, out, stderr = runCLI(t, "predict", "-model-file", m, "-input", in)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Count(lines[0], ",") != 49 {
 		t.Fatalf("predict: exit %d: %q %s", code, out, stderr)
 	}
 	bad := filepath.Join(dir, "bad")

@@ -8,7 +8,7 @@
 //	train compare [flags]     mechanism comparison table (loss, RMSE, sensitivity)
 //	train account [flags]     epsilon for a noise multiplier, or the multiplier for an epsilon
 //	train eval [flags]        test loss and accuracy of a model saved by train run -save-model
-//	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV)
+//	train predict [flags]     class probabilities from a saved model for inputs (JSON lines or CSV), or next-token log-probabilities of token sequences
 //	train audit [flags]       lower-bound the epsilon of a run empirically (canaries)
 //	train plot [flags]        loss, accuracy and epsilon plot of a run's metrics file
 //	train export [flags]      a model file's parameters as safetensors (PyTorch names and layout)
@@ -81,7 +81,7 @@ const commandsUsage = `Usage of train:
   train account [flags]   epsilon for a noise multiplier, or the multiplier for an epsilon
   train audit [flags]     lower-bound the epsilon of a run empirically (the flags of train run, plus canaries)
   train eval [flags]      test loss and accuracy of a model saved by train run -save-model
-  train predict [flags]   class probabilities from a saved model for inputs (JSON lines or CSV)
+  train predict [flags]   class probabilities (JSON lines or CSV), or next-token log-probabilities of token sequences
   train plot [flags]      loss, accuracy and epsilon plot of a run's metrics file (PNG or SVG)
   train export [flags]    a model file's parameters as safetensors (PyTorch names and layout)
   train import [flags]    a model file from a safetensors file written by train export or a GPT-2 directory (-dir)

@@ -35,12 +35,18 @@ const predictBatch = 256
 //	      the model's columns (categories as values, the label column
 //	      optional and skipped), and the output "class,label,p0,...".
 //
+// For a model over token ids (a next-token model or a sequence
+// classifier), input lines are {"tokens": [ids...]} or {"text": "..."}
+// (with -tokenizer) and the output is predictSequences'.
+//
 // Empty input lines are skipped.
 func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("predict", stderr)
 	modelFile := fs.String("model-file", "", "model file written by train run -save-model (required)")
 	input := fs.String("input", "-", "input file (- for standard input)")
 	format := fs.String("format", "json", "json (input: a JSON array of features per line) or csv (input: a row of features per line; for a model trained on -data csv, a table with a header naming its columns)")
+	top := fs.Int("top", 0, "models over token ids: print the K most likely next tokens instead of every id's log-probability (0: every id)")
+	tokSpec := fs.String("tokenizer", "", "models over token ids: the tokenizer of {\"text\": ...} inputs and of the tokens -top prints: a directory with GPT-2's vocab.json and merges.txt or tokenizer.json, or bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -56,6 +62,16 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err != nil {
 		return err
 	}
+	sm, isSeq, err := sequenceModelOf(tr)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", *modelFile, err)
+	}
+	if !isSeq && (*top != 0 || *tokSpec != "") {
+		return usagef("-top and -tokenizer apply to models over token ids; %s is not one", *modelFile)
+	}
+	if isSeq && *format != "json" {
+		return usagef("-format %s: a model over token ids reads JSON lines", *format)
+	}
 	in := stdin
 	if *input != "-" {
 		f, err := os.Open(*input)
@@ -64,6 +80,13 @@ func runPredict(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		}
 		defer f.Close()
 		in = f
+	}
+	if isSeq {
+		tok, err := loadTokenizer(*tokSpec)
+		if err != nil {
+			return err
+		}
+		return predictSequences(ctx, sm, tok, *top, in, "input "+*input, stdout)
 	}
 	if *format == "csv" && tr.Metadata.Columns != nil {
 		return predictTable(tr, in, "input "+*input, stdout, stderr)

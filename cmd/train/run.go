@@ -19,6 +19,8 @@ import (
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/privacy"
+	"github.com/dpmf-go/dpmf/seqtrain"
+	"github.com/dpmf-go/dpmf/text"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -41,7 +43,7 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.config, "config", "", "JSON file with flag values (keys are flag names); explicit flags override it")
-	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only)")
+	fs.StringVar(&r.dataset, "data", "fashion-mnist", "fashion-mnist, mnist, cifar10, cifar100, embedded (the Fashion-MNIST subset shipped in the binary), synthetic-cifar (CIFAR-shaped synthetic data for benchmarks), npy (-dir holding NumPy x_train.npy, y_train.npy, x_test.npy, y_test.npy: examples (N, D), (N, H, W) or (N, H, W, C), integer labels), images (-dir holding train/CLASS/*.png|jpg and test/CLASS/*, one size, as torchvision's ImageFolder) or csv (a table with a header row, train run and eval only) or text (-dir: plain text, JSON lines or fortune files, tokenized by -tokenizer; train run only)")
 	fs.StringVar(&r.dir, "dir", "", "dataset directory, or the CSV file for -data csv (default for fashion-mnist: Debian's /usr/share/datasets/fashion-mnist, or the embedded subset if it is not installed)")
 	fs.IntVar(&r.trainLimit, "train-examples", 0, "use only the first N training examples (0: all)")
 	fs.StringVar(&r.model, "model", "mlp", "logistic, mlp, cnn, wrn16-4, tabular (categorical embeddings + MLP, for -data csv) or scatternet (GroupNorm + linear on scattering features, Tramèr and Boneh 2021)")
@@ -147,7 +149,7 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		testName = "validation (held out of training; the test split is not read)"
 	}
 	fmt.Fprintf(log, "data: %s (%d train, %d %s examples)\n", source, cfg.Data.Train.Len(), testLen, testName)
-	if inv.saveModel != "" {
+	if inv.saveModel != "" && cfg.Model.Built == nil {
 		if cfg.Model.Built, err = train.NewModel(cfg); err != nil {
 			return err
 		}
@@ -164,6 +166,9 @@ func runTrainWith(ctx context.Context, name string, args []string, stdout, stder
 		return err
 	}
 	fmt.Fprintf(log, "%s accuracy %.4f, %s loss %.4f after %d steps (%.1fs%s)%s\n", res.Final.Split, res.Final.Accuracy, res.Final.Split, res.Final.Loss, res.Steps, res.Elapsed.Seconds(), featuresNote(res.Features), notPrivateNote(res.Final))
+	if inv.r.dataset == "text" && inv.csvf.label == "" {
+		fmt.Fprintf(log, "%s perplexity %.4g (the loss is per predicted token; accuracy: the next token's)\n", res.Final.Split, math.Exp(res.Final.Loss))
+	}
 	if res.Plan != nil {
 		joint := ""
 		if res.Plan.Quantile != nil {
@@ -220,6 +225,7 @@ type runInvocation struct {
 	fs                            *flag.FlagSet
 	r                             runFlags
 	csvf                          csvFlags
+	textf                         textFlags
 	wf                            workerFlags
 	clipPerLayer, saveModel, plot string
 	dirGiven                      bool
@@ -235,6 +241,7 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 	fs.StringVar(&inv.saveModel, "save-model", "", "write the final model (architecture, parameters, privacy claim) to this file, for train eval and train predict")
 	fs.StringVar(&inv.plot, "plot", "", "draw the loss, accuracy and epsilon spent of the run to this .png or .svg file at the end (see also train plot)")
 	inv.csvf.register(fs)
+	inv.textf.register(fs)
 	inv.wf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -262,6 +269,12 @@ func parseRunInvocation(name string, args []string, stderr io.Writer) (*runInvoc
 		}
 	}
 	if err := inv.csvf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model); err != nil {
+		return nil, err
+	}
+	if inv.r.dataset == "text" && !flagGiven(fs, "model") {
+		inv.r.model = "gpt"
+	}
+	if err := inv.textf.validate(fs, inv.r.dataset, inv.r.dir, inv.r.model, &inv.csvf); err != nil {
 		return nil, err
 	}
 	if err := refuseSharedPaths(inv.paths()...); err != nil {
@@ -306,7 +319,7 @@ var privacyOnly = map[string]bool{"epsilon": true, "delta": true, "sigma": true,
 func (inv *runInvocation) paths() []namedPath {
 	r := &inv.r
 	ps := []namedPath{{"config", r.config, false}}
-	if r.dataset == "csv" {
+	if r.dataset == "csv" || r.dataset == "text" {
 		ps = append(ps, namedPath{"dir", r.dir, false}, namedPath{"test-file", inv.csvf.testFile, false})
 	}
 	return append(ps,
@@ -323,9 +336,13 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 		trainSet, testSet *data.Dataset
 		table             *data.Tabular
 	)
-	if r.dataset == "csv" {
+	switch r.dataset {
+	case "csv":
 		trainSet, testSet, table, source, err = inv.csvf.load(r.dir)
-	} else {
+	case "text":
+		trainSet, testSet, source, err = inv.textf.load(r.dir, &inv.csvf)
+		err = asInputError(err)
+	default:
 		trainSet, testSet, source, err = loadData(r.dataset, r.dir, !inv.dirGiven)
 	}
 	if err != nil {
@@ -333,6 +350,11 @@ func (inv *runInvocation) config(log, stderr io.Writer) (cfg train.Config, colum
 	}
 	if cfg, err = r.trainConfig(trainSet, testSet); err != nil {
 		return cfg, nil, "", err
+	}
+	if r.dataset == "text" {
+		if err = inv.textf.backend(&cfg, inv.csvf.label != ""); err != nil {
+			return cfg, nil, "", err
+		}
 	}
 	if table != nil {
 		cfg.Model.Categorical = table.Cardinalities()
@@ -389,6 +411,9 @@ func (inv *runInvocation) attachProgress(cfg *train.Config, stderr, tty io.Write
 // are joined to the run's, after the JSON is written.
 func (inv *runInvocation) saveOutputs(log io.Writer, cfg train.Config, res *train.Result, curves *runCurves, source string, columns *models.Columns) error {
 	var saveErr error
+	if sb, ok := cfg.Model.Backend.(*seqtrain.Backend); ok {
+		cfg.Model.Built = sb.Model() // with the parameters the loop last wrote
+	}
 	if inv.saveModel != "" {
 		saveErr = saveModelOrFallback(inv.saveModel, inv.r.ckpt, func(path string) error {
 			return saveModel(path, cfg, res, inv.r.seed != "", columns)
@@ -541,6 +566,11 @@ func (r *runFlags) settings() (train.Config, error) {
 	if err := r.accuracy.apply(&cfg); err != nil {
 		return train.Config{}, err
 	}
+	if r.dataset == "text" {
+		// The model is built once the data give its vocabulary and
+		// context (textFlags.backend).
+		cfg.Model.Backend = textModelPending{}
+	}
 	return cfg, nil
 }
 
@@ -641,12 +671,16 @@ func checkOutput(flagName, path string) error {
 // is always an error.
 func loadData(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
 	trainSet, testSet, source, err = loadDataset(name, dir, fallback)
-	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
-		// A missing, unreadable, empty, truncated or corrupt dataset is
-		// fixed by giving another -dir: bad input.
-		err = inputError{err}
+	return trainSet, testSet, source, asInputError(err)
+}
+
+// asInputError marks a missing, unreadable, empty, truncated or corrupt
+// dataset as bad input: it is fixed by giving another -dir.
+func asInputError(err error) error {
+	if err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, data.ErrFormat) || errors.Is(err, text.ErrFormat) || errors.Is(err, dpcore.ErrInvalid)) {
+		return inputError{err}
 	}
-	return trainSet, testSet, source, err
+	return err
 }
 
 func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Dataset, source string, err error) {
@@ -689,7 +723,10 @@ func loadDataset(name, dir string, fallback bool) (trainSet, testSet *data.Datas
 	if name == "csv" {
 		return nil, nil, "", usagef("-data csv is read by train run and train eval only")
 	}
-	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images or csv", name)
+	if name == "text" {
+		return nil, nil, "", usagef("-data text is read by train run only")
+	}
+	return nil, nil, "", usagef("-data %q: want fashion-mnist, mnist, cifar10, cifar100, embedded, synthetic-cifar, npy, images, csv or text", name)
 }
 
 // mismatchHint turns a directory of another dataset into a usage error

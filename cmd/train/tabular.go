@@ -34,8 +34,12 @@ func (c *csvFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.testFraction, "test-fraction", 0.2, "-data csv without -test-file: fraction of the rows held out as the test split (chosen by a fixed permutation; 0: none)")
 }
 
-// csvOnly are the flags that mean something only with -data csv.
-var csvOnly = []string{"label", "categorical", "ignore", "test-file", "test-fraction", "user"}
+// csvOnly are the flags that mean something only with -data csv; those
+// of textToo also with -data text (fields of JSON lines).
+var (
+	csvOnly = []string{"label", "categorical", "ignore", "test-file", "test-fraction", "user"}
+	textToo = []string{"label", "test-file", "test-fraction", "user"}
+)
 
 // validate refuses CSV flags without -data csv and a CSV run without its
 // file or label, before anything is read.
@@ -43,12 +47,15 @@ func (c *csvFlags) validate(fs *flag.FlagSet, dataset, dir, model string) error 
 	if dataset != "csv" {
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
-			if slices.Contains(csvOnly, f.Name) {
+			if slices.Contains(csvOnly, f.Name) && !(dataset == "text" && slices.Contains(textToo, f.Name)) {
 				given = append(given, "-"+f.Name)
 			}
 		})
 		if len(given) > 0 {
 			return usagef("%s only apply to -data csv", strings.Join(given, ", "))
+		}
+		if dataset == "text" && !(c.testFraction >= 0 && c.testFraction < 1) {
+			return usagef("-test-fraction %v: want a fraction in [0, 1)", c.testFraction)
 		}
 		if model == "tabular" {
 			return usagef("-model tabular needs -data csv (a table with categorical columns)")
