@@ -89,25 +89,7 @@ func isTrans(t gblas.Transpose) bool {
 // checkGemm validates the arguments as gonum does and reports whether
 // there is any work to do.
 func checkGemm(tA, tB gblas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
-	switch tA {
-	case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
-	default:
-		panic(badTranspose)
-	}
-	switch tB {
-	case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
-	default:
-		panic(badTranspose)
-	}
-	if m < 0 {
-		panic(mLT0)
-	}
-	if n < 0 {
-		panic(nLT0)
-	}
-	if k < 0 {
-		panic(kLT0)
-	}
+	checkShape(tA, tB, m, n, k)
 	aTrans, bTrans := isTrans(tA), isTrans(tB)
 	if aTrans {
 		if lda < max(1, m) {
@@ -147,6 +129,27 @@ func checkGemm(tA, tB gblas.Transpose, m, n, k, la, lda, lb, ldb, lc, ldc int) b
 		panic(shortC)
 	}
 	return true
+}
+
+// checkShape panics as gonum does on a bad transposition or a negative
+// dimension.
+func checkShape(tA, tB gblas.Transpose, m, n, k int) {
+	for _, t := range []gblas.Transpose{tA, tB} {
+		switch t {
+		case gblas.NoTrans, gblas.Trans, gblas.ConjTrans:
+		default:
+			panic(badTranspose)
+		}
+	}
+	if m < 0 {
+		panic(mLT0)
+	}
+	if n < 0 {
+		panic(nLT0)
+	}
+	if k < 0 {
+		panic(kLT0)
+	}
 }
 
 // kernel describes a micro-kernel and the cache blocking tuned for it.

@@ -71,16 +71,45 @@ func (s *serial[T]) gemm(kern kernel[T], native gemmFunc[T], tA, tB gblas.Transp
 // products (the same small matrix against many panels), whose packing
 // would otherwise be repeated by every call. Its storage is reused by
 // later calls of PackB64 on it.
-type PackedB64 struct {
+type PackedB64 struct{ p packedB[float64] }
+
+// PackedB32 is PackedB64 for float32, read by Serial32.SgemmPacked: a
+// layer's weight packed once per step for all the products of the step.
+// It also keeps B itself (not a copy) for the products too small to pack,
+// which Sgemm hands to gonum's loops: B must keep its values while the
+// packed copy is used.
+type PackedB32 struct {
+	p     packedB[float32]
+	b     []float32
+	ldb   int
+	tB    gblas.Transpose
+	alpha float32
+}
+
+// Dims returns the packed op(B)'s k and n.
+func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
+
+// packedB is alpha*op(B) (k×n) packed in runBuf's block order.
+type packedB[T float32 | float64] struct {
 	k, n int
-	kern kernel[float64]
-	data []float64
+	kern kernel[T]
+	data []T
 }
 
 // PackB64 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
 // row-major with leading dimension ldb), into dst.
 func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, dst *PackedB64) {
-	kern := kernel64()
+	dst.p.pack(kernel64(), tB, k, n, alpha, b, ldb)
+}
+
+// PackB32 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
+// row-major with leading dimension ldb), into dst.
+func PackB32(tB gblas.Transpose, k, n int, alpha float32, b []float32, ldb int, dst *PackedB32) {
+	dst.p.pack(kernel32(), tB, k, n, alpha, b, ldb)
+	dst.b, dst.ldb, dst.tB, dst.alpha = b, ldb, tB, alpha
+}
+
+func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n int, alpha T, b []T, ldb int) {
 	dst.k, dst.n, dst.kern, dst.data = k, n, kern, dst.data[:0]
 	if !checkGemm(gblas.NoTrans, tB, 1, n, k, k, max(1, k), len(b), ldb, n, max(1, n)) || k == 0 {
 		return
@@ -95,7 +124,7 @@ func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, 
 		}
 	}
 	if cap(dst.data) < size {
-		dst.data = make([]float64, size)
+		dst.data = make([]T, size)
 	}
 	dst.data = dst.data[:size]
 	off := 0
@@ -113,6 +142,23 @@ func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, 
 // alpha*op(B) (k×n), op(A) m×k and C m×n, on the calling goroutine, with
 // the same summation order as Dgemm.
 func (s *Serial64) DgemmPacked(tA gblas.Transpose, m int, a []float64, lda int, b *PackedB64, beta float64, c []float64, ldc int) {
+	s.s.gemmPacked(tA, m, a, lda, &b.p, beta, c, ldc)
+}
+
+// SgemmPacked computes C = op(A) * P + beta * C for the packed P =
+// alpha*op(B) (k×n), op(A) m×k and C m×n, on the calling goroutine: the
+// same values as Serial32.Sgemm on B, bit for bit, skipping the packing
+// of B (products of m*n*k up to 512, which Sgemm does not pack, read B
+// itself as Sgemm does).
+func (s *Serial32) SgemmPacked(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
+	if n, k := b.p.n, b.p.k; m*n*k <= smallWork {
+		s.Sgemm(tA, b.tB, m, n, k, b.alpha, a, lda, b.b, b.ldb, beta, c, ldc)
+		return
+	}
+	s.s.gemmPacked(tA, m, a, lda, &b.p, beta, c, ldc)
+}
+
+func (s *serial[T]) gemmPacked(tA gblas.Transpose, m int, a []T, lda int, b *packedB[T], beta T, c []T, ldc int) {
 	n, k := b.n, b.k
 	if !checkGemm(tA, gblas.NoTrans, m, n, k, len(a), lda, k*n, max(1, n), len(c), ldc) {
 		return
@@ -124,9 +170,72 @@ func (s *Serial64) DgemmPacked(tA gblas.Transpose, m int, a []float64, lda int, 
 		scaleC(beta, c, ldc, 0, m, 0, n)
 		return
 	}
-	op := gemmOp[float64]{kern: b.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.data}
+	op := gemmOp[T]{kern: b.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.data}
+	if need := op.bufLen(0, m, 0, n); len(s.buf) < need {
+		s.buf = make([]T, need)
+	}
+	op.runBuf(s.buf, 0, m, 0, n)
+}
+
+// SgemmOverlapA is Sgemm on the calling goroutine for an A whose rows may
+// overlap: row i of A (op(A)'s row i, or its column i when tA is Trans)
+// starts at a[i*lda] and lda may be smaller than the row's length, down
+// to 1. This is the implicit im2col of a stride-1 convolution: the rows of
+// its unfolded input for one kernel row are windows of the (padded)
+// input itself, C floats apart. C must not overlap A or B, and its rows
+// must not overlap each other (ldc >= n). Every product takes the packed
+// path, with Sgemm's summation order.
+func (s *Serial32) SgemmOverlapA(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, tB, m, n, k, max(1, m*k), max(1, k), len(b), ldb, len(c), ldc) {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		scaleC(beta, c, ldc, 0, m, 0, n)
+		return
+	}
+	op := gemmOp[float32]{kern: kernel32(), aTrans: isTrans(tA), bTrans: isTrans(tB), k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
 	if need := op.bufLen(0, m, 0, n); len(s.s.buf) < need {
-		s.s.buf = make([]float64, need)
+		s.s.buf = make([]float32, need)
 	}
 	op.runBuf(s.s.buf, 0, m, 0, n)
+}
+
+// SgemmPackedOverlapA is SgemmPacked for an A whose rows may overlap (as
+// SgemmOverlapA).
+func (s *Serial32) SgemmPackedOverlapA(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
+	n, k := b.p.n, b.p.k
+	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, max(1, m*k), max(1, k), k*n, max(1, n), len(c), ldc) {
+		return
+	}
+	if k == 0 {
+		scaleC(beta, c, ldc, 0, m, 0, n)
+		return
+	}
+	op := gemmOp[float32]{kern: b.p.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.p.data}
+	if need := op.bufLen(0, m, 0, n); len(s.s.buf) < need {
+		s.s.buf = make([]float32, need)
+	}
+	op.runBuf(s.s.buf, 0, m, 0, n)
+}
+
+// checkOverlapA checks an A of m×k (op(A)) whose rows start lda apart
+// and may overlap, panicking as gonum does on a bad leading dimension or
+// a short slice, and reports whether A has any element.
+func checkOverlapA(tA gblas.Transpose, m, k, la, lda int) bool {
+	checkShape(tA, gblas.NoTrans, m, 0, k)
+	if lda < 1 {
+		panic(badLdA)
+	}
+	rows, cols := m, k
+	if isTrans(tA) {
+		// Stored rows are op(A)'s columns: k of them, m long, lda apart.
+		rows, cols = k, m
+	}
+	if rows == 0 || cols == 0 {
+		return true
+	}
+	if la < (rows-1)*lda+cols {
+		panic(shortA)
+	}
+	return true
 }

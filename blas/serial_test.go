@@ -105,3 +105,103 @@ func TestDgemmPackedMatchesDgemm(t *testing.T) {
 		}
 	}
 }
+
+// The float32 prepacked operand (a layer's weight packed once per step)
+// gives the bits of Serial32.Sgemm, for beta 0, 1 and other, at sizes
+// Sgemm packs and the smallest, which it does not.
+func TestSgemmPackedMatchesSgemm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var s Serial32
+	var pb PackedB32
+	for _, d := range [][3]int{{96, 64, 64}, {4, 128, 2048}, {4096, 32, 27}, {256, 1152, 128}, {7, 129, 33}, {13, 17, 400}, {1, 1, 1}, {5, 3, 0}, {4, 5, 3}, {8, 8, 8}, {1, 10, 128}} {
+		m, n, k := d[0], d[1], d[2]
+		for _, tr := range [][2]gblas.Transpose{{gblas.NoTrans, gblas.NoTrans}, {gblas.Trans, gblas.NoTrans}, {gblas.NoTrans, gblas.Trans}, {gblas.Trans, gblas.Trans}} {
+			for _, beta := range []float32{0, 1, -1.5} {
+				a := make([]float32, m*max(1, k)+1)
+				b := make([]float32, max(1, k)*n+1)
+				c := make([]float32, m*n)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				for i := range c {
+					c[i] = float32(rng.NormFloat64())
+				}
+				lda, ldb := max(1, k), n
+				if tr[0] == gblas.Trans {
+					lda = m
+				}
+				if tr[1] == gblas.Trans {
+					ldb = max(1, k)
+				}
+				want := append([]float32(nil), c...)
+				// Serial32.Sgemm: the packed path, or gonum's loops for
+				// the smallest products.
+				s.Sgemm(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, beta, want, n)
+				PackB32(tr[1], k, n, 1, b, ldb, &pb)
+				s.SgemmPacked(tr[0], m, a, lda, &pb, beta, c, n)
+				for i := range c {
+					if c[i] != want[i] {
+						t.Fatalf("%v %v beta %v: c[%d] = %v, want %v bit for bit", d, tr, beta, i, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// An A with overlapping rows (the windows of an implicit im2col) gives,
+// bit for bit, the product of the same rows copied out into an ordinary
+// matrix, unpacked and prepacked B alike.
+func TestSgemmOverlapA(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var s Serial32
+	var pb PackedB32
+	for _, d := range [][4]int{{1086, 32, 96, 32}, {78, 128, 384, 128}, {27, 32, 1086, 3}, {1152, 64, 80, 128}, {5, 7, 9, 2}, {13, 3, 40, 1}} {
+		m, n, k, lda := d[0], d[1], d[2], d[3]
+		for _, tA := range []gblas.Transpose{gblas.NoTrans, gblas.Trans} {
+			for _, beta := range []float32{0, 1} {
+				rows, cols := m, k
+				if tA == gblas.Trans {
+					rows, cols = k, m
+				}
+				a := make([]float32, (rows-1)*lda+cols)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				dense := make([]float32, rows*cols)
+				for r := range rows {
+					copy(dense[r*cols:(r+1)*cols], a[r*lda:r*lda+cols])
+				}
+				b := make([]float32, k*n)
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				c0 := make([]float32, m*n)
+				for i := range c0 {
+					c0[i] = float32(rng.NormFloat64())
+				}
+				want := append([]float32(nil), c0...)
+				gemm(kernel32(), 1, tA == gblas.Trans, false, m, n, k, 1, dense, cols, b, n, beta, want, n)
+				got := append([]float32(nil), c0...)
+				s.SgemmOverlapA(tA, gblas.NoTrans, m, n, k, 1, a, lda, b, n, beta, got, n)
+				PackB32(gblas.NoTrans, k, n, 1, b, n, &pb)
+				gotP := append([]float32(nil), c0...)
+				s.SgemmPackedOverlapA(tA, m, a, lda, &pb, beta, gotP, n)
+				for i := range want {
+					if got[i] != want[i] || gotP[i] != want[i] {
+						t.Fatalf("%v %v beta %v: c[%d] = %v (packed B %v), want %v bit for bit", d, tA, beta, i, got[i], gotP[i], want[i])
+					}
+				}
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a short overlapping A did not panic")
+		}
+	}()
+	s.SgemmOverlapA(gblas.NoTrans, gblas.NoTrans, 4, 2, 5, 1, make([]float32, 3*2+4), 2, make([]float32, 10), 2, 0, make([]float32, 8), 2)
+}

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 func installBLAS() {
@@ -46,7 +48,15 @@ func BenchmarkWRN16x4(b *testing.B) {
 // benchSteps runs sub-benchmarks batch=B/private=P of one ClippedSum step
 // of the model newModel builds, for every batch size (those above short
 // skipped in -short mode; DPMF_BENCH_BATCHES="8 24" runs other sizes),
-// reporting examples/s, examples/cpu-s, heapMiB and maxRSS-MiB.
+// reporting examples/s, examples/cpu-s, heapMiB, maxRSS-MiB and
+// gemm-bound: the step's matrix products, each timed alone at its real
+// shape and layout on one core (nn.Plan.TimeProducts, the fastest of its
+// runs), summed and divided by the workers, as a fraction of the step's
+// wall time (1 would mean the step does nothing but its products, each at
+// its best speed, on every core all the time); gemm-bound-cpu is the same
+// in CPU seconds (the products' time on one core against the step's CPU
+// time on all), which other jobs on the machine disturb less.
+// DPMF_BENCH_PRODUCTS=1 also logs each product's share.
 func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.Model, error)) {
 	installBLAS()
 	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
@@ -101,9 +111,46 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 				b.ReportMetric(n/cpu, "examples/cpu-s")
 				b.ReportMetric(float64(ms.HeapSys)/(1<<20), "heapMiB")
 				b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+				bound, err := gemmBound(b, e, x, y, dst)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(bound.Seconds()/(b.Elapsed().Seconds()/float64(b.N)), "gemm-bound")
+				// The same in CPU time (the products' time on one core
+				// against the step's CPU seconds over all cores): on a
+				// shared machine, where wall time counts the other jobs'
+				// turns, the comparable figure.
+				b.ReportMetric(bound.Seconds()*float64(e.plan.Workers())/(cpu/float64(b.N)), "gemm-bound-cpu")
 			})
 		}
 	}
+}
+
+// gemmBound is the time the products of one step of e on x, y take alone
+// (see benchSteps), split over the plan's workers.
+func gemmBound(b *testing.B, e *Engine, x []float32, y []int, dst []float32) (time.Duration, error) {
+	e.plan.RecordProducts(true)
+	_, err := e.ClippedSum(x, y, dst)
+	list := e.plan.Products()
+	e.plan.RecordProducts(false)
+	if err != nil {
+		return 0, err
+	}
+	total := time.Duration(0)
+	verbose := os.Getenv("DPMF_BENCH_PRODUCTS") != ""
+	for _, q := range list {
+		t, err := e.plan.TimeProducts([]nn.Product{q}, 20*time.Millisecond)
+		if err != nil {
+			return 0, err
+		}
+		total += t
+		if verbose {
+			per := t / time.Duration(max(q.Count, 1))
+			b.Logf("transA=%v transB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v (%.1f GFLOP/s)",
+				q.TransA, q.TransB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9)
+		}
+	}
+	return total / time.Duration(e.plan.Workers()), nil
 }
 
 func cpuSeconds() float64 {

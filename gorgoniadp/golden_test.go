@@ -19,8 +19,11 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 // per-example path and on the compiled path (flat clipping at an ordinary
 // and a tiny norm, L-inf zeroing, non-private) on fixed batches holding
 // the extreme examples of cliptest with the previous code's results, bit
-// for bit. (One change is recorded: the per-example path now counts
-// Stats.WithinNorm, through clip.Accumulator, where it reported 0.)
+// for bit. (Two changes are recorded: the per-example path now counts
+// Stats.WithinNorm, through clip.Accumulator, where it reported 0; the
+// compiled convolution runs as implicit products (package nn), which sum
+// the same terms in another order, so one example of extreme magnitude
+// now overflows to a non-finite value and is counted in NonFinite.)
 func TestClippedSumMatchesPreviousCode(t *testing.T) {
 	var got []string
 	kinds := cliptest.Kinds()

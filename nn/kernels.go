@@ -6,7 +6,7 @@ import "math"
 // example (input HWC) as a row of u, columns ordered (kernel row, kernel
 // column, channel) so that each kernel row is one contiguous copy of K
 // pixels; taps outside the input are zero. (The weight is permuted to
-// match: see Plan.permute.)
+// match: see Plan.permuteShare.)
 func (s *stage) im2col(in, u []float32) { s.unfold(in, u, false) }
 
 // col2im adds the rows of du (gradients w.r.t. the unfolded input) back
@@ -100,6 +100,40 @@ func actGrad(g, a []float32, act Activation) {
 			if !(v > 0) {
 				g[k] = 0
 			}
+		}
+	}
+}
+
+// fusesActGrad reports whether actGradTo handles act.
+func fusesActGrad(act Activation) bool { return act == Identity || act == Tanh || act == ReLU }
+
+// actGradTo writes into dst the gradient g w.r.t. an activation's output a
+// times the activation's derivative (Identity, Tanh or ReLU): actGrad's
+// values, without writing g (AVX2 on amd64, with the same roundings).
+func actGradTo(dst, g, a []float32, act Activation) {
+	g, a = g[:len(dst)], a[:len(dst)]
+	if act == Identity {
+		copy(dst, g)
+		return
+	}
+	n := actGradToFast(dst, g, a, act == ReLU)
+	actGradToGo(dst[n:], g[n:], a[n:], act)
+}
+
+// actGradToGo is actGradTo's portable loop for Tanh and ReLU.
+func actGradToGo(dst, g, a []float32, act Activation) {
+	switch act {
+	case Tanh:
+		for k, v := range a {
+			dst[k] = g[k] * (1 - v*v)
+		}
+	case ReLU:
+		for k, v := range a {
+			d := float32(0)
+			if v > 0 {
+				d = g[k]
+			}
+			dst[k] = d
 		}
 	}
 }

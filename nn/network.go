@@ -9,14 +9,17 @@
 // Plan compiles a Network for a number of workers (one per core) and a
 // chunk of examples per worker. A step splits the batch into chunks and
 // runs each chunk through the whole network on one worker: the forward
-// pass (im2col + GEMM convolutions with fused bias and activation, max
+// pass (convolutions as GEMMs: stride-1 'same' ones as implicit products
+// over overlapping windows of a bordered copy of the input, where that is
+// cheaper, the others over im2col rows; bias and activation fused; max
 // pooling with stored argmax), the backward pass, and then, for private
 // training, each example's gradient and its squared norm accumulated in
 // float64; a Clipper turns the norms into scale factors and the worker
 // adds the scaled gradients into its own accumulator. Convolution
 // gradients are materialized per example (U_i^T G_i, one small GEMM each,
 // the same flops as the batched weight gradient) so that the norm is the
-// norm of exactly the vector that is added; dense layers use the
+// norm of exactly the vector that is added, and the clipped copy is
+// added while in cache; dense layers use the
 // outer-product norm ||u_i||^2 ||g_i||^2 and book-keeping (one GEMM over
 // the chunk with the rows of G scaled, Bu et al. 2022). Nothing scales
 // with the batch size except the per-example statistics, so variable

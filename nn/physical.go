@@ -52,7 +52,6 @@ func (p *Plan) StepAdd(ctx context.Context, x []float32, y []int, clip Clipper) 
 		return nil, err
 	}
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
-	p.permute()
 	p.run(modeAdd, nil)
 	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
 	if ctx != nil && ctx.Err() != nil {

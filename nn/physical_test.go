@@ -57,20 +57,8 @@ func TestStepAddPiecesEqualOneStep(t *testing.T) {
 			if p.Granule() != 12 {
 				t.Fatalf("Granule %d, want 12", p.Granule())
 			}
+			x, y := b.batch(rng, n, classes)
 			in := b.net.Input.Size()
-			x := make([]float32, n*in)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			if b.input != nil {
-				for i := range n {
-					copy(x[i*in:(i+1)*in], b.input(rng))
-				}
-			}
-			y := make([]int, n)
-			for i := range y {
-				y[i] = rng.IntN(classes)
-			}
 			for _, clip := range []Clipper{nil, normClipper{0.5}} {
 				p.SetStepCount(4)
 				want := make([]float32, b.n)

@@ -45,11 +45,15 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 40 MiB a worker, near the caches.
+	// stay within 20 MiB a worker, near the caches.
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
 	LInf bool
+
+	// noImplicit runs every convolution through im2col (tests compare
+	// the two).
+	noImplicit bool
 }
 
 type kind uint8
@@ -97,6 +101,18 @@ type stage struct {
 	// internal row r.
 	wp   []float32
 	perm []int32
+	// pw is the weight packed as the forward product's right operand,
+	// pwt its transpose as the input gradient's (packed once per step by
+	// permute, read by every worker).
+	pw, pwt blas.PackedB32
+	// implicit convolutions (implicit.go): the zero-bordered map's width
+	// and height, the wide output's rows, each kernel row's packed
+	// weight (pwr) and flipped weight (pwx, packed from wflip).
+	implicit bool
+	wp2, hp2 int
+	wide     int
+	pwr, pwx []blas.PackedB32
+	wflip    []float32
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -144,6 +160,7 @@ type Plan struct {
 	chunks    int
 	active    int // workers with a chunk
 	barrier   sync.WaitGroup
+	packed    sync.WaitGroup // the weights are packed (permuteShare)
 	done      sync.WaitGroup
 	splits    [][]int
 
@@ -156,25 +173,30 @@ type Plan struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32 // per stage: im2col rows (conv only)
-	arg  [][]int32   // per stage: argmax (pool only)
-	pre  [][]float32 // per stage: pre-activation (GELU only)
-	xh   [][]float32 // per stage: normalized input (norm only)
-	rstd [][]float64 // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32   // conv input-gradient rows
-	ex   []float32   // chunk x exLen per-example convolution gradients
-	sq   []float64   // chunk x naff
-	linf []float64   // chunk
-	c    []float64   // chunk x naff
-	col  []float64   // bias column sums
-	acc  []float32   // gradient sum
-	bad  []bool      // chunk
-	i0   int         // first example of the current chunk
-	tmp  []float32   // an input gradient to be added into d[src]
-	vec  []float32   // an embedding row's gradient
+	act  [][]float32    // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32    // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32    // per stage: im2col rows (conv only)
+	xp   [][]float32    // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32    // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32      // an implicit convolution's wide product
+	gpk  blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
+	arg  [][]int32      // per stage: argmax (pool only)
+	pre  [][]float32    // per stage: pre-activation (GELU only)
+	xh   [][]float32    // per stage: normalized input (norm only)
+	rstd [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	du   []float32      // conv input-gradient rows
+	ex   []float32      // chunk x exLen per-example convolution gradients
+	sq   []float64      // chunk x naff
+	linf []float64      // chunk
+	c    []float64      // chunk x naff
+	col  []float64      // bias column sums
+	acc  []float32      // gradient sum
+	bad  []bool         // chunk
+	i0   int            // first example of the current chunk
+	tmp  []float32      // an input gradient to be added into d[src]
+	vec  []float32      // an embedding row's gradient
 	gemm blas.Serial32
+	log  *productLog // while RecordProducts is on
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -267,6 +289,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.exOff = p.exLen
 			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
+			if !p.opt.noImplicit {
+				s.setImplicit()
+			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
 			for kr := range K {
@@ -346,7 +371,11 @@ const (
 	// MiB a worker) than at 16 (125 MiB), in a third of the memory;
 	// WRN-16-4, whose single example already takes 65 MiB, runs as fast
 	// at 1 example as at 4 in half the memory; small dense models keep 16.
-	autoChunkBytes = 40 << 20
+	// With implicit convolutions (no im2col buffers) the CIFAR CNN's
+	// example takes 3.7 MiB: chunks of 4 (15 MiB) cost the same CPU time
+	// per example as chunks of 8 (30 MiB) in two thirds of the peak
+	// memory (BENCHMARKS.md, issue 42), hence 20 MiB.
+	autoChunkBytes = 20 << 20
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
@@ -359,7 +388,9 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 		floats += 3 * int64(C) * int64(sh.Size()) // act, d, tmp (bound)
 	}
 	for _, s := range p.stages {
-		if s.kind == kConv {
+		if s.kind == kConv && s.implicit {
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wide)*int64(max(s.fo, s.in.C))
+		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
 		if s.kind == kPool || s.kind == kNorm || s.kind == kDrop || s.act == GELU {
@@ -422,16 +453,48 @@ func (p *Plan) segments() {
 	p.segs = rows
 }
 
-// permute copies the convolution weights into their internal row order.
-func (p *Plan) permute() {
+// permuteShare copies the convolution weights into their internal row
+// order and packs every affine layer's weight as its products read it (W
+// for the forward product, Wᵀ for the input gradient, none for the first
+// layer nor for a forward pass alone; implicit convolutions their kernel
+// rows), once per step instead of once per product: for worker wi of W,
+// its share of the layers (whole layers, cut where the weights so far
+// pass wi/W of them).
+func (p *Plan) permuteShare(wi, W int) {
+	back := p.mode != modeForward // the input gradient's packs too
+	total, done := 0, 0
+	for i := range p.stages {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense {
+			total += s.fi * s.fo
+		}
+	}
+	if total == 0 {
+		return
+	}
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv {
+		if s.kind != kConv && s.kind != kDense {
 			continue
 		}
-		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
-		for r, e := range s.perm {
-			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+		mine := done*W/total == wi
+		done += s.fi * s.fo
+		if !mine {
+			continue
+		}
+		if s.kind == kConv {
+			w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+			for r, e := range s.perm {
+				copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+			}
+		}
+		if s.implicit {
+			s.packImplicit(back)
+			continue
+		}
+		W := s.weight(p.params)
+		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
+		if back && s.src > 0 {
+			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 		}
 	}
 }
@@ -441,12 +504,12 @@ func (p *Plan) newWorker() *worker {
 	S := len(p.stages)
 	w := &worker{
 		act: make([][]float32, S+1), d: make([][]float32, S+1),
-		u: make([][]float32, S), arg: make([][]int32, S),
+		u: make([][]float32, S), arg: make([][]int32, S), xp: make([][]float32, S), gp: make([][]float32, S),
 		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo, maxAct := 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide := 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = make([]float32, C*sh.Size())
 		if k > 0 {
@@ -458,6 +521,12 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.implicit {
+				w.xp[i] = make([]float32, C*s.xpLen())
+				w.gp[i] = make([]float32, C*s.gpLen())
+				maxWide = max(maxWide, s.wide*max(s.fo, s.in.C))
+				break
+			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
 			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
@@ -484,6 +553,7 @@ func (p *Plan) newWorker() *worker {
 		}
 	}
 	w.du = make([]float32, maxDU)
+	w.wide = make([]float32, maxWide)
 	w.col = make([]float64, maxFo)
 	return w
 }
@@ -574,7 +644,6 @@ func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []floa
 	}
 	p.adding, p.first = false, 0 // a batch of StepAdd pieces is abandoned
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
-	p.permute()
 	p.run(modeTrain, dst)
 	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
 	if ctx != nil && ctx.Err() != nil {
@@ -595,7 +664,6 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 	}
 	p.adding, p.first = false, 0
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
-	p.permute()
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
@@ -639,7 +707,6 @@ func (p *Plan) ForwardContext(ctx context.Context, x []float32, logits []float32
 		return dpcore.Invalid("nn", "forward: %d logits for %d examples of %d classes", len(logits), n, p.classes)
 	}
 	p.x, p.y, p.n, p.logits, p.ctx = x, nil, n, logits, ctx
-	p.permute()
 	p.run(modeForward, nil)
 	p.x, p.logits, p.ctx = nil, nil, nil
 	if ctx != nil && ctx.Err() != nil {
@@ -669,6 +736,7 @@ func (p *Plan) run(mode mode, dst []float32) {
 	if mode == modeTrain {
 		p.barrier.Add(p.active)
 	}
+	p.packed.Add(p.active)
 	p.done.Add(p.active - 1)
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
@@ -691,6 +759,11 @@ func (p *Plan) work(wi int) {
 	w := p.workers[wi]
 	if p.mode == modeTrain {
 		clear(w.acc)
+	}
+	p.permuteShare(wi, p.active)
+	if p.active > 1 {
+		p.packed.Done()
+		p.packed.Wait()
 	}
 	// (StepAdd: a piece starts at a multiple of W chunks, so chunk c of
 	// the piece goes to the worker chunk first/Chunk + c of the batch
@@ -797,15 +870,21 @@ func (p *Plan) forward(w *worker, m int) {
 		case kJoin:
 			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
+			if s.implicit {
+				if !p.implicitForward(w, i, m, in, out) {
+					p.biasAct(w, i, out[:m*osz])
+				}
+				continue
+			}
 			U := w.u[i]
 			for j := range m {
 				s.im2col(in[j*isz:(j+1)*isz], U[j*s.P*s.fi:(j+1)*s.P*s.fi])
 			}
 			rows := m * s.P
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, rows, s.fo, s.fi, 1, U, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemmPacked(rows, U, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
-			w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, m, s.fo, s.fi, 1, in, s.fi, s.weight(p.params), s.fo, 0, out, s.fo)
+			w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:m*s.fo])
 		case kAvg:
 			for j := range m {
@@ -913,12 +992,19 @@ func (p *Plan) backward(w *worker, m int) {
 		case kConv:
 			rows := m * s.P
 			G := dout[:rows*s.fo]
+			if s.implicit {
+				p.implicitBackward(w, i, m, G, din)
+				if s.src == 0 {
+					continue
+				}
+				break
+			}
 			p.actGrad(w, i, G)
 			if s.src == 0 {
 				continue
 			}
 			du := w.du[:rows*s.fi]
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, du, s.fi)
+			w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
 			for j := range m {
 				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
@@ -928,7 +1014,7 @@ func (p *Plan) backward(w *worker, m int) {
 			if s.src == 0 {
 				continue
 			}
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m, s.fi, s.fo, 1, G, s.fo, s.weight(p.params), s.fo, 0, din, s.fi)
+			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
 				continue
@@ -1012,7 +1098,9 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 // G_j of affine stage i.
 func (w *worker) affineIO(s *stage, i, j int) (U, G []float32) {
 	if s.kind == kConv {
-		U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
+		if !s.implicit {
+			U = w.u[i][j*s.P*s.fi : (j+1)*s.P*s.fi]
+		}
 	} else {
 		U = w.act[s.src][j*s.fi : (j+1)*s.fi]
 	}
@@ -1032,6 +1120,9 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 				// A convolution's im2col rows hold the values of its
 				// input activation (and zeros): scan that, 9x smaller.
 				G := w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()]
+				if s.implicit {
+					G = w.gradView(s, i, j) // the gradient applied
+				}
 				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
@@ -1049,6 +1140,12 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 func (p *Plan) zeroExample(w *worker, j int) {
 	for i := range p.stages {
 		s := &p.stages[i]
+		if s.kind == kConv && s.implicit {
+			clear(w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()])
+			clear(w.gp[i][j*s.gpLen() : (j+1)*s.gpLen()])
+			clear(w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()])
+			continue
+		}
 		if s.kind == kConv || s.kind == kDense {
 			U, G := w.affineIO(s, i, j)
 			clear(U)
@@ -1080,7 +1177,12 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
 				M := p.exGrad(w, s, j)
-				w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				if s.implicit {
+					p.implicitWeightGrad(w, i, j, 0, M)
+					G = w.gradView(s, i, j)
+				} else {
+					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+				}
 				if s.b.Len > 0 {
 					colSums(G, s.fo, w.col)
 					for k, v := range w.col[:s.fo] {
@@ -1164,16 +1266,21 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				scaleDown(f, G)
 			}
 		}
-		// Per-example gradients (convolutions, norms) are scaled in
-		// place here, so that accumulate adds exactly the vector whose
-		// norm bound holds.
+		// Per-example gradients (convolutions, norms) are scaled and
+		// added into the accumulator here, in one pass while they are in
+		// cache: exactly the vector whose norm bound holds. (Each entry
+		// of the sum takes the examples in the same order as when
+		// accumulate added them after the chunk, so the sum is the same
+		// bit for bit.)
 		for i := range p.stages {
 			s := &p.stages[i]
 			if s.kind != kConv && s.kind != kNorm {
 				continue
 			}
 			if f := c[s.aff]; f != 0 && !w.bad[j] {
-				scaleDown(f, p.exGrad(w, s, j))
+				M := p.exGrad(w, s, j)
+				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
+				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
 			}
 		}
 	}
@@ -1260,15 +1367,16 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
-		if s.kind == kNorm || s.kind == kConv && p.private {
-			// Per-example gradients: materialized by backward (norms:
-			// small, 2 per channel or feature) or by perExample
-			// (convolutions on the private path).
+		if (s.kind == kNorm || s.kind == kConv) && p.private {
+			continue // perExample has added the scaled per-example gradients
+		}
+		if s.kind == kNorm {
+			// Per-example gradients materialized by backward (small, 2
+			// per channel or feature).
 			for j := range m {
 				if _, ok := p.factor(w, j, s.aff); !ok {
 					continue
 				}
-				// perExample has scaled M by its factor.
 				M := p.exGrad(w, s, j)
 				add(accW, M[:s.w.Len])
 				add(accB, M[s.w.Len:])
@@ -1277,17 +1385,30 @@ func (p *Plan) accumulate(w *worker, m int) {
 		}
 		rows := m * s.P
 		var U []float32
-		if s.kind == kConv {
+		if s.implicit {
+			for j := range m {
+				p.implicitWeightGrad(w, i, j, 1, accW)
+			}
+		} else if s.kind == kConv {
 			U = w.u[i][:rows*s.fi]
 		} else {
 			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		if !s.implicit {
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
+		}
 		if s.b.Len == 0 {
 			continue
 		}
-		colSums(G, s.fo, w.col)
+		if s.implicit {
+			clear(w.col[:s.fo])
+			for j := range m {
+				chanSums(w.gradView(s, i, j), s.fo, w.col[:s.fo])
+			}
+		} else {
+			colSums(G, s.fo, w.col)
+		}
 		for k, v := range w.col[:s.fo] {
 			accB[k] += float32(v)
 		}

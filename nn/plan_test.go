@@ -372,6 +372,26 @@ func TestBatchNormRefused(t *testing.T) {
 	}
 }
 
+// batch draws n examples of the network's input (standard normal values,
+// or b.input's) and their labels in [0, classes).
+func (b *builder) batch(rng *rand.Rand, n, classes int) ([]float32, []int) {
+	in := b.net.Input.Size()
+	x := make([]float32, n*in)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	if b.input != nil {
+		for i := range n {
+			copy(x[i*in:(i+1)*in], b.input(rng))
+		}
+	}
+	y := make([]int, n)
+	for i := range y {
+		y[i] = rng.IntN(classes)
+	}
+	return x, y
+}
+
 func randParams(rng *rand.Rand, n int) []float32 {
 	p := make([]float32, n)
 	for i := range p {
@@ -399,20 +419,8 @@ func TestGradients(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 5
+			x, y := b.batch(rng, n, classes)
 			in := b.net.Input.Size()
-			x := make([]float32, n*in)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			if b.input != nil {
-				for i := range n {
-					copy(x[i*in:(i+1)*in], b.input(rng))
-				}
-			}
-			y := make([]int, n)
-			for i := range y {
-				y[i] = rng.IntN(classes)
-			}
 			grads := make([][]float32, n)
 			for i := range grads {
 				grads[i] = make([]float32, b.n)

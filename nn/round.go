@@ -63,3 +63,13 @@ func scaleDown(c float64, v []float32) {
 		v[k] = MulDown(f, x)
 	}
 }
+
+// addScaledDownGo adds MulDown(Factor32(c), v[k]) to acc[k]: scaleDown
+// and add in one pass, the same values.
+func addScaledDownGo(acc, v []float32, c float64) {
+	f := Factor32(c)
+	acc = acc[:len(v)]
+	for k, x := range v {
+		acc[k] += MulDown(f, x)
+	}
+}

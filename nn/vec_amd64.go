@@ -222,3 +222,39 @@ func allFinite(v []float32) bool {
 	}
 	return allFiniteGo(v[n:])
 }
+
+//go:noescape
+func addScaledDownAVX2(acc, v *float32, f float32, n int)
+
+// addScaledDown adds MulDown(Factor32(c), v[k]) to acc[k] (len(acc) >=
+// len(v)), eight at a time with AVX2 (the same product, rounded to
+// nearest, flushed to zero when subnormal, then one rounded add).
+func addScaledDown(acc, v []float32, c float64) {
+	acc = acc[:len(v)]
+	n := 0
+	if hasAVX2FMA {
+		if n = len(v) &^ 7; n > 0 {
+			addScaledDownAVX2(&acc[0], &v[0], Factor32(c), n)
+		}
+	}
+	addScaledDownGo(acc[n:], v[n:], c)
+}
+
+//go:noescape
+func actGradToAVX2(dst, dy, a *float32, n, relu int)
+
+// actGradToFast does the first len(dst) &^ 7 entries of actGradTo (Tanh,
+// or ReLU if relu) with AVX2 and returns how many it did.
+func actGradToFast(dst, g, a []float32, relu bool) int {
+	n := len(dst) &^ 7
+	if !hasAVX2FMA || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], a[n-1]
+	r := 0
+	if relu {
+		r = 1
+	}
+	actGradToAVX2(&dst[0], &g[0], &a[0], n, r)
+	return n
+}

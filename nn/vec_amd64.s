@@ -327,3 +327,74 @@ finloop:
 	SETEQ ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func addScaledDownAVX2(acc, v *float32, f float32, n int)
+// acc[k] += MulDown(f, v[k]) for k < n, n a positive multiple of 8: the
+// product f*v[k] rounded to nearest, zeroed when its magnitude is below
+// the smallest normal float32 (0x00800000), then added.
+TEXT ·addScaledDownAVX2(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ v+8(FP), SI
+	VBROADCASTSS f+16(FP), Y1
+	MOVQ n+24(FP), CX
+	MOVL $0x7fffffff, AX
+	MOVD AX, X2
+	VPBROADCASTD X2, Y2
+	MOVL $0x00800000, AX
+	MOVD AX, X3
+	VPBROADCASTD X3, Y3
+asdloop:
+	VMULPS (SI), Y1, Y0
+	VANDPS Y2, Y0, Y4
+	VPCMPGTD Y4, Y3, Y5
+	VANDNPS Y0, Y5, Y0
+	VADDPS (DI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ asdloop
+	VZEROUPPER
+	RET
+
+// func actGradToAVX2(dst, dy, a *float32, n, relu int)
+// For k < n (a positive multiple of 8): relu = 0: dst[k] = dy[k] * (1 -
+// a[k]*a[k]), each operation rounded (no fused multiply-add), tanh's
+// derivative; relu = 1: dst[k] = dy[k] if a[k] > 0, else 0 (NaN too).
+TEXT ·actGradToAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ dy+8(FP), SI
+	MOVQ a+16(FP), DX
+	MOVQ n+24(FP), CX
+	MOVQ relu+32(FP), AX
+	VXORPS Y3, Y3, Y3
+	TESTQ AX, AX
+	JNZ relustart
+	MOVL $0x3f800000, AX
+	MOVD AX, X2
+	VPBROADCASTD X2, Y2
+tanhloop:
+	VMOVUPS (DX), Y0
+	VMULPS Y0, Y0, Y0
+	VSUBPS Y0, Y2, Y0
+	VMULPS (SI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JNZ tanhloop
+	VZEROUPPER
+	RET
+relustart:
+	VMOVUPS (DX), Y0
+	VCMPPS $0x1e, Y3, Y0, Y1
+	VANDPS (SI), Y1, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JNZ relustart
+	VZEROUPPER
+	RET

@@ -186,15 +186,9 @@ func newBandAllocation(p params, permSeed, stepSeed [32]byte) (*bandAllocation, 
 	if err := checkCommon(p.m, p.n); err != nil {
 		return nil, err
 	}
-	if err := checkBatch(p.m, p.batch); err != nil {
+	size, err := checkPartitions(p, "band allocation")
+	if err != nil {
 		return nil, err
-	}
-	if p.bands <= 0 {
-		return nil, invalidf("band allocation: bands b = %d must be positive", p.bands)
-	}
-	size := p.m / p.bands
-	if p.batch > size {
-		return nil, invalidf("band allocation: bands b = %d > m/B = %d/%d: each partition has floor(m/b) = %d < B examples", p.bands, p.m, p.batch, size)
 	}
 	// The O(m) slices are made by the first Next (see newAllocation).
 	return &bandAllocation{core: newCore(p, permSeed, stepSeed), size: size, t: size / p.batch}, nil

@@ -120,19 +120,30 @@ func NewBandPoisson(examples, batch, bands, steps int, fixedSize bool, opt Optio
 	return nilIfErr(newBandPoisson(p, ps, ss))
 }
 
+// checkPartitions checks the batch and band count of a partitioned
+// sampler (band-Poisson, band allocation) and returns the partition size
+// floor(m/b), which must hold at least one batch.
+func checkPartitions(p params, what string) (int, error) {
+	if err := checkBatch(p.m, p.batch); err != nil {
+		return 0, err
+	}
+	if p.bands <= 0 {
+		return 0, invalidf("%s: bands b = %d must be positive", what, p.bands)
+	}
+	size := p.m / p.bands
+	if p.batch > size {
+		return 0, invalidf("%s: bands b = %d > m/B = %d/%d: each partition has floor(m/b) = %d < B examples", what, p.bands, p.m, p.batch, size)
+	}
+	return size, nil
+}
+
 func newBandPoisson(p params, permSeed, stepSeed [32]byte) (*bandSampler, error) {
 	if err := checkCommon(p.m, p.n); err != nil {
 		return nil, err
 	}
-	if err := checkBatch(p.m, p.batch); err != nil {
+	size, err := checkPartitions(p, "band")
+	if err != nil {
 		return nil, err
-	}
-	if p.bands <= 0 {
-		return nil, invalidf("band: bands b = %d must be positive", p.bands)
-	}
-	size := p.m / p.bands
-	if p.batch > size {
-		return nil, invalidf("band: bands b = %d > m/B = %d/%d: each partition has floor(m/b) = %d < B examples (q would exceed 1)", p.bands, p.m, p.batch, size)
 	}
 	s := &bandSampler{core: newCore(p, permSeed, stepSeed), size: size, q: float64(p.batch) / float64(size)}
 	s.parts = make([]int32, size*p.bands)

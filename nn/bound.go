@@ -1,0 +1,201 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/dpcore"
+	gblas "gonum.org/v1/gonum/blas"
+)
+
+// Product is one shape of matrix product a step makes: C (M x N) =
+// op(A) (M x K) op(B) (K x N) + Beta C, with A and B row-major at leading
+// dimensions LDA and LDB as the step passes them, Count times. PackedB
+// marks a right operand the step packed beforehand (a weight, packed once
+// per step).
+type Product struct {
+	TransA, TransB bool
+	PackedB        bool
+	M, N, K        int
+	LDA, LDB, LDC  int
+	Beta           float32
+	Count          int
+}
+
+// Flops is 2 M N K, the product's multiply-adds counted as two.
+func (q Product) Flops() float64 { return 2 * float64(q.M) * float64(q.N) * float64(q.K) }
+
+// productLog collects the products of one worker.
+type productLog struct{ list []Product }
+
+func (l *productLog) add(q Product) {
+	for k := range l.list {
+		r := &l.list[k]
+		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB {
+			r.Count += q.Count
+			return
+		}
+	}
+	l.list = append(l.list, q)
+}
+
+// sgemm is the worker's product, logged while a log is attached.
+func (w *worker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmPacked is the worker's product with a prepacked right operand
+// (op(A) not transposed), logged while a log is attached.
+func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+}
+
+// sgemmPackedOverlap is sgemmPacked for an A of overlapping rows, lda
+// apart.
+func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+}
+
+// sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
+// rows (op(A)'s columns) lda apart.
+func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		w.log.add(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+	}
+	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
+}
+
+// RecordProducts starts logging the matrix products the plan's steps
+// make (every worker's, grouped by shape), or with on false stops and
+// forgets them: what a step's products alone cost, at their real shapes
+// and layouts, is the bound a step's time is measured against
+// (TimeProducts).
+func (p *Plan) RecordProducts(on bool) {
+	for _, w := range p.workers {
+		w.log = nil
+		if on {
+			w.log = &productLog{}
+		}
+	}
+}
+
+// Products returns the products logged since RecordProducts(true), in
+// the order first made.
+func (p *Plan) Products() []Product {
+	all := &productLog{}
+	for _, w := range p.workers {
+		if w.log == nil {
+			continue
+		}
+		for _, q := range w.log.list {
+			all.add(q)
+		}
+	}
+	return all.list
+}
+
+// Workers is the number of goroutines a step runs on.
+func (p *Plan) Workers() int { return len(p.workers) }
+
+// TimeProducts times each product alone on the calling goroutine and
+// returns the sum over the list of Count times its time: what one core
+// needs for the products alone. Each product runs on operands of its
+// shape and layout taken from a worker's buffers (so that timing adds no
+// memory to the process; the values a step left there, overwritten with
+// values in [-1, 1) where a buffer held none), warmed once, then repeated
+// for at least minTime, and the fastest run is kept.
+func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
+	var g blas.Serial32
+	var packed blas.PackedB32
+	w := p.workers[0]
+	var bufs [][]float32
+	for _, set := range [][][]float32{w.act, w.d, w.u, w.xp, w.gp, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
+		for _, b := range set {
+			if len(b) > 0 {
+				bufs = append(bufs, b)
+			}
+		}
+	}
+	slices.SortFunc(bufs, func(a, b []float32) int { return len(a) - len(b) })
+	rng := rand.New(rand.NewPCG(7, 11))
+	// take returns the smallest unused buffer of at least n floats.
+	take := func(n int, used []int) ([]float32, []int) {
+		for k, b := range bufs {
+			if len(b) >= n && !slices.Contains(used, k) {
+				return b[:n], append(used, k)
+			}
+		}
+		v := make([]float32, n)
+		for k := range v {
+			v[k] = float32(2*rng.Float64() - 1)
+		}
+		return v, used
+	}
+	total := time.Duration(0)
+	for _, q := range list {
+		if q.M <= 0 || q.N <= 0 || q.K <= 0 || q.Count < 0 {
+			return 0, dpcore.Invalid("nn", "time products: %+v", q)
+		}
+		ra, ca := q.M, q.K
+		if q.TransA {
+			ra, ca = q.K, q.M
+		}
+		rb, cb := q.K, q.N
+		if q.TransB {
+			rb, cb = q.N, q.K
+		}
+		if q.LDA < 1 || q.LDB < cb || q.LDC < q.N { // A's rows may overlap
+			return 0, dpcore.Invalid("nn", "time products: leading dimensions of %+v", q)
+		}
+		a, used := take((ra-1)*q.LDA+ca, nil)
+		b, used := take((rb-1)*q.LDB+cb, used)
+		c, _ := take((q.M-1)*q.LDC+q.N, used)
+		for _, v := range [][]float32{a, b, c} {
+			if !allFinite(v) {
+				for k := range v {
+					v[k] = float32(2*rng.Float64() - 1)
+				}
+			}
+		}
+		tA, tB := gblas.NoTrans, gblas.NoTrans
+		if q.TransA {
+			tA = gblas.Trans
+		}
+		if q.TransB {
+			tB = gblas.Trans
+		}
+		run := func() {
+			g.SgemmOverlapA(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
+		}
+		if q.PackedB {
+			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)
+			run = func() {
+				g.SgemmPackedOverlapA(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
+			}
+		}
+		run()
+		var runs []time.Duration
+		for start := time.Now(); len(runs) < 3 || time.Since(start) < minTime; {
+			t0 := time.Now()
+			run()
+			runs = append(runs, time.Since(t0))
+		}
+		total += time.Duration(q.Count) * slices.Min(runs)
+	}
+	return total, nil
+}

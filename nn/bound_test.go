@@ -1,0 +1,93 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestStepProducts checks the products a step logs against the count the
+// layers' shapes give: for a convolution of P output pixels, fan-in fi and
+// fan-out fo on n examples, the forward product and the input gradient
+// (except on the first layer) each make 2 n P fi fo flops, and so does the
+// weight gradient (per example on the private path, per chunk otherwise);
+// a dense layer the same with P = 1. (An implicit convolution's P counts
+// the garbage columns of its wide rows.) TimeProducts must time them all.
+func TestStepProducts(t *testing.T) {
+	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
+	b.conv(3, 8, 3, 1, 1, Tanh)
+	b.conv(8, 16, 3, 1, 1, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{2}, Flatten{})
+	b.dense(16*4*4, 10, Identity)
+	rng := rand.New(rand.NewPCG(3, 4))
+	params := randParams(rng, b.n)
+	const n = 7
+	p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, n*b.net.Input.Size())
+	for k := range x {
+		x[k] = float32(rng.NormFloat64())
+	}
+	y := make([]int, n)
+	for i := range y {
+		y[i] = rng.IntN(10)
+	}
+	dst := make([]float32, b.n)
+	// Both convolutions run implicitly (implicit.go): 7 rows of 10
+	// (the 8 columns and 2 of garbage) and the last row's 8 columns.
+	for i := range 2 {
+		if !p.stages[i].implicit {
+			t.Fatalf("stage %d is not implicit", i)
+		}
+	}
+	const P1, P2 = 7*10 + 8, 7*10 + 8
+	layer := func(P, fi, fo int, first bool) float64 {
+		f := 2.0 * n * float64(P*fi*fo)
+		if first {
+			return 2 * f
+		}
+		return 3 * f
+	}
+	want := layer(P1, 27, 8, true) + layer(P2, 72, 16, false) + layer(1, 256, 10, false)
+	for _, private := range []bool{false, true} {
+		var cl Clipper
+		if private {
+			cl = &testClipper{}
+		}
+		p.RecordProducts(true)
+		if _, err := p.Step(x, y, dst, cl); err != nil {
+			t.Fatal(err)
+		}
+		list := p.Products()
+		p.RecordProducts(false)
+		if len(p.Products()) != 0 {
+			t.Error("products logged after RecordProducts(false)")
+		}
+		got := 0.0
+		for _, q := range list {
+			got += float64(q.Count) * q.Flops()
+		}
+		if got != want {
+			t.Errorf("private %v: products of %v flops, want %v: %+v", private, got, want, list)
+		}
+		d, err := p.TimeProducts(list, time.Millisecond)
+		if err != nil || d <= 0 {
+			t.Errorf("private %v: TimeProducts = %v, %v", private, d, err)
+		}
+		// The step logged is a step: the same sum as one not logged.
+		again := make([]float32, b.n)
+		if _, err := p.Step(x, y, again, cl); err != nil {
+			t.Fatal(err)
+		}
+		for k := range again {
+			if again[k] != dst[k] {
+				t.Fatalf("private %v: the logged step's sum differs at %d", private, k)
+			}
+		}
+	}
+	if _, err := p.TimeProducts([]Product{{M: 2, N: 2, K: 2, LDA: 0, LDB: 2, LDC: 2, Count: 1}}, 0); err == nil {
+		t.Error("a leading dimension of 0 was accepted")
+	}
+}

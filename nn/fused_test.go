@@ -1,0 +1,233 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// specials are float32 values at the edges of the roundings the fused
+// kernels must reproduce: zeros, the smallest and largest normals,
+// subnormals, infinities and NaN.
+var specials = []float32{0, float32(math.Copysign(0, -1)), 0x1p-126, -0x1p-126, 0x1p-149, -0x1p-140, 0x1.fffffep127, -0x1.fffffep127,
+	float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1, -1, 0x1p-100, 0x1.000002p-126}
+
+// randSpecial fills v with normal values of many magnitudes and a sprinkle
+// of specials.
+func randSpecial(rng *rand.Rand, v []float32) {
+	for k := range v {
+		if rng.IntN(8) == 0 {
+			v[k] = specials[rng.IntN(len(specials))]
+			continue
+		}
+		v[k] = float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(200)-100)))
+	}
+}
+
+// TestAddScaledDown: the fused scale-and-add gives, bit for bit, what
+// scaleDown followed by add gave (the AVX2 kernel and the loop), for
+// factors that make products subnormal and every length's tail.
+func TestAddScaledDown(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []float64{1, 0.5, 0x1p-30, 0x1p-100, 0.999999, 1e-38, 0.3} {
+		for n := range 70 {
+			v := make([]float32, n)
+			acc := make([]float32, n)
+			randSpecial(rng, v)
+			randSpecial(rng, acc)
+			want := append([]float32(nil), acc...)
+			sv := append([]float32(nil), v...)
+			scaleDown(c, sv)
+			add(want, sv)
+			got := append([]float32(nil), acc...)
+			addScaledDown(got, v, c)
+			loop := append([]float32(nil), acc...)
+			addScaledDownGo(loop, v, c)
+			sameBits(t, "fused kernel", got, want)
+			sameBits(t, "fused loop", loop, want)
+		}
+	}
+}
+
+// TestClippedSumBitExact: on one worker, each convolution and norm
+// parameter of the clipped sum is, bit for bit, the float32 sum over the
+// examples in order of MulDown(Factor32(c_i), g_i) with g_i the example's
+// gradient entry (Gradients): the sum adds exactly the scaled vectors
+// whose norms the clipper saw, however the passes around the products
+// are fused. (Dense layers sum by one book-keeping product instead.)
+func TestClippedSumBitExact(t *testing.T) {
+	for name, b := range testNets() {
+		if strings.HasPrefix(name, "embedding") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			const n = 7
+			p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 1, Chunk: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := b.batch(rng, n, classes)
+			grads := make([][]float32, n)
+			for i := range grads {
+				grads[i] = make([]float32, b.n)
+			}
+			if _, err := p.Gradients(x, y, grads); err != nil {
+				t.Fatal(err)
+			}
+			sum := make([]float32, b.n)
+			cl := &testClipper{}
+			if _, err := p.Step(x, y, sum, cl); err != nil {
+				t.Fatal(err)
+			}
+			layerOf, dense := affineOf(b.net, b.n), denseParams(b.net, b.n)
+			checked := 0
+			for k := range sum {
+				if dense[k] {
+					continue
+				}
+				want := float32(0)
+				for i := range n {
+					want += MulDown(Factor32(cl.factor(i, layerOf[k])), grads[i][k])
+				}
+				if math.Float32bits(sum[k]) != math.Float32bits(want) {
+					t.Fatalf("parameter %d: clipped sum %v, want %v bit for bit", k, sum[k], want)
+				}
+				checked++
+			}
+			if checked == 0 {
+				t.Skip("no convolution or norm parameter")
+			}
+		})
+	}
+}
+
+// denseParams marks the parameters of dense layers.
+func denseParams(net Network, n int) []bool {
+	out := make([]bool, n)
+	var walk func([]Layer)
+	walk = func(ls []Layer) {
+		for _, l := range ls {
+			switch l := l.(type) {
+			case Residual:
+				walk(l.Body)
+				walk(l.Shortcut)
+			case Dense:
+				for _, q := range []Param{l.Weight, l.Bias} {
+					for j := range q.Len {
+						out[q.Offset+j] = true
+					}
+				}
+			}
+		}
+	}
+	walk(net.Layers)
+	return out
+}
+
+// TestImplicitConvolution: convolutions run as implicit products
+// (implicit.go) give the per-example gradients, losses and clipped sums
+// of the same network run through im2col, up to float32 summation order,
+// for every test network with a stride-1 'same' convolution (3x3 and 1x1,
+// first layer and inner, in residual blocks, with norms after them).
+func TestImplicitConvolution(t *testing.T) {
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			const n = 5
+			imp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noImplicit: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			some := false
+			for _, s := range imp.stages {
+				some = some || s.implicit
+			}
+			if !some {
+				t.Skip("no implicit convolution")
+			}
+			x, y := b.batch(rng, n, classes)
+			grads := func(p *Plan) ([][]float32, []float64) {
+				g := make([][]float32, n)
+				for i := range g {
+					g[i] = make([]float32, b.n)
+				}
+				loss, err := p.Gradients(x, y, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return g, append([]float64(nil), loss...)
+			}
+			gi, li := grads(imp)
+			gr, lr := grads(ref)
+			for i := range n {
+				if d := relDiff(gi[i], gr[i]); d > 1e-5 {
+					t.Errorf("example %d: implicit vs im2col gradient rel diff %.2g", i, d)
+				}
+				if math.Abs(li[i]-lr[i]) > 1e-5*(1+math.Abs(lr[i])) {
+					t.Errorf("example %d: loss %v, im2col %v", i, li[i], lr[i])
+				}
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				si, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := imp.Step(x, y, si, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				if d := relDiff(si, sr); d > 1e-5 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+				}
+			}
+		})
+	}
+}
+
+// TestActGradTo: the fused derivative (written into an implicit
+// convolution's bordered map) gives actGrad's bits.
+func TestActGradTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		if !fusesActGrad(act) {
+			t.Fatalf("%v not fused", act)
+		}
+		for n := range 40 {
+			g, a := make([]float32, n), make([]float32, n)
+			randSpecial(rng, g)
+			randSpecial(rng, a)
+			if act == Tanh {
+				for k := range a {
+					a[k] = tanh32(a[k])
+				}
+			}
+			want := append([]float32(nil), g...)
+			actGrad(want, a, act)
+			got := make([]float32, n)
+			actGradTo(got, g, a, act)
+			sameBits(t, act.String(), got, want)
+		}
+	}
+	for _, act := range []Activation{GELU, Sigmoid, LeakyReLU} {
+		if fusesActGrad(act) {
+			t.Errorf("%v claims the fused derivative", act)
+		}
+	}
+}

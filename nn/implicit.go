@@ -1,0 +1,208 @@
+package nn
+
+import (
+	"github.com/dpmf-go/dpmf/blas"
+	gblas "gonum.org/v1/gonum/blas"
+)
+
+// Implicit convolutions. A stride-1 convolution whose padding keeps the
+// map's size (Kernel = 2 Pad + 1) runs without im2col: each example's
+// input is copied once into a zero-bordered map of width Wp = W + 2 Pad
+// (xp), and for kernel row kr the unfolded rows are windows of it: output
+// pixel q = oh Wp + ow (ow < W; the Wp - W columns between are garbage,
+// computed and dropped) reads xp[(q + kr Wp) C : ... + K C], K C floats
+// starting C floats after the previous row's. Those overlapping rows are
+// the A of an ordinary product (blas.Serial32.SgemmOverlapA), so a
+// convolution is K products of depth K C, summed:
+//
+//   - forward: out_wide = sum_kr A_kr W_kr (W_kr the kernel row's K C
+//     weight rows), compacted to the W real columns;
+//   - per-example weight gradient: rows kr of U^T G are A_kr^T G_wide,
+//     with G_wide the output gradient in the same wide layout, zero in
+//     the garbage columns (it is a window of gp, the output gradient in a
+//     zero-bordered map);
+//   - input gradient: the transposed convolution, the same construction
+//     on gp with the kernel flipped (dx_wide = sum_kr B_kr W'_kr,
+//     W'_kr[(kc, o), c] = W[(K-1-kr, K-1-kc, c), o]).
+//
+// This writes the input once instead of K^2 times (im2col) and adds the
+// input gradient once instead of K^2 times (col2im), for (wide - P)/P more
+// flops (the garbage columns: 6% at 32x32 with K = 3, 12% at 16x16, 22%
+// at 8x8). implicitPays weighs the two.
+
+// implicitPays reports whether a stride-1 'same' convolution is cheaper
+// as implicit products than through im2col: the garbage columns' extra
+// multiply-adds in the three products, 3 (wide - P) fi fo, against
+// im2col's copy and col2im's add of P fi floats, each about as costly as
+// moveCost multiply-adds (a float moved through memory against the
+// kernel's rate of about 100 GFLOP/s).
+func implicitPays(wide, P, fi, fo int) bool {
+	const moveCost = 45
+	return 3*(wide-P)*fo < 2*moveCost*P
+}
+
+// setImplicit decides how a convolution stage runs and sets the implicit
+// layout's sizes.
+func (s *stage) setImplicit() {
+	if s.kind != kConv || s.stride != 1 || 2*s.pad+1 != s.k {
+		return
+	}
+	wp, hp := s.in.W+2*s.pad, s.in.H+2*s.pad
+	wide := (s.out.H-1)*wp + s.out.W
+	if !implicitPays(wide, s.P, s.fi, s.fo) {
+		return
+	}
+	s.implicit, s.wp2, s.hp2, s.wide = true, wp, hp, wide
+	s.pwr = make([]blas.PackedB32, s.k)
+	s.pwx = make([]blas.PackedB32, s.k)
+	s.wflip = make([]float32, s.fi*s.fo)
+}
+
+// xpLen and gpLen are one example's zero-bordered input and output
+// gradient maps.
+func (s *stage) xpLen() int { return s.hp2 * s.wp2 * s.in.C }
+func (s *stage) gpLen() int { return s.hp2 * s.wp2 * s.fo }
+
+// packImplicit packs the kernel rows of the (permuted) weight for the
+// forward products and, with back, of the flipped kernel for the input
+// gradient's.
+func (s *stage) packImplicit(back bool) {
+	K, C, fo := s.k, s.in.C, s.fo
+	KC := K * C
+	for kr := range K {
+		blas.PackB32(gblas.NoTrans, KC, fo, 1, s.wp[kr*KC*fo:(kr+1)*KC*fo], fo, &s.pwr[kr])
+	}
+	if s.src == 0 || !back {
+		return
+	}
+	// wflip rows (kr, kc, o), columns c: W[(K-1-kr, K-1-kc, c), o].
+	for kr := range K {
+		for kc := range K {
+			src := s.wp[((K-1-kr)*K+K-1-kc)*C*fo:]
+			dst := s.wflip[(kr*K+kc)*fo*C:]
+			for c := range C {
+				for o, v := range src[c*fo : (c+1)*fo] {
+					dst[o*C+c] = v
+				}
+			}
+		}
+		blas.PackB32(gblas.NoTrans, K*fo, C, 1, s.wflip[kr*K*fo*C:(kr+1)*K*fo*C], C, &s.pwx[kr])
+	}
+}
+
+// padInto copies the H x W x C map x into the interior of the zero-bordered
+// map xp (borders are never written, so they stay zero).
+func padInto(x, xp []float32, H, W, C, pad int) {
+	wp := W + 2*pad
+	for h := range H {
+		copy(xp[((h+pad)*wp+pad)*C:((h+pad)*wp+pad+W)*C], x[h*W*C:(h+1)*W*C])
+	}
+}
+
+// compact copies the W real columns of each of the H rows of a wide map
+// (rows wp apart) into x.
+func compact(wide, x []float32, H, W, C, wp int) {
+	for h := range H {
+		copy(x[h*W*C:(h+1)*W*C], wide[h*wp*C:(h*wp+W)*C])
+	}
+}
+
+// implicitForward runs an implicit convolution's products for m
+// examples, writing the output into out: bias and activation applied
+// example by example while it is in cache when the activation keeps no
+// pre-activation (else by the caller, over the chunk).
+func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased bool) {
+	s := &p.stages[i]
+	C, fo, K := s.in.C, s.fo, s.k
+	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
+	wide := w.wide[:s.wide*fo]
+	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
+	if s.noBias != nil {
+		bias = s.noBias
+	}
+	biased = s.act <= ReLU
+	for j := range m {
+		xp := w.xp[i][j*xsz : (j+1)*xsz]
+		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
+		for kr := range K {
+			beta := float32(1)
+			if kr == 0 {
+				beta = 0
+			}
+			w.sgemmPackedOverlap(s.wide, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
+		}
+		o := out[j*osz : (j+1)*osz]
+		compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+		if biased {
+			biasAct(o, bias, s.act)
+		}
+	}
+	return biased
+}
+
+// implicitBackward writes the output gradients of m examples, times the
+// activation's derivative, into their zero-bordered maps gp (in one pass
+// from dout for Identity, Tanh and ReLU; others are applied to dout
+// first) and, unless the stage reads the network's input, the input
+// gradients into din. For the first kind dout itself is left as it was:
+// the stage's output gradient is read from gp after (gradView).
+func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
+	s := &p.stages[i]
+	C, fo, K := s.in.C, s.fo, s.k
+	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
+	if !fusesActGrad(s.act) {
+		p.actGrad(w, i, dout[:m*osz])
+	}
+	a := w.act[i+1]
+	H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
+	for j := range m {
+		g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+		for h := range H {
+			dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
+			k := j*osz + h*W*fo
+			if fusesActGrad(s.act) {
+				actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+			} else {
+				copy(dst, g[h*W*fo:(h+1)*W*fo])
+			}
+		}
+	}
+	if s.src == 0 {
+		return
+	}
+	wide := w.wide[:s.wide*C]
+	for j := range m {
+		gp := w.gp[i][j*gsz : (j+1)*gsz]
+		for kr := range K {
+			beta := float32(1)
+			if kr == 0 {
+				beta = 0
+			}
+			w.sgemmPackedOverlap(s.wide, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
+		}
+		compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+	}
+}
+
+// gradView is example j's output gradient (the activation's derivative
+// applied) of implicit stage i as the wide rows of gp: the real pixels,
+// with zeros in the garbage columns.
+func (w *worker) gradView(s *stage, i, j int) []float32 {
+	off := j*s.gpLen() + (s.pad*s.wp2+s.pad)*s.fo
+	return w.gp[i][off : off+s.wide*s.fo]
+}
+
+// implicitWeightGrad writes (beta 0) or adds (beta 1) example j's weight
+// gradient U_j^T G_j into M (fi x fo, rows in the internal order).
+func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32) {
+	s := &p.stages[i]
+	C, fo, K := s.in.C, s.fo, s.k
+	KC := K * C
+	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
+	gw := w.gradView(s, i, j)
+	// The K products share their right operand G_wide: packed once.
+	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
+	for kr := range K {
+		w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+	}
+}
