@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -90,7 +91,7 @@ func TestToeplitzAutoAccountedAsBanded(t *testing.T) {
 	if st := auto.Structure(); !st.AutoBands || samplingFor(st) != SamplingBandPoisson {
 		t.Fatalf("toeplitz:auto structure %+v", st)
 	}
-	req := Request{Mechanism: auto, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	req := Request{Mechanism: auto, Workload: w, Examples: m, Batch: batch, Steps: n, ClipNorm: 1, Epsilon: 4, Accountant: RDP, Sampling: SamplingBandPoisson}
 	p, s, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -235,5 +236,76 @@ func TestAutoBandsUnamplified(t *testing.T) {
 				t.Errorf("%s, %s: proxy-selected %s loss %.8g, cold selection %.8g", name, samp, p.Mechanism, p.Loss, bestCold)
 			}
 		}
+	}
+}
+
+// With no sampling asked for, bandmf:auto and toeplitz:auto are planned
+// under the regime whose own band choice adds the less noise
+// (sigma^2 sens^2 ||B||_F^2): fixed-order epochs where the epochs are few
+// and epsilon large, band sampling where the sampling rate is small and
+// epsilon small; the plan records both scores and says so, and equals
+// the plan asked for with the chosen sampling. Without a target epsilon
+// band sampling cannot choose its bands, so fixed-order epochs are
+// planned. (Before, the default was band sampling whatever it cost.)
+func TestAutoDefaultSamplingLeastNoise(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		mech        Mechanism
+		m, batch, n int
+		eps         float64
+		want        Sampling
+	}{
+		{mfnoise.BandedToeplitz{Auto: true}, 1000, 100, 20, 8, SamplingFixedOrder},
+		{mfnoise.BandMF{Auto: true}, 1000, 100, 20, 8, SamplingFixedOrder},
+		{mfnoise.BandedToeplitz{Auto: true}, 4000, 100, 40, 1, SamplingBandPoisson},
+		{mfnoise.BandMF{Auto: true}, 4000, 100, 40, 1, SamplingBandPoisson},
+	} {
+		if _, ok := c.mech.(mfnoise.BandMF); ok && testing.Short() {
+			continue // bandmf builds its finalists in both regimes
+		}
+		req := Request{Mechanism: c.mech, Examples: c.m, Batch: c.batch, Steps: c.n, ClipNorm: 1, Epsilon: c.eps, Accountant: RDP}
+		start := time.Now()
+		p, _, err := NewPlan(ctx, req)
+		t.Logf("%v m=%d B=%d n=%d eps %g: %s, %s (%v)", c.mech, c.m, c.batch, c.n, c.eps, p.Mechanism, p.DefaultSampling, time.Since(start))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := p.DefaultSampling
+		if d == nil || len(d.Options) != 2 || d.Chosen != p.Sampling || p.Sampling != c.want {
+			t.Fatalf("%v m=%d B=%d n=%d eps %g: sampling %s, choice %+v; want %s", c.mech, c.m, c.batch, c.n, c.eps, p.Sampling, d, c.want)
+		}
+		if !strings.Contains(p.String(), "sampling: "+string(c.want)+" chosen by default") {
+			t.Errorf("the plan does not state the choice:\n%s", p)
+		}
+		for _, o := range d.Options {
+			explicit := req
+			explicit.Sampling = o.Sampling
+			q, _, err := NewPlan(ctx, explicit)
+			if err != nil || o.Err != "" {
+				t.Fatalf("%s: %v (recorded %q)", o.Sampling, err, o.Err)
+			}
+			alone := q.BandTable.Chosen()
+			if alone.Score != o.Score || alone.Bands != o.Bands {
+				t.Errorf("%s: recorded %d bands, score %.10g; planned alone %s, %d bands, score %.10g", o.Sampling, o.Bands, o.Score, q.Mechanism, alone.Bands, alone.Score)
+			}
+			if o.Sampling == p.Sampling {
+				if q.Mechanism != p.Mechanism || q.NoiseMultiplier != p.NoiseMultiplier || q.Epsilon != p.Epsilon || q.Schema != p.Schema {
+					t.Errorf("default planned %s sigma %v under %s; asked for %s: %s sigma %v", p.Mechanism, p.NoiseMultiplier, p.Schema, o.Sampling, q.Mechanism, q.NoiseMultiplier)
+				}
+			} else if o.Score < p.BandTable.Chosen().Score {
+				t.Errorf("%s scores %.6g, less than the chosen %s's %.6g", o.Sampling, o.Score, p.Sampling, p.BandTable.Chosen().Score)
+			}
+		}
+	}
+	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 20, ClipNorm: 1, NoiseMultiplier: 2, Accountant: RDP}
+	if err := CheckRequest(req); err != nil {
+		t.Fatalf("CheckRequest without a target epsilon: %v", err)
+	}
+	p, _, err := NewPlan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sampling != SamplingFixedOrder || p.DefaultSampling.Options[0].Err == "" {
+		t.Errorf("without a target epsilon: %s sampling, choice %+v", p.Sampling, p.DefaultSampling)
 	}
 }

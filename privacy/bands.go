@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/dpmf-go/dpmf/accountant"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -37,8 +38,13 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 	_, toeplitzOnly := mech.(mfnoise.BandedToeplitz)
 	var sel *accountant.BandSelection
 	var built map[int]*mfnoise.Factorization
-	switch p.Sampling {
-	case SamplingBandPoisson:
+	switch {
+	case r.Sampling == SamplingAuto && r.Partitions == 0:
+		var err error
+		if sel, built, err = p.chooseSampling(ctx, r, auto, toeplitzOnly); err != nil {
+			return nil, nil, err
+		}
+	case p.Sampling == SamplingBandPoisson:
 		var err error
 		if sel, built, err = chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly); err != nil {
 			return nil, nil, err
@@ -64,6 +70,18 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 // target epsilon, poisson sampling, and a sampling whose schema cannot be
 // made.
 func (p *Plan) checkAutoBands(r Request, mech Mechanism) error {
+	if r.Sampling == SamplingAuto && r.Partitions == 0 {
+		// chooseSampling falls back to fixed-order epochs when band
+		// sampling cannot be planned.
+		if r.Epsilon > 0 {
+			return nil
+		}
+		if r.Quantile != nil {
+			return refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting (and adaptive clipping, amplified accounting)", mech)
+		}
+		_, err := unamplifiedSchema(r, SamplingFixedOrder)
+		return err
+	}
 	switch p.Sampling {
 	case SamplingBandPoisson:
 		if !(r.Epsilon > 0) {
@@ -75,6 +93,104 @@ func (p *Plan) checkAutoBands(r Request, mech Mechanism) error {
 	}
 	_, err := unamplifiedSchema(r, p.Sampling)
 	return err
+}
+
+// SamplingChoice records how the plan's sampling was chosen when the
+// request named none and the mechanism chooses its bands (bandmf:auto,
+// toeplitz:auto): each regime's own band choice and the noise it adds.
+type SamplingChoice struct {
+	Chosen  Sampling         `json:"chosen"`
+	Options []SamplingOption `json:"options"`
+}
+
+// SamplingOption is one regime of a SamplingChoice: the band count it
+// chose and its score sigma^2 sens^2 ||B||_F^2 (the expected squared
+// error the noise adds to the workload's outputs, in units of the clip
+// norm squared), or why it could not be planned.
+type SamplingOption struct {
+	Sampling Sampling `json:"sampling"`
+	Bands    int      `json:"bands,omitempty"`
+	Score    float64  `json:"score,omitempty"`
+	Err      string   `json:"error,omitempty"`
+}
+
+// String is the choice in one line.
+func (c *SamplingChoice) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s chosen by default, the least expected noise (sigma^2 sens^2 ||B||_F^2, in clip norms squared):", c.Chosen)
+	for i, o := range c.Options {
+		if i > 0 {
+			sb.WriteString(";")
+		}
+		if o.Err != "" {
+			fmt.Fprintf(&sb, " %s not possible (%s)", o.Sampling, o.Err)
+			continue
+		}
+		fmt.Fprintf(&sb, " %s %.4g with %d bands", o.Sampling, o.Score, o.Bands)
+	}
+	return sb.String()
+}
+
+// chooseSampling is the default sampling of an AutoBanded mechanism (the
+// request names none): band sampling (amplified, chooseBands) and
+// fixed-order epochs (unamplified, chooseBandsUnamplified) each choose
+// their band count as they would if asked, and the plan takes the regime
+// whose choice scores less. The scores measure the same thing in both
+// regimes, the expected squared error sigma^2 sens^2 ||B||_F^2 the noise
+// adds to the workload (per participation, sens = 1, when amplified; for
+// the whole (k,b) schema when not), so the lesser one is the better
+// result expected of the mechanism. Band sampling needs a target epsilon
+// and a band count that amplifies; if it cannot be planned the choice is
+// fixed-order epochs, and if neither can, band sampling's error is
+// returned. The choice is recorded in p.DefaultSampling. A request that
+// names band partitions (Partitions) asks for band sampling and is not
+// compared.
+func (p *Plan) chooseSampling(ctx context.Context, r Request, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
+	type regime struct {
+		sel   *accountant.BandSelection
+		built map[int]*mfnoise.Factorization
+		err   error
+	}
+	var amp, fixed regime
+	if r.Epsilon > 0 {
+		amp.sel, amp.built, amp.err = chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly)
+	} else {
+		amp.err = refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting", auto)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	schema, err := unamplifiedSchema(r, SamplingFixedOrder)
+	if err == nil && r.Quantile != nil {
+		err = refuse(RuleAmplification, "adaptive clipping needs amplified accounting (Poisson or band sampling), not %s sampling", SamplingFixedOrder)
+	}
+	if err == nil {
+		fixed.sel, fixed.built, fixed.err = chooseBandsUnamplified(ctx, p.acct, r, p.Delta, p.workload, schema, auto, toeplitzOnly)
+	} else {
+		fixed.err = err
+	}
+	if amp.err != nil && fixed.err != nil {
+		return nil, nil, amp.err
+	}
+	c := &SamplingChoice{}
+	for _, g := range []struct {
+		s Sampling
+		r regime
+	}{{SamplingBandPoisson, amp}, {SamplingFixedOrder, fixed}} {
+		o := SamplingOption{Sampling: g.s}
+		if g.r.err != nil {
+			o.Err = g.r.err.Error()
+		} else {
+			o.Bands, o.Score = g.r.sel.Chosen().Bands, g.r.sel.Chosen().Score
+		}
+		c.Options = append(c.Options, o)
+	}
+	pick, s := amp, SamplingBandPoisson
+	if amp.err != nil || (fixed.err == nil && c.Options[1].Score < c.Options[0].Score) {
+		pick, s = fixed, SamplingFixedOrder
+	}
+	c.Chosen, p.Sampling, p.DefaultSampling = s, s, c
+	return pick.sel, pick.built, nil
 }
 
 // unamplifiedSchema is the participation schema the sampler of an

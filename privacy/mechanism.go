@@ -24,6 +24,8 @@ type Mechanism = mfnoise.Mechanism
 // samplingFor is the sampling a mechanism is run with when the caller does
 // not choose: Poisson for independent noise, partitioned band sampling for
 // a banded encoder with more than one band, fixed-order epochs otherwise.
+// bandmf:auto and toeplitz:auto start from band sampling and then take
+// the regime whose own band choice adds the less noise (chooseSampling).
 func samplingFor(s mfnoise.Structure) Sampling {
 	switch {
 	case s.Independent:

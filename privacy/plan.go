@@ -137,6 +137,10 @@ type Plan struct {
 	// Loss is sens^2 ||B||_F^2 at the plan's sensitivity.
 	Loss      float64                   `json:"mechanism_loss,omitempty"`
 	BandTable *accountant.BandSelection `json:"band_selection,omitempty"`
+	// DefaultSampling says how Sampling was chosen when the request named
+	// none and the mechanism chooses its bands (chooseSampling); nil
+	// otherwise (the caller's sampling, or the mechanism's by structure).
+	DefaultSampling *SamplingChoice `json:"default_sampling,omitempty"`
 	// Seeded says the noise comes from a caller's seed, not crypto/rand:
 	// anyone who has the seed can reproduce it.
 	Seeded bool `json:"seeded"`
@@ -236,7 +240,9 @@ func (r *Request) check() error {
 
 // NewPlan binds mechanism, sampler and accounting, and returns the plan and
 // the sampler that realizes it. The rules, in order: the sampling follows
-// the mechanism's structure unless chosen; bandmf:auto and toeplitz:auto
+// the mechanism's structure unless chosen (for bandmf:auto and
+// toeplitz:auto, the regime whose band choice adds the less noise, band
+// sampling or fixed-order epochs: chooseSampling); bandmf:auto and toeplitz:auto
 // pick their bands by amplified accounting under band sampling
 // (banded-MF App. F.4) and by their loss under the sampler's schema under
 // fixed-order epochs or shuffling (resolveBands, bands.go), and the
@@ -642,6 +648,9 @@ func gridUp(c, total int) int {
 func (p *Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "mechanism %s (%s workload), %s sampling, schema %s\n", p.Mechanism, p.Workload, p.Sampling, p.Schema)
+	if p.DefaultSampling != nil {
+		fmt.Fprintf(&sb, "sampling: %s\n", p.DefaultSampling)
+	}
 	fmt.Fprintf(&sb, "sensitivity %.6g (%s, exact=%v), noise multiplier %.6g", p.Sensitivity.Value, p.Sensitivity.Method, p.Sensitivity.Exact, p.NoiseMultiplier)
 	if p.Quantile != nil {
 		fmt.Fprintf(&sb, " (jointly with the clip-norm count; the gradient's %.6g)", p.GradientNoiseMultiplier)

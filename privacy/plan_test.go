@@ -97,7 +97,7 @@ func TestParseMechanismRoundTrip(t *testing.T) {
 // sampling it needs a target epsilon, and Poisson sampling is refused.
 func TestAutoBandsChooseAndRefuse(t *testing.T) {
 	ctx := context.Background()
-	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP}
+	req := Request{Mechanism: mfnoise.BandMF{Auto: true}, Examples: 1000, Batch: 100, Steps: 16, ClipNorm: 1, Epsilon: 4, Accountant: RDP, Sampling: SamplingBandPoisson}
 	p, s, err := NewPlan(ctx, req)
 	if err != nil {
 		t.Fatal(err)

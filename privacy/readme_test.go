@@ -48,7 +48,7 @@ func readmeModes(t *testing.T) string {
 	}{
 		{"DP-SGD with Poisson sampling", mfnoise.DPSGD{}, SamplingAuto, nil, nil, 0},
 		{"BandMF with band sampling (banded-MF Thm 4)", mfnoise.BandMF{Bands: 4}, SamplingAuto, nil, nil, 0},
-		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", mfnoise.BandedToeplitz{Auto: true}, SamplingAuto, nil, nil, 8},
+		{"Banded Toeplitz with band sampling, bands chosen for epsilon 8 (toeplitz:auto)", mfnoise.BandedToeplitz{Auto: true}, SamplingBandPoisson, nil, nil, 8},
 		{"Matrix mechanisms with fixed-order epochs (here tree-online)", mfnoise.Tree{}, SamplingAuto, nil, nil, 0},
 		{"Shuffling (here DP-SGD)", mfnoise.DPSGD{}, SamplingShuffle, nil, nil, 0},
 		{"DP-SGD with random allocation (each example in one step of each epoch)", mfnoise.DPSGD{}, SamplingRandomAllocation, nil, nil, 0},
