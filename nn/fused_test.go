@@ -103,7 +103,7 @@ func TestClippedSumBitExact(t *testing.T) {
 				checked++
 			}
 			if checked == 0 {
-				t.Skip("no convolution or norm parameter")
+				t.Skip("this test network has no convolution or norm parameter: the property is about their fused passes")
 			}
 		})
 	}
@@ -161,7 +161,7 @@ func TestImplicitConvolution(t *testing.T) {
 				some = some || s.implicit
 			}
 			if !some {
-				t.Skip("no implicit convolution")
+				t.Skip("this test network has no stride-1 'same' convolution, the only kind run as an implicit product")
 			}
 			x, y := b.batch(rng, n, classes)
 			grads := func(p *Plan) ([][]float32, []float64) {

@@ -633,14 +633,8 @@ func (p *Plan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]float6
 // meaningful sum. A step of a large model over a large batch takes
 // minutes; this is what lets SIGTERM stop it within seconds.
 func (p *Plan) StepContext(ctx context.Context, x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
-	if y == nil {
-		return nil, dpcore.Invalid("nn", "step: no labels")
-	}
-	if err := p.check(x, y, len(y)); err != nil {
+	if err := checkStep(p.check, x, y, dst, len(p.params)); err != nil {
 		return nil, err
-	}
-	if len(dst) != len(p.params) {
-		return nil, dpcore.Invalid("nn", "step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
 	p.adding, p.first = false, 0 // a batch of StepAdd pieces is abandoned
 	p.x, p.y, p.n, p.clip, p.private, p.ctx = x, y, len(y), clip, clip != nil, ctx
@@ -667,6 +661,21 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
 	return p.loss[:len(y)], nil
+}
+
+// checkStep checks a step's arguments on an executor (Plan or SeqPlan)
+// with nparams parameters, whose own check validates the examples.
+func checkStep(check func(x []float32, y []int, n int) error, x []float32, y []int, dst []float32, nparams int) error {
+	if y == nil {
+		return dpcore.Invalid("nn", "step: no labels")
+	}
+	if err := check(x, y, len(y)); err != nil {
+		return err
+	}
+	if len(dst) != nparams {
+		return dpcore.Invalid("nn", "step: len(dst) = %d, want %d", len(dst), nparams)
+	}
+	return nil
 }
 
 // checkOutputs checks Gradients' buffers: n of size floats each.

@@ -372,14 +372,8 @@ func (p *SeqPlan) Step(x []float32, y []int, dst []float32, clip Clipper) ([]flo
 // StepContext is Step, stopping between examples when ctx is done (it
 // then returns ctx's error).
 func (p *SeqPlan) StepContext(ctx context.Context, x []float32, y []int, dst []float32, clip Clipper) ([]float64, error) {
-	if y == nil {
-		return nil, dpcore.Invalid("nn", "step: no labels")
-	}
-	if err := p.check(x, y, len(y)); err != nil {
+	if err := checkStep(p.check, x, y, dst, len(p.params)); err != nil {
 		return nil, err
-	}
-	if len(dst) != len(p.params) {
-		return nil, dpcore.Invalid("nn", "step: len(dst) = %d, want %d", len(dst), len(p.params))
 	}
 	if clip == nil {
 		clip = unit{}
