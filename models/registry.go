@@ -53,6 +53,9 @@ var architectures = []struct {
 	{"cnn", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
 		return NewCIFARCNN(input, classes, seed)
 	}, nil},
+	{"cnn-small", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewSmallCNN(input, classes, seed)
+	}, nil},
 	{"wrn16-4", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
 		return NewWRN16x4(input, classes, wrnGroups, seed)
 	}, nil},
