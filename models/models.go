@@ -167,7 +167,7 @@ func NewCIFARCNN(inputShape [3]int, classes int, seed uint64) (Model, error) {
 // dense classes. For 28x28 inputs the maps are 13x13 and 5x5 and the
 // model has 35,226 parameters (the published one, whose pools shrink the
 // second map to 4x4, has 26,010). Its per-example gradient costs about
-// 1/45 of the CIFAR network's (NewCIFARCNN) on 28x28 images.
+// 1/40 of the CIFAR network's (NewCIFARCNN) on 28x28 images.
 func NewSmallCNN(inputShape [3]int, classes int, seed uint64) (Model, error) {
 	if err := checkCommon(inputShape, classes); err != nil {
 		return nil, fmt.Errorf("models: cnn-small: %w", err)
