@@ -57,5 +57,3 @@ func lseConvRef(a, b logGrid, o lseOffsets, tau float64) logGrid {
 	r := logGrid{off: lo, p: out, inf: a.inf + b.inf - a.inf*b.inf}
 	return r.trim(tau)
 }
-
-
