@@ -112,6 +112,7 @@ type seqWorker struct {
 	acc                         []float32
 	xd, gd, gx, gg              []float64
 	nacc                        []float64
+	log                         *productLog // while RecordProducts is on
 }
 
 // NewSeqPlan compiles t over the parameter buffer params (shared, not
@@ -620,7 +621,7 @@ func (p *SeqPlan) layerNorm(n Norm, x, y, xh []float32, r []float64, L int) {
 func (p *SeqPlan) linForward(w *seqWorker, li int, X, Y []float32, L int) {
 	s := &w.lin[li]
 	W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
-	w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, s.in, 1, X, s.in, W, s.out, 0, Y, s.out)
+	w.sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, s.in, 1, X, s.in, W, s.out, 0, Y, s.out)
 	if s.l.Bias.Len > 0 {
 		b := p.params[s.l.Bias.Offset : s.l.Bias.Offset+s.out]
 		for t := range L {
@@ -634,8 +635,8 @@ func (p *SeqPlan) linForward(w *seqWorker, li int, X, Y []float32, L int) {
 		r := p.t.LoRARank
 		A := p.params[s.l.LoRAA.Offset : s.l.LoRAA.Offset+s.l.LoRAA.Len]
 		B := p.params[s.l.LoRAB.Offset : s.l.LoRAB.Offset+s.l.LoRAB.Len]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, r, s.in, 1, X, s.in, A, r, 0, w.u[li], r)
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, r, p.loraScale(), w.u[li], r, B, s.out, 1, Y, s.out)
+		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, r, s.in, 1, X, s.in, A, r, 0, w.u[li], r)
+		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, r, p.loraScale(), w.u[li], r, B, s.out, 1, Y, s.out)
 	}
 }
 
@@ -688,7 +689,7 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	for h := range nh {
 		Q, K, V := qkv[h*dh:], qkv[D+h*dh:], qkv[2*D+h*dh:]
 		S := P[h*L*L : (h+1)*L*L]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, scale, Q, 3*D, K, 3*D, 0, S, L)
+		w.sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, scale, Q, 3*D, K, 3*D, 0, S, L)
 		for t := range L {
 			row := S[t*L : (t+1)*L]
 			n := L
@@ -711,7 +712,7 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 			}
 			clear(row[n:])
 		}
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
+		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
 	}
 }
 
@@ -808,7 +809,7 @@ func (p *SeqPlan) forward(w *seqWorker, L int) {
 	if t.Head.Weight.Len > 0 {
 		p.linForward(w, len(w.lin)-1, hf, w.logits, rows)
 	} else {
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
+		w.sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
 	}
 }
 
