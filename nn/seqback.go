@@ -74,8 +74,7 @@ func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add b
 		beta = 1
 	}
 	if dX != nil {
-		W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
-		w.sgemm(gblas.NoTrans, gblas.Trans, L, s.in, s.out, 1, G, s.out, W, s.out, beta, dX, s.in)
+		w.sgemmPacked(L, G, s.out, &p.pk[li].b, beta, dX, s.in)
 	}
 	if s.l.LoRAA.Len > 0 {
 		r := p.t.LoRARank
@@ -146,7 +145,6 @@ func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 func (p *SeqPlan) backward(w *seqWorker, L int) {
 	t := &p.t
 	D, Hd := t.Dim, t.Hidden
-	wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
 	head := len(w.lin) - 1
 	dhf := w.dh // gradient w.r.t. hf
 	switch {
@@ -158,7 +156,7 @@ func (p *SeqPlan) backward(w *seqWorker, L int) {
 		p.linBack(w, head, w.hf, w.dbig, dhf, L, false)
 	default:
 		V := t.Vocab
-		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, D, V, 1, w.dbig, V, wte, D, 0, dhf, D)
+		w.sgemmPacked(L, w.dbig, V, &p.wteB, 0, dhf, D)
 		if e := p.exSlice(w, t.Wte); e != nil {
 			// The tied output embedding's gradient dlogits^T hf; the
 			// input embedding's rows are added below.

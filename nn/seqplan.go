@@ -44,6 +44,11 @@ type SeqPlan struct {
 	sinus   []float32
 	loss    []float64
 	workers []*seqWorker
+	// The weights packed once per call for the products (blas.PackB32),
+	// shared by the workers: per linear, W for the forward product and
+	// W^T for the input gradient; the tied output matrix the same.
+	pk         []seqPacked
+	wteF, wteB blas.PackedB32
 
 	// per call
 	x      []float32
@@ -58,6 +63,9 @@ type SeqPlan struct {
 	// lossOnly: Losses, the forward pass and the loss without gradients
 	lossOnly bool
 }
+
+// seqPacked is a linear's weight packed for both products.
+type seqPacked struct{ f, b blas.PackedB32 }
 
 // piece is a parameter range whose per-example gradient is materialized
 // at ex[off:off+p.Len], counted in unit.
@@ -227,6 +235,7 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 	for range opt.Workers {
 		p.workers = append(p.workers, p.newWorker(lins))
 	}
+	p.pk = make([]seqPacked, len(lins))
 	return p, nil
 }
 
@@ -498,6 +507,7 @@ func (p *SeqPlan) LastLogits(x []float32, logits []float32) error {
 }
 
 func (p *SeqPlan) run() {
+	p.pack()
 	W := min(len(p.workers), p.n)
 	var wg sync.WaitGroup
 	for wi := range W {
@@ -515,6 +525,47 @@ func (p *SeqPlan) run() {
 			}
 		}
 	}
+}
+
+// pack packs the weights the call's products use (the forward ones, and
+// for a backward pass the transposed ones too), the packings dealt to
+// every worker's goroutine so that all cores work. A last-position
+// forward (LastLogits) multiplies one row per example by the output
+// matrix and leaves it unpacked.
+func (p *SeqPlan) pack() {
+	t := &p.t
+	back := p.mode == modeGradients || (p.mode == modeTrain && !p.lossOnly)
+	var jobs []func()
+	for li := range p.pk {
+		l, pk := p.workers[0].lin[li], &p.pk[li]
+		W := p.params[l.l.Weight.Offset : l.l.Weight.Offset+l.l.Weight.Len]
+		jobs = append(jobs, func() { blas.PackB32(gblas.NoTrans, l.in, l.out, 1, W, l.out, &pk.f) })
+		if back {
+			jobs = append(jobs, func() { blas.PackB32(gblas.Trans, l.out, l.in, 1, W, l.out, &pk.b) })
+		}
+	}
+	if t.Classes == 0 && t.Head.Weight.Len == 0 {
+		wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
+		if !p.last {
+			jobs = append(jobs, func() { blas.PackB32(gblas.Trans, t.Dim, t.Vocab, 1, wte, t.Dim, &p.wteF) })
+		}
+		if back {
+			jobs = append(jobs, func() { blas.PackB32(gblas.NoTrans, t.Vocab, t.Dim, 1, wte, t.Dim, &p.wteB) })
+		}
+	}
+	// The largest first, dealt in turn.
+	W := len(p.workers)
+	var wg sync.WaitGroup
+	for wi := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := len(jobs) - 1 - wi; k >= 0; k -= W {
+				jobs[k]()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (p *SeqPlan) work(wi, W int) {
@@ -620,8 +671,7 @@ func (p *SeqPlan) layerNorm(n Norm, x, y, xh []float32, r []float64, L int) {
 // linForward is Y = X W + b (+ s (X A) B) over L rows.
 func (p *SeqPlan) linForward(w *seqWorker, li int, X, Y []float32, L int) {
 	s := &w.lin[li]
-	W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
-	w.sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, s.in, 1, X, s.in, W, s.out, 0, Y, s.out)
+	w.sgemmPacked(L, X, s.in, &p.pk[li].f, 0, Y, s.out)
 	if s.l.Bias.Len > 0 {
 		b := p.params[s.l.Bias.Offset : s.l.Bias.Offset+s.out]
 		for t := range L {
@@ -809,7 +859,11 @@ func (p *SeqPlan) forward(w *seqWorker, L int) {
 	if t.Head.Weight.Len > 0 {
 		p.linForward(w, len(w.lin)-1, hf, w.logits, rows)
 	} else {
-		w.sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
+		if p.last {
+			w.sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
+		} else {
+			w.sgemmPacked(rows, hf, D, &p.wteF, 0, w.logits, V)
+		}
 	}
 }
 
