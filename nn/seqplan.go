@@ -707,10 +707,19 @@ func (p *SeqPlan) gelu(z, f, th []float32) {
 		}
 		return
 	}
-	for k, x := range z {
-		t := tanh32(float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x))))
-		th[k] = t
-		f[k] = 0.5 * x * (1 + t)
+	// The tanh's argument in float64 as before, the tanh eight at a time
+	// (biasTanh with a zero bias), in blocks that stay in cache.
+	var zero [512]float32
+	for k0 := 0; k0 < len(z); k0 += len(zero) {
+		zs := z[k0:min(k0+len(zero), len(z))]
+		ts, fs := th[k0:k0+len(zs)], f[k0:k0+len(zs)]
+		for k, x := range zs {
+			ts[k] = float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x)))
+		}
+		biasTanh(ts, zero[:len(zs)])
+		for k, x := range zs {
+			fs[k] = 0.5 * x * (1 + ts[k])
+		}
 	}
 }
 
