@@ -904,22 +904,13 @@ func (p *SeqPlan) lossGrad(w *seqWorker, L, label int) float64 {
 }
 
 // softmaxCE returns -log softmax(z)[y] and writes scale (softmax(z) -
-// onehot(y)) into g.
-func softmaxCE(z []float32, y int, scale float64, g []float32) float64 {
-	mx := float32(math.Inf(-1))
-	for _, v := range z {
-		mx = max(mx, v)
-	}
-	s := 0.0
-	for k, v := range z {
-		e := math.Exp(float64(v - mx))
-		g[k] = float32(e)
-		s += e
-	}
-	r := scale / s
-	for k, e := range g[:len(z)] {
-		g[k] = float32(float64(e) * r)
-	}
-	g[y] -= float32(scale)
+// onehot(y)) into g: the exponentials in float32 eight at a time
+// (expShift), summed in float64, then scaled by scale over their sum
+// rounded to float32. A NaN or +Inf logit makes the loss NaN.
+func softmaxCE(z []float32, y int, sc float64, g []float32) float64 {
+	mx := maxOf(z)
+	s := expShift(z, g, mx)
+	scale(g[:len(z)], float32(sc/s))
+	g[y] -= float32(sc)
 	return math.Log(s) - float64(z[y]-mx)
 }
