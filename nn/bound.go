@@ -3,6 +3,7 @@ package nn
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"time"
 
@@ -131,8 +132,11 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // needs for the products alone. Each product runs on operands of its
 // shape and layout taken from a worker's buffers (so that timing adds no
 // memory to the process; the values a step left there, overwritten with
-// values in [-1, 1) where a buffer held none), warmed once, then repeated
-// for at least minTime, and the fastest run is kept.
+// values in [-1, 1) where a buffer held none or values so small that
+// products would be subnormal), warmed once, then repeated for at least
+// minTime, and the fastest run is kept. A run's time is the thread's CPU
+// time where the system keeps one (Linux), so that other jobs sharing
+// the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
 	w := p.workers[0]
 	var bufs [][]float32
@@ -148,6 +152,8 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 
 // timeProducts is TimeProducts on operands taken from bufs (reordered).
 func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time.Duration, error) {
+	runtime.LockOSThread() // the thread's CPU clock times the products
+	defer runtime.UnlockOSThread()
 	var g blas.Serial32
 	var g64 blas.Serial64
 	var packed blas.PackedB32
@@ -218,8 +224,13 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		var runs []time.Duration
 		for start := time.Now(); len(runs) < 3 || time.Since(start) < minTime; {
 			t0 := time.Now()
+			c0, cpu := threadCPU()
 			run()
-			runs = append(runs, time.Since(t0))
+			d := time.Since(t0)
+			if c1, ok := threadCPU(); ok && cpu {
+				d = c1 - c0
+			}
+			runs = append(runs, d)
 		}
 		total += time.Duration(q.Count) * slices.Min(runs)
 	}
