@@ -259,14 +259,10 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 // the worker's sum.
 func (p *SeqPlan) accumulate(w *seqWorker, L int) {
 	for _, pc := range p.pieces {
-		f := Factor32(w.c[pc.unit])
-		if f == 0 {
+		if Factor32(w.c[pc.unit]) == 0 {
 			continue
 		}
-		acc := w.acc[pc.p.Offset : pc.p.Offset+pc.p.Len]
-		for k, v := range w.ex[pc.off : pc.off+pc.p.Len] {
-			acc[k] += MulDown(f, v)
-		}
+		addScaledDown(w.acc[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len], w.c[pc.unit])
 	}
 	for gi, g := range p.ghosts {
 		f := Factor32(w.c[g.unit])
