@@ -237,6 +237,7 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 	}
 	for gi, g := range p.ghosts {
 		X, G := w.gX[gi], w.g[gi]
+		L := len(X) / g.in // the rows it saw (1 for a classifier's head)
 		xd, gd := w.xd[:L*g.in], w.gd[:L*g.out]
 		for k, v := range X[:L*g.in] {
 			xd[k] = float64(v)
@@ -269,6 +270,7 @@ func (p *SeqPlan) accumulate(w *seqWorker, L int) {
 		if f == 0 {
 			continue
 		}
+		L := len(w.gX[gi]) / g.in
 		G := w.g[gi][:L*g.out]
 		for k, v := range G {
 			G[k] = MulDown(f, v)
@@ -284,6 +286,7 @@ func (p *SeqPlan) capture(w *seqWorker, L int, out []float32) {
 		copy(out[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len])
 	}
 	for gi, g := range p.ghosts {
+		L := len(w.gX[gi]) / g.in
 		w.sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, w.g[gi], g.out, 0, out[g.w.Offset:], g.out)
 	}
 }

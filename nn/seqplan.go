@@ -26,8 +26,9 @@ import (
 // X (L x in) and output gradients G (L x out), is either materialized or
 // has its norm computed from the Gram matrices,
 // ||X^T G||_F^2 = sum_{s,t} (X X^T)_{st} (G G^T)_{st} (the ghost norm, Li
-// et al. 2021), whichever needs less memory per example: the ghost norm
-// when 2 Context^2 < in x out (mixed ghost clipping, Bu et al. 2022). A
+// et al. 2021), whichever costs less (mixed ghost clipping, Bu et al.
+// 2022; ghostPays: the ghost norm for short contexts and wide layers,
+// and beyond a memory budget per worker). A
 // ghost layer's clipped contribution is then X^T (f G) for the example's
 // factor f, the book-keeping of Bu et al. Gram matrices are formed and
 // summed in float64.
@@ -165,6 +166,7 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 		}
 	}
 	var lins []seqLinear
+	matW := 0 // weight entries materialized so far
 	addLin := func(l Linear, in, out int, head bool) {
 		s := seqLinear{l: l, in: in, out: out, wEx: -1, bEx: -1, aEx: -1, bbEx: -1, ghost: -1}
 		s.trainW = l.Weight.Len > 0 && (base || head)
@@ -173,12 +175,13 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 			u := p.units
 			p.units++
 			if s.trainW {
-				if 2*t.Context*t.Context < in*out {
+				if p.ghostPays(in, out, matW) {
 					s.ghost = len(p.ghosts)
 					p.ghosts = append(p.ghosts, ghostW{l.Weight, in, out, u})
 					p.train = append(p.train, l.Weight)
 				} else {
 					s.wEx = mat(l.Weight, u)
+					matW += in * out
 				}
 				s.bEx = mat(l.Bias, u)
 			}
@@ -237,6 +240,34 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 	}
 	p.pk = make([]seqPacked, len(lins))
 	return p, nil
+}
+
+// Ghost norms against materialized per-example gradients, per weight
+// (in x out) over sequences of up to T tokens: the ghost norm costs two
+// Gram matrices, 2 T^2 (in + out) multiply-adds in float64, and the
+// clipped sum one product X^T (f G); materializing costs the same product
+// (X^T G) and three passes over in x out entries (write, norm, scaled
+// add), and their memory. With a float64 product near 70 GFLOP/s and a
+// pass near 3 floats a nanosecond (AVX-512 cores), the ghost norm pays
+// when ghostRatio in x out >= T^2 (in + out), ghostRatio about 17: short
+// sequences, wide layers. Materialized weights are bounded per worker
+// (matBudget entries, 64 MiB); beyond it the rest get ghost norms.
+const (
+	ghostRatio = 17
+	matBudget  = 16 << 20
+)
+
+// ghostPays reports whether a trained weight in x out gets the ghost norm,
+// given matW weight entries already materialized.
+func (p *SeqPlan) ghostPays(in, out, matW int) bool {
+	switch p.opt.seqNorms {
+	case normsAllGhost:
+		return true
+	case normsAllMaterialized:
+		return false
+	}
+	T := int64(p.t.Context)
+	return ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out) || matW+in*out > matBudget
 }
 
 func (p *SeqPlan) outWidth() int {

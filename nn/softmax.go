@@ -2,7 +2,6 @@ package nn
 
 import "math"
 
-
 // expShiftGo is expShift one at a time: exp(z[j] - shift) in float64,
 // rounded to float32, 0 below exp(-87) as the vector version.
 func expShiftGo(z, g []float32, shift float32) float64 {
