@@ -421,21 +421,42 @@ func (p *SeqPlan) StepContext(ctx context.Context, x []float32, y []int, dst []f
 	}
 	p.x, p.y, p.n, p.clip, p.ctx, p.mode = x, y, len(y), clip, ctx, modeTrain
 	p.run()
-	clear(dst)
-	for _, q := range p.train {
-		d := dst[q.Offset : q.Offset+q.Len]
-		for _, w := range p.workers {
-			a := w.acc[q.Offset : q.Offset+q.Len]
-			for k, v := range a {
-				d[k] += v
-			}
-		}
-	}
+	p.sum(dst)
 	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("nn: step: %w", ctx.Err())
 	}
 	return p.loss[:len(y)], nil
+}
+
+// sum writes the workers' sums, added in worker order, into dst (zero
+// outside the trained ranges), each trained range split between as many
+// goroutines as workers.
+func (p *SeqPlan) sum(dst []float32) {
+	W := len(p.workers)
+	var wg sync.WaitGroup
+	for part := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clear(dst[len(dst)*part/W : len(dst)*(part+1)/W])
+		}()
+	}
+	wg.Wait()
+	for part := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, q := range p.train {
+				lo, hi := q.Offset+q.Len*part/W, q.Offset+q.Len*(part+1)/W
+				d := dst[lo:hi]
+				for _, w := range p.workers {
+					add(d, w.acc[lo:hi])
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Gradients writes each example's unclipped gradient into out[i]
