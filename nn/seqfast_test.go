@@ -35,11 +35,11 @@ func TestSeqGELU(t *testing.T) {
 	}
 }
 
-// TestSoftmaxKernels checks maxOf, expShift and scale (eight at a time
+// TestSoftmaxKernels checks maxOf, expShift and scaleBy (eight at a time
 // where the processor allows) against plain loops: the maximum exactly,
 // each exp within 2 units in the last place of float32 (0 below
 // exp(-87), NaN for NaN), the sum within 1e-12 relative of the float64
-// sum of the results, scale bit for bit; at lengths with tails.
+// sum of the results, scaleBy bit for bit; at lengths with tails.
 func TestSoftmaxKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, n := range []int{1, 5, 8, 9, 64, 1003} {
@@ -73,7 +73,7 @@ func TestSoftmaxKernels(t *testing.T) {
 			t.Fatalf("n %d: sum %v, want %v", n, s, sum)
 		}
 		h := append([]float32(nil), g...)
-		scale(g, 0.37)
+		scaleBy(g, 0.37)
 		for k := range g {
 			if g[k] != h[k]*0.37 {
 				t.Fatalf("n %d: scale %v, want %v", n, g[k], h[k]*0.37)

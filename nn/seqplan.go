@@ -807,20 +807,8 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 			if p.t.Causal {
 				n = t + 1
 			}
-			mx := float32(math.Inf(-1))
-			for _, v := range row[:n] {
-				mx = max(mx, v)
-			}
-			s := 0.0
-			for k, v := range row[:n] {
-				e := math.Exp(float64(v - mx))
-				row[k] = float32(e)
-				s += e
-			}
-			inv := 1 / s
-			for k := range row[:n] {
-				row[k] = float32(float64(row[k]) * inv)
-			}
+			mx := maxOf(row[:n])
+			scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
 			clear(row[n:])
 		}
 		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
@@ -962,7 +950,7 @@ func (p *SeqPlan) lossGrad(w *seqWorker, L, label int) float64 {
 func softmaxCE(z []float32, y int, sc float64, g []float32) float64 {
 	mx := maxOf(z)
 	s := expShift(z, g, mx)
-	scale(g[:len(z)], float32(sc/s))
+	scaleBy(g[:len(z)], float32(sc/s))
 	g[y] -= float32(sc)
 	return math.Log(s) - float64(z[y]-mx)
 }

@@ -46,8 +46,8 @@ func expShift(z, g []float32, shift float32) float64 {
 	return s + expShiftGo(z[n:], g[n:len(z)], shift)
 }
 
-// scale multiplies v by a, eight at a time with AVX2.
-func scale(v []float32, a float32) {
+// scaleBy multiplies v by a, eight at a time with AVX2.
+func scaleBy(v []float32, a float32) {
 	n := 0
 	if hasAVX2FMA {
 		if n = len(v) &^ 7; n > 0 {

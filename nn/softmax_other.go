@@ -20,8 +20,8 @@ func expShift(z, g []float32, shift float32) float64 {
 	return expShiftGo(z, g[:len(z)], shift)
 }
 
-// scale multiplies v by a.
-func scale(v []float32, a float32) {
+// scaleBy multiplies v by a.
+func scaleBy(v []float32, a float32) {
 	for k := range v {
 		v[k] *= a
 	}
