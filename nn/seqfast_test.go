@@ -105,3 +105,27 @@ func TestSoftmaxKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestGELUGrad checks the GELU's derivative eight at a time (float32)
+// against the float64 loop, at lengths with tails: within 1e-6 |dy|
+// (1 + |x|).
+func TestGELUGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{3, 8, 21, 1000} {
+		z, th, dy := make([]float32, n), make([]float32, n), make([]float32, n)
+		for k := range z {
+			z[k] = float32(rng.NormFloat64() * 3)
+			th[k] = tanh32(float32(geluC * (float64(z[k]) + 0.044715*float64(z[k])*float64(z[k])*float64(z[k]))))
+			dy[k] = float32(rng.NormFloat64())
+		}
+		want := append([]float32(nil), dy...)
+		geluGradTanhGo(z, th, want)
+		got := append([]float32(nil), dy...)
+		geluGradTanh(z, th, got)
+		for k := range got {
+			if d := math.Abs(float64(got[k] - want[k])); d > 1e-6*math.Abs(float64(dy[k]))*(1+math.Abs(float64(z[k]))) {
+				t.Fatalf("n %d: x %v: %v, want %v", n, z[k], got[k], want[k])
+			}
+		}
+	}
+}

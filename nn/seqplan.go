@@ -784,12 +784,7 @@ func (p *SeqPlan) geluGrad(z, th, g []float32) {
 		}
 		return
 	}
-	for k, v := range z {
-		x := float64(v)
-		t := float64(th[k])
-		d := 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
-		g[k] = float32(float64(g[k]) * d)
-	}
+	geluGradTanh(z, th[:len(z)], g[:len(z)])
 }
 
 // attention computes att = softmax(Q K^T / sqrt(dh) + mask) V per head.

@@ -123,3 +123,45 @@ sloop:
 	JNZ sloop
 	VZEROUPPER
 	RET
+
+// Constants of the GELU's derivative: 1/2, 1, sqrt(2/pi), 3 x 0.044715.
+DATA geluc<>+0x00(SB)/4, $0x3f000000
+DATA geluc<>+0x04(SB)/4, $0x3f800000
+DATA geluc<>+0x08(SB)/4, $0x3f4c422a
+DATA geluc<>+0x0c(SB)/4, $0x3e095d4f
+GLOBL geluc<>(SB), RODATA|NOPTR, $16
+
+// func geluGradAVX2(z, th, dy *float32, n int)
+// dy[j] *= (1 + t)/2 + x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2)/2 for
+// x = z[j], t = th[j], j < n (n a positive multiple of 8), in float32.
+TEXT ·geluGradAVX2(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), SI
+	MOVQ th+8(FP), DX
+	MOVQ dy+16(FP), DI
+	MOVQ n+24(FP), CX
+	VBROADCASTSS geluc<>+0(SB), Y15
+	VBROADCASTSS geluc<>+4(SB), Y14
+	VBROADCASTSS geluc<>+8(SB), Y13
+	VBROADCASTSS geluc<>+12(SB), Y12
+gloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (DX), Y1
+	VMULPS Y0, Y0, Y3
+	VFMADD213PS Y14, Y12, Y3
+	VMOVAPS Y14, Y4
+	VFNMADD231PS Y1, Y1, Y4
+	VMULPS Y3, Y4, Y4
+	VMULPS Y0, Y4, Y4
+	VMULPS Y13, Y4, Y4
+	VADDPS Y14, Y1, Y5
+	VADDPS Y5, Y4, Y4
+	VMULPS Y15, Y4, Y4
+	VMULPS (DI), Y4, Y4
+	VMOVUPS Y4, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ gloop
+	VZEROUPPER
+	RET

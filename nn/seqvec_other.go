@@ -26,3 +26,7 @@ func scaleBy(v []float32, a float32) {
 		v[k] *= a
 	}
 }
+
+// geluGradTanh multiplies dy by the derivative of the tanh-approximated
+// GELU at z, given th = its tanh.
+func geluGradTanh(z, th, dy []float32) { geluGradTanhGo(z, th, dy) }

@@ -17,3 +17,13 @@ func expShiftGo(z, g []float32, shift float32) float64 {
 	}
 	return s
 }
+
+// geluGradTanhGo is geluGradTanh one at a time in float64.
+func geluGradTanhGo(z, th, dy []float32) {
+	for k, v := range dy {
+		x := float64(z[k])
+		t := float64(th[k])
+		d := 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
+		dy[k] = float32(float64(v) * d)
+	}
+}
