@@ -65,7 +65,7 @@ func (p *SeqPlan) TimeProducts(list []Product, minTime time.Duration) (time.Dura
 	w := p.workers[0]
 	var bufs [][]float32
 	for _, set := range [][][]float32{w.in, w.mid, w.att, w.qkv, w.z, w.f, w.th, w.p, w.xh1, w.a1, w.a2, w.g,
-		{w.h0, w.logits, w.dh, w.dh2, w.da, w.dbig, w.dqkv, w.dp, w.ex, w.acc}} {
+		{w.h0, w.dh, w.dh2, w.da, w.dbig, w.dqkv, w.dp, w.ex, w.acc}} {
 		for _, b := range set {
 			if len(b) > 0 {
 				bufs = append(bufs, b)

@@ -110,7 +110,7 @@ type seqWorker struct {
 	xhF, hf           []float32
 	rF, r0            []float64
 	xh0               []float32
-	logits            []float32 // Context x Vocab or Classes
+	logits            []float32 // Context x Vocab or Classes (dbig's start)
 	// gradients
 	dh, dh2, da, dbig, dqkv, dp []float32
 	v                           []float32   // G B^T
@@ -281,7 +281,7 @@ func (p *SeqPlan) outWidth() int {
 func (p *SeqPlan) workerBytes() int64 {
 	t := &p.t
 	T, D, B := int64(t.Context), int64(t.Dim), int64(len(t.Blocks))
-	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*3+int64(t.Heads)*T*T) + T*int64(p.outWidth())*2 + T*(4*D+int64(t.Hidden)) + T*T*2
+	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*3+int64(t.Heads)*T*T) + T*int64(p.outWidth()) + T*(4*D+int64(t.Hidden)) + T*T*2
 	f += int64(p.exLen) + int64(len(p.params))
 	for _, g := range p.ghosts {
 		f += T * int64(g.out)
@@ -311,13 +311,14 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 		xh1: mk(T * D), xh2: mk(T * D), a1: mk(T * D), a2: mk(T * D), r1: mk64(T), r2: mk64(T),
 		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H), th: mk(T * H),
 		p: mk(t.Heads * T * T), xhF: make([]float32, T*D), hf: make([]float32, T*D), rF: make([]float64, T),
-		logits: make([]float32, T*p.outWidth()),
 		dh:     make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
 		dbig: make([]float32, T*max(H, p.outWidth(), 3*D)), dqkv: make([]float32, 3*T*D), dp: make([]float32, T*T),
 		v: make([]float32, T*max(t.LoRARank, 1)), ex: make([]float32, p.exLen),
 		sq: make([]float64, p.units), c: make([]float64, p.units), acc: make([]float32, len(p.params)),
 		nacc: make([]float64, max(3*D, H, p.outWidth())),
 	}
+	// The logits' gradient overwrites them (lossGrad).
+	w.logits = w.dbig[:T*p.outWidth()]
 	for range w.lin {
 		w.u = append(w.u, make([]float32, T*max(t.LoRARank, 1)))
 	}
@@ -941,11 +942,13 @@ func (p *SeqPlan) lossGrad(w *seqWorker, L, label int) float64 {
 // softmaxCE returns -log softmax(z)[y] and writes scale (softmax(z) -
 // onehot(y)) into g: the exponentials in float32 eight at a time
 // (expShift), summed in float64, then scaled by scale over their sum
-// rounded to float32. A NaN or +Inf logit makes the loss NaN.
+// rounded to float32. A NaN or +Inf logit makes the loss NaN. g may be
+// z (the gradient overwrites the logits).
 func softmaxCE(z []float32, y int, sc float64, g []float32) float64 {
 	mx := maxOf(z)
+	zy := z[y] // g may be z
 	s := expShift(z, g, mx)
 	scaleBy(g[:len(z)], float32(sc/s))
 	g[y] -= float32(sc)
-	return math.Log(s) - float64(z[y]-mx)
+	return math.Log(s) - float64(zy-mx)
 }
