@@ -788,6 +788,21 @@ func (p *SeqPlan) geluGrad(z, th, g []float32) {
 	geluGradTanh(z, th[:len(z)], g[:len(z)])
 }
 
+// attnBlock is the rows of a causal attention's score block: the rows
+// [r0, r1) attend to the tokens [0, r1) only, so the products skip the
+// masked blocks above the diagonal.
+const attnBlock = 32
+
+// attnRows returns the end of the row block starting at r0 and the
+// number of keys its rows see.
+func (p *SeqPlan) attnRows(r0, L int) (r1, keys int) {
+	if !p.t.Causal {
+		return L, L
+	}
+	r1 = min(r0+attnBlock, L)
+	return r1, r1
+}
+
 // attention computes att = softmax(Q K^T / sqrt(dh) + mask) V per head.
 func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	D, nh := p.t.Dim, p.t.Heads
@@ -796,18 +811,22 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	for h := range nh {
 		Q, K, V := qkv[h*dh:], qkv[D+h*dh:], qkv[2*D+h*dh:]
 		S := P[h*L*L : (h+1)*L*L]
-		w.sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, scale, Q, 3*D, K, 3*D, 0, S, L)
-		for t := range L {
-			row := S[t*L : (t+1)*L]
-			n := L
-			if p.t.Causal {
-				n = t + 1
+		for r0 := 0; r0 < L; {
+			r1, keys := p.attnRows(r0, L)
+			w.sgemm(gblas.NoTrans, gblas.Trans, r1-r0, keys, dh, scale, Q[r0*3*D:], 3*D, K, 3*D, 0, S[r0*L:], L)
+			for t := r0; t < r1; t++ {
+				row := S[t*L : (t+1)*L]
+				n := L
+				if p.t.Causal {
+					n = t + 1
+				}
+				mx := maxOf(row[:n])
+				scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
+				clear(row[n:])
 			}
-			mx := maxOf(row[:n])
-			scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
-			clear(row[n:])
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, r1-r0, dh, keys, 1, S[r0*L:], L, V, 3*D, 0, att[r0*D+h*dh:], D)
+			r0 = r1
 		}
-		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
 	}
 }
 
