@@ -54,6 +54,11 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noRecompute materializes every convolution's per-example gradient
+	// (tests compare with recomputing them, recompute.go).
+	noRecompute bool
+	// panelRows overrides the recomputed gradients' panel rows (tests).
+	panelRows int
 }
 
 type kind uint8
@@ -113,6 +118,10 @@ type stage struct {
 	wide     int
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
+	// recompute: the per-example weight gradient is computed twice in
+	// panels of panel rows, never stored whole (recompute.go).
+	recompute bool
+	panel     int
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -180,6 +189,7 @@ type worker struct {
 	gp   [][]float32    // per stage: zero-bordered output gradients (implicit conv)
 	wide []float32      // an implicit convolution's wide product
 	gpk  blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
+	pan  []float32      // a recomputed weight gradient's panel
 	arg  [][]int32      // per stage: argmax (pool only)
 	pre  [][]float32    // per stage: pre-activation (GELU only)
 	xh   [][]float32    // per stage: normalized input (norm only)
@@ -291,6 +301,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit()
+			}
+			if !p.opt.noRecompute {
+				s.setRecompute(p.opt.panelRows)
 			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -521,6 +534,9 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.recompute {
+				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
+			}
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
@@ -1186,6 +1202,12 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			case kConv:
 				U, G := w.affineIO(s, i, j)
 				M := p.exGrad(w, s, j)
+				if s.recompute && p.capture == nil {
+					var l float64
+					sq[s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+					linf = max(linf, l)
+					continue
+				}
 				if s.implicit {
 					p.implicitWeightGrad(w, i, j, 0, M)
 					G = w.gradView(s, i, j)
@@ -1288,7 +1310,12 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			}
 			if f := c[s.aff]; f != 0 && !w.bad[j] {
 				M := p.exGrad(w, s, j)
-				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
+				if s.recompute {
+					U, G := w.affineIO(s, i, j)
+					p.addRecomputed(w, s, U, G, f)
+				} else {
+					addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
+				}
 				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
 			}
 		}

@@ -118,6 +118,19 @@ func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 //go:noescape
 func sumsqAVX2(v *float32, n int) float64
 
+//go:noescape
+func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+
+// add adds the squares of v (len(v) a multiple of 16) to the partial
+// sums, 16 at a time with AVX2 (addGo's values).
+func (acc *sumsqLanes) add(v []float32) {
+	if n := len(v) &^ 15; hasAVX2FMA && n > 0 {
+		sumsqLanesAVX2(acc, &v[0], n)
+		return
+	}
+	acc.addGo(v)
+}
+
 // vecChannels is how many of C channels the AVX2 norm kernels take (a
 // multiple of 4), 0 without AVX2 or with fewer than 4.
 func vecChannels(C int) int {

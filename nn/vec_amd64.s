@@ -301,6 +301,36 @@ sqloop:
 	VZEROUPPER
 	RET
 
+// func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+// sumsqAVX2's loop on the 16 partial sums in acc, loaded and stored back
+// (n a positive multiple of 16).
+TEXT ·sumsqLanesAVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	VMOVUPD (DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+lanesloop:
+	VCVTPS2PD (SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VFMADD231PD Y4, Y4, Y0
+	VFMADD231PD Y5, Y5, Y1
+	VFMADD231PD Y6, Y6, Y2
+	VFMADD231PD Y7, Y7, Y3
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ lanesloop
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	VZEROUPPER
+	RET
+
 // func allFiniteAVX2(v *float32, n int) bool
 // Whether v[k] - v[k] is 0 for every k < n (a positive multiple of 16):
 // the differences (NaN for an infinity or a NaN) are summed, and NaN

@@ -58,6 +58,8 @@ func allFinite(v []float32) bool { return allFiniteGo(v) }
 
 func sumsq64(v []float32) float64 { return sumsq64Go(v) }
 
+func (acc *sumsqLanes) add(v []float32) { acc.addGo(v) }
+
 const hasAVX2FMA = false
 
 func addScaledDown(acc, v []float32, c float64) { addScaledDownGo(acc, v, c) }
