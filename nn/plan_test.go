@@ -330,8 +330,8 @@ func testNets() map[string]*builder {
 	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
 	b.conv(3, 16, 3, 2, 1, ReLU)
 	b.conv(16, 32, 2, 1, 0, Tanh)
-	b.net.Layers = append(b.net.Layers, Conv2D{Out: 16, Kernel: 1, Stride: 2, Pad: 0, Act: Identity, Weight: b.param(32 * 16)}, Flatten{})
-	b.dense(16, 3, Identity)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 32, Kernel: 1, Stride: 2, Pad: 0, Act: Identity, Weight: b.param(32 * 32)}, Flatten{})
+	b.dense(32, 3, Identity)
 	nets["recomputed"] = b
 	// Embeddings: tabular (2 numeric columns, 3 categorical with their
 	// own tables), a mean bag of up to 6 ids with -1 padding, and a

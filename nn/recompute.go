@@ -25,15 +25,17 @@ import (
 // gradient is cheaper computed twice (P more multiply-adds an entry) than
 // stored and read back (about three floats moved an entry, moveCost
 // multiply-adds each). Panels must be whole multiples of 16 floats
-// (sumsq64's partial sums), hence fo.
-func recomputePays(P, fo int) bool { return P < 3*moveCost && fo%16 == 0 }
+// (sumsq64's partial sums), hence fo; and the stored path's product must
+// run on the product kernel, as the panels' do (blas hands products of
+// m*n*k up to 512 to gonum's loops, summed in another order).
+func recomputePays(P, fi, fo int) bool { return P < 3*moveCost && fo%16 == 0 && P*fi*fo > 512 }
 
 // setRecompute decides whether a convolution stage recomputes its
 // per-example weight gradient and sizes its panels (about 256 KiB, rows a
 // multiple of 48, whole micro-panels of every product kernel; rows if
 // positive).
 func (s *stage) setRecompute(rows int) {
-	if s.kind != kConv || s.implicit || !recomputePays(s.P, s.fo) {
+	if s.kind != kConv || s.implicit || !recomputePays(s.P, s.fi, s.fo) {
 		return
 	}
 	s.recompute = true
@@ -80,6 +82,8 @@ func (p *Plan) addRecomputed(w *worker, s *stage, U, G []float32, f float64) {
 
 // panels computes rows [r0, r0+panel) of Uᵀ G (U: P x fi, G: P x fo) for
 // each r0 in turn into the worker's panel buffer and hands them to use.
+// (Copying each panel's rows of Uᵀ out row-major first, for the product
+// to read A row by row, cost more than it saved: 5% of a WRN-16-4 step.)
 func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan []float32)) {
 	blas.PackB32(gblas.NoTrans, s.P, s.fo, 1, G, s.fo, &w.gpk)
 	for r0 := 0; r0 < s.fi; r0 += s.panel {
