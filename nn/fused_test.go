@@ -313,4 +313,3 @@ func (c *linfClipper) Scale(i int, sq []float64, linf float64, f []float64) {
 func sameFloat(a, b float64) bool {
 	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
 }
-
