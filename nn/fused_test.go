@@ -313,3 +313,30 @@ func (c *linfClipper) Scale(i int, sq []float64, linf float64, f []float64) {
 func sameFloat(a, b float64) bool {
 	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
 }
+
+// TestStreamChunk: a weight larger than the caches (a 3x3 convolution of
+// 256 channels at 8x8, 64 output pixels) asks for chunks of 2 examples
+// (128 rows), small weights for none, and the automatic chunk is at least
+// that (up to the batch).
+func TestStreamChunk(t *testing.T) {
+	big := &builder{net: Network{Input: Shape{256, 8, 8}}}
+	big.conv(256, 256, 3, 1, 1, ReLU)
+	big.net.Layers = append(big.net.Layers, AvgPool{Size: 8}, Flatten{})
+	big.dense(256, 10, Identity)
+	small := testNets()["recomputed"]
+	for _, c := range []struct {
+		b           *builder
+		batch, want int
+	}{{big, 64, 2}, {big, 1, 2}, {small, 64, 1}} {
+		p, err := NewPlan(c.b.net, make([]float32, c.b.n), Options{MaxBatch: c.batch, Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.streamChunk(); got != c.want {
+			t.Errorf("%+v: streamChunk %d, want %d", c.b.net.Input, got, c.want)
+		}
+		if p.opt.Chunk < min(c.want, c.batch) {
+			t.Errorf("%+v, batch %d: chunk %d < %d", c.b.net.Input, c.batch, p.opt.Chunk, min(c.want, c.batch))
+		}
+	}
+}

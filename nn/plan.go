@@ -45,7 +45,8 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 20 MiB a worker, near the caches.
+	// stay within 20 MiB a worker, near the caches, or more if a layer's
+	// weight is larger than the caches (streamChunk).
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
@@ -244,6 +245,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		for opt.Chunk > 1 && p.bufferBytes(opt.Chunk, 1) > autoChunkBytes {
 			opt.Chunk /= 2
 		}
+		opt.Chunk = max(opt.Chunk, p.streamChunk())
 	}
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
@@ -392,6 +394,25 @@ const (
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
+
+// streamChunk is the smallest chunk that gives the product of every
+// affine layer whose weight is larger than the caches (bigWeightBytes) at
+// least minStreamRows rows: such a weight is streamed from memory once per
+// chunk for the forward product and once for the input gradient, so a
+// chunk of one example makes WRN-16-4's 8x8x256 layers (2.4 MB weights, 64
+// output pixels) memory-bound. Measured on 2 cores (BENCHMARKS.md, issue
+// 42): WRN-16-4's private step at chunks of 2 took 4-5% less CPU than at
+// 1, in 169 MiB instead of 127; chunks of 4 no less again, in 253 MiB.
+func (p *Plan) streamChunk() int {
+	const bigWeightBytes, minStreamRows = 1 << 20, 128
+	c := 1
+	for _, s := range p.stages {
+		if (s.kind == kConv || s.kind == kDense) && 4*s.fi*s.fo > bigWeightBytes {
+			c = max(c, (minStreamRows+s.P-1)/s.P)
+		}
+	}
+	return min(c, 16)
+}
 
 // bufferBytes is the memory the workers' buffers take for chunks of C
 // examples.
