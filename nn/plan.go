@@ -183,29 +183,30 @@ type Plan struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32    // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32    // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32    // per stage: im2col rows (conv only)
-	xp   [][]float32    // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32    // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32      // an implicit convolution's wide product
-	gpk  blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
-	pan  []float32      // a recomputed weight gradient's panel
-	arg  [][]int32      // per stage: argmax (pool only)
-	pre  [][]float32    // per stage: pre-activation (GELU only)
-	xh   [][]float32    // per stage: normalized input (norm only)
-	rstd [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32      // conv input-gradient rows
-	ex   []float32      // chunk x exLen per-example convolution gradients
-	sq   []float64      // chunk x naff
-	linf []float64      // chunk
-	c    []float64      // chunk x naff
-	col  []float64      // bias column sums
-	acc  []float32      // gradient sum
-	bad  []bool         // chunk
-	i0   int            // first example of the current chunk
-	tmp  []float32      // an input gradient to be added into d[src]
-	vec  []float32      // an embedding row's gradient
+	act  [][]float32      // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32      // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32      // per stage: im2col rows (conv only)
+	xp   [][]float32      // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32        // an implicit convolution's wide product
+	gpk  blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
+	pan  []float32        // a recomputed weight gradient's panel
+	gpks []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
+	arg  [][]int32        // per stage: argmax (pool only)
+	pre  [][]float32      // per stage: pre-activation (GELU only)
+	xh   [][]float32      // per stage: normalized input (norm only)
+	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	du   []float32        // conv input-gradient rows
+	ex   []float32        // chunk x exLen per-example convolution gradients
+	sq   []float64        // chunk x naff
+	linf []float64        // chunk
+	c    []float64        // chunk x naff
+	col  []float64        // bias column sums
+	acc  []float32        // gradient sum
+	bad  []bool           // chunk
+	i0   int              // first example of the current chunk
+	tmp  []float32        // an input gradient to be added into d[src]
+	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
 }
@@ -556,6 +557,7 @@ func (p *Plan) newWorker() *worker {
 		switch s.kind {
 		case kConv:
 			if s.recompute {
+				w.gpks = make([]blas.PackedB32, C)
 				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
 			}
 			if s.implicit {
@@ -1329,17 +1331,18 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			if s.kind != kConv && s.kind != kNorm {
 				continue
 			}
+			if s.recompute {
+				continue // addRecomputed, after the chunk's norms
+			}
 			if f := c[s.aff]; f != 0 && !w.bad[j] {
 				M := p.exGrad(w, s, j)
-				if s.recompute {
-					U, G := w.affineIO(s, i, j)
-					p.addRecomputed(w, s, U, G, f)
-				} else {
-					addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
-				}
+				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
 				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
 			}
 		}
+	}
+	if p.capture == nil {
+		p.addRecomputed(w, m)
 	}
 }
 

@@ -70,18 +70,47 @@ func (p *Plan) recomputedNorm(w *worker, s *stage, U, G, bias []float32) (sq, li
 	return lanes.total(), linf
 }
 
-// addRecomputed adds MulDown(f, ·) of the example's weight gradient Uᵀ G,
-// computed again panel by panel, into the accumulator (the bias gradient
-// is added by the caller from the stored copy).
-func (p *Plan) addRecomputed(w *worker, s *stage, U, G []float32, f float64) {
-	acc := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
-	p.panels(w, s, U, G, func(r0 int, pan []float32) {
-		addScaledDown(acc[r0*s.fo:], pan, f)
-	})
+// addRecomputed adds the chunk's m examples' recomputed convolution
+// gradients, MulDown(f, ·) of each weight gradient panel by panel and of
+// the stored bias gradient, into the accumulator: for each panel the
+// examples in order, so that the panel of the accumulator stays in cache
+// while the chunk's examples are added to it (each entry still takes the
+// examples in order, as adding them one after the other did).
+func (p *Plan) addRecomputed(w *worker, m int) {
+	for i := range p.stages {
+		s := &p.stages[i]
+		if !s.recompute {
+			continue
+		}
+		for j := range m {
+			_, G := w.affineIO(s, i, j)
+			blas.PackB32(gblas.NoTrans, s.P, s.fo, 1, G, s.fo, &w.gpks[j])
+		}
+		acc := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		for r0 := 0; r0 < s.fi; r0 += s.panel {
+			rows := min(s.panel, s.fi-r0)
+			pan := w.pan[:rows*s.fo]
+			for j := range m {
+				f, ok := p.factor(w, j, s.aff)
+				if !ok {
+					continue
+				}
+				U, _ := w.affineIO(s, i, j)
+				w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpks[j], 0, pan, s.fo)
+				addScaledDown(acc[r0*s.fo:], pan, f)
+			}
+		}
+		for j := range m {
+			if f, ok := p.factor(w, j, s.aff); ok {
+				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], p.exGrad(w, s, j)[s.w.Len:], f)
+			}
+		}
+	}
 }
 
 // panels computes rows [r0, r0+panel) of Uᵀ G (U: P x fi, G: P x fo) for
-// each r0 in turn into the worker's panel buffer and hands them to use.
+// each r0 in turn into the worker's panel buffer and hands them to use
+// (the same products as addRecomputed's).
 // (Copying each panel's rows of Uᵀ out row-major first, for the product
 // to read A row by row, cost more than it saved: 5% of a WRN-16-4 step.)
 func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan []float32)) {
