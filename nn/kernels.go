@@ -216,10 +216,16 @@ func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 // len(v) &^ 15 goes to partial sum k mod 16, and the partial sums are
 // added as four vectors of four lanes, then the lanes, then the rest of v
 // in order: the order of sumsq64's AVX2 kernel.
-func sumsq64Go(v []float32) float64 {
+func sumsq64Go(v []float32) float64 { return sumsqBy(v, (*sumsqLanes).addGo) }
+
+// sumsq64 is sumsq64Go with the partial sums added by sumsqLanes.add
+// (AVX2 where available), the same values.
+func sumsq64(v []float32) float64 { return sumsqBy(v, (*sumsqLanes).add) }
+
+func sumsqBy(v []float32, add func(*sumsqLanes, []float32)) float64 {
 	var acc sumsqLanes
 	n := len(v) &^ 15
-	acc.addGo(v[:n])
+	add(&acc, v[:n])
 	s := acc.total()
 	for _, x := range v[n:] {
 		s += float64(x) * float64(x)

@@ -402,7 +402,7 @@ const (
 // chunk for the forward product and once for the input gradient, so a
 // chunk of one example makes WRN-16-4's 8x8x256 layers (2.4 MB weights, 64
 // output pixels) memory-bound. Measured on 2 cores (BENCHMARKS.md, issue
-// 42): WRN-16-4's private step at chunks of 2 took 4-5% less CPU than at
+// 42): WRN-16-4's private step at chunks of 2 took 4-8% less CPU than at
 // 1, in 169 MiB instead of 127; chunks of 4 no less again, in 253 MiB.
 func (p *Plan) streamChunk() int {
 	const bigWeightBytes, minStreamRows = 1 << 20, 128

@@ -116,9 +116,6 @@ func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
-func sumsqAVX2(v *float32, n int) float64
-
-//go:noescape
 func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
 
 // add adds the squares of v (len(v) a multiple of 16) to the partial
@@ -205,20 +202,6 @@ func chanSums(x []float32, C int, s []float64) {
 		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
 	}
 	chanSumsGo(x, C, c4, s)
-}
-
-// sumsq64 is sumsq64Go with its first len(v) &^ 15 terms summed by AVX2
-// (bit for bit the same sums).
-func sumsq64(v []float32) float64 {
-	if !hasAVX2FMA || len(v) < 16 {
-		return sumsq64Go(v)
-	}
-	n := len(v) &^ 15
-	s := sumsqAVX2(&v[0], n)
-	for _, x := range v[n:] {
-		s += float64(x) * float64(x)
-	}
-	return s
 }
 
 //go:noescape
