@@ -216,21 +216,20 @@ func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 // len(v) &^ 15 goes to partial sum k mod 16, and the partial sums are
 // added as four vectors of four lanes, then the lanes, then the rest of v
 // in order: the order of sumsq64's AVX2 kernel.
-func sumsq64Go(v []float32) float64 { return sumsqBy(v, (*sumsqLanes).addGo) }
+func sumsq64Go(v []float32) float64 {
+	var acc sumsqLanes
+	n := len(v) &^ 15
+	acc.addGo(v[:n])
+	return acc.finish(v[n:])
+}
 
 // sumsq64 is sumsq64Go with the partial sums added by sumsqLanes.add
 // (AVX2 where available), the same values.
-func sumsq64(v []float32) float64 { return sumsqBy(v, (*sumsqLanes).add) }
-
-func sumsqBy(v []float32, add func(*sumsqLanes, []float32)) float64 {
+func sumsq64(v []float32) float64 {
 	var acc sumsqLanes
 	n := len(v) &^ 15
-	add(&acc, v[:n])
-	s := acc.total()
-	for _, x := range v[n:] {
-		s += float64(x) * float64(x)
-	}
-	return s
+	acc.add(v[:n])
+	return acc.finish(v[n:])
 }
 
 // sumsqLanes are sumsq64's 16 partial sums, for a vector whose squared
@@ -258,6 +257,16 @@ func (acc *sumsqLanes) total() float64 {
 		t[l] = (acc[l] + acc[4+l]) + (acc[8+l] + acc[12+l])
 	}
 	return (t[0] + t[1]) + (t[2] + t[3])
+}
+
+// finish is total, then the squares of the rest of the vector (fewer than
+// 16 floats) added in order.
+func (acc *sumsqLanes) finish(rest []float32) float64 {
+	s := acc.total()
+	for _, x := range rest {
+		s += float64(x) * float64(x)
+	}
+	return s
 }
 
 // maxAbs is max |v_k|, NaN if any v_k is NaN.
