@@ -397,18 +397,20 @@ const (
 )
 
 // streamChunk is the smallest chunk that gives the product of every
-// affine layer whose weight is larger than the caches (bigWeightBytes) at
+// convolution whose weight is larger than the caches (bigWeightBytes) at
 // least minStreamRows rows: such a weight is streamed from memory once per
 // chunk for the forward product and once for the input gradient, so a
 // chunk of one example makes WRN-16-4's 8x8x256 layers (2.4 MB weights, 64
 // output pixels) memory-bound. Measured on 2 cores (BENCHMARKS.md, issue
 // 42): WRN-16-4's private step at chunks of 2 took 4-8% less CPU than at
 // 1, in 169 MiB instead of 127; chunks of 4 no less again, in 253 MiB.
+// (Dense layers, one row an example, are left to the byte bound: not
+// measured.)
 func (p *Plan) streamChunk() int {
 	const bigWeightBytes, minStreamRows = 1 << 20, 128
 	c := 1
 	for _, s := range p.stages {
-		if (s.kind == kConv || s.kind == kDense) && 4*s.fi*s.fo > bigWeightBytes {
+		if s.kind == kConv && 4*s.fi*s.fo > bigWeightBytes {
 			c = max(c, (minStreamRows+s.P-1)/s.P)
 		}
 	}
