@@ -391,6 +391,12 @@ func (d *panelEval) factor(x []float64) bool {
 	if !d.chol.factor(xl, n, k) {
 		return false
 	}
+	return d.prepare()
+}
+
+// prepare packs the block matrices of the factor L in xl, the blocks in
+// parallel; false when a diagonal block is singular.
+func (d *panelEval) prepare() bool {
 	var failed atomic.Bool
 	d.parallel(len(d.pInv), func(wk *panelWork, b int) {
 		if !d.prepareBlock(wk, b) {
@@ -613,6 +619,15 @@ func (d *panelEval) run(x, y []float64) bool {
 	if !d.factor(x) {
 		return false
 	}
+	d.runPanels(y, nil)
+	return true
+}
+
+// runPanels runs every panel with the factor prepared, leaving the groups'
+// sums in gf and gyy; with y not nil (n x n) it also stores Y = A X^-1
+// there and with z not nil W J = A C^-1 (both in the original order of
+// indices).
+func (d *panelEval) runPanels(y, z []float64) {
 	for gi := range d.gyy {
 		clear(d.gyy[gi])
 		d.gf[gi] = 0
@@ -620,11 +635,14 @@ func (d *panelEval) run(x, y []float64) bool {
 	d.parallel(panelGroups, func(wk *panelWork, gi int) {
 		for pi := gi; pi < len(d.first); pi += panelGroups {
 			d.gf[gi] += d.panel(wk, pi, d.gyy[gi])
-			if y != nil {
-				// A X^-1 = A' X'^-1 J: the columns reversed.
-				n, r0 := d.n, pi*panelRows
+			// A X^-1 = A' X'^-1 J and A C^-1 = W J: the columns reversed.
+			n, r0 := d.n, pi*panelRows
+			for _, out := range []struct{ src, dst []float64 }{{wk.y, y}, {wk.w, z}} {
+				if out.dst == nil {
+					continue
+				}
 				for r := 0; r < min(panelRows, n-r0); r++ {
-					src, dst := wk.y[r*n:r*n+n], y[(r0+r)*n:(r0+r)*n+n]
+					src, dst := out.src[r*n:r*n+n], out.dst[(r0+r)*n:(r0+r)*n+n]
 					for c, v := range src {
 						dst[n-1-c] = v
 					}
@@ -632,7 +650,6 @@ func (d *panelEval) run(x, y []float64) bool {
 			}
 		}
 	})
-	return true
 }
 
 // panel runs panel pi: its W and Y, ||W||_F^2 (returned) and Y^T Y over

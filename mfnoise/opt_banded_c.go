@@ -1,0 +1,289 @@
+package mfnoise
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/mfnoise/optimize"
+
+	"gonum.org/v1/gonum/floats"
+	"gonum.org/v1/gonum/mat"
+)
+
+// The banded objective over the encoder itself (McKenna 2024, "Scaling up
+// the banded matrix factorization mechanism", Sec. 3): the lower-triangular
+// b-banded C is the variable, its columns normalized, and the loss is
+// ||A C^-1||_F^2. It is the objective of bandProblem at X = C^T C, with no
+// Cholesky factorization (C is X's factor in reversed order of indices)
+// and no positive definite cone to stay in, only C's diagonal away from 0.
+
+// encoderBandProblem evaluates f(U) = ||A C^-1||_F^2 and its gradient over
+// the free entries U of a b-banded lower-triangular encoder, C = U with
+// each column scaled to unit norm. Free entry (j, d) is U[j+d, j] for
+// d = 0..b-1, stored at j*b + d; the entries with j+d >= n are not used
+// (they stay as they are and their gradient is 0).
+type encoderBandProblem struct {
+	a     *mat.Dense
+	n, b  int
+	d     *panelEval
+	c     []float64 // the normalized encoder, laid out as U
+	norms []float64 // the column norms of U
+	m     []float64 // the window of M = X^-1 A^T A X^-1 (see gradient)
+	row   []float64
+	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
+	lastX, lastG []float64
+	lastF        float64
+	ok           bool
+}
+
+func newEncoderBandProblem(a *mat.Dense, bands int) *encoderBandProblem {
+	n, _ := a.Dims()
+	p := &encoderBandProblem{a: a, n: n, b: bands, c: make([]float64, n*bands), norms: make([]float64, n), m: make([]float64, n*(2*bands-1)), row: make([]float64, bands)}
+	bp := &bandProblem{a: a, n: n, k: bands - 1}
+	p.d = bp.panelEval()
+	return p
+}
+
+func (p *encoderBandProblem) dim() int { return p.n * p.b }
+
+// normalize stores C (the columns of u at unit norm) in p.c and the
+// norms; false when a column is zero or its diagonal entry is.
+func (p *encoderBandProblem) normalize(u []float64) bool {
+	n, b := p.n, p.b
+	for j := 0; j < n; j++ {
+		h := min(b, n-j)
+		col := u[j*b : j*b+h]
+		s := floats.Norm(col, 2)
+		if !(s > 0) || math.IsInf(s, 0) || col[0] == 0 {
+			return false
+		}
+		p.norms[j] = s
+		dst := p.c[j*b : j*b+b]
+		for d := range dst {
+			dst[d] = 0
+		}
+		for d, v := range col {
+			dst[d] = v / s
+		}
+	}
+	return true
+}
+
+// setFactor writes the factor L = J C^T J of X' = J X J (the panel
+// evaluation's lower-triangular banded factor) from p.c and prepares the
+// panels; false when C is singular.
+func (p *encoderBandProblem) setFactor() bool {
+	n, b, xl := p.n, p.b, p.d.xl
+	for q := 0; q < n; q++ {
+		i := n - 1 - q
+		for d := 0; d < min(b, n-q); d++ {
+			xl[i*n+i-d] = p.c[q*b+d] // L[i, i-d] = C[q+d, q]
+		}
+	}
+	return p.d.prepare()
+}
+
+// eval returns ||A C^-1||_F^2 at u and, if g is not nil, its gradient
+// there. Singular encoders have value +Inf.
+func (p *encoderBandProblem) eval(u, g []float64) float64 {
+	if p.ok && floats.Equal(u, p.lastX) {
+		if g != nil {
+			copy(g, p.lastG)
+		}
+		return p.lastF
+	}
+	if p.lastX == nil {
+		p.lastX = make([]float64, len(u))
+		p.lastG = make([]float64, len(u))
+	}
+	copy(p.lastX, u)
+	f := math.Inf(1)
+	if p.normalize(u) && p.setFactor() {
+		p.d.runPanels(nil, nil)
+		f = 0
+		for _, v := range p.d.gf {
+			f += v
+		}
+		p.gradient(p.lastG)
+	} else {
+		for i := range p.lastG {
+			p.lastG[i] = math.NaN()
+		}
+	}
+	p.lastF, p.ok = f, true
+	if g != nil {
+		copy(g, p.lastG)
+	}
+	return f
+}
+
+// gradient writes the gradient over U from the panels' sums. With M =
+// X^-1 A^T A X^-1 the gradient of tr(A^T A X^-1) over X is -M, so over C
+// (X = C^T C) it is -2 C M, of which only the band is needed (it reads M
+// within the band only); the normalization C[:,j] = U[:,j] / s_j maps a
+// column's gradient g to (g - c (c . g)) / s_j.
+func (p *encoderBandProblem) gradient(g []float64) {
+	n, b, d := p.n, p.b, p.d
+	s, wd := d.s, 2*b-1
+	// The window of M: m[l*wd + b-1 + j-l] = M[l, j] for |j - l| < b.
+	// M[j+e, j] = M'[n-1-j-e, n-1-j] in the panels' reversed indices,
+	// stored in block q'/s of the smaller index q' at (p'-i0, q'-i0).
+	for j := 0; j < n; j++ {
+		for e := 0; e < min(b, n-j); e++ {
+			pr, qr := n-1-j, n-1-j-e
+			blk := qr / s
+			i0 := blk * s
+			sz := min(i0+s, n) - i0
+			at := d.off[blk] + (pr-i0)*sz + qr - i0
+			sum := 0.0
+			for gi := range d.gyy {
+				sum += d.gyy[gi][at]
+			}
+			p.m[(j+e)*wd+b-1-e] = sum
+			p.m[j*wd+b-1+e] = sum
+		}
+	}
+	// Row i of the band of C M: sum over l in [i-b+1, i] of C[i, l]
+	// times M[l, i-b+1 .. i], the window of row l from offset i-l.
+	// C[i, l] is p.c[l*b + i-l]; row i's band entry (i, j) is g[j*b + i-j].
+	row := p.row[:b]
+	for i := 0; i < n; i++ {
+		clear(row)
+		for l := max(0, i-b+1); l <= i; l++ {
+			cil := p.c[l*b+i-l]
+			if cil == 0 {
+				continue
+			}
+			floats.AddScaled(row, cil, p.m[l*wd+i-l:l*wd+i-l+b])
+		}
+		// row[t] is (C M)[i, i-b+1+t].
+		for t := max(0, b-1-i); t < b; t++ {
+			j := i - b + 1 + t
+			g[j*b+i-j] = -2 * row[t]
+		}
+	}
+	for j := 0; j < n; j++ {
+		h := min(b, n-j)
+		gc := g[j*b : j*b+b]
+		clear(gc[h:])
+		col := p.c[j*b : j*b+h]
+		dot := floats.Dot(col, gc[:h])
+		for e := range col {
+			gc[e] = (gc[e] - col[e]*dot) / p.norms[j]
+		}
+	}
+}
+
+// warmStart is the deterministic start of the encoder optimization: the
+// banded Toeplitz optimum for the same band count (toeplitzBandCoef), as
+// the columns of U (normalized by eval).
+func (p *encoderBandProblem) warmStart(coef []float64) []float64 {
+	u := make([]float64, p.dim())
+	for j := 0; j < p.n; j++ {
+		for d := 0; d < min(p.b, p.n-j); d++ {
+			u[j*p.b+d] = coef[d]
+		}
+	}
+	return u
+}
+
+// gram returns the free entries of X = C^T C (bandProblem's layout: entry
+// (o, i) is X[i, i-o], o = 1..b-1, o-major) for the current p.c.
+func (p *encoderBandProblem) gram() []float64 {
+	n, b := p.n, p.b
+	x := make([]float64, 0, (b-1)*n)
+	for o := 1; o < b; o++ {
+		for i := o; i < n; i++ {
+			// Columns i-o and i overlap on rows i..i-o+b-1.
+			ci := p.c[i*b : i*b+min(b, n-i)]
+			cj := p.c[(i-o)*b+o : (i-o)*b+b]
+			x = append(x, floats.Dot(ci[:min(len(ci), len(cj))], cj[:min(len(ci), len(cj))]))
+		}
+	}
+	return x
+}
+
+// encoder returns the current C as a dense n x n matrix.
+func (p *encoderBandProblem) encoder() *mat.Dense {
+	n, b := p.n, p.b
+	c := mat.NewDense(n, n, nil)
+	for j := 0; j < n; j++ {
+		for d := 0; d < min(b, n-j); d++ {
+			c.Set(j+d, j, p.c[j*b+d])
+		}
+	}
+	return c
+}
+
+// bandedBoundMaxN is the largest n at which the encoder optimization
+// proves a lower bound (bandProblem.lowerBound: a dense polar
+// decomposition, O(n^3), about 0.3 CPU s at n = 1024 and 5 at n = 2000);
+// above it the run stops at the stall rule and states no certificate.
+const bandedBoundMaxN = 1024
+
+// optimizeBandedEncoder is optimizeBanded's method: L-BFGS over the
+// encoder's band (encoderBandProblem), from the banded Toeplitz optimum
+// (warmStart), stopping when the loss decreased by less than rel over 10
+// iterations (see optimizeBanded); for n <= bandedBoundMaxN it then proves
+// the dual bound of bandProblem.lowerBound at the result (LowerBound and
+// Gap of the Result; Status Converged when the gap is at most the target,
+// otherwise as the run ended), and none above (LowerBound -Inf).
+func optimizeBandedEncoder(ctx context.Context, w dpcore.Workload, a *mat.Dense, bands int, set *optimize.Settings, maxIter int) (*encoderBandProblem, *optimize.Result, error) {
+	p := newEncoderBandProblem(a, bands)
+	coef, err := toeplitzBandCoef(ctx, w, bands)
+	if err != nil {
+		return nil, nil, err
+	}
+	u0 := p.warmStart(coef)
+	if math.IsInf(p.eval(u0, nil), 1) {
+		// The Toeplitz start is singular (it never is for an optimum of
+		// its family): start from the identity, DP-SGD.
+		for i := range u0 {
+			u0[i] = 0
+		}
+		for j := 0; j < p.n; j++ {
+			u0[j*bands] = 1
+		}
+	}
+	gap, rel := defaultBandedGap, optimize.DefaultGap/100
+	if set != nil && set.Gap > 0 {
+		gap, rel = set.Gap, set.Gap/100
+	}
+	if set != nil && set.Rel > 0 {
+		rel = set.Rel
+	}
+	prob := optimize.Problem{Func: p.eval}
+	run := optimize.Settings{Gap: gap, Rel: rel, Window: 10, MaxIter: maxIter}
+	if set != nil {
+		run.Progress = set.Progress
+	}
+	res, err := optimize.Minimize(ctx, prob, u0, &run, &optimize.LBFGS{Store: bandedMemory})
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.Status == optimize.IterationLimit {
+		return nil, nil, fmt.Errorf("no convergence in %d iterations", maxIter)
+	}
+	p.ok = false
+	if f := p.eval(res.X, nil); math.IsInf(f, 1) {
+		return nil, nil, fmt.Errorf("the optimized encoder is singular")
+	}
+	res.LowerBound, res.Gap = math.Inf(-1), 0
+	if p.n <= bandedBoundMaxN && bands > 1 {
+		// The dual bound at the result's multipliers (one dense polar
+		// decomposition), then the panels hold the encoder's factor again.
+		bp := &bandProblem{a: a, n: p.n, k: bands - 1, panels: p.d}
+		lb, err := bp.lowerBound(ctx, p.gram())
+		p.ok = false
+		p.eval(res.X, nil)
+		if err == nil && lb > 0 {
+			res.LowerBound, res.Gap = lb, optimize.RelGap(res.Loss, lb)
+			if res.Gap <= gap {
+				res.Status = optimize.Converged
+			}
+		}
+	}
+	return p, res, nil
+}
