@@ -125,13 +125,6 @@ const (
 // (the method before warm starts, kept for the tests).
 func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, set *optimize.Settings, method bandedMethod) (*Result, error) {
 	start := time.Now()
-	if err := guard.Memory("banded", w.N, bandedMatrices); err != nil {
-		return nil, err
-	}
-	a, err := optimizerWorkload("banded", w)
-	if err != nil {
-		return nil, err
-	}
 	n := w.N
 	if bands <= 0 || bands > n {
 		return nil, guard.Invalidf("optimize banded: bands = %d must lie in [1, n=%d]", bands, n)
@@ -140,8 +133,15 @@ func optimizeBanded(ctx context.Context, w dpcore.Workload, bands int, set *opti
 	if method == bandedAuto {
 		method = bandedEncoder
 	}
-	if method == bandedEncoder && bands > 1 {
-		return bandedEncoderResult(ctx, w, a, bands, set, maxIter, start)
+	if method == bandedEncoder && (bands > 1 || n > dpcore.DenseStepLimit) {
+		return bandedEncoderResult(ctx, w, bands, set, maxIter, start)
+	}
+	if err := guard.Memory("banded", w.N, bandedMatrices); err != nil {
+		return nil, err
+	}
+	a, err := optimizerWorkload("banded", w)
+	if err != nil {
+		return nil, err
 	}
 	cold := method == bandedCold
 	p := newBandProblem(a, bands)
@@ -506,31 +506,95 @@ func (p *bandProblem) shiftToPSD(lam, m *mat.SymDense, tr float64, ch *mat.Chole
 // encoder is the optimized band (its columns at unit norm, rescaled by
 // their largest norm so that rounding never leaves the sensitivity above
 // 1) and the decoder A C^-1 comes from the same panels, O(n^2 bands).
-func bandedEncoderResult(ctx context.Context, w dpcore.Workload, a *mat.Dense, bands int, set *optimize.Settings, maxIter int, start time.Time) (*Result, error) {
+// Above dpcore.DenseStepLimit steps the result is the band alone
+// (Result.Banded), and the memory is the workload and its reversed copy.
+func bandedEncoderResult(ctx context.Context, w dpcore.Workload, bands int, set *optimize.Settings, maxIter int, start time.Time) (*Result, error) {
+	n := w.N
+	dense := n <= dpcore.DenseStepLimit
+	need := bandedEncoderMatrices
+	if !dense {
+		need = 2
+	}
+	if err := guard.Memory("banded", n, need); err != nil {
+		return nil, err
+	}
+	a, err := w.MatrixUpTo(math.MaxInt)
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
+	}
 	p, res, err := optimizeBandedEncoder(ctx, w, a, bands, set, maxIter)
 	if err != nil {
 		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
 	}
-	n := w.N
-	b := mat.NewDense(n, n, nil)
-	p.d.runPanels(nil, b.RawMatrix().Data)
-	c := p.encoder()
-	sens := maxColNorm(c)
-	c.Scale(1/sens, c)
-	b.Scale(sens, b)
-	fro := mat.Norm(b, 2)
-	loss := fro * fro
-	meta := Metadata{Kind: "bandmf", Bands: bands, Loss: loss}
+	enc := &BandedEncoder{N: n, Bands: bands, Band: append([]float64(nil), p.c...)}
+	sens := enc.maxColNorm()
+	for i := range enc.Band {
+		enc.Band[i] /= sens
+	}
+	loss := p.lastF * sens * sens
+	var f *Factorization
+	if dense {
+		// The panels' W J is A C^-1 for the C before the rescaling.
+		b := mat.NewDense(n, n, nil)
+		p.d.runPanels(nil, b.RawMatrix().Data)
+		b.Scale(sens, b)
+		fro := mat.Norm(b, 2)
+		loss = fro * fro
+		if f, err = NewFactorization(w, enc.Dense(), b, Metadata{Kind: "bandmf", Bands: bands, Loss: loss}); err != nil {
+			return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
+		}
+	}
 	lb, rgap := 0.0, 0.0
-	if !math.IsInf(res.LowerBound, -1) && res.LowerBound > 0 {
+	if !math.IsInf(res.LowerBound, -1) && res.LowerBound > 0 && f != nil {
 		lb = res.LowerBound
 		rgap = optimize.RelGap(loss, lb)
-		meta.LowerBnd, meta.Gap = lb, rgap
-	}
-	f, err := NewFactorization(w, c, b, meta)
-	if err != nil {
-		return nil, fmt.Errorf("mfnoise: optimize banded: %w", err)
+		f.Meta.LowerBnd, f.Meta.Gap = lb, rgap
 	}
 	set.Report(optimize.Progress{Iter: res.Iterations, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
-	return &Result{Factorization: f, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: res.Iterations, Status: res.Status, Elapsed: time.Since(start)}, nil
+	return &Result{Factorization: f, Banded: enc, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: res.Iterations, Status: res.Status, Elapsed: time.Since(start)}, nil
+}
+
+// bandedEncoderMatrices is the dense n x n matrices the encoder method
+// holds at its peak up to dpcore.DenseStepLimit steps: the workload and
+// its reversed copy, the encoder and decoder, and NewFactorization's
+// workload and product.
+const bandedEncoderMatrices = 6
+
+// BandedEncoder is a lower-triangular encoder C with Bands bands stored by
+// its band, O(n Bands) numbers: C[j+d, j] = Band[j*Bands + d] for d <
+// Bands and j+d < N (the other entries of Band are zero). Its columns
+// have norm at most 1, so its sensitivity is at most 1 under single
+// participation and sqrt(k) under (k,b) and (k,b)-min-separation
+// participation with b >= Bands (banded-MF Thm 2).
+type BandedEncoder struct {
+	N, Bands int
+	Band     []float64
+}
+
+// At returns C[i, j].
+func (e *BandedEncoder) At(i, j int) float64 {
+	if j > i || i-j >= e.Bands {
+		return 0
+	}
+	return e.Band[j*e.Bands+i-j]
+}
+
+// Dense returns C as a dense N x N matrix.
+func (e *BandedEncoder) Dense() *mat.Dense {
+	c := mat.NewDense(e.N, e.N, nil)
+	for j := 0; j < e.N; j++ {
+		for d := 0; d < min(e.Bands, e.N-j); d++ {
+			c.Set(j+d, j, e.Band[j*e.Bands+d])
+		}
+	}
+	return c
+}
+
+// maxColNorm is the largest column norm of C.
+func (e *BandedEncoder) maxColNorm() float64 {
+	best := 0.0
+	for j := 0; j < e.N; j++ {
+		best = math.Max(best, floats.Norm(e.Band[j*e.Bands:j*e.Bands+min(e.Bands, e.N-j)], 2))
+	}
+	return best
 }

@@ -67,7 +67,7 @@ func BenchmarkOptimizeFixedOrderRecipe(b *testing.B) {
 		if n <= 2000 {
 			b.Run(fmt.Sprintf("mf-kb/n=%d", n), func(b *testing.B) {
 				benchmarkOptimizer(b, func() (*Result, error) {
-					return optimizeKB(context.Background(), w, sc, nil, false)
+					return optimizeKB(context.Background(), w, sc, nil, kbToeplitzStart)
 				})
 			})
 			b.Run(fmt.Sprintf("bandmf:20/method=gram/n=%d", n), func(b *testing.B) {

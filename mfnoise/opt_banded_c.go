@@ -75,13 +75,15 @@ func (p *encoderBandProblem) normalize(u []float64) bool {
 // evaluation's lower-triangular banded factor) from p.c and prepares the
 // panels; false when C is singular.
 func (p *encoderBandProblem) setFactor() bool {
-	n, b, xl := p.n, p.b, p.d.xl
+	n, b := p.n, p.b
+	lb := grow(&p.d.lb, n*b)
 	for q := 0; q < n; q++ {
 		i := n - 1 - q
 		for d := 0; d < min(b, n-q); d++ {
-			xl[i*n+i-d] = p.c[q*b+d] // L[i, i-d] = C[q+d, q]
+			lb[i*b+d] = p.c[q*b+d] // L[i, i-d] = C[q+d, q]
 		}
 	}
+	p.d.inBand = true
 	return p.d.prepare()
 }
 
@@ -203,18 +205,6 @@ func (p *encoderBandProblem) gram() []float64 {
 		}
 	}
 	return x
-}
-
-// encoder returns the current C as a dense n x n matrix.
-func (p *encoderBandProblem) encoder() *mat.Dense {
-	n, b := p.n, p.b
-	c := mat.NewDense(n, n, nil)
-	for j := 0; j < n; j++ {
-		for d := 0; d < min(b, n-j); d++ {
-			c.Set(j+d, j, p.c[j*b+d])
-		}
-	}
-	return c
 }
 
 // bandedBoundMaxN is the largest n at which the encoder optimization

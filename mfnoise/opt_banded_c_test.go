@@ -193,3 +193,19 @@ func TestBandedEncoderNoWorseThanGram(t *testing.T) {
 		}
 	}
 }
+
+// The band the encoder method returns (Result.Banded) is the dense
+// factorization's encoder, entry for entry.
+func TestBandedEncoderBandIsTheEncoder(t *testing.T) {
+	w, _ := dpcore.MomentumWorkload(50, 0.9, dpcore.CooldownSchedule(50, 0.25, 0.05))
+	r, err := optimizeBanded(context.Background(), w, 6, nil, bandedEncoder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Banded == nil || r.Banded.N != 50 || r.Banded.Bands != 6 || !mat.Equal(r.Banded.Dense(), r.Factorization.Encoder) {
+		t.Fatalf("band %+v differs from the encoder", r.Banded)
+	}
+	if got := r.Banded.At(10, 4); got != r.Factorization.Encoder.At(10, 4) || r.Banded.At(10, 2) != 0 || r.Banded.At(3, 4) != 0 {
+		t.Errorf("At disagrees with the encoder")
+	}
+}

@@ -301,8 +301,11 @@ type panelEval struct {
 	ar    []float64
 	first []int
 	// xl holds X' (the band of its lower triangle, n x n row-major) and
-	// then, in place, its Cholesky factor L (cholWork.factor).
-	xl []float64
+	// then, in place, its Cholesky factor L (cholWork.factor); made on
+	// first use. lb, when inBand, holds L instead by its band:
+	// L[j, j-e] at lb[j*(k+1) + e] (encoderBandProblem's factor, O(n k)).
+	xl, lb []float64
+	inBand bool
 	// chol is the scratch of the factorization: the inverse of a diagonal
 	// block and the panel below it.
 	chol cholWork
@@ -348,7 +351,6 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 		}
 		d.first = append(d.first, first/s*s)
 	}
-	d.xl = make([]float64, n*n)
 	blocks := (n + s - 1) / s
 	d.pInvT, d.pInv, d.pM, d.pN = make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks)
 	size := 0
@@ -372,7 +374,12 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 // factors it and prepares the block matrices, the blocks in parallel. It
 // returns false when X is not positive definite.
 func (d *panelEval) factor(x []float64) bool {
-	n, k, xl := d.n, d.k, d.xl
+	n, k := d.n, d.k
+	if d.xl == nil {
+		d.xl = make([]float64, n*n)
+	}
+	d.inBand = false
+	xl := d.xl
 	for i := 0; i < n; i++ {
 		xl[i*n+i] = 1
 	}
@@ -501,8 +508,11 @@ func (d *panelEval) parallel(count int, f func(wk *panelWork, i int)) {
 func (d *panelEval) prepareBlock(wk *panelWork, b int) bool {
 	n, k, s := d.n, d.k, d.s
 	l := func(j, i int) float64 {
-		if i > j || j-i > k {
+		switch {
+		case i > j || j-i > k:
 			return 0
+		case d.inBand:
+			return d.lb[j*(k+1)+j-i]
 		}
 		return d.xl[j*n+i]
 	}

@@ -186,7 +186,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	// The reference of Table 2: the optimal (6,342) factorization.
 	kbKey := ProblemKey{Kind: "mf-kb", Workload: w, Schema: sc, Gap: 1e-4}
 	fkb, _, err := cache.GetOrBuild(ctx, kbKey, func(ctx context.Context) (*Factorization, error) {
-		r, err := optimizeKB(ctx, w, sc, nil, false)
+		r, err := optimizeKB(ctx, w, sc, nil, kbToeplitzStart)
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ const (
 type KBFamily struct{}
 
 func (KBFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings) (*Result, error) {
-	return optimizeKB(ctx, w, schema, set, false)
+	return optimizeKB(ctx, w, schema, set, kbToeplitzStart)
 }
 
 // optimizeKB computes the optimal (k,b)-participation factorization of the
@@ -78,9 +78,11 @@ func (KBFamily) optimize(ctx context.Context, w dpcore.Workload, schema dpcore.S
 // schema. n need not equal k*b: patterns with fewer steps get the same
 // unit budget.
 //
-// cold starts from the best diagonal X (the method before warm starts,
-// kept for the tests).
-func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings, cold bool) (*Result, error) {
+// from is the start: the banded Toeplitz correlations (kbToeplitzStart,
+// the default), the best diagonal X (kbDiagonalStart, the method before
+// warm starts, kept for the tests), or the banded optimum with b bands
+// (kbBandedStart, see bandedStart).
+func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, set *optimize.Settings, from kbStart) (*Result, error) {
 	start := time.Now()
 	if err := guard.Memory("kb", w.N, kbMatrices); err != nil {
 		return nil, err
@@ -101,10 +103,14 @@ func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, se
 	}
 	p := newKBPrimal(a, schema)
 	x := p.start()
-	if !cold {
-		if x, err = p.warmStart(ctx, w, schema, x); err != nil {
-			return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
-		}
+	switch from {
+	case kbToeplitzStart:
+		x, err = p.warmStart(ctx, w, schema, x)
+	case kbBandedStart:
+		x, err = p.bandedStart(ctx, w, schema, x)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
 	g := make([]float64, len(x))
 	if _, ok := p.eval(x, g); !ok {
@@ -161,6 +167,56 @@ func optimizeKB(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, se
 		return nil, fmt.Errorf("mfnoise: optimize kb: %w", err)
 	}
 	return &Result{Factorization: f, Loss: loss, LowerBound: lb, Gap: gap, Iterations: iter, Status: res.Status, Elapsed: time.Since(start)}, nil
+}
+
+// kbStart is where optimizeKB starts.
+type kbStart int
+
+const (
+	kbToeplitzStart kbStart = iota // warmStart
+	kbDiagonalStart                // start
+	kbBandedStart                  // bandedStart
+)
+
+// bandedStart is the X = D C^T C D of the banded optimum C with
+// min(b, n) bands (optimizeBanded), D scaling each column by 1/sqrt of its
+// pattern's size so that every pattern's diagonal sums to 1: feasible for
+// the structured problem, since steps of one pattern are at least b apart
+// and C^T C vanishes there. It returns x when that is no better.
+func (p *kbPrimal) bandedStart(ctx context.Context, w dpcore.Workload, sc dpcore.Schema, x []float64) ([]float64, error) {
+	n, bands := p.n, min(sc.B, p.n)
+	if bands < 2 {
+		return x, nil
+	}
+	r, err := optimizeBanded(ctx, w, bands, nil, bandedAuto)
+	if err != nil {
+		return nil, err
+	}
+	c := r.Factorization.Encoder
+	var xs mat.SymDense
+	xs.SymOuterK(1, c.T())
+	scale := make([]float64, n)
+	for _, m := range p.members {
+		for _, i := range m {
+			scale[i] = 1 / math.Sqrt(float64(len(m)))
+		}
+	}
+	y := make([]float64, len(x))
+	for i := 0; i < n; i++ {
+		o := packedOffset(i)
+		for l := max(0, i-bands+1); l < i; l++ {
+			if p.pat[l] != p.pat[i] {
+				y[o+l] = sqrt2 * xs.At(i, l) * scale[i] * scale[l]
+			}
+		}
+		y[o+i] = xs.At(i, i) * scale[i] * scale[i]
+	}
+	g := make([]float64, len(x))
+	fx, _ := p.eval(x, g)
+	if fy, ok := p.eval(y, g); !ok || !(fy < fx) {
+		return x, nil
+	}
+	return y, nil
 }
 
 // kbPrimal evaluates tr(A^T A X^-1) and its projected gradient for the

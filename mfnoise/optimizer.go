@@ -52,6 +52,10 @@ type Result struct {
 	// Toeplitz is the encoder of ToeplitzFamily and BLTFamily (nil for the
 	// dense families).
 	Toeplitz *toeplitz.Encoder
+	// Banded is BandedFamily's encoder by its band, O(n Bands) numbers
+	// (nil for the other families). Above dpcore.DenseStepLimit steps it
+	// is the only result (Factorization is nil).
+	Banded *BandedEncoder
 	// Loss is the objective reached: sens^2 ||B||_F^2 for unit noise
 	// multiplier under the schema (for a Toeplitz family with the
 	// MaxError objective, the worst step's error variance).
