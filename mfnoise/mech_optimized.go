@@ -123,7 +123,7 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
 
-func (BandMF) workMatrices() int { return bandedMatrices }
+func (BandMF) workMatrices() int { return bandedEncoderMatrices }
 
 // bandsName is the name of a banded family: family:BANDS, or family:auto.
 func bandsName(family string, bands int, auto bool) string {

@@ -30,8 +30,6 @@ type encoderBandProblem struct {
 	d     *panelEval
 	c     []float64 // the normalized encoder, laid out as U
 	norms []float64 // the column norms of U
-	m     []float64 // the window of M = X^-1 A^T A X^-1 (see gradient)
-	row   []float64
 	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
 	lastX, lastG []float64
 	lastF        float64
@@ -40,7 +38,7 @@ type encoderBandProblem struct {
 
 func newEncoderBandProblem(a *mat.Dense, bands int) *encoderBandProblem {
 	n, _ := a.Dims()
-	p := &encoderBandProblem{a: a, n: n, b: bands, c: make([]float64, n*bands), norms: make([]float64, n), m: make([]float64, n*(2*bands-1)), row: make([]float64, bands)}
+	p := &encoderBandProblem{a: a, n: n, b: bands, c: make([]float64, n*bands), norms: make([]float64, n)}
 	bp := &bandProblem{a: a, n: n, k: bands - 1}
 	p.d = bp.panelEval()
 	return p
@@ -83,7 +81,7 @@ func (p *encoderBandProblem) setFactor() bool {
 			lb[i*b+d] = p.c[q*b+d] // L[i, i-d] = C[q+d, q]
 		}
 	}
-	p.d.inBand = true
+	p.d.inBand, p.d.cross = true, true
 	return p.d.prepare()
 }
 
@@ -123,17 +121,19 @@ func (p *encoderBandProblem) eval(u, g []float64) float64 {
 
 // gradient writes the gradient over U from the panels' sums. With M =
 // X^-1 A^T A X^-1 the gradient of tr(A^T A X^-1) over X is -M, so over C
-// (X = C^T C) it is -2 C M, of which only the band is needed (it reads M
-// within the band only); the normalization C[:,j] = U[:,j] / s_j maps a
-// column's gradient g to (g - c (c . g)) / s_j.
+// (X = C^T C) it is -2 C M = -2 Z^T Y with Z = A C^-1 and Y = A X^-1 (C M
+// = C C^-1 C^-T A^T A X^-1), of which the panels sum the band (cross);
+// the normalization C[:,j] = U[:,j] / s_j maps a column's gradient g to
+// (g - c (c . g)) / s_j.
 func (p *encoderBandProblem) gradient(g []float64) {
 	n, b, d := p.n, p.b, p.d
-	s, wd := d.s, 2*b-1
-	// The window of M: m[l*wd + b-1 + j-l] = M[l, j] for |j - l| < b.
-	// M[j+e, j] = M'[n-1-j-e, n-1-j] in the panels' reversed indices,
-	// stored in block q'/s of the smaller index q' at (p'-i0, q'-i0).
+	s := d.s
+	// (Z^T Y)[j+e, j] is the panels' entry (p', q') = (n-1-j, n-1-j-e)
+	// in reversed indices, stored in block q'/s at (p'-i0, q'-i0).
 	for j := 0; j < n; j++ {
-		for e := 0; e < min(b, n-j); e++ {
+		h := min(b, n-j)
+		gc := g[j*b : j*b+b]
+		for e := 0; e < h; e++ {
 			pr, qr := n-1-j, n-1-j-e
 			blk := qr / s
 			i0 := blk * s
@@ -143,32 +143,8 @@ func (p *encoderBandProblem) gradient(g []float64) {
 			for gi := range d.gyy {
 				sum += d.gyy[gi][at]
 			}
-			p.m[(j+e)*wd+b-1-e] = sum
-			p.m[j*wd+b-1+e] = sum
+			gc[e] = -2 * sum
 		}
-	}
-	// Row i of the band of C M: sum over l in [i-b+1, i] of C[i, l]
-	// times M[l, i-b+1 .. i], the window of row l from offset i-l.
-	// C[i, l] is p.c[l*b + i-l]; row i's band entry (i, j) is g[j*b + i-j].
-	row := p.row[:b]
-	for i := 0; i < n; i++ {
-		clear(row)
-		for l := max(0, i-b+1); l <= i; l++ {
-			cil := p.c[l*b+i-l]
-			if cil == 0 {
-				continue
-			}
-			floats.AddScaled(row, cil, p.m[l*wd+i-l:l*wd+i-l+b])
-		}
-		// row[t] is (C M)[i, i-b+1+t].
-		for t := max(0, b-1-i); t < b; t++ {
-			j := i - b + 1 + t
-			g[j*b+i-j] = -2 * row[t]
-		}
-	}
-	for j := 0; j < n; j++ {
-		h := min(b, n-j)
-		gc := g[j*b : j*b+b]
 		clear(gc[h:])
 		col := p.c[j*b : j*b+h]
 		dot := floats.Dot(col, gc[:h])

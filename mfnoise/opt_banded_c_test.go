@@ -170,9 +170,15 @@ func TestBandedEncoderNoWorseThanGram(t *testing.T) {
 		w     func() dpcore.Workload
 		bands int
 	}{
-		{func() dpcore.Workload { w, _ := dpcore.MomentumWorkload(300, 0.9, dpcore.CooldownSchedule(300, 0.25, 0.05)); return w }, 20},
+		{func() dpcore.Workload {
+			w, _ := dpcore.MomentumWorkload(300, 0.9, dpcore.CooldownSchedule(300, 0.25, 0.05))
+			return w
+		}, 20},
 		{func() dpcore.Workload { w, _ := dpcore.PrefixSum(256); return w }, 32},
-		{func() dpcore.Workload { w, _ := dpcore.MomentumWorkload(120, 0.95, dpcore.CooldownSchedule(120, 0.25, 0.05)); return w }, 48},
+		{func() dpcore.Workload {
+			w, _ := dpcore.MomentumWorkload(120, 0.95, dpcore.CooldownSchedule(120, 0.25, 0.05))
+			return w
+		}, 48},
 	}
 	for _, c := range cases {
 		w := c.w()

@@ -306,6 +306,11 @@ type panelEval struct {
 	// L[j, j-e] at lb[j*(k+1) + e] (encoderBandProblem's factor, O(n k)).
 	xl, lb []float64
 	inBand bool
+	// cross makes the panels sum W^T Y instead of Y^T Y over the band
+	// (encoderBandProblem's gradient, -2 (A C^-1)^T A X^-1): W vanishes
+	// before a panel's first column, so neither the products nor the
+	// backward solve go below it.
+	cross bool
 	// chol is the scratch of the factorization: the inverse of a diagonal
 	// block and the panel below it.
 	chol cholWork
@@ -378,7 +383,7 @@ func (d *panelEval) factor(x []float64) bool {
 	if d.xl == nil {
 		d.xl = make([]float64, n*n)
 	}
-	d.inBand = false
+	d.inBand, d.cross = false, false
 	xl := d.xl
 	for i := 0; i < n; i++ {
 		xl[i*n+i] = 1
@@ -690,7 +695,11 @@ func (d *panelEval) panel(wk *panelWork, pi int, yy []float64) float64 {
 		}
 	}
 	// Backward: Y_I = W_I L_II^-1 - Y_J+ (L_J+I L_II^-1), last block first.
-	for i0 := (n - 1) / s * s; i0 >= 0; i0 -= s {
+	last := 0
+	if d.cross {
+		last = first
+	}
+	for i0 := (n - 1) / s * s; i0 >= 0 && i0+s > last; i0 -= s {
 		b := i0 / s
 		i1 := min(i0+s, n)
 		beta := 0.0
@@ -712,7 +721,11 @@ func (d *panelEval) panel(wk *panelWork, pi int, yy []float64) float64 {
 		i0 := b * s
 		i1 := min(i0+s, n)
 		ld := min(n, i1+k) - i0
-		gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, y[i0:], n, 1, yy[off:], i1-i0)
+		if !d.cross {
+			gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, y[i0:], n, 1, yy[off:], i1-i0)
+		} else if i1 > first {
+			gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, w[i0:], n, 1, yy[off:], i1-i0)
+		}
 	}
 	return f
 }

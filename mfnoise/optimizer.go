@@ -218,8 +218,9 @@ func checkCtx(ctx context.Context, what string) error {
 
 // Dense work matrices (n x n float64) each optimizer holds at its peak,
 // measured as peak heap / (8 n^2): optimizeSingle 17.3 at n = 2048
-// (552 MiB), optimizeKB 42 at n = 2000 (1293 MiB), optimizeBanded's
-// preconditioner and lower bound about 10.
+// (552 MiB), optimizeKB 42 at n = 2000 (1293 MiB), optimizeBanded's Gram
+// method (its preconditioner and lower bound) about 10; its encoder method
+// holds bandedEncoderMatrices.
 const (
 	singleMatrices = 18
 	kbMatrices     = 44
