@@ -531,7 +531,7 @@ func bandedEncoderResult(ctx context.Context, w dpcore.Workload, bands int, set 
 	for i := range enc.Band {
 		enc.Band[i] /= sens
 	}
-	loss := p.lastF * sens * sens
+	loss := p.last.f * sens * sens
 	var f *Factorization
 	if dense {
 		// The panels' W J is A C^-1 for the C before the rescaling.

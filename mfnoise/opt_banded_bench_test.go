@@ -40,7 +40,7 @@ func BenchmarkBandEval(b *testing.B) {
 			p.path = path
 			b.Run(fmt.Sprintf("n=%d/bands=%d/path=%d", tc.n, tc.bands, path), func(b *testing.B) {
 				for b.Loop() {
-					p.ok = false
+					p.last.reset()
 					p.eval(x, g)
 				}
 			})

@@ -30,10 +30,7 @@ type encoderBandProblem struct {
 	d     *panelEval
 	c     []float64 // the normalized encoder, laid out as U
 	norms []float64 // the column norms of U
-	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
-	lastX, lastG []float64
-	lastF        float64
-	ok           bool
+	last  evalCache
 }
 
 func newEncoderBandProblem(a *mat.Dense, bands int) *encoderBandProblem {
@@ -88,35 +85,18 @@ func (p *encoderBandProblem) setFactor() bool {
 // eval returns ||A C^-1||_F^2 at u and, if g is not nil, its gradient
 // there. Singular encoders have value +Inf.
 func (p *encoderBandProblem) eval(u, g []float64) float64 {
-	if p.ok && floats.Equal(u, p.lastX) {
-		if g != nil {
-			copy(g, p.lastG)
+	return p.last.eval(u, g, func(u, grad []float64) (float64, bool) {
+		if !p.normalize(u) || !p.setFactor() {
+			return 0, false
 		}
-		return p.lastF
-	}
-	if p.lastX == nil {
-		p.lastX = make([]float64, len(u))
-		p.lastG = make([]float64, len(u))
-	}
-	copy(p.lastX, u)
-	f := math.Inf(1)
-	if p.normalize(u) && p.setFactor() {
 		p.d.runPanels(nil, nil)
-		f = 0
+		f := 0.0
 		for _, v := range p.d.gf {
 			f += v
 		}
-		p.gradient(p.lastG)
-	} else {
-		for i := range p.lastG {
-			p.lastG[i] = math.NaN()
-		}
-	}
-	p.lastF, p.ok = f, true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
+		p.gradient(grad)
+		return f, true
+	})
 }
 
 // gradient writes the gradient over U from the panels' sums. With M =
@@ -232,7 +212,7 @@ func optimizeBandedEncoder(ctx context.Context, w dpcore.Workload, a *mat.Dense,
 	if res.Status == optimize.IterationLimit {
 		return nil, nil, fmt.Errorf("no convergence in %d iterations", maxIter)
 	}
-	p.ok = false
+	p.last.reset()
 	if f := p.eval(res.X, nil); math.IsInf(f, 1) {
 		return nil, nil, fmt.Errorf("the optimized encoder is singular")
 	}
@@ -242,7 +222,7 @@ func optimizeBandedEncoder(ctx context.Context, w dpcore.Workload, a *mat.Dense,
 		// decomposition), then the panels hold the encoder's factor again.
 		bp := &bandProblem{a: a, n: p.n, k: bands - 1, panels: p.d}
 		lb, err := bp.lowerBound(ctx, p.gram())
-		p.ok = false
+		p.last.reset()
 		p.eval(res.X, nil)
 		if err == nil && lb > 0 {
 			res.LowerBound, res.Gap = lb, optimize.RelGap(res.Loss, lb)

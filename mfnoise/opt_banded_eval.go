@@ -29,11 +29,7 @@ type bandProblem struct {
 	n, k int // k = bands - 1, the half bandwidth
 	xb   *mat.SymBandDense
 	ch   mat.BandCholesky
-	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
-	lastX []float64
-	lastF float64
-	lastG []float64
-	ok    bool
+	last evalCache
 	// dense holds the work matrices of the GEMM-bound evaluation used
 	// for wide bands (evalDense).
 	dense *denseBandEval
@@ -86,41 +82,53 @@ func (p *bandProblem) band(x []float64) *mat.SymDense {
 // g. Points outside the positive definite cone have value +Inf, which the
 // line search backs away from.
 func (p *bandProblem) eval(x, g []float64) float64 {
-	if p.ok && floats.Equal(x, p.lastX) {
-		if g != nil {
-			copy(g, p.lastG)
+	return p.last.eval(x, g, func(x, grad []float64) (float64, bool) {
+		switch p.evalPath() {
+		case pathDense:
+			p.fill(x)
+			return p.evalDense(grad)
+		case pathSolves:
+			return p.evalSolves(x, grad)
 		}
-		return p.lastF
-	}
-	p.ok = false
-	if p.lastX == nil {
-		p.lastX = make([]float64, len(x))
-		p.lastG = make([]float64, len(x))
-	}
-	copy(p.lastX, x)
-	var f float64
-	var ok bool
-	switch p.evalPath() {
-	case pathDense:
-		p.fill(x)
-		f, ok = p.evalDense(p.lastG)
-	case pathSolves:
-		f, ok = p.evalSolves(x, p.lastG)
-	default:
-		f, ok = p.evalPanels(x, p.lastG)
-	}
-	if !ok {
-		f = math.Inf(1)
-		for i := range p.lastG {
-			p.lastG[i] = math.NaN()
-		}
-	}
-	p.lastF, p.ok = f, true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
+		return p.evalPanels(x, grad)
+	})
 }
+
+// evalCache keeps the last evaluation of an objective: L-BFGS asks for
+// the value and the gradient at one point.
+type evalCache struct {
+	x, g []float64
+	f    float64
+	ok   bool
+}
+
+// eval returns the value at x, from the cache or by compute (which writes
+// the gradient and reports false outside the domain: value +Inf, gradient
+// NaN), and copies the gradient to g when g is not nil.
+func (c *evalCache) eval(x, g []float64, compute func(x, grad []float64) (float64, bool)) float64 {
+	if !(c.ok && floats.Equal(x, c.x)) {
+		if c.x == nil {
+			c.x = make([]float64, len(x))
+			c.g = make([]float64, len(x))
+		}
+		copy(c.x, x)
+		f, ok := compute(x, c.g)
+		if !ok {
+			f = math.Inf(1)
+			for i := range c.g {
+				c.g[i] = math.NaN()
+			}
+		}
+		c.f, c.ok = f, true
+	}
+	if g != nil {
+		copy(g, c.g)
+	}
+	return c.f
+}
+
+// reset forgets the cached evaluation.
+func (c *evalCache) reset() { c.ok = false }
 
 // evalSolves computes f = tr(A X^-1 A^T) and the gradient over the free
 // band entries by n banded solves, one row of A at a time (the reference
