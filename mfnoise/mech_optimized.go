@@ -110,13 +110,10 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 		return nil, nil, guard.Invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	// Above bandedBoundMaxN the optimizer proves no bound: it stops when
-	// the loss stalls (reported as a target gap of 0).
-	stop := bandedStopGap(opt.Optimize)
-	if n0 > bandedBoundMaxN {
-		stop = 0
-	}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, stop)
+	// The optimizer stops when the loss stalls (a target gap of 0 to the
+	// trace), then proves its bound up to bandedBoundMaxN steps (the
+	// trace's certificate).
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, 0)
 	return f, nil, err
 }
 

@@ -18,20 +18,12 @@ import (
 // defaultBandedIter bounds the L-BFGS iterations of optimizeBanded.
 const defaultBandedIter = 20000
 
-// defaultBandedGap is the certified relative gap optimizeBanded stops at
-// by default: the loss is then within 0.1% of the banded optimum, proven
-// by the bound. (5e-3, issue 26's tolerance, did not help at n = 2000:
+// defaultBandedGap is the certified relative gap the Gram method stops at
+// by default, and the gap under which the encoder method's certificate
+// reports Converged: the loss is then within 0.1% of the banded optimum,
+// proven by the bound. (5e-3, issue 26's tolerance, did not help at n = 2000:
 // the bound is 3% below the loss until past iteration 1000 there.)
 const defaultBandedGap = 1e-3
-
-// bandedStopGap is the certified gap optimizeBanded stops at under set:
-// set.Gap, or its default.
-func bandedStopGap(set *optimize.Settings) float64 {
-	if set == nil || set.Gap == 0 {
-		return defaultBandedGap
-	}
-	return set.GapOrDefault()
-}
 
 // bandedBoundEvery is the least number of iterations between lower
 // bounds; a bound costs about 70 iterations at n = 2000 (one polar
@@ -550,7 +542,9 @@ func bandedEncoderResult(ctx context.Context, w dpcore.Workload, bands int, set 
 		rgap = optimize.RelGap(loss, lb)
 		f.Meta.LowerBnd, f.Meta.Gap = lb, rgap
 	}
-	set.Report(optimize.Progress{Iter: res.Iterations, Loss: loss, LowerBound: lb, Gap: rgap, MaxIter: maxIter})
+	// The last progress carries no gap: the run stopped at the stall rule,
+	// and the bound after it is the Result's certificate.
+	set.Report(optimize.Progress{Iter: res.Iterations, Loss: loss, MaxIter: maxIter})
 	return &Result{Factorization: f, Banded: enc, Loss: loss, LowerBound: lb, Gap: rgap, Iterations: res.Iterations, Status: res.Status, Elapsed: time.Since(start)}, nil
 }
 
