@@ -311,7 +311,7 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 		xh1: mk(T * D), xh2: mk(T * D), a1: mk(T * D), a2: mk(T * D), r1: mk64(T), r2: mk64(T),
 		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H), th: mk(T * H),
 		p: mk(t.Heads * T * T), xhF: make([]float32, T*D), hf: make([]float32, T*D), rF: make([]float64, T),
-		dh:     make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
+		dh: make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
 		dbig: make([]float32, T*max(H, p.outWidth(), 3*D)), dqkv: make([]float32, 3*T*D), dp: make([]float32, T*T),
 		v: make([]float32, T*max(t.LoRARank, 1)), ex: make([]float32, p.exLen),
 		sq: make([]float64, p.units), c: make([]float64, p.units), acc: make([]float32, len(p.params)),
