@@ -251,7 +251,9 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 // pass near 3 floats a nanosecond (AVX-512 cores), the ghost norm pays
 // when ghostRatio in x out >= T^2 (in + out), ghostRatio about 17: short
 // sequences, wide layers. Materialized weights are bounded per worker
-// (matBudget entries, 64 MiB); beyond it the rest get ghost norms.
+// (matBudget entries, 64 MiB); beyond it a weight gets the ghost norm
+// when that needs less memory (2 T^2 < in x out), as before costs were
+// weighed.
 const (
 	ghostRatio = 17
 	matBudget  = 16 << 20
@@ -267,7 +269,14 @@ func (p *SeqPlan) ghostPays(in, out, matW int) bool {
 		return false
 	}
 	T := int64(p.t.Context)
-	return ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out) || matW+in*out > matBudget
+	switch {
+	case ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out):
+		return true // cheaper
+	case matW+in*out <= matBudget:
+		return false
+	}
+	// Beyond the budget, the ghost norm where it needs less memory.
+	return 2*T*T < int64(in)*int64(out)
 }
 
 func (p *SeqPlan) outWidth() int {
