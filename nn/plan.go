@@ -60,7 +60,19 @@ type Options struct {
 	noRecompute bool
 	// panelRows overrides the recomputed gradients' panel rows (tests).
 	panelRows int
+	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
+	// (tests run both kinds on every weight).
+	seqNorms seqNormRule
 }
+
+// seqNormRule is how a SeqPlan picks each weight's per-example norm.
+type seqNormRule uint8
+
+const (
+	normsByCost seqNormRule = iota
+	normsAllGhost
+	normsAllMaterialized
+)
 
 type kind uint8
 
