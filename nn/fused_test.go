@@ -231,3 +231,28 @@ func TestActGradTo(t *testing.T) {
 		}
 	}
 }
+
+// TestBiasActTo: bias and activation written from an implicit
+// convolution's wide rows into the output give biasAct's bits in place,
+// and leave the source as it was.
+func TestBiasActTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		for _, fo := range []int{1, 3, 8, 13, 32, 40} {
+			for _, rows := range []int{1, 2, 5} {
+				z, bias := make([]float32, rows*fo), make([]float32, fo)
+				randSpecial(rng, z)
+				for k := range bias {
+					bias[k] = float32(rng.NormFloat64())
+				}
+				src := append([]float32(nil), z...)
+				want := append([]float32(nil), z...)
+				biasAct(want, bias, act)
+				got := make([]float32, len(z))
+				biasActTo(got, z, bias, act)
+				sameBits(t, act.String(), got, want)
+				sameBits(t, act.String()+" source", z, src)
+			}
+		}
+	}
+}

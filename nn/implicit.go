@@ -132,9 +132,15 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			w.sgemmPackedOverlap(s.wide, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
 		}
 		o := out[j*osz : (j+1)*osz]
-		compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
-		if biased {
-			biasAct(o, bias, s.act)
+		if !biased {
+			compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+			continue
+		}
+		// Bias and activation while compacting: one pass from the wide
+		// rows into the output.
+		rw := s.out.W * fo
+		for h := range s.out.H {
+			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], bias, s.act)
 		}
 	}
 	return biased

@@ -1003,19 +1003,21 @@ func (p *Plan) backward(w *worker, m int) {
 			G := dout[:rows*s.fo]
 			if s.implicit {
 				p.implicitBackward(w, i, m, G, din)
-				if s.src == 0 {
-					continue
+			} else {
+				p.actGrad(w, i, G)
+				if s.src > 0 {
+					du := w.du[:rows*s.fi]
+					w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
+					for j := range m {
+						s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
+					}
 				}
-				break
 			}
-			p.actGrad(w, i, G)
+			if p.private {
+				p.convExGrads(w, i, m)
+			}
 			if s.src == 0 {
 				continue
-			}
-			du := w.du[:rows*s.fi]
-			w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
-			for j := range m {
-				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
 		case kDense:
 			G := dout[:m*s.fo]
@@ -1094,6 +1096,7 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)
+	clear(w.linf[:m])
 	p.backward(w, m)
 	if p.private {
 		p.perExample(w, i0, m)
@@ -1184,24 +1187,9 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			s := &p.stages[i]
 			switch s.kind {
 			case kConv:
-				U, G := w.affineIO(s, i, j)
-				M := p.exGrad(w, s, j)
-				if s.implicit {
-					p.implicitWeightGrad(w, i, j, 0, M)
-					G = w.gradView(s, i, j)
-				} else {
-					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
-				}
-				if s.b.Len > 0 {
-					colSums(G, s.fo, w.col)
-					for k, v := range w.col[:s.fo] {
-						M[s.fi*s.fo+k] = float32(v)
-					}
-				}
-				sq[s.aff] = sumsq64(M)
-				if p.opt.LInf {
-					linf = max(linf, maxAbs(M))
-				}
+				// convExGrads has written the gradient, its squared norm
+				// into sq and its L-inf norm into w.linf[j].
+				linf = max(linf, w.linf[j])
 			case kEmbed:
 				sz, osz := s.in.Size(), s.out.Size()
 				t := 0.0
@@ -1275,22 +1263,59 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				scaleDown(f, G)
 			}
 		}
-		// Per-example gradients (convolutions, norms) are scaled and
-		// added into the accumulator here, in one pass while they are in
-		// cache: exactly the vector whose norm bound holds. (Each entry
-		// of the sum takes the examples in the same order as when
-		// accumulate added them after the chunk, so the sum is the same
-		// bit for bit.)
-		for i := range p.stages {
-			s := &p.stages[i]
-			if s.kind != kConv && s.kind != kNorm {
-				continue
-			}
-			if f := c[s.aff]; f != 0 && !w.bad[j] {
+	}
+	if p.capture != nil {
+		return
+	}
+	// Per-example gradients (convolutions, norms) are scaled and added
+	// into the accumulator here: exactly the vector whose norm bound
+	// holds. Layer by layer, the chunk's examples in order, so that the
+	// layer's share of the accumulator stays in cache while the examples
+	// are added to it. (Each entry of the sum takes the examples in the
+	// same order as when accumulate added them after the chunk, so the
+	// sum is the same bit for bit.)
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv && s.kind != kNorm {
+			continue
+		}
+		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		for j := range m {
+			if f := w.c[j*A+s.aff]; f != 0 && !w.bad[j] {
 				M := p.exGrad(w, s, j)
-				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
-				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
+				addScaledDown(accW, M[:s.w.Len], f)
+				addScaledDown(accB, M[s.w.Len:], f)
 			}
+		}
+	}
+}
+
+// convExGrads writes the per-example gradients of convolution stage i
+// (weight, then bias) for the chunk's m examples into their w.ex rows,
+// their squared norms into w.sq and, with Options.LInf, raises w.linf[j]
+// to their L-inf norms. backward calls it right after the stage's own
+// backward pass, while the output gradients it reads are in cache.
+func (p *Plan) convExGrads(w *worker, i, m int) {
+	s := &p.stages[i]
+	for j := range m {
+		U, G := w.affineIO(s, i, j)
+		M := p.exGrad(w, s, j)
+		if s.implicit {
+			p.implicitWeightGrad(w, i, j, 0, M)
+			G = w.gradView(s, i, j)
+		} else {
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+		}
+		if s.b.Len > 0 {
+			colSums(G, s.fo, w.col)
+			for k, v := range w.col[:s.fo] {
+				M[s.fi*s.fo+k] = float32(v)
+			}
+		}
+		w.sq[j*p.naff+s.aff] = sumsq64(M)
+		if p.opt.LInf {
+			w.linf[j] = max(w.linf[j], maxAbs(M))
 		}
 	}
 }
