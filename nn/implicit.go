@@ -53,15 +53,27 @@ func (s *stage) setImplicit() {
 		return
 	}
 	s.implicit, s.wp2, s.hp2, s.wide = true, wp, hp, wide
+	s.wideM = (wide + implicitRows - 1) / implicitRows * implicitRows
 	s.pwr = make([]blas.PackedB32, s.k)
 	s.pwx = make([]blas.PackedB32, s.k)
 	s.wflip = make([]float32, s.fi*s.fo)
 }
 
+// implicitRows is the multiple of rows an implicit convolution's
+// forward and input-gradient products compute: a multiple of every
+// float32 micro-kernel's row count (4, 6 and 12), so that no product
+// ends in a ragged row panel, which the GEMM would copy into a
+// zero-padded panel and compute into a scratch tile. The rows past the
+// wide output are garbage like its gap columns: each row of a product
+// depends on its own row of A only, so the others keep their bits.
+const implicitRows = 12
+
 // xpLen and gpLen are one example's zero-bordered input and output
-// gradient maps.
-func (s *stage) xpLen() int { return s.hp2 * s.wp2 * s.in.C }
-func (s *stage) gpLen() int { return s.hp2 * s.wp2 * s.fo }
+// gradient maps, with the wideM - wide rows of zeros the padded
+// products read past the map (and implicitRows more floats for the
+// weight gradient's padded rows, implicitWeightGrad).
+func (s *stage) xpLen() int { return (s.hp2*s.wp2+s.wideM-s.wide)*s.in.C + implicitRows }
+func (s *stage) gpLen() int { return (s.hp2*s.wp2 + s.wideM - s.wide) * s.fo }
 
 // packImplicit packs the kernel rows of the (permuted) weight for the
 // forward products and, with back, of the flipped kernel for the input
@@ -115,7 +127,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
-	wide := w.wide[:s.wide*fo]
+	wide := w.wide[:s.wideM*fo]
 	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
 	if s.noBias != nil {
 		bias = s.noBias
@@ -129,7 +141,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			if kr == 0 {
 				beta = 0
 			}
-			w.sgemmPackedOverlap(s.wide, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
+			w.sgemmPackedOverlap(s.wideM, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
 		}
 		o := out[j*osz : (j+1)*osz]
 		if !biased {
@@ -176,7 +188,7 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	if s.src == 0 {
 		return
 	}
-	wide := w.wide[:s.wide*C]
+	wide := w.wide[:s.wideM*C]
 	for j := range m {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
 		for kr := range K {
@@ -184,7 +196,7 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 			if kr == 0 {
 				beta = 0
 			}
-			w.sgemmPackedOverlap(s.wide, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
+			w.sgemmPackedOverlap(s.wideM, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
 		}
 		compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
 	}
@@ -208,7 +220,21 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once.
 	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
+	if KC%implicitRows == 0 || beta != 0 {
+		for kr := range K {
+			w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+		}
+		return
+	}
+	// A ragged row count (the first layer's K C = 9): the product
+	// computes rows up to a multiple of implicitRows into w.wide, reading
+	// A in place instead of copying it into a padded panel (each row of
+	// the product depends on its own row of A only: the first K C keep
+	// their bits), and the first K C rows are copied out.
+	KM := (KC + implicitRows - 1) / implicitRows * implicitRows
+	tmp := w.wide[:KM*fo]
 	for kr := range K {
-		w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+		w.sgemmPackedOverlapT(KM, xp[kr*s.wp2*C:], C, &w.gpk, 0, tmp, fo)
+		copy(M[kr*KC*fo:(kr+1)*KC*fo], tmp)
 	}
 }

@@ -111,6 +111,7 @@ type stage struct {
 	implicit bool
 	wp2, hp2 int
 	wide     int
+	wideM    int // wide rounded up to implicitRows: the rows the products compute
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
 }
@@ -389,7 +390,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wide)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -524,7 +525,7 @@ func (p *Plan) newWorker() *worker {
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wide*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
 				break
 			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
