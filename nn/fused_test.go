@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -254,5 +255,82 @@ func TestBiasActTo(t *testing.T) {
 				sameBits(t, act.String()+" source", z, src)
 			}
 		}
+	}
+}
+
+// TestFusedGrads: input gradients written straight into the producing
+// implicit convolution's bordered map, derivative applied (fuseGrads:
+// convolution after convolution, max pool after convolution), give the
+// per-example gradients, losses and sums of the unfused passes bit for
+// bit, on every test network and on examples with non-finite values.
+func TestFusedGrads(t *testing.T) {
+	fused := 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(17, uint64(len(name))))
+			params := randParams(rng, b.n)
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classes := shapes[len(shapes)-1].C
+			const n = 5
+			fp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noFuseGrads: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			some := false
+			for _, s := range fp.stages {
+				some = some || s.gradToGp
+			}
+			if !some {
+				t.Skip("no stage of this test network writes into its producer's bordered map")
+			}
+			fused++
+			x, y := b.batch(rng, n, classes)
+			// Example 3 with an infinite input, example 4 with inputs large
+			// enough to saturate every tanh.
+			sz := len(x) / n
+			x[3*sz+1] = float32(math.Inf(1))
+			for k := 4 * sz; k < 5*sz; k++ {
+				x[k] *= 1e4
+			}
+			grads := func(p *Plan) ([][]float32, []float64) {
+				g := make([][]float32, n)
+				for i := range g {
+					g[i] = make([]float32, b.n)
+				}
+				loss, err := p.Gradients(x, y, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return g, append([]float64(nil), loss...)
+			}
+			gf, lf := grads(fp)
+			gr, lr := grads(ref)
+			for i := range n {
+				sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
+				if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
+					t.Errorf("example %d: loss %v, unfused %v", i, lf[i], lr[i])
+				}
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				sf, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := fp.Step(x, y, sf, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
+			}
+		})
+	}
+	if fused == 0 {
+		t.Error("no test network fuses an input gradient")
 	}
 }

@@ -168,20 +168,22 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
-	if !fusesActGrad(s.act) {
-		p.actGrad(w, i, dout[:m*osz])
-	}
-	a := w.act[i+1]
-	H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
-	for j := range m {
-		g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
-		for h := range H {
-			dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
-			k := j*osz + h*W*fo
-			if fusesActGrad(s.act) {
-				actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
-			} else {
-				copy(dst, g[h*W*fo:(h+1)*W*fo])
+	if !s.gpFilled {
+		if !fusesActGrad(s.act) {
+			p.actGrad(w, i, dout[:m*osz])
+		}
+		a := w.act[i+1]
+		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
+		for j := range m {
+			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			for h := range H {
+				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
+				k := j*osz + h*W*fo
+				if fusesActGrad(s.act) {
+					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+				} else {
+					copy(dst, g[h*W*fo:(h+1)*W*fo])
+				}
 			}
 		}
 	}
@@ -198,8 +200,67 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 			}
 			w.sgemmPackedOverlap(s.wideM, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
 		}
-		compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+		if !s.gradToGp {
+			compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+			continue
+		}
+		// Into the producer's bordered map, its derivative applied
+		// (fuseGrads): what its own backward would write from din.
+		q := &p.stages[s.src-1]
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		a := w.act[s.src][j*isz : (j+1)*isz]
+		rw := s.in.W * C
+		for h := range s.in.H {
+			off := ((h+q.pad)*q.wp2 + q.pad) * C
+			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*rw:(h+1)*rw], q.act)
+		}
 	}
+}
+
+// poolGradToGp is a max pool's backward pass for m examples written
+// straight into its producer's bordered map (fuseGrads): each window's
+// gradient goes to its maximum's pixel times the producer's activation
+// derivative, every other pixel's is zero. The windows do not overlap, so
+// each pixel receives at most one gradient: the values
+// actGradTo would give on the pooled-back gradient (0 + g, then the
+// derivative's roundings), bit for bit.
+func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
+	s := &p.stages[i]
+	q := &p.stages[s.src-1]
+	isz, osz := s.in.Size(), s.out.Size()
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw := W * C
+	for j := range m {
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		for h := range H {
+			off := ((h+q.pad)*q.wp2 + q.pad) * C
+			clear(gq[off : off+rw])
+		}
+		a := w.act[s.src][j*isz : (j+1)*isz]
+		arg := w.arg[i][j*osz : (j+1)*osz]
+		for k, g := range dout[j*osz : (j+1)*osz] {
+			x := int(arg[k])
+			h, r := x/rw, x%rw
+			gq[((h+q.pad)*q.wp2+q.pad)*C+r] = actGrad1(g, a[x], q.act)
+		}
+	}
+}
+
+// actGrad1 is actGradTo's value for one entry whose pooled-back gradient
+// is 0 + g.
+func actGrad1(g, a float32, act Activation) float32 {
+	d := float32(0)
+	d += g
+	switch act {
+	case Tanh:
+		return d * (1 - a*a)
+	case ReLU:
+		if a > 0 {
+			return d
+		}
+		return 0
+	}
+	return d
 }
 
 // gradView is example j's output gradient (the activation's derivative

@@ -54,6 +54,9 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
+	// tests compare the two).
+	noFuseGrads bool
 }
 
 type kind uint8
@@ -90,11 +93,17 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
-	rate           float64 // dropout
-	seed           uint64  // dropout
-	index          int     // position in the stage list (dropout masks)
-	emb            *Embedding
-	exOff          int // conv: offset of the per-example gradient in a perEx row
+	// gradToGp: the stage (an implicit convolution or a max pool, the
+	// only reader of its input) writes its input gradient, times the
+	// producer's activation derivative, straight into the producer's
+	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
+	// implicit convolution whose gp its reader fills so.
+	gradToGp, gpFilled bool
+	rate               float64 // dropout
+	seed               uint64  // dropout
+	index              int     // position in the stage list (dropout masks)
+	emb                *Embedding
+	exOff              int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
 	// row, kernel column, channel); perm[r] is the layout row of
@@ -222,6 +231,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	p.markGradWrites()
+	if !opt.noFuseGrads {
+		p.fuseGrads()
+	}
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
@@ -416,6 +428,35 @@ func (p *Plan) markGradWrites() {
 		}
 		s.addGrad = seen[s.src]
 		seen[s.src] = true
+	}
+}
+
+// fuseGrads marks the stages whose backward pass writes its input
+// gradient into the producing implicit convolution's bordered map with
+// the activation's derivative applied (what the producer's own backward
+// would have done reading it back from d[src]): an implicit convolution
+// or a max pool that is its input's only reader, whose producer is an
+// implicit convolution with an activation actGradTo takes. This saves a
+// write and a read of every such gradient between layers.
+func (p *Plan) fuseGrads() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
+			continue
+		}
+		q := &p.stages[s.src-1] // stage src-1 writes activation src
+		if q.kind != kConv || !q.implicit || !fusesActGrad(q.act) {
+			continue
+		}
+		s.gradToGp, q.gpFilled = true, true
 	}
 }
 
@@ -1029,6 +1070,10 @@ func (p *Plan) backward(w *worker, m int) {
 			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
+				continue
+			}
+			if s.gradToGp {
+				p.poolGradToGp(w, i, m, dout)
 				continue
 			}
 			for j := range m {
