@@ -334,3 +334,33 @@ func TestFusedGrads(t *testing.T) {
 		t.Error("no test network fuses an input gradient")
 	}
 }
+
+// TestBiasTanhWidths: the split of a row between the AVX-512 kernel
+// (16 at a time), the AVX2 kernel (8) and tanh32 (the rest) gives the
+// bits the AVX2 kernel and tanh32 gave before the AVX-512 kernel was
+// added (the first len &^ 7 entries by the AVX2 kernel, where the CPU
+// has AVX2), for every row length's tail.
+func TestBiasTanhWidths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for n := range 70 {
+		z, bias := make([]float32, n), make([]float32, n)
+		randSpecial(rng, z)
+		for k := range z {
+			if rng.IntN(2) == 0 {
+				z[k] = float32(rng.NormFloat64() * 3)
+			}
+			bias[k] = float32(rng.NormFloat64())
+		}
+		got := make([]float32, n)
+		biasTanhTo(got, z, bias)
+		want := make([]float32, n)
+		for k := range want {
+			if k < n&^7 {
+				want[k] = biasTanhOne(z[k], bias[k])
+			} else {
+				want[k] = tanh32(z[k] + bias[k])
+			}
+		}
+		sameBits(t, fmt.Sprintf("length %d", n), got, want)
+	}
+}
