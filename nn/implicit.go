@@ -238,10 +238,19 @@ func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
 		}
 		a := w.act[s.src][j*isz : (j+1)*isz]
 		arg := w.arg[i][j*osz : (j+1)*osz]
-		for k, g := range dout[j*osz : (j+1)*osz] {
-			x := int(arg[k])
-			h, r := x/rw, x%rw
-			gq[((h+q.pad)*q.wp2+q.pad)*C+r] = actGrad1(g, a[x], q.act)
+		g := dout[j*osz : (j+1)*osz]
+		// Pixel x = h rw + r of the map is gq[x + base + h step].
+		base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
+		orw := s.out.W * C
+		for oh := range s.out.H {
+			for k := oh * orw; k < (oh+1)*orw; k++ {
+				x := int(arg[k])
+				h := oh * s.pool // the window's rows: oh pool, ...
+				for x >= (h+1)*rw {
+					h++
+				}
+				gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+			}
 		}
 	}
 }

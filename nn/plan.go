@@ -1221,9 +1221,11 @@ func colSums(G []float32, fo int, col []float64) {
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf
-// norm), materializing convolution gradients in w.ex, asks the clipper
-// for factors, and scales (or zeroes) the dense layers' G rows so that
-// accumulate's GEMM is the book-keeping clipped sum.
+// norm; the convolutions' backward has materialized theirs in w.ex and
+// w.sq, convExGrads), asks the clipper for factors, scales (or zeroes)
+// the dense layers' G rows so that accumulate's GEMM is the book-keeping
+// clipped sum, and adds the scaled convolution and norm gradients into
+// the accumulator.
 func (p *Plan) perExample(w *worker, i0, m int) {
 	A := p.naff
 	for j := range m {
