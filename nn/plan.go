@@ -183,30 +183,32 @@ type Plan struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32    // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32    // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32    // per stage: im2col rows (conv only)
-	xp   [][]float32    // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32    // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32      // an implicit convolution's wide product
-	gpk  blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
-	arg  [][]int32      // per stage: argmax (pool only)
-	pre  [][]float32    // per stage: pre-activation (GELU only)
-	xh   [][]float32    // per stage: normalized input (norm only)
-	rstd [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32      // conv input-gradient rows
-	ex   []float32      // chunk x exLen per-example convolution gradients
-	sq   []float64      // chunk x naff
-	linf []float64      // chunk
-	c    []float64      // chunk x naff
-	col  []float64      // bias column sums
-	acc  []float32      // gradient sum
-	bad  []bool         // chunk
-	i0   int            // first example of the current chunk
-	tmp  []float32      // an input gradient to be added into d[src]
-	vec  []float32      // an embedding row's gradient
-	gemm blas.Serial32
-	log  *productLog // while RecordProducts is on
+	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32 // per stage: im2col rows (conv only)
+	xp   [][]float32 // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32 // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32   // an implicit convolution's wide product
+	// biasRow is an implicit convolution's bias repeated over a map row.
+	biasRow []float32
+	gpk     blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
+	arg     [][]int32      // per stage: argmax (pool only)
+	pre     [][]float32    // per stage: pre-activation (GELU only)
+	xh      [][]float32    // per stage: normalized input (norm only)
+	rstd    [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	du      []float32      // conv input-gradient rows
+	ex      []float32      // chunk x exLen per-example convolution gradients
+	sq      []float64      // chunk x naff
+	linf    []float64      // chunk
+	c       []float64      // chunk x naff
+	col     []float64      // bias column sums
+	acc     []float32      // gradient sum
+	bad     []bool         // chunk
+	i0      int            // first example of the current chunk
+	tmp     []float32      // an input gradient to be added into d[src]
+	vec     []float32      // an embedding row's gradient
+	gemm    blas.Serial32
+	log     *productLog // while RecordProducts is on
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -551,7 +553,7 @@ func (p *Plan) newWorker() *worker {
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo, maxAct, maxWide := 0, 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = make([]float32, C*sh.Size())
 		if k > 0 {
@@ -567,6 +569,7 @@ func (p *Plan) newWorker() *worker {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
 				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
@@ -596,6 +599,7 @@ func (p *Plan) newWorker() *worker {
 	}
 	w.du = make([]float32, maxDU)
 	w.wide = make([]float32, maxWide)
+	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
 	return w
 }
