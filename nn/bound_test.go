@@ -100,3 +100,73 @@ func TestStepProducts(t *testing.T) {
 		t.Error("a leading dimension of 0 was accepted")
 	}
 }
+
+// TestSeqStepProducts checks the products a SeqPlan step logs: a step
+// over n examples of one length makes n times the products of a step over
+// one of them, shape for shape; the float64 ones (the ghost norms' Gram
+// matrices) appear exactly when the plan has ghost weights; logging does
+// not change the sum; TimeProducts times them all.
+func TestSeqStepProducts(t *testing.T) {
+	for _, ci := range []int{0, 1, 4} {
+		c := seqCases[ci]
+		tr, params := c.build(uint64(ci))
+		const n = 4
+		x := make([]float32, n*tr.Context)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for k := range x {
+			x[k] = float32(rng.IntN(tr.Vocab))
+		}
+		y := make([]int, n)
+		p, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := &testClipper{}
+		dst := make([]float32, len(params))
+		count := func(m int) (map[Product]int, []Product) {
+			p.RecordProducts(true)
+			if _, err := p.Step(x[:m*tr.Context], y[:m], dst, cl); err != nil {
+				t.Fatal(err)
+			}
+			list := p.Products()
+			p.RecordProducts(false)
+			got := map[Product]int{}
+			for _, q := range list {
+				k := q
+				k.Count = 0
+				got[k] += q.Count
+			}
+			return got, list
+		}
+		one, _ := count(1)
+		all, list := count(n)
+		if len(one) == 0 || len(one) != len(all) {
+			t.Fatalf("%s: %d shapes for one example, %d for %d", c.name, len(one), len(all), n)
+		}
+		f64 := false
+		for k, v := range one {
+			if all[k] != n*v {
+				t.Errorf("%s: %+v made %d times for %d examples, %d for one", c.name, k, all[k], n, v)
+			}
+			f64 = f64 || k.Float64
+		}
+		if f64 != (p.Ghost() > 0) {
+			t.Errorf("%s: float64 products %v with %d ghost weights", c.name, f64, p.Ghost())
+		}
+		again := make([]float32, len(params))
+		if _, err := p.Step(x, y, again, cl); err != nil {
+			t.Fatal(err)
+		}
+		for k := range again {
+			if again[k] != dst[k] {
+				t.Fatalf("%s: the logged step's sum differs at %d", c.name, k)
+			}
+		}
+		if d, err := p.TimeProducts(list, time.Millisecond); err != nil || d <= 0 {
+			t.Errorf("%s: TimeProducts = %v, %v", c.name, d, err)
+		}
+		if len(p.Products()) != 0 {
+			t.Errorf("%s: products logged after RecordProducts(false)", c.name)
+		}
+	}
+}

@@ -233,6 +233,115 @@ func TestActGradTo(t *testing.T) {
 	}
 }
 
+// TestRecomputedGradients: per-example weight gradients recomputed in
+// panels (recompute.go) give the stored path's norms, L-inf norms, losses
+// and clipped sums bit for bit, with panels of every size (ragged
+// included), non-finite examples among the others.
+func TestRecomputedGradients(t *testing.T) {
+	b := testNets()["recomputed"]
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := shapes[len(shapes)-1].C
+	const n = 7
+	rng := rand.New(rand.NewPCG(21, 22))
+	params := randParams(rng, b.n)
+	x, y := b.batch(rng, n, classes)
+	x[2*b.net.Input.Size()+5] = float32(math.Inf(1))
+	ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, noRecompute: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(p *Plan) ([]float32, []float64, [][]float64) {
+		sum := make([]float32, b.n)
+		cl := &linfClipper{testClipper: testClipper{sq: make([][]float64, n)}, linf: make([]float64, n)}
+		loss, err := p.Step(x, y, sum, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range cl.linf {
+			cl.sq[i] = append(cl.sq[i], v)
+		}
+		return sum, append([]float64(nil), loss...), cl.sq
+	}
+	sr, lr, qr := step(ref)
+	for _, rows := range []int{0, 1, 5, 16, 27} {
+		p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, panelRows: rows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		some := 0
+		for _, s := range p.stages {
+			if s.recompute {
+				some++
+			}
+		}
+		if some != 3 {
+			t.Fatalf("%d convolutions recomputed, want 3", some)
+		}
+		s, l, q := step(p)
+		for k := range s {
+			if math.Float32bits(s[k]) != math.Float32bits(sr[k]) {
+				t.Fatalf("rows %d: sum[%d] = %v, stored path %v", rows, k, s[k], sr[k])
+			}
+		}
+		for i := range n {
+			if !sameFloat(l[i], lr[i]) {
+				t.Errorf("rows %d: loss %d = %v, stored path %v", rows, i, l[i], lr[i])
+			}
+			for a := range q[i] { // the squared norms, then the L-inf norm
+				if !sameFloat(q[i][a], qr[i][a]) {
+					t.Errorf("rows %d: example %d norm %d: %v, stored path %v", rows, i, a, q[i][a], qr[i][a])
+				}
+			}
+		}
+	}
+}
+
+// linfClipper is testClipper also keeping each example's L-inf norm.
+type linfClipper struct {
+	testClipper
+	linf []float64
+}
+
+func (c *linfClipper) Scale(i int, sq []float64, linf float64, f []float64) {
+	c.linf[i] = linf
+	c.testClipper.Scale(i, sq, linf, f)
+}
+
+// sameFloat is bit equality, NaN equal to NaN.
+func sameFloat(a, b float64) bool {
+	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
+}
+
+// TestStreamChunk: a weight larger than the caches (a 3x3 convolution of
+// 256 channels at 8x8, 64 output pixels) asks for chunks of 2 examples
+// (128 rows), small weights for none, and the automatic chunk is at least
+// that (up to the batch).
+func TestStreamChunk(t *testing.T) {
+	big := &builder{net: Network{Input: Shape{256, 8, 8}}}
+	big.conv(256, 256, 3, 1, 1, ReLU)
+	big.net.Layers = append(big.net.Layers, AvgPool{Size: 8}, Flatten{})
+	big.dense(256, 10, Identity)
+	small := testNets()["recomputed"]
+	for _, c := range []struct {
+		b           *builder
+		batch, want int
+	}{{big, 64, 2}, {big, 1, 2}, {small, 64, 1}} {
+		p, err := NewPlan(c.b.net, make([]float32, c.b.n), Options{MaxBatch: c.batch, Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.streamChunk(); got != c.want {
+			t.Errorf("%+v: streamChunk %d, want %d", c.b.net.Input, got, c.want)
+		}
+		if p.opt.Chunk < min(c.want, c.batch) {
+			t.Errorf("%+v, batch %d: chunk %d < %d", c.b.net.Input, c.batch, p.opt.Chunk, min(c.want, c.batch))
+		}
+	}
+}
+
 // TestBiasActTo: bias and activation written from an implicit
 // convolution's wide rows into the output give biasAct's bits in place,
 // and leave the source as it was.

@@ -30,6 +30,10 @@ import (
 // flops (the garbage columns: 6% at 32x32 with K = 3, 12% at 16x16, 22%
 // at 8x8). implicitPays weighs the two.
 
+// moveCost is what a float moved through memory costs, in multiply-adds
+// of the product kernel (at about 100 GFLOP/s).
+const moveCost = 45
+
 // implicitPays reports whether a stride-1 'same' convolution is cheaper
 // as implicit products than through im2col: the garbage columns' extra
 // multiply-adds in the three products, 3 (wide - P) fi fo, against
@@ -37,7 +41,6 @@ import (
 // moveCost multiply-adds (a float moved through memory against the
 // kernel's rate of about 100 GFLOP/s).
 func implicitPays(wide, P, fi, fo int) bool {
-	const moveCost = 45
 	return 3*(wide-P)*fo < 2*moveCost*P
 }
 

@@ -45,7 +45,8 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 20 MiB a worker, near the caches.
+	// stay within 20 MiB a worker, near the caches, or more if a layer's
+	// weight is larger than the caches (streamChunk).
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
@@ -57,7 +58,24 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noRecompute materializes every convolution's per-example gradient
+	// (tests compare with recomputing them, recompute.go).
+	noRecompute bool
+	// panelRows overrides the recomputed gradients' panel rows (tests).
+	panelRows int
+	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
+	// (tests run both kinds on every weight).
+	seqNorms seqNormRule
 }
+
+// seqNormRule is how a SeqPlan picks each weight's per-example norm.
+type seqNormRule uint8
+
+const (
+	normsByCost seqNormRule = iota
+	normsAllGhost
+	normsAllMaterialized
+)
 
 type kind uint8
 
@@ -123,6 +141,10 @@ type stage struct {
 	wideM    int // wide rounded up to implicitRows: the rows the products compute
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
+	// recompute: the per-example weight gradient is computed twice in
+	// panels of panel rows, never stored whole (recompute.go).
+	recompute bool
+	panel     int
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -183,32 +205,34 @@ type Plan struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32 // per stage: im2col rows (conv only)
-	xp   [][]float32 // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32 // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32   // an implicit convolution's wide product
+	act  [][]float32      // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32      // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32      // per stage: im2col rows (conv only)
+	xp   [][]float32      // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32        // an implicit convolution's wide product
+	gpk  blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
+	pan  []float32        // a recomputed weight gradient's panel
+	gpks []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
+	arg  [][]int32        // per stage: argmax (pool only)
+	pre  [][]float32      // per stage: pre-activation (GELU only)
+	xh   [][]float32      // per stage: normalized input (norm only)
+	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	du   []float32        // conv input-gradient rows
+	ex   []float32        // chunk x exLen per-example convolution gradients
+	sq   []float64        // chunk x naff
+	linf []float64        // chunk
+	c    []float64        // chunk x naff
+	col  []float64        // bias column sums
+	acc  []float32        // gradient sum
+	bad  []bool           // chunk
+	i0   int              // first example of the current chunk
+	tmp  []float32        // an input gradient to be added into d[src]
+	vec  []float32        // an embedding row's gradient
+	gemm blas.Serial32
+	log  *productLog // while RecordProducts is on
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
-	gpk     blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
-	arg     [][]int32      // per stage: argmax (pool only)
-	pre     [][]float32    // per stage: pre-activation (GELU only)
-	xh      [][]float32    // per stage: normalized input (norm only)
-	rstd    [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du      []float32      // conv input-gradient rows
-	ex      []float32      // chunk x exLen per-example convolution gradients
-	sq      []float64      // chunk x naff
-	linf    []float64      // chunk
-	c       []float64      // chunk x naff
-	col     []float64      // bias column sums
-	acc     []float32      // gradient sum
-	bad     []bool         // chunk
-	i0      int            // first example of the current chunk
-	tmp     []float32      // an input gradient to be added into d[src]
-	vec     []float32      // an embedding row's gradient
-	gemm    blas.Serial32
-	log     *productLog // while RecordProducts is on
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -249,6 +273,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		for opt.Chunk > 1 && p.bufferBytes(opt.Chunk, 1) > autoChunkBytes {
 			opt.Chunk /= 2
 		}
+		opt.Chunk = max(opt.Chunk, p.streamChunk())
 	}
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
@@ -306,6 +331,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit()
+			}
+			if !p.opt.noRecompute {
+				s.setRecompute(p.opt.panelRows)
 			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -394,6 +422,27 @@ const (
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
+
+// streamChunk is the smallest chunk that gives the product of every
+// convolution whose weight is larger than the caches (bigWeightBytes) at
+// least minStreamRows rows: such a weight is streamed from memory once per
+// chunk for the forward product and once for the input gradient, so a
+// chunk of one example makes WRN-16-4's 8x8x256 layers (2.4 MB weights, 64
+// output pixels) memory-bound. Measured on 2 cores (BENCHMARKS.md, issue
+// 42): WRN-16-4's private step at chunks of 2 took 4-8% less CPU than at
+// 1, in 169 MiB instead of 127; chunks of 4 no less again, in 253 MiB.
+// (Dense layers, one row an example, are left to the byte bound: not
+// measured.)
+func (p *Plan) streamChunk() int {
+	const bigWeightBytes, minStreamRows = 1 << 20, 128
+	c := 1
+	for _, s := range p.stages {
+		if s.kind == kConv && 4*s.fi*s.fo > bigWeightBytes {
+			c = max(c, (minStreamRows+s.P-1)/s.P)
+		}
+	}
+	return min(c, 16)
+}
 
 // bufferBytes is the memory the workers' buffers take for chunks of C
 // examples.
@@ -565,6 +614,10 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.recompute {
+				w.gpks = make([]blas.PackedB32, C)
+				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
+			}
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
@@ -1239,8 +1292,9 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			s := &p.stages[i]
 			switch s.kind {
 			case kConv:
-				// convExGrads has written the gradient, its squared norm
-				// into sq and its L-inf norm into w.linf[j].
+				// convExGrads has written the gradient (or, recomputed,
+				// its bias), its squared norm into sq and its L-inf norm
+				// into w.linf[j].
 				linf = max(linf, w.linf[j])
 			case kEmbed:
 				sz, osz := s.in.Size(), s.out.Size()
@@ -1331,6 +1385,9 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 		if s.kind != kConv && s.kind != kNorm {
 			continue
 		}
+		if s.recompute {
+			continue // addRecomputed, after the chunk's norms
+		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
 		for j := range m {
@@ -1340,6 +1397,9 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				addScaledDown(accB, M[s.w.Len:], f)
 			}
 		}
+	}
+	if p.capture == nil {
+		p.addRecomputed(w, m)
 	}
 }
 
@@ -1353,6 +1413,12 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 	for j := range m {
 		U, G := w.affineIO(s, i, j)
 		M := p.exGrad(w, s, j)
+		if s.recompute && p.capture == nil {
+			var l float64
+			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+			w.linf[j] = max(w.linf[j], l)
+			continue
+		}
 		if s.implicit {
 			p.implicitWeightGrad(w, i, j, 0, M)
 			G = w.gradView(s, i, j)

@@ -339,6 +339,15 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
 	b.dense(4, 3, Identity)
 	nets["residual"] = b
+	// Convolutions whose per-example weight gradients are recomputed
+	// (recompute.go: im2col layers of few output pixels and outputs a
+	// multiple of 16), with a bias and without.
+	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
+	b.conv(3, 16, 3, 2, 1, ReLU)
+	b.conv(16, 32, 2, 1, 0, Tanh)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 32, Kernel: 1, Stride: 2, Pad: 0, Act: Identity, Weight: b.param(32 * 32)}, Flatten{})
+	b.dense(32, 3, Identity)
+	nets["recomputed"] = b
 	// Embeddings: tabular (2 numeric columns, 3 categorical with their
 	// own tables), a mean bag of up to 6 ids with -1 padding, and a
 	// sequence sharing one table (repeated ids).

@@ -133,7 +133,17 @@ func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
-func sumsqAVX2(v *float32, n int) float64
+func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+
+// add adds the squares of v (len(v) a multiple of 16) to the partial
+// sums, 16 at a time with AVX2 (addGo's values).
+func (acc *sumsqLanes) add(v []float32) {
+	if n := len(v) &^ 15; hasAVX2FMA && n > 0 {
+		sumsqLanesAVX2(acc, &v[0], n)
+		return
+	}
+	acc.addGo(v)
+}
 
 // vecChannels is how many of C channels the AVX2 norm kernels take (a
 // multiple of 4), 0 without AVX2 or with fewer than 4.
@@ -209,20 +219,6 @@ func chanSums(x []float32, C int, s []float64) {
 		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
 	}
 	chanSumsGo(x, C, c4, s)
-}
-
-// sumsq64 is sumsq64Go with its first len(v) &^ 15 terms summed by AVX2
-// (bit for bit the same sums).
-func sumsq64(v []float32) float64 {
-	if !hasAVX2FMA || len(v) < 16 {
-		return sumsq64Go(v)
-	}
-	n := len(v) &^ 15
-	s := sumsqAVX2(&v[0], n)
-	for _, x := range v[n:] {
-		s += float64(x) * float64(x)
-	}
-	return s
 }
 
 //go:noescape

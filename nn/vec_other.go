@@ -59,7 +59,7 @@ func chanSums(x []float32, C int, s []float64) { chanSumsGo(x, C, 0, s) }
 
 func allFinite(v []float32) bool { return allFiniteGo(v) }
 
-func sumsq64(v []float32) float64 { return sumsq64Go(v) }
+func (acc *sumsqLanes) add(v []float32) { acc.addGo(v) }
 
 const hasAVX2FMA = false
 
