@@ -141,22 +141,8 @@ func denseParams(net Network, n int) []bool {
 func TestImplicitConvolution(t *testing.T) {
 	for name, b := range testNets() {
 		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
-			params := randParams(rng, b.n)
-			shapes, err := b.net.Shapes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			classes := shapes[len(shapes)-1].C
 			const n = 5
-			imp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noImplicit: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			imp, ref, rng, classes := planPair(t, b, 11, len(name), n, func(o *Options) { o.noImplicit = true })
 			some := false
 			for _, s := range imp.stages {
 				some = some || s.implicit
@@ -165,17 +151,7 @@ func TestImplicitConvolution(t *testing.T) {
 				t.Skip("this test network has no stride-1 'same' convolution, the only kind run as an implicit product")
 			}
 			x, y := b.batch(rng, n, classes)
-			grads := func(p *Plan) ([][]float32, []float64) {
-				g := make([][]float32, n)
-				for i := range g {
-					g[i] = make([]float32, b.n)
-				}
-				loss, err := p.Gradients(x, y, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return g, append([]float64(nil), loss...)
-			}
+			grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
 			gi, li := grads(imp)
 			gr, lr := grads(ref)
 			for i := range n {
@@ -386,22 +362,8 @@ func TestFusedGrads(t *testing.T) {
 	fused := 0
 	for name, b := range testNets() {
 		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(17, uint64(len(name))))
-			params := randParams(rng, b.n)
-			shapes, err := b.net.Shapes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			classes := shapes[len(shapes)-1].C
 			const n = 5
-			fp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noFuseGrads: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			fp, ref, rng, classes := planPair(t, b, 17, len(name), n, func(o *Options) { o.noFuseGrads = true })
 			some := false
 			for _, s := range fp.stages {
 				some = some || s.gradToGp
@@ -418,17 +380,7 @@ func TestFusedGrads(t *testing.T) {
 			for k := 4 * sz; k < 5*sz; k++ {
 				x[k] *= 1e4
 			}
-			grads := func(p *Plan) ([][]float32, []float64) {
-				g := make([][]float32, n)
-				for i := range g {
-					g[i] = make([]float32, b.n)
-				}
-				loss, err := p.Gradients(x, y, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return g, append([]float64(nil), loss...)
-			}
+			grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
 			gf, lf := grads(fp)
 			gr, lr := grads(ref)
 			for i := range n {
@@ -482,4 +434,42 @@ func TestBiasTanhWidths(t *testing.T) {
 		}
 		sameBits(t, fmt.Sprintf("length %d", n), got, want)
 	}
+}
+
+// planPair builds test network b twice over the same random parameters
+// (seeded by seed and key), for n examples on 2 workers in chunks of 2:
+// with the default options and with those alt sets; it returns the
+// generator, to draw the batch from next, and the number of classes.
+func planPair(t *testing.T, b *builder, seed uint64, key, n int, alt func(*Options)) (p, ref *Plan, rng *rand.Rand, classes int) {
+	t.Helper()
+	rng = rand.New(rand.NewPCG(seed, uint64(key)))
+	params := randParams(rng, b.n)
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{MaxBatch: n, Workers: 2, Chunk: 2}
+	if p, err = NewPlan(b.net, params, opt); err != nil {
+		t.Fatal(err)
+	}
+	alt(&opt)
+	if ref, err = NewPlan(b.net, params, opt); err != nil {
+		t.Fatal(err)
+	}
+	return p, ref, rng, shapes[len(shapes)-1].C
+}
+
+// gradientsOf is p.Gradients' per-example gradients (size floats each)
+// and losses, copied.
+func gradientsOf(t *testing.T, p *Plan, x []float32, y []int, size int) ([][]float32, []float64) {
+	t.Helper()
+	g := make([][]float32, len(y))
+	for i := range g {
+		g[i] = make([]float32, size)
+	}
+	loss, err := p.Gradients(x, y, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, append([]float64(nil), loss...)
 }
