@@ -110,14 +110,17 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 		return nil, nil, guard.Invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, bandedStopGap(opt.Optimize))
+	// The optimizer stops when the loss stalls (a target gap of 0 to the
+	// trace), then proves its bound up to bandedBoundMaxN steps (the
+	// trace's certificate).
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, 0)
 	return f, nil, err
 }
 
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
 
-func (BandMF) workMatrices() int { return bandedMatrices }
+func (BandMF) workMatrices() int { return bandedEncoderMatrices }
 
 // bandsName is the name of a banded family: family:BANDS, or family:auto.
 func bandsName(family string, bands int, auto bool) string {

@@ -415,8 +415,8 @@ func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
 	sc, _ := dpcore.KBParticipation(2, 1024)
 	for name, run := range map[string]func() (*Result, error){
 		"single": func() (*Result, error) { return optimizeSingle(context.Background(), w, nil) },
-		"kb":     func() (*Result, error) { return optimizeKB(context.Background(), w, sc, nil, false) },
-		"banded": func() (*Result, error) { return optimizeBanded(context.Background(), w, 8, nil, false) },
+		"kb":     func() (*Result, error) { return optimizeKB(context.Background(), w, sc, nil, kbToeplitzStart) },
+		"banded": func() (*Result, error) { return optimizeBanded(context.Background(), w, 8, nil, bandedAuto) },
 	} {
 		_, err := run()
 		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {
