@@ -120,6 +120,9 @@ func TestBandedStrategyAboveDenseLimit(t *testing.T) {
 	if _, err := s.Sensitivity(dpcore.Schema{Kind: dpcore.KB, K: (n + 1) / 2, B: 2}); err == nil || !strings.Contains(err.Error(), "more bands than b") {
 		t.Errorf("sensitivity with bands > b above the limit: %v", err)
 	}
+	if m, err := EncoderRows(s); err != nil || m != n {
+		t.Errorf("EncoderRows = %d, %v; want %d", m, err, n)
+	}
 	if _, err := Dense(s); err == nil {
 		t.Error("Dense of a banded strategy above the limit was not refused")
 	}

@@ -88,8 +88,8 @@ func readBandedEntry(path string, key []byte) (*BandedEncoder, error) {
 // BandedEncoder.Validate.
 func decodeBanded(payload []byte) (*BandedEncoder, []byte, error) {
 	var st storedBanded
-	if err := msgpack.Unmarshal(payload, &st); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if err := atomicfile.Unmarshal(payload, &st); err != nil {
+		return nil, nil, fmt.Errorf("%w: payload: %s", ErrCorrupt, atomicfile.Reason(err))
 	}
 	if st.N < 1 || st.Bands < 1 || st.Bands > st.N || len(st.Band)/8/st.Bands != st.N {
 		return nil, nil, fmt.Errorf("%w: %d bytes of band for %d steps and %d bands", ErrCorrupt, len(st.Band), st.N, st.Bands)

@@ -126,3 +126,19 @@ func (e *BandedEncoder) bandsUsed() int {
 	}
 	return b
 }
+
+// EncoderRows is m, the number of rows of s's encoder: n for the square
+// O(n) strategies (Toeplitz, banded) without building a matrix, else read
+// off the dense encoder.
+func EncoderRows(s dpcore.Strategy) (int, error) {
+	switch s.(type) {
+	case *toeplitz.Strategy, *BandedStrategy:
+		return s.Steps(), nil
+	}
+	c, _, err := s.Matrices()
+	if err != nil {
+		return 0, err
+	}
+	m, _ := c.Dims()
+	return m, nil
+}
