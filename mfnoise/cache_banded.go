@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/vmihailenco/msgpack/v5"
@@ -36,33 +35,13 @@ const (
 // checksum, another key or a band BandedEncoder.Validate refuses is
 // rebuilt and overwritten.
 func (c *Cache) getOrBuildBanded(ctx context.Context, key ProblemKey, build func(context.Context) (*BandedEncoder, error)) (*BandedEncoder, bool, error) {
-	if c == nil || c.Dir == "" {
-		e, err := build(ctx)
-		return e, false, err
-	}
-	path, kb, err := c.entry(key, bandedStoreExt)
-	if err != nil {
-		return nil, false, err
-	}
-	e, err := readBandedEntry(path, kb)
-	if err == nil {
-		return e, true, nil
-	}
-	if _, serr := os.Stat(path); serr == nil {
-		buildTraceFrom(ctx).rebuilding(path, err)
-	}
-	e, err = build(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := e.Validate(); err != nil {
-		return nil, false, err
-	}
-	payload, err := msgpackBanded(e, kb...)
-	if err != nil {
-		return e, false, fmt.Errorf("mfnoise: cache: %w", err)
-	}
-	return e, false, c.write(path, bandedStoreMagic, bandedStoreVersion, payload)
+	return getOrBuildSealed(ctx, c, key, bandedStoreExt, bandedStoreMagic, bandedStoreVersion, readBandedEntry, build,
+		func(e *BandedEncoder, kb []byte) ([]byte, error) {
+			if err := e.Validate(); err != nil {
+				return nil, err
+			}
+			return msgpackBanded(e, kb...)
+		})
 }
 
 func readBandedEntry(path string, key []byte) (*BandedEncoder, error) {
