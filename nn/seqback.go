@@ -113,7 +113,10 @@ func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add b
 	}
 }
 
-// attnBack takes datt (L x Dim) and writes the gradient w.r.t. qkv.
+// attnBack takes datt (L x Dim) and writes the gradient w.r.t. qkv. A
+// causal attention's products skip the blocks above the diagonal, as the
+// forward's (attnRows): dP and dQ per row block over the keys it sees,
+// dV and dK per key block over the rows that see it.
 func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 	D, nh := p.t.Dim, p.t.Heads
 	dh := D / nh
@@ -123,20 +126,39 @@ func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 		S := P[h*L*L : (h+1)*L*L]
 		dP := w.dp[:L*L]
 		dO := datt[h*dh:]
-		w.sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, 1, dO, D, V, 3*D, 0, dP, L)
-		w.sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, 1, S, L, dO, D, 0, dqkv[2*D+h*dh:], 3*D)
-		for t := range L {
-			pr, dr := S[t*L:(t+1)*L], dP[t*L:(t+1)*L]
-			s := 0.0
-			for k, v := range pr {
-				s += float64(v) * float64(dr[k])
+		for r0 := 0; r0 < L; {
+			r1, keys := p.attnRows(r0, L)
+			w.sgemm(gblas.NoTrans, gblas.Trans, r1-r0, keys, dh, 1, dO[r0*D:], D, V, 3*D, 0, dP[r0*L:], L)
+			for t := r0; t < r1; t++ {
+				pr, dr := S[t*L:(t+1)*L], dP[t*L:(t+1)*L]
+				n := L
+				if p.t.Causal {
+					n = t + 1
+				}
+				s := 0.0
+				for k, v := range pr[:n] {
+					s += float64(v) * float64(dr[k])
+				}
+				for k, v := range pr[:n] {
+					dr[k] = float32(float64(v) * (float64(dr[k]) - s))
+				}
+				clear(dr[n:])
 			}
-			for k, v := range pr {
-				dr[k] = float32(float64(v) * (float64(dr[k]) - s))
-			}
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, r1-r0, dh, keys, scale, dP[r0*L:], L, K, 3*D, 0, dqkv[r0*3*D+h*dh:], 3*D)
+			r0 = r1
 		}
-		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, scale, dP, L, K, 3*D, 0, dqkv[h*dh:], 3*D)
-		w.sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, scale, dP, L, Q, 3*D, 0, dqkv[D+h*dh:], 3*D)
+		// dV = P^T dO and dK = scale dP^T Q: key block [c0, c1) from the
+		// rows that see it (all rows, or from c0 on when causal).
+		for c0 := 0; c0 < L; {
+			c1, _ := p.attnRows(c0, L)
+			from := 0
+			if p.t.Causal {
+				from = c0
+			}
+			w.sgemm(gblas.Trans, gblas.NoTrans, c1-c0, dh, L-from, 1, S[from*L+c0:], L, dO[from*D:], D, 0, dqkv[c0*3*D+2*D+h*dh:], 3*D)
+			w.sgemm(gblas.Trans, gblas.NoTrans, c1-c0, dh, L-from, scale, dP[from*L+c0:], L, Q[from*3*D:], 3*D, 0, dqkv[c0*3*D+D+h*dh:], 3*D)
+			c0 = c1
+		}
 	}
 }
 

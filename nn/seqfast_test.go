@@ -129,3 +129,25 @@ func TestGELUGrad(t *testing.T) {
 		}
 	}
 }
+
+// TestGhostPays checks the per-weight choice of norms at known shapes:
+// the GPT-2 benchmark's blocks (context 128, width 256) materialized; a
+// short context's wide weights ghosts; beyond the memory budget, the
+// ghost norm only where it needs less memory (GPT-2 small at context
+// 1024 stays materialized as before, width 1024 at context 128 becomes
+// a ghost).
+func TestGhostPays(t *testing.T) {
+	for _, c := range []struct {
+		T, in, out, matW int
+		ghost            bool
+	}{
+		{128, 256, 768, 0, false}, {128, 256, 256, 0, false}, {128, 256, 1024, 0, false}, {128, 1024, 256, 0, false},
+		{3, 8, 24, 0, true}, {16, 768, 3072, 0, true},
+		{1024, 768, 2304, matBudget, false}, {128, 1024, 4096, matBudget, true}, {128, 256, 1024, matBudget, true},
+	} {
+		p := &SeqPlan{t: Transformer{Context: c.T}}
+		if got := p.ghostPays(c.in, c.out, c.matW); got != c.ghost {
+			t.Errorf("context %d, %d x %d after %d materialized: ghost %v, want %v", c.T, c.in, c.out, c.matW, got, c.ghost)
+		}
+	}
+}

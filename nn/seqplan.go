@@ -251,7 +251,9 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 // pass near 3 floats a nanosecond (AVX-512 cores), the ghost norm pays
 // when ghostRatio in x out >= T^2 (in + out), ghostRatio about 17: short
 // sequences, wide layers. Materialized weights are bounded per worker
-// (matBudget entries, 64 MiB); beyond it the rest get ghost norms.
+// (matBudget entries, 64 MiB); beyond it a weight gets the ghost norm
+// when that needs less memory (2 T^2 < in x out), as before costs were
+// weighed.
 const (
 	ghostRatio = 17
 	matBudget  = 16 << 20
@@ -267,7 +269,14 @@ func (p *SeqPlan) ghostPays(in, out, matW int) bool {
 		return false
 	}
 	T := int64(p.t.Context)
-	return ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out) || matW+in*out > matBudget
+	switch {
+	case ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out):
+		return true // cheaper
+	case matW+in*out <= matBudget:
+		return false
+	}
+	// Beyond the budget, the ghost norm where it needs less memory.
+	return 2*T*T < int64(in)*int64(out)
 }
 
 func (p *SeqPlan) outWidth() int {
@@ -311,7 +320,7 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 		xh1: mk(T * D), xh2: mk(T * D), a1: mk(T * D), a2: mk(T * D), r1: mk64(T), r2: mk64(T),
 		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H), th: mk(T * H),
 		p: mk(t.Heads * T * T), xhF: make([]float32, T*D), hf: make([]float32, T*D), rF: make([]float64, T),
-		dh:     make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
+		dh: make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
 		dbig: make([]float32, T*max(H, p.outWidth(), 3*D)), dqkv: make([]float32, 3*T*D), dp: make([]float32, T*T),
 		v: make([]float32, T*max(t.LoRARank, 1)), ex: make([]float32, p.exLen),
 		sq: make([]float64, p.units), c: make([]float64, p.units), acc: make([]float32, len(p.params)),
@@ -788,6 +797,21 @@ func (p *SeqPlan) geluGrad(z, th, g []float32) {
 	geluGradTanh(z, th[:len(z)], g[:len(z)])
 }
 
+// attnBlock is the rows of a causal attention's score block: the rows
+// [r0, r1) attend to the tokens [0, r1) only, so the products skip the
+// masked blocks above the diagonal.
+const attnBlock = 32
+
+// attnRows returns the end of the row block starting at r0 and the
+// number of keys its rows see.
+func (p *SeqPlan) attnRows(r0, L int) (r1, keys int) {
+	if !p.t.Causal {
+		return L, L
+	}
+	r1 = min(r0+attnBlock, L)
+	return r1, r1
+}
+
 // attention computes att = softmax(Q K^T / sqrt(dh) + mask) V per head.
 func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	D, nh := p.t.Dim, p.t.Heads
@@ -796,18 +820,22 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	for h := range nh {
 		Q, K, V := qkv[h*dh:], qkv[D+h*dh:], qkv[2*D+h*dh:]
 		S := P[h*L*L : (h+1)*L*L]
-		w.sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, scale, Q, 3*D, K, 3*D, 0, S, L)
-		for t := range L {
-			row := S[t*L : (t+1)*L]
-			n := L
-			if p.t.Causal {
-				n = t + 1
+		for r0 := 0; r0 < L; {
+			r1, keys := p.attnRows(r0, L)
+			w.sgemm(gblas.NoTrans, gblas.Trans, r1-r0, keys, dh, scale, Q[r0*3*D:], 3*D, K, 3*D, 0, S[r0*L:], L)
+			for t := r0; t < r1; t++ {
+				row := S[t*L : (t+1)*L]
+				n := L
+				if p.t.Causal {
+					n = t + 1
+				}
+				mx := maxOf(row[:n])
+				scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
+				clear(row[n:])
 			}
-			mx := maxOf(row[:n])
-			scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
-			clear(row[n:])
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, r1-r0, dh, keys, 1, S[r0*L:], L, V, 3*D, 0, att[r0*D+h*dh:], D)
+			r0 = r1
 		}
-		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
 	}
 }
 

@@ -263,6 +263,8 @@ var seqCases = []seqCase{
 	{name: "gpt2-cls-untied-lora", vocab: 10, ctx: 4, dim: 6, heads: 3, hid: 8, blocks: 1, causal: true, classes: 2, rank: 2},
 	{name: "lora-frozen", vocab: 11, ctx: 5, dim: 8, heads: 2, hid: 12, blocks: 2, causal: true, rank: 2, freeze: true},
 	{name: "cls-frozen-lora", vocab: 9, ctx: 5, dim: 8, heads: 2, hid: 8, blocks: 1, causal: true, classes: 3, rank: 1, freeze: true},
+	// longer than a causal attention's row block (attnBlock)
+	{name: "gpt2-long", vocab: 7, ctx: attnBlock + 8, dim: 4, heads: 2, hid: 6, blocks: 1, causal: true},
 	{name: "untied-bidir", vocab: 7, ctx: 4, dim: 4, heads: 1, hid: 6, blocks: 1, untied: true, sinus: true},
 }
 
