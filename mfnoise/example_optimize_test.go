@@ -60,3 +60,32 @@ func ExampleBandedEncoder() {
 	// 120 steps, 4 bands, C[11,7] = 0, column 7 norm 1.000000
 	// sensitivity under kb(k=3,b=40): 1.732051 (nonnegative-gram)
 }
+
+// A banded encoder bound to its workload is a dpcore.Strategy that needs
+// no n x n matrix: bandmf's representation above dpcore.DenseStepLimit
+// steps, whose sensitivity and loss come from the band.
+func ExampleBandedEncoder_For() {
+	n := dpcore.DenseStepLimit + 8
+	e := &mfnoise.BandedEncoder{N: n, Bands: 2, Band: make([]float64, 2*n)}
+	for j := 0; j < n; j++ { // C[j,j] = 0.8, C[j+1,j] = 0.6: unit columns
+		e.Band[2*j] = 0.8
+		if j+1 < n {
+			e.Band[2*j+1] = 0.6
+		}
+	}
+	w, _ := dpcore.PrefixSum(n)
+	s, err := e.For(w)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sc, _ := dpcore.KBParticipation(2, (n+1)/2)
+	sens, _ := s.Sensitivity(sc)
+	loss, _ := dpcore.LossAt(s, sens.Value)
+	_, _, err = s.Matrices()
+	fmt.Printf("sensitivity under %v: %.6f (%s), loss %.4g\n", sc, sens.Value, sens.Method, loss)
+	fmt.Println(err != nil)
+	// Output:
+	// sensitivity under kb(k=2,b=4100): 1.414214 (nonnegative-gram), loss 3.433e+07
+	// true
+}

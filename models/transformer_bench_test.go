@@ -5,10 +5,10 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -101,7 +101,7 @@ func BenchmarkGPT2Step(b *testing.B) {
 				clip = clipTo{1}
 			}
 			runtime.GC()
-			cpu0 := cpuSecs()
+			cpu0 := rusage.CPUSeconds()
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := plan.Step(x, y, dst, clip); err != nil {
@@ -109,12 +109,12 @@ func BenchmarkGPT2Step(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			cpu := cpuSecs() - cpu0
+			cpu := rusage.CPUSeconds() - cpu0
 			n := float64(batch) * float64(b.N)
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
 			b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
 			b.ReportMetric(n/cpu, "examples/cpu-s")
-			b.ReportMetric(maxRSS(), "maxRSS-MiB")
+			b.ReportMetric(rusage.MaxRSSMiB(), "maxRSS-MiB")
 			plan.RecordProducts(true)
 			_, err = plan.Step(x, y, dst, clip)
 			list := plan.Products()
@@ -138,22 +138,4 @@ func BenchmarkGPT2Step(b *testing.B) {
 			b.ReportMetric(bound.Seconds()/(cpu/float64(b.N)), "gemm-bound-cpu")
 		})
 	}
-}
-
-// cpuSecs is the process's CPU time (user and system) in seconds.
-func cpuSecs() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
-// maxRSS is the process's peak resident memory in MiB.
-func maxRSS() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024
 }

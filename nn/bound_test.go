@@ -12,7 +12,9 @@ import (
 // (except on the first layer) each make 2 n P fi fo flops, and so does the
 // weight gradient (per example on the private path, per chunk otherwise);
 // a dense layer the same with P = 1. (An implicit convolution's P counts
-// the garbage columns of its wide rows.) TimeProducts must time them all.
+// the garbage columns of its wide rows, and its forward and input-gradient
+// products the rows up to a multiple of implicitRows.) TimeProducts must
+// time them all.
 func TestStepProducts(t *testing.T) {
 	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
 	b.conv(3, 8, 3, 1, 1, Tanh)
@@ -36,22 +38,29 @@ func TestStepProducts(t *testing.T) {
 	}
 	dst := make([]float32, b.n)
 	// Both convolutions run implicitly (implicit.go): 7 rows of 10
-	// (the 8 columns and 2 of garbage) and the last row's 8 columns.
+	// (the 8 columns and 2 of garbage) and the last row's 8 columns; the
+	// forward and input-gradient products compute 84 rows (6 more).
 	for i := range 2 {
 		if !p.stages[i].implicit {
 			t.Fatalf("stage %d is not implicit", i)
 		}
 	}
-	const P1, P2 = 7*10 + 8, 7*10 + 8
-	layer := func(P, fi, fo int, first bool) float64 {
-		f := 2.0 * n * float64(P*fi*fo)
+	// On the private path the first layer's per-example weight gradient
+	// computes 12 rows for each kernel row's 9 (36 for its 27).
+	const P, PM = 7*10 + 8, 84
+	layer := func(P, PM, fi, fo, fiW int, first bool) float64 {
+		f := 2.0 * n * float64(fo)
 		if first {
-			return 2 * f
+			return f * float64(PM*fi+P*fiW)
 		}
-		return 3 * f
+		return f * float64(2*PM*fi+P*fiW)
 	}
-	want := layer(P1, 27, 8, true) + layer(P2, 72, 16, false) + layer(1, 256, 10, false)
 	for _, private := range []bool{false, true} {
+		fiW := 27
+		if private {
+			fiW = 36
+		}
+		want := layer(P, PM, 27, 8, fiW, true) + layer(P, PM, 72, 16, 72, false) + layer(1, 1, 256, 10, 256, false)
 		var cl Clipper
 		if private {
 			cl = &testClipper{}

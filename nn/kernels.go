@@ -68,20 +68,25 @@ func moveSeg(x, seg []float32, back bool) {
 
 // biasAct adds the bias to every row of z (fo columns) and applies act in
 // place: one pass over the GEMM's output.
-func biasAct(z, bias []float32, act Activation) {
+func biasAct(z, bias []float32, act Activation) { biasActTo(z, z, bias, act) }
+
+// biasActTo is biasAct writing into dst (len(z), rows of len(bias)) the
+// values biasAct would leave in z; dst may be z.
+func biasActTo(dst, z, bias []float32, act Activation) {
 	fo := len(bias)
-	for r := 0; r < len(z); r += fo {
-		row := z[r : r+fo]
+	z = z[:len(dst)]
+	for r := 0; r < len(dst); r += fo {
+		row, out := z[r:r+fo], dst[r:r+fo]
 		switch act {
 		case Tanh:
-			biasTanh(row, bias)
+			biasTanhTo(out, row, bias)
 		case ReLU:
 			for j, b := range bias {
-				row[j] = max(row[j]+b, 0)
+				out[j] = max(row[j]+b, 0)
 			}
 		default:
 			for j, b := range bias {
-				row[j] += b
+				out[j] = row[j] + b
 			}
 		}
 	}

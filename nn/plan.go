@@ -55,6 +55,9 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
+	// tests compare the two).
+	noFuseGrads bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -108,11 +111,17 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
-	rate           float64 // dropout
-	seed           uint64  // dropout
-	index          int     // position in the stage list (dropout masks)
-	emb            *Embedding
-	exOff          int // conv: offset of the per-example gradient in a perEx row
+	// gradToGp: the stage (an implicit convolution or a max pool, the
+	// only reader of its input) writes its input gradient, times the
+	// producer's activation derivative, straight into the producer's
+	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
+	// implicit convolution whose gp its reader fills so.
+	gradToGp, gpFilled bool
+	rate               float64 // dropout
+	seed               uint64  // dropout
+	index              int     // position in the stage list (dropout masks)
+	emb                *Embedding
+	exOff              int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
 	// row, kernel column, channel); perm[r] is the layout row of
@@ -129,6 +138,7 @@ type stage struct {
 	implicit bool
 	wp2, hp2 int
 	wide     int
+	wideM    int // wide rounded up to implicitRows: the rows the products compute
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
 	// recompute: the per-example weight gradient is computed twice in
@@ -221,6 +231,8 @@ type worker struct {
 	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
+	// biasRow is an implicit convolution's bias repeated over a map row.
+	biasRow []float32
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -245,6 +257,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	p.markGradWrites()
+	if !opt.noFuseGrads {
+		p.fuseGrads()
+	}
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
@@ -438,7 +453,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wide)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -464,6 +479,35 @@ func (p *Plan) markGradWrites() {
 		}
 		s.addGrad = seen[s.src]
 		seen[s.src] = true
+	}
+}
+
+// fuseGrads marks the stages whose backward pass writes its input
+// gradient into the producing implicit convolution's bordered map with
+// the activation's derivative applied (what the producer's own backward
+// would have done reading it back from d[src]): an implicit convolution
+// or a max pool that is its input's only reader, whose producer is an
+// implicit convolution with an activation actGradTo takes. This saves a
+// write and a read of every such gradient between layers.
+func (p *Plan) fuseGrads() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
+			continue
+		}
+		q := &p.stages[s.src-1] // stage src-1 writes activation src
+		if q.kind != kConv || !q.implicit || !fusesActGrad(q.act) {
+			continue
+		}
+		s.gradToGp, q.gpFilled = true, true
 	}
 }
 
@@ -558,7 +602,7 @@ func (p *Plan) newWorker() *worker {
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo, maxAct, maxWide := 0, 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = make([]float32, C*sh.Size())
 		if k > 0 {
@@ -577,7 +621,8 @@ func (p *Plan) newWorker() *worker {
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wide*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
@@ -607,6 +652,7 @@ func (p *Plan) newWorker() *worker {
 	}
 	w.du = make([]float32, maxDU)
 	w.wide = make([]float32, maxWide)
+	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
 	return w
 }
@@ -1056,19 +1102,21 @@ func (p *Plan) backward(w *worker, m int) {
 			G := dout[:rows*s.fo]
 			if s.implicit {
 				p.implicitBackward(w, i, m, G, din)
-				if s.src == 0 {
-					continue
+			} else {
+				p.actGrad(w, i, G)
+				if s.src > 0 {
+					du := w.du[:rows*s.fi]
+					w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
+					for j := range m {
+						s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
+					}
 				}
-				break
 			}
-			p.actGrad(w, i, G)
+			if p.private {
+				p.convExGrads(w, i, m)
+			}
 			if s.src == 0 {
 				continue
-			}
-			du := w.du[:rows*s.fi]
-			w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
-			for j := range m {
-				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
 		case kDense:
 			G := dout[:m*s.fo]
@@ -1079,6 +1127,10 @@ func (p *Plan) backward(w *worker, m int) {
 			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
+				continue
+			}
+			if s.gradToGp {
+				p.poolGradToGp(w, i, m, dout)
 				continue
 			}
 			for j := range m {
@@ -1147,6 +1199,7 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)
+	clear(w.linf[:m])
 	p.backward(w, m)
 	if p.private {
 		p.perExample(w, i0, m)
@@ -1225,9 +1278,11 @@ func colSums(G []float32, fo int, col []float64) {
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf
-// norm), materializing convolution gradients in w.ex, asks the clipper
-// for factors, and scales (or zeroes) the dense layers' G rows so that
-// accumulate's GEMM is the book-keeping clipped sum.
+// norm; the convolutions' backward has materialized theirs in w.ex and
+// w.sq, convExGrads), asks the clipper for factors, scales (or zeroes)
+// the dense layers' G rows so that accumulate's GEMM is the book-keeping
+// clipped sum, and adds the scaled convolution and norm gradients into
+// the accumulator.
 func (p *Plan) perExample(w *worker, i0, m int) {
 	A := p.naff
 	for j := range m {
@@ -1237,30 +1292,10 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			s := &p.stages[i]
 			switch s.kind {
 			case kConv:
-				U, G := w.affineIO(s, i, j)
-				M := p.exGrad(w, s, j)
-				if s.recompute && p.capture == nil {
-					var l float64
-					sq[s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
-					linf = max(linf, l)
-					continue
-				}
-				if s.implicit {
-					p.implicitWeightGrad(w, i, j, 0, M)
-					G = w.gradView(s, i, j)
-				} else {
-					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
-				}
-				if s.b.Len > 0 {
-					colSums(G, s.fo, w.col)
-					for k, v := range w.col[:s.fo] {
-						M[s.fi*s.fo+k] = float32(v)
-					}
-				}
-				sq[s.aff] = sumsq64(M)
-				if p.opt.LInf {
-					linf = max(linf, maxAbs(M))
-				}
+				// convExGrads has written the gradient (or, recomputed,
+				// its bias), its squared norm into sq and its L-inf norm
+				// into w.linf[j].
+				linf = max(linf, w.linf[j])
 			case kEmbed:
 				sz, osz := s.in.Size(), s.out.Size()
 				t := 0.0
@@ -1334,29 +1369,72 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				scaleDown(f, G)
 			}
 		}
-		// Per-example gradients (convolutions, norms) are scaled and
-		// added into the accumulator here, in one pass while they are in
-		// cache: exactly the vector whose norm bound holds. (Each entry
-		// of the sum takes the examples in the same order as when
-		// accumulate added them after the chunk, so the sum is the same
-		// bit for bit.)
-		for i := range p.stages {
-			s := &p.stages[i]
-			if s.kind != kConv && s.kind != kNorm {
-				continue
-			}
-			if s.recompute {
-				continue // addRecomputed, after the chunk's norms
-			}
-			if f := c[s.aff]; f != 0 && !w.bad[j] {
+	}
+	if p.capture != nil {
+		return
+	}
+	// Per-example gradients (convolutions, norms) are scaled and added
+	// into the accumulator here: exactly the vector whose norm bound
+	// holds. Layer by layer, the chunk's examples in order, so that the
+	// layer's share of the accumulator stays in cache while the examples
+	// are added to it. (Each entry of the sum takes the examples in the
+	// same order as when accumulate added them after the chunk, so the
+	// sum is the same bit for bit.)
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv && s.kind != kNorm {
+			continue
+		}
+		if s.recompute {
+			continue // addRecomputed, after the chunk's norms
+		}
+		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		for j := range m {
+			if f := w.c[j*A+s.aff]; f != 0 && !w.bad[j] {
 				M := p.exGrad(w, s, j)
-				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
-				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
+				addScaledDown(accW, M[:s.w.Len], f)
+				addScaledDown(accB, M[s.w.Len:], f)
 			}
 		}
 	}
 	if p.capture == nil {
 		p.addRecomputed(w, m)
+	}
+}
+
+// convExGrads writes the per-example gradients of convolution stage i
+// (weight, then bias) for the chunk's m examples into their w.ex rows,
+// their squared norms into w.sq and, with Options.LInf, raises w.linf[j]
+// to their L-inf norms. backward calls it right after the stage's own
+// backward pass, while the output gradients it reads are in cache.
+func (p *Plan) convExGrads(w *worker, i, m int) {
+	s := &p.stages[i]
+	for j := range m {
+		U, G := w.affineIO(s, i, j)
+		M := p.exGrad(w, s, j)
+		if s.recompute && p.capture == nil {
+			var l float64
+			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+			w.linf[j] = max(w.linf[j], l)
+			continue
+		}
+		if s.implicit {
+			p.implicitWeightGrad(w, i, j, 0, M)
+			G = w.gradView(s, i, j)
+		} else {
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+		}
+		if s.b.Len > 0 {
+			colSums(G, s.fo, w.col)
+			for k, v := range w.col[:s.fo] {
+				M[s.fi*s.fo+k] = float32(v)
+			}
+		}
+		w.sq[j*p.naff+s.aff] = sumsq64(M)
+		if p.opt.LInf {
+			w.linf[j] = max(w.linf[j], maxAbs(M))
+		}
 	}
 }
 

@@ -253,6 +253,21 @@ func testNets() map[string]*builder {
 	b.dense(3*2*2, 5, Tanh)
 	b.dense(5, 3, Identity)
 	nets["mixed"] = b
+	// The CIFAR CNN's pattern: 'same' convolutions in pairs, each pair
+	// pooled, so that input gradients go straight into the producing
+	// convolution's bordered map (fuseGrads), with every fused activation,
+	// channel counts off the vector width and a column the pool drops.
+	b = &builder{net: Network{Input: Shape{3, 8, 7}}}
+	b.conv(3, 5, 3, 1, 1, Identity)
+	b.conv(5, 4, 3, 1, 1, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.conv(4, 8, 3, 1, 1, Tanh)
+	b.conv(8, 3, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(3*2*1, 4, Tanh)
+	b.dense(4, 3, Identity)
+	nets["conv-pairs"] = b
 	b = &builder{net: Network{Input: Shape{1, 11, 10}}}
 	b.conv(1, 4, 2, 3, 0, Tanh)
 	b.net.Layers = append(b.net.Layers, MaxPool{Size: 3})

@@ -3,10 +3,13 @@
 package nn
 
 // biasTanh sets z[j] = tanh(z[j] + bias[j]).
-func biasTanh(z, bias []float32) {
-	z = z[:len(bias)]
+func biasTanh(z, bias []float32) { biasTanhTo(z, z, bias) }
+
+// biasTanhTo sets dst[j] = tanh(z[j] + bias[j]) (dst may be z).
+func biasTanhTo(dst, z, bias []float32) {
+	dst, z = dst[:len(bias)], z[:len(bias)]
 	for j, b := range bias {
-		z[j] = tanh32(z[j] + b)
+		dst[j] = tanh32(z[j] + b)
 	}
 }
 

@@ -433,3 +433,43 @@ func TestSweepLogLocked(t *testing.T) {
 	}
 	l3.close()
 }
+
+// A results file written before a flag existed resumes when the flag keeps
+// its default (the old runs had its default behaviour) and is refused when
+// it does not.
+func TestSweepResumesAcrossNewFlag(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"sweep"}, tinySweep(dir, "-epsilons", "8", "-samplings", "shuffle")...)
+	if code, _, stderr := runCLI(t, args...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	path := filepath.Join(dir, "runs.jsonl")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(string(b), "\n", 2)
+	var head sweepRecord
+	if err := json.Unmarshal([]byte(lines[0]), &head); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := head.Recipe["warmup"]; !ok {
+		t.Fatalf("recipe %v has no warmup", head.Recipe)
+	}
+	delete(head.Recipe, "warmup") // as an older build wrote it
+	hb, err := json.Marshal(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(append(hb, '\n'), lines[1]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI(t, args...)
+	if code != 0 || !strings.Contains(out, "1 already in") {
+		t.Fatalf("resume with the new flag at its default: exit %d, %q, %q", code, out, stderr)
+	}
+	code, _, stderr = runCLI(t, append(args, "-warmup", "1")...)
+	if code != exitUsage || !strings.Contains(stderr, `-warmup "1" (was "")`) {
+		t.Errorf("resume with the new flag set: exit %d, %q", code, stderr)
+	}
+}
