@@ -205,6 +205,11 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 		if err := sf.sel.check(s.r, given["seeds"]); err != nil {
 			return nil, err
 		}
+		for _, samp := range s.grid.samplings {
+			if samp == privacy.SamplingRandomAllocation || samp == privacy.SamplingBandAllocation {
+				return nil, usagef("sweep: -select with %s sampling: %s", samp, noAllocationRDP)
+			}
+		}
 		s.sel = &sf.sel
 	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {

@@ -226,6 +226,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		{tinySweep(dir, "-select", "-2", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "0", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "2", "-validation", "100", "-select-law", "x"), "-select-law"},
+		{tinySweep(dir, "-select", "2", "-validation", "100", "-samplings", "poisson,random-allocation"), "-select with random-allocation sampling: the selection composes the candidates' Renyi"},
+		{tinySweep(dir, "-select", "2", "-validation", "100", "-mechanisms", "toeplitz:2", "-samplings", "band-allocation"), "-select with band-allocation sampling"},
 		{tinySweep(dir, "-seed", "1"), "bits"},
 		{tinySweep(dir, "-validation", "100000"), "-validation"},
 		{tinySweep(dir, "-marks", filepath.Join(dir, "missing.json")), "-marks"},
