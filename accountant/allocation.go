@@ -117,56 +117,104 @@ func prefix(p []float64) []float64 {
 // lseConv returns the distribution of log(e^a + e^b) for independent a ~ A
 // and b ~ B, on the grid, rounded as o was built, then trimmed: the
 // outermost cells holding at most tau on each side go to inf.
+//
+// With x the larger value (ties counted once) and d = I - J >= 0 the
+// distance of the smaller one's index J below x's index I, the result's
+// index is I + c(d), and c is constant on each group of o: group by group,
+// every I receives x's mass times y's mass over the group's J, one
+// difference of y's prefix sums. The prefix sums are padded on both sides
+// (0 below y, y's total above it) so that the loop over I needs no bounds.
+// Its cost is the number of groups (about ln 2/h) times the cells. When a
+// and b are the same distribution (a squaring) the two orders contribute
+// alike but for the ties, so one order is computed and doubled.
 func lseConv(a, b logGrid, o lseOffsets, tau float64) logGrid {
 	endA, endB := a.off+len(a.p)-1, b.off+len(b.p)-1
 	lo := max(a.off, b.off) + o.add[len(o.add)-1]
 	hi := max(endA, endB) + o.add[0]
 	out := make([]float64, hi-lo+1)
-	pa, pb := prefix(a.p), prefix(b.p)
-	// spread adds, for every index I of x (the larger value, ties
-	// included when strict is false), x's mass times y's mass over the
-	// indices J = I - d, d in each group, at I + c: group by group, a
-	// streaming pass over I.
-	spread := func(x logGrid, y logGrid, py []float64, strict bool) {
-		endX, endY := x.off+len(x.p)-1, y.off+len(y.p)-1
-		for g, d0 := range o.from {
-			if strict && d0 == 0 {
-				d0 = 1
-			}
-			d1 := math.MaxInt // d < d1
-			if g+1 < len(o.from) {
-				d1 = o.from[g+1]
-			}
+	same := a.off == b.off && len(a.p) == len(b.p) && (len(a.p) == 0 || &a.p[0] == &b.p[0])
+	if same {
+		spreadLSE(out, lo, a, b, o, true)
+		for i := range out {
+			out[i] *= 2
+		}
+		// The ties, d = 0, once: group 0 adds o.add[0].
+		shift := o.add[0] - lo + a.off
+		for k, v := range a.p {
+			out[k+shift] += v * v
+		}
+	} else {
+		spreadLSE(out, lo, a, b, o, false)
+		spreadLSE(out, lo, b, a, o, true)
+	}
+	r := logGrid{off: lo, p: out, inf: a.inf + b.inf - a.inf*b.inf}
+	return r.trim(tau)
+}
+
+// spreadLSE adds to out (whose index 0 is grid index lo) the mass of the
+// pairs in which x is the larger value (strictly, with strict), for every
+// group of o.
+func spreadLSE(out []float64, lo int, x, y logGrid, o lseOffsets, strict bool) {
+	endX, endY := x.off+len(x.p)-1, y.off+len(y.p)-1
+	// The last group's d is unbounded; every other group's J lies within
+	// dmax of I.
+	last := len(o.from) - 1
+	dmax := o.from[last]
+	// P[k] is y's mass at indices below base + k, for base + k in
+	// [x.off - dmax + 1, max(endX, endY) + 1].
+	base := min(x.off, y.off) - dmax + 1
+	top := max(endX, endY) + 1
+	P := make([]float64, top-base+1)
+	s := 0.0
+	for k := range P {
+		if j := base + k - 1; j >= y.off && j <= endY {
+			s += y.p[j-y.off]
+		}
+		P[k] = s
+	}
+	for g, d0 := range o.from {
+		if strict && d0 == 0 {
+			d0 = 1
+		}
+		// J = I - d for d in [d0, d1) lies in [y.off, endY] for some d
+		// only if I >= y.off + d0 and I - d1 + 1 <= endY.
+		iLo := max(x.off, y.off+d0)
+		iHi := endX
+		if g < last {
+			d1 := o.from[g+1]
 			if d0 >= d1 {
 				continue
 			}
-			// J = I - d in [y.off, endY] and d in [d0, d1): I from y.off + d0.
-			iLo := max(x.off, y.off+d0)
-			if iLo > endX {
-				break
+			iHi = min(endX, endY+d1-1)
+			if iLo > iHi {
+				continue
 			}
-			shift := o.add[g] - lo
-			xp := x.p[iLo-x.off:]
-			for k, v := range xp {
-				I := iLo + k
-				jHi := min(I-d0, endY)
-				jLo := y.off
-				if d1 != math.MaxInt && I-d1+1 > jLo {
-					jLo = I - d1 + 1
+			n := iHi - iLo + 1
+			xs := x.p[iLo-x.off : iLo-x.off+n]
+			os := out[iLo+o.add[g]-lo : iLo+o.add[g]-lo+n]
+			ph := P[iLo-d0+1-base : iLo-d0+1-base+n] // mass below J = I - d0 + 1
+			pl := P[iLo-d1+1-base : iLo-d1+1-base+n] // mass below J = I - d1 + 1
+			for k, v := range xs {
+				if m := ph[k] - pl[k]; m > 0 {
+					os[k] += v * m
 				}
-				if jLo > jHi {
-					continue
-				}
-				if m := py[jHi-y.off+1] - py[jLo-y.off]; m > 0 {
-					out[I+shift] += v * m
-				}
+			}
+			continue
+		}
+		if iLo > iHi {
+			continue
+		}
+		// The last group: every J <= I - d0.
+		n := iHi - iLo + 1
+		xs := x.p[iLo-x.off : iLo-x.off+n]
+		os := out[iLo+o.add[g]-lo : iLo+o.add[g]-lo+n]
+		ph := P[iLo-d0+1-base : iLo-d0+1-base+n]
+		for k, v := range xs {
+			if m := ph[k]; m > 0 {
+				os[k] += v * m
 			}
 		}
 	}
-	spread(a, b, pb, false)
-	spread(b, a, pa, true)
-	r := logGrid{off: lo, p: out, inf: a.inf + b.inf - a.inf*b.inf}
-	return r.trim(tau)
 }
 
 // trim sends the outermost cells holding at most tau on each side to inf.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -148,5 +149,38 @@ func TestRandomAllocationEvent(t *testing.T) {
 	}
 	if _, err := NewPLD(PLDOptions{}).Epsilon(RandomAllocation(4, PoissonSampled(0.1, Gaussian(1))), 1e-5); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("allocation of a subsampled mechanism: err = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestLSEConvAgrees holds lseConv (tight loops over padded prefix sums, a
+// squaring computed in one order and doubled) to the straightforward
+// lseConvRef: the same cells exactly for distinct operands, and to
+// rounding (1e-13 of the largest cell) for a squaring, whose sums are
+// grouped differently; both rounding directions, operands overlapping,
+// nested and apart.
+func TestLSEConvAgrees(t *testing.T) {
+	for _, up := range []bool{true, false} {
+		const h, tau = 1e-3, 1e-20
+		o := newLSEOffsets(h, up)
+		a := normalOnGrid(-0.2, 0.6, h, tau, up)
+		b := normalOnGrid(0.3, 0.5, h, tau, up)
+		c := normalOnGrid(9, 0.1, h, tau, up) // apart: beyond every group but the last
+		d := normalOnGrid(-0.1, 0.05, h, tau, up)
+		for k, pair := range [][2]logGrid{{a, b}, {b, a}, {a, c}, {c, a}, {a, d}, {d, a}, {a, a}, {c, c}} {
+			got, want := lseConv(pair[0], pair[1], o, tau), lseConvRef(pair[0], pair[1], o, tau)
+			if got.off != want.off || len(got.p) != len(want.p) {
+				t.Fatalf("up %v, pair %d: cells %d+%d, want %d+%d", up, k, got.off, len(got.p), want.off, len(want.p))
+			}
+			square := &pair[0].p[0] == &pair[1].p[0]
+			peak := slices.Max(want.p)
+			for i := range got.p {
+				if diff := math.Abs(got.p[i] - want.p[i]); diff > 0 && (!square || diff > 1e-13*peak) {
+					t.Fatalf("up %v, pair %d, cell %d: %v, want %v", up, k, i, got.p[i], want.p[i])
+				}
+			}
+			if diff := math.Abs(got.inf - want.inf); diff > 0 && (!square || diff > 1e-13*peak) {
+				t.Fatalf("up %v, pair %d: inf %v, want %v", up, k, got.inf, want.inf)
+			}
+		}
 	}
 }

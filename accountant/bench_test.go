@@ -60,3 +60,18 @@ func BenchmarkGaussianSigma(b *testing.B) {
 		}
 	}
 }
+
+// sigma for eps = 3, delta = 1e-5 under random allocation over t = 20
+// steps, 30 epochs (the ScatterNet recipe: 60,000 examples, batch 3000,
+// 600 steps).
+func BenchmarkAllocationCalibrate(b *testing.B) {
+	for b.Loop() {
+		pld := NewPLD(PLDOptions{})
+		c, err := Calibrate(pld, func(s float64) (Event, error) { return DPSGDAllocationEvent(s, 20, 600) }, 3, 1e-5)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(c.Evaluations), "evals")
+		b.ReportMetric(c.Sigma, "sigma")
+	}
+}

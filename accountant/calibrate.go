@@ -33,11 +33,13 @@ const (
 )
 
 // Calibrate returns the smallest noise multiplier sigma, to a relative
-// tolerance of 1e-5, for which acct certifies event(sigma) as
+// tolerance of 1e-5 (or one whose epsilon is within 1e-5 of the target,
+// relatively, and below it), for which acct certifies event(sigma) as
 // (eps, delta)-DP. The search brackets sigma by doubling and then refines it
 // by a safeguarded secant method in log sigma; the returned sigma always
 // meets the target. A PLD accountant first calibrates on a ten times
-// coarser grid, whose pessimistic answer brackets the fine one. If even
+// coarser grid, whose pessimistic answer is close to the fine one; the
+// fine search steps from it along the coarse curve's slope. If even
 // sigma = 1e6 misses the target, the error wraps ErrInfeasible; the search
 // does not go below sigma = 1e-3, so for targets met with less noise than
 // that it returns the smallest sigma it tried.
@@ -74,17 +76,21 @@ func CalibrateContext(ctx context.Context, acct Accountant, event func(sigma flo
 		return got, h.add(a.Name(), sigma, got)
 	}
 	var fine history
-	start, step := 1.0, 1.1
+	start, step, slope := 1.0, 1.1, 0.0
 	if p, ok := acct.(*pldAccountant); ok {
 		coarse, h := p.coarse(), &history{}
-		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, h, s) }, eps, start, 1.1, calRelTol*10)
+		c, err := calibrate(func(s float64) (float64, error) { return f(coarse, h, s) }, eps, start, 1.1, calRelTol*10, 0)
 		if err != nil {
 			return cal, err
 		}
-		// The coarse grid's pessimism is a fraction of a percent.
-		start, step = c.Sigma, 1.001
+		// The coarse grid's pessimism is a fraction of a percent of
+		// sigma for most events and a few percent for random allocation
+		// (whose log-sum grid is coarser in proportion): the fine search
+		// starts there and takes its first step along the coarse curve's
+		// slope, which lands next to the fine answer.
+		start, step, slope = c.Sigma, 1.001, h.slopeAt(c.Sigma)
 	}
-	c, err := calibrate(func(s float64) (float64, error) { return f(acct, &fine, s) }, eps, start, step, calRelTol)
+	c, err := calibrate(func(s float64) (float64, error) { return f(acct, &fine, s) }, eps, start, step, calRelTol, slope)
 	if err != nil {
 		return cal, err
 	}
@@ -122,7 +128,38 @@ func (h *history) add(name string, sigma, eps float64) error {
 	return nil
 }
 
-func calibrate(f func(float64) (float64, error), target, start, factor, tol float64) (Calibration, error) {
+// slopeAt returns the slope of log eps against log sigma between the two
+// answers nearest sigma (in log sigma) at different sigma with finite,
+// positive epsilons, or 0 if there are none or it is not negative.
+func (h *history) slopeAt(sigma float64) float64 {
+	i, j := -1, -1
+	dist := func(k int) float64 { return math.Abs(math.Log(h.sigma[k] / sigma)) }
+	for k, e := range h.eps {
+		if !(e > 0) || isInf(e) {
+			continue
+		}
+		switch {
+		case i < 0 || dist(k) < dist(i):
+			i, j = k, i
+		case j < 0 || dist(k) < dist(j):
+			j = k
+		}
+	}
+	if i < 0 || j < 0 || h.sigma[i] == h.sigma[j] {
+		return 0
+	}
+	s := math.Log(h.eps[i]/h.eps[j]) / math.Log(h.sigma[i]/h.sigma[j])
+	if !(s < 0) || isInf(s) {
+		return 0
+	}
+	return s
+}
+
+// calibrate searches log sigma from start: its first step is by factor,
+// or, given a negative slope of log eps against log sigma (0: none), the
+// secant step that slope predicts, overshot slightly so that the bracket
+// closes.
+func calibrate(f func(float64) (float64, error), target, start, factor, tol, slope float64) (Calibration, error) {
 	// eps falls roughly like a power of sigma, so search log eps against
 	// log sigma, where the relation is nearly linear.
 	g := func(e float64) float64 { return math.Log(e) - math.Log(target) }
@@ -141,6 +178,11 @@ func calibrate(f func(float64) (float64, error), target, start, factor, tol floa
 	step := math.Log(factor)
 	if g0 <= 0 {
 		step = -step
+	}
+	if slope < 0 && !isInf(g0) {
+		if s := -1.05 * g0 / slope; math.Abs(s) > tol && math.Abs(s) < 1 {
+			step = s
+		}
 	}
 	x1 := x0 + step
 	var e1, g1 float64
@@ -175,7 +217,7 @@ func calibrate(f func(float64) (float64, error), target, start, factor, tol floa
 	// Illinois regula falsi, falling back to bisection when eps is
 	// infinite or zero.
 	side := 0
-	for i := 0; i < maxCalSteps && math.Exp(hi-lo)-1 > tol; i++ {
+	for i := 0; i < maxCalSteps && math.Exp(hi-lo)-1 > tol && ghi < -tol; i++ {
 		m := 0.5 * (lo + hi)
 		if !isInf(glo) && !isInf(ghi) && glo != ghi {
 			m = hi - ghi*(hi-lo)/(ghi-glo)

@@ -8,11 +8,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/nn"
 )
@@ -93,7 +93,7 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 				}
 				runtime.GC()
 				var ms runtime.MemStats
-				cpu0 := cpuSeconds()
+				cpu0 := rusage.CPUSeconds()
 				b.ResetTimer()
 				for b.Loop() {
 					if _, err := e.ClippedSum(x, y, dst); err != nil {
@@ -101,7 +101,7 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 					}
 				}
 				b.StopTimer()
-				cpu := cpuSeconds() - cpu0
+				cpu := rusage.CPUSeconds() - cpu0
 				runtime.ReadMemStats(&ms)
 				n := float64(batch) * float64(b.N)
 				b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
@@ -110,7 +110,7 @@ func benchSteps(b *testing.B, batches []int, short int, newModel func() (models.
 				// many cores we got.
 				b.ReportMetric(n/cpu, "examples/cpu-s")
 				b.ReportMetric(float64(ms.HeapSys)/(1<<20), "heapMiB")
-				b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+				b.ReportMetric(rusage.MaxRSSMiB(), "maxRSS-MiB")
 				bound, err := gemmBound(b, e, x, y, dst)
 				if err != nil {
 					b.Fatal(err)
@@ -153,22 +153,6 @@ func gemmBound(b *testing.B, e *Engine, x []float32, y []int, dst []float32) (ti
 	return total / time.Duration(e.plan.Workers()), nil
 }
 
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
-func maxRSSMiB() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024 // Linux reports KiB
-}
-
 // BenchmarkCIFARCNNPoisson is the private step with batch sizes varying as
 // Poisson sampling with mean 64 gives (MaxBatch 80): the executor's plan
 // does not depend on the batch size, so nothing is padded or rebuilt.
@@ -186,7 +170,7 @@ func BenchmarkCIFARCNNPoisson(b *testing.B) {
 	sizes := []int{58, 71, 64, 77, 61, 69}
 	x, y := randBatch(rng, 80, e.chw, 10)
 	dst := make([]float32, m.NumParams())
-	cpu0 := cpuSeconds()
+	cpu0 := rusage.CPUSeconds()
 	examples := 0
 	k := 0
 	for b.Loop() {
@@ -198,6 +182,6 @@ func BenchmarkCIFARCNNPoisson(b *testing.B) {
 		examples += n
 	}
 	b.ReportMetric(float64(examples)/b.Elapsed().Seconds(), "examples/s")
-	b.ReportMetric(float64(examples)/(cpuSeconds()-cpu0), "examples/cpu-s")
-	b.ReportMetric(maxRSSMiB(), "maxRSS-MiB")
+	b.ReportMetric(float64(examples)/(rusage.CPUSeconds()-cpu0), "examples/cpu-s")
+	b.ReportMetric(rusage.MaxRSSMiB(), "maxRSS-MiB")
 }

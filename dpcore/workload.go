@@ -195,9 +195,14 @@ func (w Workload) String() string {
 // Matrix builds the dense n x n matrix A.
 //
 // It is refused above DenseStepLimit steps with the memory it would need.
-func (w Workload) Matrix() (*mat.Dense, error) {
-	if w.N > DenseStepLimit {
-		return nil, invalidf("workload %s: n = %d steps needs a dense n x n matrix of %s; the limit is n = %d", w.Kind, w.N, HumanBytes(8*float64(w.N)*float64(w.N)), DenseStepLimit)
+func (w Workload) Matrix() (*mat.Dense, error) { return w.MatrixUpTo(DenseStepLimit) }
+
+// MatrixUpTo is Matrix with the step limit maxN instead of DenseStepLimit,
+// for a method that holds A and little else (the banded optimizer, whose
+// other memory is O(n bands)); the caller checks the memory.
+func (w Workload) MatrixUpTo(maxN int) (*mat.Dense, error) {
+	if w.N > maxN {
+		return nil, invalidf("workload %s: n = %d steps needs a dense n x n matrix of %s; the limit is n = %d", w.Kind, w.N, HumanBytes(8*float64(w.N)*float64(w.N)), maxN)
 	}
 	if err := w.Validate(); err != nil {
 		return nil, err

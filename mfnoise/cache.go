@@ -184,30 +184,44 @@ const (
 // SHA-256), written atomically; an entry with a bad checksum, another key
 // or coefficients the constructors refuse is rebuilt and overwritten.
 func (c *Cache) getOrBuildToeplitz(ctx context.Context, key ProblemKey, build func(context.Context) (*toeplitz.Encoder, error)) (*toeplitz.Encoder, bool, error) {
+	return getOrBuildSealed(ctx, c, key, ".json", toeplitzStoreMagic, toeplitzStoreVersion,
+		func(path string, kb []byte) (*toeplitz.Encoder, error) { return readToeplitzEntry(path, string(kb)) },
+		build,
+		func(t *toeplitz.Encoder, kb []byte) ([]byte, error) {
+			return json.Marshal(storedToeplitz{Key: string(kb), Name: t.Name, N: t.N, Coef: t.Coef, BLT: t.BLT, InvCoef: t.InvCoef})
+		})
+}
+
+// getOrBuildSealed is the cache protocol of the structured entries
+// (Toeplitz, banded): read the entry at key's path with extension ext,
+// else build, encode and write it in atomicfile's sealed envelope (magic,
+// version), reporting a rebuilt unreadable entry to the build trace.
+func getOrBuildSealed[T any](ctx context.Context, c *Cache, key ProblemKey, ext, magic string, version int,
+	read func(path string, kb []byte) (T, error), build func(context.Context) (T, error), encode func(v T, kb []byte) ([]byte, error)) (T, bool, error) {
+	var zero T
 	if c == nil || c.Dir == "" {
-		t, err := build(ctx)
-		return t, false, err
+		v, err := build(ctx)
+		return v, false, err
 	}
-	path, kb, err := c.entry(key, ".json")
+	path, kb, err := c.entry(key, ext)
 	if err != nil {
-		return nil, false, err
+		return zero, false, err
 	}
-	t, err := readToeplitzEntry(path, string(kb))
+	v, err := read(path, kb)
 	if err == nil {
-		return t, true, nil
+		return v, true, nil
 	}
 	if _, serr := os.Stat(path); serr == nil {
 		buildTraceFrom(ctx).rebuilding(path, err)
 	}
-	t, err = build(ctx)
-	if err != nil {
-		return nil, false, err
+	if v, err = build(ctx); err != nil {
+		return zero, false, err
 	}
-	payload, err := json.Marshal(storedToeplitz{Key: string(kb), Name: t.Name, N: t.N, Coef: t.Coef, BLT: t.BLT, InvCoef: t.InvCoef})
+	payload, err := encode(v, kb)
 	if err != nil {
-		return t, false, fmt.Errorf("mfnoise: cache: %w", err)
+		return v, false, fmt.Errorf("mfnoise: cache: %w", err)
 	}
-	return t, false, c.write(path, toeplitzStoreMagic, toeplitzStoreVersion, payload)
+	return v, false, c.write(path, magic, version, payload)
 }
 
 func readToeplitzEntry(path, key string) (*toeplitz.Encoder, error) {

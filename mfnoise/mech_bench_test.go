@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/mfnoise/internal/linalg"
 	"github.com/dpmf-go/dpmf/mfnoise/sensitivity"
 	"gonum.org/v1/gonum/mat"
@@ -18,13 +19,13 @@ func BenchmarkMechanism(b *testing.B) {
 	schema, _ := dpcore.KBParticipation(20, 100)
 	for _, spec := range named(b, "dpsgd,tree-online,tree-full,fft,fft-opt,tree-online/s10,tree-full/s5,fft/s5,fft-opt/s5") {
 		b.Run(spec.String(), func(b *testing.B) {
-			cpu := processCPUSeconds()
+			cpu := rusage.CPUSeconds()
 			for b.Loop() {
 				if _, err := compareOne(context.Background(), spec, w, schema, BuildOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
+			b.ReportMetric((rusage.CPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 	}
 }
@@ -57,24 +58,24 @@ func BenchmarkMinSepSensitivity(b *testing.B) {
 		c    *mat.Dense
 	}{{"banded", banded}, {"dense", dense}} {
 		b.Run(c.name, func(b *testing.B) {
-			cpu := processCPUSeconds()
+			cpu := rusage.CPUSeconds()
 			for b.Loop() {
 				if _, err := sensitivity.Of(c.c, schema); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
+			b.ReportMetric((rusage.CPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(c.name+"/dp-only", func(b *testing.B) {
 			// The Gram matrix computed once: the DP (with its checks) alone.
 			x := linalg.Gram(c.c)
-			cpu := processCPUSeconds()
+			cpu := rusage.CPUSeconds()
 			for b.Loop() {
 				if _, err := sensitivity.FromGram(c.c, x, schema); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((processCPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
+			b.ReportMetric((rusage.CPUSeconds()-cpu)/float64(b.N), "cpu-s/op")
 		})
 	}
 }

@@ -216,7 +216,7 @@ func TestDenseRefusalStatesTheOptimizersMemory(t *testing.T) {
 		want string
 	}{
 		{MFKB{}, "32.8 GiB (44 x 8 n^2 bytes)"},
-		{BandMF{Bands: 20}, "8.2 GiB (11 x 8 n^2 bytes)"},
+		{BandMF{Bands: 20}, "5.2 GiB (7 x 8 n^2 bytes)"},
 		{MFSingle{}, "13.4 GiB (18 x 8 n^2 bytes)"},
 	} {
 		_, err := BuildDense(context.Background(), c.m, w, sc, BuildOptions{})

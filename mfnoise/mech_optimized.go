@@ -91,14 +91,19 @@ func (m BandMF) Structure() Structure { return bandsStructure(m.Bands, m.Auto) }
 // WithBands is BandMF with b bands.
 func (BandMF) WithBands(b int) Mechanism { return BandMF{Bands: b} }
 
-// Build optimizes a banded encoder for w.
+// Build optimizes a banded encoder for w: a dense factorization up to
+// dpcore.DenseStepLimit steps, above it the band alone (*BandedStrategy,
+// cached as a banded entry), whose noise, sensitivity and loss need no
+// n x n matrix.
 func (m BandMF) Build(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (dpcore.Strategy, error) {
-	return BuildDense(ctx, m, w, schema, opt)
+	if w.N <= dpcore.DenseStepLimit {
+		return BuildDense(ctx, m, w, schema, opt)
+	}
+	return m.buildBanded(ctx, w, schema, opt)
 }
 
-// BuildBlock optimizes a banded encoder for w0.
-func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
-	n0 := w0.N
+// bands is the band count built for n0 steps under the schema.
+func (m BandMF) bands(n0 int, schema dpcore.Schema) (int, error) {
 	bands := m.Bands
 	if m.Auto {
 		bands = n0
@@ -107,17 +112,73 @@ func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcor
 		}
 	}
 	if bands < 1 || bands > n0 {
-		return nil, nil, guard.Invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
+		return 0, guard.Invalidf("build %s: %d bands, need 1..%d (steps per stamp)", m, bands, n0)
+	}
+	return bands, nil
+}
+
+// buildBanded is Build above dpcore.DenseStepLimit: the optimizer's band
+// (Result.Banded) through the cache, bound to w.
+func (m BandMF) buildBanded(ctx context.Context, w dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*BandedStrategy, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if err := schema.Validate(w.N); err != nil {
+		return nil, err
+	}
+	bands, err := m.bands(w.N, schema)
+	if err != nil {
+		return nil, err
+	}
+	// The key and problem are the dense build's (the schema only sets the
+	// band count: the encoder has unit columns under any schema).
+	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands, Workload: w}
+	if opt.Optimize != nil {
+		key.Gap = opt.Optimize.Gap
+	}
+	label := fmt.Sprintf("bandmf:%d", bands)
+	tr := buildTraceFrom(ctx)
+	produce := func(ctx context.Context) (*BandedEncoder, error) {
+		res, err := tr.optimize(label, w.N, 0, func(progress func(optimize.Progress)) (*Result, error) {
+			return Optimize(ctx, Problem{Workload: w, Schema: key.Schema, Family: BandedFamily{Bands: bands}}, withProgress(opt.Optimize, progress))
+		})
+		if err != nil {
+			return nil, err
+		}
+		if res == nil || res.Banded == nil {
+			return nil, fmt.Errorf("mfnoise: build %s: optimizer returned no banded encoder", m)
+		}
+		return res.Banded, nil
+	}
+	e, hit, err := opt.Cache.getOrBuildBanded(ctx, key, produce)
+	if hit {
+		path, _, _ := opt.Cache.entry(key, bandedStoreExt)
+		tr.cached(label, w.N, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mfnoise: build %s: %w", m, err)
+	}
+	return e.For(w)
+}
+
+// BuildBlock optimizes a banded encoder for w0.
+func (m BandMF) BuildBlock(ctx context.Context, w0 dpcore.Workload, schema dpcore.Schema, opt BuildOptions) (*Factorization, *mat.SymDense, error) {
+	bands, err := m.bands(w0.N, schema)
+	if err != nil {
+		return nil, nil, err
 	}
 	key := ProblemKey{Kind: "bandmf", Stamps: 1, Bands: bands}
-	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, bandedStopGap(opt.Optimize))
+	// The optimizer stops when the loss stalls (a target gap of 0 to the
+	// trace), then proves its bound up to bandedBoundMaxN steps (the
+	// trace's certificate).
+	f, err := optimized(ctx, m.String(), fmt.Sprintf("bandmf:%d", bands), key, w0, BandedFamily{Bands: bands}, opt, 0)
 	return f, nil, err
 }
 
 // StampDecoder: the optimal decoder.
 func (BandMF) StampDecoder() StampDecoder { return StampOptimal }
 
-func (BandMF) workMatrices() int { return bandedMatrices }
+func (BandMF) workMatrices() int { return bandedEncoderMatrices }
 
 // bandsName is the name of a banded family: family:BANDS, or family:auto.
 func bandsName(family string, bands int, auto bool) string {

@@ -95,6 +95,9 @@ func denseCost(s dpcore.Strategy, stamps int) (float64, string) {
 // count read off the encoder within a block (b = max_i (i - first nonzero
 // column of row i) + 1).
 func bandedCost(s dpcore.Strategy, stamps int) (float64, string) {
+	if b, ok := s.(*BandedStrategy); ok {
+		return float64(b.Encoder.bandsUsed()), "O(b d)"
+	}
 	n0, _ := blockDims(s, stamps)
 	c, _, err := s.Matrices()
 	if err != nil {

@@ -29,11 +29,7 @@ type bandProblem struct {
 	n, k int // k = bands - 1, the half bandwidth
 	xb   *mat.SymBandDense
 	ch   mat.BandCholesky
-	// Cache of the last evaluation: L-BFGS asks for F and G at one point.
-	lastX []float64
-	lastF float64
-	lastG []float64
-	ok    bool
+	last evalCache
 	// dense holds the work matrices of the GEMM-bound evaluation used
 	// for wide bands (evalDense).
 	dense *denseBandEval
@@ -86,41 +82,53 @@ func (p *bandProblem) band(x []float64) *mat.SymDense {
 // g. Points outside the positive definite cone have value +Inf, which the
 // line search backs away from.
 func (p *bandProblem) eval(x, g []float64) float64 {
-	if p.ok && floats.Equal(x, p.lastX) {
-		if g != nil {
-			copy(g, p.lastG)
+	return p.last.eval(x, g, func(x, grad []float64) (float64, bool) {
+		switch p.evalPath() {
+		case pathDense:
+			p.fill(x)
+			return p.evalDense(grad)
+		case pathSolves:
+			return p.evalSolves(x, grad)
 		}
-		return p.lastF
-	}
-	p.ok = false
-	if p.lastX == nil {
-		p.lastX = make([]float64, len(x))
-		p.lastG = make([]float64, len(x))
-	}
-	copy(p.lastX, x)
-	var f float64
-	var ok bool
-	switch p.evalPath() {
-	case pathDense:
-		p.fill(x)
-		f, ok = p.evalDense(p.lastG)
-	case pathSolves:
-		f, ok = p.evalSolves(x, p.lastG)
-	default:
-		f, ok = p.evalPanels(x, p.lastG)
-	}
-	if !ok {
-		f = math.Inf(1)
-		for i := range p.lastG {
-			p.lastG[i] = math.NaN()
-		}
-	}
-	p.lastF, p.ok = f, true
-	if g != nil {
-		copy(g, p.lastG)
-	}
-	return f
+		return p.evalPanels(x, grad)
+	})
 }
+
+// evalCache keeps the last evaluation of an objective: L-BFGS asks for
+// the value and the gradient at one point.
+type evalCache struct {
+	x, g []float64
+	f    float64
+	ok   bool
+}
+
+// eval returns the value at x, from the cache or by compute (which writes
+// the gradient and reports false outside the domain: value +Inf, gradient
+// NaN), and copies the gradient to g when g is not nil.
+func (c *evalCache) eval(x, g []float64, compute func(x, grad []float64) (float64, bool)) float64 {
+	if !(c.ok && floats.Equal(x, c.x)) {
+		if c.x == nil {
+			c.x = make([]float64, len(x))
+			c.g = make([]float64, len(x))
+		}
+		copy(c.x, x)
+		f, ok := compute(x, c.g)
+		if !ok {
+			f = math.Inf(1)
+			for i := range c.g {
+				c.g[i] = math.NaN()
+			}
+		}
+		c.f, c.ok = f, true
+	}
+	if g != nil {
+		copy(g, c.g)
+	}
+	return c.f
+}
+
+// reset forgets the cached evaluation.
+func (c *evalCache) reset() { c.ok = false }
 
 // evalSolves computes f = tr(A X^-1 A^T) and the gradient over the free
 // band entries by n banded solves, one row of A at a time (the reference
@@ -301,8 +309,16 @@ type panelEval struct {
 	ar    []float64
 	first []int
 	// xl holds X' (the band of its lower triangle, n x n row-major) and
-	// then, in place, its Cholesky factor L (cholWork.factor).
-	xl []float64
+	// then, in place, its Cholesky factor L (cholWork.factor); made on
+	// first use. lb, when inBand, holds L instead by its band:
+	// L[j, j-e] at lb[j*(k+1) + e] (encoderBandProblem's factor, O(n k)).
+	xl, lb []float64
+	inBand bool
+	// cross makes the panels sum W^T Y instead of Y^T Y over the band
+	// (encoderBandProblem's gradient, -2 (A C^-1)^T A X^-1): W vanishes
+	// before a panel's first column, so neither the products nor the
+	// backward solve go below it.
+	cross bool
 	// chol is the scratch of the factorization: the inverse of a diagonal
 	// block and the panel below it.
 	chol cholWork
@@ -348,7 +364,6 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 		}
 		d.first = append(d.first, first/s*s)
 	}
-	d.xl = make([]float64, n*n)
 	blocks := (n + s - 1) / s
 	d.pInvT, d.pInv, d.pM, d.pN = make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks), make([]blas.PackedB64, blocks)
 	size := 0
@@ -372,7 +387,12 @@ func newPanelEval(a []float64, n, k int) *panelEval {
 // factors it and prepares the block matrices, the blocks in parallel. It
 // returns false when X is not positive definite.
 func (d *panelEval) factor(x []float64) bool {
-	n, k, xl := d.n, d.k, d.xl
+	n, k := d.n, d.k
+	if d.xl == nil {
+		d.xl = make([]float64, n*n)
+	}
+	d.inBand, d.cross = false, false
+	xl := d.xl
 	for i := 0; i < n; i++ {
 		xl[i*n+i] = 1
 	}
@@ -391,6 +411,12 @@ func (d *panelEval) factor(x []float64) bool {
 	if !d.chol.factor(xl, n, k) {
 		return false
 	}
+	return d.prepare()
+}
+
+// prepare packs the block matrices of the factor L in xl, the blocks in
+// parallel; false when a diagonal block is singular.
+func (d *panelEval) prepare() bool {
 	var failed atomic.Bool
 	d.parallel(len(d.pInv), func(wk *panelWork, b int) {
 		if !d.prepareBlock(wk, b) {
@@ -495,8 +521,11 @@ func (d *panelEval) parallel(count int, f func(wk *panelWork, i int)) {
 func (d *panelEval) prepareBlock(wk *panelWork, b int) bool {
 	n, k, s := d.n, d.k, d.s
 	l := func(j, i int) float64 {
-		if i > j || j-i > k {
+		switch {
+		case i > j || j-i > k:
 			return 0
+		case d.inBand:
+			return d.lb[j*(k+1)+j-i]
 		}
 		return d.xl[j*n+i]
 	}
@@ -613,6 +642,15 @@ func (d *panelEval) run(x, y []float64) bool {
 	if !d.factor(x) {
 		return false
 	}
+	d.runPanels(y, nil)
+	return true
+}
+
+// runPanels runs every panel with the factor prepared, leaving the groups'
+// sums in gf and gyy; with y not nil (n x n) it also stores Y = A X^-1
+// there and with z not nil W J = A C^-1 (both in the original order of
+// indices).
+func (d *panelEval) runPanels(y, z []float64) {
 	for gi := range d.gyy {
 		clear(d.gyy[gi])
 		d.gf[gi] = 0
@@ -620,11 +658,14 @@ func (d *panelEval) run(x, y []float64) bool {
 	d.parallel(panelGroups, func(wk *panelWork, gi int) {
 		for pi := gi; pi < len(d.first); pi += panelGroups {
 			d.gf[gi] += d.panel(wk, pi, d.gyy[gi])
-			if y != nil {
-				// A X^-1 = A' X'^-1 J: the columns reversed.
-				n, r0 := d.n, pi*panelRows
+			// A X^-1 = A' X'^-1 J and A C^-1 = W J: the columns reversed.
+			n, r0 := d.n, pi*panelRows
+			for _, out := range []struct{ src, dst []float64 }{{wk.y, y}, {wk.w, z}} {
+				if out.dst == nil {
+					continue
+				}
 				for r := 0; r < min(panelRows, n-r0); r++ {
-					src, dst := wk.y[r*n:r*n+n], y[(r0+r)*n:(r0+r)*n+n]
+					src, dst := out.src[r*n:r*n+n], out.dst[(r0+r)*n:(r0+r)*n+n]
 					for c, v := range src {
 						dst[n-1-c] = v
 					}
@@ -632,7 +673,6 @@ func (d *panelEval) run(x, y []float64) bool {
 			}
 		}
 	})
-	return true
 }
 
 // panel runs panel pi: its W and Y, ||W||_F^2 (returned) and Y^T Y over
@@ -663,7 +703,11 @@ func (d *panelEval) panel(wk *panelWork, pi int, yy []float64) float64 {
 		}
 	}
 	// Backward: Y_I = W_I L_II^-1 - Y_J+ (L_J+I L_II^-1), last block first.
-	for i0 := (n - 1) / s * s; i0 >= 0; i0 -= s {
+	last := 0
+	if d.cross {
+		last = first
+	}
+	for i0 := (n - 1) / s * s; i0 >= 0 && i0+s > last; i0 -= s {
 		b := i0 / s
 		i1 := min(i0+s, n)
 		beta := 0.0
@@ -685,7 +729,11 @@ func (d *panelEval) panel(wk *panelWork, pi int, yy []float64) float64 {
 		i0 := b * s
 		i1 := min(i0+s, n)
 		ld := min(n, i1+k) - i0
-		gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, y[i0:], n, 1, yy[off:], i1-i0)
+		if !d.cross {
+			gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, y[i0:], n, 1, yy[off:], i1-i0)
+		} else if i1 > first {
+			gm.Dgemm(gblas.Trans, gblas.NoTrans, ld, i1-i0, h, 1, y[i0:], n, w[i0:], n, 1, yy[off:], i1-i0)
+		}
 	}
 	return f
 }

@@ -88,7 +88,7 @@ func TestOptimizeBandedSmall(t *testing.T) {
 	}
 	prev := math.Inf(1)
 	for _, bands := range []int{1, 2, 4, 8, 16, n} {
-		r, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-6}, false)
+		r, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-6}, bandedAuto)
 		if err != nil {
 			t.Fatalf("bands %d: %v", bands, err)
 		}
@@ -124,12 +124,12 @@ func TestOptimizeBandedMomentumBeatsPostProcessing(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	pw, _ := dpcore.PrefixSum(n)
 	ctx := context.Background()
-	rm, err := optimizeBanded(ctx, mw, bands, nil, false)
+	rm, err := optimizeBanded(ctx, mw, bands, nil, bandedAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkBanded(t, rm, bands)
-	rp, err := optimizeBanded(ctx, pw, bands, nil, false)
+	rp, err := optimizeBanded(ctx, pw, bands, nil, bandedAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +144,13 @@ func TestOptimizeBandedErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(10)
 	for _, b := range []int{0, -1, 11} {
-		if _, err := optimizeBanded(ctx, w, b, nil, false); !errors.Is(err, dpcore.ErrInvalid) {
+		if _, err := optimizeBanded(ctx, w, b, nil, bandedAuto); !errors.Is(err, dpcore.ErrInvalid) {
 			t.Errorf("bands %d: %v, want dpcore.ErrInvalid", b, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := optimizeBanded(cctx, w, 3, nil, false); !errors.Is(err, context.Canceled) {
+	if _, err := optimizeBanded(cctx, w, 3, nil, bandedAuto); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -160,7 +160,7 @@ func BenchmarkOptimizeBanded(b *testing.B) {
 		b.Run(fmt.Sprintf("n=2000/bands=%d", bands), func(b *testing.B) {
 			w, _ := dpcore.PrefixSum(2000)
 			benchmarkOptimizer(b, func() (*Result, error) {
-				return optimizeBanded(context.Background(), w, bands, nil, false)
+				return optimizeBanded(context.Background(), w, bands, nil, bandedAuto)
 			})
 		})
 	}
@@ -186,7 +186,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 	// The reference of Table 2: the optimal (6,342) factorization.
 	kbKey := ProblemKey{Kind: "mf-kb", Workload: w, Schema: sc, Gap: 1e-4}
 	fkb, _, err := cache.GetOrBuild(ctx, kbKey, func(ctx context.Context) (*Factorization, error) {
-		r, err := optimizeKB(ctx, w, sc, nil, false)
+		r, err := optimizeKB(ctx, w, sc, nil, kbToeplitzStart)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +216,7 @@ func TestOptimizeBandedPaper(t *testing.T) {
 				if p.Iter%50 == 0 {
 					t.Logf("bands %d iter %d loss %.6g", c.bands, p.Iter, p.Loss)
 				}
-			}}, false)
+			}}, bandedAuto)
 			if err != nil {
 				return nil, err
 			}
@@ -258,11 +258,11 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(96, 0.95, dpcore.CooldownSchedule(96, 0.25, 0.05))
 	for _, w := range []dpcore.Workload{pw, mw} {
 		for _, bands := range []int{2, 8, 24, 96} {
-			cold, err := optimizeBanded(ctx, w, bands, nil, true)
+			cold, err := optimizeBanded(ctx, w, bands, nil, bandedCold)
 			if err != nil {
 				t.Fatal(err)
 			}
-			warm, err := optimizeBanded(ctx, w, bands, nil, false)
+			warm, err := optimizeBanded(ctx, w, bands, nil, bandedAuto)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +279,7 @@ func TestOptimizeBandedWarmStartMatchesCold(t *testing.T) {
 			if warm.Loss > cold.Loss*(1+defaultBandedGap) {
 				t.Errorf("%v bands %d: warm-started loss %.10g more than %g above the cold %.10g", w, bands, warm.Loss, defaultBandedGap, cold.Loss)
 			}
-			again, err := optimizeBanded(ctx, w, bands, nil, false)
+			again, err := optimizeBanded(ctx, w, bands, nil, bandedAuto)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +312,7 @@ func TestBandedLowerBoundIsValid(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(64, 0.95, dpcore.CooldownSchedule(64, 0.25, 0.05))
 	for _, w := range []dpcore.Workload{pw, mw} {
 		for _, bands := range []int{2, 8, 24} {
-			best, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-9, Rel: 1e-13}, false)
+			best, err := optimizeBanded(ctx, w, bands, &optimize.Settings{Gap: 1e-9, Rel: 1e-13}, bandedAuto)
 			if err != nil {
 				t.Fatal(err)
 			}

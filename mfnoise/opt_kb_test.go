@@ -125,7 +125,7 @@ func TestKBLowerBoundIsValid(t *testing.T) {
 	w, _ := dpcore.PrefixSum(60)
 	a, _ := w.Matrix()
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestOptimizeKBSmall(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d,k=%d,b=%d", c.n, c.k, c.b), func(t *testing.T) {
 			w, _ := dpcore.PrefixSum(c.n)
 			sc, _ := dpcore.KBParticipation(c.k, c.b)
-			r, err := optimizeKB(ctx, w, sc, nil, false)
+			r, err := optimizeKB(ctx, w, sc, nil, kbToeplitzStart)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,12 +225,12 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 	mw, _ := dpcore.MomentumWorkload(n, 0.95, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	pw, _ := dpcore.PrefixSum(n)
 	sc, _ := dpcore.KBParticipation(6, 10)
-	rm, err := optimizeKB(ctx, mw, sc, nil, false)
+	rm, err := optimizeKB(ctx, mw, sc, nil, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkKB(t, rm, sc)
-	rp, err := optimizeKB(ctx, pw, sc, nil, false)
+	rp, err := optimizeKB(ctx, pw, sc, nil, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestOptimizeKBMomentumBeatsPostProcessing(t *testing.T) {
 func TestOptimizeKBUnevenPatterns(t *testing.T) {
 	w, _ := dpcore.PrefixSum(55)
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := optimizeKB(context.Background(), w, sc, nil, false)
+	r, err := optimizeKB(context.Background(), w, sc, nil, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(32)
 	sc, _ := dpcore.KBParticipation(1, 32)
-	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,17 +288,17 @@ func TestOptimizeKBOneEpochIsSingle(t *testing.T) {
 func TestOptimizeKBErrors(t *testing.T) {
 	ctx := context.Background()
 	w, _ := dpcore.PrefixSum(12)
-	if _, err := optimizeKB(ctx, w, dpcore.SingleParticipation(), nil, false); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := optimizeKB(ctx, w, dpcore.SingleParticipation(), nil, kbToeplitzStart); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("single schema: %v", err)
 	}
 	sc, _ := dpcore.KBParticipation(2, 5)
-	if _, err := optimizeKB(ctx, w, sc, nil, false); !errors.Is(err, dpcore.ErrInvalid) {
+	if _, err := optimizeKB(ctx, w, sc, nil, kbToeplitzStart); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Errorf("k*b < n: %v", err)
 	}
 	sc, _ = dpcore.KBParticipation(3, 4)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := optimizeKB(cctx, w, sc, nil, false); !errors.Is(err, context.Canceled) {
+	if _, err := optimizeKB(cctx, w, sc, nil, kbToeplitzStart); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -318,7 +318,7 @@ func TestOptimizeKBPaper(t *testing.T) {
 		if p.Iter%100 == 0 {
 			t.Logf("iter %d loss %.7g lower bound %.7g gap %.2e", p.Iter, p.Loss, p.LowerBound, p.Gap)
 		}
-	}}, false)
+	}}, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func BenchmarkOptimizeKB(b *testing.B) {
 	w, _ := dpcore.PrefixSum(2000)
 	sc, _ := dpcore.KBParticipation(20, 100)
 	benchmarkOptimizer(b, func() (*Result, error) {
-		return optimizeKB(context.Background(), w, sc, nil, false)
+		return optimizeKB(context.Background(), w, sc, nil, kbToeplitzStart)
 	})
 }
 
@@ -347,11 +347,11 @@ func TestOptimizeKBWarmStartMatchesCold(t *testing.T) {
 	const n = 120
 	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	sc, _ := dpcore.KBParticipation(6, 20)
-	warm, err := optimizeKB(ctx, w, sc, nil, false)
+	warm, err := optimizeKB(ctx, w, sc, nil, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cold, err := optimizeKB(ctx, w, sc, nil, true)
+	cold, err := optimizeKB(ctx, w, sc, nil, kbDiagonalStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestKBLowerBoundRescalesPatterns(t *testing.T) {
 	w, _ := dpcore.MomentumWorkload(n, 0.9, dpcore.CooldownSchedule(n, 0.25, 0.05))
 	a, _ := w.Matrix()
 	sc, _ := dpcore.KBParticipation(6, 10)
-	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, false)
+	r, err := optimizeKB(ctx, w, sc, &optimize.Settings{Gap: 1e-7}, kbToeplitzStart)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/mfnoise/optimize"
 	"gonum.org/v1/gonum/mat"
 )
@@ -264,9 +265,9 @@ func benchmarkOptimizer(b *testing.B, optimize func() (*Result, error)) {
 	for b.Loop() {
 		var r *Result
 		var err error
-		cpu0 := cpuSeconds()
+		cpu0 := rusage.CPUSeconds()
 		mb := peakHeap(func() { r, err = optimize() })
-		cpu := cpuSeconds() - cpu0
+		cpu := rusage.CPUSeconds() - cpu0
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -324,21 +325,21 @@ func BenchmarkPhi(b *testing.B) {
 			v[i] = 1
 		}
 		b.Run(fmt.Sprintf("eigen/n=%d", n), func(b *testing.B) {
-			cpu0 := cpuSeconds()
+			cpu0 := rusage.CPUSeconds()
 			for b.Loop() {
 				phiEig(g, v)
 			}
-			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+			b.ReportMetric((rusage.CPUSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 		})
 		b.Run(fmt.Sprintf("polar/n=%d", n), func(b *testing.B) {
 			var ph polarPhi
-			cpu0 := cpuSeconds()
+			cpu0 := rusage.CPUSeconds()
 			for b.Loop() {
 				if err := ph.compute(context.Background(), a, v); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+			b.ReportMetric((rusage.CPUSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 		})
 	}
 }
@@ -399,7 +400,7 @@ func BenchmarkOptimizeSingleLarge(b *testing.B) {
 	start := time.Now()
 	set := &optimize.Settings{Progress: func(p optimize.Progress) {
 		fmt.Fprintf(os.Stderr, "iter %d: loss %.8g bound %.8g gap %.3g, %.1f s wall, %.1f s cpu\n",
-			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), cpuSeconds())
+			p.Iter, p.Loss, p.LowerBound, p.Gap, time.Since(start).Seconds(), rusage.CPUSeconds())
 	}}
 	benchmarkOptimizer(b, func() (*Result, error) {
 		return optimizeSingle(context.Background(), w, set)
@@ -415,8 +416,8 @@ func TestOptimizersRefuseWhatCannotFit(t *testing.T) {
 	sc, _ := dpcore.KBParticipation(2, 1024)
 	for name, run := range map[string]func() (*Result, error){
 		"single": func() (*Result, error) { return optimizeSingle(context.Background(), w, nil) },
-		"kb":     func() (*Result, error) { return optimizeKB(context.Background(), w, sc, nil, false) },
-		"banded": func() (*Result, error) { return optimizeBanded(context.Background(), w, 8, nil, false) },
+		"kb":     func() (*Result, error) { return optimizeKB(context.Background(), w, sc, nil, kbToeplitzStart) },
+		"banded": func() (*Result, error) { return optimizeBanded(context.Background(), w, 8, nil, bandedAuto) },
 	} {
 		_, err := run()
 		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "would need about") {

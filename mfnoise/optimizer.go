@@ -52,6 +52,10 @@ type Result struct {
 	// Toeplitz is the encoder of ToeplitzFamily and BLTFamily (nil for the
 	// dense families).
 	Toeplitz *toeplitz.Encoder
+	// Banded is BandedFamily's encoder by its band, O(n Bands) numbers
+	// (nil for the other families). Above dpcore.DenseStepLimit steps it
+	// is the only result (Factorization is nil).
+	Banded *BandedEncoder
 	// Loss is the objective reached: sens^2 ||B||_F^2 for unit noise
 	// multiplier under the schema (for a Toeplitz family with the
 	// MaxError objective, the worst step's error variance).
@@ -214,8 +218,9 @@ func checkCtx(ctx context.Context, what string) error {
 
 // Dense work matrices (n x n float64) each optimizer holds at its peak,
 // measured as peak heap / (8 n^2): optimizeSingle 17.3 at n = 2048
-// (552 MiB), optimizeKB 42 at n = 2000 (1293 MiB), optimizeBanded's
-// preconditioner and lower bound about 10.
+// (552 MiB), optimizeKB 42 at n = 2000 (1293 MiB), optimizeBanded's Gram
+// method (its preconditioner and lower bound) about 10; its encoder method
+// holds bandedEncoderMatrices.
 const (
 	singleMatrices = 18
 	kbMatrices     = 44

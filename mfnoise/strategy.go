@@ -38,6 +38,14 @@ func Dense(s dpcore.Strategy) (*Factorization, error) {
 		if s != nil {
 			return toeplitzFactorization(s)
 		}
+	case *BandedStrategy:
+		if s != nil {
+			c, b, err := s.Matrices()
+			if err != nil {
+				return nil, err
+			}
+			return NewFactorization(s.Workload, c, b, Metadata{Kind: "bandmf", Bands: s.Encoder.Bands})
+		}
 	}
 	return nil, guard.Invalidf("strategy %T has no dense factorization", s)
 }
@@ -62,10 +70,14 @@ func toeplitzFactorization(s *toeplitz.Strategy) (*Factorization, error) {
 // entries, whatever the mechanism declares: the least b with C[i,j] = 0
 // whenever j > i or i-j >= b (1 for C = I and for an all-zero C), or 0
 // when C is tall or not lower triangular. A Toeplitz encoder is read from
-// its first column in O(n); any other from its dense encoder.
+// its first column in O(n), a banded one from its band; any other from
+// its dense encoder.
 func EncoderBands(s dpcore.Strategy) (int, error) {
 	if t, ok := s.(*toeplitz.Strategy); ok {
 		return lastNonzero(t.Encoder.Column()) + 1, nil
+	}
+	if b, ok := s.(*BandedStrategy); ok {
+		return b.Encoder.bandsUsed(), nil
 	}
 	c, _, err := s.Matrices()
 	if err != nil {
@@ -103,4 +115,30 @@ func denseBands(c *mat.Dense) int {
 		}
 	}
 	return b
+}
+
+// bandsUsed is EncoderBands of a banded encoder, read off its band.
+func (e *BandedEncoder) bandsUsed() int {
+	b := 1
+	for j := 0; j < e.N; j++ {
+		col := e.Band[j*e.Bands : (j+1)*e.Bands]
+		b = max(b, lastNonzero(col)+1)
+	}
+	return b
+}
+
+// EncoderRows is m, the number of rows of s's encoder: n for the square
+// O(n) strategies (Toeplitz, banded) without building a matrix, else read
+// off the dense encoder.
+func EncoderRows(s dpcore.Strategy) (int, error) {
+	switch s.(type) {
+	case *toeplitz.Strategy, *BandedStrategy:
+		return s.Steps(), nil
+	}
+	c, _, err := s.Matrices()
+	if err != nil {
+		return 0, err
+	}
+	m, _ := c.Dims()
+	return m, nil
 }

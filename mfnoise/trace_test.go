@@ -36,7 +36,7 @@ func TestBuildTraceCertifiesTheResult(t *testing.T) {
 		c, meta := got[0], f.Meta
 		t.Logf("%v: %+v", m, c)
 		if c.loss != meta.Loss || c.bound != meta.LowerBnd || c.gap != meta.Gap || c.status != optimize.Converged ||
-			!(c.bound > 0 && c.bound <= c.loss) || c.gap > bandedStopGap(nil) {
+			!(c.bound > 0 && c.bound <= c.loss) || c.gap > defaultBandedGap {
 			t.Errorf("%v: certificate %+v, factorization loss %v bound %v gap %v", m, c, meta.Loss, meta.LowerBnd, meta.Gap)
 		}
 	}

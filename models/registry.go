@@ -25,6 +25,10 @@ type Named struct {
 	// EmbeddingDim is "tabular"'s embedding dimension (0:
 	// DefaultEmbeddingDim).
 	EmbeddingDim int
+	// Groups is the number of GroupNorm groups of "scatternet" (0:
+	// ScatterNetGroups) and "wrn16-4" (0: 16); it must divide the
+	// normalized channels.
+	Groups int
 }
 
 const (
@@ -56,12 +60,12 @@ var architectures = []struct {
 	{"cnn-small", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
 		return NewSmallCNN(input, classes, seed)
 	}, nil},
-	{"wrn16-4", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
-		return NewWRN16x4(input, classes, wrnGroups, seed)
+	{"wrn16-4", func(n Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewWRN16x4(input, classes, n.groups(wrnGroups), seed)
 	}, nil},
 	{"tabular", buildTabular, tabularParams},
-	{"scatternet", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
-		return NewScatterNet(input, classes, ScatterNetGroups, seed)
+	{"scatternet", func(n Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewScatterNet(input, classes, n.groups(ScatterNetGroups), seed)
 	}, nil},
 }
 
@@ -85,6 +89,18 @@ func (n Named) hidden() []int {
 	}
 	return []int{128}
 }
+
+// groups is n.Groups, or def when it is 0.
+func (n Named) groups(def int) int {
+	if n.Groups == 0 {
+		return def
+	}
+	return n.Groups
+}
+
+// GroupNormed reports whether the named architecture has GroupNorm layers
+// whose groups Named.Groups sets.
+func GroupNormed(name string) bool { return name == "scatternet" || name == "wrn16-4" }
 
 func (n Named) embeddingDim() int {
 	if n.EmbeddingDim == 0 {

@@ -3,9 +3,12 @@ package models
 import (
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/nn"
 )
 
@@ -62,7 +65,15 @@ func sqrtF(x float64) float64 {
 
 // BenchmarkGPT2Step is one training step at sequence length 128 over a
 // batch of DPMF_BENCH_BATCH examples (default 16): private LoRA (clipped
-// per example to 1), non-private LoRA, private full fine-tuning.
+// per example to 1), non-private LoRA, private full fine-tuning. Next to
+// ms/step and examples/s it reports examples/cpu-s, maxRSS-MiB and
+// gemm-bound: the step's matrix products, each timed alone at its real
+// shape and layout on one core (nn.SeqPlan.TimeProducts, the fastest of
+// its runs), summed and divided by the workers, as a fraction of the
+// step's wall time (1: the step does nothing but its products, each at
+// its best speed, on every core all the time); gemm-bound-cpu is the same
+// in CPU seconds, which other jobs on a shared machine disturb less.
+// DPMF_BENCH_PRODUCTS=1 also logs each product.
 func BenchmarkGPT2Step(b *testing.B) {
 	batch := 16
 	if s := os.Getenv("DPMF_BENCH_BATCH"); s != "" {
@@ -89,14 +100,42 @@ func BenchmarkGPT2Step(b *testing.B) {
 			if mode.private {
 				clip = clipTo{1}
 			}
+			runtime.GC()
+			cpu0 := rusage.CPUSeconds()
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := plan.Step(x, y, dst, clip); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
+			cpu := rusage.CPUSeconds() - cpu0
+			n := float64(batch) * float64(b.N)
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
-			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "examples/s")
+			b.ReportMetric(n/b.Elapsed().Seconds(), "examples/s")
+			b.ReportMetric(n/cpu, "examples/cpu-s")
+			b.ReportMetric(rusage.MaxRSSMiB(), "maxRSS-MiB")
+			plan.RecordProducts(true)
+			_, err = plan.Step(x, y, dst, clip)
+			list := plan.Products()
+			plan.RecordProducts(false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bound := time.Duration(0)
+			for _, q := range list {
+				t, err := plan.TimeProducts([]nn.Product{q}, 20*time.Millisecond)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bound += t
+				if os.Getenv("DPMF_BENCH_PRODUCTS") != "" {
+					per := t / time.Duration(max(q.Count, 1))
+					b.Logf("%+v: %v each, %v in all (%.1f GFLOP/s)", q, per, t, q.Flops()/per.Seconds()/1e9)
+				}
+			}
+			b.ReportMetric(bound.Seconds()/float64(plan.Workers())/(b.Elapsed().Seconds()/float64(b.N)), "gemm-bound")
+			b.ReportMetric(bound.Seconds()/(cpu/float64(b.N)), "gemm-bound-cpu")
 		})
 	}
 }

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"time"
 
@@ -22,6 +24,9 @@ type Product struct {
 	LDA, LDB, LDC  int
 	Beta           float32
 	Count          int
+	// Float64 marks a product in float64 (Beta is then its beta rounded
+	// to float32): the ghost norms' Gram matrices.
+	Float64 bool
 }
 
 // Flops is 2 M N K, the product's multiply-adds counted as two.
@@ -34,12 +39,27 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
 			r.Count += q.Count
 			return
 		}
 	}
 	l.list = append(l.list, q)
+}
+
+// merged is the products of several logs (nil ones skipped), grouped by
+// shape in the order first made.
+func merged(logs []*productLog) []Product {
+	all := &productLog{}
+	for _, l := range logs {
+		if l == nil {
+			continue
+		}
+		for _, q := range l.list {
+			all.add(q)
+		}
+	}
+	return all.list
 }
 
 // sgemm is the worker's product, logged while a log is attached.
@@ -97,16 +117,11 @@ func (p *Plan) RecordProducts(on bool) {
 // Products returns the products logged since RecordProducts(true), in
 // the order first made.
 func (p *Plan) Products() []Product {
-	all := &productLog{}
-	for _, w := range p.workers {
-		if w.log == nil {
-			continue
-		}
-		for _, q := range w.log.list {
-			all.add(q)
-		}
+	logs := make([]*productLog, len(p.workers))
+	for k, w := range p.workers {
+		logs[k] = w.log
 	}
-	return all.list
+	return merged(logs)
 }
 
 // Workers is the number of goroutines a step runs on.
@@ -117,11 +132,12 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // needs for the products alone. Each product runs on operands of its
 // shape and layout taken from a worker's buffers (so that timing adds no
 // memory to the process; the values a step left there, overwritten with
-// values in [-1, 1) where a buffer held none), warmed once, then repeated
-// for at least minTime, and the fastest run is kept.
+// values in [-1, 1) where a buffer held none or values so small that
+// products would be subnormal), warmed once, then repeated for at least
+// minTime, and the fastest run is kept. A run's time is the thread's CPU
+// time where the system keeps one (Linux), so that other jobs sharing
+// the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
-	var g blas.Serial32
-	var packed blas.PackedB32
 	w := p.workers[0]
 	var bufs [][]float32
 	for _, set := range [][][]float32{w.act, w.d, w.u, w.xp, w.gp, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
@@ -131,6 +147,16 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 			}
 		}
 	}
+	return timeProducts(list, minTime, bufs)
+}
+
+// timeProducts is TimeProducts on operands taken from bufs (reordered).
+func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time.Duration, error) {
+	runtime.LockOSThread() // the thread's CPU clock times the products
+	defer runtime.UnlockOSThread()
+	var g blas.Serial32
+	var g64 blas.Serial64
+	var packed blas.PackedB32
 	slices.SortFunc(bufs, func(a, b []float32) int { return len(a) - len(b) })
 	rng := rand.New(rand.NewPCG(7, 11))
 	// take returns the smallest unused buffer of at least n floats.
@@ -166,7 +192,7 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 		b, used := take((rb-1)*q.LDB+cb, used)
 		c, _ := take((q.M-1)*q.LDC+q.N, used)
 		for _, v := range [][]float32{a, b, c} {
-			if !allFinite(v) {
+			if !allFinite(v) || hasTiny(v) {
 				for k := range v {
 					v[k] = float32(2*rng.Float64() - 1)
 				}
@@ -182,7 +208,13 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 		run := func() {
 			g.SgemmOverlapA(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
 		}
-		if q.PackedB {
+		switch {
+		case q.Float64:
+			a64, b64, c64 := widen(a), widen(b), widen(c)
+			run = func() {
+				g64.Dgemm(tA, tB, q.M, q.N, q.K, 1, a64, q.LDA, b64, q.LDB, float64(q.Beta), c64, q.LDC)
+			}
+		case q.PackedB:
 			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)
 			run = func() {
 				g.SgemmPackedOverlapA(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
@@ -192,10 +224,36 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 		var runs []time.Duration
 		for start := time.Now(); len(runs) < 3 || time.Since(start) < minTime; {
 			t0 := time.Now()
+			c0, cpu := threadCPU()
 			run()
-			runs = append(runs, time.Since(t0))
+			d := time.Since(t0)
+			if c1, ok := threadCPU(); ok && cpu {
+				d = c1 - c0
+			}
+			runs = append(runs, d)
 		}
 		total += time.Duration(q.Count) * slices.Min(runs)
 	}
 	return total, nil
+}
+
+// widen is v in float64.
+func widen(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for k, x := range v {
+		out[k] = float64(x)
+	}
+	return out
+}
+
+// hasTiny reports whether v holds a nonzero entry below 2^-60 in
+// magnitude: products of such operands can be subnormal, which the
+// processor computes tens of times slower than the step's own values.
+func hasTiny(v []float32) bool {
+	for _, x := range v {
+		if x != 0 && math.Abs(float64(x)) < 0x1p-60 {
+			return true
+		}
+	}
+	return false
 }

@@ -12,7 +12,9 @@ import (
 // (except on the first layer) each make 2 n P fi fo flops, and so does the
 // weight gradient (per example on the private path, per chunk otherwise);
 // a dense layer the same with P = 1. (An implicit convolution's P counts
-// the garbage columns of its wide rows.) TimeProducts must time them all.
+// the garbage columns of its wide rows, and its forward and input-gradient
+// products the rows up to a multiple of implicitRows.) TimeProducts must
+// time them all.
 func TestStepProducts(t *testing.T) {
 	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
 	b.conv(3, 8, 3, 1, 1, Tanh)
@@ -36,22 +38,29 @@ func TestStepProducts(t *testing.T) {
 	}
 	dst := make([]float32, b.n)
 	// Both convolutions run implicitly (implicit.go): 7 rows of 10
-	// (the 8 columns and 2 of garbage) and the last row's 8 columns.
+	// (the 8 columns and 2 of garbage) and the last row's 8 columns; the
+	// forward and input-gradient products compute 84 rows (6 more).
 	for i := range 2 {
 		if !p.stages[i].implicit {
 			t.Fatalf("stage %d is not implicit", i)
 		}
 	}
-	const P1, P2 = 7*10 + 8, 7*10 + 8
-	layer := func(P, fi, fo int, first bool) float64 {
-		f := 2.0 * n * float64(P*fi*fo)
+	// On the private path the first layer's per-example weight gradient
+	// computes 12 rows for each kernel row's 9 (36 for its 27).
+	const P, PM = 7*10 + 8, 84
+	layer := func(P, PM, fi, fo, fiW int, first bool) float64 {
+		f := 2.0 * n * float64(fo)
 		if first {
-			return 2 * f
+			return f * float64(PM*fi+P*fiW)
 		}
-		return 3 * f
+		return f * float64(2*PM*fi+P*fiW)
 	}
-	want := layer(P1, 27, 8, true) + layer(P2, 72, 16, false) + layer(1, 256, 10, false)
 	for _, private := range []bool{false, true} {
+		fiW := 27
+		if private {
+			fiW = 36
+		}
+		want := layer(P, PM, 27, 8, fiW, true) + layer(P, PM, 72, 16, 72, false) + layer(1, 1, 256, 10, 256, false)
 		var cl Clipper
 		if private {
 			cl = &testClipper{}
@@ -89,5 +98,75 @@ func TestStepProducts(t *testing.T) {
 	}
 	if _, err := p.TimeProducts([]Product{{M: 2, N: 2, K: 2, LDA: 0, LDB: 2, LDC: 2, Count: 1}}, 0); err == nil {
 		t.Error("a leading dimension of 0 was accepted")
+	}
+}
+
+// TestSeqStepProducts checks the products a SeqPlan step logs: a step
+// over n examples of one length makes n times the products of a step over
+// one of them, shape for shape; the float64 ones (the ghost norms' Gram
+// matrices) appear exactly when the plan has ghost weights; logging does
+// not change the sum; TimeProducts times them all.
+func TestSeqStepProducts(t *testing.T) {
+	for _, ci := range []int{0, 1, 4} {
+		c := seqCases[ci]
+		tr, params := c.build(uint64(ci))
+		const n = 4
+		x := make([]float32, n*tr.Context)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for k := range x {
+			x[k] = float32(rng.IntN(tr.Vocab))
+		}
+		y := make([]int, n)
+		p, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := &testClipper{}
+		dst := make([]float32, len(params))
+		count := func(m int) (map[Product]int, []Product) {
+			p.RecordProducts(true)
+			if _, err := p.Step(x[:m*tr.Context], y[:m], dst, cl); err != nil {
+				t.Fatal(err)
+			}
+			list := p.Products()
+			p.RecordProducts(false)
+			got := map[Product]int{}
+			for _, q := range list {
+				k := q
+				k.Count = 0
+				got[k] += q.Count
+			}
+			return got, list
+		}
+		one, _ := count(1)
+		all, list := count(n)
+		if len(one) == 0 || len(one) != len(all) {
+			t.Fatalf("%s: %d shapes for one example, %d for %d", c.name, len(one), len(all), n)
+		}
+		f64 := false
+		for k, v := range one {
+			if all[k] != n*v {
+				t.Errorf("%s: %+v made %d times for %d examples, %d for one", c.name, k, all[k], n, v)
+			}
+			f64 = f64 || k.Float64
+		}
+		if f64 != (p.Ghost() > 0) {
+			t.Errorf("%s: float64 products %v with %d ghost weights", c.name, f64, p.Ghost())
+		}
+		again := make([]float32, len(params))
+		if _, err := p.Step(x, y, again, cl); err != nil {
+			t.Fatal(err)
+		}
+		for k := range again {
+			if again[k] != dst[k] {
+				t.Fatalf("%s: the logged step's sum differs at %d", c.name, k)
+			}
+		}
+		if d, err := p.TimeProducts(list, time.Millisecond); err != nil || d <= 0 {
+			t.Errorf("%s: TimeProducts = %v, %v", c.name, d, err)
+		}
+		if len(p.Products()) != 0 {
+			t.Errorf("%s: products logged after RecordProducts(false)", c.name)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -140,22 +141,8 @@ func denseParams(net Network, n int) []bool {
 func TestImplicitConvolution(t *testing.T) {
 	for name, b := range testNets() {
 		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(11, uint64(len(name))))
-			params := randParams(rng, b.n)
-			shapes, err := b.net.Shapes()
-			if err != nil {
-				t.Fatal(err)
-			}
-			classes := shapes[len(shapes)-1].C
 			const n = 5
-			imp, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, noImplicit: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			imp, ref, rng, classes := planPair(t, b, 11, len(name), n, func(o *Options) { o.noImplicit = true })
 			some := false
 			for _, s := range imp.stages {
 				some = some || s.implicit
@@ -164,17 +151,7 @@ func TestImplicitConvolution(t *testing.T) {
 				t.Skip("this test network has no stride-1 'same' convolution, the only kind run as an implicit product")
 			}
 			x, y := b.batch(rng, n, classes)
-			grads := func(p *Plan) ([][]float32, []float64) {
-				g := make([][]float32, n)
-				for i := range g {
-					g[i] = make([]float32, b.n)
-				}
-				loss, err := p.Gradients(x, y, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return g, append([]float64(nil), loss...)
-			}
+			grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
 			gi, li := grads(imp)
 			gr, lr := grads(ref)
 			for i := range n {
@@ -230,4 +207,269 @@ func TestActGradTo(t *testing.T) {
 			t.Errorf("%v claims the fused derivative", act)
 		}
 	}
+}
+
+// TestRecomputedGradients: per-example weight gradients recomputed in
+// panels (recompute.go) give the stored path's norms, L-inf norms, losses
+// and clipped sums bit for bit, with panels of every size (ragged
+// included), non-finite examples among the others.
+func TestRecomputedGradients(t *testing.T) {
+	b := testNets()["recomputed"]
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := shapes[len(shapes)-1].C
+	const n = 7
+	rng := rand.New(rand.NewPCG(21, 22))
+	params := randParams(rng, b.n)
+	x, y := b.batch(rng, n, classes)
+	x[2*b.net.Input.Size()+5] = float32(math.Inf(1))
+	ref, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, noRecompute: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(p *Plan) ([]float32, []float64, [][]float64) {
+		sum := make([]float32, b.n)
+		cl := &linfClipper{testClipper: testClipper{sq: make([][]float64, n)}, linf: make([]float64, n)}
+		loss, err := p.Step(x, y, sum, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range cl.linf {
+			cl.sq[i] = append(cl.sq[i], v)
+		}
+		return sum, append([]float64(nil), loss...), cl.sq
+	}
+	sr, lr, qr := step(ref)
+	for _, rows := range []int{0, 1, 5, 16, 27} {
+		p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, panelRows: rows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		some := 0
+		for _, s := range p.stages {
+			if s.recompute {
+				some++
+			}
+		}
+		if some != 3 {
+			t.Fatalf("%d convolutions recomputed, want 3", some)
+		}
+		s, l, q := step(p)
+		for k := range s {
+			if math.Float32bits(s[k]) != math.Float32bits(sr[k]) {
+				t.Fatalf("rows %d: sum[%d] = %v, stored path %v", rows, k, s[k], sr[k])
+			}
+		}
+		for i := range n {
+			if !sameFloat(l[i], lr[i]) {
+				t.Errorf("rows %d: loss %d = %v, stored path %v", rows, i, l[i], lr[i])
+			}
+			for a := range q[i] { // the squared norms, then the L-inf norm
+				if !sameFloat(q[i][a], qr[i][a]) {
+					t.Errorf("rows %d: example %d norm %d: %v, stored path %v", rows, i, a, q[i][a], qr[i][a])
+				}
+			}
+		}
+	}
+}
+
+// linfClipper is testClipper also keeping each example's L-inf norm.
+type linfClipper struct {
+	testClipper
+	linf []float64
+}
+
+func (c *linfClipper) Scale(i int, sq []float64, linf float64, f []float64) {
+	c.linf[i] = linf
+	c.testClipper.Scale(i, sq, linf, f)
+}
+
+// sameFloat is bit equality, NaN equal to NaN.
+func sameFloat(a, b float64) bool {
+	return math.Float64bits(a) == math.Float64bits(b) || (math.IsNaN(a) && math.IsNaN(b))
+}
+
+// TestStreamChunk: a weight larger than the caches (a 3x3 convolution of
+// 256 channels at 8x8, 64 output pixels) asks for chunks of 2 examples
+// (128 rows), small weights for none, and the automatic chunk is at least
+// that (up to the batch).
+func TestStreamChunk(t *testing.T) {
+	big := &builder{net: Network{Input: Shape{256, 8, 8}}}
+	big.conv(256, 256, 3, 1, 1, ReLU)
+	big.net.Layers = append(big.net.Layers, AvgPool{Size: 8}, Flatten{})
+	big.dense(256, 10, Identity)
+	small := testNets()["recomputed"]
+	for _, c := range []struct {
+		b           *builder
+		batch, want int
+	}{{big, 64, 2}, {big, 1, 2}, {small, 64, 1}} {
+		p, err := NewPlan(c.b.net, make([]float32, c.b.n), Options{MaxBatch: c.batch, Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.streamChunk(); got != c.want {
+			t.Errorf("%+v: streamChunk %d, want %d", c.b.net.Input, got, c.want)
+		}
+		if p.opt.Chunk < min(c.want, c.batch) {
+			t.Errorf("%+v, batch %d: chunk %d < %d", c.b.net.Input, c.batch, p.opt.Chunk, min(c.want, c.batch))
+		}
+	}
+}
+
+// TestBiasActTo: bias and activation written from an implicit
+// convolution's wide rows into the output give biasAct's bits in place,
+// and leave the source as it was.
+func TestBiasActTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		for _, fo := range []int{1, 3, 8, 13, 32, 40} {
+			for _, rows := range []int{1, 2, 5} {
+				z, bias := make([]float32, rows*fo), make([]float32, fo)
+				randSpecial(rng, z)
+				for k := range bias {
+					bias[k] = float32(rng.NormFloat64())
+				}
+				src := append([]float32(nil), z...)
+				want := append([]float32(nil), z...)
+				biasAct(want, bias, act)
+				got := make([]float32, len(z))
+				biasActTo(got, z, bias, act)
+				sameBits(t, act.String(), got, want)
+				sameBits(t, act.String()+" source", z, src)
+				if act == Tanh && fo%8 == 0 {
+					// implicitForward's whole rows, the bias repeated.
+					row := make([]float32, len(z))
+					for k := 0; k < len(row); k += fo {
+						copy(row[k:k+fo], bias)
+					}
+					clear(got)
+					biasTanhTo(got, z, row)
+					sameBits(t, "tanh over whole rows", got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestFusedGrads: input gradients written straight into the producing
+// implicit convolution's bordered map, derivative applied (fuseGrads:
+// convolution after convolution, max pool after convolution), give the
+// per-example gradients, losses and sums of the unfused passes bit for
+// bit, on every test network and on examples with non-finite values.
+func TestFusedGrads(t *testing.T) {
+	fused := 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			fp, ref, rng, classes := planPair(t, b, 17, len(name), n, func(o *Options) { o.noFuseGrads = true })
+			some := false
+			for _, s := range fp.stages {
+				some = some || s.gradToGp
+			}
+			if !some {
+				t.Skip("no stage of this test network writes into its producer's bordered map")
+			}
+			fused++
+			x, y := b.batch(rng, n, classes)
+			// Example 3 with an infinite input, example 4 with inputs large
+			// enough to saturate every tanh.
+			sz := len(x) / n
+			x[3*sz+1] = float32(math.Inf(1))
+			for k := 4 * sz; k < 5*sz; k++ {
+				x[k] *= 1e4
+			}
+			grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
+			gf, lf := grads(fp)
+			gr, lr := grads(ref)
+			for i := range n {
+				sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
+				if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
+					t.Errorf("example %d: loss %v, unfused %v", i, lf[i], lr[i])
+				}
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				sf, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := fp.Step(x, y, sf, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
+			}
+		})
+	}
+	if fused == 0 {
+		t.Error("no test network fuses an input gradient")
+	}
+}
+
+// TestBiasTanhWidths: the split of a row between the AVX-512 kernel
+// (16 at a time), the AVX2 kernel (8) and tanh32 (the rest) gives the
+// bits the AVX2 kernel and tanh32 gave before the AVX-512 kernel was
+// added (the first len &^ 7 entries by the AVX2 kernel, where the CPU
+// has AVX2), for every row length's tail.
+func TestBiasTanhWidths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for n := range 70 {
+		z, bias := make([]float32, n), make([]float32, n)
+		randSpecial(rng, z)
+		for k := range z {
+			if rng.IntN(2) == 0 {
+				z[k] = float32(rng.NormFloat64() * 3)
+			}
+			bias[k] = float32(rng.NormFloat64())
+		}
+		got := make([]float32, n)
+		biasTanhTo(got, z, bias)
+		want := make([]float32, n)
+		for k := range want {
+			if k < n&^7 {
+				want[k] = biasTanhOne(z[k], bias[k])
+			} else {
+				want[k] = tanh32(z[k] + bias[k])
+			}
+		}
+		sameBits(t, fmt.Sprintf("length %d", n), got, want)
+	}
+}
+
+// planPair builds test network b twice over the same random parameters
+// (seeded by seed and key), for n examples on 2 workers in chunks of 2:
+// with the default options and with those alt sets; it returns the
+// generator, to draw the batch from next, and the number of classes.
+func planPair(t *testing.T, b *builder, seed uint64, key, n int, alt func(*Options)) (p, ref *Plan, rng *rand.Rand, classes int) {
+	t.Helper()
+	rng = rand.New(rand.NewPCG(seed, uint64(key)))
+	params := randParams(rng, b.n)
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{MaxBatch: n, Workers: 2, Chunk: 2}
+	if p, err = NewPlan(b.net, params, opt); err != nil {
+		t.Fatal(err)
+	}
+	alt(&opt)
+	if ref, err = NewPlan(b.net, params, opt); err != nil {
+		t.Fatal(err)
+	}
+	return p, ref, rng, shapes[len(shapes)-1].C
+}
+
+// gradientsOf is p.Gradients' per-example gradients (size floats each)
+// and losses, copied.
+func gradientsOf(t *testing.T, p *Plan, x []float32, y []int, size int) ([][]float32, []float64) {
+	t.Helper()
+	g := make([][]float32, len(y))
+	for i := range g {
+		g[i] = make([]float32, size)
+	}
+	loss, err := p.Gradients(x, y, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, append([]float64(nil), loss...)
 }

@@ -30,6 +30,10 @@ import (
 // flops (the garbage columns: 6% at 32x32 with K = 3, 12% at 16x16, 22%
 // at 8x8). implicitPays weighs the two.
 
+// moveCost is what a float moved through memory costs, in multiply-adds
+// of the product kernel (at about 100 GFLOP/s).
+const moveCost = 45
+
 // implicitPays reports whether a stride-1 'same' convolution is cheaper
 // as implicit products than through im2col: the garbage columns' extra
 // multiply-adds in the three products, 3 (wide - P) fi fo, against
@@ -37,7 +41,6 @@ import (
 // moveCost multiply-adds (a float moved through memory against the
 // kernel's rate of about 100 GFLOP/s).
 func implicitPays(wide, P, fi, fo int) bool {
-	const moveCost = 45
 	return 3*(wide-P)*fo < 2*moveCost*P
 }
 
@@ -53,15 +56,27 @@ func (s *stage) setImplicit() {
 		return
 	}
 	s.implicit, s.wp2, s.hp2, s.wide = true, wp, hp, wide
+	s.wideM = (wide + implicitRows - 1) / implicitRows * implicitRows
 	s.pwr = make([]blas.PackedB32, s.k)
 	s.pwx = make([]blas.PackedB32, s.k)
 	s.wflip = make([]float32, s.fi*s.fo)
 }
 
+// implicitRows is the multiple of rows an implicit convolution's
+// forward and input-gradient products compute: a multiple of every
+// float32 micro-kernel's row count (4, 6 and 12), so that no product
+// ends in a ragged row panel, which the GEMM would copy into a
+// zero-padded panel and compute into a scratch tile. The rows past the
+// wide output are garbage like its gap columns: each row of a product
+// depends on its own row of A only, so the others keep their bits.
+const implicitRows = 12
+
 // xpLen and gpLen are one example's zero-bordered input and output
-// gradient maps.
-func (s *stage) xpLen() int { return s.hp2 * s.wp2 * s.in.C }
-func (s *stage) gpLen() int { return s.hp2 * s.wp2 * s.fo }
+// gradient maps, with the wideM - wide rows of zeros the padded
+// products read past the map (and implicitRows more floats for the
+// weight gradient's padded rows, implicitWeightGrad).
+func (s *stage) xpLen() int { return (s.hp2*s.wp2+s.wideM-s.wide)*s.in.C + implicitRows }
+func (s *stage) gpLen() int { return (s.hp2*s.wp2 + s.wideM - s.wide) * s.fo }
 
 // packImplicit packs the kernel rows of the (permuted) weight for the
 // forward products and, with back, of the flipped kernel for the input
@@ -115,7 +130,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
-	wide := w.wide[:s.wide*fo]
+	wide := w.wide[:s.wideM*fo]
 	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
 	if s.noBias != nil {
 		bias = s.noBias
@@ -129,12 +144,32 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			if kr == 0 {
 				beta = 0
 			}
-			w.sgemmPackedOverlap(s.wide, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
+			w.sgemmPackedOverlap(s.wideM, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
 		}
 		o := out[j*osz : (j+1)*osz]
-		compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
-		if biased {
-			biasAct(o, bias, s.act)
+		if !biased {
+			compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+			continue
+		}
+		// Bias and activation while compacting: one pass from the wide
+		// rows into the output.
+		rw := s.out.W * fo
+		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 {
+			// A whole map row per call, the bias repeated: the vector
+			// kernels take every entry either way (fo a multiple of
+			// 8), so the bits are biasAct's per pixel.
+			if j == 0 {
+				for k := 0; k < rw; k += fo {
+					copy(row[k:k+fo], bias)
+				}
+			}
+			for h := range s.out.H {
+				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], row)
+			}
+			continue
+		}
+		for h := range s.out.H {
+			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], bias, s.act)
 		}
 	}
 	return biased
@@ -150,27 +185,29 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
-	if !fusesActGrad(s.act) {
-		p.actGrad(w, i, dout[:m*osz])
-	}
-	a := w.act[i+1]
-	H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
-	for j := range m {
-		g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
-		for h := range H {
-			dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
-			k := j*osz + h*W*fo
-			if fusesActGrad(s.act) {
-				actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
-			} else {
-				copy(dst, g[h*W*fo:(h+1)*W*fo])
+	if !s.gpFilled {
+		if !fusesActGrad(s.act) {
+			p.actGrad(w, i, dout[:m*osz])
+		}
+		a := w.act[i+1]
+		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
+		for j := range m {
+			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			for h := range H {
+				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
+				k := j*osz + h*W*fo
+				if fusesActGrad(s.act) {
+					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+				} else {
+					copy(dst, g[h*W*fo:(h+1)*W*fo])
+				}
 			}
 		}
 	}
 	if s.src == 0 {
 		return
 	}
-	wide := w.wide[:s.wide*C]
+	wide := w.wide[:s.wideM*C]
 	for j := range m {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
 		for kr := range K {
@@ -178,10 +215,78 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 			if kr == 0 {
 				beta = 0
 			}
-			w.sgemmPackedOverlap(s.wide, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
+			w.sgemmPackedOverlap(s.wideM, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
 		}
-		compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+		if !s.gradToGp {
+			compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+			continue
+		}
+		// Into the producer's bordered map, its derivative applied
+		// (fuseGrads): what its own backward would write from din.
+		q := &p.stages[s.src-1]
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		a := w.act[s.src][j*isz : (j+1)*isz]
+		rw := s.in.W * C
+		for h := range s.in.H {
+			off := ((h+q.pad)*q.wp2 + q.pad) * C
+			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*rw:(h+1)*rw], q.act)
+		}
 	}
+}
+
+// poolGradToGp is a max pool's backward pass for m examples written
+// straight into its producer's bordered map (fuseGrads): each window's
+// gradient goes to its maximum's pixel times the producer's activation
+// derivative, every other pixel's is zero. The windows do not overlap, so
+// each pixel receives at most one gradient: the values
+// actGradTo would give on the pooled-back gradient (0 + g, then the
+// derivative's roundings), bit for bit.
+func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
+	s := &p.stages[i]
+	q := &p.stages[s.src-1]
+	isz, osz := s.in.Size(), s.out.Size()
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw := W * C
+	for j := range m {
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		for h := range H {
+			off := ((h+q.pad)*q.wp2 + q.pad) * C
+			clear(gq[off : off+rw])
+		}
+		a := w.act[s.src][j*isz : (j+1)*isz]
+		arg := w.arg[i][j*osz : (j+1)*osz]
+		g := dout[j*osz : (j+1)*osz]
+		// Pixel x = h rw + r of the map is gq[x + base + h step].
+		base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
+		orw := s.out.W * C
+		for oh := range s.out.H {
+			for k := oh * orw; k < (oh+1)*orw; k++ {
+				x := int(arg[k])
+				h := oh * s.pool // the window's rows: oh pool, ...
+				for x >= (h+1)*rw {
+					h++
+				}
+				gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+			}
+		}
+	}
+}
+
+// actGrad1 is actGradTo's value for one entry whose pooled-back gradient
+// is 0 + g.
+func actGrad1(g, a float32, act Activation) float32 {
+	d := float32(0)
+	d += g
+	switch act {
+	case Tanh:
+		return d * (1 - a*a)
+	case ReLU:
+		if a > 0 {
+			return d
+		}
+		return 0
+	}
+	return d
 }
 
 // gradView is example j's output gradient (the activation's derivative
@@ -202,7 +307,21 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once.
 	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
+	if KC%implicitRows == 0 || beta != 0 {
+		for kr := range K {
+			w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+		}
+		return
+	}
+	// A ragged row count (the first layer's K C = 9): the product
+	// computes rows up to a multiple of implicitRows into w.wide, reading
+	// A in place instead of copying it into a padded panel (each row of
+	// the product depends on its own row of A only: the first K C keep
+	// their bits), and the first K C rows are copied out.
+	KM := (KC + implicitRows - 1) / implicitRows * implicitRows
+	tmp := w.wide[:KM*fo]
 	for kr := range K {
-		w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+		w.sgemmPackedOverlapT(KM, xp[kr*s.wp2*C:], C, &w.gpk, 0, tmp, fo)
+		copy(M[kr*KC*fo:(kr+1)*KC*fo], tmp)
 	}
 }

@@ -68,20 +68,25 @@ func moveSeg(x, seg []float32, back bool) {
 
 // biasAct adds the bias to every row of z (fo columns) and applies act in
 // place: one pass over the GEMM's output.
-func biasAct(z, bias []float32, act Activation) {
+func biasAct(z, bias []float32, act Activation) { biasActTo(z, z, bias, act) }
+
+// biasActTo is biasAct writing into dst (len(z), rows of len(bias)) the
+// values biasAct would leave in z; dst may be z.
+func biasActTo(dst, z, bias []float32, act Activation) {
 	fo := len(bias)
-	for r := 0; r < len(z); r += fo {
-		row := z[r : r+fo]
+	z = z[:len(dst)]
+	for r := 0; r < len(dst); r += fo {
+		row, out := z[r:r+fo], dst[r:r+fo]
 		switch act {
 		case Tanh:
-			biasTanh(row, bias)
+			biasTanhTo(out, row, bias)
 		case ReLU:
 			for j, b := range bias {
-				row[j] = max(row[j]+b, 0)
+				out[j] = max(row[j]+b, 0)
 			}
 		default:
 			for j, b := range bias {
-				row[j] += b
+				out[j] = row[j] + b
 			}
 		}
 	}
@@ -217,19 +222,53 @@ func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 // added as four vectors of four lanes, then the lanes, then the rest of v
 // in order: the order of sumsq64's AVX2 kernel.
 func sumsq64Go(v []float32) float64 {
-	var acc [16]float64
+	var acc sumsqLanes
 	n := len(v) &^ 15
-	for k := 0; k < n; k += 16 {
+	acc.addGo(v[:n])
+	return acc.finish(v[n:])
+}
+
+// sumsq64 is sumsq64Go with the partial sums added by sumsqLanes.add
+// (AVX2 where available), the same values.
+func sumsq64(v []float32) float64 {
+	var acc sumsqLanes
+	n := len(v) &^ 15
+	acc.add(v[:n])
+	return acc.finish(v[n:])
+}
+
+// sumsqLanes are sumsq64's 16 partial sums, for a vector whose squared
+// norm is taken piece by piece (a per-example gradient computed in
+// panels that are never all in memory at once): adding pieces of
+// multiples of 16 floats in order, then total, gives sumsq64 of their
+// concatenation bit for bit.
+type sumsqLanes [16]float64
+
+// addGo adds the squares of v (len(v) a multiple of 16): term k to
+// partial sum k mod 16.
+func (acc *sumsqLanes) addGo(v []float32) {
+	for k := 0; k+16 <= len(v); k += 16 {
 		for l, x := range v[k : k+16] {
 			acc[l] += float64(x) * float64(x)
 		}
 	}
+}
+
+// total adds the partial sums as four vectors of four lanes, then the
+// lanes: sumsq64's order.
+func (acc *sumsqLanes) total() float64 {
 	var t [4]float64
 	for l := range t {
 		t[l] = (acc[l] + acc[4+l]) + (acc[8+l] + acc[12+l])
 	}
-	s := (t[0] + t[1]) + (t[2] + t[3])
-	for _, x := range v[n:] {
+	return (t[0] + t[1]) + (t[2] + t[3])
+}
+
+// finish is total, then the squares of the rest of the vector (fewer than
+// 16 floats) added in order.
+func (acc *sumsqLanes) finish(rest []float32) float64 {
+	s := acc.total()
+	for _, x := range rest {
 		s += float64(x) * float64(x)
 	}
 	return s

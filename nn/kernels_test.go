@@ -232,6 +232,25 @@ func TestNormKernels(t *testing.T) {
 			t.Errorf("n=%d: sumsq64 %v, portable %v", n, got, want)
 		}
 	}
+	// sumsqLanes: pieces of multiples of 16 added in order (with AVX2 and
+	// without) give sumsq64 of their concatenation.
+	for _, pieces := range [][]int{{16}, {32, 16, 4096}, {0, 48, 16, 1024, 160}} {
+		var all []float32
+		var fast, slow sumsqLanes
+		for _, n := range pieces {
+			v := randVec(rng, n, 1e3)
+			all = append(all, v...)
+			fast.add(v)
+			slow.addGo(v)
+		}
+		want := sumsq64(all)
+		if got := fast.total(); got != want {
+			t.Errorf("pieces %v: sumsqLanes.add %v, sumsq64 %v", pieces, got, want)
+		}
+		if got := slow.total(); got != want {
+			t.Errorf("pieces %v: sumsqLanes.addGo %v, sumsq64 %v", pieces, got, want)
+		}
+	}
 }
 
 // TestGroupNormLargeMean checks xhat against a two-pass float64 reference

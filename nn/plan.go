@@ -45,7 +45,8 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 20 MiB a worker, near the caches.
+	// stay within 20 MiB a worker, near the caches, or more if a layer's
+	// weight is larger than the caches (streamChunk).
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
 	// linf).
@@ -54,7 +55,27 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
+	// tests compare the two).
+	noFuseGrads bool
+	// noRecompute materializes every convolution's per-example gradient
+	// (tests compare with recomputing them, recompute.go).
+	noRecompute bool
+	// panelRows overrides the recomputed gradients' panel rows (tests).
+	panelRows int
+	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
+	// (tests run both kinds on every weight).
+	seqNorms seqNormRule
 }
+
+// seqNormRule is how a SeqPlan picks each weight's per-example norm.
+type seqNormRule uint8
+
+const (
+	normsByCost seqNormRule = iota
+	normsAllGhost
+	normsAllMaterialized
+)
 
 type kind uint8
 
@@ -90,11 +111,17 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
-	rate           float64 // dropout
-	seed           uint64  // dropout
-	index          int     // position in the stage list (dropout masks)
-	emb            *Embedding
-	exOff          int // conv: offset of the per-example gradient in a perEx row
+	// gradToGp: the stage (an implicit convolution or a max pool, the
+	// only reader of its input) writes its input gradient, times the
+	// producer's activation derivative, straight into the producer's
+	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
+	// implicit convolution whose gp its reader fills so.
+	gradToGp, gpFilled bool
+	rate               float64 // dropout
+	seed               uint64  // dropout
+	index              int     // position in the stage list (dropout masks)
+	emb                *Embedding
+	exOff              int // conv: offset of the per-example gradient in a perEx row
 	// conv: wp is the weight with rows permuted from the parameter
 	// layout (channel, kernel row, kernel column) to im2col's (kernel
 	// row, kernel column, channel); perm[r] is the layout row of
@@ -111,8 +138,13 @@ type stage struct {
 	implicit bool
 	wp2, hp2 int
 	wide     int
+	wideM    int // wide rounded up to implicitRows: the rows the products compute
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
+	// recompute: the per-example weight gradient is computed twice in
+	// panels of panel rows, never stored whole (recompute.go).
+	recompute bool
+	panel     int
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -173,30 +205,34 @@ type Plan struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32    // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32    // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32    // per stage: im2col rows (conv only)
-	xp   [][]float32    // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32    // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32      // an implicit convolution's wide product
-	gpk  blas.PackedB32 // an example's output gradient packed for its K weight-gradient products
-	arg  [][]int32      // per stage: argmax (pool only)
-	pre  [][]float32    // per stage: pre-activation (GELU only)
-	xh   [][]float32    // per stage: normalized input (norm only)
-	rstd [][]float64    // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32      // conv input-gradient rows
-	ex   []float32      // chunk x exLen per-example convolution gradients
-	sq   []float64      // chunk x naff
-	linf []float64      // chunk
-	c    []float64      // chunk x naff
-	col  []float64      // bias column sums
-	acc  []float32      // gradient sum
-	bad  []bool         // chunk
-	i0   int            // first example of the current chunk
-	tmp  []float32      // an input gradient to be added into d[src]
-	vec  []float32      // an embedding row's gradient
+	act  [][]float32      // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32      // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32      // per stage: im2col rows (conv only)
+	xp   [][]float32      // per stage: zero-bordered input maps (implicit conv)
+	gp   [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	wide []float32        // an implicit convolution's wide product
+	gpk  blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
+	pan  []float32        // a recomputed weight gradient's panel
+	gpks []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
+	arg  [][]int32        // per stage: argmax (pool only)
+	pre  [][]float32      // per stage: pre-activation (GELU only)
+	xh   [][]float32      // per stage: normalized input (norm only)
+	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	du   []float32        // conv input-gradient rows
+	ex   []float32        // chunk x exLen per-example convolution gradients
+	sq   []float64        // chunk x naff
+	linf []float64        // chunk
+	c    []float64        // chunk x naff
+	col  []float64        // bias column sums
+	acc  []float32        // gradient sum
+	bad  []bool           // chunk
+	i0   int              // first example of the current chunk
+	tmp  []float32        // an input gradient to be added into d[src]
+	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
+	// biasRow is an implicit convolution's bias repeated over a map row.
+	biasRow []float32
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -221,6 +257,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		return nil, err
 	}
 	p.markGradWrites()
+	if !opt.noFuseGrads {
+		p.fuseGrads()
+	}
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
@@ -234,6 +273,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		for opt.Chunk > 1 && p.bufferBytes(opt.Chunk, 1) > autoChunkBytes {
 			opt.Chunk /= 2
 		}
+		opt.Chunk = max(opt.Chunk, p.streamChunk())
 	}
 	opt.Chunk = min(opt.Chunk, opt.MaxBatch)
 	p.opt = opt
@@ -291,6 +331,9 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit()
+			}
+			if !p.opt.noRecompute {
+				s.setRecompute(p.opt.panelRows)
 			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -380,6 +423,27 @@ const (
 	maxPlanBytes = 64 << 30
 )
 
+// streamChunk is the smallest chunk that gives the product of every
+// convolution whose weight is larger than the caches (bigWeightBytes) at
+// least minStreamRows rows: such a weight is streamed from memory once per
+// chunk for the forward product and once for the input gradient, so a
+// chunk of one example makes WRN-16-4's 8x8x256 layers (2.4 MB weights, 64
+// output pixels) memory-bound. Measured on 2 cores (BENCHMARKS.md, issue
+// 42): WRN-16-4's private step at chunks of 2 took 4-8% less CPU than at
+// 1, in 169 MiB instead of 127; chunks of 4 no less again, in 253 MiB.
+// (Dense layers, one row an example, are left to the byte bound: not
+// measured.)
+func (p *Plan) streamChunk() int {
+	const bigWeightBytes, minStreamRows = 1 << 20, 128
+	c := 1
+	for _, s := range p.stages {
+		if s.kind == kConv && 4*s.fi*s.fo > bigWeightBytes {
+			c = max(c, (minStreamRows+s.P-1)/s.P)
+		}
+	}
+	return min(c, 16)
+}
+
 // bufferBytes is the memory the workers' buffers take for chunks of C
 // examples.
 func (p *Plan) bufferBytes(C, workers int) int64 {
@@ -389,7 +453,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wide)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -415,6 +479,35 @@ func (p *Plan) markGradWrites() {
 		}
 		s.addGrad = seen[s.src]
 		seen[s.src] = true
+	}
+}
+
+// fuseGrads marks the stages whose backward pass writes its input
+// gradient into the producing implicit convolution's bordered map with
+// the activation's derivative applied (what the producer's own backward
+// would have done reading it back from d[src]): an implicit convolution
+// or a max pool that is its input's only reader, whose producer is an
+// implicit convolution with an activation actGradTo takes. This saves a
+// write and a read of every such gradient between layers.
+func (p *Plan) fuseGrads() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
+			continue
+		}
+		q := &p.stages[s.src-1] // stage src-1 writes activation src
+		if q.kind != kConv || !q.implicit || !fusesActGrad(q.act) {
+			continue
+		}
+		s.gradToGp, q.gpFilled = true, true
 	}
 }
 
@@ -509,7 +602,7 @@ func (p *Plan) newWorker() *worker {
 		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
-	maxDU, maxFo, maxAct, maxWide := 0, 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = make([]float32, C*sh.Size())
 		if k > 0 {
@@ -521,10 +614,15 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.recompute {
+				w.gpks = make([]blas.PackedB32, C)
+				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
+			}
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wide*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
 			w.u[i] = make([]float32, C*s.P*s.fi)
@@ -554,6 +652,7 @@ func (p *Plan) newWorker() *worker {
 	}
 	w.du = make([]float32, maxDU)
 	w.wide = make([]float32, maxWide)
+	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
 	return w
 }
@@ -1003,19 +1102,21 @@ func (p *Plan) backward(w *worker, m int) {
 			G := dout[:rows*s.fo]
 			if s.implicit {
 				p.implicitBackward(w, i, m, G, din)
-				if s.src == 0 {
-					continue
+			} else {
+				p.actGrad(w, i, G)
+				if s.src > 0 {
+					du := w.du[:rows*s.fi]
+					w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
+					for j := range m {
+						s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
+					}
 				}
-				break
 			}
-			p.actGrad(w, i, G)
+			if p.private {
+				p.convExGrads(w, i, m)
+			}
 			if s.src == 0 {
 				continue
-			}
-			du := w.du[:rows*s.fi]
-			w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
-			for j := range m {
-				s.col2im(du[j*s.P*s.fi:(j+1)*s.P*s.fi], din[j*isz:(j+1)*isz])
 			}
 		case kDense:
 			G := dout[:m*s.fo]
@@ -1026,6 +1127,10 @@ func (p *Plan) backward(w *worker, m int) {
 			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:
 			if s.src == 0 {
+				continue
+			}
+			if s.gradToGp {
+				p.poolGradToGp(w, i, m, dout)
 				continue
 			}
 			for j := range m {
@@ -1094,6 +1199,7 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 	p.loadInput(w, i0, m)
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)
+	clear(w.linf[:m])
 	p.backward(w, m)
 	if p.private {
 		p.perExample(w, i0, m)
@@ -1172,9 +1278,11 @@ func colSums(G []float32, fo int, col []float64) {
 }
 
 // perExample computes each example's per-layer squared norms (and L-inf
-// norm), materializing convolution gradients in w.ex, asks the clipper
-// for factors, and scales (or zeroes) the dense layers' G rows so that
-// accumulate's GEMM is the book-keeping clipped sum.
+// norm; the convolutions' backward has materialized theirs in w.ex and
+// w.sq, convExGrads), asks the clipper for factors, scales (or zeroes)
+// the dense layers' G rows so that accumulate's GEMM is the book-keeping
+// clipped sum, and adds the scaled convolution and norm gradients into
+// the accumulator.
 func (p *Plan) perExample(w *worker, i0, m int) {
 	A := p.naff
 	for j := range m {
@@ -1184,24 +1292,10 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 			s := &p.stages[i]
 			switch s.kind {
 			case kConv:
-				U, G := w.affineIO(s, i, j)
-				M := p.exGrad(w, s, j)
-				if s.implicit {
-					p.implicitWeightGrad(w, i, j, 0, M)
-					G = w.gradView(s, i, j)
-				} else {
-					w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
-				}
-				if s.b.Len > 0 {
-					colSums(G, s.fo, w.col)
-					for k, v := range w.col[:s.fo] {
-						M[s.fi*s.fo+k] = float32(v)
-					}
-				}
-				sq[s.aff] = sumsq64(M)
-				if p.opt.LInf {
-					linf = max(linf, maxAbs(M))
-				}
+				// convExGrads has written the gradient (or, recomputed,
+				// its bias), its squared norm into sq and its L-inf norm
+				// into w.linf[j].
+				linf = max(linf, w.linf[j])
 			case kEmbed:
 				sz, osz := s.in.Size(), s.out.Size()
 				t := 0.0
@@ -1275,22 +1369,71 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 				scaleDown(f, G)
 			}
 		}
-		// Per-example gradients (convolutions, norms) are scaled and
-		// added into the accumulator here, in one pass while they are in
-		// cache: exactly the vector whose norm bound holds. (Each entry
-		// of the sum takes the examples in the same order as when
-		// accumulate added them after the chunk, so the sum is the same
-		// bit for bit.)
-		for i := range p.stages {
-			s := &p.stages[i]
-			if s.kind != kConv && s.kind != kNorm {
-				continue
-			}
-			if f := c[s.aff]; f != 0 && !w.bad[j] {
+	}
+	if p.capture != nil {
+		return
+	}
+	// Per-example gradients (convolutions, norms) are scaled and added
+	// into the accumulator here: exactly the vector whose norm bound
+	// holds. Layer by layer, the chunk's examples in order, so that the
+	// layer's share of the accumulator stays in cache while the examples
+	// are added to it. (Each entry of the sum takes the examples in the
+	// same order as when accumulate added them after the chunk, so the
+	// sum is the same bit for bit.)
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv && s.kind != kNorm {
+			continue
+		}
+		if s.recompute {
+			continue // addRecomputed, after the chunk's norms
+		}
+		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		for j := range m {
+			if f := w.c[j*A+s.aff]; f != 0 && !w.bad[j] {
 				M := p.exGrad(w, s, j)
-				addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
-				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
+				addScaledDown(accW, M[:s.w.Len], f)
+				addScaledDown(accB, M[s.w.Len:], f)
 			}
+		}
+	}
+	if p.capture == nil {
+		p.addRecomputed(w, m)
+	}
+}
+
+// convExGrads writes the per-example gradients of convolution stage i
+// (weight, then bias) for the chunk's m examples into their w.ex rows,
+// their squared norms into w.sq and, with Options.LInf, raises w.linf[j]
+// to their L-inf norms. backward calls it right after the stage's own
+// backward pass, while the output gradients it reads are in cache.
+func (p *Plan) convExGrads(w *worker, i, m int) {
+	s := &p.stages[i]
+	for j := range m {
+		U, G := w.affineIO(s, i, j)
+		M := p.exGrad(w, s, j)
+		if s.recompute && p.capture == nil {
+			var l float64
+			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+			w.linf[j] = max(w.linf[j], l)
+			continue
+		}
+		if s.implicit {
+			p.implicitWeightGrad(w, i, j, 0, M)
+			G = w.gradView(s, i, j)
+		} else {
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
+		}
+		if s.b.Len > 0 {
+			colSums(G, s.fo, w.col)
+			for k, v := range w.col[:s.fo] {
+				M[s.fi*s.fo+k] = float32(v)
+			}
+		}
+		w.sq[j*p.naff+s.aff] = sumsq64(M)
+		if p.opt.LInf {
+			w.linf[j] = max(w.linf[j], maxAbs(M))
 		}
 	}
 }

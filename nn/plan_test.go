@@ -253,6 +253,21 @@ func testNets() map[string]*builder {
 	b.dense(3*2*2, 5, Tanh)
 	b.dense(5, 3, Identity)
 	nets["mixed"] = b
+	// The CIFAR CNN's pattern: 'same' convolutions in pairs, each pair
+	// pooled, so that input gradients go straight into the producing
+	// convolution's bordered map (fuseGrads), with every fused activation,
+	// channel counts off the vector width and a column the pool drops.
+	b = &builder{net: Network{Input: Shape{3, 8, 7}}}
+	b.conv(3, 5, 3, 1, 1, Identity)
+	b.conv(5, 4, 3, 1, 1, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.conv(4, 8, 3, 1, 1, Tanh)
+	b.conv(8, 3, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(3*2*1, 4, Tanh)
+	b.dense(4, 3, Identity)
+	nets["conv-pairs"] = b
 	b = &builder{net: Network{Input: Shape{1, 11, 10}}}
 	b.conv(1, 4, 2, 3, 0, Tanh)
 	b.net.Layers = append(b.net.Layers, MaxPool{Size: 3})
@@ -324,6 +339,15 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
 	b.dense(4, 3, Identity)
 	nets["residual"] = b
+	// Convolutions whose per-example weight gradients are recomputed
+	// (recompute.go: im2col layers of few output pixels and outputs a
+	// multiple of 16), with a bias and without.
+	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
+	b.conv(3, 16, 3, 2, 1, ReLU)
+	b.conv(16, 32, 2, 1, 0, Tanh)
+	b.net.Layers = append(b.net.Layers, Conv2D{Out: 32, Kernel: 1, Stride: 2, Pad: 0, Act: Identity, Weight: b.param(32 * 32)}, Flatten{})
+	b.dense(32, 3, Identity)
+	nets["recomputed"] = b
 	// Embeddings: tabular (2 numeric columns, 3 categorical with their
 	// own tables), a mean bag of up to 6 ids with -1 padding, and a
 	// sequence sharing one table (repeated ids).

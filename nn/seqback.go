@@ -74,21 +74,20 @@ func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add b
 		beta = 1
 	}
 	if dX != nil {
-		W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, s.in, s.out, 1, G, s.out, W, s.out, beta, dX, s.in)
+		w.sgemmPacked(L, G, s.out, &p.pk[li].b, beta, dX, s.in)
 	}
 	if s.l.LoRAA.Len > 0 {
 		r := p.t.LoRARank
 		sc := p.loraScale()
 		A := p.params[s.l.LoRAA.Offset : s.l.LoRAA.Offset+s.l.LoRAA.Len]
 		B := p.params[s.l.LoRAB.Offset : s.l.LoRAB.Offset+s.l.LoRAB.Len]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, r, s.out, 1, G, s.out, B, s.out, 0, w.v, r)
+		w.sgemm(gblas.NoTrans, gblas.Trans, L, r, s.out, 1, G, s.out, B, s.out, 0, w.v, r)
 		if dX != nil {
-			w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, s.in, r, sc, w.v, r, A, r, 1, dX, s.in)
+			w.sgemm(gblas.NoTrans, gblas.Trans, L, s.in, r, sc, w.v, r, A, r, 1, dX, s.in)
 		}
 		if s.trainA {
-			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.in, r, L, sc, X, s.in, w.v, r, 0, w.ex[s.aEx:], r)
-			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, r, s.out, L, sc, w.u[li], r, G, s.out, 0, w.ex[s.bbEx:], s.out)
+			w.sgemm(gblas.Trans, gblas.NoTrans, s.in, r, L, sc, X, s.in, w.v, r, 0, w.ex[s.aEx:], r)
+			w.sgemm(gblas.Trans, gblas.NoTrans, r, s.out, L, sc, w.u[li], r, G, s.out, 0, w.ex[s.bbEx:], s.out)
 		}
 	}
 	if !s.trainW {
@@ -98,7 +97,7 @@ func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add b
 		copy(w.g[s.ghost][:L*s.out], G[:L*s.out])
 		w.gX[s.ghost] = X[:L*s.in]
 	} else {
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, s.in, s.out, L, 1, X, s.in, G, s.out, 0, w.ex[s.wEx:], s.out)
+		w.sgemm(gblas.Trans, gblas.NoTrans, s.in, s.out, L, 1, X, s.in, G, s.out, 0, w.ex[s.wEx:], s.out)
 	}
 	if s.bEx >= 0 {
 		acc := w.nacc[:s.out]
@@ -114,7 +113,10 @@ func (p *SeqPlan) linBack(w *seqWorker, li int, X, G, dX []float32, L int, add b
 	}
 }
 
-// attnBack takes datt (L x Dim) and writes the gradient w.r.t. qkv.
+// attnBack takes datt (L x Dim) and writes the gradient w.r.t. qkv. A
+// causal attention's products skip the blocks above the diagonal, as the
+// forward's (attnRows): dP and dQ per row block over the keys it sees,
+// dV and dK per key block over the rows that see it.
 func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 	D, nh := p.t.Dim, p.t.Heads
 	dh := D / nh
@@ -124,20 +126,39 @@ func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 		S := P[h*L*L : (h+1)*L*L]
 		dP := w.dp[:L*L]
 		dO := datt[h*dh:]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, 1, dO, D, V, 3*D, 0, dP, L)
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, 1, S, L, dO, D, 0, dqkv[2*D+h*dh:], 3*D)
-		for t := range L {
-			pr, dr := S[t*L:(t+1)*L], dP[t*L:(t+1)*L]
-			s := 0.0
-			for k, v := range pr {
-				s += float64(v) * float64(dr[k])
+		for r0 := 0; r0 < L; {
+			r1, keys := p.attnRows(r0, L)
+			w.sgemm(gblas.NoTrans, gblas.Trans, r1-r0, keys, dh, 1, dO[r0*D:], D, V, 3*D, 0, dP[r0*L:], L)
+			for t := r0; t < r1; t++ {
+				pr, dr := S[t*L:(t+1)*L], dP[t*L:(t+1)*L]
+				n := L
+				if p.t.Causal {
+					n = t + 1
+				}
+				s := 0.0
+				for k, v := range pr[:n] {
+					s += float64(v) * float64(dr[k])
+				}
+				for k, v := range pr[:n] {
+					dr[k] = float32(float64(v) * (float64(dr[k]) - s))
+				}
+				clear(dr[n:])
 			}
-			for k, v := range pr {
-				dr[k] = float32(float64(v) * (float64(dr[k]) - s))
-			}
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, r1-r0, dh, keys, scale, dP[r0*L:], L, K, 3*D, 0, dqkv[r0*3*D+h*dh:], 3*D)
+			r0 = r1
 		}
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, scale, dP, L, K, 3*D, 0, dqkv[h*dh:], 3*D)
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, L, dh, L, scale, dP, L, Q, 3*D, 0, dqkv[D+h*dh:], 3*D)
+		// dV = P^T dO and dK = scale dP^T Q: key block [c0, c1) from the
+		// rows that see it (all rows, or from c0 on when causal).
+		for c0 := 0; c0 < L; {
+			c1, _ := p.attnRows(c0, L)
+			from := 0
+			if p.t.Causal {
+				from = c0
+			}
+			w.sgemm(gblas.Trans, gblas.NoTrans, c1-c0, dh, L-from, 1, S[from*L+c0:], L, dO[from*D:], D, 0, dqkv[c0*3*D+2*D+h*dh:], 3*D)
+			w.sgemm(gblas.Trans, gblas.NoTrans, c1-c0, dh, L-from, scale, dP[from*L+c0:], L, Q[from*3*D:], 3*D, 0, dqkv[c0*3*D+D+h*dh:], 3*D)
+			c0 = c1
+		}
 	}
 }
 
@@ -146,7 +167,6 @@ func (p *SeqPlan) attnBack(w *seqWorker, qkv, P, datt, dqkv []float32, L int) {
 func (p *SeqPlan) backward(w *seqWorker, L int) {
 	t := &p.t
 	D, Hd := t.Dim, t.Hidden
-	wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
 	head := len(w.lin) - 1
 	dhf := w.dh // gradient w.r.t. hf
 	switch {
@@ -158,11 +178,11 @@ func (p *SeqPlan) backward(w *seqWorker, L int) {
 		p.linBack(w, head, w.hf, w.dbig, dhf, L, false)
 	default:
 		V := t.Vocab
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, D, V, 1, w.dbig, V, wte, D, 0, dhf, D)
+		w.sgemmPacked(L, w.dbig, V, &p.wteB, 0, dhf, D)
 		if e := p.exSlice(w, t.Wte); e != nil {
 			// The tied output embedding's gradient dlogits^T hf; the
 			// input embedding's rows are added below.
-			w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, V, D, L, 1, w.dbig, V, w.hf, D, 0, e, D)
+			w.sgemm(gblas.Trans, gblas.NoTrans, V, D, L, 1, w.dbig, V, w.hf, D, 0, e, D)
 		}
 	}
 	dout := w.dh2 // gradient w.r.t. the current block's output
@@ -239,6 +259,7 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 	}
 	for gi, g := range p.ghosts {
 		X, G := w.gX[gi], w.g[gi]
+		L := len(X) / g.in // the rows it saw (1 for a classifier's head)
 		xd, gd := w.xd[:L*g.in], w.gd[:L*g.out]
 		for k, v := range X[:L*g.in] {
 			xd[k] = float64(v)
@@ -247,8 +268,8 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 			gd[k] = float64(v)
 		}
 		gx, gg := w.gx[:L*L], w.gg[:L*L]
-		w.gemm64.Dgemm(gblas.NoTrans, gblas.Trans, L, L, g.in, 1, xd, g.in, xd, g.in, 0, gx, L)
-		w.gemm64.Dgemm(gblas.NoTrans, gblas.Trans, L, L, g.out, 1, gd, g.out, gd, g.out, 0, gg, L)
+		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.in, 1, xd, g.in, xd, g.in, 0, gx, L)
+		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.out, 1, gd, g.out, gd, g.out, 0, gg, L)
 		s := 0.0
 		for k, v := range gx {
 			s += v * gg[k]
@@ -261,25 +282,22 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 // the worker's sum.
 func (p *SeqPlan) accumulate(w *seqWorker, L int) {
 	for _, pc := range p.pieces {
-		f := Factor32(w.c[pc.unit])
-		if f == 0 {
+		if Factor32(w.c[pc.unit]) == 0 {
 			continue
 		}
-		acc := w.acc[pc.p.Offset : pc.p.Offset+pc.p.Len]
-		for k, v := range w.ex[pc.off : pc.off+pc.p.Len] {
-			acc[k] += MulDown(f, v)
-		}
+		addScaledDown(w.acc[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len], w.c[pc.unit])
 	}
 	for gi, g := range p.ghosts {
 		f := Factor32(w.c[g.unit])
 		if f == 0 {
 			continue
 		}
+		L := len(w.gX[gi]) / g.in
 		G := w.g[gi][:L*g.out]
 		for k, v := range G {
 			G[k] = MulDown(f, v)
 		}
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, G, g.out, 1, w.acc[g.w.Offset:], g.out)
+		w.sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, G, g.out, 1, w.acc[g.w.Offset:], g.out)
 	}
 }
 
@@ -290,6 +308,7 @@ func (p *SeqPlan) capture(w *seqWorker, L int, out []float32) {
 		copy(out[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len])
 	}
 	for gi, g := range p.ghosts {
-		w.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, w.g[gi], g.out, 0, out[g.w.Offset:], g.out)
+		L := len(w.gX[gi]) / g.in
+		w.sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, w.g[gi], g.out, 0, out[g.w.Offset:], g.out)
 	}
 }

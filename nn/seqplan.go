@@ -26,8 +26,9 @@ import (
 // X (L x in) and output gradients G (L x out), is either materialized or
 // has its norm computed from the Gram matrices,
 // ||X^T G||_F^2 = sum_{s,t} (X X^T)_{st} (G G^T)_{st} (the ghost norm, Li
-// et al. 2021), whichever needs less memory per example: the ghost norm
-// when 2 Context^2 < in x out (mixed ghost clipping, Bu et al. 2022). A
+// et al. 2021), whichever costs less (mixed ghost clipping, Bu et al.
+// 2022; ghostPays: the ghost norm for short contexts and wide layers,
+// and beyond a memory budget per worker). A
 // ghost layer's clipped contribution is then X^T (f G) for the example's
 // factor f, the book-keeping of Bu et al. Gram matrices are formed and
 // summed in float64.
@@ -44,6 +45,11 @@ type SeqPlan struct {
 	sinus   []float32
 	loss    []float64
 	workers []*seqWorker
+	// The weights packed once per call for the products (blas.PackB32),
+	// shared by the workers: per linear, W for the forward product and
+	// W^T for the input gradient; the tied output matrix the same.
+	pk         []seqPacked
+	wteF, wteB blas.PackedB32
 
 	// per call
 	x      []float32
@@ -58,6 +64,9 @@ type SeqPlan struct {
 	// lossOnly: Losses, the forward pass and the loss without gradients
 	lossOnly bool
 }
+
+// seqPacked is a linear's weight packed for both products.
+type seqPacked struct{ f, b blas.PackedB32 }
 
 // piece is a parameter range whose per-example gradient is materialized
 // at ex[off:off+p.Len], counted in unit.
@@ -101,7 +110,7 @@ type seqWorker struct {
 	xhF, hf           []float32
 	rF, r0            []float64
 	xh0               []float32
-	logits            []float32 // Context x Vocab or Classes
+	logits            []float32 // Context x Vocab or Classes (dbig's start)
 	// gradients
 	dh, dh2, da, dbig, dqkv, dp []float32
 	v                           []float32   // G B^T
@@ -112,6 +121,7 @@ type seqWorker struct {
 	acc                         []float32
 	xd, gd, gx, gg              []float64
 	nacc                        []float64
+	log                         *productLog // while RecordProducts is on
 }
 
 // NewSeqPlan compiles t over the parameter buffer params (shared, not
@@ -156,6 +166,7 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 		}
 	}
 	var lins []seqLinear
+	matW := 0 // weight entries materialized so far
 	addLin := func(l Linear, in, out int, head bool) {
 		s := seqLinear{l: l, in: in, out: out, wEx: -1, bEx: -1, aEx: -1, bbEx: -1, ghost: -1}
 		s.trainW = l.Weight.Len > 0 && (base || head)
@@ -164,12 +175,13 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 			u := p.units
 			p.units++
 			if s.trainW {
-				if 2*t.Context*t.Context < in*out {
+				if p.ghostPays(in, out, matW) {
 					s.ghost = len(p.ghosts)
 					p.ghosts = append(p.ghosts, ghostW{l.Weight, in, out, u})
 					p.train = append(p.train, l.Weight)
 				} else {
 					s.wEx = mat(l.Weight, u)
+					matW += in * out
 				}
 				s.bEx = mat(l.Bias, u)
 			}
@@ -226,7 +238,45 @@ func NewSeqPlan(t Transformer, params []float32, opt Options) (*SeqPlan, error) 
 	for range opt.Workers {
 		p.workers = append(p.workers, p.newWorker(lins))
 	}
+	p.pk = make([]seqPacked, len(lins))
 	return p, nil
+}
+
+// Ghost norms against materialized per-example gradients, per weight
+// (in x out) over sequences of up to T tokens: the ghost norm costs two
+// Gram matrices, 2 T^2 (in + out) multiply-adds in float64, and the
+// clipped sum one product X^T (f G); materializing costs the same product
+// (X^T G) and three passes over in x out entries (write, norm, scaled
+// add), and their memory. With a float64 product near 70 GFLOP/s and a
+// pass near 3 floats a nanosecond (AVX-512 cores), the ghost norm pays
+// when ghostRatio in x out >= T^2 (in + out), ghostRatio about 17: short
+// sequences, wide layers. Materialized weights are bounded per worker
+// (matBudget entries, 64 MiB); beyond it a weight gets the ghost norm
+// when that needs less memory (2 T^2 < in x out), as before costs were
+// weighed.
+const (
+	ghostRatio = 17
+	matBudget  = 16 << 20
+)
+
+// ghostPays reports whether a trained weight in x out gets the ghost norm,
+// given matW weight entries already materialized.
+func (p *SeqPlan) ghostPays(in, out, matW int) bool {
+	switch p.opt.seqNorms {
+	case normsAllGhost:
+		return true
+	case normsAllMaterialized:
+		return false
+	}
+	T := int64(p.t.Context)
+	switch {
+	case ghostRatio*int64(in)*int64(out) >= T*T*int64(in+out):
+		return true // cheaper
+	case matW+in*out <= matBudget:
+		return false
+	}
+	// Beyond the budget, the ghost norm where it needs less memory.
+	return 2*T*T < int64(in)*int64(out)
 }
 
 func (p *SeqPlan) outWidth() int {
@@ -240,7 +290,7 @@ func (p *SeqPlan) outWidth() int {
 func (p *SeqPlan) workerBytes() int64 {
 	t := &p.t
 	T, D, B := int64(t.Context), int64(t.Dim), int64(len(t.Blocks))
-	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*3+int64(t.Heads)*T*T) + T*int64(p.outWidth())*2 + T*(4*D+int64(t.Hidden)) + T*T*2
+	f := B*(T*D*8+T*3*D*2+T*int64(t.Hidden)*3+int64(t.Heads)*T*T) + T*int64(p.outWidth()) + T*(4*D+int64(t.Hidden)) + T*T*2
 	f += int64(p.exLen) + int64(len(p.params))
 	for _, g := range p.ghosts {
 		f += T * int64(g.out)
@@ -270,13 +320,14 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 		xh1: mk(T * D), xh2: mk(T * D), a1: mk(T * D), a2: mk(T * D), r1: mk64(T), r2: mk64(T),
 		in: mk(T * D), mid: mk(T * D), att: mk(T * D), qkv: mk(3 * T * D), z: mk(T * H), f: mk(T * H), th: mk(T * H),
 		p: mk(t.Heads * T * T), xhF: make([]float32, T*D), hf: make([]float32, T*D), rF: make([]float64, T),
-		logits: make([]float32, T*p.outWidth()),
-		dh:     make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
+		dh: make([]float32, T*D), dh2: make([]float32, T*D), da: make([]float32, T*D),
 		dbig: make([]float32, T*max(H, p.outWidth(), 3*D)), dqkv: make([]float32, 3*T*D), dp: make([]float32, T*T),
 		v: make([]float32, T*max(t.LoRARank, 1)), ex: make([]float32, p.exLen),
 		sq: make([]float64, p.units), c: make([]float64, p.units), acc: make([]float32, len(p.params)),
 		nacc: make([]float64, max(3*D, H, p.outWidth())),
 	}
+	// The logits' gradient overwrites them (lossGrad).
+	w.logits = w.dbig[:T*p.outWidth()]
 	for range w.lin {
 		w.u = append(w.u, make([]float32, T*max(t.LoRARank, 1)))
 	}
@@ -380,21 +431,42 @@ func (p *SeqPlan) StepContext(ctx context.Context, x []float32, y []int, dst []f
 	}
 	p.x, p.y, p.n, p.clip, p.ctx, p.mode = x, y, len(y), clip, ctx, modeTrain
 	p.run()
-	clear(dst)
-	for _, q := range p.train {
-		d := dst[q.Offset : q.Offset+q.Len]
-		for _, w := range p.workers {
-			a := w.acc[q.Offset : q.Offset+q.Len]
-			for k, v := range a {
-				d[k] += v
-			}
-		}
-	}
+	p.sum(dst)
 	p.x, p.y, p.clip, p.ctx = nil, nil, nil, nil
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("nn: step: %w", ctx.Err())
 	}
 	return p.loss[:len(y)], nil
+}
+
+// sum writes the workers' sums, added in worker order, into dst (zero
+// outside the trained ranges), each trained range split between as many
+// goroutines as workers.
+func (p *SeqPlan) sum(dst []float32) {
+	W := len(p.workers)
+	var wg sync.WaitGroup
+	for part := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clear(dst[len(dst)*part/W : len(dst)*(part+1)/W])
+		}()
+	}
+	wg.Wait()
+	for part := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, q := range p.train {
+				lo, hi := q.Offset+q.Len*part/W, q.Offset+q.Len*(part+1)/W
+				d := dst[lo:hi]
+				for _, w := range p.workers {
+					add(d, w.acc[lo:hi])
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Gradients writes each example's unclipped gradient into out[i]
@@ -497,6 +569,7 @@ func (p *SeqPlan) LastLogits(x []float32, logits []float32) error {
 }
 
 func (p *SeqPlan) run() {
+	p.pack()
 	W := min(len(p.workers), p.n)
 	var wg sync.WaitGroup
 	for wi := range W {
@@ -514,6 +587,47 @@ func (p *SeqPlan) run() {
 			}
 		}
 	}
+}
+
+// pack packs the weights the call's products use (the forward ones, and
+// for a backward pass the transposed ones too), the packings dealt to
+// every worker's goroutine so that all cores work. A last-position
+// forward (LastLogits) multiplies one row per example by the output
+// matrix and leaves it unpacked.
+func (p *SeqPlan) pack() {
+	t := &p.t
+	back := p.mode == modeGradients || (p.mode == modeTrain && !p.lossOnly)
+	var jobs []func()
+	for li := range p.pk {
+		l, pk := p.workers[0].lin[li], &p.pk[li]
+		W := p.params[l.l.Weight.Offset : l.l.Weight.Offset+l.l.Weight.Len]
+		jobs = append(jobs, func() { blas.PackB32(gblas.NoTrans, l.in, l.out, 1, W, l.out, &pk.f) })
+		if back {
+			jobs = append(jobs, func() { blas.PackB32(gblas.Trans, l.out, l.in, 1, W, l.out, &pk.b) })
+		}
+	}
+	if t.Classes == 0 && t.Head.Weight.Len == 0 {
+		wte := p.params[t.Wte.Offset : t.Wte.Offset+t.Wte.Len]
+		if !p.last {
+			jobs = append(jobs, func() { blas.PackB32(gblas.Trans, t.Dim, t.Vocab, 1, wte, t.Dim, &p.wteF) })
+		}
+		if back {
+			jobs = append(jobs, func() { blas.PackB32(gblas.NoTrans, t.Vocab, t.Dim, 1, wte, t.Dim, &p.wteB) })
+		}
+	}
+	// The largest first, dealt in turn.
+	W := len(p.workers)
+	var wg sync.WaitGroup
+	for wi := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := len(jobs) - 1 - wi; k >= 0; k -= W {
+				jobs[k]()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (p *SeqPlan) work(wi, W int) {
@@ -619,8 +733,7 @@ func (p *SeqPlan) layerNorm(n Norm, x, y, xh []float32, r []float64, L int) {
 // linForward is Y = X W + b (+ s (X A) B) over L rows.
 func (p *SeqPlan) linForward(w *seqWorker, li int, X, Y []float32, L int) {
 	s := &w.lin[li]
-	W := p.params[s.l.Weight.Offset : s.l.Weight.Offset+s.l.Weight.Len]
-	w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, s.in, 1, X, s.in, W, s.out, 0, Y, s.out)
+	w.sgemmPacked(L, X, s.in, &p.pk[li].f, 0, Y, s.out)
 	if s.l.Bias.Len > 0 {
 		b := p.params[s.l.Bias.Offset : s.l.Bias.Offset+s.out]
 		for t := range L {
@@ -634,8 +747,8 @@ func (p *SeqPlan) linForward(w *seqWorker, li int, X, Y []float32, L int) {
 		r := p.t.LoRARank
 		A := p.params[s.l.LoRAA.Offset : s.l.LoRAA.Offset+s.l.LoRAA.Len]
 		B := p.params[s.l.LoRAB.Offset : s.l.LoRAB.Offset+s.l.LoRAB.Len]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, r, s.in, 1, X, s.in, A, r, 0, w.u[li], r)
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, r, p.loraScale(), w.u[li], r, B, s.out, 1, Y, s.out)
+		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, r, s.in, 1, X, s.in, A, r, 0, w.u[li], r)
+		w.sgemm(gblas.NoTrans, gblas.NoTrans, L, s.out, r, p.loraScale(), w.u[li], r, B, s.out, 1, Y, s.out)
 	}
 }
 
@@ -656,10 +769,19 @@ func (p *SeqPlan) gelu(z, f, th []float32) {
 		}
 		return
 	}
-	for k, x := range z {
-		t := tanh32(float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x))))
-		th[k] = t
-		f[k] = 0.5 * x * (1 + t)
+	// The tanh's argument in float64 as before, the tanh eight at a time
+	// (biasTanh with a zero bias), in blocks that stay in cache.
+	var zero [512]float32
+	for k0 := 0; k0 < len(z); k0 += len(zero) {
+		zs := z[k0:min(k0+len(zero), len(z))]
+		ts, fs := th[k0:k0+len(zs)], f[k0:k0+len(zs)]
+		for k, x := range zs {
+			ts[k] = float32(geluC * (float64(x) + 0.044715*float64(x)*float64(x)*float64(x)))
+		}
+		biasTanh(ts, zero[:len(zs)])
+		for k, x := range zs {
+			fs[k] = 0.5 * x * (1 + ts[k])
+		}
 	}
 }
 
@@ -672,12 +794,22 @@ func (p *SeqPlan) geluGrad(z, th, g []float32) {
 		}
 		return
 	}
-	for k, v := range z {
-		x := float64(v)
-		t := float64(th[k])
-		d := 0.5*(1+t) + 0.5*x*(1-t*t)*geluC*(1+3*0.044715*x*x)
-		g[k] = float32(float64(g[k]) * d)
+	geluGradTanh(z, th[:len(z)], g[:len(z)])
+}
+
+// attnBlock is the rows of a causal attention's score block: the rows
+// [r0, r1) attend to the tokens [0, r1) only, so the products skip the
+// masked blocks above the diagonal.
+const attnBlock = 32
+
+// attnRows returns the end of the row block starting at r0 and the
+// number of keys its rows see.
+func (p *SeqPlan) attnRows(r0, L int) (r1, keys int) {
+	if !p.t.Causal {
+		return L, L
 	}
+	r1 = min(r0+attnBlock, L)
+	return r1, r1
 }
 
 // attention computes att = softmax(Q K^T / sqrt(dh) + mask) V per head.
@@ -688,30 +820,22 @@ func (p *SeqPlan) attention(w *seqWorker, qkv, P, att []float32, L int) {
 	for h := range nh {
 		Q, K, V := qkv[h*dh:], qkv[D+h*dh:], qkv[2*D+h*dh:]
 		S := P[h*L*L : (h+1)*L*L]
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, L, L, dh, scale, Q, 3*D, K, 3*D, 0, S, L)
-		for t := range L {
-			row := S[t*L : (t+1)*L]
-			n := L
-			if p.t.Causal {
-				n = t + 1
+		for r0 := 0; r0 < L; {
+			r1, keys := p.attnRows(r0, L)
+			w.sgemm(gblas.NoTrans, gblas.Trans, r1-r0, keys, dh, scale, Q[r0*3*D:], 3*D, K, 3*D, 0, S[r0*L:], L)
+			for t := r0; t < r1; t++ {
+				row := S[t*L : (t+1)*L]
+				n := L
+				if p.t.Causal {
+					n = t + 1
+				}
+				mx := maxOf(row[:n])
+				scaleBy(row[:n], float32(1/expShift(row[:n], row[:n], mx)))
+				clear(row[n:])
 			}
-			mx := float32(math.Inf(-1))
-			for _, v := range row[:n] {
-				mx = max(mx, v)
-			}
-			s := 0.0
-			for k, v := range row[:n] {
-				e := math.Exp(float64(v - mx))
-				row[k] = float32(e)
-				s += e
-			}
-			inv := 1 / s
-			for k := range row[:n] {
-				row[k] = float32(float64(row[k]) * inv)
-			}
-			clear(row[n:])
+			w.sgemm(gblas.NoTrans, gblas.NoTrans, r1-r0, dh, keys, 1, S[r0*L:], L, V, 3*D, 0, att[r0*D+h*dh:], D)
+			r0 = r1
 		}
-		w.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, L, dh, L, 1, S, L, V, 3*D, 0, att[h*dh:], D)
 	}
 }
 
@@ -808,7 +932,11 @@ func (p *SeqPlan) forward(w *seqWorker, L int) {
 	if t.Head.Weight.Len > 0 {
 		p.linForward(w, len(w.lin)-1, hf, w.logits, rows)
 	} else {
-		w.gemm.Sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
+		if p.last {
+			w.sgemm(gblas.NoTrans, gblas.Trans, rows, V, D, 1, hf, D, wte, D, 0, w.logits, V)
+		} else {
+			w.sgemmPacked(rows, hf, D, &p.wteF, 0, w.logits, V)
+		}
 	}
 }
 
@@ -840,22 +968,15 @@ func (p *SeqPlan) lossGrad(w *seqWorker, L, label int) float64 {
 }
 
 // softmaxCE returns -log softmax(z)[y] and writes scale (softmax(z) -
-// onehot(y)) into g.
-func softmaxCE(z []float32, y int, scale float64, g []float32) float64 {
-	mx := float32(math.Inf(-1))
-	for _, v := range z {
-		mx = max(mx, v)
-	}
-	s := 0.0
-	for k, v := range z {
-		e := math.Exp(float64(v - mx))
-		g[k] = float32(e)
-		s += e
-	}
-	r := scale / s
-	for k, e := range g[:len(z)] {
-		g[k] = float32(float64(e) * r)
-	}
-	g[y] -= float32(scale)
-	return math.Log(s) - float64(z[y]-mx)
+// onehot(y)) into g: the exponentials in float32 eight at a time
+// (expShift), summed in float64, then scaled by scale over their sum
+// rounded to float32. A NaN or +Inf logit makes the loss NaN. g may be
+// z (the gradient overwrites the logits).
+func softmaxCE(z []float32, y int, sc float64, g []float32) float64 {
+	mx := maxOf(z)
+	zy := z[y] // g may be z
+	s := expShift(z, g, mx)
+	scaleBy(g[:len(z)], float32(sc/s))
+	g[y] -= float32(sc)
+	return math.Log(s) - float64(zy-mx)
 }

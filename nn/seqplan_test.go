@@ -263,6 +263,8 @@ var seqCases = []seqCase{
 	{name: "gpt2-cls-untied-lora", vocab: 10, ctx: 4, dim: 6, heads: 3, hid: 8, blocks: 1, causal: true, classes: 2, rank: 2},
 	{name: "lora-frozen", vocab: 11, ctx: 5, dim: 8, heads: 2, hid: 12, blocks: 2, causal: true, rank: 2, freeze: true},
 	{name: "cls-frozen-lora", vocab: 9, ctx: 5, dim: 8, heads: 2, hid: 8, blocks: 1, causal: true, classes: 3, rank: 1, freeze: true},
+	// longer than a causal attention's row block (attnBlock)
+	{name: "gpt2-long", vocab: 7, ctx: attnBlock + 8, dim: 4, heads: 2, hid: 6, blocks: 1, causal: true},
 	{name: "untied-bidir", vocab: 7, ctx: 4, dim: 4, heads: 1, hid: 6, blocks: 1, untied: true, sinus: true},
 }
 
@@ -299,69 +301,85 @@ func idsOf(row []float32) []int {
 // TestSeqGradients checks every per-example gradient (every trained
 // parameter) against central differences of the float64 reference, and
 // each example's loss against the reference's.
+// Every case runs with the norms chosen by cost, then with every weight
+// materialized and with every weight a ghost (a classifier's head too).
 func TestSeqGradients(t *testing.T) {
 	for ci, c := range seqCases {
-		t.Run(c.name, func(t *testing.T) {
-			tr, params := c.build(uint64(ci))
-			rng := rand.New(rand.NewPCG(uint64(ci), 9))
-			n := 3
-			x, y := seqBatch(rng, &tr, n)
-			plan, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2})
-			if err != nil {
-				t.Fatal(err)
+		for _, rule := range seqNormRules {
+			t.Run(c.name+"/"+rule.name, func(t *testing.T) {
+				seqGradients(t, ci, c, rule.r)
+			})
+		}
+	}
+}
+
+var seqNormRules = []struct {
+	name string
+	r    seqNormRule
+}{{"by-cost", normsByCost}, {"materialized", normsAllMaterialized}, {"ghost", normsAllGhost}}
+
+func seqGradients(t *testing.T, ci int, c seqCase, rule seqNormRule) {
+	tr, params := c.build(uint64(ci))
+	rng := rand.New(rand.NewPCG(uint64(ci), 9))
+	n := 3
+	x, y := seqBatch(rng, &tr, n)
+	plan, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2, seqNorms: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (c.name == "gpt2-ghost" && rule == normsByCost || rule == normsAllGhost && !tr.FreezeBase) && plan.Ghost() == 0 {
+		t.Fatal("no ghost layer")
+	}
+	if rule == normsAllMaterialized && plan.Ghost() != 0 {
+		t.Fatal("ghost layers left")
+	}
+	grads := make([][]float32, n)
+	for i := range grads {
+		grads[i] = make([]float32, len(params))
+	}
+	loss, err := plan.Gradients(x, y, grads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p64 := make([]float64, len(params))
+	for k, v := range params {
+		p64[k] = float64(v)
+	}
+	trained := make([]bool, len(params))
+	for _, q := range plan.train {
+		for k := range q.Len {
+			trained[q.Offset+k] = true
+		}
+	}
+	for i := range n {
+		ids := idsOf(x[i*tr.Context : (i+1)*tr.Context])
+		want, _ := refSeqLoss(&tr, p64, ids, y[i])
+		if d := math.Abs(loss[i] - want); d > 1e-5*max(1, want) {
+			t.Errorf("example %d: loss %v, reference %v", i, loss[i], want)
+		}
+		const h = 1e-6
+		bad := 0
+		for k := range params {
+			g := float64(grads[i][k])
+			if !trained[k] {
+				if g != 0 {
+					t.Fatalf("example %d: frozen parameter %d has gradient %v", i, k, g)
+				}
+				continue
 			}
-			if c.name == "gpt2-ghost" && plan.Ghost() == 0 {
-				t.Fatal("no ghost layer")
-			}
-			grads := make([][]float32, n)
-			for i := range grads {
-				grads[i] = make([]float32, len(params))
-			}
-			loss, err := plan.Gradients(x, y, grads)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p64 := make([]float64, len(params))
-			for k, v := range params {
-				p64[k] = float64(v)
-			}
-			trained := make([]bool, len(params))
-			for _, q := range plan.train {
-				for k := range q.Len {
-					trained[q.Offset+k] = true
+			v := p64[k]
+			p64[k] = v + h
+			up, _ := refSeqLoss(&tr, p64, ids, y[i])
+			p64[k] = v - h
+			dn, _ := refSeqLoss(&tr, p64, ids, y[i])
+			p64[k] = v
+			fd := (up - dn) / (2 * h)
+			if math.Abs(fd-g) > 2e-4*max(1, math.Abs(fd)) {
+				if bad++; bad < 5 {
+					t.Errorf("example %d parameter %d: gradient %v, central difference %v", i, k, g, fd)
 				}
 			}
-			for i := range n {
-				ids := idsOf(x[i*tr.Context : (i+1)*tr.Context])
-				want, _ := refSeqLoss(&tr, p64, ids, y[i])
-				if d := math.Abs(loss[i] - want); d > 1e-5*max(1, want) {
-					t.Errorf("example %d: loss %v, reference %v", i, loss[i], want)
-				}
-				const h = 1e-6
-				bad := 0
-				for k := range params {
-					g := float64(grads[i][k])
-					if !trained[k] {
-						if g != 0 {
-							t.Fatalf("example %d: frozen parameter %d has gradient %v", i, k, g)
-						}
-						continue
-					}
-					v := p64[k]
-					p64[k] = v + h
-					up, _ := refSeqLoss(&tr, p64, ids, y[i])
-					p64[k] = v - h
-					dn, _ := refSeqLoss(&tr, p64, ids, y[i])
-					p64[k] = v
-					fd := (up - dn) / (2 * h)
-					if math.Abs(fd-g) > 2e-4*max(1, math.Abs(fd)) {
-						if bad++; bad < 5 {
-							t.Errorf("example %d parameter %d: gradient %v, central difference %v", i, k, g, fd)
-						}
-					}
-				}
-			}
-		})
+		}
 	}
 }
 
@@ -386,82 +404,88 @@ func (f flatClip) Scale(_ int, sq []float64, _ float64, c []float64) {
 // per-example gradients.
 func TestSeqNormsAndClippedSum(t *testing.T) {
 	for ci, c := range seqCases {
-		t.Run(c.name, func(t *testing.T) {
-			tr, params := c.build(uint64(ci))
-			rng := rand.New(rand.NewPCG(uint64(ci), 11))
-			n := 5
-			x, y := seqBatch(rng, &tr, n)
-			plan, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2})
-			if err != nil {
-				t.Fatal(err)
+		for _, rule := range seqNormRules {
+			t.Run(c.name+"/"+rule.name, func(t *testing.T) {
+				seqNormsAndClippedSum(t, ci, c, rule.r)
+			})
+		}
+	}
+}
+
+func seqNormsAndClippedSum(t *testing.T, ci int, c seqCase, rule seqNormRule) {
+	tr, params := c.build(uint64(ci))
+	rng := rand.New(rand.NewPCG(uint64(ci), 11))
+	n := 5
+	x, y := seqBatch(rng, &tr, n)
+	plan, err := NewSeqPlan(tr, params, Options{MaxBatch: n, Workers: 2, seqNorms: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := make([][]float32, n)
+	for i := range grads {
+		grads[i] = make([]float32, len(params))
+	}
+	if _, err := plan.Gradients(x, y, grads); err != nil {
+		t.Fatal(err)
+	}
+	sq, _, err := plan.Norms(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The groups' parameter ranges, from the plan.
+	unitOf := map[Param]int{}
+	for _, pc := range plan.pieces {
+		unitOf[pc.p] = pc.unit
+	}
+	for _, g := range plan.ghosts {
+		unitOf[g.w] = g.unit
+	}
+	one, err := NewSeqPlan(tr, params, Options{MaxBatch: 1, Workers: 1, seqNorms: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := [][]float32{make([]float32, len(params))}
+	for i := range n {
+		want := make([]float64, plan.Affine())
+		for q, u := range unitOf {
+			for _, v := range grads[i][q.Offset : q.Offset+q.Len] {
+				want[u] += float64(v) * float64(v)
 			}
-			grads := make([][]float32, n)
-			for i := range grads {
-				grads[i] = make([]float32, len(params))
+		}
+		for u := range want {
+			if math.Abs(sq[i][u]-want[u]) > 1e-5*want[u]+1e-12 {
+				t.Errorf("example %d group %d: norm^2 %v, materialized %v", i, u, sq[i][u], want[u])
 			}
-			if _, err := plan.Gradients(x, y, grads); err != nil {
-				t.Fatal(err)
+		}
+		if _, err := one.Gradients(x[i*tr.Context:(i+1)*tr.Context], y[i:i+1], alone); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range alone[0] {
+			if v != grads[i][k] {
+				t.Fatalf("example %d parameter %d: %v in the batch, %v alone", i, k, grads[i][k], v)
 			}
-			sq, _, err := plan.Norms(x, y)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The groups' parameter ranges, from the plan.
-			unitOf := map[Param]int{}
-			for _, pc := range plan.pieces {
-				unitOf[pc.p] = pc.unit
-			}
-			for _, g := range plan.ghosts {
-				unitOf[g.w] = g.unit
-			}
-			one, err := NewSeqPlan(tr, params, Options{MaxBatch: 1, Workers: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			alone := [][]float32{make([]float32, len(params))}
-			for i := range n {
-				want := make([]float64, plan.Affine())
-				for q, u := range unitOf {
-					for _, v := range grads[i][q.Offset : q.Offset+q.Len] {
-						want[u] += float64(v) * float64(v)
-					}
-				}
-				for u := range want {
-					if math.Abs(sq[i][u]-want[u]) > 1e-5*want[u]+1e-12 {
-						t.Errorf("example %d group %d: norm^2 %v, materialized %v", i, u, sq[i][u], want[u])
-					}
-				}
-				if _, err := one.Gradients(x[i*tr.Context:(i+1)*tr.Context], y[i:i+1], alone); err != nil {
-					t.Fatal(err)
-				}
-				for k, v := range alone[0] {
-					if v != grads[i][k] {
-						t.Fatalf("example %d parameter %d: %v in the batch, %v alone", i, k, grads[i][k], v)
-					}
-				}
-			}
-			const C = 0.5
-			dst := make([]float32, len(params))
-			if _, err := plan.Step(x, y, dst, flatClip{C}); err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float64, len(params))
-			for i := range n {
-				s := 0.0
-				for _, v := range sq[i] {
-					s += v
-				}
-				f := min(1, C/math.Sqrt(s))
-				for k, v := range grads[i] {
-					want[k] += f * float64(v)
-				}
-			}
-			for k, v := range dst {
-				if math.Abs(float64(v)-want[k]) > 1e-5*(1+math.Abs(want[k])) {
-					t.Fatalf("parameter %d: clipped sum %v, want %v", k, v, want[k])
-				}
-			}
-		})
+		}
+	}
+	const C = 0.5
+	dst := make([]float32, len(params))
+	if _, err := plan.Step(x, y, dst, flatClip{C}); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, len(params))
+	for i := range n {
+		s := 0.0
+		for _, v := range sq[i] {
+			s += v
+		}
+		f := min(1, C/math.Sqrt(s))
+		for k, v := range grads[i] {
+			want[k] += f * float64(v)
+		}
+	}
+	for k, v := range dst {
+		if math.Abs(float64(v)-want[k]) > 1e-5*(1+math.Abs(want[k])) {
+			t.Fatalf("parameter %d: clipped sum %v, want %v", k, v, want[k])
+		}
 	}
 }
 

@@ -4,26 +4,43 @@ package nn
 
 import "golang.org/x/sys/cpu"
 
-// hasAVX2FMA is fixed at start-up by the CPU.
-var hasAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// hasAVX2FMA and hasAVX512 are fixed at start-up by the CPU.
+var (
+	hasAVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	hasAVX512  = hasAVX2FMA && cpu.X86.HasAVX512F
+)
 
 //go:noescape
-func biasTanhAVX2(z, bias *float32, n int)
+func biasTanhAVX2(dst, z, bias *float32, n int)
+
+//go:noescape
+func biasTanhAVX512(dst, z, bias *float32, n int)
 
 // biasTanh sets z[j] = tanh(z[j] + bias[j]), eight at a time with AVX2
 // (the same approximant as tanh32, in float32 arithmetic: relative error
 // below 1e-6) and the rest with tanh32.
-func biasTanh(z, bias []float32) {
-	z = z[:len(bias)]
+func biasTanh(z, bias []float32) { biasTanhTo(z, z, bias) }
+
+// biasTanhTo sets dst[j] = tanh(z[j] + bias[j]) with biasTanh's
+// arithmetic (dst may be z): sixteen at a time with AVX-512 where the
+// CPU has it (the AVX2 kernel's operations on every lane, the same
+// bits).
+func biasTanhTo(dst, z, bias []float32) {
+	dst, z = dst[:len(bias)], z[:len(bias)]
 	n := 0
+	if hasAVX512 {
+		if n = len(bias) &^ 15; n > 0 {
+			biasTanhAVX512(&dst[0], &z[0], &bias[0], n)
+		}
+	}
 	if hasAVX2FMA {
-		n = len(bias) &^ 7
-		if n > 0 {
-			biasTanhAVX2(&z[0], &bias[0], n)
+		if m := (len(bias) - n) &^ 7; m > 0 {
+			biasTanhAVX2(&dst[n], &z[n], &bias[n], m)
+			n += m
 		}
 	}
 	for j := n; j < len(bias); j++ {
-		z[j] = tanh32(z[j] + bias[j])
+		dst[j] = tanh32(z[j] + bias[j])
 	}
 }
 
@@ -116,7 +133,17 @@ func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
-func sumsqAVX2(v *float32, n int) float64
+func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+
+// add adds the squares of v (len(v) a multiple of 16) to the partial
+// sums, 16 at a time with AVX2 (addGo's values).
+func (acc *sumsqLanes) add(v []float32) {
+	if n := len(v) &^ 15; hasAVX2FMA && n > 0 {
+		sumsqLanesAVX2(acc, &v[0], n)
+		return
+	}
+	acc.addGo(v)
+}
 
 // vecChannels is how many of C channels the AVX2 norm kernels take (a
 // multiple of 4), 0 without AVX2 or with fewer than 4.
@@ -192,20 +219,6 @@ func chanSums(x []float32, C int, s []float64) {
 		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
 	}
 	chanSumsGo(x, C, c4, s)
-}
-
-// sumsq64 is sumsq64Go with its first len(v) &^ 15 terms summed by AVX2
-// (bit for bit the same sums).
-func sumsq64(v []float32) float64 {
-	if !hasAVX2FMA || len(v) < 16 {
-		return sumsq64Go(v)
-	}
-	n := len(v) &^ 15
-	s := sumsqAVX2(&v[0], n)
-	for _, x := range v[n:] {
-		s += float64(x) * float64(x)
-	}
-	return s
 }
 
 //go:noescape

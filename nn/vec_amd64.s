@@ -266,19 +266,19 @@ csch:
 	ADDQ R9, SI
 	NEXTROW(csrow)
 
-// func sumsqAVX2(v *float32, n int) float64
-// sum of v[k]^2 in float64 for k < n (a positive multiple of 16): term k
-// in lane k mod 16 of four accumulators (products of float32 values are
-// exact, so fusing changes nothing), then (Y0+Y1)+(Y2+Y3) and the lanes
-// as (l0+l1)+(l2+l3), the order of sumsq64Go.
-TEXT ·sumsqAVX2(SB), NOSPLIT, $0-24
-	MOVQ v+0(FP), SI
-	MOVQ n+8(FP), CX
-	VXORPD Y0, Y0, Y0
-	VXORPD Y1, Y1, Y1
-	VXORPD Y2, Y2, Y2
-	VXORPD Y3, Y3, Y3
-sqloop:
+// func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+// Adds v[k]^2 (in float64, exact) to acc[k mod 16] for k < n (a positive
+// multiple of 16): the 16 partial sums are four YMM accumulators, loaded
+// from acc and stored back.
+TEXT ·sumsqLanesAVX2(SB), NOSPLIT, $0-24
+	MOVQ acc+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	VMOVUPD (DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+lanesloop:
 	VCVTPS2PD (SI), Y4
 	VCVTPS2PD 16(SI), Y5
 	VCVTPS2PD 32(SI), Y6
@@ -289,15 +289,11 @@ sqloop:
 	VFMADD231PD Y7, Y7, Y3
 	ADDQ $64, SI
 	SUBQ $16, CX
-	JNZ sqloop
-	VADDPD Y1, Y0, Y0
-	VADDPD Y3, Y2, Y2
-	VADDPD Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VHADDPD X1, X0, X2              // (l0+l1, l2+l3)
-	VUNPCKHPD X2, X2, X3
-	VADDSD X3, X2, X0
-	MOVSD X0, ret+16(FP)
+	JNZ lanesloop
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
 	VZEROUPPER
 	RET
 

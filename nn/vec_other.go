@@ -3,10 +3,13 @@
 package nn
 
 // biasTanh sets z[j] = tanh(z[j] + bias[j]).
-func biasTanh(z, bias []float32) {
-	z = z[:len(bias)]
+func biasTanh(z, bias []float32) { biasTanhTo(z, z, bias) }
+
+// biasTanhTo sets dst[j] = tanh(z[j] + bias[j]) (dst may be z).
+func biasTanhTo(dst, z, bias []float32) {
+	dst, z = dst[:len(bias)], z[:len(bias)]
 	for j, b := range bias {
-		z[j] = tanh32(z[j] + b)
+		dst[j] = tanh32(z[j] + b)
 	}
 }
 
@@ -56,7 +59,7 @@ func chanSums(x []float32, C int, s []float64) { chanSumsGo(x, C, 0, s) }
 
 func allFinite(v []float32) bool { return allFiniteGo(v) }
 
-func sumsq64(v []float32) float64 { return sumsq64Go(v) }
+func (acc *sumsqLanes) add(v []float32) { acc.addGo(v) }
 
 const hasAVX2FMA = false
 

@@ -162,10 +162,24 @@ func NewIndependent(n, d int, opt Options) (Source, error) {
 //
 // New dispatches on the strategy: a Toeplitz strategy
 // (*toeplitz.Strategy) is streamed by NewToeplitz in O(n) memory at
-// any n; a dense one (*mfnoise.Factorization) as above.
+// any n; a banded one (*mfnoise.BandedStrategy) by back substitution
+// over its band (KindBanded, O(Bands d) memory) at any n, drawing the same
+// noise as its dense factorization; a dense one (*mfnoise.Factorization)
+// as above.
 func New(st dpcore.Strategy, d int, opt Options) (Source, error) {
 	if t, ok := st.(*toeplitz.Strategy); ok {
 		return NewToeplitz(t.Encoder, d, opt)
+	}
+	if b, ok := st.(*mfnoise.BandedStrategy); ok {
+		s, err := newBandedRecursion[float32](b.Encoder, d, opt)
+		if errors.Is(err, errOverBudget) {
+			return nil, invalidf("bandmf:%d: %d buffered noise rows of %d coordinates need %s, over the memory budget of %s",
+				b.Encoder.Bands, b.Encoder.Bands-1, d, dpcore.HumanBytes(float64(b.Encoder.Bands-1)*float64(d)*4), dpcore.HumanBytes(float64(opt.MemoryBudget)))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("noise: bandmf:%d: %w", b.Encoder.Bands, err)
+		}
+		return source32{s}, nil
 	}
 	f, err := mfnoise.Dense(st)
 	if err != nil {

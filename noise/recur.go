@@ -46,7 +46,27 @@ func newIndependent[T floatT](n, d int, opt Options) (*recurSource[T], error) {
 
 func newRecursion[T floatT](cm *mat.Dense, d int, opt Options) (*recurSource[T], error) {
 	n, _ := cm.Dims()
-	tol := mfnoise.StructuralZeroCutoff(cm)
+	return newRecursionFrom[T](n, n, cm.At, mfnoise.StructuralZeroCutoff(cm), d, opt)
+}
+
+// newBandedRecursion is newRecursion for an encoder held by its band
+// (mfnoise.BandedEncoder), O(n Bands) coefficients: the same lags, noise
+// and fingerprint as the dense encoder's, without the n x n matrix.
+func newBandedRecursion[T floatT](e *mfnoise.BandedEncoder, d int, opt Options) (*recurSource[T], error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	mx := 0.0
+	for _, v := range e.Band {
+		mx = max(mx, math.Abs(v))
+	}
+	return newRecursionFrom[T](e.N, e.Bands, e.At, mfnoise.StructuralZeroTol*mx, d, opt)
+}
+
+// newRecursionFrom is the recursion of the n x n lower-triangular encoder
+// at(i, j), zero at i-j >= bands, with entries of magnitude at most tol
+// taken as structural zeros.
+func newRecursionFrom[T floatT](n, bands int, at func(i, j int) float64, tol float64, d int, opt Options) (*recurSource[T], error) {
 	lags := make([][]lag, n)
 	inv := make([]float64, n)
 	b := 1
@@ -55,15 +75,15 @@ func newRecursion[T floatT](cm *mat.Dense, d int, opt Options) (*recurSource[T],
 	fp.str("recursion")
 	fp.int(n)
 	for i := range n {
-		cii := cm.At(i, i)
+		cii := at(i, i)
 		if math.Abs(cii) <= tol || math.IsNaN(cii) {
 			return nil, invalidf("encoder is singular (C[%d,%d] = %g)", i+1, i+1, cii)
 		}
 		inv[i] = 1 / cii
 		fp.int(i)
 		fp.float(cii)
-		for j := range i {
-			if v := cm.At(i, j); math.Abs(v) > tol {
+		for j := max(0, i-bands+1); j < i; j++ {
+			if v := at(i, j); math.Abs(v) > tol {
 				lags[i] = append(lags[i], lag{i - j, v})
 				b = max(b, i-j+1)
 				fp.int(j)

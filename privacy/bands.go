@@ -49,6 +49,11 @@ func (p *Plan) resolveBands(ctx context.Context, r Request, mech Mechanism) (Mec
 		if sel, built, err = chooseBands(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly); err != nil {
 			return nil, nil, err
 		}
+	case p.Sampling == SamplingBandAllocation:
+		var err error
+		if sel, built, err = chooseBandsAllocation(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly); err != nil {
+			return nil, nil, err
+		}
 	default:
 		schema, err := unamplifiedSchema(r, p.Sampling)
 		if err != nil {
@@ -83,9 +88,12 @@ func (p *Plan) checkAutoBands(r Request, mech Mechanism) error {
 		return err
 	}
 	switch p.Sampling {
-	case SamplingBandPoisson:
+	case SamplingBandPoisson, SamplingBandAllocation:
 		if !(r.Epsilon > 0) {
-			return refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting", mech)
+			return refuse(RuleBands, "%s under %s sampling needs a target epsilon to compare band counts by amplified accounting", mech, p.Sampling)
+		}
+		if p.Sampling == SamplingBandAllocation && r.Quantile != nil {
+			return refuse(RuleAmplification, "%s: adaptive clipping is not accounted under band-allocation sampling", mech)
 		}
 		return nil
 	case SamplingPoisson:
@@ -132,19 +140,22 @@ func (c *SamplingChoice) String() string {
 }
 
 // chooseSampling is the default sampling of an AutoBanded mechanism (the
-// request names none): band sampling (amplified, chooseBands) and
-// fixed-order epochs (unamplified, chooseBandsUnamplified) each choose
-// their band count as they would if asked, and the plan takes the regime
-// whose choice scores less. The scores measure the same thing in both
-// regimes, the expected squared error sigma^2 sens^2 ||B||_F^2 the noise
+// request names none): band sampling (amplified, chooseBands), fixed-order
+// epochs (unamplified, chooseBandsUnamplified) and band allocation
+// (amplified by random allocation within the partitions,
+// chooseBandsAllocation) each choose their band count as they would if
+// asked, and the plan takes the regime whose choice scores least (the
+// first of them on a tie). The scores measure the same thing in every
+// regime, the expected squared error sigma^2 sens^2 ||B||_F^2 the noise
 // adds to the workload (per participation, sens = 1, when amplified; for
-// the whole (k,b) schema when not), so the lesser one is the better
-// result expected of the mechanism. Band sampling needs a target epsilon
-// and a band count that amplifies; if it cannot be planned the choice is
-// fixed-order epochs, and if neither can, band sampling's error is
-// returned. The choice is recorded in p.DefaultSampling. A request that
-// names band partitions (Partitions) asks for band sampling and is not
-// compared.
+// the whole (k,b) schema when not), so the least is the best result
+// expected of the mechanism. The amplified regimes need a target epsilon
+// and a band count that amplifies, and band allocation an accountant with
+// random allocation (PLD) and no adaptive clipping; a regime that cannot
+// be planned is recorded with its reason, and if none can, band sampling's
+// error is returned. The choice is recorded in p.DefaultSampling. A
+// request that names band partitions (Partitions) asks for band sampling
+// and is not compared.
 func (p *Plan) chooseSampling(ctx context.Context, r Request, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
 	type regime struct {
 		sel   *accountant.BandSelection
@@ -169,28 +180,91 @@ func (p *Plan) chooseSampling(ctx context.Context, r Request, auto mfnoise.AutoB
 	} else {
 		fixed.err = err
 	}
-	if amp.err != nil && fixed.err != nil {
+	var alloc regime
+	switch {
+	case !(r.Epsilon > 0):
+		alloc.err = refuse(RuleBands, "%s under band-allocation sampling needs a target epsilon to compare band counts by amplified accounting", auto)
+	case r.Quantile != nil:
+		alloc.err = refuse(RuleAmplification, "adaptive clipping is not accounted under band-allocation sampling")
+	default:
+		alloc.sel, alloc.built, alloc.err = chooseBandsAllocation(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if amp.err != nil && fixed.err != nil && alloc.err != nil {
 		return nil, nil, amp.err
 	}
 	c := &SamplingChoice{}
+	var pick regime
 	for _, g := range []struct {
 		s Sampling
 		r regime
-	}{{SamplingBandPoisson, amp}, {SamplingFixedOrder, fixed}} {
+	}{{SamplingBandPoisson, amp}, {SamplingFixedOrder, fixed}, {SamplingBandAllocation, alloc}} {
 		o := SamplingOption{Sampling: g.s}
 		if g.r.err != nil {
 			o.Err = g.r.err.Error()
 		} else {
 			o.Bands, o.Score = g.r.sel.Chosen().Bands, g.r.sel.Chosen().Score
+			if c.Chosen == "" || o.Score < pick.sel.Chosen().Score {
+				pick, c.Chosen = g.r, g.s
+			}
 		}
 		c.Options = append(c.Options, o)
 	}
-	pick, s := amp, SamplingBandPoisson
-	if amp.err != nil || (fixed.err == nil && c.Options[1].Score < c.Options[0].Score) {
-		pick, s = fixed, SamplingFixedOrder
-	}
-	c.Chosen, p.Sampling, p.DefaultSampling = s, s, c
+	p.Sampling, p.DefaultSampling = c.Chosen, c
 	return pick.sel, pick.built, nil
+}
+
+// chooseBandsAllocation chooses the band count of an AutoBanded mechanism
+// under band allocation (sampler.NewBandAllocation) as chooseBands does
+// under band sampling: for each candidate b = 1, 2, 4, ... whose
+// partitions hold at least two batches (t = floor(floor(m/b)/B) >= 2
+// steps a band epoch, so that random allocation amplifies), it calibrates
+// sigma to the target for b partitions (NewAllocationSampling) and scores
+// sigma^2 times the loss of the optimal b-banded Toeplitz encoder under
+// single participation; bandmf:auto's finalists within proxyMargin of the
+// best are built and rescored by their own losses (refineFinalists). One
+// band is DP-SGD under random allocation.
+func chooseBandsAllocation(ctx context.Context, acct accountant.Accountant, r Request, delta float64, w dpcore.Workload, auto mfnoise.AutoBanded, toeplitzOnly bool) (*accountant.BandSelection, map[int]*mfnoise.Factorization, error) {
+	what := auto.String() + " under band-allocation sampling"
+	if acct.Name() != string(PLD) {
+		return nil, nil, refuse(RuleAmplification, "%s: random allocation is accounted only by the pld accountant, not %s", what, acct.Name())
+	}
+	single := dpcore.SingleParticipation()
+	sel := &accountant.BandSelection{Best: -1}
+	for b := 1; b <= r.Steps && r.Examples/b/r.Batch >= 2; b *= 2 {
+		comp, err := NewAllocationSampling(r.Examples, r.Batch, b)
+		if err != nil {
+			return nil, nil, err
+		}
+		loss, err := toeplitzLoss(ctx, w, b, single, r.Build)
+		if err != nil {
+			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, b, err)
+		}
+		cal, err := comp.Calibrate(ctx, acct, r.Steps, r.Epsilon, delta)
+		if err != nil {
+			return nil, nil, fmt.Errorf("privacy: %s: %d bands: %w", what, b, err)
+		}
+		row := accountant.BandChoice{BandCandidate: accountant.BandCandidate{Bands: b, Loss: loss, Proxy: b > 1 && !toeplitzOnly},
+			Q: comp.Rate(), Compositions: comp.Compositions(r.Steps), Sigma: cal.Sigma, Epsilon: cal.Epsilon}
+		sigmaScore(&row, loss)
+		sel.Table = append(sel.Table, row)
+		if sel.Best < 0 || row.Score < sel.Table[sel.Best].Score {
+			sel.Best = len(sel.Table) - 1
+		}
+	}
+	if len(sel.Table) == 0 {
+		return nil, nil, refuse(RuleBands, "%s: batch %d of %d examples leaves no band count whose partitions hold two batches (random allocation over one step does not amplify)", what, r.Batch, r.Examples)
+	}
+	if toeplitzOnly {
+		return sel, nil, nil
+	}
+	built, err := refineFinalists(ctx, sel, r, w, single, auto, sigmaScore, func(_ accountant.BandChoice, near bool) bool { return near })
+	if err != nil {
+		return nil, nil, err
+	}
+	return sel, built, nil
 }
 
 // unamplifiedSchema is the participation schema the sampler of an

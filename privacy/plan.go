@@ -373,8 +373,8 @@ func (r *Request) start() (*Plan, preamble, error) {
 	if p.Sampling == SamplingRandomAllocation && (st.Bands != 1 || st.AutoBands) {
 		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: random allocation over all examples is accounted only for DP-SGD (dpsgd); a banded mechanism needs band-allocation sampling, and no proof covers other mechanisms (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
 	}
-	if p.Sampling == SamplingBandAllocation && (st.Bands == 0 || st.AutoBands) {
-		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: only an encoder with a given number of bands (dpsgd, bandmf:B, toeplitz:B) has amplified accounting under random allocation (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
+	if p.Sampling == SamplingBandAllocation && st.Bands == 0 && !st.AutoBands {
+		return nil, pre, refuse(RuleAmplification, "%s with %s sampling: only a banded encoder (dpsgd, bandmf:B, toeplitz:B, or bandmf:auto and toeplitz:auto, which choose B) has amplified accounting under random allocation (docs/math.md, section 7.1)", r.Mechanism, p.Sampling)
 	}
 	return p, pre, nil
 }

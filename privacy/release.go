@@ -170,11 +170,9 @@ func PlanRelease(r ReleaseRequest) (*ReleasePlan, error) {
 		if g := r.Lattice.NormGrid; !(g >= 1) || math.IsInf(g, 0) {
 			return nil, invalidf("release %s: lattice norm %v grid units, want finite and >= 1", r.Mechanism, g)
 		}
-		c, _, err := s.Matrices()
-		if err != nil {
+		if p.rows, err = mfnoise.EncoderRows(s); err != nil {
 			return nil, fmt.Errorf("privacy: release %s: %w", r.Mechanism, err)
 		}
-		p.rows, _ = c.Dims()
 	}
 	if p.Sensitivity, err = s.Sensitivity(schema); err != nil {
 		return nil, refuse(RuleSensitivity, "mechanism %s: sensitivity under %s cannot be computed: %v", r.Mechanism, schema, err)

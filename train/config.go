@@ -102,6 +102,9 @@ type ModelSpec struct {
 	// EmbeddingDim is the dimension in which the "tabular" model embeds
 	// each categorical column (0: 8).
 	EmbeddingDim int
+	// Groups is the number of GroupNorm groups of "scatternet" and
+	// "wrn16-4" (0: the architecture's default, 27 and 16).
+	Groups int
 	// Backend, when set, is the model together with the engine that
 	// computes its clipped gradient sums (Engine), e.g. a user's gorgonia
 	// graph through package gorgoniadp; Built, Name and the named
@@ -326,6 +329,12 @@ func (m *ModelSpec) check() error {
 	if m.EmbeddingDim != 0 && m.Built == nil && m.Backend == nil && m.Name != "tabular" {
 		return bad("embedding dimension %d: only the tabular model embeds columns, not %q", m.EmbeddingDim, m.Name)
 	}
+	if m.Groups < 0 {
+		return bad("groups %d: want a positive number of GroupNorm groups (0: the model's default)", m.Groups)
+	}
+	if m.Groups != 0 && m.Built == nil && m.Backend == nil && !models.GroupNormed(m.Name) {
+		return bad("groups %d: only scatternet and wrn16-4 have GroupNorm layers, not %q", m.Groups, m.Name)
+	}
 	for i, v := range m.ClipPerLayer {
 		if !(v > 0) || math.IsInf(v, 0) {
 			return bad("per-layer clip bound %d = %v must be positive and finite", i, v)
@@ -446,5 +455,5 @@ func (c *Config) estimateParams() float64 {
 
 // named is the model m.Name names, with its settings.
 func (m *ModelSpec) named() models.Named {
-	return models.Named{Name: m.Name, Hidden: m.Hidden, Categorical: m.Categorical, EmbeddingDim: m.EmbeddingDim}
+	return models.Named{Name: m.Name, Hidden: m.Hidden, Categorical: m.Categorical, EmbeddingDim: m.EmbeddingDim, Groups: m.Groups}
 }

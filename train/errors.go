@@ -25,3 +25,9 @@ var ErrBroken = errors.New("trainer broken by a failed step")
 // ErrCorruptCheckpoint is wrapped when a checkpoint fails its checksum or
 // does not belong to the configured run.
 var ErrCorruptCheckpoint = errors.New("corrupt or mismatched checkpoint")
+
+// ErrDiverged is wrapped when a step's update or the parameters it leaves
+// are not finite: the learning rate (or, with no clipping, the gradients)
+// is too large for the model. The trainer is then broken (ErrBroken): the
+// last checkpoint is the state to resume or retune from.
+var ErrDiverged = errors.New("the model diverged")

@@ -137,6 +137,14 @@ func (t *Trainer) TrainStep(ctx context.Context) (StepMetrics, error) {
 		return StepMetrics{}, fmt.Errorf("train: step %d: saving sampler state: %w", t.Step()+1, err)
 	}
 	sm, err := t.sampleAndClip(ctx)
+	if err == nil && t.plan == nil && sm.BatchSize > 0 && sm.NonFinite >= sm.BatchSize {
+		// Without privacy the data may steer control flow: a batch none
+		// of whose examples has a finite loss means the model has
+		// diverged (the engines drop such examples, so the run would go
+		// on with empty sums). A private run is stopped only by its
+		// parameters (applyUpdate), which are released anyway.
+		err = fmt.Errorf("train: step %d: %w: no example of the batch has a finite loss or gradient (learning rate too large for a run without clipping?)", sm.Step, ErrDiverged)
+	}
 	if err == nil && t.plan != nil {
 		// The noise source checks its arguments before advancing, so an
 		// error here leaves it at the previous step.
@@ -204,10 +212,17 @@ func (t *Trainer) applyUpdate(step, batch int) error {
 		t.sum[i] *= inv
 	}
 	if i := nonFinite(t.sum); i >= 0 {
-		return fmt.Errorf("step %d: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, i)
+		return fmt.Errorf("step %d: %w: non-finite update at coordinate %d (learning rate or clip norm too large?)", step, ErrDiverged, i)
 	}
-	if err := t.opt.Step(t.engine.Params(), t.sum); err != nil {
+	params := t.engine.Params()
+	if err := t.opt.Step(params, t.sum); err != nil {
 		return fmt.Errorf("step %d: optimizer: %w", step, err)
+	}
+	// Examples whose loss overflows are dropped by the engines (each
+	// contributes zero), so a diverged model would otherwise train on with
+	// finite, empty sums to a NaN test loss.
+	if i := nonFinite(params); i >= 0 {
+		return fmt.Errorf("step %d: %w: parameter %d is not finite after the update (learning rate too large?)", step, ErrDiverged, i)
 	}
 	return nil
 }

@@ -75,6 +75,9 @@ func TestRunAccuracyFlagRefusals(t *testing.T) {
 		{[]string{"-clip-quantile-noise", "3"}, "apply with -clip-quantile only"},
 		{[]string{"-clip-quantile", "0.5", "-clip-quantile-noise", "0.1", "-mechanism", "dpsgd"}, "leaves no budget for the gradient"},
 		{[]string{"-clip-quantile", "0.5", "-non-private"}, "non-private"},
+		{[]string{"-groups", "4"}, `groups 4: only scatternet and wrn16-4 have GroupNorm layers, not "logistic"`},
+		{[]string{"-groups", "-1"}, "groups -1: want a positive number"},
+		{[]string{"-model", "wrn16-4", "-groups", "3"}, "3 groups must divide 16 channels"},
 	} {
 		args := append([]string{"run", "-data", "embedded", "-model", "logistic", "-steps", "2", "-batch", "50", "-epsilon", "2", "-cache", t.TempDir()}, tc.args...)
 		code, _, stderr := runCLI(t, args...)

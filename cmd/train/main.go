@@ -149,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, train.ErrInterrupted):
 		return exitInterrupted
-	case errors.As(err, &ue) || errors.As(err, new(inputError)) || isInvalid(err):
+	case errors.As(err, &ue) || errors.As(err, new(inputError)) || isInvalid(err) || errors.Is(err, train.ErrDiverged):
 		return exitUsage
 	}
 	return exitFailure

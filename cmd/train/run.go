@@ -33,7 +33,7 @@ type runFlags struct {
 	seed, ckpt, metrics, cache, config, jsonOut, optimizer                 string
 	nonPrivate                                                             bool
 	insecureSeed                                                           bool
-	trainLimit, embeddingDim, warmup                                       int
+	trainLimit, embeddingDim, warmup, groups                               int
 	features                                                               string
 	ema                                                                    float64
 	validation                                                             int
@@ -52,6 +52,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.validation, "validation", 0, "hold out the last N training examples and evaluate on them instead of the test split (for choosing hyperparameters; the test split is not read)")
 	fs.StringVar(&r.hidden, "hidden", "128", "comma-separated hidden sizes of the MLP")
 	fs.IntVar(&r.embeddingDim, "embedding-dim", 0, "dimension of each categorical column's embedding in the tabular model (default 8)")
+	fs.IntVar(&r.groups, "groups", 0, "GroupNorm groups of scatternet (default 27, dividing its 81 channels) and wrn16-4 (default 16)")
 	fs.IntVar(&r.steps, "steps", 500, "training steps n")
 	fs.IntVar(&r.batch, "batch", 250, "expected batch size B")
 	fs.BoolVar(&r.nonPrivate, "non-private", false, "train without privacy (for comparison)")
@@ -531,7 +532,7 @@ func (r *runFlags) settings() (train.Config, error) {
 	}
 	cfg := train.Config{
 		Data:       train.Data{Validation: r.validation > 0},
-		Model:      train.ModelSpec{Name: r.model, EmbeddingDim: r.embeddingDim},
+		Model:      train.ModelSpec{Name: r.model, EmbeddingDim: r.embeddingDim, Groups: r.groups},
 		Privacy:    privacy.Request{Steps: r.steps, Batch: r.batch, Mechanism: mech, Sampling: privacy.Sampling(r.sampling), Partitions: r.bands, ClipNorm: r.clip, NoiseMultiplier: r.sigma, Epsilon: r.eps, Delta: r.delta, Accountant: acct, CacheDir: r.cache},
 		NonPrivate: r.nonPrivate,
 		Optimizer:  train.Optimizer{Workload: train.WorkloadChoice(r.workload), LearningRate: r.lr, CooldownFrac: r.cooldown},

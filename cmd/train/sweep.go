@@ -205,6 +205,11 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep, error) {
 		if err := sf.sel.check(s.r, given["seeds"]); err != nil {
 			return nil, err
 		}
+		for _, samp := range s.grid.samplings {
+			if samp == privacy.SamplingRandomAllocation || samp == privacy.SamplingBandAllocation {
+				return nil, usagef("sweep: -select with %s sampling: %s", samp, noAllocationRDP)
+			}
+		}
 		s.sel = &sf.sel
 	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
@@ -315,7 +320,8 @@ func (s *sweep) recipe(fs *flag.FlagSet) map[string]string {
 }
 
 // checkRecipe writes the recipe at the head of a new results file, and
-// refuses to resume a file written with another.
+// refuses to resume a file written with another. A flag the file does not
+// name (added to train after it was written) matches at its default.
 func (s *sweep) checkRecipe(fs *flag.FlagSet) error {
 	want := s.recipe(fs)
 	if len(s.log.records) == 0 {
@@ -327,7 +333,13 @@ func (s *sweep) checkRecipe(fs *flag.FlagSet) error {
 	}
 	var diff []string
 	for k, v := range want {
-		if old, ok := head.Recipe[k]; !ok || old != v {
+		old, ok := head.Recipe[k]
+		if !ok && fs.Lookup(k) != nil && v == fs.Lookup(k).DefValue {
+			// A flag newer than the file, at its default: the file's
+			// runs had the default behaviour.
+			continue
+		}
+		if !ok || old != v {
 			diff = append(diff, fmt.Sprintf("-%s %q (was %q)", k, v, head.Recipe[k]))
 		}
 	}

@@ -226,6 +226,8 @@ func TestSweepRefusesBadInput(t *testing.T) {
 		{tinySweep(dir, "-select", "-2", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "0", "-validation", "100"), "-select"},
 		{tinySweep(dir, "-select", "2", "-validation", "100", "-select-law", "x"), "-select-law"},
+		{tinySweep(dir, "-select", "2", "-validation", "100", "-samplings", "poisson,random-allocation"), "-select with random-allocation sampling: the selection composes the candidates' Renyi"},
+		{tinySweep(dir, "-select", "2", "-validation", "100", "-mechanisms", "toeplitz:2", "-samplings", "band-allocation"), "-select with band-allocation sampling"},
 		{tinySweep(dir, "-seed", "1"), "bits"},
 		{tinySweep(dir, "-validation", "100000"), "-validation"},
 		{tinySweep(dir, "-marks", filepath.Join(dir, "missing.json")), "-marks"},
@@ -430,4 +432,44 @@ func TestSweepLogLocked(t *testing.T) {
 		t.Fatalf("after close: %v", err)
 	}
 	l3.close()
+}
+
+// A results file written before a flag existed resumes when the flag keeps
+// its default (the old runs had its default behaviour) and is refused when
+// it does not.
+func TestSweepResumesAcrossNewFlag(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"sweep"}, tinySweep(dir, "-epsilons", "8", "-samplings", "shuffle")...)
+	if code, _, stderr := runCLI(t, args...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	path := filepath.Join(dir, "runs.jsonl")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(string(b), "\n", 2)
+	var head sweepRecord
+	if err := json.Unmarshal([]byte(lines[0]), &head); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := head.Recipe["warmup"]; !ok {
+		t.Fatalf("recipe %v has no warmup", head.Recipe)
+	}
+	delete(head.Recipe, "warmup") // as an older build wrote it
+	hb, err := json.Marshal(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(append(hb, '\n'), lines[1]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI(t, args...)
+	if code != 0 || !strings.Contains(out, "1 already in") {
+		t.Fatalf("resume with the new flag at its default: exit %d, %q, %q", code, out, stderr)
+	}
+	code, _, stderr = runCLI(t, append(args, "-warmup", "1")...)
+	if code != exitUsage || !strings.Contains(stderr, `-warmup "1" (was "")`) {
+		t.Errorf("resume with the new flag set: exit %d, %q", code, stderr)
+	}
 }

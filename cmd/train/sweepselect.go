@@ -28,6 +28,7 @@ import (
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 	"github.com/dpmf-go/dpmf/models"
 	"github.com/dpmf-go/dpmf/noise"
+	"github.com/dpmf-go/dpmf/sampler"
 	"github.com/dpmf-go/dpmf/train"
 )
 
@@ -66,6 +67,13 @@ func (f *selectFlags) repetitions() (accountant.Repetitions, error) {
 	}
 	return r, nil
 }
+
+// noAllocationRDP says why -select refuses random allocation: the
+// selection's guarantee composes the candidates' Rényi bounds
+// (accountant.SelectionRDP), and random allocation is accounted only by
+// its privacy loss distribution. Feldman and Shenfeld (2025) bound its
+// Rényi divergence; that bound is not implemented here.
+const noAllocationRDP = "the selection composes the candidates' Renyi (RDP) bounds, and random allocation is accounted only by its privacy loss distribution (no Renyi bound for it is implemented); name other samplings with -samplings (poisson, band-poisson, fixed-order or shuffle)"
 
 func (f *selectFlags) check(r runFlags, seedsGiven bool) error {
 	if r.validation <= 0 {
@@ -137,6 +145,9 @@ func (s *sweep) drawSelection(ctx context.Context, eps float64) (*selectionDraws
 			d.Delta = p.Delta
 		} else if p.Delta != d.Delta {
 			return nil, usagef("sweep: -select: the candidates' deltas differ (%g, %g)", d.Delta, p.Delta)
+		}
+		if p.Accounting.Kind == sampler.AccountingRandomAllocation {
+			return nil, usagef("sweep: -select: candidate %s chose %s sampling by default: %s", c.Mechanism, p.Sampling, noAllocationRDP)
 		}
 		d.Events = append(d.Events, p.Ledger.Event)
 	}

@@ -292,3 +292,44 @@ func isLowerBanded(c mat.Matrix, b int) bool {
 func invalidf(format string, args ...any) error {
 	return dpcore.Invalid("mfnoise/sensitivity", format, args...)
 }
+
+// OfBanded is Of for a square lower-triangular encoder with the given
+// number of bands, from its squared column norms alone (O(n k)): under
+// single participation, and under (k,b) or (k,b)-min-separation
+// participation with b >= bands, no two columns one example joins overlap,
+// so X = C^T C is diagonal on every pattern and the sensitivity is exact
+// (the max over patterns of sum_{i in pi} ||C[:,i]||^2; banded-MF Thm 2).
+// With more bands than b it returns an error: that needs the dense Gram.
+func OfBanded(colNorms2 []float64, bands int, schema dpcore.Schema) (dpcore.SensitivityResult, error) {
+	n := len(colNorms2)
+	if err := schema.Validate(n); err != nil {
+		return dpcore.SensitivityResult{}, err
+	}
+	for j, v := range colNorms2 {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return dpcore.SensitivityResult{}, invalidf("sensitivity: column %d has squared norm %v", j+1, v)
+		}
+	}
+	if schema.Kind == dpcore.Single || schema.K == 1 {
+		best := 0.0
+		for _, v := range colNorms2 {
+			best = math.Max(best, v)
+		}
+		return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: MaxColumnNorm}, nil
+	}
+	if bands > schema.B {
+		return dpcore.SensitivityResult{}, invalidf("sensitivity: %d bands under %s (b = %d) needs the dense Gram matrix of the encoder", bands, schema, schema.B)
+	}
+	if schema.Kind == dpcore.MinSep {
+		return dpcore.SensitivityResult{Value: math.Sqrt(vecSens(colNorms2, schema.K, schema.B)), Exact: true, Method: MinSepDP}, nil
+	}
+	best := 0.0
+	for _, p := range schema.Patterns(n) {
+		sum := 0.0
+		for _, i := range p {
+			sum += colNorms2[i]
+		}
+		best = math.Max(best, sum)
+	}
+	return dpcore.SensitivityResult{Value: math.Sqrt(best), Exact: true, Method: NonnegativeGram}, nil
+}
