@@ -17,26 +17,29 @@ import (
 
 type testModel struct {
 	name string
-	act  string
 	mk   func() (models.Model, error)
 	noFD bool // too large for the float64 finite-difference reference
 }
 
 func testModels() []testModel {
 	return []testModel{
-		{"logistic", "", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 1) }, false},
-		{"mlp-tanh", "tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, nn.Tanh, 2) }, false},
-		{"mlp-relu", "relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, nn.ReLU, 3) }, false},
+		{"logistic", func() (models.Model, error) { return models.NewLogistic([3]int{1, 4, 4}, 3, 1) }, false},
+		{"mlp-tanh", func() (models.Model, error) { return models.NewMLP([3]int{2, 3, 3}, []int{7, 5}, 4, nn.Tanh, 2) }, false},
+		{"mlp-relu", func() (models.Model, error) { return models.NewMLP([3]int{1, 4, 4}, []int{6}, 3, nn.ReLU, 3) }, false},
 		// 8x8 inputs: convolutions on 8x8, 4x4, 2x2 with pooling between,
 		// so both the materialized and the ghost norm paths run.
-		{"cnn", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }, false},
+		{"cnn", func() (models.Model, error) { return models.NewCIFARCNN([3]int{2, 8, 8}, 3, 4) }, false},
 		// 10x10 inputs: the second pool sees an odd 5x5 map (floor to
 		// 2x2), as the third pool does (7x7) for 28x28 inputs.
-		{"cnn-odd", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 10, 10}, 2, 5) }, false},
+		{"cnn-odd", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 10, 10}, 2, 5) }, false},
 		// Full-size inputs: per-layer norm methods as used in training
 		// (ghost norms for the 8x8 convolutions of CIFAR).
-		{"cifar32", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{3, 32, 32}, 10, 6) }, true},
-		{"mnist28", "tanh", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 28, 28}, 10, 7) }, true},
+		{"cifar32", func() (models.Model, error) { return models.NewCIFARCNN([3]int{3, 32, 32}, 10, 6) }, true},
+		{"mnist28", func() (models.Model, error) { return models.NewCIFARCNN([3]int{1, 28, 28}, 10, 7) }, true},
+		// The small end-to-end CNN: strided 8x8 and 4x4 convolutions, the
+		// first padded (14x14 inputs: 6x6 and 2x2 maps).
+		{"cnn-small", func() (models.Model, error) { return models.NewSmallCNN([3]int{1, 14, 14}, 3, 8) }, false},
+		{"cnn-small28", func() (models.Model, error) { return models.NewSmallCNN([3]int{1, 28, 28}, 10, 9) }, false},
 	}
 }
 
@@ -142,9 +145,9 @@ func TestPerExampleGradients(t *testing.T) {
 						const h = 1e-4
 						old := p64[j]
 						p64[j] = old + h
-						lp := refLoss(m, p64, x64, y[i], tm.act)
+						lp := refLoss(m, p64, x64, y[i])
 						p64[j] = old - h
-						lm := refLoss(m, p64, x64, y[i], tm.act)
+						lm := refLoss(m, p64, x64, y[i])
 						p64[j] = old
 						fd = append(fd, float32((lp-lm)/(2*h)))
 						got = append(got, single[i][j])
@@ -469,11 +472,11 @@ func TestEvaluatePredict(t *testing.T) {
 		for j := range x64 {
 			x64[j] = float64(x[i*e.chw+j])
 		}
-		wantLoss += refLoss(m, p64, x64, y[i], "relu")
+		wantLoss += refLoss(m, p64, x64, y[i])
 		// The predicted class has the smallest loss when used as label.
 		best, bl := 0, math.Inf(1)
 		for c := range 3 {
-			if l := refLoss(m, p64, x64, c, "relu"); l < bl {
+			if l := refLoss(m, p64, x64, c); l < bl {
 				best, bl = c, l
 			}
 		}

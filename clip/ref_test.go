@@ -1,87 +1,84 @@
 package clip
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
-
 	"testing"
 
 	"github.com/dpmf-go/dpmf/models"
+	"github.com/dpmf-go/dpmf/nn"
 )
 
 // refLoss is an independent float64 forward pass of the sequential models
-// (dense layers, or 3x3 'same' convolutions with a 2x2 max pool after every
-// second one), used as the finite-difference reference.
-func refLoss(m models.Model, p []float64, x []float64, y int, act string) float64 {
-	lay := m.Layout()
-	in := m.InputShape()
-	C, H, W := in[0], in[1], in[2]
+// (convolutions of any kernel, stride and padding, max pools, dense
+// layers, with the layers' tanh, ReLU or identity), used as the
+// finite-difference reference. It reads only the layer list's shapes and
+// the parameters' places, not the executor.
+func refLoss(m models.Model, p []float64, x []float64, y int) float64 {
+	net := m.Network()
+	C, H, W := net.Input.C, net.Input.H, net.Input.W
 	cur := x
-	nconv := 0
-	for l := 0; l < len(lay); l += 2 {
-		w, b := lay[l], lay[l+1]
-		fi, fo := w.Shape[0], w.Shape[1]
-		last := l+2 == len(lay)
-		if strings.HasPrefix(w.Name, "conv") {
-			out := make([]float64, fo*H*W)
+	for _, l := range net.Layers {
+		switch l := l.(type) {
+		case nn.Conv2D:
+			K, S, P, fo := l.Kernel, l.Stride, l.Pad, l.Out
+			h2, w2 := (H+2*P-K)/S+1, (W+2*P-K)/S+1
+			out := make([]float64, fo*h2*w2)
 			for o := range fo {
-				for r := range H {
-					for c := range W {
-						s := p[b.Offset+o]
+				for r := range h2 {
+					for c := range w2 {
+						s := p[l.Bias.Offset+o]
 						for ch := range C {
-							for kr := range 3 {
-								for kc := range 3 {
-									rr, cc := r+kr-1, c+kc-1
+							for kr := range K {
+								for kc := range K {
+									rr, cc := r*S+kr-P, c*S+kc-P
 									if rr < 0 || rr >= H || cc < 0 || cc >= W {
 										continue
 									}
-									s += cur[ch*H*W+rr*W+cc] * p[w.Offset+(ch*9+kr*3+kc)*fo+o]
+									s += cur[ch*H*W+rr*W+cc] * p[l.Weight.Offset+((ch*K+kr)*K+kc)*fo+o]
 								}
 							}
 						}
-						out[o*H*W+r*W+c] = math.Tanh(s)
+						out[o*h2*w2+r*w2+c] = refAct(l.Act, s)
 					}
 				}
+			}
+			cur, C, H, W = out, fo, h2, w2
+		case nn.MaxPool:
+			k := l.Size
+			h2, w2 := H/k, W/k
+			pool := make([]float64, C*h2*w2)
+			for ch := range C {
+				for r := range h2 {
+					for c := range w2 {
+						mx := math.Inf(-1)
+						for dr := range k {
+							for dc := range k {
+								mx = max(mx, cur[ch*H*W+(k*r+dr)*W+k*c+dc])
+							}
+						}
+						pool[ch*h2*w2+r*w2+c] = mx
+					}
+				}
+			}
+			cur, H, W = pool, h2, w2
+		case nn.Flatten:
+			C, H, W = C*H*W, 1, 1
+		case nn.Dense:
+			fi, fo := len(cur), l.Out
+			out := make([]float64, fo)
+			for o := range fo {
+				s := p[l.Bias.Offset+o]
+				for k := range fi {
+					s += cur[k] * p[l.Weight.Offset+k*fo+o]
+				}
+				out[o] = refAct(l.Act, s)
 			}
 			cur, C = out, fo
-			nconv++
-			if nconv%2 == 0 {
-				h2, w2 := H/2, W/2
-				pool := make([]float64, C*h2*w2)
-				for ch := range C {
-					for r := range h2 {
-						for c := range w2 {
-							mx := math.Inf(-1)
-							for dr := range 2 {
-								for dc := range 2 {
-									mx = max(mx, cur[ch*H*W+(2*r+dr)*W+2*c+dc])
-								}
-							}
-							pool[ch*h2*w2+r*w2+c] = mx
-						}
-					}
-				}
-				cur, H, W = pool, h2, w2
-			}
-			continue
+		default:
+			panic(fmt.Sprintf("refLoss: layer %T", l))
 		}
-		out := make([]float64, fo)
-		for o := range fo {
-			s := p[b.Offset+o]
-			for k := range fi {
-				s += cur[k] * p[w.Offset+k*fo+o]
-			}
-			switch {
-			case last:
-			case act == "relu":
-				s = max(s, 0)
-			default:
-				s = math.Tanh(s)
-			}
-			out[o] = s
-		}
-		cur = out
 	}
 	mx := math.Inf(-1)
 	for _, v := range cur {
@@ -92,6 +89,18 @@ func refLoss(m models.Model, p []float64, x []float64, y int, act string) float6
 		s += math.Exp(v - mx)
 	}
 	return mx + math.Log(s) - cur[y]
+}
+
+func refAct(a nn.Activation, s float64) float64 {
+	switch a {
+	case nn.Identity:
+		return s
+	case nn.Tanh:
+		return math.Tanh(s)
+	case nn.ReLU:
+		return max(s, 0)
+	}
+	panic(fmt.Sprintf("refLoss: activation %v", a))
 }
 
 // perExample returns each example's unclipped gradient from one batched

@@ -35,6 +35,29 @@ func ExampleNewMLP() {
 	// dense1/b [10] 79500
 }
 
+// The small end-to-end CNN for 28x28 grey-scale images (train's -model
+// cnn-small): two strided convolutions and two dense layers.
+func ExampleNewSmallCNN() {
+	m, err := models.NewSmallCNN([3]int{1, 28, 28}, 10, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.Name(), m.NumParams())
+	for _, p := range m.Layout() {
+		fmt.Println(p.Name, p.Shape)
+	}
+	// Output:
+	// cnn-small 35226
+	// conv0/w [64 16]
+	// conv0/b [16]
+	// conv1/w [256 32]
+	// conv1/b [32]
+	// dense2/w [800 32]
+	// dense2/b [32]
+	// dense3/w [32 10]
+	// dense3/b [10]
+}
+
 // A small residual network with GroupNorm, built layer by layer: shapes
 // are checked as layers are added and parameters are named and laid out in
 // one buffer. The engine (package clip) trains it like the fixed models.

@@ -45,6 +45,35 @@ func TestCIFARCNNLayout(t *testing.T) {
 	}
 }
 
+// The small CNN on 28x28 images has the published network's layers
+// without its stride-1 pools: 13x13x16 and 5x5x32 maps, so the dense layer
+// sees 800 features.
+func TestSmallCNNLayout(t *testing.T) {
+	m, err := NewSmallCNN([3]int{1, 28, 28}, 10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// conv: 8*8*1*16+16, 4*4*16*32+32; dense: 800*32+32, 32*10+10.
+	const total = 1040 + 8224 + 25632 + 330
+	if m.NumParams() != total {
+		t.Errorf("%d params, want %d", m.NumParams(), total)
+	}
+	var shapes [][]int
+	for _, p := range m.Layout() {
+		shapes = append(shapes, p.Shape)
+	}
+	want := [][]int{{64, 16}, {16}, {256, 32}, {32}, {800, 32}, {32}, {32, 10}, {10}}
+	if !slices.EqualFunc(shapes, want, slices.Equal) {
+		t.Errorf("shapes %v, want %v", shapes, want)
+	}
+	if _, err := NewSmallCNN([3]int{1, 6, 6}, 10, 1); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("6x6 input: error %v", err)
+	}
+	if _, err := NewSmallCNN([3]int{1, 28, 28}, 1, 1); !errors.Is(err, dpcore.ErrInvalid) {
+		t.Errorf("one class: error %v", err)
+	}
+}
+
 func TestConstructorErrors(t *testing.T) {
 	if _, err := NewLogistic([3]int{0, 2, 2}, 3, 1); !errors.Is(err, dpcore.ErrInvalid) {
 		t.Error(err)

@@ -57,6 +57,9 @@ var architectures = []struct {
 	{"cnn", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
 		return NewCIFARCNN(input, classes, seed)
 	}, nil},
+	{"cnn-small", func(_ Named, input [3]int, classes int, seed uint64) (Model, error) {
+		return NewSmallCNN(input, classes, seed)
+	}, nil},
 	{"wrn16-4", func(n Named, input [3]int, classes int, seed uint64) (Model, error) {
 		return NewWRN16x4(input, classes, n.groups(wrnGroups), seed)
 	}, nil},

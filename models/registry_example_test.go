@@ -19,5 +19,5 @@ func ExampleNamed() {
 	fmt.Println(models.Names())
 	// Output:
 	// 323 323
-	// [logistic mlp cnn wrn16-4 tabular scatternet]
+	// [logistic mlp cnn cnn-small wrn16-4 tabular scatternet]
 }

@@ -20,6 +20,8 @@ func TestNamedRegistry(t *testing.T) {
 			in = [3]int{4, 1, 1}
 		case "cnn", "wrn16-4":
 			in = [3]int{3, 8, 8}
+		case "cnn-small":
+			in = [3]int{1, 14, 14}
 		case "scatternet":
 			in = [3]int{81, 2, 2}
 		}
@@ -35,7 +37,7 @@ func TestNamedRegistry(t *testing.T) {
 		}
 	}
 	_, err := Named{Name: "resnet"}.Build([3]int{1, 4, 4}, 3, 1)
-	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "want logistic, mlp, cnn, wrn16-4, tabular or scatternet") {
+	if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "want logistic, mlp, cnn, cnn-small, wrn16-4, tabular or scatternet") {
 		t.Fatalf("unknown name: %v", err)
 	}
 }

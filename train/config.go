@@ -90,7 +90,7 @@ type ModelSpec struct {
 	// Built is a model built by the caller (NewModel builds one as Run
 	// would).
 	Built models.Model
-	// Name is a model to build: "logistic", "mlp", "cnn", "wrn16-4",
+	// Name is a model to build: "logistic", "mlp", "cnn", "cnn-small", "wrn16-4",
 	// "tabular", or "scatternet" (GroupNorm and a linear layer on
 	// scattering features, Tramèr and Boneh 2021).
 	Name   string

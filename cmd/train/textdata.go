@@ -106,7 +106,7 @@ func (t *textFlags) validate(fs *flag.FlagSet, dataset, dir, model string, c *cs
 
 // featureModels are the models that read an example as numeric features;
 // on token ids they would train without error and mean nothing.
-var featureModels = []string{"logistic", "mlp", "cnn", "wrn16-4", "tabular", "scatternet"}
+var featureModels = []string{"logistic", "mlp", "cnn", "cnn-small", "wrn16-4", "tabular", "scatternet"}
 
 // textSeed fixes the held-out split of -data text: the same files give
 // the same split on every run.
