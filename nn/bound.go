@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/rusage"
 	gblas "gonum.org/v1/gonum/blas"
 )
 
@@ -224,10 +225,10 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		var runs []time.Duration
 		for start := time.Now(); len(runs) < 3 || time.Since(start) < minTime; {
 			t0 := time.Now()
-			c0, cpu := threadCPU()
+			c0, cpu := rusage.ThreadCPU()
 			run()
 			d := time.Since(t0)
-			if c1, ok := threadCPU(); ok && cpu {
+			if c1, ok := rusage.ThreadCPU(); ok && cpu {
 				d = c1 - c0
 			}
 			runs = append(runs, d)

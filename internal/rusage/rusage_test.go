@@ -2,7 +2,10 @@
 
 package rusage
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // TestRusageCounts: CPU time grows with work done and the peak resident
 // memory covers a slice the test has touched.
@@ -23,4 +26,22 @@ func TestRusageCounts(t *testing.T) {
 		t.Errorf("peak RSS %.1f MiB, below the 64 MiB touched", rss)
 	}
 	_ = buf[len(buf)-1]
+}
+
+// TestThreadCPUCounts: where the thread clock exists, it grows with work
+// done on the (locked) thread.
+func TestThreadCPUCounts(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, ok := ThreadCPU()
+	if !ok {
+		t.Skip("no per-thread CPU clock on this system: nothing to check")
+	}
+	x := 0.0
+	for i := range 20_000_000 {
+		x += float64(i&7) * 1e-9
+	}
+	if c1, _ := ThreadCPU(); c1 <= c0 {
+		t.Errorf("thread CPU time did not grow: %v then %v (x = %g)", c0, c1, x)
+	}
 }
