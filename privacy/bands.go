@@ -88,12 +88,11 @@ func (p *Plan) checkAutoBands(r Request, mech Mechanism) error {
 		return err
 	}
 	switch p.Sampling {
-	case SamplingBandPoisson, SamplingBandAllocation:
+	case SamplingBandAllocation:
+		return bandAllocationPlannable(r, mech)
+	case SamplingBandPoisson:
 		if !(r.Epsilon > 0) {
-			return refuse(RuleBands, "%s under %s sampling needs a target epsilon to compare band counts by amplified accounting", mech, p.Sampling)
-		}
-		if p.Sampling == SamplingBandAllocation && r.Quantile != nil {
-			return refuse(RuleAmplification, "%s: adaptive clipping is not accounted under band-allocation sampling", mech)
+			return refuse(RuleBands, "%s under band-poisson sampling needs a target epsilon to compare band counts by amplified accounting", mech)
 		}
 		return nil
 	case SamplingPoisson:
@@ -181,12 +180,7 @@ func (p *Plan) chooseSampling(ctx context.Context, r Request, auto mfnoise.AutoB
 		fixed.err = err
 	}
 	var alloc regime
-	switch {
-	case !(r.Epsilon > 0):
-		alloc.err = refuse(RuleBands, "%s under band-allocation sampling needs a target epsilon to compare band counts by amplified accounting", auto)
-	case r.Quantile != nil:
-		alloc.err = refuse(RuleAmplification, "adaptive clipping is not accounted under band-allocation sampling")
-	default:
+	if alloc.err = bandAllocationPlannable(r, auto); alloc.err == nil {
 		alloc.sel, alloc.built, alloc.err = chooseBandsAllocation(ctx, p.acct, r, p.Delta, p.workload, auto, toeplitzOnly)
 	}
 	if err := ctx.Err(); err != nil {
@@ -214,6 +208,19 @@ func (p *Plan) chooseSampling(ctx context.Context, r Request, auto mfnoise.AutoB
 	}
 	p.Sampling, p.DefaultSampling = c.Chosen, c
 	return pick.sel, pick.built, nil
+}
+
+// bandAllocationPlannable refuses what an auto mechanism cannot plan under
+// band allocation: without a target epsilon there is nothing to compare
+// band counts by, and adaptive clipping has no accounting there.
+func bandAllocationPlannable(r Request, mech fmt.Stringer) error {
+	if !(r.Epsilon > 0) {
+		return refuse(RuleBands, "%s under band-allocation sampling needs a target epsilon to compare band counts by amplified accounting", mech)
+	}
+	if r.Quantile != nil {
+		return refuse(RuleAmplification, "%s: adaptive clipping is not accounted under band-allocation sampling", mech)
+	}
+	return nil
 }
 
 // chooseBandsAllocation chooses the band count of an AutoBanded mechanism
