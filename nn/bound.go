@@ -28,6 +28,12 @@ type Product struct {
 	// Float64 marks a product in float64 (Beta is then its beta rounded
 	// to float32): the ghost norms' Gram matrices.
 	Float64 bool
+	// Segments, when above 1, marks a multi-segment product
+	// (blas.Serial32.SgemmPackedSegments): the K-deep A is Segments
+	// blocks of K/Segments columns, block s an M x K/Segments matrix of
+	// rows LDA apart (they may overlap) starting at float s SegStep, and
+	// B is packed per block; C = Beta C + the blocks' products.
+	Segments, SegStep int
 }
 
 // Flops is 2 M N K, the product's multiply-adds counted as two.
@@ -40,7 +46,8 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 &&
+			r.Segments == q.Segments && r.SegStep == q.SegStep {
 			r.Count += q.Count
 			return
 		}
@@ -91,6 +98,22 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
+// sgemmSegments is the multi-segment product C = sum_s A_s P_s (beta
+// 0), A_s the rows lda apart from a[offs[s]], logged while a log is
+// attached as one product of the segments' total depth (offs must step
+// evenly, as a convolution's kernel rows do).
+func (w *worker) sgemmSegments(m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b[0].Dims()
+		step := 0
+		if len(offs) > 1 {
+			step = offs[1] - offs[0]
+		}
+		w.log.add(Product{PackedB: true, M: m, N: n, K: k * len(b), LDA: lda, LDB: n, LDC: ldc, Count: 1, Segments: len(b), SegStep: step})
+	}
+	w.gemm.SgemmPackedSegments(m, a, lda, offs, b, 0, c, ldc)
+}
+
 // sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
 // rows (op(A)'s columns) lda apart.
 func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
@@ -134,14 +157,15 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // shape and layout taken from a worker's buffers (so that timing adds no
 // memory to the process; the values a step left there, overwritten with
 // values in [-1, 1) where a buffer held none or values so small that
-// products would be subnormal), warmed once, then repeated for at least
+// products would be subnormal; never the implicit convolutions'
+// zero-bordered maps, whose borders no step rewrites), warmed once, then repeated for at least
 // minTime, and the fastest run is kept. A run's time is the thread's CPU
 // time where the system keeps one (Linux), so that other jobs sharing
 // the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
 	w := p.workers[0]
 	var bufs [][]float32
-	for _, set := range [][][]float32{w.act, w.d, w.u, w.xp, w.gp, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
+	for _, set := range [][][]float32{w.act, w.d, w.u, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
 		for _, b := range set {
 			if len(b) > 0 {
 				bufs = append(bufs, b)
@@ -182,6 +206,14 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		if q.TransA {
 			ra, ca = q.K, q.M
 		}
+		seg := q.Segments > 1
+		if seg {
+			// A's first segment's rows; the others start SegStep apart.
+			if q.TransA || q.TransB || !q.PackedB || q.Float64 || q.K%q.Segments != 0 || q.SegStep < 0 {
+				return 0, dpcore.Invalid("nn", "time products: segments of %+v", q)
+			}
+			ca = q.K / q.Segments
+		}
 		rb, cb := q.K, q.N
 		if q.TransB {
 			rb, cb = q.N, q.K
@@ -189,7 +221,11 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		if q.LDA < 1 || q.LDB < cb || q.LDC < q.N { // A's rows may overlap
 			return 0, dpcore.Invalid("nn", "time products: leading dimensions of %+v", q)
 		}
-		a, used := take((ra-1)*q.LDA+ca, nil)
+		alen := (ra-1)*q.LDA + ca
+		if seg {
+			alen += (q.Segments - 1) * q.SegStep
+		}
+		a, used := take(alen, nil)
 		b, used := take((rb-1)*q.LDB+cb, used)
 		c, _ := take((q.M-1)*q.LDC+q.N, used)
 		for _, v := range [][]float32{a, b, c} {
@@ -210,6 +246,17 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 			g.SgemmOverlapA(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
 		}
 		switch {
+		case seg:
+			ks := q.K / q.Segments
+			segs := make([]blas.PackedB32, q.Segments)
+			offs := make([]int, q.Segments)
+			for s := range segs {
+				blas.PackB32(tB, ks, q.N, 1, b[s*ks*q.LDB:], q.LDB, &segs[s])
+				offs[s] = s * q.SegStep
+			}
+			run = func() {
+				g.SgemmPackedSegments(q.M, a, q.LDA, offs, segs, q.Beta, c, q.LDC)
+			}
 		case q.Float64:
 			a64, b64, c64 := widen(a), widen(b), widen(c)
 			run = func() {

@@ -81,6 +81,19 @@ func TestStepProducts(t *testing.T) {
 		if got != want {
 			t.Errorf("private %v: products of %v flops, want %v: %+v", private, got, want, list)
 		}
+		// Each implicit convolution's forward and input-gradient
+		// products are one product of its three kernel rows.
+		segs := 0
+		for _, q := range list {
+			if q.Segments == 3 && q.SegStep > 0 {
+				segs += q.Count
+			} else if q.PackedB && !q.TransA && q.Beta == 1 {
+				t.Errorf("private %v: a kernel row's product %+v", private, q)
+			}
+		}
+		if segs != 3*n {
+			t.Errorf("private %v: %d multi-segment products, want %d", private, segs, 3*n)
+		}
 		d, err := p.TimeProducts(list, time.Millisecond)
 		if err != nil || d <= 0 {
 			t.Errorf("private %v: TimeProducts = %v, %v", private, d, err)
