@@ -1,6 +1,10 @@
 package blas
 
-import gblas "gonum.org/v1/gonum/blas"
+import (
+	"unsafe"
+
+	gblas "gonum.org/v1/gonum/blas"
+)
 
 // Multi-segment products: C = beta C + sum_s A_s P_s, where every A_s is
 // a matrix of overlapping rows at its own offset in one slice (the kernel
@@ -115,14 +119,13 @@ func runSegments[T float32 | float64](kern kernel[T], buf []T, segs []segment[T]
 	ap := buf[:mr*kcMax]
 	tile := buf[mr*kcMax : mr*kcMax+mr*nr]
 	full := m / mr * mr
+	mb := segRows(kern)
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		ncr := roundUp(nc, nr)
 		for jr := 0; jr < nc; jr += nr {
 			cols := min(nr, nc-jr)
-			for ir := 0; ir < m; ir += mr {
-				rows := min(mr, m-ir)
-				off := ir*ldc + jc + jr
+			for ib := 0; ib < m; ib += mb {
 				overwrite := zeroBeta
 				for _, s := range live {
 					// The packed blocks of P_s lie jc-major, then kc
@@ -133,16 +136,20 @@ func runSegments[T float32 | float64](kern kernel[T], buf []T, segs []segment[T]
 					for pc := 0; pc < s.k; pc += skc {
 						kc := min(skc, s.k-pc)
 						bPanel := &s.packed[base+ncr*pc+jr*kc]
-						switch {
-						case rows == mr && cols == nr:
-							kern.strided(kc, &s.a[ir*lda+pc], lda, 1, bPanel, &c[off], ldc, overwrite)
-						case rows == mr:
-							kern.strided(kc, &s.a[ir*lda+pc], lda, 1, bPanel, &tile[0], nr, true)
-							addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
-						default:
-							packA(ap, s.a, lda, false, full, pc, rows, kc, mr)
-							kern.fn(kc, &ap[0], bPanel, &tile[0], nr, true)
-							addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
+						for ir := ib; ir < min(ib+mb, m); ir += mr {
+							rows := min(mr, m-ir)
+							off := ir*ldc + jc + jr
+							switch {
+							case rows == mr && cols == nr:
+								kern.strided(kc, &s.a[ir*lda+pc], lda, 1, bPanel, &c[off], ldc, overwrite)
+							case rows == mr:
+								kern.strided(kc, &s.a[ir*lda+pc], lda, 1, bPanel, &tile[0], nr, true)
+								addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
+							default:
+								packA(ap, s.a, lda, false, full, pc, rows, kc, mr)
+								kern.fn(kc, &ap[0], bPanel, &tile[0], nr, true)
+								addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
+							}
 						}
 						overwrite = false
 					}
@@ -150,4 +157,18 @@ func runSegments[T float32 | float64](kern kernel[T], buf []T, segs []segment[T]
 			}
 		}
 	}
+}
+
+// segBytes is the size of the block of C rows (one NR-column panel)
+// a multi-segment product finishes across all its segments before the
+// next: small enough to stay in L1 beside a kc×NR micro-panel of B,
+// which is then reused by all the block's row panels.
+var segBytes = 4096
+
+// segRows is the rows of C in runSegments' blocks: segBytes of one
+// NR-column panel, in whole MR-row panels.
+func segRows[T float32 | float64](kern kernel[T]) int {
+	var z T
+	size := int(unsafe.Sizeof(z))
+	return max(1, segBytes/(kern.nr*size)/kern.mr) * kern.mr
 }
