@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/internal/rusage"
 )
 
 // TestStepProducts checks the products a step logs against the count the
@@ -75,8 +77,13 @@ func TestStepProducts(t *testing.T) {
 			t.Error("products logged after RecordProducts(false)")
 		}
 		got := 0.0
+		inStep := time.Duration(0)
 		for _, q := range list {
 			got += float64(q.Count) * q.Flops()
+			inStep += q.InStep
+		}
+		if _, clock := rusage.ThreadCPU(); clock && inStep <= 0 {
+			t.Errorf("private %v: the products took %v in the step by the thread clock", private, inStep)
 		}
 		if got != want {
 			t.Errorf("private %v: products of %v flops, want %v: %+v", private, got, want, list)
@@ -133,7 +140,7 @@ func TestSeqStepProducts(t *testing.T) {
 			got := map[Product]int{}
 			for _, q := range list {
 				k := q
-				k.Count = 0
+				k.Count, k.InStep = 0, 0
 				got[k] += q.Count
 			}
 			return got, list
