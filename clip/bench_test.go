@@ -136,25 +136,13 @@ func gemmBound(b *testing.B, e *Engine, x []float32, y []int, dst []float32) (ti
 	if err != nil {
 		return 0, err
 	}
-	total, inStep := time.Duration(0), time.Duration(0)
-	verbose := os.Getenv("DPMF_BENCH_PRODUCTS") != ""
-	for _, q := range list {
-		t, err := e.plan.TimeProducts([]nn.Product{q}, 20*time.Millisecond)
-		if err != nil {
-			return 0, err
-		}
-		total += t
-		inStep += q.InStep
-		if verbose {
-			n := time.Duration(max(q.Count, 1))
-			per := t / n
-			b.Logf("transA=%v transB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
-				q.TransA, q.TransB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
-				q.InStep/n, q.InStep.Seconds()/t.Seconds())
-		}
+	var logf func(string, ...any)
+	if os.Getenv("DPMF_BENCH_PRODUCTS") != "" {
+		logf = b.Logf
 	}
-	if verbose {
-		b.Logf("products alone %v, in the step %v (x%.2f), one core's time", total, inStep, inStep.Seconds()/total.Seconds())
+	total, err := nn.Bound(list, e.plan.TimeProducts, logf)
+	if err != nil {
+		return 0, err
 	}
 	return total / time.Duration(e.plan.Workers()), nil
 }

@@ -293,3 +293,30 @@ func hasTiny(v []float32) bool {
 	}
 	return false
 }
+
+// Bound is the products of list each timed alone by timeOf (a plan's
+// TimeProducts, at least 20 ms a product) and summed: one core's time
+// for the products alone. With logf not nil it also logs each product's
+// time alone and in the step (InStep), and both totals.
+func Bound(list []Product, timeOf func([]Product, time.Duration) (time.Duration, error), logf func(format string, args ...any)) (time.Duration, error) {
+	total, inStep := time.Duration(0), time.Duration(0)
+	for _, q := range list {
+		t, err := timeOf([]Product{q}, 20*time.Millisecond)
+		if err != nil {
+			return 0, err
+		}
+		total += t
+		inStep += q.InStep
+		if logf != nil {
+			n := time.Duration(max(q.Count, 1))
+			per := t / n
+			logf("transA=%v transB=%v float64=%v packedB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
+				q.TransA, q.TransB, q.Float64, q.PackedB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
+				q.InStep/n, q.InStep.Seconds()/t.Seconds())
+		}
+	}
+	if logf != nil && total > 0 {
+		logf("products alone %v, in the step %v (x%.2f), one core's time", total, inStep, inStep.Seconds()/total.Seconds())
+	}
+	return total, nil
+}

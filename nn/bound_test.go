@@ -1,7 +1,10 @@
 package nn
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,5 +178,29 @@ func TestSeqStepProducts(t *testing.T) {
 		if len(p.Products()) != 0 {
 			t.Errorf("%s: products logged after RecordProducts(false)", c.name)
 		}
+	}
+}
+
+// TestBoundSums checks that Bound sums each product's time alone, logs
+// one line a product and the totals, and passes on a timing error.
+func TestBoundSums(t *testing.T) {
+	list := []Product{{M: 2, N: 3, K: 4, Count: 2, InStep: 5 * time.Microsecond}, {M: 8, N: 8, K: 8, Count: 1, InStep: time.Microsecond}}
+	timeOf := func(l []Product, _ time.Duration) (time.Duration, error) {
+		if len(l) != 1 {
+			t.Fatalf("timed %d products at once", len(l))
+		}
+		return time.Duration(l[0].M*l[0].Count) * time.Microsecond, nil
+	}
+	var lines []string
+	got, err := Bound(list, timeOf, func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) })
+	if err != nil || got != 12*time.Microsecond {
+		t.Fatalf("Bound = %v, %v, want 12µs", got, err)
+	}
+	if len(lines) != 3 || !strings.Contains(lines[2], "in the step 6µs (x0.50)") {
+		t.Errorf("logged %q", lines)
+	}
+	bad := errors.New("no clock")
+	if _, err := Bound(list, func([]Product, time.Duration) (time.Duration, error) { return 0, bad }, nil); !errors.Is(err, bad) {
+		t.Errorf("error %v, want %v", err, bad)
 	}
 }
