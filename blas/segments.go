@@ -119,7 +119,7 @@ func runSegments[T float32 | float64](kern kernel[T], buf []T, segs []segment[T]
 	ap := buf[:mr*kcMax]
 	tile := buf[mr*kcMax : mr*kcMax+mr*nr]
 	full := m / mr * mr
-	mb := segRows(kern)
+	mb := segRows(kern, live, m)
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		ncr := roundUp(nc, nr)
@@ -159,16 +159,26 @@ func runSegments[T float32 | float64](kern kernel[T], buf []T, segs []segment[T]
 	}
 }
 
-// segBytes is the size of the block of C rows (one NR-column panel)
-// a multi-segment product finishes across all its segments before the
-// next: small enough to stay in L1 beside a kc×NR micro-panel of B,
-// which is then reused by all the block's row panels.
-var segBytes = 4096
+// segL1 is the size up to which the B micro-panels of all the segments
+// (one NR-column panel, every kc block) are taken to stay in L1 (48 KiB
+// on the target cores) beside a tile of C and the rows of A it reads.
+var segL1 = 40 << 10
 
-// segRows is the rows of C in runSegments' blocks: segBytes of one
-// NR-column panel, in whole MR-row panels.
-func segRows[T float32 | float64](kern kernel[T]) int {
+// segRows is the rows of C in runSegments' blocks. When the segments'
+// B micro-panels fit in L1 together, a block is one MR-row panel: each
+// tile of C takes all the segments while in L1, and B stays there.
+// Otherwise every segment's micro-panel goes past all the rows before
+// the next (the order of the per-segment products, C through L2): taking
+// the segments tile by tile would reread each from L2 for every tile,
+// which costs what the passes over C cost.
+func segRows[T float32 | float64](kern kernel[T], segs []segment[T], m int) int {
 	var z T
-	size := int(unsafe.Sizeof(z))
-	return max(1, segBytes/(kern.nr*size)/kern.mr) * kern.mr
+	size := 0
+	for _, s := range segs {
+		size += s.k * kern.nr * int(unsafe.Sizeof(z))
+	}
+	if size <= segL1 {
+		return kern.mr
+	}
+	return roundUp(m, kern.mr)
 }
