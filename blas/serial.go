@@ -12,8 +12,6 @@ import (
 // safe for concurrent use.
 type Serial32 struct {
 	s serial[float32]
-	// segs is SgemmPackedSegments' list of segments, kept between calls.
-	segs []segment[float32]
 }
 
 // Sgemm is the package-level Sgemm without its goroutines: same arguments,

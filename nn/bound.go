@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -29,12 +28,6 @@ type Product struct {
 	// Float64 marks a product in float64 (Beta is then its beta rounded
 	// to float32): the ghost norms' Gram matrices.
 	Float64 bool
-	// Segments, when above 1, marks a multi-segment product
-	// (blas.Serial32.SgemmPackedSegments): the K-deep A is Segments
-	// blocks of K/Segments columns, block s an M x K/Segments matrix of
-	// rows LDA apart (they may overlap) starting at float s SegStep, and
-	// B is packed per block; C = Beta C + the blocks' products.
-	Segments, SegStep int
 	// InStep is the time the logged calls of this shape took inside the
 	// step, summed: by the calling thread's CPU clock where the system
 	// keeps one (Linux), else zero. Against TimeProducts' time alone it
@@ -69,8 +62,7 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 &&
-			r.Segments == q.Segments && r.SegStep == q.SegStep {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
 			r.Count += q.Count
 			r.InStep += q.InStep
 			return
@@ -131,25 +123,6 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
-// sgemmSegments is the multi-segment product C = sum_s A_s P_s (beta
-// 0), A_s the rows lda apart from a[offs[s]], logged while a log is
-// attached as one product of the segments' total depth (offs must step
-// evenly, as a convolution's kernel rows do).
-func (w *worker) sgemmSegments(m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
-	if w.log != nil {
-		k, n := b[0].Dims()
-		step := 0
-		if len(offs) > 1 {
-			step = offs[1] - offs[0]
-		}
-		t0 := w.log.start()
-		w.gemm.SgemmPackedSegments(m, a, lda, offs, b, 0, c, ldc)
-		w.log.done(Product{PackedB: true, M: m, N: n, K: k * len(b), LDA: lda, LDB: n, LDC: ldc, Count: 1, Segments: len(b), SegStep: step}, t0)
-		return
-	}
-	w.gemm.SgemmPackedSegments(m, a, lda, offs, b, 0, c, ldc)
-}
-
 // sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
 // rows (op(A)'s columns) lda apart.
 func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
@@ -197,8 +170,8 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // memory to the process; the values a step left there, overwritten with
 // values in [-1, 1) where a buffer held none or values so small that
 // products would be subnormal; never the implicit convolutions'
-// zero-bordered maps, whose borders no step rewrites), warmed once, then repeated for at least
-// minTime, and the fastest run is kept. A run's time is the thread's CPU
+// zero-bordered maps, whose borders no step rewrites), warmed once, then
+// repeated for at least minTime, and the fastest run is kept. A run's time is the thread's CPU
 // time where the system keeps one (Linux), so that other jobs sharing
 // the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
@@ -245,14 +218,6 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		if q.TransA {
 			ra, ca = q.K, q.M
 		}
-		seg := q.Segments > 1
-		if seg {
-			// A's first segment's rows; the others start SegStep apart.
-			if q.TransA || q.TransB || !q.PackedB || q.Float64 || q.K%q.Segments != 0 || q.SegStep < 0 {
-				return 0, dpcore.Invalid("nn", "time products: segments of %+v", q)
-			}
-			ca = q.K / q.Segments
-		}
 		rb, cb := q.K, q.N
 		if q.TransB {
 			rb, cb = q.N, q.K
@@ -260,11 +225,7 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 		if q.LDA < 1 || q.LDB < cb || q.LDC < q.N { // A's rows may overlap
 			return 0, dpcore.Invalid("nn", "time products: leading dimensions of %+v", q)
 		}
-		alen := (ra-1)*q.LDA + ca
-		if seg {
-			alen += (q.Segments - 1) * q.SegStep
-		}
-		a, used := take(alen, nil)
+		a, used := take((ra-1)*q.LDA+ca, nil)
 		b, used := take((rb-1)*q.LDB+cb, used)
 		c, _ := take((q.M-1)*q.LDC+q.N, used)
 		for _, v := range [][]float32{a, b, c} {
@@ -285,17 +246,6 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 			g.SgemmOverlapA(tA, tB, q.M, q.N, q.K, 1, a, q.LDA, b, q.LDB, q.Beta, c, q.LDC)
 		}
 		switch {
-		case seg:
-			ks := q.K / q.Segments
-			segs := make([]blas.PackedB32, q.Segments)
-			offs := make([]int, q.Segments)
-			for s := range segs {
-				blas.PackB32(tB, ks, q.N, 1, b[s*ks*q.LDB:], q.LDB, &segs[s])
-				offs[s] = s * q.SegStep
-			}
-			run = func() {
-				g.SgemmPackedSegments(q.M, a, q.LDA, offs, segs, q.Beta, c, q.LDC)
-			}
 		case q.Float64:
 			a64, b64, c64 := widen(a), widen(b), widen(c)
 			run = func() {
@@ -361,12 +311,8 @@ func Bound(list []Product, timeOf func([]Product, time.Duration) (time.Duration,
 		if logf != nil {
 			n := time.Duration(max(q.Count, 1))
 			per := t / n
-			seg := ""
-			if q.Segments > 1 {
-				seg = fmt.Sprintf(" (%d segments %d apart)", q.Segments, q.SegStep)
-			}
-			logf("transA=%v transB=%v float64=%v packedB=%v %dx%dx%d%s lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
-				q.TransA, q.TransB, q.Float64, q.PackedB, q.M, q.N, q.K, seg, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
+			logf("transA=%v transB=%v float64=%v packedB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
+				q.TransA, q.TransB, q.Float64, q.PackedB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
 				q.InStep/n, q.InStep.Seconds()/t.Seconds())
 		}
 	}

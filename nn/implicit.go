@@ -111,14 +111,12 @@ func (s *stage) packImplicit(back bool) {
 
 // kernelRows writes into c (m x n, rows ldc apart) the sum over the
 // kernel rows kr of A_kr W_kr, A_kr the m rows of lda floats starting
-// lda apart at a[offs[kr]] and W_kr the packed b[kr]: one multi-segment
-// product, or with Options.noSegments one product per kernel row (the
-// same bits).
+// lda apart at a[offs[kr]] and W_kr the packed b[kr]: one product per
+// kernel row, each added into c in turn. (One product over all the
+// kernel rows, each tile of c taking them all while in L1, gave the same
+// bits and no measurable gain: c's passes through L2 cost what rereading
+// the kernel rows' weights for every tile costs.)
 func (p *Plan) kernelRows(w *worker, m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
-	if !p.opt.noSegments {
-		w.sgemmSegments(m, a, lda, offs, b, c, ldc)
-		return
-	}
 	for kr := range b {
 		beta := float32(1)
 		if kr == 0 {

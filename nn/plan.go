@@ -58,11 +58,6 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
-	// noSegments makes an implicit convolution's forward and
-	// input-gradient products one product per kernel row, each a pass
-	// over the whole output, instead of one multi-segment product (the
-	// same bits; benchmarks compare the two).
-	noSegments bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -147,8 +142,8 @@ type stage struct {
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
 	// offX and offG are the kernel rows' first floats in the bordered
-	// input and output-gradient maps (kr Wp C and kr Wp fo): the
-	// segments of the forward and input-gradient products.
+	// input and output-gradient maps (kr Wp C and kr Wp fo): where the
+	// forward and input-gradient products' A start (kernelRows).
 	offX, offG []int
 	// recompute: the per-example weight gradient is computed twice in
 	// panels of panel rows, never stored whole (recompute.go).
