@@ -28,6 +28,11 @@ type Product struct {
 	// Float64 marks a product in float64 (Beta is then its beta rounded
 	// to float32): the ghost norms' Gram matrices.
 	Float64 bool
+	// KPeriod and KKeep, when KPeriod > 0, mark a product whose sum over
+	// K takes only the steps p with p mod KPeriod < KKeep (B packed by
+	// blas.PackB32Runs): an implicit convolution's weight gradient
+	// skipping its garbage columns. Flops counts those steps only.
+	KPeriod, KKeep int
 	// InStep is the time the logged calls of this shape took inside the
 	// step, summed: by the calling thread's CPU clock where the system
 	// keeps one (Linux), else zero. Against TimeProducts' time alone it
@@ -35,8 +40,17 @@ type Product struct {
 	InStep time.Duration
 }
 
-// Flops is 2 M N K, the product's multiply-adds counted as two.
-func (q Product) Flops() float64 { return 2 * float64(q.M) * float64(q.N) * float64(q.K) }
+// Flops is 2 M N K, the product's multiply-adds counted as two (K the
+// steps summed, with KPeriod).
+func (q Product) Flops() float64 { return 2 * float64(q.M) * float64(q.N) * float64(q.steps()) }
+
+// steps is the number of steps of K the product sums.
+func (q Product) steps() int {
+	if q.KPeriod <= 0 {
+		return q.K
+	}
+	return q.K/q.KPeriod*q.KKeep + min(q.K%q.KPeriod, q.KKeep)
+}
 
 // productLog collects the products of one worker.
 type productLog struct{ list []Product }
@@ -62,7 +76,8 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 &&
+			r.KPeriod == q.KPeriod && r.KKeep == q.KKeep {
 			r.Count += q.Count
 			r.InStep += q.InStep
 			return
@@ -128,9 +143,10 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
+		period, keep := b.Runs()
 		t0 := w.log.start()
 		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
-		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, KPeriod: period, KKeep: keep}, t0)
 		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
@@ -250,6 +266,14 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 			a64, b64, c64 := widen(a), widen(b), widen(c)
 			run = func() {
 				g64.Dgemm(tA, tB, q.M, q.N, q.K, 1, a64, q.LDA, b64, q.LDB, float64(q.Beta), c64, q.LDC)
+			}
+		case q.PackedB && q.KPeriod > 0:
+			if q.TransB || q.KKeep < 1 || q.KKeep > q.KPeriod {
+				return 0, dpcore.Invalid("nn", "time products: runs of %+v", q)
+			}
+			blas.PackB32Runs(q.K, q.N, q.KPeriod, q.KKeep, 1, b, q.LDB, &packed)
+			run = func() {
+				g.SgemmPackedOverlapA(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
 			}
 		case q.PackedB:
 			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)

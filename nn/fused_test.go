@@ -380,6 +380,32 @@ func TestFusedGrads(t *testing.T) {
 	}
 }
 
+// TestSkipGarbage: implicit convolutions' per-example weight gradients
+// summed without the garbage columns give the per-example gradients,
+// losses and sums of the sums over them bit for bit, on every test
+// network and on examples with non-finite values.
+func TestSkipGarbage(t *testing.T) {
+	some := 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			fp, ref, rng, classes := planPair(t, b, 29, len(name), n, func(o *Options) { o.noSkipGarbage = true })
+			implicit := false
+			for _, s := range fp.stages {
+				implicit = implicit || s.implicit
+			}
+			if !implicit {
+				t.Skip("no implicit convolution in this test network")
+			}
+			some++
+			samePlans(t, fp, ref, b, rng, n, classes)
+		})
+	}
+	if some == 0 {
+		t.Error("no test network has an implicit convolution")
+	}
+}
+
 // samePlans checks that plans fp and ref of test network b give the same
 // per-example gradients, losses and sums (with and without a clipper)
 // bit for bit on n examples drawn from rng, example 3 with an infinite

@@ -58,6 +58,11 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noSkipGarbage makes an implicit convolution's per-example weight
+	// gradient sum over its garbage columns too (zeros in the output
+	// gradient) instead of skipping them (tests and benchmarks compare
+	// the two).
+	noSkipGarbage bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
