@@ -241,6 +241,24 @@ func gen(w *bytes.Buffer, s spec) {
 		p("ADDQ a+16(FP), SI")
 		p("LEAQ (SI)(R11*2), BX") // row 6
 		p("MOVQ 8(R14), CX")
+		// The jump to the next run defeats the hardware's stride
+		// prefetch: fetch the next run's first steps (rows 0 and 11 of
+		// the tile when rows are adjacent, as for a transposed A) while
+		// this run computes.
+		p("LEAQ 16(R14), R9")
+		p("CMPQ R9, AX")
+		p("JGE runbody")
+		p("MOVQ 16(R14), R9")
+		p("IMULQ R13, R9")
+		p("ADDQ a+16(FP), R9")
+		for st := 0; st < 4; st++ {
+			p("PREFETCHT0 (R9)")
+			p("PREFETCHT0 %d(R9)", (s.mr-1)*esize)
+			if st < 3 {
+				p("ADDQ R13, R9")
+			}
+		}
+		fmt.Fprintf(w, "runbody:\n")
 	}
 	// Main loop, unroll steps at a time.
 	p("CMPQ CX, $%d", s.unroll)
