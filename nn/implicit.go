@@ -245,30 +245,61 @@ func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
 	s := &p.stages[i]
 	q := &p.stages[s.src-1]
 	isz, osz := s.in.Size(), s.out.Size()
-	C, H, W := s.in.C, s.in.H, s.in.W
-	rw := W * C
+	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
 	for j := range m {
 		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		for h := range H {
-			off := ((h+q.pad)*q.wp2 + q.pad) * C
-			clear(gq[off : off+rw])
+		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
+		if windows {
+			s.poolWindows2(q, gq, a, arg, g)
+		} else {
+			s.poolScatter(q, gq, a, arg, g)
 		}
-		a := w.act[s.src][j*isz : (j+1)*isz]
-		arg := w.arg[i][j*osz : (j+1)*osz]
-		g := dout[j*osz : (j+1)*osz]
-		// Pixel x = h rw + r of the map is gq[x + base + h step].
-		base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
-		orw := s.out.W * C
-		for oh := range s.out.H {
-			for k := oh * orw; k < (oh+1)*orw; k++ {
-				x := int(arg[k])
-				h := oh * s.pool // the window's rows: oh pool, ...
-				for x >= (h+1)*rw {
-					h++
-				}
-				gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+	}
+}
+
+// poolScatter is poolGradToGp for one example: the producer's map
+// interior cleared, then each window's gradient written at its maximum.
+func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32) {
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw := W * C
+	for h := range H {
+		off := ((h+q.pad)*q.wp2 + q.pad) * C
+		clear(gq[off : off+rw])
+	}
+	// Pixel x = h rw + r of the map is gq[x + base + h step].
+	base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
+	orw := s.out.W * C
+	for oh := range s.out.H {
+		for k := oh * orw; k < (oh+1)*orw; k++ {
+			x := int(arg[k])
+			h := oh * s.pool // the window's rows: oh pool, ...
+			for x >= (h+1)*rw {
+				h++
 			}
+			gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
 		}
+	}
+}
+
+// poolWindows2 is poolGradToGp for one example of a 2x2 pool
+// (poolBack2Fast): every window written whole by the vector kernel, the
+// map's last row and column cleared where the pool drops them (odd H or
+// W), so that no pass clears the map first.
+func (s *stage) poolWindows2(q *stage, gq, a []float32, arg []int32, g []float32) {
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw, orw, row := W*C, s.out.W*C, q.wp2*C
+	for oh := range s.out.H {
+		h := 2 * oh
+		off := ((h+q.pad)*q.wp2 + q.pad) * C
+		poolBack2Row(gq[off:], gq[off+row:], a[h*rw:], a[(h+1)*rw:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		if W%2 == 1 {
+			clear(gq[off+(W-1)*C : off+W*C])
+			clear(gq[off+row+(W-1)*C : off+row+W*C])
+		}
+	}
+	if H%2 == 1 {
+		off := ((H-1+q.pad)*q.wp2 + q.pad) * C
+		clear(gq[off : off+rw])
 	}
 }
 

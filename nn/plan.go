@@ -58,6 +58,11 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noPoolWindows has a fused 2x2 max pool's backward clear its
+	// producer's map and scatter the maxima one by one instead of
+	// writing whole windows with the vector kernel (tests compare the
+	// two).
+	noPoolWindows bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool

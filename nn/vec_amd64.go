@@ -271,3 +271,33 @@ func actGradToFast(dst, g, a []float32, relu bool) int {
 	actGradToAVX2(&dst[0], &g[0], &a[0], n, r)
 	return n
 }
+
+//go:noescape
+func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
+
+// poolBack2Fast reports whether poolBack2Row takes a pool of C
+// channels after activation act: AVX2, C a multiple of 8, act one that
+// actGradTo fuses.
+func poolBack2Fast(C int, act Activation) bool {
+	return hasAVX2FMA && C%8 == 0 && fusesActGrad(act)
+}
+
+// poolBack2Row is poolGradToGp's vector form for one row of a 2x2 max
+// pool's outputs (C channels, OW = len(g)/C > 0 pixels; poolBack2Fast):
+// whole windows written into the producer map's rows dst0 and dst1 (from
+// their first interior pixel), the derivative of act taken at a0 and a1
+// (the producer's output rows), the maxima found by comparing arg with
+// each tap's index (the rows' first float is base in the input map, rows
+// wc floats apart).
+func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int, act Activation) {
+	code := 0
+	switch act {
+	case Tanh:
+		code = 1
+	case ReLU:
+		code = 2
+	}
+	n := 2 * len(g)
+	_, _, _, _, _ = dst0[n-1], dst1[n-1], a0[n-1], a1[n-1], arg[len(g)-1]
+	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, code)
+}
