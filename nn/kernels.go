@@ -298,3 +298,23 @@ func allFiniteGo(v []float32) bool {
 	}
 	return true
 }
+
+// FirstNonFinite is the index of the first value of v that is NaN or
+// infinite, or -1 if all are finite. It scans blocks with the vector
+// kernel where the CPU has one (a model's parameters are checked so
+// before every step, on the caller's goroutine).
+func FirstNonFinite(v []float32) int {
+	const block = 1024
+	for k := 0; k < len(v); k += block {
+		b := v[k:min(k+block, len(v))]
+		if allFinite(b) {
+			continue
+		}
+		for i, x := range b {
+			if x-x != 0 {
+				return k + i
+			}
+		}
+	}
+	return -1
+}

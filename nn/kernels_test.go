@@ -300,3 +300,35 @@ func TestGroupNormLargeMean(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstNonFinite: the first NaN or infinity of vectors of every
+// length around the block and vector widths, at every position of the
+// short ones, with other specials (subnormals, the largest finite
+// values, zeros) around it.
+func TestFirstNonFinite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	finite := []float32{0, float32(math.Copysign(0, -1)), 0x1p-149, 0x1.fffffep127, -0x1.fffffep127, 1}
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 1023, 1024, 1025, 3000} {
+		v := make([]float32, n)
+		for k := range v {
+			v[k] = finite[rng.IntN(len(finite))]
+		}
+		if got := FirstNonFinite(v); got != -1 {
+			t.Fatalf("n=%d, all finite: %d", n, got)
+		}
+		for _, at := range []int{0, n / 3, n / 2, n - 1} {
+			if at < 0 || at >= n {
+				continue
+			}
+			w := append([]float32(nil), v...)
+			w[at] = bad[rng.IntN(len(bad))]
+			if at+1 < n {
+				w[n-1] = bad[rng.IntN(len(bad))]
+			}
+			if got := FirstNonFinite(w); got != at {
+				t.Fatalf("n=%d, first at %d: %d", n, at, got)
+			}
+		}
+	}
+}
