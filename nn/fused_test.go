@@ -557,3 +557,25 @@ func testPlanSwitch(t *testing.T, name string, alt func(*Options)) {
 		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sp, sr)
 	}
 }
+
+// TestExampleMajor: a private step and Gradients running the leading
+// convolutions and pools example by example, with each example's norms,
+// factors and scaled adds right after its backward pass (setMajor), give
+// the layer-by-layer passes' gradients, losses and sums bit for bit, on
+// the CIFAR CNN's pattern (an infinite and a saturated example among the
+// others).
+func TestExampleMajor(t *testing.T) {
+	for name, major := range map[string]int{"conv-pairs": 6, "conv-pairs8": 5} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 4, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.major != major || len(p.workers[0].ex) != p.exLen {
+				t.Fatalf("example-major section of %d stages, %d floats of per-example gradients for %d", p.major, len(p.workers[0].ex), p.exLen)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noExampleMajor = true })
+		})
+	}
+}

@@ -122,11 +122,11 @@ func compact(wide, x []float32, H, W, C, wp int) {
 	}
 }
 
-// implicitForward runs an implicit convolution's products for m
-// examples, writing the output into out: bias and activation applied
+// implicitForward runs an implicit convolution's products for examples
+// [lo, m) of the chunk, writing the output into out: bias and activation applied
 // example by example while it is in cache when the activation keeps no
 // pre-activation (else by the caller, over the chunk).
-func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased bool) {
+func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (biased bool) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
@@ -136,7 +136,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 		bias = s.noBias
 	}
 	biased = s.act <= ReLU
-	for j := range m {
+	for j := lo; j < m; j++ {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
 		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
 		for kr := range K {
@@ -158,7 +158,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			// A whole map row per call, the bias repeated: the vector
 			// kernels take every entry either way (fo a multiple of
 			// 8), so the bits are biasAct's per pixel.
-			if j == 0 {
+			if j == lo {
 				for k := 0; k < rw; k += fo {
 					copy(row[k:k+fo], bias)
 				}
@@ -175,23 +175,24 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	return biased
 }
 
-// implicitBackward writes the output gradients of m examples, times the
+// implicitBackward writes the output gradients of examples [lo, m) of
+// the chunk, times the
 // activation's derivative, into their zero-bordered maps gp (in one pass
 // from dout for Identity, Tanh and ReLU; others are applied to dout
 // first) and, unless the stage reads the network's input, the input
 // gradients into din. For the first kind dout itself is left as it was:
 // the stage's output gradient is read from gp after (gradView).
-func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
+func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
 	if !s.gpFilled {
 		if !fusesActGrad(s.act) {
-			p.actGrad(w, i, dout[:m*osz])
+			p.actGrad(w, i, dout[:m*osz]) // (lo is 0: example by example only with fused derivatives)
 		}
 		a := w.act[i+1]
 		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
-		for j := range m {
+		for j := lo; j < m; j++ {
 			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
 			for h := range H {
 				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
@@ -208,7 +209,7 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 		return
 	}
 	wide := w.wide[:s.wideM*C]
-	for j := range m {
+	for j := lo; j < m; j++ {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
 		for kr := range K {
 			beta := float32(1)
@@ -234,19 +235,20 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	}
 }
 
-// poolGradToGp is a max pool's backward pass for m examples written
+// poolGradToGp is a max pool's backward pass for examples [lo, m) of
+// the chunk written
 // straight into its producer's bordered map (fuseGrads): each window's
 // gradient goes to its maximum's pixel times the producer's activation
 // derivative, every other pixel's is zero. The windows do not overlap, so
 // each pixel receives at most one gradient: the values
 // actGradTo would give on the pooled-back gradient (0 + g, then the
 // derivative's roundings), bit for bit.
-func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
+func (p *Plan) poolGradToGp(w *worker, i, lo, m int, dout []float32) {
 	s := &p.stages[i]
 	q := &p.stages[s.src-1]
 	isz, osz := s.in.Size(), s.out.Size()
 	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
-	for j := range m {
+	for j := lo; j < m; j++ {
 		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
 		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
 		if windows {

@@ -17,6 +17,12 @@ import (
 var stepSwitches = map[string]func(*Options){
 	"nopoolwindows": func(o *Options) { o.noPoolWindows = true },
 	"nofusegrads":   func(o *Options) { o.noFuseGrads = true },
+	"nomajor":       func(o *Options) { o.noExampleMajor = true },
+	"nomajor2":      func(o *Options) { o.noExampleMajor, o.Chunk = true, 2 },
+	"chunk1":        func(o *Options) { o.Chunk = 1 },
+	"chunk2":        func(o *Options) { o.Chunk = 2 },
+	"chunk8":        func(o *Options) { o.Chunk = 8 },
+	"chunk16":       func(o *Options) { o.Chunk = 16 },
 }
 
 // cifarCNN is the CIFAR-10 CNN of models.NewCIFARCNN (which nn's tests
