@@ -510,7 +510,7 @@ func TestPoolWindows(t *testing.T) {
 				a := make([]float32, H*W*C)
 				randSpecial(rng, a)
 				out, arg := make([]float32, s.out.Size()), make([]int32, s.out.Size())
-				s.maxPoolLoop(a, out, arg)
+				s.maxPoolLoop(a, out, s.out.W*C, arg)
 				g := make([]float32, s.out.Size())
 				randSpecial(rng, g)
 				want := make([]float32, (H+2)*(W+2)*C)
@@ -555,6 +555,40 @@ func testPlanSwitch(t *testing.T, name string, alt func(*Options)) {
 			t.Fatal(err)
 		}
 		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sp, sr)
+	}
+	x[3*sz+1] = 0 // Forward takes finite inputs only
+	lgp, lgr := make([]float32, n*classes), make([]float32, n*classes)
+	if err := p.Forward(x, lgp); err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Forward(x, lgr); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "logits", lgp, lgr)
+}
+
+// TestFuseOutputs: convolutions and pools writing their outputs straight
+// into the next convolution's bordered map (fuseOutputs) give the
+// unfused passes' gradients, losses, sums and logits bit for bit.
+func TestFuseOutputs(t *testing.T) {
+	for name, fused := range map[string]int{"conv-pairs": 3, "conv-pairs8": 2} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, s := range p.stages {
+				if s.toXp {
+					n++
+				}
+			}
+			if n != fused {
+				t.Fatalf("%d stages write into the next one's map, want %d", n, fused)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noFuseOutputs = true })
+		})
 	}
 }
 

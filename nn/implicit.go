@@ -114,6 +114,20 @@ func padInto(x, xp []float32, H, W, C, pad int) {
 	}
 }
 
+// outMap is where stage i's output for example j of the chunk lives,
+// from its first pixel, and the floats between its rows: its activation
+// buffer, or the interior of its consumer's bordered map when it writes
+// there (toXp).
+func (p *Plan) outMap(w *worker, i, j int) ([]float32, int) {
+	s := &p.stages[i]
+	if !s.toXp {
+		return w.act[i+1][j*s.out.Size() : (j+1)*s.out.Size()], s.out.W * s.out.C
+	}
+	c := &p.stages[i+1]
+	off := j*c.xpLen() + (c.pad*c.wp2+c.pad)*c.in.C
+	return w.xp[i+1][off : off+((s.out.H-1)*c.wp2+s.out.W)*c.in.C], c.wp2 * c.in.C
+}
+
 // compact copies the W real columns of each of the H rows of a wide map
 // (rows wp apart) into x.
 func compact(wide, x []float32, H, W, C, wp int) {
@@ -138,7 +152,9 @@ func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (bias
 	biased = s.act <= ReLU
 	for j := lo; j < m; j++ {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
-		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
+		if !s.xpFilled {
+			padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
+		}
 		for kr := range K {
 			beta := float32(1)
 			if kr == 0 {
@@ -146,13 +162,13 @@ func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (bias
 			}
 			w.sgemmPackedOverlap(s.wideM, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
 		}
-		o := out[j*osz : (j+1)*osz]
 		if !biased {
-			compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+			compact(wide, out[j*osz:(j+1)*osz], s.out.H, s.out.W, fo, s.wp2)
 			continue
 		}
 		// Bias and activation while compacting: one pass from the wide
-		// rows into the output.
+		// rows into the output (or the consumer's bordered map).
+		o, ost := p.outMap(w, i, j)
 		rw := s.out.W * fo
 		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 {
 			// A whole map row per call, the bias repeated: the vector
@@ -164,12 +180,12 @@ func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (bias
 				}
 			}
 			for h := range s.out.H {
-				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], row)
+				biasTanhTo(o[h*ost:h*ost+rw], wide[h*s.wp2*fo:], row)
 			}
 			continue
 		}
 		for h := range s.out.H {
-			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], bias, s.act)
+			biasActTo(o[h*ost:h*ost+rw], wide[h*s.wp2*fo:], bias, s.act)
 		}
 	}
 	return biased
@@ -190,15 +206,14 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 		if !fusesActGrad(s.act) {
 			p.actGrad(w, i, dout[:m*osz]) // (lo is 0: example by example only with fused derivatives)
 		}
-		a := w.act[i+1]
 		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
 		for j := lo; j < m; j++ {
 			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			a, ast := p.outMap(w, i, j)
 			for h := range H {
 				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
-				k := j*osz + h*W*fo
 				if fusesActGrad(s.act) {
-					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[h*ast:h*ast+W*fo], s.act)
 				} else {
 					copy(dst, g[h*W*fo:(h+1)*W*fo])
 				}
@@ -226,11 +241,11 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 		// (fuseGrads): what its own backward would write from din.
 		q := &p.stages[s.src-1]
 		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		a := w.act[s.src][j*isz : (j+1)*isz]
+		a, ast := p.outMap(w, s.src-1, j)
 		rw := s.in.W * C
 		for h := range s.in.H {
 			off := ((h+q.pad)*q.wp2 + q.pad) * C
-			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*rw:(h+1)*rw], q.act)
+			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*ast:h*ast+rw], q.act)
 		}
 	}
 }

@@ -106,10 +106,10 @@ func TestMaxPoolFast(t *testing.T) {
 	in[16*6+5] = float32(math.NaN())
 	out1, out2 := make([]float32, s.out.Size()), make([]float32, s.out.Size())
 	arg1, arg2 := make([]int32, s.out.Size()), make([]int32, s.out.Size())
-	if !s.maxPool2Fast(in, out1, arg1) {
+	if !s.maxPool2Fast(in, out1, s.out.W*s.out.C, arg1) {
 		t.Skip("skipped because this machine has no AVX2 vector pool to compare with the portable one")
 	}
-	s.maxPoolLoop(in, out2, arg2)
+	s.maxPoolLoop(in, out2, s.out.W*s.out.C, arg2)
 	for k := range out1 {
 		if arg1[k] != arg2[k] || (out1[k] != out2[k] && out1[k] == out1[k]) {
 			t.Fatalf("output %d: fast (%v at %d), scalar (%v at %d)", k, out1[k], arg1[k], out2[k], arg2[k])

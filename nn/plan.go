@@ -63,6 +63,10 @@ type Options struct {
 	// writing whole windows with the vector kernel (tests compare the
 	// two).
 	noPoolWindows bool
+	// noFuseOutputs leaves every output in its activation buffer, copied
+	// into the next convolution's bordered map (fuseOutputs; tests
+	// compare the two).
+	noFuseOutputs bool
 	// noExampleMajor runs every stage over the whole chunk (layer by
 	// layer) on the private path too (setMajor; tests compare the two).
 	noExampleMajor bool
@@ -125,6 +129,12 @@ type stage struct {
 	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
 	// implicit convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
+	// toXp: the stage (an implicit convolution with a fused activation,
+	// or a max pool) writes its output straight into the interior of
+	// its consumer's bordered map (the next stage, an implicit
+	// convolution and its only reader) instead of its activation buffer
+	// (fuseOutputs); xpFilled: that consumer, which then copies nothing.
+	toXp, xpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
 	index              int     // position in the stage list (dropout masks)
@@ -270,6 +280,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	p.markGradWrites()
 	if !opt.noFuseGrads {
 		p.fuseGrads()
+	}
+	if !opt.noFuseOutputs {
+		p.fuseOutputs()
 	}
 	p.setMajor()
 	if p.naff == 0 {
@@ -575,6 +588,35 @@ func (p *Plan) exSlots(C int) int {
 // section (setMajor) example by example: private steps and Gradients.
 func (p *Plan) exampleMajor() bool {
 	return p.major > 0 && p.private && p.mode != modeForward
+}
+
+// fuseOutputs marks the stages that write their output straight into
+// the next stage's bordered input map (toXp), skipping the activation
+// buffer and the consumer's copy into its map (padInto): an implicit
+// convolution with a fused activation (Identity, Tanh, ReLU: bias and
+// activation written while compacting the product's wide rows) or a max
+// pool, whose output's only reader is the next stage, a stride-1
+// implicit convolution. Those readers of the output that remain (the
+// activation's derivative in the backward pass, the non-private path's
+// finiteness scan) read it there (outMap).
+func (p *Plan) fuseOutputs() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	for i := 1; i < len(p.stages); i++ {
+		s, q := &p.stages[i], &p.stages[i-1]
+		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {
+			continue
+		}
+		if q.kind == kPool || q.kind == kConv && q.implicit && fusesActGrad(q.act) {
+			q.toXp, s.xpFilled = true, true
+		}
+	}
 }
 
 // segments lists the runs reduce copies: one per permuted convolution
@@ -1108,7 +1150,8 @@ func (p *Plan) forwardStages(w *worker, from, to, j0, m int) {
 			}
 		case kPool:
 			for j := j0; j < m; j++ {
-				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
+				o, ost := p.outMap(w, i, j)
+				s.maxPool(in[j*isz:(j+1)*isz], o, ost, w.arg[i][j*osz:(j+1)*osz])
 			}
 		case kFlatten:
 			for j := range m {
@@ -1343,6 +1386,9 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 					G = w.gradView(s, i, j) // the gradient applied
 				}
 				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
+				if s.xpFilled {
+					in = w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()] // the input and zeros
+				}
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break

@@ -18,6 +18,7 @@ var stepSwitches = map[string]func(*Options){
 	"nopoolwindows": func(o *Options) { o.noPoolWindows = true },
 	"nofusegrads":   func(o *Options) { o.noFuseGrads = true },
 	"nomajor":       func(o *Options) { o.noExampleMajor = true },
+	"nofuseoutputs": func(o *Options) { o.noFuseOutputs = true },
 	"nomajor2":      func(o *Options) { o.noExampleMajor, o.Chunk = true, 2 },
 	"chunk1":        func(o *Options) { o.Chunk = 1 },
 	"chunk2":        func(o *Options) { o.Chunk = 2 },

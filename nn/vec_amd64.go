@@ -100,7 +100,7 @@ func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
 
 // maxPool2Fast pools one example with 2x2 windows eight channels at a time
 // if it can, reporting whether it did.
-func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool {
+func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool {
 	C, W := s.in.C, s.in.W
 	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 {
 		return false
@@ -108,10 +108,10 @@ func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool {
 	OW := s.out.W
 	for oh := range s.out.H {
 		for ow := range OW {
-			o := (oh*OW + ow) * C
+			o, x := (oh*OW+ow)*C, oh*ost+ow*C
 			base := (oh*2*W + ow*2) * C
-			_ = in[base+W*C+2*C-1]
-			max4AVX2(&in[base], C, W*C, &out[o], &arg[o], int32(base))
+			_, _, _ = in[base+W*C+2*C-1], out[x+C-1], arg[o+C-1]
+			max4AVX2(&in[base], C, W*C, &out[x], &arg[o], int32(base))
 		}
 	}
 	return true

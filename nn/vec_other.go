@@ -37,7 +37,7 @@ func axpy(a float32, x, y []float32) {
 	}
 }
 
-func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool { return false }
+func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool { return false }
 
 func chanStats(x []float32, C int, shift, s1, s2 []float64) {
 	chanStatsGo(x, C, 0, shift, s1, s2)
