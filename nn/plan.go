@@ -123,18 +123,18 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
-	// gradToGp: the stage (an implicit convolution or a max pool, the
-	// only reader of its input) writes its input gradient, times the
-	// producer's activation derivative, straight into the producer's
-	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
-	// implicit convolution whose gp its reader fills so.
-	gradToGp, gpFilled bool
 	// toXp: the stage (an implicit convolution with a fused activation,
 	// or a max pool) writes its output straight into the interior of
 	// its consumer's bordered map (the next stage, an implicit
 	// convolution and its only reader) instead of its activation buffer
 	// (fuseOutputs); xpFilled: that consumer, which then copies nothing.
 	toXp, xpFilled bool
+	// gradToGp: the stage (an implicit convolution or a max pool, the
+	// only reader of its input) writes its input gradient, times the
+	// producer's activation derivative, straight into the producer's
+	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
+	// implicit convolution whose gp its reader fills so.
+	gradToGp, gpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
 	index              int     // position in the stage list (dropout masks)
