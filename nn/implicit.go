@@ -136,11 +136,11 @@ func compact(wide, x []float32, H, W, C, wp int) {
 	}
 }
 
-// implicitForward runs an implicit convolution's products for examples
-// [lo, m) of the chunk, writing the output into out: bias and activation applied
+// implicitForward runs an implicit convolution's products for m
+// examples, writing the output into out: bias and activation applied
 // example by example while it is in cache when the activation keeps no
 // pre-activation (else by the caller, over the chunk).
-func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (biased bool) {
+func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased bool) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
@@ -150,7 +150,7 @@ func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (bias
 		bias = s.noBias
 	}
 	biased = s.act <= ReLU
-	for j := lo; j < m; j++ {
+	for j := range m {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
 		if !s.xpFilled {
 			padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
@@ -174,7 +174,7 @@ func (p *Plan) implicitForward(w *worker, i, lo, m int, in, out []float32) (bias
 			// A whole map row per call, the bias repeated: the vector
 			// kernels take every entry either way (fo a multiple of
 			// 8), so the bits are biasAct's per pixel.
-			if j == lo {
+			if j == 0 {
 				for k := 0; k < rw; k += fo {
 					copy(row[k:k+fo], bias)
 				}
