@@ -96,23 +96,20 @@ func axpy(a float32, x, y []float32) {
 }
 
 //go:noescape
-func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
+func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
 
-// maxPool2Fast pools one example with 2x2 windows eight channels at a time
-// if it can, reporting whether it did.
+// maxPool2Fast pools one example with 2x2 windows eight channels at a
+// time, a row of outputs per call, if it can, reporting whether it did.
 func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool {
 	C, W := s.in.C, s.in.W
-	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 {
+	OW := s.out.W
+	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 || OW == 0 {
 		return false
 	}
-	OW := s.out.W
 	for oh := range s.out.H {
-		for ow := range OW {
-			o, x := (oh*OW+ow)*C, oh*ost+ow*C
-			base := (oh*2*W + ow*2) * C
-			_, _, _ = in[base+W*C+2*C-1], out[x+C-1], arg[o+C-1]
-			max4AVX2(&in[base], C, W*C, &out[x], &arg[o], int32(base))
-		}
+		o, x, base := oh*OW*C, oh*ost, oh*2*W*C
+		_, _, _ = in[base+W*C+2*OW*C-1], out[x+OW*C-1], arg[o+OW*C-1]
+		max4AVX2(&in[base], C, W*C, &out[x], &arg[o], int32(base), OW)
 	}
 	return true
 }

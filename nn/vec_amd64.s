@@ -66,18 +66,20 @@ DATA iota8<>+0x18(SB)/4, $6
 DATA iota8<>+0x1c(SB)/4, $7
 GLOBL iota8<>(SB), RODATA|NOPTR, $32
 
-// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
-// One output pixel of a 2x2 max pool over HWC rows: for ch < c (a positive
-// multiple of 8) out[ch] is the largest of in[ch], in[c+ch], in[wc+ch],
-// in[wc+c+ch], the first on ties (and NaN kept only if first), and
-// arg[ch] its index in the example's input, base+offset+ch.
-TEXT ·max4AVX2(SB), NOSPLIT, $0-44
+// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
+// One output row of a 2x2 max pool over HWC rows, ow > 0 pixels: for
+// pixel p and ch < c (a positive multiple of 8) out[p c + ch] is the
+// largest of in[2pc+ch], in[2pc+c+ch], in[2pc+wc+ch], in[2pc+wc+c+ch],
+// the first on ties (and NaN kept only if first), and arg[p c + ch] its
+// index in the example's input, base+2pc+offset+ch.
+TEXT ·max4AVX2(SB), NOSPLIT, $0-56
 	MOVQ in+0(FP), SI
 	MOVQ c+8(FP), CX
 	MOVQ wc+16(FP), DX
 	MOVQ out+24(FP), DI
 	MOVQ arg+32(FP), R8
 	MOVL base+40(FP), BX
+	MOVQ ow+48(FP), R11
 	VMOVD BX, X8
 	VPBROADCASTD X8, Y8
 	VPADDD iota8<>(SB), Y8, Y8      // Y8: indices of the first tap
@@ -96,6 +98,8 @@ TEXT ·max4AVX2(SB), NOSPLIT, $0-44
 	VMOVQ BX, X12
 	VPBROADCASTD X12, Y12           // Y12 = 8
 	LEAQ (SI)(DX*1), R9             // row below
+maxpix:
+	MOVQ CX, R10
 maxloop:
 	VMOVUPS (SI), Y0                // m
 	VMOVDQU Y8, Y1                  // a
@@ -121,8 +125,13 @@ maxloop:
 	ADDQ $32, R9
 	ADDQ $32, DI
 	ADDQ $32, R8
-	SUBQ $8, CX
+	SUBQ $8, R10
 	JNZ maxloop
+	ADDQ AX, SI                     // past the window's right taps
+	ADDQ AX, R9
+	VPADDD Y8, Y9, Y8
+	DECQ R11
+	JNZ maxpix
 	VZEROUPPER
 	RET
 
