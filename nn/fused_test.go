@@ -473,3 +473,69 @@ func gradientsOf(t *testing.T, p *Plan, x []float32, y []int, size int) ([][]flo
 	}
 	return g, append([]float64(nil), loss...)
 }
+
+// TestStride2Implicit: the stride-2 3x3 convolutions of the test networks
+// run as implicit products (stride2.go) where their maps are even, and
+// give the per-example gradients, losses and clipped sums of the im2col
+// path up to float32 summation order (the dense-reference tolerance),
+// with an example holding an infinite input and one saturating the tanh
+// among them; the example with the infinite input is dropped by both.
+func TestStride2Implicit(t *testing.T) {
+	some := 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			imp, ref, rng, classes := planPair(t, b, 23, len(name), n, func(o *Options) { o.noImplicit = true })
+			s2 := 0
+			for _, s := range imp.stages {
+				if s.stride2() && !s.recompute {
+					if !s.implicit {
+						t.Fatalf("stage %d: a stride-2 3x3 convolution on an even map does not run implicitly", s.index)
+					}
+					s2++
+				}
+			}
+			if s2 == 0 {
+				t.Skip("no stride-2 implicit convolution in this test network")
+			}
+			some++
+			x, y := b.batch(rng, n, classes)
+			sz := len(x) / n
+			x[1*sz+3] = float32(math.Inf(-1))
+			for k := 4 * sz; k < 5*sz; k++ {
+				x[k] *= 1e3
+			}
+			gi, li := gradientsOf(t, imp, x, y, b.n)
+			gr, lr := gradientsOf(t, ref, x, y, b.n)
+			for i := range n {
+				if d := relDiff(gi[i], gr[i]); d > 1e-5 {
+					t.Errorf("example %d: implicit vs im2col gradient rel diff %.2g", i, d)
+				}
+				if math.IsNaN(li[i]) != math.IsNaN(lr[i]) || math.Abs(li[i]-lr[i]) > 1e-5*(1+math.Abs(lr[i])) {
+					t.Errorf("example %d: loss %v, im2col %v", i, li[i], lr[i])
+				}
+			}
+			if !math.IsNaN(li[1]) {
+				t.Errorf("the example with an infinite input has loss %v", li[1])
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				si, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := imp.Step(x, y, si, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				if !allFinite(si) {
+					t.Fatalf("clipper %v: the sum is not finite", cl != nil)
+				}
+				if d := relDiff(si, sr); d > 1e-5 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+				}
+			}
+		})
+	}
+	if some < 2 {
+		t.Errorf("%d test networks with stride-2 implicit convolutions, want at least 2", some)
+	}
+}

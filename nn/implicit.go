@@ -47,19 +47,54 @@ func implicitPays(wide, P, fi, fo int) bool {
 // setImplicit decides how a convolution stage runs and sets the implicit
 // layout's sizes.
 func (s *stage) setImplicit() {
-	if s.kind != kConv || s.stride != 1 || 2*s.pad+1 != s.k {
+	if s.kind != kConv {
 		return
 	}
-	wp, hp := s.in.W+2*s.pad, s.in.H+2*s.pad
-	wide := (s.out.H-1)*wp + s.out.W
+	var wp, hp, wq, gh, gpad int
+	switch {
+	case s.stride == 1 && 2*s.pad+1 == s.k:
+		wp, hp = s.in.W+2*s.pad, s.in.H+2*s.pad
+		wq, gh, gpad = wp, hp, s.pad
+	case s.stride2():
+		// The wide rows are the output's rows at the pitch of the
+		// bordered map's half width (one garbage column a row); the
+		// output gradient sits in the top left of a map one column and
+		// one row larger (stride2.go).
+		wp, hp = s.in.W+2, s.in.H+2
+		wq, gh = wp/2, s.out.H+1
+		if recomputePays(s.P, s.fi, s.fo) {
+			return // few output pixels: recompute.go's im2col path
+		}
+	default:
+		return
+	}
+	wide := (s.out.H-1)*wq + s.out.W
 	if !implicitPays(wide, s.P, s.fi, s.fo) {
 		return
 	}
-	s.implicit, s.wp2, s.hp2, s.wide = true, wp, hp, wide
+	s.implicit, s.wp2, s.hp2, s.wq, s.gh, s.gpad, s.wide = true, wp, hp, wq, gh, gpad, wide
 	s.wideM = (wide + implicitRows - 1) / implicitRows * implicitRows
 	s.pwr = make([]blas.PackedB32, s.k)
 	s.pwx = make([]blas.PackedB32, s.k)
+	if s.stride == 2 {
+		s.pwx = make([]blas.PackedB32, len(stride2Blocks))
+	}
 	s.wflip = make([]float32, s.fi*s.fo)
+	C := s.in.C
+	s.offX = make([]int, s.k)
+	for kr := range s.k {
+		s.offX[kr] = kr * wp * C
+		if s.stride == 2 {
+			// Rows of the bordered map stored even ones first (padInto).
+			s.offX[kr] = ((kr%2)*(hp/2) + kr/2) * wp * C
+		}
+	}
+	if s.stride == 1 {
+		s.offG = make([]int, s.k)
+		for kr := range s.k {
+			s.offG[kr] = kr * wp * s.fo
+		}
+	}
 }
 
 // implicitRows is the multiple of rows an implicit convolution's
@@ -75,8 +110,51 @@ const implicitRows = 12
 // gradient maps, with the wideM - wide rows of zeros the padded
 // products read past the map (and implicitRows more floats for the
 // weight gradient's padded rows, implicitWeightGrad).
-func (s *stage) xpLen() int { return (s.hp2*s.wp2+s.wideM-s.wide)*s.in.C + implicitRows }
-func (s *stage) gpLen() int { return (s.hp2*s.wp2 + s.wideM - s.wide) * s.fo }
+func (s *stage) xpLen() int {
+	return s.hp2*s.wp2*s.in.C + (s.wideM-s.wide)*s.stride*s.in.C + implicitRows
+}
+func (s *stage) gpLen() int { return (s.gh*s.wq + s.wideM - s.wide) * s.fo }
+
+// wideLen is the floats of an implicit convolution's wide product
+// (forward and input gradient).
+func (s *stage) wideLen() int {
+	return s.wideM * max(s.fo, s.stride*s.in.C)
+}
+
+// gpPix is the pixel of gp that holds output row h's first pixel; gp's
+// rows are wq pixels apart.
+func (s *stage) gpPix(h int) int { return (h+s.gpad)*s.wq + s.gpad }
+
+// padInto copies one example's H x W x C input x into the interior of its
+// zero-bordered map xp (borders are never written, so they stay zero): as
+// it is for stride 1, with the rows of even bordered index first for
+// stride 2 (so that a kernel row's windows are rows 2C apart).
+func (s *stage) padInto(x, xp []float32) {
+	if s.stride == 1 {
+		padInto(x, xp, s.in.H, s.in.W, s.in.C, s.pad)
+		return
+	}
+	W, C, wp := s.in.W, s.in.C, s.wp2
+	for h := range s.in.H {
+		r := h + 1 // the bordered row
+		r = (r%2)*(s.hp2/2) + r/2
+		copy(xp[(r*wp+1)*C:(r*wp+1+W)*C], x[h*W*C:(h+1)*W*C])
+	}
+}
+
+// kernelRows writes into c (m x n, rows ldc apart) the sum over the
+// kernel rows kr of A_kr W_kr, A_kr the m rows of lda floats starting
+// lda apart at a[offs[kr]] and W_kr the packed b[kr]: one product per
+// kernel row.
+func (p *Plan) kernelRows(w *worker, m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
+	for kr := range b {
+		beta := float32(1)
+		if kr == 0 {
+			beta = 0
+		}
+		w.sgemmPackedOverlap(m, a[offs[kr]:], lda, &b[kr], beta, c, ldc)
+	}
+}
 
 // packImplicit packs the kernel rows of the (permuted) weight for the
 // forward products and, with back, of the flipped kernel for the input
@@ -88,6 +166,10 @@ func (s *stage) packImplicit(back bool) {
 		blas.PackB32(gblas.NoTrans, KC, fo, 1, s.wp[kr*KC*fo:(kr+1)*KC*fo], fo, &s.pwr[kr])
 	}
 	if s.src == 0 || !back {
+		return
+	}
+	if s.stride == 2 {
+		s.packStride2()
 		return
 	}
 	// wflip rows (kr, kc, o), columns c: W[(K-1-kr, K-1-kc, c), o].
@@ -128,7 +210,7 @@ func compact(wide, x []float32, H, W, C, wp int) {
 // pre-activation (else by the caller, over the chunk).
 func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased bool) {
 	s := &p.stages[i]
-	C, fo, K := s.in.C, s.fo, s.k
+	C, fo := s.in.C, s.fo
 	isz, osz, xsz := s.in.Size(), s.out.Size(), s.xpLen()
 	wide := w.wide[:s.wideM*fo]
 	bias := p.params[s.b.Offset : s.b.Offset+s.b.Len]
@@ -138,17 +220,11 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	biased = s.act <= ReLU
 	for j := range m {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
-		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
-		for kr := range K {
-			beta := float32(1)
-			if kr == 0 {
-				beta = 0
-			}
-			w.sgemmPackedOverlap(s.wideM, xp[kr*s.wp2*C:], C, &s.pwr[kr], beta, wide, fo)
-		}
+		s.padInto(in[j*isz:(j+1)*isz], xp)
+		p.kernelRows(w, s.wideM, xp, s.stride*C, s.offX, s.pwr, wide, fo)
 		o := out[j*osz : (j+1)*osz]
 		if !biased {
-			compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+			compact(wide, o, s.out.H, s.out.W, fo, s.wq)
 			continue
 		}
 		// Bias and activation while compacting: one pass from the wide
@@ -164,12 +240,12 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 				}
 			}
 			for h := range s.out.H {
-				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], row)
+				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
 			}
 			continue
 		}
 		for h := range s.out.H {
-			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], bias, s.act)
+			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], bias, s.act)
 		}
 	}
 	return biased
@@ -183,18 +259,18 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 // the stage's output gradient is read from gp after (gradView).
 func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	s := &p.stages[i]
-	C, fo, K := s.in.C, s.fo, s.k
-	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
+	C, fo := s.in.C, s.fo
+	osz, gsz := s.out.Size(), s.gpLen()
 	if !s.gpFilled {
 		if !fusesActGrad(s.act) {
 			p.actGrad(w, i, dout[:m*osz])
 		}
 		a := w.act[i+1]
-		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
+		H, W := s.out.H, s.out.W
 		for j := range m {
 			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
 			for h := range H {
-				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
+				dst := gp[s.gpPix(h)*fo : (s.gpPix(h)+W)*fo]
 				k := j*osz + h*W*fo
 				if fusesActGrad(s.act) {
 					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
@@ -207,31 +283,36 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	if s.src == 0 {
 		return
 	}
-	wide := w.wide[:s.wideM*C]
+	wide := w.wide[:s.wideLen()]
 	for j := range m {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
-		for kr := range K {
-			beta := float32(1)
-			if kr == 0 {
-				beta = 0
-			}
-			w.sgemmPackedOverlap(s.wideM, gp[kr*s.wp2*fo:], fo, &s.pwx[kr], beta, wide, C)
-		}
-		if !s.gradToGp {
-			compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+		if s.stride == 2 {
+			p.stride2InputGrad(w, i, j, gp, wide, din)
 			continue
 		}
-		// Into the producer's bordered map, its derivative applied
-		// (fuseGrads): what its own backward would write from din.
-		q := &p.stages[s.src-1]
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		a := w.act[s.src][j*isz : (j+1)*isz]
-		rw := s.in.W * C
+		p.kernelRows(w, s.wideM, gp, fo, s.offG, s.pwx, wide, C)
 		for h := range s.in.H {
-			off := ((h+q.pad)*q.wp2 + q.pad) * C
-			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*rw:(h+1)*rw], q.act)
+			p.emitInputRow(w, i, j, h, wide[h*s.wp2*C:], din)
 		}
 	}
+}
+
+// emitInputRow writes row h of implicit stage i's input gradient for
+// example j from src: into din, or into the producer's bordered map with
+// its activation's derivative applied (fuseGrads), what the producer's
+// own backward would write from din.
+func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
+	s := &p.stages[i]
+	C, isz := s.in.C, s.in.Size()
+	rw := s.in.W * C
+	if !s.gradToGp {
+		copy(din[j*isz+h*rw:j*isz+(h+1)*rw], src)
+		return
+	}
+	q := &p.stages[s.src-1]
+	gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+	off := q.gpPix(h) * C
+	actGradTo(gq[off:off+rw], src, w.act[s.src][j*isz+h*rw:j*isz+(h+1)*rw], q.act)
 }
 
 // poolGradToGp is a max pool's backward pass for m examples written
@@ -250,14 +331,14 @@ func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
 	for j := range m {
 		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
 		for h := range H {
-			off := ((h+q.pad)*q.wp2 + q.pad) * C
+			off := q.gpPix(h) * C
 			clear(gq[off : off+rw])
 		}
 		a := w.act[s.src][j*isz : (j+1)*isz]
 		arg := w.arg[i][j*osz : (j+1)*osz]
 		g := dout[j*osz : (j+1)*osz]
 		// Pixel x = h rw + r of the map is gq[x + base + h step].
-		base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
+		base, step := q.gpPix(0)*C, (q.wq-W)*C
 		orw := s.out.W * C
 		for oh := range s.out.H {
 			for k := oh * orw; k < (oh+1)*orw; k++ {
@@ -293,7 +374,7 @@ func actGrad1(g, a float32, act Activation) float32 {
 // applied) of implicit stage i as the wide rows of gp: the real pixels,
 // with zeros in the garbage columns.
 func (w *worker) gradView(s *stage, i, j int) []float32 {
-	off := j*s.gpLen() + (s.pad*s.wp2+s.pad)*s.fo
+	off := j*s.gpLen() + s.gpPix(0)*s.fo
 	return w.gp[i][off : off+s.wide*s.fo]
 }
 
@@ -302,14 +383,14 @@ func (w *worker) gradView(s *stage, i, j int) []float32 {
 func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
-	KC := K * C
+	KC, lda := K*C, s.stride*C
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
 	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once.
 	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
 	if KC%implicitRows == 0 || beta != 0 {
 		for kr := range K {
-			w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+			w.sgemmPackedOverlapT(KC, xp[s.offX[kr]:], lda, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
 		}
 		return
 	}
@@ -321,7 +402,7 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	KM := (KC + implicitRows - 1) / implicitRows * implicitRows
 	tmp := w.wide[:KM*fo]
 	for kr := range K {
-		w.sgemmPackedOverlapT(KM, xp[kr*s.wp2*C:], C, &w.gpk, 0, tmp, fo)
+		w.sgemmPackedOverlapT(KM, xp[s.offX[kr]:], lda, &w.gpk, 0, tmp, fo)
 		copy(M[kr*KC*fo:(kr+1)*KC*fo], tmp)
 	}
 }

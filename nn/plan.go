@@ -137,10 +137,17 @@ type stage struct {
 	// weight (pwr) and flipped weight (pwx, packed from wflip).
 	implicit bool
 	wp2, hp2 int
-	wide     int
-	wideM    int // wide rounded up to implicitRows: the rows the products compute
-	pwr, pwx []blas.PackedB32
-	wflip    []float32
+	// wq is the pitch of the wide output's rows (and of gp's), in pixels;
+	// gh is gp's rows and gpad its top and left border.
+	wq, gh, gpad int
+	wide         int
+	wideM        int // wide rounded up to implicitRows: the rows the products compute
+	pwr, pwx     []blas.PackedB32
+	wflip        []float32
+	// offX and offG are where each kernel row's windows start in xp (the
+	// forward product's and the weight gradient's A) and, for stride 1,
+	// in gp (the input gradient's A).
+	offX, offG []int
 	// recompute: the per-example weight gradient is computed twice in
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
@@ -453,7 +460,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideLen())
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -621,7 +628,7 @@ func (p *Plan) newWorker() *worker {
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
