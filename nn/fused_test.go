@@ -539,3 +539,74 @@ func TestStride2Implicit(t *testing.T) {
 		t.Errorf("%d test networks with stride-2 implicit convolutions, want at least 2", some)
 	}
 }
+
+// TestFusedNorms: norms whose output goes straight into the next
+// implicit convolution's bordered map, and whose input gradient goes
+// straight into the producing convolution's bordered output gradient
+// (fuseNorms), give the per-example gradients, losses and sums (private
+// and not) of the unfused passes bit for bit, on every test network and
+// on examples with non-finite values.
+func TestFusedNorms(t *testing.T) {
+	toXp, toGp := 0, 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			fp, ref, rng, classes := planPair(t, b, 29, len(name), n, func(o *Options) { o.noFuseNorms = true })
+			some := false
+			for _, s := range fp.stages {
+				if s.kind != kNorm {
+					continue
+				}
+				if s.xpFilledBy() {
+					toXp++
+					some = true
+				}
+				if s.gradToGp {
+					toGp++
+					some = true
+				}
+			}
+			if !some {
+				t.Skip("no norm of this test network is fused")
+			}
+			x, y := b.batch(rng, n, classes)
+			sz := len(x) / n
+			x[2*sz+4] = float32(math.Inf(1))
+			for k := 4 * sz; k < 5*sz; k++ {
+				x[k] *= 1e4
+			}
+			gf, lf := gradientsOf(t, fp, x, y, b.n)
+			gr, lr := gradientsOf(t, ref, x, y, b.n)
+			for i := range n {
+				sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
+				if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
+					t.Errorf("example %d: loss %v, unfused %v", i, lf[i], lr[i])
+				}
+			}
+			if !math.IsNaN(lf[2]) {
+				t.Errorf("the example with an infinite input has loss %v", lf[2])
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				sf, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := fp.Step(x, y, sf, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
+			}
+			logits := func(p *Plan) []float32 {
+				out := make([]float32, (n-3)*classes)
+				if err := p.Forward(x[3*sz:], out); err != nil { // finite examples
+					t.Fatal(err)
+				}
+				return out
+			}
+			sameBits(t, "logits", logits(fp), logits(ref))
+		})
+	}
+	if toXp == 0 || toGp == 0 {
+		t.Errorf("%d norms write their reader's bordered map, %d their producer's output gradient; want both", toXp, toGp)
+	}
+}

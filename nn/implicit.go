@@ -45,8 +45,8 @@ func implicitPays(wide, P, fi, fo int) bool {
 }
 
 // setImplicit decides how a convolution stage runs and sets the implicit
-// layout's sizes.
-func (s *stage) setImplicit() {
+// layout's sizes (stride-2 convolutions only with stride2).
+func (s *stage) setImplicit(stride2 bool) {
 	if s.kind != kConv {
 		return
 	}
@@ -55,7 +55,7 @@ func (s *stage) setImplicit() {
 	case s.stride == 1 && 2*s.pad+1 == s.k:
 		wp, hp = s.in.W+2*s.pad, s.in.H+2*s.pad
 		wq, gh, gpad = wp, hp, s.pad
-	case s.stride2():
+	case stride2 && s.stride2():
 		// The wide rows are the output's rows at the pitch of the
 		// bordered map's half width (one garbage column a row); the
 		// output gradient sits in the top left of a map one column and
@@ -134,12 +134,20 @@ func (s *stage) padInto(x, xp []float32) {
 		padInto(x, xp, s.in.H, s.in.W, s.in.C, s.pad)
 		return
 	}
-	W, C, wp := s.in.W, s.in.C, s.wp2
+	rw := s.in.W * s.in.C
 	for h := range s.in.H {
-		r := h + 1 // the bordered row
-		r = (r%2)*(s.hp2/2) + r/2
-		copy(xp[(r*wp+1)*C:(r*wp+1+W)*C], x[h*W*C:(h+1)*W*C])
+		o := s.xpPix(h) * s.in.C
+		copy(xp[o:o+rw], x[h*rw:(h+1)*rw])
 	}
+}
+
+// xpPix is the pixel of xp that holds input row h's first pixel.
+func (s *stage) xpPix(h int) int {
+	r := h + s.pad // the bordered row
+	if s.stride == 2 {
+		r = (r%2)*(s.hp2/2) + r/2
+	}
+	return r*s.wp2 + s.pad
 }
 
 // kernelRows writes into c (m x n, rows ldc apart) the sum over the
@@ -220,7 +228,9 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	biased = s.act <= ReLU
 	for j := range m {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
-		s.padInto(in[j*isz:(j+1)*isz], xp)
+		if !s.xpFilled {
+			s.padInto(in[j*isz:(j+1)*isz], xp)
+		}
 		p.kernelRows(w, s.wideM, xp, s.stride*C, s.offX, s.pwr, wide, fo)
 		o := out[j*osz : (j+1)*osz]
 		if !biased {

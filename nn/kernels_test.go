@@ -273,7 +273,7 @@ func TestGroupNormLargeMean(t *testing.T) {
 	}
 	out, xh := make([]float32, n), make([]float32, n)
 	rstd := make([]float64, G)
-	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)))
+	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)), normIO{})
 	Cg := C / G
 	for g := range G {
 		m, v := 0.0, 0.0

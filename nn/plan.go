@@ -55,6 +55,11 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noStride2 runs stride-2 convolutions through im2col (stride2.go;
+	// tests and benchmarks compare the two).
+	noStride2 bool
+	// noFuseNorms runs norms unfused (fuseNorms; tests compare).
+	noFuseNorms bool
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
@@ -117,6 +122,11 @@ type stage struct {
 	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
 	// implicit convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
+	// normTo: a norm whose only reader is implicit convolution normTo
+	// writes its output straight into that convolution's bordered map
+	// (xpFilled), never into its activation (fuseNorms).
+	normTo   int
+	xpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
 	index              int     // position in the stage list (dropout masks)
@@ -267,6 +277,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if !opt.noFuseGrads {
 		p.fuseGrads()
 	}
+	if !opt.noFuseNorms {
+		p.fuseNorms()
+	}
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
@@ -337,7 +350,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
-				s.setImplicit()
+				s.setImplicit(!p.opt.noStride2)
 			}
 			if !p.opt.noRecompute {
 				s.setRecompute(p.opt.panelRows)
@@ -1029,7 +1042,7 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col, p.normIO(w, s, j))
 			}
 			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
@@ -1180,7 +1193,7 @@ func (p *Plan) backward(w *worker, m int) {
 				if s.src > 0 {
 					dx = din[j*isz : (j+1)*isz]
 				}
-				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col, p.normIO(w, s, j))
 			}
 			if s.src == 0 {
 				continue
@@ -1246,6 +1259,9 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 					G = w.gradView(s, i, j) // the gradient applied
 				}
 				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
+				if s.xpFilled {
+					in = w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()] // the input with zero borders
+				}
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break
