@@ -122,11 +122,13 @@ type stage struct {
 	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
 	// implicit convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
+
 	// normTo: a norm whose only reader is implicit convolution normTo
 	// writes its output straight into that convolution's bordered map
 	// (xpFilled), never into its activation (fuseNorms).
 	normTo   int
 	xpFilled bool
+
 	rate               float64 // dropout
 	seed               uint64  // dropout
 	index              int     // position in the stage list (dropout masks)
