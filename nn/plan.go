@@ -122,13 +122,6 @@ type stage struct {
 	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
 	// implicit convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
-
-	// normTo: a norm whose only reader is implicit convolution normTo
-	// writes its output straight into that convolution's bordered map
-	// (xpFilled), never into its activation (fuseNorms).
-	normTo   int
-	xpFilled bool
-
 	rate               float64 // dropout
 	seed               uint64  // dropout
 	index              int     // position in the stage list (dropout masks)
@@ -164,6 +157,12 @@ type stage struct {
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
 	panel     int
+
+	// normTo: a norm whose only reader is implicit convolution normTo
+	// writes its output straight into that convolution's bordered map
+	// (xpFilled), never into its activation (fuseNorms).
+	normTo   int
+	xpFilled bool
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
