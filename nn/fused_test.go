@@ -338,15 +338,19 @@ func TestBiasActTo(t *testing.T) {
 				biasActTo(got, z, bias, act)
 				sameBits(t, act.String(), got, want)
 				sameBits(t, act.String()+" source", z, src)
-				if act == Tanh && fo%8 == 0 {
+				if act == Tanh && fo%8 == 0 || act == Identity {
 					// implicitForward's whole rows, the bias repeated.
 					row := make([]float32, len(z))
 					for k := 0; k < len(row); k += fo {
 						copy(row[k:k+fo], bias)
 					}
 					clear(got)
-					biasTanhTo(got, z, row)
-					sameBits(t, "tanh over whole rows", got, want)
+					if act == Identity {
+						addTo(got, z, row)
+					} else {
+						biasTanhTo(got, z, row)
+					}
+					sameBits(t, act.String()+" over whole rows", got, want)
 				}
 			}
 		}

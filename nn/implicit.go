@@ -240,17 +240,22 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 		// Bias and activation while compacting: one pass from the wide
 		// rows into the output.
 		rw := s.out.W * fo
-		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 {
+		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 || s.act == Identity {
 			// A whole map row per call, the bias repeated: the vector
 			// kernels take every entry either way (fo a multiple of
-			// 8), so the bits are biasAct's per pixel.
+			// 8 for tanh; the sum is one rounding), so the bits are
+			// biasAct's per pixel.
 			if j == 0 {
 				for k := 0; k < rw; k += fo {
 					copy(row[k:k+fo], bias)
 				}
 			}
 			for h := range s.out.H {
-				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
+				if s.act == Identity {
+					addTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
+				} else {
+					biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
+				}
 			}
 			continue
 		}
