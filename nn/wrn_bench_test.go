@@ -1,10 +1,10 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,8 +82,8 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 
 // BenchmarkWRNSwitches runs WideResNet-16-4's step (batch
 // DPMF_BENCH_BATCH, default 64; private unless DPMF_BENCH_PRIVATE=0) on
-// two plans alternated step by step in one process: the plan as it is,
-// and the plan with the Options switch DPMF_BENCH_SWITCH turned off
+// plans alternated step by step in one process: the plan as it is,
+// and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseGrads, noRecompute), reporting each one's examples
 // per CPU second and their ratio. Alternating steps exposes both to the
 // same load from other jobs on the machine.
@@ -113,13 +113,16 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			b.Fatalf("DPMF_BENCH_SWITCH=%q: unknown switch %q", sw, name)
 		}
 	}
-	on, err := NewPlan(net, params, Options{MaxBatch: batch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	off, err := NewPlan(net, params, alt)
-	if err != nil {
-		b.Fatal(err)
+	// Two plans of each kind, made in the order on, off, off, on, so that
+	// where their buffers land in memory (which moves a step's time by a
+	// few percent) does not favour one kind.
+	var plans [4]*Plan
+	for k, o := range []Options{{MaxBatch: batch}, alt, alt, {MaxBatch: batch}} {
+		p, err := NewPlan(net, params, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plans[k] = p
 	}
 	x := make([]float32, batch*net.Input.Size())
 	for k := range x {
@@ -134,9 +137,7 @@ func BenchmarkWRNSwitches(b *testing.B) {
 	if private {
 		clip = wrnClipper{}
 	}
-	plans := []*Plan{on, off}
-	cpu := make([]float64, 2)
-	steps := make([]int, 2)
+	var cpu [2][]float64
 	for _, p := range plans {
 		if _, err := p.Step(x, y, dst, clip); err != nil {
 			b.Fatal(err)
@@ -144,21 +145,37 @@ func BenchmarkWRNSwitches(b *testing.B) {
 	}
 	k := 0
 	for b.Loop() {
-		p := plans[k%2]
+		p := plans[k%4]
 		c0 := rusage.CPUSeconds()
 		if _, err := p.Step(x, y, dst, clip); err != nil {
 			b.Fatal(err)
 		}
-		cpu[k%2] += rusage.CPUSeconds() - c0
-		steps[k%2]++
+		v := 0 // on
+		if k%4 == 1 || k%4 == 2 {
+			v = 1
+		}
+		cpu[v] = append(cpu[v], rusage.CPUSeconds()-c0)
 		k++
 	}
-	if steps[1] == 0 {
+	if len(cpu[1]) == 0 {
 		return
 	}
-	ex := func(v int) float64 { return float64(steps[v]*batch) / cpu[v] }
-	b.ReportMetric(ex(0), "on-ex/cpu-s")
-	b.ReportMetric(ex(1), "off-ex/cpu-s")
-	b.ReportMetric(ex(0)/ex(1), "on/off")
-	b.Logf("%s off: %s", sw, fmt.Sprint(steps))
+	// Examples per CPU second of the median step, and over all steps.
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return float64(batch) / v[len(v)/2]
+	}
+	all := func(v []float64) float64 {
+		t := 0.0
+		for _, c := range v {
+			t += c
+		}
+		return float64(batch*len(v)) / t
+	}
+	b.ReportMetric(med(cpu[0]), "on-ex/cpu-s")
+	b.ReportMetric(med(cpu[1]), "off-ex/cpu-s")
+	b.ReportMetric(med(cpu[0])/med(cpu[1]), "on/off")
+	b.ReportMetric(all(cpu[0])/all(cpu[1]), "on/off-mean")
+	b.Logf("%s off: %d steps each", sw, len(cpu[1]))
 }
