@@ -330,6 +330,58 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 	actGradTo(gq[off:off+rw], src, w.act[s.src][j*isz+h*rw:j*isz+(h+1)*rw], q.act)
 }
 
+// fuseJoins marks the residual joins whose gradient goes straight into
+// the bordered output gradient of the implicit convolution that made the
+// body's or the shortcut's activation, where the join is its only
+// reader and actGradTo takes its activation (what that convolution's own
+// backward would write from d, bit for bit): one copy of the gradient
+// instead of two.
+func (p *Plan) fuseJoins() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	fusable := func(a int) bool {
+		if a == 0 || readers[a] != 1 {
+			return false
+		}
+		q := &p.stages[a-1]
+		return q.kind == kConv && q.implicit && fusesActGrad(q.act) && !q.gpFilled
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kJoin {
+			continue
+		}
+		if fusable(s.src) {
+			s.gradToGp, p.stages[s.src-1].gpFilled = true, true
+		}
+		if s.skip != s.src && fusable(s.skip) {
+			s.skipToGp, p.stages[s.skip-1].gpFilled = true, true
+		}
+	}
+}
+
+// gradIntoGp writes the gradient g w.r.t. the output of implicit
+// convolution qi, for m examples, times its activation's derivative,
+// into its bordered output gradient: what its backward writes from d.
+func (p *Plan) gradIntoGp(w *worker, qi, m int, g []float32) {
+	q := &p.stages[qi]
+	osz, gsz, rw := q.out.Size(), q.gpLen(), q.out.W*q.fo
+	a := w.act[qi+1]
+	for j := range m {
+		gp := w.gp[qi][j*gsz : (j+1)*gsz]
+		for h := range q.out.H {
+			o, k := q.gpPix(h)*q.fo, j*osz+h*rw
+			actGradTo(gp[o:o+rw], g[k:k+rw], a[k:k+rw], q.act)
+		}
+	}
+}
+
 // poolGradToGp is a max pool's backward pass for m examples written
 // straight into its producer's bordered map (fuseGrads): each window's
 // gradient goes to its maximum's pixel times the producer's activation

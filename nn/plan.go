@@ -60,6 +60,9 @@ type Options struct {
 	noStride2 bool
 	// noFuseNorms runs norms unfused (fuseNorms; tests compare).
 	noFuseNorms bool
+	// noFuseJoins leaves a residual join's gradient in d (fuseJoins;
+	// tests compare).
+	noFuseJoins bool
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
@@ -163,6 +166,11 @@ type stage struct {
 	// (xpFilled), never into its activation (fuseNorms).
 	normTo   int
 	xpFilled bool
+	// skipToGp: a join writes its gradient, times the producer's
+	// activation derivative, straight into the bordered output gradient
+	// of the implicit convolution that made its shortcut activation (its
+	// body's: gradToGp), instead of into d (fuseJoins).
+	skipToGp bool
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -280,6 +288,9 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	if !opt.noFuseNorms {
 		p.fuseNorms()
+	}
+	if !opt.noFuseJoins {
+		p.fuseJoins()
 	}
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
@@ -1110,8 +1121,14 @@ func (p *Plan) backward(w *worker, m int) {
 		}
 		switch s.kind {
 		case kJoin:
-			copy(din[:m*isz], dout[:m*osz])
-			if s.skip > 0 {
+			if s.gradToGp {
+				p.gradIntoGp(w, s.src-1, m, dout)
+			} else {
+				copy(din[:m*isz], dout[:m*osz])
+			}
+			if s.skipToGp {
+				p.gradIntoGp(w, s.skip-1, m, dout)
+			} else if s.skip > 0 {
 				if s.addSkip {
 					add(w.d[s.skip][:m*osz], dout[:m*osz])
 				} else {

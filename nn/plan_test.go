@@ -340,8 +340,10 @@ func testNets() map[string]*builder {
 	b.dense(4, 3, Identity)
 	nets["residual"] = b
 	// A WideResNet downsampling block (pre-activation GroupNorm+ReLU, a
-	// stride-2 3x3 convolution without a bias, a strided 1x1 shortcut),
-	// then a stride-2 3x3 convolution whose input gradient its reader
+	// stride-2 3x3 convolution without a bias, a strided 1x1 shortcut), a
+	// block widening with a 1x1 shortcut (an implicit convolution the
+	// join writes the gradient of, fuseJoins), then a stride-2 3x3
+	// convolution whose input gradient its reader
 	// writes into its bordered map (fuseGrads): stride-2 implicit
 	// convolutions (stride2.go), on maps of odd and even half widths.
 	b = &builder{net: Network{Input: Shape{4, 8, 12}}}
@@ -354,7 +356,14 @@ func testNets() map[string]*builder {
 	sc.conv(4, 6, 1, 2, 0, Identity)
 	b.n = sc.n
 	b.net.Layers = append(b.net.Layers, Residual{Body: blk.net.Layers, Shortcut: sc.net.Layers})
-	b.conv(6, 5, 3, 2, 1, Tanh)
+	blk = &builder{n: b.n}
+	blk.net.Layers = append(blk.net.Layers, GroupNorm{Groups: 2, Act: ReLU, Weight: blk.param(6), Bias: blk.param(6)})
+	blk.conv(6, 8, 3, 1, 1, Identity)
+	sc = &builder{n: blk.n}
+	sc.conv(6, 8, 1, 1, 0, Identity)
+	b.n = sc.n
+	b.net.Layers = append(b.net.Layers, Residual{Body: blk.net.Layers, Shortcut: sc.net.Layers})
+	b.conv(8, 5, 3, 2, 1, Tanh)
 	b.conv(5, 5, 3, 1, 1, Identity)
 	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2}, Flatten{})
 	b.dense(5, 3, Identity)

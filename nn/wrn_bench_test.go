@@ -84,7 +84,8 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // DPMF_BENCH_BATCH, default 64; private unless DPMF_BENCH_PRIVATE=0) on
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
-// (noImplicit, noStride2, noFuseNorms, noFuseGrads, noRecompute), reporting each one's examples
+// (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
+// noRecompute), reporting each one's examples
 // per CPU second and their ratio. Alternating steps exposes both to the
 // same load from other jobs on the machine.
 func BenchmarkWRNSwitches(b *testing.B) {
@@ -105,6 +106,8 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			alt.noFuseGrads = true
 		case "noFuseNorms":
 			alt.noFuseNorms = true
+		case "noFuseJoins":
+			alt.noFuseJoins = true
 		case "noStride2":
 			alt.noStride2 = true
 		case "noRecompute":
