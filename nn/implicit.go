@@ -150,20 +150,6 @@ func (s *stage) xpPix(h int) int {
 	return r*s.wp2 + s.pad
 }
 
-// kernelRows writes into c (m x n, rows ldc apart) the sum over the
-// kernel rows kr of A_kr W_kr, A_kr the m rows of lda floats starting
-// lda apart at a[offs[kr]] and W_kr the packed b[kr]: one product per
-// kernel row.
-func (p *Plan) kernelRows(w *worker, m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
-	for kr := range b {
-		beta := float32(1)
-		if kr == 0 {
-			beta = 0
-		}
-		w.sgemmPackedOverlap(m, a[offs[kr]:], lda, &b[kr], beta, c, ldc)
-	}
-}
-
 // packImplicit packs the kernel rows of the (permuted) weight for the
 // forward products and, with back, of the flipped kernel for the input
 // gradient's.
@@ -192,6 +178,23 @@ func (s *stage) packImplicit(back bool) {
 			}
 		}
 		blas.PackB32(gblas.NoTrans, K*fo, C, 1, s.wflip[kr*K*fo*C:(kr+1)*K*fo*C], C, &s.pwx[kr])
+	}
+}
+
+// kernelRows writes into c (m x n, rows ldc apart) the sum over the
+// kernel rows kr of A_kr W_kr, A_kr the m rows of lda floats starting
+// lda apart at a[offs[kr]] and W_kr the packed b[kr]: one product per
+// kernel row, each added into c in turn. (One product over all the
+// kernel rows, each tile of c taking them all while in L1, gave the same
+// bits and no measurable gain: c's passes through L2 cost what rereading
+// the kernel rows' weights for every tile costs.)
+func (p *Plan) kernelRows(w *worker, m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
+	for kr := range b {
+		beta := float32(1)
+		if kr == 0 {
+			beta = 0
+		}
+		w.sgemmPackedOverlap(m, a[offs[kr]:], lda, &b[kr], beta, c, ldc)
 	}
 }
 
