@@ -560,63 +560,53 @@ func TestStride2Implicit(t *testing.T) {
 	}
 }
 
-// TestFusedNorms: norms whose output goes straight into the next
-// implicit convolution's bordered map, and whose input gradient goes
+// TestFusedNormsAndJoins: norms whose output goes straight into the
+// next implicit convolution's bordered map and whose input gradient goes
 // straight into the producing convolution's bordered output gradient
-// (fuseNorms), give the per-example gradients, losses, sums (private and
-// not) and logits of the unfused passes bit for bit, on every test
-// network and on examples with non-finite values.
-func TestFusedNorms(t *testing.T) {
-	toXp, toGp := 0, 0
-	for name, b := range testNets() {
-		t.Run(name, func(t *testing.T) {
-			sameAsUnfused(t, b, name, 29, func(o *Options) { o.noFuseNorms = true }, func(p *Plan) bool {
-				some := false
-				for _, s := range p.stages {
-					if s.kind == kNorm && s.xpFilledBy() {
-						toXp++
-						some = true
+// (fuseNorms), and residual joins that write their gradient straight
+// into the bordered output gradients of the implicit convolutions that
+// made their body's and shortcut's activations (fuseJoins), give the
+// unfused passes' per-example gradients, losses, sums (private and not)
+// and logits bit for bit, on every test network and on examples with
+// non-finite values.
+func TestFusedNormsAndJoins(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		alt  func(*Options)
+		// ways lists what a stage may fuse; each must happen somewhere.
+		ways []func(s *stage) bool
+	}{
+		{"norms", func(o *Options) { o.noFuseNorms = true }, []func(s *stage) bool{
+			func(s *stage) bool { return s.xpFilledBy() },
+			func(s *stage) bool { return s.kind == kNorm && s.gradToGp },
+		}},
+		{"joins", func(o *Options) { o.noFuseJoins = true }, []func(s *stage) bool{
+			func(s *stage) bool { return s.kind == kJoin && s.gradToGp },
+			func(s *stage) bool { return s.kind == kJoin && s.skipToGp },
+		}},
+	} {
+		seen := make([]int, len(c.ways))
+		for name, b := range testNets() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				sameAsUnfused(t, b, name, 29, c.alt, func(p *Plan) bool {
+					some := false
+					for _, s := range p.stages {
+						for k, way := range c.ways {
+							if way(&s) {
+								seen[k]++
+								some = true
+							}
+						}
 					}
-					if s.kind == kNorm && s.gradToGp {
-						toGp++
-						some = true
-					}
-				}
-				return some
+					return some
+				})
 			})
-		})
-	}
-	if toXp == 0 || toGp == 0 {
-		t.Errorf("%d norms write their reader's bordered map, %d their producer's output gradient; want both", toXp, toGp)
-	}
-}
-
-// TestFusedJoins: residual joins that write their gradient straight into
-// the bordered output gradients of the implicit convolutions that made
-// their body's and shortcut's activations (fuseJoins) give the
-// unfused passes' gradients, losses, sums and logits bit for bit.
-func TestFusedJoins(t *testing.T) {
-	body, skip := 0, 0
-	for name, b := range testNets() {
-		t.Run(name, func(t *testing.T) {
-			sameAsUnfused(t, b, name, 31, func(o *Options) { o.noFuseJoins = true }, func(p *Plan) bool {
-				some := false
-				for _, s := range p.stages {
-					if s.kind == kJoin && s.gradToGp {
-						body++
-						some = true
-					}
-					if s.kind == kJoin && s.skipToGp {
-						skip++
-						some = true
-					}
-				}
-				return some
-			})
-		})
-	}
-	if body == 0 || skip == 0 {
-		t.Errorf("%d joins write their body's producer's output gradient, %d their shortcut's; want both", body, skip)
+		}
+		for k, n := range seen {
+			if n == 0 {
+				t.Errorf("%s: no test network fuses the %d-th way", c.name, k)
+			}
+		}
 	}
 }
 

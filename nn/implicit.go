@@ -333,6 +333,22 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 	actGradTo(gq[off:off+rw], src, w.act[s.src][j*isz+h*rw:j*isz+(h+1)*rw], q.act)
 }
 
+// readers counts, for every activation, the stages that read it, and
+// gives one of them (the last, for an activation read once: its reader).
+func (p *Plan) readers() (count, last []int) {
+	count, last = make([]int, len(p.actShape)), make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		count[s.src]++
+		last[s.src] = i
+		if s.kind == kJoin {
+			count[s.skip]++
+			last[s.skip] = i
+		}
+	}
+	return count, last
+}
+
 // fuseJoins marks the residual joins whose gradient goes straight into
 // the bordered output gradient of the implicit convolution that made the
 // body's or the shortcut's activation, where the join is its only
@@ -340,14 +356,7 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 // backward would write from d, bit for bit): one copy of the gradient
 // instead of two.
 func (p *Plan) fuseJoins() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, _ := p.readers()
 	fusable := func(a int) bool {
 		if a == 0 || readers[a] != 1 {
 			return false

@@ -52,16 +52,7 @@ func (s *stage) xpFilledBy() bool { return s.kind == kNorm && s.normTo > 0 }
 // output gradient. This saves, per example and norm, a copy of the map
 // and a write and read of each of the two.
 func (p *Plan) fuseNorms() {
-	readers := make([]int, len(p.actShape))
-	reader := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		reader[s.src] = i
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, reader := p.readers()
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.kind != kNorm || s.perElem && s.in.H*s.in.W > 1 {

@@ -522,14 +522,7 @@ func (p *Plan) markGradWrites() {
 // implicit convolution with an activation actGradTo takes. This saves a
 // write and a read of every such gradient between layers.
 func (p *Plan) fuseGrads() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, _ := p.readers()
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
