@@ -69,7 +69,7 @@ func BenchmarkTanh(b *testing.B) {
 }
 
 func TestAddAxpy(t *testing.T) {
-	for _, n := range []int{0, 1, 7, 8, 9, 31, 100} {
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 31, 100} {
 		x := make([]float32, n)
 		y := make([]float32, n)
 		for k := range x {

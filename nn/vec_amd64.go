@@ -67,11 +67,18 @@ func add(y, x []float32) {
 //go:noescape
 func addToAVX2(z, x, y *float32, n int)
 
+//go:noescape
+func addToAVX512(z, x, y *float32, n int)
+
 // addTo sets z = x + y (len(x), len(y) >= len(z)).
 func addTo(z, x, y []float32) {
 	x, y = x[:len(z)], y[:len(z)]
 	n := 0
-	if hasAVX2FMA {
+	if hasAVX512 {
+		if n = len(z) &^ 15; n > 0 {
+			addToAVX512(&z[0], &x[0], &y[0], n)
+		}
+	} else if hasAVX2FMA {
 		if n = len(z) &^ 7; n > 0 {
 			addToAVX2(&z[0], &x[0], &y[0], n)
 		}

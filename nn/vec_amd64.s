@@ -501,3 +501,22 @@ dx8ch:
 	NEXTCH8(dx8ch)
 	NEXT3
 	NEXTROW(dx8row)
+
+// func addToAVX512(z, x, y *float32, n int)
+// z[k] = x[k] + y[k] for k < n, n a positive multiple of 16.
+TEXT ·addToAVX512(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+addto16loop:
+	VMOVUPS (SI), Z0
+	VADDPS (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	SUBQ $16, CX
+	JNZ addto16loop
+	VZEROUPPER
+	RET
