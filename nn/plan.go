@@ -120,10 +120,11 @@ type stage struct {
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
 	// gradToGp: the stage (an implicit convolution or a max pool, the
-	// only reader of its input) writes its input gradient, times the
+	// only reader of its input, fuseGrads; a norm, fuseNorms; a join for
+	// its body, fuseJoins) writes its input gradient, times the
 	// producer's activation derivative, straight into the producer's
-	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
-	// implicit convolution whose gp its reader fills so.
+	// bordered map gp instead of d[src]; gpFilled: an implicit
+	// convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
