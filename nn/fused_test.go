@@ -588,18 +588,23 @@ func TestFusedNormsAndJoins(t *testing.T) {
 		seen := make([]int, len(c.ways))
 		for name, b := range testNets() {
 			t.Run(c.name+"/"+name, func(t *testing.T) {
-				sameAsUnfused(t, b, name, 29, c.alt, func(p *Plan) bool {
-					some := false
-					for _, s := range p.stages {
-						for k, way := range c.ways {
-							if way(&s) {
-								seen[k]++
-								some = true
-							}
+				p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				some := false
+				for _, s := range p.stages {
+					for k, way := range c.ways {
+						if way(&s) {
+							seen[k]++
+							some = true
 						}
 					}
-					return some
-				})
+				}
+				if !some {
+					t.Skip("nothing of this test network is fused")
+				}
+				testPlanSwitch(t, name, c.alt)
 			})
 		}
 		for k, n := range seen {
@@ -610,50 +615,142 @@ func TestFusedNormsAndJoins(t *testing.T) {
 	}
 }
 
-// sameAsUnfused checks that network b's plan gives the per-example
-// gradients, losses, sums (private and not) and logits of the plan with
-// alt applied bit for bit, on a batch with an example of infinite input
-// and one of large inputs, or skips if fused reports nothing fused.
-func sameAsUnfused(t *testing.T, b *builder, name string, seed uint64, alt func(*Options), fused func(*Plan) bool) {
-	t.Helper()
-	const n = 5
-	fp, ref, rng, classes := planPair(t, b, seed, len(name), n, alt)
-	if !fused(fp) {
-		t.Skip("nothing of this test network is fused")
+// TestPoolWindows: a fused 2x2 max pool's backward written as whole
+// windows by the vector kernel gives, bit for bit, the maps the scatter
+// into a cleared interior gave (every fused activation, specials among
+// the gradients and activations, NaN maxima, odd heights and widths
+// whose last row or column the pool drops), and leaves the borders as
+// they were.
+func TestPoolWindows(t *testing.T) {
+	if !poolBack2Fast(8, Tanh) {
+		t.Skip("no vector pool backward on this machine")
 	}
+	t.Run("plan", func(t *testing.T) {
+		p, err := NewPlan(testNets()["conv-pairs8"].net, make([]float32, testNets()["conv-pairs8"].n), Options{MaxBatch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		windows := 0
+		for _, s := range p.stages {
+			if s.kind == kPool && s.gradToGp && s.pool == 2 && poolBack2Fast(s.in.C, p.stages[s.src-1].act) {
+				windows++
+			}
+		}
+		if windows != 2 {
+			t.Fatalf("%d pools write whole windows, want 2", windows)
+		}
+		testPlanSwitch(t, "conv-pairs8", func(o *Options) { o.noPoolWindows = true })
+	})
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		for _, C := range []int{8, 16, 24} {
+			for _, hw := range [][2]int{{2, 2}, {4, 6}, {5, 7}, {3, 2}, {2, 3}, {7, 4}} {
+				H, W := hw[0], hw[1]
+				q := &stage{pad: 1, wp2: W + 2, hp2: H + 2, wq: W + 2, gpad: 1, act: act}
+				s := &stage{in: Shape{C, H, W}, out: Shape{C, H / 2, W / 2}, pool: 2}
+				a := make([]float32, H*W*C)
+				randSpecial(rng, a)
+				out, arg := make([]float32, s.out.Size()), make([]int32, s.out.Size())
+				s.maxPoolLoop(a, out, s.out.W*C, arg)
+				g := make([]float32, s.out.Size())
+				randSpecial(rng, g)
+				want := make([]float32, (H+2)*(W+2)*C)
+				randSpecial(rng, want) // the borders' and interior's old values
+				got := append([]float32(nil), want...)
+				s.poolScatter(q, want, a, arg, g)
+				s.poolWindows2(q, got, a, arg, g)
+				sameBits(t, fmt.Sprintf("%v C=%d %dx%d", act, C, H, W), got, want)
+			}
+		}
+	}
+}
+
+// testPlanSwitch checks that test network name gives the same per-example
+// gradients, losses and sums (clipped and not), bit for bit, with the
+// default options and with those alt sets, on a batch with an infinite
+// input and one that saturates every tanh.
+func testPlanSwitch(t *testing.T, name string, alt func(*Options)) {
+	b := testNets()[name]
+	const n = 5
+	p, ref, rng, classes := planPair(t, b, 25, len(name), n, alt)
 	x, y := b.batch(rng, n, classes)
 	sz := len(x) / n
-	x[2*sz+4] = float32(math.Inf(1))
+	x[3*sz+1] = float32(math.Inf(1))
 	for k := 4 * sz; k < 5*sz; k++ {
 		x[k] *= 1e4
 	}
-	gf, lf := gradientsOf(t, fp, x, y, b.n)
+	gp, lp := gradientsOf(t, p, x, y, b.n)
 	gr, lr := gradientsOf(t, ref, x, y, b.n)
 	for i := range n {
-		sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
-		if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
-			t.Errorf("example %d: loss %v, unfused %v", i, lf[i], lr[i])
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
+		if math.Float64bits(lp[i]) != math.Float64bits(lr[i]) {
+			t.Errorf("example %d: loss %v, other path %v", i, lp[i], lr[i])
 		}
 	}
-	if !math.IsNaN(lf[2]) {
-		t.Errorf("the example with an infinite input has loss %v", lf[2])
-	}
 	for _, cl := range []Clipper{nil, &testClipper{}} {
-		sf, sr := make([]float32, b.n), make([]float32, b.n)
-		if _, err := fp.Step(x, y, sf, cl); err != nil {
+		sp, sr := make([]float32, b.n), make([]float32, b.n)
+		if _, err := p.Step(x, y, sp, cl); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := ref.Step(x, y, sr, cl); err != nil {
 			t.Fatal(err)
 		}
-		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
+		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sp, sr)
 	}
-	logits := func(p *Plan) []float32 {
-		out := make([]float32, (n-3)*classes)
-		if err := p.Forward(x[3*sz:], out); err != nil { // finite examples
-			t.Fatal(err)
-		}
-		return out
+	x[3*sz+1] = 0 // Forward takes finite inputs only
+	lgp, lgr := make([]float32, n*classes), make([]float32, n*classes)
+	if err := p.Forward(x, lgp); err != nil {
+		t.Fatal(err)
 	}
-	sameBits(t, "logits", logits(fp), logits(ref))
+	if err := ref.Forward(x, lgr); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "logits", lgp, lgr)
+}
+
+// TestFuseOutputs: convolutions and pools writing their outputs straight
+// into the next convolution's bordered map (fuseOutputs) give the
+// unfused passes' gradients, losses, sums and logits bit for bit.
+func TestFuseOutputs(t *testing.T) {
+	for name, fused := range map[string]int{"conv-pairs": 3, "conv-pairs8": 2, "stride2": 1} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, s := range p.stages {
+				if s.toXp {
+					n++
+				}
+			}
+			if n != fused {
+				t.Fatalf("%d stages write into the next one's map, want %d", n, fused)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noFuseOutputs = true })
+		})
+	}
+}
+
+// TestExampleMajor: a private step and Gradients running the leading
+// convolutions and pools example by example, with each example's norms,
+// factors and scaled adds right after its backward pass (setMajor), give
+// the layer-by-layer passes' gradients, losses and sums bit for bit, on
+// the CIFAR CNN's pattern (an infinite and a saturated example among the
+// others).
+func TestExampleMajor(t *testing.T) {
+	for name, major := range map[string]int{"conv-pairs": 6, "conv-pairs8": 5} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 4, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.major != major || len(p.workers[0].ex) != p.exLen {
+				t.Fatalf("example-major section of %d stages, %d floats of per-example gradients for %d", p.major, len(p.workers[0].ex), p.exLen)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noExampleMajor = true })
+		})
+	}
 }

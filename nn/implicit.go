@@ -207,6 +207,20 @@ func padInto(x, xp []float32, H, W, C, pad int) {
 	}
 }
 
+// outMap is where stage i's output for example j of the chunk lives,
+// from its first pixel, and the floats between its rows: its activation
+// buffer, or the interior of its consumer's bordered map when it writes
+// there (toXp).
+func (p *Plan) outMap(w *worker, i, j int) ([]float32, int) {
+	s := &p.stages[i]
+	if !s.toXp {
+		return w.act[i+1][j*s.out.Size() : (j+1)*s.out.Size()], s.out.W * s.out.C
+	}
+	c := &p.stages[i+1]
+	off := j*c.xpLen() + (c.pad*c.wp2+c.pad)*c.in.C
+	return w.xp[i+1][off : off+((s.out.H-1)*c.wp2+s.out.W)*c.in.C], c.wp2 * c.in.C
+}
+
 // compact copies the W real columns of each of the H rows of a wide map
 // (rows wp apart) into x.
 func compact(wide, x []float32, H, W, C, wp int) {
@@ -235,13 +249,13 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			s.padInto(in[j*isz:(j+1)*isz], xp)
 		}
 		p.kernelRows(w, s.wideM, xp, s.stride*C, s.offX, s.pwr, wide, fo)
-		o := out[j*osz : (j+1)*osz]
 		if !biased {
-			compact(wide, o, s.out.H, s.out.W, fo, s.wq)
+			compact(wide, out[j*osz:(j+1)*osz], s.out.H, s.out.W, fo, s.wq)
 			continue
 		}
 		// Bias and activation while compacting: one pass from the wide
-		// rows into the output.
+		// rows into the output (or the consumer's bordered map).
+		o, ost := p.outMap(w, i, j)
 		rw := s.out.W * fo
 		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 || s.act == Identity {
 			// A whole map row per call, the bias repeated: the vector
@@ -255,43 +269,43 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 			}
 			for h := range s.out.H {
 				if s.act == Identity {
-					addTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
+					addTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], row)
 				} else {
-					biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], row)
+					biasTanhTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], row)
 				}
 			}
 			continue
 		}
 		for h := range s.out.H {
-			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wq*fo:], bias, s.act)
+			biasActTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], bias, s.act)
 		}
 	}
 	return biased
 }
 
-// implicitBackward writes the output gradients of m examples, times the
+// implicitBackward writes the output gradients of examples [lo, m) of
+// the chunk, times the
 // activation's derivative, into their zero-bordered maps gp (in one pass
 // from dout for Identity, Tanh and ReLU; others are applied to dout
 // first) and, unless the stage reads the network's input, the input
 // gradients into din. For the first kind dout itself is left as it was:
 // the stage's output gradient is read from gp after (gradView).
-func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
+func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo := s.in.C, s.fo
 	osz, gsz := s.out.Size(), s.gpLen()
 	if !s.gpFilled {
 		if !fusesActGrad(s.act) {
-			p.actGrad(w, i, dout[:m*osz])
+			p.actGrad(w, i, dout[:m*osz]) // (lo is 0: example by example only with fused derivatives)
 		}
-		a := w.act[i+1]
 		H, W := s.out.H, s.out.W
-		for j := range m {
+		for j := lo; j < m; j++ {
 			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			a, ast := p.outMap(w, i, j)
 			for h := range H {
 				dst := gp[s.gpPix(h)*fo : (s.gpPix(h)+W)*fo]
-				k := j*osz + h*W*fo
 				if fusesActGrad(s.act) {
-					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[h*ast:h*ast+W*fo], s.act)
 				} else {
 					copy(dst, g[h*W*fo:(h+1)*W*fo])
 				}
@@ -302,7 +316,7 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 		return
 	}
 	wide := w.wide[:s.wideLen()]
-	for j := range m {
+	for j := lo; j < m; j++ {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
 		if s.stride == 2 {
 			p.stride2InputGrad(w, i, j, gp, wide, din)
@@ -329,8 +343,9 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 	}
 	q := &p.stages[s.src-1]
 	gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+	a, ast := p.outMap(w, s.src-1, j)
 	off := q.gpPix(h) * C
-	actGradTo(gq[off:off+rw], src, w.act[s.src][j*isz+h*rw:j*isz+(h+1)*rw], q.act)
+	actGradTo(gq[off:off+rw], src, a[h*ast:h*ast+rw], q.act)
 }
 
 // readers counts, for every activation, the stages that read it, and
@@ -384,51 +399,83 @@ func (p *Plan) fuseJoins() {
 func (p *Plan) gradIntoGp(w *worker, qi, m int, g []float32) {
 	q := &p.stages[qi]
 	osz, gsz, rw := q.out.Size(), q.gpLen(), q.out.W*q.fo
-	a := w.act[qi+1]
 	for j := range m {
 		gp := w.gp[qi][j*gsz : (j+1)*gsz]
+		a, ast := p.outMap(w, qi, j)
 		for h := range q.out.H {
 			o, k := q.gpPix(h)*q.fo, j*osz+h*rw
-			actGradTo(gp[o:o+rw], g[k:k+rw], a[k:k+rw], q.act)
+			actGradTo(gp[o:o+rw], g[k:k+rw], a[h*ast:h*ast+rw], q.act)
 		}
 	}
 }
 
-// poolGradToGp is a max pool's backward pass for m examples written
+// poolGradToGp is a max pool's backward pass for examples [lo, m) of
+// the chunk written
 // straight into its producer's bordered map (fuseGrads): each window's
 // gradient goes to its maximum's pixel times the producer's activation
 // derivative, every other pixel's is zero. The windows do not overlap, so
 // each pixel receives at most one gradient: the values
 // actGradTo would give on the pooled-back gradient (0 + g, then the
 // derivative's roundings), bit for bit.
-func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
+func (p *Plan) poolGradToGp(w *worker, i, lo, m int, dout []float32) {
 	s := &p.stages[i]
 	q := &p.stages[s.src-1]
 	isz, osz := s.in.Size(), s.out.Size()
+	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
+	for j := lo; j < m; j++ {
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
+		if windows {
+			s.poolWindows2(q, gq, a, arg, g)
+		} else {
+			s.poolScatter(q, gq, a, arg, g)
+		}
+	}
+}
+
+// poolScatter is poolGradToGp for one example: the producer's map
+// interior cleared, then each window's gradient written at its maximum.
+func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	rw := W * C
-	for j := range m {
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		for h := range H {
-			off := q.gpPix(h) * C
-			clear(gq[off : off+rw])
-		}
-		a := w.act[s.src][j*isz : (j+1)*isz]
-		arg := w.arg[i][j*osz : (j+1)*osz]
-		g := dout[j*osz : (j+1)*osz]
-		// Pixel x = h rw + r of the map is gq[x + base + h step].
-		base, step := q.gpPix(0)*C, (q.wq-W)*C
-		orw := s.out.W * C
-		for oh := range s.out.H {
-			for k := oh * orw; k < (oh+1)*orw; k++ {
-				x := int(arg[k])
-				h := oh * s.pool // the window's rows: oh pool, ...
-				for x >= (h+1)*rw {
-					h++
-				}
-				gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+	for h := range H {
+		off := q.gpPix(h) * C
+		clear(gq[off : off+rw])
+	}
+	// Pixel x = h rw + r of the map is gq[x + base + h step].
+	base, step := q.gpPix(0)*C, (q.wq-W)*C
+	orw := s.out.W * C
+	for oh := range s.out.H {
+		for k := oh * orw; k < (oh+1)*orw; k++ {
+			x := int(arg[k])
+			h := oh * s.pool // the window's rows: oh pool, ...
+			for x >= (h+1)*rw {
+				h++
 			}
+			gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
 		}
+	}
+}
+
+// poolWindows2 is poolGradToGp for one example of a 2x2 pool
+// (poolBack2Fast): every window written whole by the vector kernel, the
+// map's last row and column cleared where the pool drops them (odd H or
+// W), so that no pass clears the map first.
+func (s *stage) poolWindows2(q *stage, gq, a []float32, arg []int32, g []float32) {
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw, orw, row := W*C, s.out.W*C, q.wq*C
+	for oh := range s.out.H {
+		h := 2 * oh
+		off := q.gpPix(h) * C
+		poolBack2Row(gq[off:], gq[off+row:], a[h*rw:], a[(h+1)*rw:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		if W%2 == 1 {
+			clear(gq[off+(W-1)*C : off+W*C])
+			clear(gq[off+row+(W-1)*C : off+row+W*C])
+		}
+	}
+	if H%2 == 1 {
+		off := q.gpPix(H-1) * C
+		clear(gq[off : off+rw])
 	}
 }
 

@@ -268,6 +268,18 @@ func testNets() map[string]*builder {
 	b.dense(3*2*1, 4, Tanh)
 	b.dense(4, 3, Identity)
 	nets["conv-pairs"] = b
+	// The same with channel counts the vector pool backward takes (2x2
+	// windows written whole, poolWindows2), after Tanh and ReLU, on maps
+	// of odd height and width.
+	b = &builder{net: Network{Input: Shape{3, 5, 7}}}
+	b.conv(3, 8, 3, 1, 1, Tanh)
+	b.conv(8, 8, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.conv(8, 8, 3, 1, 1, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(8, 3, Identity)
+	nets["conv-pairs8"] = b
 	b = &builder{net: Network{Input: Shape{1, 11, 10}}}
 	b.conv(1, 4, 2, 3, 0, Tanh)
 	b.net.Layers = append(b.net.Layers, MaxPool{Size: 3})

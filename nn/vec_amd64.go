@@ -103,23 +103,20 @@ func axpy(a float32, x, y []float32) {
 }
 
 //go:noescape
-func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
+func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
 
-// maxPool2Fast pools one example with 2x2 windows eight channels at a time
-// if it can, reporting whether it did.
-func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool {
+// maxPool2Fast pools one example with 2x2 windows eight channels at a
+// time, a row of outputs per call, if it can, reporting whether it did.
+func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool {
 	C, W := s.in.C, s.in.W
-	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 {
+	OW := s.out.W
+	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 || OW == 0 {
 		return false
 	}
-	OW := s.out.W
 	for oh := range s.out.H {
-		for ow := range OW {
-			o := (oh*OW + ow) * C
-			base := (oh*2*W + ow*2) * C
-			_ = in[base+W*C+2*C-1]
-			max4AVX2(&in[base], C, W*C, &out[o], &arg[o], int32(base))
-		}
+		o, x, base := oh*OW*C, oh*ost, oh*2*W*C
+		_, _, _ = in[base+W*C+2*OW*C-1], out[x+OW*C-1], arg[o+OW*C-1]
+		max4AVX2(&in[base], C, W*C, &out[x], &arg[o], int32(base), OW)
 	}
 	return true
 }
@@ -309,4 +306,34 @@ func actGradToFast(dst, g, a []float32, relu bool) int {
 	}
 	actGradToAVX2(&dst[0], &g[0], &a[0], n, r)
 	return n
+}
+
+//go:noescape
+func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
+
+// poolBack2Fast reports whether poolBack2Row takes a pool of C
+// channels after activation act: AVX2, C a multiple of 8, act one that
+// actGradTo fuses.
+func poolBack2Fast(C int, act Activation) bool {
+	return hasAVX2FMA && C%8 == 0 && fusesActGrad(act)
+}
+
+// poolBack2Row is poolGradToGp's vector form for one row of a 2x2 max
+// pool's outputs (C channels, OW = len(g)/C > 0 pixels; poolBack2Fast):
+// whole windows written into the producer map's rows dst0 and dst1 (from
+// their first interior pixel), the derivative of act taken at a0 and a1
+// (the producer's output rows), the maxima found by comparing arg with
+// each tap's index (the rows' first float is base in the input map, rows
+// wc floats apart).
+func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int, act Activation) {
+	code := 0
+	switch act {
+	case Tanh:
+		code = 1
+	case ReLU:
+		code = 2
+	}
+	n := 2 * len(g)
+	_, _, _, _, _ = dst0[n-1], dst1[n-1], a0[n-1], a1[n-1], arg[len(g)-1]
+	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, code)
 }

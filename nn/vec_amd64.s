@@ -66,18 +66,20 @@ DATA iota8<>+0x18(SB)/4, $6
 DATA iota8<>+0x1c(SB)/4, $7
 GLOBL iota8<>(SB), RODATA|NOPTR, $32
 
-// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
-// One output pixel of a 2x2 max pool over HWC rows: for ch < c (a positive
-// multiple of 8) out[ch] is the largest of in[ch], in[c+ch], in[wc+ch],
-// in[wc+c+ch], the first on ties (and NaN kept only if first), and
-// arg[ch] its index in the example's input, base+offset+ch.
-TEXT ·max4AVX2(SB), NOSPLIT, $0-44
+// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
+// One output row of a 2x2 max pool over HWC rows, ow > 0 pixels: for
+// pixel p and ch < c (a positive multiple of 8) out[p c + ch] is the
+// largest of in[2pc+ch], in[2pc+c+ch], in[2pc+wc+ch], in[2pc+wc+c+ch],
+// the first on ties (and NaN kept only if first), and arg[p c + ch] its
+// index in the example's input, base+2pc+offset+ch.
+TEXT ·max4AVX2(SB), NOSPLIT, $0-56
 	MOVQ in+0(FP), SI
 	MOVQ c+8(FP), CX
 	MOVQ wc+16(FP), DX
 	MOVQ out+24(FP), DI
 	MOVQ arg+32(FP), R8
 	MOVL base+40(FP), BX
+	MOVQ ow+48(FP), R11
 	VMOVD BX, X8
 	VPBROADCASTD X8, Y8
 	VPADDD iota8<>(SB), Y8, Y8      // Y8: indices of the first tap
@@ -96,6 +98,8 @@ TEXT ·max4AVX2(SB), NOSPLIT, $0-44
 	VMOVQ BX, X12
 	VPBROADCASTD X12, Y12           // Y12 = 8
 	LEAQ (SI)(DX*1), R9             // row below
+maxpix:
+	MOVQ CX, R10
 maxloop:
 	VMOVUPS (SI), Y0                // m
 	VMOVDQU Y8, Y1                  // a
@@ -121,8 +125,13 @@ maxloop:
 	ADDQ $32, R9
 	ADDQ $32, DI
 	ADDQ $32, R8
-	SUBQ $8, CX
+	SUBQ $8, R10
 	JNZ maxloop
+	ADDQ AX, SI                     // past the window's right taps
+	ADDQ AX, R9
+	VPADDD Y8, Y9, Y8
+	DECQ R11
+	JNZ maxpix
 	VZEROUPPER
 	RET
 
@@ -518,5 +527,201 @@ addto16loop:
 	ADDQ $64, DX
 	SUBQ $16, CX
 	JNZ addto16loop
+	VZEROUPPER
+	RET
+
+// func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
+// A 2x2 max pool's backward for one row of ow output pixels of c
+// channels (c a positive multiple of 8, ow > 0), written as whole
+// windows into two rows of the producer's map (dst0 the top, dst1 the
+// bottom, 2 ow c floats each): tap t of output k gets d = 0 + dy[k] times
+// the producer's activation derivative at a (act 0 Identity: d; 1 Tanh:
+// d (1 - a a), each operation rounded; 2 ReLU: d if a > 0, else 0) if
+// arg[k] is the tap's index in the input map (base + its offset from the
+// window row pair's first float, rows wc floats apart), else 0.
+//
+// R8, R9: the top and bottom map rows; R10, R11: the activation rows
+// (the right taps AX = 4c bytes further); SI dy, DI arg; Y8 the top-left
+// taps' indices, Y4-Y6 the others'; Y0 d, Y1 arg, Y14 1.0, Y15 zero.
+TEXT ·poolBack2AVX2(SB), NOSPLIT, $0-88
+	MOVQ dst0+0(FP), R8
+	MOVQ dst1+8(FP), R9
+	MOVQ a0+16(FP), R10
+	MOVQ a1+24(FP), R11
+	MOVQ dy+32(FP), SI
+	MOVQ arg+40(FP), DI
+	MOVQ base+48(FP), BX
+	VMOVQ BX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD iota8<>(SB), Y8, Y8
+	MOVQ c+56(FP), CX
+	VMOVQ CX, X9
+	VPBROADCASTD X9, Y9             // Y9 = c
+	MOVQ wc+64(FP), BX
+	VMOVQ BX, X10
+	VPBROADCASTD X10, Y10           // Y10 = wc
+	VPADDD Y9, Y10, Y11             // Y11 = wc + c
+	MOVL $8, BX
+	VMOVQ BX, X12
+	VPBROADCASTD X12, Y12           // Y12 = 8
+	MOVL $0x3f800000, BX
+	VMOVQ BX, X14
+	VPBROADCASTD X14, Y14           // Y14 = 1.0
+	VXORPS Y15, Y15, Y15
+	MOVQ CX, AX
+	SHLQ $2, AX
+	MOVQ ow+72(FP), DX
+	MOVQ act+80(FP), BX
+	CMPQ BX, $1
+	JEQ pbtanhpix
+	CMPQ BX, $2
+	JEQ pbrelupix
+pbidpix:
+	MOVQ CX, R12
+pbidblk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbidblk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbidpix
+	VZEROUPPER
+	RET
+pbtanhpix:
+	MOVQ CX, R12
+pbtanhblk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS (R10), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS (R10)(AX*1), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS (R11), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS (R11)(AX*1), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbtanhblk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbtanhpix
+	VZEROUPPER
+	RET
+pbrelupix:
+	MOVQ CX, R12
+pbrelublk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS (R10), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS (R10)(AX*1), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS (R11), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS (R11)(AX*1), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbrelublk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbrelupix
 	VZEROUPPER
 	RET
