@@ -513,14 +513,15 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
 	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once,
-	// without its garbage columns' rows (zero), which the products then
-	// skip: the same sums, bit for bit, where the input is finite (a
-	// skipped step would add u 0 = ±0 to a sum that is never -0), for
-	// (wide - P)/wide fewer flops.
+	// without the rows of its garbage columns (zero: the wq - W last of
+	// each wide row of wq pixels), which the products then skip: the same
+	// sums, bit for bit, where the input is finite (a skipped step would
+	// add u 0 = ±0 to a sum that is never -0), for (wide - P)/wide fewer
+	// flops.
 	if p.opt.noSkipGarbage {
 		blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
 	} else {
-		blas.PackB32Runs(s.wide, fo, s.wp2, s.out.W, 1, gw, fo, &w.gpk)
+		blas.PackB32Runs(s.wide, fo, s.wq, s.out.W, 1, gw, fo, &w.gpk)
 	}
 	if KC%implicitRows == 0 || beta != 0 {
 		for kr := range K {
