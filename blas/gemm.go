@@ -178,6 +178,12 @@ type kernel[T float32 | float64] struct {
 	// pairs at runs, in turn, into one sum: a product whose k skips the
 	// steps between (PackB32Runs). Nil for float64.
 	runs func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
+	// rows is a strided kernel of rowsMR rows (a divisor of 8) and the
+	// same NR, for products over runs of rows (SgemmPackedRows): an
+	// implicit convolution's map rows of W = 8, 16, 32 pixels in whole
+	// tiles. Nil where no such kernel pays (AVX2, float64).
+	rowsMR int
+	rows   func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
 	// packMin is the number of NR-column micro-panels of B in a block
 	// from which a transposed A is packed; a row-major (NoTrans) A is
 	// packed only from 4*packMin panels. Packing A (scalar Go code) costs

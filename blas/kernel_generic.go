@@ -11,7 +11,7 @@ const (
 )
 
 func genericKernel32() kernel[float32] {
-	return kernel[float32]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 128, nc: 2048, fn: gemmKernelGeneric[float32], strided: gemmKernelGenericStrided[float32], runs: gemmKernelGenericRuns[float32], packMin: 16, parallelMin: parallelWork}
+	return kernel[float32]{name: "generic", mr: genericMR, nr: genericNR, kc: 256, mc: 128, nc: 2048, fn: gemmKernelGeneric[float32], strided: gemmKernelGenericStrided[float32], runs: gemmKernelGenericRuns[float32], rowsMR: genericMR, rows: gemmKernelGenericStrided[float32], packMin: 16, parallelMin: parallelWork}
 }
 
 func genericKernel64() kernel[float64] {

@@ -99,3 +99,60 @@ func TestPackB32Runs(t *testing.T) {
 		}()
 	}
 }
+
+// A product over runs of rows (SgemmPackedRows) gives every row of the
+// runs the bits of the whole product, and leaves every other row as it
+// was or at its product's value, with every kernel of the machine: runs
+// of whole 8-row tiles, a run cut short by m, runs the kernel's tile does
+// not divide, depths over one kc block, edge columns, beta 0 (over NaN)
+// and 1.
+func TestSgemmPackedRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	type shape struct{ m, n, k, lda, period, keep int }
+	shapes := []shape{
+		{84, 128, 384, 128, 10, 8},
+		{288, 64, 192, 64, 18, 16},
+		{1092, 32, 96, 32, 34, 32},
+		{75, 16, 40, 8, 10, 8},
+		{70, 40, 600, 30, 10, 8},
+		{84, 32, 48, 16, 10, 6},
+		{30, 32, 20, 4, 9, 9},
+	}
+	var s Serial32
+	for _, kern := range kernels32() {
+		for _, sh := range shapes {
+			a := make([]float32, (sh.m-1)*sh.lda+sh.k)
+			for i := range a {
+				a[i] = float32(rng.NormFloat64())
+			}
+			b := make([]float32, sh.k*sh.n)
+			for i := range b {
+				b[i] = float32(rng.NormFloat64())
+			}
+			var pb PackedB32
+			pb.p.pack(kern, gblas.NoTrans, sh.k, sh.n, 0, 0, 1, b, sh.n)
+			for _, beta := range []float32{0, 1} {
+				c0 := make([]float32, sh.m*sh.n)
+				for i := range c0 {
+					c0[i] = float32(rng.NormFloat64())
+				}
+				if beta == 0 {
+					c0[2] = float32(math.NaN())
+				}
+				want := append([]float32(nil), c0...)
+				s.SgemmPackedOverlapA(gblas.NoTrans, sh.m, a, sh.lda, &pb, beta, want, sh.n)
+				got := append([]float32(nil), c0...)
+				s.SgemmPackedRows(sh.m, sh.period, sh.keep, a, sh.lda, &pb, beta, got, sh.n)
+				for i := range want {
+					bits := math.Float32bits(got[i])
+					if bits == math.Float32bits(want[i]) {
+						continue
+					}
+					if (i/sh.n)%sh.period < sh.keep || bits != math.Float32bits(c0[i]) {
+						t.Fatalf("%s %+v beta %v: c[%d] = %v, want %v (or, between runs, %v)", kern.name, sh, beta, i, got[i], want[i], c0[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -293,3 +293,76 @@ func checkOverlapA(tA gblas.Transpose, m, k, la, lda int) bool {
 	}
 	return true
 }
+
+// SgemmPackedRows is SgemmPackedOverlapA (op(A) = A) computing only the
+// rows i of C with i mod period < keep: runs of keep rows, period apart
+// (an implicit convolution's wide output, whose period - keep garbage
+// rows a map row are dropped). Each computed row has the bits
+// SgemmPackedOverlapA gives it; the other rows of C are either left as
+// they were or set to their product's value. beta must be 0 or 1. Where
+// the kernel has a tile of rows that divides keep (8 rows on AVX-512,
+// the portable kernel's 4) the runs are computed in whole tiles, and the
+// rows between are skipped; otherwise, and for a B packed by
+// PackB32Runs, every row is computed. It panics as SgemmPackedOverlapA
+// does, and if period < 1, keep is not in [1, period] or beta is not 0
+// or 1.
+func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
+	if period < 1 || keep < 1 || keep > period || (beta != 0 && beta != 1) {
+		panic(badRuns)
+	}
+	kern := b.p.kern
+	n, k := b.p.n, b.p.k
+	if kern.rows == nil || keep%kern.rowsMR != 0 || b.p.period != 0 || k == 0 {
+		s.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+		return
+	}
+	if !checkOverlapA(gblas.NoTrans, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, m*k, k, k*n, max(1, n), len(c), ldc) {
+		return
+	}
+	mr, nr := kern.rowsMR, kern.nr
+	if len(s.s.buf) < mr*nr {
+		s.s.buf = make([]float32, mr*nr)
+	}
+	tile := s.s.buf[:mr*nr]
+	kcMax := min(kern.kc, k)
+	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
+	// The whole tiles end at full; a run that m cuts short ends with
+	// rows that the ordinary product computes.
+	full := m / period * period
+	if m-full >= keep {
+		full = m
+	} else {
+		full += (m - full) / mr * mr
+	}
+	boff := 0
+	for jc := 0; jc < n; jc += ncMax {
+		nc := min(ncMax, n-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			bp := b.p.data[boff : boff+roundUp(nc, nr)*kc]
+			boff += len(bp)
+			overwrite := beta == 0 && pc == 0
+			for jr := 0; jr < nc; jr += nr {
+				cols := min(nr, nc-jr)
+				for r0 := 0; r0 < full; r0 += period {
+					for ir := r0; ir < min(r0+keep, full); ir += mr {
+						off := ir*ldc + jc + jr
+						if cols == nr {
+							kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite)
+							continue
+						}
+						kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &tile[0], nr, true)
+						addTile(c[off:], ldc, tile, nr, mr, cols, overwrite)
+					}
+				}
+			}
+		}
+	}
+	if full < m {
+		op := gemmOp[float32]{kern: kern, k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.p.data}
+		if need := op.bufLen(full, m, 0, n); len(s.s.buf) < need {
+			s.s.buf = make([]float32, need)
+		}
+		op.runBuf(s.s.buf, full, m, 0, n)
+	}
+}
