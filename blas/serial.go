@@ -96,6 +96,16 @@ func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
 // 0, 0.
 func (b *PackedB32) Runs() (period, keep int) { return b.p.period, b.p.keep }
 
+// RowTile is the rows of the tile SgemmPackedRows computes runs of rows
+// in, with b as its right operand: runs of a multiple of it skip the
+// rows between; 0 when every row is computed.
+func (b *PackedB32) RowTile() int {
+	if b.p.kern.rows == nil || b.p.period != 0 {
+		return 0
+	}
+	return b.p.kern.rowsMR
+}
+
 // packedB is alpha*op(B) (k×n) packed in runBuf's block order; with
 // period > 0 only its rows p with p mod period < keep.
 type packedB[T float32 | float64] struct {

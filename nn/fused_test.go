@@ -376,6 +376,16 @@ func TestSkipGarbage(t *testing.T) {
 		"is an implicit convolution")
 }
 
+// TestRowRuns: implicit convolutions' forward and input-gradient
+// products computing only the real pixels' rows (no garbage rows) give
+// the per-example gradients, losses and sums of the products over all
+// the wide rows bit for bit, on every test network and on examples with
+// non-finite values.
+func TestRowRuns(t *testing.T) {
+	samePlansOnNets(t, 31, func(o *Options) { o.noRowRuns = true }, func(s *stage) bool { return s.implicit },
+		"is an implicit convolution")
+}
+
 // samePlansOnNets runs samePlans on every test network with a stage for
 // which uses holds, between plans with the default options and with alt
 // (planPair, seeded by seed), and fails if no network has such a stage

@@ -71,6 +71,10 @@ type Options struct {
 	// gradient) instead of skipping them (tests and benchmarks compare
 	// the two).
 	noSkipGarbage bool
+	// noRowRuns makes an implicit convolution's forward and
+	// input-gradient products compute their garbage rows too (tests and
+	// benchmarks compare the two).
+	noRowRuns bool
 	// noPoolWindows has a fused 2x2 max pool's backward clear its
 	// producer's map and scatter the maxima one by one instead of
 	// writing whole windows with the vector kernel (tests compare the
