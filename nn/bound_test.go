@@ -3,14 +3,14 @@ package nn
 import (
 	"errors"
 	"fmt"
-	"github.com/dpmf-go/dpmf/blas"
-	gblas "gonum.org/v1/gonum/blas"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/internal/rusage"
+	gblas "gonum.org/v1/gonum/blas"
 )
 
 // TestStepProducts checks the products a step logs against the count the
