@@ -511,6 +511,19 @@ func (p *Plan) markGradWrites() {
 	}
 }
 
+// readers counts the stages that read each activation.
+func (p *Plan) readers() []int {
+	n := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		n[s.src]++
+		if s.kind == kJoin {
+			n[s.skip]++
+		}
+	}
+	return n
+}
+
 // fuseGrads marks the stages whose backward pass writes its input
 // gradient into the producing implicit convolution's bordered map with
 // the activation's derivative applied (what the producer's own backward
@@ -519,14 +532,7 @@ func (p *Plan) markGradWrites() {
 // implicit convolution with an activation actGradTo takes. This saves a
 // write and a read of every such gradient between layers.
 func (p *Plan) fuseGrads() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers := p.readers()
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
@@ -605,14 +611,7 @@ func (p *Plan) exampleMajor() bool {
 // activation's derivative in the backward pass, the non-private path's
 // finiteness scan) read it there (outMap).
 func (p *Plan) fuseOutputs() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers := p.readers()
 	for i := 1; i < len(p.stages); i++ {
 		s, q := &p.stages[i], &p.stages[i-1]
 		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {
