@@ -69,7 +69,7 @@ func BenchmarkTanh(b *testing.B) {
 }
 
 func TestAddAxpy(t *testing.T) {
-	for _, n := range []int{0, 1, 7, 8, 9, 31, 100} {
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 31, 100} {
 		x := make([]float32, n)
 		y := make([]float32, n)
 		for k := range x {
@@ -162,7 +162,7 @@ func TestNormKernels(t *testing.T) {
 		t.Skip("skipped because this machine has no AVX2 kernels to compare with the portable loops")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, C := range []int{4, 6, 16, 64, 131} {
+	for _, C := range []int{4, 6, 8, 16, 24, 64, 131} {
 		const rows = 7
 		n := rows * C
 		x := randVec(rng, n, 3)
@@ -273,7 +273,7 @@ func TestGroupNormLargeMean(t *testing.T) {
 	}
 	out, xh := make([]float32, n), make([]float32, n)
 	rstd := make([]float64, G)
-	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)))
+	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)), normIO{})
 	Cg := C / G
 	for g := range G {
 		m, v := 0.0, 0.0

@@ -55,6 +55,14 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noStride2 runs stride-2 convolutions through im2col (stride2.go;
+	// tests and benchmarks compare the two).
+	noStride2 bool
+	// noFuseNorms runs norms unfused (fuseNorms; tests compare).
+	noFuseNorms bool
+	// noFuseJoins leaves a residual join's gradient in d (fuseJoins;
+	// tests compare).
+	noFuseJoins bool
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
@@ -130,10 +138,11 @@ type stage struct {
 	// (fuseOutputs); xpFilled: that consumer, which then copies nothing.
 	toXp, xpFilled bool
 	// gradToGp: the stage (an implicit convolution or a max pool, the
-	// only reader of its input) writes its input gradient, times the
+	// only reader of its input, fuseGrads; a norm, fuseNorms; a join for
+	// its body, fuseJoins) writes its input gradient, times the
 	// producer's activation derivative, straight into the producer's
-	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
-	// implicit convolution whose gp its reader fills so.
+	// bordered map gp instead of d[src]; gpFilled: an implicit
+	// convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
@@ -155,18 +164,31 @@ type stage struct {
 	// weight (pwr) and flipped weight (pwx, packed from wflip).
 	implicit bool
 	wp2, hp2 int
-	wide     int
-	wideM    int // wide rounded up to implicitRows: the rows the products compute
-	pwr, pwx []blas.PackedB32
-	wflip    []float32
-	// offX and offG are the kernel rows' first floats in the bordered
-	// input and output-gradient maps (kr Wp C and kr Wp fo): where the
-	// forward and input-gradient products' A start (kernelRows).
+	// wq is the pitch of the wide output's rows (and of gp's), in pixels;
+	// gh is gp's rows and gpad its top and left border.
+	wq, gh, gpad int
+	wide         int
+	wideM        int // wide rounded up to implicitRows: the rows the products compute
+	pwr, pwx     []blas.PackedB32
+	wflip        []float32
+	// offX and offG are where each kernel row's windows start in xp (the
+	// forward product's and the weight gradient's A) and, for stride 1,
+	// in gp (the input gradient's A).
 	offX, offG []int
 	// recompute: the per-example weight gradient is computed twice in
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
 	panel     int
+
+	// normTo: a norm whose only reader is implicit convolution normTo
+	// writes its output straight into that convolution's bordered map
+	// (xpFilled), never into its activation (fuseNorms).
+	normTo int
+	// skipToGp: a join writes its gradient, times the producer's
+	// activation derivative, straight into the bordered output gradient
+	// of the implicit convolution that made its shortcut activation (its
+	// body's: gradToGp), instead of into d (fuseJoins).
+	skipToGp bool
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -285,6 +307,12 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if !opt.noFuseGrads {
 		p.fuseGrads()
 	}
+	if !opt.noFuseNorms {
+		p.fuseNorms()
+	}
+	if !opt.noFuseJoins {
+		p.fuseJoins()
+	}
 	if !opt.noFuseOutputs {
 		p.fuseOutputs()
 	}
@@ -359,7 +387,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
-				s.setImplicit()
+				s.setImplicit(!p.opt.noStride2)
 			}
 			if !p.opt.noRecompute {
 				s.setRecompute(p.opt.panelRows)
@@ -482,7 +510,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideLen())
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -511,19 +539,6 @@ func (p *Plan) markGradWrites() {
 	}
 }
 
-// readers counts the stages that read each activation.
-func (p *Plan) readers() []int {
-	n := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		n[s.src]++
-		if s.kind == kJoin {
-			n[s.skip]++
-		}
-	}
-	return n
-}
-
 // fuseGrads marks the stages whose backward pass writes its input
 // gradient into the producing implicit convolution's bordered map with
 // the activation's derivative applied (what the producer's own backward
@@ -532,7 +547,7 @@ func (p *Plan) readers() []int {
 // implicit convolution with an activation actGradTo takes. This saves a
 // write and a read of every such gradient between layers.
 func (p *Plan) fuseGrads() {
-	readers := p.readers()
+	readers, _ := p.readers()
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
@@ -611,7 +626,7 @@ func (p *Plan) exampleMajor() bool {
 // activation's derivative in the backward pass, the non-private path's
 // finiteness scan) read it there (outMap).
 func (p *Plan) fuseOutputs() {
-	readers := p.readers()
+	readers, _ := p.readers()
 	for i := 1; i < len(p.stages); i++ {
 		s, q := &p.stages[i], &p.stages[i-1]
 		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {
@@ -733,7 +748,7 @@ func (p *Plan) newWorker() *worker {
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
@@ -1134,7 +1149,7 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col, p.normIO(w, s, j))
 			}
 			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
@@ -1225,8 +1240,14 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 		}
 		switch s.kind {
 		case kJoin:
-			copy(din[:m*isz], dout[:m*osz])
-			if s.skip > 0 {
+			if s.gradToGp {
+				p.gradIntoGp(w, s.src-1, m, dout)
+			} else {
+				copy(din[:m*isz], dout[:m*osz])
+			}
+			if s.skipToGp {
+				p.gradIntoGp(w, s.skip-1, m, dout)
+			} else if s.skip > 0 {
 				if s.addSkip {
 					add(w.d[s.skip][:m*osz], dout[:m*osz])
 				} else {
@@ -1309,7 +1330,7 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 				if s.src > 0 {
 					dx = din[j*isz : (j+1)*isz]
 				}
-				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col, p.normIO(w, s, j))
 			}
 			if s.src == 0 {
 				continue

@@ -67,11 +67,18 @@ func add(y, x []float32) {
 //go:noescape
 func addToAVX2(z, x, y *float32, n int)
 
+//go:noescape
+func addToAVX512(z, x, y *float32, n int)
+
 // addTo sets z = x + y (len(x), len(y) >= len(z)).
 func addTo(z, x, y []float32) {
 	x, y = x[:len(z)], y[:len(z)]
 	n := 0
-	if hasAVX2FMA {
+	if hasAVX512 {
+		if n = len(z) &^ 15; n > 0 {
+			addToAVX512(&z[0], &x[0], &y[0], n)
+		}
+	} else if hasAVX2FMA {
 		if n = len(z) &^ 7; n > 0 {
 			addToAVX2(&z[0], &x[0], &y[0], n)
 		}
@@ -127,6 +134,18 @@ func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu i
 func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 
 //go:noescape
+func chanStatsAVX512(x *float32, rows, c, c8 int, shift, s1, s2 *float64)
+
+//go:noescape
+func normApplyAVX512(in, out, xh *float32, rows, c, c8 int, mean, r *float64, gamma, beta *float32, relu int)
+
+//go:noescape
+func normSumsAVX512(dy, act, xh *float32, rows, c, c8 int, sa, sb *float64, relu int)
+
+//go:noescape
+func normDxAVX512(dy, xh, dx *float32, rows, c, c8 int, a, b, e *float64)
+
+//go:noescape
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
@@ -141,6 +160,10 @@ func (acc *sumsqLanes) add(v []float32) {
 	}
 	acc.addGo(v)
 }
+
+// wide512 reports whether the norm kernels take all C channels 8 at a
+// time with AVX-512 (the AVX2 kernels' operations on twice the lanes).
+func wide512(C int) bool { return hasAVX512 && C%8 == 0 }
 
 // vecChannels is how many of C channels the AVX2 norm kernels take (a
 // multiple of 4), 0 without AVX2 or with fewer than 4.
@@ -157,6 +180,10 @@ func chanStats(x []float32, C int, shift, s1, s2 []float64) {
 	c4 := vecChannels(C)
 	if c4 > 0 && len(x) > 0 {
 		_, _, _ = shift[C-1], s1[C-1], s2[C-1]
+		if wide512(C) {
+			chanStatsAVX512(&x[0], len(x)/C, C, c4, &shift[0], &s1[0], &s2[0])
+			return
+		}
 		chanStatsAVX2(&x[0], len(x)/C, C, c4, &shift[0], &s1[0], &s2[0])
 	}
 	chanStatsGo(x, C, c4, shift, s1, s2)
@@ -172,6 +199,10 @@ func normApply(in, out, xh []float32, C int, mean, r []float64, gamma, beta []fl
 		f := 0
 		if relu {
 			f = 1
+		}
+		if wide512(C) {
+			normApplyAVX512(&in[0], &out[0], &xh[0], len(in)/C, C, c4, &mean[0], &r[0], &gamma[0], &beta[0], f)
+			return
 		}
 		normApplyAVX2(&in[0], &out[0], &xh[0], len(in)/C, C, c4, &mean[0], &r[0], &gamma[0], &beta[0], f)
 	}
@@ -190,6 +221,10 @@ func normSums(dy, act, xh []float32, C int, sa, sb []float64) {
 			_ = act[len(dy)-1]
 			a, f = &act[0], 1
 		}
+		if wide512(C) {
+			normSumsAVX512(&dy[0], a, &xh[0], len(dy)/C, C, c4, &sa[0], &sb[0], f)
+			return
+		}
 		normSumsAVX2(&dy[0], a, &xh[0], len(dy)/C, C, c4, &sa[0], &sb[0], f)
 	}
 	normSumsGo(dy, act, xh, C, c4, sa, sb)
@@ -202,6 +237,10 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 	if c4 > 0 && len(dy) > 0 {
 		_, _ = xh[len(dy)-1], dx[len(dy)-1]
 		_, _, _ = a[C-1], b[C-1], e[C-1]
+		if wide512(C) {
+			normDxAVX512(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
+			return
+		}
 		normDxAVX2(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
 	}
 	normDxGo(dy, xh, dx, C, c4, a, b, e)

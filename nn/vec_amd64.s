@@ -404,6 +404,132 @@ relustart:
 	VZEROUPPER
 	RET
 
+// The norm kernels 8 channels at a time with AVX-512 (c a multiple of 8):
+// the AVX2 kernels' operations on twice the lanes, so the same values.
+#define NEXTCH8(loop) ADDQ $8, AX; CMPQ AX, R10; JLT loop
+
+// func chanStatsAVX512(x *float32, rows, c, c8 int, shift, s1, s2 *float64)
+TEXT ·chanStatsAVX512(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	ROWS(rows+8(FP), c+16(FP), c8+24(FP))
+	MOVQ shift+32(FP), R11
+	MOVQ s1+40(FP), R12
+	MOVQ s2+48(FP), R13
+stats8row:
+	XORQ AX, AX
+stats8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VSUBPD (R11)(AX*8), Z0, Z0
+	VADDPD (R12)(AX*8), Z0, Z1
+	VMOVUPD Z1, (R12)(AX*8)
+	VMULPD Z0, Z0, Z2
+	VADDPD (R13)(AX*8), Z2, Z2
+	VMOVUPD Z2, (R13)(AX*8)
+	NEXTCH8(stats8ch)
+	ADDQ R9, SI
+	NEXTROW(stats8row)
+
+// func normApplyAVX512(in, out, xh *float32, rows, c, c8 int, mean, r *float64, gamma, beta *float32, relu int)
+TEXT ·normApplyAVX512(SB), NOSPLIT, $0-88
+	PTRS3(in+0(FP), out+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ mean+48(FP), R11
+	MOVQ r+56(FP), R12
+	MOVQ gamma+64(FP), R13
+	MOVQ beta+72(FP), R14
+	MOVQ relu+80(FP), BX
+	VXORPS Y7, Y7, Y7
+apply8row:
+	XORQ AX, AX
+apply8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VSUBPD (R11)(AX*8), Z0, Z0
+	VMULPD (R12)(AX*8), Z0, Z0
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, (DX)(AX*4)
+	VMULPS (R13)(AX*4), Y0, Y1
+	VADDPS (R14)(AX*4), Y1, Y1
+	TESTQ BX, BX
+	JZ apply8store
+	VMAXPS Y1, Y7, Y1               // 0 > o ? 0 : o (NaN and -0 kept)
+	VADDPS Y7, Y1, Y1               // -0 + 0 = +0
+apply8store:
+	VMOVUPS Y1, (DI)(AX*4)
+	NEXTCH8(apply8ch)
+	NEXT3
+	NEXTROW(apply8row)
+
+// func normSumsAVX512(dy, act, xh *float32, rows, c, c8 int, sa, sb *float64, relu int)
+TEXT ·normSumsAVX512(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), act+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ sa+48(FP), R11
+	MOVQ sb+56(FP), R12
+	MOVQ relu+64(FP), BX
+	VXORPS Y7, Y7, Y7
+sums8row:
+	XORQ AX, AX
+sums8ch:
+	VMOVUPS (SI)(AX*4), Y0
+	TESTQ BX, BX
+	JZ sums8nomask
+	VMOVUPS (DI)(AX*4), Y1
+	VCMPPS $0x1e, Y7, Y1, Y2        // act > 0 (false for NaN)
+	VANDPS Y2, Y0, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+sums8nomask:
+	VCVTPS2PD Y0, Z0
+	VCVTPS2PD (DX)(AX*4), Z1
+	VMOVUPD (R11)(AX*8), Z2
+	VFMADD231PD Z1, Z0, Z2
+	VMOVUPD Z2, (R11)(AX*8)
+	VADDPD (R12)(AX*8), Z0, Z3
+	VMOVUPD Z3, (R12)(AX*8)
+	NEXTCH8(sums8ch)
+	NEXT3
+	NEXTROW(sums8row)
+
+// func normDxAVX512(dy, xh, dx *float32, rows, c, c8 int, a, b, e *float64)
+TEXT ·normDxAVX512(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), dx+16(FP), xh+8(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ a+48(FP), R11
+	MOVQ b+56(FP), R12
+	MOVQ e+64(FP), R13
+dx8row:
+	XORQ AX, AX
+dx8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VCVTPS2PD (DX)(AX*4), Z1
+	VMULPD (R11)(AX*8), Z0, Z0
+	VMULPD (R12)(AX*8), Z1, Z1
+	VADDPD Z1, Z0, Z0
+	VADDPD (R13)(AX*8), Z0, Z0
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	NEXTCH8(dx8ch)
+	NEXT3
+	NEXTROW(dx8row)
+
+// func addToAVX512(z, x, y *float32, n int)
+// z[k] = x[k] + y[k] for k < n, n a positive multiple of 16.
+TEXT ·addToAVX512(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+addto16loop:
+	VMOVUPS (SI), Z0
+	VADDPS (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	SUBQ $16, CX
+	JNZ addto16loop
+	VZEROUPPER
+	RET
+
 // func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
 // A 2x2 max pool's backward for one row of ow output pixels of c
 // channels (c a positive multiple of 8, ow > 0), written as whole
