@@ -779,6 +779,38 @@ func TestExampleMajor(t *testing.T) {
 				t.Fatalf("example-major section of %d stages, %d floats of per-example gradients for %d", p.major, len(p.workers[0].ex), p.exLen)
 			}
 			testPlanSwitch(t, name, func(o *Options) { o.noExampleMajor = true })
+			// The norms and L-inf norms the clipper sees, bit for bit.
+			const n = 5
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(29, uint64(major)))
+			params := randParams(rng, b.n)
+			x, y := b.batch(rng, n, shapes[len(shapes)-1].C)
+			x[2*b.net.Input.Size()+3] = float32(math.NaN())
+			seen := func(noMajor bool) [][]float64 {
+				p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, noExampleMajor: noMajor})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cl := &linfClipper{testClipper: testClipper{sq: make([][]float64, n)}, linf: make([]float64, n)}
+				if _, err := p.Step(x, y, make([]float32, b.n), cl); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range cl.linf {
+					cl.sq[i] = append(cl.sq[i], v)
+				}
+				return cl.sq
+			}
+			got, want := seen(false), seen(true)
+			for i := range n {
+				for a := range want[i] {
+					if !sameFloat(got[i][a], want[i][a]) {
+						t.Errorf("example %d norm %d: %v, layer by layer %v", i, a, got[i][a], want[i][a])
+					}
+				}
+			}
 		})
 	}
 }

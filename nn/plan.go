@@ -635,14 +635,7 @@ func (p *Plan) exampleMajor() bool {
 // activation's derivative in the backward pass, the non-private path's
 // finiteness scan) read it there (outMap).
 func (p *Plan) fuseOutputs() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, _ := p.readers()
 	for i := 1; i < len(p.stages); i++ {
 		s, q := &p.stages[i], &p.stages[i-1]
 		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {
