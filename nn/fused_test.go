@@ -363,24 +363,52 @@ func TestBiasActTo(t *testing.T) {
 // per-example gradients, losses and sums of the unfused passes bit for
 // bit, on every test network and on examples with non-finite values.
 func TestFusedGrads(t *testing.T) {
-	fused := 0
+	samePlansOnNets(t, 17, func(o *Options) { o.noFuseGrads = true }, func(s *stage) bool { return s.gradToGp },
+		"writes an input gradient into its producer's bordered map")
+}
+
+// TestSkipGarbage: implicit convolutions' per-example weight gradients
+// summed without the garbage columns give the per-example gradients,
+// losses and sums of the sums over them bit for bit, on every test
+// network and on examples with non-finite values.
+func TestSkipGarbage(t *testing.T) {
+	samePlansOnNets(t, 29, func(o *Options) { o.noSkipGarbage = true }, func(s *stage) bool { return s.implicit },
+		"is an implicit convolution")
+}
+
+// TestRowRuns: implicit convolutions' forward and input-gradient
+// products computing only the real pixels' rows (no garbage rows) give
+// the per-example gradients, losses and sums of the products over all
+// the wide rows bit for bit, on every test network and on examples with
+// non-finite values.
+func TestRowRuns(t *testing.T) {
+	samePlansOnNets(t, 31, func(o *Options) { o.noRowRuns = true }, func(s *stage) bool { return s.implicit },
+		"is an implicit convolution")
+}
+
+// samePlansOnNets runs samePlans on every test network with a stage for
+// which uses holds, between plans with the default options and with alt
+// (planPair, seeded by seed), and fails if no network has such a stage
+// (what describes it).
+func samePlansOnNets(t *testing.T, seed uint64, alt func(*Options), uses func(*stage) bool, what string) {
+	some := 0
 	for name, b := range testNets() {
 		t.Run(name, func(t *testing.T) {
 			const n = 5
-			fp, ref, rng, classes := planPair(t, b, 17, len(name), n, func(o *Options) { o.noFuseGrads = true })
-			some := false
-			for _, s := range fp.stages {
-				some = some || s.gradToGp
+			fp, ref, rng, classes := planPair(t, b, seed, len(name), n, alt)
+			found := false
+			for i := range fp.stages {
+				found = found || uses(&fp.stages[i])
 			}
-			if !some {
-				t.Skip("no stage of this test network writes into its producer's bordered map")
+			if !found {
+				t.Skip("no stage of this test network " + what)
 			}
-			fused++
+			some++
 			samePlans(t, fp, ref, b, rng, n, classes)
 		})
 	}
-	if fused == 0 {
-		t.Error("no test network fuses an input gradient")
+	if some == 0 {
+		t.Error("no stage of any test network " + what)
 	}
 }
 

@@ -66,6 +66,15 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noSkipGarbage makes an implicit convolution's per-example weight
+	// gradient sum over its garbage columns too (zeros in the output
+	// gradient) instead of skipping them (tests and benchmarks compare
+	// the two).
+	noSkipGarbage bool
+	// noRowRuns makes an implicit convolution's forward and
+	// input-gradient products compute their garbage rows too (tests and
+	// benchmarks compare the two).
+	noRowRuns bool
 	// noPoolWindows has a fused 2x2 max pool's backward clear its
 	// producer's map and scatter the maxima one by one instead of
 	// writing whole windows with the vector kernel (tests compare the
