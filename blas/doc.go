@@ -16,6 +16,12 @@
 // purego tag, use the portable kernel. Large products are split across
 // GOMAXPROCS goroutines; products of a few hundred flops go to gonum.
 //
+// For the implicit convolutions of package nn, Serial32 also makes
+// products whose A has overlapping rows (SgemmOverlapA), whose sum over k
+// skips periodic steps (PackB32Runs) and which compute only periodic runs
+// of rows (SgemmPackedRows, on an 8-row AVX-512 tile): the garbage columns
+// and rows of a wide map are skipped with the bits of the whole product.
+//
 // The functions follow gonum's row-major BLAS conventions
 // (gonum.org/v1/gonum/blas/gonum) exactly, including the panics on invalid
 // arguments, so that Implementation can stand in for gonum's native BLAS.

@@ -1,6 +1,6 @@
 package nn
 
-// WithGarbage makes implicit convolutions' weight gradients sum over
-// their garbage columns (Options.noSkipGarbage), for the external
+// WithGarbage makes implicit convolutions compute their garbage columns
+// and rows too (Options.noSkipGarbage, noRowRuns), for the external
 // benchmarks.
-func WithGarbage(o *Options) { o.noSkipGarbage = true }
+func WithGarbage(o *Options) { o.noSkipGarbage, o.noRowRuns = true, true }

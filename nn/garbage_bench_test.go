@@ -27,8 +27,9 @@ func (normClipper) Scale(_ int, sq []float64, _ float64, f []float64) {
 }
 
 // BenchmarkSkipGarbage is the private step of the CIFAR CNN and of
-// WRN-16-4 with the implicit convolutions' weight gradients skipping
-// their garbage columns and summing over them (nn.WithGarbage), the two
+// WRN-16-4 with the implicit convolutions skipping their garbage (the
+// weight gradients' columns, the forward and input-gradient products'
+// rows) and computing it (nn.WithGarbage), the two
 // plans alternated step by step in one process, so that the load of a
 // shared machine falls on both alike: examples per CPU second of each
 // (the CPU of both workers), and their ratio.
