@@ -63,6 +63,10 @@ type Options struct {
 	noRecompute bool
 	// panelRows overrides the recomputed gradients' panel rows (tests).
 	panelRows int
+	// noGhost keeps every convolution's norm from its per-example
+	// gradient (tests and benchmarks compare with ghost norms,
+	// recompute.go).
+	noGhost bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -145,6 +149,9 @@ type stage struct {
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
 	panel     int
+	// ghost: the per-example norm is a ghost norm and the clipped sum one
+	// product over the chunk (recompute.go).
+	ghost bool
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -231,6 +238,12 @@ type worker struct {
 	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
+	// ghost norms (recompute.go): the Gram matrices, U's columns and G
+	// widened, and per example and affine layer the weight factor's
+	// reduction e/Y.
+	gemm64         blas.Serial64
+	gx, gg, ud, gd []float64
+	gr             []float64
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
 }
@@ -332,7 +345,10 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			if !p.opt.noImplicit {
 				s.setImplicit()
 			}
-			if !p.opt.noRecompute {
+			if !p.opt.noGhost {
+				s.setGhost(p.opt.LInf)
+			}
+			if !p.opt.noRecompute && !s.ghost {
 				s.setRecompute(p.opt.panelRows)
 			}
 			s.perm = make([]int32, s.fi)
@@ -614,6 +630,13 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.ghost {
+				w.gx = make([]float64, max(len(w.gx), s.P*s.P))
+				w.gg = make([]float64, max(len(w.gg), s.P*s.P))
+				w.ud = make([]float64, max(len(w.ud), s.P*min(s.fi, ghostBlock)))
+				w.gd = make([]float64, max(len(w.gd), s.P*s.fo))
+				w.gr = make([]float64, C*p.naff)
+			}
 			if s.recompute {
 				w.gpks = make([]blas.PackedB32, C)
 				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
@@ -1385,8 +1408,8 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 		if s.kind != kConv && s.kind != kNorm {
 			continue
 		}
-		if s.recompute {
-			continue // addRecomputed, after the chunk's norms
+		if s.recompute || s.ghost {
+			continue // addRecomputed, addGhost, after the chunk's norms
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
@@ -1400,6 +1423,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 	if p.capture == nil {
 		p.addRecomputed(w, m)
+		p.addGhost(w, m)
 	}
 }
 
@@ -1413,6 +1437,10 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 	for j := range m {
 		U, G := w.affineIO(s, i, j)
 		M := p.exGrad(w, s, j)
+		if s.ghost && p.capture == nil {
+			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, U, G, M[s.fi*s.fo:])
+			continue
+		}
 		if s.recompute && p.capture == nil {
 			var l float64
 			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])

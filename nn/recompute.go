@@ -1,6 +1,8 @@
 package nn
 
 import (
+	"math"
+
 	gblas "gonum.org/v1/gonum/blas"
 
 	"github.com/dpmf-go/dpmf/blas"
@@ -121,4 +123,166 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 		w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpk, 0, pan, s.fo)
 		use(r0, pan)
 	}
+}
+
+// Ghost norms for convolutions. An im2col convolution's per-example
+// weight gradient U_iᵀ G_i (U_i: P x fi, G_i: P x fo) has the squared
+// norm ⟨U_i U_iᵀ, G_i G_iᵀ⟩ (the ghost norm, Li et al. 2021): two P x P
+// Gram matrices, P²(fi+fo) multiply-adds in float64, instead of the
+// product's P fi fo. With few output pixels and wide layers (WRN-16-4's
+// 8x8x256 layers: P = 64, fi = 2304, fo = 256) that is a quarter of it.
+// The clipped sum is then one product over the chunk's examples,
+// Uᵀ (diag(f) G) (Bu et al. 2022), accumulated into the sum, instead of
+// each example's gradient computed, scaled and added.
+//
+// The bound (docs/math.md §9.4). The gradient added is no longer the
+// vector whose norm was taken: it is U_iᵀ G'_i with G'_i = F G_i rounded
+// entry by entry (F the float32 factor), which differs from F U_iᵀ G_i by
+// U_iᵀ E with |E| <= 2^-24 F|G_i| entrywise (and up to 2^-150 more an
+// entry where F G_i is subnormal: G' is not flushed, so F = 1 leaves G
+// exact). Under cancellation (U_iᵀ G_i a sum of nearly opposite terms)
+// ‖U_iᵀ E‖ is not small against ‖U_iᵀ G_i‖, only against ‖U_i‖‖G_i‖;
+// and the float64 Gram matrices are exact only to (fi+fo+P²) 2^-53 of
+// ⟨|U_i||U_i|ᵀ, |G_i||G_i|ᵀ⟩ <= ‖U_i‖²‖G_i‖² = B. So the norm the clipper
+// sees is the bound
+//
+//	Y = sqrt(max(S, 0) + a B) + 2^-23 sqrt(B),  a = 2(fi+fo+P²+P(fi+fo)+8) 2^-53,
+//
+// with S the float64 ghost sum and B from the Gram matrices' traces:
+// ‖U_iᵀ G_i‖ + 2^-24‖U_i‖‖G_i‖ <= Y in every case (a covers the traces'
+// rounding too). The subnormal part, at most e = 2^-149 sqrt(P fo)‖U_i‖,
+// is absolute: the weight is scaled by F = Factor32(max(0, f - e/Y))
+// instead of f, so that F(1+2^-24)Y + e <= f(1+2^-24)Y. Then the
+// contribution has norm at most f(1+2^-24)^2 times sqrt(Y² + ‖bias‖²),
+// the norm reported: Clipper.Scale's bound, covered by the clip factor's
+// 2^-20 margin. For ordinary values e/Y is below 2^-100 and F = f; the
+// norm exceeds the ghost norm by a relative 2^-23 sqrt(B/S) (about 2^-20
+// for P = 64 uncorrelated pixels): a slightly smaller contribution.
+// Terms of the product cannot overflow: each entry of U_iᵀ|G'_i| is at
+// most ‖U_i‖‖G'_i‖ <= 2^23 (1+2^-20) f Y <= 2^24 ζ, and ζ times the
+// number of examples stays below 10^30 (§9.4).
+
+// ghostPays reports whether an im2col convolution's per-example norm is
+// cheaper as a ghost norm: two Gram matrices in float64 (about twice a
+// float32 multiply-add each) against one product of the per-example
+// gradient (what the stored or recomputed norm costs besides the sum).
+func ghostPays(P, fi, fo int) bool { return 2*P*(fi+fo) < fi*fo }
+
+// ghostBlock is the columns of U widened to float64 at a time for its
+// Gram matrix (P x ghostBlock float64: 128 KiB at P = 64).
+const ghostBlock = 256
+
+// setGhost decides whether a convolution stage takes ghost norms
+// (im2col, without an L-inf norm, which a ghost norm does not give).
+func (s *stage) setGhost(linf bool) {
+	if s.kind != kConv || s.implicit || linf || !ghostPays(s.P, s.fi, s.fo) {
+		return
+	}
+	s.ghost = true
+}
+
+// ghostNorm returns the squared norm bound of the example's weight
+// gradient Uᵀ G and bias gradient (written into bias, as the stored path
+// does), Y² + ‖bias‖², and the ratio e/Y by which the weight's factor is
+// lowered (see above).
+func (p *Plan) ghostNorm(w *worker, s *stage, U, G, bias []float32) (sq, ratio float64) {
+	P, fi, fo := s.P, s.fi, s.fo
+	gx, gg := w.gx[:P*P], w.gg[:P*P]
+	for k0 := 0; k0 < fi; k0 += ghostBlock {
+		kc := min(ghostBlock, fi-k0)
+		ud := w.ud[:P*kc]
+		for r := range P {
+			widenTo(ud[r*kc:(r+1)*kc], U[r*fi+k0:r*fi+k0+kc])
+		}
+		beta := 1.0
+		if k0 == 0 {
+			beta = 0
+		}
+		w.dgemm(gblas.NoTrans, gblas.Trans, P, P, kc, 1, ud, kc, ud, kc, beta, gx, P)
+	}
+	gd := w.gd[:P*fo]
+	widenTo(gd, G[:P*fo])
+	w.dgemm(gblas.NoTrans, gblas.Trans, P, P, fo, 1, gd, fo, gd, fo, 0, gg, P)
+	S, tu, tg := 0.0, 0.0, 0.0
+	for k, v := range gx {
+		S += v * gg[k]
+	}
+	for r := range P {
+		tu += gx[r*P+r]
+		tg += gg[r*P+r]
+	}
+	B := tu * tg
+	a := float64(2*(fi+fo+P*P+P*(fi+fo)+8)) * 0x1p-53
+	Y := math.Sqrt(max(S, 0)+a*B) + 0x1p-23*math.Sqrt(B)
+	e := 0x1p-149 * math.Sqrt(float64(P*fo)*tu)
+	if e > 0 {
+		ratio = e / Y // +Inf when Y = 0: G is zero, and so is its contribution
+	}
+	sq = Y * Y
+	if len(bias) > 0 {
+		colSums(G, fo, w.col)
+		for k, v := range w.col[:fo] {
+			bias[k] = float32(v)
+		}
+		sq += sumsq64(bias)
+	}
+	return sq, ratio // NaN or Inf when U or G is not finite
+}
+
+// widenTo writes v into d as float64.
+func widenTo(d []float64, v []float32) {
+	d = d[:len(v)]
+	for k, x := range v {
+		d[k] = float64(x)
+	}
+}
+
+// addGhost adds the chunk's m examples' clipped gradients of the ghost
+// convolutions: each kept example's output-gradient rows scaled by its
+// weight factor (rounded to nearest, not flushed: see above), a dropped
+// example's rows and inputs zeroed (0*Inf is NaN), then one product
+// Uᵀ G' over the chunk into the sum; the stored bias gradients scaled by
+// MulDown and added in order.
+func (p *Plan) addGhost(w *worker, m int) {
+	for i := range p.stages {
+		s := &p.stages[i]
+		if !s.ghost {
+			continue
+		}
+		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
+		for j := range m {
+			U, G := w.affineIO(s, i, j)
+			f, ok := p.factor(w, j, s.aff)
+			if !ok {
+				clear(U)
+				clear(G)
+				continue
+			}
+			ghostScale(G, f, w.gr[j*p.naff+s.aff])
+			if s.b.Len > 0 {
+				addScaledDown(accB, p.exGrad(w, s, j)[s.w.Len:], f)
+			}
+		}
+		rows := m * s.P
+		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, w.u[i][:rows*s.fi], s.fi, w.d[i+1][:rows*s.fo], s.fo, 1, w.acc[s.w.Offset:s.w.Offset+s.w.Len], s.fo)
+	}
+}
+
+// ghostScale scales an example's output-gradient rows G in place for a
+// ghost convolution whose clip factor is f and factor reduction ratio
+// (ghostNorm's e/Y): by F = Factor32(max(0, f - ratio)), each product
+// rounded to nearest, not flushed (F = 1 leaves G exact).
+func ghostScale(G []float32, f, ratio float64) {
+	F := Factor32(max(0, f-ratio))
+	for k, v := range G {
+		G[k] = F * v
+	}
+}
+
+// dgemm is the worker's float64 product, logged while a log is attached.
+func (w *worker) dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if w.log != nil {
+		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true})
+	}
+	w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
