@@ -56,7 +56,7 @@ func TestGhostBound(t *testing.T) {
 				G[p*fo+j] = float32(sg * v)
 			}
 		}
-		sq, ratio := (&Plan{}).ghostNorm(w, s, U, G, nil)
+		sq, ratio := (&Plan{}).ghostNorm(w, s, nil, U, G, nil)
 		if kind == 0 {
 			want := exactNormSq(U, G, P, fi, fo)
 			if math.Abs(sq-want) > 1e-5*want {
@@ -100,15 +100,57 @@ func exactNormSq(U, G []float32, P, fi, fo int) float64 {
 	return v
 }
 
-// ghostNet is a network whose two convolutions take ghost norms: 16 and
-// 4 output pixels, im2col, wide enough for the Gram matrices to pay.
+// ghostNet is a network whose two convolutions take ghost norms, 16 and
+// 4 output pixels, im2col: a stride-1 'same' one (U Uᵀ from the input
+// map's Gram matrix) and a strided one (from U's columns).
 func ghostNet() *builder {
-	b := &builder{net: Network{Input: Shape{8, 6, 6}}}
-	b.conv(8, 64, 3, 1, 0, ReLU)
-	b.conv(64, 16, 2, 2, 0, Tanh)
+	b := &builder{net: Network{Input: Shape{16, 4, 4}}}
+	b.conv(16, 96, 3, 1, 1, ReLU)
+	b.conv(96, 32, 3, 2, 1, Tanh)
 	b.net.Layers = append(b.net.Layers, Flatten{})
-	b.dense(64, 3, Identity)
+	b.dense(128, 3, Identity)
 	return b
+}
+
+// TestMapGram: a stride-1 convolution's U Uᵀ from its input map's Gram
+// matrix equals, within float64 rounding, the one of its im2col rows, for
+// kernels 1 to 4, paddings 0 to 2 and maps where some offsets fall
+// outside entirely.
+func TestMapGram(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	for _, c := range []struct{ C, H, W, k, pad int }{
+		{3, 5, 4, 3, 1}, {2, 4, 4, 1, 0}, {4, 6, 5, 2, 0}, {2, 3, 3, 3, 2}, {5, 2, 3, 4, 2}, {1, 1, 1, 3, 1},
+	} {
+		b := &builder{net: Network{Input: Shape{c.C, c.H, c.W}}}
+		b.conv(c.C, 2, c.k, 1, c.pad, Identity)
+		b.net.Layers = append(b.net.Layers, Flatten{})
+		p, err := NewPlan(b.net, randParams(rng, b.n), Options{MaxBatch: 1, noImplicit: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &p.stages[0]
+		X := make([]float32, s.in.Size())
+		for k := range X {
+			X[k] = float32(rng.NormFloat64())
+		}
+		U := make([]float32, s.P*s.fi)
+		s.im2col(X, U)
+		ud, xg := s.ghostLen()
+		w := &worker{ud: make([]float64, ud), xg: make([]float64, xg)}
+		got := make([]float64, s.P*s.P)
+		w.mapGram(s, X, got)
+		for a := range s.P {
+			for o := range s.P {
+				want := 0.0
+				for k := range s.fi {
+					want += float64(U[a*s.fi+k]) * float64(U[o*s.fi+k])
+				}
+				if math.Abs(got[a*s.P+o]-want) > 1e-12*(1+math.Abs(want)) {
+					t.Fatalf("%+v: (U Uᵀ)[%d,%d] = %v, im2col rows give %v", c, a, o, got[a*s.P+o], want)
+				}
+			}
+		}
+	}
 }
 
 // TestGhostNorms: a network of ghost-norm convolutions gives the squared

@@ -242,7 +242,7 @@ type worker struct {
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
 	gemm64         blas.Serial64
-	gx, gg, ud, gd []float64
+	gx, gg, ud, gd, xg []float64
 	gr             []float64
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
@@ -633,7 +633,9 @@ func (p *Plan) newWorker() *worker {
 			if s.ghost {
 				w.gx = make([]float64, max(len(w.gx), s.P*s.P))
 				w.gg = make([]float64, max(len(w.gg), s.P*s.P))
-				w.ud = make([]float64, max(len(w.ud), s.P*min(s.fi, ghostBlock)))
+				ud, xg := s.ghostLen()
+				w.ud = make([]float64, max(len(w.ud), ud))
+				w.xg = make([]float64, max(len(w.xg), xg))
 				w.gd = make([]float64, max(len(w.gd), s.P*s.fo))
 				w.gr = make([]float64, C*p.naff)
 			}
@@ -1438,7 +1440,8 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 		U, G := w.affineIO(s, i, j)
 		M := p.exGrad(w, s, j)
 		if s.ghost && p.capture == nil {
-			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, U, G, M[s.fi*s.fo:])
+			X := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
+			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, X, U, G, M[s.fi*s.fo:])
 			continue
 		}
 		if s.recompute && p.capture == nil {

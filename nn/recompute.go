@@ -162,11 +162,28 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 // most ‖U_i‖‖G'_i‖ <= 2^23 (1+2^-20) f Y <= 2^24 ζ, and ζ times the
 // number of examples stays below 10^30 (§9.4).
 
-// ghostPays reports whether an im2col convolution's per-example norm is
-// cheaper as a ghost norm: two Gram matrices in float64 (about twice a
-// float32 multiply-add each) against one product of the per-example
-// gradient (what the stored or recomputed norm costs besides the sum).
-func ghostPays(P, fi, fo int) bool { return 2*P*(fi+fo) < fi*fo }
+// A stride-1 convolution's U U^T comes from the input map's Gram matrix
+// instead (im2col rows are shifted copies of the map's pixels): with X
+// the example's input (n = H W pixels of C channels, NHWC) and Xg = X Xᵀ,
+// (U Uᵀ)_{o,o'} = Σ_δ Xg[o+δ, o'+δ] over the kernel's offsets δ that fall
+// inside the map for both (the others read padding zeros): n²C + P²k²
+// instead of P² k²C (a ninth at 8x8 with 3x3 kernels). It is the same sum
+// of the same products, grouped by offset, so the bound below holds as
+// written (a counts the k² partial sums).
+
+// ghostPays reports whether a convolution's per-example norm is cheaper as
+// a ghost norm: the two Gram matrices in float64 (at these shapes about
+// four times a float32 product's multiply-add, measured) against one
+// product of the per-example gradient (what the stored or recomputed norm
+// costs besides the sum).
+func (s *stage) ghostPays() bool {
+	gram := s.P * s.P * (s.fi + s.fo)
+	if s.stride == 1 {
+		n := s.in.H * s.in.W
+		gram = n*n*s.in.C + s.P*s.P*(s.fo+s.k*s.k)
+	}
+	return 4*gram < s.P*s.fi*s.fo
+}
 
 // ghostBlock is the columns of U widened to float64 at a time for its
 // Gram matrix (P x ghostBlock float64: 128 KiB at P = 64).
@@ -175,20 +192,33 @@ const ghostBlock = 256
 // setGhost decides whether a convolution stage takes ghost norms
 // (im2col, without an L-inf norm, which a ghost norm does not give).
 func (s *stage) setGhost(linf bool) {
-	if s.kind != kConv || s.implicit || linf || !ghostPays(s.P, s.fi, s.fo) {
+	if s.kind != kConv || s.implicit || linf || !s.ghostPays() {
 		return
 	}
 	s.ghost = true
+}
+
+// ghostLen is the float64 scratch a ghost stage needs: the widened
+// columns of U or the input map, and the map's Gram matrix.
+func (s *stage) ghostLen() (ud, xg int) {
+	if s.stride == 1 {
+		n := s.in.H * s.in.W
+		return n * s.in.C, n * n
+	}
+	return s.P * min(s.fi, ghostBlock), 0
 }
 
 // ghostNorm returns the squared norm bound of the example's weight
 // gradient Uᵀ G and bias gradient (written into bias, as the stored path
 // does), Y² + ‖bias‖², and the ratio e/Y by which the weight's factor is
 // lowered (see above).
-func (p *Plan) ghostNorm(w *worker, s *stage, U, G, bias []float32) (sq, ratio float64) {
+func (p *Plan) ghostNorm(w *worker, s *stage, X, U, G, bias []float32) (sq, ratio float64) {
 	P, fi, fo := s.P, s.fi, s.fo
 	gx, gg := w.gx[:P*P], w.gg[:P*P]
-	for k0 := 0; k0 < fi; k0 += ghostBlock {
+	if s.stride == 1 {
+		w.mapGram(s, X, gx)
+	}
+	for k0 := 0; k0 < fi && s.stride != 1; k0 += ghostBlock {
 		kc := min(ghostBlock, fi-k0)
 		ud := w.ud[:P*kc]
 		for r := range P {
@@ -212,7 +242,7 @@ func (p *Plan) ghostNorm(w *worker, s *stage, U, G, bias []float32) (sq, ratio f
 		tg += gg[r*P+r]
 	}
 	B := tu * tg
-	a := float64(2*(fi+fo+P*P+P*(fi+fo)+8)) * 0x1p-53
+	a := float64(2*(fi+fo+P*P+P*(fi+fo)+s.k*s.k+8)) * 0x1p-53
 	Y := math.Sqrt(max(S, 0)+a*B) + 0x1p-23*math.Sqrt(B)
 	e := 0x1p-149 * math.Sqrt(float64(P*fo)*tu)
 	if e > 0 {
@@ -227,6 +257,52 @@ func (p *Plan) ghostNorm(w *worker, s *stage, U, G, bias []float32) (sq, ratio f
 		sq += sumsq64(bias)
 	}
 	return sq, ratio // NaN or Inf when U or G is not finite
+}
+
+// mapGram writes U Uᵀ of a stride-1 convolution's example into gx (P x
+// P) from its input map X (see above).
+func (w *worker) mapGram(s *stage, X []float32, gx []float64) {
+	H, W, C := s.in.H, s.in.W, s.in.C
+	n := H * W
+	xd, xg := w.ud[:n*C], w.xg[:n*n]
+	widenTo(xd, X[:n*C])
+	w.dgemm(gblas.NoTrans, gblas.Trans, n, n, C, 1, xd, C, xd, C, 0, xg, n)
+	clear(gx)
+	OH, OW, P := s.out.H, s.out.W, s.P
+	for ky := range s.k {
+		for kx := range s.k {
+			for oy := range OH {
+				iy := oy + ky - s.pad
+				if iy < 0 || iy >= H {
+					continue
+				}
+				for ox := range OW {
+					ix := ox + kx - s.pad
+					if ix < 0 || ix >= W {
+						continue
+					}
+					row := xg[(iy*W+ix)*n:]
+					dst := gx[(oy*OW+ox)*P:]
+					for py := range OH {
+						jy := py + ky - s.pad
+						if jy < 0 || jy >= H {
+							continue
+						}
+						x0 := max(0, s.pad-kx)
+						x1 := min(OW, W+s.pad-kx)
+						if x1 <= x0 {
+							continue
+						}
+						src := row[jy*W+x0+kx-s.pad : jy*W+x1+kx-s.pad]
+						d := dst[py*OW+x0 : py*OW+x1]
+						for q, v := range src {
+							d[q] += v
+						}
+					}
+				}
+			}
+		}
+	}
 }
 
 // widenTo writes v into d as float64.
