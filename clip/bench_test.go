@@ -136,19 +136,13 @@ func gemmBound(b *testing.B, e *Engine, x []float32, y []int, dst []float32) (ti
 	if err != nil {
 		return 0, err
 	}
-	total := time.Duration(0)
-	verbose := os.Getenv("DPMF_BENCH_PRODUCTS") != ""
-	for _, q := range list {
-		t, err := e.plan.TimeProducts([]nn.Product{q}, 20*time.Millisecond)
-		if err != nil {
-			return 0, err
-		}
-		total += t
-		if verbose {
-			per := t / time.Duration(max(q.Count, 1))
-			b.Logf("transA=%v transB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v (%.1f GFLOP/s)",
-				q.TransA, q.TransB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9)
-		}
+	var logf func(string, ...any)
+	if os.Getenv("DPMF_BENCH_PRODUCTS") != "" {
+		logf = b.Logf
+	}
+	total, err := nn.Bound(list, e.plan.TimeProducts, logf)
+	if err != nil {
+		return 0, err
 	}
 	return total / time.Duration(e.plan.Workers()), nil
 }

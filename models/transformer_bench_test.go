@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/dpmf-go/dpmf/internal/rusage"
 	"github.com/dpmf-go/dpmf/nn"
@@ -122,17 +121,13 @@ func BenchmarkGPT2Step(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bound := time.Duration(0)
-			for _, q := range list {
-				t, err := plan.TimeProducts([]nn.Product{q}, 20*time.Millisecond)
-				if err != nil {
-					b.Fatal(err)
-				}
-				bound += t
-				if os.Getenv("DPMF_BENCH_PRODUCTS") != "" {
-					per := t / time.Duration(max(q.Count, 1))
-					b.Logf("%+v: %v each, %v in all (%.1f GFLOP/s)", q, per, t, q.Flops()/per.Seconds()/1e9)
-				}
+			var logf func(string, ...any)
+			if os.Getenv("DPMF_BENCH_PRODUCTS") != "" {
+				logf = b.Logf
+			}
+			bound, err := nn.Bound(list, plan.TimeProducts, logf)
+			if err != nil {
+				b.Fatal(err)
 			}
 			b.ReportMetric(bound.Seconds()/float64(plan.Workers())/(b.Elapsed().Seconds()/float64(b.N)), "gemm-bound")
 			b.ReportMetric(bound.Seconds()/(cpu/float64(b.N)), "gemm-bound-cpu")

@@ -28,6 +28,11 @@ type Product struct {
 	// Float64 marks a product in float64 (Beta is then its beta rounded
 	// to float32): the ghost norms' Gram matrices.
 	Float64 bool
+	// InStep is the time the logged calls of this shape took inside the
+	// step, summed: by the calling thread's CPU clock where the system
+	// keeps one (Linux), else zero. Against TimeProducts' time alone it
+	// shows what the step's cache state costs each product.
+	InStep time.Duration
 }
 
 // Flops is 2 M N K, the product's multiply-adds counted as two.
@@ -36,12 +41,30 @@ func (q Product) Flops() float64 { return 2 * float64(q.M) * float64(q.N) * floa
 // productLog collects the products of one worker.
 type productLog struct{ list []Product }
 
+// start begins timing one logged product on the calling thread; done
+// ends it.
+func (l *productLog) start() time.Duration {
+	runtime.LockOSThread() // the thread's CPU clock times the product
+	t, _ := rusage.ThreadCPU()
+	return t
+}
+
+// done logs q, made since start returned t0.
+func (l *productLog) done(q Product, t0 time.Duration) {
+	if t, ok := rusage.ThreadCPU(); ok {
+		q.InStep = t - t0
+	}
+	runtime.UnlockOSThread()
+	l.add(q)
+}
+
 func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
 			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
 			r.Count += q.Count
+			r.InStep += q.InStep
 			return
 		}
 	}
@@ -66,7 +89,10 @@ func merged(logs []*productLog) []Product {
 // sgemm is the worker's product, logged while a log is attached.
 func (w *worker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if w.log != nil {
-		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		w.log.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
@@ -76,7 +102,10 @@ func (w *worker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []f
 func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
-		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
@@ -86,7 +115,10 @@ func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, bet
 func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
-		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
@@ -96,7 +128,10 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
-		w.log.add(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
+		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 }
@@ -257,4 +292,31 @@ func hasTiny(v []float32) bool {
 		}
 	}
 	return false
+}
+
+// Bound is the products of list each timed alone by timeOf (a plan's
+// TimeProducts, at least 20 ms a product) and summed: one core's time
+// for the products alone. With logf not nil it also logs each product's
+// time alone and in the step (InStep), and both totals.
+func Bound(list []Product, timeOf func([]Product, time.Duration) (time.Duration, error), logf func(format string, args ...any)) (time.Duration, error) {
+	total, inStep := time.Duration(0), time.Duration(0)
+	for _, q := range list {
+		t, err := timeOf([]Product{q}, 20*time.Millisecond)
+		if err != nil {
+			return 0, err
+		}
+		total += t
+		inStep += q.InStep
+		if logf != nil {
+			n := time.Duration(max(q.Count, 1))
+			per := t / n
+			logf("transA=%v transB=%v float64=%v packedB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
+				q.TransA, q.TransB, q.Float64, q.PackedB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
+				q.InStep/n, q.InStep.Seconds()/t.Seconds())
+		}
+	}
+	if logf != nil && total > 0 {
+		logf("products alone %v, in the step %v (x%.2f), one core's time", total, inStep, inStep.Seconds()/total.Seconds())
+	}
+	return total, nil
 }

@@ -1,9 +1,14 @@
 package nn
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpmf-go/dpmf/internal/rusage"
 )
 
 // TestStepProducts checks the products a step logs against the count the
@@ -75,8 +80,13 @@ func TestStepProducts(t *testing.T) {
 			t.Error("products logged after RecordProducts(false)")
 		}
 		got := 0.0
+		inStep := time.Duration(0)
 		for _, q := range list {
 			got += float64(q.Count) * q.Flops()
+			inStep += q.InStep
+		}
+		if _, clock := rusage.ThreadCPU(); clock && inStep <= 0 {
+			t.Errorf("private %v: the products took %v in the step by the thread clock", private, inStep)
 		}
 		if got != want {
 			t.Errorf("private %v: products of %v flops, want %v: %+v", private, got, want, list)
@@ -133,7 +143,7 @@ func TestSeqStepProducts(t *testing.T) {
 			got := map[Product]int{}
 			for _, q := range list {
 				k := q
-				k.Count = 0
+				k.Count, k.InStep = 0, 0
 				got[k] += q.Count
 			}
 			return got, list
@@ -168,5 +178,29 @@ func TestSeqStepProducts(t *testing.T) {
 		if len(p.Products()) != 0 {
 			t.Errorf("%s: products logged after RecordProducts(false)", c.name)
 		}
+	}
+}
+
+// TestBoundSums checks that Bound sums each product's time alone, logs
+// one line a product and the totals, and passes on a timing error.
+func TestBoundSums(t *testing.T) {
+	list := []Product{{M: 2, N: 3, K: 4, Count: 2, InStep: 5 * time.Microsecond}, {M: 8, N: 8, K: 8, Count: 1, InStep: time.Microsecond}}
+	timeOf := func(l []Product, _ time.Duration) (time.Duration, error) {
+		if len(l) != 1 {
+			t.Fatalf("timed %d products at once", len(l))
+		}
+		return time.Duration(l[0].M*l[0].Count) * time.Microsecond, nil
+	}
+	var lines []string
+	got, err := Bound(list, timeOf, func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) })
+	if err != nil || got != 12*time.Microsecond {
+		t.Fatalf("Bound = %v, %v, want 12µs", got, err)
+	}
+	if len(lines) != 3 || !strings.Contains(lines[2], "in the step 6µs (x0.50)") {
+		t.Errorf("logged %q", lines)
+	}
+	bad := errors.New("no clock")
+	if _, err := Bound(list, func([]Product, time.Duration) (time.Duration, error) { return 0, bad }, nil); !errors.Is(err, bad) {
+		t.Errorf("error %v, want %v", err, bad)
 	}
 }

@@ -10,7 +10,10 @@ import (
 // sgemm is the worker's product, logged while a log is attached.
 func (w *seqWorker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if w.log != nil {
-		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		w.log.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
@@ -20,7 +23,10 @@ func (w *seqWorker) sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a 
 func (w *seqWorker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
-		w.log.add(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1})
+		t0 := w.log.start()
+		w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		return
 	}
 	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
@@ -28,7 +34,10 @@ func (w *seqWorker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, 
 // dgemm is the worker's float64 product, logged while a log is attached.
 func (w *seqWorker) dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	if w.log != nil {
-		w.log.add(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true})
+		t0 := w.log.start()
+		w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		w.log.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true}, t0)
+		return
 	}
 	w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
