@@ -152,6 +152,8 @@ type stage struct {
 	// ghost: the per-example norm is a ghost norm and the clipped sum one
 	// product over the chunk (recompute.go).
 	ghost bool
+	// capOff: a recomputed or ghost convolution's offset in a w.capEx row.
+	capOff int
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -175,6 +177,7 @@ type Plan struct {
 	stages   []stage
 	naff     int
 	exLen    int // per-example materialized (convolution) gradient length
+	capLen   int // per-example gradient length of recomputed and ghost convolutions (Gradients)
 	classes  int
 	opt      Options
 	workers  []*worker
@@ -227,6 +230,9 @@ type worker struct {
 	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
 	du   []float32        // conv input-gradient rows
 	ex   []float32        // chunk x exLen per-example convolution gradients
+	// capEx: chunk x capLen, the recomputed and ghost convolutions'
+	// per-example gradients, allocated by the first Gradients call.
+	capEx []float32
 	sq   []float64        // chunk x naff
 	linf []float64        // chunk
 	c    []float64        // chunk x naff
@@ -339,8 +345,6 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
-			s.exOff = p.exLen
-			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit()
@@ -350,6 +354,17 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			}
 			if !p.opt.noRecompute && !s.ghost {
 				s.setRecompute(p.opt.panelRows)
+			}
+			// A recomputed or ghost convolution keeps only its bias
+			// gradient per example (Gradients materializes the rest in
+			// w.capEx).
+			s.exOff = p.exLen
+			if s.recompute || s.ghost {
+				p.exLen += s.b.Len
+				s.capOff = p.capLen
+				p.capLen += s.fi*s.fo + s.b.Len
+			} else {
+				p.exLen += s.fi*s.fo + s.b.Len
 			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -781,6 +796,11 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		return nil, err
 	}
 	p.adding, p.first = false, 0
+	for _, w := range p.workers {
+		if len(w.capEx) < p.opt.Chunk*p.capLen {
+			w.capEx = make([]float32, p.opt.Chunk*p.capLen)
+		}
+	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
@@ -1438,18 +1458,18 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 	s := &p.stages[i]
 	for j := range m {
 		U, G := w.affineIO(s, i, j)
-		M := p.exGrad(w, s, j)
 		if s.ghost && p.capture == nil {
 			X := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
-			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, X, U, G, M[s.fi*s.fo:])
+			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, X, U, G, p.exBias(w, s, j))
 			continue
 		}
 		if s.recompute && p.capture == nil {
 			var l float64
-			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, p.exBias(w, s, j))
 			w.linf[j] = max(w.linf[j], l)
 			continue
 		}
+		M := p.exGrad(w, s, j)
 		if s.implicit {
 			p.implicitWeightGrad(w, i, j, 0, M)
 			G = w.gradView(s, i, j)
@@ -1472,7 +1492,19 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 // exGrad is example j's gradient of stage s (a norm, or a convolution on
 // the private path: weight, then bias) in w.ex.
 func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
+	if s.recompute || s.ghost { // Gradients only
+		return w.capEx[j*p.capLen+s.capOff : j*p.capLen+s.capOff+s.w.Len+s.b.Len]
+	}
 	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+}
+
+// exBias is example j's bias gradient of convolution stage s in w.ex
+// (private path).
+func (p *Plan) exBias(w *worker, s *stage, j int) []float32 {
+	if s.recompute || s.ghost {
+		return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.b.Len]
+	}
+	return p.exGrad(w, s, j)[s.w.Len:]
 }
 
 // factor is example j's clipping factor for affine layer aff (1 on the

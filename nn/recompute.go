@@ -104,7 +104,7 @@ func (p *Plan) addRecomputed(w *worker, m int) {
 		}
 		for j := range m {
 			if f, ok := p.factor(w, j, s.aff); ok {
-				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], p.exGrad(w, s, j)[s.w.Len:], f)
+				addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], p.exBias(w, s, j), f)
 			}
 		}
 	}
@@ -336,7 +336,7 @@ func (p *Plan) addGhost(w *worker, m int) {
 			}
 			ghostScale(G, f, w.gr[j*p.naff+s.aff])
 			if s.b.Len > 0 {
-				addScaledDown(accB, p.exGrad(w, s, j)[s.w.Len:], f)
+				addScaledDown(accB, p.exBias(w, s, j), f)
 			}
 		}
 		rows := m * s.P
