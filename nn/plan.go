@@ -152,6 +152,9 @@ type stage struct {
 	// ghost: the per-example norm is a ghost norm and the clipped sum one
 	// product over the chunk (recompute.go).
 	ghost bool
+	// panelSum: the book-keeping product Uᵀ G over a chunk goes through
+	// a panel buffer (sumProduct).
+	panelSum bool
 	// capOff: a recomputed or ghost convolution's offset in a w.capEx row.
 	capOff int
 }
@@ -233,23 +236,23 @@ type worker struct {
 	// capEx: chunk x capLen, the recomputed and ghost convolutions'
 	// per-example gradients, allocated by the first Gradients call.
 	capEx []float32
-	sq   []float64        // chunk x naff
-	linf []float64        // chunk
-	c    []float64        // chunk x naff
-	col  []float64        // bias column sums
-	acc  []float32        // gradient sum
-	bad  []bool           // chunk
-	i0   int              // first example of the current chunk
-	tmp  []float32        // an input gradient to be added into d[src]
-	vec  []float32        // an embedding row's gradient
-	gemm blas.Serial32
-	log  *productLog // while RecordProducts is on
+	sq    []float64 // chunk x naff
+	linf  []float64 // chunk
+	c     []float64 // chunk x naff
+	col   []float64 // bias column sums
+	acc   []float32 // gradient sum
+	bad   []bool    // chunk
+	i0    int       // first example of the current chunk
+	tmp   []float32 // an input gradient to be added into d[src]
+	vec   []float32 // an embedding row's gradient
+	gemm  blas.Serial32
+	log   *productLog // while RecordProducts is on
 	// ghost norms (recompute.go): the Gram matrices, U's columns and G
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
-	gemm64         blas.Serial64
+	gemm64             blas.Serial64
 	gx, gg, ud, gd, xg []float64
-	gr             []float64
+	gr                 []float64
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
 }
@@ -645,6 +648,9 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.panelSum {
+				w.pan = make([]float32, max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+			}
 			if s.ghost {
 				w.gx = make([]float64, max(len(w.gx), s.P*s.P))
 				w.gg = make([]float64, max(len(w.gg), s.P*s.P))
@@ -1610,7 +1616,9 @@ func (p *Plan) accumulate(w *worker, m int) {
 			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
-		if !s.implicit {
+		if s.kind == kConv && !s.implicit {
+			p.sumProduct(w, s, i, m)
+		} else if !s.implicit {
 			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
 		}
 		if s.b.Len == 0 {

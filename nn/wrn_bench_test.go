@@ -50,10 +50,12 @@ func wrnNet() *builder {
 }
 
 // BenchmarkWRNVariants runs WideResNet-16-4's private step (flat clip
-// norm 1) with ghost norms on and off (Options.noGhost) and at chunks of
-// 2 and 4, the variants' steps alternated in one process, and reports
-// each variant's examples per CPU second (DPMF_BENCH_BATCHES sets the
-// batches, default 16 and 64).
+// norm 1) with ghost norms on and off (Options.noGhost) at chunks of 2
+// and 4, and the non-private step at both, the variants' steps
+// alternated in one process (other jobs on the machine disturb them
+// alike), and reports each variant's examples per CPU second.
+// DPMF_BENCH_BATCHES sets the batches (default 16 and 64),
+// DPMF_WRN_VARIANTS the variants run (names, space-separated).
 func BenchmarkWRNVariants(b *testing.B) {
 	batches := []int{16, 64}
 	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
@@ -72,6 +74,8 @@ func BenchmarkWRNVariants(b *testing.B) {
 	}
 	variants := []variant{
 		{"ghost-c2", Options{Chunk: 2}},
+		{"nonpriv-c2", Options{Chunk: 2}},
+		{"nonpriv-c4", Options{Chunk: 4}},
 		{"stored-c2", Options{Chunk: 2, noGhost: true}},
 		{"ghost-c4", Options{Chunk: 4}},
 		{"stored-c4", Options{Chunk: 4, noGhost: true}},
@@ -116,7 +120,11 @@ func BenchmarkWRNVariants(b *testing.B) {
 			for b.Loop() {
 				for k, p := range plans {
 					c0 := rusage.CPUSeconds()
-					if _, err := p.Step(x, y, dst, cl); err != nil {
+					var c Clipper = cl
+					if strings.HasPrefix(variants[k].name, "nonpriv") {
+						c = nil
+					}
+					if _, err := p.Step(x, y, dst, c); err != nil {
 						b.Fatal(err)
 					}
 					cpu[k] += rusage.CPUSeconds() - c0
