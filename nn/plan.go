@@ -233,26 +233,26 @@ type worker struct {
 	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
 	du   []float32        // conv input-gradient rows
 	ex   []float32        // chunk x exLen per-example convolution gradients
-	// capEx: chunk x capLen, the recomputed and ghost convolutions'
-	// per-example gradients, allocated by the first Gradients call.
-	capEx []float32
-	sq    []float64 // chunk x naff
-	linf  []float64 // chunk
-	c     []float64 // chunk x naff
-	col   []float64 // bias column sums
-	acc   []float32 // gradient sum
-	bad   []bool    // chunk
-	i0    int       // first example of the current chunk
-	tmp   []float32 // an input gradient to be added into d[src]
-	vec   []float32 // an embedding row's gradient
-	gemm  blas.Serial32
-	log   *productLog // while RecordProducts is on
+	sq   []float64        // chunk x naff
+	linf []float64        // chunk
+	c    []float64        // chunk x naff
+	col  []float64        // bias column sums
+	acc  []float32        // gradient sum
+	bad  []bool           // chunk
+	i0   int              // first example of the current chunk
+	tmp  []float32        // an input gradient to be added into d[src]
+	vec  []float32        // an embedding row's gradient
+	gemm blas.Serial32
+	log  *productLog // while RecordProducts is on
 	// ghost norms (recompute.go): the Gram matrices, U's columns and G
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
 	gemm64             blas.Serial64
 	gx, gg, ud, gd, xg []float64
 	gr                 []float64
+	// capEx: chunk x capLen, the recomputed and ghost convolutions'
+	// per-example gradients, allocated by the first Gradients call.
+	capEx []float32
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
 }
