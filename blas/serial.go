@@ -186,7 +186,7 @@ func (s *serial[T]) gemmPacked(tA gblas.Transpose, m int, a []T, lda int, b *pac
 // must not overlap each other (ldc >= n). Every product takes the packed
 // path, with Sgemm's summation order.
 func (s *Serial32) SgemmOverlapA(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, tB, m, n, k, max(1, m*k), max(1, k), len(b), ldb, len(c), ldc) {
+	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, tB, m, n, k, m*max(k, 1), max(1, k), len(b), ldb, len(c), ldc) {
 		return
 	}
 	if alpha == 0 || k == 0 {
@@ -204,7 +204,7 @@ func (s *Serial32) SgemmOverlapA(tA, tB gblas.Transpose, m, n, k int, alpha floa
 // SgemmOverlapA).
 func (s *Serial32) SgemmPackedOverlapA(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
 	n, k := b.p.n, b.p.k
-	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, max(1, m*k), max(1, k), k*n, max(1, n), len(c), ldc) {
+	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, m*max(k, 1), max(1, k), k*n, max(1, n), len(c), ldc) {
 		return
 	}
 	if k == 0 {

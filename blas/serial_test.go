@@ -198,6 +198,17 @@ func TestSgemmOverlapA(t *testing.T) {
 			}
 		}
 	}
+	// A product of depth 0 sets C to beta C (it once panicked on A's
+	// length when m > 2).
+	PackB32(gblas.NoTrans, 0, 2, 1, nil, 2, &pb)
+	c := []float32{1, 2, 3, 4, 5, 6}
+	s.SgemmOverlapA(gblas.NoTrans, gblas.NoTrans, 3, 2, 0, 1, nil, 1, nil, 2, 2, c, 2)
+	s.SgemmPackedOverlapA(gblas.NoTrans, 3, nil, 1, &pb, 0.5, c, 2)
+	for i, v := range c {
+		if v != float32(i+1) {
+			t.Fatalf("depth 0: c = %v, want 1..6", c)
+		}
+	}
 	defer func() {
 		if recover() == nil {
 			t.Error("a short overlapping A did not panic")

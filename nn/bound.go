@@ -31,7 +31,10 @@ type Product struct {
 	// InStep is the time the logged calls of this shape took inside the
 	// step, summed: by the calling thread's CPU clock where the system
 	// keeps one (Linux), else zero. Against TimeProducts' time alone it
-	// shows what the step's cache state costs each product.
+	// shows what the step's cache state costs each product. The clock's
+	// own reads add to it (about 5 µs a product when both workers read
+	// at once on a 2-core machine): the ratio of a product of a few tens
+	// of µs reads high; the step's own CPU time is the measure for it.
 	InStep time.Duration
 }
 
@@ -169,14 +172,15 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // shape and layout taken from a worker's buffers (so that timing adds no
 // memory to the process; the values a step left there, overwritten with
 // values in [-1, 1) where a buffer held none or values so small that
-// products would be subnormal), warmed once, then repeated for at least
-// minTime, and the fastest run is kept. A run's time is the thread's CPU
+// products would be subnormal; never the implicit convolutions'
+// zero-bordered maps, whose borders no step rewrites), warmed once, then
+// repeated for at least minTime, and the fastest run is kept. A run's time is the thread's CPU
 // time where the system keeps one (Linux), so that other jobs sharing
 // the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
 	w := p.workers[0]
 	var bufs [][]float32
-	for _, set := range [][][]float32{w.act, w.d, w.u, w.xp, w.gp, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
+	for _, set := range [][][]float32{w.act, w.d, w.u, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
 		for _, b := range set {
 			if len(b) > 0 {
 				bufs = append(bufs, b)

@@ -109,6 +109,33 @@ func TestStepProducts(t *testing.T) {
 	if _, err := p.TimeProducts([]Product{{M: 2, N: 2, K: 2, LDA: 0, LDB: 2, LDC: 2, Count: 1}}, 0); err == nil {
 		t.Error("a leading dimension of 0 was accepted")
 	}
+	// Products whose right operand and output are as long as the
+	// implicit convolutions' zero-bordered maps leave those maps alone:
+	// no step rewrites their borders (TimeProducts once wrote its
+	// products into them, and the steps after were wrong).
+	var list []Product
+	for _, set := range [][][]float32{p.workers[0].xp, p.workers[0].gp} {
+		for _, m := range set {
+			if len(m) > 0 {
+				list = append(list, Product{M: 1, N: len(m), K: 1, LDA: 1, LDB: len(m), LDC: len(m), Count: 1})
+			}
+		}
+	}
+	if len(list) == 0 {
+		t.Fatal("no bordered map")
+	}
+	before := make([]float32, b.n)
+	if _, err := p.Step(x, y, before, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.TimeProducts(list, 0); err != nil {
+		t.Fatal(err)
+	}
+	after := make([]float32, b.n)
+	if _, err := p.Step(x, y, after, nil); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "the sum after timing products", after, before)
 }
 
 // TestSeqStepProducts checks the products a SeqPlan step logs: a step

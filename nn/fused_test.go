@@ -380,37 +380,44 @@ func TestFusedGrads(t *testing.T) {
 				t.Skip("no stage of this test network writes into its producer's bordered map")
 			}
 			fused++
-			x, y := b.batch(rng, n, classes)
-			// Example 3 with an infinite input, example 4 with inputs large
-			// enough to saturate every tanh.
-			sz := len(x) / n
-			x[3*sz+1] = float32(math.Inf(1))
-			for k := 4 * sz; k < 5*sz; k++ {
-				x[k] *= 1e4
-			}
-			grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
-			gf, lf := grads(fp)
-			gr, lr := grads(ref)
-			for i := range n {
-				sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
-				if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
-					t.Errorf("example %d: loss %v, unfused %v", i, lf[i], lr[i])
-				}
-			}
-			for _, cl := range []Clipper{nil, &testClipper{}} {
-				sf, sr := make([]float32, b.n), make([]float32, b.n)
-				if _, err := fp.Step(x, y, sf, cl); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ref.Step(x, y, sr, cl); err != nil {
-					t.Fatal(err)
-				}
-				sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
-			}
+			samePlans(t, fp, ref, b, rng, n, classes)
 		})
 	}
 	if fused == 0 {
 		t.Error("no test network fuses an input gradient")
+	}
+}
+
+// samePlans checks that plans fp and ref of test network b give the same
+// per-example gradients, losses and sums (with and without a clipper)
+// bit for bit on n examples drawn from rng, example 3 with an infinite
+// input and example 4 with inputs large enough to saturate every tanh.
+func samePlans(t *testing.T, fp, ref *Plan, b *builder, rng *rand.Rand, n, classes int) {
+	t.Helper()
+	x, y := b.batch(rng, n, classes)
+	sz := len(x) / n
+	x[3*sz+1] = float32(math.Inf(1))
+	for k := 4 * sz; k < 5*sz; k++ {
+		x[k] *= 1e4
+	}
+	grads := func(p *Plan) ([][]float32, []float64) { return gradientsOf(t, p, x, y, b.n) }
+	gf, lf := grads(fp)
+	gr, lr := grads(ref)
+	for i := range n {
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gf[i], gr[i])
+		if math.Float64bits(lf[i]) != math.Float64bits(lr[i]) {
+			t.Errorf("example %d: loss %v, reference %v", i, lf[i], lr[i])
+		}
+	}
+	for _, cl := range []Clipper{nil, &testClipper{}} {
+		sf, sr := make([]float32, b.n), make([]float32, b.n)
+		if _, err := fp.Step(x, y, sf, cl); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.Step(x, y, sr, cl); err != nil {
+			t.Fatal(err)
+		}
+		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
 	}
 }
 

@@ -145,6 +145,10 @@ type stage struct {
 	wideM    int // wide rounded up to implicitRows: the rows the products compute
 	pwr, pwx []blas.PackedB32
 	wflip    []float32
+	// offX and offG are the kernel rows' first floats in the bordered
+	// input and output-gradient maps (kr Wp C and kr Wp fo): where the
+	// forward and input-gradient products' A start (kernelRows).
+	offX, offG []int
 	// recompute: the per-example weight gradient is computed twice in
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
