@@ -18,19 +18,23 @@ import (
 type Clipper interface {
 	// Scale receives example i's squared gradient L2 norm per affine layer
 	// (weight and bias together, in network order), accumulated in float64
-	// from exactly the float32 values that will be added, or all NaN if
-	// the example's input, loss or gradient is not finite; linf is the
-	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
-	// one factor per affine layer into c: 0 drops the layer's gradient,
-	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f > 0
-	// scales the layer's gradient entry by entry with MulDown (f as
-	// Factor32, products rounded to nearest, subnormal factors and
-	// products flushed to zero), so the scaled gradient that enters the
-	// sum (for a dense layer, the scaled output-gradient rows, whose outer
-	// products with the layer's inputs the accumulating GEMM forms) has
-	// norm at most f(1+2^-24)^2 times the exact norm whose square sq
-	// holds, however small the products. Every kept example is scaled,
-	// f = 1 included, so the work does not depend on the factor.
+	// from exactly the float32 values that will be added (for a
+	// convolution with ghost norms, recompute.go, a bound on the norm of
+	// what its scaled output gradients add, computed from Gram matrices),
+	// or all NaN if the example's input, loss or gradient is not finite;
+	// linf is the gradient's L-inf norm when Options.LInf is set (else
+	// 0). It writes one factor per affine layer into c: 0 drops the
+	// layer's gradient, 1 keeps it. Factors must be finite and in [0, 1].
+	// A factor f > 0 scales the layer's gradient entry by entry with
+	// MulDown (f as Factor32, products rounded to nearest, subnormal
+	// factors and products flushed to zero), so the scaled gradient that
+	// enters the sum (for a dense layer, the scaled output-gradient rows,
+	// whose outer products with the layer's inputs the accumulating GEMM
+	// forms; for a ghost convolution, the sum over its output pixels of
+	// those outer products, rows scaled by a factor at most f, not
+	// flushed) has norm at most f(1+2^-24)^2 times the exact norm whose
+	// square sq holds, however small the products. Every kept example is
+	// scaled, f = 1 included, so the work does not depend on the factor.
 	Scale(i int, sq []float64, linf float64, c []float64)
 }
 

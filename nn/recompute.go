@@ -128,10 +128,11 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 // Ghost norms for convolutions. An im2col convolution's per-example
 // weight gradient U_iᵀ G_i (U_i: P x fi, G_i: P x fo) has the squared
 // norm ⟨U_i U_iᵀ, G_i G_iᵀ⟩ (the ghost norm, Li et al. 2021): two P x P
-// Gram matrices, P²(fi+fo) multiply-adds in float64, instead of the
-// product's P fi fo. With few output pixels and wide layers (WRN-16-4's
-// 8x8x256 layers: P = 64, fi = 2304, fo = 256) that is a quarter of it.
-// The clipped sum is then one product over the chunk's examples,
+// Gram matrices, P²(fi+fo) multiply-adds in float64 (less for stride 1,
+// below), instead of the product's P fi fo. With few output pixels and
+// wide layers (WRN-16-4's 8x8x256 layers: P = 64, fi = 2304, fo = 256,
+// 2M multiply-adds in float64 against 38M) the norm costs little; the
+// clipped sum is then one product over the chunk's examples,
 // Uᵀ (diag(f) G) (Bu et al. 2022), accumulated into the sum, instead of
 // each example's gradient computed, scaled and added.
 //
@@ -146,7 +147,7 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 // ⟨|U_i||U_i|ᵀ, |G_i||G_i|ᵀ⟩ <= ‖U_i‖²‖G_i‖² = B. So the norm the clipper
 // sees is the bound
 //
-//	Y = sqrt(max(S, 0) + a B) + 2^-23 sqrt(B),  a = 2(fi+fo+P²+P(fi+fo)+8) 2^-53,
+//	Y = sqrt(max(S, 0) + a B) + 2^-23 sqrt(B),  a = 2(fi+fo+P²+P(fi+fo)+k²+8) 2^-53,
 //
 // with S the float64 ghost sum and B from the Gram matrices' traces:
 // ‖U_iᵀ G_i‖ + 2^-24‖U_i‖‖G_i‖ <= Y in every case (a covers the traces'
@@ -168,7 +169,7 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 // (U Uᵀ)_{o,o'} = Σ_δ Xg[o+δ, o'+δ] over the kernel's offsets δ that fall
 // inside the map for both (the others read padding zeros): n²C + P²k²
 // instead of P² k²C (a ninth at 8x8 with 3x3 kernels). It is the same sum
-// of the same products, grouped by offset, so the bound below holds as
+// of the same products, grouped by offset, so the bound above holds as
 // written (a counts the k² partial sums).
 
 // ghostPays reports whether a convolution's per-example norm is cheaper as
