@@ -70,7 +70,8 @@ type Options struct {
 	// noGhost keeps every convolution's norm from its per-example
 	// gradient (tests and benchmarks compare with ghost norms,
 	// recompute.go).
-	noGhost bool
+	noGhost       bool
+	sumPerExample bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -658,6 +659,7 @@ func (p *Plan) newWorker() *worker {
 		case kConv:
 			if s.panelSum {
 				w.pan = make([]float32, max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+				w.gpks = make([]blas.PackedB32, C)
 			}
 			if s.ghost {
 				w.gx = make([]float64, max(len(w.gx), s.P*s.P))
