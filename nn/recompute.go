@@ -396,11 +396,17 @@ func ghostScale(G []float32, f, ratio float64) {
 
 // dgemm is the worker's float64 product, logged while a log is attached.
 func (w *worker) dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	if w.log != nil {
-		t0 := w.log.start()
-		w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		w.log.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true}, t0)
+	dgemmLogged(w.log, &w.gemm64, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// dgemmLogged is g's float64 product, logged and timed into l unless l
+// is nil (the Plan's and the SeqPlan's workers).
+func dgemmLogged(l *productLog, g *blas.Serial64, tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if l != nil {
+		t0 := l.start()
+		g.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		l.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true}, t0)
 		return
 	}
-	w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	g.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
