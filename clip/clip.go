@@ -192,10 +192,9 @@ func (e *Engine) Params() []float32 { return e.m.Params() }
 // checkParams rejects a model whose parameters are not all finite: one
 // NaN weight poisons every example.
 func (e *Engine) checkParams() error {
-	for i, v := range e.m.Params() {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return fmt.Errorf("parameter %d is %v: %w", i, v, ErrNonFiniteParams)
-		}
+	params := e.m.Params()
+	if i := nn.FirstNonFinite(params); i >= 0 {
+		return fmt.Errorf("parameter %d is %v: %w", i, params[i], ErrNonFiniteParams)
 	}
 	return nil
 }

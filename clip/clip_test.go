@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -438,8 +439,9 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Evaluate(NaN): error %v", err)
 	}
 	m.Params()[2] = float32(math.Inf(1))
-	if _, err := e.ClippedSum(make([]float32, 4), []int{0}, dst); !errors.Is(err, ErrNonFiniteParams) {
-		t.Errorf("ClippedSum with Inf parameter: error %v", err)
+	m.Params()[3] = float32(math.NaN())
+	if _, err := e.ClippedSum(make([]float32, 4), []int{0}, dst); !errors.Is(err, ErrNonFiniteParams) || !strings.Contains(err.Error(), "parameter 2 is +Inf") {
+		t.Errorf("ClippedSum with Inf parameter: error %v, want the first (parameter 2 is +Inf)", err)
 	}
 }
 

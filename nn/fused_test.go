@@ -346,15 +346,19 @@ func TestBiasActTo(t *testing.T) {
 				biasActTo(got, z, bias, act)
 				sameBits(t, act.String(), got, want)
 				sameBits(t, act.String()+" source", z, src)
-				if act == Tanh && fo%8 == 0 {
+				if act == Tanh && fo%8 == 0 || act == Identity {
 					// implicitForward's whole rows, the bias repeated.
 					row := make([]float32, len(z))
 					for k := 0; k < len(row); k += fo {
 						copy(row[k:k+fo], bias)
 					}
 					clear(got)
-					biasTanhTo(got, z, row)
-					sameBits(t, "tanh over whole rows", got, want)
+					if act == Identity {
+						addTo(got, z, row)
+					} else {
+						biasTanhTo(got, z, row)
+					}
+					sameBits(t, act.String()+" over whole rows", got, want)
 				}
 			}
 		}
@@ -487,4 +491,274 @@ func gradientsOf(t *testing.T, p *Plan, x []float32, y []int, size int) ([][]flo
 		t.Fatal(err)
 	}
 	return g, append([]float64(nil), loss...)
+}
+
+// TestStride2Implicit: the stride-2 3x3 convolutions of the test networks
+// run as implicit products (stride2.go) where their maps are even, and
+// give the per-example gradients, losses and clipped sums of the im2col
+// path up to float32 summation order (the dense-reference tolerance),
+// with an example holding an infinite input and one saturating the tanh
+// among them; the example with the infinite input is dropped by both.
+func TestStride2Implicit(t *testing.T) {
+	some := 0
+	for name, b := range testNets() {
+		t.Run(name, func(t *testing.T) {
+			const n = 5
+			imp, ref, rng, classes := planPair(t, b, 23, len(name), n, func(o *Options) { o.noImplicit = true })
+			s2 := 0
+			for _, s := range imp.stages {
+				if s.stride2() && !s.recompute {
+					if !s.implicit {
+						t.Fatalf("stage %d: a stride-2 3x3 convolution on an even map does not run implicitly", s.index)
+					}
+					s2++
+				}
+			}
+			if s2 == 0 {
+				t.Skip("no stride-2 implicit convolution in this test network")
+			}
+			some++
+			x, y := b.batch(rng, n, classes)
+			sz := len(x) / n
+			x[1*sz+3] = float32(math.Inf(-1))
+			for k := 4 * sz; k < 5*sz; k++ {
+				x[k] *= 1e3
+			}
+			gi, li := gradientsOf(t, imp, x, y, b.n)
+			gr, lr := gradientsOf(t, ref, x, y, b.n)
+			for i := range n {
+				// Example 4's raw inputs, 1000 times larger than the
+				// normalized body's, meet it at the join: the
+				// float32 summation order's differences come back
+				// amplified by the cancellation (1e-4 relative; 1e-6 at
+				// ordinary scale).
+				tol := 1e-5
+				if i == 4 {
+					tol = 1e-3
+				}
+				if d := relDiff(gi[i], gr[i]); d > tol {
+					t.Errorf("example %d: implicit vs im2col gradient rel diff %.2g", i, d)
+				}
+				if math.IsNaN(li[i]) != math.IsNaN(lr[i]) || math.Abs(li[i]-lr[i]) > 1e-5*(1+math.Abs(lr[i])) {
+					t.Errorf("example %d: loss %v, im2col %v", i, li[i], lr[i])
+				}
+			}
+			if !math.IsNaN(li[1]) {
+				t.Errorf("the example with an infinite input has loss %v", li[1])
+			}
+			for _, cl := range []Clipper{nil, &testClipper{}} {
+				si, sr := make([]float32, b.n), make([]float32, b.n)
+				if _, err := imp.Step(x, y, si, cl); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ref.Step(x, y, sr, cl); err != nil {
+					t.Fatal(err)
+				}
+				if !allFinite(si) {
+					t.Fatalf("clipper %v: the sum is not finite", cl != nil)
+				}
+				if d := relDiff(si, sr); d > 1e-3 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+				}
+			}
+		})
+	}
+	if some < 2 {
+		t.Errorf("%d test networks with stride-2 implicit convolutions, want at least 2", some)
+	}
+}
+
+// TestFusedNormsAndJoins: norms whose output goes straight into the
+// next implicit convolution's bordered map and whose input gradient goes
+// straight into the producing convolution's bordered output gradient
+// (fuseNorms), and residual joins that write their gradient straight
+// into the bordered output gradients of the implicit convolutions that
+// made their body's and shortcut's activations (fuseJoins), give the
+// unfused passes' per-example gradients, losses, sums (private and not)
+// and logits bit for bit, on every test network and on examples with
+// non-finite values.
+func TestFusedNormsAndJoins(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		alt  func(*Options)
+		// ways lists what a stage may fuse; each must happen somewhere.
+		ways []func(s *stage) bool
+	}{
+		{"norms", func(o *Options) { o.noFuseNorms = true }, []func(s *stage) bool{
+			func(s *stage) bool { return s.xpFilledBy() },
+			func(s *stage) bool { return s.kind == kNorm && s.gradToGp },
+		}},
+		{"joins", func(o *Options) { o.noFuseJoins = true }, []func(s *stage) bool{
+			func(s *stage) bool { return s.kind == kJoin && s.gradToGp },
+			func(s *stage) bool { return s.kind == kJoin && s.skipToGp },
+		}},
+	} {
+		seen := make([]int, len(c.ways))
+		for name, b := range testNets() {
+			t.Run(c.name+"/"+name, func(t *testing.T) {
+				p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				some := false
+				for _, s := range p.stages {
+					for k, way := range c.ways {
+						if way(&s) {
+							seen[k]++
+							some = true
+						}
+					}
+				}
+				if !some {
+					t.Skip("nothing of this test network is fused")
+				}
+				testPlanSwitch(t, name, c.alt)
+			})
+		}
+		for k, n := range seen {
+			if n == 0 {
+				t.Errorf("%s: no test network fuses the %d-th way", c.name, k)
+			}
+		}
+	}
+}
+
+// TestPoolWindows: a fused 2x2 max pool's backward written as whole
+// windows by the vector kernel gives, bit for bit, the maps the scatter
+// into a cleared interior gave (every fused activation, specials among
+// the gradients and activations, NaN maxima, odd heights and widths
+// whose last row or column the pool drops), and leaves the borders as
+// they were.
+func TestPoolWindows(t *testing.T) {
+	if !poolBack2Fast(8, Tanh) {
+		t.Skip("no vector pool backward on this machine")
+	}
+	t.Run("plan", func(t *testing.T) {
+		p, err := NewPlan(testNets()["conv-pairs8"].net, make([]float32, testNets()["conv-pairs8"].n), Options{MaxBatch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		windows := 0
+		for _, s := range p.stages {
+			if s.kind == kPool && s.gradToGp && s.pool == 2 && poolBack2Fast(s.in.C, p.stages[s.src-1].act) {
+				windows++
+			}
+		}
+		if windows != 2 {
+			t.Fatalf("%d pools write whole windows, want 2", windows)
+		}
+		testPlanSwitch(t, "conv-pairs8", func(o *Options) { o.noPoolWindows = true })
+	})
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, act := range []Activation{Identity, Tanh, ReLU} {
+		for _, C := range []int{8, 16, 24} {
+			for _, hw := range [][2]int{{2, 2}, {4, 6}, {5, 7}, {3, 2}, {2, 3}, {7, 4}} {
+				H, W := hw[0], hw[1]
+				q := &stage{pad: 1, wp2: W + 2, hp2: H + 2, wq: W + 2, gpad: 1, act: act}
+				s := &stage{in: Shape{C, H, W}, out: Shape{C, H / 2, W / 2}, pool: 2}
+				a := make([]float32, H*W*C)
+				randSpecial(rng, a)
+				out, arg := make([]float32, s.out.Size()), make([]int32, s.out.Size())
+				s.maxPoolLoop(a, out, s.out.W*C, arg)
+				g := make([]float32, s.out.Size())
+				randSpecial(rng, g)
+				want := make([]float32, (H+2)*(W+2)*C)
+				randSpecial(rng, want) // the borders' and interior's old values
+				got := append([]float32(nil), want...)
+				s.poolScatter(q, want, a, arg, g)
+				s.poolWindows2(q, got, a, arg, g)
+				sameBits(t, fmt.Sprintf("%v C=%d %dx%d", act, C, H, W), got, want)
+			}
+		}
+	}
+}
+
+// testPlanSwitch checks that test network name gives the same per-example
+// gradients, losses and sums (clipped and not), bit for bit, with the
+// default options and with those alt sets, on a batch with an infinite
+// input and one that saturates every tanh.
+func testPlanSwitch(t *testing.T, name string, alt func(*Options)) {
+	b := testNets()[name]
+	const n = 5
+	p, ref, rng, classes := planPair(t, b, 25, len(name), n, alt)
+	x, y := b.batch(rng, n, classes)
+	sz := len(x) / n
+	x[3*sz+1] = float32(math.Inf(1))
+	for k := 4 * sz; k < 5*sz; k++ {
+		x[k] *= 1e4
+	}
+	gp, lp := gradientsOf(t, p, x, y, b.n)
+	gr, lr := gradientsOf(t, ref, x, y, b.n)
+	for i := range n {
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
+		if math.Float64bits(lp[i]) != math.Float64bits(lr[i]) {
+			t.Errorf("example %d: loss %v, other path %v", i, lp[i], lr[i])
+		}
+	}
+	for _, cl := range []Clipper{nil, &testClipper{}} {
+		sp, sr := make([]float32, b.n), make([]float32, b.n)
+		if _, err := p.Step(x, y, sp, cl); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.Step(x, y, sr, cl); err != nil {
+			t.Fatal(err)
+		}
+		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sp, sr)
+	}
+	x[3*sz+1] = 0 // Forward takes finite inputs only
+	lgp, lgr := make([]float32, n*classes), make([]float32, n*classes)
+	if err := p.Forward(x, lgp); err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Forward(x, lgr); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "logits", lgp, lgr)
+}
+
+// TestFuseOutputs: convolutions and pools writing their outputs straight
+// into the next convolution's bordered map (fuseOutputs) give the
+// unfused passes' gradients, losses, sums and logits bit for bit.
+func TestFuseOutputs(t *testing.T) {
+	for name, fused := range map[string]int{"conv-pairs": 3, "conv-pairs8": 2, "stride2": 1} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, s := range p.stages {
+				if s.toXp {
+					n++
+				}
+			}
+			if n != fused {
+				t.Fatalf("%d stages write into the next one's map, want %d", n, fused)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noFuseOutputs = true })
+		})
+	}
+}
+
+// TestExampleMajor: a private step and Gradients running the leading
+// convolutions and pools example by example, with each example's norms,
+// factors and scaled adds right after its backward pass (setMajor), give
+// the layer-by-layer passes' gradients, losses and sums bit for bit, on
+// the CIFAR CNN's pattern (an infinite and a saturated example among the
+// others).
+func TestExampleMajor(t *testing.T) {
+	for name, major := range map[string]int{"conv-pairs": 6, "conv-pairs8": 5} {
+		t.Run(name, func(t *testing.T) {
+			b := testNets()[name]
+			p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 4, Chunk: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.major != major || len(p.workers[0].ex) != p.exLen {
+				t.Fatalf("example-major section of %d stages, %d floats of per-example gradients for %d", p.major, len(p.workers[0].ex), p.exLen)
+			}
+			testPlanSwitch(t, name, func(o *Options) { o.noExampleMajor = true })
+		})
+	}
 }

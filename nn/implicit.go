@@ -45,24 +45,55 @@ func implicitPays(wide, P, fi, fo int) bool {
 }
 
 // setImplicit decides how a convolution stage runs and sets the implicit
-// layout's sizes.
-func (s *stage) setImplicit() {
-	if s.kind != kConv || s.stride != 1 || 2*s.pad+1 != s.k {
+// layout's sizes (stride-2 convolutions only with stride2).
+func (s *stage) setImplicit(stride2 bool) {
+	if s.kind != kConv {
 		return
 	}
-	wp, hp := s.in.W+2*s.pad, s.in.H+2*s.pad
-	wide := (s.out.H-1)*wp + s.out.W
+	var wp, hp, wq, gh, gpad int
+	switch {
+	case s.stride == 1 && 2*s.pad+1 == s.k:
+		wp, hp = s.in.W+2*s.pad, s.in.H+2*s.pad
+		wq, gh, gpad = wp, hp, s.pad
+	case stride2 && s.stride2():
+		// The wide rows are the output's rows at the pitch of the
+		// bordered map's half width (one garbage column a row); the
+		// output gradient sits in the top left of a map one column and
+		// one row larger (stride2.go).
+		wp, hp = s.in.W+2, s.in.H+2
+		wq, gh = wp/2, s.out.H+1
+		if recomputePays(s.P, s.fi, s.fo) {
+			return // few output pixels: recompute.go's im2col path
+		}
+	default:
+		return
+	}
+	wide := (s.out.H-1)*wq + s.out.W
 	if !implicitPays(wide, s.P, s.fi, s.fo) {
 		return
 	}
-	s.implicit, s.wp2, s.hp2, s.wide = true, wp, hp, wide
+	s.implicit, s.wp2, s.hp2, s.wq, s.gh, s.gpad, s.wide = true, wp, hp, wq, gh, gpad, wide
 	s.wideM = (wide + implicitRows - 1) / implicitRows * implicitRows
 	s.pwr = make([]blas.PackedB32, s.k)
 	s.pwx = make([]blas.PackedB32, s.k)
+	if s.stride == 2 {
+		s.pwx = make([]blas.PackedB32, len(stride2Blocks))
+	}
 	s.wflip = make([]float32, s.fi*s.fo)
-	s.offX, s.offG = make([]int, s.k), make([]int, s.k)
+	C := s.in.C
+	s.offX = make([]int, s.k)
 	for kr := range s.k {
-		s.offX[kr], s.offG[kr] = kr*wp*s.in.C, kr*wp*s.fo
+		s.offX[kr] = kr * wp * C
+		if s.stride == 2 {
+			// Rows of the bordered map stored even ones first (padInto).
+			s.offX[kr] = ((kr%2)*(hp/2) + kr/2) * wp * C
+		}
+	}
+	if s.stride == 1 {
+		s.offG = make([]int, s.k)
+		for kr := range s.k {
+			s.offG[kr] = kr * wp * s.fo
+		}
 	}
 }
 
@@ -79,8 +110,45 @@ const implicitRows = 12
 // gradient maps, with the wideM - wide rows of zeros the padded
 // products read past the map (and implicitRows more floats for the
 // weight gradient's padded rows, implicitWeightGrad).
-func (s *stage) xpLen() int { return (s.hp2*s.wp2+s.wideM-s.wide)*s.in.C + implicitRows }
-func (s *stage) gpLen() int { return (s.hp2*s.wp2 + s.wideM - s.wide) * s.fo }
+func (s *stage) xpLen() int {
+	return s.hp2*s.wp2*s.in.C + (s.wideM-s.wide)*s.stride*s.in.C + implicitRows
+}
+func (s *stage) gpLen() int { return (s.gh*s.wq + s.wideM - s.wide) * s.fo }
+
+// wideLen is the floats of an implicit convolution's wide product
+// (forward and input gradient).
+func (s *stage) wideLen() int {
+	return s.wideM * max(s.fo, s.stride*s.in.C)
+}
+
+// gpPix is the pixel of gp that holds output row h's first pixel; gp's
+// rows are wq pixels apart.
+func (s *stage) gpPix(h int) int { return (h+s.gpad)*s.wq + s.gpad }
+
+// padInto copies one example's H x W x C input x into the interior of its
+// zero-bordered map xp (borders are never written, so they stay zero): as
+// it is for stride 1, with the rows of even bordered index first for
+// stride 2 (so that a kernel row's windows are rows 2C apart).
+func (s *stage) padInto(x, xp []float32) {
+	if s.stride == 1 {
+		padInto(x, xp, s.in.H, s.in.W, s.in.C, s.pad)
+		return
+	}
+	rw := s.in.W * s.in.C
+	for h := range s.in.H {
+		o := s.xpPix(h) * s.in.C
+		copy(xp[o:o+rw], x[h*rw:(h+1)*rw])
+	}
+}
+
+// xpPix is the pixel of xp that holds input row h's first pixel.
+func (s *stage) xpPix(h int) int {
+	r := h + s.pad // the bordered row
+	if s.stride == 2 {
+		r = (r%2)*(s.hp2/2) + r/2
+	}
+	return r*s.wp2 + s.pad
+}
 
 // packImplicit packs the kernel rows of the (permuted) weight for the
 // forward products and, with back, of the flipped kernel for the input
@@ -92,6 +160,10 @@ func (s *stage) packImplicit(back bool) {
 		blas.PackB32(gblas.NoTrans, KC, fo, 1, s.wp[kr*KC*fo:(kr+1)*KC*fo], fo, &s.pwr[kr])
 	}
 	if s.src == 0 || !back {
+		return
+	}
+	if s.stride == 2 {
+		s.packStride2()
 		return
 	}
 	// wflip rows (kr, kc, o), columns c: W[(K-1-kr, K-1-kc, c), o].
@@ -135,6 +207,20 @@ func padInto(x, xp []float32, H, W, C, pad int) {
 	}
 }
 
+// outMap is where stage i's output for example j of the chunk lives,
+// from its first pixel, and the floats between its rows: its activation
+// buffer, or the interior of its consumer's bordered map when it writes
+// there (toXp).
+func (p *Plan) outMap(w *worker, i, j int) ([]float32, int) {
+	s := &p.stages[i]
+	if !s.toXp {
+		return w.act[i+1][j*s.out.Size() : (j+1)*s.out.Size()], s.out.W * s.out.C
+	}
+	c := &p.stages[i+1]
+	off := j*c.xpLen() + (c.pad*c.wp2+c.pad)*c.in.C
+	return w.xp[i+1][off : off+((s.out.H-1)*c.wp2+s.out.W)*c.in.C], c.wp2 * c.in.C
+}
+
 // compact copies the W real columns of each of the H rows of a wide map
 // (rows wp apart) into x.
 func compact(wide, x []float32, H, W, C, wp int) {
@@ -159,60 +245,67 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 	biased = s.act <= ReLU
 	for j := range m {
 		xp := w.xp[i][j*xsz : (j+1)*xsz]
-		padInto(in[j*isz:(j+1)*isz], xp, s.in.H, s.in.W, C, s.pad)
-		p.kernelRows(w, s.wideM, xp, C, s.offX, s.pwr, wide, fo)
-		o := out[j*osz : (j+1)*osz]
+		if !s.xpFilled {
+			s.padInto(in[j*isz:(j+1)*isz], xp)
+		}
+		p.kernelRows(w, s.wideM, xp, s.stride*C, s.offX, s.pwr, wide, fo)
 		if !biased {
-			compact(wide, o, s.out.H, s.out.W, fo, s.wp2)
+			compact(wide, out[j*osz:(j+1)*osz], s.out.H, s.out.W, fo, s.wq)
 			continue
 		}
 		// Bias and activation while compacting: one pass from the wide
-		// rows into the output.
+		// rows into the output (or the consumer's bordered map).
+		o, ost := p.outMap(w, i, j)
 		rw := s.out.W * fo
-		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 {
+		if row := w.biasRow[:rw]; s.act == Tanh && fo%8 == 0 || s.act == Identity {
 			// A whole map row per call, the bias repeated: the vector
 			// kernels take every entry either way (fo a multiple of
-			// 8), so the bits are biasAct's per pixel.
+			// 8 for tanh; the sum is one rounding), so the bits are
+			// biasAct's per pixel.
 			if j == 0 {
 				for k := 0; k < rw; k += fo {
 					copy(row[k:k+fo], bias)
 				}
 			}
 			for h := range s.out.H {
-				biasTanhTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], row)
+				if s.act == Identity {
+					addTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], row)
+				} else {
+					biasTanhTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], row)
+				}
 			}
 			continue
 		}
 		for h := range s.out.H {
-			biasActTo(o[h*rw:(h+1)*rw], wide[h*s.wp2*fo:], bias, s.act)
+			biasActTo(o[h*ost:h*ost+rw], wide[h*s.wq*fo:], bias, s.act)
 		}
 	}
 	return biased
 }
 
-// implicitBackward writes the output gradients of m examples, times the
+// implicitBackward writes the output gradients of examples [lo, m) of
+// the chunk, times the
 // activation's derivative, into their zero-bordered maps gp (in one pass
 // from dout for Identity, Tanh and ReLU; others are applied to dout
 // first) and, unless the stage reads the network's input, the input
 // gradients into din. For the first kind dout itself is left as it was:
 // the stage's output gradient is read from gp after (gradView).
-func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
+func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 	s := &p.stages[i]
 	C, fo := s.in.C, s.fo
-	isz, osz, gsz := s.in.Size(), s.out.Size(), s.gpLen()
+	osz, gsz := s.out.Size(), s.gpLen()
 	if !s.gpFilled {
 		if !fusesActGrad(s.act) {
-			p.actGrad(w, i, dout[:m*osz])
+			p.actGrad(w, i, dout[:m*osz]) // (lo is 0: example by example only with fused derivatives)
 		}
-		a := w.act[i+1]
-		H, W, pad, wp := s.out.H, s.out.W, s.pad, s.wp2
-		for j := range m {
+		H, W := s.out.H, s.out.W
+		for j := lo; j < m; j++ {
 			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			a, ast := p.outMap(w, i, j)
 			for h := range H {
-				dst := gp[((h+pad)*wp+pad)*fo : ((h+pad)*wp+pad+W)*fo]
-				k := j*osz + h*W*fo
+				dst := gp[s.gpPix(h)*fo : (s.gpPix(h)+W)*fo]
 				if fusesActGrad(s.act) {
-					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[k:k+W*fo], s.act)
+					actGradTo(dst, g[h*W*fo:(h+1)*W*fo], a[h*ast:h*ast+W*fo], s.act)
 				} else {
 					copy(dst, g[h*W*fo:(h+1)*W*fo])
 				}
@@ -222,62 +315,167 @@ func (p *Plan) implicitBackward(w *worker, i, m int, dout, din []float32) {
 	if s.src == 0 {
 		return
 	}
-	wide := w.wide[:s.wideM*C]
-	for j := range m {
+	wide := w.wide[:s.wideLen()]
+	for j := lo; j < m; j++ {
 		gp := w.gp[i][j*gsz : (j+1)*gsz]
-		p.kernelRows(w, s.wideM, gp, fo, s.offG, s.pwx, wide, C)
-		if !s.gradToGp {
-			compact(wide, din[j*isz:(j+1)*isz], s.in.H, s.in.W, C, s.wp2)
+		if s.stride == 2 {
+			p.stride2InputGrad(w, i, j, gp, wide, din)
 			continue
 		}
-		// Into the producer's bordered map, its derivative applied
-		// (fuseGrads): what its own backward would write from din.
-		q := &p.stages[s.src-1]
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		a := w.act[s.src][j*isz : (j+1)*isz]
-		rw := s.in.W * C
+		p.kernelRows(w, s.wideM, gp, fo, s.offG, s.pwx, wide, C)
 		for h := range s.in.H {
-			off := ((h+q.pad)*q.wp2 + q.pad) * C
-			actGradTo(gq[off:off+rw], wide[h*s.wp2*C:], a[h*rw:(h+1)*rw], q.act)
+			p.emitInputRow(w, i, j, h, wide[h*s.wp2*C:], din)
 		}
 	}
 }
 
-// poolGradToGp is a max pool's backward pass for m examples written
+// emitInputRow writes row h of implicit stage i's input gradient for
+// example j from src: into din, or into the producer's bordered map with
+// its activation's derivative applied (fuseGrads), what the producer's
+// own backward would write from din.
+func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
+	s := &p.stages[i]
+	C, isz := s.in.C, s.in.Size()
+	rw := s.in.W * C
+	if !s.gradToGp {
+		copy(din[j*isz+h*rw:j*isz+(h+1)*rw], src)
+		return
+	}
+	q := &p.stages[s.src-1]
+	gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+	a, ast := p.outMap(w, s.src-1, j)
+	off := q.gpPix(h) * C
+	actGradTo(gq[off:off+rw], src, a[h*ast:h*ast+rw], q.act)
+}
+
+// readers counts, for every activation, the stages that read it, and
+// gives one of them (the last, for an activation read once: its reader).
+func (p *Plan) readers() (count, last []int) {
+	count, last = make([]int, len(p.actShape)), make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		count[s.src]++
+		last[s.src] = i
+		if s.kind == kJoin {
+			count[s.skip]++
+			last[s.skip] = i
+		}
+	}
+	return count, last
+}
+
+// fuseJoins marks the residual joins whose gradient goes straight into
+// the bordered output gradient of the implicit convolution that made the
+// body's or the shortcut's activation, where the join is its only
+// reader and actGradTo takes its activation (what that convolution's own
+// backward would write from d, bit for bit): one copy of the gradient
+// instead of two.
+func (p *Plan) fuseJoins() {
+	readers, _ := p.readers()
+	fusable := func(a int) bool {
+		if a == 0 || readers[a] != 1 {
+			return false
+		}
+		q := &p.stages[a-1]
+		return q.kind == kConv && q.implicit && fusesActGrad(q.act) && !q.gpFilled
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kJoin {
+			continue
+		}
+		if fusable(s.src) {
+			s.gradToGp, p.stages[s.src-1].gpFilled = true, true
+		}
+		if s.skip != s.src && fusable(s.skip) {
+			s.skipToGp, p.stages[s.skip-1].gpFilled = true, true
+		}
+	}
+}
+
+// gradIntoGp writes the gradient g w.r.t. the output of implicit
+// convolution qi, for m examples, times its activation's derivative,
+// into its bordered output gradient: what its backward writes from d.
+func (p *Plan) gradIntoGp(w *worker, qi, m int, g []float32) {
+	q := &p.stages[qi]
+	osz, gsz, rw := q.out.Size(), q.gpLen(), q.out.W*q.fo
+	for j := range m {
+		gp := w.gp[qi][j*gsz : (j+1)*gsz]
+		a, ast := p.outMap(w, qi, j)
+		for h := range q.out.H {
+			o, k := q.gpPix(h)*q.fo, j*osz+h*rw
+			actGradTo(gp[o:o+rw], g[k:k+rw], a[h*ast:h*ast+rw], q.act)
+		}
+	}
+}
+
+// poolGradToGp is a max pool's backward pass for examples [lo, m) of
+// the chunk written
 // straight into its producer's bordered map (fuseGrads): each window's
 // gradient goes to its maximum's pixel times the producer's activation
 // derivative, every other pixel's is zero. The windows do not overlap, so
 // each pixel receives at most one gradient: the values
 // actGradTo would give on the pooled-back gradient (0 + g, then the
 // derivative's roundings), bit for bit.
-func (p *Plan) poolGradToGp(w *worker, i, m int, dout []float32) {
+func (p *Plan) poolGradToGp(w *worker, i, lo, m int, dout []float32) {
 	s := &p.stages[i]
 	q := &p.stages[s.src-1]
 	isz, osz := s.in.Size(), s.out.Size()
+	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
+	for j := lo; j < m; j++ {
+		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
+		if windows {
+			s.poolWindows2(q, gq, a, arg, g)
+		} else {
+			s.poolScatter(q, gq, a, arg, g)
+		}
+	}
+}
+
+// poolScatter is poolGradToGp for one example: the producer's map
+// interior cleared, then each window's gradient written at its maximum.
+func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	rw := W * C
-	for j := range m {
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		for h := range H {
-			off := ((h+q.pad)*q.wp2 + q.pad) * C
-			clear(gq[off : off+rw])
-		}
-		a := w.act[s.src][j*isz : (j+1)*isz]
-		arg := w.arg[i][j*osz : (j+1)*osz]
-		g := dout[j*osz : (j+1)*osz]
-		// Pixel x = h rw + r of the map is gq[x + base + h step].
-		base, step := q.pad*(q.wp2+1)*C, (q.wp2-W)*C
-		orw := s.out.W * C
-		for oh := range s.out.H {
-			for k := oh * orw; k < (oh+1)*orw; k++ {
-				x := int(arg[k])
-				h := oh * s.pool // the window's rows: oh pool, ...
-				for x >= (h+1)*rw {
-					h++
-				}
-				gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+	for h := range H {
+		off := q.gpPix(h) * C
+		clear(gq[off : off+rw])
+	}
+	// Pixel x = h rw + r of the map is gq[x + base + h step].
+	base, step := q.gpPix(0)*C, (q.wq-W)*C
+	orw := s.out.W * C
+	for oh := range s.out.H {
+		for k := oh * orw; k < (oh+1)*orw; k++ {
+			x := int(arg[k])
+			h := oh * s.pool // the window's rows: oh pool, ...
+			for x >= (h+1)*rw {
+				h++
 			}
+			gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
 		}
+	}
+}
+
+// poolWindows2 is poolGradToGp for one example of a 2x2 pool
+// (poolBack2Fast): every window written whole by the vector kernel, the
+// map's last row and column cleared where the pool drops them (odd H or
+// W), so that no pass clears the map first.
+func (s *stage) poolWindows2(q *stage, gq, a []float32, arg []int32, g []float32) {
+	C, H, W := s.in.C, s.in.H, s.in.W
+	rw, orw, row := W*C, s.out.W*C, q.wq*C
+	for oh := range s.out.H {
+		h := 2 * oh
+		off := q.gpPix(h) * C
+		poolBack2Row(gq[off:], gq[off+row:], a[h*rw:], a[(h+1)*rw:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		if W%2 == 1 {
+			clear(gq[off+(W-1)*C : off+W*C])
+			clear(gq[off+row+(W-1)*C : off+row+W*C])
+		}
+	}
+	if H%2 == 1 {
+		off := q.gpPix(H-1) * C
+		clear(gq[off : off+rw])
 	}
 }
 
@@ -302,7 +500,7 @@ func actGrad1(g, a float32, act Activation) float32 {
 // applied) of implicit stage i as the wide rows of gp: the real pixels,
 // with zeros in the garbage columns.
 func (w *worker) gradView(s *stage, i, j int) []float32 {
-	off := j*s.gpLen() + (s.pad*s.wp2+s.pad)*s.fo
+	off := j*s.gpLen() + s.gpPix(0)*s.fo
 	return w.gp[i][off : off+s.wide*s.fo]
 }
 
@@ -311,14 +509,14 @@ func (w *worker) gradView(s *stage, i, j int) []float32 {
 func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
-	KC := K * C
+	KC, lda := K*C, s.stride*C
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
 	gw := w.gradView(s, i, j)
 	// The K products share their right operand G_wide: packed once.
 	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
 	if KC%implicitRows == 0 || beta != 0 {
 		for kr := range K {
-			w.sgemmPackedOverlapT(KC, xp[kr*s.wp2*C:], C, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
+			w.sgemmPackedOverlapT(KC, xp[s.offX[kr]:], lda, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
 		}
 		return
 	}
@@ -330,7 +528,7 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	KM := (KC + implicitRows - 1) / implicitRows * implicitRows
 	tmp := w.wide[:KM*fo]
 	for kr := range K {
-		w.sgemmPackedOverlapT(KM, xp[kr*s.wp2*C:], C, &w.gpk, 0, tmp, fo)
+		w.sgemmPackedOverlapT(KM, xp[s.offX[kr]:], lda, &w.gpk, 0, tmp, fo)
 		copy(M[kr*KC*fo:(kr+1)*KC*fo], tmp)
 	}
 }

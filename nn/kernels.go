@@ -174,25 +174,26 @@ func tanh32(x float32) float32 {
 	return float32(v * p / q)
 }
 
-// maxPool pools one example (HWC) into out, storing the index into in of
-// each output's maximum in arg.
-func (s *stage) maxPool(in, out []float32, arg []int32) {
-	if !s.maxPool2Fast(in, out, arg) {
-		s.maxPoolLoop(in, out, arg)
+// maxPool pools one example (HWC) into out, whose rows are ost floats
+// apart, storing the index into in of each output's maximum in arg.
+func (s *stage) maxPool(in, out []float32, ost int, arg []int32) {
+	if !s.maxPool2Fast(in, out, ost, arg) {
+		s.maxPoolLoop(in, out, ost, arg)
 	}
 }
 
 // maxPoolLoop is maxPool's portable loop: the first maximum of each window
 // wins ties, and a NaN only if it comes first.
-func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
+func (s *stage) maxPoolLoop(in, out []float32, ost int, arg []int32) {
 	C, W := s.in.C, s.in.W
 	S := s.pool
 	OW := s.out.W
 	for oh := range s.out.H {
 		for ow := range OW {
-			o := (oh*OW + ow) * C
+			o, x := (oh*OW+ow)*C, oh*ost+ow*C
+			out := out[x : x+C]
 			base := (oh*S*W + ow*S) * C
-			copy(out[o:o+C], in[base:base+C])
+			copy(out, in[base:base+C])
 			for ch := range C {
 				arg[o+ch] = int32(base + ch)
 			}
@@ -204,8 +205,8 @@ func (s *stage) maxPoolLoop(in, out []float32, arg []int32) {
 					b := ((oh*S+dr)*W + ow*S + dc) * C
 					src := in[b : b+C]
 					for ch, v := range src {
-						if v > out[o+ch] {
-							out[o+ch] = v
+						if v > out[ch] {
+							out[ch] = v
 							arg[o+ch] = int32(b + ch)
 						}
 					}
@@ -297,4 +298,24 @@ func allFiniteGo(v []float32) bool {
 		}
 	}
 	return true
+}
+
+// FirstNonFinite is the index of the first value of v that is NaN or
+// infinite, or -1 if all are finite. It scans blocks with the vector
+// kernel where the CPU has one (a model's parameters are checked so
+// before every step, on the caller's goroutine).
+func FirstNonFinite(v []float32) int {
+	const block = 1024
+	for k := 0; k < len(v); k += block {
+		b := v[k:min(k+block, len(v))]
+		if allFinite(b) {
+			continue
+		}
+		for i, x := range b {
+			if x-x != 0 {
+				return k + i
+			}
+		}
+	}
+	return -1
 }

@@ -69,7 +69,7 @@ func BenchmarkTanh(b *testing.B) {
 }
 
 func TestAddAxpy(t *testing.T) {
-	for _, n := range []int{0, 1, 7, 8, 9, 31, 100} {
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 31, 100} {
 		x := make([]float32, n)
 		y := make([]float32, n)
 		for k := range x {
@@ -106,10 +106,10 @@ func TestMaxPoolFast(t *testing.T) {
 	in[16*6+5] = float32(math.NaN())
 	out1, out2 := make([]float32, s.out.Size()), make([]float32, s.out.Size())
 	arg1, arg2 := make([]int32, s.out.Size()), make([]int32, s.out.Size())
-	if !s.maxPool2Fast(in, out1, arg1) {
+	if !s.maxPool2Fast(in, out1, s.out.W*s.out.C, arg1) {
 		t.Skip("skipped because this machine has no AVX2 vector pool to compare with the portable one")
 	}
-	s.maxPoolLoop(in, out2, arg2)
+	s.maxPoolLoop(in, out2, s.out.W*s.out.C, arg2)
 	for k := range out1 {
 		if arg1[k] != arg2[k] || (out1[k] != out2[k] && out1[k] == out1[k]) {
 			t.Fatalf("output %d: fast (%v at %d), scalar (%v at %d)", k, out1[k], arg1[k], out2[k], arg2[k])
@@ -162,7 +162,7 @@ func TestNormKernels(t *testing.T) {
 		t.Skip("skipped because this machine has no AVX2 kernels to compare with the portable loops")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, C := range []int{4, 6, 16, 64, 131} {
+	for _, C := range []int{4, 6, 8, 16, 24, 64, 131} {
 		const rows = 7
 		n := rows * C
 		x := randVec(rng, n, 3)
@@ -273,7 +273,7 @@ func TestGroupNormLargeMean(t *testing.T) {
 	}
 	out, xh := make([]float32, n), make([]float32, n)
 	rstd := make([]float64, G)
-	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)))
+	s.normForward(params, in, out, xh, rstd, make([]float64, normScratch(C)), normIO{})
 	Cg := C / G
 	for g := range G {
 		m, v := 0.0, 0.0
@@ -296,6 +296,38 @@ func TestGroupNormLargeMean(t *testing.T) {
 				if d := math.Abs(float64(xh[k*C+c]) - want); d > 1e-6*max(1, math.Abs(want)) {
 					t.Fatalf("group %d pixel %d channel %d: xhat %v, want %v", g, k, c, xh[k*C+c], want)
 				}
+			}
+		}
+	}
+}
+
+// TestFirstNonFinite: the first NaN or infinity of vectors of every
+// length around the block and vector widths, at every position of the
+// short ones, with other specials (subnormals, the largest finite
+// values, zeros) around it.
+func TestFirstNonFinite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	finite := []float32{0, float32(math.Copysign(0, -1)), 0x1p-149, 0x1.fffffep127, -0x1.fffffep127, 1}
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 1023, 1024, 1025, 3000} {
+		v := make([]float32, n)
+		for k := range v {
+			v[k] = finite[rng.IntN(len(finite))]
+		}
+		if got := FirstNonFinite(v); got != -1 {
+			t.Fatalf("n=%d, all finite: %d", n, got)
+		}
+		for _, at := range []int{0, n / 3, n / 2, n - 1} {
+			if at < 0 || at >= n {
+				continue
+			}
+			w := append([]float32(nil), v...)
+			w[at] = bad[rng.IntN(len(bad))]
+			if at+1 < n {
+				w[n-1] = bad[rng.IntN(len(bad))]
+			}
+			if got := FirstNonFinite(w); got != at {
+				t.Fatalf("n=%d, first at %d: %d", n, at, got)
 			}
 		}
 	}

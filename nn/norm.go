@@ -16,15 +16,72 @@ import "math"
 // LayerNorm over a map (H*W > 1, an affine per element) takes the plain
 // loops of layerNormApply and layerNormBack.
 
+// normIO is where a fused norm's rows go for one example (fuseNorms): its
+// output rows into the bordered map xp of its reader r (nil: into its
+// activation), and its input gradient's rows into the bordered map gp of
+// its producer q (nil: into dx).
+type normIO struct {
+	r, q   *stage
+	xp, gp []float32
+}
+
+// normIO is stage s's normIO for example j.
+func (p *Plan) normIO(w *worker, s *stage, j int) normIO {
+	var io normIO
+	if s.xpFilledBy() {
+		io.r = &p.stages[s.normTo]
+		io.xp = w.xp[s.normTo][j*io.r.xpLen() : (j+1)*io.r.xpLen()]
+	}
+	if s.gradToGp {
+		io.q = &p.stages[s.src-1]
+		io.gp = w.gp[s.src-1][j*io.q.gpLen() : (j+1)*io.q.gpLen()]
+	}
+	return io
+}
+
+// xpFilledBy reports whether the norm s writes its reader's bordered map.
+func (s *stage) xpFilledBy() bool { return s.kind == kNorm && s.normTo > 0 }
+
+// fuseNorms marks the GroupNorms (and LayerNorms of one pixel) whose
+// passes go straight into the implicit convolutions around them: a norm
+// whose output only an implicit convolution reads writes it into that
+// convolution's bordered map (the values normApply writes, row by row,
+// and the ReLU mask of its backward read back from there), and a norm
+// whose input only it reads, made by an implicit convolution without an
+// activation, writes its input gradient into that convolution's bordered
+// output gradient. This saves, per example and norm, a copy of the map
+// and a write and read of each of the two.
+func (p *Plan) fuseNorms() {
+	readers, reader := p.readers()
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kNorm || s.perElem && s.in.H*s.in.W > 1 {
+			continue
+		}
+		if s.act == Identity || s.act == ReLU {
+			if r := &p.stages[reader[i+1]]; readers[i+1] == 1 && r.kind == kConv && r.implicit {
+				s.normTo, r.xpFilled = reader[i+1], true
+			}
+		}
+		if s.src == 0 || readers[s.src] != 1 {
+			continue
+		}
+		if q := &p.stages[s.src-1]; q.kind == kConv && q.implicit && q.act == Identity && !q.gpFilled {
+			s.gradToGp, q.gpFilled = true, true
+		}
+	}
+}
+
 // normScratch is the float64 scratch normForward and normBackward need
 // for a stage with C input channels.
 func normScratch(C int) int { return 3 * C }
 
 // normForward normalizes one example, keeps xhat (xh) and each group's
 // 1/sqrt(var+eps) (rstd), and writes the affine output, with the ReLU
-// applied if that is the stage's activation (others are the caller's).
+// applied if that is the stage's activation (others are the caller's),
+// into out or, fused, into its reader's bordered map.
 // buf holds normScratch(C) values.
-func (s *stage) normForward(params, in, out, xh []float32, rstd, buf []float64) {
+func (s *stage) normForward(params, in, out, xh []float32, rstd, buf []float64, io normIO) {
 	C, HW := s.in.C, s.in.H*s.in.W
 	gamma := params[s.w.Offset : s.w.Offset+s.w.Len]
 	beta := params[s.b.Offset : s.b.Offset+s.b.Len]
@@ -34,7 +91,17 @@ func (s *stage) normForward(params, in, out, xh []float32, rstd, buf []float64) 
 		s.layerNormApply(in, out, xh, mean[0], r[0], gamma, beta, relu)
 		return
 	}
-	normApply(in, out, xh, C, mean, r, gamma, beta, relu)
+	if io.r == nil {
+		normApply(in, out, xh, C, mean, r, gamma, beta, relu)
+		return
+	}
+	// Row by row into the reader's bordered map: each entry's value is
+	// normApply's on the whole map.
+	rw := s.in.W * C
+	for h := range s.in.H {
+		o := io.r.xpPix(h) * C
+		normApply(in[h*rw:(h+1)*rw], io.xp[o:o+rw], xh[h*rw:(h+1)*rw], C, mean, r, gamma, beta, relu)
+	}
 }
 
 // normStats sets rstd[g] for every group and returns each channel's
@@ -97,8 +164,11 @@ func (s *stage) layerNormApply(in, out, xh []float32, mean, r float64, gamma, be
 // the affine parameters into M (weight, then bias) and, unless dx is nil,
 // the gradient w.r.t. the input into dx:
 // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) per group, with
-// dxhat = dy gamma. buf holds normScratch(C) values.
-func (s *stage) normBackward(params, dy, out, dx, xh []float32, rstd []float64, M []float32, buf []float64) {
+// dxhat = dy gamma. buf holds normScratch(C) values. Fused (io), the ReLU's
+// mask is read from the reader's bordered map and dx written into the
+// producer's bordered output gradient, row by row: the sums take the
+// rows in the same order, so the values are the unfused ones bit for bit.
+func (s *stage) normBackward(params, dy, out, dx, xh []float32, rstd []float64, M []float32, buf []float64, io normIO) {
 	C, HW := s.in.C, s.in.H*s.in.W
 	gamma := params[s.w.Offset : s.w.Offset+s.w.Len]
 	var act []float32
@@ -113,11 +183,19 @@ func (s *stage) normBackward(params, dy, out, dx, xh []float32, rstd []float64, 
 	sa, sb := buf[:C], buf[C:2*C]
 	clear(sa)
 	clear(sb)
-	normSums(dy[:HW*C], act, xh, C, sa, sb)
+	rw := s.in.W * C
+	if io.r != nil && act != nil {
+		for h := range s.in.H {
+			o := io.r.xpPix(h) * C
+			normSums(dy[h*rw:(h+1)*rw], io.xp[o:o+rw], xh[h*rw:(h+1)*rw], C, sa, sb)
+		}
+	} else {
+		normSums(dy[:HW*C], act, xh, C, sa, sb)
+	}
 	for c := range C {
 		dg[c], db[c] = float32(sa[c]), float32(sb[c])
 	}
-	if dx == nil {
+	if dx == nil && io.q == nil {
 		return
 	}
 	// dx = a_c dy + b_c xhat + e_c, with the group sums through gamma;
@@ -138,7 +216,14 @@ func (s *stage) normBackward(params, dy, out, dx, xh []float32, rstd []float64, 
 			a[c], b[c], e[c] = r*float64(gamma[c]), s2, s1
 		}
 	}
-	normDx(dy[:HW*C], xh, dx, C, a, b, e)
+	if io.q == nil {
+		normDx(dy[:HW*C], xh, dx, C, a, b, e)
+		return
+	}
+	for h := range s.in.H {
+		o := io.q.gpPix(h) * C
+		normDx(dy[h*rw:(h+1)*rw], xh[h*rw:(h+1)*rw], io.gp[o:o+rw], C, a, b, e)
+	}
 }
 
 // layerNormBack is normBackward for LayerNorm over a map.

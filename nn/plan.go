@@ -59,9 +59,29 @@ type Options struct {
 	// noImplicit runs every convolution through im2col (tests compare
 	// the two).
 	noImplicit bool
+	// noStride2 runs stride-2 convolutions through im2col (stride2.go;
+	// tests and benchmarks compare the two).
+	noStride2 bool
+	// noFuseNorms runs norms unfused (fuseNorms; tests compare).
+	noFuseNorms bool
+	// noFuseJoins leaves a residual join's gradient in d (fuseJoins;
+	// tests compare).
+	noFuseJoins bool
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noPoolWindows has a fused 2x2 max pool's backward clear its
+	// producer's map and scatter the maxima one by one instead of
+	// writing whole windows with the vector kernel (tests compare the
+	// two).
+	noPoolWindows bool
+	// noFuseOutputs leaves every output in its activation buffer, copied
+	// into the next convolution's bordered map (fuseOutputs; tests
+	// compare the two).
+	noFuseOutputs bool
+	// noExampleMajor runs every stage over the whole chunk (layer by
+	// layer) on the private path too (setMajor; tests compare the two).
+	noExampleMajor bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -120,11 +140,18 @@ type stage struct {
 	skip           int     // join: the shortcut activation added
 	addGrad        bool    // backward adds into d[src] (another reader wrote it)
 	addSkip        bool    // join: backward adds into d[skip]
+	// toXp: the stage (an implicit convolution with a fused activation,
+	// or a max pool) writes its output straight into the interior of
+	// its consumer's bordered map (the next stage, an implicit
+	// convolution and its only reader) instead of its activation buffer
+	// (fuseOutputs); xpFilled: that consumer, which then copies nothing.
+	toXp, xpFilled bool
 	// gradToGp: the stage (an implicit convolution or a max pool, the
-	// only reader of its input) writes its input gradient, times the
+	// only reader of its input, fuseGrads; a norm, fuseNorms; a join for
+	// its body, fuseJoins) writes its input gradient, times the
 	// producer's activation derivative, straight into the producer's
-	// bordered map gp instead of d[src] (fuseGrads); gpFilled: an
-	// implicit convolution whose gp its reader fills so.
+	// bordered map gp instead of d[src]; gpFilled: an implicit
+	// convolution whose gp its reader fills so.
 	gradToGp, gpFilled bool
 	rate               float64 // dropout
 	seed               uint64  // dropout
@@ -146,13 +173,16 @@ type stage struct {
 	// weight (pwr) and flipped weight (pwx, packed from wflip).
 	implicit bool
 	wp2, hp2 int
-	wide     int
-	wideM    int // wide rounded up to implicitRows: the rows the products compute
-	pwr, pwx []blas.PackedB32
-	wflip    []float32
-	// offX and offG are the kernel rows' first floats in the bordered
-	// input and output-gradient maps (kr Wp C and kr Wp fo): where the
-	// forward and input-gradient products' A start (kernelRows).
+	// wq is the pitch of the wide output's rows (and of gp's), in pixels;
+	// gh is gp's rows and gpad its top and left border.
+	wq, gh, gpad int
+	wide         int
+	wideM        int // wide rounded up to implicitRows: the rows the products compute
+	pwr, pwx     []blas.PackedB32
+	wflip        []float32
+	// offX and offG are where each kernel row's windows start in xp (the
+	// forward product's and the weight gradient's A) and, for stride 1,
+	// in gp (the input gradient's A).
 	offX, offG []int
 	// recompute: the per-example weight gradient is computed twice in
 	// panels of panel rows, never stored whole (recompute.go).
@@ -166,6 +196,16 @@ type stage struct {
 	panelSum bool
 	// capOff: a recomputed or ghost convolution's offset in a w.capEx row.
 	capOff int
+
+	// normTo: a norm whose only reader is implicit convolution normTo
+	// writes its output straight into that convolution's bordered map
+	// (xpFilled), never into its activation (fuseNorms).
+	normTo int
+	// skipToGp: a join writes its gradient, times the producer's
+	// activation derivative, straight into the bordered output gradient
+	// of the implicit convolution that made its shortcut activation (its
+	// body's: gradToGp), instead of into d (fuseJoins).
+	skipToGp bool
 }
 
 // weight returns the affine stage's weight as the GEMMs read it.
@@ -196,6 +236,9 @@ type Plan struct {
 	loss     []float64
 	segs     []segment
 	actShape []Shape // shape of activation k (the input, then stage k-1's output)
+	// major is the number of leading stages a private step runs example
+	// by example (setMajor), 0 for none.
+	major int
 
 	// per step
 	x       []float32
@@ -291,6 +334,16 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if !opt.noFuseGrads {
 		p.fuseGrads()
 	}
+	if !opt.noFuseNorms {
+		p.fuseNorms()
+	}
+	if !opt.noFuseJoins {
+		p.fuseJoins()
+	}
+	if !opt.noFuseOutputs {
+		p.fuseOutputs()
+	}
+	p.setMajor()
 	if p.naff == 0 {
 		return nil, dpcore.Invalid("nn", "plan: no layer has parameters")
 	}
@@ -359,7 +412,7 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
-				s.setImplicit()
+				s.setImplicit(!p.opt.noStride2)
 			}
 			if !p.opt.noGhost {
 				s.setGhost(p.opt.LInf)
@@ -496,7 +549,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 	}
 	for _, s := range p.stages {
 		if s.kind == kConv && s.implicit {
-			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideM)*int64(max(s.fo, s.in.C))
+			floats += int64(C)*int64(s.xpLen()+s.gpLen()) + int64(s.wideLen())
 		} else if s.kind == kConv {
 			floats += 2 * int64(C) * int64(s.P) * int64(s.fi) // im2col, input gradient rows
 		}
@@ -504,7 +557,7 @@ func (p *Plan) bufferBytes(C, workers int) int64 {
 			floats += int64(C) * int64(s.out.Size())
 		}
 	}
-	floats += int64(C)*int64(p.exLen) + int64(len(p.params))
+	floats += int64(p.exSlots(C))*int64(p.exLen) + int64(len(p.params))
 	return 4 * floats * int64(workers)
 }
 
@@ -533,14 +586,7 @@ func (p *Plan) markGradWrites() {
 // implicit convolution with an activation actGradTo takes. This saves a
 // write and a read of every such gradient between layers.
 func (p *Plan) fuseGrads() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, _ := p.readers()
 	for i := range p.stages {
 		s := &p.stages[i]
 		if s.src == 0 || readers[s.src] != 1 || !(s.kind == kPool || s.kind == kConv && s.implicit) {
@@ -551,6 +597,90 @@ func (p *Plan) fuseGrads() {
 			continue
 		}
 		s.gradToGp, q.gpFilled = true, true
+	}
+}
+
+// setMajor finds the example-major section: the leading stages that
+// are implicit convolutions with an activation whose derivative is fused
+// (Identity, Tanh, ReLU) and max pools, each reading the previous one's
+// output. A private step's backward pass runs them example by example
+// (the forward pass layer by layer, each weight read once a chunk: the
+// same speed measured), and right after an example's backward takes its
+// norms, factors and scaled adds (backward): its per-example gradient, written
+// by the weight-gradient products, is added while it is in cache, and
+// one example's gradient buffer serves the chunk (exGrad), instead of
+// the chunk's gradients going out to memory and coming back. Every
+// value is computed by the same operations in the same order (per
+// example; each sum entry takes the examples in order). Only for plans
+// whose per-example gradients are all in the section (no convolution
+// after it, no norm or embedding, none recomputed); none with
+// Options.noExampleMajor.
+func (p *Plan) setMajor() {
+	if p.opt.noExampleMajor {
+		return
+	}
+	k, convs := 0, 0
+	for ; k < len(p.stages); k++ {
+		s := &p.stages[k]
+		if s.src != k || s.addGrad || !(s.kind == kPool || s.kind == kConv && s.implicit && !s.recompute && fusesActGrad(s.act)) {
+			break
+		}
+		if s.kind == kConv {
+			convs++
+		}
+	}
+	for _, s := range p.stages[k:] {
+		if s.kind == kConv || s.kind == kNorm || s.kind == kEmbed {
+			return
+		}
+	}
+	if convs > 0 {
+		p.major = k
+	}
+}
+
+// exSlots is the number of per-example gradients w.ex holds for chunks
+// of C examples: one when the example-major section holds every stage
+// that writes them (exGrad), else C.
+func (p *Plan) exSlots(C int) int {
+	if p.major > 0 {
+		return 1
+	}
+	return C
+}
+
+// exampleMajor reports whether the current pass runs the example-major
+// section (setMajor) example by example: private steps and Gradients.
+func (p *Plan) exampleMajor() bool {
+	return p.major > 0 && p.private && p.mode != modeForward
+}
+
+// fuseOutputs marks the stages that write their output straight into
+// the next stage's bordered input map (toXp), skipping the activation
+// buffer and the consumer's copy into its map (padInto): an implicit
+// convolution with a fused activation (Identity, Tanh, ReLU: bias and
+// activation written while compacting the product's wide rows) or a max
+// pool, whose output's only reader is the next stage, a stride-1
+// implicit convolution. Those readers of the output that remain (the
+// activation's derivative in the backward pass, the non-private path's
+// finiteness scan) read it there (outMap).
+func (p *Plan) fuseOutputs() {
+	readers := make([]int, len(p.actShape))
+	for i := range p.stages {
+		s := &p.stages[i]
+		readers[s.src]++
+		if s.kind == kJoin {
+			readers[s.skip]++
+		}
+	}
+	for i := 1; i < len(p.stages); i++ {
+		s, q := &p.stages[i], &p.stages[i-1]
+		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {
+			continue
+		}
+		if q.kind == kPool || q.kind == kConv && q.implicit && fusesActGrad(q.act) {
+			q.toXp, s.xpFilled = true, true
+		}
 	}
 }
 
@@ -642,7 +772,7 @@ func (p *Plan) newWorker() *worker {
 		act: make([][]float32, S+1), d: make([][]float32, S+1),
 		u: make([][]float32, S), arg: make([][]int32, S), xp: make([][]float32, S), gp: make([][]float32, S),
 		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
-		ex: make([]float32, C*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
+		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
@@ -677,7 +807,7 @@ func (p *Plan) newWorker() *worker {
 			if s.implicit {
 				w.xp[i] = make([]float32, C*s.xpLen())
 				w.gp[i] = make([]float32, C*s.gpLen())
-				maxWide = max(maxWide, s.wideM*max(s.fo, s.in.C))
+				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
@@ -1083,14 +1213,15 @@ func (p *Plan) forward(w *worker, m int) {
 			}
 		case kNorm:
 			for j := range m {
-				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col)
+				s.normForward(p.params, in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], w.col, p.normIO(w, s, j))
 			}
 			if s.act != Identity && s.act != ReLU { // ReLU is fused
 				p.activate(w, i, out[:m*osz])
 			}
 		case kPool:
 			for j := range m {
-				s.maxPool(in[j*isz:(j+1)*isz], out[j*osz:(j+1)*osz], w.arg[i][j*osz:(j+1)*osz])
+				o, ost := p.outMap(w, i, j)
+				s.maxPool(in[j*isz:(j+1)*isz], o, ost, w.arg[i][j*osz:(j+1)*osz])
 			}
 		case kFlatten:
 			for j := range m {
@@ -1137,8 +1268,31 @@ func (p *Plan) lossGrad(w *worker, i0, m int) {
 	}
 }
 
-func (p *Plan) backward(w *worker, m int) {
-	for i := len(p.stages) - 1; i >= 0; i-- {
+func (p *Plan) backward(w *worker, i0, m int) {
+	lo := 0
+	if p.exampleMajor() {
+		lo = p.major
+	}
+	p.backwardStages(w, lo, len(p.stages), 0, m)
+	if lo == 0 {
+		return
+	}
+	// The example-major section: each example through its stages, then
+	// its norms, factors and scaled adds while its gradient is in cache.
+	for j := range m {
+		p.backwardStages(w, 0, lo, j, j+1)
+		p.exampleNorms(w, i0, j)
+		if p.capture == nil {
+			p.exampleAdds(w, j)
+		}
+	}
+}
+
+// backwardStages runs stages to-1 down to from backward on examples [j0,
+// m) of the chunk (j0 > 0 only in the example-major section,
+// exampleMajor).
+func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
+	for i := to - 1; i >= from; i-- {
 		s := &p.stages[i]
 		dout := w.d[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
@@ -1150,8 +1304,14 @@ func (p *Plan) backward(w *worker, m int) {
 		}
 		switch s.kind {
 		case kJoin:
-			copy(din[:m*isz], dout[:m*osz])
-			if s.skip > 0 {
+			if s.gradToGp {
+				p.gradIntoGp(w, s.src-1, m, dout)
+			} else {
+				copy(din[:m*isz], dout[:m*osz])
+			}
+			if s.skipToGp {
+				p.gradIntoGp(w, s.skip-1, m, dout)
+			} else if s.skip > 0 {
 				if s.addSkip {
 					add(w.d[s.skip][:m*osz], dout[:m*osz])
 				} else {
@@ -1162,7 +1322,7 @@ func (p *Plan) backward(w *worker, m int) {
 			rows := m * s.P
 			G := dout[:rows*s.fo]
 			if s.implicit {
-				p.implicitBackward(w, i, m, G, din)
+				p.implicitBackward(w, i, j0, m, G, din)
 			} else {
 				p.actGrad(w, i, G)
 				if s.src > 0 {
@@ -1174,7 +1334,7 @@ func (p *Plan) backward(w *worker, m int) {
 				}
 			}
 			if p.private {
-				p.convExGrads(w, i, m)
+				p.convExGrads(w, i, j0, m)
 			}
 			if s.src == 0 {
 				continue
@@ -1191,10 +1351,10 @@ func (p *Plan) backward(w *worker, m int) {
 				continue
 			}
 			if s.gradToGp {
-				p.poolGradToGp(w, i, m, dout)
+				p.poolGradToGp(w, i, j0, m, dout)
 				continue
 			}
-			for j := range m {
+			for j := j0; j < m; j++ {
 				di := din[j*isz : (j+1)*isz]
 				clear(di)
 				arg := w.arg[i][j*osz : (j+1)*osz]
@@ -1234,7 +1394,7 @@ func (p *Plan) backward(w *worker, m int) {
 				if s.src > 0 {
 					dx = din[j*isz : (j+1)*isz]
 				}
-				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col)
+				s.normBackward(p.params, dout[j*osz:(j+1)*osz], w.act[i+1][j*osz:(j+1)*osz], dx, w.xh[i][j*isz:(j+1)*isz], w.rstd[i][j*s.groups:(j+1)*s.groups], p.exGrad(w, s, j), w.col, p.normIO(w, s, j))
 			}
 			if s.src == 0 {
 				continue
@@ -1261,9 +1421,11 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 	p.forward(w, m)
 	p.lossGrad(w, i0, m)
 	clear(w.linf[:m])
-	p.backward(w, m)
+	p.backward(w, i0, m)
 	if p.private {
-		p.perExample(w, i0, m)
+		if !p.exampleMajor() { // else backward has done it
+			p.perExample(w, i0, m)
+		}
 	} else {
 		p.dropNonFinite(w, i0, m)
 	}
@@ -1300,6 +1462,9 @@ func (p *Plan) dropNonFinite(w *worker, i0, m int) {
 					G = w.gradView(s, i, j) // the gradient applied
 				}
 				in := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
+				if s.xpFilled {
+					in = w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()] // the input and zeros
+				}
 				if !allFinite(in) || !allFinite(G) {
 					w.bad[j] = true
 					break
@@ -1347,89 +1512,7 @@ func colSums(G []float32, fo int, col []float64) {
 func (p *Plan) perExample(w *worker, i0, m int) {
 	A := p.naff
 	for j := range m {
-		sq := w.sq[j*A : (j+1)*A]
-		linf := 0.0
-		for i := range p.stages {
-			s := &p.stages[i]
-			switch s.kind {
-			case kConv:
-				// convExGrads has written the gradient (or, recomputed,
-				// its bias), its squared norm into sq and its L-inf norm
-				// into w.linf[j].
-				linf = max(linf, w.linf[j])
-			case kEmbed:
-				sz, osz := s.in.Size(), s.out.Size()
-				t := 0.0
-				s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(_ EmbeddingTable, _ int, vec []float32) {
-					t += sumsq64(vec)
-					if p.opt.LInf {
-						linf = max(linf, maxAbs(vec))
-					}
-				})
-				sq[s.aff] = t
-			case kNorm:
-				M := p.exGrad(w, s, j)
-				sq[s.aff] = sumsq64(M)
-				if p.opt.LInf {
-					linf = max(linf, maxAbs(M))
-				}
-			case kDense:
-				U, G := w.affineIO(s, i, j)
-				gg := sumsq64(G)
-				// The weight gradient is the outer product u g^T: each
-				// entry one float32 product, its squared norm
-				// ||u||^2 ||g||^2 up to float64 rounding.
-				sq[s.aff] = sumsq64(U) * gg
-				if s.b.Len > 0 {
-					sq[s.aff] += gg
-				}
-				if p.opt.LInf {
-					mg := maxAbs(G)
-					linf = max(linf, maxAbs(U)*mg)
-					if s.b.Len > 0 {
-						linf = max(linf, mg)
-					}
-				}
-			}
-		}
-		if w.bad[j] {
-			for k := range sq {
-				sq[k] = math.NaN()
-			}
-		}
-		for _, v := range sq {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				w.bad[j] = true
-			}
-		}
-		if w.bad[j] {
-			p.loss[i0+j] = math.NaN()
-			for k := range sq {
-				sq[k] = math.NaN()
-			}
-		}
-		c := w.c[j*A : (j+1)*A]
-		p.clip.Scale(i0+j, sq, linf, c)
-		if p.capture != nil {
-			p.captureExample(w, j, p.capture[i0+j])
-			continue
-		}
-		for i := range p.stages {
-			s := &p.stages[i]
-			if s.kind != kDense {
-				continue
-			}
-			U, G := w.affineIO(s, i, j)
-			// Every kept example is scaled, clipped or not (a factor of 1
-			// leaves each entry as it is), so that the work does not
-			// depend on whether the example was clipped.
-			if f := c[s.aff]; f == 0 || w.bad[j] {
-				clear(U)
-				clear(G)
-			} else {
-				scaleDown(f, G)
-			}
-		}
+		p.exampleNorms(w, i0, j)
 	}
 	if p.capture != nil {
 		return
@@ -1465,14 +1548,127 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 }
 
+// exampleNorms is perExample's first part for example j of the chunk:
+// its per-layer squared norms (and L-inf norm), its factors from the
+// clipper, and its dense layers' G rows scaled (or zeroed); with
+// Gradients, its gradient captured instead.
+func (p *Plan) exampleNorms(w *worker, i0, j int) {
+	A := p.naff
+	sq := w.sq[j*A : (j+1)*A]
+	linf := 0.0
+	for i := range p.stages {
+		s := &p.stages[i]
+		switch s.kind {
+		case kConv:
+			// convExGrads has written the gradient (or, recomputed,
+			// its bias), its squared norm into sq and its L-inf norm
+			// into w.linf[j].
+			linf = max(linf, w.linf[j])
+		case kEmbed:
+			sz, osz := s.in.Size(), s.out.Size()
+			t := 0.0
+			s.emb.grads(w.act[0][j*sz:(j+1)*sz], w.d[i+1][j*osz:(j+1)*osz], w.col, w.vec, func(_ EmbeddingTable, _ int, vec []float32) {
+				t += sumsq64(vec)
+				if p.opt.LInf {
+					linf = max(linf, maxAbs(vec))
+				}
+			})
+			sq[s.aff] = t
+		case kNorm:
+			M := p.exGrad(w, s, j)
+			sq[s.aff] = sumsq64(M)
+			if p.opt.LInf {
+				linf = max(linf, maxAbs(M))
+			}
+		case kDense:
+			U, G := w.affineIO(s, i, j)
+			gg := sumsq64(G)
+			// The weight gradient is the outer product u g^T: each
+			// entry one float32 product, its squared norm
+			// ||u||^2 ||g||^2 up to float64 rounding.
+			sq[s.aff] = sumsq64(U) * gg
+			if s.b.Len > 0 {
+				sq[s.aff] += gg
+			}
+			if p.opt.LInf {
+				mg := maxAbs(G)
+				linf = max(linf, maxAbs(U)*mg)
+				if s.b.Len > 0 {
+					linf = max(linf, mg)
+				}
+			}
+		}
+	}
+	if w.bad[j] {
+		for k := range sq {
+			sq[k] = math.NaN()
+		}
+	}
+	for _, v := range sq {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			w.bad[j] = true
+		}
+	}
+	if w.bad[j] {
+		p.loss[i0+j] = math.NaN()
+		for k := range sq {
+			sq[k] = math.NaN()
+		}
+	}
+	c := w.c[j*A : (j+1)*A]
+	p.clip.Scale(i0+j, sq, linf, c)
+	if p.capture != nil {
+		p.captureExample(w, j, p.capture[i0+j])
+		return
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kDense {
+			continue
+		}
+		U, G := w.affineIO(s, i, j)
+		// Every kept example is scaled, clipped or not (a factor of 1
+		// leaves each entry as it is), so that the work does not
+		// depend on whether the example was clipped.
+		if f := c[s.aff]; f == 0 || w.bad[j] {
+			clear(U)
+			clear(G)
+		} else {
+			scaleDown(f, G)
+		}
+	}
+}
+
+// exampleAdds adds example j's scaled convolution and norm gradients
+// into the accumulator (perExample's second part, for one example: each
+// entry of the sum still takes the examples in order).
+func (p *Plan) exampleAdds(w *worker, j int) {
+	A := p.naff
+	if w.bad[j] {
+		return
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if s.kind != kConv && s.kind != kNorm || s.recompute {
+			continue
+		}
+		if f := w.c[j*A+s.aff]; f != 0 {
+			M := p.exGrad(w, s, j)
+			addScaledDown(w.acc[s.w.Offset:s.w.Offset+s.w.Len], M[:s.w.Len], f)
+			addScaledDown(w.acc[s.b.Offset:s.b.Offset+s.b.Len], M[s.w.Len:], f)
+		}
+	}
+}
+
 // convExGrads writes the per-example gradients of convolution stage i
-// (weight, then bias) for the chunk's m examples into their w.ex rows,
+// (weight, then bias) for examples [j0, m) of the chunk into their w.ex
+// rows,
 // their squared norms into w.sq and, with Options.LInf, raises w.linf[j]
 // to their L-inf norms. backward calls it right after the stage's own
 // backward pass, while the output gradients it reads are in cache.
-func (p *Plan) convExGrads(w *worker, i, m int) {
+func (p *Plan) convExGrads(w *worker, i, j0, m int) {
 	s := &p.stages[i]
-	for j := range m {
+	for j := j0; j < m; j++ {
 		U, G := w.affineIO(s, i, j)
 		if s.ghost && p.capture == nil {
 			X := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
@@ -1510,6 +1706,9 @@ func (p *Plan) convExGrads(w *worker, i, m int) {
 func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
 	if s.recompute || s.ghost { // Gradients only
 		return w.capEx[j*p.capLen+s.capOff : j*p.capLen+s.capOff+s.w.Len+s.b.Len]
+	}
+	if p.major > 0 {
+		j = 0 // one example's buffer (setMajor)
 	}
 	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
 }

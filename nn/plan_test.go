@@ -268,6 +268,18 @@ func testNets() map[string]*builder {
 	b.dense(3*2*1, 4, Tanh)
 	b.dense(4, 3, Identity)
 	nets["conv-pairs"] = b
+	// The same with channel counts the vector pool backward takes (2x2
+	// windows written whole, poolWindows2), after Tanh and ReLU, on maps
+	// of odd height and width.
+	b = &builder{net: Network{Input: Shape{3, 5, 7}}}
+	b.conv(3, 8, 3, 1, 1, Tanh)
+	b.conv(8, 8, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.conv(8, 8, 3, 1, 1, ReLU)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(8, 3, Identity)
+	nets["conv-pairs8"] = b
 	b = &builder{net: Network{Input: Shape{1, 11, 10}}}
 	b.conv(1, 4, 2, 3, 0, Tanh)
 	b.net.Layers = append(b.net.Layers, MaxPool{Size: 3})
@@ -339,6 +351,35 @@ func testNets() map[string]*builder {
 	b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: sc.net.Layers}, AvgPool{Size: 3}, Flatten{})
 	b.dense(4, 3, Identity)
 	nets["residual"] = b
+	// A WideResNet downsampling block (pre-activation GroupNorm+ReLU, a
+	// stride-2 3x3 convolution without a bias, a strided 1x1 shortcut), a
+	// block widening with a 1x1 shortcut (an implicit convolution the
+	// join writes the gradient of, fuseJoins), then a stride-2 3x3
+	// convolution whose input gradient its reader
+	// writes into its bordered map (fuseGrads): stride-2 implicit
+	// convolutions (stride2.go), on maps of odd and even half widths.
+	b = &builder{net: Network{Input: Shape{4, 8, 12}}}
+	blk := &builder{n: 0}
+	blk.net.Layers = append(blk.net.Layers, GroupNorm{Groups: 2, Act: ReLU, Weight: blk.param(4), Bias: blk.param(4)},
+		Conv2D{Out: 6, Kernel: 3, Stride: 2, Pad: 1, Weight: blk.param(36 * 6)})
+	blk.net.Layers = append(blk.net.Layers, GroupNorm{Groups: 3, Act: ReLU, Weight: blk.param(6), Bias: blk.param(6)})
+	blk.conv(6, 6, 3, 1, 1, Identity)
+	sc = &builder{n: blk.n}
+	sc.conv(4, 6, 1, 2, 0, Identity)
+	b.n = sc.n
+	b.net.Layers = append(b.net.Layers, Residual{Body: blk.net.Layers, Shortcut: sc.net.Layers})
+	blk = &builder{n: b.n}
+	blk.net.Layers = append(blk.net.Layers, GroupNorm{Groups: 2, Act: ReLU, Weight: blk.param(6), Bias: blk.param(6)})
+	blk.conv(6, 8, 3, 1, 1, Identity)
+	sc = &builder{n: blk.n}
+	sc.conv(6, 8, 1, 1, 0, Identity)
+	b.n = sc.n
+	b.net.Layers = append(b.net.Layers, Residual{Body: blk.net.Layers, Shortcut: sc.net.Layers})
+	b.conv(8, 5, 3, 2, 1, Tanh)
+	b.conv(5, 5, 3, 1, 1, Identity)
+	b.net.Layers = append(b.net.Layers, AvgPool{Size: 2}, Flatten{})
+	b.dense(5, 3, Identity)
+	nets["stride2"] = b
 	// Convolutions whose per-example weight gradients are recomputed
 	// (recompute.go: im2col layers of few output pixels and outputs a
 	// multiple of 16), with a bias and without; the second and third

@@ -67,11 +67,18 @@ func add(y, x []float32) {
 //go:noescape
 func addToAVX2(z, x, y *float32, n int)
 
+//go:noescape
+func addToAVX512(z, x, y *float32, n int)
+
 // addTo sets z = x + y (len(x), len(y) >= len(z)).
 func addTo(z, x, y []float32) {
 	x, y = x[:len(z)], y[:len(z)]
 	n := 0
-	if hasAVX2FMA {
+	if hasAVX512 {
+		if n = len(z) &^ 15; n > 0 {
+			addToAVX512(&z[0], &x[0], &y[0], n)
+		}
+	} else if hasAVX2FMA {
 		if n = len(z) &^ 7; n > 0 {
 			addToAVX2(&z[0], &x[0], &y[0], n)
 		}
@@ -96,23 +103,20 @@ func axpy(a float32, x, y []float32) {
 }
 
 //go:noescape
-func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
+func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
 
-// maxPool2Fast pools one example with 2x2 windows eight channels at a time
-// if it can, reporting whether it did.
-func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool {
+// maxPool2Fast pools one example with 2x2 windows eight channels at a
+// time, a row of outputs per call, if it can, reporting whether it did.
+func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool {
 	C, W := s.in.C, s.in.W
-	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 {
+	OW := s.out.W
+	if !hasAVX2FMA || s.pool != 2 || C%8 != 0 || OW == 0 {
 		return false
 	}
-	OW := s.out.W
 	for oh := range s.out.H {
-		for ow := range OW {
-			o := (oh*OW + ow) * C
-			base := (oh*2*W + ow*2) * C
-			_ = in[base+W*C+2*C-1]
-			max4AVX2(&in[base], C, W*C, &out[o], &arg[o], int32(base))
-		}
+		o, x, base := oh*OW*C, oh*ost, oh*2*W*C
+		_, _, _ = in[base+W*C+2*OW*C-1], out[x+OW*C-1], arg[o+OW*C-1]
+		max4AVX2(&in[base], C, W*C, &out[x], &arg[o], int32(base), OW)
 	}
 	return true
 }
@@ -130,6 +134,18 @@ func normSumsAVX2(dy, act, xh *float32, rows, c, c4 int, sa, sb *float64, relu i
 func normDxAVX2(dy, xh, dx *float32, rows, c, c4 int, a, b, e *float64)
 
 //go:noescape
+func chanStatsAVX512(x *float32, rows, c, c8 int, shift, s1, s2 *float64)
+
+//go:noescape
+func normApplyAVX512(in, out, xh *float32, rows, c, c8 int, mean, r *float64, gamma, beta *float32, relu int)
+
+//go:noescape
+func normSumsAVX512(dy, act, xh *float32, rows, c, c8 int, sa, sb *float64, relu int)
+
+//go:noescape
+func normDxAVX512(dy, xh, dx *float32, rows, c, c8 int, a, b, e *float64)
+
+//go:noescape
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
@@ -144,6 +160,10 @@ func (acc *sumsqLanes) add(v []float32) {
 	}
 	acc.addGo(v)
 }
+
+// wide512 reports whether the norm kernels take all C channels 8 at a
+// time with AVX-512 (the AVX2 kernels' operations on twice the lanes).
+func wide512(C int) bool { return hasAVX512 && C%8 == 0 }
 
 // vecChannels is how many of C channels the AVX2 norm kernels take (a
 // multiple of 4), 0 without AVX2 or with fewer than 4.
@@ -160,6 +180,10 @@ func chanStats(x []float32, C int, shift, s1, s2 []float64) {
 	c4 := vecChannels(C)
 	if c4 > 0 && len(x) > 0 {
 		_, _, _ = shift[C-1], s1[C-1], s2[C-1]
+		if wide512(C) {
+			chanStatsAVX512(&x[0], len(x)/C, C, c4, &shift[0], &s1[0], &s2[0])
+			return
+		}
 		chanStatsAVX2(&x[0], len(x)/C, C, c4, &shift[0], &s1[0], &s2[0])
 	}
 	chanStatsGo(x, C, c4, shift, s1, s2)
@@ -175,6 +199,10 @@ func normApply(in, out, xh []float32, C int, mean, r []float64, gamma, beta []fl
 		f := 0
 		if relu {
 			f = 1
+		}
+		if wide512(C) {
+			normApplyAVX512(&in[0], &out[0], &xh[0], len(in)/C, C, c4, &mean[0], &r[0], &gamma[0], &beta[0], f)
+			return
 		}
 		normApplyAVX2(&in[0], &out[0], &xh[0], len(in)/C, C, c4, &mean[0], &r[0], &gamma[0], &beta[0], f)
 	}
@@ -193,6 +221,10 @@ func normSums(dy, act, xh []float32, C int, sa, sb []float64) {
 			_ = act[len(dy)-1]
 			a, f = &act[0], 1
 		}
+		if wide512(C) {
+			normSumsAVX512(&dy[0], a, &xh[0], len(dy)/C, C, c4, &sa[0], &sb[0], f)
+			return
+		}
 		normSumsAVX2(&dy[0], a, &xh[0], len(dy)/C, C, c4, &sa[0], &sb[0], f)
 	}
 	normSumsGo(dy, act, xh, C, c4, sa, sb)
@@ -205,6 +237,10 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 	if c4 > 0 && len(dy) > 0 {
 		_, _ = xh[len(dy)-1], dx[len(dy)-1]
 		_, _, _ = a[C-1], b[C-1], e[C-1]
+		if wide512(C) {
+			normDxAVX512(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
+			return
+		}
 		normDxAVX2(&dy[0], &xh[0], &dx[0], len(dy)/C, C, c4, &a[0], &b[0], &e[0])
 	}
 	normDxGo(dy, xh, dx, C, c4, a, b, e)
@@ -270,4 +306,34 @@ func actGradToFast(dst, g, a []float32, relu bool) int {
 	}
 	actGradToAVX2(&dst[0], &g[0], &a[0], n, r)
 	return n
+}
+
+//go:noescape
+func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
+
+// poolBack2Fast reports whether poolBack2Row takes a pool of C
+// channels after activation act: AVX2, C a multiple of 8, act one that
+// actGradTo fuses.
+func poolBack2Fast(C int, act Activation) bool {
+	return hasAVX2FMA && C%8 == 0 && fusesActGrad(act)
+}
+
+// poolBack2Row is poolGradToGp's vector form for one row of a 2x2 max
+// pool's outputs (C channels, OW = len(g)/C > 0 pixels; poolBack2Fast):
+// whole windows written into the producer map's rows dst0 and dst1 (from
+// their first interior pixel), the derivative of act taken at a0 and a1
+// (the producer's output rows), the maxima found by comparing arg with
+// each tap's index (the rows' first float is base in the input map, rows
+// wc floats apart).
+func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int, act Activation) {
+	code := 0
+	switch act {
+	case Tanh:
+		code = 1
+	case ReLU:
+		code = 2
+	}
+	n := 2 * len(g)
+	_, _, _, _, _ = dst0[n-1], dst1[n-1], a0[n-1], a1[n-1], arg[len(g)-1]
+	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, code)
 }

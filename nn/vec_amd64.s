@@ -66,18 +66,20 @@ DATA iota8<>+0x18(SB)/4, $6
 DATA iota8<>+0x1c(SB)/4, $7
 GLOBL iota8<>(SB), RODATA|NOPTR, $32
 
-// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32)
-// One output pixel of a 2x2 max pool over HWC rows: for ch < c (a positive
-// multiple of 8) out[ch] is the largest of in[ch], in[c+ch], in[wc+ch],
-// in[wc+c+ch], the first on ties (and NaN kept only if first), and
-// arg[ch] its index in the example's input, base+offset+ch.
-TEXT ·max4AVX2(SB), NOSPLIT, $0-44
+// func max4AVX2(in *float32, c, wc int, out *float32, arg *int32, base int32, ow int)
+// One output row of a 2x2 max pool over HWC rows, ow > 0 pixels: for
+// pixel p and ch < c (a positive multiple of 8) out[p c + ch] is the
+// largest of in[2pc+ch], in[2pc+c+ch], in[2pc+wc+ch], in[2pc+wc+c+ch],
+// the first on ties (and NaN kept only if first), and arg[p c + ch] its
+// index in the example's input, base+2pc+offset+ch.
+TEXT ·max4AVX2(SB), NOSPLIT, $0-56
 	MOVQ in+0(FP), SI
 	MOVQ c+8(FP), CX
 	MOVQ wc+16(FP), DX
 	MOVQ out+24(FP), DI
 	MOVQ arg+32(FP), R8
 	MOVL base+40(FP), BX
+	MOVQ ow+48(FP), R11
 	VMOVD BX, X8
 	VPBROADCASTD X8, Y8
 	VPADDD iota8<>(SB), Y8, Y8      // Y8: indices of the first tap
@@ -96,6 +98,8 @@ TEXT ·max4AVX2(SB), NOSPLIT, $0-44
 	VMOVQ BX, X12
 	VPBROADCASTD X12, Y12           // Y12 = 8
 	LEAQ (SI)(DX*1), R9             // row below
+maxpix:
+	MOVQ CX, R10
 maxloop:
 	VMOVUPS (SI), Y0                // m
 	VMOVDQU Y8, Y1                  // a
@@ -121,8 +125,13 @@ maxloop:
 	ADDQ $32, R9
 	ADDQ $32, DI
 	ADDQ $32, R8
-	SUBQ $8, CX
+	SUBQ $8, R10
 	JNZ maxloop
+	ADDQ AX, SI                     // past the window's right taps
+	ADDQ AX, R9
+	VPADDD Y8, Y9, Y8
+	DECQ R11
+	JNZ maxpix
 	VZEROUPPER
 	RET
 
@@ -392,5 +401,327 @@ relustart:
 	ADDQ $32, DX
 	SUBQ $8, CX
 	JNZ relustart
+	VZEROUPPER
+	RET
+
+// The norm kernels 8 channels at a time with AVX-512 (c a multiple of 8):
+// the AVX2 kernels' operations on twice the lanes, so the same values.
+#define NEXTCH8(loop) ADDQ $8, AX; CMPQ AX, R10; JLT loop
+
+// func chanStatsAVX512(x *float32, rows, c, c8 int, shift, s1, s2 *float64)
+TEXT ·chanStatsAVX512(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	ROWS(rows+8(FP), c+16(FP), c8+24(FP))
+	MOVQ shift+32(FP), R11
+	MOVQ s1+40(FP), R12
+	MOVQ s2+48(FP), R13
+stats8row:
+	XORQ AX, AX
+stats8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VSUBPD (R11)(AX*8), Z0, Z0
+	VADDPD (R12)(AX*8), Z0, Z1
+	VMOVUPD Z1, (R12)(AX*8)
+	VMULPD Z0, Z0, Z2
+	VADDPD (R13)(AX*8), Z2, Z2
+	VMOVUPD Z2, (R13)(AX*8)
+	NEXTCH8(stats8ch)
+	ADDQ R9, SI
+	NEXTROW(stats8row)
+
+// func normApplyAVX512(in, out, xh *float32, rows, c, c8 int, mean, r *float64, gamma, beta *float32, relu int)
+TEXT ·normApplyAVX512(SB), NOSPLIT, $0-88
+	PTRS3(in+0(FP), out+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ mean+48(FP), R11
+	MOVQ r+56(FP), R12
+	MOVQ gamma+64(FP), R13
+	MOVQ beta+72(FP), R14
+	MOVQ relu+80(FP), BX
+	VXORPS Y7, Y7, Y7
+apply8row:
+	XORQ AX, AX
+apply8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VSUBPD (R11)(AX*8), Z0, Z0
+	VMULPD (R12)(AX*8), Z0, Z0
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, (DX)(AX*4)
+	VMULPS (R13)(AX*4), Y0, Y1
+	VADDPS (R14)(AX*4), Y1, Y1
+	TESTQ BX, BX
+	JZ apply8store
+	VMAXPS Y1, Y7, Y1               // 0 > o ? 0 : o (NaN and -0 kept)
+	VADDPS Y7, Y1, Y1               // -0 + 0 = +0
+apply8store:
+	VMOVUPS Y1, (DI)(AX*4)
+	NEXTCH8(apply8ch)
+	NEXT3
+	NEXTROW(apply8row)
+
+// func normSumsAVX512(dy, act, xh *float32, rows, c, c8 int, sa, sb *float64, relu int)
+TEXT ·normSumsAVX512(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), act+8(FP), xh+16(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ sa+48(FP), R11
+	MOVQ sb+56(FP), R12
+	MOVQ relu+64(FP), BX
+	VXORPS Y7, Y7, Y7
+sums8row:
+	XORQ AX, AX
+sums8ch:
+	VMOVUPS (SI)(AX*4), Y0
+	TESTQ BX, BX
+	JZ sums8nomask
+	VMOVUPS (DI)(AX*4), Y1
+	VCMPPS $0x1e, Y7, Y1, Y2        // act > 0 (false for NaN)
+	VANDPS Y2, Y0, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+sums8nomask:
+	VCVTPS2PD Y0, Z0
+	VCVTPS2PD (DX)(AX*4), Z1
+	VMOVUPD (R11)(AX*8), Z2
+	VFMADD231PD Z1, Z0, Z2
+	VMOVUPD Z2, (R11)(AX*8)
+	VADDPD (R12)(AX*8), Z0, Z3
+	VMOVUPD Z3, (R12)(AX*8)
+	NEXTCH8(sums8ch)
+	NEXT3
+	NEXTROW(sums8row)
+
+// func normDxAVX512(dy, xh, dx *float32, rows, c, c8 int, a, b, e *float64)
+TEXT ·normDxAVX512(SB), NOSPLIT, $0-72
+	PTRS3(dy+0(FP), dx+16(FP), xh+8(FP))
+	ROWS(rows+24(FP), c+32(FP), c8+40(FP))
+	MOVQ a+48(FP), R11
+	MOVQ b+56(FP), R12
+	MOVQ e+64(FP), R13
+dx8row:
+	XORQ AX, AX
+dx8ch:
+	VCVTPS2PD (SI)(AX*4), Z0
+	VCVTPS2PD (DX)(AX*4), Z1
+	VMULPD (R11)(AX*8), Z0, Z0
+	VMULPD (R12)(AX*8), Z1, Z1
+	VADDPD Z1, Z0, Z0
+	VADDPD (R13)(AX*8), Z0, Z0
+	VCVTPD2PS Z0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	NEXTCH8(dx8ch)
+	NEXT3
+	NEXTROW(dx8row)
+
+// func addToAVX512(z, x, y *float32, n int)
+// z[k] = x[k] + y[k] for k < n, n a positive multiple of 16.
+TEXT ·addToAVX512(SB), NOSPLIT, $0-32
+	MOVQ z+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+addto16loop:
+	VMOVUPS (SI), Z0
+	VADDPS (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $64, DX
+	SUBQ $16, CX
+	JNZ addto16loop
+	VZEROUPPER
+	RET
+
+// func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
+// A 2x2 max pool's backward for one row of ow output pixels of c
+// channels (c a positive multiple of 8, ow > 0), written as whole
+// windows into two rows of the producer's map (dst0 the top, dst1 the
+// bottom, 2 ow c floats each): tap t of output k gets d = 0 + dy[k] times
+// the producer's activation derivative at a (act 0 Identity: d; 1 Tanh:
+// d (1 - a a), each operation rounded; 2 ReLU: d if a > 0, else 0) if
+// arg[k] is the tap's index in the input map (base + its offset from the
+// window row pair's first float, rows wc floats apart), else 0.
+//
+// R8, R9: the top and bottom map rows; R10, R11: the activation rows
+// (the right taps AX = 4c bytes further); SI dy, DI arg; Y8 the top-left
+// taps' indices, Y4-Y6 the others'; Y0 d, Y1 arg, Y14 1.0, Y15 zero.
+TEXT ·poolBack2AVX2(SB), NOSPLIT, $0-88
+	MOVQ dst0+0(FP), R8
+	MOVQ dst1+8(FP), R9
+	MOVQ a0+16(FP), R10
+	MOVQ a1+24(FP), R11
+	MOVQ dy+32(FP), SI
+	MOVQ arg+40(FP), DI
+	MOVQ base+48(FP), BX
+	VMOVQ BX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD iota8<>(SB), Y8, Y8
+	MOVQ c+56(FP), CX
+	VMOVQ CX, X9
+	VPBROADCASTD X9, Y9             // Y9 = c
+	MOVQ wc+64(FP), BX
+	VMOVQ BX, X10
+	VPBROADCASTD X10, Y10           // Y10 = wc
+	VPADDD Y9, Y10, Y11             // Y11 = wc + c
+	MOVL $8, BX
+	VMOVQ BX, X12
+	VPBROADCASTD X12, Y12           // Y12 = 8
+	MOVL $0x3f800000, BX
+	VMOVQ BX, X14
+	VPBROADCASTD X14, Y14           // Y14 = 1.0
+	VXORPS Y15, Y15, Y15
+	MOVQ CX, AX
+	SHLQ $2, AX
+	MOVQ ow+72(FP), DX
+	MOVQ act+80(FP), BX
+	CMPQ BX, $1
+	JEQ pbtanhpix
+	CMPQ BX, $2
+	JEQ pbrelupix
+pbidpix:
+	MOVQ CX, R12
+pbidblk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS Y0, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbidblk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbidpix
+	VZEROUPPER
+	RET
+pbtanhpix:
+	MOVQ CX, R12
+pbtanhblk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS (R10), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS (R10)(AX*1), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS (R11), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS (R11)(AX*1), Y3
+	VMULPS Y3, Y3, Y3
+	VSUBPS Y3, Y14, Y3
+	VMULPS Y0, Y3, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbtanhblk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbtanhpix
+	VZEROUPPER
+	RET
+pbrelupix:
+	MOVQ CX, R12
+pbrelublk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	VMOVUPS (R10), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)
+	VMOVUPS (R10)(AX*1), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VMOVUPS (R11), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)
+	VMOVUPS (R11)(AX*1), Y3
+	VCMPPS $0x1e, Y15, Y3, Y3
+	VANDPS Y0, Y3, Y3
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y3, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pbrelublk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	ADDQ AX, R10
+	ADDQ AX, R11
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbrelupix
 	VZEROUPPER
 	RET

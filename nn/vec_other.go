@@ -37,7 +37,7 @@ func axpy(a float32, x, y []float32) {
 	}
 }
 
-func (s *stage) maxPool2Fast(in, out []float32, arg []int32) bool { return false }
+func (s *stage) maxPool2Fast(in, out []float32, ost int, arg []int32) bool { return false }
 
 func chanStats(x []float32, C int, shift, s1, s2 []float64) {
 	chanStatsGo(x, C, 0, shift, s1, s2)
@@ -66,3 +66,9 @@ const hasAVX2FMA = false
 func addScaledDown(acc, v []float32, c float64) { addScaledDownGo(acc, v, c) }
 
 func actGradToFast(dst, g, a []float32, relu bool) int { return 0 }
+
+func poolBack2Fast(C int, act Activation) bool { return false }
+
+func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int, act Activation) {
+	panic("nn: poolBack2Row without a vector kernel")
+}

@@ -1,9 +1,10 @@
 package nn
 
 import (
-	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,129 +12,175 @@ import (
 	"github.com/dpmf-go/dpmf/internal/rusage"
 )
 
-// wrnNet is WideResNet-16-4 with GroupNorm(16) on 32x32x3 inputs, 10
-// classes, as package models builds it (models.NewWRN16x4), written
-// here with the test builder (package models imports nn).
-func wrnNet() *builder {
-	b := &builder{net: Network{Input: Shape{3, 32, 32}}}
-	gn := func(bb *builder, c int) Layer {
-		return GroupNorm{Groups: 16, Act: ReLU, Weight: bb.param(c), Bias: bb.param(c)}
+// wrnNet is WideResNet-16-4 with GroupNorm (models.NewWRN16x4's layers)
+// on 32x32x3 inputs, and its parameters (weights uniform in the fan-in's
+// He bound, norms' scales 1).
+func wrnNet(groups int, rng *rand.Rand) (Network, []float32) {
+	var params []float32
+	param := func(n int, lim float32) Param {
+		p := Param{len(params), n}
+		for range n {
+			v := float32(1)
+			if lim > 0 {
+				v = lim * float32(2*rng.Float64()-1)
+			} else if lim == 0 {
+				v = 0
+			}
+			params = append(params, v)
+		}
+		return p
 	}
-	b.conv(3, 16, 3, 1, 1, Identity)
-	in, size := 16, 32
+	conv := func(in, out, k, stride, pad int) Layer {
+		fi := k * k * in
+		return Conv2D{Out: out, Kernel: k, Stride: stride, Pad: pad, Weight: param(fi*out, float32(math.Sqrt(6/float64(fi)))), Bias: param(out, 0)}
+	}
+	norm := func(c int) Layer {
+		return GroupNorm{Groups: groups, Act: ReLU, Weight: param(c, -1), Bias: param(c, 0)}
+	}
+	layers := []Layer{conv(3, 16, 3, 1, 1)}
+	in := 16
 	for g, width := range []int{64, 128, 256} {
 		for k := range 2 {
 			stride := 1
 			if g > 0 && k == 0 {
 				stride = 2
 			}
-			body := &builder{n: b.n}
-			body.net.Layers = append(body.net.Layers, gn(body, in))
-			body.conv(in, width, 3, stride, 1, Identity)
-			body.net.Layers = append(body.net.Layers, gn(body, width))
-			body.conv(width, width, 3, 1, 1, Identity)
-			b.n = body.n
-			var short []Layer
+			body := []Layer{norm(in), conv(in, width, 3, stride, 1), norm(width), conv(width, width, 3, 1, 1)}
+			var sc []Layer
 			if stride != 1 || in != width {
-				sc := &builder{n: b.n}
-				sc.conv(in, width, 1, stride, 0, Identity)
-				b.n = sc.n
-				short = sc.net.Layers
+				sc = []Layer{conv(in, width, 1, stride, 0)}
 			}
-			b.net.Layers = append(b.net.Layers, Residual{Body: body.net.Layers, Shortcut: short})
-			in, size = width, size/stride
+			layers = append(layers, Residual{Body: body, Shortcut: sc})
+			in = width
 		}
 	}
-	b.net.Layers = append(b.net.Layers, gn(b, in), AvgPool{Size: size}, Flatten{})
-	b.dense(in, 10, Identity)
-	return b
+	layers = append(layers, norm(in), AvgPool{Size: 8}, Flatten{})
+	fi := in
+	layers = append(layers, Dense{Out: 10, Weight: param(fi*10, float32(math.Sqrt(6/float64(fi)))), Bias: param(10, 0)})
+	return Network{Input: Shape{3, 32, 32}, Layers: layers}, params
 }
 
-// BenchmarkWRNVariants runs WideResNet-16-4's private step (flat clip
-// norm 1) with ghost norms on and off (Options.noGhost) at chunks of 2
-// and 4, and the non-private step at both, the variants' steps
-// alternated in one process (other jobs on the machine disturb them
-// alike), and reports each variant's examples per CPU second.
-// DPMF_BENCH_BATCHES sets the batches (default 16 and 64),
-// DPMF_WRN_VARIANTS the variants run (names, space-separated).
-func BenchmarkWRNVariants(b *testing.B) {
-	batches := []int{16, 64}
-	if env := os.Getenv("DPMF_BENCH_BATCHES"); env != "" {
-		batches = nil
-		for _, f := range strings.Fields(env) {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatal(err)
-			}
-			batches = append(batches, n)
-		}
+// wrnClipper clips each example's whole gradient to L2 norm 1.
+type wrnClipper struct{}
+
+func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
+	t := 0.0
+	for _, v := range sq {
+		t += v
 	}
-	type variant struct {
-		name string
-		opt  Options
+	f := 1.0
+	if t > 1 {
+		f = 1 / math.Sqrt(t)
 	}
-	variants := []variant{
-		{"ghost-c2", Options{Chunk: 2}},
-		{"nonpriv-c2", Options{Chunk: 2}},
-		{"nonpriv-c4", Options{Chunk: 4}},
-		{"stored-c2", Options{Chunk: 2, noGhost: true}},
-		{"ghost-c4", Options{Chunk: 4}},
-		{"stored-c4", Options{Chunk: 4, noGhost: true}},
+	if math.IsNaN(t) {
+		f = 0
 	}
-	if env := os.Getenv("DPMF_WRN_VARIANTS"); env != "" {
-		var keep []variant
-		for _, v := range variants {
-			if strings.Contains(" "+env+" ", " "+v.name+" ") {
-				keep = append(keep, v)
-			}
-		}
-		variants = keep
+	for k := range c {
+		c[k] = f
 	}
-	nb := wrnNet()
+}
+
+// BenchmarkWRNSwitches runs WideResNet-16-4's step (batch
+// DPMF_BENCH_BATCH, default 64; private unless DPMF_BENCH_PRIVATE=0) on
+// plans alternated step by step in one process: the plan as it is,
+// and the plan with the Options switches DPMF_BENCH_SWITCH turned off
+// (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
+// noRecompute, noGhost), reporting each one's examples
+// per CPU second and their ratio. Alternating steps exposes both to the
+// same load from other jobs on the machine.
+func BenchmarkWRNSwitches(b *testing.B) {
+	batch := 64
+	if v, err := strconv.Atoi(os.Getenv("DPMF_BENCH_BATCH")); err == nil && v > 0 {
+		batch = v
+	}
+	private := os.Getenv("DPMF_BENCH_PRIVATE") != "0"
+	sw := os.Getenv("DPMF_BENCH_SWITCH")
 	rng := rand.New(rand.NewPCG(1, 2))
-	params := make([]float32, nb.n)
-	for k := range params {
-		params[k] = float32(0.05 * rng.NormFloat64())
+	net, params := wrnNet(16, rng)
+	alt := Options{MaxBatch: batch}
+	for _, name := range strings.Fields(sw) {
+		switch name {
+		case "noImplicit":
+			alt.noImplicit = true
+		case "noFuseGrads":
+			alt.noFuseGrads = true
+		case "noFuseNorms":
+			alt.noFuseNorms = true
+		case "noFuseJoins":
+			alt.noFuseJoins = true
+		case "noStride2":
+			alt.noStride2 = true
+		case "noRecompute":
+			alt.noRecompute = true
+		case "noGhost":
+			alt.noGhost = true
+		default:
+			b.Fatalf("DPMF_BENCH_SWITCH=%q: unknown switch %q", sw, name)
+		}
 	}
-	for _, batch := range batches {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			x, y := nb.batch(rng, batch, 10)
-			plans := make([]*Plan, len(variants))
-			for k, v := range variants {
-				v.opt.MaxBatch = batch
-				p, err := NewPlan(nb.net, params, v.opt)
-				if err != nil {
-					b.Fatal(err)
-				}
-				plans[k] = p
-			}
-			dst := make([]float32, nb.n)
-			cl := &flatClipper{zeta: 1, sq: make([][]float64, batch)}
-			cpu := make([]float64, len(variants))
-			for _, p := range plans { // warm
-				if _, err := p.Step(x, y, dst, cl); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ResetTimer()
-			n := 0
-			for b.Loop() {
-				for k, p := range plans {
-					c0 := rusage.CPUSeconds()
-					var c Clipper = cl
-					if strings.HasPrefix(variants[k].name, "nonpriv") {
-						c = nil
-					}
-					if _, err := p.Step(x, y, dst, c); err != nil {
-						b.Fatal(err)
-					}
-					cpu[k] += rusage.CPUSeconds() - c0
-				}
-				n++
-			}
-			for k, v := range variants {
-				b.ReportMetric(float64(n*batch)/cpu[k], v.name+"-ex/cpu-s")
-			}
-		})
+	// Two plans of each kind, made in the order on, off, off, on, so that
+	// where their buffers land in memory (which moves a step's time by a
+	// few percent) does not favour one kind.
+	var plans [4]*Plan
+	for k, o := range []Options{{MaxBatch: batch}, alt, alt, {MaxBatch: batch}} {
+		p, err := NewPlan(net, params, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plans[k] = p
 	}
+	x := make([]float32, batch*net.Input.Size())
+	for k := range x {
+		x[k] = float32(rng.NormFloat64())
+	}
+	y := make([]int, batch)
+	for k := range y {
+		y[k] = rng.IntN(10)
+	}
+	dst := make([]float32, len(params))
+	var clip Clipper
+	if private {
+		clip = wrnClipper{}
+	}
+	var cpu [2][]float64
+	for _, p := range plans {
+		if _, err := p.Step(x, y, dst, clip); err != nil {
+			b.Fatal(err)
+		}
+	}
+	k := 0
+	for b.Loop() {
+		p := plans[k%4]
+		c0 := rusage.CPUSeconds()
+		if _, err := p.Step(x, y, dst, clip); err != nil {
+			b.Fatal(err)
+		}
+		v := 0 // on
+		if k%4 == 1 || k%4 == 2 {
+			v = 1
+		}
+		cpu[v] = append(cpu[v], rusage.CPUSeconds()-c0)
+		k++
+	}
+	if len(cpu[1]) == 0 {
+		return
+	}
+	// Examples per CPU second of the median step, and over all steps.
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return float64(batch) / v[len(v)/2]
+	}
+	all := func(v []float64) float64 {
+		t := 0.0
+		for _, c := range v {
+			t += c
+		}
+		return float64(batch*len(v)) / t
+	}
+	b.ReportMetric(med(cpu[0]), "on-ex/cpu-s")
+	b.ReportMetric(med(cpu[1]), "off-ex/cpu-s")
+	b.ReportMetric(med(cpu[0])/med(cpu[1]), "on/off")
+	b.ReportMetric(all(cpu[0])/all(cpu[1]), "on/off-mean")
+	b.Logf("%s off: %d steps each", sw, len(cpu[1]))
 }

@@ -1,0 +1,116 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpmf-go/dpmf/blas"
+	"github.com/dpmf-go/dpmf/internal/rusage"
+)
+
+// stepSwitches are the Options switches BenchmarkStepSwitches compares
+// with the default plan, by name.
+var stepSwitches = map[string]func(*Options){
+	"nopoolwindows": func(o *Options) { o.noPoolWindows = true },
+	"nofusegrads":   func(o *Options) { o.noFuseGrads = true },
+	"nomajor":       func(o *Options) { o.noExampleMajor = true },
+	"nofuseoutputs": func(o *Options) { o.noFuseOutputs = true },
+	"nomajor2":      func(o *Options) { o.noExampleMajor, o.Chunk = true, 2 },
+	"chunk1":        func(o *Options) { o.Chunk = 1 },
+	"chunk2":        func(o *Options) { o.Chunk = 2 },
+	"chunk8":        func(o *Options) { o.Chunk = 8 },
+	"chunk16":       func(o *Options) { o.Chunk = 16 },
+}
+
+// cifarCNN is the CIFAR-10 CNN of models.NewCIFARCNN (which nn's tests
+// cannot import) on 32x32x3 inputs.
+func cifarCNN() *builder {
+	b := &builder{net: Network{Input: Shape{3, 32, 32}}}
+	in := 3
+	for _, out := range []int{32, 64, 128} {
+		b.conv(in, out, 3, 1, 1, Tanh)
+		b.conv(out, out, 3, 1, 1, Tanh)
+		b.net.Layers = append(b.net.Layers, MaxPool{Size: 2})
+		in = out
+	}
+	b.net.Layers = append(b.net.Layers, Flatten{})
+	b.dense(128*4*4, 128, Tanh)
+	b.dense(128, 10, Identity)
+	return b
+}
+
+// BenchmarkStepSwitches times the CIFAR CNN's private step (batch 64, or
+// DPMF_BENCH_BATCHES' first size) with the default plan and with each
+// switch named in DPMF_SWITCHES (comma-separated; default all of
+// stepSwitches) turned on, the variants alternated step by step in one
+// process so that other jobs on the machine load them alike; it reports
+// each variant's median examples per CPU second (and per wall second)
+// over the b.N rounds.
+func BenchmarkStepSwitches(b *testing.B) {
+	blas.Install()
+	names := []string{"default"}
+	if env := os.Getenv("DPMF_SWITCHES"); env != "" {
+		names = append(names, strings.Split(env, ",")...)
+	} else {
+		for k := range stepSwitches {
+			names = append(names, k)
+		}
+		slices.Sort(names[1:])
+	}
+	batch := 64
+	net := cifarCNN()
+	rng := rand.New(rand.NewPCG(1, 2))
+	params := randParams(rng, net.n)
+	for k := range params {
+		params[k] *= 0.1
+	}
+	x, y := net.batch(rng, batch, 10)
+	plans := make([]*Plan, len(names))
+	for v, name := range names {
+		opt := Options{MaxBatch: batch}
+		if name != "default" {
+			sw, ok := stepSwitches[name]
+			if !ok {
+				b.Fatalf("DPMF_SWITCHES: no switch %q", name)
+			}
+			sw(&opt)
+		}
+		p, err := NewPlan(net.net, params, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plans[v] = p
+	}
+	dst := make([]float32, net.n)
+	cl := &testClipper{}
+	cpu := make([][]float64, len(names))
+	wall := make([][]float64, len(names))
+	for _, p := range plans {
+		if _, err := p.Step(x, y, dst, cl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := 0
+	for b.Loop() {
+		for k := range names {
+			v := (k + r) % len(names)
+			c0, t0 := rusage.CPUSeconds(), time.Now()
+			if _, err := plans[v].Step(x, y, dst, cl); err != nil {
+				b.Fatal(err)
+			}
+			cpu[v] = append(cpu[v], rusage.CPUSeconds()-c0)
+			wall[v] = append(wall[v], time.Since(t0).Seconds())
+		}
+		r++
+	}
+	for v, name := range names {
+		slices.Sort(cpu[v])
+		slices.Sort(wall[v])
+		b.ReportMetric(float64(batch)/cpu[v][len(cpu[v])/2], "ex/cpu-s:"+name)
+		b.ReportMetric(float64(batch)/wall[v][len(wall[v])/2], "ex/s:"+name)
+	}
+}
