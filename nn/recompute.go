@@ -281,13 +281,7 @@ func (p *Plan) ghostNorm(w *worker, s *stage, X, U, G, bias []float32) (sq, rati
 		tu += gx[r*P+r]
 		tg += gg[r*P+r]
 	}
-	B := tu * tg
-	a := float64(2*(fi+fo+P*P+P*(fi+fo)+s.k*s.k+8)) * 0x1p-53
-	Y := math.Sqrt(max(S, 0)+a*B) + 0x1p-23*math.Sqrt(B)
-	e := 0x1p-149 * math.Sqrt(float64(P*fo)*tu)
-	if e > 0 {
-		ratio = e / Y // +Inf when Y = 0: G is zero, and so is its contribution
-	}
+	Y, ratio := ghostBound(S, tu, tg, fi+fo+P*P+P*(fi+fo)+s.k*s.k, P*fo)
 	sq = Y * Y
 	if len(bias) > 0 {
 		colSums(G, fo, w.col)
@@ -343,6 +337,21 @@ func (w *worker) mapGram(s *stage, X []float32, gx []float64) {
 			}
 		}
 	}
+}
+
+// ghostBound is the norm bound Y of a ghost weight gradient Uᵀ G and the
+// reduction e/Y of its factor (see above), from the float64 ghost sum S,
+// the Gram matrices' traces tu = ‖U‖² and tg = ‖G‖², the number of
+// terms whose rounding a covers (a = 2(terms+8) 2^-53) and G's entries
+// (P fo).
+func ghostBound(S, tu, tg float64, terms, cells int) (Y, ratio float64) {
+	B := tu * tg
+	a := float64(2*(terms+8)) * 0x1p-53
+	Y = math.Sqrt(max(S, 0)+a*B) + 0x1p-23*math.Sqrt(B)
+	if e := 0x1p-149 * math.Sqrt(float64(cells)*tu); e > 0 {
+		ratio = e / Y // +Inf when Y = 0: G is zero, and so is its contribution
+	}
+	return Y, ratio
 }
 
 // widenTo writes v into d as float64.
