@@ -233,3 +233,63 @@ func TestGhostNorms(t *testing.T) {
 		t.Errorf("huge example: clipped norm %.10g, want within (0.999, 1] x %g", nrm, zeta)
 	}
 }
+
+// TestSeqGhostBound: a transformer weight with a ghost norm (SeqPlan's
+// norms and accumulate) adds, for inputs X (L x in) and output gradients
+// G built for cancellation and for subnormal scaled values, a gradient
+// whose exact norm is at most f(1+2^-24)^2 times the norm the clipper
+// saw. The float64 ghost sum alone with MulDown's scaling (the code
+// before) failed it.
+func TestSeqGhostBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(61, 62))
+	const in, out = 24, 16
+	for trial := range 300 {
+		L := 2 + trial%3*2
+		X, G := make([]float32, L*in), make([]float32, L*out)
+		kind := trial / 3 % 3
+		sx, sg := 1.0, 1.0
+		if kind == 2 {
+			sx, sg = 1e35, 1e-35
+		}
+		delta := math.Exp2(-float64(10 + rng.IntN(14)))
+		for a := range in {
+			u := rng.NormFloat64()
+			for r := range L {
+				v := rng.NormFloat64()
+				if kind != 0 {
+					v = u * (1 + 1e-7*rng.NormFloat64())
+				}
+				X[r*in+a] = float32(sx * v)
+			}
+		}
+		for j := range out {
+			g := rng.NormFloat64()
+			for r := range L {
+				v := rng.NormFloat64()
+				if kind != 0 {
+					v = g
+					if r%2 == 1 {
+						v = -g * (1 + delta)
+					}
+				}
+				G[r*out+j] = float32(sg * v)
+			}
+		}
+		for _, f := range []float64{1, 0.3, 0.7071, 1e-5, 1e-30} {
+			p := &SeqPlan{ghosts: []ghostW{{w: Param{0, in * out}, in: in, out: out}}}
+			w := &seqWorker{
+				gX: [][]float32{X}, g: [][]float32{append([]float32(nil), G...)},
+				sq: make([]float64, 1), c: []float64{f}, acc: make([]float32, in*out), gr: make([]float64, 1),
+				xd: make([]float64, L*in), gd: make([]float64, L*out), gx: make([]float64, L*L), gg: make([]float64, L*L),
+			}
+			p.norms(w, L)
+			p.accumulate(w, L)
+			got := exactNormSq(X, w.g[0], L, in, out) // G as accumulate scaled it
+			bound := f * (1 + 0x1p-24) * (1 + 0x1p-24)
+			bound *= bound * w.sq[0]
+			if got > bound {
+				t.Fatalf("trial %d (kind %d, L %d, f %g): clipped norm^2 %.17g > bound %.17g", trial, kind, L, f, got, bound)
+			}
+		}
+	}
+}
