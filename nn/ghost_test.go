@@ -293,3 +293,51 @@ func TestSeqGhostBound(t *testing.T) {
 		}
 	}
 }
+
+// TestGhostWRN: WideResNet-16-4's 8x8 layers (ghost norms from the input
+// maps GroupNorm writes) give the squared norms (within 1e-6) and clipped
+// sum (within 1e-6) of the same plan with the norms of the recomputed
+// gradients.
+func TestGhostWRN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	net, params := wrnNet(16, rng)
+	const n = 3
+	x := make([]float32, n*net.Input.Size())
+	for k := range x {
+		x[k] = float32(rng.NormFloat64())
+	}
+	y := []int{1, 4, 7}
+	var sums [2][]float32
+	var sqs [2][][]float64
+	for k, noGhost := range []bool{false, true} {
+		p, err := NewPlan(net, params, Options{MaxBatch: n, Workers: 1, noGhost: noGhost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ghosts := 0
+		for _, s := range p.stages {
+			if s.ghost {
+				ghosts++
+			}
+		}
+		if want := map[bool]int{false: 3, true: 0}[noGhost]; ghosts != want {
+			t.Fatalf("noGhost %v: %d ghost convolutions, want %d", noGhost, ghosts, want)
+		}
+		cl := &testClipper{sq: make([][]float64, n)}
+		sums[k] = make([]float32, len(params))
+		if _, err := p.Step(x, y, sums[k], cl); err != nil {
+			t.Fatal(err)
+		}
+		sqs[k] = cl.sq
+	}
+	for i := range n {
+		for l, want := range sqs[1][i] {
+			if got := sqs[0][i][l]; !(math.Abs(got-want) <= 1e-6*want) {
+				t.Errorf("example %d layer %d: squared norm %v, recomputed %v", i, l, got, want)
+			}
+		}
+	}
+	if d := relDiff(sums[0], sums[1]); !(d <= 1e-6) {
+		t.Errorf("clipped sum rel diff %.2g", d)
+	}
+}
