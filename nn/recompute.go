@@ -273,14 +273,7 @@ func (p *Plan) ghostNorm(w *worker, s *stage, X, U, G, bias []float32) (sq, rati
 	gd := w.gd[:P*fo]
 	widenTo(gd, G[:P*fo])
 	w.dgemm(gblas.NoTrans, gblas.Trans, P, P, fo, 1, gd, fo, gd, fo, 0, gg, P)
-	S, tu, tg := 0.0, 0.0, 0.0
-	for k, v := range gx {
-		S += v * gg[k]
-	}
-	for r := range P {
-		tu += gx[r*P+r]
-		tg += gg[r*P+r]
-	}
+	S, tu, tg := gramSums(gx, gg, P)
 	Y, ratio := ghostBound(S, tu, tg, fi+fo+P*P+P*(fi+fo)+s.k*s.k, P*fo)
 	sq = Y * Y
 	if len(bias) > 0 {
@@ -337,6 +330,19 @@ func (w *worker) mapGram(s *stage, X []float32, gx []float64) {
 			}
 		}
 	}
+}
+
+// gramSums returns the ghost sum ⟨gx, gg⟩ of two P x P Gram matrices
+// and their traces, in float64.
+func gramSums(gx, gg []float64, P int) (S, tu, tg float64) {
+	for k, v := range gx[:P*P] {
+		S += v * gg[k]
+	}
+	for r := range P {
+		tu += gx[r*P+r]
+		tg += gg[r*P+r]
+	}
+	return S, tu, tg
 }
 
 // ghostBound is the norm bound Y of a ghost weight gradient Uᵀ G and the

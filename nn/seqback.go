@@ -261,23 +261,12 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 		X, G := w.gX[gi], w.g[gi]
 		L := len(X) / g.in // the rows it saw (1 for a classifier's head)
 		xd, gd := w.xd[:L*g.in], w.gd[:L*g.out]
-		for k, v := range X[:L*g.in] {
-			xd[k] = float64(v)
-		}
-		for k, v := range G[:L*g.out] {
-			gd[k] = float64(v)
-		}
+		widenTo(xd, X[:L*g.in])
+		widenTo(gd, G[:L*g.out])
 		gx, gg := w.gx[:L*L], w.gg[:L*L]
 		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.in, 1, xd, g.in, xd, g.in, 0, gx, L)
 		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.out, 1, gd, g.out, gd, g.out, 0, gg, L)
-		s, tx, tg := 0.0, 0.0, 0.0
-		for k, v := range gx {
-			s += v * gg[k]
-		}
-		for r := range L {
-			tx += gx[r*L+r]
-			tg += gg[r*L+r]
-		}
+		s, tx, tg := gramSums(gx, gg, L)
 		// The bound of recompute.go's ghost convolutions: what
 		// accumulate adds, Xᵀ G' with G' rounded, is not the vector
 		// whose ghost norm s is.
