@@ -23,39 +23,8 @@ func TestGhostBound(t *testing.T) {
 		P := 2 + trial%3*2 // 2, 4, 6
 		s := &stage{P: P, fi: fi, fo: fo}
 		w := &worker{gx: make([]float64, P*P), gg: make([]float64, P*P), ud: make([]float64, P*fi), gd: make([]float64, P*fo)}
-		U, G := make([]float32, P*fi), make([]float32, P*fo)
 		kind := trial / 3 % 4
-		su, sg := 1.0, 1.0
-		switch kind {
-		case 2:
-			su, sg = 1e35, 1e-35
-		case 3:
-			su, sg = 1e30, 1e-39 // G subnormal already
-		}
-		delta := math.Exp2(-float64(10 + rng.IntN(14)))
-		for a := range fi {
-			u := rng.NormFloat64()
-			for p := range P {
-				v := rng.NormFloat64()
-				if kind != 0 {
-					v = u * (1 + 1e-7*rng.NormFloat64()) // nearly equal rows
-				}
-				U[p*fi+a] = float32(su * v)
-			}
-		}
-		for j := range fo {
-			g := rng.NormFloat64()
-			for p := range P {
-				v := rng.NormFloat64()
-				if kind != 0 {
-					v = g // rows in opposite pairs: p odd is -(1+delta) p-1
-					if p%2 == 1 {
-						v = -g * (1 + delta)
-					}
-				}
-				G[p*fo+j] = float32(sg * v)
-			}
-		}
+		U, G := ghostInputs(rng, kind, P, fi, fo)
 		sq, ratio := (&Plan{}).ghostNorm(w, s, nil, U, G, nil)
 		if kind == 0 {
 			want := exactNormSq(U, G, P, fi, fo)
@@ -74,6 +43,47 @@ func TestGhostBound(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ghostInputs draws U (P x fi) and G (P x fo): of kind 0 ordinary; else
+// U's rows nearly equal and G's in nearly opposite pairs, so that Uᵀ G
+// is a sum of nearly cancelling terms, at scale 1 (kind 1), with U huge
+// and G tiny (2: the scaled G subnormal for small factors), or G
+// subnormal already (3).
+func ghostInputs(rng *rand.Rand, kind, P, fi, fo int) (U, G []float32) {
+	U, G = make([]float32, P*fi), make([]float32, P*fo)
+	su, sg := 1.0, 1.0
+	switch kind {
+	case 2:
+		su, sg = 1e35, 1e-35
+	case 3:
+		su, sg = 1e30, 1e-39
+	}
+	delta := math.Exp2(-float64(10 + rng.IntN(14)))
+	for a := range fi {
+		u := rng.NormFloat64()
+		for p := range P {
+			v := rng.NormFloat64()
+			if kind != 0 {
+				v = u * (1 + 1e-7*rng.NormFloat64())
+			}
+			U[p*fi+a] = float32(su * v)
+		}
+	}
+	for j := range fo {
+		g := rng.NormFloat64()
+		for p := range P {
+			v := rng.NormFloat64()
+			if kind != 0 {
+				v = g // rows in opposite pairs: p odd is -(1+delta) p-1
+				if p%2 == 1 {
+					v = -g * (1 + delta)
+				}
+			}
+			G[p*fo+j] = float32(sg * v)
+		}
+	}
+	return U, G
 }
 
 // exactNormSq is ‖Uᵀ G‖² (U: P x fi, G: P x fo) computed exactly and
@@ -245,36 +255,8 @@ func TestSeqGhostBound(t *testing.T) {
 	const in, out = 24, 16
 	for trial := range 300 {
 		L := 2 + trial%3*2
-		X, G := make([]float32, L*in), make([]float32, L*out)
-		kind := trial / 3 % 3
-		sx, sg := 1.0, 1.0
-		if kind == 2 {
-			sx, sg = 1e35, 1e-35
-		}
-		delta := math.Exp2(-float64(10 + rng.IntN(14)))
-		for a := range in {
-			u := rng.NormFloat64()
-			for r := range L {
-				v := rng.NormFloat64()
-				if kind != 0 {
-					v = u * (1 + 1e-7*rng.NormFloat64())
-				}
-				X[r*in+a] = float32(sx * v)
-			}
-		}
-		for j := range out {
-			g := rng.NormFloat64()
-			for r := range L {
-				v := rng.NormFloat64()
-				if kind != 0 {
-					v = g
-					if r%2 == 1 {
-						v = -g * (1 + delta)
-					}
-				}
-				G[r*out+j] = float32(sg * v)
-			}
-		}
+		kind := trial / 3 % 4
+		X, G := ghostInputs(rng, kind, L, in, out)
 		for _, f := range []float64{1, 0.3, 0.7071, 1e-5, 1e-30} {
 			p := &SeqPlan{ghosts: []ghostW{{w: Param{0, in * out}, in: in, out: out}}}
 			w := &seqWorker{
