@@ -174,6 +174,16 @@ type kernel[T float32 | float64] struct {
 	fn func(kc int, a, b, c *T, ldc int, overwrite bool)
 	// strided is fn reading A in place: element (i,p) at a[i*rs+p*cs].
 	strided func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
+	// runs is strided over the k steps of nruns runs, (start, length)
+	// pairs at runs, in turn, into one sum: a product whose k skips the
+	// steps between (PackB32Runs). Nil for float64.
+	runs func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
+	// rows is a strided kernel of rowsMR rows (a divisor of 8) and the
+	// same NR, for products over runs of rows (SgemmPackedRows): an
+	// implicit convolution's map rows of W = 8, 16, 32 pixels in whole
+	// tiles. Nil where no such kernel pays (AVX2, float64).
+	rowsMR int
+	rows   func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
 	// packMin is the number of NR-column micro-panels of B in a block
 	// from which a transposed A is packed; a row-major (NoTrans) A is
 	// packed only from 4*packMin panels. Packing A (scalar Go code) costs
@@ -315,6 +325,11 @@ type gemmOp[T float32 | float64] struct {
 	// packed, when set, is alpha*op(B) already packed for a product
 	// over the whole of B (see PackB64); b and alpha are then unused.
 	packed []T
+	// period and keep, when period > 0, restrict the sum over k to the
+	// steps p with p mod period < keep (PackB32Runs; packed is set);
+	// runs is scratch for a block's runs of such steps.
+	period, keep int
+	runs         []int
 }
 
 // run computes the block C[i0:i1, j0:j1] with the five loops of the Goto
@@ -366,54 +381,134 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			overwrite := zeroBeta && pc == 0
+			// kp is the block's steps of k: kc, or with runs the steps
+			// in them, which are also the packed rows of B.
+			kp := kc
+			var runs []int
+			if op.period > 0 {
+				runs = kRuns(op.runs[:0], pc, kc, op.period, op.keep)
+				op.runs = runs
+				kp = runLen(runs)
+			}
 			if op.packed != nil {
 				// Prepacked (PackB64): the blocks lie in this loop's order.
-				size := roundUp(nc, nr) * kc
+				size := roundUp(nc, nr) * kp
 				bp = op.packed[boff : boff+size]
 				boff += size
 			} else {
 				packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
+			}
+			if kp == 0 {
+				// No step of k in this block: the sum is zero.
+				if overwrite {
+					scaleC(0, c, ldc, i0, i1, jc, jc+nc)
+				}
+				continue
 			}
 			panels := (nc + nr - 1) / nr
 			pack := panels >= kern.packMin && (op.aTrans || panels >= 4*kern.packMin)
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
 				full := mc / mr * mr // rows in whole micro-panels
-				if pack {
+				switch {
+				case pack && runs != nil:
+					packARuns(ap, op.a, op.lda, op.aTrans, ic, pc, mc, runs, kp, mr)
+				case pack:
 					packA(ap, op.a, op.lda, op.aTrans, ic, pc, mc, kc, mr)
-				} else if full < mc {
+				case full < mc && runs != nil:
+					packARuns(ap[full*kp:], op.a, op.lda, op.aTrans, ic+full, pc, mc-full, runs, kp, mr)
+				case full < mc:
 					// The kernel reads MR rows, so a ragged last panel is
 					// packed (zero-padded) even when A is read in place.
 					packA(ap[full*kc:], op.a, op.lda, op.aTrans, ic+full, pc, mc-full, kc, mr)
 				}
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
-					bPanel := &bp[jr*kc]
+					bPanel := &bp[jr*kp]
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
 						off := (ic+ir)*ldc + jc + jr
 						if !pack && rows == mr && cols == nr {
+							if runs != nil {
+								kern.runs(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
+								continue
+							}
 							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
 							continue
 						}
-						aPanel := &ap[ir*kc]
+						aPanel := &ap[ir*kp]
 						if !pack && rows == mr {
 							// Unpacked full panel with an edge column block.
-							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &tile[0], nr, true)
+							if runs != nil {
+								kern.runs(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &tile[0], nr, true)
+							} else {
+								kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &tile[0], nr, true)
+							}
 							addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
 							continue
 						}
 						if rows == mr && cols == nr {
-							kern.fn(kc, aPanel, bPanel, &c[off], ldc, overwrite)
+							kern.fn(kp, aPanel, bPanel, &c[off], ldc, overwrite)
 							continue
 						}
 						// Edge tile: compute into a full-size scratch tile
 						// and add only the part that lies inside C.
-						kern.fn(kc, aPanel, bPanel, &tile[0], nr, true)
+						kern.fn(kp, aPanel, bPanel, &tile[0], nr, true)
 						addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
 					}
 				}
 			}
+		}
+	}
+}
+
+// kRuns appends to dst the runs of the steps p in [pc, pc+kc) with p mod
+// period < keep, as (start - pc, length) pairs, and returns it.
+func kRuns(dst []int, pc, kc, period, keep int) []int {
+	for p := pc; p < pc+kc; {
+		phase := p % period
+		if phase >= keep {
+			p += period - phase
+			continue
+		}
+		n := min(keep-phase, pc+kc-p)
+		dst = append(dst, p-pc, n)
+		p += n
+	}
+	return dst
+}
+
+// runLen is the number of steps in runs.
+func runLen(runs []int) int {
+	n := 0
+	for r := 1; r < len(runs); r += 2 {
+		n += runs[r]
+	}
+	return n
+}
+
+// packARuns is packA over the steps of runs (relative to pc) only: the
+// panels hold kp = runLen(runs) columns.
+func packARuns[T float32 | float64](dst, a []T, lda int, trans bool, ic, pc, mc int, runs []int, kp, mr int) {
+	for ir := 0; ir < mc; ir += mr {
+		rows := min(mr, mc-ir)
+		q := 0
+		for r := 0; r < len(runs); r += 2 {
+			packA(dst[ir*kp+q*mr:], a, lda, trans, ic+ir, pc+runs[r], rows, runs[r+1], mr)
+			q += runs[r+1]
+		}
+	}
+}
+
+// packBRuns is packB over the rows of runs (relative to pc) only: the
+// panels hold kp = runLen(runs) rows.
+func packBRuns[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc int, runs []int, kp, nc, nr int, alpha T) {
+	for jr := 0; jr < nc; jr += nr {
+		cols := min(nr, nc-jr)
+		q := 0
+		for r := 0; r < len(runs); r += 2 {
+			packB(dst[jr*kp+q*nr:], b, ldb, trans, pc+runs[r], jc+jr, runs[r+1], cols, nr, alpha)
+			q += runs[r+1]
 		}
 	}
 }

@@ -30,6 +30,15 @@ func sgemmKernel12x32AVX512Strided(kc int, a *float32, rs, cs int, b, c *float32
 func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int, overwrite bool)
 
 //go:noescape
+func sgemmKernel8x32AVX512Strided(kc int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
+
+//go:noescape
+func sgemmKernel6x16AVX2Runs(runs *int, nruns int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
+
+//go:noescape
+func sgemmKernel12x32AVX512Runs(runs *int, nruns int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
+
+//go:noescape
 func dgemmKernel12x16AVX512Strided(kc int, a *float64, rs, cs int, b, c *float64, ldc int, overwrite bool)
 
 // Cache blocking for the target machine class (AMD EPYC Zen 4/5: 32-48 KiB
@@ -55,7 +64,7 @@ func dgemmKernel12x16AVX512Strided(kc int, a *float64, rs, cs int, b, c *float64
 func avx2Kernel32() kernel[float32] {
 	// B micro-panel 384*16*4 = 24 KiB, A block 336*384*4 = 504 KiB,
 	// B block 384*4096*4 = 6 MiB.
-	return kernel[float32]{name: "avx2", mr: 6, nr: 16, kc: 384, mc: 336, nc: 4096, fn: sgemmKernel6x16AVX2, strided: sgemmKernel6x16AVX2Strided, packMin: 16, parallelMin: parallelWork}
+	return kernel[float32]{name: "avx2", mr: 6, nr: 16, kc: 384, mc: 336, nc: 4096, fn: sgemmKernel6x16AVX2, strided: sgemmKernel6x16AVX2Strided, runs: sgemmKernel6x16AVX2Runs, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx2Kernel64() kernel[float64] {
@@ -67,7 +76,7 @@ func avx2Kernel64() kernel[float64] {
 func avx512Kernel32() kernel[float32] {
 	// B micro-panel 256*32*4 = 32 KiB, A block 240*256*4 = 240 KiB,
 	// B block 256*4096*4 = 4 MiB.
-	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, packMin: 16, parallelMin: parallelWork}
+	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, runs: sgemmKernel12x32AVX512Runs, rowsMR: 8, rows: sgemmKernel8x32AVX512Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx512Kernel64() kernel[float64] {

@@ -42,6 +42,8 @@ func (s *Serial64) Dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a [
 // keeps between calls.
 type serial[T float32 | float64] struct {
 	buf []T
+	// runs is the k runs of a block of a product over PackB32Runs.
+	runs []int
 }
 
 // gemm validates the arguments as gonum does, hands products too small
@@ -89,38 +91,87 @@ type PackedB32 struct {
 // Dims returns the packed op(B)'s k and n.
 func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
 
-// packedB is alpha*op(B) (k×n) packed in runBuf's block order.
+// Runs returns the period and keep of a PackB32Runs operand (the
+// products over it sum the steps p of k with p mod period < keep), or
+// 0, 0.
+func (b *PackedB32) Runs() (period, keep int) { return b.p.period, b.p.keep }
+
+// RowTile is the rows of the tile SgemmPackedRows computes runs of rows
+// in, with b as its right operand: runs of a multiple of it skip the
+// rows between; 0 when every row is computed.
+func (b *PackedB32) RowTile() int {
+	if b.p.kern.rows == nil || b.p.period != 0 {
+		return 0
+	}
+	return b.p.kern.rowsMR
+}
+
+// packedB is alpha*op(B) (k×n) packed in runBuf's block order; with
+// period > 0 only its rows p with p mod period < keep.
 type packedB[T float32 | float64] struct {
-	k, n int
-	kern kernel[T]
-	data []T
+	k, n         int
+	period, keep int
+	kern         kernel[T]
+	data         []T
+	runs         []int // scratch for pack
 }
 
 // PackB64 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
 // row-major with leading dimension ldb), into dst.
 func PackB64(tB gblas.Transpose, k, n int, alpha float64, b []float64, ldb int, dst *PackedB64) {
-	dst.p.pack(kernel64(), tB, k, n, alpha, b, ldb)
+	dst.p.pack(kernel64(), tB, k, n, 0, 0, alpha, b, ldb)
 }
 
 // PackB32 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
 // row-major with leading dimension ldb), into dst.
 func PackB32(tB gblas.Transpose, k, n int, alpha float32, b []float32, ldb int, dst *PackedB32) {
-	dst.p.pack(kernel32(), tB, k, n, alpha, b, ldb)
+	dst.p.pack(kernel32(), tB, k, n, 0, 0, alpha, b, ldb)
 	dst.b, dst.ldb, dst.tB, dst.alpha = b, ldb, tB, alpha
 }
 
-func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n int, alpha T, b []T, ldb int) {
+// PackB32Runs packs alpha*B (k×n, row-major with leading dimension ldb)
+// into dst for products whose sum over k takes only the steps p with
+// p mod period < keep (runs of keep steps, period apart): only those
+// rows of B are read and packed, and the products (SgemmPacked,
+// SgemmPackedOverlapA) skip the other columns of op(A). Where B's
+// skipped rows are zero and op(A) is finite in the skipped columns, such
+// a product is, bit for bit, the product over the whole of B: each
+// skipped step would have added a zero to a sum that starts at +0 (and
+// so is never -0). This is the weight gradient of an implicit
+// convolution without its garbage columns. It panics if period < 1 or
+// keep is not in [1, period].
+func PackB32Runs(k, n, period, keep int, alpha float32, b []float32, ldb int, dst *PackedB32) {
+	if period < 1 || keep < 1 || keep > period {
+		panic(badRuns)
+	}
+	dst.p.pack(kernel32(), gblas.NoTrans, k, n, period, keep, alpha, b, ldb)
+	dst.b, dst.ldb, dst.tB, dst.alpha = b, ldb, gblas.NoTrans, alpha
+}
+
+const badRuns = "blas: bad runs of k"
+
+func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n, period, keep int, alpha T, b []T, ldb int) {
 	dst.k, dst.n, dst.kern, dst.data = k, n, kern, dst.data[:0]
+	dst.period, dst.keep = period, keep
 	if !checkGemm(gblas.NoTrans, tB, 1, n, k, k, max(1, k), len(b), ldb, n, max(1, n)) || k == 0 {
 		return
 	}
 	nr := kern.nr
 	kcMax := min(kern.kc, k)
 	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
+	// steps is the packed rows of the block of k at pc.
+	steps := func(pc int) int {
+		kc := min(kcMax, k-pc)
+		if period == 0 {
+			return kc
+		}
+		dst.runs = kRuns(dst.runs[:0], pc, kc, period, keep)
+		return runLen(dst.runs)
+	}
 	size := 0
 	for jc := 0; jc < n; jc += ncMax {
 		for pc := 0; pc < k; pc += kcMax {
-			size += roundUp(min(ncMax, n-jc), nr) * min(kcMax, k-pc)
+			size += roundUp(min(ncMax, n-jc), nr) * steps(pc)
 		}
 	}
 	if cap(dst.data) < size {
@@ -131,9 +182,13 @@ func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n int, alpha 
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
-			kc := min(kcMax, k-pc)
-			packB(dst.data[off:], b, ldb, isTrans(tB), pc, jc, kc, nc, nr, alpha)
-			off += roundUp(nc, nr) * kc
+			kp := steps(pc)
+			if period == 0 {
+				packB(dst.data[off:], b, ldb, isTrans(tB), pc, jc, kp, nc, nr, alpha)
+			} else {
+				packBRuns(dst.data[off:], b, ldb, isTrans(tB), pc, jc, dst.runs, kp, nc, nr, alpha)
+			}
+			off += roundUp(nc, nr) * kp
 		}
 	}
 }
@@ -151,7 +206,7 @@ func (s *Serial64) DgemmPacked(tA gblas.Transpose, m int, a []float64, lda int, 
 // of B (products of m*n*k up to 512, which Sgemm does not pack, read B
 // itself as Sgemm does).
 func (s *Serial32) SgemmPacked(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
-	if n, k := b.p.n, b.p.k; m*n*k <= smallWork {
+	if n, k := b.p.n, b.p.k; m*n*k <= smallWork && b.p.period == 0 {
 		s.Sgemm(tA, b.tB, m, n, k, b.alpha, a, lda, b.b, b.ldb, beta, c, ldc)
 		return
 	}
@@ -170,10 +225,23 @@ func (s *serial[T]) gemmPacked(tA gblas.Transpose, m int, a []T, lda int, b *pac
 		scaleC(beta, c, ldc, 0, m, 0, n)
 		return
 	}
-	op := gemmOp[T]{kern: b.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.data}
+	s.runPacked(gemmOp[T]{kern: b.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc}, b, m, n)
+}
+
+// runPacked runs op over the packed b (m×n, m, n, k > 0) with s's
+// buffers.
+func (s *serial[T]) runPacked(op gemmOp[T], b *packedB[T], m, n int) {
+	op.packed, op.period, op.keep = b.data, b.period, b.keep
+	if b.period > 0 && b.kern.runs == nil {
+		panic(badRuns) // (float64 kernels have no run kernel)
+	}
 	if need := op.bufLen(0, m, 0, n); len(s.buf) < need {
 		s.buf = make([]T, need)
 	}
+	if need := 2 * (min(op.kern.kc, op.k) + 1); b.period > 0 && cap(s.runs) < need {
+		s.runs = make([]int, 0, need)
+	}
+	op.runs = s.runs[:0]
 	op.runBuf(s.buf, 0, m, 0, n)
 }
 
@@ -211,11 +279,7 @@ func (s *Serial32) SgemmPackedOverlapA(tA gblas.Transpose, m int, a []float32, l
 		scaleC(beta, c, ldc, 0, m, 0, n)
 		return
 	}
-	op := gemmOp[float32]{kern: b.p.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.p.data}
-	if need := op.bufLen(0, m, 0, n); len(s.s.buf) < need {
-		s.s.buf = make([]float32, need)
-	}
-	op.runBuf(s.s.buf, 0, m, 0, n)
+	s.s.runPacked(gemmOp[float32]{kern: b.p.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc}, &b.p, m, n)
 }
 
 // checkOverlapA checks an A of m×k (op(A)) whose rows start lda apart
@@ -238,4 +302,77 @@ func checkOverlapA(tA gblas.Transpose, m, k, la, lda int) bool {
 		panic(shortA)
 	}
 	return true
+}
+
+// SgemmPackedRows is SgemmPackedOverlapA (op(A) = A) computing only the
+// rows i of C with i mod period < keep: runs of keep rows, period apart
+// (an implicit convolution's wide output, whose period - keep garbage
+// rows a map row are dropped). Each computed row has the bits
+// SgemmPackedOverlapA gives it; the other rows of C are either left as
+// they were or set to their product's value. beta must be 0 or 1. Where
+// the kernel has a tile of rows that divides keep (8 rows on AVX-512,
+// the portable kernel's 4) the runs are computed in whole tiles, and the
+// rows between are skipped; otherwise, and for a B packed by
+// PackB32Runs, every row is computed. It panics as SgemmPackedOverlapA
+// does, and if period < 1, keep is not in [1, period] or beta is not 0
+// or 1.
+func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int) {
+	if period < 1 || keep < 1 || keep > period || (beta != 0 && beta != 1) {
+		panic(badRuns)
+	}
+	kern := b.p.kern
+	n, k := b.p.n, b.p.k
+	if kern.rows == nil || keep%kern.rowsMR != 0 || b.p.period != 0 || k == 0 {
+		s.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
+		return
+	}
+	if !checkOverlapA(gblas.NoTrans, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, m*k, k, k*n, max(1, n), len(c), ldc) {
+		return
+	}
+	mr, nr := kern.rowsMR, kern.nr
+	if len(s.s.buf) < mr*nr {
+		s.s.buf = make([]float32, mr*nr)
+	}
+	tile := s.s.buf[:mr*nr]
+	kcMax := min(kern.kc, k)
+	ncMax := min(roundUp(kern.nc, nr), roundUp(n, nr))
+	// The whole tiles end at full; a run that m cuts short ends with
+	// rows that the ordinary product computes.
+	full := m / period * period
+	if m-full >= keep {
+		full = m
+	} else {
+		full += (m - full) / mr * mr
+	}
+	boff := 0
+	for jc := 0; jc < n; jc += ncMax {
+		nc := min(ncMax, n-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			bp := b.p.data[boff : boff+roundUp(nc, nr)*kc]
+			boff += len(bp)
+			overwrite := beta == 0 && pc == 0
+			for jr := 0; jr < nc; jr += nr {
+				cols := min(nr, nc-jr)
+				for r0 := 0; r0 < full; r0 += period {
+					for ir := r0; ir < min(r0+keep, full); ir += mr {
+						off := ir*ldc + jc + jr
+						if cols == nr {
+							kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite)
+							continue
+						}
+						kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &tile[0], nr, true)
+						addTile(c[off:], ldc, tile, nr, mr, cols, overwrite)
+					}
+				}
+			}
+		}
+	}
+	if full < m {
+		op := gemmOp[float32]{kern: kern, k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, packed: b.p.data}
+		if need := op.bufLen(full, m, 0, n); len(s.s.buf) < need {
+			s.s.buf = make([]float32, need)
+		}
+		op.runBuf(s.s.buf, full, m, 0, n)
+	}
 }

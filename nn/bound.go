@@ -28,6 +28,16 @@ type Product struct {
 	// Float64 marks a product in float64 (Beta is then its beta rounded
 	// to float32): the ghost norms' Gram matrices.
 	Float64 bool
+	// KPeriod and KKeep, when KPeriod > 0, mark a product whose sum over
+	// K takes only the steps p with p mod KPeriod < KKeep (B packed by
+	// blas.PackB32Runs): an implicit convolution's weight gradient
+	// skipping its garbage columns. Flops counts those steps only.
+	KPeriod, KKeep int
+	// MPeriod and MKeep, when MPeriod > 0, mark a product computing only
+	// the rows i of C with i mod MPeriod < MKeep (blas.Serial32's
+	// SgemmPackedRows): an implicit convolution's forward or input
+	// gradient without its garbage rows. Flops counts those rows only.
+	MPeriod, MKeep int
 	// InStep is the time the logged calls of this shape took inside the
 	// step, summed: by the calling thread's CPU clock where the system
 	// keeps one (Linux), else zero. Against TimeProducts' time alone it
@@ -38,8 +48,27 @@ type Product struct {
 	InStep time.Duration
 }
 
-// Flops is 2 M N K, the product's multiply-adds counted as two.
-func (q Product) Flops() float64 { return 2 * float64(q.M) * float64(q.N) * float64(q.K) }
+// Flops is 2 M N K, the product's multiply-adds counted as two (K the
+// steps summed, with KPeriod).
+func (q Product) Flops() float64 {
+	return 2 * float64(q.rows()) * float64(q.N) * float64(q.steps())
+}
+
+// rows is the number of rows of C the product computes.
+func (q Product) rows() int {
+	if q.MPeriod <= 0 {
+		return q.M
+	}
+	return q.M/q.MPeriod*q.MKeep + min(q.M%q.MPeriod, q.MKeep)
+}
+
+// steps is the number of steps of K the product sums.
+func (q Product) steps() int {
+	if q.KPeriod <= 0 {
+		return q.K
+	}
+	return q.K/q.KPeriod*q.KKeep + min(q.K%q.KPeriod, q.KKeep)
+}
 
 // productLog collects the products of one worker.
 type productLog struct{ list []Product }
@@ -65,7 +94,8 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 {
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 &&
+			r.KPeriod == q.KPeriod && r.KKeep == q.KKeep && r.MPeriod == q.MPeriod && r.MKeep == q.MKeep {
 			r.Count += q.Count
 			r.InStep += q.InStep
 			return
@@ -126,14 +156,29 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
+// sgemmPackedRows is sgemmPackedOverlap computing only the rows i with
+// i mod period < keep (the others are left or set to their product),
+// logged while a log is attached.
+func (w *worker) sgemmPackedRows(m, period, keep int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
+	if w.log != nil {
+		k, n := b.Dims()
+		t0 := w.log.start()
+		w.gemm.SgemmPackedRows(m, period, keep, a, lda, b, beta, c, ldc)
+		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, MPeriod: period, MKeep: keep}, t0)
+		return
+	}
+	w.gemm.SgemmPackedRows(m, period, keep, a, lda, b, beta, c, ldc)
+}
+
 // sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
 // rows (op(A)'s columns) lda apart.
 func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
+		period, keep := b.Runs()
 		t0 := w.log.start()
 		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
-		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
+		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, KPeriod: period, KKeep: keep}, t0)
 		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
@@ -253,6 +298,22 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 			a64, b64, c64 := widen(a), widen(b), widen(c)
 			run = func() {
 				g64.Dgemm(tA, tB, q.M, q.N, q.K, 1, a64, q.LDA, b64, q.LDB, float64(q.Beta), c64, q.LDC)
+			}
+		case q.PackedB && q.MPeriod > 0:
+			if q.TransA || q.TransB || q.KPeriod > 0 || q.MKeep < 1 || q.MKeep > q.MPeriod || (q.Beta != 0 && q.Beta != 1) {
+				return 0, dpcore.Invalid("nn", "time products: rows of %+v", q)
+			}
+			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)
+			run = func() {
+				g.SgemmPackedRows(q.M, q.MPeriod, q.MKeep, a, q.LDA, &packed, q.Beta, c, q.LDC)
+			}
+		case q.PackedB && q.KPeriod > 0:
+			if q.TransB || q.KKeep < 1 || q.KKeep > q.KPeriod {
+				return 0, dpcore.Invalid("nn", "time products: runs of %+v", q)
+			}
+			blas.PackB32Runs(q.K, q.N, q.KPeriod, q.KKeep, 1, b, q.LDB, &packed)
+			run = func() {
+				g.SgemmPackedOverlapA(tA, q.M, a, q.LDA, &packed, q.Beta, c, q.LDC)
 			}
 		case q.PackedB:
 			blas.PackB32(tB, q.K, q.N, 1, b, q.LDB, &packed)

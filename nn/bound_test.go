@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/internal/rusage"
+	gblas "gonum.org/v1/gonum/blas"
 )
 
 // TestStepProducts checks the products a step logs against the count the
@@ -51,8 +53,17 @@ func TestStepProducts(t *testing.T) {
 		}
 	}
 	// On the private path the first layer's per-example weight gradient
-	// computes 12 rows for each kernel row's 9 (36 for its 27).
-	const P, PM = 7*10 + 8, 84
+	// computes 12 rows for each kernel row's 9 (36 for its 27). The
+	// weight gradients skip the garbage columns: 64 steps of their 78;
+	// the forward and input-gradient products skip the garbage rows
+	// where the products' row tile divides the map's 8 columns.
+	const P = 8 * 8
+	var tile blas.PackedB32 // a weight packed as the step packs them
+	blas.PackB32(gblas.NoTrans, 9, 8, 1, make([]float32, 72), 8, &tile)
+	PM := 84
+	if rt := tile.RowTile(); rt > 0 && 8%rt == 0 {
+		PM = P
+	}
 	layer := func(P, PM, fi, fo, fiW int, first bool) float64 {
 		f := 2.0 * n * float64(fo)
 		if first {

@@ -371,24 +371,52 @@ func TestBiasActTo(t *testing.T) {
 // per-example gradients, losses and sums of the unfused passes bit for
 // bit, on every test network and on examples with non-finite values.
 func TestFusedGrads(t *testing.T) {
-	fused := 0
+	samePlansOnNets(t, 17, func(o *Options) { o.noFuseGrads = true }, func(s *stage) bool { return s.gradToGp },
+		"writes an input gradient into its producer's bordered map")
+}
+
+// TestSkipGarbage: implicit convolutions' per-example weight gradients
+// summed without the garbage columns give the per-example gradients,
+// losses and sums of the sums over them bit for bit, on every test
+// network and on examples with non-finite values.
+func TestSkipGarbage(t *testing.T) {
+	samePlansOnNets(t, 29, func(o *Options) { o.noSkipGarbage = true }, func(s *stage) bool { return s.implicit },
+		"is an implicit convolution")
+}
+
+// TestRowRuns: implicit convolutions' forward and input-gradient
+// products computing only the real pixels' rows (no garbage rows) give
+// the per-example gradients, losses and sums of the products over all
+// the wide rows bit for bit, on every test network and on examples with
+// non-finite values.
+func TestRowRuns(t *testing.T) {
+	samePlansOnNets(t, 31, func(o *Options) { o.noRowRuns = true }, func(s *stage) bool { return s.implicit },
+		"is an implicit convolution")
+}
+
+// samePlansOnNets runs samePlans on every test network with a stage for
+// which uses holds, between plans with the default options and with alt
+// (planPair, seeded by seed), and fails if no network has such a stage
+// (what describes it).
+func samePlansOnNets(t *testing.T, seed uint64, alt func(*Options), uses func(*stage) bool, what string) {
+	some := 0
 	for name, b := range testNets() {
 		t.Run(name, func(t *testing.T) {
 			const n = 5
-			fp, ref, rng, classes := planPair(t, b, 17, len(name), n, func(o *Options) { o.noFuseGrads = true })
-			some := false
-			for _, s := range fp.stages {
-				some = some || s.gradToGp
+			fp, ref, rng, classes := planPair(t, b, seed, len(name), n, alt)
+			found := false
+			for i := range fp.stages {
+				found = found || uses(&fp.stages[i])
 			}
-			if !some {
-				t.Skip("no stage of this test network writes into its producer's bordered map")
+			if !found {
+				t.Skip("no stage of this test network " + what)
 			}
-			fused++
+			some++
 			samePlans(t, fp, ref, b, rng, n, classes)
 		})
 	}
-	if fused == 0 {
-		t.Error("no test network fuses an input gradient")
+	if some == 0 {
+		t.Error("no stage of any test network " + what)
 	}
 }
 
@@ -759,6 +787,38 @@ func TestExampleMajor(t *testing.T) {
 				t.Fatalf("example-major section of %d stages, %d floats of per-example gradients for %d", p.major, len(p.workers[0].ex), p.exLen)
 			}
 			testPlanSwitch(t, name, func(o *Options) { o.noExampleMajor = true })
+			// The norms and L-inf norms the clipper sees, bit for bit.
+			const n = 5
+			shapes, err := b.net.Shapes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(29, uint64(major)))
+			params := randParams(rng, b.n)
+			x, y := b.batch(rng, n, shapes[len(shapes)-1].C)
+			x[2*b.net.Input.Size()+3] = float32(math.NaN())
+			seen := func(noMajor bool) [][]float64 {
+				p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 2, LInf: true, noExampleMajor: noMajor})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cl := &linfClipper{testClipper: testClipper{sq: make([][]float64, n)}, linf: make([]float64, n)}
+				if _, err := p.Step(x, y, make([]float32, b.n), cl); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range cl.linf {
+					cl.sq[i] = append(cl.sq[i], v)
+				}
+				return cl.sq
+			}
+			got, want := seen(false), seen(true)
+			for i := range n {
+				for a := range want[i] {
+					if !sameFloat(got[i][a], want[i][a]) {
+						t.Errorf("example %d norm %d: %v, layer by layer %v", i, a, got[i][a], want[i][a])
+					}
+				}
+			}
 		})
 	}
 }

@@ -189,10 +189,24 @@ func (s *stage) packImplicit(back bool) {
 // bits and no measurable gain: c's passes through L2 cost what rereading
 // the kernel rows' weights for every tile costs.)
 func (p *Plan) kernelRows(w *worker, m int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
+	p.kernelRowRuns(w, m, 0, 0, 0, a, lda, offs, b, c, ldc)
+}
+
+// kernelRowRuns is kernelRows computing, with period > 0, only the
+// first wide rows i of c with i mod period < keep (a wide map's real
+// pixels: keep = W of each row of period = wq pixels) where the
+// products' row tile divides keep; the other rows of c are then left as
+// they were. Each computed row has kernelRows' bits.
+func (p *Plan) kernelRowRuns(w *worker, m, wide, period, keep int, a []float32, lda int, offs []int, b []blas.PackedB32, c []float32, ldc int) {
+	rows := period > 0 && !p.opt.noRowRuns && b[0].RowTile() > 0 && keep%b[0].RowTile() == 0
 	for kr := range b {
 		beta := float32(1)
 		if kr == 0 {
 			beta = 0
+		}
+		if rows {
+			w.sgemmPackedRows(wide, period, keep, a[offs[kr]:], lda, &b[kr], beta, c, ldc)
+			continue
 		}
 		w.sgemmPackedOverlap(m, a[offs[kr]:], lda, &b[kr], beta, c, ldc)
 	}
@@ -248,7 +262,7 @@ func (p *Plan) implicitForward(w *worker, i, m int, in, out []float32) (biased b
 		if !s.xpFilled {
 			s.padInto(in[j*isz:(j+1)*isz], xp)
 		}
-		p.kernelRows(w, s.wideM, xp, s.stride*C, s.offX, s.pwr, wide, fo)
+		p.kernelRowRuns(w, s.wideM, s.wide, s.wq, s.out.W, xp, s.stride*C, s.offX, s.pwr, wide, fo)
 		if !biased {
 			compact(wide, out[j*osz:(j+1)*osz], s.out.H, s.out.W, fo, s.wq)
 			continue
@@ -322,7 +336,7 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 			p.stride2InputGrad(w, i, j, gp, wide, din)
 			continue
 		}
-		p.kernelRows(w, s.wideM, gp, fo, s.offG, s.pwx, wide, C)
+		p.kernelRowRuns(w, s.wideM, s.wide, s.wq, s.in.W, gp, fo, s.offG, s.pwx, wide, C)
 		for h := range s.in.H {
 			p.emitInputRow(w, i, j, h, wide[h*s.wp2*C:], din)
 		}
@@ -512,8 +526,17 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	KC, lda := K*C, s.stride*C
 	xp := w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()]
 	gw := w.gradView(s, i, j)
-	// The K products share their right operand G_wide: packed once.
-	blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
+	// The K products share their right operand G_wide: packed once,
+	// without the rows of its garbage columns (zero: the wq - W last of
+	// each wide row of wq pixels), which the products then skip: the same
+	// sums, bit for bit, where the input is finite (a skipped step would
+	// add u 0 = ±0 to a sum that is never -0), for (wide - P)/wide fewer
+	// flops.
+	if p.opt.noSkipGarbage {
+		blas.PackB32(gblas.NoTrans, s.wide, fo, 1, gw, fo, &w.gpk)
+	} else {
+		blas.PackB32Runs(s.wide, fo, s.wq, s.out.W, 1, gw, fo, &w.gpk)
+	}
 	if KC%implicitRows == 0 || beta != 0 {
 		for kr := range K {
 			w.sgemmPackedOverlapT(KC, xp[s.offX[kr]:], lda, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)

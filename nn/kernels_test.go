@@ -162,7 +162,7 @@ func TestNormKernels(t *testing.T) {
 		t.Skip("skipped because this machine has no AVX2 kernels to compare with the portable loops")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, C := range []int{4, 6, 8, 16, 24, 64, 131} {
+	for _, C := range []int{4, 6, 8, 16, 24, 32, 64, 128, 131, 200} {
 		const rows = 7
 		n := rows * C
 		x := randVec(rng, n, 3)

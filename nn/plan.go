@@ -70,6 +70,15 @@ type Options struct {
 	// noFuseGrads leaves every input gradient in d[src] (fuseGrads;
 	// tests compare the two).
 	noFuseGrads bool
+	// noSkipGarbage makes an implicit convolution's per-example weight
+	// gradient sum over its garbage columns too (zeros in the output
+	// gradient) instead of skipping them (tests and benchmarks compare
+	// the two).
+	noSkipGarbage bool
+	// noRowRuns makes an implicit convolution's forward and
+	// input-gradient products compute their garbage rows too (tests and
+	// benchmarks compare the two).
+	noRowRuns bool
 	// noPoolWindows has a fused 2x2 max pool's backward clear its
 	// producer's map and scatter the maxima one by one instead of
 	// writing whole windows with the vector kernel (tests compare the
@@ -665,14 +674,7 @@ func (p *Plan) exampleMajor() bool {
 // activation's derivative in the backward pass, the non-private path's
 // finiteness scan) read it there (outMap).
 func (p *Plan) fuseOutputs() {
-	readers := make([]int, len(p.actShape))
-	for i := range p.stages {
-		s := &p.stages[i]
-		readers[s.src]++
-		if s.kind == kJoin {
-			readers[s.skip]++
-		}
-	}
+	readers, _ := p.readers()
 	for i := 1; i < len(p.stages); i++ {
 		s, q := &p.stages[i], &p.stages[i-1]
 		if s.src != i || readers[i] != 1 || s.kind != kConv || !s.implicit || s.stride != 1 {

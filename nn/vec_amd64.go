@@ -149,6 +149,9 @@ func normDxAVX512(dy, xh, dx *float32, rows, c, c8 int, a, b, e *float64)
 func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 
 //go:noescape
+func chanSumsAVX512(x *float32, rows, c, c64 int, s *float64)
+
+//go:noescape
 func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
 
 // add adds the squares of v (len(v) a multiple of 16) to the partial
@@ -247,14 +250,23 @@ func normDx(dy, xh, dx []float32, C int, a, b, e []float64) {
 }
 
 // chanSums adds each channel's values to s[c] over the rows of C
-// channels of x (float64).
+// channels of x (float64): blocks of 64 channels with AVX-512 (the sums
+// in registers over the rows), then AVX2, four channels at a time, then
+// the rest; every channel adds the rows in order.
 func chanSums(x []float32, C int, s []float64) {
-	c4 := vecChannels(C)
+	c64 := 0
+	if hasAVX512 && len(x) > 0 {
+		if c64 = C &^ 63; c64 > 0 {
+			_ = s[C-1]
+			chanSumsAVX512(&x[0], len(x)/C, C, c64, &s[0])
+		}
+	}
+	c4 := vecChannels(C - c64)
 	if c4 > 0 && len(x) > 0 {
 		_ = s[C-1]
-		chanSumsAVX2(&x[0], len(x)/C, C, c4, &s[0])
+		chanSumsAVX2(&x[c64], len(x)/C, C, c4, &s[c64])
 	}
-	chanSumsGo(x, C, c4, s)
+	chanSumsGo(x, C, c64+c4, s)
 }
 
 //go:noescape

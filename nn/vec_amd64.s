@@ -725,3 +725,61 @@ pbrelublk:
 	JNZ pbrelupix
 	VZEROUPPER
 	RET
+
+// func chanSumsAVX512(x *float32, rows, c, c64 int, s *float64)
+// s[ch] += x (float64) for channels [0, c64) (c64 a positive multiple
+// of 64) of rows > 0 rows of c floats: each block of 64 channels keeps
+// its sums in eight registers over all the rows (the rows in order, as
+// chanSumsAVX2 adds them).
+TEXT ·chanSumsAVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ c+16(FP), R9
+	SHLQ $2, R9                     // row stride in bytes
+	MOVQ c64+24(FP), R10
+	MOVQ s+32(FP), R11
+	XORQ AX, AX                     // the block's first channel
+cs512blk:
+	VMOVUPD (R11)(AX*8), Z0
+	VMOVUPD 64(R11)(AX*8), Z1
+	VMOVUPD 128(R11)(AX*8), Z2
+	VMOVUPD 192(R11)(AX*8), Z3
+	VMOVUPD 256(R11)(AX*8), Z4
+	VMOVUPD 320(R11)(AX*8), Z5
+	VMOVUPD 384(R11)(AX*8), Z6
+	VMOVUPD 448(R11)(AX*8), Z7
+	LEAQ (SI)(AX*4), DI
+	MOVQ R8, CX
+cs512row:
+	VCVTPS2PD (DI), Z8
+	VCVTPS2PD 32(DI), Z9
+	VCVTPS2PD 64(DI), Z10
+	VCVTPS2PD 96(DI), Z11
+	VCVTPS2PD 128(DI), Z12
+	VCVTPS2PD 160(DI), Z13
+	VCVTPS2PD 192(DI), Z14
+	VCVTPS2PD 224(DI), Z15
+	VADDPD Z8, Z0, Z0
+	VADDPD Z9, Z1, Z1
+	VADDPD Z10, Z2, Z2
+	VADDPD Z11, Z3, Z3
+	VADDPD Z12, Z4, Z4
+	VADDPD Z13, Z5, Z5
+	VADDPD Z14, Z6, Z6
+	VADDPD Z15, Z7, Z7
+	ADDQ R9, DI
+	DECQ CX
+	JNZ cs512row
+	VMOVUPD Z0, (R11)(AX*8)
+	VMOVUPD Z1, 64(R11)(AX*8)
+	VMOVUPD Z2, 128(R11)(AX*8)
+	VMOVUPD Z3, 192(R11)(AX*8)
+	VMOVUPD Z4, 256(R11)(AX*8)
+	VMOVUPD Z5, 320(R11)(AX*8)
+	VMOVUPD Z6, 384(R11)(AX*8)
+	VMOVUPD Z7, 448(R11)(AX*8)
+	ADDQ $64, AX
+	CMPQ AX, R10
+	JLT cs512blk
+	VZEROUPPER
+	RET
