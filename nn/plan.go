@@ -18,19 +18,23 @@ import (
 type Clipper interface {
 	// Scale receives example i's squared gradient L2 norm per affine layer
 	// (weight and bias together, in network order), accumulated in float64
-	// from exactly the float32 values that will be added, or all NaN if
-	// the example's input, loss or gradient is not finite; linf is the
-	// gradient's L-inf norm when Options.LInf is set (else 0). It writes
-	// one factor per affine layer into c: 0 drops the layer's gradient,
-	// 1 keeps it. Factors must be finite and in [0, 1]. A factor f > 0
-	// scales the layer's gradient entry by entry with MulDown (f as
-	// Factor32, products rounded to nearest, subnormal factors and
-	// products flushed to zero), so the scaled gradient that enters the
-	// sum (for a dense layer, the scaled output-gradient rows, whose outer
-	// products with the layer's inputs the accumulating GEMM forms) has
-	// norm at most f(1+2^-24)^2 times the exact norm whose square sq
-	// holds, however small the products. Every kept example is scaled,
-	// f = 1 included, so the work does not depend on the factor.
+	// from exactly the float32 values that will be added (for a
+	// convolution with ghost norms, recompute.go, a bound on the norm of
+	// what its scaled output gradients add, computed from Gram matrices),
+	// or all NaN if the example's input, loss or gradient is not finite;
+	// linf is the gradient's L-inf norm when Options.LInf is set (else
+	// 0). It writes one factor per affine layer into c: 0 drops the
+	// layer's gradient, 1 keeps it. Factors must be finite and in [0, 1].
+	// A factor f > 0 scales the layer's gradient entry by entry with
+	// MulDown (f as Factor32, products rounded to nearest, subnormal
+	// factors and products flushed to zero), so the scaled gradient that
+	// enters the sum (for a dense layer, the scaled output-gradient rows,
+	// whose outer products with the layer's inputs the accumulating GEMM
+	// forms; for a ghost convolution, the sum over its output pixels of
+	// those outer products, rows scaled by a factor at most f, not
+	// flushed) has norm at most f(1+2^-24)^2 times the exact norm whose
+	// square sq holds, however small the products. Every kept example is
+	// scaled, f = 1 included, so the work does not depend on the factor.
 	Scale(i int, sq []float64, linf float64, c []float64)
 }
 
@@ -92,6 +96,11 @@ type Options struct {
 	noRecompute bool
 	// panelRows overrides the recomputed gradients' panel rows (tests).
 	panelRows int
+	// noGhost keeps every convolution's norm from its per-example
+	// gradient (tests and benchmarks compare with ghost norms,
+	// recompute.go).
+	noGhost       bool
+	sumPerExample bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -188,6 +197,14 @@ type stage struct {
 	// panels of panel rows, never stored whole (recompute.go).
 	recompute bool
 	panel     int
+	// ghost: the per-example norm is a ghost norm and the clipped sum one
+	// product over the chunk (recompute.go).
+	ghost bool
+	// panelSum: the book-keeping product Uᵀ G over a chunk goes through
+	// a panel buffer (sumProduct).
+	panelSum bool
+	// capOff: a recomputed or ghost convolution's offset in a w.capEx row.
+	capOff int
 
 	// normTo: a norm whose only reader is implicit convolution normTo
 	// writes its output straight into that convolution's bordered map
@@ -221,6 +238,7 @@ type Plan struct {
 	stages   []stage
 	naff     int
 	exLen    int // per-example materialized (convolution) gradient length
+	capLen   int // per-example gradient length of recomputed and ghost convolutions (Gradients)
 	classes  int
 	opt      Options
 	workers  []*worker
@@ -287,6 +305,15 @@ type worker struct {
 	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
+	// ghost norms (recompute.go): the Gram matrices, U's columns and G
+	// widened, and per example and affine layer the weight factor's
+	// reduction e/Y.
+	gemm64             blas.Serial64
+	gx, gg, ud, gd, xg []float64
+	gr                 []float64
+	// capEx: chunk x capLen, the recomputed and ghost convolutions'
+	// per-example gradients, allocated by the first Gradients call.
+	capEx []float32
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
 }
@@ -392,14 +419,26 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
-			s.exOff = p.exLen
-			p.exLen += s.fi*s.fo + s.b.Len
 			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit(!p.opt.noStride2)
 			}
-			if !p.opt.noRecompute {
+			if !p.opt.noGhost {
+				s.setGhost(p.opt.LInf)
+			}
+			if !p.opt.noRecompute && !s.ghost {
 				s.setRecompute(p.opt.panelRows)
+			}
+			// A recomputed or ghost convolution keeps only its bias
+			// gradient per example (Gradients materializes the rest in
+			// w.capEx).
+			s.exOff = p.exLen
+			if s.recompute || s.ghost {
+				p.exLen += s.b.Len
+				s.capOff = p.capLen
+				p.capLen += s.fi*s.fo + s.b.Len
+			} else {
+				p.exLen += s.fi*s.fo + s.b.Len
 			}
 			s.perm = make([]int32, s.fi)
 			C, K := s.in.C, s.k
@@ -750,6 +789,19 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
+			if s.panelSum {
+				w.pan = make([]float32, max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+				w.gpks = make([]blas.PackedB32, C)
+			}
+			if s.ghost {
+				w.gx = make([]float64, max(len(w.gx), s.P*s.P))
+				w.gg = make([]float64, max(len(w.gg), s.P*s.P))
+				ud, xg := s.ghostLen()
+				w.ud = make([]float64, max(len(w.ud), ud))
+				w.xg = make([]float64, max(len(w.xg), xg))
+				w.gd = make([]float64, max(len(w.gd), s.P*s.fo))
+				w.gr = make([]float64, C*p.naff)
+			}
 			if s.recompute {
 				w.gpks = make([]blas.PackedB32, C)
 				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
@@ -892,6 +944,11 @@ func (p *Plan) Gradients(x []float32, y []int, out [][]float32) ([]float64, erro
 		return nil, err
 	}
 	p.adding, p.first = false, 0
+	for _, w := range p.workers {
+		if len(w.capEx) < p.opt.Chunk*p.capLen {
+			w.capEx = make([]float32, p.opt.Chunk*p.capLen)
+		}
+	}
 	p.x, p.y, p.n, p.clip, p.private, p.capture = x, y, len(y), unit{}, true, out
 	p.run(modeGradients, nil)
 	p.x, p.y, p.clip, p.capture = nil, nil, nil, nil
@@ -1474,8 +1531,8 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 		if s.kind != kConv && s.kind != kNorm {
 			continue
 		}
-		if s.recompute {
-			continue // addRecomputed, after the chunk's norms
+		if s.recompute || s.ghost {
+			continue // addRecomputed, addGhost, after the chunk's norms
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
 		accB := w.acc[s.b.Offset : s.b.Offset+s.b.Len]
@@ -1489,6 +1546,7 @@ func (p *Plan) perExample(w *worker, i0, m int) {
 	}
 	if p.capture == nil {
 		p.addRecomputed(w, m)
+		p.addGhost(w, m)
 	}
 }
 
@@ -1614,13 +1672,18 @@ func (p *Plan) convExGrads(w *worker, i, j0, m int) {
 	s := &p.stages[i]
 	for j := j0; j < m; j++ {
 		U, G := w.affineIO(s, i, j)
-		M := p.exGrad(w, s, j)
+		if s.ghost && p.capture == nil {
+			X := w.act[s.src][j*s.in.Size() : (j+1)*s.in.Size()]
+			w.sq[j*p.naff+s.aff], w.gr[j*p.naff+s.aff] = p.ghostNorm(w, s, X, U, G, p.exBias(w, s, j))
+			continue
+		}
 		if s.recompute && p.capture == nil {
 			var l float64
-			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, M[s.fi*s.fo:])
+			w.sq[j*p.naff+s.aff], l = p.recomputedNorm(w, s, U, G, p.exBias(w, s, j))
 			w.linf[j] = max(w.linf[j], l)
 			continue
 		}
+		M := p.exGrad(w, s, j)
 		if s.implicit {
 			p.implicitWeightGrad(w, i, j, 0, M)
 			G = w.gradView(s, i, j)
@@ -1643,10 +1706,22 @@ func (p *Plan) convExGrads(w *worker, i, j0, m int) {
 // exGrad is example j's gradient of stage s (a norm, or a convolution on
 // the private path: weight, then bias) in w.ex.
 func (p *Plan) exGrad(w *worker, s *stage, j int) []float32 {
+	if s.recompute || s.ghost { // Gradients only
+		return w.capEx[j*p.capLen+s.capOff : j*p.capLen+s.capOff+s.w.Len+s.b.Len]
+	}
 	if p.major > 0 {
 		j = 0 // one example's buffer (setMajor)
 	}
 	return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.w.Len+s.b.Len]
+}
+
+// exBias is example j's bias gradient of convolution stage s in w.ex
+// (private path).
+func (p *Plan) exBias(w *worker, s *stage, j int) []float32 {
+	if s.recompute || s.ghost {
+		return w.ex[j*p.exLen+s.exOff : j*p.exLen+s.exOff+s.b.Len]
+	}
+	return p.exGrad(w, s, j)[s.w.Len:]
 }
 
 // factor is example j's clipping factor for affine layer aff (1 on the
@@ -1752,7 +1827,9 @@ func (p *Plan) accumulate(w *worker, m int) {
 			U = w.act[s.src][:rows*s.fi]
 		}
 		G := w.d[i+1][:rows*s.fo]
-		if !s.implicit {
+		if s.kind == kConv && !s.implicit {
+			p.sumProduct(w, s, i, m)
+		} else if !s.implicit {
 			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
 		}
 		if s.b.Len == 0 {

@@ -382,7 +382,8 @@ func testNets() map[string]*builder {
 	nets["stride2"] = b
 	// Convolutions whose per-example weight gradients are recomputed
 	// (recompute.go: im2col layers of few output pixels and outputs a
-	// multiple of 16), with a bias and without.
+	// multiple of 16), with a bias and without; the second and third
+	// take ghost norms unless Options.LInf is set (recompute.go).
 	b = &builder{net: Network{Input: Shape{3, 6, 6}}}
 	b.conv(3, 16, 3, 2, 1, ReLU)
 	b.conv(16, 32, 2, 1, 0, Tanh)

@@ -261,20 +261,18 @@ func (p *SeqPlan) norms(w *seqWorker, L int) {
 		X, G := w.gX[gi], w.g[gi]
 		L := len(X) / g.in // the rows it saw (1 for a classifier's head)
 		xd, gd := w.xd[:L*g.in], w.gd[:L*g.out]
-		for k, v := range X[:L*g.in] {
-			xd[k] = float64(v)
-		}
-		for k, v := range G[:L*g.out] {
-			gd[k] = float64(v)
-		}
+		widenTo(xd, X[:L*g.in])
+		widenTo(gd, G[:L*g.out])
 		gx, gg := w.gx[:L*L], w.gg[:L*L]
 		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.in, 1, xd, g.in, xd, g.in, 0, gx, L)
 		w.dgemm(gblas.NoTrans, gblas.Trans, L, L, g.out, 1, gd, g.out, gd, g.out, 0, gg, L)
-		s := 0.0
-		for k, v := range gx {
-			s += v * gg[k]
-		}
-		w.sq[g.unit] += s
+		s, tx, tg := gramSums(gx, gg, L)
+		// The bound of recompute.go's ghost convolutions: what
+		// accumulate adds, Xᵀ G' with G' rounded, is not the vector
+		// whose ghost norm s is.
+		y, ratio := ghostBound(s, tx, tg, g.in+g.out+L*L+L*(g.in+g.out), L*g.out)
+		w.sq[g.unit] += y * y
+		w.gr[gi] = ratio
 	}
 }
 
@@ -288,15 +286,12 @@ func (p *SeqPlan) accumulate(w *seqWorker, L int) {
 		addScaledDown(w.acc[pc.p.Offset:pc.p.Offset+pc.p.Len], w.ex[pc.off:pc.off+pc.p.Len], w.c[pc.unit])
 	}
 	for gi, g := range p.ghosts {
-		f := Factor32(w.c[g.unit])
-		if f == 0 {
+		if Factor32(w.c[g.unit]) == 0 {
 			continue
 		}
 		L := len(w.gX[gi]) / g.in
 		G := w.g[gi][:L*g.out]
-		for k, v := range G {
-			G[k] = MulDown(f, v)
-		}
+		ghostScale(G, w.c[g.unit], w.gr[gi])
 		w.sgemm(gblas.Trans, gblas.NoTrans, g.in, g.out, L, 1, w.gX[gi], g.in, G, g.out, 1, w.acc[g.w.Offset:], g.out)
 	}
 }

@@ -33,13 +33,7 @@ func (w *seqWorker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, 
 
 // dgemm is the worker's float64 product, logged while a log is attached.
 func (w *seqWorker) dgemm(tA, tB gblas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	if w.log != nil {
-		t0 := w.log.start()
-		w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		w.log.done(Product{TransA: tA == gblas.Trans, TransB: tB == gblas.Trans, M: m, N: n, K: k, LDA: lda, LDB: ldb, LDC: ldc, Beta: float32(beta), Count: 1, Float64: true}, t0)
-		return
-	}
-	w.gemm64.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	dgemmLogged(w.log, &w.gemm64, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // RecordProducts starts logging the matrix products the plan's calls

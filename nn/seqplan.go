@@ -31,7 +31,9 @@ import (
 // and beyond a memory budget per worker). A
 // ghost layer's clipped contribution is then X^T (f G) for the example's
 // factor f, the book-keeping of Bu et al. Gram matrices are formed and
-// summed in float64.
+// summed in float64, and the norm the clipper sees is the bound of
+// recompute.go's ghost convolutions (ghostBound): f G rounded is not a
+// multiple of G, which under cancellation matters against ‖X^T G‖.
 type SeqPlan struct {
 	t       Transformer
 	params  []float32
@@ -120,6 +122,7 @@ type seqWorker struct {
 	c                           []float64
 	acc                         []float32
 	xd, gd, gx, gg              []float64
+	gr                          []float64 // per ghost: its factor's reduction (ghostBound)
 	nacc                        []float64
 	log                         *productLog // while RecordProducts is on
 }
@@ -341,6 +344,7 @@ func (p *SeqPlan) newWorker(lins []seqLinear) *seqWorker {
 			mx = max(mx, g.in, g.out)
 		}
 		w.xd, w.gd, w.gx, w.gg = make([]float64, T*mx), make([]float64, T*mx), make([]float64, T*T), make([]float64, T*T)
+		w.gr = make([]float64, len(p.ghosts))
 	}
 	return w
 }
