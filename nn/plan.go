@@ -102,9 +102,9 @@ type Options struct {
 	noGhost       bool
 	sumPerExample bool
 	// col2imRows overrides which im2col convolutions compute their
-	// input gradient a kernel row at a time (Plan.col2imRows): 1 every
-	// one with a kernel over one row, -1 none (tests and benchmarks
-	// compare the two).
+	// input gradient a kernel row at a time (Plan.col2imRows): 1 makes
+	// every one whose kernel has more than one row do it, -1 none (tests
+	// and benchmarks compare the two); 0 leaves it to the weight's size.
 	col2imRows int8
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
