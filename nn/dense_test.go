@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,7 +9,7 @@ import (
 )
 
 // TestDeferDense: gathering the dense layers' rows over groups of
-// denseGroup examples before adding U^T G into the accumulator
+// denseGroup examples (every dense layer here: deferMin 1) before adding U^T G into the accumulator
 // (deferDense) changes only the rounding of the dense weights' sums:
 // every other coordinate is the same bit for bit as adding after each
 // chunk, and the dense weights agree to float32 summation error. The
@@ -41,7 +42,7 @@ func TestDeferDense(t *testing.T) {
 			}
 			for _, clip := range []Clipper{nil, normClipper{0.5}} {
 				what := fmt.Sprintf("clipped %v", clip != nil)
-				got, p := sum(Options{Workers: 2, Chunk: 4}, clip)
+				got, p := sum(Options{Workers: 2, Chunk: 4, deferMin: 1}, clip)
 				want, _ := sum(Options{Workers: 2, Chunk: 4, noDeferDense: true}, clip)
 				dense := make([]bool, b.n)
 				for _, s := range p.stages {
@@ -66,6 +67,26 @@ func TestDeferDense(t *testing.T) {
 					}
 				}
 			}
+			// As pieces (StepAdd), the groups cross the pieces
+			// and SumInto adds the last: the same sum bit for bit.
+			clip := normClipper{0.5}
+			want, _ := sum(Options{Workers: 2, Chunk: 4, deferMin: 1}, clip)
+			p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 4, deferMin: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.BeginAdd()
+			in := len(x) / n
+			for _, r := range [][2]int{{0, 80}, {80, n}} {
+				if _, err := p.StepAdd(context.Background(), x[r[0]*in:r[1]*in], y[r[0]:r[1]], clip); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := make([]float32, b.n)
+			if err := p.SumInto(got); err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, "pieces", got, want)
 		})
 	}
 }

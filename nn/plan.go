@@ -91,11 +91,14 @@ type Options struct {
 	// noExampleMajor runs every stage over the whole chunk (layer by
 	// layer) on the private path too (setMajor; tests compare the two).
 	noExampleMajor bool
-	// noDeferDense adds a dense layer's weight gradient U^T G into the
-	// accumulator after every chunk instead of gathering the rows of up
-	// to denseGroup examples first (deferDense; tests and benchmarks
-	// compare the two).
+	// noDeferDense adds every dense layer's weight gradient U^T G into
+	// the accumulator after every chunk instead of gathering the rows of
+	// up to denseGroup examples first for the layers of at least
+	// deferMin weights (flushDense; tests and benchmarks compare the
+	// two).
 	noDeferDense bool
+	// deferMin overrides deferWeights (tests).
+	deferMin int
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -848,13 +851,13 @@ func (p *Plan) newWorker() *worker {
 			}
 		}
 	}
-	if !p.opt.noDeferDense {
-		w.dU, w.dG = make([][]float32, S), make([][]float32, S)
-		for i, s := range p.stages {
-			if s.kind == kDense {
-				n := max(C, denseGroup)
-				w.dU[i], w.dG[i] = make([]float32, n*s.fi), make([]float32, n*s.fo)
+	for i, s := range p.stages {
+		if p.deferred(&s) {
+			if w.dU == nil {
+				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
 			}
+			n := max(C, denseGroup)
+			w.dU[i], w.dG[i] = make([]float32, n*s.fi), make([]float32, n*s.fo)
 		}
 	}
 	w.du = make([]float32, maxDU)
@@ -1795,20 +1798,36 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 
 // denseGroup is the number of examples whose dense weight gradients
 // accumulate gathers before it adds them into w.acc in one product
-// (deferDense): the accumulator of CIFAR's 2048x128 layer (1 MiB) is
-// then read once per group rather than once per chunk.
-const denseGroup = 64
+// (flushDense): the accumulator of CIFAR's 2048x128 layer (1 MiB) is
+// then read once per group rather than once per chunk. deferWeights is
+// the least weight count of a dense layer so treated: smaller
+// accumulators stay in cache between chunks, and their sums keep the
+// rounding of one product per chunk.
+const (
+	denseGroup   = 64
+	deferWeights = 1 << 16
+)
 
-// flushDense adds the weight gradients of the dense layers' gathered
-// rows (the w.dn examples since the last flush, in order) into w.acc:
-// one book-keeping product U^T G per layer.
+// deferred reports whether accumulate gathers the rows of stage s
+// (flushDense).
+func (p *Plan) deferred(s *stage) bool {
+	least := deferWeights
+	if p.opt.deferMin > 0 {
+		least = p.opt.deferMin
+	}
+	return s.kind == kDense && !p.opt.noDeferDense && s.w.Len >= least
+}
+
+// flushDense adds the weight gradients of the deferred dense layers'
+// gathered rows (the w.dn examples since the last flush, in order) into
+// w.acc: one book-keeping product U^T G per layer.
 func (p *Plan) flushDense(w *worker) {
 	if w.dn == 0 {
 		return
 	}
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kDense {
+		if w.dU[i] == nil {
 			continue
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
@@ -1879,7 +1898,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 		G := w.d[i+1][:rows*s.fo]
 		if s.kind == kConv && !s.implicit {
 			p.sumProduct(w, s, i, m)
-		} else if s.kind == kDense && w.dU != nil {
+		} else if w.dU != nil && w.dU[i] != nil {
 			copy(w.dU[i][w.dn*s.fi:], U)
 			copy(w.dG[i][w.dn*s.fo:], G)
 		} else if !s.implicit {
