@@ -27,6 +27,7 @@ func (p *Plan) Granule() int { return len(p.workers) * p.opt.Chunk }
 func (p *Plan) BeginAdd() {
 	for _, w := range p.workers {
 		clear(w.acc)
+		w.dn = 0
 	}
 	p.adding, p.first, p.added = true, 0, 0
 }
@@ -74,6 +75,9 @@ func (p *Plan) SumInto(dst []float32) error {
 		return dpcore.Invalid("nn", "sum into: no batch begun (BeginAdd), or it was abandoned")
 	}
 	p.active, p.dst = min(len(p.workers), p.added), dst
+	for _, w := range p.workers[:p.active] {
+		p.flushDense(w)
+	}
 	p.reduce(0, len(p.segs))
 	p.dst = nil
 	p.adding, p.first, p.added = false, 0, 0

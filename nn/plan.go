@@ -91,6 +91,14 @@ type Options struct {
 	// noExampleMajor runs every stage over the whole chunk (layer by
 	// layer) on the private path too (setMajor; tests compare the two).
 	noExampleMajor bool
+	// noDeferDense adds every dense layer's weight gradient U^T G into
+	// the accumulator after every chunk instead of gathering the rows of
+	// up to denseGroup examples first for the layers of at least
+	// deferMin weights (flushDense; tests and benchmarks compare the
+	// two).
+	noDeferDense bool
+	// deferMin overrides deferWeights (tests).
+	deferMin int
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -325,6 +333,11 @@ type worker struct {
 	capEx []float32
 	// biasRow is an implicit convolution's bias repeated over a map row.
 	biasRow []float32
+	// dU, dG: per dense stage, the input rows and (scaled) output
+	// gradient rows of the dn examples whose weight gradient is not yet
+	// in acc (deferDense).
+	dU, dG [][]float32
+	dn     int
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -856,6 +869,15 @@ func (p *Plan) newWorker() *worker {
 			}
 		}
 	}
+	for i, s := range p.stages {
+		if p.deferred(&s) {
+			if w.dU == nil {
+				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
+			}
+			n := max(C, denseGroup)
+			w.dU[i], w.dG[i] = make([]float32, n*s.fi), make([]float32, n*s.fo)
+		}
+	}
 	w.du = make([]float32, maxDU)
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
@@ -1078,6 +1100,7 @@ func (p *Plan) work(wi int) {
 	w := p.workers[wi]
 	if p.mode == modeTrain {
 		clear(w.acc)
+		w.dn = 0
 	}
 	p.permuteShare(wi, p.active)
 	if p.active > 1 {
@@ -1098,6 +1121,9 @@ func (p *Plan) work(wi int) {
 		} else {
 			p.trainChunk(w, i0, m)
 		}
+	}
+	if p.mode == modeTrain {
+		p.flushDense(w) // (StepAdd: SumInto flushes)
 	}
 	if p.active > 1 {
 		if p.mode == modeTrain {
@@ -1790,6 +1816,46 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 	}
 }
 
+// denseGroup is the number of examples whose dense weight gradients
+// accumulate gathers before it adds them into w.acc in one product
+// (flushDense): the accumulator of CIFAR's 2048x128 layer (1 MiB) is
+// then read once per group rather than once per chunk. deferWeights is
+// the least weight count of a dense layer so treated: smaller
+// accumulators stay in cache between chunks, and their sums keep the
+// rounding of one product per chunk.
+const (
+	denseGroup   = 64
+	deferWeights = 1 << 16
+)
+
+// deferred reports whether accumulate gathers the rows of stage s
+// (flushDense).
+func (p *Plan) deferred(s *stage) bool {
+	least := deferWeights
+	if p.opt.deferMin > 0 {
+		least = p.opt.deferMin
+	}
+	return s.kind == kDense && !p.opt.noDeferDense && s.w.Len >= least
+}
+
+// flushDense adds the weight gradients of the deferred dense layers'
+// gathered rows (the w.dn examples since the last flush, in order) into
+// w.acc: one book-keeping product U^T G per layer.
+func (p *Plan) flushDense(w *worker) {
+	if w.dn == 0 {
+		return
+	}
+	for i := range p.stages {
+		s := &p.stages[i]
+		if w.dU[i] == nil {
+			continue
+		}
+		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
+		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, 1, accW, s.fo)
+	}
+	w.dn = 0
+}
+
 // accumulate adds the chunk's gradients into w.acc: book-keeping GEMMs
 // U^T G over the chunk for dense layers (and for convolutions on the
 // non-private path), the scaled per-example convolution gradients on the
@@ -1797,6 +1863,9 @@ func (p *Plan) captureExample(w *worker, j int, out []float32) {
 func (p *Plan) accumulate(w *worker, m int) {
 	if p.capture != nil {
 		return
+	}
+	if w.dU != nil && w.dn+m > max(p.opt.Chunk, denseGroup) {
+		p.flushDense(w)
 	}
 	for i := range p.stages {
 		s := &p.stages[i]
@@ -1849,6 +1918,9 @@ func (p *Plan) accumulate(w *worker, m int) {
 		G := w.d[i+1][:rows*s.fo]
 		if s.kind == kConv && !s.implicit {
 			p.sumProduct(w, s, i, m)
+		} else if w.dU != nil && w.dU[i] != nil {
+			copy(w.dU[i][w.dn*s.fi:], U)
+			copy(w.dG[i][w.dn*s.fo:], G)
 		} else if !s.implicit {
 			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, rows, 1, U, s.fi, G, s.fo, 1, accW, s.fo)
 		}
@@ -1866,5 +1938,8 @@ func (p *Plan) accumulate(w *worker, m int) {
 		for k, v := range w.col[:s.fo] {
 			accB[k] += float32(v)
 		}
+	}
+	if w.dU != nil {
+		w.dn += m
 	}
 }

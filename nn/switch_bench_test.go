@@ -23,6 +23,7 @@ func stepSwitches() map[string]func(*Options) {
 		"nomajor":       func(o *Options) { o.noExampleMajor = true },
 		"nofuseoutputs": func(o *Options) { o.noFuseOutputs = true },
 		"before":        func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
+		"nodeferdense":  func(o *Options) { o.noDeferDense = true },
 		"chunk2":        func(o *Options) { o.Chunk = 2 },
 		"chunk8":        func(o *Options) { o.Chunk = 8 },
 	}
