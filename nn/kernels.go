@@ -19,18 +19,21 @@ func (s *stage) col2im(du, din []float32) {
 // unfold moves each kernel row's segment of K pixels (or the pixels of it
 // inside the input) between x (HWC) and the rows of u: copies x into u,
 // clearing the taps outside, or with back adds u into x.
-func (s *stage) unfold(x, u []float32, back bool) {
+func (s *stage) unfold(x, u []float32, back bool) { s.unfoldRows(x, u, back, 0, s.k, s.fi) }
+
+// unfoldRows is unfold over kernel rows [kr0, kr1) only, with u's rows
+// ld floats apart holding those kernel rows' columns.
+func (s *stage) unfoldRows(x, u []float32, back bool, kr0, kr1, ld int) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	K, st, pad := s.k, s.stride, s.pad
 	KC := K * C
 	OW := s.out.W
-	fi := s.fi
 	for oh := range s.out.H {
 		for ow := range OW {
-			row := u[(oh*OW+ow)*fi : (oh*OW+ow+1)*fi]
+			row := u[(oh*OW+ow)*ld : (oh*OW+ow)*ld+(kr1-kr0)*KC]
 			iw0 := ow*st - pad
-			for kr := range K {
-				seg := row[kr*KC : (kr+1)*KC]
+			for kr := kr0; kr < kr1; kr++ {
+				seg := row[(kr-kr0)*KC : (kr-kr0+1)*KC]
 				ih := oh*st - pad + kr
 				if ih < 0 || ih >= H {
 					if !back {

@@ -109,6 +109,11 @@ type Options struct {
 	// recompute.go).
 	noGhost       bool
 	sumPerExample bool
+	// col2imRows overrides which im2col convolutions compute their
+	// input gradient a kernel row at a time (Plan.col2imRows): 1 makes
+	// every one whose kernel has more than one row do it, -1 none (tests
+	// and benchmarks compare the two); 0 leaves it to the weight's size.
+	col2imRows int8
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -185,6 +190,10 @@ type stage struct {
 	// pwt its transpose as the input gradient's (packed once per step by
 	// permute, read by every worker).
 	pw, pwt blas.PackedB32
+	// pwk is pwt cut into the columns of each kernel row, when the
+	// input gradient is computed a kernel row at a time
+	// (Plan.col2imRows).
+	pwk []blas.PackedB32
 	// implicit convolutions (implicit.go): the zero-bordered map's width
 	// and height, the wide output's rows, each kernel row's packed
 	// weight (pwr) and flipped weight (pwx, packed from wflip).
@@ -774,7 +783,16 @@ func (p *Plan) permuteShare(wi, W int) {
 		}
 		W := s.weight(p.params)
 		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
-		if back && s.src > 0 {
+		switch {
+		case back && p.col2imRows(s):
+			KC := s.k * s.in.C
+			if len(s.pwk) != s.k {
+				s.pwk = make([]blas.PackedB32, s.k)
+			}
+			for kr := range s.pwk {
+				blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
+			}
+		case back && s.src > 0:
 			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 		}
 	}
@@ -1353,7 +1371,9 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 				p.implicitBackward(w, i, j0, m, G, din)
 			} else {
 				p.actGrad(w, i, G)
-				if s.src > 0 {
+				if p.col2imRows(s) {
+					p.inputGradRows(w, s, m, G, din)
+				} else if s.src > 0 {
 					du := w.du[:rows*s.fi]
 					w.sgemmPacked(rows, G, s.fo, &s.pwt, 0, du, s.fi)
 					for j := range m {
