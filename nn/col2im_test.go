@@ -38,7 +38,7 @@ func TestCol2imRows(t *testing.T) {
 				}
 			}
 			if found == 0 {
-				t.Skip("no im2col convolution with an input gradient")
+				t.Skip("this network has no im2col convolution with an input gradient: nothing to compare (the test fails if no network has one)")
 			}
 			some++
 			samePlans(t, plans[0], plans[1], b, rng, n, shapes[len(shapes)-1].C)
@@ -55,7 +55,7 @@ func TestCol2imRows(t *testing.T) {
 // the whole product and col2im.
 func TestCol2imRowsWRN(t *testing.T) {
 	if testing.Short() {
-		t.Skip("WRN-16-4 plans")
+		t.Skip("WRN-16-4 plans take seconds: long mode only (TestCol2imRows covers the small networks)")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	net, params := wrnNet(16, rng)

@@ -170,16 +170,10 @@ func TestImplicitConvolution(t *testing.T) {
 					t.Errorf("example %d: loss %v, im2col %v", i, li[i], lr[i])
 				}
 			}
-			for _, cl := range []Clipper{nil, &testClipper{}} {
-				si, sr := make([]float32, b.n), make([]float32, b.n)
-				if _, err := imp.Step(x, y, si, cl); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ref.Step(x, y, sr, cl); err != nil {
-					t.Fatal(err)
-				}
-				if d := relDiff(si, sr); d > 1e-5 {
-					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+			si, sr := stepSums(t, imp, ref, x, y, b.n)
+			for c := range si {
+				if d := relDiff(si[c], sr[c]); d > 1e-5 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", c == 1, d)
 				}
 			}
 		})
@@ -442,17 +436,28 @@ func samePlans(t *testing.T, fp, ref *Plan, b *builder, rng *rand.Rand, n, class
 			t.Errorf("example %d: loss %v, reference %v", i, lf[i], lr[i])
 		}
 	}
-	for _, cl := range []Clipper{nil, &testClipper{}} {
-		sf, sr := make([]float32, b.n), make([]float32, b.n)
-		if _, err := fp.Step(x, y, sf, cl); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ref.Step(x, y, sr, cl); err != nil {
-			t.Fatal(err)
-		}
-		sameBits(t, fmt.Sprintf("clipper %v: sum", cl != nil), sf, sr)
+	sf, sr := stepSums(t, fp, ref, x, y, b.n)
+	for c := range sf {
+		sameBits(t, fmt.Sprintf("clipper %v: sum", c == 1), sf[c], sr[c])
 	}
 	return x, y
+}
+
+// stepSums runs one step of plans a and b on x, y, without a clipper
+// (index 0) and with testClipper (index 1), and returns each plan's sums
+// (np parameters).
+func stepSums(t *testing.T, a, b *Plan, x []float32, y []int, np int) (sa, sb [2][]float32) {
+	t.Helper()
+	for c, cl := range []Clipper{nil, &testClipper{}} {
+		sa[c], sb[c] = make([]float32, np), make([]float32, np)
+		if _, err := a.Step(x, y, sa[c], cl); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Step(x, y, sb[c], cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sa, sb
 }
 
 // TestBiasTanhWidths: the split of a row between the AVX-512 kernel
@@ -576,19 +581,13 @@ func TestStride2Implicit(t *testing.T) {
 			if !math.IsNaN(li[1]) {
 				t.Errorf("the example with an infinite input has loss %v", li[1])
 			}
-			for _, cl := range []Clipper{nil, &testClipper{}} {
-				si, sr := make([]float32, b.n), make([]float32, b.n)
-				if _, err := imp.Step(x, y, si, cl); err != nil {
-					t.Fatal(err)
+			si, sr := stepSums(t, imp, ref, x, y, b.n)
+			for c := range si {
+				if !allFinite(si[c]) {
+					t.Fatalf("clipper %v: the sum is not finite", c == 1)
 				}
-				if _, err := ref.Step(x, y, sr, cl); err != nil {
-					t.Fatal(err)
-				}
-				if !allFinite(si) {
-					t.Fatalf("clipper %v: the sum is not finite", cl != nil)
-				}
-				if d := relDiff(si, sr); d > 1e-3 {
-					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", cl != nil, d)
+				if d := relDiff(si[c], sr[c]); d > 1e-3 {
+					t.Errorf("clipper %v: implicit vs im2col sum rel diff %.2g", c == 1, d)
 				}
 			}
 		})
