@@ -1,10 +1,16 @@
 package sampler
 
 import (
+	"errors"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/dpmf-go/dpmf/dpcore"
+	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
 
 // TestFormatState3258d09: the state of every sampler written by the
@@ -87,4 +93,47 @@ func FuzzRestore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRestoreChecksBeforeBuild: a state whose generator or step is
+// corrupt is refused before the sampler is built (building partitions
+// the m examples the file claims, seconds for a corrupt m). The state
+// here also names no sampler kind, which build would refuse: the
+// generator's or the step's error must come first.
+func TestRestoreChecksBeforeBuild(t *testing.T) {
+	good, err := mrand.NewChaCha8([32]byte{1}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		gen  []byte
+		step int
+		want string
+	}{
+		{[]byte("not a generator"), 0, "generator"},
+		{good, -1, "step"},
+	} {
+		st := savedState{Kind: 255, M: 1 << 30, N: 10, Batch: 1, Step: c.step, PermSeed: make([]byte, 32), Generator: c.gen}
+		data, err := atomicfile.MarshalState(stateMagic, stateVersion, &st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Restore(data)
+		if !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want the %s refused before the sampler is built", c.want, err, c.want)
+		}
+	}
+	// Restoring into a sampler compares the configurations first.
+	st := savedState{Kind: 255, M: 1 << 30, N: 10, Batch: 1, PermSeed: make([]byte, 32), Generator: good}
+	data, err := atomicfile.MarshalState(stateMagic, stateVersion, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := ctors[0].mk(seed(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.UnmarshalBinary(data); !errors.Is(err, dpcore.ErrInvalid) || !strings.Contains(err.Error(), "saved by") {
+		t.Errorf("state of another configuration: err = %v, want it refused before the sampler is built", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 
 	"github.com/dpmf-go/dpmf/internal/atomicfile"
 )
@@ -183,15 +184,27 @@ func Restore(data []byte) (Sampler, error) {
 }
 
 func restore(data []byte) (impl, error) {
+	st, err := decodeState(data)
+	if err != nil {
+		return nil, err
+	}
+	return restoreState(st)
+}
+
+// decodeState is the saved state data holds, in either format.
+func decodeState(data []byte) (savedState, error) {
 	var st savedState
 	if bytes.HasPrefix(data, []byte(legacyMagic)) {
-		var err error
-		if st, err = readLegacy(data); err != nil {
-			return nil, err
-		}
-	} else if err := atomicfile.UnmarshalState(data, stateMagic, stateVersion, &st); err != nil {
-		return nil, invalidf("not a sampler state: %s", atomicfile.Reason(err))
+		return readLegacy(data)
 	}
+	if err := atomicfile.UnmarshalState(data, stateMagic, stateVersion, &st); err != nil {
+		return st, invalidf("not a sampler state: %s", atomicfile.Reason(err))
+	}
+	return st, nil
+}
+
+// restoreState builds the sampler st describes.
+func restoreState(st savedState) (impl, error) {
 	p := st.params()
 	if len(st.PermSeed) != 32 {
 		return nil, invalidf("corrupt sampler state: seed of %d bytes", len(st.PermSeed))
@@ -200,17 +213,21 @@ func restore(data []byte) (impl, error) {
 		// Check before allocating O(m) records for a corrupt m.
 		return nil, invalidf("corrupt sampler state: %d bytes of participation records for m = %d", len(st.Extra), p.m)
 	}
-	s, err := build(p, [32]byte(st.PermSeed), [32]byte{})
-	if err != nil {
-		return nil, fmt.Errorf("sampler: restoring: %w", err)
-	}
-	c := s.base()
-	if err := c.src.UnmarshalBinary(st.Generator); err != nil {
+	// The cheap checks come before build, whose partition of m examples
+	// a corrupt m would make take seconds.
+	var src mrand.ChaCha8
+	if err := src.UnmarshalBinary(st.Generator); err != nil {
 		return nil, invalidf("corrupt sampler state: generator: %v", err)
 	}
 	if st.Step < 0 || st.Step > p.n {
 		return nil, invalidf("corrupt sampler state: step %d > n = %d", st.Step, p.n)
 	}
+	s, err := build(p, [32]byte(st.PermSeed), [32]byte{})
+	if err != nil {
+		return nil, fmt.Errorf("sampler: restoring: %w", err)
+	}
+	c := s.base()
+	*c.src = src
 	c.step = st.Step
 	if err := s.setExtra(st.Extra); err != nil {
 		return nil, err
@@ -225,12 +242,18 @@ func unmarshalInto[T any, PT interface {
 	*T
 	impl
 }](s PT, data []byte) error {
-	r, err := restore(data)
+	st, err := decodeState(data)
 	if err != nil {
 		return err
 	}
-	if got, want := r.base().p, s.base().p; got != want {
+	// Compared before building: a state of another configuration (or a
+	// corrupt m) never costs a partition of its m examples.
+	if got, want := st.params(), s.base().p; got != want {
 		return invalidf("state was saved by %v, cannot restore into %v", got, want)
+	}
+	r, err := restoreState(st)
+	if err != nil {
+		return err
 	}
 	t, ok := r.(PT)
 	if !ok {
