@@ -88,6 +88,15 @@ type PackedB32 struct {
 	alpha float32
 }
 
+// SetPrefetch sets whether the products over b prefetch each next
+// micro-panel of b into L2 while computing with the current one (on
+// unless turned off; packing b again keeps the setting). It pays when b
+// is larger than L2 and comes from memory, as a large layer's weight
+// does once a step: the first row tile of each micro-panel then reads
+// from L2 instead of from memory. The products' values are the same
+// either way, bit for bit.
+func (b *PackedB32) SetPrefetch(on bool) { b.p.noPrefetch = !on }
+
 // Dims returns the packed op(B)'s k and n.
 func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
 
@@ -114,6 +123,9 @@ type packedB[T float32 | float64] struct {
 	kern         kernel[T]
 	data         []T
 	runs         []int // scratch for pack
+	// noPrefetch turns off the kernels' prefetch of the next micro-panel
+	// (SetPrefetch); packing leaves it as it is.
+	noPrefetch bool
 }
 
 // PackB64 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
@@ -231,7 +243,7 @@ func (s *serial[T]) gemmPacked(tA gblas.Transpose, m int, a []T, lda int, b *pac
 // runPacked runs op over the packed b (m×n, m, n, k > 0) with s's
 // buffers.
 func (s *serial[T]) runPacked(op gemmOp[T], b *packedB[T], m, n int) {
-	op.packed, op.period, op.keep = b.data, b.period, b.keep
+	op.packed, op.period, op.keep, op.noPrefetch = b.data, b.period, b.keep, b.noPrefetch
 	if b.period > 0 && b.kern.runs == nil {
 		panic(badRuns) // (float64 kernels have no run kernel)
 	}

@@ -216,3 +216,45 @@ func TestSgemmOverlapA(t *testing.T) {
 	}()
 	s.SgemmOverlapA(gblas.NoTrans, gblas.NoTrans, 4, 2, 5, 1, make([]float32, 3*2+4), 2, make([]float32, 10), 2, 0, make([]float32, 8), 2)
 }
+
+// The products over a packed B give the same bits with and without the
+// kernels' prefetch of the next micro-panel (PackedB32.SetPrefetch), on
+// shapes with full and edge row tiles, A read in place and packed
+// (transposed A with 16 or more micro-panels of B), several blocks of k
+// and of n, and beta 0 and 1.
+func TestSgemmPackedPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var s Serial32
+	var on, off PackedB32
+	off.SetPrefetch(false)
+	for _, d := range [][3]int{{128, 256, 2304}, {36, 640, 300}, {250, 4160, 20}, {24, 64, 1086}, {13, 17, 400}, {12, 32, 4}} {
+		m, n, k := d[0], d[1], d[2]
+		for _, tA := range []gblas.Transpose{gblas.NoTrans, gblas.Trans} {
+			a := make([]float32, m*k)
+			b := make([]float32, k*n)
+			c0 := make([]float32, m*n)
+			for _, x := range [][]float32{a, b, c0} {
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+			}
+			lda := k
+			if tA == gblas.Trans {
+				lda = m
+			}
+			PackB32(gblas.NoTrans, k, n, 1, b, n, &on)
+			PackB32(gblas.NoTrans, k, n, 1, b, n, &off)
+			for _, beta := range []float32{0, 1} {
+				got := append([]float32(nil), c0...)
+				want := append([]float32(nil), c0...)
+				s.SgemmPacked(tA, m, a, lda, &on, beta, got, n)
+				s.SgemmPacked(tA, m, a, lda, &off, beta, want, n)
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("%v tA %v beta %v: c[%d] = %v with prefetch, %v without", d, tA, beta, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

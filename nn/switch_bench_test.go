@@ -26,6 +26,7 @@ func stepSwitches() map[string]func(*Options) {
 		"nodeferdense":  func(o *Options) { o.noDeferDense = true },
 		"chunk2":        func(o *Options) { o.Chunk = 2 },
 		"chunk8":        func(o *Options) { o.Chunk = 8 },
+		"noprefetch":    func(o *Options) { o.noPrefetch = true },
 	}
 }
 

@@ -85,7 +85,7 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
-// noRecompute, noGhost, noCol2imRows), reporting each one's examples
+// noRecompute, noGhost, noCol2imRows, noPrefetch), reporting each one's examples
 // per CPU second and their ratio. Alternating steps exposes both to the
 // same load from other jobs on the machine.
 func BenchmarkWRNSwitches(b *testing.B) {
@@ -116,6 +116,8 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			alt.noGhost = true
 		case "noCol2imRows":
 			alt.col2imRows = -1
+		case "noPrefetch":
+			alt.noPrefetch = true
 		default:
 			b.Fatalf("DPMF_BENCH_SWITCH=%q: unknown switch %q", sw, name)
 		}
