@@ -27,6 +27,12 @@ type spec struct {
 	// main loop prefetches the cache line at pf into L2 and moves pf on
 	// by a line (see kernel.stridedPF).
 	pf bool
+	// pfA, when positive, has each step of a strided kernel prefetch the
+	// line pfA bytes past its row 0 of A into L1: for a transposed A
+	// (rows adjacent, each step a new line) the rows of the tiles that
+	// follow, which the hardware's prefetch, tracking a stream per step,
+	// does not fetch.
+	pfA int
 }
 
 func main() {
@@ -55,6 +61,14 @@ func main() {
 	for _, sp := range []spec{specs[2], specs[6]} {
 		sp.name += "PF"
 		sp.pf = true
+		specs = append(specs, sp)
+	}
+	// The strided and runs AVX-512 float32 12x32 kernels again for a
+	// transposed A, prefetching the rows of the tile after next (suffix
+	// TA; the strided one with PF's argument).
+	for _, sp := range []spec{specs[len(specs)-1], specs[10]} {
+		sp.name += "TA"
+		sp.pfA = 2 * sp.mr * 4
 		specs = append(specs, sp)
 	}
 	var buf bytes.Buffer
@@ -248,6 +262,9 @@ func gen(w *bytes.Buffer, s spec) {
 			for v := 0; v < nv; v++ {
 				p("VFMADD231%s %s, %s, %s", suf, breg(v), areg(i), acc(i, v))
 			}
+		}
+		if s.pfA > 0 {
+			p("PREFETCHT0 %d(SI)", s.pfA)
 		}
 		if s.strided {
 			p("ADDQ R13, SI")

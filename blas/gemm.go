@@ -204,6 +204,12 @@ type kernel[T float32 | float64] struct {
 	// L2 before its first row tile reads it.
 	fnPF      func(kc int, a, b, c *T, ldc int, overwrite bool, pf *T)
 	stridedPF func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	// stridedTA and runsTA are stridedPF and runs for a transposed A
+	// (rows adjacent): each step also prefetches the rows of the tile
+	// after next, whose lines the hardware's stream prefetch, one stream
+	// per step, does not fetch ahead (nil where there are none).
+	stridedTA func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	runsTA    func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
 	// parallelMin is the m*n*k above which the product is split across
 	// goroutines (parallelWork; tests lower it).
 	parallelMin int
@@ -340,7 +346,8 @@ type gemmOp[T float32 | float64] struct {
 	period, keep int
 	runs         []int
 	// noPrefetch: the kernels do not prefetch the next micro-panel of B
-	// (kernel.stridedPF; PackedB32.SetPrefetch).
+	// (kernel.stridedPF; PackedB32.SetPrefetch) nor, for a transposed A,
+	// A's next rows (kernel.stridedTA).
 	noPrefetch bool
 }
 
@@ -424,6 +431,10 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 			panels := (nc + nr - 1) / nr
 			pack := panels >= kern.packMin && (op.aTrans || panels >= 4*kern.packMin)
 			pf := !op.noPrefetch && kern.stridedPF != nil && runs == nil
+			stridedPF, runsK := kern.stridedPF, kern.runs
+			if op.aTrans && !op.noPrefetch && kern.stridedTA != nil {
+				stridedPF, runsK = kern.stridedTA, kern.runsTA
+			}
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
 				full := mc / mr * mr // rows in whole micro-panels
@@ -455,7 +466,7 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 								pfp = &bsrc[q]
 							}
 							if !pack {
-								kern.stridedPF(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite, pfp)
+								stridedPF(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite, pfp)
 							} else {
 								kern.fnPF(kp, &ap[ir*kp], bPanel, &c[off], ldc, overwrite, pfp)
 							}
@@ -463,7 +474,7 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 						}
 						if !pack && rows == mr && cols == nr {
 							if runs != nil {
-								kern.runs(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
+								runsK(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
 								continue
 							}
 							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)

@@ -218,10 +218,11 @@ func TestSgemmOverlapA(t *testing.T) {
 }
 
 // The products over a packed B give the same bits with and without the
-// kernels' prefetch of the next micro-panel (PackedB32.SetPrefetch), on
-// shapes with full and edge row tiles, A read in place and packed
-// (transposed A with 16 or more micro-panels of B), several blocks of k
-// and of n, and beta 0 and 1.
+// kernels' prefetch of the next micro-panel and, for a transposed A, of
+// A's next rows (PackedB32.SetPrefetch), on shapes with full and edge row
+// tiles, A read in place and packed (transposed A with 16 or more
+// micro-panels of B), several blocks of k and of n, beta 0 and 1, and B
+// packed whole and in runs of k (PackB32Runs).
 func TestSgemmPackedPrefetch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	var s Serial32
@@ -242,16 +243,23 @@ func TestSgemmPackedPrefetch(t *testing.T) {
 			if tA == gblas.Trans {
 				lda = m
 			}
-			PackB32(gblas.NoTrans, k, n, 1, b, n, &on)
-			PackB32(gblas.NoTrans, k, n, 1, b, n, &off)
-			for _, beta := range []float32{0, 1} {
-				got := append([]float32(nil), c0...)
-				want := append([]float32(nil), c0...)
-				s.SgemmPacked(tA, m, a, lda, &on, beta, got, n)
-				s.SgemmPacked(tA, m, a, lda, &off, beta, want, n)
-				for i := range got {
-					if got[i] != want[i] {
-						t.Fatalf("%v tA %v beta %v: c[%d] = %v with prefetch, %v without", d, tA, beta, i, got[i], want[i])
+			for _, runs := range []bool{false, true} {
+				if runs {
+					PackB32Runs(k, n, 11, 9, 1, b, n, &on)
+					PackB32Runs(k, n, 11, 9, 1, b, n, &off)
+				} else {
+					PackB32(gblas.NoTrans, k, n, 1, b, n, &on)
+					PackB32(gblas.NoTrans, k, n, 1, b, n, &off)
+				}
+				for _, beta := range []float32{0, 1} {
+					got := append([]float32(nil), c0...)
+					want := append([]float32(nil), c0...)
+					s.SgemmPacked(tA, m, a, lda, &on, beta, got, n)
+					s.SgemmPacked(tA, m, a, lda, &off, beta, want, n)
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v tA %v runs %v beta %v: c[%d] = %v with prefetch, %v without", d, tA, runs, beta, i, got[i], want[i])
+						}
 					}
 				}
 			}
