@@ -56,9 +56,9 @@ func main() {
 		sp.strided, sp.runs = true, true
 		specs = append(specs, sp)
 	}
-	// The AVX-512 float32 12x32 kernels again, prefetching a line of the
-	// caller's choice per pass of the main loop (suffix PF).
-	for _, sp := range []spec{specs[2], specs[6]} {
+	// The AVX-512 float32 12x32 and 8x32 kernels again, prefetching a
+	// line of the caller's choice per pass of the main loop (suffix PF).
+	for _, sp := range []spec{specs[2], specs[6], specs[8]} {
 		sp.name += "PF"
 		sp.pf = true
 		specs = append(specs, sp)
@@ -66,7 +66,7 @@ func main() {
 	// The strided and runs AVX-512 float32 12x32 kernels again for a
 	// transposed A, prefetching the rows of the tile after next (suffix
 	// TA; the strided one with PF's argument).
-	for _, sp := range []spec{specs[len(specs)-1], specs[10]} {
+	for _, sp := range []spec{specs[len(specs)-2], specs[10]} {
 		sp.name += "TA"
 		sp.pfA = 2 * sp.mr * 4
 		specs = append(specs, sp)

@@ -204,6 +204,8 @@ type kernel[T float32 | float64] struct {
 	// L2 before its first row tile reads it.
 	fnPF      func(kc int, a, b, c *T, ldc int, overwrite bool, pf *T)
 	stridedPF func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	// rowsPF is rows with stridedPF's prefetch argument.
+	rowsPF func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
 	// stridedTA and runsTA are stridedPF and runs for a transposed A
 	// (rows adjacent): each step also prefetches the rows of the tile
 	// after next, whose lines the hardware's stream prefetch, one stream

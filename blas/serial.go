@@ -356,6 +356,13 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 	} else {
 		full += (m - full) / mr * mr
 	}
+	// The kernel's prefetch of the next micro-panel of B, a share of it
+	// for each of the tiles (SetPrefetch).
+	pf := !b.p.noPrefetch && kern.rowsPF != nil
+	tiles := 0
+	for r0 := 0; r0 < full; r0 += period {
+		tiles += (min(r0+keep, full) - r0 + mr - 1) / mr
+	}
 	boff := 0
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
@@ -366,9 +373,20 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 			overwrite := beta == 0 && pc == 0
 			for jr := 0; jr < nc; jr += nr {
 				cols := min(nr, nc-jr)
+				next, per := boff-len(bp)+(jr+nr)*kc, roundUp((nr*kc+tiles-1)/max(tiles, 1), lineElems[float32]())
+				t := 0
 				for r0 := 0; r0 < full; r0 += period {
 					for ir := r0; ir < min(r0+keep, full); ir += mr {
 						off := ir*ldc + jc + jr
+						if cols == nr && pf {
+							pfp := &bp[jr*kc]
+							if q := next + t*per; q < len(b.p.data) {
+								pfp = &b.p.data[q]
+							}
+							t++
+							kern.rowsPF(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite, pfp)
+							continue
+						}
 						if cols == nr {
 							kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite)
 							continue

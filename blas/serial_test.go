@@ -266,3 +266,38 @@ func TestSgemmPackedPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// SgemmPackedRows gives the same bits with and without the rows
+// kernel's prefetch of the next micro-panel (PackedB32.SetPrefetch), on
+// an implicit convolution's shapes: runs of 16 and 8 rows of 18 and 10,
+// windows 128 and 64 floats apart, two blocks of k, an edge column
+// block.
+func TestSgemmPackedRowsPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var s Serial32
+	var on, off PackedB32
+	off.SetPrefetch(false)
+	for _, d := range []struct{ m, n, k, lda, period, keep int }{{286, 128, 384, 128, 18, 16}, {98, 80, 300, 64, 10, 8}} {
+		a := make([]float32, (d.m-1)*d.lda+d.k)
+		b := make([]float32, d.k*d.n)
+		c0 := make([]float32, d.m*d.n)
+		for _, x := range [][]float32{a, b, c0} {
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+		}
+		PackB32(gblas.NoTrans, d.k, d.n, 1, b, d.n, &on)
+		PackB32(gblas.NoTrans, d.k, d.n, 1, b, d.n, &off)
+		for _, beta := range []float32{0, 1} {
+			got := append([]float32(nil), c0...)
+			want := append([]float32(nil), c0...)
+			s.SgemmPackedRows(d.m, d.period, d.keep, a, d.lda, &on, beta, got, d.n)
+			s.SgemmPackedRows(d.m, d.period, d.keep, a, d.lda, &off, beta, want, d.n)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%+v beta %v: c[%d] = %v with prefetch, %v without", d, beta, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
