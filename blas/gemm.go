@@ -665,8 +665,8 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 
 // packRows copies rows rows of nr elements, ldb apart in src, into dst
 // one after the other, and reports whether it did: in one copy when they
-// are contiguous (ldb = nr), else for float32 with NR = 32 (AVX-512) or
-// 16 (AVX2) a row at a time as a fixed-size array, without a call to
+// are contiguous (ldb = nr), else for float32 with the vector kernels' NR
+// a row at a time with vector moves (packRows32), without a call to
 // memmove per row.
 func packRows[T float32 | float64](dst, src []T, ldb, rows, nr int) bool {
 	if ldb == nr {
@@ -674,25 +674,8 @@ func packRows[T float32 | float64](dst, src []T, ldb, rows, nr int) bool {
 		return true
 	}
 	d, ok := any(dst).([]float32)
-	if !ok {
+	if !ok || rows == 0 {
 		return false
 	}
-	return packRows32(d, any(src).([]float32), ldb, rows, nr)
-}
-
-// packRows32 is packRows' row copies for float32.
-func packRows32(dst, src []float32, ldb, rows, nr int) bool {
-	switch nr {
-	case 32:
-		for p := range rows {
-			*(*[32]float32)(dst[p*32:]) = *(*[32]float32)(src[p*ldb:])
-		}
-	case 16:
-		for p := range rows {
-			*(*[16]float32)(dst[p*16:]) = *(*[16]float32)(src[p*ldb:])
-		}
-	default:
-		return false
-	}
-	return true
+	return packRows32(d[:rows*nr], any(src).([]float32)[:(rows-1)*ldb+nr], ldb, rows, nr)
 }
