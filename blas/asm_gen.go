@@ -156,15 +156,6 @@ func gen(w *bytes.Buffer, s spec) {
 	if s.avx512 {
 		isa = "AVX-512F"
 	}
-	// strides turns ldc (R8), rs (R10) and cs (R13) into bytes and
-	// sets R11 = 3 rs, R12 = 5 rs (strided kernels).
-	strides := func() {
-		p("SHLQ $%d, R8", shift)
-		p("SHLQ $%d, R10", shift)
-		p("SHLQ $%d, R13", shift)
-		p("LEAQ (R10)(R10*2), R11") // 3 rs
-		p("LEAQ (R10)(R10*4), R12") // 5 rs
-	}
 	if s.runs {
 		fmt.Fprintf(w, "\n// func %s(runs *int, nruns int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool)\n", s.name, esize*8, esize*8)
 		fmt.Fprintf(w, "// %s %dx%d tile, A read in place with strides rs, cs over the k steps of a list of runs; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, nacc, lanes, s.unroll)
@@ -178,7 +169,11 @@ func gen(w *bytes.Buffer, s spec) {
 		p("MOVQ b+40(FP), DI")
 		p("MOVQ c+48(FP), DX")
 		p("MOVQ ldc+56(FP), R8")
-		strides()
+		p("SHLQ $%d, R8", shift)
+		p("SHLQ $%d, R10", shift)
+		p("SHLQ $%d, R13", shift)
+		p("LEAQ (R10)(R10*2), R11") // 3 rs
+		p("LEAQ (R10)(R10*4), R12") // 5 rs
 	} else if s.tiles {
 		fmt.Fprintf(w, "\n// func %s(kc int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool, n int)\n", s.name, esize*8, esize*8)
 		fmt.Fprintf(w, "// %s %dx%d tiles, n > 0 of them (rows t*%d.. of A and C for tile t), A read in place with strides rs, cs; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, s.mr, nacc, lanes, s.unroll)
@@ -189,7 +184,11 @@ func gen(w *bytes.Buffer, s spec) {
 		p("MOVQ c+40(FP), DX")
 		p("MOVQ ldc+48(FP), R8")
 		p("MOVQ n+64(FP), R14")
-		strides()
+		p("SHLQ $%d, R8", shift)
+		p("SHLQ $%d, R10", shift)
+		p("SHLQ $%d, R13", shift)
+		p("LEAQ (R10)(R10*2), R11") // 3 rs
+		p("LEAQ (R10)(R10*4), R12") // 5 rs
 		fmt.Fprintf(w, "tile:\n")
 		p("MOVQ kc+0(FP), CX")
 		p("MOVQ R15, SI")
@@ -206,8 +205,12 @@ func gen(w *bytes.Buffer, s spec) {
 		p("MOVQ b+32(FP), DI")
 		p("MOVQ c+40(FP), DX")
 		p("MOVQ ldc+48(FP), R8")
-		strides()
-		p("LEAQ (SI)(R11*2), BX") // row 6
+		p("SHLQ $%d, R8", shift)
+		p("SHLQ $%d, R10", shift)
+		p("SHLQ $%d, R13", shift)
+		p("LEAQ (R10)(R10*2), R11") // 3 rs
+		p("LEAQ (R10)(R10*4), R12") // 5 rs
+		p("LEAQ (SI)(R11*2), BX")   // row 6
 	} else {
 		fmt.Fprintf(w, "\n// func %s(kc int, a, b, c *float%d, ldc int, overwrite bool)\n", s.name, esize*8)
 		fmt.Fprintf(w, "// %s %dx%d tile, packed A; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, nacc, lanes, s.unroll)
