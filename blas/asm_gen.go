@@ -23,11 +23,6 @@ type spec struct {
 	// list: p over [start, start+len) for each (start, len) pair, one
 	// sum from zero over all of them (B holds only those steps' rows).
 	runs bool
-	// tiles kernels are strided kernels computing n tiles one after the
-	// other, tile t from A's rows t*MR.. and into C's rows t*MR.., each
-	// as the strided kernel computes it (R14 counts the tiles, R15 holds
-	// the current tile's A).
-	tiles bool
 }
 
 func main() {
@@ -46,9 +41,6 @@ func main() {
 	// map rows of 8, 16 or 32 pixels): 16 accumulators, 10 loads per 16
 	// FMAs, measured at the 12x32 kernel's rate per row.
 	specs = append(specs, spec{name: "sgemmKernel8x32AVX512Strided", avx512: true, mr: 8, nr: 32, unroll: 4, strided: true})
-	// The same over a run of n tiles (SgemmPackedRows: a map row's
-	// pixels in one call).
-	specs = append(specs, spec{name: "sgemmKernel8x32AVX512Tiles", avx512: true, mr: 8, nr: 32, unroll: 4, strided: true, tiles: true})
 	for _, sp := range []spec{specs[0], specs[2]} {
 		sp.name += "Runs"
 		sp.strided, sp.runs = true, true
@@ -174,26 +166,6 @@ func gen(w *bytes.Buffer, s spec) {
 		p("SHLQ $%d, R13", shift)
 		p("LEAQ (R10)(R10*2), R11") // 3 rs
 		p("LEAQ (R10)(R10*4), R12") // 5 rs
-	} else if s.tiles {
-		fmt.Fprintf(w, "\n// func %s(kc int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool, n int)\n", s.name, esize*8, esize*8)
-		fmt.Fprintf(w, "// %s %dx%d tiles, n > 0 of them (rows t*%d.. of A and C for tile t), A read in place with strides rs, cs; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, s.mr, nacc, lanes, s.unroll)
-		fmt.Fprintf(w, "TEXT ·%s(SB), NOSPLIT, $0-72\n", s.name)
-		p("MOVQ a+8(FP), R15")
-		p("MOVQ rs+16(FP), R10")
-		p("MOVQ cs+24(FP), R13")
-		p("MOVQ c+40(FP), DX")
-		p("MOVQ ldc+48(FP), R8")
-		p("MOVQ n+64(FP), R14")
-		p("SHLQ $%d, R8", shift)
-		p("SHLQ $%d, R10", shift)
-		p("SHLQ $%d, R13", shift)
-		p("LEAQ (R10)(R10*2), R11") // 3 rs
-		p("LEAQ (R10)(R10*4), R12") // 5 rs
-		fmt.Fprintf(w, "tile:\n")
-		p("MOVQ kc+0(FP), CX")
-		p("MOVQ R15, SI")
-		p("MOVQ b+32(FP), DI")
-		p("LEAQ (SI)(R11*2), BX") // row 6
 	} else if s.strided {
 		fmt.Fprintf(w, "\n// func %s(kc int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool)\n", s.name, esize*8, esize*8)
 		fmt.Fprintf(w, "// %s %dx%d tile, A read in place with strides rs, cs; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, nacc, lanes, s.unroll)
@@ -335,16 +307,6 @@ func gen(w *bytes.Buffer, s spec) {
 	p("MOVBQZX overwrite+%d(FP), AX", overwriteArg)
 	p("TESTQ AX, AX")
 	p("JNE overwrite")
-	// ret ends the stores: with tiles, on to the next tile (C and A
-	// MR rows further) until the n-th.
-	ret := func() {
-		if s.tiles {
-			p("JMP nexttile")
-			return
-		}
-		p("VZEROUPPER")
-		p("RET")
-	}
 	for i := 0; i < s.mr; i++ {
 		for v := 0; v < nv; v++ {
 			p("VADD%s %d(R9), %s, %s", suf, v*vbytes, acc(i, v), acc(i, v))
@@ -354,7 +316,8 @@ func gen(w *bytes.Buffer, s spec) {
 			p("ADDQ R8, R9")
 		}
 	}
-	ret()
+	p("VZEROUPPER")
+	p("RET")
 	fmt.Fprintf(w, "overwrite:\n")
 	for i := 0; i < s.mr; i++ {
 		for v := 0; v < nv; v++ {
@@ -363,16 +326,6 @@ func gen(w *bytes.Buffer, s spec) {
 		if i < s.mr-1 {
 			p("ADDQ R8, R9")
 		}
-	}
-	if s.tiles {
-		fmt.Fprintf(w, "nexttile:\n")
-		if s.mr != 8 {
-			log.Fatalf("%s: tiles of %d rows (the steps below take 8)", s.name, s.mr)
-		}
-		p("LEAQ (DX)(R8*8), DX")    // C's next 8 rows
-		p("LEAQ (R15)(R10*8), R15") // A's next 8 rows
-		p("DECQ R14")
-		p("JNE tile")
 	}
 	p("VZEROUPPER")
 	p("RET")

@@ -184,9 +184,6 @@ type kernel[T float32 | float64] struct {
 	// tiles. Nil where no such kernel pays (AVX2, float64).
 	rowsMR int
 	rows   func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
-	// rowTiles, where not nil, is rows over n > 0 tiles in one call,
-	// tile t at A's and C's rows t*rowsMR..: each tile's bits are rows'.
-	rowTiles func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, n int)
 	// packMin is the number of NR-column micro-panels of B in a block
 	// from which a transposed A is packed; a row-major (NoTrans) A is
 	// packed only from 4*packMin panels. Packing A (scalar Go code) costs

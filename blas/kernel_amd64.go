@@ -33,9 +33,6 @@ func dgemmKernel12x16AVX512(kc int, a, b, c *float64, ldc int, overwrite bool)
 func sgemmKernel8x32AVX512Strided(kc int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
 
 //go:noescape
-func sgemmKernel8x32AVX512Tiles(kc int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool, n int)
-
-//go:noescape
 func sgemmKernel6x16AVX2Runs(runs *int, nruns int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
 
 //go:noescape
@@ -79,7 +76,7 @@ func avx2Kernel64() kernel[float64] {
 func avx512Kernel32() kernel[float32] {
 	// B micro-panel 256*32*4 = 32 KiB, A block 240*256*4 = 240 KiB,
 	// B block 256*4096*4 = 4 MiB.
-	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, runs: sgemmKernel12x32AVX512Runs, rowsMR: 8, rows: sgemmKernel8x32AVX512Strided, rowTiles: sgemmKernel8x32AVX512Tiles, packMin: 16, parallelMin: parallelWork}
+	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, runs: sgemmKernel12x32AVX512Runs, rowsMR: 8, rows: sgemmKernel8x32AVX512Strided, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx512Kernel64() kernel[float64] {

@@ -355,11 +355,6 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 			for jr := 0; jr < nc; jr += nr {
 				cols := min(nr, nc-jr)
 				for r0 := 0; r0 < full; r0 += period {
-					if end := min(r0+keep, full); cols == nr && kern.rowTiles != nil {
-						// The run's whole tiles in one call.
-						kern.rowTiles(kc, &a[r0*lda+pc], lda, 1, &bp[jr*kc], &c[r0*ldc+jc+jr], ldc, overwrite, (end-r0)/mr)
-						continue
-					}
 					for ir := r0; ir < min(r0+keep, full); ir += mr {
 						off := ir*ldc + jc + jr
 						if cols == nr {
