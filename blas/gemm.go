@@ -645,6 +645,9 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 			continue
 		}
 		// op(B)(p,j) = b[p*ldb+j]: rows of the panel are contiguous.
+		if alpha == 1 && cols == nr && packRowsFast(panel, b, pc*ldb+jc+jr, ldb, kc, nr) {
+			continue
+		}
 		for p := range kc {
 			d := panel[p*nr : p*nr+nr]
 			src := b[(pc+p)*ldb+jc+jr : (pc+p)*ldb+jc+jr+cols]
