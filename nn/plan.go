@@ -99,6 +99,10 @@ type Options struct {
 	noDeferDense bool
 	// deferMin overrides deferWeights (tests).
 	deferMin int
+	// noDenseInPlace runs every dense layer's forward product and input
+	// gradient over its packed weight instead of reading the large ones
+	// in place (Plan.inPlace; tests and benchmarks compare the two).
+	noDenseInPlace bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -338,6 +342,10 @@ type worker struct {
 	// in acc (deferDense).
 	dU, dG [][]float32
 	dn     int
+	// dpad and dpadC: four rows of a dense layer's input and output
+	// (the larger of its widths), for the last rows of a chunk of other
+	// than a multiple of four read in place (denseForward).
+	dpad, dpadC []float32
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -781,6 +789,9 @@ func (p *Plan) permuteShare(wi, W int) {
 			s.packImplicit(back)
 			continue
 		}
+		if p.inPlace(s) {
+			continue // read in place (denseForward)
+		}
 		W := s.weight(p.params)
 		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
 		switch {
@@ -870,6 +881,10 @@ func (p *Plan) newWorker() *worker {
 		}
 	}
 	for i, s := range p.stages {
+		if p.inPlace(&s) {
+			n := 4 * max(s.fi, s.fo)
+			w.dpad, w.dpadC = make([]float32, max(len(w.dpad), n)), make([]float32, max(len(w.dpadC), n))
+		}
 		if p.deferred(&s) {
 			if w.dU == nil {
 				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
@@ -1229,7 +1244,11 @@ func (p *Plan) forward(w *worker, m int) {
 			w.sgemmPacked(rows, U, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
-			w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
+			if p.inPlace(s) {
+				w.denseForward(s, s.weight(p.params), m, in, out)
+			} else {
+				w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
+			}
 			p.biasAct(w, i, out[:m*s.fo])
 		case kAvg:
 			for j := range m {
@@ -1392,6 +1411,10 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 			p.actGrad(w, i, G)
 			if s.src == 0 {
 				continue
+			}
+			if p.inPlace(s) {
+				w.denseBackward(s, s.weight(p.params), m, G, din)
+				break
 			}
 			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:

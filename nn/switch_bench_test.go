@@ -18,14 +18,15 @@ import (
 // map, the example-major backward).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
-		"nopoolwindows": func(o *Options) { o.noPoolWindows = true },
-		"nofusegrads":   func(o *Options) { o.noFuseGrads = true },
-		"nomajor":       func(o *Options) { o.noExampleMajor = true },
-		"nofuseoutputs": func(o *Options) { o.noFuseOutputs = true },
-		"before":        func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
-		"nodeferdense":  func(o *Options) { o.noDeferDense = true },
-		"chunk2":        func(o *Options) { o.Chunk = 2 },
-		"chunk8":        func(o *Options) { o.Chunk = 8 },
+		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
+		"nofusegrads":    func(o *Options) { o.noFuseGrads = true },
+		"nomajor":        func(o *Options) { o.noExampleMajor = true },
+		"nofuseoutputs":  func(o *Options) { o.noFuseOutputs = true },
+		"before":         func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
+		"nodeferdense":   func(o *Options) { o.noDeferDense = true },
+		"chunk2":         func(o *Options) { o.Chunk = 2 },
+		"chunk8":         func(o *Options) { o.Chunk = 8 },
+		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
 	}
 }
 
