@@ -117,3 +117,18 @@ func TestDenseInPlace(t *testing.T) {
 	}
 	sameBits(t, "logits", lgp, lgr)
 }
+
+// TestPackJobs: workers taking the layers' packing in turn, each
+// waiting only for the layers it reaches still being packed (packShare),
+// give the fixed shares' gradients, losses, sums and logits bit for bit
+// on every test network without an embedding (two workers).
+func TestPackJobs(t *testing.T) {
+	for name, b := range testNets() {
+		if _, ok := b.net.Layers[0].(Embedding); ok {
+			continue // (testPlanSwitch's inputs are not ids)
+		}
+		t.Run(name, func(t *testing.T) {
+			testPlanSwitch(t, name, func(o *Options) { o.noPackJobs = true })
+		})
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -99,6 +101,12 @@ type Options struct {
 	noDeferDense bool
 	// deferMin overrides deferWeights (tests).
 	deferMin int
+	// noPackJobs has each worker pack a fixed share of the weights (whole
+	// layers, by weight count) and wait for the others before its first
+	// chunk, instead of taking the layers in turn and waiting only for
+	// those it reaches still being packed (packShare; benchmarks compare
+	// the two).
+	noPackJobs bool
 	// noDenseInPlace runs every dense layer's forward product and input
 	// gradient over its packed weight instead of reading the large ones
 	// in place (Plan.inPlace; tests and benchmarks compare the two).
@@ -287,7 +295,13 @@ type Plan struct {
 	chunks    int
 	active    int // workers with a chunk
 	barrier   sync.WaitGroup
-	packed    sync.WaitGroup // the weights are packed (permuteShare)
+	packed    sync.WaitGroup // the weights are packed (permuteShare, with Options.noPackJobs)
+	// packOrder is the stages whose weights a step packs, largest first;
+	// packNext the next one a worker takes; ready[i] is done when stage
+	// i's are packed (packShare).
+	packOrder []int
+	packNext  atomic.Int32
+	ready     []sync.WaitGroup
 	done      sync.WaitGroup
 	splits    [][]int
 
@@ -409,6 +423,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		p.workers = append(p.workers, p.newWorker())
 	}
 	p.splitSegments()
+	p.packJobs()
 	return p, nil
 }
 
@@ -762,7 +777,7 @@ func (p *Plan) permuteShare(wi, W int) {
 	back := p.mode != modeForward // the input gradient's packs too
 	total, done := 0, 0
 	for i := range p.stages {
-		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
 			total += s.fi * s.fo
 		}
 	}
@@ -771,41 +786,89 @@ func (p *Plan) permuteShare(wi, W int) {
 	}
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv && s.kind != kDense {
+		if s.kind != kConv && (s.kind != kDense || p.inPlace(s)) {
 			continue
 		}
 		mine := done*W/total == wi
 		done += s.fi * s.fo
-		if !mine {
-			continue
+		if mine {
+			p.packStage(s, back)
 		}
-		if s.kind == kConv {
-			w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
-			for r, e := range s.perm {
-				copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
-			}
+	}
+}
+
+// packJobs lists the stages whose weights a step packs (permuteShare),
+// the largest weights first, for the workers to take in turn (packShare):
+// a worker that finishes a job early, or starts late, takes more of them,
+// and both end their share near the same time.
+func (p *Plan) packJobs() {
+	p.packOrder = p.packOrder[:0]
+	for i := range p.stages {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
+			p.packOrder = append(p.packOrder, i)
 		}
-		if s.implicit {
-			s.packImplicit(back)
-			continue
+	}
+	slices.SortStableFunc(p.packOrder, func(a, b int) int {
+		return p.stages[b].fi*p.stages[b].fo - p.stages[a].fi*p.stages[a].fo
+	})
+	p.ready = make([]sync.WaitGroup, len(p.stages))
+}
+
+// packShare packs the weights of the stages of p.packOrder that no other
+// worker has taken yet, one stage at a time, marking each ready; a
+// worker's forward pass waits for a stage's weights (awaitPacked) only
+// when another worker is still packing them.
+func (p *Plan) packShare() {
+	back := p.mode != modeForward
+	for {
+		k := int(p.packNext.Add(1)) - 1
+		if k >= len(p.packOrder) {
+			return
 		}
-		if p.inPlace(s) {
-			continue // read in place (denseForward)
+		i := p.packOrder[k]
+		p.packStage(&p.stages[i], back)
+		p.ready[i].Done()
+	}
+}
+
+// awaitPacked waits until stage i's weights are packed for this step
+// (packShare).
+func (p *Plan) awaitPacked(i int) {
+	if p.active > 1 && !p.opt.noPackJobs {
+		p.ready[i].Wait()
+	}
+}
+
+// packStage copies convolution stage s's weight into its internal row
+// order and packs it, or dense stage s's, as the products read it (with
+// back, the input gradient's packs too).
+func (p *Plan) packStage(s *stage, back bool) {
+	if s.kind == kConv {
+		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+		for r, e := range s.perm {
+			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
 		}
-		W := s.weight(p.params)
-		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
-		switch {
-		case back && p.col2imRows(s):
-			KC := s.k * s.in.C
-			if len(s.pwk) != s.k {
-				s.pwk = make([]blas.PackedB32, s.k)
-			}
-			for kr := range s.pwk {
-				blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
-			}
-		case back && s.src > 0:
-			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
+	}
+	if s.implicit {
+		s.packImplicit(back)
+		return
+	}
+	if p.inPlace(s) {
+		return // read in place (denseForward)
+	}
+	W := s.weight(p.params)
+	blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
+	switch {
+	case back && p.col2imRows(s):
+		KC := s.k * s.in.C
+		if len(s.pwk) != s.k {
+			s.pwk = make([]blas.PackedB32, s.k)
 		}
+		for kr := range s.pwk {
+			blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
+		}
+	case back && s.src > 0:
+		blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 	}
 }
 
@@ -1092,7 +1155,14 @@ func (p *Plan) run(mode mode, dst []float32) {
 	if mode == modeTrain {
 		p.barrier.Add(p.active)
 	}
-	p.packed.Add(p.active)
+	if p.opt.noPackJobs {
+		p.packed.Add(p.active)
+	} else {
+		p.packNext.Store(0)
+		for _, i := range p.packOrder {
+			p.ready[i].Add(1)
+		}
+	}
 	p.done.Add(p.active - 1)
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
@@ -1117,10 +1187,15 @@ func (p *Plan) work(wi int) {
 		clear(w.acc)
 		w.dn = 0
 	}
-	p.permuteShare(wi, p.active)
-	if p.active > 1 {
+	switch {
+	case p.active == 1:
+		p.permuteShare(0, 1)
+	case p.opt.noPackJobs:
+		p.permuteShare(wi, p.active)
 		p.packed.Done()
 		p.packed.Wait()
+	default:
+		p.packShare()
 	}
 	// (StepAdd: a piece starts at a multiple of W chunks, so chunk c of
 	// the piece goes to the worker chunk first/Chunk + c of the batch
@@ -1230,6 +1305,7 @@ func (p *Plan) forward(w *worker, m int) {
 		case kJoin:
 			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
+			p.awaitPacked(i)
 			if s.implicit {
 				if !p.implicitForward(w, i, m, in, out) {
 					p.biasAct(w, i, out[:m*osz])
@@ -1244,6 +1320,7 @@ func (p *Plan) forward(w *worker, m int) {
 			w.sgemmPacked(rows, U, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
+			p.awaitPacked(i)
 			if p.inPlace(s) {
 				w.denseForward(s, s.weight(p.params), m, in, out)
 			} else {

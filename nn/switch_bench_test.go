@@ -27,6 +27,7 @@ func stepSwitches() map[string]func(*Options) {
 		"chunk2":         func(o *Options) { o.Chunk = 2 },
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
+		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 	}
 }
 
