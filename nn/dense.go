@@ -99,3 +99,12 @@ func (w *worker) denseBackward(s *stage, W []float32, m int, g, c []float32) {
 		w.log.done(Product{PackedB: true, M: m, N: fi, K: fo, LDA: fo, LDB: fi, LDC: fi, Count: 1}, t0)
 	}
 }
+
+// transposeLoop is transposeTo's portable loop.
+func transposeLoop(dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	for r := range rows {
+		for c, v := range src[r*lds : r*lds+cols] {
+			dst[c*ldd+r] = v
+		}
+	}
+}
