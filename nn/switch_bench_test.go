@@ -15,7 +15,8 @@ import (
 // stepSwitches are the Options switches BenchmarkStepSwitches compares
 // with the default plan, by name ("before" turns off this pass's
 // changes to the CNN step: whole pool windows, outputs into the next
-// map, the example-major backward).
+// map, the example-major backward; "s48before" the dense head read in
+// place and the packing dealt out in turn).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
 		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
@@ -28,6 +29,7 @@ func stepSwitches() map[string]func(*Options) {
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
+		"s48before":      func(o *Options) { o.noDenseInPlace, o.noPackJobs = true, true },
 	}
 }
 
