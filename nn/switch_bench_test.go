@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,13 @@ func BenchmarkStepSwitches(b *testing.B) {
 		slices.Sort(names[1:])
 	}
 	batch := 64
+	if f := strings.Fields(strings.ReplaceAll(os.Getenv("DPMF_BENCH_BATCHES"), ",", " ")); len(f) > 0 {
+		v, err := strconv.Atoi(f[0])
+		if err != nil || v <= 0 {
+			b.Fatalf("DPMF_BENCH_BATCHES: %q is not a positive batch size", f[0])
+		}
+		batch = v
+	}
 	net := cifarCNN()
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := randParams(rng, net.n)
