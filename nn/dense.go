@@ -39,19 +39,9 @@ func (p *Plan) inPlace(s *stage) bool {
 // dense stage s's weight W (fi x fo, row-major): the bits of sgemmPacked
 // over s.pw.
 func (w *worker) denseForward(s *stage, W []float32, m int, a, c []float32) {
-	var t0 time.Duration
-	if w.log != nil {
-		t0 = w.log.start()
-	}
 	fi, fo := s.fi, s.fo
-	for i0 := 0; i0 < m; i0 += 4 {
-		A, C := a[i0*fi:], c[i0*fo:]
-		rows := min(4, m-i0)
-		if rows < 4 {
-			A, C = w.dpad[:4*fi], w.dpadC[:4*fo]
-			copy(A, a[i0*fi:(i0+rows)*fi])
-			clear(A[rows*fi:])
-		}
+	q := Product{PackedB: true, M: m, N: fo, K: fi, LDA: fi, LDB: fo, LDC: fo, Count: 1}
+	w.byFours(q, a, c, w.dpad, w.dpadC, func(A, C []float32) {
 		_, _, _ = A[4*fi-1], C[4*fo-1], W[fi*fo-1]
 		for q0 := 0; q0 < fi; q0 += denseKC {
 			k := min(denseKC, fi-q0)
@@ -59,44 +49,49 @@ func (w *worker) denseForward(s *stage, W []float32, m int, a, c []float32) {
 				denseFwd4x64(k, &A[q0], fi, &W[q0*fo+o0], fo, &C[o0], fo, q0 == 0)
 			}
 		}
-		if rows < 4 {
-			copy(c[i0*fo:(i0+rows)*fo], C)
-		}
-	}
-	if w.log != nil {
-		w.log.done(Product{PackedB: true, M: m, N: fo, K: fi, LDA: fi, LDB: fo, LDC: fo, Count: 1}, t0)
-	}
+	})
 }
 
 // denseBackward writes into c (m x fi) the product g Wᵀ of g (m x fo)
 // and the transpose of dense stage s's weight W (fi x fo, row-major):
 // the bits of sgemmPacked over s.pwt.
 func (w *worker) denseBackward(s *stage, W []float32, m int, g, c []float32) {
-	var t0 time.Duration
-	if w.log != nil {
-		t0 = w.log.start()
-	}
 	fi, fo := s.fi, s.fo
-	for i0 := 0; i0 < m; i0 += 4 {
-		G, C := g[i0*fo:], c[i0*fi:]
-		rows := min(4, m-i0)
-		if rows < 4 {
-			G, C = w.dpadC[:4*fo], w.dpad[:4*fi]
-			copy(G, g[i0*fo:(i0+rows)*fo])
-			clear(G[rows*fo:])
-		}
+	q := Product{PackedB: true, M: m, N: fi, K: fo, LDA: fo, LDB: fi, LDC: fi, Count: 1}
+	w.byFours(q, g, c, w.dpadC, w.dpad, func(G, C []float32) {
 		_, _, _ = G[4*fo-1], C[4*fi-1], W[fi*fo-1]
 		for q0 := 0; q0 < fi; q0 += 16 {
 			for o0 := 0; o0 < fo; o0 += denseKC {
 				denseBwd4x16(min(denseKC, fo-o0), &G[o0], fo, &W[q0*fo+o0], fo, &C[q0], fi, o0 == 0)
 			}
 		}
-		if rows < 4 {
-			copy(c[i0*fi:(i0+rows)*fi], C)
+	})
+}
+
+// byFours runs f on the rows of a (q.M x q.K) four at a time, writing
+// the rows of c (q.M x q.N): a last group of fewer rows through the
+// padded copies pa and pc (the missing rows zero). It logs the product
+// q while a log is attached.
+func (w *worker) byFours(q Product, a, c, pa, pc []float32, f func(A, C []float32)) {
+	var t0 time.Duration
+	if w.log != nil {
+		t0 = w.log.start()
+	}
+	m, k, n := q.M, q.K, q.N
+	for i0 := 0; i0 < m; i0 += 4 {
+		rows := min(4, m-i0)
+		if rows == 4 {
+			f(a[i0*k:], c[i0*n:])
+			continue
 		}
+		A, C := pa[:4*k], pc[:4*n]
+		copy(A, a[i0*k:(i0+rows)*k])
+		clear(A[rows*k:])
+		f(A, C)
+		copy(c[i0*n:(i0+rows)*n], C)
 	}
 	if w.log != nil {
-		w.log.done(Product{PackedB: true, M: m, N: fi, K: fo, LDA: fo, LDB: fi, LDC: fi, Count: 1}, t0)
+		w.log.done(q, t0)
 	}
 }
 
