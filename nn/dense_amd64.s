@@ -203,6 +203,26 @@ fwdstore:
 	VSHUFF32X4 $0x88, Z8, Z0, Z4; \
 	VSHUFF32X4 $0xdd, Z8, Z0, Z0
 
+// LOAD16 loads the 16x16 block at DI (rows 0-7) and BX (rows 8-15),
+// rows R8 bytes apart (R12 = 3 R8, R13 = 5 R8, R14 = 7 R8), into Z0-Z15.
+#define LOAD16 \
+	VMOVUPS (DI), Z0; \
+	VMOVUPS (DI)(R8*1), Z1; \
+	VMOVUPS (DI)(R8*2), Z2; \
+	VMOVUPS (DI)(R12*1), Z3; \
+	VMOVUPS (DI)(R8*4), Z4; \
+	VMOVUPS (DI)(R13*1), Z5; \
+	VMOVUPS (DI)(R12*2), Z6; \
+	VMOVUPS (DI)(R14*1), Z7; \
+	VMOVUPS (BX), Z8; \
+	VMOVUPS (BX)(R8*1), Z9; \
+	VMOVUPS (BX)(R8*2), Z10; \
+	VMOVUPS (BX)(R12*1), Z11; \
+	VMOVUPS (BX)(R8*4), Z12; \
+	VMOVUPS (BX)(R13*1), Z13; \
+	VMOVUPS (BX)(R12*2), Z14; \
+	VMOVUPS (BX)(R14*1), Z15
+
 // func denseBwd4x16(n int, gr *float32, ldg int, w *float32, ldw int, c *float32, ldc int, overwrite bool)
 // C[0:4, 0:16] (+)= G[0:4, 0:n] W[0:16, 0:n]ᵀ, rows ldg, ldw, ldc floats
 // apart; n a positive multiple of 16. Each 16x16 block of W (16 rows,
@@ -231,22 +251,7 @@ TEXT ·denseBwd4x16(SB), NOSPLIT, $0-57
 	VPXORQ Z30, Z30, Z30
 	VPXORQ Z31, Z31, Z31
 bwdloop:
-	VMOVUPS (DI), Z0
-	VMOVUPS (DI)(R8*1), Z1
-	VMOVUPS (DI)(R8*2), Z2
-	VMOVUPS (DI)(R12*1), Z3
-	VMOVUPS (DI)(R8*4), Z4
-	VMOVUPS (DI)(R13*1), Z5
-	VMOVUPS (DI)(R12*2), Z6
-	VMOVUPS (DI)(R14*1), Z7
-	VMOVUPS (BX), Z8
-	VMOVUPS (BX)(R8*1), Z9
-	VMOVUPS (BX)(R8*2), Z10
-	VMOVUPS (BX)(R12*1), Z11
-	VMOVUPS (BX)(R8*4), Z12
-	VMOVUPS (BX)(R13*1), Z13
-	VMOVUPS (BX)(R12*2), Z14
-	VMOVUPS (BX)(R14*1), Z15
+	LOAD16
 	TRANSPOSE16
 	VBROADCASTSS 0(SI), Z5
 	VFMADD231PS Z21, Z5, Z28
@@ -425,22 +430,7 @@ TEXT ·transpose16(SB), NOSPLIT, $0-32
 	LEAQ (R8)(R8*4), R13
 	LEAQ (R12)(R8*4), R14
 	LEAQ (DI)(R8*8), BX
-	VMOVUPS (DI), Z0
-	VMOVUPS (DI)(R8*1), Z1
-	VMOVUPS (DI)(R8*2), Z2
-	VMOVUPS (DI)(R12*1), Z3
-	VMOVUPS (DI)(R8*4), Z4
-	VMOVUPS (DI)(R13*1), Z5
-	VMOVUPS (DI)(R12*2), Z6
-	VMOVUPS (DI)(R14*1), Z7
-	VMOVUPS (BX), Z8
-	VMOVUPS (BX)(R8*1), Z9
-	VMOVUPS (BX)(R8*2), Z10
-	VMOVUPS (BX)(R12*1), Z11
-	VMOVUPS (BX)(R8*4), Z12
-	VMOVUPS (BX)(R13*1), Z13
-	VMOVUPS (BX)(R12*2), Z14
-	VMOVUPS (BX)(R14*1), Z15
+	LOAD16
 	TRANSPOSE16
 	VMOVUPS Z21, (DX)
 	VMOVUPS Z10, (DX)(R9*1)
