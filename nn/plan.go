@@ -51,7 +51,7 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 20 MiB a worker, near the caches, or more if a layer's
+	// stay within 10 MiB a worker, near the caches, or more if a layer's
 	// weight is larger than the caches (streamChunk).
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
@@ -567,8 +567,11 @@ const (
 	// With implicit convolutions (no im2col buffers) the CIFAR CNN's
 	// example takes 3.7 MiB: chunks of 4 (15 MiB) cost the same CPU time
 	// per example as chunks of 8 (30 MiB) in two thirds of the peak
-	// memory (BENCHMARKS.md, issue 42), hence 20 MiB.
-	autoChunkBytes = 20 << 20
+	// memory (BENCHMARKS.md, issue 42), hence 20 MiB then. Once its dense
+	// head read its 1 MiB weight once a chunk instead of twice (Plan.inPlace),
+	// chunks of 2 (8.7 MiB) took 1-2% less CPU than 4 at batch 64 and 5% less
+	// at 500 (issue 42, fourth pass), hence 10 MiB.
+	autoChunkBytes = 10 << 20
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )

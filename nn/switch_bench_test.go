@@ -27,6 +27,7 @@ func stepSwitches() map[string]func(*Options) {
 		"before":         func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
 		"nodeferdense":   func(o *Options) { o.noDeferDense = true },
 		"chunk2":         func(o *Options) { o.Chunk = 2 },
+		"chunk4":         func(o *Options) { o.Chunk = 4 },
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
