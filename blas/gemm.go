@@ -645,6 +645,9 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 			continue
 		}
 		// op(B)(p,j) = b[p*ldb+j]: rows of the panel are contiguous.
+		if alpha == 1 && cols == nr && kc > 0 && packRows(panel[:kc*nr], b[pc*ldb+jc+jr:], ldb, kc, nr) {
+			continue
+		}
 		for p := range kc {
 			d := panel[p*nr : p*nr+nr]
 			src := b[(pc+p)*ldb+jc+jr : (pc+p)*ldb+jc+jr+cols]
@@ -658,4 +661,21 @@ func packB[T float32 | float64](dst, b []T, ldb int, trans bool, pc, jc, kc, nc,
 			clear(d[cols:])
 		}
 	}
+}
+
+// packRows copies rows > 0 rows of nr elements, ldb apart in src, into dst
+// one after the other, and reports whether it did: in one copy when they
+// are contiguous (ldb = nr), else for float32 with the vector kernels' NR
+// a row at a time with vector moves (packRows32), without a call to
+// memmove per row.
+func packRows[T float32 | float64](dst, src []T, ldb, rows, nr int) bool {
+	if ldb == nr {
+		copy(dst, src[:rows*nr])
+		return true
+	}
+	d, ok := any(dst).([]float32)
+	if !ok {
+		return false
+	}
+	return packRows32(d[:rows*nr], any(src).([]float32)[:(rows-1)*ldb+nr], ldb, rows, nr)
 }

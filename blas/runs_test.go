@@ -156,3 +156,61 @@ func TestSgemmPackedRows(t *testing.T) {
 		}
 	}
 }
+
+// packB writes every panel entry as alpha op(B)(pc+p, jc+jr+j), zero past
+// the block's columns, for both transposes, NR of every kernel, rows
+// contiguous (ldb = NR: one copy) or not, edge column panels, alpha 1
+// (the row copies) and not, float32 and float64.
+func TestPackB(t *testing.T) {
+	testPackB[float32](t)
+	testPackB[float64](t)
+}
+
+func testPackB[T float32 | float64](t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, nr := range []int{4, 8, 16, 32} {
+		for _, sh := range [][2]int{{nr, nr}, {nr + 3, nr}, {2 * nr, 2 * nr}, {3*nr + 5, 2*nr + 3}, {nr, nr - 1}} {
+			ldb, nc := sh[0], sh[1]
+			for _, trans := range []bool{false, true} {
+				for _, alpha := range []T{1, 0.5} {
+					const pc, jc, kc = 3, 0, 7
+					rows := pc + kc
+					if trans {
+						rows = jc + nc
+					}
+					b := make([]T, rows*ldb)
+					for i := range b {
+						b[i] = T(rng.NormFloat64())
+					}
+					kb := pc + kc
+					if trans && ldb < kb {
+						continue
+					}
+					np := (nc + nr - 1) / nr
+					dst := make([]T, np*nr*kc)
+					for i := range dst {
+						dst[i] = T(math.NaN())
+					}
+					packB(dst, b, ldb, trans, pc, jc, kc, nc, nr, alpha)
+					for jr := 0; jr < np*nr; jr += nr {
+						for p := range kc {
+							for j := range nr {
+								want := T(0)
+								if c := jc + jr + j; jr+j < nc {
+									if trans {
+										want = alpha * b[c*ldb+pc+p]
+									} else {
+										want = alpha * b[(pc+p)*ldb+c]
+									}
+								}
+								if got := dst[jr*kc+p*nr+j]; got != want {
+									t.Fatalf("nr %d ldb %d nc %d trans %v alpha %v: panel %d entry (%d, %d) = %v, want %v", nr, ldb, nc, trans, alpha, jr/nr, p, j, got, want)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
