@@ -17,7 +17,7 @@ import (
 // with the default plan, by name ("before" turns off this pass's
 // changes to the CNN step: whole pool windows, outputs into the next
 // map, the example-major backward; "s48before" the dense head read in
-// place and the packing dealt out in turn).
+// place, the packing dealt out in turn and chunks of 2).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
 		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
@@ -31,7 +31,7 @@ func stepSwitches() map[string]func(*Options) {
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
-		"s48before":      func(o *Options) { o.noDenseInPlace, o.noPackJobs = true, true },
+		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
 
