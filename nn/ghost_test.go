@@ -323,3 +323,26 @@ func TestGhostWRN(t *testing.T) {
 		t.Errorf("clipped sum rel diff %.2g", d)
 	}
 }
+
+// TestWidenTo: widening float32 to float64 (the vector kernel and the
+// loop for the tail) gives each value's float64 exactly, specials
+// (subnormals, infinities, NaN, -0) included, for every length's tail,
+// and writes nothing past len(v).
+func TestWidenTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	for n := range 70 {
+		v := make([]float32, n)
+		randSpecial(rng, v)
+		d := make([]float64, n+1)
+		d[n] = 7
+		widenTo(d, v)
+		for k, x := range v {
+			if want := float64(x); math.Float64bits(d[k]) != math.Float64bits(want) {
+				t.Fatalf("n %d: d[%d] = %v (%#x), want %v (%#x)", n, k, d[k], math.Float64bits(d[k]), want, math.Float64bits(want))
+			}
+		}
+		if d[n] != 7 {
+			t.Fatalf("n %d: wrote past the end", n)
+		}
+	}
+}

@@ -171,11 +171,7 @@ func (s *stage) packImplicit(back bool) {
 		for kc := range K {
 			src := s.wp[((K-1-kr)*K+K-1-kc)*C*fo:]
 			dst := s.wflip[(kr*K+kc)*fo*C:]
-			for c := range C {
-				for o, v := range src[c*fo : (c+1)*fo] {
-					dst[o*C+c] = v
-				}
-			}
+			transposeTo(dst, C, src, fo, C, fo)
 		}
 		blas.PackB32(gblas.NoTrans, K*fo, C, 1, s.wflip[kr*K*fo*C:(kr+1)*K*fo*C], C, &s.pwx[kr])
 	}

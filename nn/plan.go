@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dpmf-go/dpmf/blas"
 	"github.com/dpmf-go/dpmf/dpcore"
@@ -49,7 +51,7 @@ type Options struct {
 	// Chunk is the number of examples a worker runs through the network
 	// at once (larger chunks make larger GEMMs and use more memory); 0
 	// means automatic: the largest of 16, 8, 4, 2 and 1 whose buffers
-	// stay within 20 MiB a worker, near the caches, or more if a layer's
+	// stay within 10 MiB a worker, near the caches, or more if a layer's
 	// weight is larger than the caches (streamChunk).
 	Chunk int
 	// LInf asks for each example's gradient L-inf norm (Clipper.Scale's
@@ -99,6 +101,16 @@ type Options struct {
 	noDeferDense bool
 	// deferMin overrides deferWeights (tests).
 	deferMin int
+	// noPackJobs has each worker pack a fixed share of the weights (whole
+	// layers, by weight count) and wait for the others before its first
+	// chunk, instead of taking the layers in turn and waiting only for
+	// those it reaches still being packed (packShare; benchmarks compare
+	// the two).
+	noPackJobs bool
+	// noDenseInPlace runs every dense layer's forward product and input
+	// gradient over its packed weight instead of reading the large ones
+	// in place (Plan.inPlace; tests and benchmarks compare the two).
+	noDenseInPlace bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -287,7 +299,13 @@ type Plan struct {
 	chunks    int
 	active    int // workers with a chunk
 	barrier   sync.WaitGroup
-	packed    sync.WaitGroup // the weights are packed (permuteShare)
+	packed    sync.WaitGroup // the weights are packed (permuteShare, with Options.noPackJobs)
+	// packOrder is the stages whose weights a step packs, largest first;
+	// packNext the next one a worker takes; ready[i] is done when stage
+	// i's are packed (packShare).
+	packOrder []int
+	packNext  atomic.Int32
+	ready     []sync.WaitGroup
 	done      sync.WaitGroup
 	splits    [][]int
 
@@ -342,6 +360,10 @@ type worker struct {
 	// in acc (deferDense).
 	dU, dG [][]float32
 	dn     int
+	// dpad and dpadC: four rows of a dense layer's input and output
+	// (the larger of its widths), for the last rows of a chunk of other
+	// than a multiple of four read in place (denseForward).
+	dpad, dpadC []float32
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -405,6 +427,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		p.workers = append(p.workers, p.newWorker())
 	}
 	p.splitSegments()
+	p.packJobs()
 	if opt.noPrefetch {
 		p.setPrefetch()
 	}
@@ -578,8 +601,11 @@ const (
 	// With implicit convolutions (no im2col buffers) the CIFAR CNN's
 	// example takes 3.7 MiB: chunks of 4 (15 MiB) cost the same CPU time
 	// per example as chunks of 8 (30 MiB) in two thirds of the peak
-	// memory (BENCHMARKS.md, issue 42), hence 20 MiB.
-	autoChunkBytes = 20 << 20
+	// memory (BENCHMARKS.md, issue 42), hence 20 MiB then. Once its dense
+	// head read its 1 MiB weight once a chunk instead of twice (Plan.inPlace),
+	// chunks of 2 (8.7 MiB) took 1-2% less CPU than 4 at batch 64 and 5% less
+	// at 500 (issue 42, fourth pass), hence 10 MiB.
+	autoChunkBytes = 10 << 20
 	// maxPlanBytes refuses plans whose buffers cannot be meant.
 	maxPlanBytes = 64 << 30
 )
@@ -788,7 +814,7 @@ func (p *Plan) permuteShare(wi, W int) {
 	back := p.mode != modeForward // the input gradient's packs too
 	total, done := 0, 0
 	for i := range p.stages {
-		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
 			total += s.fi * s.fo
 		}
 	}
@@ -797,41 +823,92 @@ func (p *Plan) permuteShare(wi, W int) {
 	}
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv && s.kind != kDense {
+		if s.kind != kConv && (s.kind != kDense || p.inPlace(s)) {
 			continue
 		}
 		mine := done*W/total == wi
 		done += s.fi * s.fo
-		if !mine {
-			continue
+		if mine {
+			p.packStage(s, back)
 		}
-		if s.kind == kConv {
-			w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
-			for r, e := range s.perm {
-				copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
-			}
+	}
+}
+
+// packJobs lists the stages whose weights a step packs (permuteShare),
+// the largest weights first, for the workers to take in turn (packShare):
+// a worker that finishes a job early, or starts late, takes more of them,
+// and both end their share near the same time.
+func (p *Plan) packJobs() {
+	p.packOrder = p.packOrder[:0]
+	for i := range p.stages {
+		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
+			p.packOrder = append(p.packOrder, i)
 		}
-		if s.implicit {
-			s.packImplicit(back)
-			continue
+	}
+	slices.SortStableFunc(p.packOrder, func(a, b int) int {
+		return p.stages[b].fi*p.stages[b].fo - p.stages[a].fi*p.stages[a].fo
+	})
+	p.ready = make([]sync.WaitGroup, len(p.stages))
+}
+
+// packShare packs the weights of the stages of p.packOrder that no other
+// worker has taken yet, one stage at a time, marking each ready; a
+// worker's forward pass waits for a stage's weights (awaitPacked) only
+// when another worker is still packing them.
+func (p *Plan) packShare() {
+	back := p.mode != modeForward
+	for {
+		k := int(p.packNext.Add(1)) - 1
+		if k >= len(p.packOrder) {
+			return
 		}
-		W := s.weight(p.params)
-		blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
-		switch {
-		case back && p.col2imRows(s):
-			KC := s.k * s.in.C
-			if len(s.pwk) != s.k {
-				s.pwk = make([]blas.PackedB32, s.k)
-				for kr := range s.pwk {
-					s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
-				}
-			}
+		i := p.packOrder[k]
+		p.packStage(&p.stages[i], back)
+		p.ready[i].Done()
+	}
+}
+
+// awaitPacked waits until stage i's weights are packed for this step
+// (packShare).
+func (p *Plan) awaitPacked(i int) {
+	if p.active > 1 && !p.opt.noPackJobs {
+		p.ready[i].Wait()
+	}
+}
+
+// packStage copies convolution stage s's weight into its internal row
+// order and packs it, or dense stage s's, as the products read it (with
+// back, the input gradient's packs too).
+func (p *Plan) packStage(s *stage, back bool) {
+	if s.kind == kConv {
+		w := p.params[s.w.Offset : s.w.Offset+s.w.Len]
+		for r, e := range s.perm {
+			copy(s.wp[r*s.fo:(r+1)*s.fo], w[int(e)*s.fo:(int(e)+1)*s.fo])
+		}
+	}
+	if s.implicit {
+		s.packImplicit(back)
+		return
+	}
+	if p.inPlace(s) {
+		return // read in place (denseForward)
+	}
+	W := s.weight(p.params)
+	blas.PackB32(gblas.NoTrans, s.fi, s.fo, 1, W, s.fo, &s.pw)
+	switch {
+	case back && p.col2imRows(s):
+		KC := s.k * s.in.C
+		if len(s.pwk) != s.k {
+			s.pwk = make([]blas.PackedB32, s.k)
 			for kr := range s.pwk {
-				blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
+				s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
 			}
-		case back && s.src > 0:
-			blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 		}
+		for kr := range s.pwk {
+			blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
+		}
+	case back && s.src > 0:
+		blas.PackB32(gblas.Trans, s.fo, s.fi, 1, W, s.fo, &s.pwt)
 	}
 }
 
@@ -907,6 +984,10 @@ func (p *Plan) newWorker() *worker {
 		}
 	}
 	for i, s := range p.stages {
+		if p.inPlace(&s) {
+			n := 4 * max(s.fi, s.fo)
+			w.dpad, w.dpadC = make([]float32, max(len(w.dpad), n)), make([]float32, max(len(w.dpadC), n))
+		}
 		if p.deferred(&s) {
 			if w.dU == nil {
 				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
@@ -1114,7 +1195,14 @@ func (p *Plan) run(mode mode, dst []float32) {
 	if mode == modeTrain {
 		p.barrier.Add(p.active)
 	}
-	p.packed.Add(p.active)
+	if p.opt.noPackJobs {
+		p.packed.Add(p.active)
+	} else {
+		p.packNext.Store(0)
+		for _, i := range p.packOrder {
+			p.ready[i].Add(1)
+		}
+	}
 	p.done.Add(p.active - 1)
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
@@ -1139,10 +1227,15 @@ func (p *Plan) work(wi int) {
 		clear(w.acc)
 		w.dn = 0
 	}
-	p.permuteShare(wi, p.active)
-	if p.active > 1 {
+	switch {
+	case p.active == 1:
+		p.permuteShare(0, 1)
+	case p.opt.noPackJobs:
+		p.permuteShare(wi, p.active)
 		p.packed.Done()
 		p.packed.Wait()
+	default:
+		p.packShare()
 	}
 	// (StepAdd: a piece starts at a multiple of W chunks, so chunk c of
 	// the piece goes to the worker chunk first/Chunk + c of the batch
@@ -1252,6 +1345,7 @@ func (p *Plan) forward(w *worker, m int) {
 		case kJoin:
 			addTo(out[:m*osz], in, w.act[s.skip])
 		case kConv:
+			p.awaitPacked(i)
 			if s.implicit {
 				if !p.implicitForward(w, i, m, in, out) {
 					p.biasAct(w, i, out[:m*osz])
@@ -1266,7 +1360,12 @@ func (p *Plan) forward(w *worker, m int) {
 			w.sgemmPacked(rows, U, s.fi, &s.pw, 0, out, s.fo)
 			p.biasAct(w, i, out[:rows*s.fo])
 		case kDense:
-			w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
+			p.awaitPacked(i)
+			if p.inPlace(s) {
+				w.denseForward(s, s.weight(p.params), m, in, out)
+			} else {
+				w.sgemmPacked(m, in, s.fi, &s.pw, 0, out, s.fo)
+			}
 			p.biasAct(w, i, out[:m*s.fo])
 		case kAvg:
 			for j := range m {
@@ -1429,6 +1528,10 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 			p.actGrad(w, i, G)
 			if s.src == 0 {
 				continue
+			}
+			if p.inPlace(s) {
+				w.denseBackward(s, s.weight(p.params), m, G, din)
+				break
 			}
 			w.sgemmPacked(m, G, s.fo, &s.pwt, 0, din, s.fi)
 		case kPool:

@@ -360,11 +360,13 @@ func ghostBound(S, tu, tg float64, terms, cells int) (Y, ratio float64) {
 	return Y, ratio
 }
 
-// widenTo writes v into d as float64.
+// widenTo writes v into d as float64 (exact: the vector kernel's
+// conversions are these).
 func widenTo(d []float64, v []float32) {
 	d = d[:len(v)]
-	for k, x := range v {
-		d[k] = float64(x)
+	n := widenFast(d, v)
+	for k, x := range v[n:] {
+		d[n+k] = float64(x)
 	}
 }
 

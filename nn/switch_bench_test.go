@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +16,23 @@ import (
 // stepSwitches are the Options switches BenchmarkStepSwitches compares
 // with the default plan, by name ("before" turns off this pass's
 // changes to the CNN step: whole pool windows, outputs into the next
-// map, the example-major backward).
+// map, the example-major backward; "s48before" the dense head read in
+// place, the packing dealt out in turn and chunks of 2).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
-		"nopoolwindows": func(o *Options) { o.noPoolWindows = true },
-		"nofusegrads":   func(o *Options) { o.noFuseGrads = true },
-		"nomajor":       func(o *Options) { o.noExampleMajor = true },
-		"nofuseoutputs": func(o *Options) { o.noFuseOutputs = true },
-		"before":        func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
-		"nodeferdense":  func(o *Options) { o.noDeferDense = true },
-		"chunk2":        func(o *Options) { o.Chunk = 2 },
-		"chunk8":        func(o *Options) { o.Chunk = 8 },
-		"noprefetch":    func(o *Options) { o.noPrefetch = true },
+		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
+		"nofusegrads":    func(o *Options) { o.noFuseGrads = true },
+		"nomajor":        func(o *Options) { o.noExampleMajor = true },
+		"nofuseoutputs":  func(o *Options) { o.noFuseOutputs = true },
+		"before":         func(o *Options) { o.noPoolWindows, o.noFuseOutputs, o.noExampleMajor = true, true, true },
+		"nodeferdense":   func(o *Options) { o.noDeferDense = true },
+		"chunk2":         func(o *Options) { o.Chunk = 2 },
+		"chunk4":         func(o *Options) { o.Chunk = 4 },
+		"chunk8":         func(o *Options) { o.Chunk = 8 },
+		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
+		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
+		"noprefetch":     func(o *Options) { o.noPrefetch = true },
+		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
 
@@ -66,6 +72,13 @@ func BenchmarkStepSwitches(b *testing.B) {
 		slices.Sort(names[1:])
 	}
 	batch := 64
+	if f := strings.Fields(strings.ReplaceAll(os.Getenv("DPMF_BENCH_BATCHES"), ",", " ")); len(f) > 0 {
+		v, err := strconv.Atoi(f[0])
+		if err != nil || v <= 0 {
+			b.Fatalf("DPMF_BENCH_BATCHES: %q is not a positive batch size", f[0])
+		}
+		batch = v
+	}
 	net := cifarCNN()
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := randParams(rng, net.n)

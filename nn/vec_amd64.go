@@ -349,3 +349,18 @@ func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int,
 	_, _, _, _, _ = dst0[n-1], dst1[n-1], a0[n-1], a1[n-1], arg[len(g)-1]
 	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, code)
 }
+
+//go:noescape
+func widenAVX2(d *float64, v *float32, n int)
+
+// widenFast does the first len(v) &^ 15 entries of widenTo with AVX2 and
+// returns how many it did.
+func widenFast(d []float64, v []float32) int {
+	n := len(v) &^ 15
+	if !hasAVX2FMA || n == 0 {
+		return 0
+	}
+	_ = d[n-1]
+	widenAVX2(&d[0], &v[0], n)
+	return n
+}

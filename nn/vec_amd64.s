@@ -783,3 +783,25 @@ cs512row:
 	JLT cs512blk
 	VZEROUPPER
 	RET
+
+// func widenAVX2(d *float64, v *float32, n int)
+// d[k] = float64(v[k]) for k < n, n a positive multiple of 16.
+TEXT ·widenAVX2(SB), NOSPLIT, $0-24
+	MOVQ d+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+widenloop:
+	VCVTPS2PD (SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VCVTPS2PD 32(SI), Y2
+	VCVTPS2PD 48(SI), Y3
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	ADDQ $64, SI
+	ADDQ $128, DI
+	SUBQ $16, CX
+	JNZ widenloop
+	VZEROUPPER
+	RET

@@ -85,9 +85,10 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
-// noRecompute, noGhost, noCol2imRows, noPrefetch), reporting each one's examples
-// per CPU second and their ratio. Alternating steps exposes both to the
-// same load from other jobs on the machine.
+// noRecompute, noGhost, noCol2imRows, noPrefetch; chunkN: chunks of N
+// examples), reporting each one's examples per CPU second and their ratio.
+// Alternating steps exposes both to the same load from other jobs on
+// the machine.
 func BenchmarkWRNSwitches(b *testing.B) {
 	batch := 64
 	if v, err := strconv.Atoi(os.Getenv("DPMF_BENCH_BATCH")); err == nil && v > 0 {
@@ -119,6 +120,10 @@ func BenchmarkWRNSwitches(b *testing.B) {
 		case "noPrefetch":
 			alt.noPrefetch = true
 		default:
+			if c, err := strconv.Atoi(strings.TrimPrefix(name, "chunk")); err == nil && c > 0 && strings.HasPrefix(name, "chunk") {
+				alt.Chunk = c // chunkN: the other plans take chunks of N
+				continue
+			}
 			b.Fatalf("DPMF_BENCH_SWITCH=%q: unknown switch %q", sw, name)
 		}
 	}
