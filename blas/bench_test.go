@@ -171,3 +171,37 @@ func BenchmarkDsyrk(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPackedColdB times products over a packed B larger than L2
+// taken in turn from 32 copies (75 MB for 2304 x 256, so each comes from
+// memory, as a large layer's weight does once a training step), with and
+// without the kernels' prefetch of the next micro-panel
+// (PackedB32.SetPrefetch); hot is one copy. Shapes: WRN-16-4's 8x8
+// forward product and kernel-row input gradient for two examples.
+func BenchmarkPackedColdB(b *testing.B) {
+	for _, s := range []benchShape{{name: "fwd-128x256x2304", m: 128, n: 256, k: 2304}, {name: "dX-128x768x256", m: 128, n: 768, k: 256}} {
+		a, lda, raw, ldb, c := benchOperands[float32](s)
+		const copies = 32
+		packed := make([]PackedB32, copies)
+		for q := range packed {
+			PackB32(gblas.NoTrans, s.k, s.n, 1, raw, ldb, &packed[q])
+		}
+		var g Serial32
+		for _, on := range []bool{true, false} {
+			for _, n := range []int{1, copies} {
+				name := fmt.Sprintf("%s/prefetch=%v/copies=%d", s.name, on, n)
+				b.Run(name, func(b *testing.B) {
+					for q := range packed {
+						packed[q].SetPrefetch(on)
+					}
+					q := 0
+					for b.Loop() {
+						g.SgemmPacked(gblas.NoTrans, s.m, a, lda, &packed[q%n], 0, c, s.n)
+						q++
+					}
+					b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}

@@ -22,6 +22,12 @@
 // of rows (SgemmPackedRows, on an 8-row AVX-512 tile): the garbage columns
 // and rows of a wide map are skipped with the bits of the whole product.
 //
+// The AVX-512 float32 kernels prefetch into L2, a share per row tile,
+// the next packed micro-panel of B (a weight larger than L2 comes from
+// memory once a product, and its first row tile would otherwise wait on
+// it) and, for a transposed A, the rows of the tile after next
+// (PackedB32.SetPrefetch turns both off; the values do not change).
+//
 // The functions follow gonum's row-major BLAS conventions
 // (gonum.org/v1/gonum/blas/gonum) exactly, including the panics on invalid
 // arguments, so that Implementation can stand in for gonum's native BLAS.

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -195,6 +196,22 @@ type kernel[T float32 | float64] struct {
 	// n = 192..1024, equal at 2048; for Aᵀ (each k step a new cache line)
 	// packing won at n = 1024 (153 against 125).
 	packMin int
+	// fnPF and stridedPF are fn and strided with a prefetch argument: each
+	// pass of their unrolled k loop prefetches a cache line from pf on
+	// into L2 (nil where there are none). runBuf points them at the next
+	// micro-panel of B, a share for each row tile, so that a B streamed
+	// from memory (a weight larger than L2, used once per product) is in
+	// L2 before its first row tile reads it.
+	fnPF      func(kc int, a, b, c *T, ldc int, overwrite bool, pf *T)
+	stridedPF func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	// rowsPF is rows with stridedPF's prefetch argument.
+	rowsPF func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	// stridedTA and runsTA are stridedPF and runs for a transposed A
+	// (rows adjacent): each step also prefetches the rows of the tile
+	// after next, whose lines the hardware's stream prefetch, one stream
+	// per step, does not fetch ahead (nil where there are none).
+	stridedTA func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
+	runsTA    func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
 	// parallelMin is the m*n*k above which the product is split across
 	// goroutines (parallelWork; tests lower it).
 	parallelMin int
@@ -330,6 +347,10 @@ type gemmOp[T float32 | float64] struct {
 	// runs is scratch for a block's runs of such steps.
 	period, keep int
 	runs         []int
+	// noPrefetch: the kernels do not prefetch the next micro-panel of B
+	// (kernel.stridedPF; PackedB32.SetPrefetch) nor, for a transposed A,
+	// A's next rows (kernel.stridedTA).
+	noPrefetch bool
 }
 
 // run computes the block C[i0:i1, j0:j1] with the five loops of the Goto
@@ -390,10 +411,14 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 				op.runs = runs
 				kp = runLen(runs)
 			}
+			// bsrc[bbase:] is the block's packed B (the next block
+			// follows it when prepacked).
+			bsrc, bbase := bp, 0
 			if op.packed != nil {
 				// Prepacked (PackB64): the blocks lie in this loop's order.
 				size := roundUp(nc, nr) * kp
 				bp = op.packed[boff : boff+size]
+				bsrc, bbase = op.packed, boff
 				boff += size
 			} else {
 				packB(bp, op.b, op.ldb, op.bTrans, pc, jc, kc, nc, nr, op.alpha)
@@ -407,6 +432,11 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 			}
 			panels := (nc + nr - 1) / nr
 			pack := panels >= kern.packMin && (op.aTrans || panels >= 4*kern.packMin)
+			pf := !op.noPrefetch && kern.stridedPF != nil && runs == nil
+			stridedPF, runsK := kern.stridedPF, kern.runs
+			if op.aTrans && !op.noPrefetch && kern.stridedTA != nil {
+				stridedPF, runsK = kern.stridedTA, kern.runsTA
+			}
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
 				full := mc / mr * mr // rows in whole micro-panels
@@ -425,12 +455,28 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					bPanel := &bp[jr*kp]
+					// The next micro-panel in memory (the block's next, or
+					// the next block's first), a share of it for each full
+					// row tile to prefetch.
+					next, per := bbase+(jr+nr)*kp, roundUp((nr*kp+full/mr-1)/max(full/mr, 1), lineElems[T]())
 					for ir := 0; ir < mc; ir += mr {
 						rows := min(mr, mc-ir)
 						off := (ic+ir)*ldc + jc + jr
+						if pf && rows == mr && cols == nr {
+							pfp := bPanel
+							if q := next + ir/mr*per; q < len(bsrc) {
+								pfp = &bsrc[q]
+							}
+							if !pack {
+								stridedPF(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite, pfp)
+							} else {
+								kern.fnPF(kp, &ap[ir*kp], bPanel, &c[off], ldc, overwrite, pfp)
+							}
+							continue
+						}
 						if !pack && rows == mr && cols == nr {
 							if runs != nil {
-								kern.runs(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
+								runsK(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
 								continue
 							}
 							kern.strided(kc, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
@@ -560,6 +606,12 @@ func addTile[T float32 | float64](c []T, ldc int, tile []T, nr, rows, cols int, 
 			dst[j] += v
 		}
 	}
+}
+
+// lineElems is the elements of T in a 64-byte cache line.
+func lineElems[T float32 | float64]() int {
+	var v T
+	return 64 / int(unsafe.Sizeof(v))
 }
 
 func roundUp(x, unit int) int { return (x + unit - 1) / unit * unit }

@@ -88,6 +88,15 @@ type PackedB32 struct {
 	alpha float32
 }
 
+// SetPrefetch sets whether the products over b prefetch each next
+// micro-panel of b into L2 while computing with the current one (on
+// unless turned off; packing b again keeps the setting). It pays when b
+// is larger than L2 and comes from memory, as a large layer's weight
+// does once a step: the first row tile of each micro-panel then reads
+// from L2 instead of from memory. The products' values are the same
+// either way, bit for bit.
+func (b *PackedB32) SetPrefetch(on bool) { b.p.noPrefetch = !on }
+
 // Dims returns the packed op(B)'s k and n.
 func (b *PackedB32) Dims() (k, n int) { return b.p.k, b.p.n }
 
@@ -114,6 +123,9 @@ type packedB[T float32 | float64] struct {
 	kern         kernel[T]
 	data         []T
 	runs         []int // scratch for pack
+	// noPrefetch turns off the kernels' prefetch of the next micro-panel
+	// (SetPrefetch); packing leaves it as it is.
+	noPrefetch bool
 }
 
 // PackB64 packs alpha*op(B), with op(B) k×n (B or Bᵀ as selected by tB,
@@ -231,7 +243,7 @@ func (s *serial[T]) gemmPacked(tA gblas.Transpose, m int, a []T, lda int, b *pac
 // runPacked runs op over the packed b (m×n, m, n, k > 0) with s's
 // buffers.
 func (s *serial[T]) runPacked(op gemmOp[T], b *packedB[T], m, n int) {
-	op.packed, op.period, op.keep = b.data, b.period, b.keep
+	op.packed, op.period, op.keep, op.noPrefetch = b.data, b.period, b.keep, b.noPrefetch
 	if b.period > 0 && b.kern.runs == nil {
 		panic(badRuns) // (float64 kernels have no run kernel)
 	}
@@ -344,6 +356,13 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 	} else {
 		full += (m - full) / mr * mr
 	}
+	// The kernel's prefetch of the next micro-panel of B, a share of it
+	// for each of the tiles (SetPrefetch).
+	pf := !b.p.noPrefetch && kern.rowsPF != nil
+	tiles := 0
+	for r0 := 0; r0 < full; r0 += period {
+		tiles += (min(r0+keep, full) - r0 + mr - 1) / mr
+	}
 	boff := 0
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
@@ -354,9 +373,20 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 			overwrite := beta == 0 && pc == 0
 			for jr := 0; jr < nc; jr += nr {
 				cols := min(nr, nc-jr)
+				next, per := boff-len(bp)+(jr+nr)*kc, roundUp((nr*kc+tiles-1)/max(tiles, 1), lineElems[float32]())
+				t := 0
 				for r0 := 0; r0 < full; r0 += period {
 					for ir := r0; ir < min(r0+keep, full); ir += mr {
 						off := ir*ldc + jc + jr
+						if cols == nr && pf {
+							pfp := &bp[jr*kc]
+							if q := next + t*per; q < len(b.p.data) {
+								pfp = &b.p.data[q]
+							}
+							t++
+							kern.rowsPF(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite, pfp)
+							continue
+						}
 						if cols == nr {
 							kern.rows(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite)
 							continue

@@ -216,3 +216,88 @@ func TestSgemmOverlapA(t *testing.T) {
 	}()
 	s.SgemmOverlapA(gblas.NoTrans, gblas.NoTrans, 4, 2, 5, 1, make([]float32, 3*2+4), 2, make([]float32, 10), 2, 0, make([]float32, 8), 2)
 }
+
+// The products over a packed B give the same bits with and without the
+// kernels' prefetch of the next micro-panel and, for a transposed A, of
+// A's next rows (PackedB32.SetPrefetch), on shapes with full and edge row
+// tiles, A read in place and packed (transposed A with 16 or more
+// micro-panels of B), several blocks of k and of n, beta 0 and 1, and B
+// packed whole and in runs of k (PackB32Runs).
+func TestSgemmPackedPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var s Serial32
+	var on, off PackedB32
+	off.SetPrefetch(false)
+	for _, d := range [][3]int{{128, 256, 2304}, {36, 640, 300}, {250, 4160, 20}, {24, 64, 1086}, {13, 17, 400}, {12, 32, 4}} {
+		m, n, k := d[0], d[1], d[2]
+		for _, tA := range []gblas.Transpose{gblas.NoTrans, gblas.Trans} {
+			a := make([]float32, m*k)
+			b := make([]float32, k*n)
+			c0 := make([]float32, m*n)
+			for _, x := range [][]float32{a, b, c0} {
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+			}
+			lda := k
+			if tA == gblas.Trans {
+				lda = m
+			}
+			for _, runs := range []bool{false, true} {
+				if runs {
+					PackB32Runs(k, n, 11, 9, 1, b, n, &on)
+					PackB32Runs(k, n, 11, 9, 1, b, n, &off)
+				} else {
+					PackB32(gblas.NoTrans, k, n, 1, b, n, &on)
+					PackB32(gblas.NoTrans, k, n, 1, b, n, &off)
+				}
+				for _, beta := range []float32{0, 1} {
+					got := append([]float32(nil), c0...)
+					want := append([]float32(nil), c0...)
+					s.SgemmPacked(tA, m, a, lda, &on, beta, got, n)
+					s.SgemmPacked(tA, m, a, lda, &off, beta, want, n)
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v tA %v runs %v beta %v: c[%d] = %v with prefetch, %v without", d, tA, runs, beta, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// SgemmPackedRows gives the same bits with and without the rows
+// kernel's prefetch of the next micro-panel (PackedB32.SetPrefetch), on
+// an implicit convolution's shapes: runs of 16 and 8 rows of 18 and 10,
+// windows 128 and 64 floats apart, two blocks of k, an edge column
+// block.
+func TestSgemmPackedRowsPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var s Serial32
+	var on, off PackedB32
+	off.SetPrefetch(false)
+	for _, d := range []struct{ m, n, k, lda, period, keep int }{{286, 128, 384, 128, 18, 16}, {98, 80, 300, 64, 10, 8}} {
+		a := make([]float32, (d.m-1)*d.lda+d.k)
+		b := make([]float32, d.k*d.n)
+		c0 := make([]float32, d.m*d.n)
+		for _, x := range [][]float32{a, b, c0} {
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+		}
+		PackB32(gblas.NoTrans, d.k, d.n, 1, b, d.n, &on)
+		PackB32(gblas.NoTrans, d.k, d.n, 1, b, d.n, &off)
+		for _, beta := range []float32{0, 1} {
+			got := append([]float32(nil), c0...)
+			want := append([]float32(nil), c0...)
+			s.SgemmPackedRows(d.m, d.period, d.keep, a, d.lda, &on, beta, got, d.n)
+			s.SgemmPackedRows(d.m, d.period, d.keep, a, d.lda, &off, beta, want, d.n)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%+v beta %v: c[%d] = %v with prefetch, %v without", d, beta, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

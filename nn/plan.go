@@ -126,6 +126,10 @@ type Options struct {
 	// every one whose kernel has more than one row do it, -1 none (tests
 	// and benchmarks compare the two); 0 leaves it to the weight's size.
 	col2imRows int8
+	// noPrefetch turns off the products' prefetch of the next
+	// micro-panel of every packed right operand (blas
+	// PackedB32.SetPrefetch; same values, benchmarks compare the two).
+	noPrefetch bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -424,7 +428,37 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.splitSegments()
 	p.packJobs()
+	if opt.noPrefetch {
+		p.setPrefetch()
+	}
 	return p, nil
+}
+
+// setPrefetch turns off the prefetch of every packed right operand the
+// plan's products use (Options.noPrefetch): packing keeps the setting,
+// so once is enough, but for the kernel rows of pwk, made by the first
+// permuteShare that needs them.
+func (p *Plan) setPrefetch() {
+	var bs []*blas.PackedB32
+	for i := range p.stages {
+		s := &p.stages[i]
+		bs = append(bs, &s.pw, &s.pwt)
+		for k := range s.pwr {
+			bs = append(bs, &s.pwr[k])
+		}
+		for k := range s.pwx {
+			bs = append(bs, &s.pwx[k])
+		}
+	}
+	for _, w := range p.workers {
+		bs = append(bs, &w.gpk)
+		for k := range w.gpks {
+			bs = append(bs, &w.gpks[k])
+		}
+	}
+	for _, b := range bs {
+		b.SetPrefetch(false)
+	}
 }
 
 // compile appends the stages of layers, whose input is activation src of
@@ -866,6 +900,9 @@ func (p *Plan) packStage(s *stage, back bool) {
 		KC := s.k * s.in.C
 		if len(s.pwk) != s.k {
 			s.pwk = make([]blas.PackedB32, s.k)
+			for kr := range s.pwk {
+				s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
+			}
 		}
 		for kr := range s.pwk {
 			blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
