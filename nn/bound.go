@@ -38,6 +38,11 @@ type Product struct {
 	// SgemmPackedRows): an implicit convolution's forward or input
 	// gradient without its garbage rows. Flops counts those rows only.
 	MPeriod, MKeep int
+	// InPlace marks a large dense layer's product that reads the layer's
+	// weight W (fi x fo) where it is stored, four rows at a time (the
+	// forward product, B = W; or, TransB, the input gradient, B = Wᵀ),
+	// not a packed copy; TimeProducts times it with the same kernels.
+	InPlace bool
 	// InStep is the time the logged calls of this shape took inside the
 	// step, summed: by the calling thread's CPU clock where the system
 	// keeps one (Linux), else zero. Against TimeProducts' time alone it
@@ -94,7 +99,7 @@ func (l *productLog) add(q Product) {
 	for k := range l.list {
 		r := &l.list[k]
 		if r.TransA == q.TransA && r.TransB == q.TransB && r.M == q.M && r.N == q.N && r.K == q.K &&
-			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 &&
+			r.LDA == q.LDA && r.LDB == q.LDB && r.LDC == q.LDC && r.Beta == q.Beta && r.PackedB == q.PackedB && r.Float64 == q.Float64 && r.InPlace == q.InPlace &&
 			r.KPeriod == q.KPeriod && r.KKeep == q.KKeep && r.MPeriod == q.MPeriod && r.MKeep == q.MKeep {
 			r.Count += q.Count
 			r.InStep += q.InStep
@@ -299,6 +304,18 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 			run = func() {
 				g64.Dgemm(tA, tB, q.M, q.N, q.K, 1, a64, q.LDA, b64, q.LDB, float64(q.Beta), c64, q.LDC)
 			}
+		case q.InPlace:
+			fi, fo, f := q.K, q.N, denseFwd4
+			if q.TransB {
+				fi, fo, f = q.N, q.K, denseBwd4
+			}
+			if !hasDenseKernels() || q.TransA || q.Beta != 0 || q.LDA != q.K || q.LDB != fo || q.LDC != q.N || fi%16 != 0 || fo%64 != 0 {
+				return 0, dpcore.Invalid("nn", "time products: in place %+v", q)
+			}
+			pa, pc := make([]float32, 4*q.K), make([]float32, 4*q.N)
+			run = func() {
+				fours(q.M, q.K, q.N, a, c, pa, pc, func(A, C []float32) { f(fi, fo, b, A, C) })
+			}
 		case q.PackedB && q.MPeriod > 0:
 			if q.TransA || q.TransB || q.KPeriod > 0 || q.MKeep < 1 || q.MKeep > q.MPeriod || (q.Beta != 0 && q.Beta != 1) {
 				return 0, dpcore.Invalid("nn", "time products: rows of %+v", q)
@@ -375,8 +392,8 @@ func Bound(list []Product, timeOf func([]Product, time.Duration) (time.Duration,
 		if logf != nil {
 			n := time.Duration(max(q.Count, 1))
 			per := t / n
-			logf("transA=%v transB=%v float64=%v packedB=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
-				q.TransA, q.TransB, q.Float64, q.PackedB, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
+			logf("transA=%v transB=%v float64=%v packedB=%v inPlace=%v %dx%dx%d lda %d ldb %d beta %v: %d x %v alone (%.1f GFLOP/s), %v in the step (x%.2f)",
+				q.TransA, q.TransB, q.Float64, q.PackedB, q.InPlace, q.M, q.N, q.K, q.LDA, q.LDB, q.Beta, q.Count, per, q.Flops()/per.Seconds()/1e9,
 				q.InStep/n, q.InStep.Seconds()/t.Seconds())
 		}
 	}

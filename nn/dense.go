@@ -39,16 +39,8 @@ func (p *Plan) inPlace(s *stage) bool {
 // dense stage s's weight W (fi x fo, row-major): the bits of sgemmPacked
 // over s.pw.
 func (w *worker) denseForward(s *stage, W []float32, m int, a, c []float32) {
-	fi, fo := s.fi, s.fo
-	q := Product{PackedB: true, M: m, N: fo, K: fi, LDA: fi, LDB: fo, LDC: fo, Count: 1}
-	w.byFours(q, a, c, w.dpad, w.dpadC, func(A, C []float32) {
-		_, _, _ = A[4*fi-1], C[4*fo-1], W[fi*fo-1]
-		for q0 := 0; q0 < fi; q0 += denseKC {
-			k := min(denseKC, fi-q0)
-			for o0 := 0; o0 < fo; o0 += 64 {
-				denseFwd4x64(k, &A[q0], fi, &W[q0*fo+o0], fo, &C[o0], fo, q0 == 0)
-			}
-		}
+	w.byFours(denseProduct(false, m, s.fi, s.fo), a, c, w.dpad, w.dpadC, func(A, C []float32) {
+		denseFwd4(s.fi, s.fo, W, A, C)
 	})
 }
 
@@ -56,16 +48,42 @@ func (w *worker) denseForward(s *stage, W []float32, m int, a, c []float32) {
 // and the transpose of dense stage s's weight W (fi x fo, row-major):
 // the bits of sgemmPacked over s.pwt.
 func (w *worker) denseBackward(s *stage, W []float32, m int, g, c []float32) {
-	fi, fo := s.fi, s.fo
-	q := Product{PackedB: true, M: m, N: fi, K: fo, LDA: fo, LDB: fi, LDC: fi, Count: 1}
-	w.byFours(q, g, c, w.dpadC, w.dpad, func(G, C []float32) {
-		_, _, _ = G[4*fo-1], C[4*fi-1], W[fi*fo-1]
-		for q0 := 0; q0 < fi; q0 += 16 {
-			for o0 := 0; o0 < fo; o0 += denseKC {
-				denseBwd4x16(min(denseKC, fo-o0), &G[o0], fo, &W[q0*fo+o0], fo, &C[q0], fi, o0 == 0)
-			}
-		}
+	w.byFours(denseProduct(true, m, s.fi, s.fo), g, c, w.dpadC, w.dpad, func(G, C []float32) {
+		denseBwd4(s.fi, s.fo, W, G, C)
 	})
+}
+
+// denseProduct is the Product a dense layer of weight W (fi x fo) read
+// in place makes over m rows: A W (the forward product, B = W) or, with
+// back, G Wᵀ (the input gradient, B = W transposed).
+func denseProduct(back bool, m, fi, fo int) Product {
+	if back {
+		return Product{InPlace: true, TransB: true, M: m, N: fi, K: fo, LDA: fo, LDB: fo, LDC: fi, Count: 1}
+	}
+	return Product{InPlace: true, M: m, N: fo, K: fi, LDA: fi, LDB: fo, LDC: fo, Count: 1}
+}
+
+// denseFwd4 writes into C (4 x fo) the product A W of A (4 x fi) and W
+// (fi x fo).
+func denseFwd4(fi, fo int, W, A, C []float32) {
+	_, _, _ = A[4*fi-1], C[4*fo-1], W[fi*fo-1]
+	for q0 := 0; q0 < fi; q0 += denseKC {
+		k := min(denseKC, fi-q0)
+		for o0 := 0; o0 < fo; o0 += 64 {
+			denseFwd4x64(k, &A[q0], fi, &W[q0*fo+o0], fo, &C[o0], fo, q0 == 0)
+		}
+	}
+}
+
+// denseBwd4 writes into C (4 x fi) the product G Wᵀ of G (4 x fo) and W
+// (fi x fo).
+func denseBwd4(fi, fo int, W, G, C []float32) {
+	_, _, _ = G[4*fo-1], C[4*fi-1], W[fi*fo-1]
+	for q0 := 0; q0 < fi; q0 += 16 {
+		for o0 := 0; o0 < fo; o0 += denseKC {
+			denseBwd4x16(min(denseKC, fo-o0), &G[o0], fo, &W[q0*fo+o0], fo, &C[q0], fi, o0 == 0)
+		}
+	}
 }
 
 // byFours runs f on the rows of a (q.M x q.K) four at a time, writing
@@ -77,7 +95,14 @@ func (w *worker) byFours(q Product, a, c, pa, pc []float32, f func(A, C []float3
 	if w.log != nil {
 		t0 = w.log.start()
 	}
-	m, k, n := q.M, q.K, q.N
+	fours(q.M, q.K, q.N, a, c, pa, pc, f)
+	if w.log != nil {
+		w.log.done(q, t0)
+	}
+}
+
+// fours is byFours without the log.
+func fours(m, k, n int, a, c, pa, pc []float32, f func(A, C []float32)) {
 	for i0 := 0; i0 < m; i0 += 4 {
 		rows := min(4, m-i0)
 		if rows == 4 {
@@ -89,9 +114,6 @@ func (w *worker) byFours(q Product, a, c, pa, pc []float32, f func(A, C []float3
 		clear(A[rows*k:])
 		f(A, C)
 		copy(c[i0*n:(i0+rows)*n], C)
-	}
-	if w.log != nil {
-		w.log.done(q, t0)
 	}
 }
 

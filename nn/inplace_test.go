@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/blas"
 	gblas "gonum.org/v1/gonum/blas"
@@ -161,5 +162,66 @@ func TestTransposeTo(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestInPlaceProducts: a step whose large dense layer reads its weight in
+// place logs that layer's forward product and input gradient as in-place
+// products (B = W, and B = Wᵀ marked TransB), each over every example of
+// the chunk; TimeProducts times them with the in-place kernels (which
+// accept only the layout the step uses) rather than as packed products.
+func TestInPlaceProducts(t *testing.T) {
+	if !hasDenseKernels() {
+		t.Skip("no dense kernels on this CPU")
+	}
+	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
+	b.conv(3, 16, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
+	b.dense(256, 256, Tanh)
+	b.dense(256, 10, Identity)
+	const n = 7
+	rng := rand.New(rand.NewPCG(46, 47))
+	params := randParams(rng, b.n)
+	p, err := NewPlan(b.net, params, Options{MaxBatch: n, Workers: 2, Chunk: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, n*b.net.Input.Size())
+	for k := range x {
+		x[k] = float32(rng.NormFloat64())
+	}
+	y := make([]int, n)
+	for i := range y {
+		y[i] = rng.IntN(10)
+	}
+	p.RecordProducts(true)
+	if _, err := p.Step(x, y, make([]float32, b.n), &testClipper{}); err != nil {
+		t.Fatal(err)
+	}
+	list := p.Products()
+	p.RecordProducts(false)
+	rows := map[bool]int{}
+	var inPlace []Product
+	for _, q := range list {
+		if !q.InPlace {
+			continue
+		}
+		inPlace = append(inPlace, q)
+		if q.PackedB || q.TransA || q.K != 256 || q.N != 256 || q.LDB != 256 {
+			t.Errorf("in-place product %+v: not the 256x256 weight read in place", q)
+		}
+		rows[q.TransB] += q.M * q.Count
+	}
+	if rows[false] != n || rows[true] != n {
+		t.Fatalf("in-place rows forward %d, input gradient %d; want %d each: %+v", rows[false], rows[true], n, list)
+	}
+	d, err := p.TimeProducts(inPlace, time.Millisecond)
+	if err != nil || d <= 0 {
+		t.Fatalf("TimeProducts(in place) = %v, %v", d, err)
+	}
+	bad := inPlace[0]
+	bad.LDB++
+	if _, err := p.TimeProducts([]Product{bad}, 0); err == nil {
+		t.Errorf("an in-place product of leading dimension %d (W has %d columns) was timed", bad.LDB, bad.LDB-1)
 	}
 }
