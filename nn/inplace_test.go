@@ -68,6 +68,17 @@ func TestDenseKernels(t *testing.T) {
 	}
 }
 
+// headNet is a small network whose first dense layer (256x256) is read
+// in place.
+func headNet() *builder {
+	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
+	b.conv(3, 16, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
+	b.dense(256, 256, Tanh)
+	b.dense(256, 10, Identity)
+	return b
+}
+
 // TestDenseInPlace: a plan reading its large dense layer's weight in
 // place (Plan.inPlace) gives the packed products' per-example gradients,
 // losses, sums (clipped and not) and logits bit for bit, with a last
@@ -76,11 +87,7 @@ func TestDenseInPlace(t *testing.T) {
 	if !hasDenseKernels() {
 		t.Skip("no dense kernels on this CPU")
 	}
-	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
-	b.conv(3, 16, 3, 1, 1, Tanh)
-	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
-	b.dense(256, 256, Tanh)
-	b.dense(256, 10, Identity)
+	b := headNet()
 	const n = 7
 	rng := rand.New(rand.NewPCG(44, 45))
 	params := randParams(rng, b.n)
@@ -174,11 +181,7 @@ func TestInPlaceProducts(t *testing.T) {
 	if !hasDenseKernels() {
 		t.Skip("no dense kernels on this CPU")
 	}
-	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
-	b.conv(3, 16, 3, 1, 1, Tanh)
-	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
-	b.dense(256, 256, Tanh)
-	b.dense(256, 10, Identity)
+	b := headNet()
 	const n = 7
 	rng := rand.New(rand.NewPCG(46, 47))
 	params := randParams(rng, b.n)
@@ -186,14 +189,7 @@ func TestInPlaceProducts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := make([]float32, n*b.net.Input.Size())
-	for k := range x {
-		x[k] = float32(rng.NormFloat64())
-	}
-	y := make([]int, n)
-	for i := range y {
-		y[i] = rng.IntN(10)
-	}
+	x, y := b.batch(rng, n, 10)
 	p.RecordProducts(true)
 	if _, err := p.Step(x, y, make([]float32, b.n), &testClipper{}); err != nil {
 		t.Fatal(err)
