@@ -358,9 +358,7 @@ func timeProducts(list []Product, minTime time.Duration, bufs [][]float32) (time
 // widen is v in float64.
 func widen(v []float32) []float64 {
 	out := make([]float64, len(v))
-	for k, x := range v {
-		out[k] = float64(x)
-	}
+	widenTo(out, v)
 	return out
 }
 

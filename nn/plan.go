@@ -814,7 +814,7 @@ func (p *Plan) permuteShare(wi, W int) {
 	back := p.mode != modeForward // the input gradient's packs too
 	total, done := 0, 0
 	for i := range p.stages {
-		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
+		if s := &p.stages[i]; p.packs(s) {
 			total += s.fi * s.fo
 		}
 	}
@@ -823,7 +823,7 @@ func (p *Plan) permuteShare(wi, W int) {
 	}
 	for i := range p.stages {
 		s := &p.stages[i]
-		if s.kind != kConv && (s.kind != kDense || p.inPlace(s)) {
+		if !p.packs(s) {
 			continue
 		}
 		mine := done*W/total == wi
@@ -834,6 +834,12 @@ func (p *Plan) permuteShare(wi, W int) {
 	}
 }
 
+// packs reports whether a step packs stage s's weight (permuteShare,
+// packShare): a convolution's, or a dense layer's not read in place.
+func (p *Plan) packs(s *stage) bool {
+	return s.kind == kConv || s.kind == kDense && !p.inPlace(s)
+}
+
 // packJobs lists the stages whose weights a step packs (permuteShare),
 // the largest weights first, for the workers to take in turn (packShare):
 // a worker that finishes a job early, or starts late, takes more of them,
@@ -841,7 +847,7 @@ func (p *Plan) permuteShare(wi, W int) {
 func (p *Plan) packJobs() {
 	p.packOrder = p.packOrder[:0]
 	for i := range p.stages {
-		if s := &p.stages[i]; s.kind == kConv || s.kind == kDense && !p.inPlace(s) {
+		if p.packs(&p.stages[i]) {
 			p.packOrder = append(p.packOrder, i)
 		}
 	}
@@ -1329,11 +1335,7 @@ func (p *Plan) loadInput(w *worker, i0, m int) {
 
 // transpose writes the rows x cols matrix src into dst as cols x rows.
 func transpose(dst, src []float32, rows, cols int) {
-	for r := range rows {
-		for c, v := range src[r*cols : (r+1)*cols] {
-			dst[c*rows+r] = v
-		}
-	}
+	transposeLoop(dst, rows, src, cols, rows, cols)
 }
 
 func (p *Plan) forward(w *worker, m int) {
