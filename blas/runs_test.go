@@ -214,3 +214,119 @@ func testPackB[T float32 | float64](t *testing.T) {
 		}
 	}
 }
+
+// SgemmPackedOverlapASquares gives C the bits SgemmPackedOverlapA gives
+// it and adds to each sq[j], starting from what sq held, the squares of
+// column j's values widened to float64, rows in order, bit for bit as a
+// float64 loop in that order does, with every kernel of the machine: the
+// AVX-512 kernel's epilogue (a transposed A over runs, full tiles), the
+// other tiles' and paths' (ragged rows, edge columns, A packed, B packed
+// whole, prefetch off, NoTrans), several blocks of k and a last block
+// with no step, beta 0 (over NaN), 1 and 0.5, values whose squares are
+// subnormal in float32 or huge, infinities and NaN; and it does not
+// allocate.
+func TestSgemmPackedOverlapASquares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	type shape struct {
+		m, n, k, lda, period, keep int
+		tA, noPF                   bool
+	}
+	shapes := []shape{
+		{384, 128, 78, 128, 10, 8, true, false},    // 8x8 map, 128 channels
+		{192, 64, 286, 64, 18, 16, true, false},    // 16x16: two kc blocks
+		{96, 32, 1086, 32, 34, 32, true, false},    // 32x32: five kc blocks
+		{12, 32, 1086, 3, 34, 32, true, false},     // first layer's padded rows
+		{100, 72, 300, 100, 34, 32, true, false},   // ragged rows, edge columns
+		{96, 64, 286, 64, 18, 16, true, true},      // prefetch off: no TA kernel
+		{96, 64, 286, 64, 0, 0, true, false},       // B packed whole
+		{30, 520, 77, 40, 7, 3, true, false},       // A packed (many panels)
+		{29, 70, 1000, 1000, 600, 5, false, false}, // a kc block with no step
+		{24, 32, 520, 24, 600, 5, true, false},     // the last block with no step
+	}
+	var s Serial32
+	for _, kern := range kernels32() {
+		for _, sh := range shapes {
+			rows, cols := sh.m, sh.k
+			tA := gblas.NoTrans
+			if sh.tA {
+				rows, cols = sh.k, sh.m
+				tA = gblas.Trans
+			}
+			a := make([]float32, (rows-1)*sh.lda+cols)
+			for i := range a {
+				a[i] = float32(rng.NormFloat64())
+			}
+			b := make([]float32, sh.k*sh.n)
+			for i := range b {
+				b[i] = float32(rng.NormFloat64())
+			}
+			// Two columns of C with extreme values: squares beyond
+			// float32's range (column 3) and below it (column 5).
+			for p := range sh.k {
+				b[p*sh.n+3] *= 3e17
+				b[p*sh.n+5] *= 1e-25
+			}
+			var pb PackedB32
+			if sh.period > 0 {
+				pb.p.pack(kern, gblas.NoTrans, sh.k, sh.n, sh.period, sh.keep, 1, b, sh.n)
+			} else {
+				pb.p.pack(kern, gblas.NoTrans, sh.k, sh.n, 0, 0, 1, b, sh.n)
+			}
+			pb.SetPrefetch(!sh.noPF)
+			for _, beta := range []float32{0, 1, 0.5} {
+				c0 := make([]float32, sh.m*sh.n)
+				for i := range c0 {
+					c0[i] = float32(rng.NormFloat64())
+				}
+				if beta == 0 {
+					c0[3] = float32(math.NaN())
+				} else {
+					c0[sh.n+1] = float32(math.Inf(-1))
+				}
+				sq0 := make([]float64, sh.n+3)
+				for j := range sq0 {
+					sq0[j] = rng.Float64()
+				}
+				want := append([]float32(nil), c0...)
+				s.SgemmPackedOverlapA(tA, sh.m, a, sh.lda, &pb, beta, want, sh.n)
+				wantSq := append([]float64(nil), sq0...)
+				for i := range sh.m {
+					for j := range sh.n {
+						x := float64(want[i*sh.n+j])
+						wantSq[j] = wantSq[j] + x*x
+					}
+				}
+				got := append([]float32(nil), c0...)
+				gotSq := append([]float64(nil), sq0...)
+				s.SgemmPackedOverlapASquares(tA, sh.m, a, sh.lda, &pb, beta, got, sh.n, gotSq)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s %+v beta %v: c[%d] = %v, want %v bit for bit", kern.name, sh, beta, i, got[i], want[i])
+					}
+				}
+				for j := range wantSq {
+					if math.Float64bits(gotSq[j]) != math.Float64bits(wantSq[j]) {
+						t.Fatalf("%s %+v beta %v: sq[%d] = %v, want %v bit for bit", kern.name, sh, beta, j, gotSq[j], wantSq[j])
+					}
+				}
+			}
+			c := make([]float32, sh.m*sh.n)
+			sq := make([]float64, sh.n)
+			if al := testing.AllocsPerRun(3, func() {
+				s.SgemmPackedOverlapASquares(tA, sh.m, a, sh.lda, &pb, 0, c, sh.n, sq)
+			}); al != 0 {
+				t.Errorf("%s %+v: %v allocations per product", kern.name, sh, al)
+			}
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("short sq: no panic")
+			}
+		}()
+		var pb PackedB32
+		PackB32(gblas.NoTrans, 2, 3, 1, make([]float32, 6), 3, &pb)
+		s.SgemmPackedOverlapASquares(gblas.NoTrans, 2, make([]float32, 4), 2, &pb, 0, make([]float32, 6), 3, make([]float64, 2))
+	}()
+}
