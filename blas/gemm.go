@@ -541,14 +541,6 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 	}
 }
 
-// AddSquares adds the squares of the rows×cols block of C at c (rows ldc
-// apart), widened to float64, into sq: sq[j] += c[i, j]² for each row i
-// in order, as SgemmPackedOverlapASquares adds those of its product (for
-// values computed otherwise, in the same order).
-func AddSquares(c []float32, ldc, rows, cols int, sq []float64) {
-	addSquares(c, ldc, rows, cols, sq)
-}
-
 // addSquares adds the squares of the rows×cols block of C at c (rows ldc
 // apart), widened to float64, into sq: sq[j] += c[i, j]² for each row i
 // in order. (A float32's square is exact in float64, so each addition

@@ -176,23 +176,17 @@ func (w *worker) sgemmPackedRows(m, period, keep int, a []float32, lda int, b *b
 }
 
 // sgemmPackedOverlapT is sgemmPackedOverlap with op(A) = Aᵀ: A's stored
-// rows (op(A)'s columns) lda apart; with colq, the product also adds
-// its values' squares into their columns' sums (fusedNorm).
-func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int, colq []float64) {
-	var t0 time.Duration
-	if w.log != nil {
-		t0 = w.log.start()
-	}
-	if colq != nil {
-		w.gemm.SgemmPackedOverlapASquares(gblas.Trans, m, a, lda, b, beta, c, ldc, colq)
-	} else {
-		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
-	}
+// rows (op(A)'s columns) lda apart.
+func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.PackedB32, beta float32, c []float32, ldc int) {
 	if w.log != nil {
 		k, n := b.Dims()
 		period, keep := b.Runs()
+		t0 := w.log.start()
+		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, KPeriod: period, KKeep: keep}, t0)
+		return
 	}
+	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 }
 
 // RecordProducts starts logging the matrix products the plan's steps

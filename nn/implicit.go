@@ -515,10 +515,8 @@ func (w *worker) gradView(s *stage, i, j int) []float32 {
 }
 
 // implicitWeightGrad writes (beta 0) or adds (beta 1) example j's weight
-// gradient U_j^T G_j into M (fi x fo, rows in the internal order); with
-// colq (fo long) it also adds the squares of M's values into their
-// columns' sums, rows in order (fusedNorm).
-func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32, colq []float64) {
+// gradient U_j^T G_j into M (fi x fo, rows in the internal order).
+func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32) {
 	s := &p.stages[i]
 	C, fo, K := s.in.C, s.fo, s.k
 	KC, lda := K*C, s.stride*C
@@ -537,7 +535,7 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	}
 	if KC%implicitRows == 0 || beta != 0 {
 		for kr := range K {
-			w.sgemmPackedOverlapT(KC, xp[s.offX[kr]:], lda, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo, colq)
+			w.sgemmPackedOverlapT(KC, xp[s.offX[kr]:], lda, &w.gpk, beta, M[kr*KC*fo:(kr+1)*KC*fo], fo)
 		}
 		return
 	}
@@ -545,15 +543,11 @@ func (p *Plan) implicitWeightGrad(w *worker, i, j int, beta float32, M []float32
 	// computes rows up to a multiple of implicitRows into w.wide, reading
 	// A in place instead of copying it into a padded panel (each row of
 	// the product depends on its own row of A only: the first K C keep
-	// their bits), and the first K C rows are copied out (and their
-	// squares added, the garbage rows' not).
+	// their bits), and the first K C rows are copied out.
 	KM := (KC + implicitRows - 1) / implicitRows * implicitRows
 	tmp := w.wide[:KM*fo]
 	for kr := range K {
-		w.sgemmPackedOverlapT(KM, xp[s.offX[kr]:], lda, &w.gpk, 0, tmp, fo, nil)
+		w.sgemmPackedOverlapT(KM, xp[s.offX[kr]:], lda, &w.gpk, 0, tmp, fo)
 		copy(M[kr*KC*fo:(kr+1)*KC*fo], tmp)
-		if colq != nil {
-			blas.AddSquares(tmp, fo, KC, fo, colq)
-		}
 	}
 }

@@ -278,29 +278,6 @@ func (acc *sumsqLanes) finish(rest []float32) float64 {
 	return s
 }
 
-// fusedNorm is the squared L2 norm of a convolution's per-example
-// gradient M (fi x fo weight, then the fo bias entries) from colq, the
-// weight's column sums of squares (colq[c] the squares of column c's
-// entries, widened to float64, added row by row in order, as
-// blas.SgemmPackedOverlapASquares adds them while storing the product):
-// the bias entries' squares are added to their columns as one more row,
-// then the columns are summed in order. (colq is overwritten.) Each
-// square is exact in float64 and the sum rounds once per term, in
-// another order than sumsq64's, so the two differ in their last bits;
-// both are within (n+2)·2^-53 relative of the exact squared norm of
-// M's n entries (any order of adding nonnegative terms), which is what
-// the clip factor's 2^-20 margin needs (docs/math.md, §9.4).
-func fusedNorm(colq []float64, bias []float32) float64 {
-	for c, x := range bias {
-		colq[c] += float64(x) * float64(x)
-	}
-	s := 0.0
-	for _, v := range colq {
-		s += v
-	}
-	return s
-}
-
 // maxAbs is max |v_k|, NaN if any v_k is NaN.
 func maxAbs(v []float32) float64 {
 	m := 0.0

@@ -126,12 +126,6 @@ type Options struct {
 	// every one whose kernel has more than one row do it, -1 none (tests
 	// and benchmarks compare the two); 0 leaves it to the weight's size.
 	col2imRows int8
-	// noFusedNorm has an implicit convolution's per-example weight
-	// gradient squared by sumsq64 after its product (a second pass over
-	// it) instead of by the product's kernel as it stores it (fusedNorm;
-	// the norms differ in their last bits, tests and benchmarks compare
-	// the two).
-	noFusedNorm bool
 	// noPrefetch turns off the products' prefetch of the next
 	// micro-panel of every packed right operand (blas
 	// PackedB32.SetPrefetch; same values, benchmarks compare the two).
@@ -343,7 +337,6 @@ type worker struct {
 	linf []float64        // chunk
 	c    []float64        // chunk x naff
 	col  []float64        // bias column sums
-	colq []float64        // a weight gradient's column sums of squares (fusedNorm)
 	acc  []float32        // gradient sum
 	bad  []bool           // chunk
 	i0   int              // first example of the current chunk
@@ -1013,7 +1006,6 @@ func (p *Plan) newWorker() *worker {
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
-	w.colq = make([]float64, maxFo)
 	return w
 }
 
@@ -1880,13 +1872,8 @@ func (p *Plan) convExGrads(w *worker, i, j0, m int) {
 			continue
 		}
 		M := p.exGrad(w, s, j)
-		var colq []float64 // fusedNorm's column sums of squares
 		if s.implicit {
-			if !p.opt.noFusedNorm {
-				colq = w.colq[:s.fo]
-				clear(colq)
-			}
-			p.implicitWeightGrad(w, i, j, 0, M, colq)
+			p.implicitWeightGrad(w, i, j, 0, M)
 			G = w.gradView(s, i, j)
 		} else {
 			w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, s.P, 1, U, s.fi, G, s.fo, 0, M, s.fo)
@@ -1897,11 +1884,7 @@ func (p *Plan) convExGrads(w *worker, i, j0, m int) {
 				M[s.fi*s.fo+k] = float32(v)
 			}
 		}
-		if colq != nil {
-			w.sq[j*p.naff+s.aff] = fusedNorm(colq, M[s.fi*s.fo:])
-		} else {
-			w.sq[j*p.naff+s.aff] = sumsq64(M)
-		}
+		w.sq[j*p.naff+s.aff] = sumsq64(M)
 		if p.opt.LInf {
 			w.linf[j] = max(w.linf[j], maxAbs(M))
 		}
@@ -2067,7 +2050,7 @@ func (p *Plan) accumulate(w *worker, m int) {
 		var U []float32
 		if s.implicit {
 			for j := range m {
-				p.implicitWeightGrad(w, i, j, 1, accW, nil)
+				p.implicitWeightGrad(w, i, j, 1, accW)
 			}
 		} else if s.kind == kConv {
 			U = w.u[i][:rows*s.fi]

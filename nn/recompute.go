@@ -98,7 +98,7 @@ func (p *Plan) addRecomputed(w *worker, m int) {
 					continue
 				}
 				U, _ := w.affineIO(s, i, j)
-				w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpks[j], 0, pan, s.fo, nil)
+				w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpks[j], 0, pan, s.fo)
 				addScaledDown(acc[r0*s.fo:], pan, f)
 			}
 		}
@@ -120,7 +120,7 @@ func (p *Plan) panels(w *worker, s *stage, U, G []float32, use func(r0 int, pan 
 	for r0 := 0; r0 < s.fi; r0 += s.panel {
 		rows := min(s.panel, s.fi-r0)
 		pan := w.pan[:rows*s.fo]
-		w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpk, 0, pan, s.fo, nil)
+		w.sgemmPackedOverlapT(rows, U[r0:], s.fi, &w.gpk, 0, pan, s.fo)
 		use(r0, pan)
 	}
 }
@@ -216,7 +216,7 @@ func (p *Plan) sumProduct(w *worker, s *stage, i, m int) {
 			if j == 0 {
 				beta = 0
 			}
-			w.sgemmPackedOverlapT(n, U[j*s.P*s.fi+r0:], s.fi, &w.gpks[j], beta, pan, s.fo, nil)
+			w.sgemmPackedOverlapT(n, U[j*s.P*s.fi+r0:], s.fi, &w.gpks[j], beta, pan, s.fo)
 		}
 		add(acc[r0*s.fo:(r0+n)*s.fo], pan)
 	}

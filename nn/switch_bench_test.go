@@ -32,7 +32,6 @@ func stepSwitches() map[string]func(*Options) {
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
-		"nofusednorm":    func(o *Options) { o.noFusedNorm = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
