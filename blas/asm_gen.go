@@ -33,11 +33,6 @@ type spec struct {
 	// follow, which the hardware's prefetch, tracking a stream per step,
 	// does not fetch.
 	pfA int
-	// sq kernels (runs kernels, float32 AVX-512 only) take one more
-	// argument, sq *float64: after storing the tile they add the square
-	// of each stored value, widened to float64, into sq[j] for its column
-	// j, the tile's rows in order (kernel.runsTASq).
-	sq bool
 }
 
 func main() {
@@ -76,12 +71,6 @@ func main() {
 		sp.pfA = 2 * sp.mr * 4
 		specs = append(specs, sp)
 	}
-	// The runs TA kernel again, adding the squares of the values it
-	// stores into float64 column sums (suffix Sq).
-	sq := specs[len(specs)-1]
-	sq.name += "Sq"
-	sq.sq = true
-	specs = append(specs, sq)
 	var buf bytes.Buffer
 	buf.WriteString(header)
 	for _, s := range specs {
@@ -185,19 +174,10 @@ func gen(w *bytes.Buffer, s spec) {
 	if s.avx512 {
 		isa = "AVX-512F"
 	}
-	if s.sq && (!s.runs || s.double || !s.avx512 || nv != 2) {
-		log.Fatalf("%s: squares only for the float32 AVX-512 runs kernels of 2 vectors a row", s.name)
-	}
-	if s.runs && s.sq {
-		fmt.Fprintf(w, "\n// func %s(runs *int, nruns int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool, sq *float64)\n", s.name, esize*8, esize*8)
-		fmt.Fprintf(w, "// %s %dx%d tile, A read in place with strides rs, cs over the k steps of a list of runs; %d accumulators of %d lanes, k loop unrolled %d times; then the stored values' squares added into the float64 column sums at sq, rows in order.\n", isa, s.mr, s.nr, nacc, lanes, s.unroll)
-		fmt.Fprintf(w, "TEXT ·%s(SB), NOSPLIT, $0-80\n", s.name)
-	} else if s.runs {
+	if s.runs {
 		fmt.Fprintf(w, "\n// func %s(runs *int, nruns int, a *float%d, rs, cs int, b, c *float%d, ldc int, overwrite bool)\n", s.name, esize*8, esize*8)
 		fmt.Fprintf(w, "// %s %dx%d tile, A read in place with strides rs, cs over the k steps of a list of runs; %d accumulators of %d lanes, k loop unrolled %d times.\n", isa, s.mr, s.nr, nacc, lanes, s.unroll)
 		fmt.Fprintf(w, "TEXT ·%s(SB), NOSPLIT, $0-65\n", s.name)
-	}
-	if s.runs {
 		p("MOVQ runs+0(FP), R14")
 		p("MOVQ nruns+8(FP), AX")
 		p("SHLQ $4, AX")
@@ -383,12 +363,8 @@ func gen(w *bytes.Buffer, s spec) {
 			p("ADDQ R8, R9")
 		}
 	}
-	if s.sq {
-		p("JMP squares")
-	} else {
-		p("VZEROUPPER")
-		p("RET")
-	}
+	p("VZEROUPPER")
+	p("RET")
 	fmt.Fprintf(w, "overwrite:\n")
 	for i := 0; i < s.mr; i++ {
 		for v := 0; v < nv; v++ {
@@ -398,37 +374,6 @@ func gen(w *bytes.Buffer, s spec) {
 			p("ADDQ R8, R9")
 		}
 	}
-	if s.sq {
-		squares(w, s, acc)
-	}
 	p("VZEROUPPER")
 	p("RET")
-}
-
-// squares writes an sq kernel's epilogue: the column sums at sq (32
-// float64, in the four registers after the B and broadcast ones: columns
-// 0-7, 8-15, 16-23, 24-31) each add the squares of the tile's stored
-// values of their column, widened to float64 (exact: a float32's square
-// fits in float64's 53 bits), row 0 first, one rounding per row (VFMADD
-// of x and x rounds x² + s once, as adding the exact square does).
-func squares(w *bytes.Buffer, s spec, acc func(i, v int) string) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, "\t"+format+"\n", args...) }
-	fmt.Fprintf(w, "squares:\n")
-	p("MOVQ sq+72(FP), R9")
-	for r := range 4 {
-		p("VMOVUPD %d(R9), Z%d", 64*r, 24+r)
-	}
-	for i := 0; i < s.mr; i++ {
-		for v := range 2 {
-			a := acc(i, v)
-			p("VCVTPS2PD Y%s, Z28", a[1:])
-			p("VEXTRACTF64X4 $1, %s, Y29", a)
-			p("VCVTPS2PD Y29, Z29")
-			p("VFMADD231PD Z28, Z28, Z%d", 24+2*v)
-			p("VFMADD231PD Z29, Z29, Z%d", 25+2*v)
-		}
-	}
-	for r := range 4 {
-		p("VMOVUPD Z%d, %d(R9)", 24+r, 64*r)
-	}
 }

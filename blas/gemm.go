@@ -212,12 +212,6 @@ type kernel[T float32 | float64] struct {
 	// per step, does not fetch ahead (nil where there are none).
 	stridedTA func(kc int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, pf *T)
 	runsTA    func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool)
-	// runsTASq is runsTA that then adds the square of each value it
-	// stored, widened to float64, into sq[j] for its column j (sq at the
-	// tile's first column), the tile's rows in order: the last block of
-	// k of a product that also sums its columns' squares
-	// (SgemmPackedOverlapASquares; nil where there is none).
-	runsTASq func(runs *int, nruns int, a *T, rs, cs int, b, c *T, ldc int, overwrite bool, sq *float64)
 	// parallelMin is the m*n*k above which the product is split across
 	// goroutines (parallelWork; tests lower it).
 	parallelMin int
@@ -357,10 +351,6 @@ type gemmOp[T float32 | float64] struct {
 	// (kernel.stridedPF; PackedB32.SetPrefetch) nor, for a transposed A,
 	// A's next rows (kernel.stridedTA).
 	noPrefetch bool
-	// sq, when set (float32 only), receives the squares of C's final
-	// values, widened to float64: sq[j] += C[i, j]² for each row i in
-	// order (SgemmPackedOverlapASquares).
-	sq []float64
 }
 
 // run computes the block C[i0:i1, j0:j1] with the five loops of the Goto
@@ -438,9 +428,6 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 				if overwrite {
 					scaleC(0, c, ldc, i0, i1, jc, jc+nc)
 				}
-				if op.sq != nil && pc+kcMax >= k {
-					addSquares(c[i0*ldc+jc:], ldc, i1-i0, nc, op.sq[jc-j0:])
-				}
 				continue
 			}
 			panels := (nc + nr - 1) / nr
@@ -449,13 +436,6 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 			stridedPF, runsK := kern.stridedPF, kern.runs
 			if op.aTrans && !op.noPrefetch && kern.stridedTA != nil {
 				stridedPF, runsK = kern.stridedTA, kern.runsTA
-			}
-			// The last block of k leaves C's final values: their squares
-			// go to sq, by runsTASq for the full tiles it computes, else
-			// by addSquares after each panel's tiles.
-			sq := op.sq
-			if pc+kcMax < k {
-				sq = nil
 			}
 			for ic := i0; ic < i1; ic += mcMax {
 				mc := min(mcMax, i1-ic)
@@ -475,12 +455,6 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 				for jr := 0; jr < nc; jr += nr {
 					cols := min(nr, nc-jr)
 					bPanel := &bp[jr*kp]
-					// sqRows: the panel's rows whose squares the kernel
-					// adds (its full tiles).
-					sqRows := 0
-					if sq != nil && runs != nil && !pack && cols == nr && op.aTrans && !op.noPrefetch && kern.runsTASq != nil {
-						sqRows = full
-					}
 					// The next micro-panel in memory (the block's next, or
 					// the next block's first), a share of it for each full
 					// row tile to prefetch.
@@ -501,10 +475,6 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 							continue
 						}
 						if !pack && rows == mr && cols == nr {
-							if ir < sqRows {
-								kern.runsTASq(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite, &sq[jc-j0+jr])
-								continue
-							}
 							if runs != nil {
 								runsK(&runs[0], len(runs)/2, &op.a[(ic+ir)*rs+pc*cs], rs, cs, bPanel, &c[off], ldc, overwrite)
 								continue
@@ -532,25 +502,8 @@ func (op *gemmOp[T]) runBuf(buf []T, i0, i1, j0, j1 int) {
 						kern.fn(kp, aPanel, bPanel, &tile[0], nr, true)
 						addTile(c[off:], ldc, tile, nr, rows, cols, overwrite)
 					}
-					if sq != nil && sqRows < mc {
-						addSquares(c[(ic+sqRows)*ldc+jc+jr:], ldc, mc-sqRows, cols, sq[jc-j0+jr:])
-					}
 				}
 			}
-		}
-	}
-}
-
-// addSquares adds the squares of the rows×cols block of C at c (rows ldc
-// apart), widened to float64, into sq: sq[j] += c[i, j]² for each row i
-// in order. (A float32's square is exact in float64, so each addition
-// rounds once, whether fused or not.)
-func addSquares[T float32 | float64](c []T, ldc, rows, cols int, sq []float64) {
-	sq = sq[:cols]
-	for i := range rows {
-		for j, v := range c[i*ldc : i*ldc+cols] {
-			x := float64(v)
-			sq[j] += x * x
 		}
 	}
 }

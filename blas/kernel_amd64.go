@@ -56,9 +56,6 @@ func sgemmKernel12x32AVX512StridedPFTA(kc int, a *float32, rs, cs int, b, c *flo
 //go:noescape
 func sgemmKernel12x32AVX512RunsTA(runs *int, nruns int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool)
 
-//go:noescape
-func sgemmKernel12x32AVX512RunsTASq(runs *int, nruns int, a *float32, rs, cs int, b, c *float32, ldc int, overwrite bool, sq *float64)
-
 // Cache blocking for the target machine class (AMD EPYC Zen 4/5: 32-48 KiB
 // L1d, 1 MiB L2 per core, 32 MiB shared L3; Intel server cores are
 // similar or larger).
@@ -94,7 +91,7 @@ func avx2Kernel64() kernel[float64] {
 func avx512Kernel32() kernel[float32] {
 	// B micro-panel 256*32*4 = 32 KiB, A block 240*256*4 = 240 KiB,
 	// B block 256*4096*4 = 4 MiB.
-	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, runs: sgemmKernel12x32AVX512Runs, rowsMR: 8, rows: sgemmKernel8x32AVX512Strided, fnPF: sgemmKernel12x32AVX512PF, stridedPF: sgemmKernel12x32AVX512StridedPF, stridedTA: sgemmKernel12x32AVX512StridedPFTA, rowsPF: sgemmKernel8x32AVX512StridedPF, runsTA: sgemmKernel12x32AVX512RunsTA, runsTASq: sgemmKernel12x32AVX512RunsTASq, packMin: 16, parallelMin: parallelWork}
+	return kernel[float32]{name: "avx512", mr: 12, nr: 32, kc: 256, mc: 240, nc: 4096, fn: sgemmKernel12x32AVX512, strided: sgemmKernel12x32AVX512Strided, runs: sgemmKernel12x32AVX512Runs, rowsMR: 8, rows: sgemmKernel8x32AVX512Strided, fnPF: sgemmKernel12x32AVX512PF, stridedPF: sgemmKernel12x32AVX512StridedPF, stridedTA: sgemmKernel12x32AVX512StridedPFTA, rowsPF: sgemmKernel8x32AVX512StridedPF, runsTA: sgemmKernel12x32AVX512RunsTA, packMin: 16, parallelMin: parallelWork}
 }
 
 func avx512Kernel64() kernel[float64] {

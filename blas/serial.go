@@ -294,34 +294,6 @@ func (s *Serial32) SgemmPackedOverlapA(tA gblas.Transpose, m int, a []float32, l
 	s.s.runPacked(gemmOp[float32]{kern: b.p.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc}, &b.p, m, n)
 }
 
-// SgemmPackedOverlapASquares is SgemmPackedOverlapA that also adds the
-// squares of C's values, widened to float64, into the column sums sq:
-// sq[j] += C[i, j]² for the rows i = 0, 1, ..., m-1 in that order, each
-// addition rounded once (a float32's square is exact in float64). C gets
-// SgemmPackedOverlapA's values bit for bit. The squares come from the
-// product's last pass over each tile of C (on AVX-512, for a transposed
-// A over a B packed by PackB32Runs, the kernel's own store), so that a
-// caller who needs C's squared norm (a per-example gradient's, summed
-// over sq) does not read C again. It panics as SgemmPackedOverlapA does,
-// and if len(sq) < n.
-func (s *Serial32) SgemmPackedOverlapASquares(tA gblas.Transpose, m int, a []float32, lda int, b *PackedB32, beta float32, c []float32, ldc int, sq []float64) {
-	n, k := b.p.n, b.p.k
-	if !checkOverlapA(tA, m, k, len(a), lda) || !checkGemm(gblas.NoTrans, gblas.NoTrans, m, n, k, m*max(k, 1), max(1, k), k*n, max(1, n), len(c), ldc) {
-		return
-	}
-	if len(sq) < n {
-		panic(shortSq)
-	}
-	if k == 0 {
-		scaleC(beta, c, ldc, 0, m, 0, n)
-		addSquares(c, ldc, m, n, sq)
-		return
-	}
-	s.s.runPacked(gemmOp[float32]{kern: b.p.kern, aTrans: isTrans(tA), k: k, alpha: 1, a: a, lda: lda, beta: beta, c: c, ldc: ldc, sq: sq[:n]}, &b.p, m, n)
-}
-
-const shortSq = "blas: insufficient length of sq"
-
 // checkOverlapA checks an A of m×k (op(A)) whose rows start lda apart
 // and may overlap, panicking as gonum does on a bad leading dimension or
 // a short slice, and reports whether A has any element.
