@@ -41,14 +41,7 @@ func TestFinish(t *testing.T) {
 						}
 					}
 				}
-				p, err := NewPlan(b.net, params, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := make([]float32, b.n)
-				if _, err := p.Step(x[:n*in], y[:n], s, clip); err != nil {
-					t.Fatal(err)
-				}
+				s, _ := planStep(t, b, params, opt, x[:n*in], y[:n], clip, func(q *Plan) { p = q })
 				if first >= 0 && p.finishes() && p.direct() && p.end.second.Load() != int32(1-first) {
 					t.Fatalf("worker %d flushed second, want %d", p.end.second.Load(), 1-first)
 				}
@@ -130,15 +123,7 @@ func TestHelp(t *testing.T) {
 						}
 					}
 				}
-				p, err := NewPlan(b.net, params, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := make([]float32, b.n)
-				if _, err := p.Step(x, y, s, clip); err != nil {
-					t.Fatal(err)
-				}
-				return s, p
+				return planStep(t, b, params, opt, x, y, clip, func(q *Plan) { p = q })
 			}
 			for _, clip := range []Clipper{nil, normClipper{0.5}} {
 				what := fmt.Sprintf("clipped %v", clip != nil)
@@ -162,4 +147,23 @@ func TestHelp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// planStep makes a plan of b's network with params and opt and runs one
+// step of it on x, y with clip, returning the sum and the plan; made, if
+// set, receives the plan before the step (for hooks in opt to reach it).
+func planStep(t *testing.T, b *builder, params []float32, opt Options, x []float32, y []int, clip Clipper, made func(*Plan)) ([]float32, *Plan) {
+	t.Helper()
+	p, err := NewPlan(b.net, params, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made != nil {
+		made(p)
+	}
+	s := make([]float32, b.n)
+	if _, err := p.Step(x, y, s, clip); err != nil {
+		t.Fatal(err)
+	}
+	return s, p
 }
