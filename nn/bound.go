@@ -145,12 +145,6 @@ func (w *worker) sgemmPacked(m int, a []float32, lda int, b *blas.PackedB32, bet
 		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
 		return
 	}
-	if r := w.split(m, 1, b); r > 0 {
-		w.shared(helpJob{kind: helpPacked, m: m - r, a: a[r*lda:], lda: lda, b: b, beta: beta, c: c[r*ldc:], ldc: ldc}, func() {
-			w.gemm.SgemmPacked(gblas.NoTrans, r, a, lda, b, beta, c, ldc)
-		})
-		return
-	}
 	w.gemm.SgemmPacked(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 }
 
@@ -162,12 +156,6 @@ func (w *worker) sgemmPackedOverlap(m int, a []float32, lda int, b *blas.PackedB
 		t0 := w.log.start()
 		w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
 		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1}, t0)
-		return
-	}
-	if r := w.split(m, 1, b); r > 0 {
-		w.shared(helpJob{kind: helpOverlap, m: m - r, a: a[r*lda:], lda: lda, b: b, beta: beta, c: c[r*ldc:], ldc: ldc}, func() {
-			w.gemm.SgemmPackedOverlapA(gblas.NoTrans, r, a, lda, b, beta, c, ldc)
-		})
 		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.NoTrans, m, a, lda, b, beta, c, ldc)
@@ -184,12 +172,6 @@ func (w *worker) sgemmPackedRows(m, period, keep int, a []float32, lda int, b *b
 		w.log.done(Product{PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, MPeriod: period, MKeep: keep}, t0)
 		return
 	}
-	if r := w.split(m, period, b); r > 0 {
-		w.shared(helpJob{kind: helpRows, m: m - r, period: period, keep: keep, a: a[r*lda:], lda: lda, b: b, beta: beta, c: c[r*ldc:], ldc: ldc}, func() {
-			w.gemm.SgemmPackedRows(r, period, keep, a, lda, b, beta, c, ldc)
-		})
-		return
-	}
 	w.gemm.SgemmPackedRows(m, period, keep, a, lda, b, beta, c, ldc)
 }
 
@@ -202,12 +184,6 @@ func (w *worker) sgemmPackedOverlapT(m int, a []float32, lda int, b *blas.Packed
 		t0 := w.log.start()
 		w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)
 		w.log.done(Product{TransA: true, PackedB: true, M: m, N: n, K: k, LDA: lda, LDB: n, LDC: ldc, Beta: beta, Count: 1, KPeriod: period, KKeep: keep}, t0)
-		return
-	}
-	if r := w.split(m, 1, b); r > 0 {
-		w.shared(helpJob{kind: helpOverlapT, m: m - r, a: a[r:], lda: lda, b: b, beta: beta, c: c[r*ldc:], ldc: ldc}, func() {
-			w.gemm.SgemmPackedOverlapA(gblas.Trans, r, a, lda, b, beta, c, ldc)
-		})
 		return
 	}
 	w.gemm.SgemmPackedOverlapA(gblas.Trans, m, a, lda, b, beta, c, ldc)

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"cmp"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -172,12 +171,8 @@ func (p *Plan) finish(w *worker, wi int) {
 	jobs, ends := e.jobs[v], e.ends[v]
 	for {
 		if int(e.chunked.Load()) < p.active {
-			// Another accumulator is still growing: help with its
-			// products, or wait.
-			all := func() bool { return int(e.chunked.Load()) == p.active }
-			if !p.direct() || p.opt.noHelp || !w.helpUntil(all, cmp.Or(p.opt.helpTest.idle, helpIdle)) {
-				spinWait(all, &p.barrier)
-			}
+			// Another accumulator is still growing.
+			spinWait(func() bool { return int(e.chunked.Load()) == p.active }, &p.barrier)
 		}
 		k := int(e.next.Add(1)) - 1
 		if k >= len(ends)-1 {

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -139,15 +138,6 @@ type Options struct {
 	// finishHook, if set, runs in finish once worker wi is through its
 	// chunks (tests order the workers' flushes with it).
 	finishHook func(wi int)
-	// noHelp has the worker through its chunks first wait for the other
-	// instead of computing half of its large products (help.go; same
-	// values, tests and benchmarks compare the two); helpTest holds the
-	// tests' settings of help.
-	noHelp   bool
-	helpTest helpTest
-	// chunkHook, if set, runs before worker wi's chunk c (tests hold a
-	// worker back with it).
-	chunkHook func(wi, c int)
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -326,7 +316,6 @@ type Plan struct {
 	ready     []sync.WaitGroup
 	done      sync.WaitGroup
 	flushes   sync.WaitGroup // the workers' deferred dense rows are flushed (finish)
-	help      helpState
 	splits    [][]int
 	end       endState
 
@@ -365,10 +354,6 @@ type worker struct {
 	vec  []float32        // an embedding row's gradient
 	gemm blas.Serial32
 	log  *productLog // while RecordProducts is on
-	// help is the plan's hand-over of product rows between two workers,
-	// ht Options.helpTest with its least size set (help.go).
-	help *helpState
-	ht   helpTest
 	// ghost norms (recompute.go): the Gram matrices, U's columns and G
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
@@ -453,10 +438,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	for range opt.Workers {
-		w := p.newWorker()
-		w.help, w.ht = &p.help, opt.helpTest
-		w.ht.min = cmp.Or(w.ht.min, helpMin)
-		p.workers = append(p.workers, w)
+		p.workers = append(p.workers, p.newWorker())
 	}
 	p.splitSegments()
 	p.endJobs()
@@ -1295,9 +1277,6 @@ func (p *Plan) work(wi int) {
 		}
 		i0 := c * p.chunk
 		m := min(p.chunk, p.n-i0)
-		if p.opt.chunkHook != nil {
-			p.opt.chunkHook(wi, c)
-		}
 		if p.mode == modeForward {
 			p.forwardChunk(w, i0, m)
 		} else {

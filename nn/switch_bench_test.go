@@ -33,7 +33,6 @@ func stepSwitches() map[string]func(*Options) {
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"nofinish":       func(o *Options) { o.noFinish = true },
-		"nohelp":         func(o *Options) { o.noHelp = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
