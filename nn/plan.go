@@ -111,6 +111,10 @@ type Options struct {
 	// gradient over its packed weight instead of reading the large ones
 	// in place (Plan.inPlace; tests and benchmarks compare the two).
 	noDenseInPlace bool
+	// noPairHead runs the dense head of every chunk on its own instead
+	// of two chunks' at once (Plan.head; tests and benchmarks compare the
+	// two).
+	noPairHead bool
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -281,6 +285,9 @@ type Plan struct {
 	// major is the number of leading stages a private step runs example
 	// by example (setMajor), 0 for none.
 	major int
+	// head is the first stage of the dense head that a worker runs for
+	// two of its chunks at once (setHead), 0 for none.
+	head int
 
 	// per step
 	x       []float32
@@ -316,34 +323,46 @@ type Plan struct {
 	first, added int
 }
 
+// slot is the part of a worker's buffers that a chunk keeps from its
+// forward pass to its backward pass. A worker has one, or two when it
+// runs the dense head of two chunks at once (Plan.head): then the second
+// slot's head activations and gradients are the rows after the first's
+// chunk in the first's buffers (sized for two chunks), and its
+// gradients before the head are the first's (a chunk's backward pass
+// is over before the other's starts).
+type slot struct {
+	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32 // per stage: im2col rows (conv only)
+	xp   [][]float32 // per stage: zero-bordered input maps (implicit conv)
+	arg  [][]int32   // per stage: argmax (pool only)
+	pre  [][]float32 // per stage: pre-activation (GELU only)
+	xh   [][]float32 // per stage: normalized input (norm only)
+	rstd [][]float64 // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	bad  []bool      // chunk
+	i0   int         // first example of the current chunk
+}
+
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32      // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32      // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32      // per stage: im2col rows (conv only)
-	xp   [][]float32      // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32      // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32        // an implicit convolution's wide product
-	gpk  blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
-	pan  []float32        // a recomputed weight gradient's panel
-	gpks []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
-	arg  [][]int32        // per stage: argmax (pool only)
-	pre  [][]float32      // per stage: pre-activation (GELU only)
-	xh   [][]float32      // per stage: normalized input (norm only)
-	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32        // conv input-gradient rows
-	ex   []float32        // chunk x exLen per-example convolution gradients
-	sq   []float64        // chunk x naff
-	linf []float64        // chunk
-	c    []float64        // chunk x naff
-	col  []float64        // bias column sums
-	acc  []float32        // gradient sum
-	bad  []bool           // chunk
-	i0   int              // first example of the current chunk
-	tmp  []float32        // an input gradient to be added into d[src]
-	vec  []float32        // an embedding row's gradient
-	gemm blas.Serial32
-	log  *productLog // while RecordProducts is on
+	*slot                  // the current chunk's (slots[0], or slots[1] for a pair's second)
+	slots []slot           // one, or two with Plan.head
+	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	wide  []float32        // an implicit convolution's wide product
+	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
+	pan   []float32        // a recomputed weight gradient's panel
+	gpks  []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
+	du    []float32        // conv input-gradient rows
+	ex    []float32        // chunk x exLen per-example convolution gradients
+	sq    []float64        // chunk x naff
+	linf  []float64        // chunk
+	c     []float64        // chunk x naff
+	col   []float64        // bias column sums
+	acc   []float32        // gradient sum
+	tmp   []float32        // an input gradient to be added into d[src]
+	vec   []float32        // an embedding row's gradient
+	gemm  blas.Serial32
+	log   *productLog // while RecordProducts is on
 	// ghost norms (recompute.go): the Gram matrices, U's columns and G
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
@@ -423,6 +442,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
+	p.setHead()
 	for range opt.Workers {
 		p.workers = append(p.workers, p.newWorker())
 	}
@@ -730,6 +750,37 @@ func (p *Plan) setMajor() {
 	}
 }
 
+// setHead finds the dense head that a worker runs for two of its chunks
+// at once (trainPair): the trailing dense layers, a plain chain after
+// some other stage, when one of them reads its weight in place
+// (Plan.inPlace) and two chunks make at most the four rows its kernels
+// take at a time. Such a weight (CIFAR's 2048x128 head: 1 MiB) is out of
+// the caches when the next chunk reaches it, the convolutions in between
+// having streamed their maps through them; run once for two chunks, it
+// is read from memory half as often, and the kernels' four rows are
+// examples rather than padding. The stages before the head keep running
+// on one chunk at a time (their maps sized the chunk), each chunk in its
+// own slot. The results are the same bits: every row of the head is
+// computed as on its own (the rows of its products are independent), and
+// each chunk's norms and adds are made as before, in the same order.
+// None with Options.noPairHead.
+func (p *Plan) setHead() {
+	if p.opt.noPairHead || 2*p.opt.Chunk > 4 {
+		return
+	}
+	h, inPlace := len(p.stages), false
+	for ; h > 1; h-- {
+		s := &p.stages[h-1]
+		if s.kind != kDense || s.src != h-1 || s.addGrad {
+			break
+		}
+		inPlace = inPlace || p.inPlace(s)
+	}
+	if inPlace {
+		p.head = h
+	}
+}
+
 // exSlots is the number of per-example gradients w.ex holds for chunks
 // of C examples: one when the example-major section holds every stage
 // that writes them (exGrad), else C.
@@ -922,17 +973,31 @@ func (p *Plan) newWorker() *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		act: make([][]float32, S+1), d: make([][]float32, S+1),
-		u: make([][]float32, S), arg: make([][]int32, S), xp: make([][]float32, S), gp: make([][]float32, S),
-		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
+		slots: make([]slot, 1, 2), gp: make([][]float32, S),
 		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
+		linf: make([]float64, C), acc: make([]float32, len(p.params)),
+	}
+	if p.head > 0 {
+		w.slots = w.slots[:2]
+	}
+	w.slot = &w.slots[0]
+	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
+	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
+	w.pre, w.xh, w.rstd = make([][]float32, S), make([][]float32, S), make([][]float64, S)
+	w.bad = make([]bool, C)
+	// rows is the examples activation k's buffers hold: two chunks' for
+	// the dense head's activations when it runs two chunks at once.
+	rows := func(k int) int {
+		if p.head > 0 && k >= p.head {
+			return 2 * C
+		}
+		return C
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
-		w.act[k] = make([]float32, C*sh.Size())
+		w.act[k] = make([]float32, rows(k)*sh.Size())
 		if k > 0 {
-			w.d[k] = make([]float32, C*sh.Size())
+			w.d[k] = make([]float32, rows(k)*sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
@@ -977,7 +1042,7 @@ func (p *Plan) newWorker() *worker {
 			w.rstd[i] = make([]float64, C*s.groups)
 		}
 		if s.act == GELU {
-			w.pre[i] = make([]float32, C*s.out.Size())
+			w.pre[i] = make([]float32, rows(i+1)*s.out.Size())
 		}
 		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
@@ -1006,7 +1071,48 @@ func (p *Plan) newWorker() *worker {
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
+	if p.head > 0 {
+		p.pairSlot(w)
+	}
 	return w
+}
+
+// pairSlot fills worker w's second slot (Plan.head): buffers of its own
+// for the state a chunk keeps from its forward to its backward pass
+// before the head, views of the first slot's second chunk of rows for
+// the head's, and the first slot's gradients before the head.
+func (p *Plan) pairSlot(w *worker) {
+	C := p.opt.Chunk
+	a, b := &w.slots[0], &w.slots[1]
+	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
+	for k, sh := range p.actShape {
+		if k >= p.head {
+			b.act[k], b.d[k] = a.act[k][C*sh.Size():], a.d[k][C*sh.Size():]
+			continue
+		}
+		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
+	}
+	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
+	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
+	b.pre = likeAll(a.pre)
+	for i := p.head; i < len(p.stages); i++ {
+		if a.pre[i] != nil {
+			b.pre[i] = a.pre[i][C*p.stages[i].out.Size():]
+		}
+	}
+	b.bad = make([]bool, len(a.bad))
+}
+
+// likeAll returns new zeroed buffers of the lengths of bufs (nil for
+// the empty ones).
+func likeAll[T any](bufs [][]T) [][]T {
+	out := make([][]T, len(bufs))
+	for k, b := range bufs {
+		if len(b) > 0 {
+			out[k] = make([]T, len(b))
+		}
+	}
+	return out
 }
 
 // StepCount is the number of Step calls so far; dropout masks depend on
@@ -1252,9 +1358,15 @@ func (p *Plan) work(wi int) {
 		}
 		i0 := c * p.chunk
 		m := min(p.chunk, p.n-i0)
-		if p.mode == modeForward {
+		switch c2 := c + p.active; {
+		case p.mode == modeForward:
 			p.forwardChunk(w, i0, m)
-		} else {
+		case p.head > 0 && c2 < p.chunks && p.chunk == p.opt.Chunk:
+			// Chunk c is full (c2 comes after it); c2 is the
+			// worker's next.
+			p.trainPair(w, i0, c2*p.chunk, min(p.chunk, p.n-c2*p.chunk))
+			c = c2
+		default:
 			p.trainChunk(w, i0, m)
 		}
 	}
@@ -1338,8 +1450,9 @@ func transpose(dst, src []float32, rows, cols int) {
 	transposeLoop(dst, rows, src, cols, rows, cols)
 }
 
-func (p *Plan) forward(w *worker, m int) {
-	for i := range p.stages {
+// forward runs stages [from, to) forward on the chunk's m examples.
+func (p *Plan) forward(w *worker, from, to, m int) {
+	for i := from; i < to; i++ {
 		s := &p.stages[i]
 		in, out := w.act[s.src], w.act[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
@@ -1418,7 +1531,7 @@ func (p *Plan) forward(w *worker, m int) {
 func (p *Plan) forwardChunk(w *worker, i0, m int) {
 	w.i0 = i0
 	p.loadInput(w, i0, m)
-	p.forward(w, m)
+	p.forward(w, 0, len(p.stages), m)
 	copy(p.logits[i0*p.classes:(i0+m)*p.classes], w.act[len(p.stages)][:m*p.classes])
 }
 
@@ -1452,12 +1565,15 @@ func (p *Plan) lossGrad(w *worker, i0, m int) {
 	}
 }
 
-func (p *Plan) backward(w *worker, i0, m int) {
+// backward runs stages to-1 down to 0 backward on the chunk's m
+// examples (and, in the example-major section, each example's norms
+// and adds).
+func (p *Plan) backward(w *worker, i0, m, to int) {
 	lo := 0
 	if p.exampleMajor() {
 		lo = p.major
 	}
-	p.backwardStages(w, lo, len(p.stages), 0, m)
+	p.backwardStages(w, lo, to, 0, m)
 	if lo == 0 {
 		return
 	}
@@ -1606,12 +1722,49 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 // trainChunk runs examples [i0, i0+m) forward and backward and adds their
 // (clipped) gradients into w.acc.
 func (p *Plan) trainChunk(w *worker, i0, m int) {
+	S := len(p.stages)
+	p.startChunk(w, i0, m, S)
+	p.lossGrad(w, i0, m)
+	p.finishChunk(w, i0, m, S)
+}
+
+// trainPair is trainChunk for two chunks of worker w, the first of
+// p.chunk examples from iA, the second of mB from iB, with the dense
+// head (stages p.head on, setHead) run once over both: its rows of the
+// two chunks follow one another in the first slot's buffers.
+func (p *Plan) trainPair(w *worker, iA, iB, mB int) {
+	S, h, C := len(p.stages), p.head, p.chunk
+	a, b := &w.slots[0], &w.slots[1]
+	p.startChunk(w, iA, C, h)
+	w.slot = b
+	p.startChunk(w, iB, mB, h)
+	w.slot = a
+	p.forward(w, h, S, C+mB)
+	p.lossGrad(w, iA, C)
+	w.slot = b
+	p.lossGrad(w, iB, mB)
+	w.slot = a
+	p.backwardStages(w, h, S, 0, C+mB)
+	p.finishChunk(w, iA, C, h)
+	w.slot = b
+	p.finishChunk(w, iB, mB, h)
+	w.slot = a
+}
+
+// startChunk loads examples [i0, i0+m) into the current slot and runs
+// stages [0, to) forward on them.
+func (p *Plan) startChunk(w *worker, i0, m, to int) {
 	w.i0 = p.first + i0 // the example's index in the batch (dropout)
 	p.loadInput(w, i0, m)
-	p.forward(w, m)
-	p.lossGrad(w, i0, m)
+	p.forward(w, 0, to, m)
+}
+
+// finishChunk runs stages [0, to) of the current slot's chunk backward
+// (the loss gradient and the stages from to on done) and adds its
+// (clipped) gradients into w.acc.
+func (p *Plan) finishChunk(w *worker, i0, m, to int) {
 	clear(w.linf[:m])
-	p.backward(w, i0, m)
+	p.backward(w, i0, m, to)
 	if p.private {
 		if !p.exampleMajor() { // else backward has done it
 			p.perExample(w, i0, m)

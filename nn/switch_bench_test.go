@@ -30,6 +30,7 @@ func stepSwitches() map[string]func(*Options) {
 		"chunk4":         func(o *Options) { o.Chunk = 4 },
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
+		"nopairhead":     func(o *Options) { o.noPairHead = true },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
