@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// TestPairHead: workers running the dense head of two of their chunks at
-// once (Plan.head, trainPair) give the per-example gradients, losses,
+// TestPairHead: workers running the dense head of several of their
+// chunks at once (Plan.head, trainGroup: two of two examples, four of
+// one, or three of two as an override) give the per-example gradients, losses,
 // norms and sums (clipped and not, whole steps and StepAdd pieces) of
 // running it chunk by chunk, bit for bit: batches that are not a
 // multiple of four and workers with an odd number of chunks (a chunk
@@ -29,12 +30,13 @@ func TestPairHead(t *testing.T) {
 	for name, b := range nets {
 		for _, n := range batches {
 			for _, workers := range []int{1, 2} {
-				for _, chunk := range []int{1, 2} {
-					if name == "cifar" && (n < 64 || chunk == 1 || workers == 1) {
+				for _, cg := range [][2]int{{1, 0}, {2, 0}, {2, 3}} {
+					chunk, group := cg[0], cg[1]
+					if name == "cifar" && (n < 64 || chunk == 1 || workers == 1 || group > 0) {
 						continue
 					}
-					t.Run(fmt.Sprintf("%s/n%d/w%d/c%d", name, n, workers, chunk), func(t *testing.T) {
-						testPairHead(t, b, n, workers, chunk)
+					t.Run(fmt.Sprintf("%s/n%d/w%d/c%d/g%d", name, n, workers, chunk, group), func(t *testing.T) {
+						testPairHead(t, b, n, workers, chunk, group)
 					})
 				}
 			}
@@ -42,13 +44,13 @@ func TestPairHead(t *testing.T) {
 	}
 }
 
-func testPairHead(t *testing.T, b *builder, n, workers, chunk int) {
+func testPairHead(t *testing.T, b *builder, n, workers, chunk, group int) {
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(10*workers+chunk)))
 	params := randParams(rng, b.n)
 	for k := range params {
 		params[k] *= 0.3
 	}
-	opt := Options{MaxBatch: n, Workers: workers, Chunk: chunk}
+	opt := Options{MaxBatch: n, Workers: workers, Chunk: chunk, headGroup: group}
 	p, err := NewPlan(b.net, params, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +60,12 @@ func testPairHead(t *testing.T, b *builder, n, workers, chunk int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.head != len(p.stages)-2 || ref.head != 0 {
-		t.Fatalf("head at stage %d (reference %d), want %d (0)", p.head, ref.head, len(p.stages)-2)
+	want := 4 / p.opt.Chunk // (at most MaxBatch)
+	if group > 0 {
+		want = group
+	}
+	if p.head != len(p.stages)-2 || p.group != want || ref.head != 0 {
+		t.Fatalf("head at stage %d in groups of %d (reference %d), want %d in %d (0)", p.head, p.group, ref.head, len(p.stages)-2, want)
 	}
 	x, y := b.batch(rng, n, 10)
 	sz := len(x) / n

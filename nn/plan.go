@@ -112,9 +112,12 @@ type Options struct {
 	// in place (Plan.inPlace; tests and benchmarks compare the two).
 	noDenseInPlace bool
 	// noPairHead runs the dense head of every chunk on its own instead
-	// of two chunks' at once (Plan.head; tests and benchmarks compare the
-	// two).
+	// of several chunks' at once (Plan.head; tests and benchmarks compare
+	// the two).
 	noPairHead bool
+	// headGroup overrides the number of chunks whose dense head runs at
+	// once (setHead; benchmarks).
+	headGroup int
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -286,8 +289,8 @@ type Plan struct {
 	// by example (setMajor), 0 for none.
 	major int
 	// head is the first stage of the dense head that a worker runs for
-	// two of its chunks at once (setHead), 0 for none.
-	head int
+	// group of its chunks at once (setHead); 0 for none.
+	head, group int
 
 	// per step
 	x       []float32
@@ -750,22 +753,26 @@ func (p *Plan) setMajor() {
 	}
 }
 
-// setHead finds the dense head that a worker runs for two of its chunks
-// at once (trainPair): the trailing dense layers, a plain chain after
-// some other stage, when one of them reads its weight in place
-// (Plan.inPlace) and two chunks make at most the four rows its kernels
-// take at a time. Such a weight (CIFAR's 2048x128 head: 1 MiB) is out of
-// the caches when the next chunk reaches it, the convolutions in between
-// having streamed their maps through them; run once for two chunks, it
-// is read from memory half as often, and the kernels' four rows are
-// examples rather than padding. The stages before the head keep running
-// on one chunk at a time (their maps sized the chunk), each chunk in its
-// own slot. The results are the same bits: every row of the head is
-// computed as on its own (the rows of its products are independent), and
-// each chunk's norms and adds are made as before, in the same order.
-// None with Options.noPairHead.
+// setHead finds the dense head that a worker runs for several of its
+// chunks at once (trainGroup): the trailing dense layers, a plain chain
+// after some other stage, when one of them reads its weight in place
+// (Plan.inPlace), for as many chunks as make the four rows its kernels
+// take at a time (two of two examples). Such a weight (CIFAR's 2048x128
+// head: 1 MiB) is out of the caches when the next chunk reaches it, the
+// convolutions in between having streamed their maps through them; run
+// once for two chunks, it is read from memory half as often, and the
+// kernels' four rows are examples rather than padding. The stages before
+// the head keep running on one chunk at a time (their maps sized the
+// chunk), each chunk in its own slot. The results are the same bits:
+// every row of the head is computed as on its own (the rows of its
+// products are independent), and each chunk's norms and adds are made
+// as before, in the same order. None with Options.noPairHead.
 func (p *Plan) setHead() {
-	if p.opt.noPairHead || 2*p.opt.Chunk > 4 {
+	g := 4 / p.opt.Chunk
+	if p.opt.headGroup > 0 {
+		g = p.opt.headGroup
+	}
+	if p.opt.noPairHead || g < 2 {
 		return
 	}
 	h, inPlace := len(p.stages), false
@@ -777,7 +784,7 @@ func (p *Plan) setHead() {
 		inPlace = inPlace || p.inPlace(s)
 	}
 	if inPlace {
-		p.head = h
+		p.head, p.group = h, g
 	}
 }
 
@@ -978,7 +985,7 @@ func (p *Plan) newWorker() *worker {
 		linf: make([]float64, C), acc: make([]float32, len(p.params)),
 	}
 	if p.head > 0 {
-		w.slots = w.slots[:2]
+		w.slots = make([]slot, p.group)
 	}
 	w.slot = &w.slots[0]
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
@@ -989,7 +996,7 @@ func (p *Plan) newWorker() *worker {
 	// the dense head's activations when it runs two chunks at once.
 	rows := func(k int) int {
 		if p.head > 0 && k >= p.head {
-			return 2 * C
+			return p.group * C
 		}
 		return C
 	}
@@ -1071,23 +1078,23 @@ func (p *Plan) newWorker() *worker {
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
-	if p.head > 0 {
-		p.pairSlot(w)
+	for g := 1; g < p.group; g++ {
+		p.groupSlot(w, g)
 	}
 	return w
 }
 
-// pairSlot fills worker w's second slot (Plan.head): buffers of its own
-// for the state a chunk keeps from its forward to its backward pass
-// before the head, views of the first slot's second chunk of rows for
-// the head's, and the first slot's gradients before the head.
-func (p *Plan) pairSlot(w *worker) {
+// groupSlot fills worker w's slot g (Plan.head): buffers of its own for
+// the state a chunk keeps from its forward to its backward pass before
+// the head, views of the first slot's rows of chunk g for the head's,
+// and the first slot's gradients before the head.
+func (p *Plan) groupSlot(w *worker, g int) {
 	C := p.opt.Chunk
-	a, b := &w.slots[0], &w.slots[1]
+	a, b := &w.slots[0], &w.slots[g]
 	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
 	for k, sh := range p.actShape {
 		if k >= p.head {
-			b.act[k], b.d[k] = a.act[k][C*sh.Size():], a.d[k][C*sh.Size():]
+			b.act[k], b.d[k] = a.act[k][g*C*sh.Size():], a.d[k][g*C*sh.Size():]
 			continue
 		}
 		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
@@ -1097,7 +1104,7 @@ func (p *Plan) pairSlot(w *worker) {
 	b.pre = likeAll(a.pre)
 	for i := p.head; i < len(p.stages); i++ {
 		if a.pre[i] != nil {
-			b.pre[i] = a.pre[i][C*p.stages[i].out.Size():]
+			b.pre[i] = a.pre[i][g*C*p.stages[i].out.Size():]
 		}
 	}
 	b.bad = make([]bool, len(a.bad))
@@ -1358,14 +1365,13 @@ func (p *Plan) work(wi int) {
 		}
 		i0 := c * p.chunk
 		m := min(p.chunk, p.n-i0)
-		switch c2 := c + p.active; {
+		switch g := min(p.group, (p.chunks-1-c)/p.active+1); {
 		case p.mode == modeForward:
 			p.forwardChunk(w, i0, m)
-		case p.head > 0 && c2 < p.chunks && p.chunk == p.opt.Chunk:
-			// Chunk c is full (c2 comes after it); c2 is the
-			// worker's next.
-			p.trainPair(w, i0, c2*p.chunk, min(p.chunk, p.n-c2*p.chunk))
-			c = c2
+		case g > 1 && p.chunk == p.opt.Chunk:
+			// The worker's next g chunks, all full but the last.
+			p.trainGroup(w, c, g)
+			c += (g - 1) * p.active
 		default:
 			p.trainChunk(w, i0, m)
 		}
@@ -1728,27 +1734,36 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 	p.finishChunk(w, i0, m, S)
 }
 
-// trainPair is trainChunk for two chunks of worker w, the first of
-// p.chunk examples from iA, the second of mB from iB, with the dense
-// head (stages p.head on, setHead) run once over both: its rows of the
-// two chunks follow one another in the first slot's buffers.
-func (p *Plan) trainPair(w *worker, iA, iB, mB int) {
-	S, h, C := len(p.stages), p.head, p.chunk
-	a, b := &w.slots[0], &w.slots[1]
-	p.startChunk(w, iA, C, h)
-	w.slot = b
-	p.startChunk(w, iB, mB, h)
-	w.slot = a
-	p.forward(w, h, S, C+mB)
-	p.lossGrad(w, iA, C)
-	w.slot = b
-	p.lossGrad(w, iB, mB)
-	w.slot = a
-	p.backwardStages(w, h, S, 0, C+mB)
-	p.finishChunk(w, iA, C, h)
-	w.slot = b
-	p.finishChunk(w, iB, mB, h)
-	w.slot = a
+// trainGroup is trainChunk for the g chunks c0, c0+W, ... of worker w
+// (W the active workers; all full but the last), each in its own slot,
+// with the dense head (stages p.head on, setHead) run once over all:
+// their rows follow one another in the first slot's head buffers.
+func (p *Plan) trainGroup(w *worker, c0, g int) {
+	S, h := len(p.stages), p.head
+	chunk := func(k int) (i0, m int) {
+		w.slot = &w.slots[k]
+		i0 = (c0 + k*p.active) * p.chunk
+		return i0, min(p.chunk, p.n-i0)
+	}
+	rows := 0
+	for k := range g {
+		i0, m := chunk(k)
+		p.startChunk(w, i0, m, h)
+		rows += m
+	}
+	w.slot = &w.slots[0]
+	p.forward(w, h, S, rows)
+	for k := range g {
+		i0, m := chunk(k)
+		p.lossGrad(w, i0, m)
+	}
+	w.slot = &w.slots[0]
+	p.backwardStages(w, h, S, 0, rows)
+	for k := range g {
+		i0, m := chunk(k)
+		p.finishChunk(w, i0, m, h)
+	}
+	w.slot = &w.slots[0]
 }
 
 // startChunk loads examples [i0, i0+m) into the current slot and runs
