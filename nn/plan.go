@@ -1737,7 +1737,9 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 // trainGroup is trainChunk for the g chunks c0, c0+W, ... of worker w
 // (W the active workers; all full but the last), each in its own slot,
 // with the dense head (stages p.head on, setHead) run once over all:
-// their rows follow one another in the first slot's head buffers.
+// their rows follow one another in the first slot's head buffers. The
+// backward passes, norms and adds take the chunks in order, as
+// trainChunk would.
 func (p *Plan) trainGroup(w *worker, c0, g int) {
 	S, h := len(p.stages), p.head
 	chunk := func(k int) (i0, m int) {
@@ -1745,8 +1747,10 @@ func (p *Plan) trainGroup(w *worker, c0, g int) {
 		i0 = (c0 + k*p.active) * p.chunk
 		return i0, min(p.chunk, p.n-i0)
 	}
+	// The forward passes run last chunk first, so that the first
+	// chunk's state, read back first, is the one still in cache.
 	rows := 0
-	for k := range g {
+	for k := g - 1; k >= 0; k-- {
 		i0, m := chunk(k)
 		p.startChunk(w, i0, m, h)
 		rows += m
