@@ -289,7 +289,7 @@ type Plan struct {
 	// by example (setMajor), 0 for none.
 	major int
 	// head is the first stage of the dense head that a worker runs for
-	// group of its chunks at once (setHead); 0 for none.
+	// group chunks at once (setHead); 0 for none.
 	head, group int
 
 	// per step
@@ -327,12 +327,12 @@ type Plan struct {
 }
 
 // slot is the part of a worker's buffers that a chunk keeps from its
-// forward pass to its backward pass. A worker has one, or two when it
-// runs the dense head of two chunks at once (Plan.head): then the second
-// slot's head activations and gradients are the rows after the first's
-// chunk in the first's buffers (sized for two chunks), and its
-// gradients before the head are the first's (a chunk's backward pass
-// is over before the other's starts).
+// forward pass to its backward pass. A worker has one, or Plan.group
+// when it runs the dense head of that many chunks at once (Plan.head):
+// then slot k's head activations and gradients are the rows of chunk k
+// in the first slot's buffers (sized for the group), and its gradients
+// before the head are the first slot's (one chunk's backward pass is
+// over before the next one's starts).
 type slot struct {
 	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
 	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
@@ -348,8 +348,8 @@ type slot struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	*slot                  // the current chunk's (slots[0], or slots[1] for a pair's second)
-	slots []slot           // one, or two with Plan.head
+	*slot                  // the current chunk's (slots[k] for chunk k of a group)
+	slots []slot           // one, or Plan.group
 	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
@@ -980,20 +980,17 @@ func (p *Plan) newWorker() *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		slots: make([]slot, 1, 2), gp: make([][]float32, S),
+		slots: make([]slot, max(1, p.group)), gp: make([][]float32, S),
 		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)),
-	}
-	if p.head > 0 {
-		w.slots = make([]slot, p.group)
 	}
 	w.slot = &w.slots[0]
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
 	w.pre, w.xh, w.rstd = make([][]float32, S), make([][]float32, S), make([][]float64, S)
 	w.bad = make([]bool, C)
-	// rows is the examples activation k's buffers hold: two chunks' for
-	// the dense head's activations when it runs two chunks at once.
+	// rows is the examples activation k's buffers hold: a group's for
+	// the dense head's activations (Plan.head).
 	rows := func(k int) int {
 		if p.head > 0 && k >= p.head {
 			return p.group * C
