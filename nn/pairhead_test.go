@@ -144,3 +144,40 @@ func sameLoss(t *testing.T, i int, a, b float64) {
 		t.Fatalf("example %d: loss %v, reference %v", i, a, b)
 	}
 }
+
+// TestPairHeadOnly: only plans with a dense head read in place run it for
+// groups of chunks: none of the test networks, nor WideResNet-16-4, nor
+// the CIFAR CNN at chunks of four or with the head packed.
+func TestPairHeadOnly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(48, 49))
+	for name, b := range testNets() {
+		p, err := NewPlan(b.net, make([]float32, b.n), Options{MaxBatch: 8, Workers: 2, Chunk: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.head != 0 || len(p.workers[0].slots) != 1 {
+			t.Errorf("%s: head at stage %d, %d slots", name, p.head, len(p.workers[0].slots))
+		}
+	}
+	wrn, params := wrnNet(1, rng)
+	cnn := cifarCNN()
+	for name, c := range map[string]struct {
+		net    Network
+		params []float32
+		opt    Options
+		head   bool
+	}{
+		"wrn":               {wrn, params, Options{MaxBatch: 64}, false},
+		"cifar":             {cnn.net, make([]float32, cnn.n), Options{MaxBatch: 64}, hasDenseKernels()},
+		"cifar chunk 4":     {cnn.net, make([]float32, cnn.n), Options{MaxBatch: 64, Chunk: 4}, false},
+		"cifar head packed": {cnn.net, make([]float32, cnn.n), Options{MaxBatch: 64, noDenseInPlace: true}, false},
+	} {
+		p, err := NewPlan(c.net, c.params, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (p.head > 0) != c.head {
+			t.Errorf("%s: head at stage %d, want one: %v", name, p.head, c.head)
+		}
+	}
+}
