@@ -155,7 +155,7 @@ func TestPairHeadOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.head != 0 || len(p.workers[0].slots) != 1 {
+		if p.head != 0 || len(p.workers[0].slots) != 0 {
 			t.Errorf("%s: head at stage %d, %d slots", name, p.head, len(p.workers[0].slots))
 		}
 	}

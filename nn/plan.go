@@ -328,8 +328,9 @@ type Plan struct {
 
 // slot is the part of a worker's buffers that a chunk keeps from its
 // forward pass to its backward pass. A worker has one, or Plan.group
-// when it runs the dense head of that many chunks at once (Plan.head):
-// then slot k's head activations and gradients are the rows of chunk k
+// when it runs the dense head of that many chunks at once (Plan.head;
+// the current one in worker.slot, the others in worker.slots): then slot
+// k's head activations and gradients are the rows of chunk k
 // in the first slot's buffers (sized for the group), and its gradients
 // before the head are the first slot's (one chunk's backward pass is
 // over before the next one's starts).
@@ -348,8 +349,9 @@ type slot struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	*slot                  // the current chunk's (slots[k] for chunk k of a group)
-	slots []slot           // one, or Plan.group
+	slot                   // the current chunk's (use)
+	slots []slot           // with Plan.head, the group's (the current one's in slot)
+	cur   int              // the index in slots of the current chunk's slot
 	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
@@ -980,11 +982,10 @@ func (p *Plan) newWorker() *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		slots: make([]slot, max(1, p.group)), gp: make([][]float32, S),
+		gp: make([][]float32, S),
 		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
 		linf: make([]float64, C), acc: make([]float32, len(p.params)),
 	}
-	w.slot = &w.slots[0]
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
 	w.pre, w.xh, w.rstd = make([][]float32, S), make([][]float32, S), make([][]float64, S)
@@ -1075,10 +1076,21 @@ func (p *Plan) newWorker() *worker {
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
-	for g := 1; g < p.group; g++ {
-		p.groupSlot(w, g)
+	if p.group > 1 {
+		w.slots = make([]slot, p.group)
+		w.slots[0] = w.slot
+		for g := 1; g < p.group; g++ {
+			p.groupSlot(w, g)
+		}
 	}
 	return w
+}
+
+// use makes slot k of the group the current one (Plan.head).
+func (w *worker) use(k int) {
+	if k != w.cur {
+		w.slots[w.cur], w.slot, w.cur = w.slot, w.slots[k], k
+	}
 }
 
 // groupSlot fills worker w's slot g (Plan.head): buffers of its own for
@@ -1740,7 +1752,7 @@ func (p *Plan) trainChunk(w *worker, i0, m int) {
 func (p *Plan) trainGroup(w *worker, c0, g int) {
 	S, h := len(p.stages), p.head
 	chunk := func(k int) (i0, m int) {
-		w.slot = &w.slots[k]
+		w.use(k)
 		i0 = (c0 + k*p.active) * p.chunk
 		return i0, min(p.chunk, p.n-i0)
 	}
@@ -1751,20 +1763,19 @@ func (p *Plan) trainGroup(w *worker, c0, g int) {
 		i0, m := chunk(k)
 		p.startChunk(w, i0, m, h)
 		rows += m
-	}
-	w.slot = &w.slots[0]
+	} // (ending with the first chunk's slot current)
 	p.forward(w, h, S, rows)
 	for k := range g {
 		i0, m := chunk(k)
 		p.lossGrad(w, i0, m)
 	}
-	w.slot = &w.slots[0]
+	w.use(0)
 	p.backwardStages(w, h, S, 0, rows)
 	for k := range g {
 		i0, m := chunk(k)
 		p.finishChunk(w, i0, m, h)
 	}
-	w.slot = &w.slots[0]
+	w.use(0)
 }
 
 // startChunk loads examples [i0, i0+m) into the current slot and runs
