@@ -223,12 +223,14 @@ func (s *stage) maxPoolLoop(in, out []float32, ost int, arg []int32) {
 // product of two float32 values is exact in float64, so the only error is
 // the float64 summation. Term k of the first len(v) &^ 15 goes to partial
 // sum k mod 32 (sumsqLanes), the partial sums are added by total, then
-// the rest of v in order: the order of sumsq64's kernels. Any order of
-// adding n nonnegative exact squares is within (n+2)·2^-53 relative of
-// the norm (each term passes through at most n-1 roundings of 2^-53,
-// whatever the tree), the bound docs/math.md §9.4 uses; the order only
-// fixes the last bits, and that the same vector's norm is the same bits
-// everywhere.
+// the rest of v in order: the order of sumsq64's kernels. The bound
+// docs/math.md §9.4 uses does not depend on that order: adding n
+// nonnegative exact squares in any tree of float64 additions rounds each
+// term at most n-1 times (relative 2^-53 each), so the sum is within
+// γ = (n-1)·2^-53/(1 - (n-1)·2^-53) relative of ‖v‖², and for n ≤ 2^32
+// its rounded square root within γ/2 + 2^-53 + γ·2^-53 ≤ (n+2)·2^-53 of
+// ‖v‖. The order only fixes the last bits (and
+// makes a vector's norm the same bits on every machine and path).
 func sumsq64Go(v []float32) float64 {
 	var acc sumsqLanes
 	n := len(v) &^ 15
