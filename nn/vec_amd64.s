@@ -344,10 +344,10 @@ lanes2done:
 // second (each partial sum still adds its terms in order), then a last
 // 32 and a last 16. The conversions and multiply-adds share the two
 // 512-bit ports, so this runs only about 1.1x AVX2's eight chains in
-// cache (1.2x the former four). Each multiply-add follows the load and
-// conversion it needs, one conversion ahead: all eight conversions first
-// ran 8-12% slower on vectors streamed from memory, this order as fast
-// as AVX2.
+// cache (1.2x the former four; 64 lanes are no faster). Each multiply-add
+// follows the load and conversion it needs, one conversion ahead: all
+// eight conversions first ran 10-19% slower on vectors streamed from
+// memory, this order as fast as AVX2.
 TEXT ·sumsqLanesAVX512(SB), NOSPLIT, $0-24
 	MOVQ acc+0(FP), DI
 	MOVQ v+8(FP), SI
