@@ -221,10 +221,16 @@ func (s *stage) maxPoolLoop(in, out []float32, ost int, arg []int32) {
 
 // sumsq64Go is the squared L2 norm of v accumulated in float64: each
 // product of two float32 values is exact in float64, so the only error is
-// the float64 summation (relative 1e-16 per term). Term k of the first
-// len(v) &^ 15 goes to partial sum k mod 16, and the partial sums are
-// added as four vectors of four lanes, then the lanes, then the rest of v
-// in order: the order of sumsq64's AVX2 kernel.
+// the float64 summation. Term k of the first len(v) &^ 15 goes to partial
+// sum k mod 32 (sumsqLanes), the partial sums are added by total, then
+// the rest of v in order: the order of sumsq64's kernels. The bound
+// docs/math.md §9.4 uses does not depend on that order: adding n
+// nonnegative exact squares in any tree of float64 additions rounds each
+// term at most n-1 times (relative 2^-53 each), so the sum is within
+// γ = (n-1)·2^-53/(1 - (n-1)·2^-53) relative of ‖v‖², and for n ≤ 2^32
+// its rounded square root within γ/2 + 2^-53 + γ·2^-53 ≤ (n+2)·2^-53 of
+// ‖v‖. The order only fixes the last bits (and
+// makes a vector's norm the same bits on every machine and path).
 func sumsq64Go(v []float32) float64 {
 	var acc sumsqLanes
 	n := len(v) &^ 15
@@ -233,7 +239,7 @@ func sumsq64Go(v []float32) float64 {
 }
 
 // sumsq64 is sumsq64Go with the partial sums added by sumsqLanes.add
-// (AVX2 where available), the same values.
+// (AVX-512 or AVX2 where available), the same values.
 func sumsq64(v []float32) float64 {
 	var acc sumsqLanes
 	n := len(v) &^ 15
@@ -241,31 +247,43 @@ func sumsq64(v []float32) float64 {
 	return acc.finish(v[n:])
 }
 
-// sumsqLanes are sumsq64's 16 partial sums, for a vector whose squared
+// sumsqLanes are sumsq64's 32 partial sums, for a vector whose squared
 // norm is taken piece by piece (a per-example gradient computed in
 // panels that are never all in memory at once): adding pieces of
 // multiples of 16 floats in order, then total, gives sumsq64 of their
-// concatenation bit for bit.
-type sumsqLanes [16]float64
+// concatenation bit for bit (odd records where the next 16 go). 32 sums,
+// not fewer: each is a chain of dependent additions (4 cycles each), and
+// the kernels must keep enough of them in flight to run at the
+// conversions' and multiply-adds' throughput (AVX-512: four vectors of 8,
+// each used twice a 64-float step; AVX2: eight vectors of 4).
+type sumsqLanes struct {
+	s   [32]float64
+	odd bool // an odd number of 16-float blocks added: the next goes to s[16:]
+}
 
-// addGo adds the squares of v (len(v) a multiple of 16): term k to
-// partial sum k mod 16.
+// addGo adds the squares of v (len(v) a multiple of 16): term k of the
+// pieces added so far, v's included, to partial sum k mod 32.
 func (acc *sumsqLanes) addGo(v []float32) {
-	for k := 0; k+16 <= len(v); k += 16 {
-		for l, x := range v[k : k+16] {
-			acc[l] += float64(x) * float64(x)
+	for ; len(v) >= 16; v = v[16:] {
+		s := acc.s[:16]
+		if acc.odd {
+			s = acc.s[16:]
 		}
+		for l, x := range v[:16] {
+			s[l] += float64(x) * float64(x)
+		}
+		acc.odd = !acc.odd
 	}
 }
 
-// total adds the partial sums as four vectors of four lanes, then the
-// lanes: sumsq64's order.
+// total adds the partial sums as four vectors of eight lanes (pairwise),
+// then the eight lanes pairwise: sumsq64's order.
 func (acc *sumsqLanes) total() float64 {
-	var t [4]float64
+	var t [8]float64
 	for l := range t {
-		t[l] = (acc[l] + acc[4+l]) + (acc[8+l] + acc[12+l])
+		t[l] = (acc.s[l] + acc.s[8+l]) + (acc.s[16+l] + acc.s[24+l])
 	}
-	return (t[0] + t[1]) + (t[2] + t[3])
+	return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]))
 }
 
 // finish is total, then the squares of the rest of the vector (fewer than

@@ -226,19 +226,67 @@ func TestNormKernels(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []int{0, 15, 16, 17, 100, 4099} {
+}
+
+// TestSumsq64 checks sumsq64 (the kernels where the machine has them)
+// against sumsq64Go bit for bit, and sumsq64Go against its documented
+// order written out: every length up to 300 and some large ones, values
+// from subnormal to the float32 maximum, zeros, infinities and NaN; and
+// sumsqLanes over pieces of multiples of 16 (odd ones included, as
+// recompute.go's panels and bias give) against sumsq64 of their
+// concatenation.
+func TestSumsq64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	// Half the vectors with extreme values (whose squares swamp the
+	// others' in the sum), half without.
+	vec := func(n int) []float32 {
 		v := randVec(rng, n, 1e3)
-		if got, want := sumsq64(v), sumsq64Go(v); got != want {
-			t.Errorf("n=%d: sumsq64 %v, portable %v", n, got, want)
+		if rng.IntN(2) == 0 {
+			return v
+		}
+		for k := range v {
+			switch rng.IntN(16) {
+			case 0:
+				v[k] = float32(math.Copysign(3e38, float64(v[k]))) // squares near 1e77
+			case 1:
+				v[k] *= 1e-42 // subnormal or zero
+			case 2:
+				v[k] = float32(math.Copysign(0, float64(v[k])))
+			}
+		}
+		return v
+	}
+	lengths := []int{1000, 1024 + 16, 4099, 100003}
+	for n := range 301 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		v := vec(n)
+		want := sumsq64Ref(v)
+		if got := sumsq64Go(v); got != want {
+			t.Fatalf("n=%d: sumsq64Go %v, its documented order %v", n, got, want)
+		}
+		if got := sumsq64(v); got != want {
+			t.Fatalf("n=%d: sumsq64 %v, portable %v", n, got, want)
 		}
 	}
-	// sumsqLanes: pieces of multiples of 16 added in order (with AVX2 and
-	// without) give sumsq64 of their concatenation.
-	for _, pieces := range [][]int{{16}, {32, 16, 4096}, {0, 48, 16, 1024, 160}} {
+	for _, n := range []int{1, 16, 33, 64, 200} {
+		for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			for _, k := range []int{0, n / 2, n - 1} {
+				v := vec(n)
+				v[k] = float32(bad)
+				got, want := sumsq64(v), sumsq64Go(v)
+				if !sameFloat(got, want) || (math.IsNaN(bad) != math.IsNaN(got)) || (!math.IsNaN(bad) && !math.IsInf(got, 1)) {
+					t.Errorf("n=%d, %v at %d: sumsq64 %v, portable %v", n, bad, k, got, want)
+				}
+			}
+		}
+	}
+	for _, pieces := range [][]int{{16}, {16, 16, 16}, {32, 16, 4096}, {0, 48, 16, 1024, 160}, {48, 80, 16, 0, 112, 32}, {4096 + 16, 16, 4096 + 48}} {
 		var all []float32
 		var fast, slow sumsqLanes
 		for _, n := range pieces {
-			v := randVec(rng, n, 1e3)
+			v := vec(n)
 			all = append(all, v...)
 			fast.add(v)
 			slow.addGo(v)
@@ -251,6 +299,27 @@ func TestNormKernels(t *testing.T) {
 			t.Errorf("pieces %v: sumsqLanes.addGo %v, sumsq64 %v", pieces, got, want)
 		}
 	}
+}
+
+// sumsq64Ref is sumsq64's order as documented, written out: term k of
+// the first len(v) &^ 15 to partial sum k mod 32; the four vectors of
+// eight partial sums added pairwise, then their eight lanes pairwise;
+// then the rest in order.
+func sumsq64Ref(v []float32) float64 {
+	var p [32]float64
+	n := len(v) &^ 15
+	for k, x := range v[:n] {
+		p[k%32] += float64(x) * float64(x)
+	}
+	var t [8]float64
+	for l := range t {
+		t[l] = (p[l] + p[8+l]) + (p[16+l] + p[24+l])
+	}
+	s := ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]))
+	for _, x := range v[n:] {
+		s += float64(x) * float64(x)
+	}
+	return s
 }
 
 // TestGroupNormLargeMean checks xhat against a two-pass float64 reference

@@ -111,6 +111,13 @@ type Options struct {
 	// gradient over its packed weight instead of reading the large ones
 	// in place (Plan.inPlace; tests and benchmarks compare the two).
 	noDenseInPlace bool
+	// noPairHead runs the dense head of every chunk on its own instead
+	// of several chunks' at once (Plan.head; tests and benchmarks compare
+	// the two).
+	noPairHead bool
+	// headGroup overrides the number of chunks whose dense head runs at
+	// once (setHead; benchmarks).
+	headGroup int
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -289,6 +296,9 @@ type Plan struct {
 	// major is the number of leading stages a private step runs example
 	// by example (setMajor), 0 for none.
 	major int
+	// head is the first stage of the dense head that a worker runs for
+	// group chunks at once (setHead); 0 for none.
+	head, group int
 
 	// per step
 	x       []float32
@@ -326,34 +336,48 @@ type Plan struct {
 	first, added int
 }
 
+// slot is the part of a worker's buffers that a chunk keeps from its
+// forward pass to its backward pass. A worker has one, or Plan.group
+// when it runs the dense head of that many chunks at once (Plan.head;
+// the current one in worker.slot, the others in worker.slots): then slot
+// k's head activations and gradients are the rows of chunk k
+// in the first slot's buffers (sized for the group), and its gradients
+// before the head are the first slot's (one chunk's backward pass is
+// over before the next one's starts).
+type slot struct {
+	act  [][]float32 // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
+	d    [][]float32 // d[s]: gradient w.r.t. act[s] (d[0] unused)
+	u    [][]float32 // per stage: im2col rows (conv only)
+	xp   [][]float32 // per stage: zero-bordered input maps (implicit conv)
+	arg  [][]int32   // per stage: argmax (pool only)
+	pre  [][]float32 // per stage: pre-activation (GELU only)
+	xh   [][]float32 // per stage: normalized input (norm only)
+	rstd [][]float64 // per stage: 1/sqrt(var+eps) per example and group (norm only)
+	bad  []bool      // chunk
+	i0   int         // first example of the current chunk
+}
+
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	act  [][]float32      // act[s]: chunk x size of stage s's input (NHWC); act[len] logits
-	d    [][]float32      // d[s]: gradient w.r.t. act[s] (d[0] unused)
-	u    [][]float32      // per stage: im2col rows (conv only)
-	xp   [][]float32      // per stage: zero-bordered input maps (implicit conv)
-	gp   [][]float32      // per stage: zero-bordered output gradients (implicit conv)
-	wide []float32        // an implicit convolution's wide product
-	gpk  blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
-	pan  []float32        // a recomputed weight gradient's panel
-	gpks []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
-	arg  [][]int32        // per stage: argmax (pool only)
-	pre  [][]float32      // per stage: pre-activation (GELU only)
-	xh   [][]float32      // per stage: normalized input (norm only)
-	rstd [][]float64      // per stage: 1/sqrt(var+eps) per example and group (norm only)
-	du   []float32        // conv input-gradient rows
-	ex   []float32        // chunk x exLen per-example convolution gradients
-	sq   []float64        // chunk x naff
-	linf []float64        // chunk
-	c    []float64        // chunk x naff
-	col  []float64        // bias column sums
-	acc  []float32        // gradient sum
-	bad  []bool           // chunk
-	i0   int              // first example of the current chunk
-	tmp  []float32        // an input gradient to be added into d[src]
-	vec  []float32        // an embedding row's gradient
-	gemm blas.Serial32
-	log  *productLog // while RecordProducts is on
+	slot                   // the current chunk's (use)
+	slots []slot           // with Plan.head, the group's (the current one's in slot)
+	cur   int              // the index in slots of the current chunk's slot
+	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	wide  []float32        // an implicit convolution's wide product
+	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
+	pan   []float32        // a recomputed weight gradient's panel
+	gpks  []blas.PackedB32 // the chunk's output gradients packed (recompute.go)
+	du    []float32        // conv input-gradient rows
+	ex    []float32        // chunk x exLen per-example convolution gradients
+	sq    []float64        // chunk x naff
+	linf  []float64        // chunk
+	c     []float64        // chunk x naff
+	col   []float64        // bias column sums
+	acc   []float32        // gradient sum
+	tmp   []float32        // an input gradient to be added into d[src]
+	vec   []float32        // an embedding row's gradient
+	gemm  blas.Serial32
+	log   *productLog // while RecordProducts is on
 	// ghost norms (recompute.go): the Gram matrices, U's columns and G
 	// widened, and per example and affine layer the weight factor's
 	// reduction e/Y.
@@ -437,6 +461,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 			float64(need)/(1<<30), opt.Workers, opt.Chunk, maxPlanBytes>>30)
 	}
 	p.loss = make([]float64, opt.MaxBatch)
+	p.setHead()
 	for range opt.Workers {
 		p.workers = append(p.workers, p.newWorker())
 	}
@@ -745,6 +770,45 @@ func (p *Plan) setMajor() {
 	}
 }
 
+// setHead finds the dense head that a worker runs for several of its
+// chunks at once (trainGroup): the trailing dense layers, a plain chain
+// after some other stage, when one of them reads its weight in place
+// (Plan.inPlace), for as many chunks as make the four rows its kernels
+// take at a time (two of two examples). Such a weight (CIFAR's 2048x128
+// head: 1 MiB) is out of the caches when the next chunk reaches it, the
+// convolutions in between having streamed their maps through them; run
+// once for two chunks, it is read from memory half as often, and the
+// kernels' four rows are examples rather than padding. The stages before
+// the head keep running on one chunk at a time (their maps sized the
+// chunk), each chunk in its own slot. The results are the same bits:
+// every row of the head is computed as on its own (the rows of its
+// products are independent), and each chunk's norms and adds are made
+// as before, in the same order. Measured on 2 cores (BENCHMARKS.md,
+// issue 42): the CIFAR CNN's step took 0-2% less CPU at batch 64 and 500
+// in 2.6 MiB more; groups of four chunks of two (eight rows) took 2-4%
+// more (three chunks' state out of the caches by their backward pass).
+// None with Options.noPairHead.
+func (p *Plan) setHead() {
+	g := 4 / p.opt.Chunk
+	if p.opt.headGroup > 0 {
+		g = p.opt.headGroup
+	}
+	if p.opt.noPairHead || g < 2 {
+		return
+	}
+	h, inPlace := len(p.stages), false
+	for ; h > 1; h-- {
+		s := &p.stages[h-1]
+		if s.kind != kDense || s.src != h-1 || s.addGrad {
+			break
+		}
+		inPlace = inPlace || p.inPlace(s)
+	}
+	if inPlace {
+		p.head, p.group = h, g
+	}
+}
+
 // exSlots is the number of per-example gradients w.ex holds for chunks
 // of C examples: one when the example-major section holds every stage
 // that writes them (exGrad), else C.
@@ -937,17 +1001,27 @@ func (p *Plan) newWorker() *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		act: make([][]float32, S+1), d: make([][]float32, S+1),
-		u: make([][]float32, S), arg: make([][]int32, S), xp: make([][]float32, S), gp: make([][]float32, S),
-		pre: make([][]float32, S), xh: make([][]float32, S), rstd: make([][]float64, S),
+		gp: make([][]float32, S),
 		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: make([]float32, len(p.params)), bad: make([]bool, C),
+		linf: make([]float64, C), acc: make([]float32, len(p.params)),
+	}
+	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
+	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
+	w.pre, w.xh, w.rstd = make([][]float32, S), make([][]float32, S), make([][]float64, S)
+	w.bad = make([]bool, C)
+	// rows is the examples activation k's buffers hold: a group's for
+	// the dense head's activations (Plan.head).
+	rows := func(k int) int {
+		if p.head > 0 && k >= p.head {
+			return p.group * C
+		}
+		return C
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
-		w.act[k] = make([]float32, C*sh.Size())
+		w.act[k] = make([]float32, rows(k)*sh.Size())
 		if k > 0 {
-			w.d[k] = make([]float32, C*sh.Size())
+			w.d[k] = make([]float32, rows(k)*sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
@@ -992,7 +1066,7 @@ func (p *Plan) newWorker() *worker {
 			w.rstd[i] = make([]float64, C*s.groups)
 		}
 		if s.act == GELU {
-			w.pre[i] = make([]float32, C*s.out.Size())
+			w.pre[i] = make([]float32, rows(i+1)*s.out.Size())
 		}
 		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
@@ -1021,7 +1095,59 @@ func (p *Plan) newWorker() *worker {
 	w.wide = make([]float32, maxWide)
 	w.biasRow = make([]float32, maxRow)
 	w.col = make([]float64, maxFo)
+	if p.group > 1 {
+		w.slots = make([]slot, p.group)
+		w.slots[0] = w.slot
+		for g := 1; g < p.group; g++ {
+			p.groupSlot(w, g)
+		}
+	}
 	return w
+}
+
+// use makes slot k of the group the current one (Plan.head).
+func (w *worker) use(k int) {
+	if k != w.cur {
+		w.slots[w.cur], w.slot, w.cur = w.slot, w.slots[k], k
+	}
+}
+
+// groupSlot fills worker w's slot g (Plan.head): buffers of its own for
+// the state a chunk keeps from its forward to its backward pass before
+// the head, views of the first slot's rows of chunk g for the head's,
+// and the first slot's gradients before the head.
+func (p *Plan) groupSlot(w *worker, g int) {
+	C := p.opt.Chunk
+	a, b := &w.slots[0], &w.slots[g]
+	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
+	for k, sh := range p.actShape {
+		if k >= p.head {
+			b.act[k], b.d[k] = a.act[k][g*C*sh.Size():], a.d[k][g*C*sh.Size():]
+			continue
+		}
+		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
+	}
+	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
+	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
+	b.pre = likeAll(a.pre)
+	for i := p.head; i < len(p.stages); i++ {
+		if a.pre[i] != nil {
+			b.pre[i] = a.pre[i][g*C*p.stages[i].out.Size():]
+		}
+	}
+	b.bad = make([]bool, len(a.bad))
+}
+
+// likeAll returns new zeroed buffers of the lengths of bufs (nil for
+// the empty ones).
+func likeAll[T any](bufs [][]T) [][]T {
+	out := make([][]T, len(bufs))
+	for k, b := range bufs {
+		if len(b) > 0 {
+			out[k] = make([]T, len(b))
+		}
+	}
+	return out
 }
 
 // StepCount is the number of Step calls so far; dropout masks depend on
@@ -1277,9 +1403,14 @@ func (p *Plan) work(wi int) {
 		}
 		i0 := c * p.chunk
 		m := min(p.chunk, p.n-i0)
-		if p.mode == modeForward {
+		switch g := min(p.group, (p.chunks-1-c)/p.active+1); {
+		case p.mode == modeForward:
 			p.forwardChunk(w, i0, m)
-		} else {
+		case g > 1 && p.chunk == p.opt.Chunk:
+			// The worker's next g chunks, all full but the last.
+			p.trainGroup(w, c, g)
+			c += (g - 1) * p.active
+		default:
 			p.trainChunk(w, i0, m)
 		}
 	}
@@ -1364,8 +1495,9 @@ func transpose(dst, src []float32, rows, cols int) {
 	transposeLoop(dst, rows, src, cols, rows, cols)
 }
 
-func (p *Plan) forward(w *worker, m int) {
-	for i := range p.stages {
+// forward runs stages [from, to) forward on the chunk's m examples.
+func (p *Plan) forward(w *worker, from, to, m int) {
+	for i := from; i < to; i++ {
 		s := &p.stages[i]
 		in, out := w.act[s.src], w.act[i+1]
 		isz, osz := s.in.Size(), s.out.Size()
@@ -1444,7 +1576,7 @@ func (p *Plan) forward(w *worker, m int) {
 func (p *Plan) forwardChunk(w *worker, i0, m int) {
 	w.i0 = i0
 	p.loadInput(w, i0, m)
-	p.forward(w, m)
+	p.forward(w, 0, len(p.stages), m)
 	copy(p.logits[i0*p.classes:(i0+m)*p.classes], w.act[len(p.stages)][:m*p.classes])
 }
 
@@ -1478,12 +1610,15 @@ func (p *Plan) lossGrad(w *worker, i0, m int) {
 	}
 }
 
-func (p *Plan) backward(w *worker, i0, m int) {
+// backward runs stages to-1 down to 0 backward on the chunk's m
+// examples (and, in the example-major section, each example's norms
+// and adds).
+func (p *Plan) backward(w *worker, i0, m, to int) {
 	lo := 0
 	if p.exampleMajor() {
 		lo = p.major
 	}
-	p.backwardStages(w, lo, len(p.stages), 0, m)
+	p.backwardStages(w, lo, to, 0, m)
 	if lo == 0 {
 		return
 	}
@@ -1632,12 +1767,61 @@ func (p *Plan) backwardStages(w *worker, from, to, j0, m int) {
 // trainChunk runs examples [i0, i0+m) forward and backward and adds their
 // (clipped) gradients into w.acc.
 func (p *Plan) trainChunk(w *worker, i0, m int) {
+	S := len(p.stages)
+	p.startChunk(w, i0, m, S)
+	p.lossGrad(w, i0, m)
+	p.finishChunk(w, i0, m, S)
+}
+
+// trainGroup is trainChunk for the g chunks c0, c0+W, ... of worker w
+// (W the active workers; all full but the last), each in its own slot,
+// with the dense head (stages p.head on, setHead) run once over all:
+// their rows follow one another in the first slot's head buffers. The
+// backward passes, norms and adds take the chunks in order, as
+// trainChunk would.
+func (p *Plan) trainGroup(w *worker, c0, g int) {
+	S, h := len(p.stages), p.head
+	chunk := func(k int) (i0, m int) {
+		w.use(k)
+		i0 = (c0 + k*p.active) * p.chunk
+		return i0, min(p.chunk, p.n-i0)
+	}
+	// The forward passes run last chunk first, so that the first
+	// chunk's state, read back first, is the one still in cache.
+	rows := 0
+	for k := g - 1; k >= 0; k-- {
+		i0, m := chunk(k)
+		p.startChunk(w, i0, m, h)
+		rows += m
+	} // (ending with the first chunk's slot current)
+	p.forward(w, h, S, rows)
+	for k := range g {
+		i0, m := chunk(k)
+		p.lossGrad(w, i0, m)
+	}
+	w.use(0)
+	p.backwardStages(w, h, S, 0, rows)
+	for k := range g {
+		i0, m := chunk(k)
+		p.finishChunk(w, i0, m, h)
+	}
+	w.use(0)
+}
+
+// startChunk loads examples [i0, i0+m) into the current slot and runs
+// stages [0, to) forward on them.
+func (p *Plan) startChunk(w *worker, i0, m, to int) {
 	w.i0 = p.first + i0 // the example's index in the batch (dropout)
 	p.loadInput(w, i0, m)
-	p.forward(w, m)
-	p.lossGrad(w, i0, m)
+	p.forward(w, 0, to, m)
+}
+
+// finishChunk runs stages [0, to) of the current slot's chunk backward
+// (the loss gradient and the stages from to on done) and adds its
+// (clipped) gradients into w.acc.
+func (p *Plan) finishChunk(w *worker, i0, m, to int) {
 	clear(w.linf[:m])
-	p.backward(w, i0, m)
+	p.backward(w, i0, m, to)
 	if p.private {
 		if !p.exampleMajor() { // else backward has done it
 			p.perExample(w, i0, m)

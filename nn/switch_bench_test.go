@@ -17,7 +17,8 @@ import (
 // with the default plan, by name ("before" turns off this pass's
 // changes to the CNN step: whole pool windows, outputs into the next
 // map, the example-major backward; "s48before" the dense head read in
-// place, the packing dealt out in turn and chunks of 2).
+// place, the packing dealt out in turn and chunks of 2; "nopairhead"
+// runs the dense head chunk by chunk, "group4" for four chunks at once).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
 		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
@@ -30,6 +31,8 @@ func stepSwitches() map[string]func(*Options) {
 		"chunk4":         func(o *Options) { o.Chunk = 4 },
 		"chunk8":         func(o *Options) { o.Chunk = 8 },
 		"nodenseinplace": func(o *Options) { o.noDenseInPlace = true },
+		"nopairhead":     func(o *Options) { o.noPairHead = true },
+		"group4":         func(o *Options) { o.headGroup = 4 },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"nofinish":       func(o *Options) { o.noFinish = true },

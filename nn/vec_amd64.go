@@ -152,16 +152,32 @@ func chanSumsAVX2(x *float32, rows, c, c4 int, s *float64)
 func chanSumsAVX512(x *float32, rows, c, c64 int, s *float64)
 
 //go:noescape
-func sumsqLanesAVX2(acc *sumsqLanes, v *float32, n int)
+func sumsqLanesAVX2(acc *[32]float64, v *float32, n int)
+
+//go:noescape
+func sumsqLanesAVX512(acc *[32]float64, v *float32, n int)
 
 // add adds the squares of v (len(v) a multiple of 16) to the partial
-// sums, 16 at a time with AVX2 (addGo's values).
+// sums with AVX-512 or AVX2 (addGo's values): a block that goes to
+// s[16:] first with addGo, then the kernel from partial sum 0.
 func (acc *sumsqLanes) add(v []float32) {
-	if n := len(v) &^ 15; hasAVX2FMA && n > 0 {
-		sumsqLanesAVX2(acc, &v[0], n)
+	if acc.odd && len(v) >= 16 {
+		acc.addGo(v[:16])
+		v = v[16:]
+	}
+	n := len(v) &^ 15
+	switch {
+	case n == 0:
+		return
+	case hasAVX512:
+		sumsqLanesAVX512(&acc.s, &v[0], n)
+	case hasAVX2FMA:
+		sumsqLanesAVX2(&acc.s, &v[0], n)
+	default:
+		acc.addGo(v)
 		return
 	}
-	acc.addGo(v)
+	acc.odd = n%32 != 0
 }
 
 // wide512 reports whether the norm kernels take all C channels 8 at a
