@@ -13,9 +13,12 @@ import (
 // accumulator, a barrier, fixed shares of the sum) bit for bit, whichever
 // worker flushes first, with one flush a worker at the end of the step or
 // several during it, for two and three workers, with and without a
-// clipper, and with GOMAXPROCS 1 (the workers' goroutines interleaved).
+// clipper, and with GOMAXPROCS 1 (the workers' goroutines interleaved);
+// also with a dense head read in place (the worker's chunks in groups).
 func TestFinish(t *testing.T) {
-	for name, b := range testNets() {
+	nets := testNets()
+	nets["head"] = headNet() // a dense head read in place: chunks in groups
+	for name, b := range nets {
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(61, uint64(len(name))))
 			params := randParams(rng, b.n)
