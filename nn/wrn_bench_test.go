@@ -86,7 +86,7 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
-// noRecompute, noGhost, noCol2imRows, noPrefetch, noFinish; chunkN:
+// noRecompute, noGhost, noCol2imRows, noPrefetch; chunkN:
 // chunks of N examples), reporting each one's examples per CPU second and
 // their ratio, and per wall second.
 // Alternating steps exposes both to the same load from other jobs on
@@ -121,8 +121,6 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			alt.col2imRows = -1
 		case "noPrefetch":
 			alt.noPrefetch = true
-		case "noFinish":
-			alt.noFinish = true
 		default:
 			if c, err := strconv.Atoi(strings.TrimPrefix(name, "chunk")); err == nil && c > 0 && strings.HasPrefix(name, "chunk") {
 				alt.Chunk = c // chunkN: the other plans take chunks of N
