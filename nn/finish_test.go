@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -71,8 +72,9 @@ func TestFinish(t *testing.T) {
 }
 
 // planStep makes a plan of b's network with params and opt and runs one
-// step of it on x, y with clip, returning the sum and the plan; made, if
-// set, receives the plan before the step (for hooks in opt to reach it).
+// step of it on x, y with clip into a sum filled with NaN (which the step
+// overwrites), returning the sum and the plan; made, if set, receives the
+// plan before the step (for hooks in opt to reach it).
 func planStep(t *testing.T, b *builder, params []float32, opt Options, x []float32, y []int, clip Clipper, made func(*Plan)) ([]float32, *Plan) {
 	t.Helper()
 	p, err := NewPlan(b.net, params, opt)
@@ -83,6 +85,9 @@ func planStep(t *testing.T, b *builder, params []float32, opt Options, x []float
 		made(p)
 	}
 	s := make([]float32, b.n)
+	for k := range s {
+		s[k] = float32(math.NaN()) // a step writes every entry
+	}
 	if _, err := p.Step(x, y, s, clip); err != nil {
 		t.Fatal(err)
 	}
