@@ -30,15 +30,7 @@ func TestDeferDense(t *testing.T) {
 			sum := func(opt Options, clip Clipper) ([]float32, *Plan) {
 				t.Helper()
 				opt.MaxBatch = n
-				p, err := NewPlan(b.net, params, opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				s := make([]float32, b.n)
-				if _, err := p.Step(x, y, s, clip); err != nil {
-					t.Fatal(err)
-				}
-				return s, p
+				return planStep(t, b, params, opt, x, y, clip, nil)
 			}
 			for _, clip := range []Clipper{nil, normClipper{0.5}} {
 				what := fmt.Sprintf("clipped %v", clip != nil)

@@ -27,7 +27,7 @@ func (p *Plan) Granule() int { return len(p.workers) * p.opt.Chunk }
 func (p *Plan) BeginAdd() {
 	for _, w := range p.workers {
 		clear(w.acc)
-		w.dn = 0
+		w.dn, w.accDense = 0, true
 	}
 	p.adding, p.first, p.added = true, 0, 0
 }

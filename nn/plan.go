@@ -137,6 +137,14 @@ type Options struct {
 	// micro-panel of every packed right operand (blas
 	// PackedB32.SetPrefetch; same values, benchmarks compare the two).
 	noPrefetch bool
+	// noFinish ends a training step as before finish (finish.go): each
+	// worker flushes its dense rows into its accumulator, waits for the
+	// others and sums a fixed share of the accumulators (same values;
+	// tests and benchmarks compare the two).
+	noFinish bool
+	// finishHook, if set, runs in finish once worker wi is through its
+	// chunks (tests order the workers' flushes with it).
+	finishHook func(wi int)
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -317,7 +325,9 @@ type Plan struct {
 	packNext  atomic.Int32
 	ready     []sync.WaitGroup
 	done      sync.WaitGroup
+	flushes   sync.WaitGroup // the workers' deferred dense rows are flushed (finish)
 	splits    [][]int
+	end       endState
 
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
@@ -384,6 +394,10 @@ type worker struct {
 	// in acc (deferDense).
 	dU, dG [][]float32
 	dn     int
+	// accDense is set when acc's deferred dense weights hold this step's
+	// sums (cleared with the rest at the step's start, or by flushDense's
+	// first flush; finish.go).
+	accDense bool
 	// dpad and dpadC: four rows of a dense layer's input and output
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
@@ -452,6 +466,7 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		p.workers = append(p.workers, p.newWorker())
 	}
 	p.splitSegments()
+	p.endJobs()
 	p.packJobs()
 	if opt.noPrefetch {
 		p.setPrefetch()
@@ -1336,11 +1351,22 @@ func (p *Plan) run(mode mode, dst []float32) {
 		}
 	}
 	p.done.Add(p.active - 1)
+	if p.finishes() {
+		e := &p.end
+		e.chunked.Store(0)
+		e.turn.Store(0)
+		e.flushed.Store(0)
+		e.next.Store(0)
+		e.left.Store(int32(p.active - 1))
+		if p.direct() {
+			p.flushes.Add(p.active)
+		}
+	}
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
 	}
 	p.work(0)
-	p.done.Wait()
+	p.awaitWorkers()
 	p.dst = nil
 }
 
@@ -1356,8 +1382,7 @@ const (
 func (p *Plan) work(wi int) {
 	w := p.workers[wi]
 	if p.mode == modeTrain {
-		clear(w.acc)
-		w.dn = 0
+		p.startAcc(w)
 	}
 	switch {
 	case p.active == 1:
@@ -1389,6 +1414,14 @@ func (p *Plan) work(wi int) {
 			p.trainChunk(w, i0, m)
 		}
 	}
+	if p.finishes() {
+		p.finish(w, wi)
+		if wi > 0 {
+			p.done.Done()
+			p.end.left.Add(-1)
+		}
+		return
+	}
 	if p.mode == modeTrain {
 		p.flushDense(w) // (StepAdd: SumInto flushes)
 	}
@@ -1413,14 +1446,7 @@ func (p *Plan) work(wi int) {
 // segments [lo, hi) into dst, mapping the internal convolution weight
 // rows back to the parameter layout.
 func (p *Plan) reduce(lo, hi int) {
-	accs := p.workers[:p.active]
-	for _, sg := range p.segs[lo:hi] {
-		d := p.dst[sg.dst : sg.dst+sg.n]
-		copy(d, accs[0].acc[sg.src:sg.src+sg.n])
-		for _, w := range accs[1:] {
-			add(d, w.acc[sg.src:sg.src+sg.n])
-		}
-	}
+	p.reduceSegs(p.segs[lo:hi])
 }
 
 // splitSegments sets p.splits[W] to W+1 boundaries cutting the segments
@@ -2166,7 +2192,8 @@ func (p *Plan) deferred(s *stage) bool {
 
 // flushDense adds the weight gradients of the deferred dense layers'
 // gathered rows (the w.dn examples since the last flush, in order) into
-// w.acc: one book-keeping product U^T G per layer.
+// w.acc: one book-keeping product U^T G per layer (overwriting, when
+// w.acc's deferred weights were not cleared this step: denseBeta).
 func (p *Plan) flushDense(w *worker) {
 	if w.dn == 0 {
 		return
@@ -2177,9 +2204,9 @@ func (p *Plan) flushDense(w *worker) {
 			continue
 		}
 		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
-		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, 1, accW, s.fo)
+		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, denseBeta(w.accDense), accW, s.fo)
 	}
-	w.dn = 0
+	w.dn, w.accDense = 0, true
 }
 
 // accumulate adds the chunk's gradients into w.acc: book-keeping GEMMs

@@ -35,6 +35,7 @@ func stepSwitches() map[string]func(*Options) {
 		"group4":         func(o *Options) { o.headGroup = 4 },
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
+		"nofinish":       func(o *Options) { o.noFinish = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpmf-go/dpmf/internal/rusage"
 )
@@ -85,8 +86,9 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
-// noRecompute, noGhost, noCol2imRows, noPrefetch; chunkN: chunks of N
-// examples), reporting each one's examples per CPU second and their ratio.
+// noRecompute, noGhost, noCol2imRows, noPrefetch; chunkN:
+// chunks of N examples), reporting each one's examples per CPU second and
+// their ratio, and per wall second.
 // Alternating steps exposes both to the same load from other jobs on
 // the machine.
 func BenchmarkWRNSwitches(b *testing.B) {
@@ -151,7 +153,7 @@ func BenchmarkWRNSwitches(b *testing.B) {
 	if private {
 		clip = wrnClipper{}
 	}
-	var cpu [2][]float64
+	var cpu, wall [2][]float64
 	for _, p := range plans {
 		if _, err := p.Step(x, y, dst, clip); err != nil {
 			b.Fatal(err)
@@ -160,7 +162,7 @@ func BenchmarkWRNSwitches(b *testing.B) {
 	k := 0
 	for b.Loop() {
 		p := plans[k%4]
-		c0 := rusage.CPUSeconds()
+		c0, t0 := rusage.CPUSeconds(), time.Now()
 		if _, err := p.Step(x, y, dst, clip); err != nil {
 			b.Fatal(err)
 		}
@@ -169,6 +171,7 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			v = 1
 		}
 		cpu[v] = append(cpu[v], rusage.CPUSeconds()-c0)
+		wall[v] = append(wall[v], time.Since(t0).Seconds())
 		k++
 	}
 	if len(cpu[1]) == 0 {
@@ -191,5 +194,7 @@ func BenchmarkWRNSwitches(b *testing.B) {
 	b.ReportMetric(med(cpu[1]), "off-ex/cpu-s")
 	b.ReportMetric(med(cpu[0])/med(cpu[1]), "on/off")
 	b.ReportMetric(all(cpu[0])/all(cpu[1]), "on/off-mean")
+	b.ReportMetric(med(wall[0]), "on-ex/s")
+	b.ReportMetric(med(wall[1]), "off-ex/s")
 	b.Logf("%s off: %d steps each", sw, len(cpu[1]))
 }
