@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	gblas "gonum.org/v1/gonum/blas"
 )
 
 // The end of a training step with several workers (finish): each worker,
@@ -147,6 +145,20 @@ func (p *Plan) startAcc(w *worker) {
 	w.accDense = false
 }
 
+// startEnd resets the shared end state for a step that ends with finish
+// (before the workers start).
+func (p *Plan) startEnd() {
+	e := &p.end
+	e.chunked.Store(0)
+	e.turn.Store(0)
+	e.flushed.Store(0)
+	e.next.Store(0)
+	e.left.Store(int32(p.active - 1))
+	if p.direct() {
+		p.flushes.Add(p.active)
+	}
+}
+
 // finish is worker wi's end of a training step once through its chunks:
 // its dense rows flushed, then jobs of the sum of the accumulators into
 // dst as long as there are any.
@@ -219,7 +231,7 @@ func (p *Plan) flushInto(w *worker) {
 			clear(d)
 			continue
 		}
-		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, 0, d, s.fo)
+		w.flushProduct(s, i, 0, d)
 	}
 	w.dn = 0
 }

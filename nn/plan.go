@@ -1352,15 +1352,7 @@ func (p *Plan) run(mode mode, dst []float32) {
 	}
 	p.done.Add(p.active - 1)
 	if p.finishes() {
-		e := &p.end
-		e.chunked.Store(0)
-		e.turn.Store(0)
-		e.flushed.Store(0)
-		e.next.Store(0)
-		e.left.Store(int32(p.active - 1))
-		if p.direct() {
-			p.flushes.Add(p.active)
-		}
+		p.startEnd()
 	}
 	for wi := 1; wi < p.active; wi++ {
 		go p.work(wi)
@@ -2203,10 +2195,16 @@ func (p *Plan) flushDense(w *worker) {
 		if w.dU[i] == nil {
 			continue
 		}
-		accW := w.acc[s.w.Offset : s.w.Offset+s.w.Len]
-		w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, denseBeta(w.accDense), accW, s.fo)
+		w.flushProduct(s, i, denseBeta(w.accDense), w.acc[s.w.Offset:s.w.Offset+s.w.Len])
 	}
 	w.dn, w.accDense = 0, true
+}
+
+// flushProduct writes U^T G + beta C into c for deferred dense stage s
+// (index i): the book-keeping product of the w.dn rows gathered since
+// the last flush.
+func (w *worker) flushProduct(s *stage, i int, beta float32, c []float32) {
+	w.sgemm(gblas.Trans, gblas.NoTrans, s.fi, s.fo, w.dn, 1, w.dU[i], s.fi, w.dG[i], s.fo, beta, c, s.fo)
 }
 
 // accumulate adds the chunk's gradients into w.acc: book-keeping GEMMs
