@@ -283,11 +283,11 @@ func spinWait(ready func() bool, wg *sync.WaitGroup) {
 
 // awaitWorkers waits for the workers other than 0 to end the step,
 // spinning briefly first when they are finishing the last jobs of the
-// sum.
+// sum. It returns only once done is: a worker signals left before done
+// (work), so a late worker's signals all land within its own step.
 func (p *Plan) awaitWorkers() {
 	if p.finishes() {
 		spinWait(func() bool { return p.end.left.Load() == 0 }, &p.done)
-		return
 	}
 	p.done.Wait()
 }

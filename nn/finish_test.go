@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestFinish: ending a training step with the deferred dense layers
@@ -68,6 +69,60 @@ func TestFinish(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFinishSteps: consecutive steps of one plan that end with finish
+// give the old end's sums bit for bit when a worker leaves its step
+// slowly: worker 0 returns only once the others are out of the step, so
+// a late worker's signal cannot count for the next step (which then
+// returned while that worker still added its jobs into the sum).
+func TestFinishSteps(t *testing.T) {
+	b := headNet()
+	rng := rand.New(rand.NewPCG(62, 1))
+	params := randParams(rng, b.n)
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, steps = 64, 20
+	opt := Options{Workers: 2, Chunk: 2, MaxBatch: n, deferMin: 1}
+	ref := opt
+	ref.noFinish = true
+	opt.leaveHook = func(int) { time.Sleep(200 * time.Microsecond) } // past worker 0's spin, within the next step
+	p, err := NewPlan(b.net, params, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewPlan(b.net, params, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference sums first, then the plan's steps back to back.
+	xs, ys, want := make([][]float32, steps), make([][]int, steps), make([][]float32, steps)
+	for step := range steps {
+		xs[step], ys[step] = b.batch(rng, n, shapes[len(shapes)-1].C)
+		want[step] = make([]float32, b.n)
+		if _, err := q.Step(xs[step], ys[step], want[step], normClipper{0.5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([][]float32, steps)
+	for step := range steps {
+		got[step] = make([]float32, b.n)
+		for k := range got[step] {
+			got[step][k] = float32(math.NaN())
+		}
+		if _, err := p.Step(xs[step], ys[step], got[step], normClipper{0.5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // (a late worker's writes land before the comparison)
+	if !p.finishes() {
+		t.Fatal("the plan does not end its steps with finish")
+	}
+	for step := range steps {
+		sameBits(t, fmt.Sprintf("step %d", step), got[step], want[step])
 	}
 }
 

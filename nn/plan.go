@@ -145,6 +145,9 @@ type Options struct {
 	// finishHook, if set, runs in finish once worker wi is through its
 	// chunks (tests order the workers' flushes with it).
 	finishHook func(wi int)
+	// leaveHook, if set, runs as worker wi > 0 leaves a step that ended
+	// with finish, between its two signals to worker 0 (tests delay it).
+	leaveHook func(wi int)
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -1409,8 +1412,13 @@ func (p *Plan) work(wi int) {
 	if p.finishes() {
 		p.finish(w, wi)
 		if wi > 0 {
-			p.done.Done()
+			// left first: worker 0 returns after done (awaitWorkers), so
+			// no signal of this step can count for the next one.
 			p.end.left.Add(-1)
+			if p.opt.leaveHook != nil {
+				p.opt.leaveHook(wi)
+			}
+			p.done.Done()
 		}
 		return
 	}
