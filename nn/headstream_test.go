@@ -1,0 +1,120 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// streamNet is headNet with the convolutions the CIFAR CNN has before
+// its head: two implicit convolutions of 32 channels (whose products
+// prefetch, 32 columns a tile) and a pool before a 512x128 dense layer
+// read in place.
+func streamNet() *builder {
+	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
+	b.conv(3, 32, 3, 1, 1, Tanh)
+	b.conv(32, 32, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
+	b.dense(512, 128, Tanh)
+	b.dense(128, 10, Identity)
+	return b
+}
+
+// TestHeadStream: a group's last forward pass streaming the head's
+// weight into the caches during its last convolution (Plan.streamAt)
+// gives the per-example gradients, losses, norms and clipped sums of
+// the plan without it, bit for bit: batches 1, 3, 64 and 65, one and
+// two workers, examples whose input is not finite (dropped) or
+// saturates every tanh; the CIFAR CNN at 64 and 65 (not with -short).
+// The stream starts at the last implicit convolution before the head,
+// and only in plans with a head run for groups of chunks.
+func TestHeadStream(t *testing.T) {
+	if !hasDenseKernels() {
+		t.Skip("no dense kernels on this CPU")
+	}
+	nets := map[string]*builder{"stream": streamNet()}
+	if !testing.Short() {
+		nets["cifar"] = cifarCNN()
+	}
+	for name, b := range nets {
+		for _, n := range []int{1, 3, 64, 65} {
+			for _, workers := range []int{1, 2} {
+				if name == "cifar" && (n < 64 || workers == 1) {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/n%d/w%d", name, n, workers), func(t *testing.T) {
+					testHeadStream(t, b, n, workers)
+				})
+			}
+		}
+	}
+}
+
+func testHeadStream(t *testing.T, b *builder, n, workers int) {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(workers)))
+	params := randParams(rng, b.n)
+	for k := range params {
+		params[k] *= 0.3
+	}
+	opt := Options{MaxBatch: n, Workers: workers, Chunk: 2}
+	p, err := NewPlan(b.net, params, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.noHeadStream = true
+	ref, err := NewPlan(b.net, params, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := 0
+	for i := range p.head {
+		if s := &p.stages[i]; s.kind == kConv && s.implicit {
+			last = i
+		}
+	}
+	if p.head == 0 || last == 0 || p.streamAt != last || ref.streamAt != 0 {
+		t.Fatalf("head at %d, last implicit convolution %d, stream from %d (reference %d)", p.head, last, p.streamAt, ref.streamAt)
+	}
+	x, y := b.batch(rng, n, 10)
+	sz := len(x) / n
+	for _, i := range []int{0, 3, 62} {
+		if i < n {
+			x[i*sz+1+i%5] = float32([]float64{math.Inf(1), math.NaN()}[i%2])
+		}
+	}
+	for _, i := range []int{4, 63} {
+		if i < n {
+			for k := i * sz; k < (i+1)*sz; k++ {
+				x[k] *= 1e4
+			}
+		}
+	}
+	gp, lp := gradientsOf(t, p, x, y, b.n)
+	gr, lr := gradientsOf(t, ref, x, y, b.n)
+	for i := range n {
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
+		sameLoss(t, i, lp[i], lr[i])
+	}
+	np, nr := &testClipper{sq: make([][]float64, n)}, &testClipper{sq: make([][]float64, n)}
+	sp, sr := make([]float32, b.n), make([]float32, b.n)
+	lp, err = p.Step(x, y, sp, np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp = append([]float64(nil), lp...)
+	lr, err = ref.Step(x, y, sr, nr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		sameLoss(t, i, lp[i], lr[i])
+		sameBits64(t, fmt.Sprintf("example %d norms", i), np.sq[i], nr.sq[i])
+	}
+	sameBits(t, "clipped sum", sp, sr)
+	for _, w := range p.workers {
+		if w.gemm.Streaming() != 0 {
+			t.Fatalf("a worker's stream left on after the step (%d)", w.gemm.Streaming())
+		}
+	}
+}
