@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -77,33 +76,16 @@ func testHeadStream(t *testing.T, b *builder, n, workers int) {
 		t.Fatalf("head at %d, last implicit convolution %d, stream from %d (reference %d)", p.head, last, p.streamAt, ref.streamAt)
 	}
 	x, y := b.batch(rng, n, 10)
-	sz := len(x) / n
-	for _, i := range []int{0, 3, 62} {
-		if i < n {
-			x[i*sz+1+i%5] = float32([]float64{math.Inf(1), math.NaN()}[i%2])
-		}
-	}
-	for _, i := range []int{4, 63} {
-		if i < n {
-			for k := i * sz; k < (i+1)*sz; k++ {
-				x[k] *= 1e4
-			}
-		}
-	}
-	gp, lp := gradientsOf(t, p, x, y, b.n)
-	gr, lr := gradientsOf(t, ref, x, y, b.n)
-	for i := range n {
-		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
-		sameLoss(t, i, lp[i], lr[i])
-	}
+	oddInputs(x, n)
+	sameGradients(t, p, ref, x, y, b.n)
 	np, nr := &testClipper{sq: make([][]float64, n)}, &testClipper{sq: make([][]float64, n)}
 	sp, sr := make([]float32, b.n), make([]float32, b.n)
-	lp, err = p.Step(x, y, sp, np)
+	lp, err := p.Step(x, y, sp, np)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lp = append([]float64(nil), lp...)
-	lr, err = ref.Step(x, y, sr, nr)
+	lr, err := ref.Step(x, y, sr, nr)
 	if err != nil {
 		t.Fatal(err)
 	}
