@@ -846,8 +846,8 @@ func (p *Plan) setHead() {
 // (BENCHMARKS.md, issue 42): the head's forward product in the CIFAR
 // CNN's step took 30-36 us instead of 73 (0.6 ms less a batch-64 step,
 // 0.2 ms less for the input gradient), the last convolution's products
-// 0.4 ms more, and the step 0.9% less CPU at batch 64 (median of nine
-// series), 0.8% at 500. The values are the
+// 0.4 ms more, and the step 1.0% less CPU at batch 64 (median of twelve
+// series), 0.6% at 500 (eight). The values are the
 // same bits either way.
 func (p *Plan) setStream() {
 	for i := p.head; i < len(p.stages); i++ {
