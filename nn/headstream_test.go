@@ -22,10 +22,11 @@ func streamNet() *builder {
 
 // TestHeadStream: a group's last forward pass streaming the head's
 // weight into the caches during its last convolution (Plan.streamAt)
-// gives the per-example gradients, losses, norms and clipped sums of
-// the plan without it, bit for bit: batches 1, 3, 64 and 65, one and
-// two workers, examples whose input is not finite (dropped) or
-// saturates every tanh; the CIFAR CNN at 64 and 65 (not with -short).
+// gives the per-example gradients, losses, norms, sums (clipped and
+// not) and StepAdd sums of the plan without it, bit for bit: batches 1,
+// 3, 64 and 65, one and two workers, examples whose input is not finite
+// (dropped) or saturates every tanh; the CIFAR CNN at 64 and 65 (not
+// with -short).
 // The stream starts at the last implicit convolution before the head,
 // and only in plans with a head run for groups of chunks.
 func TestHeadStream(t *testing.T) {
@@ -77,23 +78,7 @@ func testHeadStream(t *testing.T, b *builder, n, workers int) {
 	}
 	x, y := b.batch(rng, n, 10)
 	oddInputs(x, n)
-	sameGradients(t, p, ref, x, y, b.n)
-	np, nr := &testClipper{sq: make([][]float64, n)}, &testClipper{sq: make([][]float64, n)}
-	sp, sr := make([]float32, b.n), make([]float32, b.n)
-	lp, err := p.Step(x, y, sp, np)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lp = append([]float64(nil), lp...)
-	lr, err := ref.Step(x, y, sr, nr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		sameLoss(t, i, lp[i], lr[i])
-		sameBits64(t, fmt.Sprintf("example %d norms", i), np.sq[i], nr.sq[i])
-	}
-	sameBits(t, "clipped sum", sp, sr)
+	sameSteps(t, b, p, ref, x, y)
 	for _, w := range p.workers {
 		if w.gemm.Streaming() != 0 {
 			t.Fatalf("a worker's stream left on after the step (%d)", w.gemm.Streaming())

@@ -68,9 +68,43 @@ func testPairHead(t *testing.T, b *builder, n, workers, chunk, group int) {
 		t.Fatalf("head at stage %d in groups of %d (reference %d), want %d in %d (0)", p.head, p.group, ref.head, len(p.stages)-2, want)
 	}
 	x, y := b.batch(rng, n, 10)
-	sz := len(x) / n
 	oddInputs(x, n)
-	sameGradients(t, p, ref, x, y, b.n)
+	sameSteps(t, b, p, ref, x, y)
+}
+
+// oddInputs makes examples 0, 3 and 62 of the batch x of n examples not
+// finite and multiplies 4 and 63 by 10^4 (saturating every tanh).
+func oddInputs(x []float32, n int) {
+	sz := len(x) / n
+	// Not finite: examples 0 (the first chunk of the first pair with
+	// chunks of one or one worker), 3 and 62; saturating: 4 and 63.
+	for _, i := range []int{0, 3, 62} {
+		if i < n {
+			x[i*sz+1+i%5] = float32([]float64{math.Inf(1), math.NaN()}[i%2])
+		}
+	}
+	for _, i := range []int{4, 63} {
+		if i < n {
+			for k := i * sz; k < (i+1)*sz; k++ {
+				x[k] *= 1e4
+			}
+		}
+	}
+}
+
+// sameSteps checks that plans p and ref of network b give the same
+// per-example gradients, losses, sums (with and without a clipper), the
+// norms the clipper sees and StepAdd sums on the batch x, y, bit for bit.
+func sameSteps(t *testing.T, b *builder, p, ref *Plan, x []float32, y []int) {
+	t.Helper()
+	n := len(y)
+	sz := len(x) / n
+	gp, lp := gradientsOf(t, p, x, y, b.n)
+	gr, lr := gradientsOf(t, ref, x, y, b.n)
+	for i := range n {
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
+		sameLoss(t, i, lp[i], lr[i])
+	}
 	for c := range 2 {
 		var clp, clr Clipper
 		var np, nr *testClipper
@@ -118,37 +152,6 @@ func testPairHead(t *testing.T, b *builder, n, workers, chunk, group int) {
 		}
 	}
 	sameBits(t, "StepAdd sum", sums[0], sums[1])
-}
-
-// oddInputs makes examples 0 (the first chunk of the first pair with
-// chunks of one or one worker), 3 and 62 of the batch x of n not finite,
-// and 4 and 63 large enough to saturate every tanh (those < n).
-func oddInputs(x []float32, n int) {
-	sz := len(x) / n
-	for _, i := range []int{0, 3, 62} {
-		if i < n {
-			x[i*sz+1+i%5] = float32([]float64{math.Inf(1), math.NaN()}[i%2])
-		}
-	}
-	for _, i := range []int{4, 63} {
-		if i < n {
-			for k := i * sz; k < (i+1)*sz; k++ {
-				x[k] *= 1e4
-			}
-		}
-	}
-}
-
-// sameGradients checks that plans p and ref give the same per-example
-// gradients and losses on x, y bit for bit.
-func sameGradients(t *testing.T, p, ref *Plan, x []float32, y []int, size int) {
-	t.Helper()
-	gp, lp := gradientsOf(t, p, x, y, size)
-	gr, lr := gradientsOf(t, ref, x, y, size)
-	for i := range y {
-		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
-		sameLoss(t, i, lp[i], lr[i])
-	}
 }
 
 func sameLoss(t *testing.T, i int, a, b float64) {
