@@ -310,7 +310,7 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 		}
 		H, W := s.out.H, s.out.W
 		for j := lo; j < m; j++ {
-			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			g, gp := dout[j*osz:(j+1)*osz], w.gpOf(i, gsz, j)
 			a, ast := p.outMap(w, i, j)
 			for h := range H {
 				dst := gp[s.gpPix(h)*fo : (s.gpPix(h)+W)*fo]
@@ -327,7 +327,7 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 	}
 	wide := w.wide[:s.wideLen()]
 	for j := lo; j < m; j++ {
-		gp := w.gp[i][j*gsz : (j+1)*gsz]
+		gp := w.gpOf(i, gsz, j)
 		if s.stride == 2 {
 			p.stride2InputGrad(w, i, j, gp, wide, din)
 			continue
@@ -352,7 +352,7 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 		return
 	}
 	q := &p.stages[s.src-1]
-	gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+	gq := w.gpOf(s.src-1, q.gpLen(), j)
 	a, ast := p.outMap(w, s.src-1, j)
 	off := q.gpPix(h) * C
 	actGradTo(gq[off:off+rw], src, a[h*ast:h*ast+rw], q.act)
@@ -410,7 +410,7 @@ func (p *Plan) gradIntoGp(w *worker, qi, m int, g []float32) {
 	q := &p.stages[qi]
 	osz, gsz, rw := q.out.Size(), q.gpLen(), q.out.W*q.fo
 	for j := range m {
-		gp := w.gp[qi][j*gsz : (j+1)*gsz]
+		gp := w.gpOf(qi, gsz, j)
 		a, ast := p.outMap(w, qi, j)
 		for h := range q.out.H {
 			o, k := q.gpPix(h)*q.fo, j*osz+h*rw
@@ -433,7 +433,7 @@ func (p *Plan) poolGradToGp(w *worker, i, lo, m int, dout []float32) {
 	isz, osz := s.in.Size(), s.out.Size()
 	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
 	for j := lo; j < m; j++ {
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+		gq := w.gpOf(s.src-1, q.gpLen(), j)
 		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
 		if windows {
 			s.poolWindows2(q, gq, a, arg, g)
@@ -506,11 +506,28 @@ func actGrad1(g, a float32, act Activation) float32 {
 	return d
 }
 
+// gpOf is example j's bordered output gradient map (gsz floats) of
+// implicit stage i in w.gp (gpEx).
+func (w *worker) gpOf(i, gsz, j int) []float32 {
+	j = w.gpEx(j)
+	return w.gp[i][j*gsz : (j+1)*gsz]
+}
+
+// gpEx is the example of the chunk whose part of w.gp holds example j's
+// bordered output gradients: j, or 0 in the example-major section's
+// backward pass (worker.gpOne).
+func (w *worker) gpEx(j int) int {
+	if w.gpOne {
+		return 0
+	}
+	return j
+}
+
 // gradView is example j's output gradient (the activation's derivative
 // applied) of implicit stage i as the wide rows of gp: the real pixels,
 // with zeros in the garbage columns.
 func (w *worker) gradView(s *stage, i, j int) []float32 {
-	off := j*s.gpLen() + s.gpPix(0)*s.fo
+	off := w.gpEx(j)*s.gpLen() + s.gpPix(0)*s.fo
 	return w.gp[i][off : off+s.wide*s.fo]
 }
 

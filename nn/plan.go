@@ -137,6 +137,11 @@ type Options struct {
 	// micro-panel of every packed right operand (blas
 	// PackedB32.SetPrefetch; same values, benchmarks compare the two).
 	noPrefetch bool
+	// noGpOne keeps each example's bordered output gradients in its own
+	// part of w.gp in the example-major section's backward pass instead
+	// of the first example's part for all (worker.gpOne; same values,
+	// tests and benchmarks compare the two).
+	noGpOne bool
 	// noFinish ends a training step as before finish (finish.go): each
 	// worker flushes its dense rows into its accumulator, waits for the
 	// others and sums a fixed share of the accumulators (same values;
@@ -362,10 +367,15 @@ type slot struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	slot                   // the current chunk's (use)
-	slots []slot           // with Plan.head, the group's (the current one's in slot)
-	cur   int              // the index in slots of the current chunk's slot
-	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	slot              // the current chunk's (use)
+	slots []slot      // with Plan.head, the group's (the current one's in slot)
+	cur   int         // the index in slots of the current chunk's slot
+	gp    [][]float32 // per stage: zero-bordered output gradients (implicit conv)
+	// gpOne: every example's bordered output gradients are in the first
+	// example's part of gp (gpEx): set in the example-major section's
+	// backward pass, where each example's are read only before the next
+	// example's are written.
+	gpOne bool
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
 	pan   []float32        // a recomputed weight gradient's panel
@@ -1624,6 +1634,7 @@ func (p *Plan) backward(w *worker, i0, m, to int) {
 	}
 	// The example-major section: each example through its stages, then
 	// its norms, factors and scaled adds while its gradient is in cache.
+	w.gpOne = !p.opt.noGpOne
 	for j := range m {
 		p.backwardStages(w, 0, lo, j, j+1)
 		p.exampleNorms(w, i0, j)
@@ -1631,6 +1642,7 @@ func (p *Plan) backward(w *worker, i0, m, to int) {
 			p.exampleAdds(w, j)
 		}
 	}
+	w.gpOne = false
 }
 
 // backwardStages runs stages to-1 down to from backward on examples [j0,
@@ -1883,7 +1895,7 @@ func (p *Plan) zeroExample(w *worker, j int) {
 		s := &p.stages[i]
 		if s.kind == kConv && s.implicit {
 			clear(w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()])
-			clear(w.gp[i][j*s.gpLen() : (j+1)*s.gpLen()])
+			clear(w.gpOf(i, s.gpLen(), j))
 			clear(w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()])
 			continue
 		}

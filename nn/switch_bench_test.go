@@ -36,6 +36,7 @@ func stepSwitches() map[string]func(*Options) {
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"nofinish":       func(o *Options) { o.noFinish = true },
+		"nogpone":        func(o *Options) { o.noGpOne = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
