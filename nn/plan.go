@@ -142,6 +142,13 @@ type Options struct {
 	// of the first example's part for all (worker.gpOne; same values,
 	// tests and benchmarks compare the two).
 	noGpOne bool
+	// noWarmFlush has finish's first flush of the deferred dense rows
+	// write into dst and the second into its accumulator's deferred
+	// weights, both last written a step ago, instead of each into its
+	// worker's per-example gradient buffer, in cache after the chunks
+	// (flushWarm; same values, tests and benchmarks compare the two);
+	// directFirst keeps the first flush into dst.
+	noWarmFlush, directFirst bool
 	// noFinish ends a training step as before finish (finish.go): each
 	// worker flushes its dense rows into its accumulator, waits for the
 	// others and sums a fixed share of the accumulators (same values;

@@ -37,6 +37,8 @@ func stepSwitches() map[string]func(*Options) {
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"nofinish":       func(o *Options) { o.noFinish = true },
 		"nogpone":        func(o *Options) { o.noGpOne = true },
+		"nowarmflush":    func(o *Options) { o.noWarmFlush = true },
+		"directfirst":    func(o *Options) { o.directFirst = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }

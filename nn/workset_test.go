@@ -16,28 +16,51 @@ var workingSetSwitches = map[string]struct {
 	// Each example's bordered output gradients in the first example's
 	// part of gp (worker.gpOne): plans with an example-major section.
 	"gpone": {func(o *Options) { o.noGpOne = true }, func(p *Plan) bool { return p.major > 0 }},
+	// The deferred dense layers' flushes into w.ex (flushWarm), the
+	// first into dst as before, and both: plans that end with finish.
+	"warmflush":   {func(o *Options) { o.noWarmFlush = true }, finishing},
+	"directfirst": {func(o *Options) { o.directFirst = true }, finishing},
 }
+
+// warmNet is a network whose dense layers' weights, all deferred with
+// Options.deferMin 1, fit in its per-example gradient buffer (w.ex),
+// where the warm flushes write them (flushWarm).
+func warmNet() *builder {
+	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
+	b.conv(3, 32, 3, 1, 1, Tanh)
+	b.conv(32, 32, 3, 1, 1, Tanh)
+	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
+	b.dense(512, 16, Tanh)
+	b.dense(16, 10, Identity)
+	return b
+}
+
+// finishing reports whether p's two-worker training steps end with
+// finish and so flush the deferred dense rows (warm flushes).
+func finishing(p *Plan) bool { return p.end.on && len(p.workers) == 2 }
 
 // TestWorkingSet: each change of workingSetSwitches gives the per-example
 // gradients, losses, norms and sums (clipped and not, whole steps and
 // StepAdd pieces) of the path it replaces, bit for bit, on every test
 // network whose plan it changes and on the network of the dense head
-// read in place (the CIFAR CNN too without -short): batches 1, 3, 64 and
-// 65, one and two workers, chunks of 2 and 4, with examples whose input
-// is not finite or saturates every tanh.
+// read in place (the CIFAR CNN too without -short) and warmNet: batches 1, 3, 64 and
+// 65 (and 150 with every dense layer deferred, flushed during the step
+// too), one and two workers, chunks of 2 and 4, with examples whose
+// input is not finite or saturates every tanh.
 func TestWorkingSet(t *testing.T) {
 	nets := testNets()
 	nets["head"] = headNet()
+	nets["warm"] = warmNet()
 	if !testing.Short() {
 		nets["cifar"] = cifarCNN()
 	}
 	for sw, c := range workingSetSwitches {
 		some := 0
 		for name, b := range nets {
-			for _, n := range []int{1, 3, 64, 65} {
+			for _, n := range []int{1, 3, 64, 65, 150} {
 				for _, workers := range []int{1, 2} {
 					for _, chunk := range []int{2, 4} {
-						if name == "cifar" && (n < 64 || chunk == 4) {
+						if name == "cifar" && (n < 64 || chunk == 4) || n == 150 && workers == 1 {
 							continue
 						}
 						rng := rand.New(rand.NewPCG(uint64(n), uint64(10*workers+chunk)))
@@ -46,6 +69,11 @@ func TestWorkingSet(t *testing.T) {
 							params[k] *= 0.3
 						}
 						opt := Options{MaxBatch: n, Workers: workers, Chunk: chunk}
+						if n == 150 || name == "warm" {
+							// Every dense layer deferred, and flushed
+							// during the step too.
+							opt.deferMin = 1
+						}
 						p, err := NewPlan(b.net, params, opt)
 						if err != nil {
 							t.Fatal(err)
@@ -65,7 +93,9 @@ func TestWorkingSet(t *testing.T) {
 								t.Fatal(err)
 							}
 							x, y := b.batch(rng, n, shapes[len(shapes)-1].C)
-							oddInputs(x, n)
+							if p.stages[0].kind != kEmbed { // (ids must be valid)
+								oddInputs(x, n)
+							}
 							sameSteps(t, b, p, ref, x, y)
 						})
 					}
