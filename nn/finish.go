@@ -210,6 +210,9 @@ func (p *Plan) finish(w *worker, wi int) {
 		case warm && (t == 1 || !p.opt.directFirst):
 			e.who[t].Store(int32(wi))
 			e.in[t].Store(int32(p.flushWarm(w)))
+			if t == 1 {
+				e.second.Store(int32(wi))
+			}
 		case t == 0:
 			p.flushInto(w)
 			e.in[0].Store(inDst)
