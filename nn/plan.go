@@ -142,6 +142,12 @@ type Options struct {
 	// of the first example's part for all (worker.gpOne; same values,
 	// tests and benchmarks compare the two).
 	noGpOne bool
+	// noPoolOut has a max pool that writes its producer's bordered
+	// output gradient take the producer's activation derivative at its
+	// input (each slot of a group keeping that input) instead of at its
+	// output (poolOut; same values, tests and benchmarks compare the
+	// two).
+	noPoolOut bool
 	// noWarmFlush has finish's first flush of the deferred dense rows
 	// write into dst and the second into its accumulator's deferred
 	// weights, both last written a step ago, instead of each into its
@@ -1146,6 +1152,9 @@ func (p *Plan) groupSlot(w *worker, g int) {
 			continue
 		}
 		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
+		if p.sharedAct(k) {
+			b.act[k] = a.act[k]
+		}
 	}
 	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
 	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
@@ -1156,6 +1165,19 @@ func (p *Plan) groupSlot(w *worker, g int) {
 		}
 	}
 	b.bad = make([]bool, len(a.bad))
+}
+
+// sharedAct reports whether activation k, before the dense head, is read
+// by nothing after its chunk's forward pass (the input of a max pool
+// that takes its derivative at its output, poolOut): the slots of a
+// group then share one buffer for it.
+func (p *Plan) sharedAct(k int) bool {
+	for i := range p.stages {
+		if s := &p.stages[i]; s.src == k && p.poolOut(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // likeAll returns new zeroed buffers of the lengths of bufs (nil for

@@ -38,6 +38,7 @@ func stepSwitches() map[string]func(*Options) {
 		"nofinish":       func(o *Options) { o.noFinish = true },
 		"nogpone":        func(o *Options) { o.noGpOne = true },
 		"nowarmflush":    func(o *Options) { o.noWarmFlush = true },
+		"nopoolout":      func(o *Options) { o.noPoolOut = true },
 		"directfirst":    func(o *Options) { o.directFirst = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}

@@ -16,6 +16,16 @@ var workingSetSwitches = map[string]struct {
 	// Each example's bordered output gradients in the first example's
 	// part of gp (worker.gpOne): plans with an example-major section.
 	"gpone": {func(o *Options) { o.noGpOne = true }, func(p *Plan) bool { return p.major > 0 }},
+	// Max pools' derivatives at their output, their input shared by a
+	// group's slots (poolOut, sharedAct): plans with such a pool.
+	"poolout": {func(o *Options) { o.noPoolOut = true }, func(p *Plan) bool {
+		for i := range p.stages {
+			if p.poolOut(&p.stages[i]) {
+				return true
+			}
+		}
+		return false
+	}},
 	// The deferred dense layers' flushes into w.ex (flushWarm), the
 	// first into dst as before, and both: plans that end with finish.
 	"warmflush":   {func(o *Options) { o.noWarmFlush = true }, finishing},
