@@ -380,15 +380,10 @@ type slot struct {
 
 // worker holds one goroutine's buffers for a chunk of examples.
 type worker struct {
-	slot              // the current chunk's (use)
-	slots []slot      // with Plan.head, the group's (the current one's in slot)
-	cur   int         // the index in slots of the current chunk's slot
-	gp    [][]float32 // per stage: zero-bordered output gradients (implicit conv)
-	// gpOne: every example's bordered output gradients are in the first
-	// example's part of gp (gpEx): set in the example-major section's
-	// backward pass, where each example's are read only before the next
-	// example's are written.
-	gpOne bool
+	slot                   // the current chunk's (use)
+	slots []slot           // with Plan.head, the group's (the current one's in slot)
+	cur   int              // the index in slots of the current chunk's slot
+	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
 	pan   []float32        // a recomputed weight gradient's panel
@@ -424,6 +419,11 @@ type worker struct {
 	// sums (cleared with the rest at the step's start, or by flushDense's
 	// first flush; finish.go).
 	accDense bool
+	// gpOne: every example's bordered output gradients are in the first
+	// example's part of gp (gpEx): set in the example-major section's
+	// backward pass, where each example's are read only before the next
+	// example's are written.
+	gpOne bool
 	// dpad and dpadC: four rows of a dense layer's input and output
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
@@ -1151,9 +1151,9 @@ func (p *Plan) groupSlot(w *worker, g int) {
 			b.act[k], b.d[k] = a.act[k][g*C*sh.Size():], a.d[k][g*C*sh.Size():]
 			continue
 		}
-		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
-		if p.sharedAct(k) {
-			b.act[k] = a.act[k]
+		b.act[k], b.d[k] = a.act[k], a.d[k]
+		if !p.sharedAct(k) {
+			b.act[k] = make([]float32, len(a.act[k]))
 		}
 	}
 	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
