@@ -39,6 +39,11 @@ func stepSwitches() map[string]func(*Options) {
 		"nopackjobs":     func(o *Options) { o.noPackJobs = true },
 		"noprefetch":     func(o *Options) { o.noPrefetch = true },
 		"nofinish":       func(o *Options) { o.noFinish = true },
+		"nogpone":        func(o *Options) { o.noGpOne = true },
+		"nowarmflush":    func(o *Options) { o.noWarmFlush = true },
+		"nopoolout":      func(o *Options) { o.noPoolOut = true },
+		"s50before":      func(o *Options) { o.noGpOne, o.noPoolOut, o.noWarmFlush = true, true, true },
+		"directfirst":    func(o *Options) { o.directFirst = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 	}
 }
