@@ -872,7 +872,9 @@ func (p *Plan) setHead() {
 // CNN's step took 30-36 us instead of 73 (0.6 ms less a batch-64 step,
 // 0.2 ms less for the input gradient), the last convolution's products
 // 0.4 ms more, and the step 1.0% less CPU at batch 64 (median of twelve
-// series), 0.6% at 500 (eight). The values are the
+// series), 0.6% at 500 (eight); with the smaller working set of the
+// example-major backward's single gradient maps, +0.6% (five) and 0.0%
+// (three), within the machine's noise. The values are the
 // same bits either way.
 func (p *Plan) setStream() {
 	for i := p.head; i < len(p.stages); i++ {
