@@ -148,6 +148,11 @@ type Options struct {
 	// leaveHook, if set, runs as worker wi > 0 leaves a step that ended
 	// with finish, between its two signals to worker 0 (tests delay it).
 	leaveHook func(wi int)
+	// noHugePages leaves the workers' buffers on the OS's base pages
+	// instead of asking for transparent huge pages (arena; same values,
+	// benchmarks compare the two); noArena makes each buffer on its own,
+	// as before the arena.
+	noHugePages, noArena bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -405,6 +410,9 @@ type worker struct {
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
 	dpad, dpadC []float32
+	// mem is the arena the float32 buffers are carved from (nil with
+	// Options.noArena).
+	mem *arena
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -1001,12 +1009,26 @@ func (p *Plan) packStage(s *stage, back bool) {
 }
 
 func (p *Plan) newWorker() *worker {
+	if p.opt.noArena {
+		return p.buildWorker(&arena{plain: true})
+	}
+	var size arena
+	p.buildWorker(&size)
+	m := newArena(size.off, p.opt.noHugePages)
+	w := p.buildWorker(m)
+	w.mem = m
+	return w
+}
+
+// buildWorker returns a worker whose float32 buffers m carves (the
+// others are made).
+func (p *Plan) buildWorker(m *arena) *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
 		gp: make([][]float32, S),
-		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: make([]float32, len(p.params)),
+		ex: m.f32(p.exSlots(C) * p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
+		linf: make([]float64, C), acc: m.f32(len(p.params)),
 	}
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
@@ -1022,18 +1044,18 @@ func (p *Plan) newWorker() *worker {
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
-		w.act[k] = make([]float32, rows(k)*sh.Size())
+		w.act[k] = m.f32(rows(k) * sh.Size())
 		if k > 0 {
-			w.d[k] = make([]float32, rows(k)*sh.Size())
+			w.d[k] = m.f32(rows(k) * sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
-	w.tmp = make([]float32, maxAct)
+	w.tmp = m.f32(maxAct)
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
 			if s.panelSum {
-				w.pan = make([]float32, max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+				w.pan = m.f32(max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
 				w.gpks = make([]blas.PackedB32, C)
 			}
 			if s.ghost {
@@ -1047,36 +1069,36 @@ func (p *Plan) newWorker() *worker {
 			}
 			if s.recompute {
 				w.gpks = make([]blas.PackedB32, C)
-				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
+				w.pan = m.f32(max(len(w.pan), s.panel*s.fo))
 			}
 			if s.implicit {
-				w.xp[i] = make([]float32, C*s.xpLen())
-				w.gp[i] = make([]float32, C*s.gpLen())
+				w.xp[i] = m.f32(C * s.xpLen())
+				w.gp[i] = m.f32(C * s.gpLen())
 				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
-			w.u[i] = make([]float32, C*s.P*s.fi)
+			w.u[i] = m.f32(C * s.P * s.fi)
 			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
 			}
 		case kPool:
 			w.arg[i] = make([]int32, C*s.out.Size())
 		case kDrop:
-			w.pre[i] = make([]float32, C*s.out.Size()) // the mask
+			w.pre[i] = m.f32(C * s.out.Size()) // the mask
 		case kNorm:
-			w.xh[i] = make([]float32, C*s.in.Size())
+			w.xh[i] = m.f32(C * s.in.Size())
 			w.rstd[i] = make([]float64, C*s.groups)
 		}
 		if s.act == GELU {
-			w.pre[i] = make([]float32, rows(i+1)*s.out.Size())
+			w.pre[i] = m.f32(rows(i+1) * s.out.Size())
 		}
 		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
 			for _, t := range s.emb.Tables {
 				maxFo = max(maxFo, t.Dim)
 				if len(w.vec) < t.Dim {
-					w.vec = make([]float32, t.Dim)
+					w.vec = m.f32(t.Dim)
 				}
 			}
 		}
@@ -1084,25 +1106,25 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		if p.inPlace(&s) {
 			n := 4 * max(s.fi, s.fo)
-			w.dpad, w.dpadC = make([]float32, max(len(w.dpad), n)), make([]float32, max(len(w.dpadC), n))
+			w.dpad, w.dpadC = m.f32(max(len(w.dpad), n)), m.f32(max(len(w.dpadC), n))
 		}
 		if p.deferred(&s) {
 			if w.dU == nil {
 				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
 			}
 			n := max(C, denseGroup)
-			w.dU[i], w.dG[i] = make([]float32, n*s.fi), make([]float32, n*s.fo)
+			w.dU[i], w.dG[i] = m.f32(n*s.fi), m.f32(n*s.fo)
 		}
 	}
-	w.du = make([]float32, maxDU)
-	w.wide = make([]float32, maxWide)
-	w.biasRow = make([]float32, maxRow)
+	w.du = m.f32(maxDU)
+	w.wide = m.f32(maxWide)
+	w.biasRow = m.f32(maxRow)
 	w.col = make([]float64, maxFo)
 	if p.group > 1 {
 		w.slots = make([]slot, p.group)
 		w.slots[0] = w.slot
 		for g := 1; g < p.group; g++ {
-			p.groupSlot(w, g)
+			p.groupSlot(w, g, m)
 		}
 	}
 	return w
@@ -1119,7 +1141,7 @@ func (w *worker) use(k int) {
 // the state a chunk keeps from its forward to its backward pass before
 // the head, views of the first slot's rows of chunk g for the head's,
 // and the first slot's gradients before the head.
-func (p *Plan) groupSlot(w *worker, g int) {
+func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 	C := p.opt.Chunk
 	a, b := &w.slots[0], &w.slots[g]
 	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
@@ -1128,11 +1150,11 @@ func (p *Plan) groupSlot(w *worker, g int) {
 			b.act[k], b.d[k] = a.act[k][g*C*sh.Size():], a.d[k][g*C*sh.Size():]
 			continue
 		}
-		b.act[k], b.d[k] = make([]float32, len(a.act[k])), a.d[k]
+		b.act[k], b.d[k] = m.f32(len(a.act[k])), a.d[k]
 	}
-	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
+	b.u, b.xp, b.xh = m.like(a.u), m.like(a.xp), m.like(a.xh)
 	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
-	b.pre = likeAll(a.pre)
+	b.pre = m.like(a.pre)
 	for i := p.head; i < len(p.stages); i++ {
 		if a.pre[i] != nil {
 			b.pre[i] = a.pre[i][g*C*p.stages[i].out.Size():]
