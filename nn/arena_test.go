@@ -135,7 +135,8 @@ func workerFloats(w *worker) [][]float32 {
 	return out
 }
 
-// TestArenaPlan checks that a plan's worker buffers lie in its arena and
+// TestArenaPlan checks that a plan's worker buffers and weight copies
+// lie in its arenas and
 // that plans with and without the arena or its huge pages give the same
 // clipped sums and per-example norms, bit for bit.
 func TestArenaPlan(t *testing.T) {
@@ -171,6 +172,22 @@ func TestArenaPlan(t *testing.T) {
 					}
 				}
 			}
+			if p.mem != nil {
+				lo := uintptr(unsafe.Pointer(&p.mem.buf[0]))
+				hi := lo + 4*uintptr(len(p.mem.buf))
+				in := func(f []float32) bool {
+					s := uintptr(unsafe.Pointer(&f[0]))
+					return s >= lo && s+4*uintptr(len(f)) <= hi
+				}
+				for i := range p.stages {
+					s := &p.stages[i]
+					for _, f := range [][]float32{s.wp, s.wflip} {
+						if len(f) > 0 && !in(f) {
+							t.Errorf("%s %s: stage %d: a weight copy of %d floats outside the arena", name, v, i, len(f))
+						}
+					}
+				}
+			}
 			sum := make([]float32, b.n)
 			cl := &testClipper{sq: make([][]float64, n)}
 			for range 2 {
@@ -192,6 +209,38 @@ func TestArenaPlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// workerArenas returns p's workers' arenas.
+func workerArenas(p *Plan) []*arena {
+	var out []*arena
+	for _, w := range p.workers {
+		out = append(out, w.mem)
+	}
+	return out
+}
+
+// huge returns the bytes of a's carved pages on transparent huge pages,
+// or -1 (anonHuge).
+func (a *arena) huge() int {
+	if a == nil || a.off == 0 {
+		return 0
+	}
+	lo := uintptr(unsafe.Pointer(&a.buf[a.base]))
+	return anonHuge(lo, lo+4*uintptr(a.off)/4096*4096)
+}
+
+// planHuge returns the MiB of p's arenas on huge pages (-1: unknown).
+func planHuge(p *Plan) float64 {
+	t := 0
+	for _, m := range append(workerArenas(p), p.mem) {
+		h := m.huge()
+		if h < 0 {
+			return -1
+		}
+		t += h
+	}
+	return float64(t) / (1 << 20)
 }
 
 // anonHuge returns the bytes of [lo, hi) (page-aligned) on transparent
@@ -245,8 +294,11 @@ func TestArenaHugePages(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := randParams(rng, b.n)
 	x, y := b.batch(rng, 64, 10)
+	var plans []*Plan // kept: a later plan would reuse a freed arena's pages
+	defer runtime.KeepAlive(plans)
 	for _, noHuge := range []bool{false, true} {
 		p, err := NewPlan(b.net, params, Options{MaxBatch: 64, Workers: 2, noHugePages: noHuge})
+		plans = append(plans, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,13 +306,12 @@ func TestArenaHugePages(t *testing.T) {
 		if _, err := p.Step(x, y, sum, &testClipper{}); err != nil {
 			t.Fatal(err)
 		}
-		for wi, w := range p.workers {
-			lo := uintptr(unsafe.Pointer(&w.mem.buf[w.mem.base]))
-			h := anonHuge(lo, lo+4*uintptr(w.mem.off)/4096*4096)
-			t.Logf("noHugePages %v: worker %d: %.1f MiB carved, %.1f MiB of it on huge pages (THP %s)",
-				noHuge, wi, float64(4*w.mem.off)/(1<<20), float64(h)/(1<<20), strings.TrimSpace(string(mode)))
-			if on := strings.Contains(string(mode), "[madvise]") || strings.Contains(string(mode), "[always]"); on && !noHuge && h >= 0 && h < 2*w.mem.off {
-				t.Errorf("worker %d: %.1f of %.1f MiB on huge pages", wi, float64(h)/(1<<20), float64(4*w.mem.off)/(1<<20))
+		for wi, m := range append(workerArenas(p), p.mem) {
+			h := m.huge()
+			t.Logf("noHugePages %v: arena %d: %.1f MiB carved, %.1f MiB of it on huge pages (THP %s)",
+				noHuge, wi, float64(4*m.off)/(1<<20), float64(h)/(1<<20), strings.TrimSpace(string(mode)))
+			if on := strings.Contains(string(mode), "[madvise]") || strings.Contains(string(mode), "[always]"); on && !noHuge && h >= 0 && h < 2*m.off {
+				t.Errorf("arena %d: %.1f of %.1f MiB on huge pages", wi, float64(h)/(1<<20), float64(4*m.off)/(1<<20))
 			}
 		}
 	}

@@ -337,6 +337,10 @@ type Plan struct {
 	splits    [][]int
 	end       endState
 
+	// mem holds the packed weights (placeWeights; nil with
+	// Options.noArena).
+	mem *arena
+
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
 	// first example, added the chunks the pieces so far made.
@@ -482,7 +486,63 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	if opt.noPrefetch {
 		p.setPrefetch()
 	}
+	if !opt.noArena {
+		p.placeWeights()
+	}
 	return p, nil
+}
+
+// placeWeights moves the weights a step packs (each convolution's
+// permuted and flipped copies, and every packed operand the workers
+// share) into one arena (Plan.mem), in stage order: it packs them once
+// for their lengths, then gives each its place, which the step's
+// packing fills.
+func (p *Plan) placeWeights() {
+	var bufs []*[]float32
+	var packs []*blas.PackedB32
+	for i := range p.stages {
+		s := &p.stages[i]
+		if !p.packs(s) {
+			continue
+		}
+		p.packStage(s, true)
+		bufs = append(bufs, &s.wp, &s.wflip)
+		packs = append(packs, &s.pw, &s.pwt)
+		for k := range s.pwk {
+			packs = append(packs, &s.pwk[k])
+		}
+		for k := range s.pwr {
+			packs = append(packs, &s.pwr[k])
+		}
+		for k := range s.pwx {
+			packs = append(packs, &s.pwx[k])
+		}
+	}
+	lens := make([]int, 0, len(bufs)+len(packs))
+	for _, b := range bufs {
+		lens = append(lens, len(*b))
+	}
+	for _, b := range packs {
+		lens = append(lens, b.Len())
+	}
+	var size arena
+	for _, n := range lens {
+		if n > 0 {
+			size.f32(n)
+		}
+	}
+	m := newArena(size.off, p.opt.noHugePages)
+	for _, b := range bufs {
+		if len(*b) > 0 {
+			*b = m.f32(len(*b))
+		}
+	}
+	for _, b := range packs {
+		if b.Len() > 0 {
+			b.SetStorage(m.f32(b.Len()))
+		}
+	}
+	p.mem = m
 }
 
 // setPrefetch turns off the prefetch of every packed right operand the
@@ -1120,6 +1180,27 @@ func (p *Plan) buildWorker(m *arena) *worker {
 	w.wide = m.f32(maxWide)
 	w.biasRow = m.f32(maxRow)
 	w.col = make([]float64, maxFo)
+	if !m.plain {
+		// The output gradients packed for the weight gradients' products
+		// (implicit.go, recompute.go), in the arena too.
+		gpk, gpks := 0, 0
+		for _, s := range p.stages {
+			if s.kind != kConv {
+				continue
+			}
+			gpk = max(gpk, blas.PackedLen32(s.P, s.fo, 0, 0))
+			if s.implicit {
+				gpk = max(gpk, blas.PackedLen32(s.wide, s.fo, 0, 0))
+			}
+			if s.recompute || s.panelSum {
+				gpks = max(gpks, blas.PackedLen32(s.P, s.fo, 0, 0))
+			}
+		}
+		w.gpk.SetStorage(m.f32(gpk))
+		for k := range w.gpks {
+			w.gpks[k].SetStorage(m.f32(gpks))
+		}
+	}
 	if p.group > 1 {
 		w.slots = make([]slot, p.group)
 		w.slots[0] = w.slot

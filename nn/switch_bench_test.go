@@ -133,6 +133,7 @@ func BenchmarkStepSwitches(b *testing.B) {
 		r++
 	}
 	for v, name := range names {
+		b.ReportMetric(planHuge(plans[v]), "hugeMiB:"+name)
 		slices.Sort(cpu[v])
 		slices.Sort(wall[v])
 		b.ReportMetric(float64(batch)/cpu[v][len(cpu[v])/2], "ex/cpu-s:"+name)
