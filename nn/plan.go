@@ -148,11 +148,12 @@ type Options struct {
 	// leaveHook, if set, runs as worker wi > 0 leaves a step that ended
 	// with finish, between its two signals to worker 0 (tests delay it).
 	leaveHook func(wi int)
-	// noHugePages leaves the workers' buffers on the OS's base pages
-	// instead of asking for transparent huge pages (arena; same values,
-	// benchmarks compare the two); noArena makes each buffer on its own,
-	// as before the arena.
-	noHugePages, noArena bool
+	// noHugePages leaves the workers' buffers and the packed weights on
+	// the OS's base pages instead of asking for transparent huge pages
+	// (arena; same values, benchmarks compare the two); noArena makes
+	// each buffer on its own, as before the arena; noPlaceWeights leaves
+	// only the packed weights out of it (placeWeights).
+	noHugePages, noArena, noPlaceWeights bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -477,70 +478,94 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	p.setHead()
-	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker())
+	// The workers' buffers, each worker's in an arena of its own (one
+	// sizing pass: the workers are alike).
+	var size arena
+	if !opt.noArena {
+		p.buildWorker(&size)
 	}
+	for range opt.Workers {
+		p.workers = append(p.workers, p.newWorker(size.off))
+	}
+	p.placeWeights()
 	p.splitSegments()
 	p.endJobs()
 	p.packJobs()
 	if opt.noPrefetch {
 		p.setPrefetch()
 	}
-	if !opt.noArena {
-		p.placeWeights()
-	}
 	return p, nil
 }
 
-// placeWeights moves the weights a step packs (each convolution's
-// permuted and flipped copies, and every packed operand the workers
-// share) into one arena (Plan.mem), in stage order: it packs them once
-// for their lengths, then gives each its place, which the step's
-// packing fills.
+// placeWeights makes the weight copies a step packs from (each
+// convolution's permuted weight wp and flipped weight wflip) and, with
+// the arena (unless Options.noArena), places them and every packed
+// operand the workers share in one arena (Plan.mem), in stage order: it
+// packs them once into scratch storage for their lengths, then gives
+// each its place, which the steps' packing fills.
 func (p *Plan) placeWeights() {
-	var bufs []*[]float32
+	scr, pk := 0, 0
+	for i := range p.stages {
+		if s := &p.stages[i]; p.packs(s) {
+			scr = max(scr, s.fi*s.fo)
+			// A packed length is at most k roundUp(n, nr) with k n = fi fo.
+			pk = max(pk, s.fi*s.fo+64*(s.fi+(s.k+1)*s.fo))
+		}
+	}
+	copies := func(m *arena, wp, wflip []float32) {
+		for i := range p.stages {
+			if s := &p.stages[i]; s.kind == kConv {
+				s.wp = m.f32(s.fi * s.fo)
+				if wp != nil {
+					s.wp = wp[:s.fi*s.fo]
+				}
+				if s.implicit {
+					s.wflip = m.f32(s.fi * s.fo)
+					if wflip != nil {
+						s.wflip = wflip[:s.fi*s.fo]
+					}
+				}
+			}
+		}
+	}
+	if p.opt.noArena || p.opt.noPlaceWeights {
+		copies(&arena{plain: true}, nil, nil)
+		return
+	}
+	var size arena
+	copies(&size, make([]float32, scr), make([]float32, scr))
 	var packs []*blas.PackedB32
+	scratch := make([]float32, pk)
 	for i := range p.stages {
 		s := &p.stages[i]
 		if !p.packs(s) {
 			continue
 		}
-		p.packStage(s, true)
-		bufs = append(bufs, &s.wp, &s.wflip)
+		first := len(packs)
 		packs = append(packs, &s.pw, &s.pwt)
-		for k := range s.pwk {
-			packs = append(packs, &s.pwk[k])
-		}
 		for k := range s.pwr {
 			packs = append(packs, &s.pwr[k])
 		}
 		for k := range s.pwx {
 			packs = append(packs, &s.pwx[k])
 		}
-	}
-	lens := make([]int, 0, len(bufs)+len(packs))
-	for _, b := range bufs {
-		lens = append(lens, len(*b))
-	}
-	for _, b := range packs {
-		lens = append(lens, b.Len())
-	}
-	var size arena
-	for _, n := range lens {
-		if n > 0 {
-			size.f32(n)
+		for _, b := range packs[first:] {
+			b.SetStorage(scratch)
 		}
+		p.packStage(s, true)
+		for k := range s.pwk { // (made by packStage)
+			packs = append(packs, &s.pwk[k])
+		}
+	}
+	lens := make([]int, len(packs))
+	for k, b := range packs {
+		lens[k] = b.Len()
+		size.f32(lens[k])
 	}
 	m := newArena(size.off, p.opt.noHugePages)
-	for _, b := range bufs {
-		if len(*b) > 0 {
-			*b = m.f32(len(*b))
-		}
-	}
-	for _, b := range packs {
-		if b.Len() > 0 {
-			b.SetStorage(m.f32(b.Len()))
-		}
+	copies(m, nil, nil)
+	for k, b := range packs {
+		b.SetStorage(m.f32(lens[k]))
 	}
 	p.mem = m
 }
@@ -609,7 +634,6 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
-			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit(!p.opt.noStride2)
 			}
@@ -1068,13 +1092,14 @@ func (p *Plan) packStage(s *stage, back bool) {
 	}
 }
 
-func (p *Plan) newWorker() *worker {
+// newWorker returns a worker whose float32 buffers, floats of them,
+// are carved from an arena of its own (made one by one with
+// Options.noArena).
+func (p *Plan) newWorker(floats int) *worker {
 	if p.opt.noArena {
 		return p.buildWorker(&arena{plain: true})
 	}
-	var size arena
-	p.buildWorker(&size)
-	m := newArena(size.off, p.opt.noHugePages)
+	m := newArena(floats, p.opt.noHugePages)
 	w := p.buildWorker(m)
 	w.mem = m
 	return w

@@ -41,6 +41,7 @@ func stepSwitches() map[string]func(*Options) {
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
 		"nohugepages":    func(o *Options) { o.noHugePages = true },
 		"noarena":        func(o *Options) { o.noArena = true },
+		"noplaceweights": func(o *Options) { o.noPlaceWeights = true },
 	}
 }
 
