@@ -338,9 +338,9 @@ type Plan struct {
 	splits    [][]int
 	end       endState
 
-	// mem holds the packed weights (placeWeights; nil with
-	// Options.noArena).
-	mem *arena
+	// mem holds the packed weights, memCopies the weight copies they
+	// are packed from (placeWeights; nil with Options.noArena).
+	mem, memCopies *arena
 
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
@@ -499,47 +499,39 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 
 // placeWeights makes the weight copies a step packs from (each
 // convolution's permuted weight wp and flipped weight wflip) and, with
-// the arena (unless Options.noArena), places them and every packed
-// operand the workers share in one arena (Plan.mem), in stage order: it
-// packs them once into scratch storage for their lengths, then gives
-// each its place, which the steps' packing fills.
+// the arena (unless Options.noArena), places them in one arena and
+// every packed operand the workers share in another (Plan.mem), in stage
+// order: it packs them once into scratch storage for their lengths, then
+// gives each its place, which the steps' packing fills.
 func (p *Plan) placeWeights() {
-	scr, pk := 0, 0
-	for i := range p.stages {
-		if s := &p.stages[i]; p.packs(s) {
-			scr = max(scr, s.fi*s.fo)
-			// A packed length is at most k roundUp(n, nr) with k n = fi fo.
-			pk = max(pk, s.fi*s.fo+64*(s.fi+(s.k+1)*s.fo))
-		}
-	}
-	copies := func(m *arena, wp, wflip []float32) {
+	copies := func(m *arena) {
 		for i := range p.stages {
 			if s := &p.stages[i]; s.kind == kConv {
 				s.wp = m.f32(s.fi * s.fo)
-				if wp != nil {
-					s.wp = wp[:s.fi*s.fo]
-				}
 				if s.implicit {
 					s.wflip = m.f32(s.fi * s.fo)
-					if wflip != nil {
-						s.wflip = wflip[:s.fi*s.fo]
-					}
 				}
 			}
 		}
 	}
 	if p.opt.noArena || p.opt.noPlaceWeights {
-		copies(&arena{plain: true}, nil, nil)
+		copies(&arena{plain: true})
 		return
 	}
 	var size arena
-	copies(&size, make([]float32, scr), make([]float32, scr))
+	copies(&size)
+	p.memCopies = newArena(size.off, p.opt.noHugePages)
+	copies(p.memCopies)
 	var packs []*blas.PackedB32
-	scratch := make([]float32, pk)
+	var scratch []float32
 	for i := range p.stages {
 		s := &p.stages[i]
 		if !p.packs(s) {
 			continue
+		}
+		// A packed length is at most k roundUp(n, nr) with k n = fi fo.
+		if n := s.fi*s.fo + 64*(s.fi+(s.k+1)*s.fo); len(scratch) < n {
+			scratch = make([]float32, n)
 		}
 		first := len(packs)
 		packs = append(packs, &s.pw, &s.pwt)
@@ -549,21 +541,24 @@ func (p *Plan) placeWeights() {
 		for k := range s.pwx {
 			packs = append(packs, &s.pwx[k])
 		}
+		if p.col2imRows(s) {
+			p.makeKernelRowPacks(s)
+			for k := range s.pwk {
+				packs = append(packs, &s.pwk[k])
+			}
+		}
 		for _, b := range packs[first:] {
 			b.SetStorage(scratch)
 		}
 		p.packStage(s, true)
-		for k := range s.pwk { // (made by packStage)
-			packs = append(packs, &s.pwk[k])
-		}
 	}
 	lens := make([]int, len(packs))
+	size = arena{}
 	for k, b := range packs {
 		lens[k] = b.Len()
 		size.f32(lens[k])
 	}
 	m := newArena(size.off, p.opt.noHugePages)
-	copies(m, nil, nil)
 	for k, b := range packs {
 		b.SetStorage(m.f32(lens[k]))
 	}
@@ -1078,12 +1073,7 @@ func (p *Plan) packStage(s *stage, back bool) {
 	switch {
 	case back && p.col2imRows(s):
 		KC := s.k * s.in.C
-		if len(s.pwk) != s.k {
-			s.pwk = make([]blas.PackedB32, s.k)
-			for kr := range s.pwk {
-				s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
-			}
-		}
+		p.makeKernelRowPacks(s)
 		for kr := range s.pwk {
 			blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
 		}
@@ -1095,6 +1085,17 @@ func (p *Plan) packStage(s *stage, back bool) {
 // newWorker returns a worker whose float32 buffers, floats of them,
 // are carved from an arena of its own (made one by one with
 // Options.noArena).
+// makeKernelRowPacks makes convolution s's packed kernel rows pwk
+// (Plan.col2imRows) if they are not yet made.
+func (p *Plan) makeKernelRowPacks(s *stage) {
+	if len(s.pwk) != s.k {
+		s.pwk = make([]blas.PackedB32, s.k)
+		for kr := range s.pwk {
+			s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
+		}
+	}
+}
+
 func (p *Plan) newWorker(floats int) *worker {
 	if p.opt.noArena {
 		return p.buildWorker(&arena{plain: true})
@@ -1127,7 +1128,7 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		}
 		return C
 	}
-	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide, maxRow, maxPan, maxPad := 0, 0, 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
 		w.act[k] = m.f32(rows(k) * sh.Size())
 		if k > 0 {
@@ -1140,7 +1141,7 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		switch s.kind {
 		case kConv:
 			if s.panelSum {
-				w.pan = m.f32(max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+				maxPan = max(maxPan, min(s.fi, ghostPanel)*s.fo)
 				w.gpks = make([]blas.PackedB32, C)
 			}
 			if s.ghost {
@@ -1154,7 +1155,7 @@ func (p *Plan) buildWorker(m *arena) *worker {
 			}
 			if s.recompute {
 				w.gpks = make([]blas.PackedB32, C)
-				w.pan = m.f32(max(len(w.pan), s.panel*s.fo))
+				maxPan = max(maxPan, s.panel*s.fo)
 			}
 			if s.implicit {
 				w.xp[i] = m.f32(C * s.xpLen())
@@ -1191,7 +1192,7 @@ func (p *Plan) buildWorker(m *arena) *worker {
 	for i, s := range p.stages {
 		if p.inPlace(&s) {
 			n := 4 * max(s.fi, s.fo)
-			w.dpad, w.dpadC = m.f32(max(len(w.dpad), n)), m.f32(max(len(w.dpadC), n))
+			maxPad = max(maxPad, n)
 		}
 		if p.deferred(&s) {
 			if w.dU == nil {
@@ -1200,6 +1201,12 @@ func (p *Plan) buildWorker(m *arena) *worker {
 			n := max(C, denseGroup)
 			w.dU[i], w.dG[i] = m.f32(n*s.fi), m.f32(n*s.fo)
 		}
+	}
+	if maxPad > 0 {
+		w.dpad, w.dpadC = m.f32(maxPad), m.f32(maxPad)
+	}
+	if maxPan > 0 {
+		w.pan = m.f32(maxPan)
 	}
 	w.du = m.f32(maxDU)
 	w.wide = m.f32(maxWide)
