@@ -172,7 +172,7 @@ func TestArenaPlan(t *testing.T) {
 					}
 				}
 			}
-			if m := p.memCopies; m != nil {
+			if m := p.mem; m != nil {
 				lo := uintptr(unsafe.Pointer(&m.buf[0]))
 				hi := lo + 4*uintptr(len(m.buf))
 				in := func(f []float32) bool {
@@ -233,7 +233,7 @@ func (a *arena) huge() int {
 // planHuge returns the MiB of p's arenas on huge pages (-1: unknown).
 func planHuge(p *Plan) float64 {
 	t := 0
-	for _, m := range append(workerArenas(p), p.mem, p.memCopies) {
+	for _, m := range append(workerArenas(p), p.mem) {
 		h := m.huge()
 		if h < 0 {
 			return -1
@@ -306,7 +306,7 @@ func TestArenaHugePages(t *testing.T) {
 		if _, err := p.Step(x, y, sum, &testClipper{}); err != nil {
 			t.Fatal(err)
 		}
-		for wi, m := range append(workerArenas(p), p.mem, p.memCopies) {
+		for wi, m := range append(workerArenas(p), p.mem) {
 			h := m.huge()
 			t.Logf("noHugePages %v: arena %d: %.1f MiB carved, %.1f MiB of it on huge pages (THP %s)",
 				noHuge, wi, float64(4*m.off)/(1<<20), float64(h)/(1<<20), strings.TrimSpace(string(mode)))

@@ -338,9 +338,9 @@ type Plan struct {
 	splits    [][]int
 	end       endState
 
-	// mem holds the packed weights, memCopies the weight copies they
-	// are packed from (placeWeights; nil with Options.noArena).
-	mem, memCopies *arena
+	// mem holds the packed weights and the weight copies they are
+	// packed from (placeWeights; nil with Options.noArena).
+	mem *arena
 
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
@@ -499,9 +499,10 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 
 // placeWeights makes the weight copies a step packs from (each
 // convolution's permuted weight wp and flipped weight wflip) and, with
-// the arena (unless Options.noArena), places them in one arena and
-// every packed operand the workers share in another (Plan.mem), in stage
-// order: it packs them once into scratch storage for their lengths, then
+// the arena (unless Options.noArena), places them and every packed
+// operand the workers share in one arena (Plan.mem), in stage order: it
+// packs them once into scratch storage for their lengths (from copies
+// that are views of one scratch slice: only the lengths count), then
 // gives each its place, which the steps' packing fills.
 func (p *Plan) placeWeights() {
 	copies := func(m *arena) {
@@ -520,8 +521,6 @@ func (p *Plan) placeWeights() {
 	}
 	var size arena
 	copies(&size)
-	p.memCopies = newArena(size.off, p.opt.noHugePages)
-	copies(p.memCopies)
 	var packs []*blas.PackedB32
 	var scratch []float32
 	for i := range p.stages {
@@ -553,12 +552,12 @@ func (p *Plan) placeWeights() {
 		p.packStage(s, true)
 	}
 	lens := make([]int, len(packs))
-	size = arena{}
 	for k, b := range packs {
 		lens[k] = b.Len()
 		size.f32(lens[k])
 	}
 	m := newArena(size.off, p.opt.noHugePages)
+	copies(m)
 	for k, b := range packs {
 		b.SetStorage(m.f32(lens[k]))
 	}
