@@ -30,9 +30,19 @@ const (
 	hugeFloats = 2 << 20 / 4 // a huge page
 )
 
+// minHugeFloats is the smallest arena that asks for huge pages: a huge
+// page is resident whole, so a small model's few buffers (on each of
+// many workers) would take 2 MiB where they need much less, with few
+// pages for the TLB to miss anyway.
+const minHugeFloats = 2 * hugeFloats
+
 // newArena returns an arena for the buffers a sizing pass counted
-// (floats), asking for huge pages unless noHuge.
+// (floats), asking for huge pages unless noHuge (or the arena is
+// smaller than minHugeFloats: then it is one allocation of that size).
 func newArena(floats int, noHuge bool) *arena {
+	if floats < minHugeFloats {
+		return &arena{buf: make([]float32, floats)}
+	}
 	n := roundUpTo(floats, hugeFloats)
 	buf := make([]float32, n+hugeFloats)
 	a := &arena{buf: buf}

@@ -19,7 +19,7 @@ import (
 // past its 2 MiB boundary, is zero, and overlaps no other.
 func TestArenaCarve(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	sizes := make([]int, 200)
+	sizes := make([]int, 80)
 	for k := range sizes {
 		switch k % 4 {
 		case 0:
@@ -30,6 +30,17 @@ func TestArenaCarve(t *testing.T) {
 			sizes[k] = rng.IntN(300000)
 		}
 	}
+	testArenaCarve(t, sizes)
+	var small []int // under minHugeFloats in all
+	for k, n := range sizes {
+		if k%4 < 2 {
+			small = append(small, n)
+		}
+	}
+	testArenaCarve(t, small)
+}
+
+func testArenaCarve(t *testing.T, sizes []int) {
 	var size arena
 	for _, n := range sizes {
 		if b := size.f32(n); len(b) != n {
@@ -39,8 +50,11 @@ func TestArenaCarve(t *testing.T) {
 	for _, noHuge := range []bool{false, true} {
 		a := newArena(size.off, noHuge)
 		lo := uintptr(unsafe.Pointer(&a.buf[a.base]))
-		if lo%(2<<20) != 0 {
+		t.Logf("%d buffers, %d floats, huge pages asked %v", len(sizes), size.off, size.off >= minHugeFloats && !noHuge)
+		if big := size.off >= minHugeFloats; big && lo%(2<<20) != 0 {
 			t.Errorf("carving starts at %#x, not on a 2 MiB boundary", lo)
+		} else if !big && len(a.buf) != size.off {
+			t.Errorf("small arena of %d floats for %d", len(a.buf), size.off)
 		}
 		type span struct{ lo, hi uintptr }
 		var spans []span
