@@ -16,10 +16,13 @@ import (
 // worker flushes first, with one flush a worker at the end of the step or
 // several during it, for two and three workers, with and without a
 // clipper, and with GOMAXPROCS 1 (the workers' goroutines interleaved);
-// also with a dense head read in place (the worker's chunks in groups).
+// also with a dense head read in place (the worker's chunks in groups),
+// and with the flushes into the workers' per-example gradient buffers
+// (flushWarm).
 func TestFinish(t *testing.T) {
 	nets := testNets()
 	nets["head"] = headNet() // a dense head read in place: chunks in groups
+	nets["warm"] = warmNet() // flushes into w.ex (flushWarm)
 	for name, b := range nets {
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(61, uint64(len(name))))

@@ -657,7 +657,8 @@ func TestFusedNormsAndJoins(t *testing.T) {
 // into a cleared interior gave (every fused activation, specials among
 // the gradients and activations, NaN maxima, odd heights and widths
 // whose last row or column the pool drops), and leaves the borders as
-// they were.
+// they were; so do both with the derivative taken at the pool's output
+// (poolOut).
 func TestPoolWindows(t *testing.T) {
 	if !poolBack2Fast(8, Tanh) {
 		t.Skip("no vector pool backward on this machine")
@@ -694,9 +695,16 @@ func TestPoolWindows(t *testing.T) {
 				want := make([]float32, (H+2)*(W+2)*C)
 				randSpecial(rng, want) // the borders' and interior's old values
 				got := append([]float32(nil), want...)
-				s.poolScatter(q, want, a, arg, g)
-				s.poolWindows2(q, got, a, arg, g)
+				fromOut := [2][]float32{append([]float32(nil), want...), append([]float32(nil), want...)}
+				s.poolScatter(q, want, maxima{a: a}, arg, g)
+				s.poolWindows2(q, got, maxima{a: a}, arg, g)
 				sameBits(t, fmt.Sprintf("%v C=%d %dx%d", act, C, H, W), got, want)
+				// The derivative at the pool's output (poolOut).
+				o := maxima{o: out, ost: s.out.W * C}
+				s.poolScatter(q, fromOut[0], o, arg, g)
+				s.poolWindows2(q, fromOut[1], o, arg, g)
+				sameBits(t, fmt.Sprintf("%v C=%d %dx%d at the output, scattered", act, C, H, W), fromOut[0], want)
+				sameBits(t, fmt.Sprintf("%v C=%d %dx%d at the output, windows", act, C, H, W), fromOut[1], want)
 			}
 		}
 	}

@@ -309,7 +309,7 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 		}
 		H, W := s.out.H, s.out.W
 		for j := lo; j < m; j++ {
-			g, gp := dout[j*osz:(j+1)*osz], w.gp[i][j*gsz:(j+1)*gsz]
+			g, gp := dout[j*osz:(j+1)*osz], w.gpOf(i, gsz, j)
 			a, ast := p.outMap(w, i, j)
 			for h := range H {
 				dst := gp[s.gpPix(h)*fo : (s.gpPix(h)+W)*fo]
@@ -326,7 +326,7 @@ func (p *Plan) implicitBackward(w *worker, i, lo, m int, dout, din []float32) {
 	}
 	wide := w.wide[:s.wideLen()]
 	for j := lo; j < m; j++ {
-		gp := w.gp[i][j*gsz : (j+1)*gsz]
+		gp := w.gpOf(i, gsz, j)
 		if s.stride == 2 {
 			p.stride2InputGrad(w, i, j, gp, wide, din)
 			continue
@@ -351,7 +351,7 @@ func (p *Plan) emitInputRow(w *worker, i, j, h int, src, din []float32) {
 		return
 	}
 	q := &p.stages[s.src-1]
-	gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
+	gq := w.gpOf(s.src-1, q.gpLen(), j)
 	a, ast := p.outMap(w, s.src-1, j)
 	off := q.gpPix(h) * C
 	actGradTo(gq[off:off+rw], src, a[h*ast:h*ast+rw], q.act)
@@ -409,7 +409,7 @@ func (p *Plan) gradIntoGp(w *worker, qi, m int, g []float32) {
 	q := &p.stages[qi]
 	osz, gsz, rw := q.out.Size(), q.gpLen(), q.out.W*q.fo
 	for j := range m {
-		gp := w.gp[qi][j*gsz : (j+1)*gsz]
+		gp := w.gpOf(qi, gsz, j)
 		a, ast := p.outMap(w, qi, j)
 		for h := range q.out.H {
 			o, k := q.gpPix(h)*q.fo, j*osz+h*rw
@@ -432,19 +432,49 @@ func (p *Plan) poolGradToGp(w *worker, i, lo, m int, dout []float32) {
 	isz, osz := s.in.Size(), s.out.Size()
 	windows := s.pool == 2 && s.out.W > 0 && !p.opt.noPoolWindows && poolBack2Fast(s.in.C, q.act)
 	for j := lo; j < m; j++ {
-		gq := w.gp[s.src-1][j*q.gpLen() : (j+1)*q.gpLen()]
-		a, arg, g := w.act[s.src][j*isz:(j+1)*isz], w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
-		if windows {
-			s.poolWindows2(q, gq, a, arg, g)
+		gq := w.gpOf(s.src-1, q.gpLen(), j)
+		arg, g := w.arg[i][j*osz:(j+1)*osz], dout[j*osz:(j+1)*osz]
+		// The derivative at each window's maximum: the pool's output
+		// (poolOut), or its input at arg.
+		var mx maxima
+		if p.poolOut(s) {
+			mx.o, mx.ost = p.outMap(w, i, j)
 		} else {
-			s.poolScatter(q, gq, a, arg, g)
+			mx.a = w.act[s.src][j*isz : (j+1)*isz]
+		}
+		if windows {
+			s.poolWindows2(q, gq, mx, arg, g)
+		} else {
+			s.poolScatter(q, gq, mx, arg, g)
 		}
 	}
 }
 
+// maxima is where a max pool's backward pass reads the value of each
+// window's maximum: its input a (at arg), or its output o (rows ost
+// floats apart).
+type maxima struct {
+	a, o []float32
+	ost  int
+}
+
+// poolOut reports whether max pool s's backward pass takes its
+// producer's activation derivative at its own output (the windows'
+// maxima, which it writes into its consumer's map or its activation
+// buffer) rather than at its input: a pool that writes into its
+// producer's bordered map (gradToGp), whose input activation, read by
+// nothing else after the forward pass, then need not be kept for the
+// backward pass (groupSlot shares it between a group's chunks: the
+// CIFAR CNN's second slot is 873 KiB instead of 1.3 MiB, and its step
+// took 0.5-2.7% less CPU at batch 64, BENCHMARKS.md). None with
+// Options.noPoolOut.
+func (p *Plan) poolOut(s *stage) bool {
+	return s.kind == kPool && s.gradToGp && !p.opt.noPoolOut
+}
+
 // poolScatter is poolGradToGp for one example: the producer's map
 // interior cleared, then each window's gradient written at its maximum.
-func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32) {
+func (s *stage) poolScatter(q *stage, gq []float32, mx maxima, arg []int32, g []float32) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	rw := W * C
 	for h := range H {
@@ -461,7 +491,13 @@ func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32)
 			for x >= (h+1)*rw {
 				h++
 			}
-			gq[x+base+h*step] = actGrad1(g[k], a[x], q.act)
+			v := float32(0)
+			if mx.a != nil {
+				v = mx.a[x]
+			} else {
+				v = mx.o[oh*mx.ost+k-oh*orw]
+			}
+			gq[x+base+h*step] = actGrad1(g[k], v, q.act)
 		}
 	}
 }
@@ -470,13 +506,17 @@ func (s *stage) poolScatter(q *stage, gq, a []float32, arg []int32, g []float32)
 // (poolBack2Fast): every window written whole by the vector kernel, the
 // map's last row and column cleared where the pool drops them (odd H or
 // W), so that no pass clears the map first.
-func (s *stage) poolWindows2(q *stage, gq, a []float32, arg []int32, g []float32) {
+func (s *stage) poolWindows2(q *stage, gq []float32, mx maxima, arg []int32, g []float32) {
 	C, H, W := s.in.C, s.in.H, s.in.W
 	rw, orw, row := W*C, s.out.W*C, q.wq*C
 	for oh := range s.out.H {
 		h := 2 * oh
 		off := q.gpPix(h) * C
-		poolBack2Row(gq[off:], gq[off+row:], a[h*rw:], a[(h+1)*rw:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		if mx.a != nil {
+			poolBack2Row(gq[off:], gq[off+row:], mx.a[h*rw:], mx.a[(h+1)*rw:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		} else {
+			poolBack2Out(gq[off:], gq[off+row:], mx.o[oh*mx.ost:], g[oh*orw:(oh+1)*orw], arg[oh*orw:], h*rw, C, rw, q.act)
+		}
 		if W%2 == 1 {
 			clear(gq[off+(W-1)*C : off+W*C])
 			clear(gq[off+row+(W-1)*C : off+row+W*C])
@@ -505,11 +545,28 @@ func actGrad1(g, a float32, act Activation) float32 {
 	return d
 }
 
+// gpOf is example j's bordered output gradient map (gsz floats) of
+// implicit stage i in w.gp (gpEx).
+func (w *worker) gpOf(i, gsz, j int) []float32 {
+	j = w.gpEx(j)
+	return w.gp[i][j*gsz : (j+1)*gsz]
+}
+
+// gpEx is the example of the chunk whose part of w.gp holds example j's
+// bordered output gradients: j, or 0 in the example-major section's
+// backward pass (worker.gpOne).
+func (w *worker) gpEx(j int) int {
+	if w.gpOne {
+		return 0
+	}
+	return j
+}
+
 // gradView is example j's output gradient (the activation's derivative
 // applied) of implicit stage i as the wide rows of gp: the real pixels,
 // with zeros in the garbage columns.
 func (w *worker) gradView(s *stage, i, j int) []float32 {
-	off := j*s.gpLen() + s.gpPix(0)*s.fo
+	off := w.gpEx(j)*s.gpLen() + s.gpPix(0)*s.fo
 	return w.gp[i][off : off+s.wide*s.fo]
 }
 

@@ -34,7 +34,7 @@ func (p *Plan) normIO(w *worker, s *stage, j int) normIO {
 	}
 	if s.gradToGp {
 		io.q = &p.stages[s.src-1]
-		io.gp = w.gp[s.src-1][j*io.q.gpLen() : (j+1)*io.q.gpLen()]
+		io.gp = w.gpOf(s.src-1, io.q.gpLen(), j)
 	}
 	return io
 }

@@ -68,6 +68,13 @@ func testPairHead(t *testing.T, b *builder, n, workers, chunk, group int) {
 		t.Fatalf("head at stage %d in groups of %d (reference %d), want %d in %d (0)", p.head, p.group, ref.head, len(p.stages)-2, want)
 	}
 	x, y := b.batch(rng, n, 10)
+	oddInputs(x, n)
+	sameSteps(t, b, p, ref, x, y)
+}
+
+// oddInputs makes examples 0, 3 and 62 of the batch x of n examples not
+// finite and multiplies 4 and 63 by 10^4 (saturating every tanh).
+func oddInputs(x []float32, n int) {
 	sz := len(x) / n
 	// Not finite: examples 0 (the first chunk of the first pair with
 	// chunks of one or one worker), 3 and 62; saturating: 4 and 63.
@@ -83,6 +90,15 @@ func testPairHead(t *testing.T, b *builder, n, workers, chunk, group int) {
 			}
 		}
 	}
+}
+
+// sameSteps checks that plans p and ref of network b give the same
+// per-example gradients, losses, sums (with and without a clipper), the
+// norms the clipper sees and StepAdd sums on the batch x, y, bit for bit.
+func sameSteps(t *testing.T, b *builder, p, ref *Plan, x []float32, y []int) {
+	t.Helper()
+	n := len(y)
+	sz := len(x) / n
 	gp, lp := gradientsOf(t, p, x, y, b.n)
 	gr, lr := gradientsOf(t, ref, x, y, b.n)
 	for i := range n {

@@ -137,6 +137,26 @@ type Options struct {
 	// micro-panel of every packed right operand (blas
 	// PackedB32.SetPrefetch; same values, benchmarks compare the two).
 	noPrefetch bool
+	// noGpOne keeps each example's bordered output gradients in its own
+	// part of w.gp in the example-major section's backward pass instead
+	// of the first example's part for all (worker.gpOne: the CIFAR CNN
+	// touches 560 KiB of gp a worker instead of 1.1 MiB, and its step
+	// took 0.5-2.3% less CPU at batch 64, BENCHMARKS.md; same values,
+	// tests and benchmarks compare the two).
+	noGpOne bool
+	// noPoolOut has a max pool that writes its producer's bordered
+	// output gradient take the producer's activation derivative at its
+	// input (each slot of a group keeping that input) instead of at its
+	// output (poolOut; same values, tests and benchmarks compare the
+	// two).
+	noPoolOut bool
+	// noWarmFlush has finish's first flush of the deferred dense rows
+	// write into dst and the second into its accumulator's deferred
+	// weights, both last written a step ago, instead of each into its
+	// worker's per-example gradient buffer, in cache after the chunks
+	// (flushWarm; same values, tests and benchmarks compare the two);
+	// directFirst keeps the first flush into dst.
+	noWarmFlush, directFirst bool
 	// noFinish ends a training step as before finish (finish.go): each
 	// worker flushes its dense rows into its accumulator, waits for the
 	// others and sums a fixed share of the accumulators (same values;
@@ -411,6 +431,11 @@ type worker struct {
 	// sums (cleared with the rest at the step's start, or by flushDense's
 	// first flush; finish.go).
 	accDense bool
+	// gpOne: every example's bordered output gradients are in the first
+	// example's part of gp (gpEx): set in the example-major section's
+	// backward pass, where each example's are read only before the next
+	// example's are written.
+	gpOne bool
 	// dpad and dpadC: four rows of a dense layer's input and output
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
@@ -1262,7 +1287,10 @@ func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 			b.act[k], b.d[k] = a.act[k][g*C*sh.Size():], a.d[k][g*C*sh.Size():]
 			continue
 		}
-		b.act[k], b.d[k] = m.f32(len(a.act[k])), a.d[k]
+		b.act[k], b.d[k] = a.act[k], a.d[k]
+		if !p.sharedAct(k) {
+			b.act[k] = m.f32(len(a.act[k]))
+		}
 	}
 	b.u, b.xp, b.xh = m.like(a.u), m.like(a.xp), m.like(a.xh)
 	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
@@ -1273,6 +1301,19 @@ func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 		}
 	}
 	b.bad = make([]bool, len(a.bad))
+}
+
+// sharedAct reports whether activation k, before the dense head, is read
+// by nothing after its chunk's forward pass (the input of a max pool
+// that takes its derivative at its output, poolOut): the slots of a
+// group then share one buffer for it.
+func (p *Plan) sharedAct(k int) bool {
+	for i := range p.stages {
+		if s := &p.stages[i]; s.src == k && p.poolOut(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // likeAll returns new zeroed buffers of the lengths of bufs (nil for
@@ -1758,6 +1799,7 @@ func (p *Plan) backward(w *worker, i0, m, to int) {
 	}
 	// The example-major section: each example through its stages, then
 	// its norms, factors and scaled adds while its gradient is in cache.
+	w.gpOne = !p.opt.noGpOne
 	for j := range m {
 		p.backwardStages(w, 0, lo, j, j+1)
 		p.exampleNorms(w, i0, j)
@@ -1765,6 +1807,7 @@ func (p *Plan) backward(w *worker, i0, m, to int) {
 			p.exampleAdds(w, j)
 		}
 	}
+	w.gpOne = false
 }
 
 // backwardStages runs stages to-1 down to from backward on examples [j0,
@@ -2017,7 +2060,7 @@ func (p *Plan) zeroExample(w *worker, j int) {
 		s := &p.stages[i]
 		if s.kind == kConv && s.implicit {
 			clear(w.xp[i][j*s.xpLen() : (j+1)*s.xpLen()])
-			clear(w.gp[i][j*s.gpLen() : (j+1)*s.gpLen()])
+			clear(w.gpOf(i, s.gpLen(), j))
 			clear(w.d[i+1][j*s.out.Size() : (j+1)*s.out.Size()])
 			continue
 		}

@@ -354,16 +354,33 @@ func poolBack2Fast(C int, act Activation) bool {
 // each tap's index (the rows' first float is base in the input map, rows
 // wc floats apart).
 func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int, act Activation) {
-	code := 0
-	switch act {
-	case Tanh:
-		code = 1
-	case ReLU:
-		code = 2
-	}
 	n := 2 * len(g)
 	_, _, _, _, _ = dst0[n-1], dst1[n-1], a0[n-1], a1[n-1], arg[len(g)-1]
-	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, code)
+	poolBack2AVX2(&dst0[0], &dst1[0], &a0[0], &a1[0], &g[0], &arg[0], base, C, wc, len(g)/C, actCode(act))
+}
+
+//go:noescape
+func poolBackOutAVX2(dst0, dst1, o, dy *float32, arg *int32, base, c, wc, ow, act int)
+
+// poolBack2Out is poolBack2Row with the derivative taken at each window's
+// maximum as the pool's output row o (OW C floats) holds it, rather than
+// at the input's rows: the same bits (the maximum is the input at arg,
+// and the other taps are +0 either way).
+func poolBack2Out(dst0, dst1, o, g []float32, arg []int32, base, C, wc int, act Activation) {
+	n := 2 * len(g)
+	_, _, _, _ = dst0[n-1], dst1[n-1], o[len(g)-1], arg[len(g)-1]
+	poolBackOutAVX2(&dst0[0], &dst1[0], &o[0], &g[0], &arg[0], base, C, wc, len(g)/C, actCode(act))
+}
+
+// actCode is the vector pool kernels' code for act (poolBack2Fast's).
+func actCode(act Activation) int {
+	switch act {
+	case Tanh:
+		return 1
+	case ReLU:
+		return 2
+	}
+	return 0
 }
 
 //go:noescape

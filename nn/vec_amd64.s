@@ -827,6 +827,93 @@ pbrelublk:
 	VZEROUPPER
 	RET
 
+// func poolBackOutAVX2(dst0, dst1, o, dy *float32, arg *int32, base, c, wc, ow, act int)
+// poolBack2AVX2 with the activation's derivative taken once per output
+// at the window's maximum o (the pool's output row, ow*c floats), which
+// is the input at arg: the same value at the tap arg selects, +0 at the
+// others.
+TEXT ·poolBackOutAVX2(SB), NOSPLIT, $0-80
+	MOVQ dst0+0(FP), R8
+	MOVQ dst1+8(FP), R9
+	MOVQ o+16(FP), R10
+	MOVQ dy+24(FP), SI
+	MOVQ arg+32(FP), DI
+	MOVQ base+40(FP), BX
+	VMOVQ BX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD iota8<>(SB), Y8, Y8
+	MOVQ c+48(FP), CX
+	VMOVQ CX, X9
+	VPBROADCASTD X9, Y9             // Y9 = c
+	MOVQ wc+56(FP), BX
+	VMOVQ BX, X10
+	VPBROADCASTD X10, Y10           // Y10 = wc
+	VPADDD Y9, Y10, Y11             // Y11 = wc + c
+	MOVL $8, BX
+	VMOVQ BX, X12
+	VPBROADCASTD X12, Y12           // Y12 = 8
+	MOVL $0x3f800000, BX
+	VMOVQ BX, X14
+	VPBROADCASTD X14, Y14           // Y14 = 1.0
+	VXORPS Y15, Y15, Y15
+	MOVQ CX, AX
+	SHLQ $2, AX
+	MOVQ ow+64(FP), DX
+	MOVQ act+72(FP), BX
+pbopix:
+	MOVQ CX, R12
+pboblk:
+	VMOVUPS (SI), Y0
+	VADDPS Y15, Y0, Y0              // d = 0 + dy
+	VMOVDQU (DI), Y1
+	VPADDD Y8, Y9, Y4
+	VPADDD Y8, Y10, Y5
+	VPADDD Y8, Y11, Y6
+	CMPQ BX, $1
+	JEQ pbotanh
+	CMPQ BX, $2
+	JEQ pborelu
+	VMOVUPS Y0, Y7                  // v = d
+	JMP pbostore
+pbotanh:
+	VMOVUPS (R10), Y7
+	VMULPS Y7, Y7, Y7
+	VSUBPS Y7, Y14, Y7
+	VMULPS Y0, Y7, Y7               // v = d (1 - o o)
+	JMP pbostore
+pborelu:
+	VMOVUPS (R10), Y7
+	VCMPPS $0x1e, Y15, Y7, Y7
+	VANDPS Y0, Y7, Y7               // v = d where o > 0
+pbostore:
+	VPCMPEQD Y8, Y1, Y2
+	VANDPS Y2, Y7, Y3
+	VMOVUPS Y3, (R8)
+	VPCMPEQD Y4, Y1, Y2
+	VANDPS Y2, Y7, Y3
+	VMOVUPS Y3, (R8)(AX*1)
+	VPCMPEQD Y5, Y1, Y2
+	VANDPS Y2, Y7, Y3
+	VMOVUPS Y3, (R9)
+	VPCMPEQD Y6, Y1, Y2
+	VANDPS Y2, Y7, Y3
+	VMOVUPS Y3, (R9)(AX*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	VPADDD Y12, Y8, Y8
+	SUBQ $8, R12
+	JNZ pboblk
+	ADDQ AX, R8                     // past the window's right taps
+	ADDQ AX, R9
+	VPADDD Y9, Y8, Y8
+	DECQ DX
+	JNZ pbopix
+	VZEROUPPER
+	RET
+
 // func chanSumsAVX512(x *float32, rows, c, c64 int, s *float64)
 // s[ch] += x (float64) for channels [0, c64) (c64 a positive multiple
 // of 64) of rows > 0 rows of c floats: each block of 64 channels keeps

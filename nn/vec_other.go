@@ -73,4 +73,8 @@ func poolBack2Row(dst0, dst1, a0, a1, g []float32, arg []int32, base, C, wc int,
 	panic("nn: poolBack2Row without a vector kernel")
 }
 
+func poolBack2Out(dst0, dst1, o, g []float32, arg []int32, base, C, wc int, act Activation) {
+	panic("nn: poolBack2Out without a vector kernel")
+}
+
 func widenFast(d []float64, v []float32) int { return 0 }
