@@ -198,12 +198,7 @@ func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n, period, ke
 		dst.runs = kRuns(dst.runs[:0], pc, kc, period, keep)
 		return runLen(dst.runs)
 	}
-	size := 0
-	for jc := 0; jc < n; jc += ncMax {
-		for pc := 0; pc < k; pc += kcMax {
-			size += roundUp(min(ncMax, n-jc), nr) * steps(pc)
-		}
-	}
+	size := packedSize(nr, kcMax, ncMax, n, k, steps)
 	if cap(dst.data) < size {
 		dst.data = make([]T, size)
 	}
@@ -222,6 +217,54 @@ func (dst *packedB[T]) pack(kern kernel[T], tB gblas.Transpose, k, n, period, ke
 		}
 	}
 }
+
+// packedSize is the length of a packed k×n operand in blocks of kcMax
+// steps and ncMax columns (rounded up to nr), steps(pc) of them packed in
+// the block of k at pc.
+func packedSize(nr, kcMax, ncMax, n, k int, steps func(pc int) int) int {
+	size := 0
+	for jc := 0; jc < n; jc += ncMax {
+		for pc := 0; pc < k; pc += kcMax {
+			size += roundUp(min(ncMax, n-jc), nr) * steps(pc)
+		}
+	}
+	return size
+}
+
+// PackedLen32 is the floats a PackedB32 stores for a k×n op(B) packed by
+// PackB32 (period 0) or PackB32Runs (period, keep): the length of the
+// storage SetStorage needs for it. It panics as PackB32Runs does on bad
+// runs.
+func PackedLen32(k, n, period, keep int) int {
+	if period != 0 && (period < 1 || keep < 1 || keep > period) {
+		panic(badRuns)
+	}
+	if k <= 0 || n <= 0 {
+		return 0
+	}
+	kern := kernel32()
+	kcMax := min(kern.kc, k)
+	ncMax := min(roundUp(kern.nc, kern.nr), roundUp(n, kern.nr))
+	var runs []int
+	return packedSize(kern.nr, kcMax, ncMax, n, k, func(pc int) int {
+		kc := min(kcMax, k-pc)
+		if period == 0 {
+			return kc
+		}
+		runs = kRuns(runs[:0], pc, kc, period, keep)
+		return runLen(runs)
+	})
+}
+
+// SetStorage has b's later packs store the packed operand at the start
+// of buf (which must not be used otherwise while b is) whenever buf is
+// long enough for it (PackedLen32), instead of in storage they allocate:
+// for callers that place their operands in memory of their own (on huge
+// pages, say). Packing into it gives the same values.
+func (b *PackedB32) SetStorage(buf []float32) { b.p.data = buf[:0] }
+
+// Len is the floats b's packed operand takes (0 before it is packed).
+func (b *PackedB32) Len() int { return len(b.p.data) }
 
 // DgemmPacked computes C = op(A) * P + beta * C for the packed P =
 // alpha*op(B) (k×n), op(A) m×k and C m×n, on the calling goroutine, with

@@ -79,7 +79,6 @@ func (s *stage) setImplicit(stride2 bool) {
 	if s.stride == 2 {
 		s.pwx = make([]blas.PackedB32, len(stride2Blocks))
 	}
-	s.wflip = make([]float32, s.fi*s.fo)
 	C := s.in.C
 	s.offX = make([]int, s.k)
 	for kr := range s.k {

@@ -177,6 +177,12 @@ type Options struct {
 	// leaveHook, if set, runs as worker wi > 0 leaves a step that ended
 	// with finish, between its two signals to worker 0 (tests delay it).
 	leaveHook func(wi int)
+	// noHugePages leaves the workers' buffers and the packed weights on
+	// the OS's base pages instead of asking for transparent huge pages
+	// (arena; same values, benchmarks compare the two); noArena makes
+	// each buffer on its own, as before the arena; noPlaceWeights leaves
+	// only the packed weights out of it (placeWeights).
+	noHugePages, noArena, noPlaceWeights bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -365,6 +371,10 @@ type Plan struct {
 	splits    [][]int
 	end       endState
 
+	// mem holds the packed weights and the weight copies they are
+	// packed from (placeWeights; nil with Options.noArena).
+	mem *arena
+
 	// StepAdd's pieces (physical.go): adding is set from the first
 	// piece to SumInto; first is the batch index of the current piece's
 	// first example, added the chunks the pieces so far made.
@@ -443,6 +453,9 @@ type worker struct {
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
 	dpad, dpadC []float32
+	// mem is the arena the float32 buffers are carved from (nil with
+	// Options.noArena).
+	mem *arena
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -503,9 +516,16 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	p.setHead()
-	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker())
+	// The workers' buffers, each worker's in an arena of its own (one
+	// sizing pass: the workers are alike).
+	var size arena
+	if !opt.noArena {
+		p.buildWorker(&size)
 	}
+	for range opt.Workers {
+		p.workers = append(p.workers, p.newWorker(size.off))
+	}
+	p.placeWeights()
 	p.splitSegments()
 	p.endJobs()
 	p.packJobs()
@@ -513,6 +533,73 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 		p.setPrefetch()
 	}
 	return p, nil
+}
+
+// placeWeights makes the weight copies a step packs from (each
+// convolution's permuted weight wp and flipped weight wflip) and, with
+// the arena (unless Options.noArena), places them and every packed
+// operand the workers share in one arena (Plan.mem), in stage order: it
+// packs them once into scratch storage for their lengths (from copies
+// that are views of one scratch slice: only the lengths count), then
+// gives each its place, which the steps' packing fills.
+func (p *Plan) placeWeights() {
+	copies := func(m *arena) {
+		for i := range p.stages {
+			if s := &p.stages[i]; s.kind == kConv {
+				s.wp = m.f32(s.fi * s.fo)
+				if s.implicit {
+					s.wflip = m.f32(s.fi * s.fo)
+				}
+			}
+		}
+	}
+	if p.opt.noArena || p.opt.noPlaceWeights {
+		copies(&arena{plain: true})
+		return
+	}
+	var size arena
+	copies(&size)
+	var packs []*blas.PackedB32
+	var scratch []float32
+	for i := range p.stages {
+		s := &p.stages[i]
+		if !p.packs(s) {
+			continue
+		}
+		// A packed length is at most k roundUp(n, nr) with k n = fi fo.
+		if n := s.fi*s.fo + 64*(s.fi+(s.k+1)*s.fo); len(scratch) < n {
+			scratch = make([]float32, n)
+		}
+		first := len(packs)
+		packs = append(packs, &s.pw, &s.pwt)
+		for k := range s.pwr {
+			packs = append(packs, &s.pwr[k])
+		}
+		for k := range s.pwx {
+			packs = append(packs, &s.pwx[k])
+		}
+		if p.col2imRows(s) {
+			p.makeKernelRowPacks(s)
+			for k := range s.pwk {
+				packs = append(packs, &s.pwk[k])
+			}
+		}
+		for _, b := range packs[first:] {
+			b.SetStorage(scratch)
+		}
+		p.packStage(s, true)
+	}
+	lens := make([]int, len(packs))
+	for k, b := range packs {
+		lens[k] = b.Len()
+		size.f32(lens[k])
+	}
+	m := newArena(size.off, p.opt.noHugePages)
+	copies(m)
+	for k, b := range packs {
+		b.SetStorage(m.f32(lens[k]))
+	}
+	p.mem = m
 }
 
 // setPrefetch turns off the prefetch of every packed right operand the
@@ -579,7 +666,6 @@ func (p *Plan) compile(layers []Layer, in Shape, src int, path string) (Shape, i
 		case Conv2D:
 			s.kind, s.k, s.stride, s.pad, s.act, s.slope, s.w, s.b = kConv, l.Kernel, l.Stride, l.Pad, l.Act, l.Slope, l.Weight, l.Bias
 			s.fi, s.fo, s.P = l.Kernel*l.Kernel*s.in.C, l.Out, s.out.H*s.out.W
-			s.wp = make([]float32, s.fi*s.fo)
 			if !p.opt.noImplicit {
 				s.setImplicit(!p.opt.noStride2)
 			}
@@ -1068,12 +1154,7 @@ func (p *Plan) packStage(s *stage, back bool) {
 	switch {
 	case back && p.col2imRows(s):
 		KC := s.k * s.in.C
-		if len(s.pwk) != s.k {
-			s.pwk = make([]blas.PackedB32, s.k)
-			for kr := range s.pwk {
-				s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
-			}
-		}
+		p.makeKernelRowPacks(s)
 		for kr := range s.pwk {
 			blas.PackB32(gblas.Trans, s.fo, KC, 1, W[kr*KC*s.fo:], s.fo, &s.pwk[kr])
 		}
@@ -1082,13 +1163,39 @@ func (p *Plan) packStage(s *stage, back bool) {
 	}
 }
 
-func (p *Plan) newWorker() *worker {
+// newWorker returns a worker whose float32 buffers, floats of them,
+// are carved from an arena of its own (made one by one with
+// Options.noArena).
+// makeKernelRowPacks makes convolution s's packed kernel rows pwk
+// (Plan.col2imRows) if they are not yet made.
+func (p *Plan) makeKernelRowPacks(s *stage) {
+	if len(s.pwk) != s.k {
+		s.pwk = make([]blas.PackedB32, s.k)
+		for kr := range s.pwk {
+			s.pwk[kr].SetPrefetch(!p.opt.noPrefetch)
+		}
+	}
+}
+
+func (p *Plan) newWorker(floats int) *worker {
+	if p.opt.noArena {
+		return p.buildWorker(&arena{plain: true})
+	}
+	m := newArena(floats, p.opt.noHugePages)
+	w := p.buildWorker(m)
+	w.mem = m
+	return w
+}
+
+// buildWorker returns a worker whose float32 buffers m carves (the
+// others are made).
+func (p *Plan) buildWorker(m *arena) *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
 		gp: make([][]float32, S),
-		ex: make([]float32, p.exSlots(C)*p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: make([]float32, len(p.params)),
+		ex: m.f32(p.exSlots(C) * p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
+		linf: make([]float64, C), acc: m.f32(len(p.params)),
 	}
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
@@ -1102,20 +1209,20 @@ func (p *Plan) newWorker() *worker {
 		}
 		return C
 	}
-	maxDU, maxFo, maxAct, maxWide, maxRow := 0, 0, 0, 0, 0
+	maxDU, maxFo, maxAct, maxWide, maxRow, maxPan, maxPad := 0, 0, 0, 0, 0, 0, 0
 	for k, sh := range p.actShape {
-		w.act[k] = make([]float32, rows(k)*sh.Size())
+		w.act[k] = m.f32(rows(k) * sh.Size())
 		if k > 0 {
-			w.d[k] = make([]float32, rows(k)*sh.Size())
+			w.d[k] = m.f32(rows(k) * sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
-	w.tmp = make([]float32, maxAct)
+	w.tmp = m.f32(maxAct)
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
 			if s.panelSum {
-				w.pan = make([]float32, max(len(w.pan), min(s.fi, ghostPanel)*s.fo))
+				maxPan = max(maxPan, min(s.fi, ghostPanel)*s.fo)
 				w.gpks = make([]blas.PackedB32, C)
 			}
 			if s.ghost {
@@ -1129,36 +1236,36 @@ func (p *Plan) newWorker() *worker {
 			}
 			if s.recompute {
 				w.gpks = make([]blas.PackedB32, C)
-				w.pan = make([]float32, max(len(w.pan), s.panel*s.fo))
+				maxPan = max(maxPan, s.panel*s.fo)
 			}
 			if s.implicit {
-				w.xp[i] = make([]float32, C*s.xpLen())
-				w.gp[i] = make([]float32, C*s.gpLen())
+				w.xp[i] = m.f32(C * s.xpLen())
+				w.gp[i] = m.f32(C * s.gpLen())
 				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
 			}
-			w.u[i] = make([]float32, C*s.P*s.fi)
+			w.u[i] = m.f32(C * s.P * s.fi)
 			if s.src > 0 {
 				maxDU = max(maxDU, C*s.P*s.fi)
 			}
 		case kPool:
 			w.arg[i] = make([]int32, C*s.out.Size())
 		case kDrop:
-			w.pre[i] = make([]float32, C*s.out.Size()) // the mask
+			w.pre[i] = m.f32(C * s.out.Size()) // the mask
 		case kNorm:
-			w.xh[i] = make([]float32, C*s.in.Size())
+			w.xh[i] = m.f32(C * s.in.Size())
 			w.rstd[i] = make([]float64, C*s.groups)
 		}
 		if s.act == GELU {
-			w.pre[i] = make([]float32, rows(i+1)*s.out.Size())
+			w.pre[i] = m.f32(rows(i+1) * s.out.Size())
 		}
 		maxFo = max(maxFo, s.fo, normScratch(s.in.C))
 		if s.kind == kEmbed {
 			for _, t := range s.emb.Tables {
 				maxFo = max(maxFo, t.Dim)
 				if len(w.vec) < t.Dim {
-					w.vec = make([]float32, t.Dim)
+					w.vec = m.f32(t.Dim)
 				}
 			}
 		}
@@ -1166,25 +1273,52 @@ func (p *Plan) newWorker() *worker {
 	for i, s := range p.stages {
 		if p.inPlace(&s) {
 			n := 4 * max(s.fi, s.fo)
-			w.dpad, w.dpadC = make([]float32, max(len(w.dpad), n)), make([]float32, max(len(w.dpadC), n))
+			maxPad = max(maxPad, n)
 		}
 		if p.deferred(&s) {
 			if w.dU == nil {
 				w.dU, w.dG = make([][]float32, S), make([][]float32, S)
 			}
 			n := max(C, denseGroup)
-			w.dU[i], w.dG[i] = make([]float32, n*s.fi), make([]float32, n*s.fo)
+			w.dU[i], w.dG[i] = m.f32(n*s.fi), m.f32(n*s.fo)
 		}
 	}
-	w.du = make([]float32, maxDU)
-	w.wide = make([]float32, maxWide)
-	w.biasRow = make([]float32, maxRow)
+	if maxPad > 0 {
+		w.dpad, w.dpadC = m.f32(maxPad), m.f32(maxPad)
+	}
+	if maxPan > 0 {
+		w.pan = m.f32(maxPan)
+	}
+	w.du = m.f32(maxDU)
+	w.wide = m.f32(maxWide)
+	w.biasRow = m.f32(maxRow)
 	w.col = make([]float64, maxFo)
+	if !m.plain {
+		// The output gradients packed for the weight gradients' products
+		// (implicit.go, recompute.go), in the arena too.
+		gpk, gpks := 0, 0
+		for _, s := range p.stages {
+			if s.kind != kConv {
+				continue
+			}
+			gpk = max(gpk, blas.PackedLen32(s.P, s.fo, 0, 0))
+			if s.implicit {
+				gpk = max(gpk, blas.PackedLen32(s.wide, s.fo, 0, 0))
+			}
+			if s.recompute || s.panelSum {
+				gpks = max(gpks, blas.PackedLen32(s.P, s.fo, 0, 0))
+			}
+		}
+		w.gpk.SetStorage(m.f32(gpk))
+		for k := range w.gpks {
+			w.gpks[k].SetStorage(m.f32(gpks))
+		}
+	}
 	if p.group > 1 {
 		w.slots = make([]slot, p.group)
 		w.slots[0] = w.slot
 		for g := 1; g < p.group; g++ {
-			p.groupSlot(w, g)
+			p.groupSlot(w, g, m)
 		}
 	}
 	return w
@@ -1201,7 +1335,7 @@ func (w *worker) use(k int) {
 // the state a chunk keeps from its forward to its backward pass before
 // the head, views of the first slot's rows of chunk g for the head's,
 // and the first slot's gradients before the head.
-func (p *Plan) groupSlot(w *worker, g int) {
+func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 	C := p.opt.Chunk
 	a, b := &w.slots[0], &w.slots[g]
 	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
@@ -1212,12 +1346,12 @@ func (p *Plan) groupSlot(w *worker, g int) {
 		}
 		b.act[k], b.d[k] = a.act[k], a.d[k]
 		if !p.sharedAct(k) {
-			b.act[k] = make([]float32, len(a.act[k]))
+			b.act[k] = m.f32(len(a.act[k]))
 		}
 	}
-	b.u, b.xp, b.xh = likeAll(a.u), likeAll(a.xp), likeAll(a.xh)
+	b.u, b.xp, b.xh = m.like(a.u), m.like(a.xp), m.like(a.xh)
 	b.arg, b.rstd = likeAll(a.arg), likeAll(a.rstd)
-	b.pre = likeAll(a.pre)
+	b.pre = m.like(a.pre)
 	for i := p.head; i < len(p.stages); i++ {
 		if a.pre[i] != nil {
 			b.pre[i] = a.pre[i][g*C*p.stages[i].out.Size():]

@@ -18,7 +18,9 @@ import (
 // changes to the CNN step: whole pool windows, outputs into the next
 // map, the example-major backward; "s48before" the dense head read in
 // place, the packing dealt out in turn and chunks of 2; "nopairhead"
-// runs the dense head chunk by chunk, "group4" for four chunks at once).
+// runs the dense head chunk by chunk, "group4" for four chunks at once;
+// "nohugepages" leaves the workers' arenas on base pages, "noarena"
+// makes their buffers one by one).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
 		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
@@ -45,6 +47,9 @@ func stepSwitches() map[string]func(*Options) {
 		"s50before":      func(o *Options) { o.noGpOne, o.noPoolOut, o.noWarmFlush = true, true, true },
 		"directfirst":    func(o *Options) { o.directFirst = true },
 		"s48before":      func(o *Options) { o.Chunk, o.noDenseInPlace, o.noPackJobs = 4, true, true },
+		"nohugepages":    func(o *Options) { o.noHugePages = true },
+		"noarena":        func(o *Options) { o.noArena = true },
+		"noplaceweights": func(o *Options) { o.noPlaceWeights = true },
 	}
 }
 
@@ -137,6 +142,7 @@ func BenchmarkStepSwitches(b *testing.B) {
 		r++
 	}
 	for v, name := range names {
+		b.ReportMetric(planHuge(plans[v]), "hugeMiB:"+name)
 		slices.Sort(cpu[v])
 		slices.Sort(wall[v])
 		b.ReportMetric(float64(batch)/cpu[v][len(cpu[v])/2], "ex/cpu-s:"+name)

@@ -1,0 +1,96 @@
+package nn
+
+import "unsafe"
+
+// arena hands out a worker's float32 buffers, carved from one
+// allocation whose 2 MiB-aligned pages are asked to be backed by
+// transparent huge pages before they are first touched (adviseHuge; a
+// no-op where the OS has none). A private step touches about 8 MiB of
+// buffers per worker, more than the TLB covers in 4 KiB pages. The
+// buffers are plain Go memory: nothing is freed by hand, and the
+// allocation lives as long as any buffer carved from it.
+//
+// An arena is built in two passes: a sizing one (buf nil: each buffer
+// is a view of a scratch slice and only the offsets are kept), then one
+// over an allocation of the size the first pass found, which carves the
+// same buffers at the same offsets.
+type arena struct {
+	buf []float32 // nil while sizing
+	// base is the offset in buf of the first 2 MiB boundary, where
+	// carving starts; off the floats carved so far from base.
+	base, off int
+	big       int       // buffers of at least a page carved so far
+	scratch   []float32 // sizing: the buffers' storage
+	plain     bool      // every buffer its own make (Options.noArena)
+}
+
+const (
+	lineFloats = 64 / 4      // a cache line
+	pageFloats = 4096 / 4    // a base page
+	hugeFloats = 2 << 20 / 4 // a huge page
+)
+
+// minHugeFloats is the smallest arena that asks for huge pages: a huge
+// page is resident whole, so a small model's few buffers (on each of
+// many workers) would take 2 MiB where they need much less, with few
+// pages for the TLB to miss anyway.
+const minHugeFloats = 2 * hugeFloats
+
+// newArena returns an arena for the buffers a sizing pass counted
+// (floats), asking for huge pages unless noHuge (or the arena is
+// smaller than minHugeFloats: then it is one allocation of that size).
+func newArena(floats int, noHuge bool) *arena {
+	if floats < minHugeFloats {
+		return &arena{buf: make([]float32, floats)}
+	}
+	n := roundUpTo(floats, hugeFloats)
+	buf := make([]float32, n+hugeFloats)
+	a := &arena{buf: buf}
+	if addr := uintptr(unsafe.Pointer(unsafe.SliceData(buf))); addr%(4*hugeFloats) != 0 {
+		a.base = int(4*hugeFloats-addr%(4*hugeFloats)) / 4
+	}
+	if !noHuge {
+		adviseHuge(buf[a.base : a.base+n])
+	}
+	return a
+}
+
+// f32 returns a new zeroed buffer of n floats: aligned to a cache line,
+// and for n of a page or more, starting at a different line of the page
+// (a colour) than the few large buffers carved before it, so that
+// buffers a product reads together do not all map to the same cache
+// sets.
+func (a *arena) f32(n int) []float32 {
+	if a.plain {
+		return make([]float32, n)
+	}
+	o := roundUpTo(a.off, lineFloats)
+	if n >= pageFloats {
+		c := (a.big * 5 % (pageFloats / lineFloats)) * lineFloats
+		o = roundUpTo(o-c, pageFloats) + c
+		a.big++
+	}
+	a.off = o + n
+	if a.buf == nil {
+		if cap(a.scratch) < n {
+			a.scratch = make([]float32, n)
+		}
+		return a.scratch[:n:n]
+	}
+	return a.buf[a.base+o : a.base+o+n : a.base+o+n]
+}
+
+// like returns buffers of the lengths of bufs (nil for the empty ones),
+// as likeAll, from a.
+func (a *arena) like(bufs [][]float32) [][]float32 {
+	out := make([][]float32, len(bufs))
+	for k, b := range bufs {
+		if len(b) > 0 {
+			out[k] = a.f32(len(b))
+		}
+	}
+	return out
+}
+
+// roundUpTo rounds n >= 0 up to a multiple of m.
+func roundUpTo(n, m int) int { return (n + m - 1) / m * m }
