@@ -960,7 +960,9 @@ func (p *Plan) setHead() {
 // 0.4 ms more, and the step 1.0% less CPU at batch 64 (median of twelve
 // series), 0.6% at 500 (eight); with the smaller working set of the
 // example-major backward's single gradient maps, +0.6% (five) and 0.0%
-// (three), within the machine's noise. The values are the
+// (three), within the machine's noise; with the step's buffers on
+// huge pages too, quiet: +0.3% (four series; wall +0.3-0.5%) and +0.3%
+// (wall +0.5%). The values are the
 // same bits either way.
 func (p *Plan) setStream() {
 	for i := p.head; i < len(p.stages); i++ {
