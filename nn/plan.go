@@ -962,8 +962,7 @@ func (p *Plan) setHead() {
 // example-major backward's single gradient maps, +0.6% (five) and 0.0%
 // (three), within the machine's noise; with the step's buffers on
 // huge pages too, quiet: +0.3% (four series; wall +0.3-0.5%) and +0.3%
-// (wall +0.5%). The values are the
-// same bits either way.
+// (wall +0.5%). The values are the same bits either way.
 func (p *Plan) setStream() {
 	for i := p.head; i < len(p.stages); i++ {
 		if p.inPlace(&p.stages[i]) {
