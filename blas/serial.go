@@ -12,7 +12,25 @@ import (
 // safe for concurrent use.
 type Serial32 struct {
 	s serial[float32]
+	// stream is what PrefetchStream has left to prefetch.
+	stream []float32
 }
+
+// PrefetchStream has the next products of SgemmPackedRows over packed
+// operands that prefetch (SetPrefetch) bring p into L2 in their
+// kernels' prefetch slots, in order, instead of their operand's next
+// micro-panel, until all of p has been prefetched (or PrefetchStream is
+// called again; nil stops it). A kernel call prefetches a cache line
+// every four steps of k among its multiply-adds, so the stream trickles
+// in while the product computes, without the stall a burst of
+// prefetches would make: for data read soon after the products and
+// otherwise cold (a large weight read once in a while). The products'
+// values are the same bits either way.
+func (s *Serial32) PrefetchStream(p []float32) { s.stream = p }
+
+// Streaming reports how many elements of the PrefetchStream are left to
+// prefetch.
+func (s *Serial32) Streaming() int { return len(s.stream) }
 
 // Sgemm is the package-level Sgemm without its goroutines: same arguments,
 // semantics and panics. Matrix-vector shapes (m or n = 1) also take the
@@ -427,6 +445,11 @@ func (s *Serial32) SgemmPackedRows(m, period, keep int, a []float32, lda int, b 
 								pfp = &b.p.data[q]
 							}
 							t++
+							if len(s.stream) > 0 {
+								// The kernel's kc/4 lines from the stream.
+								pfp = &s.stream[0]
+								s.stream = s.stream[min(len(s.stream), kc/4*lineElems[float32]()):]
+							}
 							kern.rowsPF(kc, &a[ir*lda+pc], lda, 1, &bp[jr*kc], &c[off], ldc, overwrite, pfp)
 							continue
 						}

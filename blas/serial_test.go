@@ -301,3 +301,54 @@ func TestSgemmPackedRowsPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// A PrefetchStream leaves SgemmPackedRows' bits as they are and is used
+// up a line every four steps of k of each whole-tile kernel call that
+// prefetches (on AVX-512, where the rows kernel has a prefetching
+// variant): on an implicit convolution's shape (runs of 8 rows of 10,
+// two blocks of k, 128 columns).
+func TestPrefetchStream(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const m, n, k, lda, period, keep = 78, 128, 384, 128, 10, 8
+	a := make([]float32, (m-1)*lda+k)
+	b := make([]float32, k*n)
+	c0 := make([]float32, m*n)
+	for _, x := range [][]float32{a, b, c0} {
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+	}
+	var pb PackedB32
+	PackB32(gblas.NoTrans, k, n, 1, b, n, &pb)
+	stream := make([]float32, 1<<18)
+	var s, ref Serial32
+	for _, beta := range []float32{0, 1} {
+		got := append([]float32(nil), c0...)
+		want := append([]float32(nil), c0...)
+		s.PrefetchStream(stream)
+		s.SgemmPackedRows(m, period, keep, a, lda, &pb, beta, got, n)
+		ref.SgemmPackedRows(m, period, keep, a, lda, &pb, beta, want, n)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("beta %v: c[%d] = %v with a stream, %v without", beta, i, got[i], want[i])
+			}
+		}
+		used := len(stream) - s.Streaming()
+		kern := kernel32()
+		if kern.rowsPF == nil || kern.rowsMR != keep {
+			if used != 0 {
+				t.Fatalf("%d streamed without a prefetching rows kernel", used)
+			}
+			continue
+		}
+		// 8 tiles of rows a column panel, 4 panels, blocks of k of 256
+		// and 128: (64 + 32) lines a tile and panel.
+		if want := 8 * 4 * (256 + 128) / 4 * 16; used != want {
+			t.Fatalf("beta %v: %d elements streamed, want %d", beta, used, want)
+		}
+	}
+	s.PrefetchStream(nil)
+	if s.Streaming() != 0 {
+		t.Fatal("a nil stream left something to stream")
+	}
+}

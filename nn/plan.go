@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -118,6 +119,14 @@ type Options struct {
 	// headGroup overrides the number of chunks whose dense head runs at
 	// once (setHead; benchmarks).
 	headGroup int
+	// noHeadStream leaves the dense head's weight cold when a group's
+	// forward pass reaches it instead of streaming it into L2 during the
+	// last convolutions (Plan.streamAt; same values, benchmarks compare
+	// the two).
+	noHeadStream bool
+	// headStream overrides how many of the last convolutions before the
+	// head stream its weight (benchmarks).
+	headStream int
 	// noRecompute materializes every convolution's per-example gradient
 	// (tests compare with recomputing them, recompute.go).
 	noRecompute bool
@@ -328,6 +337,10 @@ type Plan struct {
 	// head is the first stage of the dense head that a worker runs for
 	// group chunks at once (setHead); 0 for none.
 	head, group int
+	// streamAt is the first stage of a group's last forward pass from
+	// which the products prefetch the weight of head stage streamOf
+	// (setStream); 0 for none.
+	streamAt, streamOf int
 
 	// per step
 	x       []float32
@@ -918,8 +931,53 @@ func (p *Plan) setHead() {
 		}
 		inPlace = inPlace || p.inPlace(s)
 	}
-	if inPlace {
-		p.head, p.group = h, g
+	if !inPlace {
+		return
+	}
+	p.head, p.group = h, g
+	if !p.opt.noHeadStream {
+		p.setStream()
+	}
+}
+
+// setStream sets where a group's last forward pass starts streaming the
+// head's weight read in place into the caches (trainGroup): the last
+// implicit convolution before the head (or the first of the last
+// Options.headStream ones),
+// whose products prefetch a line of it every four steps of k among
+// their multiply-adds (blas Serial32.PrefetchStream) instead of their
+// own next micro-panel. The head's forward product then finds its
+// weight in L2 rather than in memory (CIFAR's 1 MiB, otherwise evicted
+// by the convolutions' maps and gradients since the group before read
+// it), and its input gradient, which reads the weight again, still
+// does. Streamed in a burst of prefetches just before the head instead,
+// the weight stalled the core as long as the cold read did; during the
+// one convolution the lines come in at a few GB/s beside its products
+// and are still in L2 when the head reads them. Measured on 2 cores
+// (BENCHMARKS.md, issue 42): the head's forward product in the CIFAR
+// CNN's step took 30-36 us instead of 73 (0.6 ms less a batch-64 step,
+// 0.2 ms less for the input gradient), the last convolution's products
+// 0.4 ms more, and the step 1.0% less CPU at batch 64 (median of twelve
+// series), 0.6% at 500 (eight); with the smaller working set of the
+// example-major backward's single gradient maps, +0.6% (five) and 0.0%
+// (three), within the machine's noise; with the step's buffers on
+// huge pages too, quiet: +0.3% (four series; wall +0.3-0.5%) and +0.3%
+// (wall +0.5%). The values are the same bits either way.
+func (p *Plan) setStream() {
+	for i := p.head; i < len(p.stages); i++ {
+		if p.inPlace(&p.stages[i]) {
+			p.streamOf = i
+			break
+		}
+	}
+	n := cmp.Or(p.opt.headStream, 1)
+	for i := p.head - 1; i >= 0; i-- {
+		if s := &p.stages[i]; s.kind == kConv && s.implicit {
+			p.streamAt = i
+			if n--; n == 0 {
+				break
+			}
+		}
 	}
 }
 
@@ -1968,7 +2026,15 @@ func (p *Plan) trainGroup(w *worker, c0, g int) {
 	rows := 0
 	for k := g - 1; k >= 0; k-- {
 		i0, m := chunk(k)
-		p.startChunk(w, i0, m, h)
+		if k > 0 || p.streamAt == 0 {
+			p.startChunk(w, i0, m, h)
+		} else {
+			// The last one streams the head's weight in (setStream).
+			p.startChunk(w, i0, m, p.streamAt)
+			w.gemm.PrefetchStream(p.stages[p.streamOf].weight(p.params))
+			p.forward(w, p.streamAt, h, m)
+			w.gemm.PrefetchStream(nil)
+		}
 		rows += m
 	} // (ending with the first chunk's slot current)
 	p.forward(w, h, S, rows)
