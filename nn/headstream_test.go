@@ -6,19 +6,22 @@ import (
 	"testing"
 )
 
-// streamNet is headNet with the convolutions the CIFAR CNN has before
-// its head: two implicit convolutions of 32 channels (whose products
-// prefetch, 32 columns a tile) and a pool before a 512x128 dense layer
-// read in place.
-func streamNet() *builder {
+// pooledHeadNet is headNet with the convolutions the CIFAR CNN has
+// before its head: two implicit convolutions of 32 channels (whose
+// products prefetch, 32 columns a tile) and a pool before a 512 x hidden
+// dense layer and a hidden x 10 one.
+func pooledHeadNet(hidden int) *builder {
 	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
 	b.conv(3, 32, 3, 1, 1, Tanh)
 	b.conv(32, 32, 3, 1, 1, Tanh)
 	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
-	b.dense(512, 128, Tanh)
-	b.dense(128, 10, Identity)
+	b.dense(512, hidden, Tanh)
+	b.dense(hidden, 10, Identity)
 	return b
 }
+
+// streamNet is pooledHeadNet with a 512x128 dense layer read in place.
+func streamNet() *builder { return pooledHeadNet(128) }
 
 // TestHeadStream: a group's last forward pass streaming the head's
 // weight into the caches during its last convolution (Plan.streamAt)

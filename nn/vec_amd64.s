@@ -631,6 +631,12 @@ addto16loop:
 	VZEROUPPER
 	RET
 
+// POOLBACK sets up poolBack2AVX2 and poolBackOutAVX2 from their
+// arguments base, c, wc, ow and act: Y8 the top-left taps' indices
+// (base + 0..7), Y9 c, Y10 wc, Y11 wc + c, Y12 8, Y14 1.0, Y15 zero,
+// CX c, AX 4c, DX ow and BX act.
+#define POOLBACK(base, c, wc, ow, act) MOVQ base, BX; VMOVQ BX, X8; VPBROADCASTD X8, Y8; VPADDD iota8<>(SB), Y8, Y8; MOVQ c, CX; VMOVQ CX, X9; VPBROADCASTD X9, Y9; MOVQ wc, BX; VMOVQ BX, X10; VPBROADCASTD X10, Y10; VPADDD Y9, Y10, Y11; MOVL $8, BX; VMOVQ BX, X12; VPBROADCASTD X12, Y12; MOVL $0x3f800000, BX; VMOVQ BX, X14; VPBROADCASTD X14, Y14; VXORPS Y15, Y15, Y15; MOVQ CX, AX; SHLQ $2, AX; MOVQ ow, DX; MOVQ act, BX
+
 // func poolBack2AVX2(dst0, dst1, a0, a1, dy *float32, arg *int32, base, c, wc, ow, act int)
 // A 2x2 max pool's backward for one row of ow output pixels of c
 // channels (c a positive multiple of 8, ow > 0), written as whole
@@ -651,28 +657,7 @@ TEXT ·poolBack2AVX2(SB), NOSPLIT, $0-88
 	MOVQ a1+24(FP), R11
 	MOVQ dy+32(FP), SI
 	MOVQ arg+40(FP), DI
-	MOVQ base+48(FP), BX
-	VMOVQ BX, X8
-	VPBROADCASTD X8, Y8
-	VPADDD iota8<>(SB), Y8, Y8
-	MOVQ c+56(FP), CX
-	VMOVQ CX, X9
-	VPBROADCASTD X9, Y9             // Y9 = c
-	MOVQ wc+64(FP), BX
-	VMOVQ BX, X10
-	VPBROADCASTD X10, Y10           // Y10 = wc
-	VPADDD Y9, Y10, Y11             // Y11 = wc + c
-	MOVL $8, BX
-	VMOVQ BX, X12
-	VPBROADCASTD X12, Y12           // Y12 = 8
-	MOVL $0x3f800000, BX
-	VMOVQ BX, X14
-	VPBROADCASTD X14, Y14           // Y14 = 1.0
-	VXORPS Y15, Y15, Y15
-	MOVQ CX, AX
-	SHLQ $2, AX
-	MOVQ ow+72(FP), DX
-	MOVQ act+80(FP), BX
+	POOLBACK(base+48(FP), c+56(FP), wc+64(FP), ow+72(FP), act+80(FP))
 	CMPQ BX, $1
 	JEQ pbtanhpix
 	CMPQ BX, $2
@@ -838,28 +823,7 @@ TEXT ·poolBackOutAVX2(SB), NOSPLIT, $0-80
 	MOVQ o+16(FP), R10
 	MOVQ dy+24(FP), SI
 	MOVQ arg+32(FP), DI
-	MOVQ base+40(FP), BX
-	VMOVQ BX, X8
-	VPBROADCASTD X8, Y8
-	VPADDD iota8<>(SB), Y8, Y8
-	MOVQ c+48(FP), CX
-	VMOVQ CX, X9
-	VPBROADCASTD X9, Y9             // Y9 = c
-	MOVQ wc+56(FP), BX
-	VMOVQ BX, X10
-	VPBROADCASTD X10, Y10           // Y10 = wc
-	VPADDD Y9, Y10, Y11             // Y11 = wc + c
-	MOVL $8, BX
-	VMOVQ BX, X12
-	VPBROADCASTD X12, Y12           // Y12 = 8
-	MOVL $0x3f800000, BX
-	VMOVQ BX, X14
-	VPBROADCASTD X14, Y14           // Y14 = 1.0
-	VXORPS Y15, Y15, Y15
-	MOVQ CX, AX
-	SHLQ $2, AX
-	MOVQ ow+64(FP), DX
-	MOVQ act+72(FP), BX
+	POOLBACK(base+40(FP), c+48(FP), wc+56(FP), ow+64(FP), act+72(FP))
 pbopix:
 	MOVQ CX, R12
 pboblk:

@@ -35,15 +35,7 @@ var workingSetSwitches = map[string]struct {
 // warmNet is a network whose dense layers' weights, all deferred with
 // Options.deferMin 1, fit in its per-example gradient buffer (w.ex),
 // where the warm flushes write them (flushWarm).
-func warmNet() *builder {
-	b := &builder{net: Network{Input: Shape{3, 8, 8}}}
-	b.conv(3, 32, 3, 1, 1, Tanh)
-	b.conv(32, 32, 3, 1, 1, Tanh)
-	b.net.Layers = append(b.net.Layers, MaxPool{Size: 2}, Flatten{})
-	b.dense(512, 16, Tanh)
-	b.dense(16, 10, Identity)
-	return b
-}
+func warmNet() *builder { return pooledHeadNet(16) }
 
 // finishing reports whether p's two-worker training steps end with
 // finish and so flush the deferred dense rows (warm flushes).
