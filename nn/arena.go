@@ -55,6 +55,13 @@ func newArena(floats int, noHuge bool) *arena {
 	return a
 }
 
+// plainArena returns an arena of floats on the pages the Go heap gives
+// (no huge pages asked): for buffers a training step does not touch,
+// which take no memory until something writes them (buildWorker).
+func plainArena(floats int) *arena {
+	return &arena{buf: make([]float32, floats)}
+}
+
 // f32 returns a new zeroed buffer of n floats: aligned to a cache line,
 // and for n of a page or more, starting at a different line of the page
 // (a colour) than the few large buffers carved before it, so that

@@ -183,6 +183,11 @@ type Options struct {
 	// each buffer on its own, as before the arena; noPlaceWeights leaves
 	// only the packed weights out of it (placeWeights).
 	noHugePages, noArena, noPlaceWeights bool
+	// noColdSplit carves every buffer of a worker from its huge-page
+	// arena, the ones a training step never touches too, instead of
+	// those from a plain one (coldAct, coldGrad; same values, tests and
+	// benchmarks compare the two).
+	noColdSplit bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -454,8 +459,10 @@ type worker struct {
 	// than a multiple of four read in place (denseForward).
 	dpad, dpadC []float32
 	// mem is the arena the float32 buffers are carved from (nil with
-	// Options.noArena).
-	mem *arena
+	// Options.noArena); cold the plain one of those a training step
+	// never touches (buildWorker; nil with Options.noArena or
+	// noColdSplit, or when there are none).
+	mem, cold *arena
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -516,14 +523,14 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	p.setHead()
-	// The workers' buffers, each worker's in an arena of its own (one
+	// The workers' buffers, each worker's in arenas of its own (one
 	// sizing pass: the workers are alike).
-	var size arena
+	var size, cold arena
 	if !opt.noArena {
-		p.buildWorker(&size)
+		p.buildWorker(&size, &cold)
 	}
 	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker(size.off))
+		p.workers = append(p.workers, p.newWorker(size.off, cold.off))
 	}
 	p.placeWeights()
 	p.splitSegments()
@@ -1164,9 +1171,6 @@ func (p *Plan) packStage(s *stage, back bool) {
 	}
 }
 
-// newWorker returns a worker whose float32 buffers, floats of them,
-// are carved from an arena of its own (made one by one with
-// Options.noArena).
 // makeKernelRowPacks makes convolution s's packed kernel rows pwk
 // (Plan.col2imRows) if they are not yet made.
 func (p *Plan) makeKernelRowPacks(s *stage) {
@@ -1178,19 +1182,39 @@ func (p *Plan) makeKernelRowPacks(s *stage) {
 	}
 }
 
-func (p *Plan) newWorker(floats int) *worker {
+// newWorker returns a worker whose float32 buffers are carved from
+// arenas of its own (made one by one with Options.noArena): hot, of
+// the floats a training step touches, on huge pages, and cold, of the
+// others, a plain allocation (buildWorker).
+func (p *Plan) newWorker(hot, cold int) *worker {
 	if p.opt.noArena {
-		return p.buildWorker(&arena{plain: true})
+		return p.buildWorker(&arena{plain: true}, nil)
 	}
-	m := newArena(floats, p.opt.noHugePages)
-	w := p.buildWorker(m)
-	w.mem = m
+	m := newArena(hot, p.opt.noHugePages)
+	var c *arena
+	if cold > 0 {
+		c = plainArena(cold)
+	}
+	w := p.buildWorker(m, c)
+	w.mem, w.cold = m, c
 	return w
 }
 
-// buildWorker returns a worker whose float32 buffers m carves (the
-// others are made).
-func (p *Plan) buildWorker(m *arena) *worker {
+// buildWorker returns a worker whose float32 buffers m and cold carve
+// (the others are made). A huge page is resident whole, so the buffers
+// no path of a training step (private or not) reads or writes, only
+// other plans' stages did, are carved from cold (unless
+// Options.noColdSplit, or cold is nil), whose pages stay unmapped until
+// something writes them: the outputs written straight into their
+// reader's bordered map (coldAct), the gradients straight into their
+// producer's (coldGrad), and tmp without a stage adding its input
+// gradient. The CIFAR CNN's worker keeps 7.1 of its 9.3 MiB on huge
+// pages, WideResNet-16-4's 46 of 53 (BENCHMARKS.md). Placement changes
+// no value: every buffer is there, zeroed, wherever it is carved.
+func (p *Plan) buildWorker(m, cold *arena) *worker {
+	if cold == nil || p.opt.noColdSplit {
+		cold = m
+	}
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
@@ -1211,14 +1235,25 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		return C
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow, maxPan, maxPad := 0, 0, 0, 0, 0, 0, 0
+	// at is the arena of a buffer that a training step touches when hot.
+	at := func(hot bool) *arena {
+		if hot {
+			return m
+		}
+		return cold
+	}
+	adds := false // some stage adds its input gradient through tmp
+	for _, s := range p.stages {
+		adds = adds || s.addGrad
+	}
 	for k, sh := range p.actShape {
-		w.act[k] = m.f32(rows(k) * sh.Size())
+		w.act[k] = at(!p.coldAct(k)).f32(rows(k) * sh.Size())
 		if k > 0 {
-			w.d[k] = m.f32(rows(k) * sh.Size())
+			w.d[k] = at(!p.coldGrad(k)).f32(rows(k) * sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
-	w.tmp = m.f32(maxAct)
+	w.tmp = at(adds).f32(maxAct)
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
@@ -1319,10 +1354,37 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		w.slots = make([]slot, p.group)
 		w.slots[0] = w.slot
 		for g := 1; g < p.group; g++ {
-			p.groupSlot(w, g, m)
+			p.groupSlot(w, g, m, cold)
 		}
 	}
 	return w
+}
+
+// coldAct reports whether activation k lives in no buffer of its own in
+// any pass: its producer, a stage before the logits, writes it straight
+// into the bordered input map of its only reader (fuseOutputs,
+// fuseNorms), where every later reader reads it (outMap, normIO), and
+// that reader never reads activation k.
+func (p *Plan) coldAct(k int) bool {
+	if k == 0 || k >= len(p.stages) {
+		return false
+	}
+	s := &p.stages[k-1]
+	return s.toXp || s.xpFilledBy()
+}
+
+// coldGrad reports whether the gradient w.r.t. activation k lives in no
+// buffer of its own in a training step's backward pass (d[k]): its
+// producer is an implicit convolution whose only reader writes that
+// gradient straight into its bordered output gradient (gpFilled:
+// fuseGrads, fuseNorms, fuseJoins), which it then reads instead. (The
+// non-private path clears an example's d[k] it drops, zeroExample.)
+func (p *Plan) coldGrad(k int) bool {
+	if k == 0 || k >= len(p.stages) {
+		return false
+	}
+	s := &p.stages[k-1]
+	return s.kind == kConv && s.implicit && s.gpFilled
 }
 
 // use makes slot k of the group the current one (Plan.head).
@@ -1332,11 +1394,12 @@ func (w *worker) use(k int) {
 	}
 }
 
-// groupSlot fills worker w's slot g (Plan.head): buffers of its own for
+// groupSlot fills worker w's slot g (Plan.head) from the arenas m and
+// cold (buildWorker): buffers of its own for
 // the state a chunk keeps from its forward to its backward pass before
 // the head, views of the first slot's rows of chunk g for the head's,
 // and the first slot's gradients before the head.
-func (p *Plan) groupSlot(w *worker, g int, m *arena) {
+func (p *Plan) groupSlot(w *worker, g int, m, cold *arena) {
 	C := p.opt.Chunk
 	a, b := &w.slots[0], &w.slots[g]
 	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
@@ -1347,7 +1410,11 @@ func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 		}
 		b.act[k], b.d[k] = a.act[k], a.d[k]
 		if !p.sharedAct(k) {
-			b.act[k] = m.f32(len(a.act[k]))
+			if p.coldAct(k) {
+				b.act[k] = cold.f32(len(a.act[k]))
+			} else {
+				b.act[k] = m.f32(len(a.act[k]))
+			}
 		}
 	}
 	b.u, b.xp, b.xh = m.like(a.u), m.like(a.xp), m.like(a.xh)
