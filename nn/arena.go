@@ -38,8 +38,12 @@ const minHugeFloats = 2 * hugeFloats
 
 // newArena returns an arena for the buffers a sizing pass counted
 // (floats), asking for huge pages unless noHuge (or the arena is
-// smaller than minHugeFloats: then it is one allocation of that size).
-func newArena(floats int, noHuge bool) *arena {
+// smaller than minHugeFloats: then it is one allocation of that size):
+// for the whole huge pages the buffers fill, and for the last, partial
+// one only if lastPage. A huge page is resident whole, while base pages
+// only once written: the last buffers carved, which a step may touch in
+// part (the accumulator, buildWorker), keep base pages.
+func newArena(floats int, noHuge, lastPage bool) *arena {
 	if floats < minHugeFloats {
 		return &arena{buf: make([]float32, floats)}
 	}
@@ -49,17 +53,26 @@ func newArena(floats int, noHuge bool) *arena {
 	if addr := uintptr(unsafe.Pointer(unsafe.SliceData(buf))); addr%(4*hugeFloats) != 0 {
 		a.base = int(4*hugeFloats-addr%(4*hugeFloats)) / 4
 	}
-	if !noHuge {
-		adviseHuge(buf[a.base : a.base+n])
+	if noHuge {
+		return a
 	}
+	if !lastPage {
+		// The rest on base pages, taking memory only once written
+		// (adviseCold: reused memory comes back written).
+		n = floats / hugeFloats * hugeFloats
+		adviseCold(buf[a.base+n : a.base+floats])
+	}
+	adviseHuge(buf[a.base : a.base+n])
 	return a
 }
 
-// plainArena returns an arena of floats on the pages the Go heap gives
-// (no huge pages asked): for buffers a training step does not touch,
-// which take no memory until something writes them (buildWorker).
+// plainArena returns an arena of floats on base pages, dropped
+// (adviseCold): for buffers a training step does not touch, which take
+// no memory until something writes them (buildWorker).
 func plainArena(floats int) *arena {
-	return &arena{buf: make([]float32, floats)}
+	a := &arena{buf: make([]float32, floats)}
+	adviseCold(a.buf)
+	return a
 }
 
 // f32 returns a new zeroed buffer of n floats: aligned to a cache line,

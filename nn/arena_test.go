@@ -48,7 +48,7 @@ func testArenaCarve(t *testing.T, sizes []int) {
 		}
 	}
 	for _, noHuge := range []bool{false, true} {
-		a := newArena(size.off, noHuge)
+		a := newArena(size.off, noHuge, true)
 		lo := uintptr(unsafe.Pointer(&a.buf[a.base]))
 		t.Logf("%d buffers, %d floats, huge pages asked %v", len(sizes), size.off, size.off >= minHugeFloats && !noHuge)
 		if big := size.off >= minHugeFloats; big && lo%(2<<20) != 0 {

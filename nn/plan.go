@@ -414,6 +414,7 @@ type worker struct {
 	slots []slot           // with Plan.head, the group's (the current one's in slot)
 	cur   int              // the index in slots of the current chunk's slot
 	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	gp1   [][]float32      // per stage: one example's gp, for gpOne when gp is cold (buildWorker)
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
 	pan   []float32        // a recomputed weight gradient's panel
@@ -449,8 +450,8 @@ type worker struct {
 	// sums (cleared with the rest at the step's start, or by flushDense's
 	// first flush; finish.go).
 	accDense bool
-	// gpOne: every example's bordered output gradients are in the first
-	// example's part of gp (gpEx): set in the example-major section's
+	// gpOne: every example's bordered output gradients are in one map,
+	// gp1's or the first example's part of gp (gpOf): set in the example-major section's
 	// backward pass, where each example's are read only before the next
 	// example's are written.
 	gpOne bool
@@ -601,7 +602,7 @@ func (p *Plan) placeWeights() {
 		lens[k] = b.Len()
 		size.f32(lens[k])
 	}
-	m := newArena(size.off, p.opt.noHugePages)
+	m := newArena(size.off, p.opt.noHugePages, p.opt.noColdSplit)
 	copies(m)
 	for k, b := range packs {
 		b.SetStorage(m.f32(lens[k]))
@@ -1190,7 +1191,7 @@ func (p *Plan) newWorker(hot, cold int) *worker {
 	if p.opt.noArena {
 		return p.buildWorker(&arena{plain: true}, nil)
 	}
-	m := newArena(hot, p.opt.noHugePages)
+	m := newArena(hot, p.opt.noHugePages, p.opt.noColdSplit)
 	var c *arena
 	if cold > 0 {
 		c = plainArena(cold)
@@ -1218,9 +1219,9 @@ func (p *Plan) buildWorker(m, cold *arena) *worker {
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		gp: make([][]float32, S),
+		gp: make([][]float32, S), gp1: make([][]float32, S),
 		ex: m.f32(p.exSlots(C) * p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: m.f32(len(p.params)),
+		linf: make([]float64, C),
 	}
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
@@ -1276,7 +1277,12 @@ func (p *Plan) buildWorker(m, cold *arena) *worker {
 			}
 			if s.implicit {
 				w.xp[i] = m.f32(C * s.xpLen())
-				w.gp[i] = m.f32(C * s.gpLen())
+				if p.oneGp(i) && cold != m {
+					w.gp1[i] = m.f32(s.gpLen())
+					w.gp[i] = cold.f32(C * s.gpLen())
+				} else {
+					w.gp[i] = m.f32(C * s.gpLen())
+				}
 				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
@@ -1357,8 +1363,19 @@ func (p *Plan) buildWorker(m, cold *arena) *worker {
 			p.groupSlot(w, g, m, cold)
 		}
 	}
+	// The accumulator last: the part of it a private step does not
+	// write, the deferred dense weights when the workers flush them
+	// elsewhere (flushWarm), is its end in a network whose dense head is
+	// last, so that it falls in the arena's last huge page, which is
+	// left on base pages (newArena).
+	w.acc = m.f32(len(p.params))
 	return w
 }
+
+// oneGp reports whether implicit stage i's bordered output gradients
+// are all in one map in a private step (the example-major section's
+// backward pass, gpOne): the others' are cold.
+func (p *Plan) oneGp(i int) bool { return i < p.major && !p.opt.noGpOne }
 
 // coldAct reports whether activation k lives in no buffer of its own in
 // any pass: its producer, a stage before the logits, writes it straight
