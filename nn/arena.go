@@ -100,6 +100,17 @@ func (a *arena) f32(n int) []float32 {
 	return a.buf[a.base+o : a.base+o+n : a.base+o+n]
 }
 
+// holds reports whether the buffer f lies in a's allocation (false for
+// a nil or plain arena).
+func (a *arena) holds(f []float32) bool {
+	if a == nil || len(a.buf) == 0 || len(f) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(a.buf)))
+	s := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+	return s >= lo && s+4*uintptr(len(f)) <= lo+4*uintptr(len(a.buf))
+}
+
 // like returns buffers of the lengths of bufs (nil for the empty ones),
 // as likeAll, from a.
 func (a *arena) like(bufs [][]float32) [][]float32 {

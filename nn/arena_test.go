@@ -181,7 +181,7 @@ func TestArenaPlan(t *testing.T) {
 					continue
 				}
 				for _, f := range workerFloats(w) {
-					if !inArena(w.mem, f) && !inArena(w.cold, f) {
+					if !w.mem.holds(f) && !w.cold.holds(f) {
 						t.Errorf("%s %s: worker %d buffer of %d floats outside its arenas", name, v, wi, len(f))
 					}
 				}
@@ -223,16 +223,6 @@ func TestArenaPlan(t *testing.T) {
 			}
 		}
 	}
-}
-
-// inArena reports whether the buffer f lies in a's allocation.
-func inArena(a *arena, f []float32) bool {
-	if a == nil || len(a.buf) == 0 {
-		return false
-	}
-	lo := uintptr(unsafe.Pointer(&a.buf[0]))
-	s := uintptr(unsafe.Pointer(&f[0]))
-	return s >= lo && s+4*uintptr(len(f)) <= lo+4*uintptr(len(a.buf))
 }
 
 // coldMark is what TestColdUntouched fills the cold arenas with: a NaN

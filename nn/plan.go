@@ -184,8 +184,9 @@ type Options struct {
 	// only the packed weights out of it (placeWeights).
 	noHugePages, noArena, noPlaceWeights bool
 	// noColdSplit carves every buffer of a worker from its huge-page
-	// arena, the ones a training step never touches too, instead of
-	// those from a plain one (coldAct, coldGrad; same values, tests and
+	// arena, those a private step never touches too, instead of those
+	// from a plain one (buildWorker), and asks for a huge page for each
+	// arena's last, partial one too (newArena; same values, tests and
 	// benchmarks compare the two).
 	noColdSplit bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
@@ -1203,15 +1204,21 @@ func (p *Plan) newWorker(hot, cold int) *worker {
 
 // buildWorker returns a worker whose float32 buffers m and cold carve
 // (the others are made). A huge page is resident whole, so the buffers
-// no path of a training step (private or not) reads or writes, only
-// other plans' stages did, are carved from cold (unless
-// Options.noColdSplit, or cold is nil), whose pages stay unmapped until
-// something writes them: the outputs written straight into their
-// reader's bordered map (coldAct), the gradients straight into their
-// producer's (coldGrad), and tmp without a stage adding its input
-// gradient. The CIFAR CNN's worker keeps 7.1 of its 9.3 MiB on huge
-// pages, WideResNet-16-4's 46 of 53 (BENCHMARKS.md). Placement changes
-// no value: every buffer is there, zeroed, wherever it is carved.
+// a private step never reads or writes, decided from the plan's
+// stages, are carved from cold (unless Options.noColdSplit, or cold is
+// nil), whose pages take memory only once something writes them: the
+// activations written straight into their reader's bordered map
+// (coldAct) and the gradients straight into their producer's
+// (coldGrad), which no pass touches but the non-private step's drop of
+// a non-finite example; tmp without a stage adding its input gradient;
+// and the bordered output gradients of the example-major section's
+// stages, which a private step keeps in one map of one example
+// (oneGp: gp1, hot) and only the non-private step in gp, one an
+// example. The CIFAR CNN's worker (chunks of 2) keeps 6.8 MiB in m
+// and 3.3 in cold, WideResNet-16-4's 46.9 and 6.4 (TestColdUntouched
+// checks that a private step leaves cold alone; BENCHMARKS.md). Only
+// the placement changes: every buffer is there, zeroed, wherever it is
+// carved.
 func (p *Plan) buildWorker(m, cold *arena) *worker {
 	if cold == nil || p.opt.noColdSplit {
 		cold = m
