@@ -8,7 +8,9 @@ import "unsafe"
 // no-op where the OS has none). A private step touches about 8 MiB of
 // buffers per worker, more than the TLB covers in 4 KiB pages. The
 // buffers are plain Go memory: nothing is freed by hand, and the
-// allocation lives as long as any buffer carved from it.
+// allocation lives as long as any buffer carved from it. A worker's
+// buffers that a private step never touches are carved from a second
+// arena, on base pages (coldArena, buildWorker).
 //
 // An arena is built in two passes: a sizing one (buf nil: each buffer
 // is a view of a scratch slice and only the offsets are kept), then one
@@ -66,10 +68,10 @@ func newArena(floats int, noHuge, lastPage bool) *arena {
 	return a
 }
 
-// plainArena returns an arena of floats on base pages, dropped
-// (adviseCold): for buffers a training step does not touch, which take
-// no memory until something writes them (buildWorker).
-func plainArena(floats int) *arena {
+// coldArena returns an arena of floats on base pages, dropped
+// (adviseCold): for the buffers a private step does not touch, which
+// take no memory until something writes them (buildWorker).
+func coldArena(floats int) *arena {
 	a := &arena{buf: make([]float32, floats)}
 	adviseCold(a.buf)
 	return a
@@ -101,7 +103,7 @@ func (a *arena) f32(n int) []float32 {
 }
 
 // holds reports whether the buffer f lies in a's allocation (false for
-// a nil or plain arena).
+// a nil arena or one of Options.noArena).
 func (a *arena) holds(f []float32) bool {
 	if a == nil || len(a.buf) == 0 || len(f) == 0 {
 		return false

@@ -185,9 +185,9 @@ type Options struct {
 	noHugePages, noArena, noPlaceWeights bool
 	// noColdSplit carves every buffer of a worker from its huge-page
 	// arena, those a private step never touches too, instead of those
-	// from a plain one (buildWorker), and asks for a huge page for each
-	// arena's last, partial one too (newArena; same values, tests and
-	// benchmarks compare the two).
+	// from one on base pages (buildWorker), and asks for a huge page for
+	// each arena's last, partial one too (newArena; same values, tests
+	// and benchmarks compare the two).
 	noColdSplit bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
@@ -452,17 +452,17 @@ type worker struct {
 	// first flush; finish.go).
 	accDense bool
 	// gpOne: every example's bordered output gradients are in one map,
-	// gp1's or the first example's part of gp (gpOf): set in the example-major section's
-	// backward pass, where each example's are read only before the next
-	// example's are written.
+	// gp1's or the first example's part of gp (gpOf): set in the
+	// example-major section's backward pass, where each example's are
+	// read only before the next example's are written.
 	gpOne bool
 	// dpad and dpadC: four rows of a dense layer's input and output
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
 	dpad, dpadC []float32
 	// mem is the arena the float32 buffers are carved from (nil with
-	// Options.noArena); cold the plain one of those a training step
-	// never touches (buildWorker; nil with Options.noArena or
+	// Options.noArena); cold the one on base pages of those a private
+	// step never touches (buildWorker; nil with Options.noArena or
 	// noColdSplit, or when there are none).
 	mem, cold *arena
 }
@@ -1187,7 +1187,7 @@ func (p *Plan) makeKernelRowPacks(s *stage) {
 // newWorker returns a worker whose float32 buffers are carved from
 // arenas of its own (made one by one with Options.noArena): hot, of
 // the floats a training step touches, on huge pages, and cold, of the
-// others, a plain allocation (buildWorker).
+// others, on base pages (coldArena, buildWorker).
 func (p *Plan) newWorker(hot, cold int) *worker {
 	if p.opt.noArena {
 		return p.buildWorker(&arena{plain: true}, nil)
@@ -1195,7 +1195,7 @@ func (p *Plan) newWorker(hot, cold int) *worker {
 	m := newArena(hot, p.opt.noHugePages, p.opt.noColdSplit)
 	var c *arena
 	if cold > 0 {
-		c = plainArena(cold)
+		c = coldArena(cold)
 	}
 	w := p.buildWorker(m, c)
 	w.mem, w.cold = m, c
@@ -1243,7 +1243,7 @@ func (p *Plan) buildWorker(m, cold *arena) *worker {
 		return C
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow, maxPan, maxPad := 0, 0, 0, 0, 0, 0, 0
-	// at is the arena of a buffer that a training step touches when hot.
+	// at is m for a buffer a private step touches (hot), else cold.
 	at := func(hot bool) *arena {
 		if hot {
 			return m
@@ -1419,10 +1419,10 @@ func (w *worker) use(k int) {
 }
 
 // groupSlot fills worker w's slot g (Plan.head) from the arenas m and
-// cold (buildWorker): buffers of its own for
-// the state a chunk keeps from its forward to its backward pass before
-// the head, views of the first slot's rows of chunk g for the head's,
-// and the first slot's gradients before the head.
+// cold (buildWorker): buffers of its own for the state a chunk keeps
+// from its forward to its backward pass before the head, views of the
+// first slot's rows of chunk g for the head's, and the first slot's
+// gradients before the head.
 func (p *Plan) groupSlot(w *worker, g int, m, cold *arena) {
 	C := p.opt.Chunk
 	a, b := &w.slots[0], &w.slots[g]
