@@ -8,7 +8,9 @@ import "unsafe"
 // no-op where the OS has none). A private step touches about 8 MiB of
 // buffers per worker, more than the TLB covers in 4 KiB pages. The
 // buffers are plain Go memory: nothing is freed by hand, and the
-// allocation lives as long as any buffer carved from it.
+// allocation lives as long as any buffer carved from it. A worker's
+// buffers that a private step never touches are carved from a second
+// arena, on base pages (coldArena, buildWorker).
 //
 // An arena is built in two passes: a sizing one (buf nil: each buffer
 // is a view of a scratch slice and only the offsets are kept), then one
@@ -38,8 +40,12 @@ const minHugeFloats = 2 * hugeFloats
 
 // newArena returns an arena for the buffers a sizing pass counted
 // (floats), asking for huge pages unless noHuge (or the arena is
-// smaller than minHugeFloats: then it is one allocation of that size).
-func newArena(floats int, noHuge bool) *arena {
+// smaller than minHugeFloats: then it is one allocation of that size):
+// for the whole huge pages the buffers fill, and for the last, partial
+// one only if lastPage. A huge page is resident whole, while base pages
+// only once written: the last buffers carved, which a step may touch in
+// part (the accumulator, buildWorker), keep base pages.
+func newArena(floats int, noHuge, lastPage bool) *arena {
 	if floats < minHugeFloats {
 		return &arena{buf: make([]float32, floats)}
 	}
@@ -49,9 +55,25 @@ func newArena(floats int, noHuge bool) *arena {
 	if addr := uintptr(unsafe.Pointer(unsafe.SliceData(buf))); addr%(4*hugeFloats) != 0 {
 		a.base = int(4*hugeFloats-addr%(4*hugeFloats)) / 4
 	}
-	if !noHuge {
-		adviseHuge(buf[a.base : a.base+n])
+	if noHuge {
+		return a
 	}
+	if !lastPage {
+		// The rest on base pages, taking memory only once written
+		// (adviseCold: reused memory comes back written).
+		n = floats / hugeFloats * hugeFloats
+		adviseCold(buf[a.base+n : a.base+floats])
+	}
+	adviseHuge(buf[a.base : a.base+n])
+	return a
+}
+
+// coldArena returns an arena of floats on base pages, dropped
+// (adviseCold): for the buffers a private step does not touch, which
+// take no memory until something writes them (buildWorker).
+func coldArena(floats int) *arena {
+	a := &arena{buf: make([]float32, floats)}
+	adviseCold(a.buf)
 	return a
 }
 
@@ -78,6 +100,17 @@ func (a *arena) f32(n int) []float32 {
 		return a.scratch[:n:n]
 	}
 	return a.buf[a.base+o : a.base+o+n : a.base+o+n]
+}
+
+// holds reports whether the buffer f lies in a's allocation (false for
+// a nil arena or one of Options.noArena).
+func (a *arena) holds(f []float32) bool {
+	if a == nil || len(a.buf) == 0 || len(f) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(a.buf)))
+	s := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+	return s >= lo && s+4*uintptr(len(f)) <= lo+4*uintptr(len(a.buf))
 }
 
 // like returns buffers of the lengths of bufs (nil for the empty ones),

@@ -24,3 +24,20 @@ func adviseHuge(b []float32) {
 		_ = unix.Madvise(m, unix.MADV_COLLAPSE)
 	}
 }
+
+// adviseCold asks Linux to keep b's whole pages off huge pages and to
+// drop what they hold (MADV_NOHUGEPAGE, MADV_DONTNEED): memory the Go
+// heap reuses comes back zeroed, so written, and resident; dropped, its
+// pages read as zeros again, and take memory only once written. b is
+// zero, so its values do not change; errors leave it as it is.
+func adviseCold(b []float32) {
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := int((4096-addr%4096)%4096) / 4 // the first whole page
+	n := (len(b) - lo) / pageFloats * pageFloats
+	if n <= 0 {
+		return
+	}
+	m := unsafe.Slice((*byte)(unsafe.Pointer(&b[lo])), 4*n)
+	_ = unix.Madvise(m, unix.MADV_NOHUGEPAGE)
+	_ = unix.Madvise(m, unix.MADV_DONTNEED)
+}

@@ -1,7 +1,9 @@
 package nn
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -48,7 +50,7 @@ func testArenaCarve(t *testing.T, sizes []int) {
 		}
 	}
 	for _, noHuge := range []bool{false, true} {
-		a := newArena(size.off, noHuge)
+		a := newArena(size.off, noHuge, true)
 		lo := uintptr(unsafe.Pointer(&a.buf[a.base]))
 		t.Logf("%d buffers, %d floats, huge pages asked %v", len(sizes), size.off, size.off >= minHugeFloats && !noHuge)
 		if big := size.off >= minHugeFloats; big && lo%(2<<20) != 0 {
@@ -178,11 +180,9 @@ func TestArenaPlan(t *testing.T) {
 				if w.mem == nil {
 					continue
 				}
-				lo := uintptr(unsafe.Pointer(&w.mem.buf[0]))
-				hi := lo + 4*uintptr(len(w.mem.buf))
 				for _, f := range workerFloats(w) {
-					if s := uintptr(unsafe.Pointer(&f[0])); s < lo || s+4*uintptr(len(f)) > hi {
-						t.Errorf("%s %s: worker %d buffer of %d floats outside its arena", name, v, wi, len(f))
+					if !w.mem.holds(f) && !w.cold.holds(f) {
+						t.Errorf("%s %s: worker %d buffer of %d floats outside its arenas", name, v, wi, len(f))
 					}
 				}
 			}
@@ -222,6 +222,177 @@ func TestArenaPlan(t *testing.T) {
 				t.Fatalf("%s %s: per-example norms differ", name, v)
 			}
 		}
+	}
+}
+
+// coldMark is what TestColdUntouched fills the cold arenas with: a NaN
+// that any arithmetic reading it would carry into the results.
+const coldMark = 0x7fc0c01d
+
+// TestColdUntouched: the private training steps (whole, with and
+// without a clipper on the CIFAR CNN's and WideResNet-16-4's plans, and
+// in StepAdd pieces) and Gradients neither read nor write a buffer
+// carved from a worker's cold arena (buildWorker's classification):
+// every cold arena filled with a NaN mark before, they give the
+// reference plan's (Options.noColdSplit) losses, per-example norms,
+// sums and gradients, bit for bit, and leave the marks as they were.
+// Batches 1, 3, 64 and 65 on the test networks, the network of the
+// dense head read in place and warmNet, one and two workers, chunks of
+// 2 and the automatic size (the CIFAR CNN: batches 64 and 65), and
+// WideResNet-16-4's at 5 (chunks of 2) without -short.
+func TestColdUntouched(t *testing.T) {
+	type net struct {
+		net    Network
+		params []float32
+		batch  func(n int) ([]float32, []int)
+		ns     []int
+	}
+	nets := map[string]net{}
+	rng := rand.New(rand.NewPCG(61, 62))
+	add := func(name string, b *builder, ns ...int) {
+		params := randParams(rng, b.n)
+		for k := range params {
+			params[k] *= 0.3
+		}
+		batch := func(n int) ([]float32, []int) { return b.batch(rng, n, b.classes()) }
+		nets[name] = net{b.net, params, batch, ns}
+	}
+	for name, b := range testNets() {
+		add(name, b, 1, 3, 64, 65)
+	}
+	add("head", headNet(), 1, 3, 64, 65)
+	add("warm", warmNet(), 3, 65)
+	add("cifar", cifarCNN(), 64, 65)
+	if !testing.Short() {
+		wrn, params := wrnNet(16, rng)
+		batch := func(n int) ([]float32, []int) { return randomBatch(rng, wrn.Input.Size(), n, 10) }
+		nets["wrn"] = net{wrn, params, batch, []int{5}}
+	}
+	some := map[string]bool{}
+	for name, c := range nets {
+		for _, n := range c.ns {
+			for _, workers := range []int{1, 2} {
+				for _, chunk := range []int{0, 2} {
+					if name == "cifar" && workers == 1 && chunk == 2 || name == "wrn" && (workers == 1 || chunk == 0) {
+						continue
+					}
+					opt := Options{MaxBatch: max(n, 64), Workers: workers, Chunk: chunk}
+					if name == "warm" {
+						opt.deferMin = 1
+					}
+					p, err := NewPlan(c.net, c.params, opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.workers[0].cold == nil {
+						continue
+					}
+					some[name] = true
+					opt.noColdSplit = true
+					ref, err := NewPlan(c.net, c.params, opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ref.workers[0].cold != nil {
+						t.Fatalf("%s: a cold arena with Options.noColdSplit", name)
+					}
+					t.Run(fmt.Sprintf("%s/n%d/w%d/c%d", name, n, workers, chunk), func(t *testing.T) {
+						x, y := c.batch(n)
+						if p.stages[0].kind != kEmbed {
+							oddInputs(x, n)
+						}
+						for _, w := range p.workers {
+							for k := range w.cold.buf {
+								w.cold.buf[k] = math.Float32frombits(coldMark)
+							}
+						}
+						privateSteps(t, p, ref, x, y, len(c.params))
+						for wi, w := range p.workers {
+							for k, v := range w.cold.buf {
+								if math.Float32bits(v) != coldMark {
+									t.Fatalf("worker %d: cold float %d of %d written (%g)", wi, k, len(w.cold.buf), v)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+	for name := range nets {
+		if name != "mlp" && !some[name] {
+			t.Errorf("%s: no plan with a cold arena", name)
+		}
+	}
+}
+
+// classes is the length of b's output.
+func (b *builder) classes() int {
+	shapes, err := b.net.Shapes()
+	if err != nil {
+		panic(err)
+	}
+	return shapes[len(shapes)-1].C
+}
+
+// randomBatch returns n examples of size floats and labels among classes.
+func randomBatch(rng *rand.Rand, size, n, classes int) ([]float32, []int) {
+	x := make([]float32, n*size)
+	for k := range x {
+		x[k] = float32(rng.NormFloat64())
+	}
+	y := make([]int, n)
+	for k := range y {
+		y[k] = rng.IntN(classes)
+	}
+	return x, y
+}
+
+// privateSteps checks that plans p and ref give the same losses,
+// per-example norms and clipped sums in private steps (whole and in
+// StepAdd pieces) and the same per-example gradients (Gradients) on
+// the batch x, y, bit for bit: sameSteps without its non-private steps.
+func privateSteps(t *testing.T, p, ref *Plan, x []float32, y []int, size int) {
+	t.Helper()
+	n := len(y)
+	var sums, gots [2][]float32
+	var sqs [2][][]float64
+	var losses [2][]float64
+	for k, q := range []*Plan{p, ref} {
+		cl := &testClipper{sq: make([][]float64, n)}
+		sums[k] = make([]float32, size)
+		loss, err := q.Step(x, y, sums[k], cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses[k], sqs[k] = append([]float64(nil), loss...), cl.sq
+		sz := len(x) / n
+		q.BeginAdd()
+		for i0 := 0; i0 < n; i0 += 2 * q.Granule() {
+			i1 := min(n, i0+2*q.Granule())
+			if _, err := q.StepAdd(context.Background(), x[i0*sz:i1*sz], y[i0:i1], &testClipper{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gots[k] = make([]float32, size)
+		if err := q.SumInto(gots[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		sameLoss(t, i, losses[0][i], losses[1][i])
+		sameBits64(t, fmt.Sprintf("example %d norms", i), sqs[0][i], sqs[1][i])
+	}
+	sameBits(t, "sum", sums[0], sums[1])
+	sameBits(t, "StepAdd sum", gots[0], gots[1])
+	if size*n > 1<<24 {
+		return // (WideResNet's gradients: 11 MB an example)
+	}
+	gp, lp := gradientsOf(t, p, x, y, size)
+	gr, lr := gradientsOf(t, ref, x, y, size)
+	for i := range n {
+		sameBits(t, fmt.Sprintf("example %d gradient", i), gp[i], gr[i])
+		sameLoss(t, i, lp[i], lr[i])
 	}
 }
 

@@ -223,8 +223,10 @@ func (p *Plan) Workers() int { return len(p.workers) }
 // memory to the process; the values a step left there, overwritten with
 // values in [-1, 1) where a buffer held none or values so small that
 // products would be subnormal; never the implicit convolutions'
-// zero-bordered maps, whose borders no step rewrites), warmed once, then
-// repeated for at least minTime, and the fastest run is kept. A run's time is the thread's CPU
+// zero-bordered maps, whose borders no step rewrites, nor the buffers
+// of the worker's cold arena, which take no memory until written),
+// warmed once, then repeated for at least minTime, and the fastest run
+// is kept. A run's time is the thread's CPU
 // time where the system keeps one (Linux), so that other jobs sharing
 // the cores do not count, else wall time.
 func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duration, error) {
@@ -232,7 +234,7 @@ func (p *Plan) TimeProducts(list []Product, minTime time.Duration) (time.Duratio
 	var bufs [][]float32
 	for _, set := range [][][]float32{w.act, w.d, w.u, w.xh, w.pre, {w.du, w.ex, w.tmp, w.acc, w.wide}} {
 		for _, b := range set {
-			if len(b) > 0 {
+			if len(b) > 0 && !w.cold.holds(b) {
 				bufs = append(bufs, b)
 			}
 		}

@@ -546,28 +546,25 @@ func actGrad1(g, a float32, act Activation) float32 {
 }
 
 // gpOf is example j's bordered output gradient map (gsz floats) of
-// implicit stage i in w.gp (gpEx).
+// implicit stage i: its part of w.gp, or in the example-major section's
+// backward pass (worker.gpOne) the one map every example's go to,
+// w.gp1[i] or else the first example's part of w.gp.
 func (w *worker) gpOf(i, gsz, j int) []float32 {
-	j = w.gpEx(j)
-	return w.gp[i][j*gsz : (j+1)*gsz]
-}
-
-// gpEx is the example of the chunk whose part of w.gp holds example j's
-// bordered output gradients: j, or 0 in the example-major section's
-// backward pass (worker.gpOne).
-func (w *worker) gpEx(j int) int {
 	if w.gpOne {
-		return 0
+		if g := w.gp1[i]; g != nil {
+			return g
+		}
+		j = 0
 	}
-	return j
+	return w.gp[i][j*gsz : (j+1)*gsz]
 }
 
 // gradView is example j's output gradient (the activation's derivative
 // applied) of implicit stage i as the wide rows of gp: the real pixels,
 // with zeros in the garbage columns.
 func (w *worker) gradView(s *stage, i, j int) []float32 {
-	off := w.gpEx(j)*s.gpLen() + s.gpPix(0)*s.fo
-	return w.gp[i][off : off+s.wide*s.fo]
+	off := s.gpPix(0) * s.fo
+	return w.gpOf(i, s.gpLen(), j)[off : off+s.wide*s.fo]
 }
 
 // implicitWeightGrad writes (beta 0) or adds (beta 1) example j's weight

@@ -183,6 +183,12 @@ type Options struct {
 	// each buffer on its own, as before the arena; noPlaceWeights leaves
 	// only the packed weights out of it (placeWeights).
 	noHugePages, noArena, noPlaceWeights bool
+	// noColdSplit carves every buffer of a worker from its huge-page
+	// arena, those a private step never touches too, instead of those
+	// from one on base pages (buildWorker), and asks for a huge page for
+	// each arena's last, partial one too (newArena; same values, tests
+	// and benchmarks compare the two).
+	noColdSplit bool
 	// seqNorms overrides a SeqPlan's choice of ghost norms by cost
 	// (tests run both kinds on every weight).
 	seqNorms seqNormRule
@@ -409,6 +415,7 @@ type worker struct {
 	slots []slot           // with Plan.head, the group's (the current one's in slot)
 	cur   int              // the index in slots of the current chunk's slot
 	gp    [][]float32      // per stage: zero-bordered output gradients (implicit conv)
+	gp1   [][]float32      // per stage: one example's gp, for gpOne when gp is cold (buildWorker)
 	wide  []float32        // an implicit convolution's wide product
 	gpk   blas.PackedB32   // an example's output gradient packed for its K weight-gradient products
 	pan   []float32        // a recomputed weight gradient's panel
@@ -444,18 +451,20 @@ type worker struct {
 	// sums (cleared with the rest at the step's start, or by flushDense's
 	// first flush; finish.go).
 	accDense bool
-	// gpOne: every example's bordered output gradients are in the first
-	// example's part of gp (gpEx): set in the example-major section's
-	// backward pass, where each example's are read only before the next
-	// example's are written.
+	// gpOne: every example's bordered output gradients are in one map,
+	// gp1's or the first example's part of gp (gpOf): set in the
+	// example-major section's backward pass, where each example's are
+	// read only before the next example's are written.
 	gpOne bool
 	// dpad and dpadC: four rows of a dense layer's input and output
 	// (the larger of its widths), for the last rows of a chunk of other
 	// than a multiple of four read in place (denseForward).
 	dpad, dpadC []float32
 	// mem is the arena the float32 buffers are carved from (nil with
-	// Options.noArena).
-	mem *arena
+	// Options.noArena); cold the one on base pages of those a private
+	// step never touches (buildWorker; nil with Options.noArena or
+	// noColdSplit, or when there are none).
+	mem, cold *arena
 }
 
 // NewPlan compiles net over the parameter buffer params (shared, not
@@ -516,14 +525,14 @@ func NewPlan(net Network, params []float32, opt Options) (*Plan, error) {
 	}
 	p.loss = make([]float64, opt.MaxBatch)
 	p.setHead()
-	// The workers' buffers, each worker's in an arena of its own (one
+	// The workers' buffers, each worker's in arenas of its own (one
 	// sizing pass: the workers are alike).
-	var size arena
+	var size, cold arena
 	if !opt.noArena {
-		p.buildWorker(&size)
+		p.buildWorker(&size, &cold)
 	}
 	for range opt.Workers {
-		p.workers = append(p.workers, p.newWorker(size.off))
+		p.workers = append(p.workers, p.newWorker(size.off, cold.off))
 	}
 	p.placeWeights()
 	p.splitSegments()
@@ -594,7 +603,7 @@ func (p *Plan) placeWeights() {
 		lens[k] = b.Len()
 		size.f32(lens[k])
 	}
-	m := newArena(size.off, p.opt.noHugePages)
+	m := newArena(size.off, p.opt.noHugePages, p.opt.noColdSplit)
 	copies(m)
 	for k, b := range packs {
 		b.SetStorage(m.f32(lens[k]))
@@ -1164,9 +1173,6 @@ func (p *Plan) packStage(s *stage, back bool) {
 	}
 }
 
-// newWorker returns a worker whose float32 buffers, floats of them,
-// are carved from an arena of its own (made one by one with
-// Options.noArena).
 // makeKernelRowPacks makes convolution s's packed kernel rows pwk
 // (Plan.col2imRows) if they are not yet made.
 func (p *Plan) makeKernelRowPacks(s *stage) {
@@ -1178,25 +1184,51 @@ func (p *Plan) makeKernelRowPacks(s *stage) {
 	}
 }
 
-func (p *Plan) newWorker(floats int) *worker {
+// newWorker returns a worker whose float32 buffers are carved from
+// arenas of its own (made one by one with Options.noArena): hot, of
+// the floats a training step touches, on huge pages, and cold, of the
+// others, on base pages (coldArena, buildWorker).
+func (p *Plan) newWorker(hot, cold int) *worker {
 	if p.opt.noArena {
-		return p.buildWorker(&arena{plain: true})
+		return p.buildWorker(&arena{plain: true}, nil)
 	}
-	m := newArena(floats, p.opt.noHugePages)
-	w := p.buildWorker(m)
-	w.mem = m
+	m := newArena(hot, p.opt.noHugePages, p.opt.noColdSplit)
+	var c *arena
+	if cold > 0 {
+		c = coldArena(cold)
+	}
+	w := p.buildWorker(m, c)
+	w.mem, w.cold = m, c
 	return w
 }
 
-// buildWorker returns a worker whose float32 buffers m carves (the
-// others are made).
-func (p *Plan) buildWorker(m *arena) *worker {
+// buildWorker returns a worker whose float32 buffers m and cold carve
+// (the others are made). A huge page is resident whole, so the buffers
+// a private step never reads or writes, decided from the plan's
+// stages, are carved from cold (unless Options.noColdSplit, or cold is
+// nil), whose pages take memory only once something writes them: the
+// activations written straight into their reader's bordered map
+// (coldAct) and the gradients straight into their producer's
+// (coldGrad), which no pass touches but the non-private step's drop of
+// a non-finite example; tmp without a stage adding its input gradient;
+// and the bordered output gradients of the example-major section's
+// stages, which a private step keeps in one map of one example
+// (oneGp: gp1, hot) and only the non-private step in gp, one an
+// example. The CIFAR CNN's worker (chunks of 2) keeps 6.8 MiB in m
+// and 3.3 in cold, WideResNet-16-4's 46.9 and 6.4 (TestColdUntouched
+// checks that a private step leaves cold alone; BENCHMARKS.md). Only
+// the placement changes: every buffer is there, zeroed, wherever it is
+// carved.
+func (p *Plan) buildWorker(m, cold *arena) *worker {
+	if cold == nil || p.opt.noColdSplit {
+		cold = m
+	}
 	C := p.opt.Chunk
 	S := len(p.stages)
 	w := &worker{
-		gp: make([][]float32, S),
+		gp: make([][]float32, S), gp1: make([][]float32, S),
 		ex: m.f32(p.exSlots(C) * p.exLen), sq: make([]float64, C*p.naff), c: make([]float64, C*p.naff),
-		linf: make([]float64, C), acc: m.f32(len(p.params)),
+		linf: make([]float64, C),
 	}
 	w.act, w.d = make([][]float32, S+1), make([][]float32, S+1)
 	w.u, w.arg, w.xp = make([][]float32, S), make([][]int32, S), make([][]float32, S)
@@ -1211,14 +1243,25 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		return C
 	}
 	maxDU, maxFo, maxAct, maxWide, maxRow, maxPan, maxPad := 0, 0, 0, 0, 0, 0, 0
+	// at is m for a buffer a private step touches (hot), else cold.
+	at := func(hot bool) *arena {
+		if hot {
+			return m
+		}
+		return cold
+	}
+	adds := false // some stage adds its input gradient through tmp
+	for _, s := range p.stages {
+		adds = adds || s.addGrad
+	}
 	for k, sh := range p.actShape {
-		w.act[k] = m.f32(rows(k) * sh.Size())
+		w.act[k] = at(!p.coldAct(k)).f32(rows(k) * sh.Size())
 		if k > 0 {
-			w.d[k] = m.f32(rows(k) * sh.Size())
+			w.d[k] = at(!p.coldGrad(k)).f32(rows(k) * sh.Size())
 		}
 		maxAct = max(maxAct, C*sh.Size())
 	}
-	w.tmp = m.f32(maxAct)
+	w.tmp = at(adds).f32(maxAct)
 	for i, s := range p.stages {
 		switch s.kind {
 		case kConv:
@@ -1241,7 +1284,12 @@ func (p *Plan) buildWorker(m *arena) *worker {
 			}
 			if s.implicit {
 				w.xp[i] = m.f32(C * s.xpLen())
-				w.gp[i] = m.f32(C * s.gpLen())
+				if p.oneGp(i) && cold != m {
+					w.gp1[i] = m.f32(s.gpLen())
+					w.gp[i] = cold.f32(C * s.gpLen())
+				} else {
+					w.gp[i] = m.f32(C * s.gpLen())
+				}
 				maxWide = max(maxWide, s.wideLen())
 				maxRow = max(maxRow, s.out.W*s.fo)
 				break
@@ -1319,10 +1367,48 @@ func (p *Plan) buildWorker(m *arena) *worker {
 		w.slots = make([]slot, p.group)
 		w.slots[0] = w.slot
 		for g := 1; g < p.group; g++ {
-			p.groupSlot(w, g, m)
+			p.groupSlot(w, g, m, cold)
 		}
 	}
+	// The accumulator last: the part of it a private step does not
+	// write, the deferred dense weights when the workers flush them
+	// elsewhere (flushWarm), is its end in a network whose dense head is
+	// last, so that it falls in the arena's last huge page, which is
+	// left on base pages (newArena).
+	w.acc = m.f32(len(p.params))
 	return w
+}
+
+// oneGp reports whether implicit stage i's bordered output gradients
+// are all in one map in a private step (the example-major section's
+// backward pass, gpOne): the others' are cold.
+func (p *Plan) oneGp(i int) bool { return i < p.major && !p.opt.noGpOne }
+
+// coldAct reports whether activation k lives in no buffer of its own in
+// any pass: its producer, a stage before the logits, writes it straight
+// into the bordered input map of its only reader (fuseOutputs,
+// fuseNorms), where every later reader reads it (outMap, normIO), and
+// that reader never reads activation k.
+func (p *Plan) coldAct(k int) bool {
+	if k == 0 || k >= len(p.stages) {
+		return false
+	}
+	s := &p.stages[k-1]
+	return s.toXp || s.xpFilledBy()
+}
+
+// coldGrad reports whether the gradient w.r.t. activation k lives in no
+// buffer of its own in a training step's backward pass (d[k]): its
+// producer is an implicit convolution whose only reader writes that
+// gradient straight into its bordered output gradient (gpFilled:
+// fuseGrads, fuseNorms, fuseJoins), which it then reads instead. (The
+// non-private path clears an example's d[k] it drops, zeroExample.)
+func (p *Plan) coldGrad(k int) bool {
+	if k == 0 || k >= len(p.stages) {
+		return false
+	}
+	s := &p.stages[k-1]
+	return s.kind == kConv && s.implicit && s.gpFilled
 }
 
 // use makes slot k of the group the current one (Plan.head).
@@ -1332,11 +1418,12 @@ func (w *worker) use(k int) {
 	}
 }
 
-// groupSlot fills worker w's slot g (Plan.head): buffers of its own for
-// the state a chunk keeps from its forward to its backward pass before
-// the head, views of the first slot's rows of chunk g for the head's,
-// and the first slot's gradients before the head.
-func (p *Plan) groupSlot(w *worker, g int, m *arena) {
+// groupSlot fills worker w's slot g (Plan.head) from the arenas m and
+// cold (buildWorker): buffers of its own for the state a chunk keeps
+// from its forward to its backward pass before the head, views of the
+// first slot's rows of chunk g for the head's, and the first slot's
+// gradients before the head.
+func (p *Plan) groupSlot(w *worker, g int, m, cold *arena) {
 	C := p.opt.Chunk
 	a, b := &w.slots[0], &w.slots[g]
 	b.act, b.d = make([][]float32, len(a.act)), make([][]float32, len(a.d))
@@ -1347,7 +1434,11 @@ func (p *Plan) groupSlot(w *worker, g int, m *arena) {
 		}
 		b.act[k], b.d[k] = a.act[k], a.d[k]
 		if !p.sharedAct(k) {
-			b.act[k] = m.f32(len(a.act[k]))
+			if p.coldAct(k) {
+				b.act[k] = cold.f32(len(a.act[k]))
+			} else {
+				b.act[k] = m.f32(len(a.act[k]))
+			}
 		}
 	}
 	b.u, b.xp, b.xh = m.like(a.u), m.like(a.xp), m.like(a.xh)

@@ -20,7 +20,8 @@ import (
 // place, the packing dealt out in turn and chunks of 2; "nopairhead"
 // runs the dense head chunk by chunk, "group4" for four chunks at once;
 // "nohugepages" leaves the workers' arenas on base pages, "noarena"
-// makes their buffers one by one).
+// makes their buffers one by one, "nocoldsplit" carves the buffers no
+// step touches from the huge-page arenas too).
 func stepSwitches() map[string]func(*Options) {
 	return map[string]func(*Options){
 		"nopoolwindows":  func(o *Options) { o.noPoolWindows = true },
@@ -50,6 +51,7 @@ func stepSwitches() map[string]func(*Options) {
 		"nohugepages":    func(o *Options) { o.noHugePages = true },
 		"noarena":        func(o *Options) { o.noArena = true },
 		"noplaceweights": func(o *Options) { o.noPlaceWeights = true },
+		"nocoldsplit":    func(o *Options) { o.noColdSplit = true },
 	}
 }
 

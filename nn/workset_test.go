@@ -30,6 +30,11 @@ var workingSetSwitches = map[string]struct {
 	// first into dst as before, and both: plans that end with finish.
 	"warmflush":   {func(o *Options) { o.noWarmFlush = true }, finishing},
 	"directfirst": {func(o *Options) { o.directFirst = true }, finishing},
+	// The buffers no training step touches in a plain arena, off the
+	// huge pages (buildWorker; arena_test.go checks that a private step
+	// leaves them alone): plans with such buffers. The non-private
+	// steps here write some (zeroExample) and read gp's.
+	"coldsplit": {func(o *Options) { o.noColdSplit = true }, func(p *Plan) bool { return p.workers[0].cold != nil }},
 }
 
 // warmNet is a network whose dense layers' weights, all deferred with

@@ -86,9 +86,9 @@ func (wrnClipper) Scale(_ int, sq []float64, _ float64, c []float64) {
 // plans alternated step by step in one process: the plan as it is,
 // and the plan with the Options switches DPMF_BENCH_SWITCH turned off
 // (noImplicit, noStride2, noFuseNorms, noFuseJoins, noFuseGrads,
-// noRecompute, noGhost, noCol2imRows, noPrefetch, noHugePages, noArena; chunkN:
-// chunks of N examples), reporting each one's examples per CPU second and
-// their ratio, and per wall second.
+// noRecompute, noGhost, noCol2imRows, noPrefetch, noHugePages, noArena,
+// noColdSplit; chunkN: chunks of N examples), reporting each one's
+// examples per CPU second and their ratio, and per wall second.
 // Alternating steps exposes both to the same load from other jobs on
 // the machine.
 func BenchmarkWRNSwitches(b *testing.B) {
@@ -125,6 +125,8 @@ func BenchmarkWRNSwitches(b *testing.B) {
 			alt.noHugePages = true
 		case "noArena":
 			alt.noArena = true
+		case "noColdSplit":
+			alt.noColdSplit = true
 		default:
 			if c, err := strconv.Atoi(strings.TrimPrefix(name, "chunk")); err == nil && c > 0 && strings.HasPrefix(name, "chunk") {
 				alt.Chunk = c // chunkN: the other plans take chunks of N
