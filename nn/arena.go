@@ -45,9 +45,14 @@ const minHugeFloats = 2 * hugeFloats
 // one only if lastPage. A huge page is resident whole, while base pages
 // only once written: the last buffers carved, which a step may touch in
 // part (the accumulator, buildWorker), keep base pages.
+//
+// An arena without huge pages is advised off them (adviseCold): the Go
+// heap reuses the address ranges of arenas the collector freed, and
+// those keep their advice, so a plain allocation may get huge pages it
+// did not ask for.
 func newArena(floats int, noHuge, lastPage bool) *arena {
 	if floats < minHugeFloats {
-		return &arena{buf: make([]float32, floats)}
+		return coldArena(floats)
 	}
 	n := roundUpTo(floats, hugeFloats)
 	buf := make([]float32, n+hugeFloats)
@@ -56,6 +61,7 @@ func newArena(floats int, noHuge, lastPage bool) *arena {
 		a.base = int(4*hugeFloats-addr%(4*hugeFloats)) / 4
 	}
 	if noHuge {
+		adviseCold(buf)
 		return a
 	}
 	if !lastPage {

@@ -481,9 +481,22 @@ func TestArenaHugePages(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	params := randParams(rng, b.n)
 	x, y := b.batch(rng, 64, 10)
-	var plans []*Plan // kept: a later plan would reuse a freed arena's pages
+	var plans []*Plan // kept, but for one dropped before the plan without huge pages
 	defer func() { runtime.KeepAlive(plans) }()
 	for _, noHuge := range []bool{false, true} {
+		if noHuge {
+			// A freed arena's address ranges keep their advice when the
+			// heap reuses them: the plan without huge pages must not
+			// inherit them.
+			q, err := NewPlan(b.net, params, Options{MaxBatch: 64, Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Step(x, y, make([]float32, b.n), &testClipper{})
+			q = nil
+			runtime.GC()
+			runtime.GC()
+		}
 		p, err := NewPlan(b.net, params, Options{MaxBatch: 64, Workers: 2, noHugePages: noHuge})
 		if err != nil {
 			t.Fatal(err)
@@ -505,6 +518,9 @@ func TestArenaHugePages(t *testing.T) {
 		}
 		if on && !noHuge && total == 0 {
 			t.Errorf("no huge page in the arenas")
+		}
+		if noHuge && total != 0 {
+			t.Errorf("noHugePages: %.1f MiB of the arenas on huge pages", float64(total)/(1<<20))
 		}
 	}
 }
