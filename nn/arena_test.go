@@ -337,15 +337,26 @@ func (b *builder) classes() int {
 
 // randomBatch returns n examples of size floats and labels among classes.
 func randomBatch(rng *rand.Rand, size, n, classes int) ([]float32, []int) {
+	x := randomInputs(rng, size, n)
+	return x, randomLabels(rng, n, classes)
+}
+
+// randomInputs returns n examples of size standard normal floats.
+func randomInputs(rng *rand.Rand, size, n int) []float32 {
 	x := make([]float32, n*size)
 	for k := range x {
 		x[k] = float32(rng.NormFloat64())
 	}
+	return x
+}
+
+// randomLabels returns n labels among classes.
+func randomLabels(rng *rand.Rand, n, classes int) []int {
 	y := make([]int, n)
 	for k := range y {
 		y[k] = rng.IntN(classes)
 	}
-	return x, y
+	return y
 }
 
 // privateSteps checks that plans p and ref give the same losses,

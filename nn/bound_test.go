@@ -35,14 +35,7 @@ func TestStepProducts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := make([]float32, n*b.net.Input.Size())
-	for k := range x {
-		x[k] = float32(rng.NormFloat64())
-	}
-	y := make([]int, n)
-	for i := range y {
-		y[i] = rng.IntN(10)
-	}
+	x, y := randomBatch(rng, b.net.Input.Size(), n, 10)
 	dst := make([]float32, b.n)
 	// Both convolutions run implicitly (implicit.go): 7 rows of 10
 	// (the 8 columns and 2 of garbage) and the last row's 8 columns; the

@@ -60,10 +60,7 @@ func TestCol2imRowsWRN(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	net, params := wrnNet(16, rng)
 	const n = 2
-	x := make([]float32, n*net.Input.Size())
-	for k := range x {
-		x[k] = float32(rng.NormFloat64())
-	}
+	x := randomInputs(rng, net.Input.Size(), n)
 	y := []int{2, 9}
 	var sums [2][]float32
 	var sqs [2][][]float64

@@ -442,20 +442,13 @@ func TestBatchNormRefused(t *testing.T) {
 // or b.input's) and their labels in [0, classes).
 func (b *builder) batch(rng *rand.Rand, n, classes int) ([]float32, []int) {
 	in := b.net.Input.Size()
-	x := make([]float32, n*in)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
+	x := randomInputs(rng, in, n)
 	if b.input != nil {
 		for i := range n {
 			copy(x[i*in:(i+1)*in], b.input(rng))
 		}
 	}
-	y := make([]int, n)
-	for i := range y {
-		y[i] = rng.IntN(classes)
-	}
-	return x, y
+	return x, randomLabels(rng, n, classes)
 }
 
 func randParams(rng *rand.Rand, n int) []float32 {
